@@ -1,0 +1,38 @@
+# One target per job. `make demo` and `make test` set up .venv/ on first use.
+PY      := .venv/bin/python
+VENV_OK := .venv/.installed
+
+.PHONY: setup demo test test-fast lint format bench clean
+
+$(VENV_OK): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	# torch first and pinned: the CPU wheel on this machine, no CUDA download
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(VENV_OK)
+
+setup: $(VENV_OK)
+
+demo: $(VENV_OK)
+	$(PY) -m attnlm demo
+
+test: $(VENV_OK) lint
+	$(PY) -m pytest -q
+
+test-fast: $(VENV_OK)
+	$(PY) -m pytest -q -m "not slow" -x
+
+lint: $(VENV_OK)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: $(VENV_OK)
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
+
+bench: $(VENV_OK)
+	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf .venv build dist src/*.egg-info .pytest_cache .ruff_cache

