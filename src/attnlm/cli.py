@@ -17,6 +17,12 @@ from attnlm.errors import AttnlmError
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
 COMMAND_MODULES = [
     "attnlm.data.cli",
+    "attnlm.tokenizers.cli",
+    "attnlm.train.cli",
+    "attnlm.generate.cli",
+    "attnlm.demo",
+    "attnlm.ngram.cli",
+    "attnlm.models.cli",
 ]
 
 

@@ -9,6 +9,14 @@ from attnlm.data.corpus import (
     split_text,
     text_info,
 )
+from attnlm.data.windows import (
+    TokenFile,
+    Windows,
+    bits_per_char,
+    read_token_file,
+    token_dtype,
+    write_token_file,
+)
 
 __all__ = [
     "cache_dir",
@@ -18,4 +26,10 @@ __all__ = [
     "read_text",
     "split_text",
     "text_info",
+    "TokenFile",
+    "Windows",
+    "bits_per_char",
+    "read_token_file",
+    "token_dtype",
+    "write_token_file",
 ]

@@ -1,0 +1,106 @@
+"""Training-step throughput: our GPT vs ``transformers.GPT2LMHeadModel``, same shape, same AdamW.
+
+Shape of nanoGPT's README CPU recipe: 4 layers, 4 heads, width 128, block 64, batch 12,
+vocabulary 80, learned positions, GELU (tanh), biases, tied embeddings, dropout 0. One step =
+forward with loss, backward, gradient clipping at 1.0, AdamW step (lr 1e-3, betas (0.9, 0.99),
+weight decay 0.1 on matrices), zero_grad. Both models run in this process with
+``torch.set_num_threads(1)``, alternating in rounds; medians of the rounds are reported.
+
+    .venv/bin/python benchmarks/bench_train.py [--rounds 7] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import torch
+
+from attnlm.models.gpt import GPT, GPTConfig
+from attnlm.train.optim import param_groups
+
+V, T, B, L, H, C = 80, 64, 12, 4, 4, 128
+
+
+def ours() -> torch.nn.Module:
+    cfg = GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C)
+    return GPT(cfg)
+
+
+def hf():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=V,
+        n_positions=T,
+        n_embd=C,
+        n_layer=L,
+        n_head=H,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    return GPT2LMHeadModel(cfg)
+
+
+def make_step(model, is_hf: bool):
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+    model.train()
+
+    def step(x, y):
+        if is_hf:
+            # HF shifts labels inside: labels = the window of T + 1 ids minus its last one
+            loss = model(input_ids=x, labels=x).loss
+        else:
+            loss = model(x, y).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
+def tokens_per_s(step, batches) -> float:
+    t0 = time.perf_counter()
+    for x, y in batches:
+        step(x, y)
+    return sum(x.numel() for x, _ in batches) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(V, (args.steps, B, T + 1), generator=g)
+    batches = [(d[:, :-1], d[:, 1:]) for d in data]
+    steps = {"attnlm GPT": make_step(ours(), False), "HF GPT2LMHeadModel": make_step(hf(), True)}
+    for step in steps.values():  # warm up
+        tokens_per_s(step, batches[:3])
+    results: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            results[name].append(tokens_per_s(step, batches))
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"threads {args.threads}; shape L{L} H{H} C{C} T{T} B{B} V{V}"
+    )
+    med = {name: statistics.median(v) for name, v in results.items()}
+    for name, v in med.items():
+        print(
+            f"{name:>20}: {v:10,.0f} tokens/s (median of {args.rounds} rounds x {args.steps} steps)"
+        )
+    ratio = med["attnlm GPT"] / med["HF GPT2LMHeadModel"]
+    print(f"ratio attnlm / HF: {ratio:.2f}x (target >= 1.2x)")
+
+
+if __name__ == "__main__":
+    main()

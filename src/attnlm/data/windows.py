@@ -1,0 +1,169 @@
+"""Token id files and training windows (self-supervision: predict the next token).
+
+The corpus is tokenized once into a flat array of ids, stored as a raw memory-mapped file
+(``uint16`` when the vocabulary fits in 65,536 ids, ``uint32`` otherwise) next to its tokenizer.
+A small JSON file beside it records the dtype, the number of ids and the number of characters
+the ids stand for, so bits per character can be computed without the text.
+
+Windows: a training example is ``x = ids[i : i + T]`` and ``y = ids[i + 1 : i + T + 1]``
+(targets shifted by one), with random starts ``i``. Evaluation walks the array in
+non-overlapping windows so that every id after the first is predicted exactly once.
+
+Shapes: ``B`` batch, ``T`` block size (window length).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attnlm.errors import InputError
+
+if TYPE_CHECKING:  # torch is imported lazily so `attnlm data ...` stays quick
+    import torch
+
+UINT16_LIMIT = 2**16
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned dtype that holds every id below ``vocab_size``."""
+    if vocab_size <= 0:
+        raise InputError(f"vocab_size must be positive, got {vocab_size}")
+    return np.dtype(np.uint16) if vocab_size <= UINT16_LIMIT else np.dtype(np.uint32)
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    """A flat id array on disk: ``path`` (raw ids) and ``meta`` (JSON beside it)."""
+
+    path: Path
+    dtype: str
+    n_tokens: int
+    n_chars: int
+    vocab_size: int
+
+    @property
+    def chars_per_token(self) -> float:
+        return self.n_chars / max(self.n_tokens, 1)
+
+    def open(self) -> np.memmap | np.ndarray:
+        """Memory-map the ids read-only (an empty array when there are none)."""
+        if self.n_tokens == 0:
+            return np.zeros(0, dtype=self.dtype)
+        return np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.n_tokens,))
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def write_token_file(
+    ids: Sequence[int] | np.ndarray, path: str | os.PathLike[str], vocab_size: int, n_chars: int
+) -> TokenFile:
+    """Write ``ids`` as a raw array at ``path`` plus ``path.json`` metadata, each atomically."""
+    path = Path(path)
+    dtype = token_dtype(vocab_size)
+    arr = np.asarray(ids, dtype=np.int64)
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+        raise InputError(f"{path}: token id out of range for vocab_size {vocab_size}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    arr.astype(dtype).tofile(tmp)
+    os.replace(tmp, path)
+    meta = {
+        "dtype": dtype.name,
+        "n_tokens": int(arr.size),
+        "n_chars": int(n_chars),
+        "vocab_size": int(vocab_size),
+    }
+    tmp_meta = _meta_path(path).with_name(_meta_path(path).name + ".tmp")
+    tmp_meta.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    os.replace(tmp_meta, _meta_path(path))
+    return TokenFile(path=path, **meta)
+
+
+def read_token_file(path: str | os.PathLike[str]) -> TokenFile:
+    """Open the metadata of a file written by :func:`write_token_file` (checks its size)."""
+    path = Path(path)
+    try:
+        meta = json.loads(_meta_path(path).read_text(encoding="utf-8"))
+        tf = TokenFile(path=path, **meta)
+    except (OSError, ValueError, TypeError) as e:
+        raise InputError(f"{path}: missing or corrupt token file metadata ({e})") from None
+    expected = tf.n_tokens * np.dtype(tf.dtype).itemsize
+    if not path.is_file() or path.stat().st_size != expected:
+        raise InputError(f"{path}: token file is missing or has the wrong size")
+    return tf
+
+
+class Windows:
+    """Random and sequential windows over one id array.
+
+    ``sample_starts`` draws window starts from a ``torch.Generator`` so that a run's data order
+    is reproducible and resumable (the generator's state is part of the checkpoint).
+    """
+
+    def __init__(self, ids: np.ndarray, block_size: int) -> None:
+        if len(ids) < 2:
+            raise InputError(f"text too short: {len(ids)} token(s); need at least 2")
+        self.ids = ids
+        # Texts shorter than a window are used in full (shorter windows).
+        self.block_size = min(block_size, len(ids) - 1)
+
+    @property
+    def n_starts(self) -> int:
+        return len(self.ids) - self.block_size
+
+    def sample_starts(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``n`` random window starts, shape (n,)."""
+        import torch
+
+        return torch.randint(self.n_starts, (n,), generator=generator)
+
+    def batch(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets for the given starts: two LongTensors of shape (B, T)."""
+        import torch
+
+        t = self.block_size
+        rows = [np.asarray(self.ids[s : s + t + 1], dtype=np.int64) for s in starts.tolist()]
+        xy = torch.from_numpy(np.stack(rows))  # (B, T+1)
+        return xy[:, :-1], xy[:, 1:]
+
+    def sample(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """A random batch: (x, y), each (n, T)."""
+        return self.batch(self.sample_starts(n, generator))
+
+    def sequential(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Non-overlapping windows covering every target once, ``batch_size`` per step.
+
+        The last window may be shorter; it is yielded alone so batches stay rectangular.
+        """
+        import torch
+
+        t = self.block_size
+        n_targets = len(self.ids) - 1
+        full = n_targets // t
+        for b0 in range(0, full, batch_size):
+            starts = torch.arange(b0, min(b0 + batch_size, full)) * t
+            yield self.batch(starts)
+        rest = n_targets - full * t
+        if rest:
+            tail = np.asarray(self.ids[full * t :], dtype=np.int64)
+            xy = torch.from_numpy(tail)[None, :]
+            yield xy[:, :-1], xy[:, 1:]
+
+    def n_eval_batches(self, batch_size: int) -> int:
+        full = (len(self.ids) - 1) // self.block_size
+        return math.ceil(full / batch_size) + int((len(self.ids) - 1) % self.block_size > 0)
+
+
+def bits_per_char(total_nats: float, n_chars: int) -> float:
+    """Bits per character: total nats / characters / ln 2."""
+    return total_nats / max(n_chars, 1) / math.log(2)

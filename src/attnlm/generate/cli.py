@@ -1,0 +1,73 @@
+"""``attnlm generate``: continue a prompt with a trained checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="sample text from a checkpoint (KV cache, streaming)")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=1.0, help="0 means greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--num-samples", type=int, default=1)
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
+    )
+    p.add_argument("--stream", action="store_true", help="print tokens as they arrive")
+    p.add_argument(
+        "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
+    )
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=_generate)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnlm.errors import InputError
+    from attnlm.generate.text import encode_prompt, generate_text
+    from attnlm.train.checkpoint import load_checkpoint
+    from attnlm.train.run import resolve_device
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.max_new_tokens < 0 or args.num_samples < 1:
+        raise InputError("--max-new-tokens must be >= 0 and --num-samples >= 1")
+    ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
+    encode_prompt(ck.tokenizer, args.prompt)  # fail early, before any output
+    out = sys.stdout
+    for i in range(args.num_samples):
+        if i:
+            out.write("\n" + "-" * 40 + "\n")
+        out.write(args.prompt)
+        out.flush()
+
+        def on_text(_row: int, piece: str) -> None:
+            out.write(piece)
+            out.flush()
+
+        texts = generate_text(
+            ck.model,
+            ck.tokenizer,
+            [args.prompt],
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=None if args.seed is None else args.seed + i,
+            stop=args.stop,
+            use_cache=args.use_cache,
+            on_text=on_text if args.stream else None,
+        )
+        if not args.stream:
+            out.write(texts[0])
+        out.write("\n")
+        out.flush()
+    return 0

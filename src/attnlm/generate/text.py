@@ -1,0 +1,129 @@
+"""Text in, text out: prompts, stop strings and streaming on top of :func:`decode`.
+
+Streaming decodes each row's ids incrementally. A token may end in the middle of a UTF-8
+character (byte-level BPE), so text ending in the replacement character is held back until the
+next token completes it; text that could be the start of a stop string is held back too, so a
+stop string is never printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from attnlm.errors import AttnlmError, InputError
+from attnlm.generate.loop import decode
+
+TextCallback = Callable[[int, str], None]  # on_text(row, new_text)
+
+
+def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
+    """Encode a prompt, turning tokenizer failures (unknown characters) into InputError."""
+    try:
+        ids = list(tokenizer.encode(prompt))
+    except AttnlmError as e:
+        raise InputError(f"cannot encode the prompt: {e}") from None
+    except (KeyError, ValueError) as e:
+        bad = sorted({c for c in prompt if not _encodable(tokenizer, c)})
+        shown = ", ".join(repr(c) for c in bad[:10]) or str(e)
+        msg = f"the prompt contains characters the tokenizer cannot encode: {shown}"
+        raise InputError(msg) from None
+    if not ids:
+        raise InputError("the prompt is empty after tokenization; give at least one character")
+    return ids
+
+
+def _encodable(tokenizer: Any, ch: str) -> bool:
+    try:
+        tokenizer.encode(ch)
+        return True
+    except Exception:
+        return False
+
+
+class _RowText:
+    """Incremental text of one row: new ids in, printable text out, stop strings detected."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
+        self.tok = tokenizer
+        self.stop = [s for s in stop if s]
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.ids: list[int] = []
+        self.emitted = 0
+        self.final: str | None = None  # set when a stop string ends the row
+
+    def text(self) -> str:
+        return self.final if self.final is not None else self.tok.decode(self.ids)
+
+    def push(self, token: int) -> tuple[str, bool]:
+        """Add a token; return (text safe to print now, whether a stop string appeared)."""
+        self.ids.append(token)
+        text = self.tok.decode(self.ids)
+        for s in self.stop:
+            i = text.find(s, max(0, self.emitted - len(s)))
+            if i >= 0:
+                self.final = text[:i]
+                return self.flush(), True
+        safe = len(text) - self.hold
+        while safe > self.emitted and text[safe - 1] == "\ufffd":
+            safe -= 1
+        piece = text[self.emitted : max(safe, self.emitted)]
+        self.emitted += len(piece)
+        return piece, False
+
+    def flush(self) -> str:
+        text = self.text()
+        piece = text[self.emitted :]
+        self.emitted = len(text)
+        return piece
+
+
+def generate_text(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    max_new_tokens: int = 200,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop: Sequence[str] = (),
+    use_cache: bool = True,
+    on_text: TextCallback | None = None,
+) -> list[str]:
+    """Continue each prompt; return the generated text of each (without the prompt).
+
+    ``stop`` strings end a row and are not included; ``on_text(row, piece)`` receives text as
+    it is generated (streaming); ``seed`` makes sampling reproducible.
+    """
+    ids = [encode_prompt(tokenizer, p) for p in prompts]
+    generator = None
+    if seed is not None:
+        device = next(model.parameters()).device
+        generator = torch.Generator(device=device).manual_seed(seed)
+    rows = [_RowText(tokenizer, stop) for _ in prompts]
+
+    def on_token(r: int, token: int) -> bool:
+        piece, stopped = rows[r].push(token)
+        if on_text and piece:
+            on_text(r, piece)
+        return stopped
+
+    decode(
+        model,
+        ids,
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        use_cache=use_cache,
+        generator=generator,
+        on_token=on_token,
+    )
+    for r, row in enumerate(rows):
+        rest = row.flush()
+        if on_text and rest:
+            on_text(r, rest)
+    return [row.text() for row in rows]

@@ -1,0 +1,1 @@
+"""Looking inside models: parameter counts (:mod:`.params`), attention maps, embeddings."""

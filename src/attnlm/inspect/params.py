@@ -1,0 +1,93 @@
+"""Parameter counts: exact per-module counts and the lecture's ``12 · L · d²`` estimate.
+
+A transformer block of width ``d`` holds ``4d²`` attention weights (``W_Q, W_K, W_V, W_O``)
+and ``8d²`` feed-forward weights (``d x 4d`` and ``4d x d``): ``12d²`` per block, ``12·L·d²``
+for ``L`` blocks. The exact count adds biases, layer norms and the embeddings; for GPT-2
+small (L=12, d=768, vocab 50257, context 1024, tied head) it is 124,439,808 against an
+estimate of 84,934,656, the difference being mostly the 38.6M-entry token embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    """One line of a parameter table: ``count`` parameters first seen in module ``name``;
+    ``per_layer`` is set for the rows describing one block of a stack; ``note`` says e.g.
+    "tied" when the module's parameters were already counted elsewhere."""
+
+    name: str
+    count: int
+    per_layer: bool = False
+    note: str = ""
+
+
+def count_params(module: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters of ``module``; a parameter shared by two submodules counts once."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+def lecture_estimate(n_layer: int, d_model: int) -> int:
+    """The lecture's estimate ``12 · L · d²`` (block weight matrices only)."""
+    return 12 * n_layer * d_model * d_model
+
+
+def param_rows(model: nn.Module) -> list[ParamRow]:
+    """Per-module counts of ``model``'s direct children, in order. A parameter is counted at
+    its first appearance, so a tied LM head shows 0 with the note "tied". A
+    ``nn.ModuleList`` of blocks gives one row for the whole stack followed by ``per_layer``
+    rows for the children of its first block."""
+    seen: set[int] = set()
+    rows: list[ParamRow] = []
+
+    def new_params(module: nn.Module) -> tuple[int, bool]:
+        count, shared = 0, False
+        for p in module.parameters():
+            if id(p) in seen:
+                shared = True
+                continue
+            seen.add(id(p))
+            count += p.numel()
+        return count, shared
+
+    for name, child in model.named_children():
+        if isinstance(child, nn.ModuleList) and len(child) > 0:
+            first = child[0]
+            inner = [(n, count_params(m)) for n, m in first.named_children()]
+            total, _ = new_params(child)
+            rows.append(ParamRow(f"{name} ({len(child)} x)", total))
+            own = count_params(first) - sum(c for _, c in inner)
+            rows += [ParamRow(f"  {n}", c, per_layer=True) for n, c in inner if c]
+            if own:
+                rows.append(ParamRow("  (own)", own, per_layer=True))
+            continue
+        count, shared = new_params(child)
+        if count or shared:
+            rows.append(ParamRow(name, count, note="tied" if shared and not count else ""))
+    return rows
+
+
+def format_param_table(model: nn.Module, n_layer: int, d_model: int) -> str:
+    """A printable table: per-module counts, the exact total and ``12·L·d²`` beside it."""
+    rows = param_rows(model)
+    total = count_params(model)
+    estimate = lecture_estimate(n_layer, d_model)
+    width = max(len(r.name) for r in rows + [ParamRow("12·L·d² estimate", 0)]) + 2
+    lines = [f"{'module':<{width}}{'per layer':>14}{'parameters':>16}"]
+    for r in rows:
+        note = f"  ({r.note})" if r.note else ""
+        if r.per_layer:
+            lines.append(f"{r.name:<{width}}{r.count:>14,}")
+        else:
+            lines.append(f"{r.name:<{width}}{'':>14}{r.count:>16,}{note}")
+    lines.append("-" * (width + 30))
+    lines.append(f"{'total (exact)':<{width}}{'':>14}{total:>16,}")
+    lines.append(
+        f"{'12·L·d² estimate':<{width}}{'':>14}{estimate:>16,}"
+        f"  (L={n_layer}, d={d_model}; {estimate / total:.1%} of exact)"
+    )
+    return "\n".join(lines)

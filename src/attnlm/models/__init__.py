@@ -1,0 +1,2 @@
+"""Model families. :mod:`.gpt` (decoder-only transformer) and :mod:`.hf` (Hugging Face
+GPT-2 weight import/export)."""

@@ -1,0 +1,360 @@
+"""GPT: a decoder-only transformer language model (Radford et al., 2018, 2019).
+
+token ids -> token embedding (+ absolute positions) -> N transformer blocks with causal
+self-attention -> final layer norm -> LM head (tied to the token embedding) -> logits.
+
+The file reads top to bottom: the config, the output record, the model with its loss. The
+shared parts (attention, positions, blocks) come from :mod:`attnlm.nn`; weight import/export
+in the Hugging Face GPT-2 layout lives in :mod:`attnlm.models.hf`.
+
+Shape legend
+    B  batch size
+    T  new tokens in this call (the whole sequence without a cache)
+    S  tokens attended over: cached + T
+    C  model width (n_embd)
+    H  heads
+    V  vocabulary size
+    L  layers
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlm.errors import ConfigError, InputError
+from attnlm.nn.attention import SCORES, KVCache, causal_mask, combine_masks, padding_mask
+from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
+from attnlm.nn.positional import (
+    POSITIONS,
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Shape and options of a :class:`GPT`. Invalid values raise
+    :class:`~attnlm.errors.ConfigError` naming the field (``model.<field>``)."""
+
+    vocab_size: int
+    block_size: int  # context length: the most positions a learned embedding covers
+    n_layer: int
+    n_head: int
+    n_embd: int
+    positions: str = "learned"  # "learned" | "sinusoidal" | "rope" | "alibi" | "none"
+    norm: str = "pre"  # "pre": x + f(LN(x)) (GPT-2) | "post": LN(x + f(x)) (Vaswani et al.)
+    dropout: float = 0.0
+    bias: bool = True  # biases in Linear and LayerNorm layers
+    tie_embeddings: bool = True  # LM head shares the token embedding matrix
+    activation: str = "gelu_tanh"  # "gelu" | "gelu_tanh" (GPT-2's "gelu_new") | "relu"
+    d_ff: int | None = None  # feed-forward width; None means 4 * n_embd
+    layer_norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    attention_score: str = "scaled_dot"  # "scaled_dot" | "dot" | "bilinear" | "additive"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ConfigError(
+                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
+            )
+        choices = {
+            "positions": POSITIONS,
+            "norm": NORMS,
+            "activation": tuple(ACTIVATIONS),
+            "attention_score": SCORES,
+        }
+        for name, known in choices.items():
+            if getattr(self, name) not in known:
+                raise ConfigError(
+                    f"unknown model.{name} {getattr(self, name)!r} (known: {', '.join(known)})"
+                )
+        if self.positions == "rope" and self.head_dim % 2:
+            raise ConfigError(
+                f"model.positions 'rope' needs an even head width, got model.n_embd / "
+                f"model.n_head = {self.head_dim}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.d_ff is not None and self.d_ff <= 0:
+            raise ConfigError(f"model.d_ff must be a positive integer, got {self.d_ff}")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclass
+class GPTOutput:
+    """What :meth:`GPT.forward` returns.
+
+    ``logits`` ``(B, T, V)``; ``loss`` (mean cross-entropy over targets != -100) when targets
+    were given; ``attentions``: one ``(B, H, T, S)`` weight tensor per layer when asked;
+    ``hidden_states``: ``L + 1`` tensors ``(B, T, C)`` when asked: the block input (embeddings
+    after positions and dropout), then the output of each block (before the final norm).
+    """
+
+    logits: Tensor
+    loss: Tensor | None = None
+    attentions: list[Tensor] | None = None
+    hidden_states: list[Tensor] | None = None
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer language model with GPT-2 initialisation.
+
+    ``forward(ids (B, T)) -> GPTOutput``. Module names: ``tok_emb`` (token embedding),
+    ``pos_emb`` (learned or sinusoidal positions, else None), ``rotary`` / ``alibi`` (relative
+    schemes, else None), ``blocks`` (L :class:`~attnlm.nn.blocks.TransformerBlock`),
+    ``ln_f`` (final norm; identity for post-norm, whose blocks already end in a norm),
+    ``lm_head``.
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
+        self.pos_emb: nn.Module | None = None
+        self.rotary: RotaryEmbedding | None = None
+        self.alibi: ALiBi | None = None
+        if c.positions == "learned":
+            self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.n_embd)
+        elif c.positions == "sinusoidal":
+            self.pos_emb = SinusoidalPositionalEncoding(c.n_embd)
+        elif c.positions == "rope":
+            self.rotary = RotaryEmbedding(c.head_dim, base=c.rope_base)
+        elif c.positions == "alibi":
+            self.alibi = ALiBi(c.n_head)
+        self.drop = dropout_layer(c.dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                c.n_embd,
+                c.n_head,
+                d_ff=c.d_ff,
+                norm=c.norm,
+                activation=c.activation,
+                dropout=c.dropout,
+                bias=c.bias,
+                eps=c.layer_norm_eps,
+                score=c.attention_score,
+            )
+            for _ in range(c.n_layer)
+        )
+        self.ln_f = (
+            nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias)
+            if c.norm == "pre"
+            else nn.Identity()
+        )
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight  # (V, C), one matrix for both ends
+        self.apply(self._init_weights)
+        # GPT-2: scale the residual projections by 1/sqrt(2L) (two residual adds per block)
+        for block in self.blocks:
+            for proj in (block.attn.out_proj, block.mlp.proj):
+                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """GPT-2 initialisation: N(0, 0.02) weights, zero biases, LayerNorm (1, 0)."""
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (nn.Embedding, LearnedPositionalEmbedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        ids: Tensor,
+        targets: Tensor | None = None,
+        return_attention: bool = False,
+        return_hidden: bool = False,
+        cache: KVCache | None = None,
+        attention_mask: Tensor | None = None,
+    ) -> GPTOutput:
+        """Logits for every position of ``ids`` ``(B, T)``, and the loss against ``targets``.
+
+        ``cache``: ``ids`` are only the new tokens; their positions continue after
+        ``cache.position`` and the cache is updated in place. ``attention_mask``
+        ``(B, S)`` bool, False at padding (left padding for batched prompts of different
+        lengths); ``S`` covers the cached tokens too. With it, each row's positions count
+        only its real tokens, so a left-padded row gives the same logits as the row alone.
+        ``return_attention`` / ``return_hidden`` fill ``GPTOutput.attentions`` (this takes
+        the explicit attention path) / ``GPTOutput.hidden_states``.
+        """
+        self._check_inputs(ids, cache)
+        B, T = ids.shape
+        V = self.config.vocab_size
+        past = cache.length if cache is not None else 0
+        start = cache.position if cache is not None else 0
+        S = past + T
+
+        if attention_mask is not None:
+            if attention_mask.shape != (B, S):
+                raise InputError(
+                    f"attention_mask must be (B, cached + T) = {(B, S)}, "
+                    f"got {tuple(attention_mask.shape)}"
+                )
+            attention_mask = attention_mask.bool()
+            counted = attention_mask.long().cumsum(-1) - 1  # index among the row's real tokens
+            positions = counted[:, -T:].clamp(min=0) + (start - past)  # (B, T)
+        else:
+            positions = torch.arange(start, start + T, device=ids.device)  # (T,)
+
+        x = self.tok_emb(ids)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(positions).to(x.dtype)  # (T, C) or (B, T, C)
+        x = self.drop(x)
+        rotary = None
+        if self.rotary is not None:
+            cos, sin = self.rotary(positions)  # computed in float32, used in the model's dtype
+            rotary = (cos.to(x.dtype), sin.to(x.dtype))
+        mask, is_causal = self._attention_mask(T, S, attention_mask, x.dtype)
+
+        attentions: list[Tensor] = []
+        hidden: list[Tensor] = [x]
+        for layer, block in enumerate(self.blocks):
+            x, weights = block(
+                x,
+                mask=mask,
+                is_causal=is_causal,
+                rotary=rotary,
+                cache=cache,
+                layer=layer,
+                need_weights=return_attention,
+            )
+            if return_attention:
+                attentions.append(weights)
+            if return_hidden:
+                hidden.append(x)
+        if cache is not None:
+            cache.advance(T)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+
+        loss = None
+        if targets is not None:
+            if targets.shape != ids.shape:
+                raise InputError(
+                    f"targets must have the shape of ids {tuple(ids.shape)}, "
+                    f"got {tuple(targets.shape)}"
+                )
+            loss = F.cross_entropy(logits.view(-1, V), targets.reshape(-1), ignore_index=-100)
+        return GPTOutput(
+            logits=logits,
+            loss=loss,
+            attentions=attentions if return_attention else None,
+            hidden_states=hidden if return_hidden else None,
+        )
+
+    def _check_inputs(self, ids: Tensor, cache: KVCache | None) -> None:
+        """Shape, dtype and range of the token ids; a cache of the right depth."""
+        if ids.dim() != 2:
+            raise InputError(f"ids must be (B, T), got shape {tuple(ids.shape)}")
+        if ids.is_floating_point() or ids.is_complex():
+            raise InputError(f"ids must be integer token ids, got dtype {ids.dtype}")
+        if ids.shape[1] == 0:
+            raise InputError("ids is empty: need at least one token")
+        V = self.config.vocab_size
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= V:
+            bad = hi if hi >= V else lo
+            raise InputError(f"token id {bad} is out of range for model.vocab_size={V}")
+        if cache is not None and len(cache.keys) != self.config.n_layer:
+            n = self.config.n_layer
+            raise InputError(f"cache has {len(cache.keys)} layers, model.n_layer is {n}")
+
+    def _attention_mask(
+        self, t: int, s: int, keep: Tensor | None, dtype: torch.dtype
+    ) -> tuple[Tensor | None, bool]:
+        """The additive mask shared by all layers, and whether attention should still apply
+        its own causal mask. Plain causal attention returns ``(None, True)`` so the fused
+        kernel runs with ``is_causal=True`` and no T x T mask is built."""
+        bias = self.alibi(t, s).to(dtype) if self.alibi is not None else None  # (H, T, S)
+        pad = padding_mask(keep, dtype) if keep is not None else None  # (B, 1, 1, S)
+        if bias is None and pad is None:
+            if t == s or t == 1:
+                return None, True
+            return causal_mask(t, s, device=self.tok_emb.weight.device, dtype=dtype), False
+        causal = causal_mask(t, s, device=self.tok_emb.weight.device, dtype=dtype)
+        return combine_masks(bias, pad, causal), False
+
+    # -- utilities -----------------------------------------------------------------------------
+
+    def new_cache(self) -> KVCache:
+        """An empty :class:`~attnlm.nn.attention.KVCache` with one slot per layer."""
+        return KVCache(self.config.n_layer)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Number of parameters (a tied matrix counted once). ``non_embedding`` leaves out the
+        token and learned position embeddings (Kaplan et al., 2020 count)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.tok_emb.weight.numel()
+            if isinstance(self.pos_emb, LearnedPositionalEmbedding):
+                n -= self.pos_emb.weight.numel()
+            if not self.config.tie_embeddings:
+                n -= self.lm_head.weight.numel()
+        return n
+
+    @torch.no_grad()
+    def generate(
+        self,
+        ids: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        use_cache: bool = True,
+    ) -> Tensor:
+        """Sample ``max_new_tokens`` continuations of ``ids`` ``(B, T)``; see
+        :func:`attnlm.generate.generate`."""
+        from attnlm.generate import generate
+
+        return generate(
+            self,
+            ids,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            use_cache=use_cache,
+        )
+
+    @classmethod
+    def from_config_dict(cls, data: dict[str, Any]) -> GPT:
+        """A fresh model from a ``[model]`` table (unknown keys and bad types are errors)."""
+        from attnlm.config import from_dict
+
+        return cls(from_dict(GPTConfig, data, where="model"))
+
+    @classmethod
+    def from_hf(cls, path: str | Path) -> GPT:
+        """Load a GPT-2 checkpoint directory in Hugging Face layout (``config.json`` and
+        ``model.safetensors`` or ``pytorch_model.bin``); see :mod:`attnlm.models.hf`."""
+        from attnlm.models.hf import load_gpt2
+
+        return load_gpt2(path)
+
+    def save_hf(self, path: str | Path) -> None:
+        """Write this model as a Hugging Face GPT-2 checkpoint directory that
+        ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
+        from attnlm.models.hf import save_gpt2
+
+        save_gpt2(self, path)

@@ -1,0 +1,75 @@
+"""Count-based n-gram language models that match KenLM (see docs/ngram.md).
+
+Typical use::
+
+    from attnlm.ngram import train, read_arpa, split_sentences
+    model = train(split_sentences(text), order=3)            # modified Kneser-Ney
+    model.score_text(test_text).ppl                          # KenLM `query` perplexity
+    write_arpa(model, "lm.arpa"); model.save("lm.npz")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attnlm.errors import ConfigError
+from attnlm.ngram.arpa import read_arpa, write_arpa
+from attnlm.ngram.counts import NgramCounts, Vocabulary, count_ngrams, split_sentences
+from attnlm.ngram.model import AddKModel, BackoffModel, NgramModel, ScoreResult, load_model
+from attnlm.ngram.smoothing import (
+    SMOOTHINGS,
+    Discount,
+    DiscountWarning,
+    add_k,
+    maximum_likelihood,
+    modified_kneser_ney,
+    stupid_backoff,
+)
+
+__all__ = [
+    "SMOOTHINGS",
+    "AddKModel",
+    "BackoffModel",
+    "Discount",
+    "DiscountWarning",
+    "NgramCounts",
+    "NgramModel",
+    "ScoreResult",
+    "Vocabulary",
+    "add_k",
+    "count_ngrams",
+    "load_model",
+    "maximum_likelihood",
+    "modified_kneser_ney",
+    "read_arpa",
+    "split_sentences",
+    "stupid_backoff",
+    "train",
+    "write_arpa",
+]
+
+
+def train(
+    sentences: Sequence[Sequence[str]],
+    order: int,
+    smoothing: str = "mkn",
+    k: float = 1.0,
+    alpha: float = 0.4,
+    pad: str = "kenlm",
+) -> NgramModel:
+    """Count ``sentences`` (token lists) and estimate a model of the given order.
+
+    ``smoothing``: ``mkn`` (interpolated modified Kneser-Ney as KenLM ``lmplz``), ``mle``,
+    ``addk`` (with ``k``; Laplace when k = 1) or ``stupid`` (stupid backoff with ``alpha``,
+    unnormalised). ``pad``: ``kenlm`` (one ``<s>``/``</s>``) or ``nltk`` (n-1 of each).
+    """
+    if smoothing not in SMOOTHINGS:
+        raise ConfigError(f"smoothing must be one of {', '.join(SMOOTHINGS)}, got {smoothing!r}")
+    counts = count_ngrams(sentences, order, pad=pad)
+    if smoothing == "mkn":
+        return modified_kneser_ney(counts)[0]
+    if smoothing == "mle":
+        return maximum_likelihood(counts)
+    if smoothing == "addk":
+        return add_k(counts, k)
+    return stupid_backoff(counts, alpha)

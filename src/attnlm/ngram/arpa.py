@@ -1,0 +1,334 @@
+"""ARPA back-off language model files: reading (plain or gzip) and writing.
+
+Format (as SRILM and KenLM write it)::
+
+    \\data\\
+    ngram 1=7559
+    ngram 2=40668
+
+    \\1-grams:
+    -4.636964<TAB><unk><TAB>0
+    ...
+    \\2-grams:
+    -1.4813321<TAB>the </s>
+    ...
+    \\end\\
+
+Each entry is ``log10 p<TAB>w1 .. wk[<TAB>log10 back-off]``; the highest order has no back-off
+weight, log10(0) is written -99. We write what KenLM ``lmplz`` writes: ``\\data\\`` first,
+tab-separated fields, ``<unk>`` present, a back-off weight on every entry below the highest
+order, numbers in the shortest form that round-trips a 32-bit float (KenLM stores floats).
+
+The reader accepts tabs or spaces between fields, adds ``<unk>`` with log10 p = -100 when it
+is missing (as KenLM does), and adds an entry for every missing prefix of an n-gram (its
+probability by back-off, back-off weight 0), which leaves every query unchanged. Errors name
+the file and the line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from attnlm.errors import ConfigError, InputError
+from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
+from attnlm.ngram.model import BackoffModel, NgramModel
+
+UNK_MISSING_LOGP = -100.0
+_NGRAM_LINE = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)\s*$")
+_SECTION = re.compile(r"^\\(\d+)-grams:\s*$")
+
+
+def _fmt(x: float) -> str:
+    if x == 0:
+        return "0"
+    if x == -math.inf or x <= -99:
+        return "-99"
+    return str(np.float32(x))
+
+
+def ngram_word_ids(model: BackoffModel, k: int) -> np.ndarray:
+    """(n_k, k) word ids of every order-k entry, in table order."""
+    V = model.V
+    cols = [model.keys[k - 1] % V]
+    pref = model.keys[k - 1] // V
+    for m in range(k - 1, 0, -1):
+        if m == 1:
+            cols.append(pref)
+        else:
+            keys = model.keys[m - 1][pref]
+            cols.append(keys % V)
+            pref = keys // V
+    return np.stack(cols[::-1], axis=1)
+
+
+def write_arpa(model: NgramModel, path: str | Path) -> None:
+    """Write a back-off model as an ARPA file (gzip-compressed when ``path`` ends in .gz)."""
+    if not isinstance(model, BackoffModel):
+        raise ConfigError(
+            f"{model.smoothing} smoothing is not a back-off model and has no ARPA form; "
+            "save it in the binary format (--out) instead"
+        )
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    words = model.vocab.words
+    N = model.order
+    try:
+        f = opener(p, "wt", encoding="utf-8", newline="\n")
+    except OSError as e:
+        raise InputError(f"{p}: cannot write ({e.strerror or e})") from None
+    with f:
+        f.write("\\data\\\n")
+        for k in range(1, N + 1):
+            f.write(f"ngram {k}={len(model.keys[k - 1])}\n")
+        texts: list[str] = list(words)
+        for k in range(1, N + 1):
+            f.write(f"\n\\{k}-grams:\n")
+            keys = model.keys[k - 1]
+            if k > 1:
+                pref = (keys // model.V).tolist()
+                last = (keys % model.V).tolist()
+                texts = [texts[a] + " " + words[b] for a, b in zip(pref, last)]
+            lp = [_fmt(x) for x in model.logp[k - 1].astype(np.float32).tolist()]
+            if k < N:
+                bo = [_fmt(x) for x in model.bo[k - 1].astype(np.float32).tolist()]
+                f.writelines(f"{a}\t{t}\t{b}\n" for a, t, b in zip(lp, texts, bo))
+            else:
+                f.writelines(f"{a}\t{t}\n" for a, t in zip(lp, texts))
+        f.write("\n\\end\\\n")
+
+
+def _open_text(p: Path) -> io.TextIOBase:
+    with open(p, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    if gz:
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
+    return open(p, encoding="utf-8")
+
+
+def read_arpa(path: str | Path) -> BackoffModel:
+    """Read an ARPA file (plain or gzip) into a :class:`BackoffModel` that scores as KenLM's
+    ``query`` does. Raises :class:`InputError` with the line number on malformed input."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file")
+    try:
+        with _open_text(p) as f:
+            return _parse(p, f)
+    except UnicodeDecodeError as e:
+        raise InputError(f"{p}: not valid UTF-8 ({e.reason})") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise InputError(f"{p}: cannot read ({e})") from None
+
+
+def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
+    lineno = 0
+
+    def err(msg: str) -> InputError:
+        return InputError(f"{p}: line {lineno}: {msg}")
+
+    # header
+    for line in f:
+        lineno += 1
+        s = line.strip()
+        if not s:
+            continue
+        if s == "\\data\\":
+            break
+        raise err("expected \\data\\ (not an ARPA file)")
+    else:
+        raise InputError(f"{p}: empty file or no \\data\\ header (not an ARPA file)")
+    sizes: list[int] = []
+    section_line = None
+    for line in f:
+        lineno += 1
+        s = line.strip()
+        if not s:
+            continue
+        m = _NGRAM_LINE.match(s)
+        if m:
+            if int(m.group(1)) != len(sizes) + 1:
+                raise err(f"expected 'ngram {len(sizes) + 1}=COUNT', got {s!r}")
+            sizes.append(int(m.group(2)))
+            continue
+        section_line = s
+        break
+    if not sizes:
+        raise err("no 'ngram N=COUNT' lines after \\data\\")
+    N = len(sizes)
+    probs: list[list[float]] = []
+    backs: list[list[float]] = []
+    grams: list[list[str]] = []
+    for k in range(1, N + 1):
+        if section_line is None:
+            raise InputError(f"{p}: line {lineno}: file ends before the {k}-grams section")
+        m = _SECTION.match(section_line)
+        if not m or int(m.group(1)) != k:
+            raise err(f"expected \\{k}-grams:, got {section_line!r}")
+        lp: list[float] = []
+        bo: list[float] = []
+        gr: list[str] = []
+        section_line = None
+        for line in f:
+            lineno += 1
+            s = line.strip()
+            if not s:
+                continue
+            if s.startswith("\\"):
+                section_line = s
+                break
+            parts = s.split("\t") if "\t" in s else None
+            if parts is None or len(parts) not in (2, 3) or len(parts[1].split()) != k:
+                ws = s.split()
+                if len(ws) == k + 1:
+                    parts = [ws[0], " ".join(ws[1:])]
+                elif len(ws) == k + 2 and k < N:
+                    parts = [ws[0], " ".join(ws[1:-1]), ws[-1]]
+                else:
+                    raise err(
+                        f"expected a log10 probability, {k} word(s) and an optional "
+                        f"back-off weight, got {s!r}"
+                    )
+            try:
+                lp.append(float(parts[0]))
+                bo.append(float(parts[2]) if len(parts) == 3 else 0.0)
+            except ValueError:
+                raise err(f"not a number in {s!r}") from None
+            if len(parts) == 3 and k == N:
+                raise err(f"highest-order entry with a back-off weight: {s!r}")
+            gr.append(parts[1] if "\t" not in s else " ".join(parts[1].split()))
+        if len(gr) != sizes[k - 1]:
+            raise InputError(
+                f"{p}: line {lineno}: the header announces {sizes[k - 1]} {k}-grams, "
+                f"the section has {len(gr)}"
+            )
+        probs.append(lp)
+        backs.append(bo)
+        grams.append(gr)
+    if section_line != "\\end\\":
+        if section_line is None:
+            raise InputError(f"{p}: line {lineno}: missing \\end\\")
+        raise err(f"expected \\end\\, got {section_line!r}")
+    return _build(p, grams, probs, backs)
+
+
+def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> BackoffModel:
+    words = grams[0]
+    lp1 = np.asarray(probs[0], dtype=np.float64)
+    bo1 = np.asarray(backs[0], dtype=np.float64)
+    for special in (BOS, EOS):
+        if special not in words:
+            raise InputError(f"{p}: the unigrams lack {special}")
+    if UNK not in words:
+        warnings.warn(
+            f"{p}: no <unk> unigram; using log10 p(<unk>) = {UNK_MISSING_LOGP} as KenLM does",
+            stacklevel=3,
+        )
+        words = words + [UNK]
+        lp1 = np.append(lp1, UNK_MISSING_LOGP)
+        bo1 = np.append(bo1, 0.0)
+    try:
+        vocab = Vocabulary(words)
+    except InputError as e:
+        raise InputError(f"{p}: {e}") from None
+    V, N = len(vocab), len(grams)
+    index = vocab.index
+    rows = [np.arange(V, dtype=np.int64)[:, None]]
+    logp = [lp1]
+    bo = [bo1]
+    for k in range(2, N + 1):
+        try:
+            ids = [index[w] for g in grams[k - 1] for w in g.split()]
+        except KeyError as e:
+            raise InputError(f"{p}: {k}-gram with a word that is not a unigram: {e}") from None
+        rows.append(np.asarray(ids, dtype=np.int64).reshape(-1, k))
+        logp.append(np.asarray(probs[k - 1], dtype=np.float64))
+        bo.append(np.asarray(backs[k - 1], dtype=np.float64))
+    try:
+        keys = _tables(rows, logp, bo, V)
+    except _MissingPrefix:
+        _close_prefixes(rows, logp, bo)
+        keys = _tables(rows, logp, bo, V)
+    except _Duplicate as e:
+        raise InputError(f"{p}: a {e.args[0]}-gram appears twice") from None
+    model = BackoffModel(
+        vocab,
+        keys,
+        logp,
+        bo,
+        smoothing="arpa",
+        pad="kenlm",
+        normalized=True,
+        meta={"source": str(p)},
+    )
+    _fill_added(model)
+    return model
+
+
+class _MissingPrefix(Exception):
+    pass
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def _tables(rows: list, logp: list, bo: list, V: int) -> list[np.ndarray]:
+    """Sorted packed keys per order; reorders ``rows``, ``logp``, ``bo`` in place to match."""
+    keys = [np.arange(V, dtype=np.int64)]
+    for k in range(2, len(rows) + 1):
+        pref = _prefix_ids(keys, rows[k - 1][:, :-1], V)
+        if (pref < 0).any():
+            raise _MissingPrefix(k)
+        key = pref * V + rows[k - 1][:, -1]
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        if len(key) > 1 and np.any(key[1:] == key[:-1]):
+            raise _Duplicate(k)
+        rows[k - 1] = rows[k - 1][order]
+        logp[k - 1] = logp[k - 1][order]
+        bo[k - 1] = bo[k - 1][order]
+        keys.append(key)
+    return keys
+
+
+def _prefix_ids(keys: list[np.ndarray], cols: np.ndarray, V: int) -> np.ndarray:
+    """Id of the n-gram formed by each row of ``cols`` (n, m), -1 where absent."""
+    cur = cols[:, 0].copy()
+    for m in range(2, cols.shape[1] + 1):
+        cur = lookup(keys[m - 1], np.where(cur >= 0, cur * V + cols[:, m - 1], -1))
+    return cur
+
+
+def _close_prefixes(rows: list, logp: list, bo: list) -> None:
+    """Add every absent prefix of an n-gram (highest order first, so added entries get their
+    own prefixes too) with log10 p = NaN (filled in by :func:`_fill_added`) and back-off 0."""
+    for k in range(len(rows), 2, -1):
+        have = set(map(tuple, rows[k - 2].tolist()))
+        need = sorted(set(map(tuple, rows[k - 1][:, :-1].tolist())) - have)
+        if need:
+            rows[k - 2] = np.concatenate([rows[k - 2], np.asarray(need, dtype=np.int64)])
+            logp[k - 2] = np.concatenate([logp[k - 2], np.full(len(need), np.nan)])
+            bo[k - 2] = np.concatenate([bo[k - 2], np.zeros(len(need))])
+
+
+def _fill_added(model: BackoffModel) -> None:
+    """Probability of each added entry w1..wm: what the model without it gives, i.e.
+    bo(w1..wm-1) + log10 p(wm | w2..wm-1) (lower orders are complete, lowest first)."""
+    for m in range(2, model.order + 1):
+        todo = np.flatnonzero(np.isnan(model.logp[m - 1]))
+        if len(todo) == 0:
+            continue
+        rows = ngram_word_ids(model, m)[todo]
+        ctx_bo = model.bo[m - 2][model.keys[m - 1][todo] // model.V]
+        sub = BackoffModel(model.vocab, model.keys[: m - 1], model.logp[: m - 1], model.bo[: m - 1])
+        tokens = rows[:, 1:].reshape(-1)
+        pos = np.tile(np.arange(m - 1), len(rows))
+        lp = sub._logprob_positions(tokens, pos).reshape(-1, m - 1)[:, -1]
+        model.logp[m - 1][todo] = lp + ctx_bo

@@ -1,0 +1,182 @@
+"""``attnlm ngram ...`` subcommands, shaped after KenLM's ``lmplz`` and ``query``:
+
+* ``attnlm ngram train --order N --text train.txt --arpa out.arpa [--out model.npz]``
+* ``attnlm ngram score --arpa|--model M --text test.txt [--json]``
+* ``attnlm ngram sample --model M -n 5 --seed 0``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from attnlm.data.cli import add_text_argument
+from attnlm.errors import ConfigError
+
+
+def _add_convention(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tokenize",
+        action="store_true",
+        help="split each line with attnlm's word tokenizer instead of on whitespace",
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ng = sub.add_parser("ngram", help="count-based n-gram language models (KenLM-compatible)")
+    nsub = ng.add_subparsers(dest="ngram_command", metavar="ACTION", required=True)
+
+    tr = nsub.add_parser(
+        "train",
+        help="estimate an n-gram model (like lmplz): one sentence per line",
+        description="Estimate an n-gram model from one sentence per line (whitespace-separated "
+        "tokens, as lmplz reads them). Modified Kneser-Ney matches KenLM lmplz.",
+    )
+    tr.add_argument("--order", "-o", type=int, required=True, help="n-gram order N >= 1")
+    add_text_argument(tr)
+    tr.add_argument("--arpa", metavar="OUT", help="write an ARPA file (.gz to compress)")
+    tr.add_argument("--out", metavar="MODEL", help="write attnlm's binary format (.npz)")
+    tr.add_argument(
+        "--smoothing",
+        choices=["mkn", "mle", "addk", "stupid"],
+        default="mkn",
+        help="mkn: interpolated modified Kneser-Ney (default); mle: maximum likelihood; "
+        "addk: add-k (Laplace with --k 1); stupid: stupid backoff (unnormalised)",
+    )
+    tr.add_argument("--k", type=float, default=1.0, help="k for add-k smoothing (default 1)")
+    tr.add_argument("--alpha", type=float, default=0.4, help="stupid backoff factor (default 0.4)")
+    tr.add_argument(
+        "--pad",
+        choices=["kenlm", "nltk"],
+        default="kenlm",
+        help="sentence padding: kenlm (one <s>, one </s>) or nltk (n-1 of each)",
+    )
+    _add_convention(tr)
+    tr.set_defaults(func=_train)
+
+    sc = nsub.add_parser(
+        "score",
+        help="perplexity of a text (like KenLM query)",
+        description="Perplexity including and excluding OOV tokens, OOV count and token count "
+        "(</s> counted, <s> context only, unknown words scored as <unk>).",
+    )
+    _add_model_arguments(sc)
+    add_text_argument(sc)
+    sc.add_argument("--json", action="store_true", help="print one JSON object")
+    sc.add_argument(
+        "--pad", choices=["kenlm", "nltk"], default=None, help="padding (default: the model's)"
+    )
+    _add_convention(sc)
+    sc.set_defaults(func=_score)
+
+    sa = nsub.add_parser("sample", help="generate sentences from a model")
+    _add_model_arguments(sa)
+    sa.add_argument("-n", type=int, default=5, help="number of sentences (default 5)")
+    sa.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sa.add_argument("--temperature", type=float, default=1.0, help="temperature (default 1)")
+    sa.add_argument("--max-len", type=int, default=50, help="words per sentence at most")
+    sa.add_argument("--prefix", default="", help="words to start every sentence with")
+    sa.set_defaults(func=_sample)
+
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", metavar="M", help="a model: attnlm binary (.npz) or ARPA")
+    g.add_argument("--arpa", metavar="M", help="an ARPA file (plain or .gz)")
+
+
+def _load(args: argparse.Namespace):
+    from attnlm.ngram.arpa import read_arpa
+    from attnlm.ngram.model import load_model
+
+    return read_arpa(args.arpa) if args.arpa else load_model(args.model)
+
+
+def _sentences(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
+    from attnlm.data.corpus import load_text
+    from attnlm.errors import InputError
+    from attnlm.ngram.counts import split_sentences
+
+    text = load_text(args.text)
+    try:
+        sents = split_sentences(text, tokenize=args.tokenize)
+    except ImportError:
+        raise ConfigError(
+            "--tokenize needs attnlm.tokenizers.word.split_words, which is not available"
+        ) from None
+    if not sents:
+        raise InputError(f"{args.text or 'corpus'}: no tokens (every line is blank)")
+    return text, sents
+
+
+def _train(args: argparse.Namespace) -> int:
+    from attnlm.ngram import train
+
+    if args.order < 1:
+        raise ConfigError(f"--order must be >= 1, got {args.order}")
+    if not args.arpa and not args.out:
+        raise ConfigError("say where to write the model: --arpa OUT and/or --out MODEL")
+    if args.smoothing == "addk" and args.arpa:
+        raise ConfigError("add-k smoothing has no ARPA form (not a back-off model); use --out")
+    t0 = time.perf_counter()
+    _, sents = _sentences(args)
+    t1 = time.perf_counter()
+    model = train(
+        sents, args.order, smoothing=args.smoothing, k=args.k, alpha=args.alpha, pad=args.pad
+    )
+    t2 = time.perf_counter()
+    if args.arpa:
+        from attnlm.ngram.arpa import write_arpa
+
+        write_arpa(model, args.arpa)
+    if args.out:
+        model.save(args.out)
+    t3 = time.perf_counter()
+    counts = " / ".join(f"{len(k):,}" for k in model.keys)
+    print(
+        f"{args.smoothing} order {args.order}: {len(sents):,} sentences, n-grams {counts}",
+        file=sys.stderr,
+    )
+    for i, d in enumerate(model.meta.get("discounts", []), 1):
+        print(f"  discounts order {i}: " + " / ".join(f"{x:.6g}" for x in d), file=sys.stderr)
+    print(
+        f"  read {t1 - t0:.2f} s, estimate {t2 - t1:.2f} s, write {t3 - t2:.2f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    model = _load(args)
+    text, sents = _sentences(args)
+    r = model.score_sentences(sents, pad=args.pad, chars=len(text))
+    if args.json:
+        d = r.to_dict()
+        d.update(order=model.order, smoothing=model.smoothing)
+        # infinite perplexities (unsmoothed models) are written as Infinity, as Python does
+        print(json.dumps(d))
+    else:
+        print(f"Perplexity including OOVs:\t{r.ppl}")
+        print(f"Perplexity excluding OOVs:\t{r.ppl_excl_oov}")
+        print(f"OOVs:\t{r.oov}")
+        print(f"Tokens:\t{r.tokens}")
+        if r.bpc is not None:
+            print(f"Bits per character:\t{r.bpc}")
+    return 0
+
+
+def _sample(args: argparse.Namespace) -> int:
+    if args.n < 0:
+        raise ConfigError(f"-n must be >= 0, got {args.n}")
+    model = _load(args)
+    for s in model.sample(
+        args.n,
+        seed=args.seed,
+        temperature=args.temperature,
+        max_len=args.max_len,
+        prefix=args.prefix.split(),
+    ):
+        print(" ".join(s))
+    return 0

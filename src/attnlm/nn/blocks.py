@@ -1,0 +1,144 @@
+"""Transformer building blocks: the position-wise feed-forward network and the transformer
+block (attention and feed-forward sublayers with residual connections, layer norm placed
+before (pre-norm) or after (post-norm) each sublayer, and dropout).
+
+* post-norm, ``x = LN(x + f(x))``: the original Transformer (Vaswani et al., 2017);
+* pre-norm, ``x = x + f(LN(x))``: GPT-2 (Radford et al., 2019) and most later models; it
+  keeps an identity path from input to output and trains without warm-up tricks
+  (Xiong et al., 2020, "On Layer Normalization in the Transformer Architecture").
+
+Shape legend
+    B  batch size
+    T  sequence length (queries)
+    S  key length (context length for cross-attention)
+    C  model width
+    F  feed-forward width (4C by default)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlm.errors import ConfigError
+from attnlm.nn.attention import KVCache, MultiHeadAttention
+
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact: x Φ(x) (Hendrycks & Gimpel, 2016)
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),  # GPT-2's "gelu_new"
+    "relu": F.relu,  # the original Transformer
+}
+NORMS = ("pre", "post")
+
+
+def dropout_layer(p: float) -> nn.Module:
+    """``nn.Dropout(p)``, or an identity when ``p == 0`` (no kernel call at all)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network ``FFN(x) = act(x W₁ + b₁) W₂ + b₂``
+    (Vaswani et al., 2017, section 3.3), applied to each position alone: ``(B, T, C) ->
+    (B, T, C)`` through a hidden width ``F``."""
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int | None = None,
+        *,
+        activation: str = "gelu",
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            known = ", ".join(ACTIVATIONS)
+            raise ConfigError(f"unknown activation {activation!r} (known: {known})")
+        d_ff = d_ff or 4 * d_model
+        self.fc = nn.Linear(d_model, d_ff, bias=bias)  # W₁: (B, T, C) -> (B, T, F)
+        self.act = ACTIVATIONS[activation]
+        self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W₂: (B, T, F) -> (B, T, C)
+        self.drop = dropout_layer(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.proj(self.act(self.fc(x))))
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention sublayer, an optional cross-attention sublayer (decoder of an
+    encoder-decoder), then the feed-forward sublayer; each wrapped in a residual connection
+    with layer norm in the ``norm`` arrangement ("pre" or "post") and dropout on its output.
+
+    ``forward(x (B, T, C), ...) -> (x (B, T, C), self-attention weights (B, H, T, S) or None)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_head: int,
+        *,
+        d_ff: int | None = None,
+        norm: str = "pre",
+        activation: str = "gelu",
+        dropout: float = 0.0,
+        bias: bool = True,
+        eps: float = 1e-5,
+        score: str = "scaled_dot",
+        cross_attention: bool = False,
+    ) -> None:
+        super().__init__()
+        if norm not in NORMS:
+            raise ConfigError(f"unknown norm placement {norm!r} (known: pre, post)")
+        self.pre_norm = norm == "pre"
+        self.ln_1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.attn = MultiHeadAttention(d_model, n_head, score=score, bias=bias, dropout=dropout)
+        if cross_attention:
+            self.ln_cross = nn.LayerNorm(d_model, eps=eps, bias=bias)
+            self.cross_attn = MultiHeadAttention(
+                d_model, n_head, cross=True, score=score, bias=bias, dropout=dropout
+            )
+        else:
+            self.cross_attn = None
+        self.ln_2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
+        self.mlp = FeedForward(d_model, d_ff, activation=activation, bias=bias, dropout=dropout)
+        self.drop = dropout_layer(dropout)
+
+    def _residual(self, x: Tensor, ln: nn.LayerNorm, out: Tensor) -> Tensor:
+        """Add a sublayer's output to its input, with the norm after it for post-norm."""
+        return x + self.drop(out) if self.pre_norm else ln(x + self.drop(out))
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        rotary: tuple[Tensor, Tensor] | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        need_weights: bool = False,
+        context: Tensor | None = None,
+        context_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``mask, is_causal, rotary, cache, layer, need_weights`` go to self-attention (see
+        :class:`MultiHeadAttention`); ``context (B, S, C)`` and ``context_mask`` to
+        cross-attention."""
+        pre = self.pre_norm  # pre-norm: x + f(LN(x)); post-norm: LN(x + f(x))
+        out, weights = self.attn(
+            self.ln_1(x) if pre else x,
+            mask=mask,
+            is_causal=is_causal,
+            rotary=rotary,
+            cache=cache,
+            layer=layer,
+            need_weights=need_weights,
+        )
+        x = self._residual(x, self.ln_1, out)
+        if self.cross_attn is not None:
+            out, _ = self.cross_attn(self.ln_cross(x) if pre else x, context, mask=context_mask)
+            x = self._residual(x, self.ln_cross, out)
+        out = self.mlp(self.ln_2(x) if pre else x)  # FeedForward applies its own dropout
+        x = x + out if pre else self.ln_2(x + out)
+        return x, weights

@@ -1,0 +1,148 @@
+"""Positional information: sinusoidal, learned absolute, rotary (RoPE), ALiBi, and none.
+
+Self-attention by itself is permutation-equivariant: shuffle the tokens and the outputs are
+shuffled the same way. Each scheme breaks that symmetry at a different place:
+
+* **absolute** schemes add a vector per position to the token embeddings:
+  :class:`SinusoidalPositionalEncoding` (Vaswani et al., 2017) and
+  :class:`LearnedPositionalEmbedding` (GPT-2);
+* **rotary** (:class:`RotaryEmbedding`, Su et al., 2021, "RoFormer") rotates queries and keys
+  by angles proportional to their positions, so ``q_mᵀ k_n`` depends only on ``m - n``;
+* **ALiBi** (:class:`ALiBi`, Press et al., 2022, "Train Short, Test Long") adds a per-head
+  linear penalty ``-m_h (i - j)`` to the scores.
+
+Shape legend
+    B  batch size
+    T  number of positions (query length)
+    S  key length
+    H  heads
+    D  head width (rotary works per head)
+    C  model width
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnlm.errors import InputError
+
+POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+def sinusoidal_encoding(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
+    """``PE(pos, 2i) = sin(pos / base^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / base^(2i/d))``.
+
+    ``positions`` is any integer tensor ``(...)``; returns ``(..., d_model)`` float32.
+    """
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device)
+    angles = positions.to(torch.float32)[..., None] / base ** (two_i / d_model)  # (..., d/2)
+    pe = torch.zeros(*positions.shape, d_model, device=positions.device)
+    pe[..., 0::2] = torch.sin(angles)
+    pe[..., 1::2] = torch.cos(angles[..., : d_model // 2])
+    return pe
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sinusoidal position vectors added to the embeddings (Vaswani et al., 2017, 3.5).
+
+    No parameters and no length limit; ``forward(positions (...)) -> (..., C)``.
+    """
+
+    def __init__(self, d_model: int, base: float = 10000.0) -> None:
+        super().__init__()
+        self.d_model, self.base = d_model, base
+
+    def forward(self, positions: Tensor) -> Tensor:
+        return sinusoidal_encoding(positions, self.d_model, self.base)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """One trained vector per position ``0 .. max_len-1`` (GPT, GPT-2: ``wpe``).
+
+    ``forward(positions (...)) -> (..., C)``; a position ``>= max_len`` is an
+    :class:`~attnlm.errors.InputError` naming ``model.block_size``.
+    """
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.empty(max_len, d_model))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, positions: Tensor) -> Tensor:
+        if positions.numel() and int(positions.max()) >= self.max_len:
+            raise InputError(
+                f"sequence reaches position {int(positions.max())} but learned positions only "
+                f"cover model.block_size={self.max_len}; crop the input to the last "
+                f"{self.max_len} tokens"
+            )
+        return self.weight[positions]
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding, RoPE (Su et al., 2021).
+
+    Feature pairs of each head are rotated by angle ``pos * θ_i`` with
+    ``θ_i = base^(-2i/D)``. Pairs are ``(x_i, x_{i + D/2})`` ("rotate half", as in GPT-NeoX
+    and LLaMA), a fixed permutation of the paper's ``(x_{2i}, x_{2i+1})``: the same rotation
+    on renamed features. ``forward(positions)`` returns ``(cos, sin)`` for
+    :func:`attnlm.nn.attention.apply_rotary`: ``(T, D)`` for positions ``(T,)``, or
+    ``(B, 1, T, D)`` for positions ``(B, T)``.
+    """
+
+    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if d_head % 2:
+            raise ValueError(f"rotary embedding needs an even head width, got {d_head}")
+        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
+
+    def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        angles = positions.to(torch.float32)[..., None] * self.inv_freq  # (..., T, D/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (..., T, D)
+        if positions.dim() == 2:
+            angles = angles[:, None]  # (B, 1, T, D): broadcast over heads
+        return angles.cos(), angles.sin()
+
+
+def alibi_slopes(n_head: int) -> Tensor:
+    """Head slopes ``m_h`` of ALiBi: the geometric sequence ``2^(-8/n), 2^(-16/n), ...`` for
+    ``n`` heads; when ``n`` is not a power of two, the slopes of the closest smaller power of
+    two followed by every other slope of the next one (Press et al., 2022, section 3)."""
+
+    def powers(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (h + 1) for h in range(n)]
+
+    if math.log2(n_head).is_integer():
+        slopes = powers(n_head)
+    else:
+        closest = 2 ** math.floor(math.log2(n_head))
+        slopes = powers(closest) + powers(2 * closest)[0::2][: n_head - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class ALiBi(nn.Module):
+    """Attention with Linear Biases (Press et al., 2022): no position vectors; head ``h``
+    adds ``-m_h (i - j)`` to the score of query ``i`` and key ``j``.
+
+    ``forward(t, s)`` returns the ``(H, T, S)`` bias for the last ``T`` of ``S`` positions
+    (query ``i`` at ``S - T + i``). Keys after the query get a positive bias, which the causal
+    mask removes; ``symmetric=True`` uses ``-m_h |i - j|`` for encoders instead.
+    """
+
+    def __init__(self, n_head: int, symmetric: bool = False) -> None:
+        super().__init__()
+        self.symmetric = symmetric
+        self.register_buffer("slopes", alibi_slopes(n_head), persistent=False)  # (H,)
+
+    def forward(self, t: int, s: int) -> Tensor:
+        q_pos = torch.arange(s - t, s, device=self.slopes.device)[:, None]  # (T, 1)
+        k_pos = torch.arange(s, device=self.slopes.device)[None, :]  # (1, S)
+        distance = (k_pos - q_pos).to(torch.float32)  # j - i, (T, S)
+        if self.symmetric:
+            distance = -distance.abs()
+        return self.slopes[:, None, None] * distance  # (H, T, S)

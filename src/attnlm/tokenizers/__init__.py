@@ -1,0 +1,39 @@
+"""Tokenizers: character, word, classic BPE, byte-level BPE and tiktoken rank files.
+
+All kinds follow one protocol (:class:`Tokenizer`): ``encode``, ``decode``, ``encode_batch``,
+``vocab_size``, ``special_tokens``, ``save(path)`` (one JSON file); :func:`load` restores any
+kind. See ``docs/tokenizers.md``.
+"""
+
+from attnlm.tokenizers.base import (
+    DisallowedSpecialTokenError,
+    InvalidTokenIdError,
+    Tokenizer,
+    TokenizerConfigError,
+    TokenizerFileError,
+    UnknownTokenError,
+    load,
+)
+from attnlm.tokenizers.bpe import PATTERNS, BPETokenizer
+from attnlm.tokenizers.char import CharTokenizer
+from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
+from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
+from attnlm.tokenizers.word import WordTokenizer, split_words
+
+__all__ = [
+    "PATTERNS",
+    "BPETokenizer",
+    "CharTokenizer",
+    "ClassicBPETokenizer",
+    "DisallowedSpecialTokenError",
+    "InvalidTokenIdError",
+    "Tokenizer",
+    "TokenizerConfigError",
+    "TokenizerFileError",
+    "UnknownTokenError",
+    "WordTokenizer",
+    "load",
+    "read_tiktoken",
+    "split_words",
+    "write_tiktoken",
+]

@@ -1,0 +1,161 @@
+"""The tokenizer protocol, its errors, and the single-file JSON format shared by every kind.
+
+Every tokenizer maps text to a list of integer ids and back:
+
+* ``encode(text) -> list[int]`` and ``decode(ids) -> str``; ``encode_batch(texts)``;
+* ``vocab_size``: one more than the largest id it can produce;
+* ``special_tokens``: ``{token string: id}`` for reserved tokens (``<unk>``, ``<|endoftext|>``);
+* ``save(path)`` writes one JSON file; :func:`load` restores any kind from it.
+
+File format (UTF-8 JSON object)::
+
+    {"format": "attnlm-tokenizer", "version": 1, "kind": "<kind>", ...fields of that kind...}
+
+The kind's own fields are documented on each class (``to_dict``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from attnlm.errors import ConfigError, InputError
+
+FILE_FORMAT = "attnlm-tokenizer"
+FILE_VERSION = 1
+
+
+class TokenizerConfigError(ConfigError, InputError):
+    """A tokenizer setting that cannot work (vocabulary size too small, unknown pattern name).
+
+    It is both a :class:`ConfigError` and an :class:`InputError`, so either catches it.
+    """
+
+
+class UnknownTokenError(InputError):
+    """Text contains a character or word the tokenizer has no id for (and no ``<unk>``)."""
+
+
+class DisallowedSpecialTokenError(InputError):
+    """Text contains a special token (e.g. ``<|endoftext|>``) that the caller did not allow."""
+
+
+class TokenizerFileError(InputError):
+    """A tokenizer or rank file is missing, corrupt, or of an unknown kind."""
+
+
+class InvalidTokenIdError(InputError):
+    """``decode`` got an id that is not in the vocabulary."""
+
+
+_REGISTRY: dict[str, type[Tokenizer]] = {}
+
+
+def register_kind(cls: type[Tokenizer]) -> type[Tokenizer]:
+    """Class decorator: make ``cls`` loadable by :func:`load` under ``cls.kind``."""
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+class Tokenizer(ABC):
+    """Base class of all attnlm tokenizers (see the module docstring for the protocol)."""
+
+    kind: ClassVar[str] = ""
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``."""
+
+    @abstractmethod
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of the token ids ``ids``."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``[encode(t) for t in texts]``."""
+        return [self.encode(t) for t in texts]
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """One more than the largest token id."""
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """Reserved tokens as ``{string: id}`` (empty when the tokenizer has none)."""
+        return {}
+
+    def token_text(self, i: int) -> str:
+        """Human-readable form of one token id (used by ``attnlm tokenize show``)."""
+        return self.decode([i])
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """The kind-specific JSON fields (see each class)."""
+
+    @classmethod
+    @abstractmethod
+    def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
+        """Rebuild from the fields written by :meth:`to_dict`."""
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this tokenizer to one JSON file (see the module docstring for the format)."""
+        doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "kind": self.kind}
+        doc.update(self.to_dict())
+        p = Path(path)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            tmp = p.with_name(p.name + ".tmp")
+            tmp.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+            os.replace(tmp, p)
+        except OSError as e:
+            raise TokenizerFileError(f"{p}: cannot write tokenizer ({e.strerror or e})") from None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+def load(path: str | os.PathLike[str]) -> Tokenizer:
+    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``."""
+    # Import the kinds so that they register themselves.
+    from attnlm.tokenizers import bpe, char, classic_bpe, word  # noqa: F401
+
+    p = Path(path)
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TokenizerFileError(f"{p}: no such tokenizer file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise TokenizerFileError(
+            f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
+        raise TokenizerFileError(f"{p}: not an attnlm tokenizer file (no 'format': '{FILE_FORMAT}')")
+    if doc.get("version") != FILE_VERSION:
+        raise TokenizerFileError(f"{p}: unsupported tokenizer file version {doc.get('version')!r}")
+    kind = doc.get("kind")
+    cls = _REGISTRY.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        known = ", ".join(sorted(_REGISTRY))
+        raise TokenizerFileError(f"{p}: unknown tokenizer kind {kind!r} (known: {known})")
+    try:
+        return cls.from_dict(doc)
+    except TokenizerFileError as e:
+        raise TokenizerFileError(f"{p}: {e}") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        detail = f"missing field {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
+        raise TokenizerFileError(f"{p}: corrupt {kind} tokenizer file ({detail})") from None
+
+
+def check_ids(ids: Iterable[int], size: int) -> None:
+    """Raise :class:`InvalidTokenIdError` for the first id outside ``range(size)``."""
+    for i in ids:
+        if not (isinstance(i, int) and 0 <= i < size):
+            raise InvalidTokenIdError(f"token id {i!r} is not in the vocabulary (size {size})")

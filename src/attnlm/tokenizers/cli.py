@@ -1,0 +1,253 @@
+"""``attnlm tokenize ...`` subcommands: train, encode, decode, show, info."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnlm.data.cli import add_text_argument
+from attnlm.errors import InputError
+
+KINDS = ("char", "word", "bpe", "classic-bpe")
+_COLOURS = ("\x1b[30;48;5;153m", "\x1b[30;48;5;223m")
+_RESET = "\x1b[0m"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    tok = sub.add_parser("tokenize", help="train tokenizers, encode and inspect text")
+    tsub = tok.add_subparsers(dest="tokenize_command", metavar="ACTION", required=True)
+
+    tr = tsub.add_parser("train", help="train a tokenizer on a text and save it as JSON")
+    tr.add_argument("--kind", choices=KINDS, required=True, help="tokenizer kind")
+    tr.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="vocabulary size (bpe: 256 bytes + merges; classic-bpe: all symbols; "
+        "word: maximum size; char: not used)",
+    )
+    tr.add_argument(
+        "--pattern",
+        default="gpt2",
+        help="bpe pre-tokenization: gpt2, cl100k or a regex (default: gpt2)",
+    )
+    tr.add_argument("--min-freq", type=int, default=None, help="word: minimum count (default 1)")
+    tr.add_argument("--unk", action="store_true", help="char: map unseen characters to <unk>")
+    tr.add_argument(
+        "--special",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="bpe: add a special token (repeatable), ids after the merges",
+    )
+    add_text_argument(tr)
+    tr.add_argument("--out", required=True, metavar="PATH", help="output tokenizer JSON file")
+    tr.add_argument(
+        "--tiktoken-out", metavar="PATH", default=None, help="bpe: also write a .tiktoken file"
+    )
+    tr.set_defaults(func=_train)
+
+    en = tsub.add_parser("encode", help="print the token ids of a text")
+    _add_tokenizer_arguments(en)
+    en.add_argument("input", nargs="?", default=None, help="text to encode (default: stdin)")
+    en.add_argument(
+        "--allow-special", action="store_true", help="bpe: encode special tokens in the text"
+    )
+    en.set_defaults(func=_encode)
+
+    de = tsub.add_parser("decode", help="print the text of token ids")
+    _add_tokenizer_arguments(de)
+    de.add_argument("ids", nargs="*", help="token ids (default: read from stdin)")
+    de.set_defaults(func=_decode)
+
+    sh = tsub.add_parser(
+        "show", help="print a text with its token boundaries and tokens per word / bytes per token"
+    )
+    _add_tokenizer_arguments(sh)
+    sh.add_argument("input", nargs="?", default=None, help="text to show (else --text)")
+    add_text_argument(sh)
+    sh.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="alternate background colours (auto: when stdout is a terminal), else brackets",
+    )
+    sh.add_argument(
+        "--max-chars", type=int, default=2000, help="show at most this many characters"
+    )
+    sh.set_defaults(func=_show)
+
+    info = tsub.add_parser("info", help="kind, vocabulary size and special tokens")
+    _add_tokenizer_arguments(info)
+    info.set_defaults(func=_info)
+
+
+def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        metavar="PATH",
+        help="tokenizer JSON file (or a .tiktoken rank file with --pattern)",
+    )
+    p.add_argument(
+        "--pattern", default=None, help="pattern for a .tiktoken file: gpt2, cl100k or a regex"
+    )
+    p.add_argument(
+        "--engine",
+        choices=("auto", "python", "tiktoken"),
+        default="auto",
+        help="bpe encoding engine (default: auto)",
+    )
+
+
+def _load_tokenizer(args: argparse.Namespace):
+    from attnlm.tokenizers import BPETokenizer, load
+
+    path = Path(args.tokenizer)
+    if path.suffix == ".tiktoken":
+        if not args.pattern:
+            raise InputError(f"{path}: a .tiktoken file needs --pattern (gpt2, cl100k or a regex)")
+        tok = BPETokenizer.from_tiktoken(path, args.pattern)
+    else:
+        tok = load(path)
+    if isinstance(tok, BPETokenizer):
+        tok.engine = args.engine
+    return tok
+
+
+def _train(args: argparse.Namespace) -> int:
+    from attnlm.data.corpus import load_text
+    from attnlm.tokenizers import (
+        BPETokenizer,
+        CharTokenizer,
+        ClassicBPETokenizer,
+        TokenizerConfigError,
+        WordTokenizer,
+    )
+
+    kind = args.kind
+    if kind in ("bpe", "classic-bpe") and args.vocab_size is None:
+        raise TokenizerConfigError(f"--kind {kind} needs --vocab-size")
+    if args.special and kind != "bpe":
+        raise TokenizerConfigError("--special is only for --kind bpe")
+    if args.tiktoken_out and kind != "bpe":
+        raise TokenizerConfigError("--tiktoken-out is only for --kind bpe")
+    text = load_text(args.text)
+    if kind == "char":
+        tok = CharTokenizer.train(text, unk=args.unk)
+    elif kind == "word":
+        tok = WordTokenizer.train(text, min_freq=args.min_freq or 1, max_size=args.vocab_size)
+    elif kind == "classic-bpe":
+        tok = ClassicBPETokenizer.train(text, args.vocab_size)
+    else:
+        tok = BPETokenizer.train(
+            text, args.vocab_size, pattern=args.pattern, special_tokens=args.special or None
+        )
+    tok.save(args.out)
+    if args.tiktoken_out:
+        tok.save_tiktoken(args.tiktoken_out)
+    print(f"{kind} tokenizer, vocab size {tok.vocab_size}, saved to {args.out}")
+    return 0
+
+
+def _read_input(value: str | None) -> str:
+    if value is None or value == "-":
+        return sys.stdin.read()
+    return value
+
+
+def _encode(args: argparse.Namespace) -> int:
+    from attnlm.tokenizers import BPETokenizer
+
+    tok = _load_tokenizer(args)
+    text = _read_input(args.input)
+    if isinstance(tok, BPETokenizer) and args.allow_special:
+        ids = tok.encode(text, allowed_special="all")
+    else:
+        ids = tok.encode(text)
+    print(" ".join(map(str, ids)))
+    return 0
+
+
+def _decode(args: argparse.Namespace) -> int:
+    tok = _load_tokenizer(args)
+    raw = args.ids or sys.stdin.read().split()
+    try:
+        ids = [int(x) for x in raw]
+    except ValueError:
+        bad = next(x for x in raw if not x.lstrip("-").isdigit())
+        raise InputError(f"not a token id: {bad!r}") from None
+    sys.stdout.write(tok.decode(ids) + "\n")
+    return 0
+
+
+def token_pieces(tok, ids: list[int]) -> list[tuple[str, int]]:
+    """Split ``ids`` into displayable pieces ``(text, number of tokens)``: one per token, except
+    that byte-level tokens ending inside a UTF-8 character are grouped with the next ones."""
+    from attnlm.tokenizers import BPETokenizer, ClassicBPETokenizer
+    from attnlm.tokenizers.classic_bpe import END
+
+    pieces: list[tuple[str, int]] = []
+    if isinstance(tok, BPETokenizer):
+        buf = b""
+        n = 0
+        for i in ids:
+            buf += tok.token_bytes(i)
+            n += 1
+            try:
+                pieces.append((buf.decode("utf-8"), n))
+            except UnicodeDecodeError:
+                continue
+            buf, n = b"", 0
+        if buf:
+            pieces.append((buf.decode("utf-8", errors="replace"), n))
+    elif isinstance(tok, ClassicBPETokenizer):
+        pieces = [(tok.token_text(i).replace(END, " "), 1) for i in ids]
+    else:
+        pieces = [(tok.token_text(i), 1) for i in ids]
+    return pieces
+
+
+def _visible(s: str) -> str:
+    return s.replace("\t", "→").replace("\n", "↵\n")
+
+
+def _show(args: argparse.Namespace) -> int:
+    from attnlm.data.corpus import load_text
+
+    tok = _load_tokenizer(args)
+    text = args.input if args.input is not None else load_text(args.text)
+    if args.max_chars > 0:
+        text = text[: args.max_chars]
+    ids = tok.encode(text)
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    out = []
+    for k, (piece, _) in enumerate(token_pieces(tok, ids)):
+        if colour:
+            out.append(_COLOURS[k % 2] + _visible(piece).replace("\n", _RESET + "\n" + _COLOURS[k % 2]) + _RESET)
+        else:
+            out.append("[" + _visible(piece) + "]")
+    print("".join(out))
+    n_tok = len(ids)
+    n_words = len(text.split())
+    n_bytes = len(text.encode("utf-8", errors="surrogatepass"))
+    print(f"\ntokens: {n_tok:,}  characters: {len(text):,}  bytes: {n_bytes:,}  words: {n_words:,}")
+    if n_tok:
+        per_word = f"{n_tok / n_words:.2f}" if n_words else "n/a"
+        print(
+            f"tokens per word: {per_word}  bytes per token: {n_bytes / n_tok:.2f}  "
+            f"characters per token: {len(text) / n_tok:.2f}"
+        )
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    tok = _load_tokenizer(args)
+    print(f"kind: {tok.kind}\nvocab size: {tok.vocab_size:,}")
+    if getattr(tok, "pattern", None):
+        print(f"pattern: {tok.pattern_name or tok.pattern}\nengine: {tok.engine}")
+    specials = tok.special_tokens
+    if specials:
+        print("special tokens: " + ", ".join(f"{s} = {i}" for s, i in specials.items()))
+    return 0

@@ -1,0 +1,65 @@
+"""Read and write tiktoken rank files (``.tiktoken``).
+
+Format (as used by OpenAI's ``tiktoken`` for ``gpt2``/``cl100k_base``/``o200k_base``): one token
+per line, ``<base64 of the token's bytes> <rank>``, in rank order. The rank is the token id and
+also its merge priority (lower merges first). The file holds neither the pre-tokenization
+pattern nor the special tokens; those are given separately.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from pathlib import Path
+
+from attnlm.tokenizers.base import TokenizerFileError
+
+
+def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
+    """Ranks ``{token bytes: rank}`` from a ``.tiktoken`` file; one-line errors name the line."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise TokenizerFileError(f"{p}: no such rank file") from None
+    except OSError as e:
+        raise TokenizerFileError(f"{p}: cannot read rank file ({e.strerror or e})") from None
+    ranks: dict[bytes, int] = {}
+    seen: set[int] = set()
+    for lineno, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            token = base64.b64decode(parts[0], validate=True)
+            rank = int(parts[1])
+        except (ValueError, binascii.Error):
+            raise TokenizerFileError(
+                f"{p}:{lineno}: expected '<base64 token> <rank>', got {line[:60]!r}"
+            ) from None
+        if rank < 0 or not token:
+            raise TokenizerFileError(f"{p}:{lineno}: empty token or negative rank")
+        if token in ranks or rank in seen:
+            raise TokenizerFileError(f"{p}:{lineno}: duplicate token or rank {rank}")
+        ranks[token] = rank
+        seen.add(rank)
+    if not ranks:
+        raise TokenizerFileError(f"{p}: rank file is empty")
+    return ranks
+
+
+def write_tiktoken(path: str | os.PathLike[str], ranks: dict[bytes, int]) -> None:
+    """Write ``{token bytes: rank}`` as a ``.tiktoken`` file (lines sorted by rank)."""
+    p = Path(path)
+    lines = [
+        base64.b64encode(tok) + b" " + str(rank).encode()
+        for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])
+    ]
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"\n".join(lines) + b"\n")
+    except OSError as e:
+        raise TokenizerFileError(f"{p}: cannot write rank file ({e.strerror or e})") from None

@@ -1,0 +1,165 @@
+"""Incremental BPE merge learning shared by the byte-level and the classic BPE trainers.
+
+Input is a word-frequency table: each unique pre-tokenized word as a list of symbol ids and its
+count. The loop follows Sennrich et al. (2016) -- merge the most frequent adjacent pair, repeat --
+but never recounts from scratch:
+
+* ``pair_counts``: the frequency of every adjacent pair, summed over words times word counts;
+* ``where``: an index from each pair to the words that contain (or once contained) it, so a
+  merge only visits the words it can change;
+* a lazy max-heap of ``(count, pair)``: counts only go down after a pair enters the heap, so a
+  popped entry whose count is stale is pushed back with its current count and the next entry
+  is tried; a popped entry whose count is current is the true maximum.
+
+Merging a pair in a word scans it left to right and replaces non-overlapping occurrences
+(``a a a`` with pair ``(a, a)`` becomes ``aa a``). The count changes follow Hugging Face
+``tokenizers``' ``Word.merge`` exactly (neighbour pairs lose, new pairs with the merged symbol
+gain), so with the same tie-break the merges are identical to its ``BpeTrainer``.
+
+**Tie-break**: among pairs with equal counts the smallest ``(left id, right id)`` wins (ids of
+merged symbols are their creation order), the rule of Hugging Face's trainer; or, when a
+``sort_key`` is given, the smallest ``(sort_key(left), sort_key(right))``. When a merge
+produces a symbol that already exists (``ab`` + ``c`` and ``a`` + ``bc``), the existing id is
+reused and the merge is still recorded; only distinct symbols count towards ``vocab_size``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+SHIFT = 21
+MASK = (1 << SHIFT) - 1
+MAX_SYMBOLS = 1 << SHIFT
+
+
+def learn_merges(
+    words: list[list[int]],
+    counts: Sequence[int],
+    symbols: list[Any],
+    vocab_size: int,
+    *,
+    min_frequency: int = 0,
+    sort_key: Callable[[Any], Any] | None = None,
+) -> list[tuple[int, int, int, int]]:
+    """Learn merges in place until ``vocab_size`` distinct symbols exist or no pair is left.
+
+    ``words``: symbol ids per unique word (modified in place); ``counts``: frequency of each
+    word; ``symbols``: the content (``bytes`` or ``str``) of ids ``0..len-1``, extended in
+    place with each new symbol (``symbols[a] + symbols[b]``); every distinct entry counts
+    towards ``vocab_size``. ``sort_key`` maps a symbol's content to its tie-break key (default: ties go
+    to the smallest id pair). Returns ``[(left id, right id, merged id, count), ...]`` in
+    order, ``count`` being the pair's frequency when it was merged.
+    """
+    if vocab_size > MAX_SYMBOLS:
+        raise ValueError(f"vocab_size {vocab_size} above the supported maximum {MAX_SYMBOLS}")
+    index: dict[Hashable, int] = {}
+    for i, s in enumerate(symbols):
+        index.setdefault(s, i)
+    n_distinct = len(index)
+
+    pair_counts: dict[int, int] = {}
+    where: dict[int, set[int]] = {}
+    pc_get = pair_counts.get
+    for wi, w in enumerate(words):
+        n = counts[wi]
+        for x, y in zip(w, w[1:]):
+            p = (x << SHIFT) | y
+            pair_counts[p] = pc_get(p, 0) + n
+            s = where.get(p)
+            if s is None:
+                where[p] = {wi}
+            else:
+                s.add(wi)
+
+    if sort_key is None:
+
+        def entry(c: int, p: int) -> tuple:
+            return (-c, p)
+    else:
+        keys: list[Any] = [sort_key(s) for s in symbols]
+
+        def entry(c: int, p: int) -> tuple:
+            return (-c, keys[p >> SHIFT], keys[p & MASK], p)
+
+    heap = [entry(c, p) for p, c in pair_counts.items() if c > 0]
+    heapq.heapify(heap)
+    heappush, heappop = heapq.heappush, heapq.heappop
+    merges: list[tuple[int, int, int, int]] = []
+
+    while n_distinct < vocab_size and heap:
+        top = heappop(heap)
+        p = top[-1]
+        c = pair_counts[p]
+        if c != -top[0]:
+            if c > 0:
+                heappush(heap, entry(c, p))
+            continue
+        if c < 1 or c < min_frequency:
+            break
+        a = p >> SHIFT
+        b = p & MASK
+        content = symbols[a] + symbols[b]
+        new = index.get(content)
+        if new is None:
+            new = len(symbols)
+            symbols.append(content)
+            index[content] = new
+            n_distinct += 1
+            if sort_key is not None:
+                keys.append(sort_key(content))
+        merges.append((a, b, new, c))
+        gained: dict[int, set[int]] = {}
+        new_hi = new << SHIFT
+        for wi in where.pop(p, ()):
+            w = words[wi]
+            if a not in w:
+                continue
+            L = len(w)
+            n = counts[wi]
+            out: list[int] = []
+            i = 0
+            while i < L:
+                x = w[i]
+                if x == a and i + 1 < L and w[i + 1] == b:
+                    if out:
+                        prev = out[-1] << SHIFT
+                        q = prev | a
+                        pair_counts[q] = pc_get(q, 0) - n
+                        q = prev | new
+                        pair_counts[q] = pc_get(q, 0) + n
+                        g = gained.get(q)
+                        if g is None:
+                            gained[q] = {wi}
+                        else:
+                            g.add(wi)
+                    if i + 2 < L:
+                        nxt = w[i + 2]
+                        q = (b << SHIFT) | nxt
+                        pair_counts[q] = pc_get(q, 0) - n
+                        q = new_hi | nxt
+                        pair_counts[q] = pc_get(q, 0) + n
+                        g = gained.get(q)
+                        if g is None:
+                            gained[q] = {wi}
+                        else:
+                            g.add(wi)
+                    out.append(new)
+                    i += 2
+                else:
+                    out.append(x)
+                    i += 1
+            if len(out) != L:
+                words[wi] = out
+        pair_counts[p] = 0
+        for q, ws in gained.items():
+            s = where.get(q)
+            if s is None:
+                where[q] = ws
+            else:
+                s |= ws
+            c = pair_counts[q]
+            if c > 0:
+                heappush(heap, entry(c, q))
+    return merges

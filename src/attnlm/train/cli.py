@@ -1,0 +1,194 @@
+"""``attnlm train`` and ``attnlm eval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attnlm.data.cli import add_text_argument
+from attnlm.errors import InputError
+
+DEFAULT_PRESET = "shakespeare-char"
+
+# CLI flag (argparse dest) -> TrainConfig field
+TRAIN_FLAGS = {
+    "max_iters": "max_iters",
+    "time_budget": "time_budget",
+    "batch_size": "batch_size",
+    "grad_accum": "grad_accum",
+    "lr": "lr",
+    "eval_interval": "eval_interval",
+    "eval_iters": "eval_iters",
+    "early_stop": "early_stop",
+    "device": "device",
+    "dtype": "dtype",
+    "compile": "compile",
+    "threads": "threads",
+    "seed": "seed",
+    "tokenizer": "tokenizer",
+    "text": "text",
+    "progress": "progress",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a GPT (presets, resume, torchrun/DDP)",
+        description="Train a GPT on a text; writes checkpoint/, metrics.jsonl and "
+        "loss_curve.png into --out. Runs unchanged under torchrun for several processes.",
+    )
+    p.add_argument(
+        "--preset", default=None, help=f"preset name or TOML path (default {DEFAULT_PRESET})"
+    )
+    add_text_argument(p)
+    p.add_argument("--tokenizer", default=None, help="char, bpe, or a saved tokenizer JSON file")
+    p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/PRESET)")
+    p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    p.add_argument(
+        "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
+    )
+    p.add_argument("--max-iters", type=int, default=None)
+    p.add_argument(
+        "--time-budget", default=None, metavar="T", help="wall-clock limit, e.g. 120s, 5m"
+    )
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--grad-accum", type=int, default=None, help="micro-steps per step (all ranks)")
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--eval-interval", type=int, default=None)
+    p.add_argument("--eval-iters", type=int, default=None)
+    p.add_argument(
+        "--early-stop",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N evals without improvement",
+    )
+    p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument(
+        "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
+    )
+    p.add_argument(
+        "--compile", action="store_const", const=True, default=None, help="torch.compile"
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_const", const=False, default=None
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
+    )
+    p.set_defaults(func=_train)
+
+    e = sub.add_parser("eval", help="loss, perplexity and bits per character of a checkpoint")
+    e.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    add_text_argument(e)
+    e.add_argument(
+        "--split",
+        choices=["all", "val"],
+        default=None,
+        help="evaluate the whole text (default with --text) or its validation split",
+    )
+    e.add_argument("--batch-size", type=int, default=16)
+    e.add_argument("--max-tokens", type=int, default=None, help="evaluate only the first N tokens")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--threads", type=int, default=None)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=_eval)
+
+
+def _explicit(args: argparse.Namespace) -> list[str]:
+    """CLI flags given on the command line, as ``train.key=value`` overrides."""
+    out = []
+    for dest, field in TRAIN_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if dest == "text":
+            value = str(Path(value).expanduser().resolve())
+        out.append((field, value))
+    return out
+
+
+def _spec(args: argparse.Namespace, base_tables: dict | None = None):
+    from attnlm.config import load_preset
+    from attnlm.train.config import apply_overrides, spec_from_tables
+
+    if base_tables is None:
+        base_tables = load_preset(args.preset or DEFAULT_PRESET)
+    tables = apply_overrides(base_tables, args.set)
+    train = dict(tables.get("train", {}))
+    for field, value in _explicit(args):
+        train[field] = value
+    tables["train"] = train
+    return spec_from_tables(tables, preset=args.preset or DEFAULT_PRESET)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from attnlm.config import load_preset
+    from attnlm.train.checkpoint import read_config, resolve_checkpoint
+    from attnlm.train.run import new_run_dir_check, resume_spec, train_run
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        stored = read_config(resolve_checkpoint(run_dir))
+        if args.out and Path(args.out).resolve() != run_dir.resolve():
+            raise InputError("--resume continues in its own folder; leave out --out")
+        if args.preset:
+            base = load_preset(args.preset)
+        else:
+            model = {k: v for k, v in stored["model"].items() if k != "vocab_size"}
+            base = {"model": model, "train": dict(stored["train"])}
+        spec = resume_spec(run_dir, _spec(args, base))
+        resume = True
+    else:
+        spec = _spec(args)
+        run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
+        if args.overwrite:
+            import shutil
+
+            for name in ("checkpoint", "checkpoint.old"):
+                shutil.rmtree(run_dir / name, ignore_errors=True)
+        new_run_dir_check(run_dir)
+        resume = False
+    result = train_run(spec, run_dir, resume=resume)
+    from attnlm.train import distributed as D
+
+    if D.from_env().is_main:
+        ev = result.last_eval
+        print(
+            f"done: {result.step} steps ({result.stop_reason}) in {result.elapsed:.1f}s, "
+            f"{result.tokens_per_s:,.0f} tokens/s"
+            + (f"; val loss {ev.loss:.4f}, {ev.bpc:.4f} bits/char" if ev else "")
+        )
+        print(f"run folder: {run_dir} (checkpoint/, metrics.jsonl, loss_curve.png)")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnlm.train.evaluate import evaluate_checkpoint
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    result, what = evaluate_checkpoint(
+        args.checkpoint, args.text, args.split, args.batch_size, args.max_tokens, args.device
+    )
+    if args.json:
+        print(json.dumps({**result.to_dict(), "data": what}))
+    else:
+        print(f"evaluated: {what}")
+        print(f"loss: {result.loss:.4f} nats/token")
+        print(f"perplexity: {result.ppl:.3f}")
+        print(f"bits per character: {result.bpc:.4f}")
+        print(f"tokens: {result.tokens:,}  characters: {result.chars:,}")
+    return 0

@@ -1,0 +1,157 @@
+"""Training configuration: the ``[train]`` table of a preset as a frozen dataclass.
+
+A preset (``attnlm/configs/NAME.toml``) has a ``[model]`` table (``GPTConfig`` fields except
+``vocab_size``, which comes from the tokenizer) and a ``[train]`` table (:class:`TrainConfig`).
+CLI flags and ``--set table.key=value`` override single values; unknown keys and bad values raise
+:class:`~attnlm.errors.ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from attnlm.config import from_dict, load_preset, parse_override
+from attnlm.errors import ConfigError
+
+DTYPES = ("float32", "bfloat16")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
+
+# Fields of TrainConfig that may change when a run is resumed (they do not change the maths of
+# the steps already taken). Any other difference is refused with a clear error.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "max_iters",
+        "time_budget",
+        "eval_interval",
+        "eval_iters",
+        "log_interval",
+        "early_stop",
+        "device",
+        "dtype",
+        "compile",
+        "threads",
+        "progress",
+    }
+)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"120s"``, ``"2m"``, ``"1.5h"`` or a bare number of seconds."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ConfigError(f"time budget {text!r} must look like 120s, 2m or 1h")
+    scale = {"s": 1, "sec": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+    seconds = float(m.group(1)) * scale
+    if seconds <= 0:
+        raise ConfigError(f"time budget must be positive, got {text!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, schedule, evaluation, device and data settings of one training run."""
+
+    # optimisation
+    batch_size: int = 12  # windows per micro-step and per process
+    grad_accum: int = 1  # micro-steps per optimizer step, in total over all processes
+    max_iters: int = 2000  # optimizer steps
+    time_budget: str | None = None  # wall-clock limit, e.g. "120s"; the schedule follows it
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    weight_decay: float = 0.1  # on matrices (dim >= 2) only
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    # evaluation, logging, checkpoints
+    eval_interval: int = 250  # evaluate and save a checkpoint every N steps (and at the end)
+    eval_iters: int = 20  # validation batches per evaluation (fixed batches each time)
+    early_stop: int = 0  # stop after N evaluations without improvement; 0 = never
+    log_interval: int = 10
+    progress: bool = True
+    seed: int = 1337
+    # device
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    dtype: str = "float32"  # float32 | bfloat16 (autocast)
+    compile: bool = False  # torch.compile the model
+    threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
+    # data
+    text: str | None = None  # corpus path; None = the built-in corpus
+    tokenizer: str = "char"  # char | bpe | path to a saved tokenizer JSON
+    bpe_vocab_size: int = 512
+    val_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
+        for name in positive + ("log_interval", "bpe_vocab_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_iters", "early_stop", "threads", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:
+            raise ConfigError(f"train.lr must be > 0 and 0 <= min_lr <= lr (lr={self.lr})")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(f"train.val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"train.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise ConfigError(
+                f"train.device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}"
+            )
+        if self.time_budget is not None:
+            parse_duration(self.time_budget)
+
+    @property
+    def time_budget_s(self) -> float | None:
+        return None if self.time_budget is None else parse_duration(self.time_budget)
+
+
+@dataclass
+class RunSpec:
+    """A run's configuration before the tokenizer is known: model table dict + TrainConfig."""
+
+    model: dict[str, Any]
+    train: TrainConfig
+    preset: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": dict(self.model), "train": dataclasses.asdict(self.train)}
+
+
+def apply_overrides(
+    tables: dict[str, dict[str, Any]], overrides: list[str] | None
+) -> dict[str, dict[str, Any]]:
+    """Apply ``table.key=value`` overrides (``key=value`` means ``train.key``)."""
+    out = {k: dict(v) for k, v in tables.items()}
+    for text in overrides or []:
+        key, value = parse_override(text)
+        table, _, field = key.rpartition(".")
+        table = table or "train"
+        if table not in ("model", "train"):
+            raise ConfigError(f"override {text!r}: the table must be 'model' or 'train'")
+        out.setdefault(table, {})[field] = value
+    return out
+
+
+def spec_from_tables(tables: dict[str, Any], preset: str = "") -> RunSpec:
+    """Check a preset's tables and build a :class:`RunSpec` (model fields checked later)."""
+    unknown = sorted(set(tables) - {"model", "train"})
+    if unknown:
+        raise ConfigError(f"unknown preset table [{unknown[0]}] (known: [model], [train])")
+    model = dict(tables.get("model", {}))
+    if "vocab_size" in model:
+        raise ConfigError("model.vocab_size is set from the tokenizer; remove it from the preset")
+    train = from_dict(TrainConfig, dict(tables.get("train", {})), where="train")
+    return RunSpec(model=model, train=train, preset=preset)
+
+
+def load_spec(preset: str, overrides: list[str] | None = None) -> RunSpec:
+    """Load a preset by name or path and apply overrides."""
+    return spec_from_tables(apply_overrides(load_preset(preset), overrides), preset)

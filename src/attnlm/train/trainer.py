@@ -1,0 +1,353 @@
+"""The training loop: micro-batches, accumulation, clipping, schedule, evaluation, checkpoints.
+
+Works with any ``nn.Module`` whose ``forward(ids, targets)`` returns an object with ``.loss``
+(and ``.logits`` for evaluation). One optimizer step:
+
+1. draw ``batch_size * micro_steps * world_size`` window starts from the data generator (every
+   rank draws the same numbers) and take this rank's slice for each micro-step;
+2. forward/backward each micro-batch with loss / micro_steps; under DDP gradients are
+   all-reduced only on the last micro-step (``no_sync`` before it);
+3. stop with a message if the loss is NaN or infinite (the last good checkpoint stays);
+4. clip the global gradient norm, set the learning rate, step AdamW.
+
+Every ``eval_interval`` steps and at the end: validation estimate, early-stopping bookkeeping,
+and an atomic checkpoint (rank 0). Logged records go to ``metrics.jsonl`` (JSON lines); on
+resume, records after the checkpoint's step are dropped so the log matches an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlm.data.windows import Windows
+from attnlm.errors import AttnlmError
+from attnlm.train import distributed as D
+from attnlm.train.checkpoint import CHECKPOINT_DIR, save_checkpoint
+from attnlm.train.config import TrainConfig
+from attnlm.train.evaluate import EvalResult, estimate
+from attnlm.train.optim import lr_at
+
+# Test hook: SIGKILL this process right after the given optimizer step (resume tests).
+KILL_ENV = "ATTNLM_DEBUG_KILL_AT_STEP"
+
+
+class TrainingError(AttnlmError):
+    """Training cannot go on (e.g. the loss became NaN); the message names the last checkpoint."""
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint needs beyond the weights to continue exactly where it stopped."""
+
+    step: int = 0
+    elapsed: float = 0.0  # seconds of training so far, over all sessions
+    best_val: float = math.inf
+    bad_evals: int = 0  # evaluations since the best one (early stopping)
+    tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    step: int
+    stop_reason: str
+    elapsed: float
+    tokens_per_s: float
+    last_eval: EvalResult | None
+    checkpoint: Path | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class MetricsLog:
+    """``metrics.jsonl``: one JSON object per line; rank 0 only."""
+
+    def __init__(self, path: Path, enabled: bool, keep_until: int | None) -> None:
+        self.path = path
+        self.enabled = enabled
+        self.records: list[dict[str, Any]] = []
+        if enabled and keep_until is not None and path.is_file():
+            kept = []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a kill
+                if rec.get("step", 0) <= keep_until:
+                    kept.append(rec)
+            self.records = kept
+            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+        elif enabled:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.records.append(record)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _autocast(device: torch.device, dtype: str):
+    if dtype == "bfloat16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def _silent(*_args: Any) -> None:
+    return None
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Trainer:
+    """Runs the loop for one model; see the module docstring."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        cfg: TrainConfig,
+        train: Windows,
+        val: Windows,
+        val_chars_per_token: float,
+        run_dir: Path,
+        checkpoint_config: dict[str, Any],
+        tokenizer: Any,
+        device: torch.device,
+        dist: D.DistInfo | None = None,
+        data_gen: torch.Generator | None = None,
+        state: TrainState | None = None,
+        log=print,
+    ) -> None:
+        self.raw_model = model  # the module whose weights are saved
+        self.model = model  # what forward() is called on (DDP / compiled wrapper)
+        self.opt = optimizer
+        self.cfg = cfg
+        self.train_w, self.val_w = train, val
+        self.val_cpt = val_chars_per_token
+        self.run_dir = Path(run_dir)
+        self.ckpt_config = checkpoint_config
+        self.tokenizer = tokenizer
+        self.device = device
+        self.dist = dist or D.DistInfo()
+        self.data_gen = data_gen or torch.Generator().manual_seed(cfg.seed)
+        self.state = state or TrainState()
+        self.log = log
+        self.micro = D.local_accum(cfg.grad_accum, self.dist)
+        self.last_ckpt: Path | None = None
+        if (self.run_dir / CHECKPOINT_DIR).exists():
+            self.last_ckpt = self.run_dir / CHECKPOINT_DIR
+
+    def wrap(self, ddp: bool, compile: bool) -> None:
+        """Wrap the model for DDP and/or torch.compile (weights stay in ``raw_model``)."""
+        model = self.raw_model
+        if compile:
+            model = torch.compile(model)
+        if ddp and self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=ids)
+        self.model = model
+
+    # -- checkpoint state ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "trainer": self.state.to_dict(),
+            "optimizer": self.opt.state_dict(),
+            "rng_torch": torch.get_rng_state(),
+            "rng_data": self.data_gen.get_state(),
+        }
+        if torch.cuda.is_available():
+            out["rng_cuda"] = torch.cuda.get_rng_state_all()
+        return out
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        self.state = TrainState(**sd["trainer"])
+        self.opt.load_state_dict(sd["optimizer"])
+        torch.set_rng_state(sd["rng_torch"])
+        self.data_gen.set_state(sd["rng_data"])
+        if "rng_cuda" in sd and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(sd["rng_cuda"])
+
+    def save(self) -> Path | None:
+        if not self.dist.is_main:
+            return None
+        config = {**self.ckpt_config, "step": self.state.step}
+        path = save_checkpoint(
+            self.run_dir / CHECKPOINT_DIR,
+            self.raw_model,
+            config,
+            self.tokenizer,
+            self.state_dict(),
+        )
+        self.last_ckpt = path
+        return path
+
+    # -- one optimizer step ----------------------------------------------------------------
+    def _step(self, lr: float) -> float:
+        cfg, d = self.cfg, self.dist
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        n = cfg.batch_size
+        starts = self.train_w.sample_starts(n * self.micro * d.world_size, self.data_gen)
+        starts = starts.view(self.micro, d.world_size, n)  # (micro, world, B)
+        total = torch.zeros((), device=self.device)
+        for m in range(self.micro):
+            x, y = self.train_w.batch(starts[m, d.rank])
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            last = m == self.micro - 1
+            sync = nullcontext() if last or not d.enabled else self.model.no_sync()
+            with sync:
+                with _autocast(self.device, cfg.dtype):
+                    loss = self.model(x, y).loss / self.micro
+                loss.backward()
+            total += loss.detach()
+        loss_value = float(D.mean(total, d))
+        if not math.isfinite(loss_value):
+            self.opt.zero_grad(set_to_none=True)
+            where = f"; the last good checkpoint is {self.last_ckpt}" if self.last_ckpt else ""
+            raise TrainingError(
+                f"the loss became {loss_value} at step {self.state.step + 1}; training stopped"
+                f"{where} (try a lower learning rate)"
+            )
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss_value
+
+    def evaluate(self) -> EvalResult:
+        return estimate(
+            self.raw_model,
+            self.val_w,
+            self.val_cpt,
+            self.cfg.eval_iters,
+            self.cfg.batch_size,
+            self.device,
+            self.cfg.dtype,
+            seed=self.cfg.seed + 1,
+        )
+
+    def _time_fraction(self, t0: float, budget: float | None) -> float:
+        """Elapsed fraction of the wall-clock budget (rank 0's clock on every rank)."""
+        if not budget:
+            return 0.0
+        frac = min((time.perf_counter() - t0) / budget, 1.0)
+        return D.from_main([frac], self.dist, self.device)[0]
+
+    # -- the loop --------------------------------------------------------------------------
+    def fit(self, metrics: MetricsLog) -> TrainResult:
+        from tqdm.auto import tqdm
+
+        cfg, st, d = self.cfg, self.state, self.dist
+        budget = cfg.time_budget_s
+        kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
+        tokens_per_step = cfg.batch_size * self.micro * d.world_size * self.train_w.block_size
+        bar = tqdm(
+            total=cfg.max_iters,
+            initial=st.step,
+            disable=not (cfg.progress and d.is_main),
+            dynamic_ncols=True,
+            bar_format="{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
+            desc="train ",
+        )
+        if not d.is_main:
+            write = _silent
+        else:
+            write = bar.write if not bar.disable else self.log
+        t0 = time.perf_counter() - st.elapsed
+        session_t0, session_steps = time.perf_counter(), 0
+        last_eval: EvalResult | None = None
+        stop_reason = "max_iters"
+        loss_ema: float | None = None
+        tok_s = 0.0
+        frac = self._time_fraction(t0, budget)
+        try:
+            while st.step < cfg.max_iters and not (budget and frac >= 1.0):
+                lr = lr_at(st.step, cfg, frac)
+                loss = self._step(lr)
+                st.step += 1
+                st.tokens += tokens_per_step
+                session_steps += 1
+                st.elapsed = time.perf_counter() - t0
+                loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
+                tok_s = session_steps * tokens_per_step / (time.perf_counter() - session_t0)
+                left = (cfg.max_iters - st.step) * (st.elapsed / max(st.step, 1))
+                if budget:
+                    left = min(left, budget - st.elapsed)
+                bar.set_postfix_str(
+                    f"loss {loss_ema:.4f}, {tok_s:,.0f} tok/s, ETA {_fmt_time(left)}", refresh=False
+                )
+                bar.update(1)
+                if st.step % cfg.log_interval == 0 or st.step == 1:
+                    metrics.write(
+                        {
+                            "step": st.step,
+                            "loss": loss,
+                            "lr": lr,
+                            "tokens_per_s": round(tok_s, 1),
+                            "elapsed": round(st.elapsed, 3),
+                        }
+                    )
+                frac = self._time_fraction(t0, budget)
+                final = st.step >= cfg.max_iters or (budget is not None and frac >= 1.0)
+                if st.step % cfg.eval_interval == 0 or final:
+                    last_eval = self.evaluate()
+                    improved = last_eval.loss < st.best_val
+                    if improved:
+                        st.best_val, st.bad_evals = last_eval.loss, 0
+                    else:
+                        st.bad_evals += 1
+                    metrics.write(
+                        {
+                            "step": st.step,
+                            "val_loss": last_eval.loss,
+                            "val_bpc": last_eval.bpc,
+                            "val_ppl": last_eval.ppl,
+                            "train_loss": loss,
+                            "elapsed": round(st.elapsed, 3),
+                        }
+                    )
+                    write(
+                        f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
+                        f"val {last_eval.bpc:.4f} bits/char, lr {lr:.2e}"
+                    )
+                    st.elapsed = time.perf_counter() - t0
+                    self.save()
+                    early = cfg.early_stop and st.bad_evals >= cfg.early_stop
+                    if D.from_main([float(bool(early))], d, self.device)[0]:
+                        stop_reason = "early_stop"
+                        write(f"early stop: no improvement in {cfg.early_stop} evaluations")
+                        break
+                if kill_at and st.step == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            bar.close()
+        if stop_reason == "max_iters" and st.step < cfg.max_iters:
+            stop_reason = "time_budget"
+        return TrainResult(
+            step=st.step,
+            stop_reason=stop_reason,
+            elapsed=st.elapsed,
+            tokens_per_s=tok_s,
+            last_eval=last_eval,
+            checkpoint=self.last_ckpt,
+            history=metrics.records,
+        )

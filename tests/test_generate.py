@@ -1,0 +1,226 @@
+"""Generation: logits filters, KV cache vs recompute, sliding window, batching, stop strings."""
+
+import pytest
+import torch
+
+from attnlm.errors import ConfigError, InputError
+from attnlm.generate import apply_filters, decode, generate, generate_text
+from attnlm.generate.filters import FILTERS, temperature, top_k, top_p
+from attnlm.models.gpt import GPT, GPTConfig
+
+
+def tiny_gpt(positions="rope", n_layer=2, block=16, vocab=40, seed=0, sharpen=25.0):
+    torch.manual_seed(seed)
+    cfg = GPTConfig(
+        vocab_size=vocab,
+        block_size=block,
+        n_layer=n_layer,
+        n_head=2,
+        n_embd=32,
+        positions=positions,
+    )
+    model = GPT(cfg)
+    # Sharpen the output so greedy/sampled tokens depend strongly on the context.
+    with torch.no_grad():
+        model.tok_emb.weight.mul_(sharpen)
+    return model.eval()
+
+
+class CharTok:
+    """A minimal tokenizer stand-in: one id per character of a fixed alphabet."""
+
+    def __init__(self, alphabet: str):
+        self.chars = alphabet
+        self.index = {c: i for i, c in enumerate(alphabet)}
+        self.vocab_size = len(alphabet)
+
+    def encode(self, text):
+        return [self.index[c] for c in text]
+
+    def decode(self, ids):
+        return "".join(self.chars[i] for i in ids)
+
+
+# -- filters ---------------------------------------------------------------------------------
+
+
+def test_top_k_keeps_k_largest():
+    logits = torch.tensor([[1.0, 5.0, 3.0, 4.0, 2.0]])
+    out = top_k(logits, 2)
+    assert torch.isfinite(out).tolist() == [[False, True, False, True, False]]
+    assert out[0, 1] == 5.0 and out[0, 3] == 4.0
+
+
+def test_top_p_hand_checked_nucleus():
+    probs = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]])
+    logits = probs.log()
+    # cumulative mass 0.5, 0.7, 0.85, ...: p=0.7 keeps the first two, p=0.71 the first three
+    assert torch.isfinite(top_p(logits, 0.7)).tolist() == [[True, True, False, False, False]]
+    assert torch.isfinite(top_p(logits, 0.71)).tolist() == [[True, True, True, False, False]]
+    # the most likely token always survives; p=1 keeps everything
+    assert torch.isfinite(top_p(logits, 0.01)).sum() == 1
+    assert torch.isfinite(top_p(logits, 1.0)).all()
+    # order of the vocabulary does not matter
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    assert torch.equal(top_p(logits[:, perm], 0.7), top_p(logits, 0.7)[:, perm])
+
+
+def test_filters_are_pure_and_compose():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    before = logits.clone()
+    out = apply_filters(logits, [("temperature", 2.0), ("top_k", 3), ("top_p", 0.6)])
+    assert torch.equal(logits, before)
+    expected = top_p(top_k(temperature(logits, 2.0), 3), 0.6)
+    assert torch.equal(out, expected)
+    assert set(FILTERS) >= {"temperature", "top_k", "top_p"}
+    with pytest.raises(ConfigError, match="unknown logits filter"):
+        apply_filters(logits, [("nope", 1)])
+    with pytest.raises(ConfigError):
+        top_p(logits, 0.0)
+    with pytest.raises(ConfigError):
+        top_k(logits, 0)
+
+
+def test_top_k_sampling_only_draws_allowed_tokens():
+    model = tiny_gpt()
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.tensor([[1, 2, 3]])
+    for _ in range(5):
+        with torch.no_grad():
+            logits = model(ids).logits[:, -1]
+        allowed = set(torch.topk(logits, 3).indices[0].tolist())
+        nxt = generate(model, ids, 1, temperature=1.5, top_k=3, generator=gen)[0, -1].item()
+        assert nxt in allowed
+        ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+
+
+# -- KV cache vs full recomputation ----------------------------------------------------------
+
+
+def reference_greedy(model, ids, n):
+    """Plain loop: recompute the whole (cropped) context every step, take the argmax."""
+    block = model.config.block_size
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(ids[:, -block:]).logits[:, -1]
+            ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope", "alibi", "sinusoidal", "none"])
+def test_cache_equals_recompute_within_window(positions):
+    model = tiny_gpt(positions)
+    ids = torch.randint(40, (3, 4), generator=torch.Generator().manual_seed(1))
+    cached = model.generate(ids, 12, temperature=0, use_cache=True)
+    full = model.generate(ids, 12, temperature=0, use_cache=False)
+    assert torch.equal(cached, full)
+    assert torch.equal(full, reference_greedy(model, ids, 12))
+    # seeded sampling also agrees token for token
+    s1 = generate(model, ids, 12, 0.9, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    s2 = generate(
+        model,
+        ids,
+        12,
+        0.9,
+        top_p=0.9,
+        use_cache=False,
+        generator=torch.Generator().manual_seed(3),
+    )
+    assert torch.equal(s1, s2)
+
+
+def test_learned_positions_crop_beyond_the_window():
+    model = tiny_gpt("learned", block=8)
+    ids = torch.randint(40, (2, 5), generator=torch.Generator().manual_seed(2))
+    cached = model.generate(ids, 20, temperature=0, use_cache=True)  # 25 > block 8
+    assert cached.shape == (2, 25)
+    assert torch.equal(cached, reference_greedy(model, ids, 20))
+    assert torch.equal(cached, model.generate(ids, 20, temperature=0, use_cache=False))
+
+
+def test_rope_sliding_window_equals_recompute_on_the_last_window():
+    # One layer: a trimmed cache of RoPE keys is exactly the cropped window's keys.
+    model = tiny_gpt("rope", n_layer=1, block=8)
+    ids = torch.randint(40, (2, 6), generator=torch.Generator().manual_seed(4))
+    cached = model.generate(ids, 24, temperature=0, use_cache=True)
+    assert torch.equal(cached, reference_greedy(model, ids, 24))
+
+
+def test_long_prompt_is_cropped_to_the_window():
+    model = tiny_gpt("rope", n_layer=1, block=8)
+    ids = torch.randint(40, (1, 20), generator=torch.Generator().manual_seed(5))
+    out = model.generate(ids, 5, temperature=0)
+    assert torch.equal(out, reference_greedy(model, ids, 5))
+
+
+def test_batched_prompts_of_different_lengths_match_one_at_a_time():
+    model = tiny_gpt("rope")
+    prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
+    batched = decode(model, prompts, 9, temperature=0)
+    alone = [decode(model, [p], 9, temperature=0)[0] for p in prompts]
+    assert batched == alone
+    assert [len(r) for r in batched] == [9, 9, 9]
+
+
+def test_generate_api_greedy_and_training_mode_restored():
+    model = tiny_gpt("learned").train()
+    out = model.generate(torch.tensor([[1, 2]]), max_new_tokens=3, temperature=0.0)
+    assert out.shape == (1, 5) and out.dtype == torch.long
+    assert model.training
+    assert torch.equal(model.generate(torch.tensor([[1, 2]]), 0), torch.tensor([[1, 2]]))
+    with pytest.raises(InputError):
+        decode(model, [[]], 3)
+
+
+# -- text level: stop strings, streaming, bad prompts ----------------------------------------
+
+
+def test_stop_strings_and_streaming():
+    tok = CharTok("abcdefghijklmnopqrstuvwxyz .\n")
+    model = tiny_gpt("rope", vocab=tok.vocab_size)
+    full = generate_text(model, tok, ["ab"], max_new_tokens=30, temperature=0)[0]
+    assert len(full) == 30
+    stop = full[10:12]
+    cut = full.find(stop)
+    pieces: list[str] = []
+    text = generate_text(
+        model,
+        tok,
+        ["ab"],
+        max_new_tokens=30,
+        temperature=0,
+        stop=[stop],
+        on_text=lambda r, p: pieces.append(p),
+    )[0]
+    assert text == full[:cut]
+    assert "".join(pieces) == text  # the stop string itself is never printed
+    # streaming without stop strings prints everything, piece by piece
+    pieces.clear()
+    generate_text(model, tok, ["ab"], 30, temperature=0, on_text=lambda r, p: pieces.append(p))
+    assert "".join(pieces) == full and len(pieces) > 1
+
+
+def test_seeded_sampling_is_reproducible():
+    tok = CharTok("abcdefghijklmnopqrstuvwxyz .\n")
+    model = tiny_gpt("rope", vocab=tok.vocab_size, sharpen=1.0)
+    a = generate_text(model, tok, ["ab", "c"], 20, temperature=1.0, top_k=5, seed=7)
+    b = generate_text(model, tok, ["ab", "c"], 20, temperature=1.0, top_k=5, seed=7)
+    c = generate_text(model, tok, ["ab", "c"], 20, temperature=1.0, top_k=5, seed=8)
+    assert a == b and a != c
+
+
+def test_prompt_with_unknown_characters_is_a_clear_error():
+    tok = CharTok("abc")
+    model = tiny_gpt("rope", vocab=3)
+    with pytest.raises(InputError, match="cannot encode"):
+        generate_text(model, tok, ["abé"], 5)
+    with pytest.raises(InputError, match="empty"):
+        generate_text(model, tok, [""], 5)
+
+
+def test_bad_sampling_values():
+    model = tiny_gpt()
+    with pytest.raises(ConfigError):
+        model.generate(torch.tensor([[1]]), 2, temperature=-1.0)
+    with pytest.raises(ConfigError):
+        model.generate(torch.tensor([[1]]), 2, top_p=1.5)
