@@ -108,7 +108,7 @@ def run(name: str, tables: dict, out: Path, text: Path, threads: int, budget: st
     """Train one configuration into ``out/name``; return a summary dict."""
     tables = json.loads(json.dumps(tables))
     train = tables["train"]
-    train.update({"text": str(text), "threads": threads, "device": "cpu", "progress": True})
+    train.update({"text": str(text), "threads": threads, "device": "cpu"})
     if budget:
         train.update({"time_budget": budget, "max_iters": 1_000_000})
     spec = spec_from_tables(tables, preset=name)

@@ -512,3 +512,19 @@ def test_unique_inverse_equals_numpy():
         u2, inv2 = np.unique(q.astype(np.int64), return_inverse=True)
         np.testing.assert_array_equal(u, u2)
         np.testing.assert_array_equal(inv, inv2.reshape(-1))
+
+
+def test_markers_inside_sentences_are_rejected():
+    with pytest.raises(InputError, match="inside a sentence"):
+        train([["a", "</s>", "b"]], 2)
+
+
+def test_cli_discount_fallback_is_a_warning(tmp_path, capsys):
+    text = tmp_path / "tiny.txt"
+    text.write_text(SAM)
+    rc = main(
+        ["ngram", "train", "--order", "3", "--text", str(text), "--arpa", str(tmp_path / "t.arpa")]
+    )
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "attnlm: warning: order" in err and "fixed discounts" in err

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 
 from attnlm.data.cli import add_text_argument
 from attnlm.errors import ConfigError
@@ -112,7 +113,7 @@ def _sentences(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from attnlm.ngram import train
+    from attnlm.ngram import DiscountWarning, train
 
     if args.order < 1:
         raise ConfigError(f"--order must be >= 1, got {args.order}")
@@ -123,9 +124,13 @@ def _train(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _, sents = _sentences(args)
     t1 = time.perf_counter()
-    model = train(
-        sents, args.order, smoothing=args.smoothing, k=args.k, alpha=args.alpha, pad=args.pad
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DiscountWarning)
+        model = train(
+            sents, args.order, smoothing=args.smoothing, k=args.k, alpha=args.alpha, pad=args.pad
+        )
+    for w in caught:
+        print(f"attnlm: warning: {w.message}", file=sys.stderr)
     t2 = time.perf_counter()
     if args.arpa:
         from attnlm.ngram.arpa import write_arpa

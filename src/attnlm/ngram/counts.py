@@ -225,6 +225,11 @@ def count_ngrams(
         dtype=np.int64,
         count=int(lengths.sum()),
     )
+    if len(index) > 3 and np.any((words == 1) | (words == 2)):
+        raise InputError(
+            f"the text contains {BOS} or {EOS} inside a sentence; KenLM and attnlm "
+            "add them around every line themselves"
+        )
     if vocab_words is not None:
         for w in vocab_words:
             index[w]

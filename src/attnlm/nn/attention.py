@@ -319,14 +319,17 @@ class MultiHeadAttention(nn.Module):
         ``mask``: additive, broadcastable to ``(B, H, T, S)``. ``is_causal``: also apply the
         look-ahead mask (query ``i`` is at position ``S - T + i``). ``rotary``: ``(cos, sin)``
         for the new tokens' positions, applied to q and k (self-attention only). ``cache``:
-        append this call's k, v to ``cache`` slot ``layer`` and attend over everything held.
-        Returns ``(output (B, T, C), weights (B, H, T, S) or None)``; the weights are computed
-        only when ``need_weights`` (or the score has no fused kernel).
+        append this call's k, v to ``cache`` slot ``layer`` and attend over everything held
+        (self-attention only; cross-attention keys do not grow). Returns ``(output (B, T, C),
+        weights (B, H, T, S) or None)``; the weights are computed only when ``need_weights``
+        (or the score has no fused kernel).
         """
         B, T, C = x.shape
         if self.cross:
             if context is None:
                 raise InputError("cross-attention needs a context sequence")
+            if cache is not None or rotary is not None:
+                raise InputError("cache and rotary apply to self-attention only")
             q = self.q_proj(x)  # (B, T, C)
             k, v = self.kv_proj(context).split(C, dim=-1)  # (B, S, C) each
         else:

@@ -60,28 +60,29 @@ def learn_merges(
     n_distinct = len(index)
 
     pair_counts: dict[int, int] = {}
-    where: dict[int, set[int]] = {}
+    # pair -> indices of the words containing it (appended in word order, so a word's
+    # repeated entries are adjacent and skipped; a stale entry only costs a no-op visit)
+    where: dict[int, list[int]] = {}
     pc_get = pair_counts.get
     for wi, w in enumerate(words):
         n = counts[wi]
         for x, y in zip(w, w[1:]):
             p = (x << SHIFT) | y
             pair_counts[p] = pc_get(p, 0) + n
-            s = where.get(p)
-            if s is None:
-                where[p] = {wi}
-            else:
-                s.add(wi)
+            lst = where.get(p)
+            if lst is None:
+                where[p] = [wi]
+            elif lst[-1] != wi:
+                lst.append(wi)
 
-    if sort_key is None:
+    keys: list[Any] | None = None
+    if sort_key is not None:
+        keys = [sort_key(s) for s in symbols]
 
-        def entry(c: int, p: int) -> tuple:
+    def entry(c: int, p: int) -> tuple:
+        if keys is None:
             return (-c, p)
-    else:
-        keys: list[Any] = [sort_key(s) for s in symbols]
-
-        def entry(c: int, p: int) -> tuple:
-            return (-c, keys[p >> SHIFT], keys[p & MASK], p)
+        return (-c, keys[p >> SHIFT], keys[p & MASK], p)
 
     heap = [entry(c, p) for p, c in pair_counts.items() if c > 0]
     heapq.heapify(heap)
@@ -94,7 +95,7 @@ def learn_merges(
         c = pair_counts[p]
         if c != -top[0]:
             if c > 0:
-                heappush(heap, entry(c, p))
+                heappush(heap, (-c, p) if keys is None else entry(c, p))
             continue
         if c < 1 or c < min_frequency:
             break
@@ -107,59 +108,68 @@ def learn_merges(
             symbols.append(content)
             index[content] = new
             n_distinct += 1
-            if sort_key is not None:
-                keys.append(sort_key(content))
+            if keys is not None:
+                keys.append(sort_key(content))  # type: ignore[misc]
         merges.append((a, b, new, c))
-        gained: dict[int, set[int]] = {}
+        gained: dict[int, list[int]] = {}
+        b_hi = b << SHIFT
         new_hi = new << SHIFT
         for wi in where.pop(p, ()):
             w = words[wi]
-            if a not in w:
-                continue
+            # occurrences of (a, b), left to right, non-overlapping
+            occ = []
+            i = -1
+            start = 0
             L = len(w)
+            index_of = w.index
+            for _ in range(w.count(a)):
+                i = index_of(a, i + 1)
+                if i >= start and i + 1 < L and w[i + 1] == b:
+                    occ.append(i)
+                    start = i + 2
+            if not occ:
+                continue
             n = counts[wi]
             out: list[int] = []
-            i = 0
-            while i < L:
-                x = w[i]
-                if x == a and i + 1 < L and w[i + 1] == b:
-                    if out:
-                        prev = out[-1] << SHIFT
-                        q = prev | a
-                        pair_counts[q] = pc_get(q, 0) - n
-                        q = prev | new
-                        pair_counts[q] = pc_get(q, 0) + n
-                        g = gained.get(q)
-                        if g is None:
-                            gained[q] = {wi}
-                        else:
-                            g.add(wi)
-                    if i + 2 < L:
-                        nxt = w[i + 2]
-                        q = (b << SHIFT) | nxt
-                        pair_counts[q] = pc_get(q, 0) - n
-                        q = new_hi | nxt
-                        pair_counts[q] = pc_get(q, 0) + n
-                        g = gained.get(q)
-                        if g is None:
-                            gained[q] = {wi}
-                        else:
-                            g.add(wi)
-                    out.append(new)
-                    i += 2
-                else:
-                    out.append(x)
-                    i += 1
-            if len(out) != L:
-                words[wi] = out
+            last = 0
+            for i in occ:
+                # count changes as in Hugging Face's Word.merge: the left neighbour is the
+                # already merged symbol when two occurrences touch, the right one is original
+                if i > 0:
+                    prev = new_hi if i == last and last > 0 else w[i - 1] << SHIFT
+                    q = prev | a
+                    pair_counts[q] = pc_get(q, 0) - n
+                    q = prev | new
+                    pair_counts[q] = pc_get(q, 0) + n
+                    lst = gained.get(q)
+                    if lst is None:
+                        gained[q] = [wi]
+                    elif lst[-1] != wi:
+                        lst.append(wi)
+                if i + 2 < L:
+                    nxt = w[i + 2]
+                    q = b_hi | nxt
+                    pair_counts[q] = pc_get(q, 0) - n
+                    q = new_hi | nxt
+                    pair_counts[q] = pc_get(q, 0) + n
+                    lst = gained.get(q)
+                    if lst is None:
+                        gained[q] = [wi]
+                    elif lst[-1] != wi:
+                        lst.append(wi)
+                out += w[last:i]
+                out.append(new)
+                last = i + 2
+            out += w[last:]
+            words[wi] = out
         pair_counts[p] = 0
         for q, ws in gained.items():
-            s = where.get(q)
-            if s is None:
+            lst = where.get(q)
+            if lst is None:
                 where[q] = ws
             else:
-                s |= ws
+                lst += ws
             c = pair_counts[q]
             if c > 0:
-                heappush(heap, entry(c, q))
+                heappush(heap, (-c, q) if keys is None else entry(c, q))
     return merges

@@ -260,12 +260,13 @@ class Trainer:
         budget = cfg.time_budget_s
         kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
         tokens_per_step = cfg.batch_size * self.micro * d.world_size * self.train_w.block_size
+        # The bar shows the run's progress in percent: the larger of the step and time fractions.
         bar = tqdm(
-            total=cfg.max_iters,
-            initial=st.step,
+            total=100.0,
+            initial=100.0 * st.step / cfg.max_iters,
             disable=not (cfg.progress and d.is_main),
             dynamic_ncols=True,
-            bar_format="{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
+            bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed}{postfix}]",
             desc="train ",
         )
         if not d.is_main:
@@ -293,9 +294,14 @@ class Trainer:
                 if budget:
                     left = min(left, budget - st.elapsed)
                 bar.set_postfix_str(
-                    f"loss {loss_ema:.4f}, {tok_s:,.0f} tok/s, ETA {_fmt_time(left)}", refresh=False
+                    f"step {st.step}, loss {loss_ema:.4f}, {tok_s:,.0f} tok/s, "
+                    f"ETA {_fmt_time(left)}",
+                    refresh=False,
                 )
-                bar.update(1)
+                progress = 100.0 * max(
+                    st.step / cfg.max_iters, st.elapsed / budget if budget else 0
+                )
+                bar.update(min(progress, 100.0) - bar.n)
                 if st.step % cfg.log_interval == 0 or st.step == 1:
                     metrics.write(
                         {

@@ -1,0 +1,26 @@
+"""`attnlm demo` end to end on a tiny preset and text (the real demo trains for minutes)."""
+
+import torch
+
+from attnlm.cli import main
+
+TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?\n\nJULIET:\nO Romeo.\n\n" * 20
+
+
+def test_demo_writes_everything(tmp_path, capsys):
+    corpus = tmp_path / "plays.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "demo"
+    threads = torch.get_num_threads()
+    try:
+        argv = ["demo", "--preset", "tiny-test", "--text", str(corpus), "--out", str(out)]
+        assert main(argv + ["--time-budget", "2s", "--threads", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert "tokenizer: CharTokenizer" in printed
+    assert "bits/char" in printed and printed.count("--- sample") == 3
+    for name in ("checkpoint/model.safetensors", "metrics.jsonl", "loss_curve.png", "attention.png"):
+        assert (out / name).is_file(), name
+        assert str(out / name.split("/")[0]) in printed
+    assert (out / "attention.png").read_bytes()[:4] == b"\x89PNG"
