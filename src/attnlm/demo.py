@@ -80,7 +80,9 @@ def run_demo(
     log(f"validation ({len(ids):,} tokens of the held-out split): {result.format()}")
 
     log("\n== three samples (temperature 0.8, top-k 40, seed 0; KV cache, batched prompts)")
-    prompts = [p for p in DEMO_PROMPTS if _encodable(tok, p)] or ["\n"]
+    prompts = [p for p in DEMO_PROMPTS if _encodable(tok, p)]
+    filler = "\n" if _encodable(tok, "\n") else tok.decode([0])
+    prompts += [filler] * (len(DEMO_PROMPTS) - len(prompts))
     samples = generate_text(
         model, tok, prompts, max_new_tokens=240, temperature=0.8, top_k=40, seed=0
     )

@@ -116,25 +116,19 @@ def learn_merges(
         new_hi = new << SHIFT
         for wi in where.pop(p, ()):
             w = words[wi]
-            # occurrences of (a, b), left to right, non-overlapping
-            occ = []
-            i = -1
-            start = 0
             L = len(w)
+            n = counts[wi]
             index_of = w.index
+            out: list[int] = []
+            last = 0  # end of the previous occurrence
+            i = -1
+            # visit each `a`; an occurrence of (a, b) must start at or after `last`
             for _ in range(w.count(a)):
                 i = index_of(a, i + 1)
-                if i >= start and i + 1 < L and w[i + 1] == b:
-                    occ.append(i)
-                    start = i + 2
-            if not occ:
-                continue
-            n = counts[wi]
-            out: list[int] = []
-            last = 0
-            for i in occ:
+                if i < last or i + 1 >= L or w[i + 1] != b:
+                    continue
                 # count changes as in Hugging Face's Word.merge: the left neighbour is the
-                # already merged symbol when two occurrences touch, the right one is original
+                # merged symbol when two occurrences touch, the right neighbour is original
                 if i > 0:
                     prev = new_hi if i == last and last > 0 else w[i - 1] << SHIFT
                     q = prev | a
@@ -160,8 +154,9 @@ def learn_merges(
                 out += w[last:i]
                 out.append(new)
                 last = i + 2
-            out += w[last:]
-            words[wi] = out
+            if last:
+                out += w[last:]
+                words[wi] = out
         pair_counts[p] = 0
         for q, ws in gained.items():
             lst = where.get(q)
