@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +29,15 @@ from attnlm.tokenizers import (
     load,
     split_words,
 )
-from attnlm.tokenizers.bpe import GPT2_BYTE_ORDER, _merge_long, _merge_short, tiktoken_available
+from attnlm.tokenizers.bpe import (
+    GPT2_BYTE_ORDER,
+    GPT2_PUBLISHED,
+    PATTERNS,
+    _merge_long,
+    _merge_short,
+    count_chunks,
+    tiktoken_available,
+)
 from attnlm.tokenizers.classic_bpe import classic_merges
 from attnlm.tokenizers.training import learn_merges
 
@@ -227,6 +236,35 @@ def test_long_chunk_merge_equals_short(bpe: BPETokenizer) -> None:
     assert _merge_long(piece, ranks) == _merge_short(piece, ranks)
 
 
+@SETTINGS
+@given(
+    st.one_of(
+        st.text(),
+        st.text(alphabet=st.sampled_from(list(" \t\n\r'sStdDllrevm1a.,!é😀\u00a0")), max_size=40),
+    )
+)
+def test_gpt2_pattern_splits_like_published_regex(text: str) -> None:
+    import regex
+
+    assert regex.findall(PATTERNS["gpt2"], text) == regex.findall(GPT2_PUBLISHED, text)
+
+
+@SETTINGS
+@given(
+    st.one_of(
+        st.text(),
+        st.text(alphabet=st.sampled_from(list(" \t\n\r'sab1.,é😀\u00a0")), max_size=60),
+    )
+)
+def test_chunk_counting_shortcut_equals_findall(text: str) -> None:
+    import regex
+
+    for name in ("gpt2", "cl100k"):
+        expected = Counter(regex.findall(PATTERNS[name], text))
+        assert count_chunks(text, PATTERNS[name]) == expected
+    assert count_chunks(text, GPT2_PUBLISHED) == Counter(regex.findall(GPT2_PUBLISHED, text))
+
+
 def test_bpe_custom_regex_pattern() -> None:
     tok = BPETokenizer.train(TEXT, 300, pattern=r"\S+|\s+")
     assert tok.pattern == r"\S+|\s+" and tok.pattern_name == ""
@@ -256,6 +294,15 @@ def test_engines_identical_property(bpe: BPETokenizer, text: str) -> None:
     assert bpe.encode_ordinary(text) == py
 
 
+def test_bpe_pickles(bpe: BPETokenizer) -> None:
+    import pickle
+
+    bpe.engine = "auto"
+    bpe.encode("warm up")
+    back = pickle.loads(pickle.dumps(bpe))
+    assert back.encode(TEXT) == bpe.encode(TEXT) and back.merges == bpe.merges
+
+
 def test_engine_choice_errors(bpe: BPETokenizer) -> None:
     with pytest.raises(TokenizerConfigError, match="unknown engine"):
         bpe.engine = "rust"
@@ -270,6 +317,10 @@ def test_bpe_cache_is_bounded() -> None:
     assert len(tok._cache) <= 50
     assert tok.decode(out) == TEXT
     assert tok.encode(TEXT) == out
+    other = "Zebras, quixotic jumps; 99 bottles. " * 3
+    for text in [other, TEXT, other[:20], TEXT]:
+        assert tok.decode(tok.encode(text)) == text
+        assert len(tok._cache) <= 50
 
 
 # ---------------------------------------------------------------- char and word
@@ -371,10 +422,21 @@ def test_bad_settings_raise_clear_errors() -> None:
     assert issubclass(TokenizerConfigError, InputError)
 
 
-def test_bad_ids_raise(bpe: BPETokenizer) -> None:
+def test_bad_ids_and_text_raise(bpe: BPETokenizer) -> None:
     for tok in [bpe, CharTokenizer.train("ab"), WordTokenizer.train("a b"), _all_kinds()[3]]:
         with pytest.raises(InvalidTokenIdError, match="not in the vocabulary"):
             tok.decode([0, 10**6])
+        with pytest.raises(InputError, match="expected text as a str, got bytes"):
+            tok.encode(b"ab")  # type: ignore[arg-type]
+    trainers = [
+        lambda: BPETokenizer.train(None, 300),
+        lambda: ClassicBPETokenizer.train(None, 300),
+        lambda: CharTokenizer.train(None),
+        lambda: WordTokenizer.train(None),
+    ]
+    for train in trainers:
+        with pytest.raises(InputError, match="expected text as a str"):
+            train()
 
 
 @pytest.mark.parametrize(

@@ -109,7 +109,7 @@ class Tokenizer(ABC):
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
             tmp = p.with_name(p.name + ".tmp")
-            tmp.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+            tmp.write_text(json.dumps(doc), encoding="utf-8")
             os.replace(tmp, p)
         except OSError as e:
             raise TokenizerFileError(f"{p}: cannot write tokenizer ({e.strerror or e})") from None
@@ -137,7 +137,9 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
             f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
         ) from None
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
-        raise TokenizerFileError(f"{p}: not an attnlm tokenizer file (no 'format': '{FILE_FORMAT}')")
+        raise TokenizerFileError(
+            f"{p}: not an attnlm tokenizer file (no 'format': '{FILE_FORMAT}')"
+        )
     if doc.get("version") != FILE_VERSION:
         raise TokenizerFileError(f"{p}: unsupported tokenizer file version {doc.get('version')!r}")
     kind = doc.get("kind")
@@ -154,8 +156,7 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
         raise TokenizerFileError(f"{p}: corrupt {kind} tokenizer file ({detail})") from None
 
 
-def check_ids(ids: Iterable[int], size: int) -> None:
-    """Raise :class:`InvalidTokenIdError` for the first id outside ``range(size)``."""
-    for i in ids:
-        if not (isinstance(i, int) and 0 <= i < size):
-            raise InvalidTokenIdError(f"token id {i!r} is not in the vocabulary (size {size})")
+def check_text(text: object) -> None:
+    """Raise :class:`InputError` unless ``text`` is a ``str``."""
+    if not isinstance(text, str):
+        raise InputError(f"expected text as a str, got {type(text).__name__}")

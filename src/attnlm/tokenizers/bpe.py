@@ -50,16 +50,23 @@ from attnlm.tokenizers.base import (
     Tokenizer,
     TokenizerConfigError,
     TokenizerFileError,
+    check_text,
     register_kind,
 )
 from attnlm.tokenizers.training import MAX_SYMBOLS, learn_merges
 
-#: Built-in pre-tokenization patterns: GPT-2's (2019) and cl100k_base's (GPT-3.5/4).
+#: GPT-2's pre-tokenization regex as published (Radford et al., 2019, ``encoder.py``).
+GPT2_PUBLISHED = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+#: Built-in pre-tokenization patterns. ``gpt2`` is GPT-2's regex with the letter alternative
+#: moved first, which splits identically (the alternatives that can match at a position never
+#: overlap, except the contractions, which stay before punctuation) and runs about 15% faster
+#: in Python's ``regex``; ``cl100k`` is cl100k_base's (GPT-3.5/4) exactly.
 PATTERNS: dict[str, str] = {
-    "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    "gpt2": r""" ?\p{L}+|'(?:[stmd]|re|ve|ll)| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
     "cl100k": (
-        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-        r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+"""
+        r"""| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
     ),
 }
 
@@ -95,6 +102,49 @@ def resolve_pattern(pattern: str) -> tuple[str, str]:
     except regex.error as e:
         raise TokenizerConfigError(f"invalid pre-tokenization regex {pattern!r}: {e}") from None
     return "", pattern
+
+
+# `re`'s \s also matches U+001C..U+001F, `regex`'s (Unicode White_Space) does not: exclude them
+_WS, _NON_WS = r"[^\S\x1c-\x1f]", r"[\S\x1c-\x1f]"
+_WS_THEN_NON_WS = re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+")
+
+
+def count_chunks(text: str, pattern: str) -> Counter[str]:
+    r"""``Counter(regex.findall(pattern, text))``, computed faster for the ``gpt2`` pattern.
+
+    No ``gpt2`` chunk crosses a point where a non-space character is followed by a space
+    (letter, digit and punctuation runs stop at whitespace; whitespace chunks hold only
+    whitespace and look ahead only within their run). So the text is cut there into pieces
+    ``\s*\S+`` with the fast ``re`` module, each distinct piece is split once, and its chunks
+    are counted as often as the piece occurs. Pieces that occur equally often are joined and
+    split in one call (joined pieces still meet at such a point).
+    """
+    compiled = regex.compile(pattern)
+    if pattern not in (PATTERNS["gpt2"], GPT2_PUBLISHED):
+        return Counter(compiled.findall(text))
+    pieces = _WS_THEN_NON_WS.findall(text)
+    out: Counter[str] = Counter()
+    if not pieces:
+        return out
+    piece_counts = Counter(pieces)
+    # the first piece may start with a non-space and the last may be only spaces: alone
+    alone = {pieces[0], pieces[-1]}
+    by_count: dict[int, list[str]] = {}
+    for piece, n in piece_counts.items():
+        if piece not in alone:
+            by_count.setdefault(n, []).append(piece)
+    for piece in alone:
+        n = piece_counts[piece]
+        for chunk in compiled.findall(piece):
+            out[chunk] += n
+    for n, group in by_count.items():
+        found = Counter(compiled.findall("".join(group)))
+        if n == 1:
+            out.update(found)
+        else:
+            for chunk, k in found.items():
+                out[chunk] += k * n
+    return out
 
 
 def _fix_surrogates(text: str) -> str:
@@ -229,6 +279,15 @@ class BPETokenizer(Tokenizer):
         self._tk_error: str | None = None
         self.engine = engine
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_tk"] = None  # rebuilt on demand in the new process
+        state["_tk_error"] = None
+        state["_cache"] = {}
+        if state["_engine"] == "tiktoken":
+            state["_engine"] = "auto"
+        return state
+
     @staticmethod
     def _check_specials(
         special_tokens: dict[str, int] | Sequence[str] | None, top: int
@@ -277,9 +336,7 @@ class BPETokenizer(Tokenizer):
         if vocab_size > MAX_SYMBOLS:
             raise TokenizerConfigError(f"vocab_size {vocab_size} too large (max {MAX_SYMBOLS})")
         name, pat = resolve_pattern(pattern)
-        if not isinstance(text, str):
-            raise TokenizerConfigError("train() needs the training text as a str")
-        compiled = regex.compile(pat)
+        check_text(text)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
@@ -288,7 +345,7 @@ class BPETokenizer(Tokenizer):
         segments = _special_regex(names).split(text) if names else [text]
         counts: Counter[str] = Counter()
         for seg in segments:
-            counts.update(compiled.findall(seg))
+            counts.update(count_chunks(seg, pat))
         words = [list(w.encode("utf-8").translate(_BYTE_TO_ID)) for w in counts]
         symbols: list[bytes] = [bytes([b]) for b in GPT2_BYTE_ORDER]
         merged = learn_merges(
@@ -392,13 +449,14 @@ class BPETokenizer(Tokenizer):
         are encoded as their ids; one from ``disallowed_special`` (default: every special
         token not allowed) raises :class:`DisallowedSpecialTokenError`; others are ordinary
         text. Same semantics as ``tiktoken.Encoding.encode``."""
-        if not self._special:
+        if not self._special and not (allowed_special and allowed_special != "all"):
             return self.encode_ordinary(text)
         allowed = self._special_set(allowed_special, "allowed_special")
         if disallowed_special == "all":
             disallowed = frozenset(self._special) - allowed
         else:
             disallowed = self._special_set(disallowed_special, "disallowed_special")
+        check_text(text)
         if disallowed:
             m = self._special_pattern(disallowed).search(text)
             if m:
@@ -445,6 +503,7 @@ class BPETokenizer(Tokenizer):
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Token ids of ``text`` with special tokens treated as ordinary text."""
+        check_text(text)
         if self.engine == "tiktoken":
             return self._tk.encode_ordinary(text)
         return self._encode_ordinary_py(text)
@@ -457,22 +516,28 @@ class BPETokenizer(Tokenizer):
         """The pure-Python engine: regex split, per-chunk cache, lowest-rank merges."""
         chunks = self._pat.findall(text)
         cache = self._cache
-        vals = list(map(cache.get, chunks))
-        if None not in vals:
-            return list(chain.from_iterable(vals))
-        missing = set(chunks).difference(cache)
-        piece_ids = self._piece_ids
+        if cache:
+            vals = list(map(cache.get, chunks))
+            if None not in vals:
+                return list(chain.from_iterable(vals))
+        missing = list(set(chunks).difference(cache))
         try:
-            new = {c: piece_ids(c.encode("utf-8")) for c in missing}
+            pieces = [c.encode("utf-8") for c in missing]
         except UnicodeEncodeError:
             return self._encode_ordinary_py(_fix_surrogates(text))
-        if len(cache) + len(new) > self.cache_size:
-            cache.clear()
-        if len(new) <= self.cache_size:
+        ranks = self._ranks
+        found = list(map(ranks.get, pieces))  # chunks that are one token
+        new = {}
+        for c, piece, r in zip(missing, pieces, found):
+            new[c] = (r,) if r is not None else self._piece_ids(piece)
+        if len(cache) + len(new) <= self.cache_size:
             cache.update(new)
             table = cache
-        else:  # more distinct chunks than the cache holds: use them once, keep none
-            table = {**{c: v for c, v in zip(chunks, vals) if v is not None}, **new}
+        else:  # the cache is full: look up in both for this text, then keep only the new
+            table = {**cache, **new}
+            cache.clear()
+            if len(new) <= self.cache_size:
+                cache.update(new)
         return list(chain.from_iterable(map(table.__getitem__, chunks)))
 
     def _piece_ids(self, piece: bytes) -> tuple[int, ...]:

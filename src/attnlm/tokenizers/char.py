@@ -16,6 +16,7 @@ from attnlm.tokenizers.base import (
     Tokenizer,
     TokenizerConfigError,
     UnknownTokenError,
+    check_text,
     register_kind,
 )
 
@@ -52,6 +53,7 @@ class CharTokenizer(Tokenizer):
     @classmethod
     def train(cls, text: str, unk: bool = False) -> CharTokenizer:
         """Vocabulary = the distinct characters of ``text``, sorted by code point."""
+        check_text(text)
         if not text:
             raise TokenizerConfigError("cannot build a character vocabulary from empty text")
         return cls(sorted(set(text)), unk=unk)
@@ -65,6 +67,7 @@ class CharTokenizer(Tokenizer):
         return {UNK: len(self.chars)} if self.unk else {}
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         stoi = self._stoi
         try:
             return [stoi[c] for c in text]

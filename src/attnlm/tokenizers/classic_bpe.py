@@ -29,6 +29,7 @@ from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,
     TokenizerConfigError,
+    check_text,
     register_kind,
 )
 from attnlm.tokenizers.training import learn_merges
@@ -49,9 +50,7 @@ def _spell(word: str) -> tuple[str, ...]:
     return (NEWLINE,) if word == NEWLINE else (*word, END)
 
 
-def classic_merges(
-    table: Mapping[str, int], num_merges: int
-) -> list[tuple[tuple[str, str], int]]:
+def classic_merges(table: Mapping[str, int], num_merges: int) -> list[tuple[tuple[str, str], int]]:
     """Learn up to ``num_merges`` merges on a word-frequency table whose keys are
     space-separated symbols (``{"l o w </w>": 5, ...}``); returns ``[((left, right), count)]``.
     """
@@ -116,6 +115,7 @@ class ClassicBPETokenizer(Tokenizer):
     def train(cls, text: str, vocab_size: int) -> ClassicBPETokenizer:
         """Learn merges on the words of ``text`` until the vocabulary (``<unk>``, base symbols
         and merged symbols) has ``vocab_size`` entries or no pair is left."""
+        check_text(text)
         counts = Counter(split_classic_words(text))
         if not counts:
             raise TokenizerConfigError("cannot train classic BPE on text without words")
@@ -130,9 +130,7 @@ class ClassicBPETokenizer(Tokenizer):
         symbols: list[Any] = [(s,) for s in base]
         sid = {s: i for i, s in enumerate(base)}
         words = [[sid[s] for s in w] for w in spelled]
-        merged = learn_merges(
-            words, list(counts.values()), symbols, vocab_size - 1, sort_key=_key
-        )
+        merged = learn_merges(words, list(counts.values()), symbols, vocab_size - 1, sort_key=_key)
         return cls(base, [(a + 1, b + 1) for a, b, *_ in merged])  # ids: <unk> is 0
 
     @property
@@ -166,6 +164,7 @@ class ClassicBPETokenizer(Tokenizer):
         return ids
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         cache = self._cache
         out: list[int] = []
         for w in split_classic_words(text):

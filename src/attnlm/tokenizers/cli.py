@@ -73,9 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="alternate background colours (auto: when stdout is a terminal), else brackets",
     )
-    sh.add_argument(
-        "--max-chars", type=int, default=2000, help="show at most this many characters"
-    )
+    sh.add_argument("--max-chars", type=int, default=2000, help="show at most this many characters")
     sh.set_defaults(func=_show)
 
     info = tsub.add_parser("info", help="kind, vocabulary size and special tokens")
@@ -198,7 +196,9 @@ def token_pieces(tok, ids: list[int]) -> list[tuple[str, int]]:
             try:
                 pieces.append((buf.decode("utf-8"), n))
             except UnicodeDecodeError:
-                continue
+                if n < 4:  # a character spans at most 4 bytes, so at most 4 tokens
+                    continue
+                pieces.append((buf.decode("utf-8", errors="replace"), n))
             buf, n = b"", 0
         if buf:
             pieces.append((buf.decode("utf-8", errors="replace"), n))
@@ -215,17 +215,25 @@ def _visible(s: str) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     from attnlm.data.corpus import load_text
+    from attnlm.tokenizers import BPETokenizer
 
     tok = _load_tokenizer(args)
     text = args.input if args.input is not None else load_text(args.text)
     if args.max_chars > 0:
         text = text[: args.max_chars]
-    ids = tok.encode(text)
+    if isinstance(tok, BPETokenizer):
+        ids = tok.encode(text, allowed_special="all")  # show special tokens as one piece
+    else:
+        ids = tok.encode(text)
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     out = []
     for k, (piece, _) in enumerate(token_pieces(tok, ids)):
         if colour:
-            out.append(_COLOURS[k % 2] + _visible(piece).replace("\n", _RESET + "\n" + _COLOURS[k % 2]) + _RESET)
+            out.append(
+                _COLOURS[k % 2]
+                + _visible(piece).replace("\n", _RESET + "\n" + _COLOURS[k % 2])
+                + _RESET
+            )
         else:
             out.append("[" + _visible(piece) + "]")
     print("".join(out))

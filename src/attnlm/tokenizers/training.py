@@ -48,9 +48,9 @@ def learn_merges(
     ``words``: symbol ids per unique word (modified in place); ``counts``: frequency of each
     word; ``symbols``: the content (``bytes`` or ``str``) of ids ``0..len-1``, extended in
     place with each new symbol (``symbols[a] + symbols[b]``); every distinct entry counts
-    towards ``vocab_size``. ``sort_key`` maps a symbol's content to its tie-break key (default: ties go
-    to the smallest id pair). Returns ``[(left id, right id, merged id, count), ...]`` in
-    order, ``count`` being the pair's frequency when it was merged.
+    towards ``vocab_size``. ``sort_key`` maps a symbol's content to its tie-break key
+    (default: ties go to the smallest id pair). Returns ``[(left id, right id, merged id,
+    count), ...]`` in order, ``count`` being the pair's frequency when it was merged.
     """
     if vocab_size > MAX_SYMBOLS:
         raise ValueError(f"vocab_size {vocab_size} above the supported maximum {MAX_SYMBOLS}")
@@ -116,46 +116,43 @@ def learn_merges(
         new_hi = new << SHIFT
         for wi in where.pop(p, ()):
             w = words[wi]
+            if a not in w:
+                continue
             L = len(w)
             n = counts[wi]
-            index_of = w.index
             out: list[int] = []
-            last = 0  # end of the previous occurrence
-            i = -1
-            # visit each `a`; an occurrence of (a, b) must start at or after `last`
-            for _ in range(w.count(a)):
-                i = index_of(a, i + 1)
-                if i < last or i + 1 >= L or w[i + 1] != b:
-                    continue
-                # count changes as in Hugging Face's Word.merge: the left neighbour is the
-                # merged symbol when two occurrences touch, the right neighbour is original
-                if i > 0:
-                    prev = new_hi if i == last and last > 0 else w[i - 1] << SHIFT
-                    q = prev | a
-                    pair_counts[q] = pc_get(q, 0) - n
-                    q = prev | new
-                    pair_counts[q] = pc_get(q, 0) + n
-                    lst = gained.get(q)
-                    if lst is None:
-                        gained[q] = [wi]
-                    elif lst[-1] != wi:
-                        lst.append(wi)
-                if i + 2 < L:
-                    nxt = w[i + 2]
-                    q = b_hi | nxt
-                    pair_counts[q] = pc_get(q, 0) - n
-                    q = new_hi | nxt
-                    pair_counts[q] = pc_get(q, 0) + n
-                    lst = gained.get(q)
-                    if lst is None:
-                        gained[q] = [wi]
-                    elif lst[-1] != wi:
-                        lst.append(wi)
-                out += w[last:i]
-                out.append(new)
-                last = i + 2
-            if last:
-                out += w[last:]
+            i = 0
+            while i < L:
+                x = w[i]
+                if x == a and i + 1 < L and w[i + 1] == b:
+                    if out:
+                        prev = out[-1] << SHIFT
+                        q = prev | a
+                        pair_counts[q] = pc_get(q, 0) - n
+                        q = prev | new
+                        pair_counts[q] = pc_get(q, 0) + n
+                        lst = gained.get(q)
+                        if lst is None:
+                            gained[q] = [wi]
+                        elif lst[-1] != wi:
+                            lst.append(wi)
+                    if i + 2 < L:
+                        nxt = w[i + 2]
+                        q = b_hi | nxt
+                        pair_counts[q] = pc_get(q, 0) - n
+                        q = new_hi | nxt
+                        pair_counts[q] = pc_get(q, 0) + n
+                        lst = gained.get(q)
+                        if lst is None:
+                            gained[q] = [wi]
+                        elif lst[-1] != wi:
+                            lst.append(wi)
+                    out.append(new)
+                    i += 2
+                else:
+                    out.append(x)
+                    i += 1
+            if len(out) != L:
                 words[wi] = out
         pair_counts[p] = 0
         for q, ws in gained.items():

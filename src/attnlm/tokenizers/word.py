@@ -9,8 +9,9 @@ frequent first (ties in code-point order), cut to ``max_size`` ids in all. Unsee
 to ``<unk>``.
 
 Decoding joins the words with single spaces, except none before closing punctuation
-(``. , ; : ! ? ) ] }`` ...), none after opening brackets, and none around an apostrophe followed by a
-contraction ending such as ``t``, ``s``, ``ll``, ``er`` (``Don ' t`` -> ``Don't``). Whitespace and case are not restored exactly.
+(``. , ; : ! ? ) ] }`` ...), none after opening brackets, and none around an apostrophe
+followed by a contraction ending such as ``t``, ``s``, ``ll``, ``er`` (``Don ' t`` ->
+``Don't``). Whitespace is not restored exactly.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,
     TokenizerConfigError,
+    check_text,
     register_kind,
 )
 
@@ -87,6 +89,7 @@ class WordTokenizer(Tokenizer):
     def train(cls, text: str, min_freq: int = 1, max_size: int | None = None) -> WordTokenizer:
         """Vocabulary of the words of ``text`` seen at least ``min_freq`` times, most frequent
         first, at most ``max_size`` ids including ``<unk>``."""
+        check_text(text)
         if not isinstance(min_freq, int) or min_freq < 1:
             raise TokenizerConfigError(f"min_freq must be an integer >= 1, got {min_freq!r}")
         if max_size is not None and (not isinstance(max_size, int) or max_size < 2):
@@ -94,7 +97,9 @@ class WordTokenizer(Tokenizer):
                 f"max_size {max_size!r} too small: a word vocabulary needs <unk> and one word"
             )
         counts = Counter(split_words(text))
-        ranked = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
+        ranked = sorted(
+            (w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w)
+        )
         if max_size is not None:
             ranked = ranked[: max_size - 1]
         if not ranked:
@@ -112,6 +117,7 @@ class WordTokenizer(Tokenizer):
         return {UNK: 0}
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         get = self._stoi.get
         return [get(w, 0) for w in split_words(text)]
 
