@@ -15,7 +15,8 @@ Encoding:
 Any Unicode string round-trips exactly (lone surrogates, which are not Unicode scalar values,
 are replaced by U+FFFD first, as tiktoken does).
 
-Two engines give the same ids: ``"python"`` (compiled regex, bounded per-chunk cache,
+Two engines give the same ids: ``"python"`` (compiled regex (stdlib ``re`` on ASCII stretches
+for the built-in patterns, :mod:`attnlm.tokenizers.split`), bounded per-chunk cache,
 lowest-rank merge loop; a heap-based loop for long chunks) and ``"tiktoken"`` (our ranks,
 pattern and special tokens handed to ``tiktoken.Encoding``). ``engine="auto"`` picks tiktoken
 when it is installed and accepts the pattern.
@@ -53,6 +54,7 @@ from attnlm.tokenizers.base import (
     check_text,
     register_kind,
 )
+from attnlm.tokenizers.split import Splitter
 from attnlm.tokenizers.training import MAX_SYMBOLS, learn_merges
 
 #: GPT-2's pre-tokenization regex as published (Radford et al., 2019, ``encoder.py``).
@@ -110,7 +112,8 @@ _WS_THEN_NON_WS = re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+")
 
 
 def count_chunks(text: str, pattern: str) -> Counter[str]:
-    r"""``Counter(regex.findall(pattern, text))``, computed faster for the ``gpt2`` pattern.
+    r"""``Counter(regex.findall(pattern, text))``, computed faster for the built-in patterns
+    (see :mod:`attnlm.tokenizers.split`; for ``gpt2`` also the piece counting below).
 
     No ``gpt2`` chunk crosses a point where a non-space character is followed by a space
     (letter, digit and punctuation runs stop at whitespace; whitespace chunks hold only
@@ -119,9 +122,9 @@ def count_chunks(text: str, pattern: str) -> Counter[str]:
     are counted as often as the piece occurs. Pieces that occur equally often are joined and
     split in one call (joined pieces still meet at such a point).
     """
-    compiled = regex.compile(pattern)
     if pattern not in (PATTERNS["gpt2"], GPT2_PUBLISHED):
-        return Counter(compiled.findall(text))
+        return Counter(Splitter(pattern)(text))
+    compiled = regex.compile(pattern)
     pieces = _WS_THEN_NON_WS.findall(text)
     out: Counter[str] = Counter()
     if not pieces:
@@ -266,7 +269,7 @@ class BPETokenizer(Tokenizer):
         self._ranks: dict[bytes, int] = dict(ranks)
         top = max(self._ranks.values())
         self.pattern_name, self.pattern = resolve_pattern(pattern)
-        self._pat = regex.compile(self.pattern)
+        self._split = Splitter(self.pattern)
         self._special = self._check_specials(special_tokens, top)
         self._decoder: dict[int, bytes] = {r: t for t, r in self._ranks.items()}
         for s, i in self._special.items():
@@ -514,7 +517,7 @@ class BPETokenizer(Tokenizer):
 
     def _encode_ordinary_py(self, text: str) -> list[int]:
         """The pure-Python engine: regex split, per-chunk cache, lowest-rank merges."""
-        chunks = self._pat.findall(text)
+        chunks = self._split(text)
         cache = self._cache
         if cache:
             vals = list(map(cache.get, chunks))
