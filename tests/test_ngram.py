@@ -528,3 +528,21 @@ def test_cli_discount_fallback_is_a_warning(tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     assert "attnlm: warning: order" in err and "fixed discounts" in err
+
+
+def test_cli_json_is_strict_when_perplexity_is_infinite(tmp_path, capsys):
+    """An unsmoothed model gives infinite perplexity on unseen words: JSON null, not Infinity."""
+    train_txt, test_txt = tmp_path / "train.txt", tmp_path / "test.txt"
+    train_txt.write_text("a b c\nb c a\n", encoding="utf-8")
+    test_txt.write_text("a b zebra\n", encoding="utf-8")
+    model = tmp_path / "mle.npz"
+    args = ["--order", "2", "--text", str(train_txt), "--out", str(model)]
+    assert main(["ngram", "train", *args, "--smoothing", "mle"]) == 0
+    capsys.readouterr()
+    assert main(["ngram", "score", "--model", str(model), "--text", str(test_txt), "--json"]) == 0
+
+    def reject(name):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    d = json.loads(capsys.readouterr().out, parse_constant=reject)
+    assert d["ppl"] is None and d["oov"] == 1 and d["tokens"] == 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import warnings
@@ -160,8 +161,9 @@ def _score(args: argparse.Namespace) -> int:
     if args.json:
         d = r.to_dict()
         d.update(order=model.order, smoothing=model.smoothing)
-        # infinite perplexities (unsmoothed models) are written as Infinity, as Python does
-        print(json.dumps(d))
+        # strict JSON: an infinite perplexity (unsmoothed model, unseen event) is null
+        d = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in d.items()}
+        print(json.dumps(d, allow_nan=False))
     else:
         print(f"Perplexity including OOVs:\t{r.ppl}")
         print(f"Perplexity excluding OOVs:\t{r.ppl_excl_oov}")
