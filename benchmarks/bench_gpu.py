@@ -70,9 +70,13 @@ def main() -> None:
     name = torch.cuda.get_device_name()
     peak = args.peak_tflops or next((v for k, v in PEAKS_TFLOPS.items() if k in name), 989.0)
     mfu = flops_per_token * tok_s / (peak * 1e12)
-    print(f"device: {name}; model {n_params / 1e6:.1f}M params, batch {B} x {T}, bf16 autocast, "
-          f"compile={not args.no_compile}")
-    print(f"step {dt * 1e3:.1f} ms, {tok_s:,.0f} tokens/s, MFU {mfu * 100:.1f}% of {peak:.0f} TFLOPS")
+    print(
+        f"device: {name}; model {n_params / 1e6:.1f}M params, batch {B} x {T}, bf16 autocast, "
+        f"compile={not args.no_compile}"
+    )
+    print(
+        f"step {dt * 1e3:.1f} ms, {tok_s:,.0f} tokens/s, MFU {mfu * 100:.1f}% of {peak:.0f} TFLOPS"
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Shape of nanoGPT's README CPU recipe: 4 layers, 4 heads, width 128, block 64, batch 12,
 vocabulary 80, learned positions, GELU (tanh), biases, tied embeddings, dropout 0. One step =
 forward with loss, backward, gradient clipping at 1.0, AdamW step (lr 1e-3, betas (0.9, 0.99),
-weight decay 0.1 on matrices), zero_grad. Both models run in this process with
+weight decay 0.1 on matrices; the fused kernel, as our trainer uses, for both models, or
+``--no-fused``), zero_grad. Both models run in this process with
 ``torch.set_num_threads(1)``, alternating in rounds; medians of the rounds are reported.
 
     .venv/bin/python benchmarks/bench_train.py [--rounds 7] [--steps 20]
@@ -45,8 +46,8 @@ def hf():
     return GPT2LMHeadModel(cfg)
 
 
-def make_step(model, is_hf: bool):
-    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+def make_step(model, is_hf: bool, fused: bool = True):
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), fused=fused)
     model.train()
 
     def step(x, y):
@@ -76,13 +77,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-fused", action="store_true", help="for-each AdamW for both models")
     args = ap.parse_args()
+    fused = not args.no_fused
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     data = torch.randint(V, (args.steps, B, T + 1), generator=g)
     batches = [(d[:, :-1], d[:, 1:]) for d in data]
-    steps = {"attnlm GPT": make_step(ours(), False), "HF GPT2LMHeadModel": make_step(hf(), True)}
+    steps = {
+        "attnlm GPT": make_step(ours(), False, fused),
+        "HF GPT2LMHeadModel": make_step(hf(), True, fused),
+    }
     for step in steps.values():  # warm up
         tokens_per_s(step, batches[:3])
     results: dict[str, list[float]] = {name: [] for name in steps}

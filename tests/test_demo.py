@@ -20,7 +20,12 @@ def test_demo_writes_everything(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "tokenizer: CharTokenizer" in printed
     assert "bits/char" in printed and printed.count("--- sample") == 3
-    for name in ("checkpoint/model.safetensors", "metrics.jsonl", "loss_curve.png", "attention.png"):
+    for name in (
+        "checkpoint/model.safetensors",
+        "metrics.jsonl",
+        "loss_curve.png",
+        "attention.png",
+    ):
         assert (out / name).is_file(), name
         assert str(out / name.split("/")[0]) in printed
     assert (out / "attention.png").read_bytes()[:4] == b"\x89PNG"

@@ -224,3 +224,104 @@ def test_bad_sampling_values():
         model.generate(torch.tensor([[1]]), 2, temperature=-1.0)
     with pytest.raises(ConfigError):
         model.generate(torch.tensor([[1]]), 2, top_p=1.5)
+
+
+# -- lookahead drafts (prompt-lookup decoding) -------------------------------------------------
+
+
+def test_lookup_draft():
+    from attnlm.generate.lookahead import lookup_draft
+
+    assert lookup_draft([5, 6, 7, 8, 5, 6], 3) == [7, 8, 5]
+    assert lookup_draft([1, 2, 3, 1, 2, 3, 9, 1, 2, 3], 2) == [9, 1]  # longest n-gram, latest
+    assert lookup_draft([4, 4, 4, 4, 4, 4], 3) == [4, 4]  # the occurrence followed by the most
+    assert lookup_draft([1, 2, 3, 4], 3) == []
+    assert lookup_draft([1, 2, 1, 2], 0) == []
+
+
+def test_drop_newest_undoes_cache_entries():
+    from attnlm.generate.lookahead import drop_newest
+
+    model = tiny_gpt("learned")
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        cache = model.new_cache()
+        model(ids, cache=cache)
+        drop_newest(cache, 2)
+        assert cache.length == 3 and cache.position == 3
+        a = model(torch.tensor([[9]]), cache=cache).logits
+        fresh = model.new_cache()
+        model(ids[:, :3], cache=fresh)
+        b = model(torch.tensor([[9]]), cache=fresh).logits
+    torch.testing.assert_close(a, b)
+
+
+class CountingGPT(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.inner, self.config, self.calls = model, model.config, 0
+
+    def new_cache(self):
+        return self.inner.new_cache()
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope", "alibi"])
+@pytest.mark.parametrize("sharpen", [25.0, 1.0])
+def test_lookahead_gives_the_greedy_tokens_with_fewer_passes(positions, sharpen):
+    model = CountingGPT(tiny_gpt(positions, block=64, sharpen=sharpen))
+    prompt = [[3, 1, 4, 1, 5, 9, 2, 6]]
+    fast = decode(model, prompt, 50, temperature=0, lookahead=8)
+    passes = model.calls
+    model.calls = 0
+    slow = decode(model, prompt, 50, temperature=0, lookahead=0)
+    assert fast == slow and len(fast[0]) == 50
+    assert model.calls == 50  # one pass per token: the prefill gives the first
+    ref = reference_greedy(model.inner, torch.tensor(prompt), 50)[0, 8:].tolist()
+    assert fast[0] == ref
+    if sharpen > 1:  # a sharp random model repeats itself, so drafts get accepted
+        assert passes < 40
+
+
+def test_lookahead_respects_stop_callback():
+    model = tiny_gpt("rope", block=64)
+    seen = []
+    out = decode(
+        model,
+        [[1, 2, 3]],
+        40,
+        temperature=0,
+        on_token=lambda r, t: seen.append(t) or len(seen) == 7,
+    )
+    assert len(out[0]) == 7 and out[0] == seen
+
+
+def test_lookahead_rejected_drafts_are_undone(monkeypatch):
+    import attnlm.generate.lookahead as la
+
+    model = CountingGPT(tiny_gpt("rope", block=64, sharpen=1.0))
+    prompt = [3, 1, 4, 1, 5]
+    truth = decode(model, [prompt], 40, temperature=0, lookahead=0)[0]
+    full = prompt + truth
+
+    def half_right(seq, k, max_ngram=4):
+        # the true next two tokens, then wrong guesses that must be rejected and undone
+        nxt = full[len(seq) : len(seq) + k]
+        return nxt[:2] + [(t + 1) % 40 for t in nxt[2:]]
+
+    monkeypatch.setattr(la, "lookup_draft", half_right)
+    held = []  # cache length before each pass
+    inner = model.forward
+
+    def recording(ids, cache=None, **kw):
+        held.append(cache.length)
+        return inner(ids, cache=cache, **kw)
+
+    monkeypatch.setattr(model, "forward", recording)
+    assert decode(model, [prompt], 40, temperature=0, lookahead=6)[0] == truth
+    # prefill, then each pass commits the next token and two accepted guesses; the four wrong
+    # guesses are fed too but dropped from the cache again
+    assert held[:5] == [0, 5, 8, 11, 14]

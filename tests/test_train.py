@@ -277,3 +277,5 @@ def test_early_stopping(tmp_path):
     result = tr.fit(MetricsLog(tmp_path / "m.jsonl", True, None))
     assert result.stop_reason == "early_stop"
     assert result.step == 8  # first eval sets the best; three more without improvement
+    config = json.loads((tmp_path / "checkpoint" / "config.json").read_text())
+    assert config["step"] == 2  # the checkpoint holds the best model

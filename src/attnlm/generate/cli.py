@@ -43,7 +43,21 @@ def _generate(args: argparse.Namespace) -> int:
     ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
     encode_prompt(ck.tokenizer, args.prompt)  # fail early, before any output
     out = sys.stdout
-    for i in range(args.num_samples):
+    options = dict(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        stop=args.stop,
+        use_cache=args.use_cache,
+    )
+    if not args.stream:  # all samples in one batch
+        texts = generate_text(
+            ck.model, ck.tokenizer, [args.prompt] * args.num_samples, seed=args.seed, **options
+        )
+        out.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
+        return 0
+    for i in range(args.num_samples):  # streaming: one sample after the other
         if i:
             out.write("\n" + "-" * 40 + "\n")
         out.write(args.prompt)
@@ -53,21 +67,8 @@ def _generate(args: argparse.Namespace) -> int:
             out.write(piece)
             out.flush()
 
-        texts = generate_text(
-            ck.model,
-            ck.tokenizer,
-            [args.prompt],
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=None if args.seed is None else args.seed + i,
-            stop=args.stop,
-            use_cache=args.use_cache,
-            on_text=on_text if args.stream else None,
-        )
-        if not args.stream:
-            out.write(texts[0])
+        seed = None if args.seed is None else args.seed + i
+        generate_text(ck.model, ck.tokenizer, [args.prompt], seed=seed, on_text=on_text, **options)
         out.write("\n")
         out.flush()
     return 0

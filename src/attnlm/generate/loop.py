@@ -79,7 +79,7 @@ def _pick(logits: torch.Tensor, specs: list, greedy: bool, generator: torch.Gene
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def decode(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -90,11 +90,15 @@ def decode(
     use_cache: bool = True,
     generator: torch.Generator | None = None,
     on_token: TokenCallback | None = None,
+    lookahead: int = 8,
 ) -> list[list[int]]:
     """Continue each prompt (a list of ids, lengths may differ) by up to ``max_new_tokens``.
 
     Returns the new ids of each row (without its prompt). ``temperature == 0`` is greedy.
     ``on_token(row, id)`` is called for every new token in order; returning True ends that row.
+    ``lookahead``: greedy decoding of a single prompt that fits the window checks up to this
+    many draft tokens per forward pass (:mod:`attnlm.generate.lookahead`; same tokens, fewer
+    passes); 0 turns it off.
     """
     if max_new_tokens < 0:
         raise ConfigError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -104,6 +108,8 @@ def decode(
         raise InputError("every prompt needs at least one token")
     greedy = temperature == 0
     specs = [] if greedy else sampling_filters(temperature, top_k, top_p)
+    if _can_look_ahead(model, prompts, max_new_tokens, greedy, use_cache, lookahead):
+        return [_lookahead(model, prompts[0], max_new_tokens, lookahead, on_token)]
     device = next(model.parameters()).device
     lens = [len(p) for p in prompts]
     total = max(lens) + max_new_tokens
@@ -136,6 +142,31 @@ def decode(
     return out
 
 
+def _can_look_ahead(model, prompts, max_new_tokens, greedy, use_cache, lookahead) -> bool:
+    block = _model_config(model).block_size
+    return (
+        greedy
+        and use_cache
+        and lookahead > 0
+        and max_new_tokens > 0
+        and len(prompts) == 1
+        and hasattr(model, "new_cache")
+        and len(prompts[0]) + max_new_tokens <= block
+    )
+
+
+def _lookahead(model, prompt, max_new_tokens, lookahead, on_token) -> list[int]:
+    from attnlm.generate.lookahead import greedy_lookahead
+
+    was_training = model.training
+    model.eval()
+    try:
+        callback = (lambda tok: on_token(0, tok)) if on_token else None
+        return greedy_lookahead(model, prompt, max_new_tokens, lookahead, callback)
+    finally:
+        model.train(was_training)
+
+
 def generate(
     model: torch.nn.Module,
     ids: torch.Tensor,
@@ -145,6 +176,7 @@ def generate(
     top_p: float | None = None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    lookahead: int = 8,
 ) -> torch.Tensor:
     """Extend a batch of equal-length prompts ``ids`` (B, T) to (B, T + max_new_tokens).
 
@@ -163,6 +195,7 @@ def generate(
         top_p=top_p,
         use_cache=use_cache,
         generator=generator,
+        lookahead=lookahead,
     )
     tail = torch.tensor(new, dtype=torch.long, device=ids.device).view(ids.size(0), -1)
     return torch.cat([ids, tail], dim=1)

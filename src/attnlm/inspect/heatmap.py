@@ -52,7 +52,7 @@ def plot_attention_grid(
     fig, axes = plt.subplots(
         n_layer, n_head, figsize=(cell * n_head, cell * n_layer), squeeze=False
     )
-    fontsize = max(4, min(8, int(120 / max(t, 1))))
+    fontsize = max(4, min(9, int(150 / max(t, 1))))
     for l_idx in range(n_layer):
         for h in range(n_head):
             ax = axes[l_idx][h]

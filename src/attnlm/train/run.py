@@ -105,6 +105,8 @@ def train_run(spec: RunSpec, run_dir: str | Path, resume: bool = False, log=prin
     check_model_table(spec.model)
     dist = D.from_env()
     device = resolve_device(cfg.device, dist)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     D.init(dist, device.type)
     try:
         if cfg.threads:
@@ -169,6 +171,7 @@ def train_run(spec: RunSpec, run_dir: str | Path, resume: bool = False, log=prin
         result = trainer.fit(metrics)
         if dist.is_main:
             _loss_curve(run_dir, metrics.records)
+        _barrier(dist)  # leave together: no rank tears the group down under another
         return result
     finally:
         D.shutdown(dist)
@@ -178,7 +181,7 @@ def _loss_curve(run_dir: Path, records: list[dict[str, Any]]) -> None:
     from attnlm.inspect.heatmap import plot_loss_curve
 
     if records:
-        plot_loss_curve(records, run_dir / LOSS_CURVE_FILE)
+        plot_loss_curve(records, run_dir / LOSS_CURVE_FILE, title=f"{run_dir.name}: loss")
 
 
 def new_run_dir_check(run_dir: Path) -> None:

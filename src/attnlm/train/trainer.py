@@ -11,7 +11,8 @@ Works with any ``nn.Module`` whose ``forward(ids, targets)`` returns an object w
 4. clip the global gradient norm, set the learning rate, step AdamW.
 
 Every ``eval_interval`` steps and at the end: validation estimate, early-stopping bookkeeping,
-and an atomic checkpoint (rank 0). Logged records go to ``metrics.jsonl`` (JSON lines); on
+and an atomic checkpoint (rank 0; with early stopping only when validation improved, so the
+checkpoint holds the best model). Logged records go to ``metrics.jsonl`` (JSON lines); on
 resume, records after the checkpoint's step are dropped so the log matches an uninterrupted run.
 """
 
@@ -266,6 +267,7 @@ class Trainer:
             initial=100.0 * st.step / cfg.max_iters,
             disable=not (cfg.progress and d.is_main),
             dynamic_ncols=True,
+            mininterval=0.5,
             bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed}{postfix}]",
             desc="train ",
         )
@@ -336,7 +338,8 @@ class Trainer:
                         f"val {last_eval.bpc:.4f} bits/char, lr {lr:.2e}"
                     )
                     st.elapsed = time.perf_counter() - t0
-                    self.save()
+                    if improved or not cfg.early_stop:  # with early stopping: keep the best
+                        self.save()
                     early = cfg.early_stop and st.bad_evals >= cfg.early_stop
                     if D.from_main([float(bool(early))], d, self.device)[0]:
                         stop_reason = "early_stop"
