@@ -103,6 +103,8 @@ def compare(name: str, ours, ref, prompt, n: int, runs: int, tokenizer=None) -> 
             outs[key] = f()
             times[key].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
+    passes = _count_passes(ours, run_ours)
+    new_ids = outs["ours"][0, prompt.size(1) :].tolist()
     same = torch.equal(outs["ours"], outs["hf"]) and torch.equal(outs["plain"], outs["hf"])
     n_params = sum(p.numel() for p in ours.parameters())
     print(f"\n== {name}: {n_params / 1e6:.2f}M parameters, greedy, {n} new tokens, "
@@ -116,12 +118,23 @@ def compare(name: str, ours, ref, prompt, n: int, runs: int, tokenizer=None) -> 
         ("hf", "HF generate(use_cache=True)"),
     ):
         print(f"   {label:<40} {med[key] * 1e3:8.1f} ms ({n / med[key]:6.0f} tokens/s)")
-    print(f"   identical tokens (all three): {same}")
+    print(f"   identical tokens (all three): {same}; {len(set(new_ids))} distinct ids among the "
+          f"{n} new; forward passes with lookahead: {passes} (without: {n})")  # fmt: skip
     print(
         f"   speed-up vs HF: {med['hf'] / med['ours']:.2f}x with lookahead (target >= 2x), "
         f"{med['hf'] / med['plain']:.2f}x one token per pass"
     )
     return same
+
+
+def _count_passes(model: torch.nn.Module, fn) -> int:
+    calls = [0]
+    handle = model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        fn()
+    finally:
+        handle.remove()
+    return calls[0]
 
 
 def main() -> None:

@@ -279,3 +279,27 @@ def test_early_stopping(tmp_path):
     assert result.step == 8  # first eval sets the best; three more without improvement
     config = json.loads((tmp_path / "checkpoint" / "config.json").read_text())
     assert config["step"] == 2  # the checkpoint holds the best model
+
+
+def test_gradient_accumulation_matches_a_bigger_batch(corpus, tmp_path):
+    def losses(run):
+        records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [r["loss"] for r in records if "loss" in r]
+
+    common = ["--max-iters", "8", "--set", "log_interval=1"]
+    assert train_cli(corpus, tmp_path / "big", *common, "--batch-size", "8") == 0
+    assert (
+        train_cli(corpus, tmp_path / "acc", *common, "--batch-size", "4", "--grad-accum", "2") == 0
+    )
+    big, acc = losses(tmp_path / "big"), losses(tmp_path / "acc")
+    assert len(big) == len(acc) == 8
+    assert big == pytest.approx(acc, abs=1e-5)
+
+
+def test_bf16_autocast_and_device_choice(corpus, tmp_path):
+    from attnlm.train.run import resolve_device
+
+    expected = "cuda" if torch.cuda.is_available() else None
+    assert resolve_device("auto").type in {expected, "mps", "cpu"} - {None}
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert train_cli(corpus, tmp_path / "bf16", "--max-iters", "3", "--dtype", "bfloat16") == 0

@@ -1,17 +1,29 @@
-"""Generation: logits filters, the decoding loop (KV cache, sliding window), text and streaming."""
+"""Generation: logits filters, the decoding loop (KV cache, sliding window, lookahead drafts),
+text prompts, stop strings and streaming.
 
-from attnlm.generate.filters import FILTERS, apply_filters, sampling_filters, top_k, top_p
-from attnlm.generate.loop import decode, generate
-from attnlm.generate.text import encode_prompt, generate_text
+Names are loaded on first use so that ``attnlm --help`` does not import torch.
+"""
 
-__all__ = [
-    "FILTERS",
-    "apply_filters",
-    "decode",
-    "encode_prompt",
-    "generate",
-    "generate_text",
-    "sampling_filters",
-    "top_k",
-    "top_p",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FILTERS": "attnlm.generate.filters",
+    "apply_filters": "attnlm.generate.filters",
+    "sampling_filters": "attnlm.generate.filters",
+    "top_k": "attnlm.generate.filters",
+    "top_p": "attnlm.generate.filters",
+    "decode": "attnlm.generate.loop",
+    "generate": "attnlm.generate.loop",
+    "encode_prompt": "attnlm.generate.text",
+    "generate_text": "attnlm.generate.text",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnlm.data.cli import add_text_argument
 from attnlm.errors import InputError
+
+if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
+    from attnlm.train.config import RunSpec
 
 DEFAULT_PRESET = "shakespeare-char"
 
@@ -103,8 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=_eval)
 
 
-def _explicit(args: argparse.Namespace) -> list[str]:
-    """CLI flags given on the command line, as ``train.key=value`` overrides."""
+def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
+    """CLI flags given on the command line, as (TrainConfig field, value) pairs."""
     out = []
     for dest, field in TRAIN_FLAGS.items():
         value = getattr(args, dest, None)
@@ -116,7 +120,7 @@ def _explicit(args: argparse.Namespace) -> list[str]:
     return out
 
 
-def _spec(args: argparse.Namespace, base_tables: dict | None = None):
+def _spec(args: argparse.Namespace, base_tables: dict | None = None) -> RunSpec:
     from attnlm.config import load_preset
     from attnlm.train.config import apply_overrides, spec_from_tables
 
