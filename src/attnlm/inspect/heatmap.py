@@ -69,6 +69,11 @@ def plot_attention_grid(
                 ax.set_xlabel("key", fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
+    return _save(plt, fig, path)
+
+
+def _save(plt: Any, fig: Any, path: str | os.PathLike[str]) -> Path:
+    """Lay out, write ``fig`` as a PNG at ``path`` (creating folders) and close it."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,9 +99,4 @@ def plot_loss_curve(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
