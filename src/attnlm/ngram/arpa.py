@@ -127,18 +127,30 @@ def read_arpa(path: str | Path) -> BackoffModel:
         raise InputError(f"{p}: cannot read ({e})") from None
 
 
+class _Lines:
+    """The non-blank lines of a file, stripped; ``lineno`` is the number of the last line read
+    (blank ones counted). Iterating again continues where the last loop stopped."""
+
+    def __init__(self, f: io.TextIOBase) -> None:
+        self.f = f
+        self.lineno = 0
+
+    def __iter__(self):
+        for line in self.f:
+            self.lineno += 1
+            s = line.strip()
+            if s:
+                yield s
+
+
 def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
-    lineno = 0
+    lines = _Lines(f)
 
     def err(msg: str) -> InputError:
-        return InputError(f"{p}: line {lineno}: {msg}")
+        return InputError(f"{p}: line {lines.lineno}: {msg}")
 
     # header
-    for line in f:
-        lineno += 1
-        s = line.strip()
-        if not s:
-            continue
+    for s in lines:
         if s == "\\data\\":
             break
         raise err("expected \\data\\ (not an ARPA file)")
@@ -146,11 +158,7 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
         raise InputError(f"{p}: empty file or no \\data\\ header (not an ARPA file)")
     sizes: list[int] = []
     section_line = None
-    for line in f:
-        lineno += 1
-        s = line.strip()
-        if not s:
-            continue
+    for s in lines:
         m = _NGRAM_LINE.match(s)
         if m:
             if int(m.group(1)) != len(sizes) + 1:
@@ -167,7 +175,7 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
     grams: list[list[str]] = []
     for k in range(1, N + 1):
         if section_line is None:
-            raise InputError(f"{p}: line {lineno}: file ends before the {k}-grams section")
+            raise err(f"file ends before the {k}-grams section")
         m = _SECTION.match(section_line)
         if not m or int(m.group(1)) != k:
             raise err(f"expected \\{k}-grams:, got {section_line!r}")
@@ -175,11 +183,7 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
         bo: list[float] = []
         gr: list[str] = []
         section_line = None
-        for line in f:
-            lineno += 1
-            s = line.strip()
-            if not s:
-                continue
+        for s in lines:
             if s.startswith("\\"):
                 section_line = s
                 break
@@ -204,16 +208,13 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
                 raise err(f"highest-order entry with a back-off weight: {s!r}")
             gr.append(parts[1] if "\t" not in s else " ".join(parts[1].split()))
         if len(gr) != sizes[k - 1]:
-            raise InputError(
-                f"{p}: line {lineno}: the header announces {sizes[k - 1]} {k}-grams, "
-                f"the section has {len(gr)}"
-            )
+            raise err(f"the header announces {sizes[k - 1]} {k}-grams, the section has {len(gr)}")
         probs.append(lp)
         backs.append(bo)
         grams.append(gr)
     if section_line != "\\end\\":
         if section_line is None:
-            raise InputError(f"{p}: line {lineno}: missing \\end\\")
+            raise err("missing \\end\\")
         raise err(f"expected \\end\\, got {section_line!r}")
     return _build(p, grams, probs, backs)
 
