@@ -6,8 +6,7 @@ Names are loaded on first use so that ``attnlm --help`` does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from attnlm._lazy import lazy_exports
 
 _EXPORTS = {
     "FILTERS": "attnlm.generate.filters",
@@ -22,8 +21,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
