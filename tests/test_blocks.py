@@ -45,7 +45,7 @@ def test_feed_forward_by_hand():
 def test_block_arrangement_by_hand(norm):
     block = TransformerBlock(16, 4, norm=norm, activation="gelu").eval()
     x = torch.randn(2, 5, 16)
-    y, _ = block(x, is_causal=True)
+    y, _, _ = block(x, is_causal=True)
 
     def attn(h):
         return block.attn(h, is_causal=True, need_weights=True)[0]
@@ -80,7 +80,7 @@ def test_attention_weights_returned_with_mask():
     block = TransformerBlock(16, 2).eval()
     x = torch.randn(2, 4, 16)
     keep = torch.tensor([[True] * 4, [False, True, True, True]])
-    _, w = block(x, mask=padding_mask(keep), is_causal=True, need_weights=True)
+    _, w, _ = block(x, mask=padding_mask(keep), is_causal=True, need_weights=True)
     assert w.shape == (2, 2, 4, 4)
     assert w[1, :, 1:, 0].eq(0).all()  # padding key gets no weight
     assert torch.isinf(causal_mask(4)).eq(w[0, 0] == 0).all()
@@ -89,13 +89,13 @@ def test_attention_weights_returned_with_mask():
 def test_cross_attention_block():
     block = TransformerBlock(16, 2, cross_attention=True, norm="pre").eval()
     x, ctx = torch.randn(2, 4, 16), torch.randn(2, 9, 16)
-    y, _ = block(x, is_causal=True, context=ctx)
+    y, _, _ = block(x, is_causal=True, context=ctx)
     assert y.shape == (2, 4, 16)
     h = x + block.attn(block.ln_1(x), is_causal=True)[0]
     h = h + block.cross_attn(block.ln_cross(h), ctx)[0]
     assert (y - (h + block.mlp(block.ln_2(h)))).abs().max() < 1e-5
     # the output depends on the context
-    y2, _ = block(x, is_causal=True, context=ctx.flip(1) + 1)
+    y2, _, _ = block(x, is_causal=True, context=ctx.flip(1) + 1)
     assert not torch.allclose(y, y2)
 
 

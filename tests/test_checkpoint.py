@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
+from attnlm import checkpoint as C
 from attnlm.errors import InputError
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.tokenizers.char import CharTokenizer
-from attnlm.train import checkpoint as C
 
 
 def make(seed):

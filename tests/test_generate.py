@@ -111,8 +111,8 @@ def reference_greedy(model, ids, n):
 def test_cache_equals_recompute_within_window(positions):
     model = tiny_gpt(positions)
     ids = torch.randint(40, (3, 4), generator=torch.Generator().manual_seed(1))
-    cached = model.generate(ids, 12, temperature=0, use_cache=True)
-    full = model.generate(ids, 12, temperature=0, use_cache=False)
+    cached = generate(model, ids, 12, temperature=0, use_cache=True)
+    full = generate(model, ids, 12, temperature=0, use_cache=False)
     assert torch.equal(cached, full)
     assert torch.equal(full, reference_greedy(model, ids, 12))
     # seeded sampling also agrees token for token
@@ -132,24 +132,24 @@ def test_cache_equals_recompute_within_window(positions):
 def test_learned_positions_crop_beyond_the_window():
     model = tiny_gpt("learned", block=8)
     ids = torch.randint(40, (2, 5), generator=torch.Generator().manual_seed(2))
-    cached = model.generate(ids, 20, temperature=0, use_cache=True)  # 25 > block 8
+    cached = generate(model, ids, 20, temperature=0, use_cache=True)  # 25 > block 8
     assert cached.shape == (2, 25)
     assert torch.equal(cached, reference_greedy(model, ids, 20))
-    assert torch.equal(cached, model.generate(ids, 20, temperature=0, use_cache=False))
+    assert torch.equal(cached, generate(model, ids, 20, temperature=0, use_cache=False))
 
 
 def test_rope_sliding_window_equals_recompute_on_the_last_window():
     # One layer: a trimmed cache of RoPE keys is exactly the cropped window's keys.
     model = tiny_gpt("rope", n_layer=1, block=8)
     ids = torch.randint(40, (2, 6), generator=torch.Generator().manual_seed(4))
-    cached = model.generate(ids, 24, temperature=0, use_cache=True)
+    cached = generate(model, ids, 24, temperature=0, use_cache=True)
     assert torch.equal(cached, reference_greedy(model, ids, 24))
 
 
 def test_long_prompt_is_cropped_to_the_window():
     model = tiny_gpt("rope", n_layer=1, block=8)
     ids = torch.randint(40, (1, 20), generator=torch.Generator().manual_seed(5))
-    out = model.generate(ids, 5, temperature=0)
+    out = generate(model, ids, 5, temperature=0)
     assert torch.equal(out, reference_greedy(model, ids, 5))
 
 
@@ -164,10 +164,10 @@ def test_batched_prompts_of_different_lengths_match_one_at_a_time():
 
 def test_generate_api_greedy_and_training_mode_restored():
     model = tiny_gpt("learned").train()
-    out = model.generate(torch.tensor([[1, 2]]), max_new_tokens=3, temperature=0.0)
+    out = generate(model, torch.tensor([[1, 2]]), max_new_tokens=3, temperature=0.0)
     assert out.shape == (1, 5) and out.dtype == torch.long
     assert model.training
-    assert torch.equal(model.generate(torch.tensor([[1, 2]]), 0), torch.tensor([[1, 2]]))
+    assert torch.equal(generate(model, torch.tensor([[1, 2]]), 0), torch.tensor([[1, 2]]))
     with pytest.raises(InputError):
         decode(model, [[]], 3)
 
@@ -221,9 +221,9 @@ def test_prompt_with_unknown_characters_is_a_clear_error():
 def test_bad_sampling_values():
     model = tiny_gpt()
     with pytest.raises(ConfigError):
-        model.generate(torch.tensor([[1]]), 2, temperature=-1.0)
+        generate(model, torch.tensor([[1]]), 2, temperature=-1.0)
     with pytest.raises(ConfigError):
-        model.generate(torch.tensor([[1]]), 2, top_p=1.5)
+        generate(model, torch.tensor([[1]]), 2, top_p=1.5)
 
 
 # -- lookahead drafts (prompt-lookup decoding) -------------------------------------------------

@@ -218,41 +218,41 @@ class ToyLM(torch.nn.Module):
         self.calls, self.nan_at, self.frozen = 0, nan_at, frozen
 
     def forward(self, ids, targets=None):
-        self.calls += targets is not None
-        logits = self.table[ids] * (0.0 if self.frozen else 1.0)
-        from types import SimpleNamespace
+        from attnlm.models.base import ModelOutput, token_loss
 
-        loss = None
+        self.calls += targets is not None and self.training  # training steps only
+        logits = self.table[ids] * (0.0 if self.frozen else 1.0)
+        out = ModelOutput(logits=logits)
         if targets is not None:
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            out.loss, out.loss_sum, out.n_targets = token_loss(logits, targets)
             if self.nan_at is not None and self.calls >= self.nan_at:
-                loss = loss * float("nan")
-        return SimpleNamespace(logits=logits, loss=loss)
+                out.loss_sum = out.loss_sum * float("nan")
+        return out
 
 
 def toy_trainer(tmp_path, model, **cfg):
     import numpy as np
 
-    from attnlm.data.windows import Windows
+    from attnlm.objectives import CausalWindows
     from attnlm.train.optim import make_optimizer
-    from attnlm.train.trainer import Trainer
+    from attnlm.train.trainer import Trainer, TrainJob
 
     cfg = TrainConfig(**{"batch_size": 4, "eval_iters": 2, "warmup_iters": 0, **cfg})
     ids = np.random.default_rng(0).integers(0, 16, 500).astype(np.uint16)
-    w = Windows(ids, 8)
-    return Trainer(
-        model,
-        make_optimizer(model, cfg, "cpu"),
-        cfg,
-        w,
-        w,
-        1.0,
-        tmp_path,
-        {"model": {}},
-        Tok(),
-        torch.device("cpu"),
+    w = CausalWindows(ids, 8, 1.0)
+    job = TrainJob(
+        model=model,
+        optimizer=make_optimizer(model, cfg, "cpu"),
+        config=cfg,
+        train=w,
+        val=w,
+        run_dir=tmp_path,
+        checkpoint_config={"model": {}},
+        tokenizer=Tok(),
+        device=torch.device("cpu"),
         log=lambda *a: None,
     )
+    return Trainer(job)
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
@@ -297,7 +297,7 @@ def test_gradient_accumulation_matches_a_bigger_batch(corpus, tmp_path):
 
 
 def test_bf16_autocast_and_device_choice(corpus, tmp_path):
-    from attnlm.train.run import resolve_device
+    from attnlm.device import resolve_device
 
     expected = "cuda" if torch.cuda.is_available() else None
     assert resolve_device("auto").type in {expected, "mps", "cpu"} - {None}

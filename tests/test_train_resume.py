@@ -21,9 +21,32 @@ def losses(run):
     return [(r["step"], r.get("loss"), r.get("val_loss")) for r in records]
 
 
-def train(args, env_extra=None):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+def train(args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+# The same command line, run through the library with an on_step hook that SIGKILLs the
+# process right after step 25 (the public hook; nothing test-only in the trainer).
+KILLER = """
+import os, signal, sys
+from attnlm.cli import main
+import attnlm.train.run as run
+real = run.train_run
+def killing(spec, run_dir, resume=False, log=print, on_step=None):
+    def hook(step):
+        if step == 25:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(spec, run_dir, resume=resume, log=log, on_step=hook)
+run.train_run = killing
+sys.exit(main(["train", *sys.argv[1:], "--no-progress", "--threads", "1"]))
+"""
+
+
+def train_killed(args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", KILLER, *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -38,7 +61,7 @@ def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     done = train([*common, "--out", str(full)])
     assert done.returncode == 0, done.stderr
     # SIGKILL right after step 25: the last checkpoint is step 20, steps 21-25 are logged
-    dead = train([*common, "--out", str(killed)], {"ATTNLM_DEBUG_KILL_AT_STEP": "25"})
+    dead = train_killed([*common, "--out", str(killed)])
     assert dead.returncode == -signal.SIGKILL
     assert json.loads((killed / "checkpoint" / "config.json").read_text())["step"] == 20
     assert max(s for s, *_ in losses(killed)) == 25

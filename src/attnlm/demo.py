@@ -44,13 +44,13 @@ def run_demo(
     import numpy as np
     import torch
 
+    from attnlm.checkpoint import load_checkpoint
     from attnlm.data.corpus import load_text, text_info
     from attnlm.data.windows import read_token_file
+    from attnlm.evaluation import evaluate_ids
     from attnlm.generate.text import generate_text
     from attnlm.inspect.heatmap import plot_attention_grid
-    from attnlm.train.checkpoint import load_checkpoint
     from attnlm.train.config import load_spec
-    from attnlm.train.evaluate import evaluate
     from attnlm.train.run import LOSS_CURVE_FILE, METRICS_FILE, train_run
 
     if threads:
@@ -76,7 +76,7 @@ def run_demo(
     val = read_token_file(out / "val.bin")
     ids = np.asarray(val.open()[:EVAL_MAX_TOKENS], dtype=np.int64)
     n_chars = round(val.n_chars * len(ids) / max(val.n_tokens, 1))
-    result = evaluate(model, ids, n_chars, ck.model_config.block_size, batch_size=32)
+    result = evaluate_ids(model, ids, n_chars, ck.model_config.block_size, batch_size=32)
     log(f"validation ({len(ids):,} tokens of the held-out split): {result.format()}")
 
     log("\n== three samples (temperature 0.8, top-k 40, seed 0; KV cache, batched prompts)")

@@ -31,10 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _generate(args: argparse.Namespace) -> int:
     import torch
 
+    from attnlm.checkpoint import load_checkpoint
+    from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.generate.text import encode_prompt, generate_text
-    from attnlm.train.checkpoint import load_checkpoint
-    from attnlm.train.run import resolve_device
 
     if args.threads:
         torch.set_num_threads(args.threads)

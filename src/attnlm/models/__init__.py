@@ -1,2 +1,24 @@
-"""Model families. :mod:`.gpt` (decoder-only transformer) and :mod:`.hf` (Hugging Face
-GPT-2 weight import/export)."""
+"""Model families and the registry that maps ``[model] type`` to them.
+
+:mod:`.base` (output record, loss, :class:`~attnlm.models.base.Family`), :mod:`.registry`
+(``get``, ``register``, ``build``, ``from_hf``), one file per family (:mod:`.gpt`), and
+:mod:`.hf` (reading and writing Hugging Face model folders). Names load on first use.
+"""
+
+from __future__ import annotations
+
+from attnlm._lazy import lazy_exports
+
+_EXPORTS = {
+    "Family": "attnlm.models.base",
+    "ModelOutput": "attnlm.models.base",
+    "count_params": "attnlm.models.base",
+    "register": "attnlm.models.registry",
+    "get": "attnlm.models.registry",
+    "families": "attnlm.models.registry",
+    "build": "attnlm.models.registry",
+    "from_hf": "attnlm.models.registry",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -3,9 +3,10 @@
 token ids -> token embedding (+ absolute positions) -> N transformer blocks with causal
 self-attention -> final layer norm -> LM head (tied to the token embedding) -> logits.
 
-The file reads top to bottom: the config, the output record, the model with its loss. The
-shared parts (attention, positions, blocks) come from :mod:`attnlm.nn`; weight import/export
-in the Hugging Face GPT-2 layout lives in :mod:`attnlm.models.hf`.
+The file reads top to bottom: the config, the model with its loss and decoding state, the
+Hugging Face GPT-2 weight layout, and the registry entry. The shared parts (attention,
+positions, blocks) come from :mod:`attnlm.nn`, the output record and loss from
+:mod:`attnlm.models.base`.
 
 Shape legend
     B  batch size
@@ -25,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
 from attnlm.nn.attention import SCORES, KVCache, causal_mask, combine_masks, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
 from attnlm.nn.positional import (
@@ -98,20 +100,7 @@ class GPTConfig:
         return self.n_embd // self.n_head
 
 
-@dataclass
-class GPTOutput:
-    """What :meth:`GPT.forward` returns.
-
-    ``logits`` ``(B, T, V)``; ``loss`` (mean cross-entropy over targets != -100) when targets
-    were given; ``attentions``: one ``(B, H, T, S)`` weight tensor per layer when asked;
-    ``hidden_states``: ``L + 1`` tensors ``(B, T, C)`` when asked: the block input (embeddings
-    after positions and dropout), then the output of each block (before the final norm).
-    """
-
-    logits: Tensor
-    loss: Tensor | None = None
-    attentions: list[Tensor] | None = None
-    hidden_states: list[Tensor] | None = None
+GPTOutput = ModelOutput  # what GPT.forward returns (see attnlm.models.base)
 
 
 class GPT(nn.Module):
@@ -188,8 +177,9 @@ class GPT(nn.Module):
         return_hidden: bool = False,
         cache: KVCache | None = None,
         attention_mask: Tensor | None = None,
-    ) -> GPTOutput:
-        """Logits for every position of ``ids`` ``(B, T)``, and the loss against ``targets``.
+    ) -> ModelOutput:
+        """Logits for every position of ``ids`` ``(B, T)``, and the loss against ``targets``
+        ``(B, T)`` (the next token at each position; -100 is not predicted).
 
         ``cache``: ``ids`` are only the new tokens; their positions continue after
         ``cache.position`` and the cache is updated in place. ``attention_mask``
@@ -201,7 +191,6 @@ class GPT(nn.Module):
         """
         self._check_inputs(ids, cache)
         B, T = ids.shape
-        V = self.config.vocab_size
         past = cache.length if cache is not None else 0
         start = cache.position if cache is not None else 0
         S = past + T
@@ -231,7 +220,7 @@ class GPT(nn.Module):
         attentions: list[Tensor] = []
         hidden: list[Tensor] = [x]
         for layer, block in enumerate(self.blocks):
-            x, weights = block(
+            x, weights, _ = block(
                 x,
                 mask=mask,
                 is_causal=is_causal,
@@ -248,37 +237,27 @@ class GPT(nn.Module):
             cache.advance(T)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
 
-        loss = None
+        loss = loss_sum = n_targets = None
         if targets is not None:
             if targets.shape != ids.shape:
                 raise InputError(
                     f"targets must have the shape of ids {tuple(ids.shape)}, "
                     f"got {tuple(targets.shape)}"
                 )
-            loss = F.cross_entropy(logits.view(-1, V), targets.reshape(-1), ignore_index=-100)
-        return GPTOutput(
+            loss, loss_sum, n_targets = token_loss(logits, targets)
+        return ModelOutput(
             logits=logits,
             loss=loss,
+            loss_sum=loss_sum,
+            n_targets=n_targets,
             attentions=attentions if return_attention else None,
             hidden_states=hidden if return_hidden else None,
         )
 
     def _check_inputs(self, ids: Tensor, cache: KVCache | None) -> None:
-        """Shape, dtype and range of the token ids; a cache of the right depth. The range is
-        checked on CPU only: on a GPU it would cost a host sync per call (an id out of range
-        then fails inside the embedding instead)."""
-        if ids.dim() != 2:
-            raise InputError(f"ids must be (B, T), got shape {tuple(ids.shape)}")
-        if ids.is_floating_point() or ids.is_complex():
-            raise InputError(f"ids must be integer token ids, got dtype {ids.dtype}")
-        if ids.shape[1] == 0:
-            raise InputError("ids is empty: need at least one token")
-        V = self.config.vocab_size
-        if ids.device.type == "cpu":  # elsewhere the check would stall every step on a sync
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= V:
-                bad = hi if hi >= V else lo
-                raise InputError(f"token id {bad} is out of range for model.vocab_size={V}")
+        """Shape, dtype and range of the token ids (:func:`~attnlm.models.base.check_ids`);
+        a cache of the right depth."""
+        check_ids(ids, self.config.vocab_size)
         if cache is not None and len(cache.keys) != self.config.n_layer:
             n = self.config.n_layer
             raise InputError(f"cache has {len(cache.keys)} layers, model.n_layer is {n}")
@@ -298,47 +277,32 @@ class GPT(nn.Module):
         causal = causal_mask(t, s, device=self.tok_emb.weight.device, dtype=dtype)
         return combine_masks(bias, pad, causal), False
 
-    # -- utilities -----------------------------------------------------------------------------
+    # -- decoding state (docs/architecture.md) ---------------------------------------------
 
     def new_cache(self) -> KVCache:
         """An empty :class:`~attnlm.nn.attention.KVCache` with one slot per layer."""
         return KVCache(self.config.n_layer)
 
+    def new_state(self, batch: dict[str, Tensor] | None = None) -> KVCache:
+        """Decoding state for a batch: for a decoder-only model, an empty KV cache (the
+        prompt is fed through :meth:`step` like every later token)."""
+        return self.new_cache()
+
+    def step(self, tokens: Tensor, state: KVCache) -> Tensor:
+        """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``."""
+        return self(tokens, cache=state).logits
+
+    # -- utilities -----------------------------------------------------------------------------
+
     def num_params(self, non_embedding: bool = False) -> int:
         """Number of parameters (a tied matrix counted once). ``non_embedding`` leaves out the
         token and learned position embeddings (Kaplan et al., 2020 count)."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
-            n -= self.tok_emb.weight.numel()
-            if isinstance(self.pos_emb, LearnedPositionalEmbedding):
-                n -= self.pos_emb.weight.numel()
-            if not self.config.tie_embeddings:
-                n -= self.lm_head.weight.numel()
-        return n
-
-    @torch.no_grad()
-    def generate(
-        self,
-        ids: Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        use_cache: bool = True,
-    ) -> Tensor:
-        """Sample ``max_new_tokens`` continuations of ``ids`` ``(B, T)``; see
-        :func:`attnlm.generate.generate`."""
-        from attnlm.generate import generate
-
-        return generate(
-            self,
-            ids,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            use_cache=use_cache,
-        )
+        if not non_embedding:
+            return count_params(self)
+        exclude: tuple[nn.Module | None, ...] = (self.tok_emb, self.lm_head)
+        if isinstance(self.pos_emb, LearnedPositionalEmbedding):
+            exclude += (self.pos_emb,)
+        return count_params(self, exclude=exclude)
 
     @classmethod
     def from_config_dict(cls, data: dict[str, Any]) -> GPT:
@@ -350,14 +314,175 @@ class GPT(nn.Module):
     @classmethod
     def from_hf(cls, path: str | Path) -> GPT:
         """Load a GPT-2 checkpoint directory in Hugging Face layout (``config.json`` and
-        ``model.safetensors`` or ``pytorch_model.bin``); see :mod:`attnlm.models.hf`."""
-        from attnlm.models.hf import load_gpt2
-
-        return load_gpt2(path)
+        ``model.safetensors`` or ``pytorch_model.bin``), in eval mode."""
+        path = Path(path)
+        config = config_from_hf(read_hf_config(path), where=str(path / "config.json"))
+        state = state_from_hf(read_hf_weights(path), config)
+        optional = ("lm_head.weight",) if config.tie_embeddings else ()
+        return load_mapped_state(cls(config), state, path, optional)
 
     def save_hf(self, path: str | Path) -> None:
         """Write this model as a Hugging Face GPT-2 checkpoint directory that
         ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
-        from attnlm.models.hf import save_gpt2
+        hf_config = config_to_hf(self.config)
+        ours = self.state_dict()
+        state = {}
+        for key, hf, transposed in _key_map(self.config.n_layer):
+            tensor = ours[key]
+            state[f"transformer.{hf}"] = tensor.t() if transposed else tensor
+        if not self.config.tie_embeddings:
+            state["lm_head.weight"] = ours["lm_head.weight"]
+        write_hf_folder(path, hf_config, state)
 
-        save_gpt2(self, path)
+
+# ---------------------------------------------------------------------------------------------
+# The Hugging Face GPT-2 layout (``GPT2LMHeadModel.save_pretrained``): ``config.json`` with
+# ``model_type: "gpt2"``, ``n_embd``, ``n_layer``, ``n_head``, ``n_positions``, ... and weights
+# ``transformer.wte.weight``, ``transformer.h.{i}.attn.c_attn.weight``, ... (``transformer.``
+# absent when a bare ``GPT2Model`` was saved). GPT-2's ``Conv1D`` layers store their weight as
+# ``(in, out)``, the transpose of ``nn.Linear``'s ``(out, in)``; the tied LM head is not stored.
+
+# GPT-2 activation names -> ours, and back
+_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
+                "relu": "relu"}  # fmt: skip
+_ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+
+# Per-block parameters: (our name, HF name, stored transposed in HF)
+_BLOCK_KEYS = [
+    ("ln_1.weight", "ln_1.weight", False),
+    ("ln_1.bias", "ln_1.bias", False),
+    ("attn.qkv_proj.weight", "attn.c_attn.weight", True),
+    ("attn.qkv_proj.bias", "attn.c_attn.bias", False),
+    ("attn.out_proj.weight", "attn.c_proj.weight", True),
+    ("attn.out_proj.bias", "attn.c_proj.bias", False),
+    ("ln_2.weight", "ln_2.weight", False),
+    ("ln_2.bias", "ln_2.bias", False),
+    ("mlp.fc.weight", "mlp.c_fc.weight", True),
+    ("mlp.fc.bias", "mlp.c_fc.bias", False),
+    ("mlp.proj.weight", "mlp.c_proj.weight", True),
+    ("mlp.proj.bias", "mlp.c_proj.bias", False),
+]
+_TOP_KEYS = [
+    ("tok_emb.weight", "wte.weight"),
+    ("pos_emb.weight", "wpe.weight"),
+    ("ln_f.weight", "ln_f.weight"),
+    ("ln_f.bias", "ln_f.bias"),
+]
+
+
+def _key_map(n_layer: int) -> list[tuple[str, str, bool]]:
+    """All (our key, HF key without the ``transformer.`` prefix, transposed) triples."""
+    keys = [(ours, hf, False) for ours, hf in _TOP_KEYS]
+    for i in range(n_layer):
+        keys += [(f"blocks.{i}.{o}", f"h.{i}.{h}", t) for o, h, t in _BLOCK_KEYS]
+    return keys
+
+
+def config_from_hf(hf: dict, *, where: str = "config.json") -> GPTConfig:
+    """Our :class:`GPTConfig` from a GPT-2 ``config.json`` dict."""
+    if hf.get("model_type", "gpt2") != "gpt2":
+        raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, expected 'gpt2'")
+    unsupported = {
+        "scale_attn_weights": (True, "unscaled attention"),
+        "scale_attn_by_inverse_layer_idx": (False, "per-layer attention scaling"),
+        "add_cross_attention": (False, "cross-attention"),
+    }
+    for key, (expected, what) in unsupported.items():
+        if hf.get(key, expected) != expected:
+            raise ConfigError(f"{where}: {key}={hf[key]!r} ({what}) is not supported")
+    act = hf.get("activation_function", "gelu_new")
+    if act not in _ACT_FROM_HF:
+        raise ConfigError(f"{where}: activation_function {act!r} is not supported")
+    try:
+        return GPTConfig(
+            vocab_size=hf["vocab_size"],
+            block_size=hf.get("n_positions", hf.get("n_ctx")),
+            n_layer=hf["n_layer"],
+            n_head=hf["n_head"],
+            n_embd=hf["n_embd"],
+            positions="learned",
+            norm="pre",
+            dropout=float(hf.get("resid_pdrop", 0.0)),
+            bias=True,
+            tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+            activation=_ACT_FROM_HF[act],
+            d_ff=hf.get("n_inner"),
+            layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+        )
+    except KeyError as e:
+        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
+
+
+def config_to_hf(config: GPTConfig) -> dict:
+    """A GPT-2 ``config.json`` dict for our config; fields GPT-2 cannot express are errors."""
+    needs = {"positions": "learned", "norm": "pre", "bias": True, "attention_score": "scaled_dot"}
+    for field, value in needs.items():
+        if getattr(config, field) != value:
+            raise ConfigError(
+                f"model.{field}={getattr(config, field)!r} has no GPT-2 equivalent "
+                f"(the Hugging Face GPT-2 layout needs {field}={value!r})"
+            )
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config.vocab_size,
+        "n_positions": config.block_size,
+        "n_embd": config.n_embd,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_inner": config.d_ff,
+        "activation_function": _ACT_TO_HF[config.activation],
+        "layer_norm_epsilon": config.layer_norm_eps,
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "tie_word_embeddings": config.tie_embeddings,
+        "bos_token_id": config.vocab_size - 1,
+        "eos_token_id": config.vocab_size - 1,
+        "dtype": "float32",
+    }
+
+
+def state_from_hf(hf_state: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+    """Map a GPT-2 state dict onto our parameter names (transposing Conv1D weights)."""
+    state = {k.removeprefix("transformer."): v for k, v in hf_state.items()}
+    out: dict[str, Tensor] = {}
+    for ours, hf, transposed in _key_map(config.n_layer):
+        if hf not in state:
+            raise InputError(f"GPT-2 weights are missing {hf!r}")
+        tensor = state.pop(hf)
+        out[ours] = tensor.t() if transposed else tensor
+    head = state.pop("lm_head.weight", None)
+    if not config.tie_embeddings:
+        if head is None:
+            raise InputError("GPT-2 weights are missing 'lm_head.weight' (untied embeddings)")
+        out["lm_head.weight"] = head
+    # old checkpoints also store the causal-mask buffers attn.bias / attn.masked_bias
+    leftover = [k for k in state if not k.endswith((".attn.bias", ".attn.masked_bias"))]
+    if leftover:
+        raise InputError(f"unexpected GPT-2 weights: {', '.join(sorted(leftover)[:5])}")
+    return out
+
+
+
+
+def _describe(c: GPTConfig) -> str:
+    return (
+        f"GPT, L={c.n_layer}, H={c.n_head}, d={c.n_embd}, vocab={c.vocab_size}, "
+        f"context={c.block_size}, positions={c.positions}, "
+        f"tied={'yes' if c.tie_embeddings else 'no'}"
+    )
+
+
+FAMILY = Family(
+    type="gpt",
+    config=GPTConfig,
+    model=GPT,
+    objective="causal",
+    capabilities=frozenset({"generate"}),
+    description="decoder-only transformer LM (Radford et al. 2018, 2019)",
+    hf_types=("gpt2",),
+    describe=_describe,
+)

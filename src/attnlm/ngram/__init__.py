@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from attnlm.errors import ConfigError
 from attnlm.ngram.arpa import read_arpa, write_arpa
 from attnlm.ngram.counts import NgramCounts, Vocabulary, count_ngrams, split_sentences
-from attnlm.ngram.model import AddKModel, BackoffModel, NgramModel, ScoreResult, load_model
+from attnlm.ngram.files import load_model
+from attnlm.ngram.model import AddKModel, BackoffModel, NgramModel, ScoreResult
 from attnlm.ngram.smoothing import (
     SMOOTHINGS,
     Discount,

@@ -91,7 +91,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def _load(args: argparse.Namespace):
     from attnlm.ngram.arpa import read_arpa
-    from attnlm.ngram.model import load_model
+    from attnlm.ngram.files import load_model
 
     return read_arpa(args.arpa) if args.arpa else load_model(args.model)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -439,42 +438,3 @@ def _save_npz(path: str | Path, header: dict, words: list[str], arrays: dict) ->
             np.savez(f, header=head, vocab=vocab_blob, **arrays)
     except OSError as e:
         raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
-
-
-def load_model(path: str | Path) -> NgramModel:
-    """Load a model saved by :meth:`NgramModel.save` (binary), or an ARPA file (``.arpa``,
-    ``.arpa.gz`` or any file starting with ``\\data\\``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: no such file")
-    with open(p, "rb") as f:
-        magic = f.read(4)
-    if magic[:2] == b"\x1f\x8b" or not magic.startswith(b"PK"):
-        from attnlm.ngram.arpa import read_arpa
-
-        return read_arpa(p)
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            header = json.loads(bytes(z["header"]).decode("utf-8"))
-            words = bytes(z["vocab"]).decode("utf-8").split("\n")
-            data = {name: z[name] for name in z.files}
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as e:
-        raise InputError(f"{p}: not an attnlm n-gram model ({e})") from None
-    if header.get("format") != FORMAT:
-        raise InputError(f"{p}: not an attnlm n-gram model")
-    vocab = Vocabulary(words)
-    N = int(header["order"])
-    keys = [data[f"keys{k}"] for k in range(1, N + 1)]
-    if header["kind"] == "addk":
-        counts = [data[f"counts{k}"] for k in range(1, N + 1)]
-        return AddKModel(vocab, keys, counts, header["k"], header["pad"], header.get("meta"))
-    return BackoffModel(
-        vocab,
-        keys,
-        [data[f"logp{k}"] for k in range(1, N + 1)],
-        [data[f"bo{k}"] for k in range(1, N + 1)],
-        smoothing=header["smoothing"],
-        pad=header["pad"],
-        normalized=header["normalized"],
-        meta=header.get("meta"),
-    )

@@ -116,19 +116,34 @@ class AdditiveScore(nn.Module):
 
 
 SCORES = ("dot", "scaled_dot", "bilinear", "additive")
+# Luong et al. (2015) names for the same functions: "general" is bilinear, "concat" is additive.
+SCORE_ALIASES = {"general": "bilinear", "concat": "additive", "bahdanau": "additive"}
 
 
-def make_score(name: str, d_head: int) -> nn.Module:
-    """Build a score module by name (one of :data:`SCORES`) for heads of width ``d_head``."""
+def make_score(
+    name: str, d_q: int, d_k: int | None = None, d_hidden: int | None = None
+) -> nn.Module:
+    """Build a score module by name (one of :data:`SCORES` or a Luong/Bahdanau alias in
+    :data:`SCORE_ALIASES`) for queries of width ``d_q`` and keys of width ``d_k`` (default
+    ``d_q``). Dot products need equal widths; bilinear and additive scores bridge different
+    ones (a recurrent decoder state attending over bidirectional encoder states)."""
+    name = SCORE_ALIASES.get(name, name)
+    d_k = d_k or d_q
+    if name in ("dot", "scaled_dot") and d_k != d_q:
+        raise ConfigError(
+            f"the {name} score needs queries and keys of one width, got {d_q} and {d_k} "
+            "(use bilinear or additive)"
+        )
     if name == "dot":
         return DotScore()
     if name == "scaled_dot":
         return ScaledDotScore()
     if name == "bilinear":
-        return BilinearScore(d_head)
+        return BilinearScore(d_q, d_k)
     if name == "additive":
-        return AdditiveScore(d_head)
-    raise ConfigError(f"unknown attention score {name!r} (known: {', '.join(SCORES)})")
+        return AdditiveScore(d_q, d_k, d_hidden)
+    known = ", ".join(SCORES + tuple(SCORE_ALIASES))
+    raise ConfigError(f"unknown attention score {name!r} (known: {known})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,6 +225,9 @@ class KVCache:
     def __init__(self, n_layer: int) -> None:
         self.keys: list[Tensor | None] = [None] * n_layer
         self.values: list[Tensor | None] = [None] * n_layer
+        # cross-attention keys/values of an encoder-decoder, computed once per source
+        self.cross: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
+        self.context_mask: Tensor | None = None  # (B, 1, 1, S) additive source padding mask
         self.position = 0
 
     @property
@@ -240,10 +258,25 @@ class KVCache:
                 self.keys[i] = k[..., k.shape[-2] - keep_last :, :]
                 self.values[i] = v[..., v.shape[-2] - keep_last :, :]
 
+    def reorder(self, indices: Tensor) -> None:
+        """Keep batch rows ``indices`` ``(B',)`` in this order (beam search: each surviving
+        hypothesis takes its parent's cache). Rows may repeat; self- and cross-attention
+        entries and the source mask move together."""
+        def pick(t: Tensor) -> Tensor:
+            return t.index_select(0, indices.to(t.device))
+
+        self.keys = [None if k is None else pick(k) for k in self.keys]
+        self.values = [None if v is None else pick(v) for v in self.values]
+        self.cross = [None if c is None else (pick(c[0]), pick(c[1])) for c in self.cross]
+        if self.context_mask is not None:
+            self.context_mask = pick(self.context_mask)
+
     def reset(self) -> None:
-        """Empty the cache."""
+        """Empty the cache (cross-attention entries too)."""
         self.keys = [None] * len(self.keys)
         self.values = [None] * len(self.values)
+        self.cross = [None] * len(self.cross)
+        self.context_mask = None
         self.position = 0
 
     def __repr__(self) -> str:
@@ -302,6 +335,12 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = t.shape
         return t.view(b, n, self.n_head, self.d_head).transpose(1, 2)  # (B, H, n, D)
 
+    def context_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values of ``context`` ``(B, S, C_ctx)``, split into heads
+        ``(B, H, S, D)`` each: computed once per source and reused at every decoding step."""
+        k, v = self.kv_proj(context).split(self.d_model, dim=-1)  # (B, S, C) each
+        return self._heads(k), self._heads(v)
+
     def forward(
         self,
         x: Tensor,
@@ -316,6 +355,10 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` ``(B, T, C)`` to itself (or to ``context`` when ``cross``).
 
+        Cross-attention with a ``cache``: the keys and values of ``context`` are computed on
+        the first call and kept in ``cache.cross[layer]``; later calls (``context`` may then
+        be None) reuse them.
+
         ``mask``: additive, broadcastable to ``(B, H, T, S)``. ``is_causal``: also apply the
         look-ahead mask (query ``i`` is at position ``S - T + i``). ``rotary``: ``(cos, sin)``
         for the new tokens' positions, applied to q and k (self-attention only). ``cache``:
@@ -326,20 +369,25 @@ class MultiHeadAttention(nn.Module):
         """
         B, T, C = x.shape
         if self.cross:
-            if context is None:
-                raise InputError("cross-attention needs a context sequence")
-            if cache is not None or rotary is not None:
-                raise InputError("cache and rotary apply to self-attention only")
-            q = self.q_proj(x)  # (B, T, C)
-            k, v = self.kv_proj(context).split(C, dim=-1)  # (B, S, C) each
+            if rotary is not None:
+                raise InputError("rotary positions apply to self-attention only")
+            q = self._heads(self.q_proj(x))  # (B, H, T, D)
+            held = cache.cross[layer] if cache is not None else None
+            if held is None:
+                if context is None:
+                    raise InputError("cross-attention needs a context sequence")
+                held = self.context_kv(context)  # (B, H, S, D) each
+                if cache is not None:
+                    cache.cross[layer] = held
+            k, v = held
         else:
             q, k, v = self.qkv_proj(x).split(C, dim=-1)  # (B, T, C) each
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T|S, D)
-        if rotary is not None:
-            cos, sin = rotary
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if cache is not None:
-            k, v = cache.append(layer, k, v)  # (B, H, S, D)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, D)
+            if rotary is not None:
+                cos, sin = rotary
+                q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            if cache is not None:
+                k, v = cache.append(layer, k, v)  # (B, H, S, D)
         S = k.shape[-2]
         if is_causal and T == 1:
             is_causal = False  # the newest token may see everything held

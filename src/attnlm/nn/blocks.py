@@ -71,7 +71,8 @@ class TransformerBlock(nn.Module):
     encoder-decoder), then the feed-forward sublayer; each wrapped in a residual connection
     with layer norm in the ``norm`` arrangement ("pre" or "post") and dropout on its output.
 
-    ``forward(x (B, T, C), ...) -> (x (B, T, C), self-attention weights (B, H, T, S) or None)``.
+    ``forward(x (B, T, C), ...) -> (x (B, T, C), self-attention weights (B, H, T, S) or None,
+    cross-attention weights (B, H, T, S_ctx) or None)``.
     """
 
     def __init__(
@@ -121,10 +122,10 @@ class TransformerBlock(nn.Module):
         need_weights: bool = False,
         context: Tensor | None = None,
         context_mask: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``mask, is_causal, rotary, cache, layer, need_weights`` go to self-attention (see
         :class:`MultiHeadAttention`); ``context (B, S, C)`` and ``context_mask`` to
-        cross-attention."""
+        cross-attention (whose keys/values ``cache`` keeps after the first call)."""
         pre = self.pre_norm  # pre-norm: x + f(LN(x)); post-norm: LN(x + f(x))
         out, weights = self.attn(
             self.ln_1(x) if pre else x,
@@ -136,9 +137,17 @@ class TransformerBlock(nn.Module):
             need_weights=need_weights,
         )
         x = self._residual(x, self.ln_1, out)
+        cross_weights = None
         if self.cross_attn is not None:
-            out, _ = self.cross_attn(self.ln_cross(x) if pre else x, context, mask=context_mask)
+            out, cross_weights = self.cross_attn(
+                self.ln_cross(x) if pre else x,
+                context,
+                mask=context_mask,
+                cache=cache,
+                layer=layer,
+                need_weights=need_weights,
+            )
             x = self._residual(x, self.ln_cross, out)
         out = self.mlp(self.ln_2(x) if pre else x)  # FeedForward applies its own dropout
         x = x + out if pre else self.ln_2(x + out)
-        return x, weights
+        return x, weights, cross_weights

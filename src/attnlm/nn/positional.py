@@ -73,7 +73,13 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, positions: Tensor) -> Tensor:
-        if positions.numel() and int(positions.max()) >= self.max_len:
+        # the range check needs the value on the host: skipped inside torch.compile (a graph
+        # break every step); out-of-range positions then fail in the indexing itself
+        if (
+            not torch.compiler.is_compiling()
+            and positions.numel()
+            and int(positions.max()) >= self.max_len
+        ):
             raise InputError(
                 f"sequence reaches position {int(positions.max())} but learned positions only "
                 f"cover model.block_size={self.max_len}; crop the input to the last "

@@ -17,6 +17,7 @@ from attnlm.tokenizers.base import (
 from attnlm.tokenizers.bpe import PATTERNS, BPETokenizer
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
+from attnlm.tokenizers.factory import encode_text, make_tokenizer, train_tokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
 
@@ -32,8 +33,11 @@ __all__ = [
     "TokenizerFileError",
     "UnknownTokenError",
     "WordTokenizer",
+    "encode_text",
     "load",
+    "make_tokenizer",
     "read_tiktoken",
     "split_words",
+    "train_tokenizer",
     "write_tiktoken",
 ]

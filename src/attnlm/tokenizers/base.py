@@ -119,10 +119,9 @@ class Tokenizer(ABC):
 
 
 def load(path: str | os.PathLike[str]) -> Tokenizer:
-    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``."""
-    # Import the kinds so that they register themselves.
-    from attnlm.tokenizers import bpe, char, classic_bpe, word  # noqa: F401
-
+    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``. (The kinds
+    register themselves when :mod:`attnlm.tokenizers` is imported, which importing this module
+    always does first.)"""
     p = Path(path)
     try:
         raw = p.read_text(encoding="utf-8")

@@ -116,32 +116,26 @@ def _load_tokenizer(args: argparse.Namespace):
 
 def _train(args: argparse.Namespace) -> int:
     from attnlm.data.corpus import load_text
-    from attnlm.tokenizers import (
-        BPETokenizer,
-        CharTokenizer,
-        ClassicBPETokenizer,
-        TokenizerConfigError,
-        WordTokenizer,
-    )
+    from attnlm.tokenizers import TokenizerConfigError, train_tokenizer
+    from attnlm.tokenizers.factory import SIZED_KINDS
 
     kind = args.kind
-    if kind in ("bpe", "classic-bpe") and args.vocab_size is None:
+    if kind in SIZED_KINDS and args.vocab_size is None:
         raise TokenizerConfigError(f"--kind {kind} needs --vocab-size")
     if args.special and kind != "bpe":
         raise TokenizerConfigError("--special is only for --kind bpe")
     if args.tiktoken_out and kind != "bpe":
         raise TokenizerConfigError("--tiktoken-out is only for --kind bpe")
     text = load_text(args.text)
-    if kind == "char":
-        tok = CharTokenizer.train(text, unk=args.unk)
-    elif kind == "word":
-        tok = WordTokenizer.train(text, min_freq=args.min_freq or 1, max_size=args.vocab_size)
-    elif kind == "classic-bpe":
-        tok = ClassicBPETokenizer.train(text, args.vocab_size)
-    else:
-        tok = BPETokenizer.train(
-            text, args.vocab_size, pattern=args.pattern, special_tokens=args.special or None
-        )
+    tok = train_tokenizer(
+        kind,
+        text,
+        args.vocab_size,
+        unk=args.unk,
+        min_freq=args.min_freq or 1,
+        pattern=args.pattern,
+        special_tokens=args.special or None,
+    )
     tok.save(args.out)
     if args.tiktoken_out:
         tok.save_tiktoken(args.tiktoken_out)

@@ -1,4 +1,6 @@
-"""Training: configs, data preparation, the loop, checkpoints, evaluation, DDP.
+"""Training: configs, data preparation, the loop, DDP. (Checkpoint files live in
+:mod:`attnlm.checkpoint` and evaluation in :mod:`attnlm.evaluation`: using a model needs no
+training code.)
 
 Names are loaded on first use so that ``attnlm --help`` does not import torch.
 """
@@ -8,15 +10,12 @@ from __future__ import annotations
 from attnlm._lazy import lazy_exports
 
 _EXPORTS = {
-    "EvalResult": "attnlm.train.evaluate",
-    "evaluate": "attnlm.train.evaluate",
-    "evaluate_checkpoint": "attnlm.train.evaluate",
     "RunSpec": "attnlm.train.config",
     "TrainConfig": "attnlm.train.config",
     "load_spec": "attnlm.train.config",
     "Trainer": "attnlm.train.trainer",
+    "TrainJob": "attnlm.train.trainer",
     "train_run": "attnlm.train.run",
-    "load_checkpoint": "attnlm.train.checkpoint",
 }
 __all__ = sorted(_EXPORTS)
 

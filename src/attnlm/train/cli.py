@@ -39,9 +39,10 @@ TRAIN_FLAGS = {
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
-        help="train a GPT (presets, resume, torchrun/DDP)",
-        description="Train a GPT on a text; writes checkpoint/, metrics.jsonl and "
-        "loss_curve.png into --out. Runs unchanged under torchrun for several processes.",
+        help="train a model (any family: presets, resume, torchrun/DDP)",
+        description="Train the model family of a preset ([model] type, gpt by default) on a "
+        "text; writes checkpoint/, metrics.jsonl and loss_curve.png into --out. Runs unchanged "
+        "under torchrun for several processes.",
     )
     p.add_argument(
         "--preset", default=None, help=f"preset name or TOML path (default {DEFAULT_PRESET})"
@@ -135,8 +136,8 @@ def _spec(args: argparse.Namespace, base_tables: dict | None = None) -> RunSpec:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from attnlm.checkpoint import read_config, resolve_checkpoint
     from attnlm.config import load_preset
-    from attnlm.train.checkpoint import read_config, resolve_checkpoint
     from attnlm.train.run import new_run_dir_check, resume_spec, train_run
 
     if args.resume:
@@ -178,7 +179,7 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     import torch
 
-    from attnlm.train.evaluate import evaluate_checkpoint
+    from attnlm.evaluation import evaluate_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -193,6 +194,10 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"evaluated: {what}")
         print(f"loss: {result.loss:.4f} nats/token")
         print(f"perplexity: {result.ppl:.3f}")
-        print(f"bits per character: {result.bpc:.4f}")
+        if result.bpc is not None:
+            print(f"bits per character: {result.bpc:.4f}")
+        print(f"bits per token: {result.bits_per_token:.4f}")
+        if result.accuracy is not None:
+            print(f"accuracy: {result.accuracy:.2%}")
         print(f"tokens: {result.tokens:,}  characters: {result.chars:,}")
     return 0

@@ -1,7 +1,8 @@
 """Training configuration: the ``[train]`` table of a preset as a frozen dataclass.
 
-A preset (``attnlm/configs/NAME.toml``) has a ``[model]`` table (``GPTConfig`` fields except
-``vocab_size``, which comes from the tokenizer) and a ``[train]`` table (:class:`TrainConfig`).
+A preset (``attnlm/configs/NAME.toml``) has a ``[model]`` table (``type``, the model family,
+``gpt`` when absent, and that family's config fields except ``vocab_size``, which comes from the
+tokenizer) and a ``[train]`` table (:class:`TrainConfig`).
 CLI flags and ``--set table.key=value`` override single values; unknown keys and bad values raise
 :class:`~attnlm.errors.ConfigError` naming the field.
 """
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlm.config import from_dict, load_preset, parse_override
+from attnlm.data.corpus import DEFAULT_VAL_FRACTION
+from attnlm.device import DEVICE_PATTERN, DTYPES
 from attnlm.errors import ConfigError
 
-DTYPES = ("float32", "bfloat16")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
 
 # Fields of TrainConfig that may change when a run is resumed (they do not change the maths of
@@ -84,7 +86,7 @@ class TrainConfig:
     text: str | None = None  # corpus path; None = the built-in corpus
     tokenizer: str = "char"  # char | bpe | path to a saved tokenizer JSON
     bpe_vocab_size: int = 512
-    val_fraction: float = 0.1
+    val_fraction: float = DEFAULT_VAL_FRACTION
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
@@ -103,7 +105,7 @@ class TrainConfig:
             raise ConfigError(f"train.val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"train.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+        if not re.fullmatch(DEVICE_PATTERN, self.device):
             raise ConfigError(
                 f"train.device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}"
             )

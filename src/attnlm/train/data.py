@@ -17,7 +17,8 @@ from typing import Any
 
 from attnlm.data.corpus import load_text, split_text
 from attnlm.data.windows import TokenFile, read_token_file, write_token_file
-from attnlm.errors import AttnlmError, ConfigError, InputError
+from attnlm.errors import InputError
+from attnlm.tokenizers import encode_text, make_tokenizer
 from attnlm.train.config import TrainConfig
 
 
@@ -41,35 +42,6 @@ class RunData:
             f"{n_tok:,} tokens ({n_chr / max(n_tok, 1):.2f} chars/token; train "
             f"{self.train.n_tokens:,}, val {self.val.n_tokens:,}){took}"
         )
-
-
-def make_tokenizer(cfg: TrainConfig, text: str, train_text: str) -> Any:
-    """Train a ``char``/``bpe`` tokenizer or load one from a path."""
-    from attnlm import tokenizers
-    from attnlm.tokenizers.bpe import BPETokenizer
-    from attnlm.tokenizers.char import CharTokenizer
-
-    spec = cfg.tokenizer
-    if spec == "char":
-        return CharTokenizer.train(text)
-    if spec == "bpe":
-        return BPETokenizer.train(train_text, cfg.bpe_vocab_size)
-    path = Path(spec).expanduser()
-    if not path.is_file():
-        raise ConfigError(
-            f"train.tokenizer must be char, bpe or a tokenizer file; {spec!r} is none"
-        )
-    return tokenizers.load(path)
-
-
-def encode(tokenizer: Any, text: str, what: str) -> list[int]:
-    """Encode ``text``; characters the tokenizer cannot encode raise InputError."""
-    try:
-        return list(tokenizer.encode(text))
-    except AttnlmError:
-        raise
-    except (KeyError, ValueError) as e:
-        raise InputError(f"{what}: the tokenizer cannot encode this text ({e})") from None
 
 
 def prepare(run_dir: Path, cfg: TrainConfig) -> RunData:
@@ -100,10 +72,10 @@ def prepare(run_dir: Path, cfg: TrainConfig) -> RunData:
     train_text, val_text = split_text(text, cfg.val_fraction)
     if not val_text:
         raise InputError("the text is too short to hold out a validation split")
-    tok = make_tokenizer(cfg, text, train_text)
+    tok = make_tokenizer(cfg.tokenizer, text, train_text, cfg.bpe_vocab_size)
     v = tok.vocab_size
-    train_ids = encode(tok, train_text, "training text")
-    val_ids = encode(tok, val_text, "validation text")
+    train_ids = encode_text(tok, train_text, "training text")
+    val_ids = encode_text(tok, val_text, "validation text")
     if len(train_ids) < 2 or len(val_ids) < 2:
         raise InputError("the text is too short: need at least 2 tokens in each split")
     run_dir.mkdir(parents=True, exist_ok=True)

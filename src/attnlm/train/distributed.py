@@ -82,6 +82,15 @@ def mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value / info.world_size
 
 
+def total(value: float, info: DistInfo, device: torch.device) -> float:
+    """Sum a number over ranks (identity for a single process)."""
+    if not info.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t.item())
+
+
 def from_main(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
     """Rank 0's ``values`` on every rank (for decisions that must agree: stop, time fraction)."""
     if not info.enabled:

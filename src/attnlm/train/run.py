@@ -1,61 +1,43 @@
-"""One training run end to end: device, data, model, optimizer, resume, loop, outputs.
+"""One training run end to end: device, data, model, objective, optimizer, resume, loop, outputs.
 
-``train_run`` is what ``attnlm train`` calls; it is also usable from Python. Under ``torchrun``
-each process calls it; rank 0 prepares the data first, the others wait and then load it.
+``train_run`` is what ``attnlm train`` calls; it is also usable from Python. The model family
+comes from the preset's ``[model] type`` (:mod:`attnlm.models.registry`), the batches from that
+family's objective (:mod:`attnlm.objectives`); nothing here depends on a particular family.
+Under ``torchrun`` each process calls it; rank 0 prepares the data first, the others wait and
+then load it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from attnlm.config import from_dict
-from attnlm.data.windows import Windows
-from attnlm.errors import ConfigError, InputError
-from attnlm.train import distributed as D
-from attnlm.train.checkpoint import (
+from attnlm.checkpoint import (
     CHECKPOINT_DIR,
-    build_model,
+    load_state,
+    load_weights,
     read_config,
     resolve_checkpoint,
 )
+from attnlm.config import from_dict
+from attnlm.device import resolve_device
+from attnlm.errors import ConfigError, InputError
+from attnlm.models import registry
+from attnlm.models.base import count_params
+from attnlm.objectives import make_objective
+from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare
 from attnlm.train.optim import make_optimizer
-from attnlm.train.trainer import MetricsLog, Trainer, TrainResult, TrainState
+from attnlm.train.trainer import MetricsLog, Trainer, TrainJob, TrainResult, TrainState
 
 METRICS_FILE = "metrics.jsonl"
 LOSS_CURVE_FILE = "loss_curve.png"
-
-
-def resolve_device(spec: str, dist: D.DistInfo | None = None) -> torch.device:
-    """``auto`` picks CUDA, then MPS, then CPU; under torchrun each rank uses its local GPU."""
-    dist = dist or D.DistInfo()
-    if spec == "auto":
-        if torch.cuda.is_available():
-            spec = "cuda"
-        elif getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            spec = "mps"
-        else:
-            spec = "cpu"
-    if spec.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError("train.device is cuda but no CUDA GPU is available")
-        if spec == "cuda":
-            spec = f"cuda:{dist.local_rank}"
-    if spec == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("train.device is mps but MPS is not available")
-    return torch.device(spec)
-
-
-def check_model_table(model: dict[str, Any]) -> None:
-    """Validate a ``[model]`` table before any data work (vocab_size comes later)."""
-    from attnlm.models.gpt import GPTConfig
-
-    from_dict(GPTConfig, {**model, "vocab_size": 1}, where="model")
 
 
 def _barrier(dist: D.DistInfo) -> None:
@@ -63,23 +45,29 @@ def _barrier(dist: D.DistInfo) -> None:
         torch.distributed.barrier()
 
 
-def checkpoint_config(spec: RunSpec, model_cfg: Any) -> dict[str, Any]:
+def checkpoint_config(spec: RunSpec, family: Any, model_cfg: Any) -> dict[str, Any]:
     return {
-        "model_type": "gpt",
         "preset": spec.preset,
-        "model": dataclasses.asdict(model_cfg),
+        "model": registry.config_table(family, model_cfg),
         "train": dataclasses.asdict(spec.train),
     }
+
+
+def _with_type(table: dict[str, Any]) -> dict[str, Any]:
+    return {"type": registry.DEFAULT_TYPE, **table}
 
 
 def resume_spec(run_dir: Path, requested: RunSpec | None) -> RunSpec:
     """The spec to continue ``run_dir`` with; refuses changes that would alter the run."""
     stored = read_config(resolve_checkpoint(run_dir))
-    stored_model = dict(stored["model"])
+    stored_model = _with_type(stored["model"])
     stored_train = from_dict(TrainConfig, stored["train"], where="train")
     if requested is None:
         return RunSpec(model=stored_model, train=stored_train, preset=stored.get("preset", ""))
-    model_req = {**stored_model, **requested.model, "vocab_size": stored_model["vocab_size"]}
+    # fields the data decided (vocab_size) are the stored ones
+    model_req = {**stored_model, **_with_type(requested.model)}
+    if "vocab_size" in stored_model:
+        model_req["vocab_size"] = stored_model["vocab_size"]
     for key in sorted(set(stored_model) | set(model_req)):
         if stored_model.get(key) != model_req.get(key):
             raise ConfigError(
@@ -96,15 +84,22 @@ def resume_spec(run_dir: Path, requested: RunSpec | None) -> RunSpec:
     return RunSpec(model=stored_model, train=requested.train, preset=stored.get("preset", ""))
 
 
-def train_run(spec: RunSpec, run_dir: str | Path, resume: bool = False, log=print) -> TrainResult:
-    """Train (or resume) a GPT in ``run_dir``; returns the result on every rank."""
-    from safetensors.torch import load_model
-
+def train_run(
+    spec: RunSpec,
+    run_dir: str | Path,
+    resume: bool = False,
+    log: Callable[..., Any] = print,
+    on_step: Callable[[int], Any] | None = None,
+) -> TrainResult:
+    """Train (or resume) the model family of ``spec`` in ``run_dir``; returns the result on
+    every rank. ``on_step(step)`` is called after each optimizer step."""
     run_dir = Path(run_dir)
     cfg = spec.train
-    check_model_table(spec.model)
+    registry.check_table(spec.model, vocab_size=1)
+    family = registry.get(spec.model.get("type"))
+    objective_name = family.objective
     dist = D.from_env()
-    device = resolve_device(cfg.device, dist)
+    device = resolve_device(cfg.device, dist.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     D.init(dist, device.type)
@@ -119,51 +114,53 @@ def train_run(spec: RunSpec, run_dir: str | Path, resume: bool = False, log=prin
         if dist.is_main:
             log(data.stats_line())
         torch.manual_seed(cfg.seed)
-        model, model_cfg = build_model({**spec.model, "vocab_size": data.tokenizer.vocab_size})
+        table = registry.complete_table(spec.model, vocab_size=data.tokenizer.vocab_size)
+        model, model_cfg, family = registry.build(table)
         if dist.rank:
             torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
         model.to(device)
-        block = int(model_cfg.block_size)
-        train_w = Windows(data.train.open(), block)
-        val_w = Windows(data.val.open(), block)
-        opt = make_optimizer(model, cfg, device.type)
+        objective = make_objective(objective_name, data.tokenizer, model_cfg)
+        if getattr(objective, "data", "text") != "text":
+            raise ConfigError(
+                f"model.type {family.type!r} trains on sentence pairs; this run has text only"
+            )
+        train_src = objective.source(np.asarray(data.train.open()), data.train.chars_per_token)
+        val_src = objective.source(np.asarray(data.val.open()), data.val.chars_per_token)
         trainer = Trainer(
-            model,
-            opt,
-            cfg,
-            train_w,
-            val_w,
-            data.val.chars_per_token,
-            run_dir,
-            checkpoint_config(spec, model_cfg),
-            data.tokenizer,
-            device,
-            dist=dist,
-            log=log,
+            TrainJob(
+                model=model,
+                optimizer=make_optimizer(model, cfg, device.type),
+                config=cfg,
+                train=train_src,
+                val=val_src,
+                run_dir=run_dir,
+                checkpoint_config=checkpoint_config(spec, family, model_cfg),
+                tokenizer=data.tokenizer,
+                device=device,
+                dist=dist,
+                log=log,
+                on_step=on_step,
+            )
         )
         keep_until = None
         if resume:
             ckpt = resolve_checkpoint(run_dir)
+            load_weights(model, ckpt, device)
             try:
-                load_model(model, str(ckpt / "model.safetensors"), strict=True, device=str(device))
-            except Exception as e:  # noqa: BLE001
-                raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({e})") from None
-            try:
-                sd = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
-                trainer.load_state_dict(sd)
-            except Exception as e:  # noqa: BLE001
-                raise InputError(f"{ckpt}/state.pt: missing or corrupt ({e})") from None
+                trainer.load_state_dict(load_state(ckpt))
+            except InputError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a state.pt of another shape
+                raise InputError(f"{ckpt}/state.pt: does not fit this run ({e})") from None
             keep_until = trainer.state.step
             if dist.is_main:
                 log(f"resuming {run_dir} from step {trainer.state.step}")
         else:
             trainer.state = TrainState()
-        n_params = sum(p.numel() for p in model.parameters())
         if dist.is_main:
+            what = family.describe(model_cfg) if family.describe else family.type
             log(
-                f"model: {n_params / 1e6:.2f}M parameters, {model_cfg.n_layer} layers, "
-                f"{model_cfg.n_head} heads, width {model_cfg.n_embd}, block {block}, "
-                f"positions {getattr(model_cfg, 'positions', '?')}; device {device}"
+                f"model: {count_params(model) / 1e6:.2f}M parameters, {what}; device {device}"
                 + (f", {dist.world_size} processes" if dist.enabled else "")
             )
         metrics = MetricsLog(run_dir / METRICS_FILE, dist.is_main, keep_until)

@@ -1,11 +1,16 @@
 """The training loop: micro-batches, accumulation, clipping, schedule, evaluation, checkpoints.
 
-Works with any ``nn.Module`` whose ``forward(ids, targets)`` returns an object with ``.loss``
-(and ``.logits`` for evaluation). One optimizer step:
+Works with any model family: batches come from the objective's
+:class:`~attnlm.objectives.BatchSource` (dicts of tensors the trainer never looks into) and
+``model(**batch)`` returns ``loss_sum`` and ``n_targets`` (:mod:`attnlm.models.base`). One
+optimizer step:
 
-1. draw ``batch_size * micro_steps * world_size`` window starts from the data generator (every
-   rank draws the same numbers) and take this rank's slice for each micro-step;
-2. forward/backward each micro-batch with loss / micro_steps; under DDP gradients are
+1. draw the random choices for ``batch_size * micro_steps * world_size`` examples from the data
+   generator (every rank draws the same numbers) and take this rank's slice for each
+   micro-step; collate the micro-batches;
+2. count the step's targets over all micro-batches and ranks, and backpropagate each
+   micro-batch's ``loss_sum / targets`` (times the number of ranks, which DDP averages over),
+   so every target of the step weighs the same whatever the objective; under DDP gradients are
    all-reduced only on the last micro-step (``no_sync`` before it);
 3. stop with a message if the loss is NaN or infinite (the last good checkpoint stays);
 4. clip the global gradient norm, set the learning rate, step AdamW.
@@ -20,9 +25,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,16 +34,14 @@ from typing import Any
 
 import torch
 
-from attnlm.data.windows import Windows
+from attnlm.checkpoint import CHECKPOINT_DIR, save_checkpoint
+from attnlm.device import autocast
 from attnlm.errors import AttnlmError
+from attnlm.evaluation import EvalResult, estimate
+from attnlm.objectives import BatchSource, count_targets
 from attnlm.train import distributed as D
-from attnlm.train.checkpoint import CHECKPOINT_DIR, save_checkpoint
 from attnlm.train.config import TrainConfig
-from attnlm.train.evaluate import EvalResult, estimate
 from attnlm.train.optim import lr_at
-
-# Test hook: SIGKILL this process right after the given optimizer step (resume tests).
-KILL_ENV = "ATTNLM_DEBUG_KILL_AT_STEP"
 
 
 class TrainingError(AttnlmError):
@@ -101,12 +103,6 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
 
 
-def _autocast(device: torch.device, dtype: str):
-    if dtype == "bfloat16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return nullcontext()
-
-
 def _silent(*_args: Any) -> None:
     return None
 
@@ -116,40 +112,47 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-class Trainer:
-    """Runs the loop for one model; see the module docstring."""
+@dataclass
+class TrainJob:
+    """Everything one training loop needs: the model and its optimizer, the settings, the
+    training and validation batch sources of the objective, where and what to save, and the
+    device. ``on_step(step)`` is called after every optimizer step (progress hooks, tests
+    that interrupt a run); ``data_gen`` is the generator of the training batches' random
+    choices (seeded from ``config.seed`` when None)."""
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        cfg: TrainConfig,
-        train: Windows,
-        val: Windows,
-        val_chars_per_token: float,
-        run_dir: Path,
-        checkpoint_config: dict[str, Any],
-        tokenizer: Any,
-        device: torch.device,
-        dist: D.DistInfo | None = None,
-        data_gen: torch.Generator | None = None,
-        state: TrainState | None = None,
-        log=print,
-    ) -> None:
-        self.raw_model = model  # the module whose weights are saved
-        self.model = model  # what forward() is called on (DDP / compiled wrapper)
-        self.opt = optimizer
-        self.cfg = cfg
-        self.train_w, self.val_w = train, val
-        self.val_cpt = val_chars_per_token
-        self.run_dir = Path(run_dir)
-        self.ckpt_config = checkpoint_config
-        self.tokenizer = tokenizer
-        self.device = device
-        self.dist = dist or D.DistInfo()
-        self.data_gen = data_gen or torch.Generator().manual_seed(cfg.seed)
-        self.state = state or TrainState()
-        self.log = log
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    config: TrainConfig
+    train: BatchSource
+    val: BatchSource
+    run_dir: Path
+    checkpoint_config: dict[str, Any]
+    tokenizer: Any
+    device: torch.device
+    dist: D.DistInfo = field(default_factory=D.DistInfo)
+    data_gen: torch.Generator | None = None
+    log: Callable[..., Any] = print
+    on_step: Callable[[int], Any] | None = None
+
+
+class Trainer:
+    """Runs the loop for one :class:`TrainJob`; see the module docstring."""
+
+    def __init__(self, job: TrainJob) -> None:
+        self.job = job
+        self.raw_model = job.model  # the module whose weights are saved
+        self.model = job.model  # what forward() is called on (DDP / compiled wrapper)
+        self.opt = job.optimizer
+        self.cfg = cfg = job.config
+        self.train_src, self.val_src = job.train, job.val
+        self.run_dir = Path(job.run_dir)
+        self.ckpt_config = job.checkpoint_config
+        self.tokenizer = job.tokenizer
+        self.device = job.device
+        self.dist = job.dist
+        self.data_gen = job.data_gen or torch.Generator().manual_seed(cfg.seed)
+        self.state = TrainState()
+        self.log = job.log
         self.micro = D.local_accum(cfg.grad_accum, self.dist)
         self.last_ckpt: Path | None = None
         if (self.run_dir / CHECKPOINT_DIR).exists():
@@ -202,25 +205,32 @@ class Trainer:
         return path
 
     # -- one optimizer step ----------------------------------------------------------------
+    def _micro_batches(self) -> list[dict[str, torch.Tensor]]:
+        """This rank's micro-batches of one step (see the module docstring, point 1)."""
+        n, d, micro = self.cfg.batch_size, self.dist, self.micro
+        draw = self.train_src.draw(n * micro * d.world_size, self.data_gen)
+        shaped = {k: v.view(micro, d.world_size, n, *v.shape[1:]) for k, v in draw.items()}
+        return [self.train_src.collate({k: v[m, d.rank] for k, v in shaped.items()})
+                for m in range(micro)]  # fmt: skip
+
     def _step(self, lr: float) -> float:
         cfg, d = self.cfg, self.dist
         for group in self.opt.param_groups:
             group["lr"] = lr
-        n = cfg.batch_size
-        starts = self.train_w.sample_starts(n * self.micro * d.world_size, self.data_gen)
-        starts = starts.view(self.micro, d.world_size, n)  # (micro, world, B)
-        total = torch.zeros((), device=self.device)
-        for m in range(self.micro):
-            x, y = self.train_w.batch(starts[m, d.rank])
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        batches = self._micro_batches()
+        targets = D.total(float(sum(count_targets(b) for b in batches)), d, self.device)
+        scale = d.world_size / max(targets, 1.0)  # DDP averages gradients over the ranks
+        summed = torch.zeros((), device=self.device)
+        for m, batch in enumerate(batches):
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
             last = m == self.micro - 1
             sync = nullcontext() if last or not d.enabled else self.model.no_sync()
             with sync:
-                with _autocast(self.device, cfg.dtype):
-                    loss = self.model(x, y).loss / self.micro
-                loss.backward()
-            total += loss.detach()
-        loss_value = float(D.mean(total, d))
+                with autocast(self.device, cfg.dtype):
+                    loss_sum = self.model(**batch).loss_sum
+                (loss_sum * scale).backward()
+            summed += loss_sum.detach().float()
+        loss_value = D.total(float(summed), d, self.device) / max(targets, 1.0)
         if not math.isfinite(loss_value):
             self.opt.zero_grad(set_to_none=True)
             where = f"; the last good checkpoint is {self.last_ckpt}" if self.last_ckpt else ""
@@ -237,8 +247,7 @@ class Trainer:
     def evaluate(self) -> EvalResult:
         return estimate(
             self.raw_model,
-            self.val_w,
-            self.val_cpt,
+            self.val_src,
             self.cfg.eval_iters,
             self.cfg.batch_size,
             self.device,
@@ -259,8 +268,8 @@ class Trainer:
 
         cfg, st, d = self.cfg, self.state, self.dist
         budget = cfg.time_budget_s
-        kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
-        tokens_per_step = cfg.batch_size * self.micro * d.world_size * self.train_w.block_size
+        per_example = self.train_src.tokens_per_example()
+        tokens_per_step = cfg.batch_size * self.micro * d.world_size * per_example
         # The bar shows the run's progress in percent: the larger of the step and time fractions.
         bar = tqdm(
             total=100.0,
@@ -329,13 +338,19 @@ class Trainer:
                             "val_loss": last_eval.loss,
                             "val_bpc": last_eval.bpc,
                             "val_ppl": last_eval.ppl,
+                            "val_accuracy": last_eval.accuracy,
                             "train_loss": loss,
                             "elapsed": round(st.elapsed, 3),
                         }
                     )
+                    per_char = (
+                        f"val {last_eval.bpc:.4f} bits/char"
+                        if last_eval.bpc is not None
+                        else f"val accuracy {last_eval.accuracy or 0:.2%}"
+                    )
                     write(
                         f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
-                        f"val {last_eval.bpc:.4f} bits/char, lr {lr:.2e}"
+                        f"{per_char}, lr {lr:.2e}"
                     )
                     st.elapsed = time.perf_counter() - t0
                     if improved or not cfg.early_stop:  # with early stopping: keep the best
@@ -345,8 +360,8 @@ class Trainer:
                         stop_reason = "early_stop"
                         write(f"early stop: no improvement in {cfg.early_stop} evaluations")
                         break
-                if kill_at and st.step == kill_at:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                if self.job.on_step is not None:
+                    self.job.on_step(st.step)
         finally:
             bar.close()
         if stop_reason == "max_iters" and st.step < cfg.max_iters:

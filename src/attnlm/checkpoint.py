@@ -3,7 +3,8 @@
 Layout of ``RUN/checkpoint/``::
 
     model.safetensors   model weights (shared tensors such as tied embeddings stored once)
-    config.json         {"format", "model_type", "step", "model": GPTConfig, "train": TrainConfig}
+    config.json         {"format", "step", "preset", "model": {"type": ..., config fields},
+                        "train": TrainConfig}; a model table without "type" is a GPT
     tokenizer.json      the tokenizer (``attnlm.tokenizers.load`` restores it)
     state.pt            optimizer, step, RNG states, data position, timers; plain tensors and
                         containers only, read back with ``torch.load(weights_only=True)``
@@ -12,7 +13,12 @@ Atomic replacement: everything is written into a temporary sibling folder first;
 every file is complete is the old checkpoint renamed to ``checkpoint.old``, the new folder
 renamed into place and the old one removed. A failure while writing (disk full) removes the
 temporary folder and leaves the previous checkpoint untouched; a kill between the two renames
-leaves ``checkpoint.old``, which :func:`resolve_checkpoint` finds.
+leaves ``checkpoint.old``, which :func:`resolve_checkpoint` finds. Temporary folders left by
+a killed save are removed by the next save.
+
+Loading needs no training code: generation, evaluation, inspection and the web explorer use
+:func:`load_checkpoint`, which builds the model of the family the config names
+(:mod:`attnlm.models.registry`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +85,8 @@ def save_checkpoint(
     parent.mkdir(parents=True, exist_ok=True)
     tmp = parent / f".{final.name}.tmp-{os.getpid()}"
     old = parent / f"{final.name}.old"
-    shutil.rmtree(tmp, ignore_errors=True)
+    for leftover in parent.glob(f".{final.name}.tmp-*"):  # from killed saves (and ours)
+        shutil.rmtree(leftover, ignore_errors=True)
     try:
         tmp.mkdir()
         save_model(model, str(tmp / "model.safetensors"))
@@ -106,7 +113,8 @@ def save_checkpoint(
 
 @dataclass
 class Checkpoint:
-    """A loaded checkpoint: the model (on ``device``), tokenizer, configs and training state."""
+    """A loaded checkpoint: the model (on ``device``), its family, tokenizer, configs and
+    training state."""
 
     path: Path
     model: torch.nn.Module
@@ -115,62 +123,73 @@ class Checkpoint:
     train_config: dict[str, Any]
     step: int
     config: dict[str, Any]
+    family: Any = None
 
     def load_state(self) -> dict[str, Any]:
         """The training state (optimizer, RNG, data position), loaded with weights_only=True."""
-        try:
-            return torch.load(self.path / "state.pt", map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 - any failure means an unusable file
-            raise InputError(f"{self.path}/state.pt: missing or corrupt ({e})") from None
+        return load_state(self.path)
+
+
+def load_state(ckpt: Path) -> dict[str, Any]:
+    """``state.pt`` of a checkpoint folder, read with ``weights_only=True``."""
+    try:
+        return torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure means an unusable file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{ckpt}/state.pt: missing, corrupt or unsafe ({first})") from None
 
 
 def read_config(path: Path) -> dict[str, Any]:
+    """The ``config.json`` of a checkpoint folder (checked to be ours)."""
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InputError(f"{path}/config.json: missing or corrupt ({e})") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise InputError(f"{path}/config.json: not an attnlm checkpoint ({FORMAT})")
+    if not isinstance(config.get("model"), dict):
+        raise InputError(f"{path}/config.json: no model table")
     return config
 
 
-def build_model(model_dict: dict[str, Any]) -> tuple[torch.nn.Module, Any]:
-    """A fresh GPT from its config dict (``GPTConfig`` fields)."""
-    from attnlm.config import from_dict
-    from attnlm.errors import ConfigError
-    from attnlm.models.gpt import GPT, GPTConfig
+def load_weights(model: torch.nn.Module, ckpt: Path, device: str | torch.device = "cpu") -> None:
+    """Load ``model.safetensors`` of ``ckpt`` into ``model`` (strict)."""
+    from safetensors.torch import load_model
 
-    cfg = from_dict(GPTConfig, model_dict, where="model")
     try:
-        return GPT(cfg), cfg
-    except AttnlmError:
-        raise
-    except (ValueError, AssertionError) as e:
-        raise ConfigError(f"model: {e}") from None
+        load_model(model, str(ckpt / "model.safetensors"), strict=True, device=str(device))
+    except Exception as e:  # noqa: BLE001 - safetensors raises several kinds
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({first})") from None
+
+
+def check_vocab(tokenizer: Any, model_config: Any, where: str) -> None:
+    """A tokenizer whose ids do not fit the model is refused (it would generate garbage)."""
+    model_vocab = getattr(model_config, "vocab_size", None)
+    tok_vocab = getattr(tokenizer, "vocab_size", None)
+    if isinstance(model_vocab, int) and isinstance(tok_vocab, int) and tok_vocab > model_vocab:
+        raise InputError(
+            f"{where}: the tokenizer has {tok_vocab:,} ids but the model only "
+            f"{model_vocab:,} (model.vocab_size); they do not belong together"
+        )
 
 
 def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint or run folder; corrupt or missing files raise InputError."""
-    from safetensors.torch import load_model
-
     from attnlm import tokenizers
+    from attnlm.models import registry
 
     ckpt = resolve_checkpoint(path)
     config = read_config(ckpt)
-    try:
-        model, model_cfg = build_model(config["model"])
-    except KeyError:
-        raise InputError(f"{ckpt}/config.json: no model table") from None
-    try:
-        load_model(model, str(ckpt / "model.safetensors"), strict=True)
-    except Exception as e:  # noqa: BLE001 - safetensors raises several kinds
-        raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({e})") from None
+    model, model_cfg, family = registry.build(config["model"])
+    load_weights(model, ckpt)
     try:
         tok = tokenizers.load(ckpt / "tokenizer.json")
     except AttnlmError:
         raise
     except Exception as e:  # noqa: BLE001
         raise InputError(f"{ckpt}/tokenizer.json: missing or corrupt ({e})") from None
+    check_vocab(tok, model_cfg, str(ckpt))
     model.to(device)
     return Checkpoint(
         path=ckpt,
@@ -180,8 +199,5 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
         train_config=dict(config.get("train", {})),
         step=int(config.get("step", 0)),
         config=config,
+        family=family,
     )
-
-
-def model_config_dict(cfg: Any) -> dict[str, Any]:
-    return asdict(cfg)

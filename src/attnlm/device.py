@@ -1,0 +1,77 @@
+"""Devices and numeric modes shared by training, evaluation, generation and inspection.
+
+* :func:`resolve_device`: ``auto`` picks CUDA, then MPS, then CPU; under torchrun each rank uses
+  its local GPU; an unavailable device is a one-line :class:`~attnlm.errors.ConfigError`.
+* :func:`autocast`: the one autocast context (``bfloat16`` or a no-op for ``float32``).
+* :func:`eval_mode`: a context that puts a model in eval mode and restores its training flag.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+
+from attnlm.errors import ConfigError
+
+DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
+DTYPES = ("float32", "bfloat16")
+
+
+def resolve_device(spec: str = "auto", local_rank: int | None = None) -> torch.device:
+    """The torch device for ``spec`` (``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``)."""
+    spec = str(spec).strip()
+    if not re.fullmatch(DEVICE_PATTERN, spec):
+        raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or mps, got {spec!r}")
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    mps = getattr(torch.backends, "mps", None)
+    if spec == "auto":
+        if torch.cuda.is_available():
+            spec = "cuda"
+        elif mps is not None and mps.is_available():
+            spec = "mps"
+        else:
+            spec = "cpu"
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {spec} requested but no CUDA GPU is available")
+        if spec == "cuda":
+            spec = f"cuda:{local_rank}"
+        index = int(spec.split(":")[1])
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"device {spec}: only {torch.cuda.device_count()} GPU(s) present")
+    if spec == "mps" and not (mps is not None and mps.is_available()):
+        raise ConfigError("device mps requested but MPS is not available")
+    return torch.device(spec)
+
+
+def autocast(device: torch.device | str, dtype: str = "float32") -> Any:
+    """Autocast to bfloat16 on ``device`` when ``dtype == "bfloat16"``, else a no-op context."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype == "bfloat16":
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Run a block with ``model.eval()`` and restore the previous training flag afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a model's first parameter (CPU for a model without parameters)."""
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")

@@ -1,0 +1,152 @@
+"""What every model family shares: the forward output record, the summed token loss, the
+parameter counter.
+
+The forward contract (docs/architecture.md): ``model(**batch)`` returns a :class:`ModelOutput`
+with ``loss_sum`` (cross-entropy summed over the targets), ``n_targets`` (how many targets were
+summed, ignoring ``IGNORE_INDEX``), ``loss`` (their mean) and the logits; attention weights and
+hidden states only when asked for. The trainer normalises gradients by the number of targets
+in a whole optimizer step, so batches with different numbers of targets (masked LM,
+sequence-to-sequence) weigh every target equally.
+
+Shape legend
+    B  batch size
+    T  target (decoder) length
+    S  source (encoder) length
+    H  heads
+    V  vocabulary size
+    C  model width
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlm.errors import InputError
+
+IGNORE_INDEX = -100  # targets with this value are not predicted (padding, unmasked positions)
+
+
+@dataclass
+class ModelOutput:
+    """What a model family's ``forward`` returns.
+
+    ``logits`` ``(B, T, V)``; ``loss`` (mean cross-entropy over counted targets), ``loss_sum``
+    and ``n_targets`` when targets were given; ``attentions``: one ``(B, H, T, S)`` weight
+    tensor per layer of self-attention (encoder layers for an encoder-only model, decoder
+    layers for an encoder-decoder) when asked; ``hidden_states``: ``L + 1`` tensors
+    ``(B, T, C)`` (the embedding output, then each layer's output) when asked;
+    ``cross_attentions`` ``(B, H, T, S)`` per decoder layer and ``encoder_attentions`` for
+    encoder-decoder models.
+    """
+
+    logits: Tensor
+    loss: Tensor | None = None
+    loss_sum: Tensor | None = None
+    n_targets: Tensor | None = None
+    attentions: list[Tensor] | None = None
+    hidden_states: list[Tensor] | None = None
+    cross_attentions: list[Tensor] | None = None
+    encoder_attentions: list[Tensor] | None = None
+    encoder_hidden_states: list[Tensor] | None = None
+
+
+def token_loss(
+    logits: Tensor, targets: Tensor, label_smoothing: float = 0.0
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Cross-entropy of ``logits`` ``(..., V)`` against ``targets`` ``(...)``.
+
+    Returns ``(mean, sum, count)`` over the targets that are not :data:`IGNORE_INDEX`; the mean
+    of no targets is 0 (not NaN) so an empty micro-batch cannot poison a step.
+    """
+    if targets.shape != logits.shape[:-1]:
+        raise InputError(
+            f"targets must have shape {tuple(logits.shape[:-1])}, got {tuple(targets.shape)}"
+        )
+    flat = targets.reshape(-1)
+    total = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(),
+        flat,
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+        label_smoothing=label_smoothing,
+    )
+    count = (flat != IGNORE_INDEX).sum()
+    return total / count.clamp(min=1), total, count
+
+
+def count_params(
+    model: nn.Module,
+    trainable_only: bool = False,
+    exclude: tuple[nn.Module | nn.Parameter | None, ...] = (),
+) -> int:
+    """Number of distinct parameters of ``model`` (a tied matrix counted once), leaving out
+    frozen ones when ``trainable_only`` and those of the modules or parameters in
+    ``exclude``. The one parameter counter of the package."""
+    skip = set()
+    for item in exclude:
+        if isinstance(item, nn.Parameter):
+            skip.add(id(item))
+        elif item is not None:
+            skip.update(id(p) for p in item.parameters())
+    return sum(
+        p.numel()
+        for p in model.parameters()
+        if id(p) not in skip and (p.requires_grad or not trainable_only)
+    )
+
+
+def check_ids(ids: Tensor, vocab_size: int, name: str = "ids") -> None:
+    """Shape ``(B, T)``, integer dtype and (on CPU, outside ``torch.compile``) the id range.
+    On a GPU the range check would cost a host sync per call; an id out of range then fails
+    inside the embedding instead."""
+    if ids.dim() != 2:
+        raise InputError(f"{name} must be (B, T), got shape {tuple(ids.shape)}")
+    if ids.is_floating_point() or ids.is_complex():
+        raise InputError(f"{name} must be integer token ids, got dtype {ids.dtype}")
+    if ids.shape[1] == 0:
+        raise InputError(f"{name} is empty: need at least one token")
+    if ids.device.type == "cpu" and not torch.compiler.is_compiling():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = hi if hi >= vocab_size else lo
+            raise InputError(f"token id {bad} is out of range for model.vocab_size={vocab_size}")
+
+
+CAPABILITIES = ("generate", "fill-mask", "translate", "embed")
+OBJECTIVES = ("causal", "masked", "seq2seq")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family as the registry knows it (see :mod:`attnlm.models.registry`).
+
+    ``type``: the name in ``[model] type = ...`` of presets and checkpoints. ``config``: its
+    frozen config dataclass (``vocab_size`` is filled from the tokenizer). ``model``: the
+    ``nn.Module`` class, built as ``model(config)``. ``objective``: the training objective's
+    name (``causal``, ``masked`` or ``seq2seq``, see :mod:`attnlm.objectives`).
+    ``capabilities``: what the family can do (``generate``, ``fill-mask``, ``translate``,
+    ``embed``). ``hf_types``: Hugging Face ``model_type`` values that ``model.from_hf`` loads.
+    ``describe``: one line about a config for logs and ``attnlm params``.
+    """
+
+    type: str
+    config: type
+    model: type
+    objective: str = "causal"
+    capabilities: frozenset[str] = frozenset({"generate"})
+    description: str = ""
+    hf_types: tuple[str, ...] = ()
+    describe: Callable[[Any], str] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.capabilities) - set(CAPABILITIES)
+        if unknown:
+            raise ValueError(f"family {self.type}: unknown capabilities {sorted(unknown)}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"family {self.type}: unknown objective {self.objective!r}")

@@ -1,0 +1,52 @@
+"""Loading a saved n-gram model of either format: the binary ``.npz`` written by
+:meth:`~attnlm.ngram.model.NgramModel.save` or an ARPA file (:mod:`attnlm.ngram.arpa`)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from attnlm.errors import InputError
+from attnlm.ngram.arpa import read_arpa
+from attnlm.ngram.counts import Vocabulary
+from attnlm.ngram.model import FORMAT, AddKModel, BackoffModel, NgramModel
+
+
+def load_model(path: str | Path) -> NgramModel:
+    """Load a model saved by :meth:`NgramModel.save` (binary), or an ARPA file (``.arpa``,
+    ``.arpa.gz`` or any file starting with ``\\data\\``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file")
+    with open(p, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] == b"\x1f\x8b" or not magic.startswith(b"PK"):
+        return read_arpa(p)
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            header = json.loads(bytes(z["header"]).decode("utf-8"))
+            words = bytes(z["vocab"]).decode("utf-8").split("\n")
+            data = {name: z[name] for name in z.files}
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as e:
+        raise InputError(f"{p}: not an attnlm n-gram model ({e})") from None
+    if header.get("format") != FORMAT:
+        raise InputError(f"{p}: not an attnlm n-gram model")
+    vocab = Vocabulary(words)
+    N = int(header["order"])
+    keys = [data[f"keys{k}"] for k in range(1, N + 1)]
+    if header["kind"] == "addk":
+        counts = [data[f"counts{k}"] for k in range(1, N + 1)]
+        return AddKModel(vocab, keys, counts, header["k"], header["pad"], header.get("meta"))
+    return BackoffModel(
+        vocab,
+        keys,
+        [data[f"logp{k}"] for k in range(1, N + 1)],
+        [data[f"bo{k}"] for k in range(1, N + 1)],
+        smoothing=header["smoothing"],
+        pad=header["pad"],
+        normalized=header["normalized"],
+        meta=header.get("meta"),
+    )

@@ -1,0 +1,180 @@
+"""The package's import structure: no import cycles (counting imports inside functions too) and
+no upward imports across layers (docs/architecture.md):
+
+    base (errors, config, device, fileio, validate)
+      -> tokenizers, data, nn -> models, ngram
+      -> objectives, evaluation, checkpoint, inspect, generate (decoding)
+      -> train, demo -> command modules (*.cli, attnlm.cli), web
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = SRC / "attnlm"
+
+# Lowest layer first. A module may import its own layer or any layer below it.
+LAYERS = {
+    "attnlm": 0,
+    "attnlm.errors": 0,
+    "attnlm._lazy": 0,
+    "attnlm.config": 0,
+    "attnlm.device": 0,
+    "attnlm.fileio": 0,
+    "attnlm.validate": 0,
+    "attnlm.tokenizers": 1,
+    "attnlm.data": 1,
+    "attnlm.nn": 1,
+    "attnlm.scores": 1,
+    "attnlm.models": 2,
+    "attnlm.ngram": 2,
+    "attnlm.objectives": 3,
+    "attnlm.evaluation": 3,
+    "attnlm.checkpoint": 3,
+    "attnlm.inspect": 3,
+    "attnlm.generate": 3,
+    "attnlm.train": 4,
+    "attnlm.demo": 4,
+    "attnlm.web": 5,
+    "attnlm.cli": 5,
+    "attnlm.__main__": 5,
+}
+CLI_LAYER = 5
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer(module: str) -> int:
+    if module.endswith(".cli"):
+        return CLI_LAYER
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in LAYERS:
+            return LAYERS[key]
+    raise AssertionError(f"{module} has no layer in LAYERS: add it (and to docs/architecture.md)")
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """attnlm modules imported anywhere in ``path`` (module level or inside functions)."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            # "from pkg import mod" imports the submodule when there is one
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                     for a in node.names]  # fmt: skip
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != me:
+                out.add(name)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PKG.rglob("*.py")}
+    modules = set(files)
+    return {m: imports_of(p, modules) for m, p in files.items()}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            # a package __init__ importing its own submodules (re-exports) is not a cycle edge
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _without_package_reexports(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Drop edges from a package's ``__init__`` to its own submodules: importing
+    ``attnlm.x.y`` runs ``attnlm.x`` first, but ``attnlm.x`` re-exporting ``y``'s names is the
+    package's public face, not a dependency of ``y`` on anything."""
+    out = {}
+    for m, deps in g.items():
+        is_pkg = m == "attnlm" or (PKG / Path(*m.split(".")[1:]) / "__init__.py").is_file()
+        out[m] = {d for d in deps if not (is_pkg and d.startswith(m + "."))}
+    return out
+
+
+def test_no_import_cycles():
+    found = cycles(_without_package_reexports(graph()))
+    assert not found, f"import cycles: {found}"
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_upward_imports():
+    bad = []
+    for m, deps in graph().items():
+        for d in deps:
+            if d == "attnlm" or d.startswith(m + "."):
+                continue
+            if layer(d) > layer(m):
+                bad.append(f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})")
+    assert not bad, "\n".join(sorted(bad))
+
+
+@pytest.mark.parametrize(
+    "module", ["attnlm.generate.cli", "attnlm.checkpoint", "attnlm.evaluation", "attnlm.inspect"]
+)
+def test_loading_and_using_models_does_not_import_training(module):
+    code = (
+        f"import {module}, sys; "
+        "print([m for m in sys.modules if m.startswith('attnlm.train')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
