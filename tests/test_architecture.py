@@ -172,9 +172,6 @@ def test_no_upward_imports():
     "module", ["attnlm.generate.cli", "attnlm.checkpoint", "attnlm.evaluation", "attnlm.inspect"]
 )
 def test_loading_and_using_models_does_not_import_training(module):
-    code = (
-        f"import {module}, sys; "
-        "print([m for m in sys.modules if m.startswith('attnlm.train')])"
-    )
+    code = f"import {module}, sys; print([m for m in sys.modules if m.startswith('attnlm.train')])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -50,7 +50,9 @@ def test_bad_config_names_the_field(kw, field):
 
 
 def test_config_from_dict_and_preset():
-    cfg = from_dict(GPTConfig, load_preset("gpt2-small")["model"], where="model")
+    table = dict(load_preset("gpt2-small")["model"])
+    assert table.pop("type") == "gpt"
+    cfg = from_dict(GPTConfig, table, where="model")
     assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size) == (12, 12, 768, 50257)
     with pytest.raises(ConfigError, match="model.n_heads"):
         from_dict(GPTConfig, {"n_heads": 4}, where="model")

@@ -1,5 +1,5 @@
-"""Parity with KenLM ``lmplz`` / ``query`` on the reference fixture (../shared/fixtures/ngram):
-perplexities, discounts and ARPA files entry for entry."""
+"""Parity with KenLM ``lmplz`` / ``query`` on the reference fixture in ``tests/fixtures/ngram``
+(see its README): perplexities, discounts and ARPA files entry for entry."""
 
 from __future__ import annotations
 
@@ -12,12 +12,7 @@ import pytest
 from attnlm.cli import main
 from attnlm.ngram import count_ngrams, modified_kneser_ney, read_arpa, split_sentences, write_arpa
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "ngram"
-
-pytestmark = pytest.mark.skipif(
-    not (FIXTURES / "train.txt").is_file(),
-    reason=f"KenLM reference fixtures not found at {FIXTURES}",
-)
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ngram"
 
 # from the fixture README (KenLM query figures)
 TOKENS, OOV = 24801, 2414

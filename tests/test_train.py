@@ -70,13 +70,15 @@ def test_weight_decay_on_matrices_only():
 
 
 def test_presets_load_and_build():
+    from attnlm.models import registry
     from attnlm.models.gpt import GPTConfig
 
     names = list_presets()
     assert {"tiny-test", "shakespeare-char", "shakespeare-bpe"} <= set(names)
     for name in ("tiny-test", "shakespeare-char", "shakespeare-bpe"):
         spec = load_spec(name)
-        GPTConfig(vocab_size=65, **spec.model)  # every [model] key is a GPTConfig field
+        family, cfg = registry.make_config({**spec.model, "vocab_size": 65})
+        assert family.type == "gpt" and isinstance(cfg, GPTConfig)
 
 
 def test_config_errors_name_the_field():

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "attnlm.demo",
     "attnlm.ngram.cli",
     "attnlm.models.cli",
+    "attnlm.inspect.cli",
 ]
 
 
@@ -52,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnlm: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (e.g. `attnlm models --json | head`)
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return int(result or 0)
 
 

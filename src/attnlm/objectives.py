@@ -225,8 +225,7 @@ class MaskedLM:
             mask_id = getattr(tokenizer, "mask_id", None)
             if mask_id is None:
                 raise ConfigError(
-                    "the masked-LM objective needs a tokenizer with a [MASK] token "
-                    "(e.g. wordpiece)"
+                    "the masked-LM objective needs a tokenizer with a [MASK] token (e.g. wordpiece)"
                 )
             specials = tuple(
                 i
@@ -267,9 +266,7 @@ class SpecialIds:
     eos: int
 
 
-def collate_pairs(
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], ids: SpecialIds
-) -> Batch:
+def collate_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], ids: SpecialIds) -> Batch:
     """Teacher-forcing batch of (source ids, target ids) pairs, right-padded.
 
     ``src`` ``(B, S)`` and ``src_mask`` (True at real tokens); ``tgt_in`` ``(B, T)`` =

@@ -1,5 +1,5 @@
-"""Generation: logits filters, the decoding loop (KV cache, sliding window, lookahead drafts),
-text prompts, stop strings and streaming.
+"""Generation: ``SamplingConfig``, logits filters, the decoding loop (decoding-state protocol,
+sliding window, lookahead drafts), beam search, text prompts, stop strings and streaming.
 
 Names are loaded on first use so that ``attnlm --help`` does not import torch.
 """
@@ -16,6 +16,8 @@ _EXPORTS = {
     "top_p": "attnlm.generate.filters",
     "decode": "attnlm.generate.loop",
     "generate": "attnlm.generate.loop",
+    "SamplingConfig": "attnlm.generate.sampling",
+    "beam_search": "attnlm.generate.beam",
     "encode_prompt": "attnlm.generate.text",
     "generate_text": "attnlm.generate.text",
 }

@@ -34,26 +34,33 @@ def _generate(args: argparse.Namespace) -> int:
     from attnlm.checkpoint import load_checkpoint
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
+    from attnlm.generate.sampling import SamplingConfig
     from attnlm.generate.text import encode_prompt, generate_text
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.max_new_tokens < 0 or args.num_samples < 1:
-        raise InputError("--max-new-tokens must be >= 0 and --num-samples >= 1")
-    ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
-    encode_prompt(ck.tokenizer, args.prompt)  # fail early, before any output
-    out = sys.stdout
-    options = dict(
-        max_new_tokens=args.max_new_tokens,
+    if args.num_samples < 1:
+        raise InputError("--num-samples must be >= 1")
+    sampling = SamplingConfig(
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
-        stop=args.stop,
-        use_cache=args.use_cache,
+        max_new_tokens=args.max_new_tokens,
+        stop=tuple(args.stop),
+        seed=args.seed,
     )
+    ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
+    if "generate" not in ck.family.capabilities:
+        raise InputError(f"{ck.path}: a {ck.family.type} model does not generate text")
+    encode_prompt(ck.tokenizer, args.prompt)  # fail early, before any output
+    out = sys.stdout
     if not args.stream:  # all samples in one batch
         texts = generate_text(
-            ck.model, ck.tokenizer, [args.prompt] * args.num_samples, seed=args.seed, **options
+            ck.model,
+            ck.tokenizer,
+            [args.prompt] * args.num_samples,
+            sampling=sampling,
+            use_cache=args.use_cache,
         )
         out.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
         return 0
@@ -68,7 +75,14 @@ def _generate(args: argparse.Namespace) -> int:
             out.flush()
 
         seed = None if args.seed is None else args.seed + i
-        generate_text(ck.model, ck.tokenizer, [args.prompt], seed=seed, on_text=on_text, **options)
+        generate_text(
+            ck.model,
+            ck.tokenizer,
+            [args.prompt],
+            sampling=sampling.with_(seed=seed),
+            use_cache=args.use_cache,
+            on_text=on_text,
+        )
         out.write("\n")
         out.flush()
     return 0

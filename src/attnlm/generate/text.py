@@ -15,6 +15,7 @@ import torch
 
 from attnlm.errors import AttnlmError, InputError
 from attnlm.generate.loop import decode
+from attnlm.generate.sampling import SamplingConfig, sampling_from
 
 TextCallback = Callable[[int, str], None]  # on_text(row, new_text)
 
@@ -84,26 +85,38 @@ def generate_text(
     model: torch.nn.Module,
     tokenizer: Any,
     prompts: Sequence[str],
-    max_new_tokens: int = 200,
-    temperature: float = 1.0,
+    max_new_tokens: int | None = None,
+    temperature: float | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
-    stop: Sequence[str] = (),
+    stop: Sequence[str] | None = None,
     use_cache: bool = True,
     on_text: TextCallback | None = None,
+    *,
+    sampling: SamplingConfig | None = None,
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
+    ``sampling`` (or the keyword fields that override it) says how tokens are picked;
     ``stop`` strings end a row and are not included; ``on_text(row, piece)`` receives text as
     it is generated (streaming); ``seed`` makes sampling reproducible.
     """
+    sampling = sampling_from(
+        sampling,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stop=None if stop is None else tuple(stop),
+    )
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     generator = None
-    if seed is not None:
+    if sampling.seed is not None:
         device = next(model.parameters()).device
-        generator = torch.Generator(device=device).manual_seed(seed)
-    rows = [_RowText(tokenizer, stop) for _ in prompts]
+        generator = torch.Generator(device=device).manual_seed(sampling.seed)
+    rows = [_RowText(tokenizer, sampling.stop) for _ in prompts]
 
     def on_token(r: int, token: int) -> bool:
         piece, stopped = rows[r].push(token)
@@ -114,13 +127,10 @@ def generate_text(
     decode(
         model,
         ids,
-        max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
         use_cache=use_cache,
         generator=generator,
         on_token=on_token,
+        sampling=sampling,
     )
     for r, row in enumerate(rows):
         rest = row.flush()

@@ -1,8 +1,8 @@
 """Plots: the attention heatmap grid (layers x heads) and the training loss curve (PNG).
 
 Attention grid: one panel per (layer, head); in each panel rows are queries and columns are
-keys, both labelled with the prompt's tokens; darker means more attention. Causal models show
-a lower-triangular pattern.
+keys, labelled with the tokens (target and source tokens for cross-attention); darker means
+more attention. Causal models show a lower-triangular pattern.
 """
 
 from __future__ import annotations
@@ -35,37 +35,74 @@ def plot_attention_grid(
     tokens: Sequence[str],
     path: str | os.PathLike[str],
     title: str = "",
+    key_tokens: Sequence[str] | None = None,
 ) -> Path:
     """Save a layer x head grid of attention maps to ``path``.
 
-    ``attentions``: one array per layer of shape ``(H, T, T)`` (or ``(1, H, T, T)``), rows are
-    queries and columns keys; ``tokens``: the ``T`` token strings.
+    ``attentions``: one array per layer of shape ``(H, T, S)`` (or ``(1, H, T, S)``), rows are
+    queries and columns keys; ``tokens``: the ``T`` query labels; ``key_tokens``: the ``S`` key
+    labels (default: the query labels, for self-attention).
     """
+    maps = [_array(a) for a in attentions]
+    maps = [m[0] if m.ndim == 4 else m for m in maps]  # (H, T, S) each
+    panels = [[(f"layer {l} head {h}", m[h]) for h in range(m.shape[0])]
+              for l, m in enumerate(maps)]  # fmt: skip
+    return plot_attention_panels(panels, tokens, key_tokens or tokens, path, title)
+
+
+def _array(a: Any) -> np.ndarray:
+    return np.asarray(a.detach().float().cpu() if hasattr(a, "detach") else a)
+
+
+def plot_attention_panels(
+    panels: Sequence[Sequence[tuple[str, Any]]],
+    queries: Sequence[str],
+    keys: Sequence[str],
+    path: str | os.PathLike[str],
+    title: str = "",
+    annotate: bool = False,
+) -> Path:
+    """Save a grid of attention maps: ``panels[row][col] = (panel title, (T, S) weights)``,
+    rows of the maps are the ``queries``, columns the ``keys``. ``annotate`` writes each
+    weight in its cell (for one head or a few)."""
     plt = _pyplot()
-    maps = [np.asarray(a.detach().float().cpu() if hasattr(a, "detach") else a) for a in attentions]
-    maps = [m[0] if m.ndim == 4 else m for m in maps]  # (H, T, T) each
-    n_layer, n_head, t = len(maps), maps[0].shape[0], maps[0].shape[-1]
-    labels = token_labels(tokens)
-    if len(labels) != t:
-        raise ValueError(f"{len(labels)} token labels for {t} positions")
-    cell = max(1.6, 0.16 * t + 0.8)
+    q_labels, k_labels = token_labels(queries), token_labels(keys)
+    n_rows, n_cols = len(panels), max(len(r) for r in panels)
+    t, s = len(q_labels), len(k_labels)
+    for row in panels:
+        for _, m in row:
+            if _array(m).shape != (t, s):
+                raise ValueError(f"a map of shape {_array(m).shape} for {t} x {s} labels")
+    cell_w = max(1.6, 0.16 * s + 0.8) * (2.2 if annotate else 1.0)
+    cell_h = max(1.6, 0.16 * t + 0.8) * (2.2 if annotate else 1.0)
     fig, axes = plt.subplots(
-        n_layer, n_head, figsize=(cell * n_head, cell * n_layer), squeeze=False
+        n_rows, n_cols, figsize=(cell_w * n_cols, cell_h * n_rows), squeeze=False
     )
-    fontsize = max(4, min(9, int(150 / max(t, 1))))
-    for l_idx in range(n_layer):
-        for h in range(n_head):
-            ax = axes[l_idx][h]
-            ax.imshow(maps[l_idx][h], cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
-            ax.set_xticks(range(t))
+    fontsize = max(4, min(9, int(150 / max(t, s, 1))))
+    for r, row in enumerate(panels):
+        for c in range(n_cols):
+            ax = axes[r][c]
+            if c >= len(row):
+                ax.axis("off")
+                continue
+            name, m = row[c]
+            m = _array(m)
+            ax.imshow(m, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+            ax.set_xticks(range(s))
             ax.set_yticks(range(t))
-            ax.set_xticklabels(labels, rotation=90, fontsize=fontsize, family="monospace")
-            ax.set_yticklabels(labels, fontsize=fontsize, family="monospace")
+            ax.set_xticklabels(k_labels, rotation=90, fontsize=fontsize, family="monospace")
+            ax.set_yticklabels(q_labels, fontsize=fontsize, family="monospace")
             ax.tick_params(length=0, pad=1)
-            ax.set_title(f"layer {l_idx} head {h}", fontsize=8)
-            if h == 0:
+            ax.set_title(name, fontsize=8)
+            if annotate:
+                for i in range(t):
+                    for j in range(s):
+                        color = "white" if m[i, j] > 0.6 else "black"
+                        ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center",
+                                fontsize=max(4, fontsize - 1), color=color)  # fmt: skip
+            if c == 0:
                 ax.set_ylabel("query", fontsize=7)
-            if l_idx == n_layer - 1:
+            if r == n_rows - 1:
                 ax.set_xlabel("key", fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from attnlm.models.base import count_params
+
 
 @dataclass(frozen=True)
 class ParamRow:
@@ -24,11 +26,6 @@ class ParamRow:
     count: int
     per_layer: bool = False
     note: str = ""
-
-
-def count_params(module: nn.Module, trainable_only: bool = False) -> int:
-    """Number of parameters of ``module``; a parameter shared by two submodules counts once."""
-    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
 def lecture_estimate(n_layer: int, d_model: int) -> int:
@@ -71,11 +68,13 @@ def param_rows(model: nn.Module) -> list[ParamRow]:
     return rows
 
 
-def format_param_table(model: nn.Module, n_layer: int, d_model: int) -> str:
-    """A printable table: per-module counts, the exact total and ``12·L·d²`` beside it."""
+def format_param_table(
+    model: nn.Module, n_layer: int | None = None, d_model: int | None = None
+) -> str:
+    """A printable table: per-module counts, the exact total and, for transformer shapes
+    (``n_layer`` and ``d_model`` given), ``12·L·d²`` beside it."""
     rows = param_rows(model)
     total = count_params(model)
-    estimate = lecture_estimate(n_layer, d_model)
     width = max(len(r.name) for r in rows + [ParamRow("12·L·d² estimate", 0)]) + 2
     lines = [f"{'module':<{width}}{'per layer':>14}{'parameters':>16}"]
     for r in rows:
@@ -86,6 +85,9 @@ def format_param_table(model: nn.Module, n_layer: int, d_model: int) -> str:
             lines.append(f"{r.name:<{width}}{'':>14}{r.count:>16,}{note}")
     lines.append("-" * (width + 30))
     lines.append(f"{'total (exact)':<{width}}{'':>14}{total:>16,}")
+    if n_layer is None or d_model is None:
+        return "\n".join(lines)
+    estimate = lecture_estimate(n_layer, d_model)
     lines.append(
         f"{'12·L·d² estimate':<{width}}{'':>14}{estimate:>16,}"
         f"  (L={n_layer}, d={d_model}; {estimate / total:.1%} of exact)"

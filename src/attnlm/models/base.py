@@ -150,3 +150,28 @@ class Family:
             raise ValueError(f"family {self.type}: unknown capabilities {sorted(unknown)}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"family {self.type}: unknown objective {self.objective!r}")
+
+
+@dataclass
+class DecodingSetup:
+    """What a decoder starts from for a list of sources (``model.prepare_decoding``).
+
+    ``prompts``: the first decoder tokens of each row (a language model's prompt; an
+    encoder-decoder's start token); ``state_batch``: what ``model.new_state`` conditions on
+    (padded source ids and mask), None for a language model; ``eos_id``: the token that ends
+    a hypothesis; ``keep_prompt``: whether results include the prompt (the decoder start
+    token of an encoder-decoder, as ``transformers`` returns it).
+    """
+
+    prompts: list[list[int]]
+    state_batch: dict[str, Tensor] | None = None
+    eos_id: int | None = None
+    keep_prompt: bool = False
+
+    def select(self, rows: list[int]) -> DecodingSetup:
+        """The setup of a subset of rows (their prompts and state-batch rows)."""
+        batch = None
+        if self.state_batch is not None:
+            index = torch.tensor(rows, dtype=torch.long)
+            batch = {k: v.index_select(0, index.to(v.device)) for k, v in self.state_batch.items()}
+        return DecodingSetup([self.prompts[r] for r in rows], batch, self.eos_id, self.keep_prompt)

@@ -1,5 +1,5 @@
-"""``attnlm params``: parameter counts of a model preset, per module, with the lecture's
-``12·L·d²`` estimate beside the exact total."""
+"""``attnlm models`` (the registered model families and their presets) and ``attnlm params``
+(parameter counts of a preset, per module, with the lecture's ``12·L·d²`` estimate)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,23 @@ DEFAULT_VOCAB_SIZE = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    m = sub.add_parser(
+        "models",
+        help="list the model families and their presets",
+        description="List every registered model family: its type name (the [model] type of "
+        "presets and checkpoints), training objective, capabilities, Hugging Face model types "
+        "it loads, and the built-in presets that use it.",
+    )
+    m.add_argument("--json", action="store_true", help="print one JSON object")
+    m.set_defaults(func=_models)
+
     p = sub.add_parser(
         "params",
         help="parameter counts of a model preset",
         description=(
             "Build the model of a preset (no weights are allocated) and print its parameter "
-            "count per module, the exact total and the 12·L·d² estimate. Presets without "
-            "model.vocab_size (the tokenizer decides it) use --vocab-size, else "
+            "count per module, the exact total and, for transformers, the 12·L·d² estimate. "
+            "Presets without model.vocab_size (the tokenizer decides it) use --vocab-size, else "
             f"train.bpe_vocab_size, else {DEFAULT_VOCAB_SIZE}."
         ),
     )
@@ -26,14 +36,50 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_params)
 
 
+def families_table() -> list[dict]:
+    """One dict per registered family (what ``attnlm models --json`` prints)."""
+    from attnlm.models import registry
+
+    return [
+        {
+            "type": f.type,
+            "description": f.description,
+            "objective": f.objective,
+            "capabilities": sorted(f.capabilities),
+            "hf_model_types": list(f.hf_types),
+            "config": f.config.__name__,
+            "presets": registry.presets_of(f.type),
+        }
+        for f in registry.families()
+    ]
+
+
+def _models(args: argparse.Namespace) -> int:
+    import json
+
+    rows = families_table()
+    if args.json:
+        print(json.dumps({"families": rows}, indent=1))
+        return 0
+    for r in rows:
+        print(f"{r['type']}: {r['description']}")
+        print(f"  objective: {r['objective']}; can: {', '.join(r['capabilities'])}")
+        if r["hf_model_types"]:
+            print(f"  loads Hugging Face: {', '.join(r['hf_model_types'])}")
+        print(f"  presets: {', '.join(r['presets']) or '(none)'}")
+    return 0
+
+
 def _params(args: argparse.Namespace) -> int:
     import torch
 
-    from attnlm.config import from_dict, load_preset
-    from attnlm.errors import ConfigError
+    from attnlm.config import load_preset
+    from attnlm.errors import ConfigError, InputError
     from attnlm.inspect.params import format_param_table
-    from attnlm.models.gpt import GPT, GPTConfig
+    from attnlm.models import registry
 
+    if args.vocab_size is not None and args.vocab_size < 1:
+        raise InputError(f"--vocab-size must be >= 1, got {args.vocab_size}")
     preset = load_preset(args.preset)
     if "model" not in preset:
         raise ConfigError(f"preset {args.preset!r} has no [model] table")
@@ -44,21 +90,20 @@ def _params(args: argparse.Namespace) -> int:
     elif "vocab_size" not in data:
         bpe = preset.get("train", {}).get("bpe_vocab_size")
         source = "train.bpe_vocab_size" if isinstance(bpe, int) else "the default"
-        data["vocab_size"] = bpe if isinstance(bpe, int) else DEFAULT_VOCAB_SIZE
+        size = bpe if isinstance(bpe, int) else DEFAULT_VOCAB_SIZE
         note = (
-            f"(model.vocab_size is not in the preset; using {data['vocab_size']} from "
+            f"(model.vocab_size is not in the preset; using {size} from "
             f"{source}, pass --vocab-size to change it)"
         )
-    config = from_dict(GPTConfig, data, where="model")
+        data = registry.complete_table(data, vocab_size=size)
+    family, config = registry.make_config(data)
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
-        model = GPT(config)
-    c = config
-    print(
-        f"preset {args.preset}: GPT, L={c.n_layer}, H={c.n_head}, d={c.n_embd}, "
-        f"vocab={c.vocab_size}, context={c.block_size}, positions={c.positions}, "
-        f"tied={'yes' if c.tie_embeddings else 'no'}"
-    )
+        model = family.model(config)
+    what = family.describe(config) if family.describe else family.type
+    print(f"preset {args.preset}: {what}")
     if note:
         print(note)
-    print(format_param_table(model, c.n_layer, c.n_embd))
+    n_layer = getattr(config, "n_layer", None)
+    width = getattr(config, "n_embd", None) or getattr(config, "d_model", None)
+    print(format_param_table(model, n_layer, width))
     return 0

@@ -466,8 +466,6 @@ def state_from_hf(hf_state: dict[str, Tensor], config: GPTConfig) -> dict[str, T
     return out
 
 
-
-
 def _describe(c: GPTConfig) -> str:
     return (
         f"GPT, L={c.n_layer}, H={c.n_head}, d={c.n_embd}, vocab={c.vocab_size}, "

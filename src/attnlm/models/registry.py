@@ -55,9 +55,7 @@ def get(type_name: str | None) -> Family:
     if name not in _FAMILIES:
         module = BUILTIN.get(name)
         if module is None:
-            raise ConfigError(
-                f"unknown model.type {name!r} (known: {', '.join(known_types())})"
-            )
+            raise ConfigError(f"unknown model.type {name!r} (known: {', '.join(known_types())})")
         _FAMILIES[name] = importlib.import_module(module).FAMILY
     return _FAMILIES[name]
 

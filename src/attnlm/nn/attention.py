@@ -262,6 +262,7 @@ class KVCache:
         """Keep batch rows ``indices`` ``(B',)`` in this order (beam search: each surviving
         hypothesis takes its parent's cache). Rows may repeat; self- and cross-attention
         entries and the source mask move together."""
+
         def pick(t: Tensor) -> Tensor:
             return t.index_select(0, indices.to(t.device))
 

@@ -17,7 +17,7 @@ from attnlm.tokenizers.base import (
 from attnlm.tokenizers.bpe import PATTERNS, BPETokenizer
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
-from attnlm.tokenizers.factory import encode_text, make_tokenizer, train_tokenizer
+from attnlm.tokenizers.factory import encode_text, make_tokenizer, token_label, train_tokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
 
@@ -36,6 +36,7 @@ __all__ = [
     "encode_text",
     "load",
     "make_tokenizer",
+    "token_label",
     "read_tiktoken",
     "split_words",
     "train_tokenizer",

@@ -77,3 +77,17 @@ def encode_text(tokenizer: Any, text: str, what: str) -> list[int]:
         raise InputError(f"{what}: the tokenizer cannot encode this text ({e})") from None
     except (KeyError, ValueError) as e:
         raise InputError(f"{what}: the tokenizer cannot encode this text ({e})") from None
+
+
+def token_label(tokenizer: Any, token_id: int) -> str:
+    """A readable string for one token id (for plots and the explorer): the token's text, its
+    bytes' UTF-8 with escapes for a byte-level piece that ends inside a character."""
+    if hasattr(tokenizer, "token_bytes"):
+        return tokenizer.token_bytes(token_id).decode("utf-8", errors="backslashreplace")
+    if isinstance(tokenizer, ClassicBPETokenizer):
+        from attnlm.tokenizers.classic_bpe import END
+
+        return tokenizer.token_text(token_id).replace(END, " ")
+    if hasattr(tokenizer, "token_text"):
+        return tokenizer.token_text(token_id)
+    return tokenizer.decode([token_id])

@@ -1,0 +1,133 @@
+"""One inspection record of a forward pass, for any model family.
+
+:func:`inspect` runs a model on a text and returns an :class:`InspectionRecord`: the tokens as
+the model sees them, per-layer per-head attention weights (self-attention; for an
+encoder-decoder also the encoder's and the decoder's cross-attention with the source tokens)
+and per-layer hidden states. Heatmaps (``attnlm attention``), the contextual-embedding
+commands and the web explorer all read this record, so a new family is inspectable as soon as
+its ``forward`` returns the weights.
+
+A family whose forward pass needs more than token ids (a translation model needs a source and
+a target) defines ``model.inspect(tokenizer, text, target=None) -> InspectionRecord``; the
+others are run as ``model(ids=..., return_attention=True, return_hidden=True)``.
+
+Shape legend (the batch dimension is removed: one text per record)
+    H  heads
+    T  tokens of the text (decoder side for an encoder-decoder)
+    S  source tokens (encoder side)
+    C  model width
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlm.device import eval_mode, model_device
+from attnlm.errors import InputError
+from attnlm.tokenizers import encode_text, token_label
+
+
+@dataclass
+class InspectionRecord:
+    """What one forward pass shows. ``attentions``: per layer ``(H, T, T)``;
+    ``hidden_states``: ``L + 1`` tensors ``(T, C)`` (embedding output first);
+    ``cross_attentions``: per decoder layer ``(H, T, S)`` and ``encoder_attentions`` per
+    encoder layer ``(H, S, S)`` for encoder-decoders; ``source_tokens`` their ``S`` labels."""
+
+    family: str
+    tokens: list[str]
+    ids: list[int]
+    attentions: list[Tensor]
+    hidden_states: list[Tensor]
+    source_tokens: list[str] | None = None
+    source_ids: list[int] | None = None
+    cross_attentions: list[Tensor] | None = None
+    encoder_attentions: list[Tensor] | None = None
+    encoder_hidden_states: list[Tensor] | None = None
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.attentions)
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.attentions[0].shape[0]) if self.attentions else 0
+
+    def maps(self, kind: str = "self") -> tuple[list[Tensor], list[str], list[str]]:
+        """Attention maps of one kind with their query and key labels: ``self`` (the text's
+        self-attention), ``cross`` (target queries over source keys) or ``encoder``."""
+        if kind == "self":
+            return self.attentions, self.tokens, self.tokens
+        if kind == "cross" and self.cross_attentions is not None:
+            return self.cross_attentions, self.tokens, self.source_tokens or []
+        if kind == "encoder" and self.encoder_attentions is not None:
+            src = self.source_tokens or []
+            return self.encoder_attentions, src, src
+        raise InputError(f"this {self.family} model has no {kind} attention")
+
+    def to_json(self, digits: int = 5) -> dict[str, Any]:
+        """The record as JSON data: ``{"family", "tokens", "attention": [layer][head][query]
+        [key]}`` plus ``source_tokens``, ``cross_attention`` and ``encoder_attention`` for
+        encoder-decoders (the web explorer's and the HTML export's format)."""
+
+        def nest(maps: list[Tensor]) -> list:
+            return [torch.round(m.float(), decimals=digits).tolist() for m in maps]
+
+        out: dict[str, Any] = {
+            "family": self.family,
+            "tokens": self.tokens,
+            "attention": nest(self.attentions),
+        }
+        if self.source_tokens is not None:
+            out["source_tokens"] = self.source_tokens
+        if self.cross_attentions is not None:
+            out["cross_attention"] = nest(self.cross_attentions)
+        if self.encoder_attentions is not None:
+            out["encoder_attention"] = nest(self.encoder_attentions)
+        return out
+
+
+def _family_name(model: Any) -> str:
+    from attnlm.models.registry import family_of
+
+    try:
+        return family_of(model).type
+    except Exception:  # noqa: BLE001 - an unregistered module
+        return type(model).__name__
+
+
+@torch.no_grad()
+def inspect(
+    model: Any, tokenizer: Any, text: str, *, target: str | None = None
+) -> InspectionRecord:
+    """Run ``model`` on ``text`` and record tokens, attention and hidden states (see the
+    module docstring). ``target``: the target side for encoder-decoders (their own
+    ``inspect`` translates the text when it is None). Texts longer than the model's window
+    are cut to the window."""
+    hook = getattr(model, "inspect", None)
+    if callable(hook):
+        return hook(tokenizer, text, target=target)
+    if target is not None:
+        raise InputError("a target text only applies to translation models")
+    ids = encode_text(tokenizer, text, "the text")
+    if not ids:
+        raise InputError("the text is empty after tokenization; give at least one character")
+    block = getattr(getattr(model, "config", None), "block_size", None)
+    if block is not None:
+        ids = ids[: int(block)]
+    x = torch.tensor([ids], device=model_device(model))
+    with eval_mode(model):
+        out = model(ids=x, return_attention=True, return_hidden=True)
+    if not out.attentions:
+        raise InputError(f"{_family_name(model)} models return no attention weights")
+    return InspectionRecord(
+        family=_family_name(model),
+        tokens=[token_label(tokenizer, i) for i in ids],
+        ids=list(ids),
+        attentions=[a[0].float().cpu() for a in out.attentions],
+        hidden_states=[h[0].float().cpu() for h in (out.hidden_states or [])],
+    )
