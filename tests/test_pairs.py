@@ -157,6 +157,14 @@ def test_not_utf8_is_one_line_error(name, message):
             read_pairs(BAD / name, strict=strict)
 
 
+def test_old_mac_line_ends():
+    """A lone CR ends a line too (otherwise the whole file would be one line of columns)."""
+    pairs, report = parse_pairs("Go.\tVa !\rHi.\tSalut !\r\rRun!\tCours !\r")
+    assert pairs == [("Go.", "Va !"), ("Hi.", "Salut !"), ("Run!", "Cours !")]
+    assert report.lines == 4 and report.skipped == {"blank": 1} and report.crlf == 4
+    assert report.extra_columns == 0
+
+
 def test_header_modes():
     text = "source\ttarget\nGo.\tVa !\n"
     assert parse_pairs(text)[0] == [("Go.", "Va !")]

@@ -33,8 +33,12 @@ import importlib.metadata
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnlm.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from attnlm.data.pairs import Pair
 
 TASK_NAME = "dates-numbers-en-de"
 DEFAULT_N = 5000
@@ -271,7 +275,7 @@ def builtin_pairs_path(n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> Path:
     return path
 
 
-def builtin_pairs(n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> list:
+def builtin_pairs(n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> list[Pair]:
     """The built-in task as a list of :class:`attnlm.data.pairs.Pair` (read from the cache)."""
     from attnlm.data.pairs import read_pairs
 
