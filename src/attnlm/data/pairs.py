@@ -162,7 +162,7 @@ class PairsReport:
         if self.header_line is not None:
             notes.append(f"header on line {self.header_line}")
         if self.extra_columns:
-            notes.append(f"{self.extra_columns:,} lines with extra columns (ignored)")
+            notes.append(f"{self.extra_columns:,} line(s) with extra columns (ignored)")
         if self.crlf:
             notes.append(f"{self.crlf:,} CRLF/CR line ends")
         if self.bom:
