@@ -65,27 +65,8 @@ if TYPE_CHECKING:
 SKIP_REASONS = ("blank", "no_tab", "empty_source", "empty_target")
 FIRST_LINES = 5  # line numbers remembered per skip reason
 HEADER_NAMES = frozenset(
-    {
-        "source",
-        "target",
-        "src",
-        "tgt",
-        "input",
-        "output",
-        "text",
-        "translation",
-        "english",
-        "french",
-        "german",
-        "en",
-        "fr",
-        "de",
-        "eng",
-        "fra",
-        "fre",
-        "deu",
-        "ger",
-    }
+    "source target src tgt input output text translation english french german "
+    "en fr de eng fra fre deu ger".split()
 )
 HeaderMode = bool | Literal["auto"]
 
