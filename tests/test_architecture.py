@@ -72,7 +72,17 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {  # imports under `if TYPE_CHECKING:` never run
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for stmt in block.body
+        for n in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -17,7 +17,6 @@ from attnlm.data.pairs import (
     encode_pairs,
     filter_pairs,
     group_references,
-    load_pairs,
     parse_pairs,
     read_pairs,
     register_pair_tokenizer_kind,
@@ -25,6 +24,7 @@ from attnlm.data.pairs import (
     train_pair_tokenizers,
     write_pairs,
 )
+from attnlm.data.tasks import load_pairs
 from attnlm.errors import ConfigError, InputError
 from attnlm.tokenizers import BPETokenizer, CharTokenizer, WordTokenizer
 

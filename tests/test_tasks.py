@@ -11,8 +11,14 @@ pytest.importorskip("babel")
 pytest.importorskip("num2words")
 
 from attnlm.cli import main  # noqa: E402
-from attnlm.data.pairs import load_pairs, read_pairs  # noqa: E402
-from attnlm.data.tasks import TEMPLATES, builtin_pairs, builtin_pairs_path, task_rows  # noqa: E402
+from attnlm.data.pairs import read_pairs  # noqa: E402
+from attnlm.data.tasks import (  # noqa: E402
+    TEMPLATES,
+    builtin_pairs,
+    builtin_pairs_path,
+    load_pairs,  # noqa: E402
+    task_rows,
+)
 from attnlm.errors import ConfigError  # noqa: E402
 
 MONTHS = "Januar Februar März April Mai Juni Juli August September Oktober November Dezember"

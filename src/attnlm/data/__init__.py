@@ -20,7 +20,6 @@ from attnlm.data.pairs import (
     encode_pairs,
     filter_pairs,
     group_references,
-    load_pairs,
     parse_pairs,
     read_pairs,
     register_pair_tokenizer_kind,
@@ -28,7 +27,13 @@ from attnlm.data.pairs import (
     train_pair_tokenizers,
     write_pairs,
 )
-from attnlm.data.tasks import builtin_pairs, builtin_pairs_path, task_rows, write_task
+from attnlm.data.tasks import (
+    builtin_pairs,
+    builtin_pairs_path,
+    load_pairs,
+    task_rows,
+    write_task,
+)
 from attnlm.data.windows import (
     TokenFile,
     Windows,

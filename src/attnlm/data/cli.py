@@ -17,7 +17,7 @@ def add_text_argument(p: argparse.ArgumentParser) -> None:
 
 def add_pairs_argument(p: argparse.ArgumentParser) -> None:
     """The shared ``--pairs PATH`` option of translation commands (``attnlm.data.pairs``);
-    ``None`` means the built-in task (resolve it with ``attnlm.data.pairs.load_pairs``)."""
+    ``None`` means the built-in task (resolve it with ``attnlm.data.tasks.load_pairs``)."""
     p.add_argument(
         "--pairs",
         metavar="PATH",
@@ -88,7 +88,8 @@ def _task(args: argparse.Namespace) -> int:
 
 
 def _pairs(args: argparse.Namespace) -> int:
-    from attnlm.data.pairs import load_pairs, split_pairs
+    from attnlm.data.pairs import split_pairs
+    from attnlm.data.tasks import load_pairs
 
     header = {"auto": "auto", "yes": True, "no": False}[args.header]
     pairs, report = load_pairs(args.pairs, strict=args.strict, header=header)

@@ -286,22 +286,6 @@ def read_pairs(
     )
 
 
-def load_pairs(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    strict: bool = False,
-    header: HeaderMode = "auto",
-    reverse: bool = False,
-) -> tuple[list[Pair], PairsReport]:
-    """The pairs at ``path`` (what ``--pairs`` names), or the built-in task when ``None``
-    (:func:`attnlm.data.tasks.builtin_pairs_path`, generated and cached on first use)."""
-    if path is None:
-        from attnlm.data.tasks import builtin_pairs_path
-
-        path = builtin_pairs_path()
-    return read_pairs(path, strict=strict, header=header, reverse=reverse)
-
-
 def write_pairs(
     path: str | os.PathLike[str],
     pairs: Iterable[Sequence[str]],

@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING
 from attnlm.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
-    from attnlm.data.pairs import Pair
+    import os
+
+    from attnlm.data.pairs import HeaderMode, Pair, PairsReport
 
 TASK_NAME = "dates-numbers-en-de"
 DEFAULT_N = 5000
@@ -280,3 +282,19 @@ def builtin_pairs(n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> list[Pair]:
     from attnlm.data.pairs import read_pairs
 
     return read_pairs(builtin_pairs_path(n, seed))[0]
+
+
+def load_pairs(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    strict: bool = False,
+    header: HeaderMode = "auto",
+    reverse: bool = False,
+) -> tuple[list[Pair], PairsReport]:
+    """The pairs at ``path`` (what ``--pairs`` names), or the built-in task when ``None``
+    (:func:`builtin_pairs_path`, generated and cached on first use)."""
+    from attnlm.data.pairs import read_pairs
+
+    if path is None:
+        path = builtin_pairs_path()
+    return read_pairs(path, strict=strict, header=header, reverse=reverse)
