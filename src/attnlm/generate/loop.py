@@ -55,8 +55,12 @@ TokenCallback = Callable[[int, int], bool]
 
 
 def _window(model: torch.nn.Module) -> tuple[int | None, bool]:
-    """The model's window (``config.block_size``, None when it has none) and whether the
-    state may slide past it (relative or no positions) instead of recomputing."""
+    """The model's window (``config.block_size``, None when it has none or the model sets
+    ``unbounded_context = True``, as recurrent models do: their state carries any length)
+    and whether the state may slide past it (relative or no positions) instead of
+    recomputing."""
+    if getattr(model, "unbounded_context", False):
+        return None, True
     cfg = getattr(model, "config", None)
     block = getattr(cfg, "block_size", None)
     if block is None:
