@@ -75,10 +75,14 @@ def plot_attention_grid(
 def _save(plt: Any, fig: Any, path: str | os.PathLike[str]) -> Path:
     """Lay out, write ``fig`` as a PNG at ``path`` (creating folders) and close it."""
     fig.tight_layout()
+    from attnlm.fileio import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:  # a kill mid-write leaves the old picture
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_open
 from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
 from attnlm.ngram.model import BackoffModel, NgramModel
 
@@ -76,14 +77,15 @@ def write_arpa(model: NgramModel, path: str | Path) -> None:
             "save it in the binary format (--out) instead"
         )
     p = Path(path)
-    opener = gzip.open if p.suffix == ".gz" else open
+    gz = None
+    if p.suffix == ".gz":
+
+        def gz(raw):
+            return gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw)
+
     words = model.vocab.words
     N = model.order
-    try:
-        f = opener(p, "wt", encoding="utf-8", newline="\n")
-    except OSError as e:
-        raise InputError(f"{p}: cannot write ({e.strerror or e})") from None
-    with f:
+    with atomic_open(p, "w", opener=gz) as f:  # a kill mid-write leaves the old file
         f.write("\\data\\\n")
         for k in range(1, N + 1):
             f.write(f"ngram {k}={len(model.keys[k - 1])}\n")

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_open
 from attnlm.ngram.counts import (
     BOS,
     Encoded,
@@ -434,11 +435,8 @@ class AddKModel(NgramModel):
 def _save_npz(path: str | Path, header: dict, words: list[str], arrays: dict) -> None:
     vocab_blob = np.frombuffer("\n".join(words).encode("utf-8"), dtype=np.uint8)
     head = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
-    try:
-        with open(path, "wb") as f:
-            np.savez(f, header=head, vocab=vocab_blob, **arrays)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
+    with atomic_open(path, "wb") as f:  # a kill mid-write leaves the old file
+        np.savez(f, header=head, vocab=vocab_blob, **arrays)
 
 
 def load_model(path: str | Path) -> NgramModel:

@@ -13,6 +13,7 @@ import binascii
 import os
 from pathlib import Path
 
+from attnlm.fileio import atomic_write_bytes
 from attnlm.tokenizers.base import TokenizerFileError
 
 
@@ -58,8 +59,4 @@ def write_tiktoken(path: str | os.PathLike[str], ranks: dict[bytes, int]) -> Non
         base64.b64encode(tok) + b" " + str(rank).encode()
         for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])
     ]
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(b"\n".join(lines) + b"\n")
-    except OSError as e:
-        raise TokenizerFileError(f"{p}: cannot write rank file ({e.strerror or e})") from None
+    atomic_write_bytes(p, b"\n".join(lines) + b"\n")  # one-line InputError on failure
