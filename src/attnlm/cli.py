@@ -13,6 +13,7 @@ import sys
 
 from attnlm import __version__
 from attnlm.errors import AttnlmError
+from attnlm.validate import OneLineArgumentParser
 
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
 COMMAND_MODULES = [
@@ -27,7 +28,7 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(  # subcommand parsers inherit the one-line errors
         prog="attnlm",
         description="Build, train, evaluate and open up attention-based language models.",
     )
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.func(args)
     except AttnlmError as e:
-        print(f"attnlm: error: {e}", file=sys.stderr)
+        print("attnlm: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
         return 2
     except KeyboardInterrupt:
         print("attnlm: interrupted", file=sys.stderr)

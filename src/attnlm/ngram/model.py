@@ -168,11 +168,12 @@ class NgramModel:
         """Generate ``n`` sentences: start after ``<s>`` (and ``prefix``), draw each word from
         p(w | context) ** (1 / temperature) (renormalised), stop at ``</s>`` or after
         ``max_len`` words. ``<unk>`` is excluded unless ``allow_unk``."""
-        if temperature <= 0:
-            raise ConfigError(f"temperature must be > 0, got {temperature}")
-        if max_len < 1:
-            raise ConfigError(f"max_len must be >= 1, got {max_len}")
-        rng = np.random.default_rng(seed)
+        from attnlm import validate
+
+        n = validate.non_negative_int(n, "n")
+        temperature = validate.positive_float(temperature, "temperature")  # no NaN / inf
+        max_len = validate.positive_int(max_len, "max_len")
+        rng = np.random.default_rng(None if seed is None else validate.seed(seed))
         words = self.vocab.words
         n_bos = 1 if self.pad == "kenlm" else max(self.order - 1, 1)
         out = []
