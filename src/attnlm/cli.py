@@ -41,7 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a usage error (one line on stderr) returns 2; --help exits 0
+        if not e.code:
+            raise
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2

@@ -285,10 +285,13 @@ def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line on stderr and exit code 2:
-    ``attnlm tokenize train: error: argument --min-freq: must be an integer >= 1, got 0``
-    (the usage text is left to ``--help``)."""
+    """An ``ArgumentParser`` whose usage errors are one line on stderr and exit code 2, in the
+    same form as every other error:
+    ``attnlm: error: tokenize train: argument --min-freq: must be an integer >= 1, got 0 (see
+    attnlm tokenize train --help)`` (the usage text is left to ``--help``)."""
 
     def error(self, message: str) -> NoReturn:
         line = " ".join(message.split())
-        self.exit(2, f"{self.prog}: error: {line} (see {self.prog} --help)\n")
+        program, _, command = self.prog.partition(" ")
+        where = f"{command}: " if command else ""
+        self.exit(2, f"{program}: error: {where}{line} (see {self.prog} --help)\n")

@@ -10,7 +10,6 @@ from attnlm.data.cli import add_text_argument
 from attnlm.errors import InputError
 from attnlm.validate import (
     arg,
-    existing_file,
     non_negative_int,
     output_file,
     positive_int,
@@ -106,7 +105,6 @@ def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokenizer",
         required=True,
-        type=arg(existing_file),
         metavar="PATH",
         help="tokenizer JSON file (or a .tiktoken rank file with --pattern)",
     )
