@@ -29,6 +29,11 @@ from attnlm.fileio import atomic_write_text
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
 
+#: No token id (rank, special token id) may reach this: 2**21 = 2,097,152, eight times the
+#: largest public vocabularies (about 262k). A file declaring larger ids is refused on load
+#: instead of making a model allocate an embedding of that many rows.
+MAX_VOCAB_SIZE = 1 << 21
+
 
 class TokenizerConfigError(ConfigError, InputError):
     """A tokenizer setting that cannot work (vocabulary size too small, unknown pattern name).

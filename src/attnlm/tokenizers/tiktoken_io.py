@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from attnlm.fileio import atomic_write_bytes
-from attnlm.tokenizers.base import TokenizerFileError
+from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerFileError
 
 
 def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
@@ -43,6 +43,10 @@ def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
             ) from None
         if rank < 0 or not token:
             raise TokenizerFileError(f"{p}:{lineno}: empty token or negative rank")
+        if rank >= MAX_VOCAB_SIZE:
+            raise TokenizerFileError(
+                f"{p}:{lineno}: rank {rank} out of range (token ids must be below {MAX_VOCAB_SIZE})"
+            )
         if token in ranks or rank in seen:
             raise TokenizerFileError(f"{p}:{lineno}: duplicate token or rank {rank}")
         ranks[token] = rank
