@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlm.validate import arg, existing_path
+
 
 def add_text_argument(p: argparse.ArgumentParser) -> None:
     """The shared ``--text PATH`` option: a file or a folder of .txt files."""
@@ -11,6 +13,7 @@ def add_text_argument(p: argparse.ArgumentParser) -> None:
         "--text",
         metavar="PATH",
         default=None,
+        type=arg(existing_path),
         help="a UTF-8 text file or a folder of .txt files (default: the built-in corpus)",
     )
 

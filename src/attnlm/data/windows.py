@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnlm.errors import InputError
+from attnlm.fileio import atomic_path, atomic_write_text
 
 if TYPE_CHECKING:  # torch is imported lazily so `attnlm data ...` stays quick
     import torch
@@ -73,19 +74,15 @@ def write_token_file(
     arr = np.asarray(ids, dtype=np.int64)
     if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
         raise InputError(f"{path}: token id out of range for vocab_size {vocab_size}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    arr.astype(dtype).tofile(tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        arr.astype(dtype).tofile(tmp)
     meta = {
         "dtype": dtype.name,
         "n_tokens": int(arr.size),
         "n_chars": int(n_chars),
         "vocab_size": int(vocab_size),
     }
-    tmp_meta = _meta_path(path).with_name(_meta_path(path).name + ".tmp")
-    tmp_meta.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    os.replace(tmp_meta, _meta_path(path))
+    atomic_write_text(_meta_path(path), json.dumps(meta, indent=1))
     return TokenFile(path=path, **meta)
 
 

@@ -24,9 +24,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_write_text
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
+
+#: No token id (rank, special token id) may reach this: 2**21 = 2,097,152, eight times the
+#: largest public vocabularies (about 262k). A file declaring larger ids is refused on load
+#: instead of making a model allocate an embedding of that many rows.
+MAX_VOCAB_SIZE = 1 << 21
 
 
 class TokenizerConfigError(ConfigError, InputError):
@@ -105,14 +111,7 @@ class Tokenizer(ABC):
         """Write this tokenizer to one JSON file (see the module docstring for the format)."""
         doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "kind": self.kind}
         doc.update(self.to_dict())
-        p = Path(path)
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(p.name + ".tmp")
-            tmp.write_text(json.dumps(doc), encoding="utf-8")
-            os.replace(tmp, p)
-        except OSError as e:
-            raise TokenizerFileError(f"{p}: cannot write tokenizer ({e.strerror or e})") from None
+        atomic_write_text(path, json.dumps(doc))  # one-line InputError on failure
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"

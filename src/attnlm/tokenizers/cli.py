@@ -8,6 +8,13 @@ from pathlib import Path
 
 from attnlm.data.cli import add_text_argument
 from attnlm.errors import InputError
+from attnlm.validate import (
+    arg,
+    non_negative_int,
+    output_file,
+    positive_int,
+    read_stdin_text,
+)
 
 KINDS = ("char", "word", "bpe", "classic-bpe")
 _COLOURS = ("\x1b[30;48;5;153m", "\x1b[30;48;5;223m")
@@ -22,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--kind", choices=KINDS, required=True, help="tokenizer kind")
     tr.add_argument(
         "--vocab-size",
-        type=int,
+        type=arg(positive_int),
         default=None,
         help="vocabulary size (bpe: 256 bytes + merges; classic-bpe: all symbols; "
         "word: maximum size; char: not used)",
@@ -32,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="gpt2",
         help="bpe pre-tokenization: gpt2, cl100k or a regex (default: gpt2)",
     )
-    tr.add_argument("--min-freq", type=int, default=None, help="word: minimum count (default 1)")
+    tr.add_argument(
+        "--min-freq", type=arg(positive_int), default=None, help="word: minimum count (default 1)"
+    )
     tr.add_argument("--unk", action="store_true", help="char: map unseen characters to <unk>")
     tr.add_argument(
         "--special",
@@ -42,9 +51,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="bpe: add a special token (repeatable), ids after the merges",
     )
     add_text_argument(tr)
-    tr.add_argument("--out", required=True, metavar="PATH", help="output tokenizer JSON file")
     tr.add_argument(
-        "--tiktoken-out", metavar="PATH", default=None, help="bpe: also write a .tiktoken file"
+        "--out", required=True, type=arg(output_file), metavar="PATH", help="output JSON file"
+    )
+    tr.add_argument(
+        "--tiktoken-out",
+        type=arg(output_file),
+        metavar="PATH",
+        default=None,
+        help="bpe: also write a .tiktoken file",
     )
     tr.set_defaults(func=_train)
 
@@ -73,7 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="alternate background colours (auto: when stdout is a terminal), else brackets",
     )
-    sh.add_argument("--max-chars", type=int, default=2000, help="show at most this many characters")
+    sh.add_argument(
+        "--max-chars",
+        type=arg(non_negative_int),
+        default=2000,
+        help="show at most this many characters (0: all)",
+    )
     sh.set_defaults(func=_show)
 
     info = tsub.add_parser("info", help="kind, vocabulary size and special tokens")
@@ -132,7 +152,7 @@ def _train(args: argparse.Namespace) -> int:
         text,
         args.vocab_size,
         unk=args.unk,
-        min_freq=args.min_freq or 1,
+        min_freq=1 if args.min_freq is None else args.min_freq,
         pattern=args.pattern,
         special_tokens=args.special or None,
     )
@@ -145,7 +165,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _read_input(value: str | None) -> str:
     if value is None or value == "-":
-        return sys.stdin.read()
+        return read_stdin_text()  # non-UTF-8 bytes: one-line InputError, never U+FFFD
     return value
 
 
@@ -164,7 +184,7 @@ def _encode(args: argparse.Namespace) -> int:
 
 def _decode(args: argparse.Namespace) -> int:
     tok = _load_tokenizer(args)
-    raw = args.ids or sys.stdin.read().split()
+    raw = args.ids or read_stdin_text().split()
     try:
         ids = [int(x) for x in raw]
     except ValueError:
