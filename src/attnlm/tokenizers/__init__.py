@@ -1,4 +1,4 @@
-"""Tokenizers: character, word, classic BPE, byte-level BPE and tiktoken rank files.
+"""Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece.
 
 All kinds follow one protocol (:class:`Tokenizer`): ``encode``, ``decode``, ``encode_batch``,
 ``vocab_size``, ``special_tokens``, ``save(path)`` (one JSON file); :func:`load` restores any
@@ -19,6 +19,7 @@ from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
+from attnlm.tokenizers.wordpiece import WordPieceTokenizer
 
 __all__ = [
     "PATTERNS",
@@ -31,6 +32,7 @@ __all__ = [
     "TokenizerConfigError",
     "TokenizerFileError",
     "UnknownTokenError",
+    "WordPieceTokenizer",
     "WordTokenizer",
     "load",
     "read_tiktoken",

@@ -119,11 +119,14 @@ class Tokenizer(ABC):
 
 
 def load(path: str | os.PathLike[str]) -> Tokenizer:
-    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``."""
+    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
+    a BERT ``vocab.txt``, a WordPiece ``tokenizer.json`` or a folder holding one of them."""
     # Import the kinds so that they register themselves.
-    from attnlm.tokenizers import bpe, char, classic_bpe, word  # noqa: F401
+    from attnlm.tokenizers import bpe, char, classic_bpe, word, wordpiece  # noqa: F401
 
     p = Path(path)
+    if p.is_dir() or p.suffix == ".txt":
+        return wordpiece.load_bert_files(p)
     try:
         raw = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -136,6 +139,8 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
         raise TokenizerFileError(
             f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
         ) from None
+    if isinstance(doc, dict) and "format" not in doc and "model" in doc:
+        return wordpiece.load_bert_files(p)  # a Hugging Face tokenizers tokenizer.json
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise TokenizerFileError(
             f"{p}: not an attnlm tokenizer file (no 'format': '{FILE_FORMAT}')"

@@ -9,7 +9,7 @@ from pathlib import Path
 from attnlm.data.cli import add_text_argument
 from attnlm.errors import InputError
 
-KINDS = ("char", "word", "bpe", "classic-bpe")
+KINDS = ("char", "word", "bpe", "classic-bpe", "wordpiece")
 _COLOURS = ("\x1b[30;48;5;153m", "\x1b[30;48;5;223m")
 _RESET = "\x1b[0m"
 
@@ -25,14 +25,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="vocabulary size (bpe: 256 bytes + merges; classic-bpe: all symbols; "
-        "word: maximum size; char: not used)",
+        "word: maximum size; wordpiece: specials + characters + merges; char: not used)",
+    )
+    tr.add_argument(
+        "--cased",
+        action="store_true",
+        help="wordpiece: keep case and accents (default: lower-case and strip accents, "
+        "as BERT uncased)",
+    )
+    tr.add_argument(
+        "--vocab-out", metavar="PATH", default=None, help="wordpiece: also write a BERT vocab.txt"
     )
     tr.add_argument(
         "--pattern",
         default="gpt2",
         help="bpe pre-tokenization: gpt2, cl100k or a regex (default: gpt2)",
     )
-    tr.add_argument("--min-freq", type=int, default=None, help="word: minimum count (default 1)")
+    tr.add_argument(
+        "--min-freq",
+        type=int,
+        default=None,
+        help="word: minimum count (default 1); wordpiece: minimum pair count to merge",
+    )
     tr.add_argument("--unk", action="store_true", help="char: map unseen characters to <unk>")
     tr.add_argument(
         "--special",
@@ -86,7 +100,8 @@ def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
         "--tokenizer",
         required=True,
         metavar="PATH",
-        help="tokenizer JSON file (or a .tiktoken rank file with --pattern)",
+        help="tokenizer JSON file, a .tiktoken rank file with --pattern, or a BERT vocab.txt / "
+        "tokenizer.json / folder holding them",
     )
     p.add_argument(
         "--pattern", default=None, help="pattern for a .tiktoken file: gpt2, cl100k or a regex"
@@ -125,14 +140,24 @@ def _train(args: argparse.Namespace) -> int:
     )
 
     kind = args.kind
-    if kind in ("bpe", "classic-bpe") and args.vocab_size is None:
+    if kind in ("bpe", "classic-bpe", "wordpiece") and args.vocab_size is None:
         raise TokenizerConfigError(f"--kind {kind} needs --vocab-size")
     if args.special and kind != "bpe":
         raise TokenizerConfigError("--special is only for --kind bpe")
     if args.tiktoken_out and kind != "bpe":
         raise TokenizerConfigError("--tiktoken-out is only for --kind bpe")
+    if (args.cased or args.vocab_out) and kind != "wordpiece":
+        raise TokenizerConfigError("--cased and --vocab-out are only for --kind wordpiece")
     text = load_text(args.text)
-    if kind == "char":
+    if kind == "wordpiece":
+        from attnlm.tokenizers.wordpiece import WordPieceTokenizer
+
+        tok = WordPieceTokenizer.train(
+            text, args.vocab_size, min_frequency=args.min_freq or 0, lowercase=not args.cased
+        )
+        if args.vocab_out:
+            tok.save_vocab(args.vocab_out)
+    elif kind == "char":
         tok = CharTokenizer.train(text, unk=args.unk)
     elif kind == "word":
         tok = WordTokenizer.train(text, min_freq=args.min_freq or 1, max_size=args.vocab_size)
