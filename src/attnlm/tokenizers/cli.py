@@ -100,8 +100,8 @@ def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
         "--tokenizer",
         required=True,
         metavar="PATH",
-        help="tokenizer JSON file, a .tiktoken rank file with --pattern, or a BERT vocab.txt / "
-        "tokenizer.json / folder holding them",
+        help="tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT vocab.txt / "
+        "tokenizer.json / folder holding them, or a pretrained model name (minilm)",
     )
     p.add_argument(
         "--pattern", default=None, help="pattern for a .tiktoken file: gpt2, cl100k or a regex"
@@ -118,6 +118,11 @@ def _load_tokenizer(args: argparse.Namespace):
     from attnlm.tokenizers import BPETokenizer, load
 
     path = Path(args.tokenizer)
+    if not path.exists():
+        from attnlm.data.pretrained import PRETRAINED, pretrained_path
+
+        if args.tokenizer in PRETRAINED:  # a pretrained model's tokenizer, by name
+            path = pretrained_path(args.tokenizer)
     if path.suffix == ".tiktoken":
         if not args.pattern:
             raise InputError(f"{path}: a .tiktoken file needs --pattern (gpt2, cl100k or a regex)")
@@ -280,6 +285,12 @@ def _info(args: argparse.Namespace) -> int:
     print(f"kind: {tok.kind}\nvocab size: {tok.vocab_size:,}")
     if getattr(tok, "pattern", None):
         print(f"pattern: {tok.pattern_name or tok.pattern}\nengine: {tok.engine}")
+    if tok.kind == "wordpiece":
+        strip = tok.lowercase if tok.strip_accents is None else tok.strip_accents
+        print(
+            f"lowercase: {tok.lowercase}  strip accents: {strip}  "
+            f"model max length: {tok.model_max_length}"
+        )
     specials = tok.special_tokens
     if specials:
         print("special tokens: " + ", ".join(f"{s} = {i}" for s, i in specials.items()))
