@@ -173,7 +173,8 @@ class WordPieceTokenizer(Tokenizer):
         self._cont = {t[len(p) :]: i for t, i in token_to_id.items() if t.startswith(p) and t != p}
         self._max_first = max(map(len, self._first), default=1)
         self._max_cont = max(map(len, self._cont), default=1)
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._cache: dict[str, tuple[int, ...]] = {}  # whitespace chunk -> ids
+        self._word_cache: dict[str, tuple[int, ...]] = {}  # pre-tokenized word -> ids
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -402,14 +403,39 @@ class WordPieceTokenizer(Tokenizer):
         return tuple(out)
 
     def _encode_plain(self, text: str, out: list[int]) -> None:
-        cache = self._cache
-        if len(cache) > 200_000:
+        """Append the ids of ``text`` (no special tokens) to ``out``.
+
+        Fast path: after ``clean_text`` the whitespace of ``str.split`` is exactly BERT's, so
+        the normalised text is cut into whitespace-separated chunks and each distinct chunk
+        (``"lord,"``) is split into words and pieces once, then served from a cache."""
+        norm = self.normalize(text)
+        if not self.clean_text:  # str.split's whitespace may differ from BERT's here
+            for w in self._word_re.findall(norm):
+                out += self._word_ids(w)
+            return
+        cache, words = self._cache, self._word_cache
+        if len(cache) > 500_000:
             cache.clear()
-        get = cache.get
-        for w in self._words(text):
-            ids = get(w)
+            words.clear()
+        get, word_get, findall = cache.get, words.get, self._word_re.findall
+        for chunk in norm.split():
+            ids = get(chunk)
             if ids is None:
-                ids = cache[w] = self._word_ids(w)
+                ws = findall(chunk)
+                if len(ws) == 1:
+                    w = ws[0]
+                    ids = word_get(w)
+                    if ids is None:
+                        ids = words[w] = self._word_ids(w)
+                else:
+                    pieces: list[int] = []
+                    for w in ws:
+                        wids = word_get(w)
+                        if wids is None:
+                            wids = words[w] = self._word_ids(w)
+                        pieces += wids
+                    ids = tuple(pieces)
+                cache[chunk] = ids
             out += ids
 
     def encode(self, text: str) -> list[int]:
