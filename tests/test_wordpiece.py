@@ -265,3 +265,24 @@ def test_cli_train_encode_show(tmp_path, capsys) -> None:
     assert not load(out).lowercase
     assert main(["tokenize", "train", "--kind", "wordpiece", "--out", str(out)]) == 2
     assert "--vocab-size" in capsys.readouterr().err
+
+
+def test_random_unicode_matches(uncased) -> None:
+    """Property test: random Unicode strings (any category but surrogates) and ASCII-heavy
+    strings give BertTokenizerFast's ids."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    ours, hf = uncased
+    alphabet = st.characters(blacklist_categories=("Cs",))
+    mixed = st.lists(
+        st.one_of(st.text(alphabet, max_size=8), st.sampled_from(["the", " ", "Ünï", "[MASK]"])),
+        max_size=12,
+    ).map("".join)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.one_of(st.text(alphabet, max_size=40), mixed))
+    def check(text: str) -> None:
+        assert ours.encode(text) == hf(text, add_special_tokens=False)["input_ids"]
+
+    check()

@@ -7,7 +7,8 @@ Follows BERT (Devlin et al., 2019; Google's ``tokenization.py``) as Hugging Face
 1. **Special tokens** ``[PAD] [UNK] [CLS] [SEP] [MASK]`` written in the text are matched first,
    exactly (case-sensitive, before any normalisation), and become their own ids.
 2. **Normalisation** (``BertNormalizer``), in this order: ``clean_text`` removes NUL, U+FFFD and
-   every Unicode "other" character (categories C*, except tab, newline, carriage return) and
+   control, format and private-use characters (Cc, Cf, Co; not tab, newline, carriage return,
+   and not unassigned code points, which ``tokenizers`` keeps) and
    turns whitespace into spaces; ``handle_chinese_chars`` makes every CJK ideograph its own
    word; ``strip_accents`` (default: same as ``lowercase``) decomposes to NFD and drops
    non-spacing marks (category Mn); ``lowercase`` lowers each character on its own (no Greek
@@ -72,19 +73,23 @@ PREFIX = "##"
 MAX_INPUT_CHARS_PER_WORD = 100
 MODEL_INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
-# CJK Unified Ideographs blocks, as BERT's ``_is_chinese_char`` (not Hangul, kana or symbols).
+# CJK Unified Ideographs blocks, as BERT's ``_is_chinese_char`` (not Hangul, kana or symbols),
+# with the ranges of tokenizers' BertNormalizer: it starts Extension E at U+2B920, where
+# Google's code has U+2B820, so U+2B820-U+2B91F are ordinary letters here.
 _CJK = (
     "\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff"
     "\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f"
-    "\U0002b820-\U0002ceaf\U0002f800-\U0002fa1f"
+    "\U0002b920-\U0002ceaf\U0002f800-\U0002fa1f"
 )
 _ASCII_PUNCT = r"!-/:-@\[-`{-~"
 # One pre-token: a CJK ideograph, a punctuation character, or a run of anything else that is
 # not whitespace. (Whitespace is \s: after clean_text it is exactly Rust's char::is_whitespace.)
 _WORD = regex.compile(rf"[{_CJK}]|[{_ASCII_PUNCT}\p{{P}}]|[^\s{_CJK}{_ASCII_PUNCT}\p{{P}}]+")
 _WORD_NO_CJK = regex.compile(rf"[{_ASCII_PUNCT}\p{{P}}]|[^\s{_ASCII_PUNCT}\p{{P}}]+")
-# clean_text: NUL, U+FFFD and "other" characters except \t \n \r go.
-_CONTROL = regex.compile(r"[\x00\ufffd\p{C}--[\t\n\r]]", flags=regex.V1)
+# clean_text: NUL, U+FFFD and control, format and private-use characters (Cc, Cf, Co) except
+# \t \n \r go; unassigned code points (Cn) stay, as in tokenizers (its "other" tables list
+# assigned characters only).
+_CONTROL = regex.compile(r"[\x00\ufffd\p{Cc}\p{Cf}\p{Co}--[\t\n\r]]", flags=regex.V1)
 _ASCII_CONTROL = {c: None for c in range(32) if chr(c) not in "\t\n\r"} | {127: None}
 _MARK = regex.compile(r"\p{Mn}+")
 
