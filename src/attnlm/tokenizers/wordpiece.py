@@ -32,11 +32,13 @@ window (longest-first for pairs, as ``tokenizers``);
 ``tokenizers``' ``WordPieceTrainer``: BPE merges over the words of the basic tokenisation, where
 every character after the first of a word is a ``##`` continuation symbol; merging ``a`` and
 ``##b`` gives ``ab``, merging ``##a`` and ``##b`` gives ``##ab``. The vocabulary is the special
-tokens, the characters (word-initial, then ``##`` ones, each in code-point order), then the
-merged symbols in merge order. Ties between equally frequent pairs go to the smallest pair of
-symbol strings (a word-initial symbol sorts before every ``##`` one), so the result is the same
-on every machine. (Google's original trainer scores candidates by the likelihood gain of a
-unigram language model instead; we do not implement it.)
+tokens, every character of the training words, the ``##`` forms of the characters seen inside
+words (each group in code-point order), then the merged symbols in merge order. Ties between
+equally frequent pairs go to the pair with the smallest ids (left, then right), the rule of
+``tokenizers``' trainer; since our alphabet ids follow code points (``tokenizers`` numbers its
+``##`` characters in hash-map order), the result is the same on every machine. (Google's
+original trainer scores candidates by the likelihood gain of a unigram language model
+instead; we do not implement it.)
 
 Files: :meth:`from_vocab_file` reads BERT's ``vocab.txt`` (one token per line, line number =
 id); :meth:`from_hf_json` reads a ``tokenizers`` ``tokenizer.json`` whose model is
@@ -330,7 +332,10 @@ class WordPieceTokenizer(Tokenizer):
             raise TokenizerConfigError("cannot train a WordPiece vocabulary on text without words")
         # Symbols: "\x00c" is a word-initial piece (NUL never survives clean_text), "c" a
         # continuation; so string concatenation of two symbols is the merged symbol.
-        firsts = sorted({w[0] for w in word_counts})
+        # Alphabet as tokenizers': every character as a word-initial piece (so a word may
+        # start with any character seen in training), plus "##c" for characters seen inside
+        # words; code-point order, so ties (smallest pair of ids) break the same everywhere.
+        firsts = sorted({c for w in word_counts for c in w})
         conts = sorted({c for w in word_counts for c in w[1:]})
         symbols: list[str] = ["\x00" + c for c in firsts] + conts
         n_base = len(SPECIAL_TOKENS) + len(symbols)
@@ -348,7 +353,6 @@ class WordPieceTokenizer(Tokenizer):
             symbols,
             vocab_size - len(SPECIAL_TOKENS),
             min_frequency=min_frequency,
-            sort_key=lambda s: s,
         )
         seen: set[str] = set()
         vocab = list(SPECIAL_TOKENS)
