@@ -182,6 +182,12 @@ def test_save_load_roundtrip(uncased, tmp_path) -> None:
     assert json.loads(path.read_text())["kind"] == "wordpiece"
     text = " ".join(VARIED)
     assert back.encode(text) == ours.encode(text)
+    ours.save(tmp_path / "wp.txt")  # our JSON under a .txt name is still our JSON
+    assert load(tmp_path / "wp.txt").to_dict() == ours.to_dict()
+    tokenizers = pytest.importorskip("tokenizers")
+    hf_json = tmp_path / "bert.tok"  # a tokenizer.json under another name
+    hf_json.write_text(tokenizers.BertWordPieceTokenizer(str(FIXTURE)).to_str())
+    assert load(hf_json).encode(text) == ours.encode(text)
 
 
 def test_load_folder_with_config(tmp_path) -> None:

@@ -125,7 +125,7 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
     from attnlm.tokenizers import bpe, char, classic_bpe, word, wordpiece  # noqa: F401
 
     p = Path(path)
-    if p.is_dir() or p.suffix == ".txt":
+    if p.is_dir():
         return wordpiece.load_bert_files(p)
     try:
         raw = p.read_text(encoding="utf-8")
@@ -133,6 +133,8 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
         raise TokenizerFileError(f"{p}: no such tokenizer file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
+    if not raw.lstrip().startswith("{") and p.suffix == ".txt":
+        return wordpiece.load_bert_files(p)  # a BERT vocab.txt
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:

@@ -616,11 +616,16 @@ def load_bert_files(path: str | os.PathLike[str]) -> WordPieceTokenizer:
             p = p / "vocab.txt"
         else:
             raise TokenizerFileError(f"{p}: folder has neither tokenizer.json nor vocab.txt")
-    if p.suffix == ".json":
+    try:
+        with open(p, encoding="utf-8") as f:
+            is_json = f.read(64).lstrip().startswith("{")
+    except FileNotFoundError:
+        raise TokenizerFileError(f"{p}: no such tokenizer or vocabulary file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerFileError(f"{p}: cannot read file ({e})") from None
+    if is_json:
         try:
             doc = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise TokenizerFileError(f"{p}: no such tokenizer file") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
         options: dict[str, Any] = {}
