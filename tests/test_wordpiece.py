@@ -143,6 +143,15 @@ def test_model_input_and_truncation_match(uncased, cased) -> None:
                 assert got == dict(ref), (a, b, max_length)
 
 
+def test_model_input_from_ids(uncased) -> None:
+    ours, _ = uncased
+    a, b = "The bank raised rates.", "We sat by the river bank."
+    assert ours.encode_for_model(ours.encode(a), ours.encode(b), max_length=9) == (
+        ours.encode_for_model(a, b, max_length=9)
+    )
+    assert ours.encode_for_model(a, "") == ours.encode_for_model(a)  # as transformers
+
+
 def test_batch_padding_matches(uncased) -> None:
     ours, hf = uncased
     texts = ["Hello there.", "A much longer sentence, with more pieces: unaffable!", ""]

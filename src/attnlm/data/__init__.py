@@ -1,4 +1,4 @@
-"""Corpora, splits and token windows."""
+"""Corpora, splits, token windows and pretrained model files by name."""
 
 from attnlm.data.corpus import (
     cache_dir,
@@ -9,6 +9,7 @@ from attnlm.data.corpus import (
     split_text,
     text_info,
 )
+from attnlm.data.pretrained import PRETRAINED, pretrained_names, pretrained_path
 from attnlm.data.windows import (
     TokenFile,
     Windows,
@@ -26,6 +27,9 @@ __all__ = [
     "read_text",
     "split_text",
     "text_info",
+    "PRETRAINED",
+    "pretrained_names",
+    "pretrained_path",
     "TokenFile",
     "Windows",
     "bits_per_char",
