@@ -118,22 +118,29 @@ class Tokenizer(ABC):
 
 
 def load(path: str | os.PathLike[str]) -> Tokenizer:
-    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``. (The kinds
-    register themselves when :mod:`attnlm.tokenizers` is imported, which importing this module
-    always does first.)"""
+    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
+    a BERT ``vocab.txt``, a WordPiece ``tokenizer.json`` or a folder holding one of them. (The
+    kinds register themselves when :mod:`attnlm.tokenizers` is imported, which importing this
+    module always does first.)"""
     p = Path(path)
+    if p.is_dir():
+        return _REGISTRY["wordpiece"].from_bert_files(p)
     try:
         raw = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TokenizerFileError(f"{p}: no such tokenizer file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
+    if not raw.lstrip().startswith("{") and p.suffix == ".txt":
+        return _REGISTRY["wordpiece"].from_bert_files(p)  # a BERT vocab.txt
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
         raise TokenizerFileError(
             f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
         ) from None
+    if isinstance(doc, dict) and "format" not in doc and "model" in doc:
+        return _REGISTRY["wordpiece"].from_bert_files(p)  # a Hugging Face tokenizers tokenizer.json
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise TokenizerFileError(
             f"{p}: not an attnlm tokenizer file (no 'format': '{FILE_FORMAT}')"

@@ -16,10 +16,11 @@ from attnlm.tokenizers.bpe import BPETokenizer
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
 from attnlm.tokenizers.word import WordTokenizer
+from attnlm.tokenizers.wordpiece import WordPieceTokenizer
 
 # kinds that need a vocabulary size to train
-SIZED_KINDS = ("bpe", "classic-bpe")
-TRAINABLE_KINDS = ("char", "word", "classic-bpe", "bpe")
+SIZED_KINDS = ("bpe", "classic-bpe", "wordpiece")
+TRAINABLE_KINDS = ("char", "word", "classic-bpe", "bpe", "wordpiece")
 
 
 def train_tokenizer(
@@ -28,11 +29,14 @@ def train_tokenizer(
     vocab_size: int | None = None,
     *,
     unk: bool = False,
-    min_freq: int = 1,
+    min_freq: int | None = None,
     pattern: str | None = None,
     special_tokens: list[str] | None = None,
+    lowercase: bool = True,
 ) -> Tokenizer:
-    """Train a tokenizer of ``kind`` (one of :data:`TRAINABLE_KINDS`) on ``text``."""
+    """Train a tokenizer of ``kind`` (one of :data:`TRAINABLE_KINDS`) on ``text``.
+    ``min_freq``: word: minimum count (default 1); wordpiece: minimum pair count to merge
+    (default 0). ``lowercase``: wordpiece only (BERT uncased)."""
     if kind not in TRAINABLE_KINDS:
         raise TokenizerConfigError(
             f"unknown tokenizer kind {kind!r} (known: {', '.join(TRAINABLE_KINDS)})"
@@ -42,7 +46,11 @@ def train_tokenizer(
     if kind == "char":
         return CharTokenizer.train(text, unk=unk)
     if kind == "word":
-        return WordTokenizer.train(text, min_freq=min_freq, max_size=vocab_size)
+        return WordTokenizer.train(text, min_freq=min_freq or 1, max_size=vocab_size)
+    if kind == "wordpiece":
+        return WordPieceTokenizer.train(
+            text, vocab_size, min_frequency=min_freq or 0, lowercase=lowercase
+        )
     if kind == "classic-bpe":
         return ClassicBPETokenizer.train(text, vocab_size)
     kwargs: dict[str, Any] = {"special_tokens": special_tokens or None}
