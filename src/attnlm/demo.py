@@ -71,6 +71,7 @@ def run_demo(
     from attnlm.fileio import atomic_write_text
     from attnlm.generate.text import generate_text
     from attnlm.inspect.heatmap import plot_attention_grid
+    from attnlm.inspect.record import inspect
     from attnlm.train.config import apply_overrides, spec_from_tables
     from attnlm.train.run import LOSS_CURVE_FILE, METRICS_FILE, train_run
 
@@ -116,12 +117,10 @@ def run_demo(
 
     heatmap = out / "attention.png"
     prompt = HEATMAP_PROMPT if _encodable(tok, HEATMAP_PROMPT) else prompts[0]
-    prompt_ids = tok.encode(prompt)[: ck.model_config.block_size]
-    with torch.no_grad():
-        model.eval()
-        att = model(torch.tensor([prompt_ids]), return_attention=True).attentions
-    labels = [tok.decode([i]) for i in prompt_ids]
-    plot_attention_grid(att, labels, heatmap, title=f"attention for {prompt!r} (rows: queries)")
+    record = inspect(model, tok, prompt)  # the shared inspection record
+    plot_attention_grid(
+        record.attentions, record.tokens, heatmap, title=f"attention for {prompt!r} (rows: queries)"
+    )
 
     paths = {
         "checkpoint": ck.path,

@@ -28,6 +28,7 @@ from attnlm.fileio import atomic_write_text
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
+UNK = "<unk>"  # the unknown-token string of the char, word and classic BPE kinds (and n-grams)
 
 #: No token id (rank, special token id) may reach this: 2**21 = 2,097,152, eight times the
 #: largest public vocabularies (about 262k). A file declaring larger ids is refused on load
