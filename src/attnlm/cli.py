@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "attnlm.demo",
     "attnlm.ngram.cli",
     "attnlm.models.cli",
+    "attnlm.web.cli",
 ]
 
 
