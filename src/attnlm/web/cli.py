@@ -51,7 +51,9 @@ def _serve(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     services = [load_service(d, device=args.device, max_chars=max_chars) for d in args.checkpoint]
-    services += [resolve_named_model(n, device=args.device, max_chars=max_chars) for n in args.model]
+    services += [
+        resolve_named_model(n, device=args.device, max_chars=max_chars) for n in args.model
+    ]
     names: dict[str, int] = {}
     for s in services:  # two runs with the same folder name: number them
         if s.name in names:

@@ -53,7 +53,11 @@ def _check_maps(maps: Any, name: str, q: int, k: int) -> list:
                 raise InputError(f"record[{name!r}][{li}][{hi}] must be a {q} x {k} matrix")
             for row in m:
                 for w in row:
-                    if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w):
+                    if (
+                        isinstance(w, bool)
+                        or not isinstance(w, int | float)
+                        or not math.isfinite(w)
+                    ):
                         raise InputError(f"record[{name!r}] holds a non-finite or non-number value")
     return [[[list(map(float, r)) for r in _as_list(m)] for m in _as_list(lay)] for lay in maps]
 

@@ -28,7 +28,6 @@ import mimetypes
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any

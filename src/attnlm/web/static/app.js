@@ -166,14 +166,20 @@
     }, function (e) { out.textContent = "error: " + e.message; });
   }
 
-  function saveHTML() {
-    if (!lastRecord || !view) return;
+  /* The current record and view as a standalone offline HTML document (a string). */
+  function buildStandalone() {
     var files = ["standalone.html", "style.css", "views.js", "standalone.js"];
-    Promise.all(files.map(function (f) {
+    return Promise.all(files.map(function (f) {
       return fetch("/static/" + f).then(function (r) { return r.text(); });
     })).then(function (t) {
       var title = "Attention: " + current.name;
-      var html = AttnViews.standaloneHTML(t[0], t[1], t[2] + "\n" + t[3], lastRecord, view.state, title);
+      return AttnViews.standaloneHTML(t[0], t[1], t[2] + "\n" + t[3], lastRecord, view.state, title);
+    });
+  }
+
+  function saveHTML() {
+    if (!lastRecord || !view) return;
+    buildStandalone().then(function (html) {
       AttnViews.download(new Blob([html], { type: "text/html" }), "attention.html");
     }, function (e) { status(e.message, true); });
   }
@@ -204,5 +210,6 @@
     }, function (e) { status("cannot reach the server: " + e.message, true); });
   }
 
+  window.attnExplorer = { buildStandalone: buildStandalone };
   init();
 })();
