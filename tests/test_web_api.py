@@ -169,6 +169,13 @@ def test_generate_greedy_matches_argmax_chain(server, char_model):
     assert data["continuation"] == "".join(alphabet[i] for i in ids[4:])
 
 
+def test_generate_word_level_continuation_reads_after_the_prompt(server):
+    body = {"text": "the river", "temperature": 0, "max_new_tokens": 4, "model": "words"}
+    status, data = post(server, "generate", body)
+    assert status == 200 and data["continuation"].startswith(" ")
+    assert len(data["text"].split()) == 2 + 4
+
+
 def test_generate_seeded_sampling_is_reproducible(server):
     body = {"text": "the ", "temperature": 1.0, "top_k": 10, "top_p": 0.9, "seed": 3}
     body["max_new_tokens"] = 20

@@ -204,6 +204,16 @@ def test_page_head_view_model_view_and_no_outside_requests(server, driver, tmp_p
     _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#next-table tr")) > 1)
     assert len(driver.find_elements(By.CSS_SELECTOR, "#next-table tr")) == N + 1
 
+    # a generated continuation (greedy) and the contextual-embedding panel
+    driver.find_element(By.ID, "g-temperature").clear()
+    driver.find_element(By.ID, "g-temperature").send_keys("0")
+    driver.find_element(By.ID, "g-run").click()
+    _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#g-out b").text == TEXT)
+    driver.find_element(By.ID, "e-run").click()  # "bank" in the two default sentences
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#e-out table.cos-chart tr"))
+    rows = driver.find_elements(By.CSS_SELECTOR, "#e-out table.cos-chart tr")
+    assert len(rows) == n_layer + 1 and rows[0].text.startswith("embeddings")
+
     # nothing left the machine: the browser's network log and the page's resource timing
     urls = _requested_urls(driver)
     assert any(u.startswith(origin + "/api/attention") for u in urls)
