@@ -377,6 +377,17 @@ def test_100_concurrent_requests(server):
 # -- command line ------------------------------------------------------------------------------
 
 
+def test_cli_port_in_use(runs, capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--checkpoint", str(runs[0]), "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
 def test_cli_errors(capsys, tmp_path):
     assert main(["serve"]) == 2
     assert "nothing to serve" in capsys.readouterr().err

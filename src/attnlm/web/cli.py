@@ -61,11 +61,11 @@ def _serve(args: argparse.Namespace) -> int:
             s.name = f"{s.name}-{names[s.name]}"
         else:
             names[s.name] = 1
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
         server = make_server(services, args.host, args.port)
     except OSError as e:
         raise InputError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e})") from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if not (args.host in LOOPBACK_HOSTS or args.host.startswith("127.")):
         print(
             f"attnlm: warning: listening on {args.host}: the page has no authentication; "

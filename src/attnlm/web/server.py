@@ -195,6 +195,7 @@ class Handler(BaseHTTPRequestHandler):
 
     server: ExplorerServer
     protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a silent client may hold its thread
     server_version = "attnlm-explorer"
     sys_version = ""
 
