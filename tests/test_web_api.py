@@ -267,6 +267,14 @@ def test_limits(server):
     assert status == 400 and "k must be" in err["error"]
 
 
+def test_attention_size_limit(server, monkeypatch):
+    svc = server.explorer.services["char"]
+    monkeypatch.setattr(svc, "max_attention_values", 2 * 4 * 10 * 10)  # L x H x 10 x 10
+    assert post(server, "attention", {"text": "a" * 10})[0] == 200
+    status, err = post(server, "attention", {"text": "a" * 11})
+    assert status == 413 and "2 layers x 4 heads x 11 x 11 = 968 weights" in err["error"]
+
+
 def _raw(server, method, path, body=b"", headers=None):
     host, port = server.server_address[:2]
     conn = http.client.HTTPConnection(host, port, timeout=10)

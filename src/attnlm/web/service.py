@@ -47,6 +47,9 @@ DEFAULT_MAX_CHARS = 2000  # longest text accepted by any endpoint
 MAX_NEW_TOKENS = 500  # most tokens one generation request may ask for
 MAX_TOP_K = 50  # most next-token candidates per position
 DECIMALS = 6  # attention and probabilities are rounded to this many decimals in JSON
+# Most attention weights one answer may hold (layers x heads x queries x keys): about 9 bytes
+# each in JSON, so 4M is a ~36 MB answer (GPT-2 small: 166 tokens).
+MAX_ATTENTION_VALUES = 4_000_000
 
 # Family -> what its models can do beyond tokens / attention / embeddings.
 FAMILY_CAPABILITIES: dict[str, frozenset[str]] = {
@@ -142,6 +145,7 @@ class ModelService:
     family: str = "gpt"
     capabilities: frozenset[str] = frozenset({"generate"})
     max_chars: int = DEFAULT_MAX_CHARS
+    max_attention_values: int = MAX_ATTENTION_VALUES
     source: str = ""  # where it came from (checkpoint folder), shown in the page
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -244,6 +248,16 @@ class ModelService:
     # -- endpoints -------------------------------------------------------------------------
 
     def attention(self, text: str) -> dict[str, Any]:
+        cfg = getattr(self.model, "config", None)
+        layers, heads = getattr(cfg, "n_layer", None), getattr(cfg, "n_head", None)
+        if layers and heads:  # refuse before computing an answer too large to send
+            t = len(self.encode(text))
+            n = layers * heads * t * t
+            if n > self.max_attention_values:
+                raise TooLongError(
+                    f"the attention of {t} tokens is {layers} layers x {heads} heads x {t} x {t}"
+                    f" = {n:,} weights; the limit is {self.max_attention_values:,} (shorten it)"
+                )
         rec = self._inspect(text)
         out: dict[str, Any] = {
             "tokens": rec.tokens,
