@@ -48,8 +48,9 @@ MAX_NEW_TOKENS = 500  # most tokens one generation request may ask for
 MAX_TOP_K = 50  # most next-token candidates per position
 DECIMALS = 6  # attention and probabilities are rounded to this many decimals in JSON
 # Most attention weights one answer may hold (layers x heads x queries x keys): about 9 bytes
-# each in JSON, so 4M is a ~36 MB answer (GPT-2 small: 166 tokens).
-MAX_ATTENTION_VALUES = 4_000_000
+# each in JSON, so 2M is an answer of about 15 MB and a few seconds on one core (GPT-2 small,
+# 12 layers x 12 heads: up to 117 tokens).
+MAX_ATTENTION_VALUES = 2_000_000
 
 # Family -> what its models can do beyond tokens / attention / embeddings.
 FAMILY_CAPABILITIES: dict[str, frozenset[str]] = {

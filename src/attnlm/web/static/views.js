@@ -256,7 +256,10 @@
     if (s.view !== "model") s.view = "head";
     if (s.kind === "cross" && !record.cross_attention) s.kind = "self";
     if (s.layer >= p.maps.length) s.layer = 0;
-    if (!s.heads) s.heads = parseRange("", nHeads(p.maps));
+    var T = p.queries.length, H = nHeads(p.maps);
+    // long inputs: start with one head in the head view and one layer in the model view
+    if (!s.heads) s.heads = parseRange(T * T * H > 100000 ? "0" : "", H);
+    if (!s.layers_filter && T * T * H * p.maps.length > 2000000) s.layers_filter = "0";
     return s;
   }
 
