@@ -194,7 +194,10 @@
     $("fm-run").addEventListener("click", fillMask);
     $("e-run").addEventListener("click", embeddings);
     $("save-html").addEventListener("click", saveHTML);
-    $("model").addEventListener("change", function () { showModel($("model").value); });
+    $("model").addEventListener("change", function () {
+      showModel($("model").value);
+      if (lastRecord) run(); // same text, the newly chosen model
+    });
     api("models").then(function (r) {
       var sel = $("model");
       r.models.forEach(function (m) {
