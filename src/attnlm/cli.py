@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "attnlm.ngram.cli",
     "attnlm.models.cli",
     "attnlm.inspect.cli",
+    "attnlm.web.cli",
 ]
 
 
