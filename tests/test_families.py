@@ -498,6 +498,11 @@ def test_attention_command_draws_the_grid_and_one_head(tmp_path, corpus, capsys)
                  "--layer", "1", "--head", "0"]) == 0  # fmt: skip
     assert grid.read_bytes()[:4] == b"\x89PNG" and one.read_bytes()[:4] == b"\x89PNG"
     assert "2 layer(s) x 2 head(s)" in capsys.readouterr().out
+    page = tmp_path / "views.html"
+    assert main(["attention", "--checkpoint", str(out), "--text", "the fox", "--html",
+                 str(page)]) == 0  # fmt: skip
+    html = page.read_text(encoding="utf-8")
+    assert '"attention"' in html and "<script src=" not in html  # one offline file
     assert main(["attention", "--checkpoint", str(out), "--text", "x", "--out", str(one),
                  "--layer", "7"]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()

@@ -66,7 +66,16 @@ def check_record(record: dict[str, Any]) -> dict[str, Any]:
     """A clean copy of an attention record (plain lists); a malformed one raises InputError."""
     if not isinstance(record, dict):
         raise InputError("an attention record must be a dict with 'tokens' and 'attention'")
-    unknown = set(record) - {"tokens", "attention", "source_tokens", "cross_attention"}
+    # "family" and "encoder_attention" come with attnlm.inspect's records; the views ignore them
+    known = {
+        "tokens",
+        "attention",
+        "source_tokens",
+        "cross_attention",
+        "family",
+        "encoder_attention",
+    }
+    unknown = set(record) - known
     if unknown:
         raise InputError(f"unknown field(s) in the attention record: {', '.join(sorted(unknown))}")
     tokens = _as_list(record.get("tokens"))
