@@ -49,7 +49,6 @@ else the ids right after its vocabulary, in the order pad, bos, eos (:class:`Spe
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -497,51 +496,38 @@ PairTrainer = Callable[[list[str], int, list[str]], "Tokenizer"]
 """``trainer(texts, vocab_size, specials) -> Tokenizer``: train one tokenizer on ``texts``."""
 
 
-def _train_char(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
-    from attnlm.tokenizers import CharTokenizer
-
-    return CharTokenizer.train("".join(texts), unk=True)
-
-
-def _train_bpe(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
-    from attnlm.tokenizers import BPETokenizer
-
-    return BPETokenizer.train("\n".join(texts), vocab_size, special_tokens=specials)
-
-
-_PAIR_TRAINERS: dict[str, PairTrainer] = {"char": _train_char, "bpe": _train_bpe}
+_PAIR_TRAINERS: dict[str, PairTrainer] = {}
 
 
 def register_pair_tokenizer_kind(kind: str, trainer: PairTrainer) -> None:
     """Make ``kind`` usable in :class:`PairTokenizerConfig` with ``trainer(texts, vocab_size,
-    specials)``. Kinds without a registered trainer fall back to the tokenizer class of that
-    kind in ``attnlm.tokenizers``, called as ``cls.train(text, vocab_size=...,
-    special_tokens=...)`` with whichever of the two keywords its ``train`` accepts."""
+    specials)`` instead of the tokenizer factory (:func:`attnlm.tokenizers.train_tokenizer`)."""
     _PAIR_TRAINERS[kind] = trainer
 
 
 def _trainer_for(kind: str) -> PairTrainer:
+    """How to train a ``kind`` tokenizer on sentences: a registered trainer, else the one
+    tokenizer factory (char with ``<unk>`` for unseen characters; bpe with the special
+    tokens; other kinds with their own specials)."""
     if kind in _PAIR_TRAINERS:
         return _PAIR_TRAINERS[kind]
-    import attnlm.tokenizers  # noqa: F401  (registers the built-in kinds)
-    from attnlm.tokenizers.base import _REGISTRY
+    from attnlm.tokenizers.factory import TRAINABLE_KINDS, train_tokenizer
 
-    cls = _REGISTRY.get(kind)
-    train = getattr(cls, "train", None)
-    if cls is None or train is None:
-        known = ", ".join(sorted(set(_PAIR_TRAINERS) | set(_REGISTRY)))
+    if kind not in TRAINABLE_KINDS:
+        known = ", ".join(sorted(set(_PAIR_TRAINERS) | set(TRAINABLE_KINDS)))
         raise ConfigError(f"unknown tokenizer kind {kind!r} for pairs (known: {known})")
-    params = inspect.signature(train).parameters
 
-    def generic(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
-        kwargs: dict[str, Any] = {}
-        if "vocab_size" in params:
-            kwargs["vocab_size"] = vocab_size
-        if "special_tokens" in params:
-            kwargs["special_tokens"] = specials
-        return train("\n".join(texts), **kwargs)
+    def train(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
+        if kind == "char":
+            return train_tokenizer("char", "".join(texts), unk=True)
+        return train_tokenizer(
+            kind,
+            "\n".join(texts),
+            vocab_size,
+            special_tokens=specials if kind == "bpe" else None,
+        )
 
-    return generic
+    return train
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from typing import Any
 
 from attnlm.errors import AttnlmError, ConfigError, InputError
 from attnlm.generate.sampling import SamplingConfig
+from attnlm.models.base import count_params
 
 log = logging.getLogger("attnlm.web")
 
@@ -177,7 +178,7 @@ class ModelService:
             "window": self.window,
             "vocab_size": getattr(self.tokenizer, "vocab_size", None),
             "max_chars": self.max_chars,
-            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "parameters": count_params(self.model),
             "source": self.source,
         }
 
