@@ -138,3 +138,30 @@ def remove_stale_temps(folder: str | os.PathLike[str], name: str | None = None) 
                 p.unlink()
                 removed.append(p)
     return removed
+
+
+def read_file_bytes(
+    path: str | os.PathLike[str], what: str = "file", error: type[Exception] = InputError
+) -> bytes:
+    """The bytes of ``path``; a missing or unreadable file raises ``error`` with one line
+    naming the file and ``what`` it should have been."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{p}: no such {what}") from None
+    except IsADirectoryError:
+        raise error(f"{p}: is a folder, expected a {what}") from None
+    except OSError as e:
+        raise error(f"{p}: cannot read {what} ({e.strerror or e})") from None
+
+
+def read_file_text(
+    path: str | os.PathLike[str], what: str = "file", error: type[Exception] = InputError
+) -> str:
+    """:func:`read_file_bytes` decoded as UTF-8; invalid bytes raise ``error`` (one line)."""
+    data = read_file_bytes(path, what, error)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: cannot read {what} (not UTF-8 at byte {e.start})") from None

@@ -177,20 +177,6 @@ def device(value: Any, name: str | None = "device", *, check_available: bool = T
     return text  # type: ignore[return-value]
 
 
-def resolve_device(value: str = "auto") -> str:
-    """The concrete device for a validated device string: ``auto`` -> cuda, mps or cpu."""
-    value = device(value)
-    if value != "auto":
-        return value
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
-
-
 # ---------------------------------------------------------------- paths and text
 
 

@@ -274,12 +274,9 @@ def read_pairs(
     p = Path(path).expanduser()
     if p.is_dir():
         raise InputError(f"{p}: is a folder; --pairs needs one tab-separated file")
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot read file ({e.strerror or e})") from None
+    from attnlm.fileio import read_file_bytes
+
+    data = read_file_bytes(p)
     return parse_pairs(
         decode_utf8(data, str(p)), name=str(p), strict=strict, header=header, reverse=reverse
     )

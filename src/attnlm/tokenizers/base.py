@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text
+from attnlm.fileio import atomic_write_text, read_file_text
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
@@ -126,12 +126,7 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
     p = Path(path)
     if p.is_dir():
         return _REGISTRY["wordpiece"].from_bert_files(p)
-    try:
-        raw = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TokenizerFileError(f"{p}: no such tokenizer file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
+    raw = read_file_text(p, "tokenizer file", TokenizerFileError)
     if not raw.lstrip().startswith("{") and p.suffix == ".txt":
         return _REGISTRY["wordpiece"].from_bert_files(p)  # a BERT vocab.txt
     try:

@@ -13,19 +13,14 @@ import binascii
 import os
 from pathlib import Path
 
-from attnlm.fileio import atomic_write_bytes
+from attnlm.fileio import atomic_write_bytes, read_file_bytes
 from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerFileError
 
 
 def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
     """Ranks ``{token bytes: rank}`` from a ``.tiktoken`` file; one-line errors name the line."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise TokenizerFileError(f"{p}: no such rank file") from None
-    except OSError as e:
-        raise TokenizerFileError(f"{p}: cannot read rank file ({e.strerror or e})") from None
+    data = read_file_bytes(p, "rank file", TokenizerFileError)
     ranks: dict[bytes, int] = {}
     seen: set[int] = set()
     for lineno, line in enumerate(data.splitlines(), 1):

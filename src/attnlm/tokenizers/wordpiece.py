@@ -59,6 +59,7 @@ from typing import Any
 import regex
 
 from attnlm.errors import InputError
+from attnlm.fileio import read_file_text
 from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,
@@ -192,12 +193,7 @@ class WordPieceTokenizer(Tokenizer):
         vocabulary); defaults are BERT uncased.
         """
         p = Path(path)
-        try:
-            raw = p.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise TokenizerFileError(f"{p}: no such vocabulary file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise TokenizerFileError(f"{p}: cannot read vocabulary file ({e})") from None
+        raw = read_file_text(p, "vocabulary file", TokenizerFileError)
         lines = raw.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
