@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from attnlm.errors import AttnlmError, InputError
+from attnlm.fileio import atomic_write_text, fsync_dir
 
 FORMAT = "attnlm-checkpoint-v1"
 CHECKPOINT_DIR = "checkpoint"
@@ -67,7 +68,7 @@ def _fsync(path: Path) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def save_checkpoint(
@@ -107,6 +108,7 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
     os.replace(tmp, final)
+    fsync_dir(parent)  # the renames are durable before the old checkpoint goes
     shutil.rmtree(old, ignore_errors=True)
     return final
 
