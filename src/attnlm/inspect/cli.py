@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlm.validate import arg, device, existing_path, non_negative_int, output_file
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -13,20 +15,38 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(self-attention; cross-attention source x target for translation models), or one "
         "layer/head with the weights written in the cells. Works for every model family.",
     )
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        type=arg(existing_path),
+        help="run or checkpoint folder",
+    )
     p.add_argument("--text", required=True, help="the text (a source sentence for translation)")
     p.add_argument("--target", default=None, help="translation models: the target sentence")
-    p.add_argument("--out", default=None, metavar="FILE.png", help="PNG to write")
-    p.add_argument("--html", default=None, metavar="FILE.html", help="offline HTML views")
-    p.add_argument("--layer", type=int, default=None, help="only this layer (0-based)")
-    p.add_argument("--head", type=int, default=None, help="only this head (0-based)")
+    p.add_argument(
+        "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
+    )
+    p.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE.html",
+        type=arg(output_file),
+        help="offline HTML views",
+    )
+    p.add_argument(
+        "--layer", type=arg(non_negative_int), default=None, help="only this layer (0-based)"
+    )
+    p.add_argument(
+        "--head", type=arg(non_negative_int), default=None, help="only this head (0-based)"
+    )
     p.add_argument(
         "--kind",
         choices=["auto", "self", "cross", "encoder"],
         default="auto",
         help="which attention: auto = cross for translation models, else self",
     )
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=arg(device))
     p.set_defaults(func=_attention)
 
 
