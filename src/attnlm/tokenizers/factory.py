@@ -138,10 +138,24 @@ def iter_encode(
     line starts, see :func:`chunk_safe`), so a long text is encoded without a list of every
     id; concatenated they equal ``encode_text(tokenizer, text[start:end], what)``. A tokenizer
     that is not :func:`chunk_safe`, or a text without line starts, is encoded in one piece."""
+    for _, _, ids in iter_encode_spans(tokenizer, text, what, start, end, chunk_chars):
+        yield ids
+
+
+def iter_encode_spans(
+    tokenizer: Any,
+    text: str,
+    what: str,
+    start: int = 0,
+    end: int | None = None,
+    chunk_chars: int | None = None,
+) -> Iterator[tuple[int, int, list[int]]]:
+    """:func:`iter_encode` with the span of each piece: ``(begin, stop, ids of
+    text[begin:stop])``."""
     end = len(text) if end is None else end
     chunk_chars = ENCODE_CHUNK_CHARS if chunk_chars is None else chunk_chars
     if not chunk_safe(tokenizer):
-        yield encode_text(tokenizer, text[start:end], what)
+        yield start, end, encode_text(tokenizer, text[start:end], what)
         return
     pos = start
     while pos < end:
@@ -150,7 +164,7 @@ def iter_encode(
             m = _LINE_START.search(text, pos + chunk_chars, end)
             if m:
                 stop = m.end()
-        yield encode_text(tokenizer, text[pos:stop], what)
+        yield pos, stop, encode_text(tokenizer, text[pos:stop], what)
         pos = stop
 
 
