@@ -167,7 +167,7 @@ def read_text(path: str | os.PathLike[str]) -> str:
         text = "".join(t if t.endswith("\n") else t + "\n" for t in parts if t)
     else:
         text = _read_one(p)
-    if not text.strip():
+    if not text or text.isspace():  # not text.strip(): that copies a whole corpus
         raise InputError(f"{p}: file is empty")
     return text
 
