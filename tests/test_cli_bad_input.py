@@ -347,6 +347,11 @@ CASES: list[tuple[str, str, bytes | None]] = [
         "attention --checkpoint {ckpt} --text the --out {text}/a.png",
         None,
     ),
+    (
+        "attention --html under a file",
+        "attention --checkpoint {ckpt} --text the --html {text}/a.html",
+        None,
+    ),
     ("attention no --out", "attention --checkpoint {ckpt} --text the", None),
     ("attention unencodable text", "attention --checkpoint {ckpt} --text Ω --out {png}", None),
     ("unknown command", "bogus", None),

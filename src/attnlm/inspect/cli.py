@@ -73,6 +73,11 @@ def _attention(args: argparse.Namespace) -> int:
 
     if not args.out and not args.html:
         raise InputError("give --out FILE.png and/or --html FILE.html")
+    if args.html:
+        try:
+            from attnlm.web.html import write_standalone
+        except ImportError:
+            raise InputError("--html needs attnlm.web, which this installation lacks") from None
     ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
     record = inspect(ck.model, ck.tokenizer, args.text, target=args.target)
     kind = args.kind
@@ -86,8 +91,6 @@ def _attention(args: argparse.Namespace) -> int:
         path = plot_attention_panels(panels, queries, keys, args.out, title, annotate=one)
         print(f"wrote {path} ({len(panels)} layer(s) x {len(panels[0])} head(s), {kind})")
     if args.html:
-        from attnlm.web.html import write_standalone
-
         path = write_standalone(record.to_json(), args.html, title=f"attention: {args.text}")
         print(f"wrote {path}")
     return 0
