@@ -9,7 +9,6 @@ from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
 from attnlm.validate import (
     arg,
     device,
-    existing_path,
     finite_float,
     int_in_range,
     positive_int,
@@ -24,7 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         required=True,
         metavar="DIR",
-        type=arg(existing_path),
         help="run or checkpoint folder",
     )
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")

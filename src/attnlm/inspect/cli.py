@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.validate import arg, device, existing_path, non_negative_int, output_file
+from attnlm.validate import arg, device, non_negative_int, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +19,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         required=True,
         metavar="DIR",
-        type=arg(existing_path),
         help="run or checkpoint folder",
     )
     p.add_argument("--text", required=True, help="the text (a source sentence for translation)")

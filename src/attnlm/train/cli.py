@@ -12,7 +12,6 @@ from attnlm.errors import InputError
 from attnlm.validate import (
     arg,
     device,
-    existing_path,
     int_in_range,
     non_negative_int,
     output_dir,
@@ -81,7 +80,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--resume",
         default=None,
         metavar="DIR",
-        type=arg(existing_path),
         help="continue the run in DIR",
     )
     p.add_argument(
@@ -140,7 +138,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         required=True,
         metavar="DIR",
-        type=arg(existing_path),
         help="run or checkpoint folder",
     )
     add_text_argument(e)
