@@ -78,3 +78,20 @@ def test_tokenizer_bigger_than_model_is_refused(tmp_path):
     save_checkpoint(tmp_path / "checkpoint", model, config, tok, {})
     with pytest.raises(AttnlmError, match="do not belong together"):
         load_checkpoint(tmp_path)
+
+
+def test_crafted_state_pt_is_a_short_plain_line(tmp_path):
+    from fractions import Fraction
+
+    from attnlm.checkpoint import load_state
+
+    torch.save({"step": Fraction(1, 3)}, tmp_path / "state.pt")
+    with pytest.raises(InputError) as e:
+        load_state(tmp_path)
+    msg = str(e.value)
+    assert "\n" not in msg and "\x1b" not in msg and len(msg) < 300, msg
+    assert "fractions.Fraction" in msg and "refused" in msg
+    (tmp_path / "state.pt").write_bytes(b"PK\x03\x04 not a zip" * 100)
+    with pytest.raises(InputError) as e:
+        load_state(tmp_path)
+    assert "\n" not in str(e.value) and len(str(e.value)) < 300
