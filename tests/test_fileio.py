@@ -170,10 +170,12 @@ model2.save(out)
     ),
     "metrics.jsonl resume": (
         "metrics.jsonl",
-        "import json\nfrom attnlm.train.trainer import MetricsLog",
+        "import json",
         "out.write_text(''.join(json.dumps({'step': i, 'loss': 1.0 / (i + 1)}) + '\\n' "
         "for i in range(72)))",
-        HALF_WRITE_STOP + "MetricsLog(out, True, keep_until=48)",
+        "from attnlm.train.trainer import MetricsLog\n"
+        + HALF_WRITE_STOP
+        + "MetricsLog(out, True, keep_until=48)",
     ),
 }
 
