@@ -10,6 +10,7 @@ file, a folder, a trained tokenizer and n-gram model, ...).
 from __future__ import annotations
 
 import io
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -197,6 +198,162 @@ CASES: list[tuple[str, str, bytes | None]] = [
         None,
     ),
     # -- top level
+    # -- train, eval, generate, params, models, attention
+    ("train --threads -1", "train --preset tiny-test --threads -1 --out {trainout}", None),
+    ("train --threads 0", "train --preset tiny-test --threads 0 --out {trainout}", None),
+    ("train --max-iters 0", "train --preset tiny-test --max-iters 0 --out {trainout}", None),
+    ("train --max-iters x", "train --preset tiny-test --max-iters x --out {trainout}", None),
+    ("train --batch-size 0", "train --preset tiny-test --batch-size 0 --out {trainout}", None),
+    ("train --grad-accum 0", "train --preset tiny-test --grad-accum 0 --out {trainout}", None),
+    ("train --lr nan", "train --preset tiny-test --lr nan --out {trainout}", None),
+    ("train --lr -1", "train --preset tiny-test --lr -1 --out {trainout}", None),
+    (
+        "train --eval-interval 0",
+        "train --preset tiny-test --eval-interval 0 --out {trainout}",
+        None,
+    ),
+    ("train --eval-iters -1", "train --preset tiny-test --eval-iters -1 --out {trainout}", None),
+    ("train --early-stop -1", "train --preset tiny-test --early-stop -1 --out {trainout}", None),
+    ("train --seed -1", "train --preset tiny-test --seed -1 --out {trainout}", None),
+    (
+        "train --seed 2**63",
+        "train --preset tiny-test --seed 9223372036854775808 --out {trainout}",
+        None,
+    ),
+    ("train --device bogus", "train --preset tiny-test --device bogus --out {trainout}", None),
+    ("train --device cuda:99", "train --preset tiny-test --device cuda:99 --out {trainout}", None),
+    ("train --dtype float16", "train --preset tiny-test --dtype float16 --out {trainout}", None),
+    (
+        "train --time-budget soon",
+        "train --preset tiny-test --time-budget soon --out {trainout}",
+        None,
+    ),
+    ("train --time-budget 0s", "train --preset tiny-test --time-budget 0s --out {trainout}", None),
+    ("train --text missing", "train --preset tiny-test --text {missing} --out {trainout}", None),
+    ("train --text non-utf8", "train --preset tiny-test --text {binary} --out {trainout}", None),
+    ("train --out a file", "train --preset tiny-test --text {text} --out {text}", None),
+    ("train --out under a file", "train --preset tiny-test --out {text}/run", None),
+    ("train --resume missing", "train --resume {missing}", None),
+    ("train --resume no checkpoint", "train --resume {dir}", None),
+    ("train --resume crafted state.pt", "train --resume {crafted_run} --threads 1", None),
+    ("train --resume garbage state.pt", "train --resume {garbage_run} --threads 1", None),
+    ("train --preset missing", "train --preset no-such-preset --out {trainout}", None),
+    ("train --preset non-utf8", "train --preset {binary_toml} --out {trainout}", None),
+    (
+        "train --preset [model] type 3",
+        "train --preset {bad_type_toml} --text {text} --out {trainout}",
+        None,
+    ),
+    (
+        "train --preset unknown family",
+        "train --preset {unknown_family_toml} --text {text} --out {trainout}",
+        None,
+    ),
+    (
+        "train --set unknown key",
+        "train --preset tiny-test --set train.lrate=1 --out {trainout}",
+        None,
+    ),
+    (
+        "train --set bad model value",
+        "train --preset tiny-test --set model.n_head=0 --text {text} --out {trainout}",
+        None,
+    ),
+    (
+        "train --tokenizer bogus",
+        "train --preset tiny-test --tokenizer bogus --text {text} --out {trainout}",
+        None,
+    ),
+    ("eval --device bogus", "eval --checkpoint {ckpt} --device bogus", None),
+    ("eval --threads 0", "eval --checkpoint {ckpt} --threads 0", None),
+    ("eval --threads -1", "eval --checkpoint {ckpt} --threads -1", None),
+    ("eval --max-tokens 0", "eval --checkpoint {ckpt} --max-tokens 0", None),
+    ("eval --max-tokens -5", "eval --checkpoint {ckpt} --max-tokens -5", None),
+    ("eval --max-tokens 1", "eval --checkpoint {ckpt} --max-tokens 1", None),
+    ("eval --max-tokens x", "eval --checkpoint {ckpt} --max-tokens x", None),
+    ("eval --batch-size 0", "eval --checkpoint {ckpt} --batch-size 0", None),
+    ("eval --split bogus", "eval --checkpoint {ckpt} --split bogus", None),
+    ("eval --checkpoint missing", "eval --checkpoint {missing}", None),
+    ("eval --checkpoint not a checkpoint", "eval --checkpoint {dir}", None),
+    ("eval --text missing", "eval --checkpoint {ckpt} --text {missing}", None),
+    ("eval --text unencodable", "eval --checkpoint {ckpt} --text {greek}", None),
+    ("eval absurd tokenizer ids", "eval --checkpoint {absurd_ckpt} --text {text}", None),
+    ("eval tokenizer bigger than model", "eval --checkpoint {mismatch_ckpt} --text {text}", None),
+    ("generate --device bogus", "generate --checkpoint {ckpt} --device bogus", None),
+    ("generate --device cuda:99", "generate --checkpoint {ckpt} --device cuda:99", None),
+    ("generate --threads 0", "generate --checkpoint {ckpt} --threads 0", None),
+    ("generate --threads -1", "generate --checkpoint {ckpt} --threads -1", None),
+    (
+        "generate --max-new-tokens 10**12",
+        "generate --checkpoint {ckpt} --max-new-tokens 1000000000000",
+        None,
+    ),
+    ("generate --max-new-tokens -1", "generate --checkpoint {ckpt} --max-new-tokens -1", None),
+    ("generate --temperature nan", "generate --checkpoint {ckpt} --temperature nan", None),
+    ("generate --temperature -1", "generate --checkpoint {ckpt} --temperature -1", None),
+    ("generate --top-k 0", "generate --checkpoint {ckpt} --top-k 0", None),
+    ("generate --top-p 0", "generate --checkpoint {ckpt} --top-p 0", None),
+    ("generate --top-p 1.5", "generate --checkpoint {ckpt} --top-p 1.5", None),
+    ("generate --top-p nan", "generate --checkpoint {ckpt} --top-p nan", None),
+    ("generate --seed -1", "generate --checkpoint {ckpt} --seed -1", None),
+    ("generate --num-samples 0", "generate --checkpoint {ckpt} --num-samples 0", None),
+    ("generate --checkpoint missing", "generate --checkpoint {missing}", None),
+    ("generate absurd tokenizer ids", "generate --checkpoint {absurd_ckpt}", None),
+    ("generate tokenizer bigger than model", "generate --checkpoint {mismatch_ckpt}", None),
+    ("generate unencodable prompt", "generate --checkpoint {ckpt} --prompt ΩΩ", None),
+    ("params --vocab-size 0", "params --preset tiny-test --vocab-size 0", None),
+    ("params --vocab-size x", "params --preset tiny-test --vocab-size x", None),
+    ("params --preset missing", "params --preset no-such-preset", None),
+    ("params --preset non-utf8", "params --preset {binary_toml}", None),
+    ("params --preset [model] type 3", "params --preset {bad_type_toml}", None),
+    ("params --preset unknown family", "params --preset {unknown_family_toml}", None),
+    ("params no --preset", "params", None),
+    ("models unknown option", "models --bogus", None),
+    (
+        "attention --layer -1",
+        "attention --checkpoint {ckpt} --text the --out {png} --layer -1",
+        None,
+    ),
+    (
+        "attention --layer 99",
+        "attention --checkpoint {ckpt} --text the --out {png} --layer 99",
+        None,
+    ),
+    ("attention --head x", "attention --checkpoint {ckpt} --text the --out {png} --head x", None),
+    ("attention --head 99", "attention --checkpoint {ckpt} --text the --out {png} --head 99", None),
+    (
+        "attention --device bogus",
+        "attention --checkpoint {ckpt} --text the --out {png} --device bogus",
+        None,
+    ),
+    (
+        "attention --kind bogus",
+        "attention --checkpoint {ckpt} --text the --out {png} --kind bogus",
+        None,
+    ),
+    (
+        "attention --kind cross on a GPT",
+        "attention --checkpoint {ckpt} --text the --out {png} --kind cross",
+        None,
+    ),
+    (
+        "attention --checkpoint missing",
+        "attention --checkpoint {missing} --text the --out {png}",
+        None,
+    ),
+    ("attention --out a folder", "attention --checkpoint {ckpt} --text the --out {dir}", None),
+    (
+        "attention --out under a file",
+        "attention --checkpoint {ckpt} --text the --out {text}/a.png",
+        None,
+    ),
+    (
+        "attention --html under a file",
+        "attention --checkpoint {ckpt} --text the --html {text}/a.html",
+        None,
+    ),
+    ("attention no --out", "attention --checkpoint {ckpt} --text the", None),
+    ("attention unencodable text", "attention --checkpoint {ckpt} --text Ω --out {png}", None),
     ("unknown command", "bogus", None),
 ]
 
@@ -227,6 +384,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     bpe["special_tokens"] = {"<|endoftext|>": 10**12}
     doc = {**{k: doc[k] for k in ("format", "version")}, "kind": "bpe", **bpe}
     (d / "absurd.json").write_text(json.dumps(doc))
+    absurd_doc = doc
     sents = [line.split() for line in CORPUS.splitlines()]
     model = train(sents, 2)
     model.save(d / "model.npz")
@@ -242,6 +400,10 @@ def files(tmp_path_factory) -> dict[str, str]:
     first = next(i for i, s in enumerate(arpa) if s.startswith("\\2-grams:")) + 1
     arpa[first] = "nan" + arpa[first][arpa[first].index("\t") :]
     (d / "nan.arpa").write_text("\n".join(arpa) + "\n")
+    _checkpoints(d, text, absurd_doc)
+    (d / "greek.txt").write_text("\u03a9\u03a9\u03a9 \u03b1\u03b2\n" * 5, encoding="utf-8")
+    (d / "bad_type.toml").write_text("[model]\ntype = 3\n[train]\nmax_iters = 1\n")
+    (d / "unknown_family.toml").write_text('[model]\ntype = "bogus"\n[train]\nmax_iters = 1\n')
     other = d / "otherrun"
     (other / "checkpoint").mkdir(parents=True)
     (other / "data.json").write_text("{}")
@@ -264,7 +426,51 @@ def files(tmp_path_factory) -> dict[str, str]:
         "otherrun": str(other),
         "out": str(d / "out" / "result.json"),
         "outdir": str(d / "demo-out"),
+        "trainout": str(d / "demo-out"),  # no row may create it either
+        "ckpt": str(d / "run"),
+        "crafted_run": str(d / "crafted"),
+        "garbage_run": str(d / "garbage"),
+        "absurd_ckpt": str(d / "absurd_ckpt"),
+        "mismatch_ckpt": str(d / "mismatch_ckpt"),
+        "greek": str(d / "greek.txt"),
+        "bad_type_toml": str(d / "bad_type.toml"),
+        "unknown_family_toml": str(d / "unknown_family.toml"),
+        "png": str(d / "attn" / "a.png"),
     }
+
+
+def _checkpoints(d: Path, text: Path, absurd_doc: dict) -> None:
+    """A tiny GPT checkpoint (``run``) and broken copies of it: a crafted pickle and garbage
+    as ``state.pt``, a tokenizer declaring absurd ids, a tokenizer bigger than the model."""
+    import dataclasses
+    import json
+    import shutil
+    from fractions import Fraction
+
+    import torch
+
+    from attnlm.checkpoint import save_checkpoint
+    from attnlm.models import registry
+    from attnlm.tokenizers import CharTokenizer
+    from attnlm.train.config import TrainConfig
+
+    tok = CharTokenizer.train(CORPUS)
+    table = {"type": "gpt", "vocab_size": tok.vocab_size, "block_size": 16, "n_layer": 1}
+    table.update(n_head=1, n_embd=8)
+    torch.manual_seed(0)
+    model, cfg, family = registry.build(table)
+    train = dataclasses.asdict(TrainConfig(text=str(text), max_iters=1, threads=1))
+    config = {"step": 1, "preset": "tiny-test", "model": registry.config_table(family, cfg)}
+    config["train"] = train
+    state = {"step": torch.tensor(1)}
+    save_checkpoint(d / "run" / "checkpoint", model, config, tok, state)
+    for name in ("crafted", "garbage", "absurd_ckpt", "mismatch_ckpt"):
+        shutil.copytree(d / "run", d / name)
+    torch.save({"step": Fraction(1, 3)}, d / "crafted" / "checkpoint" / "state.pt")
+    (d / "garbage" / "checkpoint" / "state.pt").write_bytes(b"PK\x03\x04 not a zip\n" * 50)
+    (d / "absurd_ckpt" / "checkpoint" / "tokenizer.json").write_text(json.dumps(absurd_doc))
+    big = CharTokenizer.train(CORPUS + "QXZJKV0123456789")
+    big.save(d / "mismatch_ckpt" / "checkpoint" / "tokenizer.json")
 
 
 def _argv(template: str, files: dict[str, str]) -> list[str]:
@@ -276,14 +482,18 @@ def test_bad_input_exits_2_with_one_line(case, files, capsys, monkeypatch):
     _, template, stdin = case
     if stdin is not None:
         monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    rc = main(_argv(template, files))
+    try:
+        rc = main(_argv(template, files))
+        created = Path(files["outdir"]).exists()
+    finally:  # a row that wrongly creates the folder must not fail the rows after it
+        shutil.rmtree(files["outdir"], ignore_errors=True)
     out = capsys.readouterr()
     assert rc == 2, f"exit {rc}; stdout {out.out[:200]!r}; stderr {out.err[:300]!r}"
     assert "Traceback" not in out.err
     lines = out.err.splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {out.err[:500]!r}"
     assert lines[0].startswith("attnlm: error: "), lines[0]
-    assert not Path(files["outdir"]).exists(), "a failed demo must not create its folder"
+    assert not created, "a failed command must not create its output folder"
 
 
 @pytest.mark.parametrize(

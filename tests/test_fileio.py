@@ -102,6 +102,29 @@ FSYNC_STOP = """
 import attnlm.fileio as fio
 fio.os.fsync = lambda fd: stop()  # the temp file is complete, the rename not yet done
 """
+# Stops in the middle of the write itself: the file object opened for writing writes half of
+# what it is given and stops (an in-place write would leave the target cut in half).
+HALF_WRITE_STOP = """
+import builtins, io
+real_open = io.open
+class Half:
+    def __init__(self, f):
+        self.f = f
+    def write(self, data):
+        self.f.write(data[: len(data) // 2])
+        self.f.flush()
+        stop()
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+def patched(file, mode="r", *args, **kwargs):
+    f = real_open(file, mode, *args, **kwargs)
+    return Half(f) if "w" in mode and out.name in str(file) else f
+builtins.open = io.open = patched
+"""
 
 #: case: (file name, setup, the first (old) write, patch + second write that gets killed)
 CASES = {
@@ -144,6 +167,15 @@ model2.save(out)
         "import numpy as np\nfrom attnlm.inspect.heatmap import plot_attention_grid",
         'plot_attention_grid([np.eye(3)[None]], ["a", "b", "c"], out)',
         FSYNC_STOP + 'plot_attention_grid([np.ones((2, 4, 4)) / 4], list("abcd"), out)',
+    ),
+    "metrics.jsonl resume": (
+        "metrics.jsonl",
+        "import json",
+        "out.write_text(''.join(json.dumps({'step': i, 'loss': 1.0 / (i + 1)}) + '\\n' "
+        "for i in range(72)))",
+        "from attnlm.train.trainer import MetricsLog\n"
+        + HALF_WRITE_STOP
+        + "MetricsLog(out, True, keep_until=48)",
     ),
 }
 

@@ -232,6 +232,20 @@ def output_file(value: Any, name: str | None = None) -> Path:
     return p
 
 
+def output_dir(value: Any, name: str | None = None) -> Path:
+    """A folder to write into: an existing folder, or a path that can become one (not a
+    file, and no part of its parent is a file). Missing folders are created by the writer."""
+    p = _path(value, name)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{_what(name)}{p}: is a file, expected a folder")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{_what(name)}{p}: {parent} is not a folder")
+            break
+    return p
+
+
 def utf8_text(data: bytes, where: str = "input") -> str:
     """``data`` decoded as UTF-8 (a leading byte-order mark dropped); :class:`InputError`
     naming ``where``, the bad byte and its offset otherwise (never silent U+FFFD)."""

@@ -167,7 +167,7 @@ def read_text(path: str | os.PathLike[str]) -> str:
         text = "".join(t if t.endswith("\n") else t + "\n" for t in parts if t)
     else:
         text = _read_one(p)
-    if not text.strip():
+    if not text or text.isspace():  # not text.strip(): that copies a whole corpus
         raise InputError(f"{p}: file is empty")
     return text
 
@@ -177,15 +177,21 @@ def load_text(path: str | os.PathLike[str] | None = None) -> str:
     return default_corpus() if path is None else read_text(path)
 
 
-def split_text(text: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> tuple[str, str]:
-    """Split into (train, validation): validation is the last ``val_fraction`` of characters,
-    moved forward to the next line start so that no line is cut (unless there is none)."""
+def split_index(text: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> int:
+    """Where :func:`split_text` cuts ``text``: validation is ``text[cut:]`` (no copy made)."""
     if not 0.0 <= val_fraction < 1.0:
         raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
     cut = int(len(text) * (1.0 - val_fraction))
     nl = text.find("\n", cut)
     if 0 <= nl < len(text) - 1:
         cut = nl + 1
+    return cut
+
+
+def split_text(text: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> tuple[str, str]:
+    """Split into (train, validation): validation is the last ``val_fraction`` of characters,
+    moved forward to the next line start so that no line is cut (unless there is none)."""
+    cut = split_index(text, val_fraction)
     return text[:cut], text[cut:]
 
 

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_write_text
 
 if TYPE_CHECKING:
     from attnlm.tokenizers.base import Tokenizer
@@ -295,14 +296,7 @@ def write_pairs(
             if any(c in f for c in "\t\r\n"):
                 raise InputError(f"pair {i}: field {f!r} contains a tab or line break")
         rows.append("\t".join(row) + "\n")
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text("".join(rows), encoding="utf-8", newline="\n")
-        os.replace(tmp, p)
-    except OSError as e:
-        raise InputError(f"{p}: cannot write file ({e.strerror or e})") from None
+    atomic_write_text(Path(path), "".join(rows))  # one-line InputError on failure
     return len(rows)
 
 
@@ -622,7 +616,7 @@ class PairTokenizers:
         else:
             self.source.save(d / "source_tokenizer.json")
             self.target.save(d / "target_tokenizer.json")
-        (d / "pair_tokenizers.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        atomic_write_text(d / "pair_tokenizers.json", json.dumps(doc, indent=1))
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> PairTokenizers:

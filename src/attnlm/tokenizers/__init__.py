@@ -17,7 +17,14 @@ from attnlm.tokenizers.base import (
 from attnlm.tokenizers.bpe import PATTERNS, BPETokenizer
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
-from attnlm.tokenizers.factory import encode_text, make_tokenizer, token_label, train_tokenizer
+from attnlm.tokenizers.factory import (
+    chunk_safe,
+    encode_text,
+    iter_encode,
+    make_tokenizer,
+    token_label,
+    train_tokenizer,
+)
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
 from attnlm.tokenizers.wordpiece import WordPieceTokenizer
@@ -35,7 +42,9 @@ __all__ = [
     "UnknownTokenError",
     "WordPieceTokenizer",
     "WordTokenizer",
+    "chunk_safe",
     "encode_text",
+    "iter_encode",
     "load",
     "make_tokenizer",
     "token_label",

@@ -589,11 +589,9 @@ class WordPieceTokenizer(Tokenizer):
 
     def save_vocab(self, path: str | os.PathLike[str]) -> None:
         """Write the vocabulary as a BERT ``vocab.txt`` (one token per line)."""
-        p = Path(path)
-        try:
-            p.write_text("".join(t + "\n" for t in self.vocab), encoding="utf-8")
-        except OSError as e:
-            raise TokenizerFileError(f"{p}: cannot write vocabulary ({e.strerror or e})") from None
+        from attnlm.fileio import atomic_write_text
+
+        atomic_write_text(Path(path), "".join(t + "\n" for t in self.vocab))
 
     def __repr__(self) -> str:
         return (

@@ -107,10 +107,10 @@ def train_run(
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         if dist.is_main:
-            data = prepare(run_dir, cfg)
+            data = prepare(run_dir, cfg, resume=resume)
         _barrier(dist)
         if not dist.is_main:
-            data = prepare(run_dir, cfg)
+            data = prepare(run_dir, cfg, resume=resume)
         if dist.is_main:
             log(data.stats_line())
         torch.manual_seed(cfg.seed)
