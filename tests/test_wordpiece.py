@@ -331,12 +331,24 @@ def test_cli_train_encode_show(tmp_path, capsys) -> None:
 
 def test_random_unicode_matches(uncased) -> None:
     """Property test: random Unicode strings (any category but surrogates) and ASCII-heavy
-    strings give BertTokenizerFast's ids."""
+    strings give BertTokenizerFast's ids.
+
+    ``tokenizers`` classifies characters with older Unicode tables than Python's and
+    ``regex``'s, so a character whose category changed between versions is split differently
+    (U+111C9 SHARADA SANDHI MARK was punctuation, Po, and is a non-spacing mark, Mn, since
+    Unicode 12). The strings are drawn from characters whose category is the same in Unicode
+    3.2 (``unicodedata.ucd_3_2_0``) and in the current table; see docs/bert.md."""
+    import unicodedata
+
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
     ours, hf = uncased
-    alphabet = st.characters(blacklist_categories=("Cs",))
+
+    def stable(c: str) -> bool:
+        return unicodedata.ucd_3_2_0.category(c) == unicodedata.category(c)
+
+    alphabet = st.characters(blacklist_categories=("Cs",)).filter(stable)
     mixed = st.lists(
         st.one_of(st.text(alphabet, max_size=8), st.sampled_from(["the", " ", "Ünï", "[MASK]"])),
         max_size=12,
