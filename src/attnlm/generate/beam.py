@@ -123,7 +123,10 @@ def _search(
     top_k_mask[:K] = True
     cur = P
     while True:
-        logp = torch.log_softmax(logits.float(), dim=-1).view(B, K, V)
+        logp = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
+        if setup.process is not None:  # as transformers: processors see log-probs
+            logp = setup.process(logp, cur, max_len)
+        logp = logp.view(B, K, V)
         total = (logp + running_scores[:, :, None]).view(B, K * V)
         cand_scores, cand_idx = torch.topk(total, 2 * K)  # (B, 2K), best first
         parent, token = cand_idx // V, cand_idx % V

@@ -29,6 +29,7 @@ ACTIVATIONS = {
     "gelu": F.gelu,  # exact: x Φ(x) (Hendrycks & Gimpel, 2016)
     "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),  # GPT-2's "gelu_new"
     "relu": F.relu,  # the original Transformer
+    "silu": F.silu,  # x sigmoid(x), "swish" (Ramachandran et al., 2017; Marian's default)
 }
 NORMS = ("pre", "post")
 
