@@ -260,7 +260,7 @@ def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="share_embeddings"):
         TransformerConfig(vocab_size=10, src_vocab_size=12)
     with pytest.raises(ConfigError, match="model.eos_id"):
-        TransformerConfig(vocab_size=10, eos_id=10)
+        Transformer(TransformerConfig(vocab_size=10, eos_id=10))
     with pytest.raises(ConfigError, match="model.norm"):
         TransformerConfig(vocab_size=10, norm="middle")
     with pytest.raises(InputError, match="source"):

@@ -118,10 +118,17 @@ class TransformerConfig:
             )
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value < self.vocab_size:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"model.{name} must be a token id >= 0, got {value!r}")
+
+    def check_ids(self) -> None:
+        """The special ids fit the target vocabulary (checked when the model is built: before
+        the data is known, presets validate with a stand-in vocabulary size)."""
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if getattr(self, name) >= self.vocab_size:
                 raise ConfigError(
                     f"model.{name} must be a token id below model.vocab_size={self.vocab_size}, "
-                    f"got {value!r}"
+                    f"got {getattr(self, name)}"
                 )
 
     @property
@@ -161,6 +168,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        config.check_ids()
         self.config = c = config
         self.src_emb = nn.Embedding(c.source_vocab, c.d_model)
         self.tgt_emb = self.src_emb if c.share_embeddings else nn.Embedding(c.vocab_size, c.d_model)
