@@ -66,7 +66,8 @@ class TransformerConfig:
     d_ff: int | None = None  # feed-forward width; None means 4 * d_model
     norm: str = "post"  # "post": LN(x + f(x)) (Vaswani et al., Marian) | "pre": x + f(LN(x))
     activation: str = "relu"  # "relu" | "gelu" | "gelu_tanh" | "silu" (Marian's "swish")
-    dropout: float = 0.1
+    dropout: float = 0.1  # on embeddings, sublayer outputs (residual dropout)
+    attention_dropout: float = 0.0  # on attention weights (Marian's attention_dropout)
     label_smoothing: float = 0.0
     share_embeddings: bool = True  # one matrix for source and target tokens
     tie_output: bool = True  # LM head = target embedding matrix
@@ -101,8 +102,9 @@ class TransformerConfig:
                 raise ConfigError(
                     f"unknown model.{name} {getattr(self, name)!r} (known: {', '.join(known)})"
                 )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(
                 f"model.label_smoothing must be in [0, 1), got {self.label_smoothing}"
@@ -147,11 +149,70 @@ class EncoderDecoderState(KVCache):
         super().__init__(n_layer)
         self.memory: Tensor | None = memory
         self.context_mask = context_mask
+        # the source row each row's cross-attention entries were computed from
+        self.rows = torch.arange(memory.shape[0], device=memory.device)
+        self._held = 0  # tokens held; keys[l] / values[l] are views of the buffers below
+        self._k_buf: list[Tensor | None] = [None] * n_layer  # (B, H, capacity, D)
+        self._v_buf: list[Tensor | None] = [None] * n_layer
+
+    @property
+    def length(self) -> int:
+        return self._held
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new keys/values ``(B, H, T, D)`` into preallocated buffers that grow by
+        doubling (no concatenation of everything held at every step); returns views of all
+        held entries ``(B, H, S, D)``."""
+        start = self._held if layer == 0 else self.keys[0].shape[-2] - k.shape[-2]
+        end = start + k.shape[-2]
+        buf = self._k_buf[layer]
+        if buf is None or buf.shape[-2] < end or buf.shape[0] != k.shape[0]:
+            cap = max(16, 2 * end)
+            new_k = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
+            new_v = v.new_empty(new_k.shape)
+            if start:
+                new_k[:, :, :start] = self.keys[layer][:, :, :start]
+                new_v[:, :, :start] = self.values[layer][:, :, :start]
+            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
+        self._k_buf[layer][:, :, start:end] = k
+        self._v_buf[layer][:, :, start:end] = v
+        self.keys[layer] = self._k_buf[layer][:, :, :end]
+        self.values[layer] = self._v_buf[layer][:, :, :end]
+        if layer == len(self.keys) - 1:
+            self._held = end
+        return self.keys[layer], self.values[layer]
+
+    def trim(self, keep_last: int) -> None:
+        raise InputError("an encoder-decoder's decoding state has no window to trim")
 
     def reorder(self, indices: Tensor) -> None:
-        super().reorder(indices)
-        if self.memory is not None:
-            self.memory = self.memory.index_select(0, indices.to(self.memory.device))
+        """Keep rows ``indices``. The cross-attention keys/values of a row depend only on its
+        source row, so when every row keeps its source (beam search after the first step:
+        hypotheses only take parents of their own source) they are left in place instead of
+        being copied every step."""
+        indices = indices.to(self.rows.device)
+        rows = self.rows.index_select(0, indices)
+        same_sources = rows.shape == self.rows.shape and torch.equal(rows, self.rows)
+        for layer in range(len(self.keys)):  # self-attention entries: into fresh buffers
+            k, v = self.keys[layer], self.values[layer]
+            if k is None:
+                continue
+            new_k = k.new_empty(len(indices), *self._k_buf[layer].shape[1:])
+            new_v = v.new_empty(new_k.shape)
+            torch.index_select(k, 0, indices, out=new_k[:, :, : k.shape[-2]])
+            torch.index_select(v, 0, indices, out=new_v[:, :, : v.shape[-2]])
+            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
+            self.keys[layer], self.values[layer] = (
+                new_k[:, :, : k.shape[-2]],
+                new_v[:, :, : v.shape[-2]],
+            )
+        if not same_sources:
+            self.cross = [None if c is None else (c[0].index_select(0, indices),
+                          c[1].index_select(0, indices)) for c in self.cross]  # fmt: skip
+            self.context_mask = self.context_mask.index_select(0, indices)
+            if self.memory is not None:
+                self.memory = self.memory.index_select(0, indices)
+        self.rows = rows
 
 
 class Transformer(nn.Module):
@@ -185,6 +246,7 @@ class Transformer(nn.Module):
                     norm=c.norm,
                     activation=c.activation,
                     dropout=c.dropout,
+                    attention_dropout=c.attention_dropout,
                     bias=c.bias,
                     eps=c.layer_norm_eps,
                     cross_attention=cross,
@@ -566,6 +628,7 @@ def config_from_hf(
             norm="post",
             activation=_ACT_FROM_HF[act],
             dropout=float(hf.get("dropout", 0.0)),
+            attention_dropout=float(hf.get("attention_dropout", 0.0)),
             share_embeddings=shared,
             tie_output=bool(hf.get("tie_word_embeddings", True)),
             scale_embedding=bool(hf.get("scale_embedding", False)),
@@ -613,7 +676,7 @@ def config_to_hf(
         "decoder_ffn_dim": c.d_ff or 4 * c.d_model,
         "activation_function": _ACT_TO_HF[c.activation],
         "dropout": c.dropout,
-        "attention_dropout": 0.0,
+        "attention_dropout": c.attention_dropout,
         "activation_dropout": 0.0,
         "max_position_embeddings": max_position_embeddings,
         "scale_embedding": c.scale_embedding,
