@@ -178,3 +178,13 @@ def test_separate_vocabularies(tmp_path, capsys):
     capsys.readouterr()
     assert main(["translate", "--checkpoint", str(out), "--beam", "2", "six five"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+
+
+def test_pairs_and_text_do_not_mix(tmp_path, capsys):
+    pairs = _pairs_file(tmp_path / "p.tsv", 20)
+    args = ["train", "--preset", "tiny-test", "--pairs", str(pairs), "--out", str(tmp_path / "a")]
+    assert main(args) == 2
+    assert "--pairs applies to translation models" in capsys.readouterr().err
+    args = ["train", *TINY, "--text", str(pairs), "--out", str(tmp_path / "b")]
+    assert main(args) == 2
+    assert "give --pairs, not --text" in capsys.readouterr().err

@@ -454,15 +454,15 @@ class Transformer(nn.Module):
     # -- inspection ------------------------------------------------------------------------
 
     @torch.no_grad()
-    def inspect(self, tokenizer: Any, text: str, target: str | None = None) -> Any:
-        """The :class:`~attnlm.inspect.record.InspectionRecord` of translating ``text``
+    def inspect(self, tokenizer: Any, text: str, target: str | None = None) -> dict[str, Any]:
+        """The fields of the :class:`~attnlm.inspect.record.InspectionRecord` of translating
+        ``text`` (``attnlm.inspect.record.inspect`` builds the record; this layer cannot)
         (greedy when ``target`` is None). ``tokenizer``: a
         :class:`~attnlm.data.pairs.PairTokenizers` or one tokenizer for both sides. The rows
         (``tokens``) are the tokens the decoder emits at each step (the target and the end
         token), Bahdanau et al.'s alignment view; keys of cross-attention are the source
         tokens."""
         from attnlm.data.pairs import PairTokenizers
-        from attnlm.inspect.record import InspectionRecord
 
         c = self.config
         pairs = tokenizer
@@ -496,7 +496,7 @@ class Transformer(nn.Module):
             return [names[i] if i in names else token_label(tok, i) for i in ids]
 
         first = lambda ts: [t[0].float().cpu() for t in ts]  # noqa: E731 - drop the batch axis
-        return InspectionRecord(
+        return dict(
             family="transformer",
             tokens=labels(out[1:], "target"),
             ids=out[1:],

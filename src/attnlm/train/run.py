@@ -52,6 +52,10 @@ def objective_data(objective_name: str) -> str:
 
 
 def _prepare(run_dir: Path, cfg: TrainConfig, kind: str) -> Any:
+    if kind == "pairs" and cfg.text is not None:
+        raise ConfigError("this model family trains on sentence pairs: give --pairs, not --text")
+    if kind != "pairs" and cfg.pairs is not None:
+        raise ConfigError("--pairs applies to translation models; this family trains on --text")
     return prepare_pairs(run_dir, cfg) if kind == "pairs" else prepare(run_dir, cfg)
 
 
