@@ -81,7 +81,7 @@ def random_pair(tmp: str):
 
 def compare(name: str, ours, ref, prompt, n: int, runs: int, tokenizer=None) -> bool:
     def run_ours():
-        return ours.generate(prompt, n, temperature=0, use_cache=True)
+        return generate(ours, prompt, n, temperature=0, use_cache=True)
 
     def run_plain():
         return generate(ours, prompt, n, temperature=0, use_cache=True, lookahead=0)

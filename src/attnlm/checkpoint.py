@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 import torch
 
 from attnlm.errors import AttnlmError, InputError
+from attnlm.fileio import atomic_write_text, fsync_dir
 
 FORMAT = "attnlm-checkpoint-v1"
 CHECKPOINT_DIR = "checkpoint"
@@ -72,7 +74,7 @@ def _fsync(path: Path) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def _save_tokenizer(folder: Path, tokenizer: Any) -> list[str]:
@@ -126,6 +128,7 @@ def save_checkpoint(
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
     os.replace(tmp, final)
+    fsync_dir(parent)  # the renames are durable before the old checkpoint goes
     shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -158,8 +161,18 @@ def load_state(ckpt: Path) -> dict[str, Any]:
     try:
         return torch.load(ckpt / "state.pt", map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure means an unusable file
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InputError(f"{ckpt}/state.pt: missing, corrupt or unsafe ({first})") from None
+        raise InputError(f"{ckpt}/state.pt: missing, corrupt or unsafe ({_reason(e)})") from None
+
+
+def _reason(e: BaseException) -> str:
+    """A short plain reason from torch's (multi-line, ANSI-coloured) load errors."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    if "Weights only load failed" in text or "weights_only" in text:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        what = f" ({found.group(1)})" if found else ""
+        return f"holds objects other than tensors and plain containers{what}; refused"
+    first = text.splitlines()[0] if text else type(e).__name__
+    return first if len(first) <= 120 else first[:117] + "..."
 
 
 def read_config(path: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import sys
 
 from attnlm import __version__
 from attnlm.errors import AttnlmError
+from attnlm.validate import OneLineArgumentParser
 
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
 COMMAND_MODULES = [
@@ -24,11 +25,12 @@ COMMAND_MODULES = [
     "attnlm.ngram.cli",
     "attnlm.models.cli",
     "attnlm.inspect.cli",
+    "attnlm.web.cli",
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(  # subcommand parsers inherit the one-line errors
         prog="attnlm",
         description="Build, train, evaluate and open up attention-based language models.",
     )
@@ -41,14 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a usage error (one line on stderr) returns 2; --help exits 0
+        if not e.code:
+            raise
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
     try:
         result = args.func(args)
     except AttnlmError as e:
-        print(f"attnlm: error: {e}", file=sys.stderr)
+        print("attnlm: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
         return 2
     except KeyboardInterrupt:
         print("attnlm: interrupted", file=sys.stderr)

@@ -36,10 +36,20 @@ def load_preset(name_or_path: str | Path) -> dict[str, Any]:
         known = ", ".join(list_presets()) or "none"
         raise ConfigError(f"unknown preset {str(name_or_path)!r} (built-in presets: {known})")
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read preset ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:  # TOML files are UTF-8 by definition
+        raise ConfigError(
+            f"{path}: not valid UTF-8 (bad byte 0x{data[e.start]:02x} at offset {e.start}); "
+            "TOML presets must be UTF-8"
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: invalid TOML ({e})") from None
+        raise ConfigError(f"{path}: invalid TOML ({' '.join(str(e).split())})") from None
 
 
 def _type_ok(value: Any, tp: Any) -> bool:

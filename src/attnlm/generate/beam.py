@@ -18,7 +18,8 @@ log-probabilities. Every step:
    running score divided by the current generated length ** penalty cannot beat the worst
    finished score; ``"never"`` uses the maximum length instead when the penalty is positive.
 
-The best finished hypothesis of each source is returned. A model may define
+The best finished hypothesis of each source is returned. As in ``transformers``, one beam is
+plain greedy decoding (length penalty and early stopping do not apply). A model may define
 ``prepare_decoding(sources) -> DecodingSetup`` (:mod:`attnlm.models.base`) to say what the
 decoder starts from (an encoder-decoder starts from its start token and conditions on the
 source); by default the sources are prompts that the hypotheses continue.
@@ -78,6 +79,8 @@ def beam_search(
     if not hasattr(model, "new_state"):
         raise InputError(f"{type(model).__name__} has no decoding state (new_state/step)")
     setup = _setup(model, sources, eos_id)
+    if num_beams == 1:
+        return _greedy(model, setup, max_new_tokens)
     results: list[list[int] | None] = [None] * len(sources)
     # rows with equal prompt lengths search together (no padding inside a prompt)
     groups: dict[int, list[int]] = {}
@@ -90,6 +93,25 @@ def beam_search(
             for i, hyp in zip(rows, found):
                 results[i] = hyp
     return [r for r in results if r is not None]
+
+
+def _greedy(model: torch.nn.Module, setup: DecodingSetup, max_new_tokens: int) -> list[list[int]]:
+    """One beam: greedy decoding through the same decoding state."""
+    from attnlm.generate.loop import decode
+
+    new = decode(
+        model,
+        setup.prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=0,
+        eos_id=setup.eos_id,
+        state_batch=setup.state_batch,
+        lookahead=0,
+        process=setup.process,
+    )
+    if setup.keep_prompt:
+        return [list(p) + n for p, n in zip(setup.prompts, new)]
+    return new
 
 
 def _search(

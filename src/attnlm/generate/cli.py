@@ -6,18 +6,40 @@ import argparse
 import sys
 
 from attnlm.data.cli import add_pairs_argument
+from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
+from attnlm.validate import (
+    arg,
+    device,
+    finite_float,
+    int_in_range,
+    positive_int,
+    seed,
+    threads,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="sample text from a checkpoint (KV cache, streaming)")
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        help="run or checkpoint folder",
+    )
     p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=1.0, help="0 means greedy")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--num-samples", type=int, default=1)
+    p.add_argument(
+        "--max-new-tokens",
+        type=arg(int_in_range, lo=0, hi=MAX_NEW_TOKENS_LIMIT),
+        default=200,
+        help=f"at most {MAX_NEW_TOKENS_LIMIT:,}",
+    )
+    p.add_argument(
+        "--temperature", type=arg(finite_float, lo=0.0), default=1.0, help="0 means greedy"
+    )
+    p.add_argument("--top-k", type=arg(positive_int), default=None)
+    p.add_argument("--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None)
+    p.add_argument("--seed", type=arg(seed), default=None)
+    p.add_argument("--num-samples", type=arg(int_in_range, lo=1, hi=10_000), default=1)
     p.add_argument(
         "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
     )
@@ -25,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
     )
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="auto", type=arg(device))
+    p.add_argument("--threads", type=arg(threads), default=None)
     p.set_defaults(func=_generate)
 
     t = sub.add_parser(

@@ -1,13 +1,15 @@
 """Text in, text out: prompts, stop strings and streaming on top of :func:`decode`.
 
-Streaming decodes each row's ids incrementally. A token may end in the middle of a UTF-8
-character (byte-level BPE), so text ending in the replacement character is held back until the
-next token completes it; text that could be the start of a stop string is held back too, so a
-stop string is never printed.
+Streaming decodes each row's ids incrementally, each token once (:class:`_RowText`): a token
+may end in the middle of a UTF-8 character (byte-level BPE), so its bytes go through an
+incremental UTF-8 decoder that releases a character when its last byte arrives; text that could
+be the start of a stop string is held back, so a stop string is never printed. The streamed
+pieces join to exactly the text a one-shot decode gives (tested).
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,39 +47,79 @@ def _encodable(tokenizer: Any, ch: str) -> bool:
 
 
 class _RowText:
-    """Incremental text of one row: new ids in, printable text out, stop strings detected."""
+    """Incremental text of one row: new ids in, printable text out, stop strings detected.
+
+    Each token is decoded once: a byte-level tokenizer (``decode_bytes``) feeds its bytes to an
+    incremental UTF-8 decoder (a character split across tokens appears when its last byte
+    arrives; invalid bytes become U+FFFD exactly as in a one-shot decode); a character
+    tokenizer decodes each id alone. Other tokenizers (word-level joins depend on neighbours)
+    decode the row again for each token. Text not yet printed (``tail``) keeps the last
+    ``len(longest stop) - 1`` characters, so a stop string is found in the tail alone and
+    never printed.
+    """
 
     def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
         self.tok = tokenizer
         self.stop = [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
         self.ids: list[int] = []
-        self.emitted = 0
         self.final: str | None = None  # set when a stop string ends the row
+        self.printed: list[str] = []  # pieces already returned
+        self.tail = ""  # decoded, not yet returned
+        if hasattr(tokenizer, "decode_bytes"):
+            self.mode = "bytes"
+            self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        elif getattr(tokenizer, "kind", None) == "char":
+            self.mode = "char"
+        else:
+            self.mode = "full"
+        self.n_printed = 0
 
     def text(self) -> str:
-        return self.final if self.final is not None else self.tok.decode(self.ids)
+        """The row's text so far (all of it once :meth:`flush` was called)."""
+        if self.final is not None:
+            return self.final
+        if self.mode == "full":
+            return self.tok.decode(self.ids)
+        return "".join(self.printed) + self.tail
 
     def push(self, token: int) -> tuple[str, bool]:
         """Add a token; return (text safe to print now, whether a stop string appeared)."""
         self.ids.append(token)
-        text = self.tok.decode(self.ids)
+        if self.mode == "bytes":
+            self.tail += self.utf8.decode(self.tok.decode_bytes([token]))
+        elif self.mode == "char":
+            self.tail += self.tok.decode([token])
+        else:
+            self.tail = self.tok.decode(self.ids)[self.n_printed :]
         for s in self.stop:
-            i = text.find(s, max(0, self.emitted - len(s)))
+            i = self.tail.find(s)
             if i >= 0:
-                self.final = text[:i]
-                return self.flush(), True
-        safe = len(text) - self.hold
-        while safe > self.emitted and text[safe - 1] == "\ufffd":
-            safe -= 1
-        piece = text[self.emitted : max(safe, self.emitted)]
-        self.emitted += len(piece)
+                self.final = "".join(self.printed) + self.tail[:i]
+                piece, self.tail = self.tail[:i], ""
+                return piece, True
+        safe = len(self.tail) - self.hold
+        if self.mode == "full":  # a character cut between tokens decodes as U+FFFD for now
+            while safe > 0 and self.tail[safe - 1] == "\ufffd":
+                safe -= 1
+        if safe <= 0:
+            return "", False
+        piece, self.tail = self.tail[:safe], self.tail[safe:]
+        self.printed.append(piece)
+        self.n_printed += len(piece)
         return piece, False
 
     def flush(self) -> str:
-        text = self.text()
-        piece = text[self.emitted :]
-        self.emitted = len(text)
+        """The rest of the text (the end of the row); nothing after a stop string."""
+        if self.final is not None:
+            return ""
+        if self.mode == "bytes":
+            self.tail += self.utf8.decode(b"", final=True)
+        elif self.mode == "full":
+            self.tail = self.tok.decode(self.ids)[self.n_printed :]
+        piece, self.tail = self.tail, ""
+        self.printed.append(piece)
+        self.n_printed += len(piece)
         return piece
 
 

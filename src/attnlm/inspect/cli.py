@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlm.validate import arg, device, non_negative_int, output_file
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -13,20 +15,37 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(self-attention; cross-attention source x target for translation models), or one "
         "layer/head with the weights written in the cells. Works for every model family.",
     )
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        help="run or checkpoint folder",
+    )
     p.add_argument("--text", required=True, help="the text (a source sentence for translation)")
     p.add_argument("--target", default=None, help="translation models: the target sentence")
-    p.add_argument("--out", default=None, metavar="FILE.png", help="PNG to write")
-    p.add_argument("--html", default=None, metavar="FILE.html", help="offline HTML views")
-    p.add_argument("--layer", type=int, default=None, help="only this layer (0-based)")
-    p.add_argument("--head", type=int, default=None, help="only this head (0-based)")
+    p.add_argument(
+        "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
+    )
+    p.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE.html",
+        type=arg(output_file),
+        help="offline HTML views",
+    )
+    p.add_argument(
+        "--layer", type=arg(non_negative_int), default=None, help="only this layer (0-based)"
+    )
+    p.add_argument(
+        "--head", type=arg(non_negative_int), default=None, help="only this head (0-based)"
+    )
     p.add_argument(
         "--kind",
         choices=["auto", "self", "cross", "encoder"],
         default="auto",
         help="which attention: auto = cross for translation models, else self",
     )
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=arg(device))
     p.set_defaults(func=_attention)
 
 
@@ -53,6 +72,11 @@ def _attention(args: argparse.Namespace) -> int:
 
     if not args.out and not args.html:
         raise InputError("give --out FILE.png and/or --html FILE.html")
+    if args.html:
+        try:
+            from attnlm.web.html import write_standalone
+        except ImportError:
+            raise InputError("--html needs attnlm.web, which this installation lacks") from None
     ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
     tokenizer = ck.pair_tokenizers or ck.tokenizer  # both sides for a translation model
     record = inspect(ck.model, tokenizer, args.text, target=args.target)
@@ -67,8 +91,6 @@ def _attention(args: argparse.Namespace) -> int:
         path = plot_attention_panels(panels, queries, keys, args.out, title, annotate=one)
         print(f"wrote {path} ({len(panels)} layer(s) x {len(panels[0])} head(s), {kind})")
     if args.html:
-        from attnlm.web.html import write_standalone
-
         path = write_standalone(record.to_json(), args.html, title=f"attention: {args.text}")
         print(f"wrote {path}")
     return 0

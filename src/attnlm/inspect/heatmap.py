@@ -110,12 +110,20 @@ def plot_attention_panels(
 
 
 def _save(plt: Any, fig: Any, path: str | os.PathLike[str]) -> Path:
-    """Lay out, write ``fig`` as a PNG at ``path`` (creating folders) and close it."""
+    """Lay out, write ``fig`` at ``path`` (creating folders) and close it: PNG, or the format
+    the suffix names when matplotlib knows it. Atomic (:mod:`attnlm.fileio`)."""
+    from attnlm.fileio import atomic_path
+
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fmt = path.suffix[1:].lower()
+    if fmt not in fig.canvas.get_supported_filetypes():
+        fmt = "png"
+    try:
+        with atomic_path(path) as tmp:  # a kill mid-write leaves the old picture
+            fig.savefig(tmp, dpi=110, format=fmt)
+    finally:
+        plt.close(fig)
     return path
 
 

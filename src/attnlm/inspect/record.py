@@ -37,7 +37,8 @@ class InspectionRecord:
     """What one forward pass shows. ``attentions``: per layer ``(H, T, T)``;
     ``hidden_states``: ``L + 1`` tensors ``(T, C)`` (embedding output first);
     ``cross_attentions``: per decoder layer ``(H, T, S)`` and ``encoder_attentions`` per
-    encoder layer ``(H, S, S)`` for encoder-decoders; ``source_tokens`` their ``S`` labels."""
+    encoder layer ``(H, S, S)`` for encoder-decoders; ``source_tokens`` their ``S`` labels;
+    ``logits`` ``(T, V)`` the model's output at each position."""
 
     family: str
     tokens: list[str]
@@ -49,6 +50,7 @@ class InspectionRecord:
     cross_attentions: list[Tensor] | None = None
     encoder_attentions: list[Tensor] | None = None
     encoder_hidden_states: list[Tensor] | None = None
+    logits: Tensor | None = None  # (T, V): the next-token (or target) logits at each position
 
     @property
     def n_layers(self) -> int:
@@ -133,4 +135,5 @@ def inspect(
         ids=list(ids),
         attentions=[a[0].float().cpu() for a in out.attentions],
         hidden_states=[h[0].float().cpu() for h in (out.hidden_states or [])],
+        logits=out.logits[0].float().cpu() if out.logits is not None else None,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlm.validate import arg, positive_int
+
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
 # train.bpe_vocab_size, and no --vocab-size is given: a byte-sized vocabulary.
 DEFAULT_VOCAB_SIZE = 256
@@ -32,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--preset", required=True, help="built-in preset name or path to a TOML file")
-    p.add_argument("--vocab-size", type=int, help="override model.vocab_size")
+    p.add_argument("--vocab-size", type=arg(positive_int), help="override model.vocab_size")
     p.set_defaults(func=_params)
 
 

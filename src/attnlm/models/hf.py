@@ -90,5 +90,8 @@ def write_hf_folder(path: str | Path, config: dict[str, Any], state: dict[str, T
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    (path / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    from attnlm.fileio import atomic_path, atomic_write_text
+
+    atomic_write_text(path / "config.json", json.dumps(config, indent=2) + "\n")
+    with atomic_path(path / "model.safetensors") as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_open
 from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
 from attnlm.ngram.model import BackoffModel, NgramModel
 
@@ -76,14 +77,15 @@ def write_arpa(model: NgramModel, path: str | Path) -> None:
             "save it in the binary format (--out) instead"
         )
     p = Path(path)
-    opener = gzip.open if p.suffix == ".gz" else open
+    gz = None
+    if p.suffix == ".gz":
+
+        def gz(raw):
+            return gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw)
+
     words = model.vocab.words
     N = model.order
-    try:
-        f = opener(p, "wt", encoding="utf-8", newline="\n")
-    except OSError as e:
-        raise InputError(f"{p}: cannot write ({e.strerror or e})") from None
-    with f:
+    with atomic_open(p, "w", opener=gz) as f:  # a kill mid-write leaves the old file
         f.write("\\data\\\n")
         for k in range(1, N + 1):
             f.write(f"ngram {k}={len(model.keys[k - 1])}\n")
@@ -200,10 +202,16 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
                         f"back-off weight, got {s!r}"
                     )
             try:
-                lp.append(float(parts[0]))
-                bo.append(float(parts[2]) if len(parts) == 3 else 0.0)
+                logp = float(parts[0])
+                back = float(parts[2]) if len(parts) == 3 else 0.0
             except ValueError:
                 raise err(f"not a number in {s!r}") from None
+            if not (math.isfinite(logp) and logp <= 0.0):
+                raise err(f"log10 probability must be finite and <= 0 (-99 for zero), got {s!r}")
+            if not math.isfinite(back):
+                raise err(f"back-off weight must be finite (-99 for zero), got {s!r}")
+            lp.append(logp)
+            bo.append(back)
             if len(parts) == 3 and k == N:
                 raise err(f"highest-order entry with a back-off weight: {s!r}")
             gr.append(parts[1] if "\t" not in s else " ".join(parts[1].split()))
@@ -243,6 +251,7 @@ def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> Backoff
     rows = [np.arange(V, dtype=np.int64)[:, None]]
     logp = [lp1]
     bo = [bo1]
+    added = [np.zeros(V, dtype=bool)]  # entries the reader adds (missing prefixes)
     for k in range(2, N + 1):
         try:
             ids = [index[w] for g in grams[k - 1] for w in g.split()]
@@ -251,11 +260,12 @@ def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> Backoff
         rows.append(np.asarray(ids, dtype=np.int64).reshape(-1, k))
         logp.append(np.asarray(probs[k - 1], dtype=np.float64))
         bo.append(np.asarray(backs[k - 1], dtype=np.float64))
+        added.append(np.zeros(len(rows[-1]), dtype=bool))
     try:
-        keys = _tables(rows, logp, bo, V)
+        keys = _tables(rows, logp, bo, V, added)
     except _MissingPrefix:
-        _close_prefixes(rows, logp, bo)
-        keys = _tables(rows, logp, bo, V)
+        _close_prefixes(rows, logp, bo, added)
+        keys = _tables(rows, logp, bo, V, added)
     except _Duplicate as e:
         raise InputError(f"{p}: a {e.args[0]}-gram appears twice") from None
     model = BackoffModel(
@@ -268,7 +278,7 @@ def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> Backoff
         normalized=True,
         meta={"source": str(p)},
     )
-    _fill_added(model)
+    _fill_added(model, added)
     return model
 
 
@@ -280,8 +290,9 @@ class _Duplicate(Exception):
     pass
 
 
-def _tables(rows: list, logp: list, bo: list, V: int) -> list[np.ndarray]:
-    """Sorted packed keys per order; reorders ``rows``, ``logp``, ``bo`` in place to match."""
+def _tables(rows: list, logp: list, bo: list, V: int, added: list) -> list[np.ndarray]:
+    """Sorted packed keys per order; reorders ``rows``, ``logp``, ``bo``, ``added`` in place
+    to match."""
     keys = [np.arange(V, dtype=np.int64)]
     for k in range(2, len(rows) + 1):
         pref = _prefix_ids(keys, rows[k - 1][:, :-1], V)
@@ -295,6 +306,7 @@ def _tables(rows: list, logp: list, bo: list, V: int) -> list[np.ndarray]:
         rows[k - 1] = rows[k - 1][order]
         logp[k - 1] = logp[k - 1][order]
         bo[k - 1] = bo[k - 1][order]
+        added[k - 1] = added[k - 1][order]
         keys.append(key)
     return keys
 
@@ -307,23 +319,25 @@ def _prefix_ids(keys: list[np.ndarray], cols: np.ndarray, V: int) -> np.ndarray:
     return cur
 
 
-def _close_prefixes(rows: list, logp: list, bo: list) -> None:
+def _close_prefixes(rows: list, logp: list, bo: list, added: list) -> None:
     """Add every absent prefix of an n-gram (highest order first, so added entries get their
-    own prefixes too) with log10 p = NaN (filled in by :func:`_fill_added`) and back-off 0."""
+    own prefixes too), flagged in ``added`` (their log10 p is filled in by
+    :func:`_fill_added`; no value read from the file is ever used as a marker), back-off 0."""
     for k in range(len(rows), 2, -1):
         have = set(map(tuple, rows[k - 2].tolist()))
         need = sorted(set(map(tuple, rows[k - 1][:, :-1].tolist())) - have)
         if need:
             rows[k - 2] = np.concatenate([rows[k - 2], np.asarray(need, dtype=np.int64)])
-            logp[k - 2] = np.concatenate([logp[k - 2], np.full(len(need), np.nan)])
+            logp[k - 2] = np.concatenate([logp[k - 2], np.zeros(len(need))])
             bo[k - 2] = np.concatenate([bo[k - 2], np.zeros(len(need))])
+            added[k - 2] = np.concatenate([added[k - 2], np.ones(len(need), dtype=bool)])
 
 
-def _fill_added(model: BackoffModel) -> None:
+def _fill_added(model: BackoffModel, added: list[np.ndarray]) -> None:
     """Probability of each added entry w1..wm: what the model without it gives, i.e.
     bo(w1..wm-1) + log10 p(wm | w2..wm-1) (lower orders are complete, lowest first)."""
     for m in range(2, model.order + 1):
-        todo = np.flatnonzero(np.isnan(model.logp[m - 1]))
+        todo = np.flatnonzero(added[m - 1])
         if len(todo) == 0:
             continue
         rows = ngram_word_ids(model, m)[todo]

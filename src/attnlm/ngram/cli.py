@@ -16,6 +16,16 @@ import warnings
 
 from attnlm.data.cli import add_text_argument
 from attnlm.errors import ConfigError
+from attnlm.validate import (
+    arg,
+    existing_file,
+    finite_float,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    seed,
+)
 
 
 def _add_convention(p: argparse.ArgumentParser) -> None:
@@ -36,10 +46,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Estimate an n-gram model from one sentence per line (whitespace-separated "
         "tokens, as lmplz reads them). Modified Kneser-Ney matches KenLM lmplz.",
     )
-    tr.add_argument("--order", "-o", type=int, required=True, help="n-gram order N >= 1")
+    tr.add_argument(
+        "--order", "-o", type=arg(positive_int), required=True, help="n-gram order N >= 1"
+    )
     add_text_argument(tr)
-    tr.add_argument("--arpa", metavar="OUT", help="write an ARPA file (.gz to compress)")
-    tr.add_argument("--out", metavar="MODEL", help="write attnlm's binary format (.npz)")
+    tr.add_argument(
+        "--arpa", metavar="OUT", type=arg(output_file), help="write an ARPA file (.gz to compress)"
+    )
+    tr.add_argument(
+        "--out", metavar="MODEL", type=arg(output_file), help="write attnlm's binary format (.npz)"
+    )
     tr.add_argument(
         "--smoothing",
         choices=["mkn", "mle", "addk", "stupid"],
@@ -47,8 +63,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="mkn: interpolated modified Kneser-Ney (default); mle: maximum likelihood; "
         "addk: add-k (Laplace with --k 1); stupid: stupid backoff (unnormalised)",
     )
-    tr.add_argument("--k", type=float, default=1.0, help="k for add-k smoothing (default 1)")
-    tr.add_argument("--alpha", type=float, default=0.4, help="stupid backoff factor (default 0.4)")
+    tr.add_argument(
+        "--k", type=arg(positive_float), default=1.0, help="k for add-k smoothing (default 1)"
+    )
+    tr.add_argument(
+        "--alpha",
+        type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True),
+        default=0.4,
+        help="stupid backoff factor in (0, 1] (default 0.4)",
+    )
     tr.add_argument(
         "--pad",
         choices=["kenlm", "nltk"],
@@ -75,18 +98,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     sa = nsub.add_parser("sample", help="generate sentences from a model")
     _add_model_arguments(sa)
-    sa.add_argument("-n", type=int, default=5, help="number of sentences (default 5)")
-    sa.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    sa.add_argument("--temperature", type=float, default=1.0, help="temperature (default 1)")
-    sa.add_argument("--max-len", type=int, default=50, help="words per sentence at most")
+    sa.add_argument(
+        "-n", type=arg(non_negative_int), default=5, help="number of sentences (default 5)"
+    )
+    sa.add_argument("--seed", type=arg(seed), default=0, help="random seed, 0..2**63-1")
+    sa.add_argument(
+        "--temperature", type=arg(positive_float), default=1.0, help="temperature > 0 (default 1)"
+    )
+    sa.add_argument(
+        "--max-len", type=arg(positive_int), default=50, help="words per sentence at most"
+    )
     sa.add_argument("--prefix", default="", help="words to start every sentence with")
     sa.set_defaults(func=_sample)
 
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--model", metavar="M", help="a model: attnlm binary (.npz) or ARPA")
-    g.add_argument("--arpa", metavar="M", help="an ARPA file (plain or .gz)")
+    g.add_argument(
+        "--model", metavar="M", type=arg(existing_file), help="attnlm binary (.npz) or ARPA"
+    )
+    g.add_argument(
+        "--arpa", metavar="M", type=arg(existing_file), help="an ARPA file (plain or .gz)"
+    )
 
 
 def _load(args: argparse.Namespace):

@@ -24,8 +24,8 @@ from itertools import chain, repeat
 import numpy as np
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.tokenizers.base import UNK
 
-UNK = "<unk>"
 BOS = "<s>"
 EOS = "</s>"
 PADDINGS = ("kenlm", "nltk")

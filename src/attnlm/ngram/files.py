@@ -32,8 +32,18 @@ def load_model(path: str | Path) -> NgramModel:
             data = {name: z[name] for name in z.files}
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as e:
         raise InputError(f"{p}: not an attnlm n-gram model ({e})") from None
-    if header.get("format") != FORMAT:
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise InputError(f"{p}: not an attnlm n-gram model")
+    try:
+        return _from_arrays(header, words, data)
+    except KeyError as e:
+        raise InputError(f"{p}: incomplete n-gram model (missing {e.args[0]!r})") from None
+    except (TypeError, ValueError, IndexError) as e:
+        detail = " ".join(str(e).split()) or type(e).__name__
+        raise InputError(f"{p}: corrupt n-gram model ({detail})") from None
+
+
+def _from_arrays(header: dict, words: list[str], data: dict) -> NgramModel:
     vocab = Vocabulary(words)
     N = int(header["order"])
     keys = [data[f"keys{k}"] for k in range(1, N + 1)]

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_open
 from attnlm.ngram.counts import (
     BOS,
     Encoded,
@@ -166,11 +167,12 @@ class NgramModel:
         """Generate ``n`` sentences: start after ``<s>`` (and ``prefix``), draw each word from
         p(w | context) ** (1 / temperature) (renormalised), stop at ``</s>`` or after
         ``max_len`` words. ``<unk>`` is excluded unless ``allow_unk``."""
-        if temperature <= 0:
-            raise ConfigError(f"temperature must be > 0, got {temperature}")
-        if max_len < 1:
-            raise ConfigError(f"max_len must be >= 1, got {max_len}")
-        rng = np.random.default_rng(seed)
+        from attnlm import validate
+
+        n = validate.non_negative_int(n, "n")
+        temperature = validate.positive_float(temperature, "temperature")  # no NaN / inf
+        max_len = validate.positive_int(max_len, "max_len")
+        rng = np.random.default_rng(None if seed is None else validate.seed(seed))
         words = self.vocab.words
         n_bos = 1 if self.pad == "kenlm" else max(self.order - 1, 1)
         out = []
@@ -433,8 +435,5 @@ class AddKModel(NgramModel):
 def _save_npz(path: str | Path, header: dict, words: list[str], arrays: dict) -> None:
     vocab_blob = np.frombuffer("\n".join(words).encode("utf-8"), dtype=np.uint8)
     head = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
-    try:
-        with open(path, "wb") as f:
-            np.savez(f, header=head, vocab=vocab_blob, **arrays)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
+    with atomic_open(path, "wb") as f:  # a kill mid-write leaves the old file
+        np.savez(f, header=head, vocab=vocab_blob, **arrays)

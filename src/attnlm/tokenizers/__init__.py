@@ -1,4 +1,4 @@
-"""Tokenizers: character, word, classic BPE, byte-level BPE and tiktoken rank files.
+"""Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece.
 
 All kinds follow one protocol (:class:`Tokenizer`): ``encode``, ``decode``, ``encode_batch``,
 ``vocab_size``, ``special_tokens``, ``save(path)`` (one JSON file); :func:`load` restores any
@@ -17,9 +17,17 @@ from attnlm.tokenizers.base import (
 from attnlm.tokenizers.bpe import PATTERNS, BPETokenizer
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
-from attnlm.tokenizers.factory import encode_text, make_tokenizer, token_label, train_tokenizer
+from attnlm.tokenizers.factory import (
+    chunk_safe,
+    encode_text,
+    iter_encode,
+    make_tokenizer,
+    token_label,
+    train_tokenizer,
+)
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
+from attnlm.tokenizers.wordpiece import WordPieceTokenizer
 
 __all__ = [
     "PATTERNS",
@@ -32,8 +40,11 @@ __all__ = [
     "TokenizerConfigError",
     "TokenizerFileError",
     "UnknownTokenError",
+    "WordPieceTokenizer",
     "WordTokenizer",
+    "chunk_safe",
     "encode_text",
+    "iter_encode",
     "load",
     "make_tokenizer",
     "token_label",

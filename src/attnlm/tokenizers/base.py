@@ -24,9 +24,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_write_text, read_file_text
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
+UNK = "<unk>"  # the unknown-token string of the char, word and classic BPE kinds (and n-grams)
+
+#: No token id (rank, special token id) may reach this: 2**21 = 2,097,152, eight times the
+#: largest public vocabularies (about 262k). A file declaring larger ids is refused on load
+#: instead of making a model allocate an embedding of that many rows.
+MAX_VOCAB_SIZE = 1 << 21
 
 
 class TokenizerConfigError(ConfigError, InputError):
@@ -105,36 +112,31 @@ class Tokenizer(ABC):
         """Write this tokenizer to one JSON file (see the module docstring for the format)."""
         doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "kind": self.kind}
         doc.update(self.to_dict())
-        p = Path(path)
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            tmp = p.with_name(p.name + ".tmp")
-            tmp.write_text(json.dumps(doc), encoding="utf-8")
-            os.replace(tmp, p)
-        except OSError as e:
-            raise TokenizerFileError(f"{p}: cannot write tokenizer ({e.strerror or e})") from None
+        atomic_write_text(path, json.dumps(doc))  # one-line InputError on failure
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
 
 
 def load(path: str | os.PathLike[str]) -> Tokenizer:
-    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``. (The kinds
-    register themselves when :mod:`attnlm.tokenizers` is imported, which importing this module
-    always does first.)"""
+    """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
+    a BERT ``vocab.txt``, a WordPiece ``tokenizer.json`` or a folder holding one of them. (The
+    kinds register themselves when :mod:`attnlm.tokenizers` is imported, which importing this
+    module always does first.)"""
     p = Path(path)
-    try:
-        raw = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TokenizerFileError(f"{p}: no such tokenizer file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
+    if p.is_dir():
+        return _REGISTRY["wordpiece"].from_bert_files(p)
+    raw = read_file_text(p, "tokenizer file", TokenizerFileError)
+    if not raw.lstrip().startswith("{") and p.suffix == ".txt":
+        return _REGISTRY["wordpiece"].from_bert_files(p)  # a BERT vocab.txt
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
         raise TokenizerFileError(
             f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
         ) from None
+    if isinstance(doc, dict) and "format" not in doc and "model" in doc:
+        return _REGISTRY["wordpiece"].from_bert_files(p)  # a Hugging Face tokenizers tokenizer.json
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise TokenizerFileError(
             f"{p}: not an attnlm tokenizer file (no 'format': '{FILE_FORMAT}')"

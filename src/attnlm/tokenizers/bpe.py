@@ -7,7 +7,10 @@ Encoding:
    :class:`DisallowedSpecialTokenError` (tiktoken's ``allowed_special``/``disallowed_special``).
 2. *Pre-tokenization*: a regex splits each stretch of ordinary text into chunks (built-in
    patterns ``gpt2`` and ``cl100k``, or any regex for the ``regex`` module); merges never
-   cross chunk boundaries.
+   cross chunk boundaries. A custom regex must have no capturing groups and must not match
+   the empty string (checked when training and loading); a character it does not cover
+   becomes a chunk of its own (:func:`split_pattern`), so ``decode(encode(text)) == text``
+   for every pattern and both engines split alike.
 3. *Merging*: each chunk's UTF-8 bytes start as single-byte tokens; the adjacent pair whose
    concatenation has the lowest rank is merged (the leftmost one on ties) until no adjacent
    pair is in the vocabulary. The token id is the rank.
@@ -46,6 +49,7 @@ from typing import Any, Literal
 import regex
 
 from attnlm.tokenizers.base import (
+    MAX_VOCAB_SIZE,
     DisallowedSpecialTokenError,
     InvalidTokenIdError,
     Tokenizer,
@@ -100,10 +104,42 @@ def resolve_pattern(pattern: str) -> tuple[str, str]:
             "or pass a regular expression)"
         )
     try:
-        regex.compile(pattern)
+        compiled = regex.compile(pattern)
     except regex.error as e:
         raise TokenizerConfigError(f"invalid pre-tokenization regex {pattern!r}: {e}") from None
+    if compiled.groups:
+        raise TokenizerConfigError(
+            f"pre-tokenization regex {pattern!r} has {compiled.groups} capturing group(s), "
+            "which would make findall return the groups instead of the chunks: use "
+            "non-capturing groups (?:...)"
+        )
+    for pos in range(len(_EMPTY_PROBE) + 1):
+        m = compiled.match(_EMPTY_PROBE, pos)
+        if m is not None and m.end() == pos:
+            raise TokenizerConfigError(
+                f"pre-tokenization regex {pattern!r} can match the empty string (e.g. at "
+                f"{_EMPTY_PROBE[pos : pos + 8]!r}); every chunk must hold at least one character"
+            )
     return "", pattern
+
+
+#: Text on which a custom pattern must not match the empty string anywhere (a mix of letters,
+#: digits, punctuation, whitespace and non-ASCII characters).
+_EMPTY_PROBE = "Hello, World! it's 123 4.5e6\n\t  héllo 日本語 x_y-z  \r\n©😀\x00"
+
+#: What custom patterns are extended with: a character no alternative of the pattern covers
+#: becomes a chunk of its own, so no text is ever lost and both engines see the same chunks.
+UNCOVERED = r"[\s\S]"
+
+
+def split_pattern(pattern: str) -> str:
+    r"""The regex that actually splits text for ``pattern`` (a validated regex): built-in
+    patterns as they are (they cover every character), a custom one as
+    ``(?:PATTERN)|[\s\S]``: where PATTERN matches, its chunk; any character it leaves
+    uncovered, a chunk of one character. The Python and tiktoken engines both use this."""
+    if pattern in PATTERNS.values() or pattern == GPT2_PUBLISHED:
+        return pattern
+    return f"(?:{pattern})|{UNCOVERED}"
 
 
 # `re`'s \s also matches U+001C..U+001F, `regex`'s (Unicode White_Space) does not: exclude them
@@ -268,8 +304,14 @@ class BPETokenizer(Tokenizer):
             )
         self._ranks: dict[bytes, int] = dict(ranks)
         top = max(self._ranks.values())
+        low = min(self._ranks.values())
+        if top >= MAX_VOCAB_SIZE or low < 0:
+            bad = top if top >= MAX_VOCAB_SIZE else low
+            raise TokenizerConfigError(
+                f"rank {bad} out of range: token ids must be in 0..{MAX_VOCAB_SIZE - 1}"
+            )
         self.pattern_name, self.pattern = resolve_pattern(pattern)
-        self._split = Splitter(self.pattern)
+        self._split = Splitter(split_pattern(self.pattern))
         self._special = self._check_specials(special_tokens, top)
         self._decoder: dict[int, bytes] = {r: t for t, r in self._ranks.items()}
         for s, i in self._special.items():
@@ -307,6 +349,10 @@ class BPETokenizer(Tokenizer):
                 raise TokenizerConfigError(
                     f"special token {s!r} has id {i!r}, but ids 0..{top} belong to the merges; "
                     f"use an id >= {top + 1}"
+                )
+            if i >= MAX_VOCAB_SIZE:
+                raise TokenizerConfigError(
+                    f"special token {s!r} has id {i}: token ids must be below {MAX_VOCAB_SIZE}"
                 )
             if i in used:
                 raise TokenizerConfigError(f"special tokens {used[i]!r} and {s!r} share id {i}")
@@ -348,7 +394,7 @@ class BPETokenizer(Tokenizer):
         segments = _special_regex(names).split(text) if names else [text]
         counts: Counter[str] = Counter()
         for seg in segments:
-            counts.update(count_chunks(seg, pat))
+            counts.update(count_chunks(seg, split_pattern(pat)))
         words = [list(w.encode("utf-8").translate(_BYTE_TO_ID)) for w in counts]
         symbols: list[bytes] = [bytes([b]) for b in GPT2_BYTE_ORDER]
         merged = learn_merges(
@@ -432,7 +478,7 @@ class BPETokenizer(Tokenizer):
             try:
                 self._tk = tiktoken.Encoding(
                     name=f"attnlm-bpe-{id(self):x}",
-                    pat_str=self.pattern,
+                    pat_str=split_pattern(self.pattern),
                     mergeable_ranks=self._ranks,
                     special_tokens=self._special,
                 )

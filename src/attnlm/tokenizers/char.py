@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from attnlm.tokenizers.base import (
+    UNK,
     InvalidTokenIdError,
     Tokenizer,
     TokenizerConfigError,
@@ -19,8 +20,6 @@ from attnlm.tokenizers.base import (
     check_text,
     register_kind,
 )
-
-UNK = "<unk>"
 
 
 def describe_char(ch: str) -> str:

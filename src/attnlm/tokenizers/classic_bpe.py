@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from attnlm.tokenizers.base import (
+    UNK,
     InvalidTokenIdError,
     Tokenizer,
     TokenizerConfigError,
@@ -35,7 +36,6 @@ from attnlm.tokenizers.base import (
 from attnlm.tokenizers.training import learn_merges
 
 END = "</w>"
-UNK = "<unk>"
 NEWLINE = "\n"
 _WORDS = re.compile(r"\n|[^\s]+")
 

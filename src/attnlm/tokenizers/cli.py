@@ -8,8 +8,15 @@ from pathlib import Path
 
 from attnlm.data.cli import add_text_argument
 from attnlm.errors import InputError
+from attnlm.validate import (
+    arg,
+    non_negative_int,
+    output_file,
+    positive_int,
+    read_stdin_text,
+)
 
-KINDS = ("char", "word", "bpe", "classic-bpe")
+KINDS = ("char", "word", "bpe", "classic-bpe", "wordpiece")
 _COLOURS = ("\x1b[30;48;5;153m", "\x1b[30;48;5;223m")
 _RESET = "\x1b[0m"
 
@@ -22,17 +29,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--kind", choices=KINDS, required=True, help="tokenizer kind")
     tr.add_argument(
         "--vocab-size",
-        type=int,
+        type=arg(positive_int),
         default=None,
         help="vocabulary size (bpe: 256 bytes + merges; classic-bpe: all symbols; "
-        "word: maximum size; char: not used)",
+        "word: maximum size; wordpiece: specials + characters + merges; char: not used)",
+    )
+    tr.add_argument(
+        "--cased",
+        action="store_true",
+        help="wordpiece: keep case and accents (default: lower-case and strip accents, "
+        "as BERT uncased)",
+    )
+    tr.add_argument(
+        "--vocab-out", metavar="PATH", default=None, help="wordpiece: also write a BERT vocab.txt"
     )
     tr.add_argument(
         "--pattern",
         default="gpt2",
         help="bpe pre-tokenization: gpt2, cl100k or a regex (default: gpt2)",
     )
-    tr.add_argument("--min-freq", type=int, default=None, help="word: minimum count (default 1)")
+    tr.add_argument(
+        "--min-freq",
+        type=arg(positive_int),
+        default=None,
+        help="word: minimum count (default 1); wordpiece: minimum pair count to merge",
+    )
     tr.add_argument("--unk", action="store_true", help="char: map unseen characters to <unk>")
     tr.add_argument(
         "--special",
@@ -42,9 +63,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="bpe: add a special token (repeatable), ids after the merges",
     )
     add_text_argument(tr)
-    tr.add_argument("--out", required=True, metavar="PATH", help="output tokenizer JSON file")
     tr.add_argument(
-        "--tiktoken-out", metavar="PATH", default=None, help="bpe: also write a .tiktoken file"
+        "--out", required=True, type=arg(output_file), metavar="PATH", help="output JSON file"
+    )
+    tr.add_argument(
+        "--tiktoken-out",
+        type=arg(output_file),
+        metavar="PATH",
+        default=None,
+        help="bpe: also write a .tiktoken file",
     )
     tr.set_defaults(func=_train)
 
@@ -73,7 +100,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="alternate background colours (auto: when stdout is a terminal), else brackets",
     )
-    sh.add_argument("--max-chars", type=int, default=2000, help="show at most this many characters")
+    sh.add_argument(
+        "--max-chars",
+        type=arg(non_negative_int),
+        default=2000,
+        help="show at most this many characters (0: all)",
+    )
     sh.set_defaults(func=_show)
 
     info = tsub.add_parser("info", help="kind, vocabulary size and special tokens")
@@ -86,7 +118,8 @@ def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
         "--tokenizer",
         required=True,
         metavar="PATH",
-        help="tokenizer JSON file (or a .tiktoken rank file with --pattern)",
+        help="tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT vocab.txt / "
+        "tokenizer.json / folder holding them, or a pretrained model name (minilm)",
     )
     p.add_argument(
         "--pattern", default=None, help="pattern for a .tiktoken file: gpt2, cl100k or a regex"
@@ -103,6 +136,11 @@ def _load_tokenizer(args: argparse.Namespace):
     from attnlm.tokenizers import BPETokenizer, load
 
     path = Path(args.tokenizer)
+    if not path.exists():
+        from attnlm.data.pretrained import PRETRAINED, pretrained_path
+
+        if args.tokenizer in PRETRAINED:  # a pretrained model's tokenizer, by name
+            path = pretrained_path(args.tokenizer)
     if path.suffix == ".tiktoken":
         if not args.pattern:
             raise InputError(f"{path}: a .tiktoken file needs --pattern (gpt2, cl100k or a regex)")
@@ -126,16 +164,21 @@ def _train(args: argparse.Namespace) -> int:
         raise TokenizerConfigError("--special is only for --kind bpe")
     if args.tiktoken_out and kind != "bpe":
         raise TokenizerConfigError("--tiktoken-out is only for --kind bpe")
+    if (args.cased or args.vocab_out) and kind != "wordpiece":
+        raise TokenizerConfigError("--cased and --vocab-out are only for --kind wordpiece")
     text = load_text(args.text)
     tok = train_tokenizer(
         kind,
         text,
         args.vocab_size,
         unk=args.unk,
-        min_freq=args.min_freq or 1,
+        min_freq=args.min_freq,
         pattern=args.pattern,
         special_tokens=args.special or None,
+        lowercase=not args.cased,
     )
+    if args.vocab_out:
+        tok.save_vocab(args.vocab_out)
     tok.save(args.out)
     if args.tiktoken_out:
         tok.save_tiktoken(args.tiktoken_out)
@@ -145,7 +188,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _read_input(value: str | None) -> str:
     if value is None or value == "-":
-        return sys.stdin.read()
+        return read_stdin_text()  # non-UTF-8 bytes: one-line InputError, never U+FFFD
     return value
 
 
@@ -164,7 +207,7 @@ def _encode(args: argparse.Namespace) -> int:
 
 def _decode(args: argparse.Namespace) -> int:
     tok = _load_tokenizer(args)
-    raw = args.ids or sys.stdin.read().split()
+    raw = args.ids or read_stdin_text().split()
     try:
         ids = [int(x) for x in raw]
     except ValueError:
@@ -249,6 +292,12 @@ def _info(args: argparse.Namespace) -> int:
     print(f"kind: {tok.kind}\nvocab size: {tok.vocab_size:,}")
     if getattr(tok, "pattern", None):
         print(f"pattern: {tok.pattern_name or tok.pattern}\nengine: {tok.engine}")
+    if tok.kind == "wordpiece":
+        strip = tok.lowercase if tok.strip_accents is None else tok.strip_accents
+        print(
+            f"lowercase: {tok.lowercase}  strip accents: {strip}  "
+            f"model max length: {tok.model_max_length}"
+        )
     specials = tok.special_tokens
     if specials:
         print("special tokens: " + ", ".join(f"{s} = {i}" for s, i in specials.items()))

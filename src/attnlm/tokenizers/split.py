@@ -56,15 +56,24 @@ _WINDOW = 256  # how far back to look for a safe break at first
 
 
 def _last_break(brk: re.Pattern[str], text: str, lo: int, s: int) -> int:
-    """The last safe break ``b`` with ``lo < b <= s``, or ``lo`` if there is none."""
-    start = max(lo, s - _WINDOW)
+    """The last safe break ``b`` with ``lo < b <= s``, or ``lo`` if there is none.
+
+    The window searched back from ``s`` doubles each time it holds no break, so finding a
+    break at distance ``d`` scans O(d) characters (a fixed step made a long run without
+    breaks before a non-ASCII character quadratic), and only ``[start, s]`` is rescanned."""
+    width = _WINDOW
+    end = s + 1
     while True:
+        start = max(lo, s - width)
         last = -1
-        for m in brk.finditer(text, start, s + 1):
+        for m in brk.finditer(text, start, end):
             last = m.start() + 1
         if last > lo or start == lo:
             return max(last, lo)
-        start = max(lo, start - 16 * _WINDOW)
+        # nothing in [start, end): look further back only (a break match needs one character
+        # of lookahead, so overlap the old window by one)
+        end = start + 1
+        width *= 2
 
 
 class Splitter:

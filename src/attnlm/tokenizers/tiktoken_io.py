@@ -13,18 +13,14 @@ import binascii
 import os
 from pathlib import Path
 
-from attnlm.tokenizers.base import TokenizerFileError
+from attnlm.fileio import atomic_write_bytes, read_file_bytes
+from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerFileError
 
 
 def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
     """Ranks ``{token bytes: rank}`` from a ``.tiktoken`` file; one-line errors name the line."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise TokenizerFileError(f"{p}: no such rank file") from None
-    except OSError as e:
-        raise TokenizerFileError(f"{p}: cannot read rank file ({e.strerror or e})") from None
+    data = read_file_bytes(p, "rank file", TokenizerFileError)
     ranks: dict[bytes, int] = {}
     seen: set[int] = set()
     for lineno, line in enumerate(data.splitlines(), 1):
@@ -42,6 +38,10 @@ def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
             ) from None
         if rank < 0 or not token:
             raise TokenizerFileError(f"{p}:{lineno}: empty token or negative rank")
+        if rank >= MAX_VOCAB_SIZE:
+            raise TokenizerFileError(
+                f"{p}:{lineno}: rank {rank} out of range (token ids must be below {MAX_VOCAB_SIZE})"
+            )
         if token in ranks or rank in seen:
             raise TokenizerFileError(f"{p}:{lineno}: duplicate token or rank {rank}")
         ranks[token] = rank
@@ -58,8 +58,4 @@ def write_tiktoken(path: str | os.PathLike[str], ranks: dict[bytes, int]) -> Non
         base64.b64encode(tok) + b" " + str(rank).encode()
         for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])
     ]
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(b"\n".join(lines) + b"\n")
-    except OSError as e:
-        raise TokenizerFileError(f"{p}: cannot write rank file ({e.strerror or e})") from None
+    atomic_write_bytes(p, b"\n".join(lines) + b"\n")  # one-line InputError on failure

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from attnlm.tokenizers.base import (
+    UNK,
     InvalidTokenIdError,
     Tokenizer,
     TokenizerConfigError,
@@ -29,7 +30,6 @@ from attnlm.tokenizers.base import (
     register_kind,
 )
 
-UNK = "<unk>"
 WORD_PATTERN = re.compile(r"\w+|[^\w\s]")
 _NO_SPACE_BEFORE = set(".,;:!?)]}%…»”’")
 _NO_SPACE_AFTER = set("([{$«“‘")

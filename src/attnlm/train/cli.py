@@ -9,11 +9,31 @@ from typing import TYPE_CHECKING
 
 from attnlm.data.cli import add_pairs_argument, add_text_argument
 from attnlm.errors import InputError
+from attnlm.validate import (
+    arg,
+    device,
+    int_in_range,
+    non_negative_int,
+    output_dir,
+    positive_float,
+    positive_int,
+    seed,
+    threads,
+)
 
 if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
     from attnlm.train.config import RunSpec
 
 DEFAULT_PRESET = "shakespeare-char"
+
+
+def _duration(value: str, name: str | None = None) -> str:
+    """A time budget such as ``120s``, ``5m`` or ``1h`` (checked, returned as typed)."""
+    from attnlm.train.config import parse_duration
+
+    parse_duration(value)
+    return value
+
 
 # CLI flag (argparse dest) -> TrainConfig field
 TRAIN_FLAGS = {
@@ -51,36 +71,58 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_text_argument(p)
     add_pairs_argument(p)
     p.add_argument("--tokenizer", default=None, help="char, bpe, or a saved tokenizer JSON file")
-    p.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/PRESET)")
-    p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        type=arg(output_dir),
+        help="run folder (default runs/PRESET)",
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run in DIR",
+    )
     p.add_argument(
         "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
     )
-    p.add_argument("--max-iters", type=int, default=None)
+    p.add_argument("--max-iters", type=arg(positive_int), default=None)
     p.add_argument(
-        "--time-budget", default=None, metavar="T", help="wall-clock limit, e.g. 120s, 5m"
+        "--time-budget",
+        default=None,
+        metavar="T",
+        type=arg(_duration),
+        help="wall-clock limit, e.g. 120s, 5m",
     )
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--grad-accum", type=int, default=None, help="micro-steps per step (all ranks)")
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--eval-interval", type=int, default=None)
-    p.add_argument("--eval-iters", type=int, default=None)
+    p.add_argument("--batch-size", type=arg(positive_int), default=None)
+    p.add_argument(
+        "--grad-accum",
+        type=arg(positive_int),
+        default=None,
+        help="micro-steps per step (all ranks)",
+    )
+    p.add_argument("--lr", type=arg(positive_float), default=None)
+    p.add_argument("--eval-interval", type=arg(positive_int), default=None)
+    p.add_argument("--eval-iters", type=arg(positive_int), default=None)
     p.add_argument(
         "--early-stop",
-        type=int,
+        type=arg(non_negative_int),
         default=None,
         metavar="N",
         help="stop after N evals without improvement",
     )
-    p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument(
+        "--device", default=None, type=arg(device), help="auto, cpu, cuda, cuda:N or mps"
+    )
     p.add_argument(
         "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
     )
     p.add_argument(
         "--compile", action="store_const", const=True, default=None, help="torch.compile"
     )
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
+    p.add_argument("--seed", type=arg(seed), default=None)
     p.add_argument(
         "--no-progress", dest="progress", action="store_const", const=False, default=None
     )
@@ -98,7 +140,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="loss, perplexity and bits per character of a checkpoint (BLEU and chrF for "
         "translation models)",
     )
-    e.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    e.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        help="run or checkpoint folder",
+    )
     add_text_argument(e)
     add_pairs_argument(e)
     e.add_argument("--beam", type=int, default=1, metavar="K", help="translation: beam size")
@@ -111,10 +158,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="evaluate the whole text (default with --text) or its validation split",
     )
-    e.add_argument("--batch-size", type=int, default=16)
-    e.add_argument("--max-tokens", type=int, default=None, help="evaluate only the first N tokens")
-    e.add_argument("--device", default="auto")
-    e.add_argument("--threads", type=int, default=None)
+    e.add_argument("--batch-size", type=arg(positive_int), default=16)
+    e.add_argument(
+        "--max-tokens",
+        type=arg(int_in_range, lo=2),
+        default=None,
+        help="evaluate only the first N tokens (N >= 2)",
+    )
+    e.add_argument("--device", default="auto", type=arg(device))
+    e.add_argument("--threads", type=arg(threads), default=None)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_eval)
 

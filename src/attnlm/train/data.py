@@ -1,26 +1,39 @@
 """Preparing a run's data: train (or load) the tokenizer, tokenize the corpus once into memmaps.
 
 The run folder keeps ``tokenizer.json`` and, next to it, ``train.bin`` / ``val.bin`` (flat id
-arrays, see :mod:`attnlm.data.windows`) with their JSON metadata. A resumed run reuses them.
+arrays, see :mod:`attnlm.data.windows`) with their JSON metadata, and ``data.json``, the
+signature of what they were made from: the corpus's content (size, modification time and
+SHA-256 of every file) and the tokenizer settings (kind or the tokenizer file's content, BPE
+vocabulary size, validation fraction). A later run in the folder reuses the files only when the
+signature is the same; a changed corpus or tokenizer is tokenized again (a resumed run refuses
+instead: its model was trained on the old tokens).
 
 The character tokenizer's alphabet is taken from the whole text (so validation characters are
-encodable); a BPE tokenizer is trained on the training split only.
+encodable); a BPE tokenizer is trained on the training split only. The splits are encoded in
+chunks of about a million characters streamed into the token files
+(:func:`attnlm.tokenizers.iter_encode`, :func:`attnlm.data.windows.write_token_stream`), so
+memory holds the text once plus one chunk, never a list of every id.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlm.data.corpus import load_text, split_text
+from attnlm.data.corpus import default_corpus_path, load_text, split_index
 from attnlm.data.pairs import RUN_PAIRS_DIR, RUN_SPLIT_SEED
-from attnlm.data.windows import TokenFile, read_token_file, write_token_file
+from attnlm.data.windows import TokenFile, read_token_file, write_token_stream
 from attnlm.errors import InputError
-from attnlm.tokenizers import encode_text, make_tokenizer
+from attnlm.fileio import atomic_write_text
+from attnlm.tokenizers import iter_encode, make_tokenizer
+from attnlm.tokenizers.factory import TRAINABLE_KINDS
 from attnlm.train.config import TrainConfig
+
+SIGNATURE_VERSION = 2
 
 
 @dataclass
@@ -45,48 +58,107 @@ class RunData:
         )
 
 
-def prepare(run_dir: Path, cfg: TrainConfig) -> RunData:
-    """Tokenize the corpus into ``run_dir`` (or reuse what is there) and return it."""
-    import time
+def file_fingerprint(path: Path) -> dict[str, Any]:
+    """Size, modification time (ns) and SHA-256 of one file (read in 1 MiB blocks)."""
+    try:
+        st = path.stat()
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest.hexdigest()}
 
+
+def corpus_fingerprint(text: str | None) -> list[dict[str, Any]]:
+    """The fingerprint of every file the corpus ``text`` reads (the default corpus's cache
+    file when None; each ``*.txt`` of a folder, as :func:`attnlm.data.corpus.read_text`)."""
+    p = default_corpus_path() if text is None else Path(text).expanduser()
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*.txt") if f.is_file())
+        return [{"file": str(f.relative_to(p)), **file_fingerprint(f)} for f in files]
+    if not p.exists():
+        raise InputError(f"{p}: no such file or folder")
+    return [{"file": p.name, **file_fingerprint(p)}]
+
+
+def data_signature(cfg: TrainConfig) -> dict[str, Any]:
+    """What a run's token files depend on (see the module docstring)."""
+    tokenizer_file = None
+    if cfg.tokenizer not in TRAINABLE_KINDS and Path(cfg.tokenizer).expanduser().is_file():
+        tokenizer_file = file_fingerprint(Path(cfg.tokenizer).expanduser())
+    return {
+        "version": SIGNATURE_VERSION,
+        "text": cfg.text,
+        "corpus": corpus_fingerprint(cfg.text),
+        "tokenizer": cfg.tokenizer,
+        "tokenizer_file": tokenizer_file,
+        "bpe_vocab_size": cfg.bpe_vocab_size,
+        "val_fraction": cfg.val_fraction,
+    }
+
+
+def _content(sig: dict[str, Any]) -> Any:
+    """A signature without modification times: what a resumed run must still match."""
+
+    def strip(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k != "mtime_ns"}
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+
+    return strip(sig)
+
+
+def prepare(run_dir: Path, cfg: TrainConfig, *, resume: bool = False) -> RunData:
+    """Tokenize the corpus into ``run_dir`` (or reuse what is there) and return it.
+
+    ``resume``: the run continues from a checkpoint; if its corpus or tokenizer changed since
+    (other content than ``data.json`` records) this is an :class:`InputError`."""
     from attnlm import tokenizers
 
     tok_path = run_dir / "tokenizer.json"
     train_path, val_path = run_dir / "train.bin", run_dir / "val.bin"
     sig_path = run_dir / "data.json"
-    signature = {
-        "text": cfg.text,
-        "tokenizer": cfg.tokenizer,
-        "bpe_vocab_size": cfg.bpe_vocab_size,
-        "val_fraction": cfg.val_fraction,
-    }
+    signature = data_signature(cfg)
     if all(p.is_file() for p in (tok_path, train_path, val_path, sig_path)):
         try:
-            same = json.loads(sig_path.read_text(encoding="utf-8")) == signature
+            stored = json.loads(sig_path.read_text(encoding="utf-8"))
         except ValueError:
-            same = False
-        if same:
+            stored = None
+        same_content = isinstance(stored, dict) and (
+            _content(stored) == _content(signature) or "version" not in stored  # older run
+        )
+        if stored == signature or (resume and same_content):
             tok = tokenizers.load(tok_path)
             return RunData(tok, read_token_file(train_path), read_token_file(val_path))
+        if resume and isinstance(stored, dict) and stored.get("version") == SIGNATURE_VERSION:
+            raise InputError(
+                f"cannot resume {run_dir}: the corpus or tokenizer changed since the run "
+                "started (data.json); start a new run with --out"
+            )
     t0 = time.perf_counter()
     text = load_text(cfg.text)
-    train_text, val_text = split_text(text, cfg.val_fraction)
-    if not val_text:
+    cut = split_index(text, cfg.val_fraction)
+    if cut >= len(text):
         raise InputError("the text is too short to hold out a validation split")
+    needs_train_text = cfg.tokenizer in TRAINABLE_KINDS and cfg.tokenizer != "char"
+    train_text = text[:cut] if needs_train_text else ""
     tok = make_tokenizer(cfg.tokenizer, text, train_text, cfg.bpe_vocab_size)
+    del train_text
     v = tok.vocab_size
-    train_ids = encode_text(tok, train_text, "training text")
-    val_ids = encode_text(tok, val_text, "validation text")
-    if len(train_ids) < 2 or len(val_ids) < 2:
-        raise InputError("the text is too short: need at least 2 tokens in each split")
     run_dir.mkdir(parents=True, exist_ok=True)
-    sig_path.unlink(missing_ok=True)
-    train = write_token_file(train_ids, train_path, v, len(train_text))
-    val = write_token_file(val_ids, val_path, v, len(val_text))
-    tmp = run_dir / "tokenizer.json.tmp"
-    tok.save(tmp)
-    os.replace(tmp, tok_path)
-    sig_path.write_text(json.dumps(signature), encoding="utf-8")  # last: the data is complete
+    sig_path.unlink(missing_ok=True)  # the files below are not complete until data.json is
+    train = write_token_stream(iter_encode(tok, text, "training text", 0, cut), train_path, v, cut)
+    val = write_token_stream(
+        iter_encode(tok, text, "validation text", cut), val_path, v, len(text) - cut
+    )
+    if train.n_tokens < 2 or val.n_tokens < 2:
+        raise InputError("the text is too short: need at least 2 tokens in each split")
+    tok.save(tok_path)  # atomic (attnlm.fileio)
+    atomic_write_text(sig_path, json.dumps(signature))  # last: the data is complete
     return RunData(tok, train, val, seconds=time.perf_counter() - t0)
 
 

@@ -38,6 +38,7 @@ from attnlm.checkpoint import CHECKPOINT_DIR, save_checkpoint
 from attnlm.device import autocast
 from attnlm.errors import AttnlmError
 from attnlm.evaluation import EvalResult, estimate
+from attnlm.fileio import atomic_write_text
 from attnlm.objectives import BatchSource, count_targets
 from attnlm.train import distributed as D
 from attnlm.train.config import TrainConfig
@@ -74,7 +75,11 @@ class TrainResult:
 
 
 class MetricsLog:
-    """``metrics.jsonl``: one JSON object per line; rank 0 only."""
+    """``metrics.jsonl``: one JSON object per line; rank 0 only.
+
+    Starting (and the resume trim to ``keep_until``) replaces the file atomically
+    (:mod:`attnlm.fileio`): a kill there leaves the old log whole. Records are then appended one
+    line at a time; a kill mid-append cuts at most the last line, which a resume skips."""
 
     def __init__(self, path: Path, enabled: bool, keep_until: int | None) -> None:
         self.path = path
@@ -90,10 +95,9 @@ class MetricsLog:
                 if rec.get("step", 0) <= keep_until:
                     kept.append(rec)
             self.records = kept
-            path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
         elif enabled:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("", encoding="utf-8")
+            atomic_write_text(path, "")
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:

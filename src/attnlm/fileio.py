@@ -1,0 +1,167 @@
+"""Atomic file writes: a reader sees the old file or the complete new one, never a torn one.
+
+Every file attnlm writes goes through :func:`atomic_open` (streamed writes) or
+:func:`atomic_write_text` / :func:`atomic_write_bytes` (whole contents at once). The recipe is
+the usual POSIX one:
+
+1. create a temporary file ``.NAME.tmp-XXXXXXXX`` in the *same folder* as the target (so the
+   rename below stays within one file system and is atomic);
+2. write, ``flush``, ``os.fsync`` the file (its bytes are on disk before it gets the name);
+3. ``os.replace(tmp, target)`` (atomic on POSIX and Windows);
+4. ``fsync`` the folder, so the new directory entry itself survives a power cut (POSIX only).
+
+If anything fails (an exception, a full disk) the temporary file is removed and the target
+is untouched. A process killed with SIGKILL mid-write leaves the target untouched too; only a
+``.NAME.tmp-*`` file may remain, which :func:`remove_stale_temps` deletes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from attnlm.errors import InputError
+
+TEMP_MARK = ".tmp-"
+
+
+def temp_path_for(path: str | os.PathLike[str]) -> Path:
+    """A fresh temporary path beside ``path``: ``.NAME.tmp-<16 hex digits>``."""
+    p = Path(path)
+    return p.with_name(f".{p.name}{TEMP_MARK}{secrets.token_hex(8)}")
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """``fsync`` a folder so that renames inside it are durable (no-op where unsupported)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems (and Windows) cannot fsync a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+def _cannot_write(path: Path, e: OSError) -> InputError:
+    return InputError(f"{path}: cannot write ({e.strerror or e})")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` for a writer that wants a file *name* (e.g.
+    ``matplotlib``'s ``savefig`` or ``numpy.tofile``); on success it is fsynced and renamed to
+    ``path``, on failure removed. ``OSError`` becomes a one-line :class:`InputError`."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cannot_write(target, e) from None
+    tmp = temp_path_for(target)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(e, OSError):
+            raise _cannot_write(target, e) from None
+        raise
+    fsync_dir(target.parent)
+
+
+@contextlib.contextmanager
+def atomic_open(
+    path: str | os.PathLike[str],
+    mode: str = "w",
+    *,
+    encoding: str | None = "utf-8",
+    newline: str | None = "\n",
+    opener: Callable[..., IO[Any]] | None = None,
+) -> Iterator[IO[Any]]:
+    """``with atomic_open(path, "w") as f: ...``: write to a temporary file beside ``path`` and
+    move it into place only when the block finishes without an exception.
+
+    ``mode`` is ``"w"`` (text; ``encoding`` and ``newline`` apply) or ``"wb"``. ``opener``
+    wraps the binary temp file (e.g. ``lambda f: gzip.GzipFile(fileobj=f, mode="wb")``) and
+    must return a binary file object whose ``close`` does not close ``f``.
+    """
+    if mode not in ("w", "wb", "wt"):
+        raise ValueError(f"atomic_open writes files: mode 'w' or 'wb', not {mode!r}")
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as raw:
+            inner: IO[Any] = opener(raw) if opener else raw
+            try:
+                if mode == "wb":
+                    yield inner
+                else:
+                    text = io.TextIOWrapper(inner, encoding=encoding, newline=newline)
+                    try:
+                        yield text
+                    finally:
+                        text.flush()
+                        text.detach()
+            finally:
+                if opener:
+                    inner.close()
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace the file at ``path`` with ``data`` atomically (see the module docstring)."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:
+    """Replace the file at ``path`` with ``text`` (``\\n`` line ends kept as is) atomically."""
+    atomic_write_bytes(path, text.encode(encoding))
+
+
+def remove_stale_temps(folder: str | os.PathLike[str], name: str | None = None) -> list[Path]:
+    """Delete the ``.NAME.tmp-*`` files that killed writers left in ``folder`` (only those of
+    ``name`` when given); returns what was removed. Call it only when no other process is
+    writing into ``folder``."""
+    prefix = f".{name}{TEMP_MARK}" if name else "."
+    removed = []
+    for p in Path(folder).glob(f"{prefix}*"):
+        if TEMP_MARK in p.name and p.is_file():
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
+def read_file_bytes(
+    path: str | os.PathLike[str], what: str = "file", error: type[Exception] = InputError
+) -> bytes:
+    """The bytes of ``path``; a missing or unreadable file raises ``error`` with one line
+    naming the file and ``what`` it should have been."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{p}: no such {what}") from None
+    except IsADirectoryError:
+        raise error(f"{p}: is a folder, expected a {what}") from None
+    except OSError as e:
+        raise error(f"{p}: cannot read {what} ({e.strerror or e})") from None
+
+
+def read_file_text(
+    path: str | os.PathLike[str], what: str = "file", error: type[Exception] = InputError
+) -> str:
+    """:func:`read_file_bytes` decoded as UTF-8; invalid bytes raise ``error`` (one line)."""
+    data = read_file_bytes(path, what, error)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: cannot read {what} (not UTF-8 at byte {e.start})") from None

@@ -1,0 +1,297 @@
+"""One validator per kind of value, shared by the library and every command.
+
+Each validator takes the value (a Python value, or the string the user typed) and the name
+of the option or field it came from, and returns the checked value, converted (``"3"`` ->
+``3``). On bad input it raises a one-line :class:`~attnlm.errors.ConfigError` (a setting) or
+:class:`~attnlm.errors.InputError` (a file, a text) that names the option, e.g.
+``--threads must be an integer >= 1, got -1``.
+
+:func:`arg` turns a validator into an ``argparse`` ``type=``, so bad values are refused at
+parse time with exit code 2 and one line (with :class:`OneLineArgumentParser`)::
+
+    p.add_argument("--threads", type=arg(threads))
+    p.add_argument("--temperature", type=arg(finite_float, lo=0, lo_open=True))
+
+Kinds: :func:`positive_int`, :func:`non_negative_int`, :func:`int_in_range`,
+:func:`finite_float` (optionally in a range), :func:`probability`, :func:`seed`,
+:func:`threads`, :func:`device`, :func:`existing_file`, :func:`existing_dir`,
+:func:`existing_path`, :func:`output_file`, :func:`utf8_text` / :func:`read_stdin_text`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+from attnlm.errors import AttnlmError, ConfigError, InputError
+
+T = TypeVar("T")
+
+SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63 (torch and numpy both accept them)
+MAX_THREADS = 4096
+DEVICE_FORMS = "auto, cpu, cuda, cuda:N or mps"
+
+
+def _what(name: str | None) -> str:
+    return f"{name} " if name else ""
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def _to_int(value: Any, name: str | None, need: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+
+
+def int_in_range(
+    value: Any, name: str | None = None, lo: int | None = None, hi: int | None = None
+) -> int:
+    """An integer with ``lo <= value <= hi`` (either bound may be None)."""
+    if lo is not None and hi is not None:
+        need = f"an integer in [{lo}, {hi}]"
+    elif lo is not None:
+        need = f"an integer >= {lo}"
+    elif hi is not None:
+        need = f"an integer <= {hi}"
+    else:
+        need = "an integer"
+    v = _to_int(value, name, need)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ConfigError(f"{_what(name)}must be {need}, got {v}")
+    return v
+
+
+def positive_int(value: Any, name: str | None = None) -> int:
+    """An integer >= 1 (sizes, counts, orders)."""
+    return int_in_range(value, name, lo=1)
+
+
+def non_negative_int(value: Any, name: str | None = None) -> int:
+    """An integer >= 0."""
+    return int_in_range(value, name, lo=0)
+
+
+def finite_float(
+    value: Any,
+    name: str | None = None,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> float:
+    """A finite float (no NaN, no infinity) in the range given by ``lo``/``hi``; ``lo_open``
+    and ``hi_open`` exclude the bound itself (``lo=0, lo_open=True``: strictly positive)."""
+    parts = ["a finite number"]
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {lo:g}")
+    if hi is not None:
+        parts.append(f"{'<' if hi_open else '<='} {hi:g}")
+    need = " ".join(parts[:1]) + (" " + " and ".join(parts[1:]) if parts[1:] else "")
+    if isinstance(value, bool):
+        raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+    try:
+        v = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}") from None
+    if not math.isfinite(v):
+        raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+    bad_lo = lo is not None and (v <= lo if lo_open else v < lo)
+    bad_hi = hi is not None and (v >= hi if hi_open else v > hi)
+    if bad_lo or bad_hi:
+        raise ConfigError(f"{_what(name)}must be {need}, got {v:g}")
+    return v
+
+
+def positive_float(value: Any, name: str | None = None) -> float:
+    """A finite float > 0 (temperatures, rates, smoothing constants)."""
+    return finite_float(value, name, lo=0.0, lo_open=True)
+
+
+def probability(value: Any, name: str | None = None) -> float:
+    """A finite float in [0, 1]."""
+    return finite_float(value, name, lo=0.0, hi=1.0)
+
+
+def seed(value: Any, name: str | None = "seed") -> int:
+    """A random seed: an integer with 0 <= seed < 2**63."""
+    return int_in_range(value, name, lo=0, hi=SEED_LIMIT - 1)
+
+
+def threads(value: Any, name: str | None = "threads") -> int:
+    """A thread count: an integer from 1 to 4096."""
+    return int_in_range(value, name, lo=1, hi=MAX_THREADS)
+
+
+# ---------------------------------------------------------------- devices
+
+_DEVICE = re.compile(r"(auto|cpu|mps|cuda)(?::(\d+))?")
+
+
+def device(value: Any, name: str | None = "device", *, check_available: bool = True) -> str:
+    """A torch device string: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, returned
+    lower-cased. With ``check_available`` a CUDA/MPS device must exist on this machine
+    (``auto`` always passes: it means the best available one)."""
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    m = _DEVICE.fullmatch(text or "")
+    if m is None or (m.group(2) is not None and m.group(1) != "cuda"):
+        raise ConfigError(f"{_what(name)}must be one of {DEVICE_FORMS}, got {_show(value)}")
+    kind, index = m.group(1), m.group(2)
+    if check_available and kind in ("cuda", "mps"):
+        import torch
+
+        if kind == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if count == 0:
+                raise ConfigError(f"{_what(name)}{text}: CUDA is not available on this machine")
+            if index is not None and int(index) >= count:
+                raise ConfigError(
+                    f"{_what(name)}{text}: no such GPU (this machine has {count}: "
+                    f"cuda:0..cuda:{count - 1})"
+                )
+        elif not torch.backends.mps.is_available():
+            raise ConfigError(f"{_what(name)}mps: Apple MPS is not available on this machine")
+    return text  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- paths and text
+
+
+def _path(value: Any, name: str | None) -> Path:
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise InputError(f"{_what(name)}must be a path, got {_show(value)}")
+    return Path(value).expanduser()
+
+
+def existing_file(value: Any, name: str | None = None) -> Path:
+    """A path to an existing, readable regular file."""
+    p = _path(value, name)
+    if not p.exists():
+        raise InputError(f"{_what(name)}{p}: no such file")
+    if not p.is_file():
+        raise InputError(f"{_what(name)}{p}: not a file")
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{_what(name)}{p}: not readable (permission denied)")
+    return p
+
+
+def existing_dir(value: Any, name: str | None = None) -> Path:
+    """A path to an existing, readable folder."""
+    p = _path(value, name)
+    if not p.is_dir():
+        raise InputError(f"{_what(name)}{p}: no such folder")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise InputError(f"{_what(name)}{p}: not readable (permission denied)")
+    return p
+
+
+def existing_path(value: Any, name: str | None = None) -> Path:
+    """A path to an existing readable file or folder (e.g. ``--text``)."""
+    p = _path(value, name)
+    if p.is_dir():
+        return existing_dir(p, name)
+    if not p.exists():
+        raise InputError(f"{_what(name)}{p}: no such file or folder")
+    return existing_file(p, name)
+
+
+def output_file(value: Any, name: str | None = None) -> Path:
+    """A path a file can be written to: not a folder, and no part of its parent is a file.
+    (Missing parent folders are created by the writer.)"""
+    p = _path(value, name)
+    if p.is_dir():
+        raise InputError(f"{_what(name)}{p}: is a folder, expected a file name")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{_what(name)}{p}: {parent} is not a folder")
+            break
+    return p
+
+
+def output_dir(value: Any, name: str | None = None) -> Path:
+    """A folder to write into: an existing folder, or a path that can become one (not a
+    file, and no part of its parent is a file). Missing folders are created by the writer."""
+    p = _path(value, name)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{_what(name)}{p}: is a file, expected a folder")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{_what(name)}{p}: {parent} is not a folder")
+            break
+    return p
+
+
+def utf8_text(data: bytes, where: str = "input") -> str:
+    """``data`` decoded as UTF-8 (a leading byte-order mark dropped); :class:`InputError`
+    naming ``where``, the bad byte and its offset otherwise (never silent U+FFFD)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{where}: not valid UTF-8 (bad byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def read_stdin_text(where: str = "stdin") -> str:
+    """All of standard input as strictly decoded UTF-8 (see :func:`utf8_text`)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # replaced by a text stream (tests, embedding)
+        return sys.stdin.read()
+    return utf8_text(stream.read(), where)
+
+
+# ---------------------------------------------------------------- argparse
+
+
+def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
+    """An ``argparse`` ``type=`` from a validator: ``type=arg(positive_int)``,
+    ``type=arg(finite_float, lo=0, lo_open=True)``. Errors become ``ArgumentTypeError``, so
+    argparse reports ``argument --name: must be ...`` and exits with code 2."""
+
+    @functools.wraps(check)
+    def convert(text: str) -> T:
+        try:
+            return check(text, None, **options)
+        except AttnlmError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return convert
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr and exit code 2, in the
+    same form as every other error:
+    ``attnlm: error: tokenize train: argument --min-freq: must be an integer >= 1, got 0 (see
+    attnlm tokenize train --help)`` (the usage text is left to ``--help``)."""
+
+    def error(self, message: str) -> NoReturn:
+        line = " ".join(message.split())
+        program, _, command = self.prog.partition(" ")
+        where = f"{command}: " if command else ""
+        self.exit(2, f"{program}: error: {where}{line} (see {self.prog} --help)\n")

@@ -1,0 +1,81 @@
+"""``attnlm serve``: the offline attention explorer in the browser."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="attention explorer in the browser (local server, works offline)"
+    )
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="run or checkpoint folder to serve (repeatable; choose the model in the page)",
+    )
+    p.add_argument(
+        "--model", action="append", default=[], metavar="NAME", help="a named pretrained model"
+    )
+    p.add_argument("--port", type=int, default=8000, help="TCP port (0 picks a free one)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; the page has no authentication)",
+    )
+    p.add_argument("--device", default="cpu", help="torch device for the models (default cpu)")
+    p.add_argument("--max-chars", type=int, default=None, help="longest text accepted")
+    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from attnlm.errors import InputError
+    from attnlm.web.server import LOOPBACK_HOSTS, make_server
+    from attnlm.web.service import DEFAULT_MAX_CHARS, load_service, resolve_named_model
+
+    if not args.checkpoint and not args.model:
+        raise InputError("nothing to serve: give --checkpoint DIR (repeatable) or --model NAME")
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port must be between 0 and 65535, got {args.port}")
+    max_chars = args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS
+    if max_chars < 1:
+        raise InputError("--max-chars must be a positive integer")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    services = [load_service(d, device=args.device, max_chars=max_chars) for d in args.checkpoint]
+    services += [
+        resolve_named_model(n, device=args.device, max_chars=max_chars) for n in args.model
+    ]
+    names: dict[str, int] = {}
+    for s in services:  # two runs with the same folder name: number them
+        if s.name in names:
+            names[s.name] += 1
+            s.name = f"{s.name}-{names[s.name]}"
+        else:
+            names[s.name] = 1
+    try:
+        server = make_server(services, args.host, args.port)
+    except OSError as e:
+        raise InputError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e})") from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if not (args.host in LOOPBACK_HOSTS or args.host.startswith("127.")):
+        print(
+            f"attnlm: warning: listening on {args.host}: the page has no authentication; "
+            "anyone who can reach this address can use the models",
+            file=sys.stderr,
+        )
+    print(f"attention explorer at {server.url} (models: {', '.join(s.name for s in services)})")
+    print("press Ctrl+C to stop", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0

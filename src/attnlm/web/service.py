@@ -1,0 +1,449 @@
+"""Model access for the attention explorer: one :class:`ModelService` per served model.
+
+Everything the web server knows about models goes through this module; the HTTP layer
+(:mod:`attnlm.web.server`) only validates JSON and calls these methods. A service answers with
+plain JSON-ready dicts:
+
+- ``info()``: name, family, capabilities, layers, heads, window, character limit;
+- ``tokens(text)``: ``{"tokens": [str], "ids": [int]}``;
+- ``attention(text)``: ``{"tokens": [T], "attention": [L][H][T][T]}`` (query rows, key
+  columns, each row sums to 1); translation models add ``"source_tokens"`` ``[S]`` and
+  ``"cross_attention"`` ``[L][H][T][S]`` (query = target token, key = source token);
+- ``next_tokens(text, k)``: the ``k`` most likely next tokens after every position;
+- ``generate(text, sampling)``: a continuation;
+- ``embeddings(word, sentences)``: cosine of the word's contextual vectors in two sentences at
+  every layer (index 0 = the embedding layer);
+- ``fill_mask(text)`` / ``translate(text)``: for families with those capabilities; others
+  answer :class:`NotSupportedError` (HTTP 400).
+
+Where other model families plug in (kept in one place each):
+
+- :func:`load_service`: loads a checkpoint; the family and its capabilities come from the
+  model-family registry;
+- :meth:`ModelService._inspect`: the single forward pass that yields tokens, per-layer
+  attention, hidden states and logits (to become ``attnlm.inspect.inspect``);
+- :data:`NAMED_MODELS` / :func:`resolve_named_model`: ``attnlm serve --model NAME``.
+
+Shapes: ``L`` layers, ``H`` heads, ``T`` tokens, ``C`` width, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlm.errors import AttnlmError, ConfigError, InputError
+from attnlm.generate.sampling import SamplingConfig
+from attnlm.models.base import count_params
+
+log = logging.getLogger("attnlm.web")
+
+DEFAULT_MAX_CHARS = 2000  # longest text accepted by any endpoint
+MAX_NEW_TOKENS = 500  # most tokens one generation request may ask for
+MAX_TOP_K = 50  # most next-token candidates per position
+DECIMALS = 6  # attention and probabilities are rounded to this many decimals in JSON
+# Most attention weights one answer may hold (layers x heads x queries x keys): about 9 bytes
+# each in JSON, so 2M is an answer of about 15 MB and a few seconds on one core (GPT-2 small,
+# 12 layers x 12 heads: up to 117 tokens).
+MAX_ATTENTION_VALUES = 2_000_000
+
+
+class ServiceError(InputError):
+    """A request the service cannot answer; ``status`` is the HTTP status to send."""
+
+    status = 400
+
+
+class TooLongError(ServiceError):
+    """The text is longer than the character limit or the model's window (HTTP 413)."""
+
+    status = 413
+
+
+class NotSupportedError(ServiceError):
+    """The model lacks the capability the request needs (HTTP 400)."""
+
+
+class UnknownModelError(ServiceError):
+    """No served model has the requested name (HTTP 404)."""
+
+    status = 404
+
+
+def sampling_config(
+    max_new_tokens: int = 50,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+) -> SamplingConfig:
+    """The shared :class:`~attnlm.generate.sampling.SamplingConfig` of one web request, with the
+    explorer's tighter limits (at most :data:`MAX_NEW_TOKENS` new tokens, temperature <= 10);
+    bad values raise :class:`ServiceError` (HTTP 400)."""
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or not (1 <= max_new_tokens <= MAX_NEW_TOKENS)
+    ):
+        raise ServiceError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}")
+    if isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 10:
+        raise ServiceError("temperature must be between 0 and 10 (0 means greedy)")
+    try:
+        return SamplingConfig(
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+        )
+    except ConfigError as e:
+        raise ServiceError(str(e)) from None
+
+
+@dataclass
+class Inspection:
+    """One forward pass over a text: what the views need.
+
+    ``ids`` / ``tokens``: ``T`` token ids and their display strings; ``attentions``: ``L``
+    tensors ``(H, T, T)``; ``hidden``: ``L + 1`` tensors ``(T, C)`` (index 0 = embeddings);
+    ``logits``: ``(T, V)`` or None; translation models fill ``source_tokens`` and
+    ``cross_attentions`` (``L`` tensors ``(H, T, S)``).
+    """
+
+    ids: list[int]
+    tokens: list[str]
+    attentions: list[Any]
+    hidden: list[Any]
+    logits: Any = None
+    source_tokens: list[str] | None = None
+    cross_attentions: list[Any] | None = None
+
+
+def _rounded(t: Any) -> list:
+    """A tensor as nested lists of floats rounded to :data:`DECIMALS` places."""
+    import numpy as np
+
+    return np.round(t.detach().double().cpu().numpy(), DECIMALS).tolist()
+
+
+@dataclass
+class ModelService:
+    """A served model: name, the model (eval mode), its tokenizer, family and capabilities.
+
+    Methods are safe to call from many threads: model calls are serialised by a lock (torch
+    already uses every core inside one call).
+    """
+
+    name: str
+    model: Any
+    tokenizer: Any
+    family: str = "gpt"
+    capabilities: frozenset[str] = frozenset({"generate"})
+    max_chars: int = DEFAULT_MAX_CHARS
+    max_attention_values: int = MAX_ATTENTION_VALUES
+    source: str = ""  # where it came from (checkpoint folder), shown in the page
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.model.eval()
+        self.capabilities = frozenset(self.capabilities)
+
+    # -- facts -----------------------------------------------------------------------------
+
+    @property
+    def window(self) -> int | None:
+        """Most tokens one forward pass takes (the model's context length), if known."""
+        cfg = getattr(self.model, "config", None)
+        return getattr(cfg, "block_size", None) or getattr(cfg, "max_len", None)
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+    def info(self) -> dict[str, Any]:
+        cfg = getattr(self.model, "config", None)
+        return {
+            "name": self.name,
+            "family": self.family,
+            "capabilities": sorted(self.capabilities),
+            "n_layer": getattr(cfg, "n_layer", None),
+            "n_head": getattr(cfg, "n_head", None),
+            "window": self.window,
+            "vocab_size": getattr(self.tokenizer, "vocab_size", None),
+            "max_chars": self.max_chars,
+            "parameters": count_params(self.model),
+            "source": self.source,
+        }
+
+    def require(self, capability: str) -> None:
+        if capability not in self.capabilities:
+            have = ", ".join(sorted(self.capabilities)) or "none"
+            raise NotSupportedError(
+                f"{capability} is not supported by this model ({self.name}, family "
+                f"{self.family}; capabilities: {have})"
+            )
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    def _check_text(self, text: str, what: str = "text") -> None:
+        if not isinstance(text, str) or not text:
+            raise ServiceError(f"{what} must be a non-empty string")
+        if len(text) > self.max_chars:
+            raise TooLongError(
+                f"{what} is {len(text)} characters long; the limit is {self.max_chars}"
+            )
+
+    def encode(self, text: str, what: str = "text") -> list[int]:
+        """Token ids of ``text``; too long, empty or unencodable text raises ServiceError."""
+        self._check_text(text, what)
+        try:
+            ids = list(self.tokenizer.encode(text))
+        except AttnlmError as e:
+            raise ServiceError(f"cannot tokenize the {what}: {e}") from None
+        except (KeyError, ValueError) as e:
+            raise ServiceError(f"cannot tokenize the {what}: unknown symbol {e}") from None
+        if not ids:
+            raise ServiceError(f"the {what} has no tokens")
+        if self.window and len(ids) > self.window:
+            raise TooLongError(
+                f"the {what} is {len(ids)} tokens long; this model's window is {self.window}"
+            )
+        return ids
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        """Display string of each token id (bytes of a split character show as U+FFFD)."""
+        return [self.tokenizer.decode([i]) for i in ids]
+
+    def tokens(self, text: str) -> dict[str, Any]:
+        ids = self.encode(text)
+        return {"tokens": self.token_strings(ids), "ids": ids}
+
+    # -- the one forward pass --------------------------------------------------------------
+
+    def _inspect(self, text: str) -> Inspection:
+        """Run the model once over ``text`` with attention and hidden states.
+
+        The only place that calls the model for inspection, through the shared record
+        (:func:`attnlm.inspect.inspect`), so every family the registry knows is served.
+        """
+        from attnlm.inspect import inspect
+
+        self.encode(text)  # limits and tokenizer errors as service errors
+        with self._lock:
+            rec = inspect(self.model, self.tokenizer, text)  # the shared inspection record
+        return Inspection(
+            ids=rec.ids,
+            tokens=self.token_strings(rec.ids),
+            attentions=rec.attentions,  # L x (H, T, T)
+            hidden=rec.hidden_states,  # (L + 1) x (T, C)
+            logits=rec.logits,  # (T, V) or None
+            source_tokens=rec.source_tokens,
+            cross_attentions=rec.cross_attentions,
+        )
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    def attention(self, text: str) -> dict[str, Any]:
+        cfg = getattr(self.model, "config", None)
+        layers, heads = getattr(cfg, "n_layer", None), getattr(cfg, "n_head", None)
+        if layers and heads:  # refuse before computing an answer too large to send
+            t = len(self.encode(text))
+            n = layers * heads * t * t
+            if n > self.max_attention_values:
+                raise TooLongError(
+                    f"the attention of {t} tokens is {layers} layers x {heads} heads x {t} x {t}"
+                    f" = {n:,} weights; the limit is {self.max_attention_values:,} (shorten it)"
+                )
+        rec = self._inspect(text)
+        out: dict[str, Any] = {
+            "tokens": rec.tokens,
+            "attention": [_rounded(a) for a in rec.attentions],  # [L][H][T][T]
+        }
+        if rec.cross_attentions is not None:
+            out["source_tokens"] = rec.source_tokens
+            out["cross_attention"] = [_rounded(a) for a in rec.cross_attentions]  # [L][H][T][S]
+        return out
+
+    def next_tokens(self, text: str, k: int = 5) -> dict[str, Any]:
+        """The ``k`` most likely next tokens (with probabilities) after every position."""
+        import torch
+
+        self.require("generate")
+        if not 1 <= k <= MAX_TOP_K:
+            raise ServiceError(f"k must be between 1 and {MAX_TOP_K}")
+        rec = self._inspect(text)
+        probs = torch.softmax(rec.logits, dim=-1)  # (T, V)
+        k = min(k, probs.size(-1))
+        top_p, top_i = probs.topk(k, dim=-1)  # (T, k)
+        nxt = [
+            [
+                {"token": self.tokenizer.decode([int(i)]), "id": int(i), "prob": round(float(p), 6)}
+                for p, i in zip(ps, idx)
+            ]
+            for ps, idx in zip(top_p.tolist(), top_i.tolist())
+        ]
+        return {"tokens": rec.tokens, "k": k, "next": nxt}
+
+    def generate(self, text: str, sampling: SamplingConfig) -> dict[str, Any]:
+        from attnlm.generate.text import generate_text
+
+        self.require("generate")
+        self.encode(text, "prompt")
+        with self._lock:
+            (cont,) = generate_text(
+                self.model,
+                self.tokenizer,
+                [text],
+                sampling=sampling,
+            )
+        cont = self._joined_continuation(text, cont)
+        return {"prompt": text, "continuation": cont, "text": text + cont}
+
+    def _joined_continuation(self, prompt: str, cont: str) -> str:
+        """The continuation as it reads after the prompt. Char and byte-level tokenizers give
+        it unchanged; a word tokenizer decodes the continuation alone without the space that
+        separates it from the prompt, so decode prompt and continuation together instead."""
+        try:
+            head = self.tokenizer.decode(self.tokenizer.encode(prompt))
+            joined = self.tokenizer.decode(
+                self.tokenizer.encode(prompt) + self.tokenizer.encode(cont)
+            )
+        except Exception:  # noqa: BLE001 - display nicety only: keep the plain text
+            return cont
+        if joined.startswith(head) and joined[len(head) :].strip() == cont.strip():
+            return joined[len(head) :]
+        return cont
+
+    def embeddings(self, word: str, sentences: Sequence[str]) -> dict[str, Any]:
+        """Cosine similarity of ``word``'s contextual vectors in two sentences, per layer.
+
+        The word's vector in a sentence is the mean hidden state of the tokens overlapping its
+        first whole-word occurrence; index 0 is the embedding layer, ``i`` the output of block
+        ``i`` (``L + 1`` values).
+        """
+        import torch
+
+        if not isinstance(word, str) or not word.strip():
+            raise ServiceError("word must be a non-empty string")
+        if len(sentences) != 2:
+            raise ServiceError("sentences must hold exactly two sentences")
+        vectors, found = [], []
+        for n, sentence in enumerate(sentences, 1):
+            self._check_text(sentence, f"sentence {n}")
+            start, end = find_word(sentence, word.strip(), n)
+            rec = self._inspect(sentence)
+            spans = token_spans(self.tokenizer, sentence, rec.ids)
+            pos = [i for i, (a, b) in enumerate(spans) if a < end and b > start]
+            if not pos:
+                raise ServiceError(f"no token of sentence {n} covers the word {word!r}")
+            vectors.append([h[pos].mean(0) for h in rec.hidden])  # (L + 1) x (C,)
+            found.append({"positions": pos, "tokens": [rec.tokens[i] for i in pos]})
+        cos = [
+            float(torch.nn.functional.cosine_similarity(a, b, dim=0))
+            for a, b in zip(vectors[0], vectors[1])
+        ]
+        return {"word": word.strip(), "cosine": [round(c, 6) for c in cos], "found": found}
+
+    def fill_mask(self, text: str, k: int = 5) -> dict[str, Any]:
+        self.require("fill-mask")
+        raise NotSupportedError(f"fill-mask is not implemented for family {self.family}")
+
+    def translate(self, text: str, sampling: SamplingConfig | None = None) -> dict[str, Any]:
+        self.require("translate")
+        raise NotSupportedError(f"translate is not implemented for family {self.family}")
+
+
+def find_word(sentence: str, word: str, n: int = 1) -> tuple[int, int]:
+    """Character span of the first whole-word occurrence of ``word`` (exact case first)."""
+    pattern = r"(?<!\w)" + re.escape(word) + r"(?!\w)"
+    m = re.search(pattern, sentence) or re.search(pattern, sentence, re.IGNORECASE)
+    if m is None:
+        raise ServiceError(f"the word {word!r} does not occur in sentence {n}")
+    return m.span()
+
+
+def token_spans(tokenizer: Any, text: str, ids: Sequence[int]) -> list[tuple[int, int]]:
+    """Character span ``[start, end)`` of each token of ``text`` (zero-width when unknown).
+
+    Byte-level tokenizers (``decode_bytes``) are mapped through UTF-8 byte offsets; others by
+    finding each token's text in order.
+    """
+    if hasattr(tokenizer, "decode_bytes"):
+        data = text.encode("utf-8")
+        char_at = []  # byte offset -> index of the character containing it
+        for ci, ch in enumerate(text):
+            char_at.extend([ci] * len(ch.encode("utf-8")))
+        char_at.append(len(text))
+        spans, b = [], 0
+        for i in ids:
+            n = len(tokenizer.decode_bytes([i]))
+            a, b = b, min(b + n, len(data))
+            end = char_at[b - 1] + 1 if b > a else char_at[a]
+            spans.append((char_at[a], end))
+        return spans
+    spans, pos = [], 0
+    for i in ids:
+        piece = tokenizer.decode([i])
+        at = text.find(piece, pos) if piece else -1
+        if at < 0:
+            spans.append((pos, pos))
+            continue
+        spans.append((at, at + len(piece)))
+        pos = at + len(piece)
+    return spans
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+
+def _service_name(path: Path) -> str:
+    p = path.resolve()
+    if p.name in ("checkpoint", "checkpoint.old") and p.parent.name:
+        return p.parent.name
+    return p.name or "model"
+
+
+def load_service(
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    device: str = "cpu",
+    max_chars: int = DEFAULT_MAX_CHARS,
+) -> ModelService:
+    """A :class:`ModelService` for a checkpoint or run folder (errors: InputError).
+
+    The one place that loads checkpoints: the family and its capabilities come from the
+    registry entry the checkpoint names.
+    """
+    from attnlm.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(path, device)
+    family = ck.family.type
+    caps = frozenset(ck.family.capabilities)
+    return ModelService(
+        name=name or _service_name(Path(path)),
+        model=ck.model,
+        tokenizer=ck.tokenizer,
+        family=family,
+        capabilities=caps,
+        max_chars=max_chars,
+        source=str(ck.path),
+    )
+
+
+# Named pretrained models for ``attnlm serve --model NAME``: name -> loader. None today.
+NAMED_MODELS: dict[str, Callable[..., ModelService]] = {}
+
+
+def resolve_named_model(name: str, **kwargs: Any) -> ModelService:
+    """The service of a named pretrained model; unknown names raise InputError."""
+    if name not in NAMED_MODELS:
+        known = ", ".join(sorted(NAMED_MODELS)) or "none are available yet"
+        raise InputError(f"unknown model {name!r} (named models: {known}); use --checkpoint DIR")
+    return NAMED_MODELS[name](**kwargs)

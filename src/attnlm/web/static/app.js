@@ -1,0 +1,218 @@
+/* attnlm explorer page: talks to the local JSON API (same origin only) and draws the views. */
+(function () {
+  "use strict";
+  var $ = function (id) { return document.getElementById(id); };
+  var models = {}, current = null, view = null, lastRecord = null;
+
+  function api(path, body) {
+    var opts = body === undefined ? {} : {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    };
+    return fetch("/api/" + path, opts).then(function (r) {
+      return r.json().catch(function () { return { error: "bad answer (HTTP " + r.status + ")" }; })
+        .then(function (data) {
+          if (!r.ok) throw new Error(data.error || "HTTP " + r.status);
+          return data;
+        });
+    });
+  }
+
+  function status(msg, isError) {
+    var s = $("status");
+    s.textContent = msg || "";
+    s.className = "status" + (isError ? " error" : "");
+  }
+
+  function has(cap) { return current && current.capabilities.indexOf(cap) >= 0; }
+
+  function showModel(name) {
+    current = models[name];
+    var m = current;
+    $("model-info").textContent = m.family + " \u00b7 " + m.n_layer + " layers \u00d7 " + m.n_head +
+      " heads \u00b7 window " + m.window + " tokens \u00b7 " + m.parameters.toLocaleString() +
+      " parameters \u00b7 " + (m.capabilities.join(", ") || "attention only");
+    $("input-title").textContent = has("translate") ? "Source sentence" : "Text";
+    $("next").classList.toggle("hidden", !has("generate"));
+    $("generate").classList.toggle("hidden", !has("generate"));
+    $("fillmask").classList.toggle("hidden", !has("fill-mask"));
+    $("translate").classList.toggle("hidden", !has("translate"));
+  }
+
+  function renderTokens(tokens) {
+    var box = $("tokens");
+    box.innerHTML = "";
+    tokens.forEach(function (t, i) {
+      var s = document.createElement("span");
+      s.textContent = AttnViews.label(t);
+      var n = document.createElement("small");
+      n.textContent = i;
+      s.appendChild(n);
+      box.appendChild(s);
+    });
+  }
+
+  function showRecord(rec) {
+    lastRecord = rec;
+    renderTokens(rec.tokens);
+    $("attention").classList.remove("hidden");
+    var keep = view ? view.state : {};
+    var st = {
+      view: keep.view, kind: keep.kind, layers_filter: keep.layers_filter, heads_filter: keep.heads_filter,
+      layer: keep.layer, heads: keep.heads ? keep.heads.slice() : null,
+    };
+    view = AttnViews.mount($("views"), rec, st);
+    window.attnView = view;
+  }
+
+  function run() {
+    var text = $("text").value, model = current.name;
+    status("computing\u2026");
+    var jobs = [];
+    if (has("translate")) {
+      jobs.push(api("translate", { text: text, model: model }).then(function (r) {
+        $("translation").textContent = r.translation || "";
+        if (r.attention) showRecord(r);
+      }));
+    } else {
+      jobs.push(api("attention", { text: text, model: model }).then(showRecord));
+    }
+    if (has("generate")) jobs.push(nextTokens());
+    Promise.all(jobs).then(function () { status(""); }, function (e) { status(e.message, true); });
+  }
+
+  function nextTokens() {
+    var k = parseInt($("next-k").value, 10) || 5;
+    return api("next_tokens", { text: $("text").value, model: current.name, k: k }).then(function (r) {
+      var t = $("next-table");
+      t.innerHTML = "<tr><th>#</th><th>token</th><th>most likely next tokens</th></tr>";
+      r.tokens.forEach(function (tok, i) {
+        var tr = document.createElement("tr");
+        var a = document.createElement("td"); a.textContent = i;
+        var b = document.createElement("td"); b.textContent = AttnViews.label(tok);
+        var c = document.createElement("td");
+        r.next[i].forEach(function (cand) {
+          var s = document.createElement("span");
+          s.className = "cand";
+          var bar = document.createElement("span");
+          bar.className = "bar";
+          bar.style.width = Math.max(1, Math.round(cand.prob * 60)) + "px";
+          s.appendChild(bar);
+          s.appendChild(document.createTextNode(AttnViews.label(cand.token) + " " + cand.prob.toFixed(3)));
+          c.appendChild(s);
+        });
+        tr.appendChild(a); tr.appendChild(b); tr.appendChild(c);
+        t.appendChild(tr);
+      });
+    });
+  }
+
+  function num(id) {
+    var v = $(id).value.trim();
+    return v === "" ? null : Number(v);
+  }
+
+  function generate() {
+    var topK = num("g-top-k"), topP = num("g-top-p"), seed = num("g-seed");
+    var body = {
+      text: $("text").value, model: current.name,
+      temperature: num("g-temperature") || 0, max_new_tokens: num("g-max") || 50,
+      top_k: topK ? topK : null, top_p: topP && topP < 1 ? topP : null,
+      seed: seed === null ? null : seed,
+    };
+    $("g-out").textContent = "generating\u2026";
+    api("generate", body).then(function (r) {
+      var out = $("g-out");
+      out.innerHTML = "";
+      var b = document.createElement("b");
+      b.textContent = r.prompt;
+      out.appendChild(b);
+      out.appendChild(document.createTextNode(r.continuation));
+    }, function (e) { $("g-out").textContent = "error: " + e.message; });
+  }
+
+  function fillMask() {
+    api("fill_mask", { text: $("text").value, model: current.name }).then(function (r) {
+      $("fm-out").textContent = JSON.stringify(r.predictions || r, null, 1);
+    }, function (e) { $("fm-out").textContent = "error: " + e.message; });
+  }
+
+  function embeddings() {
+    var body = { word: $("e-word").value, sentences: [$("e-s1").value, $("e-s2").value], model: current.name };
+    var out = $("e-out");
+    out.textContent = "computing\u2026";
+    api("embeddings", body).then(function (r) {
+      out.innerHTML = "";
+      var p = document.createElement("p");
+      p.className = "note";
+      p.textContent = "tokens of \u201c" + r.word + "\u201d: " + r.found.map(function (f, i) {
+        return "sentence " + (i + 1) + " " + f.tokens.map(AttnViews.label).join(" ");
+      }).join("; ") + ". Cosine similarity of its two vectors at every layer (0 = embeddings):";
+      out.appendChild(p);
+      var t = document.createElement("table");
+      t.className = "cos-chart";
+      r.cosine.forEach(function (c, l) {
+        var tr = document.createElement("tr");
+        var a = document.createElement("td"); a.textContent = l === 0 ? "embeddings" : "layer " + l;
+        var b = document.createElement("td");
+        var bar = document.createElement("span");
+        bar.className = "cbar";
+        bar.style.width = Math.max(1, Math.round(Math.max(0, c) * 240)) + "px";
+        b.appendChild(bar);
+        var v = document.createElement("td"); v.textContent = c.toFixed(4);
+        tr.appendChild(a); tr.appendChild(b); tr.appendChild(v);
+        t.appendChild(tr);
+      });
+      out.appendChild(t);
+    }, function (e) { out.textContent = "error: " + e.message; });
+  }
+
+  /* The current record and view as a standalone offline HTML document (a string). */
+  function buildStandalone() {
+    var files = ["standalone.html", "style.css", "views.js", "standalone.js"];
+    return Promise.all(files.map(function (f) {
+      return fetch("/static/" + f).then(function (r) { return r.text(); });
+    })).then(function (t) {
+      var title = "Attention: " + current.name;
+      return AttnViews.standaloneHTML(t[0], t[1], t[2] + "\n" + t[3], lastRecord, view.state, title);
+    });
+  }
+
+  function saveHTML() {
+    if (!lastRecord || !view) return;
+    buildStandalone().then(function (html) {
+      AttnViews.download(new Blob([html], { type: "text/html" }), "attention.html");
+    }, function (e) { status(e.message, true); });
+  }
+
+  function init() {
+    $("run").addEventListener("click", run);
+    $("text").addEventListener("keydown", function (e) {
+      if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) run();
+    });
+    $("next-k").addEventListener("change", function () { if (lastRecord) nextTokens(); });
+    $("g-run").addEventListener("click", generate);
+    $("fm-run").addEventListener("click", fillMask);
+    $("e-run").addEventListener("click", embeddings);
+    $("save-html").addEventListener("click", saveHTML);
+    $("model").addEventListener("change", function () {
+      showModel($("model").value);
+      if (lastRecord) run(); // same text, the newly chosen model
+    });
+    api("models").then(function (r) {
+      var sel = $("model");
+      r.models.forEach(function (m) {
+        models[m.name] = m;
+        var o = document.createElement("option");
+        o.value = m.name;
+        o.textContent = m.name;
+        if (m.name === r.default) o.selected = true;
+        sel.appendChild(o);
+      });
+      showModel(r.default);
+      document.body.setAttribute("data-ready", "1");
+    }, function (e) { status("cannot reach the server: " + e.message, true); });
+  }
+
+  window.attnExplorer = { buildStandalone: buildStandalone };
+  init();
+})();

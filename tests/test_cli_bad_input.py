@@ -1,0 +1,512 @@
+"""The CLI bad-input table (issue 15): every numeric, path and choice option of a command, given
+a bad value, makes ``attnlm`` exit with code 2 and print exactly one line on stderr, with no
+traceback.
+
+Add a command by adding rows to ``CASES``: ``(command argv with {placeholders}, stdin bytes
+or None)``. Placeholders name the fixtures built by :func:`files` (a good corpus, a corrupt
+file, a folder, a trained tokenizer and n-gram model, ...).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlm.cli import main
+
+CORPUS = "the cat sat on the mat\nthe dog sat on the log\n" * 30
+
+# ---------------------------------------------------------------- the table
+# (id, argv, stdin)
+CASES: list[tuple[str, str, bytes | None]] = [
+    # -- data info
+    ("data info --text missing", "data info --text {missing}", None),
+    ("data info --text non-utf8", "data info --text {binary}", None),
+    ("data info --text empty", "data info --text {empty}", None),
+    ("data info --text folder without .txt", "data info --text {emptydir}", None),
+    ("data bogus action", "data bogus", None),
+    # -- tokenize train
+    ("tokenize train --kind bogus", "tokenize train --kind bogus --out {out}", None),
+    ("tokenize train no --kind", "tokenize train --out {out} --text {text}", None),
+    ("tokenize train no --out", "tokenize train --kind char --text {text}", None),
+    ("--vocab-size -1", "tokenize train --kind bpe --vocab-size -1 --out {out}", None),
+    ("--vocab-size 0", "tokenize train --kind bpe --vocab-size 0 --out {out}", None),
+    ("--vocab-size x", "tokenize train --kind bpe --vocab-size x --out {out}", None),
+    ("--vocab-size 1.5", "tokenize train --kind word --vocab-size 1.5 --out {out}", None),
+    (
+        "--vocab-size 100 bpe",
+        "tokenize train --kind bpe --vocab-size 100 --text {text} --out {out}",
+        None,
+    ),
+    ("--vocab-size missing for bpe", "tokenize train --kind bpe --text {text} --out {out}", None),
+    ("--min-freq 0", "tokenize train --kind word --min-freq 0 --text {text} --out {out}", None),
+    ("--min-freq -3", "tokenize train --kind word --min-freq -3 --text {text} --out {out}", None),
+    ("--min-freq x", "tokenize train --kind word --min-freq x --text {text} --out {out}", None),
+    (
+        "--min-freq too high",
+        "tokenize train --kind word --min-freq 10000 --text {text} --out {out}",
+        None,
+    ),
+    (
+        "--pattern capture group",
+        "tokenize train --kind bpe --vocab-size 260 --pattern ([a-z]+) --text {text} --out {out}",
+        None,
+    ),
+    (
+        "--pattern empty match",
+        "tokenize train --kind bpe --vocab-size 260 --pattern \\w* --text {text} --out {out}",
+        None,
+    ),
+    (
+        "--pattern invalid regex",
+        "tokenize train --kind bpe --vocab-size 260 --pattern [a- --text {text} --out {out}",
+        None,
+    ),
+    (
+        "--pattern unknown name",
+        "tokenize train --kind bpe --vocab-size 260 --pattern gpt9 --text {text} --out {out}",
+        None,
+    ),
+    (
+        "tokenize train --text missing",
+        "tokenize train --kind char --text {missing} --out {out}",
+        None,
+    ),
+    (
+        "tokenize train --text non-utf8",
+        "tokenize train --kind char --text {binary} --out {out}",
+        None,
+    ),
+    ("--out is a folder", "tokenize train --kind char --text {text} --out {dir}", None),
+    ("--out under a file", "tokenize train --kind char --text {text} --out {text}/x.json", None),
+    (
+        "--tiktoken-out is a folder",
+        "tokenize train --kind bpe --vocab-size 260 --text {text} --out {out} --tiktoken-out {dir}",
+        None,
+    ),
+    (
+        "--tiktoken-out for char",
+        "tokenize train --kind char --text {text} --out {out} --tiktoken-out {out}.tk",
+        None,
+    ),
+    (
+        "--special for char",
+        "tokenize train --kind char --text {text} --out {out} --special <s>",
+        None,
+    ),
+    # -- tokenize encode / decode / show / info
+    ("encode --tokenizer missing", "tokenize encode --tokenizer {missing} abc", None),
+    ("encode --tokenizer folder", "tokenize encode --tokenizer {dir} abc", None),
+    ("encode --tokenizer corrupt", "tokenize encode --tokenizer {corrupt} abc", None),
+    ("encode --tokenizer non-utf8", "tokenize encode --tokenizer {binary} abc", None),
+    ("encode --engine bogus", "tokenize encode --tokenizer {tok} --engine bogus abc", None),
+    ("encode .tiktoken without --pattern", "tokenize encode --tokenizer {tiktoken} abc", None),
+    (
+        "encode .tiktoken bad --pattern",
+        "tokenize encode --tokenizer {tiktoken} --pattern (x) abc",
+        None,
+    ),
+    ("encode unknown character", "tokenize encode --tokenizer {tok} xyz!", None),
+    ("encode stdin non-utf8", "tokenize encode --tokenizer {tok}", b"the caf\xe9\n"),
+    ("decode not an id", "tokenize decode --tokenizer {tok} 1 x", None),
+    ("decode id out of range", "tokenize decode --tokenizer {tok} 99999", None),
+    ("decode negative id", "tokenize decode --tokenizer {tok} -- -1", None),
+    ("decode stdin non-utf8", "tokenize decode --tokenizer {tok}", b"1 2 \xff\n"),
+    ("show --max-chars -1", "tokenize show --tokenizer {tok} --max-chars -1 abc", None),
+    ("show --max-chars x", "tokenize show --tokenizer {tok} --max-chars x abc", None),
+    ("show --color bogus", "tokenize show --tokenizer {tok} --color bogus abc", None),
+    ("show --text missing", "tokenize show --tokenizer {tok} --text {missing}", None),
+    ("info --tokenizer missing", "tokenize info --tokenizer {missing}", None),
+    ("info --tokenizer absurd ids", "tokenize info --tokenizer {absurd}", None),
+    ("tokenize no action", "tokenize", None),
+    # -- ngram train
+    ("--order 0", "ngram train --order 0 --text {text} --arpa {out}", None),
+    ("--order -1", "ngram train --order -1 --text {text} --arpa {out}", None),
+    ("--order x", "ngram train --order x --text {text} --arpa {out}", None),
+    ("ngram train no output", "ngram train --order 2 --text {text}", None),
+    (
+        "--smoothing bogus",
+        "ngram train --order 2 --smoothing bogus --text {text} --arpa {out}",
+        None,
+    ),
+    ("--k 0", "ngram train --order 2 --smoothing addk --k 0 --text {text} --out {out}", None),
+    ("--k nan", "ngram train --order 2 --smoothing addk --k nan --text {text} --out {out}", None),
+    ("--k -1", "ngram train --order 2 --smoothing addk --k -1 --text {text} --out {out}", None),
+    (
+        "--alpha 0",
+        "ngram train --order 2 --smoothing stupid --alpha 0 --text {text} --out {out}",
+        None,
+    ),
+    (
+        "--alpha 1.5",
+        "ngram train --order 2 --smoothing stupid --alpha 1.5 --text {text} --out {out}",
+        None,
+    ),
+    (
+        "--alpha inf",
+        "ngram train --order 2 --smoothing stupid --alpha inf --text {text} --out {out}",
+        None,
+    ),
+    ("--pad bogus", "ngram train --order 2 --pad bogus --text {text} --arpa {out}", None),
+    ("ngram train --text missing", "ngram train --order 2 --text {missing} --arpa {out}", None),
+    ("ngram train --text non-utf8", "ngram train --order 2 --text {binary} --arpa {out}", None),
+    ("ngram train --arpa folder", "ngram train --order 2 --text {text} --arpa {dir}", None),
+    ("ngram train --out folder", "ngram train --order 2 --text {text} --out {dir}", None),
+    ("addk with --arpa", "ngram train --order 2 --smoothing addk --text {text} --arpa {out}", None),
+    # -- ngram score
+    ("score --model missing", "ngram score --model {missing} --text {text}", None),
+    ("score --arpa missing", "ngram score --arpa {missing} --text {text}", None),
+    ("score --arpa corrupt", "ngram score --arpa {corrupt_arpa} --text {text}", None),
+    ("score --arpa NaN value", "ngram score --arpa {nan_arpa} --text {text}", None),
+    ("score --model incomplete npz", "ngram score --model {bad_npz} --text {text}", None),
+    ("score --model and --arpa", "ngram score --model {model} --arpa {model} --text {text}", None),
+    ("score --pad bogus", "ngram score --model {model} --pad bogus --text {text}", None),
+    ("score --text missing", "ngram score --model {model} --text {missing}", None),
+    # -- ngram sample
+    ("sample -n -1", "ngram sample --model {model} -n -1", None),
+    ("sample -n x", "ngram sample --model {model} -n x", None),
+    ("sample --seed -1", "ngram sample --model {model} --seed -1", None),
+    ("sample --seed 2**63", "ngram sample --model {model} --seed 9223372036854775808", None),
+    ("sample --seed x", "ngram sample --model {model} --seed x", None),
+    ("sample --temperature nan", "ngram sample --model {model} --temperature nan", None),
+    ("sample --temperature inf", "ngram sample --model {model} --temperature inf", None),
+    ("sample --temperature 0", "ngram sample --model {model} --temperature 0", None),
+    ("sample --temperature -1", "ngram sample --model {model} --temperature -1", None),
+    ("sample --max-len 0", "ngram sample --model {model} --max-len 0", None),
+    ("sample --model missing", "ngram sample --model {missing}", None),
+    # -- demo (every case fails before training starts)
+    ("demo --threads -1", "demo --threads -1 --text {text} --out {outdir}", None),
+    ("demo --threads 0", "demo --threads 0 --text {text} --out {outdir}", None),
+    ("demo --threads x", "demo --threads x --text {text} --out {outdir}", None),
+    ("demo --text missing", "demo --text {missing} --out {outdir}", None),
+    ("demo --text non-utf8", "demo --text {binary} --out {outdir}", None),
+    ("demo --preset unknown", "demo --preset nosuch --text {text} --out {outdir}", None),
+    ("demo --preset non-utf8", "demo --preset {binary_toml} --text {text} --out {outdir}", None),
+    (
+        "demo --time-budget bogus",
+        "demo --preset tiny-test --time-budget soon --text {text} --out {outdir}",
+        None,
+    ),
+    (
+        "demo --out holds another run",
+        "demo --preset tiny-test --text {text} --out {otherrun}",
+        None,
+    ),
+    # -- top level
+    # -- train, eval, generate, params, models, attention
+    ("train --threads -1", "train --preset tiny-test --threads -1 --out {trainout}", None),
+    ("train --threads 0", "train --preset tiny-test --threads 0 --out {trainout}", None),
+    ("train --max-iters 0", "train --preset tiny-test --max-iters 0 --out {trainout}", None),
+    ("train --max-iters x", "train --preset tiny-test --max-iters x --out {trainout}", None),
+    ("train --batch-size 0", "train --preset tiny-test --batch-size 0 --out {trainout}", None),
+    ("train --grad-accum 0", "train --preset tiny-test --grad-accum 0 --out {trainout}", None),
+    ("train --lr nan", "train --preset tiny-test --lr nan --out {trainout}", None),
+    ("train --lr -1", "train --preset tiny-test --lr -1 --out {trainout}", None),
+    (
+        "train --eval-interval 0",
+        "train --preset tiny-test --eval-interval 0 --out {trainout}",
+        None,
+    ),
+    ("train --eval-iters -1", "train --preset tiny-test --eval-iters -1 --out {trainout}", None),
+    ("train --early-stop -1", "train --preset tiny-test --early-stop -1 --out {trainout}", None),
+    ("train --seed -1", "train --preset tiny-test --seed -1 --out {trainout}", None),
+    (
+        "train --seed 2**63",
+        "train --preset tiny-test --seed 9223372036854775808 --out {trainout}",
+        None,
+    ),
+    ("train --device bogus", "train --preset tiny-test --device bogus --out {trainout}", None),
+    ("train --device cuda:99", "train --preset tiny-test --device cuda:99 --out {trainout}", None),
+    ("train --dtype float16", "train --preset tiny-test --dtype float16 --out {trainout}", None),
+    (
+        "train --time-budget soon",
+        "train --preset tiny-test --time-budget soon --out {trainout}",
+        None,
+    ),
+    ("train --time-budget 0s", "train --preset tiny-test --time-budget 0s --out {trainout}", None),
+    ("train --text missing", "train --preset tiny-test --text {missing} --out {trainout}", None),
+    ("train --text non-utf8", "train --preset tiny-test --text {binary} --out {trainout}", None),
+    ("train --out a file", "train --preset tiny-test --text {text} --out {text}", None),
+    ("train --out under a file", "train --preset tiny-test --out {text}/run", None),
+    ("train --resume missing", "train --resume {missing}", None),
+    ("train --resume no checkpoint", "train --resume {dir}", None),
+    ("train --resume crafted state.pt", "train --resume {crafted_run} --threads 1", None),
+    ("train --resume garbage state.pt", "train --resume {garbage_run} --threads 1", None),
+    ("train --preset missing", "train --preset no-such-preset --out {trainout}", None),
+    ("train --preset non-utf8", "train --preset {binary_toml} --out {trainout}", None),
+    (
+        "train --preset [model] type 3",
+        "train --preset {bad_type_toml} --text {text} --out {trainout}",
+        None,
+    ),
+    (
+        "train --preset unknown family",
+        "train --preset {unknown_family_toml} --text {text} --out {trainout}",
+        None,
+    ),
+    (
+        "train --set unknown key",
+        "train --preset tiny-test --set train.lrate=1 --out {trainout}",
+        None,
+    ),
+    (
+        "train --set bad model value",
+        "train --preset tiny-test --set model.n_head=0 --text {text} --out {trainout}",
+        None,
+    ),
+    (
+        "train --tokenizer bogus",
+        "train --preset tiny-test --tokenizer bogus --text {text} --out {trainout}",
+        None,
+    ),
+    ("eval --device bogus", "eval --checkpoint {ckpt} --device bogus", None),
+    ("eval --threads 0", "eval --checkpoint {ckpt} --threads 0", None),
+    ("eval --threads -1", "eval --checkpoint {ckpt} --threads -1", None),
+    ("eval --max-tokens 0", "eval --checkpoint {ckpt} --max-tokens 0", None),
+    ("eval --max-tokens -5", "eval --checkpoint {ckpt} --max-tokens -5", None),
+    ("eval --max-tokens 1", "eval --checkpoint {ckpt} --max-tokens 1", None),
+    ("eval --max-tokens x", "eval --checkpoint {ckpt} --max-tokens x", None),
+    ("eval --batch-size 0", "eval --checkpoint {ckpt} --batch-size 0", None),
+    ("eval --split bogus", "eval --checkpoint {ckpt} --split bogus", None),
+    ("eval --checkpoint missing", "eval --checkpoint {missing}", None),
+    ("eval --checkpoint not a checkpoint", "eval --checkpoint {dir}", None),
+    ("eval --text missing", "eval --checkpoint {ckpt} --text {missing}", None),
+    ("eval --text unencodable", "eval --checkpoint {ckpt} --text {greek}", None),
+    ("eval absurd tokenizer ids", "eval --checkpoint {absurd_ckpt} --text {text}", None),
+    ("eval tokenizer bigger than model", "eval --checkpoint {mismatch_ckpt} --text {text}", None),
+    ("generate --device bogus", "generate --checkpoint {ckpt} --device bogus", None),
+    ("generate --device cuda:99", "generate --checkpoint {ckpt} --device cuda:99", None),
+    ("generate --threads 0", "generate --checkpoint {ckpt} --threads 0", None),
+    ("generate --threads -1", "generate --checkpoint {ckpt} --threads -1", None),
+    (
+        "generate --max-new-tokens 10**12",
+        "generate --checkpoint {ckpt} --max-new-tokens 1000000000000",
+        None,
+    ),
+    ("generate --max-new-tokens -1", "generate --checkpoint {ckpt} --max-new-tokens -1", None),
+    ("generate --temperature nan", "generate --checkpoint {ckpt} --temperature nan", None),
+    ("generate --temperature -1", "generate --checkpoint {ckpt} --temperature -1", None),
+    ("generate --top-k 0", "generate --checkpoint {ckpt} --top-k 0", None),
+    ("generate --top-p 0", "generate --checkpoint {ckpt} --top-p 0", None),
+    ("generate --top-p 1.5", "generate --checkpoint {ckpt} --top-p 1.5", None),
+    ("generate --top-p nan", "generate --checkpoint {ckpt} --top-p nan", None),
+    ("generate --seed -1", "generate --checkpoint {ckpt} --seed -1", None),
+    ("generate --num-samples 0", "generate --checkpoint {ckpt} --num-samples 0", None),
+    ("generate --checkpoint missing", "generate --checkpoint {missing}", None),
+    ("generate absurd tokenizer ids", "generate --checkpoint {absurd_ckpt}", None),
+    ("generate tokenizer bigger than model", "generate --checkpoint {mismatch_ckpt}", None),
+    ("generate unencodable prompt", "generate --checkpoint {ckpt} --prompt ΩΩ", None),
+    ("params --vocab-size 0", "params --preset tiny-test --vocab-size 0", None),
+    ("params --vocab-size x", "params --preset tiny-test --vocab-size x", None),
+    ("params --preset missing", "params --preset no-such-preset", None),
+    ("params --preset non-utf8", "params --preset {binary_toml}", None),
+    ("params --preset [model] type 3", "params --preset {bad_type_toml}", None),
+    ("params --preset unknown family", "params --preset {unknown_family_toml}", None),
+    ("params no --preset", "params", None),
+    ("models unknown option", "models --bogus", None),
+    (
+        "attention --layer -1",
+        "attention --checkpoint {ckpt} --text the --out {png} --layer -1",
+        None,
+    ),
+    (
+        "attention --layer 99",
+        "attention --checkpoint {ckpt} --text the --out {png} --layer 99",
+        None,
+    ),
+    ("attention --head x", "attention --checkpoint {ckpt} --text the --out {png} --head x", None),
+    ("attention --head 99", "attention --checkpoint {ckpt} --text the --out {png} --head 99", None),
+    (
+        "attention --device bogus",
+        "attention --checkpoint {ckpt} --text the --out {png} --device bogus",
+        None,
+    ),
+    (
+        "attention --kind bogus",
+        "attention --checkpoint {ckpt} --text the --out {png} --kind bogus",
+        None,
+    ),
+    (
+        "attention --kind cross on a GPT",
+        "attention --checkpoint {ckpt} --text the --out {png} --kind cross",
+        None,
+    ),
+    (
+        "attention --checkpoint missing",
+        "attention --checkpoint {missing} --text the --out {png}",
+        None,
+    ),
+    ("attention --out a folder", "attention --checkpoint {ckpt} --text the --out {dir}", None),
+    (
+        "attention --out under a file",
+        "attention --checkpoint {ckpt} --text the --out {text}/a.png",
+        None,
+    ),
+    (
+        "attention --html under a file",
+        "attention --checkpoint {ckpt} --text the --html {text}/a.html",
+        None,
+    ),
+    ("attention no --out", "attention --checkpoint {ckpt} --text the", None),
+    ("attention unencodable text", "attention --checkpoint {ckpt} --text Ω --out {png}", None),
+    ("unknown command", "bogus", None),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    """The fixtures the placeholders name (built once per module)."""
+    from attnlm.ngram import train
+    from attnlm.tokenizers import BPETokenizer, CharTokenizer
+
+    d = tmp_path_factory.mktemp("bad_input")
+    text = d / "corpus.txt"
+    text.write_text(CORPUS, encoding="utf-8")
+    (d / "binary.txt").write_bytes(b"caf\xe9 au lait\n")
+    (d / "empty.txt").write_text("")
+    (d / "emptydir").mkdir()
+    (d / "folder").mkdir()
+    (d / "corrupt.json").write_text("{not json")
+    (d / "corrupt.arpa").write_text("\\data\\\nngram 1=x\n")
+    (d / "binary.toml").write_bytes(b'[train]\ntext = "caf\xe9"\n')
+    tok = d / "tok.json"
+    CharTokenizer.train(CORPUS).save(tok)
+    BPETokenizer.train(CORPUS, 260).save_tiktoken(d / "r.tiktoken")
+    import json
+
+    doc = json.loads(tok.read_text())
+    bpe = BPETokenizer.train(CORPUS, 260).to_dict()
+    bpe["special_tokens"] = {"<|endoftext|>": 10**12}
+    doc = {**{k: doc[k] for k in ("format", "version")}, "kind": "bpe", **bpe}
+    (d / "absurd.json").write_text(json.dumps(doc))
+    absurd_doc = doc
+    sents = [line.split() for line in CORPUS.splitlines()]
+    model = train(sents, 2)
+    model.save(d / "model.npz")
+    import numpy as np
+
+    with np.load(d / "model.npz") as z:
+        arrays = {k: z[k] for k in z.files if k != "logp2"}
+    np.savez(d / "bad.npz", **arrays)
+    from attnlm.ngram.arpa import write_arpa
+
+    write_arpa(model, d / "good.arpa")
+    arpa = (d / "good.arpa").read_text().splitlines()
+    first = next(i for i, s in enumerate(arpa) if s.startswith("\\2-grams:")) + 1
+    arpa[first] = "nan" + arpa[first][arpa[first].index("\t") :]
+    (d / "nan.arpa").write_text("\n".join(arpa) + "\n")
+    _checkpoints(d, text, absurd_doc)
+    (d / "greek.txt").write_text("\u03a9\u03a9\u03a9 \u03b1\u03b2\n" * 5, encoding="utf-8")
+    (d / "bad_type.toml").write_text("[model]\ntype = 3\n[train]\nmax_iters = 1\n")
+    (d / "unknown_family.toml").write_text('[model]\ntype = "bogus"\n[train]\nmax_iters = 1\n')
+    other = d / "otherrun"
+    (other / "checkpoint").mkdir(parents=True)
+    (other / "data.json").write_text("{}")
+    return {
+        "text": str(text),
+        "binary": str(d / "binary.txt"),
+        "empty": str(d / "empty.txt"),
+        "emptydir": str(d / "emptydir"),
+        "dir": str(d / "folder"),
+        "missing": str(d / "no-such-file"),
+        "corrupt": str(d / "corrupt.json"),
+        "corrupt_arpa": str(d / "corrupt.arpa"),
+        "tok": str(tok),
+        "tiktoken": str(d / "r.tiktoken"),
+        "absurd": str(d / "absurd.json"),
+        "model": str(d / "model.npz"),
+        "bad_npz": str(d / "bad.npz"),
+        "nan_arpa": str(d / "nan.arpa"),
+        "binary_toml": str(d / "binary.toml"),
+        "otherrun": str(other),
+        "out": str(d / "out" / "result.json"),
+        "outdir": str(d / "demo-out"),
+        "trainout": str(d / "demo-out"),  # no row may create it either
+        "ckpt": str(d / "run"),
+        "crafted_run": str(d / "crafted"),
+        "garbage_run": str(d / "garbage"),
+        "absurd_ckpt": str(d / "absurd_ckpt"),
+        "mismatch_ckpt": str(d / "mismatch_ckpt"),
+        "greek": str(d / "greek.txt"),
+        "bad_type_toml": str(d / "bad_type.toml"),
+        "unknown_family_toml": str(d / "unknown_family.toml"),
+        "png": str(d / "attn" / "a.png"),
+    }
+
+
+def _checkpoints(d: Path, text: Path, absurd_doc: dict) -> None:
+    """A tiny GPT checkpoint (``run``) and broken copies of it: a crafted pickle and garbage
+    as ``state.pt``, a tokenizer declaring absurd ids, a tokenizer bigger than the model."""
+    import dataclasses
+    import json
+    import shutil
+    from fractions import Fraction
+
+    import torch
+
+    from attnlm.checkpoint import save_checkpoint
+    from attnlm.models import registry
+    from attnlm.tokenizers import CharTokenizer
+    from attnlm.train.config import TrainConfig
+
+    tok = CharTokenizer.train(CORPUS)
+    table = {"type": "gpt", "vocab_size": tok.vocab_size, "block_size": 16, "n_layer": 1}
+    table.update(n_head=1, n_embd=8)
+    torch.manual_seed(0)
+    model, cfg, family = registry.build(table)
+    train = dataclasses.asdict(TrainConfig(text=str(text), max_iters=1, threads=1))
+    config = {"step": 1, "preset": "tiny-test", "model": registry.config_table(family, cfg)}
+    config["train"] = train
+    state = {"step": torch.tensor(1)}
+    save_checkpoint(d / "run" / "checkpoint", model, config, tok, state)
+    for name in ("crafted", "garbage", "absurd_ckpt", "mismatch_ckpt"):
+        shutil.copytree(d / "run", d / name)
+    torch.save({"step": Fraction(1, 3)}, d / "crafted" / "checkpoint" / "state.pt")
+    (d / "garbage" / "checkpoint" / "state.pt").write_bytes(b"PK\x03\x04 not a zip\n" * 50)
+    (d / "absurd_ckpt" / "checkpoint" / "tokenizer.json").write_text(json.dumps(absurd_doc))
+    big = CharTokenizer.train(CORPUS + "QXZJKV0123456789")
+    big.save(d / "mismatch_ckpt" / "checkpoint" / "tokenizer.json")
+
+
+def _argv(template: str, files: dict[str, str]) -> list[str]:
+    return [a.format(**files) for a in template.split()]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_line(case, files, capsys, monkeypatch):
+    _, template, stdin = case
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    try:
+        rc = main(_argv(template, files))
+        created = Path(files["outdir"]).exists()
+    finally:  # a row that wrongly creates the folder must not fail the rows after it
+        shutil.rmtree(files["outdir"], ignore_errors=True)
+    out = capsys.readouterr()
+    assert rc == 2, f"exit {rc}; stdout {out.out[:200]!r}; stderr {out.err[:300]!r}"
+    assert "Traceback" not in out.err
+    lines = out.err.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {out.err[:500]!r}"
+    assert lines[0].startswith("attnlm: error: "), lines[0]
+    assert not created, "a failed command must not create its output folder"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["ngram", "sample", "--seed", "-1", "--model", "x"], ["tokenize", "encode", "--tokenizer"]],
+)
+def test_real_process_exit_code(argv):
+    """The same through the console entry point: exit status 2, one stderr line."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    r = subprocess.run(
+        [sys.executable, "-m", "attnlm", *argv],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr

@@ -1,0 +1,260 @@
+"""The explorer page in a real browser: Debian's headless Chromium driven by selenium.
+
+Loads the page from a server on a free loopback port, types a text, checks the head view's
+lines against the API's attention weights (for one head, then while a token is hovered), the
+model view and its filters, that every request stayed on 127.0.0.1, and the cross-attention
+path of a standalone file made from a hand-written translation record. Saves screenshots in
+the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+    pytest.skip(
+        f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER}); "
+        "apt-get install -y --no-install-recommends chromium chromium-driver",
+        allow_module_level=True,
+    )
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason="needs selenium (pip install selenium)"
+)
+
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+from attnlm.web.html import write_standalone  # noqa: E402
+from attnlm.web.server import make_server, serve_in_thread  # noqa: E402
+from attnlm.web.service import load_service  # noqa: E402
+from web_helpers import request, tiny_checkpoint  # noqa: E402
+
+LINE_MIN = 0.01  # AttnViews.LINE_MIN: weights below it draw no line
+TEXT = "the central bank raised interest rates , then she sat on the river bank"
+N = len(TEXT.split())  # word-level model: one token per word
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    run = tiny_checkpoint(tmp_path_factory.mktemp("run"), words=True)
+    srv = make_server([load_service(run, name="tiny")], "127.0.0.1", 0)
+    serve_in_thread(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,1000",
+        f"--user-data-dir={profile}",
+    ):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    d = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
+    d.set_page_load_timeout(20)
+    yield d
+    d.quit()
+
+
+def _lines(driver) -> list[tuple[int, int, int]]:
+    """(head, query, key) of every line the head view draws (one round trip)."""
+    got = driver.execute_script(
+        "return Array.from(document.querySelectorAll('svg.head-view line.attn'))"
+        ".map(e => ['data-head', 'data-q', 'data-k'].map(a => +e.getAttribute(a)))"
+    )
+    return [tuple(x) for x in got]
+
+
+def _wait(driver, fn, timeout=10):
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: fn(d))
+
+
+def _requested_urls(driver) -> list[str]:
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            urls.append(msg["params"]["request"]["url"])
+    return urls
+
+
+def _png_size(driver) -> int:
+    """Bytes of the PNG that "Save PNG" would download for the current view."""
+    size, magic = driver.execute_async_script(
+        "const done = arguments[0];"
+        "window.attnView.toPNG().then(b => b.arrayBuffer()).then(a => {"
+        "  const u = new Uint8Array(a); done([u.length, Array.from(u.slice(1, 4))]); });"
+    )
+    assert bytes(magic) == b"PNG"
+    return size
+
+
+def _hover(driver, selector):
+    ActionChains(driver).move_to_element(driver.find_element(By.CSS_SELECTOR, selector)).perform()
+
+
+@pytest.mark.slow  # about 7 s: a browser session through the whole page
+def test_page_head_view_model_view_and_no_outside_requests(server, driver, tmp_path):
+    origin = server.url.rstrip("/")
+    driver.get_log("performance")  # drop the browser's own start-up entries (its new-tab page)
+    driver.get(server.url)
+    _wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    box = driver.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys(TEXT)
+    driver.find_element(By.ID, "run").click()
+    _wait(driver, lambda d: _lines(d))
+    tokens = driver.find_elements(By.CSS_SELECTOR, "#tokens span")
+    assert [t.text for t in tokens][:3] == ["the0", "central1", "bank2"]  # token, index
+    assert len(tokens) == N
+
+    # the weights the page drew, from the API itself
+    status, rec = request(server.url + "api/attention", {"text": TEXT})
+    assert status == 200
+    layer, head, query = 1, 2, 10
+    m = rec["attention"][layer][head]
+
+    Select(driver.find_element(By.CSS_SELECTOR, "select.layer-select")).select_by_value(str(layer))
+    driver.find_element(By.CSS_SELECTOR, "button.heads-none").click()
+    assert _lines(driver) == []
+    driver.find_element(By.CSS_SELECTOR, f"button.head-swatch[data-head='{head}']").click()
+    lines = _lines(driver)
+    expected = [(q, k) for q in range(N) for k in range(N) if m[q][k] >= LINE_MIN]
+    drawn = sorted((q, k) for _, q, k in lines)
+    assert drawn == expected
+    assert {h for h, _, _ in lines} == {head}
+    assert all(k <= q for q, k in drawn)  # causal: nobody attends to a later token
+
+    # hovering a query token isolates its lines
+    _hover(driver, f"svg.head-view text.tok-q[data-index='{query}']")
+    hovered = _lines(driver)
+    row = [k for k in range(N) if m[query][k] >= LINE_MIN]
+    assert sorted(k for _, _, k in hovered) == row
+    assert {q for _, q, _ in hovered} == {query}
+    assert len(hovered) != len(lines)
+    # ... and with every head shown, its lines in every head's colour (the docs screenshot)
+    _hover(driver, "h1")
+    driver.find_element(By.CSS_SELECTOR, "button.heads-all").click()
+    _hover(driver, f"svg.head-view text.tok-q[data-index='{query}']")
+    n_all = sum(
+        1
+        for h in range(len(rec["attention"][layer]))
+        for w in rec["attention"][layer][h][query]
+        if w >= LINE_MIN
+    )
+    assert len(_lines(driver)) == n_all
+    driver.save_screenshot(str(tmp_path / "explorer-head-view.png"))
+    assert _png_size(driver) > 1000  # "Save PNG" of the head view
+
+    # "Save HTML": the page's standalone document of the current view draws the same lines
+    doc = driver.execute_async_script(
+        "const done = arguments[0]; window.attnExplorer.buildStandalone().then(done);"
+    )
+    (tmp_path / "from-page.html").write_text(doc, encoding="utf-8")
+    page_lines = sorted(_lines(driver))
+    _hover(driver, "h1")
+    shown = sorted(_lines(driver))
+    driver.get((tmp_path / "from-page.html").as_uri())
+    _wait(driver, lambda d: _lines(d))
+    assert sorted(_lines(driver)) == shown and len(shown) > len(page_lines)
+    driver.back()
+    _wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    driver.find_element(By.ID, "run").click()
+    _wait(driver, lambda d: _lines(d))
+
+    # model view: every layer x head, the layer filter, click to enlarge
+    driver.find_element(By.CSS_SELECTOR, "button.tab[data-view='model']").click()
+    n_layer, n_head = len(rec["attention"]), len(rec["attention"][0])
+    assert len(driver.find_elements(By.CSS_SELECTOR, "figure.cell")) == n_layer * n_head
+    flt = driver.find_element(By.CSS_SELECTOR, "input.filter-layers")
+    flt.send_keys("1\n")
+    cells = driver.find_elements(By.CSS_SELECTOR, "figure.cell")
+    assert [c.get_attribute("data-layer") for c in cells] == ["1"] * n_head
+    cells[0].find_element(By.TAG_NAME, "canvas").click()
+    big = driver.find_element(By.CSS_SELECTOR, "canvas.big")
+    ActionChains(driver).move_to_element(big).perform()
+    assert driver.find_element(By.CSS_SELECTOR, ".tip").text.count("\u2192") == 1
+    driver.save_screenshot(str(tmp_path / "explorer-model-view.png"))
+
+    # next-token table for a language model: one row per position (plus the header)
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#next-table tr")) > 1)
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#next-table tr")) == N + 1
+
+    # a generated continuation (greedy) and the contextual-embedding panel
+    driver.find_element(By.ID, "g-temperature").clear()
+    driver.find_element(By.ID, "g-temperature").send_keys("0")
+    driver.find_element(By.ID, "g-run").click()
+    _wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#g-out b").text == TEXT)
+    driver.find_element(By.ID, "e-run").click()  # "bank" in the two default sentences
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#e-out table.cos-chart tr"))
+    rows = driver.find_elements(By.CSS_SELECTOR, "#e-out table.cos-chart tr")
+    assert len(rows) == n_layer + 1 and rows[0].text.startswith("embeddings")
+
+    # nothing left the machine: the browser's network log and the page's resource timing
+    urls = _requested_urls(driver)
+    assert any(u.startswith(origin + "/api/attention") for u in urls)
+    # chrome://, data:, blob: and file: URLs stay inside the machine; anything with a network
+    # scheme must be our server
+    network = [u for u in urls if u.split(":", 1)[0] in ("http", "https", "ws", "wss", "ftp")]
+    assert [u for u in network if not u.startswith(origin + "/")] == []
+    assert {u.split(":", 1)[0] for u in urls} <= {"http", "chrome", "data", "blob", "file"}
+    timing = driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+    )
+    assert timing and all(u.startswith(origin + "/") for u in timing)
+    if os.environ.get("ATTNLM_SCREENSHOT_DIR"):  # refresh the docs' screenshot by hand
+        shutil.copy(tmp_path / "explorer-head-view.png", os.environ["ATTNLM_SCREENSHOT_DIR"])
+
+
+def test_standalone_file_draws_cross_attention(driver, tmp_path):
+    # a hand-made translation record: 3 target tokens attending over 4 source tokens
+    src = ["le", " chat", " noir", "</s>"]
+    tgt = ["the", " black", " cat"]
+    self_attn = [[[[1.0, 0.0, 0.0], [0.3, 0.7, 0.0], [0.2, 0.3, 0.5]]]]  # [1][1][3][3]
+    cross = [[[[0.9, 0.05, 0.05, 0.0], [0.0, 0.1, 0.9, 0.0], [0.005, 0.985, 0.0, 0.01]]]]
+    path = write_standalone(
+        {"tokens": tgt, "attention": self_attn, "source_tokens": src, "cross_attention": cross},
+        tmp_path / "cross.html",
+        title="cross <test>",
+    )
+    driver.get(path.as_uri())
+    _wait(driver, lambda d: _lines(d))
+    assert driver.find_element(By.TAG_NAME, "h1").text == "cross <test>"
+    assert len(_lines(driver)) == 6  # self-attention weights >= 0.01
+    Select(driver.find_element(By.CSS_SELECTOR, "select.kind-select")).select_by_value("cross")
+    keys = driver.find_elements(By.CSS_SELECTOR, "svg.head-view text.tok-k")
+    assert [k.text for k in keys] == ["le", "\u2423chat", "\u2423noir", "</s>"]
+    pairs = sorted((q, k) for _, q, k in _lines(driver))
+    assert pairs == [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 3)]
+    _hover(driver, "svg.head-view text.tok-k[data-index='1']")  # a source token: its column
+    assert sorted(q for _, q, _ in _lines(driver)) == [0, 1, 2]
+    _hover(driver, "h1")
+    driver.find_element(By.CSS_SELECTOR, "button.tab[data-view='model']").click()
+    assert len(driver.find_elements(By.CSS_SELECTOR, "figure.cell canvas")) == 1
+    assert _png_size(driver) > 100  # "Save PNG" of the model view
+    driver.save_screenshot(str(tmp_path / "standalone-cross.png"))
+    assert Path(tmp_path / "standalone-cross.png").stat().st_size > 0
