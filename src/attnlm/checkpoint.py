@@ -5,7 +5,12 @@ Layout of ``RUN/checkpoint/``::
     model.safetensors   model weights (shared tensors such as tied embeddings stored once)
     config.json         {"format", "step", "preset", "model": {"type": ..., config fields},
                         "train": TrainConfig}; a model table without "type" is a GPT
-    tokenizer.json      the tokenizer (``attnlm.tokenizers.load`` restores it)
+    tokenizer.json      the tokenizer (``attnlm.tokenizers.load`` restores it); for a
+                        sequence-to-sequence model the target side's (or the shared one)
+    source_tokenizer.json, target_tokenizer.json, pair_tokenizers.json
+                        only for sentence-pair models (a ``PairTokenizers``: two tokenizers or
+                        one shared, the special token strings, start/end rules); the source
+                        and target files only when the sides have separate tokenizers
     state.pt            optimizer, step, RNG states, data position, timers; plain tensors and
                         containers only, read back with ``torch.load(weights_only=True)``
 
@@ -72,6 +77,20 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
+def _save_tokenizer(folder: Path, tokenizer: Any) -> list[str]:
+    """Write the tokenizer files; returns their names. A pair of tokenizers (an object with
+    ``source`` and ``target``, :class:`attnlm.data.pairs.PairTokenizers`) writes its own
+    folder layout plus ``tokenizer.json`` (the target side), so that every checkpoint has
+    one."""
+    if hasattr(tokenizer, "source") and hasattr(tokenizer, "target"):
+        tokenizer.save(folder)
+        if not (folder / "tokenizer.json").is_file():
+            tokenizer.target.save(folder / "tokenizer.json")
+        return sorted(p.name for p in folder.glob("*tokenizer*.json"))
+    tokenizer.save(folder / "tokenizer.json")
+    return ["tokenizer.json"]
+
+
 def save_checkpoint(
     ckpt_dir: str | os.PathLike[str],
     model: torch.nn.Module,
@@ -93,9 +112,9 @@ def save_checkpoint(
         tmp.mkdir()
         save_model(model, str(tmp / "model.safetensors"))
         _write_json(tmp / "config.json", {"format": FORMAT, **config})
-        tokenizer.save(tmp / "tokenizer.json")
+        written = _save_tokenizer(tmp, tokenizer)
         torch.save(state, tmp / "state.pt")
-        for name in FILES:
+        for name in sorted(set(FILES) | set(written)):
             _fsync(tmp / name)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -127,6 +146,10 @@ class Checkpoint:
     step: int
     config: dict[str, Any]
     family: Any = None
+    # sentence-pair models: the PairTokenizers (``tokenizer`` is then its target side) and
+    # the source side's tokenizer (the same object as ``tokenizer`` when shared)
+    pair_tokenizers: Any = None
+    source_tokenizer: Any = None
 
     def load_state(self) -> dict[str, Any]:
         """The training state (optimizer, RNG, data position), loaded with weights_only=True."""
@@ -196,8 +219,15 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
     config = read_config(ckpt)
     model, model_cfg, family = registry.build(config["model"])
     load_weights(model, ckpt)
+    pairs = None
     try:
-        tok = tokenizers.load(ckpt / "tokenizer.json")
+        if (ckpt / "pair_tokenizers.json").is_file():
+            from attnlm.data.pairs import PairTokenizers
+
+            pairs = PairTokenizers.load(ckpt)
+            tok = pairs.target
+        else:
+            tok = tokenizers.load(ckpt / "tokenizer.json")
     except AttnlmError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -213,4 +243,6 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
         step=int(config.get("step", 0)),
         config=config,
         family=family,
+        pair_tokenizers=pairs,
+        source_tokenizer=pairs.source if pairs is not None else tok,
     )

@@ -243,3 +243,85 @@ def evaluate_checkpoint(
         raise InputError(f"{what}: too short to evaluate (need at least 2 tokens)")
     result = evaluate_ids(ck.model, ids, n_chars, block, batch_size, dev, objective=objective)
     return result, what
+
+
+def held_out_pairs(ck: Any, pairs_path: str | None = None) -> tuple[list, str]:
+    """The test pairs of a sentence-pair checkpoint and a description: the run folder's
+    stored test split (``pairs/test.tsv`` beside the checkpoint) when ``pairs_path`` is None
+    and it exists; otherwise the test split of ``pairs_path`` (or of the pairs the run was
+    trained on) under the run's split settings."""
+    from attnlm.data.pairs import RUN_PAIRS_DIR, RUN_SPLIT_SEED, read_pairs, split_pairs
+    from attnlm.data.tasks import load_pairs
+
+    stored = ck.path.parent / RUN_PAIRS_DIR / "test.tsv"
+    if pairs_path is None and ck.path.name.startswith("checkpoint") and stored.is_file():
+        pairs = read_pairs(stored, header=False)[0] if stored.stat().st_size else []
+        what = f"test split of the run ({stored})"
+    else:
+        source = pairs_path if pairs_path is not None else ck.train_config.get("pairs")
+        every, _ = load_pairs(source)
+        split = split_pairs(
+            every,
+            valid=float(ck.train_config.get("val_fraction", DEFAULT_VAL_FRACTION)),
+            test=float(ck.train_config.get("test_fraction", 0.1)),
+            seed=RUN_SPLIT_SEED,
+        )
+        pairs = split.test
+        what = f"test split of {source or 'the built-in task'}"
+    if not pairs:
+        raise InputError(f"{what}: no test pairs (is train.test_fraction 0?)")
+    return pairs, what
+
+
+def evaluate_translation(
+    checkpoint: str,
+    pairs_path: str | None = None,
+    num_beams: int = 1,
+    batch_size: int = 64,
+    max_new_tokens: int | None = None,
+    device: str = "auto",
+    limit: int | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Translate the test split with a sentence-pair checkpoint and score it: corpus BLEU and
+    chrF (sacrebleu, :mod:`attnlm.scores`; several references per source when the split has
+    them) and the teacher-forced loss per target token. Returns ``(scores, description)``."""
+    from attnlm.checkpoint import load_checkpoint
+    from attnlm.data.pairs import PairTokenizers, group_references
+    from attnlm.device import resolve_device
+    from attnlm.generate.translate import translate
+    from attnlm.scores import translation_scores
+
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be >= 1, got {limit}")
+    dev = resolve_device(device)
+    ck = load_checkpoint(checkpoint, dev)
+    if "translate" not in ck.family.capabilities:
+        raise InputError(f"{ck.path}: a {ck.family.type} model does not translate")
+    tok = ck.pair_tokenizers or PairTokenizers.from_tokenizers(ck.tokenizer)
+    pairs, what = held_out_pairs(ck, pairs_path)
+    sources, references = group_references(pairs)
+    if limit is not None and limit < len(sources):
+        keep = set(sources[:limit])
+        sources, references = sources[:limit], references[:limit]
+        pairs = [p for p in pairs if p.source in keep]
+        what += f" (first {limit} sources)"
+    hyps = translate(
+        ck.model,
+        tok,
+        sources,
+        num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
+    scores = translation_scores(hyps, references)
+    objective = make_objective(ck.family.objective, tok, ck.model_config)
+    encoded = [(tok.encode_source(s), tok.tokens(t, "target")) for s, t in pairs]
+    loss = evaluate(
+        ck.model, objective.source(encoded, sum(len(t) + 1 for _, t in pairs)), batch_size, dev
+    )
+    scores.update(
+        loss=loss.loss, ppl=loss.ppl, beams=num_beams, pairs=len(pairs),
+        examples=[{"source": s, "hypothesis": h, "references": r}
+                  for s, h, r in list(zip(sources, hyps, references))[:3]],
+    )  # fmt: skip
+    return scores, what

@@ -311,6 +311,10 @@ def group_references(pairs: Sequence[Pair]) -> tuple[list[str], list[list[str]]]
 
 # --------------------------------------------------------------------------- split
 
+RUN_SPLIT_SEED = 0  # the split seed of training runs (``attnlm train``/``eval``): fixed, so
+RUN_PAIRS_DIR = "pairs"  # the test split never moves with the training seed; the run folder's
+# sub-folder holding a run's tokenizers and train/valid/test TSV files
+
 
 @dataclass(frozen=True)
 class PairSplits:

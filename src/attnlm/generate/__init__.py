@@ -20,6 +20,8 @@ _EXPORTS = {
     "beam_search": "attnlm.generate.beam",
     "encode_prompt": "attnlm.generate.text",
     "generate_text": "attnlm.generate.text",
+    "translate": "attnlm.generate.translate",
+    "translate_ids": "attnlm.generate.translate",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -107,6 +107,7 @@ def _greedy(model: torch.nn.Module, setup: DecodingSetup, max_new_tokens: int) -
         eos_id=setup.eos_id,
         state_batch=setup.state_batch,
         lookahead=0,
+        process=setup.process,
     )
     if setup.keep_prompt:
         return [list(p) + n for p, n in zip(setup.prompts, new)]
@@ -144,7 +145,10 @@ def _search(
     top_k_mask[:K] = True
     cur = P
     while True:
-        logp = torch.log_softmax(logits.float(), dim=-1).view(B, K, V)
+        logp = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
+        if setup.process is not None:  # as transformers: processors see log-probs
+            logp = setup.process(logp, cur, max_len)
+        logp = logp.view(B, K, V)
         total = (logp + running_scores[:, :, None]).view(B, K * V)
         cand_scores, cand_idx = torch.topk(total, 2 * K)  # (B, 2K), best first
         parent, token = cand_idx // V, cand_idx % V

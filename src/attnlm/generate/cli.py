@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnlm.data.cli import add_pairs_argument
 from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
 from attnlm.validate import (
     arg,
@@ -49,6 +50,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", type=arg(device))
     p.add_argument("--threads", type=arg(threads), default=None)
     p.set_defaults(func=_generate)
+
+    t = sub.add_parser(
+        "translate",
+        help="translate sentences with a translation checkpoint (greedy, sampling, beam)",
+        description="Translate the TEXT arguments, or one sentence per line of stdin (or the "
+        "sources of --pairs FILE); prints one translation per line.",
+    )
+    t.add_argument("text", nargs="*", help="sentences to translate (default: stdin lines)")
+    t.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    add_pairs_argument(t)
+    t.add_argument("--beam", type=int, default=1, metavar="K", help="beam size (1: no beam)")
+    t.add_argument("--length-penalty", type=float, default=1.0)
+    t.add_argument(
+        "--early-stopping", choices=["true", "false", "never"], default="false",
+        help="beam search stopping rule, as transformers' early_stopping",
+    )  # fmt: skip
+    t.add_argument("--max-new-tokens", type=int, default=None, help="default: 2 x source + 10")
+    t.add_argument("--temperature", type=float, default=0.0, help="0 means greedy (default)")
+    t.add_argument("--top-k", type=int, default=None)
+    t.add_argument("--top-p", type=float, default=None)
+    t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--batch-size", type=int, default=64)
+    t.add_argument("--device", default="auto")
+    t.add_argument("--threads", type=int, default=None)
+    t.set_defaults(func=_translate)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -108,4 +134,60 @@ def _generate(args: argparse.Namespace) -> int:
         )
         out.write("\n")
         out.flush()
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnlm.checkpoint import load_checkpoint
+    from attnlm.data.pairs import PairTokenizers
+    from attnlm.device import resolve_device
+    from attnlm.errors import InputError
+    from attnlm.generate.sampling import SamplingConfig
+    from attnlm.generate.translate import translate
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.beam < 1:
+        raise InputError(f"--beam must be >= 1, got {args.beam}")
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    sampling = SamplingConfig(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
+    )
+    if args.beam > 1 and not sampling.greedy:
+        raise InputError("--beam and --temperature > 0 exclude each other (beams do not sample)")
+    if args.text and args.pairs:
+        raise InputError("give sentences or --pairs FILE, not both")
+    if args.pairs:
+        from attnlm.data.pairs import read_pairs
+
+        texts = [p.source for p in read_pairs(args.pairs)[0]]
+    elif args.text:
+        texts = list(args.text)
+    else:
+        texts = [line.rstrip("\r\n") for line in sys.stdin]
+        texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise InputError("nothing to translate: give sentences, --pairs FILE or stdin lines")
+    ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
+    if "translate" not in ck.family.capabilities:
+        raise InputError(f"{ck.path}: a {ck.family.type} model does not translate")
+    tok = ck.pair_tokenizers or PairTokenizers.from_tokenizers(ck.tokenizer)
+    early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
+    out = translate(
+        ck.model,
+        tok,
+        texts,
+        num_beams=args.beam,
+        sampling=sampling,
+        max_new_tokens=args.max_new_tokens,
+        length_penalty=args.length_penalty,
+        early_stopping=early,
+        batch_size=args.batch_size,
+    )
+    sys.stdout.write("".join(line + "\n" for line in out))
     return 0

@@ -136,6 +136,7 @@ def decode(
     sampling: SamplingConfig | None = None,
     eos_id: int | None = None,
     state_batch: dict[str, Any] | None = None,
+    process: Callable[[torch.Tensor, int, int], torch.Tensor] | None = None,
 ) -> list[list[int]]:
     """Continue each prompt (a list of ids, lengths may differ) by up to ``max_new_tokens``.
 
@@ -144,6 +145,8 @@ def decode(
     (``temperature == 0`` is greedy). ``on_token(row, id)`` is called for every new token in
     order; returning True ends that row. ``eos_id`` ends a row after that token (which is
     returned). ``state_batch`` is what the decoder conditions on (``model.new_state``).
+    ``process(logits (B, V), length, max_length) -> logits`` edits each step's logits before
+    the pick (``DecodingSetup.process``: a family's logits processors).
     ``lookahead``: greedy decoding of a single prompt that fits the window checks up to this
     many draft tokens per forward pass (:mod:`attnlm.generate.lookahead`; same tokens, fewer
     passes); 0 turns it off.
@@ -161,6 +164,7 @@ def decode(
     if (
         state_batch is None
         and eos_id is None
+        and process is None
         and _can_look_ahead(model, prompts, n_new, greedy, use_cache, lookahead)
     ):
         return [_lookahead(model, prompts[0], n_new, lookahead, on_token)]
@@ -186,7 +190,10 @@ def decode(
         while pos < total and n_new > 0:
             if pos >= tokens.size(1):
                 tokens, known = _grow(tokens, pos + 1, total), _grow(known, pos + 1, total)
-            nxt = pick(ctx.logits(tokens[:, :pos], pos), specs, greedy, generator)  # (B,)
+            logits = ctx.logits(tokens[:, :pos], pos)  # (B, V)
+            if process is not None:
+                logits = process(logits, pos, total)
+            nxt = pick(logits, specs, greedy, generator)  # (B,)
             tokens[:, pos] = torch.where(known[:, pos], tokens[:, pos], nxt)
             if watch:
                 generating = (pos >= lens_t) & (pos < ends) & ~finished

@@ -78,7 +78,8 @@ def _attention(args: argparse.Namespace) -> int:
         except ImportError:
             raise InputError("--html needs attnlm.web, which this installation lacks") from None
     ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
-    record = inspect(ck.model, ck.tokenizer, args.text, target=args.target)
+    tokenizer = ck.pair_tokenizers or ck.tokenizer  # both sides for a translation model
+    record = inspect(ck.model, tokenizer, args.text, target=args.target)
     kind = args.kind
     if kind == "auto":
         kind = "cross" if record.cross_attentions is not None else "self"

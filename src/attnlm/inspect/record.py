@@ -8,7 +8,8 @@ commands and the web explorer all read this record, so a new family is inspectab
 its ``forward`` returns the weights.
 
 A family whose forward pass needs more than token ids (a translation model needs a source and
-a target) defines ``model.inspect(tokenizer, text, target=None) -> InspectionRecord``; the
+a target) defines ``model.inspect(tokenizer, text, target=None)`` returning an
+:class:`InspectionRecord` or a dict of its fields (a model file cannot import this module); the
 others are run as ``model(ids=..., return_attention=True, return_hidden=True)``.
 
 Shape legend (the batch dimension is removed: one text per record)
@@ -112,7 +113,9 @@ def inspect(
     are cut to the window."""
     hook = getattr(model, "inspect", None)
     if callable(hook):
-        return hook(tokenizer, text, target=target)
+        record = hook(tokenizer, text, target=target)
+        # model files sit below this module (layers) and may return the fields as a dict
+        return InspectionRecord(**record) if isinstance(record, dict) else record
     if target is not None:
         raise InputError("a target text only applies to translation models")
     ids = encode_text(tokenizer, text, "the text")

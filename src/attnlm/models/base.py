@@ -160,13 +160,19 @@ class DecodingSetup:
     encoder-decoder's start token); ``state_batch``: what ``model.new_state`` conditions on
     (padded source ids and mask), None for a language model; ``eos_id``: the token that ends
     a hypothesis; ``keep_prompt``: whether results include the prompt (the decoder start
-    token of an encoder-decoder, as ``transformers`` returns it).
+    token of an encoder-decoder, as ``transformers`` returns it); ``process``: an optional
+    ``process(scores (N, V), length, max_length) -> scores`` applied to each step's next-token
+    scores (log-probabilities in beam search, logits in greedy/sampled decoding), with
+    ``length`` the tokens so far (prompt or start token included) and ``max_length`` the
+    limit: the place for a family's logits processors (``transformers``' ``bad_words_ids``,
+    ``forced_eos_token_id``), applied as ``generate`` applies them.
     """
 
     prompts: list[list[int]]
     state_batch: dict[str, Tensor] | None = None
     eos_id: int | None = None
     keep_prompt: bool = False
+    process: Callable[[Tensor, int, int], Tensor] | None = None
 
     def select(self, rows: list[int]) -> DecodingSetup:
         """The setup of a subset of rows (their prompts and state-batch rows)."""
@@ -174,4 +180,5 @@ class DecodingSetup:
         if self.state_batch is not None:
             index = torch.tensor(rows, dtype=torch.long)
             batch = {k: v.index_select(0, index.to(v.device)) for k, v in self.state_batch.items()}
-        return DecodingSetup([self.prompts[r] for r in rows], batch, self.eos_id, self.keep_prompt)
+        prompts = [self.prompts[r] for r in rows]
+        return DecodingSetup(prompts, batch, self.eos_id, self.keep_prompt, self.process)

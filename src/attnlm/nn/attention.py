@@ -394,7 +394,10 @@ class MultiHeadAttention(nn.Module):
             is_causal = False  # the newest token may see everything held
         dropout_p = self.dropout if self.training else 0.0
 
-        if need_weights or not self.score.supports_sdpa:
+        # one query per row (incremental decoding): two small matmuls beat the fused kernel's
+        # setup on CPU (about 1.7x at 200 rows, 40 keys, head width 16)
+        single = T == 1 and not self.training and x.device.type == "cpu"
+        if need_weights or not self.score.supports_sdpa or single:
             if is_causal:
                 mask = combine_masks(mask, causal_mask(T, S, device=x.device, dtype=q.dtype))
             y, weights = attend(self.score(q, k), mask, v, dropout_p=dropout_p)

@@ -29,6 +29,7 @@ ACTIVATIONS = {
     "gelu": F.gelu,  # exact: x Φ(x) (Hendrycks & Gimpel, 2016)
     "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),  # GPT-2's "gelu_new"
     "relu": F.relu,  # the original Transformer
+    "silu": F.silu,  # x sigmoid(x), "swish" (Ramachandran et al., 2017; Marian's default)
 }
 NORMS = ("pre", "post")
 
@@ -88,17 +89,21 @@ class TransformerBlock(nn.Module):
         eps: float = 1e-5,
         score: str = "scaled_dot",
         cross_attention: bool = False,
+        attention_dropout: float | None = None,
     ) -> None:
         super().__init__()
+        # dropout on the attention weights; None: the same rate as the residual dropout.
+        # Nonzero rates make the fused attention kernel fall back to the explicit formula.
+        attn_p = dropout if attention_dropout is None else attention_dropout
         if norm not in NORMS:
             raise ConfigError(f"unknown norm placement {norm!r} (known: pre, post)")
         self.pre_norm = norm == "pre"
         self.ln_1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
-        self.attn = MultiHeadAttention(d_model, n_head, score=score, bias=bias, dropout=dropout)
+        self.attn = MultiHeadAttention(d_model, n_head, score=score, bias=bias, dropout=attn_p)
         if cross_attention:
             self.ln_cross = nn.LayerNorm(d_model, eps=eps, bias=bias)
             self.cross_attn = MultiHeadAttention(
-                d_model, n_head, cross=True, score=score, bias=bias, dropout=dropout
+                d_model, n_head, cross=True, score=score, bias=bias, dropout=attn_p
             )
         else:
             self.cross_attn = None

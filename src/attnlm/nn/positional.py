@@ -32,13 +32,22 @@ from attnlm.errors import InputError
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
 
-def sinusoidal_encoding(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
+def sinusoidal_encoding(
+    positions: Tensor, d_model: int, base: float = 10000.0, layout: str = "interleaved"
+) -> Tensor:
     """``PE(pos, 2i) = sin(pos / base^(2i/d))``, ``PE(pos, 2i+1) = cos(pos / base^(2i/d))``.
 
     ``positions`` is any integer tensor ``(...)``; returns ``(..., d_model)`` float32.
+    ``layout="split"`` puts all sines first and all cosines after them (the same features in
+    another order: Marian / fairseq / tensor2tensor); ``"interleaved"`` is the paper's order.
     """
     two_i = torch.arange(0, d_model, 2, dtype=torch.float32, device=positions.device)
     angles = positions.to(torch.float32)[..., None] / base ** (two_i / d_model)  # (..., d/2)
+    if layout == "split":
+        half = (d_model + 1) // 2  # sines take the extra feature of an odd width (as Marian)
+        return torch.cat(
+            [torch.sin(angles[..., :half]), torch.cos(angles[..., : d_model - half])], -1
+        )
     pe = torch.zeros(*positions.shape, d_model, device=positions.device)
     pe[..., 0::2] = torch.sin(angles)
     pe[..., 1::2] = torch.cos(angles[..., : d_model // 2])
@@ -51,12 +60,14 @@ class SinusoidalPositionalEncoding(nn.Module):
     No parameters and no length limit; ``forward(positions (...)) -> (..., C)``.
     """
 
-    def __init__(self, d_model: int, base: float = 10000.0) -> None:
+    def __init__(self, d_model: int, base: float = 10000.0, layout: str = "interleaved") -> None:
         super().__init__()
-        self.d_model, self.base = d_model, base
+        if layout not in ("interleaved", "split"):
+            raise ValueError(f"unknown sinusoid layout {layout!r} (known: interleaved, split)")
+        self.d_model, self.base, self.layout = d_model, base, layout
 
     def forward(self, positions: Tensor) -> Tensor:
-        return sinusoidal_encoding(positions, self.d_model, self.base)
+        return sinusoidal_encoding(positions, self.d_model, self.base, self.layout)
 
 
 class LearnedPositionalEmbedding(nn.Module):

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlm.data.cli import add_text_argument
+from attnlm.data.cli import add_pairs_argument, add_text_argument
 from attnlm.errors import InputError
 from attnlm.validate import (
     arg,
@@ -52,6 +52,7 @@ TRAIN_FLAGS = {
     "seed": "seed",
     "tokenizer": "tokenizer",
     "text": "text",
+    "pairs": "pairs",
     "progress": "progress",
 }
 
@@ -68,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset", default=None, help=f"preset name or TOML path (default {DEFAULT_PRESET})"
     )
     add_text_argument(p)
+    add_pairs_argument(p)
     p.add_argument("--tokenizer", default=None, help="char, bpe, or a saved tokenizer JSON file")
     p.add_argument(
         "--out",
@@ -133,7 +135,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_train)
 
-    e = sub.add_parser("eval", help="loss, perplexity and bits per character of a checkpoint")
+    e = sub.add_parser(
+        "eval",
+        help="loss, perplexity and bits per character of a checkpoint (BLEU and chrF for "
+        "translation models)",
+    )
     e.add_argument(
         "--checkpoint",
         required=True,
@@ -141,6 +147,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run or checkpoint folder",
     )
     add_text_argument(e)
+    add_pairs_argument(e)
+    e.add_argument("--beam", type=int, default=1, metavar="K", help="translation: beam size")
+    e.add_argument(
+        "--limit", type=int, default=None, metavar="N", help="translation: first N test sources"
+    )
     e.add_argument(
         "--split",
         choices=["all", "val"],
@@ -167,7 +178,7 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if dest == "text":
+        if dest in ("text", "pairs"):
             value = str(Path(value).expanduser().resolve())
         out.append((field, value))
     return out
@@ -237,6 +248,10 @@ def _eval(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if _trains_on_pairs(args.checkpoint):
+        return _eval_pairs(args)
+    if args.pairs is not None:
+        raise InputError("--pairs applies to translation checkpoints; this one is a text model")
     result, what = evaluate_checkpoint(
         args.checkpoint, args.text, args.split, args.batch_size, args.max_tokens, args.device
     )
@@ -252,4 +267,39 @@ def _eval(args: argparse.Namespace) -> int:
         if result.accuracy is not None:
             print(f"accuracy: {result.accuracy:.2%}")
         print(f"tokens: {result.tokens:,}  characters: {result.chars:,}")
+    return 0
+
+
+def _trains_on_pairs(checkpoint: str) -> bool:
+    """Whether the checkpoint's family trains on sentence pairs (its objective's data)."""
+    from attnlm.checkpoint import read_config, resolve_checkpoint
+    from attnlm.models import registry
+    from attnlm.objectives import OBJECTIVES
+
+    config = read_config(resolve_checkpoint(checkpoint))
+    family, _ = registry.split_type(config["model"])
+    return getattr(OBJECTIVES.get(family.objective), "data", "text") == "pairs"
+
+
+def _eval_pairs(args: argparse.Namespace) -> int:
+    from attnlm.evaluation import evaluate_translation
+
+    if args.text is not None or args.split is not None or args.max_tokens is not None:
+        raise InputError("a translation checkpoint is evaluated on --pairs, not --text/--split")
+    if args.beam < 1:
+        raise InputError(f"--beam must be >= 1, got {args.beam}")
+    scores, what = evaluate_translation(
+        args.checkpoint, args.pairs, args.beam, args.batch_size, None, args.device, args.limit
+    )
+    if args.json:
+        print(json.dumps({**scores, "data": what}))
+        return 0
+    print(f"evaluated: {what}")
+    print(f"BLEU: {scores['bleu']:.2f}  ({scores['bleu_signature']})")
+    print(f"chrF: {scores['chrf']:.2f}  ({scores['chrf_signature']})")
+    print(f"loss: {scores['loss']:.4f} nats/target token  perplexity: {scores['ppl']:.3f}")
+    print(f"sentences: {scores['sentences']:,} sources, {scores['pairs']:,} pairs, "
+          f"beam {scores['beams']}")  # fmt: skip
+    for ex in scores["examples"]:
+        print(f"  {ex['source']}  ->  {ex['hypothesis']}   (ref: {ex['references'][0]})")
     return 0

@@ -87,6 +87,11 @@ class TrainConfig:
     tokenizer: str = "char"  # char | bpe | path to a saved tokenizer JSON
     bpe_vocab_size: int = 512
     val_fraction: float = DEFAULT_VAL_FRACTION
+    # sentence pairs (families whose objective trains on pairs: seq2seq)
+    pairs: str | None = None  # TSV path source<TAB>target; None = the built-in task
+    shared_vocab: bool = True  # one tokenizer for both sides (else one per side)
+    test_fraction: float = 0.1  # pairs held out for BLEU/chrF (valid: val_fraction)
+    max_pair_tokens: int = 0  # drop pairs with a side longer than this many tokens; 0 = keep
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
@@ -101,6 +106,13 @@ class TrainConfig:
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0 <= self.test_fraction < 1 or self.val_fraction + self.test_fraction >= 1:
+            raise ConfigError(
+                f"train.test_fraction must be in [0, 1) with val_fraction + test_fraction < 1, "
+                f"got {self.test_fraction}"
+            )
+        if self.max_pair_tokens < 0:
+            raise ConfigError(f"train.max_pair_tokens must be >= 0, got {self.max_pair_tokens}")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"train.val_fraction must be in (0, 1), got {self.val_fraction}")
         if self.dtype not in DTYPES:

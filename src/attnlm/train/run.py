@@ -29,10 +29,10 @@ from attnlm.device import resolve_device
 from attnlm.errors import ConfigError, InputError
 from attnlm.models import registry
 from attnlm.models.base import count_params
-from attnlm.objectives import make_objective
+from attnlm.objectives import OBJECTIVES, make_objective
 from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
-from attnlm.train.data import prepare
+from attnlm.train.data import prepare, prepare_pairs
 from attnlm.train.optim import make_optimizer
 from attnlm.train.trainer import MetricsLog, Trainer, TrainJob, TrainResult, TrainState
 
@@ -43,6 +43,41 @@ LOSS_CURVE_FILE = "loss_curve.png"
 def _barrier(dist: D.DistInfo) -> None:
     if dist.enabled:
         torch.distributed.barrier()
+
+
+def objective_data(objective_name: str) -> str:
+    """What an objective trains on: ``"text"`` (token streams) or ``"pairs"`` (its
+    ``data`` attribute); this picks the data preparation of a run."""
+    return getattr(OBJECTIVES.get(objective_name), "data", "text")
+
+
+def _prepare(run_dir: Path, cfg: TrainConfig, kind: str, resume: bool = False) -> Any:
+    if kind == "pairs" and cfg.text is not None:
+        raise ConfigError("this model family trains on sentence pairs: give --pairs, not --text")
+    if kind != "pairs" and cfg.pairs is not None:
+        raise ConfigError("--pairs applies to translation models; this family trains on --text")
+    if kind == "pairs":
+        return prepare_pairs(run_dir, cfg)
+    return prepare(run_dir, cfg, resume=resume)
+
+
+def _model_fields(data: Any) -> dict[str, Any]:
+    """The ``[model]`` fields the prepared data decides (``vocab_size``, special ids)."""
+    fields = getattr(data, "model_fields", None)
+    return fields() if fields else {"vocab_size": data.tokenizer.vocab_size}
+
+
+def _sources(objective: Any, data: Any, kind: str) -> tuple[Any, Any]:
+    """Training and validation batch sources of the objective over the prepared data."""
+    if kind == "pairs":
+        return (
+            objective.source(data.encoded("train"), data.target_chars("train")),
+            objective.source(data.encoded("valid"), data.target_chars("valid")),
+        )
+    return (
+        objective.source(np.asarray(data.train.open()), data.train.chars_per_token),
+        objective.source(np.asarray(data.val.open()), data.val.chars_per_token),
+    )
 
 
 def checkpoint_config(spec: RunSpec, family: Any, model_cfg: Any) -> dict[str, Any]:
@@ -106,26 +141,22 @@ def train_run(
     try:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        kind = objective_data(objective_name)
         if dist.is_main:
-            data = prepare(run_dir, cfg, resume=resume)
+            data = _prepare(run_dir, cfg, kind, resume)
         _barrier(dist)
         if not dist.is_main:
-            data = prepare(run_dir, cfg, resume=resume)
+            data = _prepare(run_dir, cfg, kind, resume)
         if dist.is_main:
             log(data.stats_line())
         torch.manual_seed(cfg.seed)
-        table = registry.complete_table(spec.model, vocab_size=data.tokenizer.vocab_size)
+        table = registry.complete_table(spec.model, **_model_fields(data))
         model, model_cfg, family = registry.build(table)
         if dist.rank:
             torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
         model.to(device)
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
-        if getattr(objective, "data", "text") != "text":
-            raise ConfigError(
-                f"model.type {family.type!r} trains on sentence pairs; this run has text only"
-            )
-        train_src = objective.source(np.asarray(data.train.open()), data.train.chars_per_token)
-        val_src = objective.source(np.asarray(data.val.open()), data.val.chars_per_token)
+        train_src, val_src = _sources(objective, data, kind)
         trainer = Trainer(
             TrainJob(
                 model=model,

@@ -1,0 +1,90 @@
+"""Translation with any encoder-decoder family (one that defines ``prepare_decoding``): greedy,
+sampled (:class:`~attnlm.generate.sampling.SamplingConfig`) or beam search, in batches, from
+token ids or from text through a :class:`~attnlm.data.pairs.PairTokenizers`.
+
+The model's :class:`~attnlm.models.base.DecodingSetup` says where decoding starts (its start
+token), what it conditions on (the padded sources) and how each step's scores are processed
+(banned padding, a forced end token at the length limit); the decoders of
+:mod:`attnlm.generate.loop` and :mod:`attnlm.generate.beam` do the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from attnlm.errors import InputError
+from attnlm.generate.beam import EARLY_STOPPING, beam_search
+from attnlm.generate.loop import decode
+from attnlm.generate.sampling import SamplingConfig
+
+
+def default_max_new_tokens(sources: Sequence[Sequence[int]]) -> int:
+    """The length limit used when none is given: twice the longest source plus 10."""
+    return 2 * max(len(s) for s in sources) + 10
+
+
+def translate_ids(
+    model: torch.nn.Module,
+    sources: Sequence[Sequence[int]],
+    *,
+    num_beams: int = 1,
+    sampling: SamplingConfig | None = None,
+    max_new_tokens: int | None = None,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = False,
+    batch_size: int = 64,
+) -> list[list[int]]:
+    """Output ids of each source (start token first, end token last when produced).
+
+    ``num_beams > 1``: beam search (``sampling`` must then be None or greedy); otherwise
+    greedy (``sampling=None`` or temperature 0) or sampling. ``max_new_tokens`` defaults to
+    :func:`default_max_new_tokens` per batch.
+    """
+    if not hasattr(model, "prepare_decoding"):
+        raise InputError(f"{type(model).__name__} is not a translation model")
+    if not sources:
+        return []
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if early_stopping not in EARLY_STOPPING:
+        raise InputError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+    if num_beams > 1 and sampling is not None and not sampling.greedy:
+        raise InputError("beam search does not sample: leave out the temperature or the beams")
+    out: list[list[int]] = []
+    for i in range(0, len(sources), batch_size):
+        chunk = [list(s) for s in sources[i : i + batch_size]]
+        n = max_new_tokens or default_max_new_tokens(chunk)
+        if num_beams > 1:
+            out += beam_search(
+                model, chunk, num_beams, length_penalty, early_stopping, max_new_tokens=n
+            )
+            continue
+        setup = model.prepare_decoding(chunk)
+        cfg = (sampling or SamplingConfig(temperature=0)).with_(max_new_tokens=n)
+        new = decode(
+            model,
+            setup.prompts,
+            sampling=cfg,
+            eos_id=setup.eos_id,
+            state_batch=setup.state_batch,
+            process=setup.process,
+        )
+        start = setup.prompts if setup.keep_prompt else [[] for _ in chunk]
+        out += [list(p) + row for p, row in zip(start, new)]
+    return out
+
+
+def translate(
+    model: torch.nn.Module, tokenizers: Any, texts: Sequence[str], **options: Any
+) -> list[str]:
+    """Translate source sentences to target text (``tokenizers``: a
+    :class:`~attnlm.data.pairs.PairTokenizers`); ``options`` as :func:`translate_ids`."""
+    sources = []
+    for i, text in enumerate(texts):
+        if not tokenizers.tokens(text, "source"):
+            raise InputError(f"sentence {i + 1} is empty: nothing to translate")
+        sources.append(tokenizers.encode_source(text))
+    return [tokenizers.decode_target(ids) for ids in translate_ids(model, sources, **options)]

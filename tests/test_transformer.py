@@ -1,0 +1,267 @@
+"""The encoder-decoder Transformer: parity with Hugging Face ``MarianMTModel`` (logits,
+attention weights, beams of ``generate(num_beams=k)``), the save_hf round trip, the
+decoding-state equivalences (cache vs recompute, batched vs alone) and the config checks.
+
+The references are small random Marian models built from a ``MarianConfig`` and written with
+``save_pretrained`` (offline), with every weight randomised (layer norms and the logits bias
+too, which Marian's own init leaves at 1 / 0)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlm.errors import ConfigError, InputError
+from attnlm.models import registry
+from attnlm.models.transformer import Transformer, TransformerConfig
+
+transformers = pytest.importorskip("transformers")
+
+PAD, EOS = 5, 0  # Marian: eos 0, pad = decoder start (the last id in OPUS-MT models)
+
+
+def _marian(tmp_path, *, shared=True, act="swish", scale=True, vocab=23, dec_vocab=None, seed=0):
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+    torch.manual_seed(seed)
+    cfg = MarianConfig(
+        vocab_size=vocab,
+        decoder_vocab_size=dec_vocab,
+        share_encoder_decoder_embeddings=shared,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=24,
+        decoder_ffn_dim=24,
+        activation_function=act,
+        max_position_embeddings=64,
+        scale_embedding=scale,
+        pad_token_id=PAD,
+        decoder_start_token_id=PAD,
+        eos_token_id=EOS,
+        forced_eos_token_id=EOS,
+        dropout=0.0,
+    )
+    model = MarianMTModel(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.5 if "norm" not in name else 0.3))
+            if "layer_norm" in name and name.endswith("weight"):
+                p.add_(1.0)
+        model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias))
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=PAD,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        forced_eos_token_id=EOS,
+        bad_words_ids=[[PAD]],
+        max_length=64,
+    )
+    folder = tmp_path / "marian"
+    model.save_pretrained(folder)
+    ref = MarianMTModel.from_pretrained(folder, attn_implementation="eager").eval()
+    return ref, folder
+
+
+def _batch(vocab=23, dec_vocab=None):
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(6, vocab, (3, 7), generator=g)
+    src_mask = torch.ones_like(src, dtype=torch.bool)
+    src_mask[1, 5:] = False
+    src_mask[2, 3:] = False
+    src[~src_mask] = PAD
+    src[0, -1] = EOS
+    tgt = torch.randint(6, dec_vocab or vocab, (3, 6), generator=g)
+    tgt[:, 0] = PAD  # decoder start
+    return src, src_mask, tgt
+
+
+@pytest.mark.parametrize(
+    "shared,act,scale,dec_vocab",
+    [(True, "swish", True, None), (False, "gelu", False, 19), (True, "relu", True, None)],
+)
+def test_marian_logits_and_attention_match(tmp_path, shared, act, scale, dec_vocab):
+    ref, folder = _marian(tmp_path, shared=shared, act=act, scale=scale, dec_vocab=dec_vocab)
+    ours = registry.from_hf(folder)
+    assert isinstance(ours, Transformer)
+    src, src_mask, tgt = _batch(dec_vocab=dec_vocab)
+    with torch.no_grad():
+        theirs = ref(
+            input_ids=src,
+            attention_mask=src_mask.long(),
+            decoder_input_ids=tgt,
+            output_attentions=True,
+            output_hidden_states=True,
+        )
+        out = ours(src, tgt, src_mask, return_attention=True, return_hidden=True)
+    torch.testing.assert_close(out.logits, theirs.logits, atol=1e-5, rtol=1e-5)
+    real = src_mask[:, :, None]  # encoder states at padding are not compared (never read)
+    torch.testing.assert_close(
+        out.encoder_hidden_states[-1] * real, theirs.encoder_last_hidden_state * real,
+        atol=1e-5, rtol=1e-5,
+    )  # fmt: skip
+    for a, b in zip(out.attentions, theirs.decoder_attentions, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b in zip(out.cross_attentions, theirs.cross_attentions, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    rows = src_mask[:, None, :, None]  # encoder attention of real queries
+    for a, b in zip(out.encoder_attentions, theirs.encoder_attentions, strict=True):
+        torch.testing.assert_close(a * rows, b * rows, atol=1e-5, rtol=1e-5)
+
+
+def _hf_beam(ref, sources, k, lp, es, n):
+    from transformers import GenerationConfig
+
+    out = []
+    for s in sources:  # one at a time: no source padding inside generate's batch
+        gen = GenerationConfig(
+            **ref.generation_config.to_dict()
+            | dict(
+                num_beams=k,
+                length_penalty=lp,
+                early_stopping=es,
+                max_new_tokens=n,
+                do_sample=False,
+                max_length=None,
+            )  # fmt: skip
+        )
+        seq = ref.generate(torch.tensor([s]), generation_config=gen)[0].tolist()
+        while len(seq) > 1 and seq[-1] == PAD:  # generate pads finished rows after eos
+            seq.pop()
+        out.append(seq)
+    return out
+
+
+@pytest.mark.parametrize(
+    "k,lp,es",
+    [
+        (1, 1.0, False),
+        (2, 1.0, False),
+        (4, 1.0, False),
+        (3, 0.5, True),
+        (4, 2.0, "never"),
+        (4, -1.0, False),
+        (2, 1.0, True),
+    ],  # fmt: skip
+)
+def test_marian_beams_match_generate(tmp_path, k, lp, es):
+    from attnlm.generate import beam_search
+
+    ref, folder = _marian(tmp_path, seed=3)
+    ours = registry.from_hf(folder)
+    g = torch.Generator().manual_seed(7)
+    sources = [torch.randint(6, 23, (n,), generator=g).tolist() + [EOS] for n in (4, 6, 2, 6)]
+    got = beam_search(ours, sources, k, length_penalty=lp, early_stopping=es, max_new_tokens=9)
+    want = _hf_beam(ref, sources, k, lp, es, 9)
+    assert got == want
+    assert all(seq[0] == PAD for seq in got)  # the decoder start token, as generate returns
+
+
+def test_greedy_decode_matches_generate(tmp_path):
+    from attnlm.generate import decode
+
+    ref, folder = _marian(tmp_path, seed=4)
+    ours = registry.from_hf(folder)
+    sources = [[7, 8, 9, 10, EOS], [11, 12, EOS]]
+    setup = ours.prepare_decoding(sources)
+    got = decode(
+        ours, setup.prompts, max_new_tokens=8, temperature=0, eos_id=EOS,
+        state_batch=setup.state_batch, process=setup.process,
+    )  # fmt: skip
+    want = _hf_beam(ref, sources, 1, 1.0, False, 8)
+    assert [[PAD, *g] for g in got] == want
+
+
+def test_save_hf_roundtrip(tmp_path):
+    from transformers import MarianMTModel
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        vocab_size=21, d_model=16, n_head=2, n_encoder_layers=2, n_decoder_layers=1, d_ff=20,
+        activation="silu", positions_layout="split", final_logits_bias=True, dropout=0.0,
+        pad_id=3, bos_id=3, eos_id=1,
+    )  # fmt: skip
+    ours = Transformer(cfg).eval()
+    with torch.no_grad():
+        ours.logits_bias.normal_()
+    ours.save_hf(tmp_path / "out")
+    theirs = MarianMTModel.from_pretrained(tmp_path / "out").eval()
+    src = torch.tensor([[4, 5, 6, 1], [7, 8, 1, 3]])
+    mask = src != 3
+    mask[0, :] = True
+    tgt = torch.tensor([[3, 9, 10], [3, 11, 12]])
+    with torch.no_grad():
+        a = ours(src, tgt, mask).logits
+        b = theirs(input_ids=src, attention_mask=mask.long(), decoder_input_ids=tgt).logits
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    again = Transformer.from_hf(tmp_path / "out")
+    assert again.config == cfg
+    for (ka, va), (kb, vb) in zip(ours.state_dict().items(), again.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+
+
+def _tiny(**kw) -> Transformer:
+    torch.manual_seed(0)
+    base = dict(vocab_size=17, d_model=16, n_head=2, n_encoder_layers=2, n_decoder_layers=2,
+                dropout=0.0, pad_id=0, bos_id=1, eos_id=2)  # fmt: skip
+    return Transformer(TransformerConfig(**(base | kw))).eval()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_cache_equals_recompute_and_padding_is_invisible(norm):
+    model = _tiny(norm=norm)
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
+    mask = src != 0
+    tgt = torch.tensor([[1, 10, 11, 12], [1, 13, 14, 15]])
+    with torch.no_grad():
+        full = model(src, tgt, mask).logits
+        state = model.new_state({"src": src, "src_mask": mask})
+        steps = torch.cat([model.step(tgt[:, i : i + 1], state) for i in range(4)], dim=1)
+        alone = model(src[1:, :3], tgt[1:]).logits  # row 1 without its padding
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(full[1:], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_beam_batched_equals_alone_and_sampling_runs():
+    from attnlm.generate import SamplingConfig, beam_search, decode
+
+    model = _tiny()
+    sources = [[5, 6, 7, 2], [8, 2], [9, 10, 11, 12, 13, 2]]
+    together = beam_search(model, sources, 3, max_new_tokens=6)
+    alone = [beam_search(model, [s], 3, max_new_tokens=6)[0] for s in sources]
+    assert together == alone
+    assert all(h[0] == 1 and 0 not in h for h in together)  # start token, never padding
+    setup = model.prepare_decoding(sources)
+    a = decode(model, setup.prompts, sampling=SamplingConfig(max_new_tokens=5, seed=3),
+               eos_id=2, state_batch=setup.state_batch, process=setup.process)  # fmt: skip
+    b = decode(model, setup.prompts, sampling=SamplingConfig(max_new_tokens=5, seed=3),
+               eos_id=2, state_batch=setup.state_batch, process=setup.process)  # fmt: skip
+    assert a == b and all(0 < len(r) <= 5 for r in a)
+    assert all(r[-1] == 2 for r in a)  # forced end token at the length limit
+
+
+def test_label_smoothing_loss_matches_formula():
+    model = _tiny(label_smoothing=0.1)
+    src = torch.tensor([[5, 6, 2]])
+    tgt_in, targets = torch.tensor([[1, 7, 8]]), torch.tensor([[7, 8, -100]])
+    out = model(src, tgt_in, targets=targets)
+    logp = torch.log_softmax(out.logits[0, :2], -1)
+    eps, V = 0.1, 17
+    want = -((1 - eps) * logp[[0, 1], [7, 8]] + eps / V * logp.sum(-1)).mean()
+    torch.testing.assert_close(out.loss, want)
+    assert int(out.n_targets) == 2
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="model.n_head"):
+        TransformerConfig(vocab_size=10, d_model=10, n_head=3)
+    with pytest.raises(ConfigError, match="share_embeddings"):
+        TransformerConfig(vocab_size=10, src_vocab_size=12)
+    with pytest.raises(ConfigError, match="model.eos_id"):
+        Transformer(TransformerConfig(vocab_size=10, eos_id=10))
+    with pytest.raises(ConfigError, match="model.norm"):
+        TransformerConfig(vocab_size=10, norm="middle")
+    with pytest.raises(InputError, match="source"):
+        _tiny().new_state(None)
