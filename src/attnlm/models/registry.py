@@ -26,6 +26,8 @@ DEFAULT_TYPE = "gpt"
 # Built-in families: type -> module defining ``FAMILY``. Imported on first use.
 BUILTIN: dict[str, str] = {
     "gpt": "attnlm.models.gpt",
+    "ffnn": "attnlm.models.ffnn",
+    "rnn": "attnlm.models.rnn",
 }
 
 _FAMILIES: dict[str, Family] = {}
