@@ -146,9 +146,7 @@ class RNNLM(nn.Module):
         return self.config.cell == "lstm"
 
     # -- the recurrence ------------------------------------------------------------------------
-    def _run(
-        self, x: Tensor, hidden: Any, return_hidden: bool
-    ) -> tuple[Tensor, Any, list[Tensor]]:
+    def _run(self, x: Tensor, hidden: Any, return_hidden: bool) -> tuple[Tensor, Any, list[Tensor]]:
         """Run the layers over ``x`` ``(B, T, E)`` from ``hidden`` (None: zeros); returns the
         top output ``(B, T, H)``, the final state (``(L, B, H)``, a pair for an LSTM) and
         the per-layer outputs when asked."""
