@@ -12,7 +12,7 @@ from attnlm.errors import ConfigError, InputError
 from attnlm.evaluation import evaluate
 from attnlm.generate import beam_search, decode
 from attnlm.models import registry
-from attnlm.models.ffnn import FFNNConfig, FFNNLM
+from attnlm.models.ffnn import FFNNLM, FFNNConfig
 from attnlm.models.rnn import RNNLM, RNNConfig
 from attnlm.objectives import StreamBatches, make_objective
 
