@@ -72,8 +72,13 @@ def test_train_eval_generate_params(preset, corpus, tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert 0 < res["bpc"] < 8 and res["tokens"] > 0
     gen = ["generate", "--checkpoint", str(out), "--prompt", "First", "--max-new-tokens", "12"]
-    for extra in (["--temperature", "0"], ["--top-k", "5", "--top-p", "0.9", "--seed", "3"],
-                  ["--num-samples", "2", "--seed", "1", "--stop", "\n\n"], ["--no-cache"]):  # fmt: skip
+    options = [
+        ["--temperature", "0"],
+        ["--top-k", "5", "--top-p", "0.9", "--seed", "3"],
+        ["--num-samples", "2", "--seed", "1", "--stop", "\n\n"],
+        ["--no-cache"],
+    ]
+    for extra in options:
         assert main(gen + extra) == 0, extra
     assert main(gen + ["--temperature", "0", "--no-cache"]) == 0
     greedy_nocache = capsys.readouterr().out.strip().splitlines()[-1]
@@ -137,8 +142,8 @@ def test_sigkill_then_resume_matches_uninterrupted_run(preset, corpus, tmp_path)
     full, killed = tmp_path / "full", tmp_path / "killed"
 
     def run(args, code=None):
-        cmd = [sys.executable, "-c", code, *args] if code else [
-            sys.executable, "-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]  # fmt: skip
+        train = ["-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
+        cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, *train]
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
     done = run([*common, "--out", str(full)])
