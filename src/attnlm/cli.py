@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "attnlm.ngram.cli",
     "attnlm.models.cli",
     "attnlm.inspect.cli",
+    "attnlm.compare",
 ]
 
 
