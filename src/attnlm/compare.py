@@ -77,7 +77,7 @@ class CompareConfig:
     val_chars: int = 100_000
     bpe_vocab_size: int = 512
     device: str = "auto"
-    threads: int = 0
+    threads: int = 1  # torch threads per model (0: torch's default); see docs/compare.md
     eval_interval: int = 100
     eval_iters: int = 10
     batch_size: int = 16  # evaluation batch size
@@ -119,6 +119,7 @@ class CompareConfig:
             "budget_s": self.budget_s,
             "val_chars": self.val_chars,
             "max_order": self.max_order,
+            "threads": self.threads,
             "eval_interval": self.eval_interval,
             "eval_iters": self.eval_iters,
             "overrides": {k: list(v) for k, v in sorted(self.overrides.items())},
@@ -259,7 +260,7 @@ def _run_spec(cfg: CompareConfig, name: str) -> Any:
         early_stop=0,
         progress=cfg.progress,
         device=cfg.device,
-        threads=cfg.threads,
+        threads=cfg.threads or spec.train.threads,
     )
     return dataclasses.replace(spec, train=train)
 
@@ -437,7 +438,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bpe-vocab-size", type=int, default=512)
     p.add_argument("--eval-interval", type=int, default=100, help="steps between estimates")
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads per model (0: torch's default)"
+    )
     p.add_argument(
         "--set",
         action="append",
