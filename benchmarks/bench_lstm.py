@@ -133,8 +133,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--cell", default="lstm", choices=("rnn", "lstm", "gru"))
-    ap.add_argument("--width", type=int, default=E)
-    ap.add_argument("--bptt", type=int, default=T)
+    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--bptt", type=int, default=32)
     args = ap.parse_args()
     global E, T
     E, T = args.width, args.bptt

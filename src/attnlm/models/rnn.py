@@ -125,13 +125,12 @@ class RNNLM(nn.Module):
         self.config = c = config
         h = c.hidden
         self.embed = nn.Embedding(c.vocab_size, c.n_embd)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
         kind = _RNN_CLASSES[c.cell]
         # one module per layer so hidden states per layer can be returned; dropout between
-        # layers is self.drop (nn.LSTM's inter-layer dropout does the same)
-        self.layers = nn.ModuleList(
-            kind(c.n_embd if i == 0 else h, h, batch_first=True) for i in range(c.n_layer)
-        )
+        # layers is self.drop (nn.LSTM's inter-layer dropout does the same). The layers run
+        # time-major, (T, B, .), the layout of the fused CPU/GPU kernels.
+        self.layers = nn.ModuleList(kind(c.n_embd if i == 0 else h, h) for i in range(c.n_layer))
         self.head = nn.Linear(h, c.vocab_size)
         if c.tie_embeddings:
             self.head.weight = self.embed.weight
@@ -147,8 +146,8 @@ class RNNLM(nn.Module):
 
     # -- the recurrence ------------------------------------------------------------------------
     def _run(self, x: Tensor, hidden: Any, return_hidden: bool) -> tuple[Tensor, Any, list[Tensor]]:
-        """Run the layers over ``x`` ``(B, T, E)`` from ``hidden`` (None: zeros); returns the
-        top output ``(B, T, H)``, the final state (``(L, B, H)``, a pair for an LSTM) and
+        """Run the layers over ``x`` ``(T, B, E)`` from ``hidden`` (None: zeros); returns the
+        top output ``(T, B, H)``, the final state (``(L, B, H)``, a pair for an LSTM) and
         the per-layer outputs when asked."""
         outs: list[Tensor] = [x] if return_hidden else []
         finals_h, finals_c = [], []
@@ -200,40 +199,47 @@ class RNNLM(nn.Module):
             hidden = self._carry_load(stream, reset, ids.shape[0])
         elif state is not None:
             hidden = state.get()
-        x = self.drop(self.embed(ids))  # (B, T, E)
+        x = self.drop(self.embed(ids.t()))  # (T, B, E): time-major inside
         out, final, outs = self._run(x, hidden, return_hidden)
         if stream is not None:
             self._carry_store(stream, final)
         elif state is not None:
             state.set(final)
             state.length += ids.shape[1]
-        logits = self.head(self.drop(out))  # (B, T, V)
+        logits = self.head(self.drop(out))  # (T, B, V)
         loss = loss_sum = n_targets = None
         if targets is not None:
-            loss, loss_sum, n_targets = token_loss(logits, targets)
+            if targets.shape != ids.shape:
+                raise InputError(
+                    f"targets must have the shape of ids {tuple(ids.shape)}, "
+                    f"got {tuple(targets.shape)}"
+                )
+            loss, loss_sum, n_targets = token_loss(logits, targets.t())
         return ModelOutput(
-            logits=logits,
+            logits=logits.transpose(0, 1),  # (B, T, V)
             loss=loss,
             loss_sum=loss_sum,
             n_targets=n_targets,
-            hidden_states=outs if return_hidden else None,
+            hidden_states=[o.transpose(0, 1) for o in outs] if return_hidden else None,
         )
 
     # -- carried state of stateful batches ----------------------------------------------------
-    def _pool(self, stream: Tensor) -> tuple[str, Tensor]:
-        if int(stream.min()) >= 0:
-            return "train", stream
-        if int(stream.max()) < 0:
-            return "eval", -1 - stream
+    def _pool(self, stream: Tensor) -> tuple[str, Tensor, int]:
+        """The pool of a batch's streams (training >= 0, evaluation < 0), their rows in it
+        and the rows the pool needs."""
+        lo, hi = (int(v) for v in torch.aminmax(stream))
+        if lo >= 0:
+            return "train", stream, hi + 1
+        if hi < 0:
+            return "eval", -1 - stream, -lo
         raise InputError("a batch mixes training (>= 0) and evaluation (< 0) stream ids")
 
     def _carry_load(self, stream: Tensor, reset: Tensor | None, batch: int) -> Any:
         if stream.shape != (batch,):
             raise InputError(f"stream must have shape ({batch},), got {tuple(stream.shape)}")
-        pool, index = self._pool(stream)
+        pool, index, need = self._pool(stream)
         c = self.config
         w = self.embed.weight
-        need = int(index.max()) + 1
         store = self._carry.get(pool)
         if store is None or store[0].shape[1] < need or store[0].device != w.device:
             new = [torch.zeros(c.n_layer, need, c.hidden, device=w.device, dtype=torch.float32)
@@ -244,14 +250,14 @@ class RNNLM(nn.Module):
                     a[:, :n] = b[:, :n].to(a.device)
             self._carry[pool] = store = new
         parts = [s.index_select(1, index) for s in store]  # (L, B, H)
-        if reset is not None:
+        if reset is not None and bool(reset.any()):
             keep = (~reset.bool()).to(w.device).view(1, -1, 1)
             parts = [p * keep for p in parts]
         parts = [p.to(w.dtype) for p in parts]
         return tuple(parts) if self.lstm else parts[0]
 
     def _carry_store(self, stream: Tensor, final: Any) -> None:
-        pool, index = self._pool(stream)
+        pool, index, _ = self._pool(stream)
         parts = list(final) if self.lstm else [final]
         for s, p in zip(self._carry[pool], parts):
             s.index_copy_(1, index, p.detach().float())
