@@ -77,6 +77,7 @@ def test_train_eval_generate_params(preset, corpus, tmp_path, capsys):
         ["--top-k", "5", "--top-p", "0.9", "--seed", "3"],
         ["--num-samples", "2", "--seed", "1", "--stop", "\n\n"],
         ["--no-cache"],
+        ["--stream", "--temperature", "0.7", "--seed", "2"],
     ]
     for extra in options:
         assert main(gen + extra) == 0, extra

@@ -30,10 +30,10 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-def run(tmp_path, models, budget="1s"):
+def run(tmp_path, models, budget="1s", extra=()):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT, encoding="utf-8")
-    argv = ["compare", "--text", str(corpus), "--budget", budget, "--models", models]
+    argv = ["compare", "--text", str(corpus), "--budget", budget, "--models", models, *extra]
     argv += ["--out", str(tmp_path / "cmp"), "--eval-interval", "5", "--no-progress", *TINY]
     return main(argv)
 
@@ -95,3 +95,14 @@ def test_compare_every_model_then_resume_trains_nothing(tmp_path, capsys, monkey
     capsys.readouterr()
     assert run(tmp_path, ",".join(models)) == 0
     assert capsys.readouterr().out.count("already done") == len(models)
+
+
+@pytest.mark.slow
+def test_compare_bpe_scores_every_model_on_the_same_characters(tmp_path):
+    extra = ["--tokenizer", "bpe", "--bpe-vocab-size", "300"]
+    assert run(tmp_path, "ngram,ffnn", extra=extra) == 0
+    data = check_outputs(tmp_path / "cmp", ["ngram", "ffnn"])
+    # bits per token / bits per char = characters per target token, the same for both rows
+    ratios = [math.log2(r["ppl"]) / r["val_bpc"] for r in data["rows"]]
+    # (rows are rounded to 4 decimals: a near-zero n-gram bits/char leaves ~1% error)
+    assert ratios[0] > 1.2 and abs(ratios[0] - ratios[1]) < 0.02 * ratios[0]
