@@ -41,6 +41,7 @@ LAYERS = {
     "attnlm.generate": 3,
     "attnlm.train": 4,
     "attnlm.demo": 4,
+    "attnlm.compare": 4,
     "attnlm.web": 5,
     "attnlm.cli": 5,
     "attnlm.__main__": 5,

@@ -516,6 +516,8 @@ TINY = {
     "gpt": {"vocab_size": 11, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 8},
     "transformer": {"vocab_size": 11, "d_model": 8, "n_head": 2, "n_encoder_layers": 1,
                     "n_decoder_layers": 1, "dropout": 0.0},  # fmt: skip
+    "ffnn": {"vocab_size": 11, "order": 3, "n_embd": 4, "n_hidden": 8, "direct": True},
+    "rnn": {"vocab_size": 11, "n_layer": 2, "n_embd": 8, "n_hidden": 8, "cell": "lstm"},
 }
 
 
@@ -536,6 +538,29 @@ def test_training_forward_compiles_without_graph_breaks(type_name):
     model, _, family = registry.build({"type": type_name, **TINY[type_name]})
     explained = torch._dynamo.explain(model)(**tiny_batch(family))
     assert explained.graph_break_count == 0, explained.break_reasons
+
+
+@pytest.mark.parametrize("cell", ["rnn", "lstm", "gru"])
+def test_recurrent_layers_compile_and_equal_torch_rnn_modules(cell):
+    """The rnn family's layer: no graph break under compile, and its fused (eager) and
+    cell-loop (compiled) paths both equal nn.RNN/nn.LSTM/nn.GRU with the same weights."""
+    model, _, _ = registry.build({"type": "rnn", **TINY["rnn"], "cell": cell})
+    ids = torch.randint(0, 11, (3, 6))
+    assert torch._dynamo.explain(model)(ids=ids, targets=ids).graph_break_count == 0
+    layer = model.layers[0]
+    ref = {"rnn": torch.nn.RNN, "lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[cell](8, 8)
+    ref.load_state_dict(layer.state_dict())
+    x = torch.randn(6, 3, 8)
+    h = torch.randn(1, 3, 8)
+    for h0 in (None, (h, torch.randn(1, 3, 8)) if cell == "lstm" else h):
+        want, want_h = ref(x, h0)
+        zeros = torch.zeros(1, 3, 8)
+        start = h0 if h0 is not None else ((zeros, zeros) if cell == "lstm" else zeros)
+        for got, got_h in (layer(x, h0), layer._cell_loop(x, start)):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+            leaves = torch.utils._pytree.tree_leaves
+            for a, b in zip(leaves(got_h), leaves(want_h), strict=True):
+                torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_learned_positions_compile_without_graph_breaks():

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "attnlm.models.cli",
     "attnlm.inspect.cli",
     "attnlm.web.cli",
+    "attnlm.compare",
 ]
 
 

@@ -16,9 +16,13 @@ A :class:`BatchSource` is one split under one objective:
   (exact evaluation), with fixed noise where the objective needs some.
 * ``chars_per_target``: characters of text each target stands for on average (for bits per
   character), or None where characters are not defined for the targets (masked LM).
+* optional ``state_dict()`` / ``load_state_dict(state)``: the position of a source whose draws
+  depend on the previous ones (stateful streams); saved with the trainer's state.
 
-Objectives: :class:`CausalLM` (next token, shifted windows), :class:`MaskedLM` (BERT: 15% of
-tokens chosen, 80% ``[MASK]``, 10% a random token, 10% unchanged; optionally whole words),
+Objectives: :class:`CausalLM` (next token, shifted windows), :class:`CausalStream` (next
+token over contiguous streams with the recurrent state carried across windows),
+:class:`MaskedLM` (BERT: 15% of tokens chosen, 80% ``[MASK]``, 10% a random token, 10%
+unchanged; optionally whole words),
 :class:`Seq2Seq` (teacher forcing on source/target pairs).
 
 Shapes: ``B`` batch, ``T`` window or target length, ``S`` source length.
@@ -62,6 +66,15 @@ class BatchSource:
     def tokens_per_example(self) -> int:
         """Input tokens per example (for tokens/s); the window for windowed objectives."""
         return 1
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a source that keeps a position between draws (e.g. :class:`StreamBatches`)
+        needs to continue exactly after a resume; None for stateless sources. The trainer
+        stores it in the checkpoint's ``state.pt``."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
 
 
 def count_targets(batch: Batch) -> int:
@@ -111,6 +124,116 @@ class CausalLM:
         if block < 1:
             raise ConfigError("the causal objective needs model.block_size (window length)")
         return CausalWindows(ids, block, chars_per_token)
+
+
+# ---------------------------------------------------------------------------------------------
+# Causal LM over contiguous streams (truncated BPTT with a carried state)
+
+
+class StreamBatches(BatchSource):
+    """Stateful batches for truncated backpropagation through time, as in PyTorch's
+    ``word_language_model`` example: the split is cut into ``N`` contiguous streams of
+    equal length (``N`` = the examples of one optimizer step over all micro-steps and
+    processes, fixed by the first ``draw``) and each draw takes the next window of
+    ``block_size`` targets of every stream. Batches hold ``ids``/``targets`` ``(B, T)``,
+    ``stream`` ``(B,)`` (the stream each row continues; the model carries its hidden state
+    from the previous window) and ``reset`` ``(B,)`` (True where a stream starts again, at
+    its beginning, so the state is zeroed). Draws use no random numbers; the position is
+    the source's state (:meth:`state_dict`). The trainer's slicing of a draw by micro-step
+    and rank gives every micro-step and process a fixed set of streams.
+
+    ``sample`` (quick estimates) draws independent random windows from a fresh state;
+    ``sequential`` walks the split as up to ``batch_size`` contiguous evaluation streams
+    (ids < 0), each carried across its windows, plus a remainder stream walked alone, so
+    every target is predicted exactly once.
+    """
+
+    def __init__(self, ids: np.ndarray, block_size: int, chars_per_token: float | None) -> None:
+        self.windows = Windows(ids, block_size)
+        self.ids = ids
+        self.block_size = self.windows.block_size
+        self.chars_per_target = chars_per_token
+        self.n_streams: int | None = None
+        self.pos = 0
+
+    def _rows(self, starts: list[int], t: int) -> tuple[Tensor, Tensor]:
+        rows = [np.asarray(self.ids[s : s + t + 1], dtype=np.int64) for s in starts]
+        xy = torch.from_numpy(np.stack(rows))  # (B, t + 1)
+        return xy[:, :-1], xy[:, 1:]
+
+    def draw(self, n: int, generator: torch.Generator) -> Batch:
+        if self.n_streams is None:
+            if len(self.ids) // n < 2:
+                raise InputError(
+                    f"text too short for {n} streams of at least 2 tokens ({len(self.ids)} tokens)"
+                )
+            self.n_streams = n
+        elif n != self.n_streams:
+            raise ConfigError(
+                f"the causal-stream objective walks {self.n_streams} streams; a step asked for {n}"
+            )
+        length = len(self.ids) // n  # ids per stream
+        t = min(self.block_size, length - 1 - self.pos)
+        out = {
+            "starts": torch.arange(n) * length + self.pos,
+            "length": torch.full((n,), t, dtype=torch.long),
+            "stream": torch.arange(n),
+            "reset": torch.full((n,), self.pos == 0, dtype=torch.bool),
+        }
+        self.pos += t
+        if self.pos >= length - 1:  # the streams are used up: start them again
+            self.pos = 0
+        return out
+
+    def collate(self, draw: Batch) -> Batch:
+        x, y = self._rows(draw["starts"].tolist(), int(draw["length"][0]))
+        return {"ids": x, "targets": y, "stream": draw["stream"], "reset": draw["reset"]}
+
+    def sample(self, n: int, generator: torch.Generator) -> Batch:
+        x, y = self.windows.sample(n, generator)
+        return {"ids": x, "targets": y}
+
+    def sequential(self, batch_size: int) -> Iterator[Batch]:
+        n_targets = len(self.ids) - 1
+        n = max(1, min(batch_size, n_targets // self.block_size))
+        per = n_targets // n  # targets per stream
+        yield from self._walk(list(range(0, n * per, per)), per, first_id=0)
+        rest = n_targets - n * per
+        if rest:
+            yield from self._walk([n * per], rest, first_id=n)
+
+    def _walk(self, starts: list[int], per: int, first_id: int) -> Iterator[Batch]:
+        stream = -1 - torch.arange(first_id, first_id + len(starts))  # evaluation streams
+        for off in range(0, per, self.block_size):
+            t = min(self.block_size, per - off)
+            x, y = self._rows([s + off for s in starts], t)
+            reset = torch.full((len(starts),), off == 0, dtype=torch.bool)
+            yield {"ids": x, "targets": y, "stream": stream, "reset": reset}
+
+    def tokens_per_example(self) -> int:
+        return self.block_size
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pos": self.pos, "n_streams": self.n_streams}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pos = int(state["pos"])
+        self.n_streams = None if state["n_streams"] is None else int(state["n_streams"])
+
+
+class CausalStream(CausalLM):
+    """Next-token prediction over contiguous streams with the model's recurrent state
+    carried from window to window (recurrent LMs; :class:`StreamBatches`)."""
+
+    name = "causal-stream"
+
+    def source(
+        self, ids: np.ndarray, chars_per_token: float | None = None, block_size: int | None = None
+    ) -> StreamBatches:
+        block = block_size or self.block_size
+        if block < 1:
+            raise ConfigError("the causal-stream objective needs model.block_size (BPTT length)")
+        return StreamBatches(ids, block, chars_per_token)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,6 +469,7 @@ class Seq2Seq:
 
 OBJECTIVES: dict[str, Callable[..., Any]] = {
     "causal": CausalLM,
+    "causal-stream": CausalStream,
     "masked": MaskedLM,
     "seq2seq": Seq2Seq,
 }

@@ -119,7 +119,7 @@ def check_ids(ids: Tensor, vocab_size: int, name: str = "ids") -> None:
 
 
 CAPABILITIES = ("generate", "fill-mask", "translate", "embed")
-OBJECTIVES = ("causal", "masked", "seq2seq")
+OBJECTIVES = ("causal", "causal-stream", "masked", "seq2seq")
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Family:
     ``type``: the name in ``[model] type = ...`` of presets and checkpoints. ``config``: its
     frozen config dataclass (``vocab_size`` is filled from the tokenizer). ``model``: the
     ``nn.Module`` class, built as ``model(config)``. ``objective``: the training objective's
-    name (``causal``, ``masked`` or ``seq2seq``, see :mod:`attnlm.objectives`).
+    name (``causal``, ``causal-stream``, ``masked`` or ``seq2seq``, see :mod:`attnlm.objectives`).
     ``capabilities``: what the family can do (``generate``, ``fill-mask``, ``translate``,
     ``embed``). ``hf_types``: Hugging Face ``model_type`` values that ``model.from_hf`` loads.
     ``describe``: one line about a config for logs and ``attnlm params``.

@@ -105,7 +105,8 @@ def _params(args: argparse.Namespace) -> int:
     print(f"preset {args.preset}: {what}")
     if note:
         print(note)
-    n_layer = getattr(config, "n_layer", None)
+    # the 12·L·d² estimate counts transformer blocks: only for families with attention heads
+    n_layer = getattr(config, "n_layer", None) if hasattr(config, "n_head") else None
     width = getattr(config, "n_embd", None) or getattr(config, "d_model", None)
     print(format_param_table(model, n_layer, width))
     return 0

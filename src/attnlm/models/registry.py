@@ -27,6 +27,8 @@ DEFAULT_TYPE = "gpt"
 BUILTIN: dict[str, str] = {
     "gpt": "attnlm.models.gpt",
     "transformer": "attnlm.models.transformer",
+    "ffnn": "attnlm.models.ffnn",
+    "rnn": "attnlm.models.rnn",
 }
 
 _FAMILIES: dict[str, Family] = {}

@@ -15,6 +15,11 @@ optimizer step:
 3. stop with a message if the loss is NaN or infinite (the last good checkpoint stays);
 4. clip the global gradient norm, set the learning rate, step AdamW.
 
+Sources that keep a position between draws (``BatchSource.state_dict``) and models that carry
+state between batches (``model.carry_state()`` / ``load_carry_state``, e.g. recurrent hidden
+states over stateful streams, gathered from every rank) are saved in ``state.pt`` too, so a
+resumed run continues exactly.
+
 Every ``eval_interval`` steps and at the end: validation estimate, early-stopping bookkeeping,
 and an atomic checkpoint (rank 0; with early stopping only when validation improved, so the
 checkpoint holds the best model). Logged records go to ``metrics.jsonl`` (JSON lines); on
@@ -36,7 +41,7 @@ import torch
 
 from attnlm.checkpoint import CHECKPOINT_DIR, save_checkpoint
 from attnlm.device import autocast
-from attnlm.errors import AttnlmError
+from attnlm.errors import AttnlmError, ConfigError
 from attnlm.evaluation import EvalResult, estimate
 from attnlm.fileio import atomic_write_text
 from attnlm.objectives import BatchSource, count_targets
@@ -184,6 +189,9 @@ class Trainer:
         }
         if torch.cuda.is_available():
             out["rng_cuda"] = torch.cuda.get_rng_state_all()
+        source = self.train_src.state_dict()
+        if source is not None:
+            out["source"] = source
         return out
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
@@ -193,17 +201,45 @@ class Trainer:
         self.data_gen.set_state(sd["rng_data"])
         if "rng_cuda" in sd and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(sd["rng_cuda"])
+        if "source" in sd:
+            self.train_src.load_state_dict(sd["source"])
+        carry = sd.get("model_carry")
+        if carry is not None and hasattr(self.raw_model, "load_carry_state"):
+            if len(carry) != self.dist.world_size:
+                raise ConfigError(
+                    f"this run carries model state per process: resume it with "
+                    f"{len(carry)} process(es), not {self.dist.world_size}"
+                )
+            self.raw_model.load_carry_state(carry[self.dist.rank])
+
+    def _carry_states(self) -> list[Any] | None:
+        """Each rank's ``model.carry_state()`` (state a model carries between training
+        batches, e.g. recurrent hidden states of stateful streams), gathered on every rank;
+        None for models without it. Called by every rank."""
+        fn = getattr(self.raw_model, "carry_state", None)
+        if fn is None:
+            return None
+        mine = fn()
+        if not self.dist.enabled:
+            return [mine]
+        gathered: list[Any] = [None] * self.dist.world_size
+        torch.distributed.all_gather_object(gathered, mine)
+        return gathered
 
     def save(self) -> Path | None:
+        carry = self._carry_states()  # every rank takes part in the gather
         if not self.dist.is_main:
             return None
         config = {**self.ckpt_config, "step": self.state.step}
+        state = self.state_dict()
+        if carry is not None:
+            state["model_carry"] = carry
         path = save_checkpoint(
             self.run_dir / CHECKPOINT_DIR,
             self.raw_model,
             config,
             self.tokenizer,
-            self.state_dict(),
+            state,
         )
         self.last_ckpt = path
         return path

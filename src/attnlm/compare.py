@@ -1,0 +1,485 @@
+"""``attnlm compare``: every model family on one text, one tokenizer, one split, one budget.
+
+The story of the lectures as one measurement: counts (a modified Kneser-Ney n-gram model),
+a feed-forward network over a fixed window (Bengio et al. 2003), recurrent networks that
+carry a state (Elman RNN, LSTM, GRU), then attention (GPT).
+
+What is shared:
+
+* **data**: the tokenizer is built once (``char``, or ``bpe`` trained on the training split)
+  and the corpus split once into ``OUT/data/``; every neural run folder starts from copies of
+  those files, so all models see the same token ids;
+* **budget**: each neural model trains for the same wall-clock ``budget`` (the trainer's
+  ``time_budget``: the learning-rate schedule follows it); the n-gram model spends it on
+  counting orders 2, 3, ... and keeps the order with the lowest validation bits per
+  character (it stops when the budget is spent or a higher order stops helping);
+* **score**: the first ``val_chars`` characters of the validation split, tokenized once.
+  Every model predicts the same targets (every token of that text after the first) and the
+  total nats are divided by the same number of characters (the targets' share of the text's
+  characters, as :mod:`attnlm.evaluation` counts them), so bits per character are comparable
+  across tokenizers. The n-gram model is trained on the same token ids (each id is a "word")
+  as one stream, with KenLM's sentence markers only around the whole text; the prediction of
+  the first token and of the end marker are left out, so it is scored on exactly the targets
+  and characters of the neural models. Neural models are evaluated exactly
+  (:func:`attnlm.evaluation.evaluate_ids`: causal windows for GPT and the feed-forward
+  model, contiguous streams with carried state for the recurrent ones).
+
+Outputs in ``OUT``: one folder per model (run folder with checkpoint and ``metrics.jsonl``,
+plus ``result.json`` once the model is done), ``compare.json`` (``{"rows": [{"model",
+"params", "train_seconds", "tokens_per_second", "val_bpc", "ppl"}, ...]}`` plus the settings)
+and ``compare.png`` (validation bits per character against training seconds: the trainer's
+periodic estimates on random validation windows as a line, the exact final score as a star;
+for the n-gram model one point per order). A model whose ``result.json`` matches the
+settings is not trained again (resume); an interrupted neural run continues from its last
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlm.errors import ConfigError
+
+# model name in --models -> preset it trains (None: the n-gram baseline)
+MODELS: dict[str, str | None] = {
+    "ngram": None,
+    "ffnn": "ffnn-char",
+    "rnn": "rnn-char",
+    "lstm": "lstm-char",
+    "gru": "gru-char",
+    "gpt": "shakespeare-char",
+}
+DATA_FILES = ("tokenizer.json", "train.bin", "train.json", "val.bin", "val.json", "data.json")
+RESULT_FILE = "result.json"
+MAX_ORDER = 10
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """Settings of one comparison (see the module docstring). ``budget``: wall-clock
+    training time per model (``90s``, ``2m``); ``val_chars``: characters of the validation
+    split every model is scored on; ``eval_interval``/``eval_iters``: the trainer's periodic
+    validation estimates (the curves)."""
+
+    text: str | None = None
+    tokenizer: str = "char"
+    budget: str = "90s"
+    models: tuple[str, ...] = tuple(MODELS)
+    out: str = "runs/compare"
+    val_chars: int = 100_000
+    bpe_vocab_size: int = 512
+    device: str = "auto"
+    threads: int = 1  # torch threads per model (0: torch's default); see docs/compare.md
+    eval_interval: int = 100
+    eval_iters: int = 10
+    batch_size: int = 16  # evaluation batch size
+    progress: bool = True
+    max_order: int = MAX_ORDER
+    overrides: dict[str, list[str]] = field(default_factory=dict)  # model -> --set overrides
+
+    def __post_init__(self) -> None:
+        from attnlm.train.config import parse_duration
+
+        if self.tokenizer not in ("char", "bpe"):
+            raise ConfigError(f"--tokenizer must be char or bpe, got {self.tokenizer!r}")
+        unknown = [m for m in self.models if m not in MODELS]
+        if unknown or not self.models:
+            raise ConfigError(
+                f"unknown model(s) {', '.join(unknown) or '(none given)'} in --models "
+                f"(known: {','.join(MODELS)})"
+            )
+        if len(set(self.models)) != len(self.models):
+            raise ConfigError("--models lists a model twice")
+        parse_duration(self.budget)
+        if self.val_chars < 2:
+            raise ConfigError(f"--val-chars must be at least 2, got {self.val_chars}")
+        if self.max_order < 2:
+            raise ConfigError(f"--max-order must be at least 2, got {self.max_order}")
+
+    @property
+    def budget_s(self) -> float:
+        from attnlm.train.config import parse_duration
+
+        return parse_duration(self.budget)
+
+    def signature(self) -> dict[str, Any]:
+        """What a finished model's result depends on (resume reuses it only if equal)."""
+        return {
+            "text": self.text,
+            "tokenizer": self.tokenizer,
+            "bpe_vocab_size": self.bpe_vocab_size,
+            "budget_s": self.budget_s,
+            "val_chars": self.val_chars,
+            "max_order": self.max_order,
+            "threads": self.threads,
+            "eval_interval": self.eval_interval,
+            "eval_iters": self.eval_iters,
+            "overrides": {k: list(v) for k, v in sorted(self.overrides.items())},
+        }
+
+
+@dataclass
+class ModelResult:
+    """One row of the table and its validation curve (``(seconds, bits/char)`` points)."""
+
+    model: str
+    params: int
+    train_seconds: float
+    tokens_per_second: float
+    val_bpc: float
+    ppl: float
+    curve: list[tuple[float, float]] = field(default_factory=list)
+    detail: str = ""
+
+    def row(self) -> dict[str, Any]:
+        keys = ("model", "params", "train_seconds", "tokens_per_second", "val_bpc", "ppl")
+        return {k: getattr(self, k) for k in keys}
+
+
+@dataclass
+class SharedData:
+    """The tokenizer, the prepared data folder and the scoring text's ids."""
+
+    folder: Path
+    tokenizer: Any
+    val_ids: Any  # np.ndarray (N,)
+    val_chars: int
+    n_train_tokens: int
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.val_ids) - 1
+
+    @property
+    def target_chars(self) -> int:
+        """Characters the targets stand for, as :class:`attnlm.evaluation.Sums` counts them."""
+        return round(self.n_targets * self.val_chars / len(self.val_ids))
+
+
+def prepare_shared(cfg: CompareConfig) -> SharedData:
+    """Tokenize the corpus once into ``OUT/data`` and encode the scoring text."""
+    import numpy as np
+
+    from attnlm.data.corpus import DEFAULT_VAL_FRACTION, load_text, split_text
+    from attnlm.tokenizers import encode_text
+    from attnlm.train.config import TrainConfig
+    from attnlm.train.data import prepare
+
+    folder = Path(cfg.out) / "data"
+    tc = TrainConfig(text=cfg.text, tokenizer=cfg.tokenizer, bpe_vocab_size=cfg.bpe_vocab_size)
+    data = prepare(folder, tc)
+    _, val_text = split_text(load_text(cfg.text), DEFAULT_VAL_FRACTION)
+    val_text = val_text[: cfg.val_chars]
+    ids = np.asarray(encode_text(data.tokenizer, val_text, "validation text"), dtype=np.int64)
+    if len(ids) < 2:
+        raise ConfigError("the validation text is too short to score (need 2 tokens)")
+    return SharedData(folder, data.tokenizer, ids, len(val_text), data.train.n_tokens)
+
+
+# -- the n-gram baseline ------------------------------------------------------------------------
+
+
+def run_ngram(cfg: CompareConfig, shared: SharedData, log: Callable[..., Any]) -> ModelResult:
+    """Modified Kneser-Ney on the training ids, order chosen on the scoring text."""
+    import warnings
+
+    import numpy as np
+
+    from attnlm.data.windows import read_token_file
+    from attnlm.ngram import DiscountWarning
+    from attnlm.ngram import train as train_ngram
+
+    train_ids = np.asarray(read_token_file(shared.folder / "train.bin").open())
+    words = [[str(i) for i in train_ids.tolist()]]
+    val = [[str(i) for i in shared.val_ids.tolist()]]
+    budget, t0 = cfg.budget_s, time.perf_counter()
+    best: tuple[float, int, int, float] | None = None  # (bits/char, order, n-grams, nats)
+    curve, last_cost, orders = [], 0.0, 0
+    for order in range(2, cfg.max_order + 1):
+        spent = time.perf_counter() - t0
+        if orders and spent + 1.2 * last_cost > budget:
+            break
+        t1 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DiscountWarning)  # tiny texts: fixed discounts
+            model = train_ngram(words, order)
+        log10p, _ = model.sentence_logprobs(val)
+        nats = -float(log10p[1:-1].sum()) * math.log(10)  # the same targets as the networks
+        bpc = nats / shared.target_chars / math.log(2)
+        last_cost = time.perf_counter() - t1
+        orders += 1
+        curve.append((time.perf_counter() - t0, bpc))
+        log(f"ngram: order {order}: {bpc:.4f} bits/char ({last_cost:.1f}s)")
+        if best is None or bpc < best[0]:
+            best = (bpc, order, int(sum(model.counts())), nats)
+        elif bpc > best[0]:
+            break  # a higher order stopped helping
+    assert best is not None
+    seconds = time.perf_counter() - t0
+    bpc, order, ngrams, nats = best
+    return ModelResult(
+        model="ngram",
+        params=ngrams,
+        train_seconds=round(seconds, 2),
+        tokens_per_second=round(shared.n_train_tokens * orders / max(seconds, 1e-9), 1),
+        val_bpc=round(bpc, 4),
+        ppl=round(math.exp(nats / shared.n_targets), 4),
+        curve=[(round(t, 2), round(b, 4)) for t, b in curve],
+        detail=f"modified Kneser-Ney, order {order} (chosen on validation), n-grams = params",
+    )
+
+
+# -- neural models ------------------------------------------------------------------------------
+
+
+def _run_spec(cfg: CompareConfig, name: str) -> Any:
+    import dataclasses
+
+    from attnlm.train.config import load_spec
+
+    preset = MODELS[name]
+    assert preset is not None
+    spec = load_spec(preset, cfg.overrides.get(name))
+    train = dataclasses.replace(
+        spec.train,
+        text=cfg.text,
+        tokenizer=cfg.tokenizer,
+        bpe_vocab_size=cfg.bpe_vocab_size,
+        time_budget=f"{cfg.budget_s}s",
+        max_iters=10**9,
+        eval_interval=cfg.eval_interval,
+        eval_iters=cfg.eval_iters,
+        early_stop=0,
+        progress=cfg.progress,
+        device=cfg.device,
+        threads=cfg.threads or spec.train.threads,
+    )
+    return dataclasses.replace(spec, train=train)
+
+
+def run_neural(
+    cfg: CompareConfig, name: str, shared: SharedData, log: Callable[..., Any]
+) -> ModelResult:
+    """Train one family for the budget in ``OUT/name`` and score it on the shared text."""
+    from attnlm.checkpoint import CHECKPOINT_DIR, load_checkpoint
+    from attnlm.device import resolve_device
+    from attnlm.evaluation import evaluate_ids
+    from attnlm.models.base import count_params
+    from attnlm.objectives import make_objective
+    from attnlm.train.run import METRICS_FILE, train_run
+
+    run_dir = Path(cfg.out) / name
+    spec = _run_spec(cfg, name)
+    resume = (run_dir / CHECKPOINT_DIR).is_dir()
+    if not resume:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+        for f in DATA_FILES:  # the shared tokenizer and split: prepare() reuses them
+            shutil.copy2(shared.folder / f, run_dir / f)
+    result = train_run(spec, run_dir, resume=resume, log=log)
+    device = resolve_device(cfg.device)
+    ck = load_checkpoint(run_dir, device)
+    objective = make_objective(ck.family.objective, ck.tokenizer, ck.model_config)
+    ev = evaluate_ids(
+        ck.model,
+        shared.val_ids,
+        shared.val_chars,
+        int(ck.model_config.block_size),
+        cfg.batch_size,
+        device,
+        objective=objective,
+    )
+    records = [json.loads(x) for x in (run_dir / METRICS_FILE).read_text().splitlines() if x]
+    curve = [(r["elapsed"], r["val_bpc"]) for r in records if r.get("val_bpc") is not None]
+    what = ck.family.describe(ck.model_config) if ck.family.describe else ck.family.type
+    return ModelResult(
+        model=name,
+        params=count_params(ck.model),
+        train_seconds=round(result.elapsed, 2),
+        tokens_per_second=round(result.tokens_per_s, 1),
+        val_bpc=round(float(ev.bpc), 4),
+        ppl=round(ev.ppl, 4),
+        curve=[(round(t, 2), round(b, 4)) for t, b in curve],
+        detail=f"{what}; {result.step} steps",
+    )
+
+
+# -- the whole comparison -----------------------------------------------------------------------
+
+
+def _load_done(path: Path, signature: dict[str, Any]) -> ModelResult | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("signature") != signature:
+        return None
+    res = data["result"]
+    res["curve"] = [tuple(p) for p in res.get("curve", [])]
+    return ModelResult(**res)
+
+
+def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[ModelResult]:
+    """Run (or resume) the comparison; writes ``compare.json`` and ``compare.png``."""
+    from tqdm.auto import tqdm
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    signature = cfg.signature()
+    results: list[ModelResult] = []
+    bar = tqdm(total=len(cfg.models), desc="compare", disable=not cfg.progress, unit="model")
+    say = bar.write if cfg.progress else log
+    shared: SharedData | None = None
+    try:
+        for name in cfg.models:
+            done_file = out / name / RESULT_FILE
+            res = _load_done(done_file, signature)
+            if res is not None:
+                say(f"{name}: already done in {done_file.parent} (val {res.val_bpc} bits/char)")
+            else:
+                bar.set_description(f"compare: {name}")
+                if shared is None:
+                    shared = prepare_shared(cfg)
+                if name == "ngram":
+                    res = run_ngram(cfg, shared, say)
+                else:
+                    res = run_neural(cfg, name, shared, say)
+                done_file.parent.mkdir(parents=True, exist_ok=True)
+                payload = {"signature": signature, "result": asdict(res)}
+                done_file.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+                say(f"{name}: {res.val_bpc:.4f} bits/char in {res.train_seconds:.0f}s")
+            results.append(res)
+            bar.update(1)
+    finally:
+        bar.close()
+    write_outputs(cfg, results)
+    return results
+
+
+def write_outputs(cfg: CompareConfig, results: list[ModelResult]) -> tuple[Path, Path]:
+    """``compare.json`` and ``compare.png`` in ``cfg.out``."""
+    out = Path(cfg.out)
+    payload = {
+        "rows": [r.row() for r in results],
+        "settings": {**cfg.signature(), "models": list(cfg.models)},
+        "details": {r.model: r.detail for r in results},
+        "curves": {r.model: r.curve for r in results},
+    }
+    json_path = out / "compare.json"
+    json_path.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    png = plot_curves(results, out / "compare.png", cfg)
+    return json_path, png
+
+
+def plot_curves(results: list[ModelResult], path: Path, cfg: CompareConfig) -> Path:
+    """Validation bits per character against training seconds, one line per model."""
+    from attnlm.inspect.heatmap import _pyplot, _save
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i, r in enumerate(results):
+        color = f"C{i}"
+        if r.curve:
+            xs, ys = zip(*r.curve)
+            style = {"marker": "o", "markersize": 3} if r.model == "ngram" else {}
+            ax.plot(xs, ys, color=color, linewidth=1.2, label=r.model, **style)
+        ax.plot([r.train_seconds], [r.val_bpc], marker="*", markersize=11, color=color,
+                linestyle="none", label=None if r.curve else r.model)  # fmt: skip
+    ax.set_xlabel("training seconds")
+    ax.set_ylabel("validation bits per character")
+    ax.set_title(f"{cfg.tokenizer} tokens, {cfg.budget_s:.0f}s per model (star: exact final score)")
+    ax.grid(alpha=0.3)
+    finals = [r.val_bpc for r in results]
+    if finals:
+        ax.set_ylim(min(finals) - 0.2, max(max(finals) + 1.0, min(finals) + 1.5))
+    ax.legend()
+    return _save(plt, fig, path)
+
+
+def format_table(results: list[ModelResult]) -> str:
+    """The comparison as a fixed-width text table."""
+    head = f"{'model':<7}{'params':>12}{'train s':>10}{'tokens/s':>12}{'val bits/char':>15}"
+    head += f"{'ppl/token':>11}"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        lines.append(
+            f"{r.model:<7}{r.params:>12,}{r.train_seconds:>10.1f}{r.tokens_per_second:>12,.0f}"
+            f"{r.val_bpc:>15.4f}{r.ppl:>11.3f}"
+        )
+    return "\n".join(lines)
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="train n-gram, feed-forward, RNN, LSTM, GRU and GPT on one text and compare",
+        description="Every family on one text, tokenizer and split, with the same wall-clock "
+        "budget each; scored in bits per character on the same validation text "
+        "(docs/compare.md). Finished models in --out are not trained again.",
+    )
+    p.add_argument("--text", default=None, metavar="PATH", help="corpus (default: Shakespeare)")
+    p.add_argument("--tokenizer", default="char", choices=("char", "bpe"))
+    p.add_argument("--budget", default="90s", help="training time per model (90s, 2m)")
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
+    p.add_argument("--out", default="runs/compare", metavar="DIR")
+    p.add_argument("--val-chars", type=int, default=100_000, help="characters scored")
+    p.add_argument("--bpe-vocab-size", type=int, default=512)
+    p.add_argument("--eval-interval", type=int, default=100, help="steps between estimates")
+    p.add_argument("--device", default="auto")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads per model (0: torch's default)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODEL:KEY=VALUE",
+        help="override a preset value of one model, e.g. lstm:model.n_layer=1 (repeatable)",
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=_compare)
+
+
+def _parse_sets(items: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, rest = item.partition(":")
+        if not sep or name not in MODELS or MODELS[name] is None:
+            neural = ", ".join(m for m, p in MODELS.items() if p)
+            raise ConfigError(f"--set {item!r}: expected MODEL:KEY=VALUE with MODEL in {neural}")
+        out.setdefault(name, []).append(rest)
+    return out
+
+
+def _compare(args: argparse.Namespace) -> int:
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    cfg = CompareConfig(
+        text=args.text,
+        tokenizer=args.tokenizer,
+        budget=args.budget,
+        models=models,
+        out=args.out,
+        val_chars=args.val_chars,
+        bpe_vocab_size=args.bpe_vocab_size,
+        eval_interval=args.eval_interval,
+        device=args.device,
+        threads=args.threads,
+        progress=args.progress,
+        overrides=_parse_sets(args.set),
+    )
+    results = run_compare(cfg)
+    print(format_table(results))
+    print(f"wrote {Path(cfg.out) / 'compare.json'} and {Path(cfg.out) / 'compare.png'}")
+    return 0
