@@ -514,8 +514,14 @@ def test_attention_command_draws_the_grid_and_one_head(tmp_path, corpus, capsys)
 # A tiny [model] table per built-in family: a new family adds one, and the compile test covers it.
 TINY = {
     "gpt": {"vocab_size": 11, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 8},
-    "transformer": {"vocab_size": 11, "d_model": 8, "n_head": 2, "n_encoder_layers": 1,
-                    "n_decoder_layers": 1, "dropout": 0.0},  # fmt: skip
+    "transformer": {
+        "vocab_size": 11,
+        "d_model": 8,
+        "n_head": 2,
+        "n_encoder_layers": 1,
+        "n_decoder_layers": 1,
+        "dropout": 0.0,
+    },  # fmt: skip
     "ffnn": {"vocab_size": 11, "order": 3, "n_embd": 4, "n_hidden": 8, "direct": True},
     "rnn": {"vocab_size": 11, "n_layer": 2, "n_embd": 8, "n_hidden": 8, "cell": "lstm"},
 }
