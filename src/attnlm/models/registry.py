@@ -26,6 +26,7 @@ DEFAULT_TYPE = "gpt"
 # Built-in families: type -> module defining ``FAMILY``. Imported on first use.
 BUILTIN: dict[str, str] = {
     "gpt": "attnlm.models.gpt",
+    "rnn-seq2seq": "attnlm.models.rnn_seq2seq",
 }
 
 _FAMILIES: dict[str, Family] = {}
