@@ -447,3 +447,29 @@ def test_training_on_the_builtin_task_learns(tmp_path, monkeypatch):
     end = estimate(model, val, 4, 32).loss
     assert result.step == 150
     assert end < 0.5 * start, (start, end)
+
+
+@pytest.mark.parametrize("name", ["dot", "scaled_dot", "general", "additive"])
+def test_prepared_keys_give_the_same_scores(name):
+    from attnlm.nn.attention import make_score
+
+    torch.manual_seed(0)
+    d_k = 6 if name in ("general", "additive") else 4
+    score = make_score(name, 4, d_k, 5)
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 7, d_k)
+    direct = {
+        "dot": lambda: q @ k.transpose(1, 2),
+        "scaled_dot": lambda: q @ k.transpose(1, 2) / 2.0,
+        "general": lambda: torch.einsum("btq,qk,bsk->bts", q, score.weight, k),
+        "additive": lambda: score.w2(
+            torch.tanh(
+                score.w1(
+                    torch.cat(
+                        [q[:, :, None].expand(2, 3, 7, 4), k[:, None].expand(2, 3, 7, d_k)], -1
+                    )
+                )
+            )
+        )[..., 0],  # w2ᵀ tanh(W1 [q; k]) with the concatenation built
+    }[name]()
+    torch.testing.assert_close(score.prepared(q, score.prepare_keys(k)), direct)
+    torch.testing.assert_close(score(q, k), direct)
