@@ -426,7 +426,9 @@ def test_training_on_the_builtin_task_learns(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     monkeypatch.setenv("ATTNLM_CACHE", str(tmp_path / "cache"))
     splits = split_pairs(builtin_pairs(n=1000), valid=0.1, test=0.1, seed=0)
-    toks = train_pair_tokenizers(splits.train, PairTokenizerConfig(kind="char"))
+    # the objective adds bos / eos to targets itself
+    tok_config = PairTokenizerConfig(kind="char", target_bos=False, target_eos=False)
+    toks = train_pair_tokenizers(splits.train, tok_config)
     tid = toks.target_ids
     table = registry.complete_table(
         {"type": "rnn-seq2seq", "d_emb": 32, "d_hidden": 64},
