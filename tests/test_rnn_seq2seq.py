@@ -272,6 +272,7 @@ def test_greedy_and_beam_decoding_batched(variant):
         assert sequence_logprob(m, src, b) >= sequence_logprob(m, src, g) - 1e-5
 
 
+@torch.no_grad()
 def sequence_logprob(m: RNNSeq2Seq, src: list[int], hyp: list[int]) -> float:
     """Sum of log-probabilities of ``hyp[1:]`` (``hyp[0]`` is bos), normalised by length
     as beam search ranks finished hypotheses (length_penalty 1)."""
@@ -447,6 +448,7 @@ def test_training_on_the_builtin_task_learns(tmp_path, monkeypatch):
                   lr=1e-2, min_lr=1e-3, weight_decay=0.0, eval_interval=1000)  # fmt: skip
     result = tr.fit(MetricsLog(tmp_path / "m.jsonl", True, None))
     end = estimate(model, val, 4, 32).loss
+    print(f"validation loss {start:.3f} -> {end:.3f}")
     assert result.step == 150
     assert end < 0.5 * start, (start, end)
 
