@@ -60,6 +60,10 @@ def test_registry_entry_and_preset():
     assert model.src_emb.num_embeddings == 30 and model.lm_head.out_features == 40
     assert "bahdanau" in family.describe(config)
     assert registry.family_of(model) is family
+    # what a checkpoint stores rebuilds the same model
+    again, config2, _ = registry.build(registry.config_table(family, config))
+    assert config2 == config
+    again.load_state_dict(model.state_dict())
 
 
 @pytest.mark.parametrize(
