@@ -350,15 +350,16 @@ class RNNSeq2Seq(nn.Module):
     def forward(
         self,
         src: Tensor,
+        src_mask: Tensor | None,
         tgt_in: Tensor,
-        src_mask: Tensor | None = None,
         targets: Tensor | None = None,
         *,
         return_attention: bool = False,
         return_hidden: bool = False,
     ) -> ModelOutput:
         """Teacher forcing: logits ``(B, T, V)`` for decoder inputs ``tgt_in`` ``(B, T)``
-        (``[bos] + target``) given ``src`` ``(B, S)``; the summed loss and target count when
+        (``[bos] + target``) given ``src`` ``(B, S)`` and ``src_mask`` ``(B, S)`` (True at
+        real tokens; None: no padding); the summed loss and target count when
         ``targets`` (``target + [eos]``, ``-100`` at padding) are given.
         ``return_hidden`` adds the readout vectors ``(B, T, D)`` as ``hidden_states``."""
         check_ids(tgt_in, self.config.vocab_size, "tgt_in")
