@@ -121,18 +121,13 @@ def hand_weights(name: str, q, source: list[int], width: int) -> list[float]:
     return [x / sum(e) for x in e] + [0.0] * (width - len(source))
 
 
-def memoryless(gru: torch.nn.GRU, picks: list[list[float]], suffix: str = "") -> None:
-    """GRU whose output is tanh(picks @ x): z gate closed, no recurrent weights."""
+def memoryless(gru: torch.nn.GRUCell, picks: list[list[float]]) -> None:
+    """GRU cell whose output is tanh(picks @ x): z gate closed, no recurrent weights."""
     H = gru.hidden_size
-    w_ih = getattr(gru, f"weight_ih_l0{suffix}")
-    b_hh = getattr(gru, f"bias_hh_l0{suffix}")
-    w_ih.zero_()
-    w_ih[2 * H :, : len(picks[0])] = torch.tensor(picks)  # the candidate n reads x
-    b_hh[H : 2 * H] = -50.0  # z = sigmoid(-50): the new state is the candidate
-    for name in ("weight_hh_l0", "bias_ih_l0"):
-        getattr(gru, f"{name}{suffix}").zero_()
-    b_hh[:H] = 0.0
-    b_hh[2 * H :] = 0.0
+    for p in gru.parameters():
+        p.zero_()
+    gru.weight_ih[2 * H :, : len(picks[0])] = torch.tensor(picks)  # the candidate n reads x
+    gru.bias_hh[H : 2 * H] = -50.0  # z = sigmoid(-50): the new state is the candidate
 
 
 def hand_model(attention: str, score: str, input_feeding: bool = False) -> RNNSeq2Seq:
@@ -146,9 +141,9 @@ def hand_model(attention: str, score: str, input_feeding: bool = False) -> RNNSe
             m.src_emb.weight[tok] = torch.atanh(torch.tensor(k))
         for tok, q in QUERIES.items():
             m.tgt_emb.weight[tok] = torch.atanh(torch.tensor(q))
-        memoryless(m.encoder, [[1.0, 0.0]])  # forward direction: h_j[0] = tanh(e_j[0])
-        memoryless(m.encoder, [[0.0, 1.0]], "_reverse")  # backward: h_j[1] = tanh(e_j[1])
-        memoryless(m.decoder, [[1.0, 0.0], [0.0, 1.0]])  # s_i = tanh(E y_{i-1}) (rest ignored)
+        memoryless(m.enc_fwd[0].cells[0], [[1.0, 0.0]])  # forward: h_j[0] = tanh(e_j[0])
+        memoryless(m.enc_bwd[0].cells[0], [[0.0, 1.0]])  # backward: h_j[1] = tanh(e_j[1])
+        memoryless(m.decoder.cells[0], [[1.0, 0.0], [0.0, 1.0]])  # s_i = tanh(E y_{i-1})
         m.bridge.weight.zero_()
         m.bridge.bias.copy_(torch.atanh(torch.tensor(S0)))
         if score == "general":

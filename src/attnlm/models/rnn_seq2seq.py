@@ -26,8 +26,11 @@ of width ``2 * d_enc``); source padding gets ``-inf`` before the softmax
 Teacher forcing (``forward``) and incremental decoding (``new_state`` / ``step``) run the
 same per-step code: a :class:`RNNDecoderState` holds the encoder annotations, the source mask,
 the decoder's hidden state and (input feeding) the last attentional vector; ``reorder``
-moves all of them together for beam search. Luong attention without input feeding runs the
-cell over the whole target at once (the cell does not depend on attention then).
+moves all of them together for beam search. Luong attention without input feeding attends
+once over all the steps of a call (the cell does not depend on attention then). The
+recurrences are ``GRUCell``/``LSTMCell`` loops, so the training forward compiles into one
+graph; the backward encoder direction reads each row's real tokens in reverse
+(:func:`reverse_rows`), so padding never reaches it.
 
 Shape legend
     B  batch size
@@ -47,7 +50,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
@@ -224,16 +226,60 @@ class RNNDecoderState:
 # The model
 
 
-def _rnn(cell: str, d_in: int, d_out: int, n_layer: int, dropout: float, bidi: bool) -> nn.RNNBase:
-    cls = nn.GRU if cell == "gru" else nn.LSTM
-    return cls(
-        d_in,
-        d_out,
-        num_layers=n_layer,
-        batch_first=True,
-        bidirectional=bidi,
-        dropout=dropout if n_layer > 1 else 0.0,
-    )
+class StackedCells(nn.Module):
+    """``n_layer`` GRU or LSTM cells (``torch.nn.GRUCell`` / ``LSTMCell``) stacked, run one
+    time step per call: ``step(x (B, I), hidden) -> (top output (B, H), hidden)`` with
+    ``hidden`` ``(L, B, H)`` (GRU) or a pair ``(h, c)`` of those (LSTM), dropout between
+    layers. Cells rather than ``nn.GRU``/``nn.LSTM`` so that the whole model traces into one
+    ``torch.compile`` graph (Dynamo does not trace the fused RNN modules) and the decoder's
+    per-step loop pays no sequence-module overhead."""
+
+    def __init__(self, cell: str, d_in: int, d_out: int, n_layer: int, dropout: float) -> None:
+        super().__init__()
+        cls = nn.GRUCell if cell == "gru" else nn.LSTMCell
+        self.lstm = cell == "lstm"
+        self.cells = nn.ModuleList(cls(d_in if i == 0 else d_out, d_out) for i in range(n_layer))
+        self.drop = nn.Dropout(dropout)
+        self.d_out = d_out
+
+    def zeros(self, x: Tensor) -> Hidden:
+        h = x.new_zeros(len(self.cells), x.shape[0], self.d_out)
+        return (h, torch.zeros_like(h)) if self.lstm else h
+
+    def step(self, x: Tensor, hidden: Hidden) -> tuple[Tensor, Hidden]:
+        hs, cs = [], []
+        for i, cell in enumerate(self.cells):
+            if i > 0:
+                x = self.drop(x)
+            if isinstance(hidden, tuple):
+                h, c = cell(x, (hidden[0][i], hidden[1][i]))
+                cs.append(c)
+            else:
+                h = cell(x, hidden[i])
+            hs.append(h)
+            x = h
+        new: Hidden = (torch.stack(hs), torch.stack(cs)) if cs else torch.stack(hs)
+        return x, new
+
+    def run(self, x: Tensor) -> Tensor:
+        """Outputs ``(B, S, H)`` of the top layer over a whole sequence ``(B, S, I)`` from a
+        zero state."""
+        hidden = self.zeros(x)
+        outs = []
+        for t in range(x.shape[1]):
+            out, hidden = self.step(x[:, t], hidden)
+            outs.append(out)
+        return torch.stack(outs, dim=1)
+
+
+def reverse_rows(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse the first ``lengths[b]`` positions of each row of ``x`` ``(B, S, ...)``, leaving
+    the padding after them in place (applying it twice gives ``x`` back). A backward RNN run
+    on the result starts at each row's last real token, as on the unpadded row."""
+    S = x.shape[1]
+    t = torch.arange(S, device=x.device)[None, :]  # (1, S)
+    idx = torch.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)  # (B, S)
+    return x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 class RNNSeq2Seq(nn.Module):
@@ -244,10 +290,11 @@ class RNNSeq2Seq(nn.Module):
     ``cross_attentions = [weights (B, 1, T, S)]`` (one layer, one head). Sources must be
     right-padded (``src_mask`` a prefix of True per row, as ``collate_pairs`` makes them).
 
-    Modules: ``src_emb``, ``encoder`` (bidirectional), ``bridge`` (initial decoder state),
-    ``tgt_emb``, ``decoder`` (the cell, run one step at a time unless Luong without input
-    feeding), ``score`` (from :func:`~attnlm.nn.attention.make_score`), ``combine``
-    (``W_r`` or ``W_c``), ``lm_head``.
+    Modules: ``src_emb``, ``enc_fwd`` / ``enc_bwd`` (per encoder layer, the forward and
+    backward :class:`StackedCells` of one layer; layer ``l + 1`` reads both directions of
+    layer ``l``), ``bridge`` (initial decoder state), ``tgt_emb``, ``decoder``
+    (:class:`StackedCells`), ``score`` (from :func:`~attnlm.nn.attention.make_score`),
+    ``combine`` (``W_r`` or ``W_c``), ``lm_head``.
     """
 
     unbounded_context = True  # the recurrent state carries any target length
@@ -255,11 +302,13 @@ class RNNSeq2Seq(nn.Module):
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
         super().__init__()
         self.config = c = config
-        D, K, E = c.d_hidden, c.d_key, c.d_emb
+        D, K, E, H = c.d_hidden, c.d_key, c.d_emb, int(c.d_enc or 0)
         self.src_emb = nn.Embedding(c.source_vocab_size, E)
         self.tgt_emb = nn.Embedding(c.vocab_size, E)
         self.drop = nn.Dropout(c.dropout)
-        self.encoder = _rnn(c.cell, E, int(c.d_enc or 0), c.n_layer, c.dropout, bidi=True)
+        widths = [E] + [K] * (c.n_layer - 1)  # input width of each encoder layer
+        self.enc_fwd = nn.ModuleList(StackedCells(c.cell, w, H, 1, 0.0) for w in widths)
+        self.enc_bwd = nn.ModuleList(StackedCells(c.cell, w, H, 1, 0.0) for w in widths)
         self.bridge = nn.Linear(K, c.n_layer * D)
         self.bahdanau = c.attention == "bahdanau"
         if self.bahdanau:
@@ -267,38 +316,46 @@ class RNNSeq2Seq(nn.Module):
         else:
             d_in = E + D if c.input_feeding else E  # [E y; h̃_{t-1}] with input feeding
             d_combine = K + D  # [c; h]
-        self.decoder = _rnn(c.cell, d_in, D, c.n_layer, c.dropout, bidi=False)
+        self.decoder = StackedCells(c.cell, d_in, D, c.n_layer, c.dropout)
         self.score = make_score(str(c.score), D, K, c.d_attn or D)
         self.combine = nn.Linear(d_combine, D, bias=False)
         self.lm_head = nn.Linear(D, c.vocab_size)
 
     # -- encoder ---------------------------------------------------------------------------
+    def _check_source(self, src: Tensor, src_mask: Tensor, lengths: Tensor) -> None:
+        if src_mask.shape != src.shape:
+            raise InputError(
+                f"src_mask must have the shape of src {tuple(src.shape)}, "
+                f"got {tuple(src_mask.shape)}"
+            )
+        if torch.compiler.is_compiling():
+            return  # the data-dependent checks below would break the graph
+        if bool((lengths == 0).any()):
+            raise InputError("every source needs at least one token (src_mask has an empty row)")
+        prefix = torch.arange(src.shape[1], device=src.device)[None, :] < lengths[:, None]
+        if not torch.equal(prefix, src_mask):
+            raise InputError("sources must be right-padded (src_mask True then False per row)")
+
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> RNNDecoderState:
         """Run the encoder once: the decoding state at the start of the target."""
         c = self.config
         check_ids(src, c.source_vocab_size, "src")
         if src_mask is None:
             src_mask = torch.ones_like(src, dtype=torch.bool)
-        if src_mask.shape != src.shape:
-            raise InputError(
-                f"src_mask must have the shape of src {tuple(src.shape)}, "
-                f"got {tuple(src_mask.shape)}"
-            )
         src_mask = src_mask.bool()
         lengths = src_mask.sum(dim=1)  # (B,)
-        if bool((lengths == 0).any()):
-            raise InputError("every source needs at least one token (src_mask has an empty row)")
-        S = src.shape[1]
-        prefix = torch.arange(S, device=src.device)[None, :] < lengths[:, None]
-        if not torch.equal(prefix, src_mask):
-            raise InputError("sources must be right-padded (src_mask True then False per row)")
+        self._check_source(src, src_mask, lengths)
         x = self.drop(self.src_emb(src))  # (B, S, E)
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, final = self.encoder(packed)
-        memory, _ = pad_packed_sequence(out, batch_first=True, total_length=S)  # (B, S, K)
-        h_n = final[0] if isinstance(final, tuple) else final  # (2L, B, d_enc)
-        last = torch.cat([h_n[-2], h_n[-1]], dim=-1)  # (B, K): →h_S and ←h_1 of the top layer
+        for i, (fwd, bwd) in enumerate(zip(self.enc_fwd, self.enc_bwd)):
+            if i > 0:
+                x = self.drop(x)
+            ahead = fwd.run(x)  # (B, S, d_enc): →h_j
+            back = reverse_rows(bwd.run(reverse_rows(x, lengths)), lengths)  # ←h_j
+            x = torch.cat([ahead, back], dim=-1)  # (B, S, K)
+        memory = x * src_mask[:, :, None]  # (B, S, K), zeros at padding
         B, D, L = src.shape[0], c.d_hidden, c.n_layer
+        rows = torch.arange(B, device=src.device)
+        last = torch.cat([ahead[rows, lengths - 1], back[:, 0]], dim=-1)  # (B, K): →h_S, ←h_1
         h0 = torch.tanh(self.bridge(last)).view(B, L, D).transpose(0, 1).contiguous()  # (L,B,D)
         hidden: Hidden = (h0, torch.zeros_like(h0)) if c.cell == "lstm" else h0
         feed = memory.new_zeros(B, D) if c.input_feeding else None
@@ -322,30 +379,30 @@ class RNNSeq2Seq(nn.Module):
         """Feed target embeddings ``(B, T, E)``; returns readout vectors ``(B, T, D)`` (before
         ``lm_head``) and attention weights ``(B, T, S)``; updates ``state``."""
         T = emb.shape[1]
-        if not self.bahdanau and not self.config.input_feeding:
-            out, state.hidden = self.decoder(emb, state.hidden)  # (B, T, D)
-            context, weights = self._attend(out, state)  # (B, T, K), (B, T, S)
-            readout = torch.tanh(self.combine(torch.cat([context, out], dim=-1)))  # h̃
-            state.length += T
-            return readout, weights
-        readouts, all_weights = [], []
+        outs, readouts, all_weights = [], [], []
         for t in range(T):
-            e = emb[:, t : t + 1]  # (B, 1, E)
+            e = emb[:, t]  # (B, E)
             if self.bahdanau:
                 context, weights = self._attend(self._top(state.hidden), state)  # from s_{i-1}
-                out, state.hidden = self.decoder(torch.cat([e, context], -1), state.hidden)
-                readout = torch.tanh(self.combine(torch.cat([out, context, e], dim=-1)))
-            else:  # Luong with input feeding
-                assert state.feed is not None
-                x = torch.cat([e, state.feed.unsqueeze(1)], dim=-1)  # (B, 1, E + D)
-                out, state.hidden = self.decoder(x, state.hidden)  # (B, 1, D)
-                context, weights = self._attend(out, state)
-                readout = torch.tanh(self.combine(torch.cat([context, out], dim=-1)))
-                state.feed = readout[:, 0]
-            readouts.append(readout)
-            all_weights.append(weights)
+                c_i = context[:, 0]  # (B, K)
+                out, state.hidden = self.decoder.step(torch.cat([e, c_i], -1), state.hidden)
+                readouts.append(torch.tanh(self.combine(torch.cat([out, c_i, e], dim=-1))))
+                all_weights.append(weights)
+            elif state.feed is not None:  # Luong with input feeding
+                out, state.hidden = self.decoder.step(torch.cat([e, state.feed], -1), state.hidden)
+                context, weights = self._attend(out[:, None], state)
+                state.feed = torch.tanh(self.combine(torch.cat([context[:, 0], out], dim=-1)))
+                readouts.append(state.feed)
+                all_weights.append(weights)
+            else:  # Luong: the cell does not depend on attention; attend once after the loop
+                out, state.hidden = self.decoder.step(e, state.hidden)
+                outs.append(out)
         state.length += T
-        return torch.cat(readouts, dim=1), torch.cat(all_weights, dim=1)
+        if outs:
+            h = torch.stack(outs, dim=1)  # (B, T, D)
+            context, weights = self._attend(h, state)  # (B, T, K), (B, T, S)
+            return torch.tanh(self.combine(torch.cat([context, h], dim=-1))), weights  # h̃
+        return torch.stack(readouts, dim=1), torch.cat(all_weights, dim=1)
 
     def forward(
         self,
