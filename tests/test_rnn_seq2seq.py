@@ -476,3 +476,11 @@ def test_prepared_keys_give_the_same_scores(name):
     }[name]()
     torch.testing.assert_close(score.prepared(q, score.prepare_keys(k)), direct)
     torch.testing.assert_close(score(q, k), direct)
+
+
+@pytest.mark.slow  # 10-20 s of tracing on the shared CPUs
+@pytest.mark.parametrize("variant", [VARIANTS[0], VARIANTS[5]], ids=["gru-bahdanau", "lstm-feed"])
+def test_training_forward_compiles_without_graph_breaks(variant):
+    m = small(**variant).train()
+    explained = torch._dynamo.explain(m)(**collate_pairs(PAIRS[:2], IDS))
+    assert explained.graph_break_count == 0, explained.break_reasons
