@@ -239,6 +239,12 @@ def test_bad_inputs_are_input_errors():
         m(**{**batch, "tgt_in": batch["tgt_in"] + 100})
     with pytest.raises(InputError, match="source batch"):
         m.new_state(None)
+    # source padding may hold any id (collate_pairs pads with the target's pad id, which a
+    # separate source vocabulary may not have); only real source tokens are checked
+    wide = {**batch, "src": batch["src"].masked_fill(~batch["src_mask"], 22)}
+    torch.testing.assert_close(m(**wide).logits, m(**batch).logits)
+    with pytest.raises(InputError, match="out of range"):
+        m(**{**batch, "src": batch["src"].masked_fill(batch["src_mask"], 22)})
 
 
 # ---------------------------------------------------------------------------------------------

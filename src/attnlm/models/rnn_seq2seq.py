@@ -339,10 +339,12 @@ class RNNSeq2Seq(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> RNNDecoderState:
         """Run the encoder once: the decoding state at the start of the target."""
         c = self.config
-        check_ids(src, c.source_vocab_size, "src")
         if src_mask is None:
             src_mask = torch.ones_like(src, dtype=torch.bool)
         src_mask = src_mask.bool()
+        if src_mask.shape == src.shape:  # padding ids are never read: the objective pads
+            src = src.masked_fill(~src_mask, 0)  # with the target's pad id, maybe >= S-vocab
+        check_ids(src, c.source_vocab_size, "src")
         lengths = src_mask.sum(dim=1)  # (B,)
         self._check_source(src, src_mask, lengths)
         x = self.drop(self.src_emb(src))  # (B, S, E)
