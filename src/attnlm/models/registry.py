@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "transformer": "attnlm.models.transformer",
     "ffnn": "attnlm.models.ffnn",
     "rnn": "attnlm.models.rnn",
+    "rnn-seq2seq": "attnlm.models.rnn_seq2seq",
 }
 
 _FAMILIES: dict[str, Family] = {}

@@ -65,6 +65,14 @@ class DotScore(nn.Module):
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         return q @ k.transpose(-2, -1)  # (..., T, S)
 
+    def prepare_keys(self, k: Tensor) -> Tensor:
+        """The part of the score that depends on the keys only (see :func:`make_score`)."""
+        return k
+
+    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
+        """``forward(q, k)`` from ``pk = prepare_keys(k)``."""
+        return q @ pk.transpose(-2, -1)
+
 
 class ScaledDotScore(nn.Module):
     """``score(q, k) = qᵀ k / sqrt(d_k)`` (Vaswani et al., 2017, "Attention Is All You Need").
@@ -79,6 +87,12 @@ class ScaledDotScore(nn.Module):
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         return (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)  # (..., T, S)
 
+    def prepare_keys(self, k: Tensor) -> Tensor:
+        return k * (k.shape[-1] ** -0.5)
+
+    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
+        return q @ pk.transpose(-2, -1)
+
 
 class BilinearScore(nn.Module):
     """``score(q, k) = qᵀ W k`` (Luong et al., 2015, "general"); ``W`` is ``(d_q, d_k)``."""
@@ -92,6 +106,12 @@ class BilinearScore(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
         return (q @ self.weight) @ k.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S)
+
+    def prepare_keys(self, k: Tensor) -> Tensor:
+        return k @ self.weight.T  # (..., S, Dq): W k for every key
+
+    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
+        return q @ pk.transpose(-2, -1)
 
 
 class AdditiveScore(nn.Module):
@@ -110,8 +130,14 @@ class AdditiveScore(nn.Module):
         self.w2 = nn.Linear(d_hidden or d_q, 1, bias=False)  # w₂
 
     def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        w_q, w_k = self.w1.weight[:, : self.d_q], self.w1.weight[:, self.d_q :]
-        hidden = torch.tanh((q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3))  # (.,T,S,h)
+        return self.prepared(q, self.prepare_keys(k))
+
+    def prepare_keys(self, k: Tensor) -> Tensor:
+        return k @ self.w1.weight[:, self.d_q :].T  # (..., S, h): W₁_k k for every key
+
+    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
+        w_q = self.w1.weight[:, : self.d_q]
+        hidden = torch.tanh((q @ w_q.T).unsqueeze(-2) + pk.unsqueeze(-3))  # (..., T, S, h)
         return self.w2(hidden).squeeze(-1)  # (..., T, S)
 
 
