@@ -524,6 +524,7 @@ TINY = {
     },  # fmt: skip
     "ffnn": {"vocab_size": 11, "order": 3, "n_embd": 4, "n_hidden": 8, "direct": True},
     "rnn": {"vocab_size": 11, "n_layer": 2, "n_embd": 8, "n_hidden": 8, "cell": "lstm"},
+    "rnn-seq2seq": {"vocab_size": 11, "d_emb": 8, "d_hidden": 8},
 }
 
 

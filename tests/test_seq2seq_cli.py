@@ -188,3 +188,31 @@ def test_pairs_and_text_do_not_mix(tmp_path, capsys):
     args = ["train", *TINY, "--text", str(pairs), "--out", str(tmp_path / "b")]
     assert main(args) == 2
     assert "give --pairs, not --text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shared", ["true", "false"])
+def test_rnn_encoder_decoder_through_the_commands(tmp_path, capsys, shared):
+    """The translate-rnn preset (Bahdanau GRU) trains, resumes, translates, evaluates and
+    plots its alignment through the same commands as the transformer."""
+    from attnlm.checkpoint import load_checkpoint
+
+    pairs = _pairs_file(tmp_path / "p.tsv", 60)
+    out = tmp_path / "rnn"
+    args = ["train", "--preset", "translate-rnn", "--set", "model.d_emb=8",
+            "--set", "model.d_hidden=16", "--set", f"train.shared_vocab={shared}",
+            "--batch-size", "8", "--eval-interval", "2", "--eval-iters", "1",
+            "--threads", "1", "--no-progress", "--pairs", str(pairs), "--out", str(out)]  # fmt: skip
+    assert main([*args, "--max-iters", "2"]) == 0
+    assert main(["train", "--resume", str(out), "--max-iters", "3", "--no-progress"]) == 0
+    ck = load_checkpoint(out)
+    assert ck.family.type == "rnn-seq2seq" and ck.pair_tokenizers.shared == (shared == "true")
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(out), "--beam", "2", "six five", "one"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(["eval", "--checkpoint", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert 0 <= report["bleu"] <= 100
+    png = tmp_path / "align.png"
+    assert main(["attention", "--checkpoint", str(out), "--text", "one two", "--kind", "cross",
+                 "--out", str(png)]) == 0  # fmt: skip
+    assert png.stat().st_size > 0

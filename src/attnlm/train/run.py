@@ -130,7 +130,8 @@ def train_run(
     every rank. ``on_step(step)`` is called after each optimizer step."""
     run_dir = Path(run_dir)
     cfg = spec.train
-    registry.check_table(spec.model, vocab_size=1)
+    # stand-ins for the fields the data decides, large enough for any special id
+    registry.check_table(spec.model, vocab_size=1 << 16, src_vocab_size=1 << 16)
     family = registry.get(spec.model.get("type"))
     objective_name = family.objective
     dist = D.from_env()
