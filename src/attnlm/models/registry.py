@@ -26,6 +26,7 @@ DEFAULT_TYPE = "gpt"
 # Built-in families: type -> module defining ``FAMILY``. Imported on first use.
 BUILTIN: dict[str, str] = {
     "gpt": "attnlm.models.gpt",
+    "bert": "attnlm.models.bert",
 }
 
 _FAMILIES: dict[str, Family] = {}
