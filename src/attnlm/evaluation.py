@@ -84,9 +84,12 @@ class Sums:
         self.nats += float(out.loss_sum.float())
         self.targets += int(out.n_targets)
         targets = batch["targets"]
+        keep = targets != IGNORE_INDEX
         if out.logits is not None and out.logits.shape[:-1] == targets.shape:
-            keep = targets != IGNORE_INDEX
             self.correct += int((out.logits.argmax(-1).eq(targets) & keep).sum())
+        elif out.logits is not None and out.logits.dim() == 2 and len(out.logits) == out.n_targets:
+            # logits only at the counted targets (N, V), in order (e.g. BERT's masked LM)
+            self.correct += int(out.logits.argmax(-1).eq(targets[keep]).sum())
         else:
             self.has_accuracy = False
 

@@ -167,10 +167,16 @@ def _train(args: argparse.Namespace) -> int:
 
     if D.from_env().is_main:
         ev = result.last_eval
+        tail = ""
+        if ev is not None:
+            tail = f"; val loss {ev.loss:.4f}"
+            if ev.bpc is not None:
+                tail += f", {ev.bpc:.4f} bits/char"
+            elif ev.accuracy is not None:  # masked LM: bits per character are undefined
+                tail += f", accuracy {ev.accuracy:.2%}"
         print(
             f"done: {result.step} steps ({result.stop_reason}) in {result.elapsed:.1f}s, "
-            f"{result.tokens_per_s:,.0f} tokens/s"
-            + (f"; val loss {ev.loss:.4f}, {ev.bpc:.4f} bits/char" if ev else "")
+            f"{result.tokens_per_s:,.0f} tokens/s{tail}"
         )
         print(f"run folder: {run_dir} (checkpoint/, metrics.jsonl, loss_curve.png)")
     return 0
