@@ -88,9 +88,12 @@ def test_masked_objective_needs_a_mask_token():
 
 # -- training through the shared trainer -----------------------------------------------------
 
-SMALL = ["--set", "model.n_layer=1", "--set", "model.n_embd=32", "--set", "model.n_head=2",
-         "--set", "model.d_ff=64", "--set", "model.block_size=32", "--set", "bpe_vocab_size=120",
-         "--set", "log_interval=5", "--set", "warmup_iters=2", "--lr", "3e-3", "--batch-size", "8", "--eval-interval", "10", "--eval-iters", "2"]  # fmt: skip
+SMALL = [
+    *("--set", "model.n_layer=1", "--set", "model.n_embd=32", "--set", "model.n_head=2"),
+    *("--set", "model.d_ff=64", "--set", "model.block_size=32", "--set", "bpe_vocab_size=120"),
+    *("--set", "log_interval=5", "--set", "warmup_iters=2", "--lr", "3e-3"),
+    *("--batch-size", "8", "--eval-interval", "10", "--eval-iters", "2"),
+]
 
 
 @pytest.mark.slow
