@@ -124,7 +124,8 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
 
     def forward(self, h: Tensor) -> Tensor:
-        return self.decoder(self.ln(self.act(self.dense(h)))) + self.bias
+        h = self.ln(self.act(self.dense(h)))
+        return nn.functional.linear(h, self.decoder.weight, self.bias)  # one fused addmm
 
 
 class Bert(nn.Module):
