@@ -364,3 +364,15 @@ def test_masked_eval_counts_only_masked_positions():
     assert res.tokens == n and res.bpc is None
     assert res.loss == pytest.approx(nats / n, rel=1e-5)
     assert res.accuracy == pytest.approx(correct / n)
+
+
+def test_eval_with_model_ref(mlm_folder, encoder_folder, tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    argv = ["eval", "--model", str(mlm_folder), "--text", str(corpus), "--json"]
+    assert main(argv + ["--max-tokens", "300", "--device", "cpu"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["bpc"] is None and res["accuracy"] is not None and res["tokens"] > 0
+    argv = ["eval", "--model", str(encoder_folder), "--text", str(corpus), "--device", "cpu"]
+    assert main(argv) == 2
+    assert "no masked-LM head" in capsys.readouterr().err

@@ -92,7 +92,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_train)
 
     e = sub.add_parser("eval", help="loss, perplexity and bits per character of a checkpoint")
-    e.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    which = e.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", metavar="DIR", help="run or checkpoint folder")
+    which.add_argument(
+        "--model", metavar="NAME", help="pretrained name or Hugging Face model folder"
+    )
     add_text_argument(e)
     e.add_argument(
         "--split",
@@ -192,7 +196,13 @@ def _eval(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     result, what = evaluate_checkpoint(
-        args.checkpoint, args.text, args.split, args.batch_size, args.max_tokens, args.device
+        args.checkpoint,
+        args.text,
+        args.split,
+        args.batch_size,
+        args.max_tokens,
+        args.device,
+        model=args.model,
     )
     if args.json:
         print(json.dumps({**result.to_dict(), "data": what}))
