@@ -147,7 +147,7 @@ def test_save_hf_round_trip_loads_in_transformers(tmp_path):
     assert (a - b)[mask.bool()].abs().max() < 1e-4
     # a BertModel folder written without the head loads in transformers' BertModel
     enc = Bert(BertConfig(vocab_size=61, block_size=16, n_layer=1, n_head=2, n_embd=16,
-                          dropout=0.0, mlm_head=False)).eval()  # fmt: skip
+                          dropout=0.0, mlm_head=False, pooler=True)).eval()  # fmt: skip
     randomize(enc, 6)
     enc.save_hf(tmp_path / "enc")
     hf_enc = transformers.BertModel.from_pretrained(

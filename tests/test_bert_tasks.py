@@ -376,3 +376,38 @@ def test_eval_with_model_ref(mlm_folder, encoder_folder, tmp_path, capsys):
     argv = ["eval", "--model", str(encoder_folder), "--text", str(corpus), "--device", "cpu"]
     assert main(argv) == 2
     assert "no masked-LM head" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_masked_lm_ddp_two_processes_match_one(tmp_path):
+    """torchrun, 2 CPU processes: the masked-LM losses equal 1 process with twice the batch
+    (the masking noise is drawn once for all ranks; steps are normalised by all targets)."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT, encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    common = ["train", "--preset", "bert-mini", "--text", str(corpus), "--max-iters", "8"]
+    common += [*SMALL, "--set", "model.dropout=0.0", "--set", "log_interval=1"]
+    common += ["--no-progress", "--threads", "1"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    single = [sys.executable, "-m", "attnlm", *common, "--batch-size", "8", "--out", str(one)]
+    proc = subprocess.run(single, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+    launcher += ["--nproc_per_node", "2", "-m", "attnlm"]
+    proc = subprocess.run([*launcher, *common, "--batch-size", "4", "--out", str(two)],
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "2 processes" in proc.stdout
+
+    def curve(run):
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+    a, b = curve(one), curve(two)
+    assert sorted(a) == sorted(b) and len(a) == 8
+    for step in a:
+        assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])

@@ -43,8 +43,9 @@ class BertConfig:
     ``block_size`` is BERT's ``max_position_embeddings`` (the longest input); ``d_ff`` its
     ``intermediate_size`` (None: 4C); ``type_vocab_size`` the number of segment (token-type)
     ids; ``pooler`` / ``mlm_head`` whether those parts exist (a Hugging Face ``BertModel``
-    folder has no MLM head, a ``BertForMaskedLM`` folder no pooler); ``whole_word_masking``
-    is read by the masked-LM objective."""
+    folder has no MLM head, a ``BertForMaskedLM`` folder no pooler; a fresh model has no
+    pooler by default: masked-LM training gives it no gradient); ``whole_word_masking`` is
+    read by the masked-LM objective."""
 
     vocab_size: int
     block_size: int = 128
@@ -57,7 +58,7 @@ class BertConfig:
     activation: str = "gelu"  # "gelu" (erf, BERT's) | "gelu_tanh" | "relu"
     layer_norm_eps: float = 1e-12
     pad_id: int = 0
-    pooler: bool = True
+    pooler: bool = False  # unused by masked-LM training (no gradient; DDP would refuse it)
     mlm_head: bool = True
     whole_word_masking: bool = False
 
