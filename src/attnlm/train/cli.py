@@ -215,5 +215,6 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"bits per token: {result.bits_per_token:.4f}")
         if result.accuracy is not None:
             print(f"accuracy: {result.accuracy:.2%}")
-        print(f"tokens: {result.tokens:,}  characters: {result.chars:,}")
+        chars = f"  characters: {result.chars:,}" if result.bpc is not None else ""
+        print(f"tokens: {result.tokens:,}{chars}")
     return 0
