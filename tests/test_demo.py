@@ -29,3 +29,5 @@ def test_demo_writes_everything(tmp_path, capsys):
         assert (out / name).is_file(), name
         assert str(out / name.split("/")[0]) in printed
     assert (out / "attention.png").read_bytes()[:4] == b"\x89PNG"
+    # the MiniLM coda: the bank table when the wheel is available, else a one-line note
+    assert "cos(S1,S2)" in printed or "skipped the BERT coda" in printed

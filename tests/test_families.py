@@ -525,6 +525,7 @@ TINY = {
     "ffnn": {"vocab_size": 11, "order": 3, "n_embd": 4, "n_hidden": 8, "direct": True},
     "rnn": {"vocab_size": 11, "n_layer": 2, "n_embd": 8, "n_hidden": 8, "cell": "lstm"},
     "rnn-seq2seq": {"vocab_size": 11, "d_emb": 8, "d_hidden": 8},
+    "bert": {"vocab_size": 11, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 8},
 }
 
 
@@ -568,6 +569,22 @@ def test_recurrent_layers_compile_and_equal_torch_rnn_modules(cell):
             leaves = torch.utils._pytree.tree_leaves
             for a, b in zip(leaves(got_h), leaves(want_h), strict=True):
                 torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_compiled_masked_lm_loss_equals_eager():
+    """BERT's compiled path (head at every position) gives the eager loss (head at the
+    masked positions only)."""
+    from attnlm.models import bert
+
+    model, _, _ = registry.build({"type": "bert", **TINY["bert"], "dropout": 0.0})
+    ids = torch.randint(5, 11, (2, 8))
+    targets = torch.full_like(ids, -100)
+    targets[0, 2], targets[1, 5], targets[1, 6] = 7, 8, 9
+    eager = model(ids=ids, targets=targets)
+    compiled = torch.compile(model, backend="eager")(ids=ids, targets=targets)
+    assert int(compiled.n_targets) == int(eager.n_targets) == 3
+    torch.testing.assert_close(compiled.loss_sum, eager.loss_sum, atol=1e-5, rtol=1e-5)
+    assert isinstance(model, bert.Bert)
 
 
 def test_learned_positions_compile_without_graph_breaks():

@@ -201,7 +201,8 @@ def test_rnn_encoder_decoder_through_the_commands(tmp_path, capsys, shared):
     args = ["train", "--preset", "translate-rnn", "--set", "model.d_emb=8",
             "--set", "model.d_hidden=16", "--set", f"train.shared_vocab={shared}",
             "--batch-size", "8", "--eval-interval", "2", "--eval-iters", "1",
-            "--threads", "1", "--no-progress", "--pairs", str(pairs), "--out", str(out)]  # fmt: skip
+            "--threads", "1", "--no-progress", "--pairs", str(pairs),
+            "--out", str(out)]  # fmt: skip
     assert main([*args, "--max-iters", "2"]) == 0
     assert main(["train", "--resume", str(out), "--max-iters", "3", "--no-progress"]) == 0
     ck = load_checkpoint(out)

@@ -246,3 +246,80 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
         pair_tokenizers=pairs,
         source_tokenizer=pairs.source if pairs is not None else tok,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# One way to name a model: an attnlm checkpoint, a Hugging Face folder, or a pretrained name
+
+
+def _is_hf_folder(path: Path) -> bool:
+    if not (path / "config.json").is_file():
+        return False
+    try:
+        data = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and data.get("format") != FORMAT
+
+
+def load_hf_folder(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> Checkpoint:
+    """A Hugging Face model folder (``config.json`` with ``model_type``, weights, and a
+    tokenizer: ``tokenizer.json`` or ``vocab.txt``) as a :class:`Checkpoint` record (step 0,
+    no training config)."""
+    from attnlm import tokenizers
+    from attnlm.models import registry
+
+    folder = Path(path).expanduser()
+    model = registry.from_hf(folder)
+    family = registry.family_of(model)
+    try:
+        tok = tokenizers.load(folder)
+    except AttnlmError as e:
+        raise InputError(f"{folder}: no usable tokenizer next to the model ({e})") from None
+    check_vocab(tok, model.config, str(folder))
+    model.to(device)
+    return Checkpoint(
+        path=folder,
+        model=model,
+        tokenizer=tok,
+        model_config=model.config,
+        train_config={},
+        step=0,
+        config={"model": registry.config_table(family, model.config), "source": "huggingface"},
+        family=family,
+    )
+
+
+def load_model_ref(
+    checkpoint: str | os.PathLike[str] | None = None,
+    model: str | None = None,
+    device: str | torch.device = "cpu",
+) -> Checkpoint:
+    """The model a command names, as one :class:`Checkpoint` record (model, tokenizer,
+    family): ``checkpoint`` an attnlm run or checkpoint folder (or a Hugging Face folder);
+    ``model`` a pretrained name (``minilm``, see :mod:`attnlm.data.pretrained`, fetched
+    offline-style on first use) or a Hugging Face model folder. Exactly one must be given;
+    every failure is a one-line :class:`InputError`."""
+    from attnlm.data.pretrained import pretrained_names, pretrained_path
+
+    if (checkpoint is None) == (model is None):
+        raise InputError("give exactly one of --checkpoint DIR and --model NAME")
+    if checkpoint is not None:
+        p = Path(checkpoint).expanduser()
+        if p.is_dir() and _is_hf_folder(p):
+            return load_hf_folder(p, device)
+        return load_checkpoint(p, device)
+    name = str(model)
+    if name in pretrained_names():
+        return load_hf_folder(pretrained_path(name), device)
+    p = Path(name).expanduser()
+    if p.is_dir():
+        if _is_hf_folder(p):
+            return load_hf_folder(p, device)
+        if _is_checkpoint(p) or (p / CHECKPOINT_DIR).is_dir():
+            return load_checkpoint(p, device)
+        raise InputError(f"{p}: not a Hugging Face model folder (no config.json with model_type)")
+    raise InputError(
+        f"unknown model {name!r}: give a pretrained name ({', '.join(pretrained_names())}) "
+        "or a Hugging Face model folder"
+    )

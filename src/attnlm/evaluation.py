@@ -84,9 +84,12 @@ class Sums:
         self.nats += float(out.loss_sum.float())
         self.targets += int(out.n_targets)
         targets = batch["targets"]
+        keep = targets != IGNORE_INDEX
         if out.logits is not None and out.logits.shape[:-1] == targets.shape:
-            keep = targets != IGNORE_INDEX
             self.correct += int((out.logits.argmax(-1).eq(targets) & keep).sum())
+        elif out.logits is not None and out.logits.dim() == 2 and len(out.logits) == out.n_targets:
+            # logits only at the counted targets (N, V), in order (e.g. BERT's masked LM)
+            self.correct += int(out.logits.argmax(-1).eq(targets[keep]).sum())
         else:
             self.has_accuracy = False
 
@@ -187,14 +190,17 @@ def evaluate_checkpoint(
     batch_size: int = 16,
     max_tokens: int | None = None,
     device: str = "auto",
+    model: str | None = None,
 ) -> tuple[EvalResult, str]:
     """Evaluate a checkpoint on text; returns the result and a description of the data.
 
     With ``text_path``: the whole text (``split="all"``, default) or its validation split.
     Without: the run's validation split (``val.bin`` beside the checkpoint when present,
     otherwise the training text named in the checkpoint's config, split again).
+    ``model``: a pretrained name or Hugging Face folder instead of ``checkpoint``
+    (:func:`attnlm.checkpoint.load_model_ref`).
     """
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.checkpoint import load_model_ref
     from attnlm.data.corpus import load_text, split_text
     from attnlm.data.windows import read_token_file
     from attnlm.device import resolve_device
@@ -203,7 +209,7 @@ def evaluate_checkpoint(
     if max_tokens is not None and max_tokens < 2:
         raise InputError(f"--max-tokens must be at least 2, got {max_tokens}")
     dev = resolve_device(device)
-    ck = load_checkpoint(checkpoint, dev)
+    ck = load_model_ref(checkpoint, model, dev)
     objective = make_objective(ck.family.objective, ck.tokenizer, ck.model_config)
     if getattr(objective, "data", "text") != "text":
         raise InputError(

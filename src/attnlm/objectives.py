@@ -333,6 +333,19 @@ class MaskedWindows(BatchSource):
         return self.windows.block_size
 
 
+def word_start_table(tokenizer: Any) -> np.ndarray:
+    """``(V,)`` bool: whether each token id begins a word, i.e. is not a WordPiece
+    continuation (``##ing``; the tokenizer's ``continuing_prefix``). Whole-word masking
+    needs a tokenizer that marks continuations."""
+    prefix = getattr(tokenizer, "continuing_prefix", None)
+    if not prefix or not hasattr(tokenizer, "token_text"):
+        raise ConfigError(
+            "whole-word masking needs a tokenizer that marks word continuations (wordpiece)"
+        )
+    pieces = [tokenizer.token_text(i) for i in range(tokenizer.vocab_size)]
+    return np.array([not p.startswith(prefix) for p in pieces], dtype=bool)
+
+
 class MaskedLM:
     """Masked-token prediction (BERT). Needs a tokenizer with a mask id (``mask_id``) or an
     explicit :class:`MaskingConfig`."""
@@ -369,10 +382,7 @@ class MaskedLM:
             raise ConfigError("the masked objective needs model.block_size (window length)")
         word_start = None
         if self.masking.whole_word and self.tokenizer is not None:
-            n = self.tokenizer.vocab_size
-            pieces = [self.tokenizer.decode_token(i) if hasattr(self.tokenizer, "decode_token")
-                      else "" for i in range(n)]  # fmt: skip
-            word_start = np.array([not p.startswith("##") for p in pieces], dtype=bool)
+            word_start = word_start_table(self.tokenizer)
         return MaskedWindows(ids, block, self.masking, word_start)
 
 

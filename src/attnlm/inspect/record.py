@@ -42,6 +42,38 @@ def _family_name(model: Any) -> str:
         return type(model).__name__
 
 
+def model_input(model: Any, tokenizer: Any, text: str) -> tuple[list[int], dict[str, list[int]]]:
+    """The ids a model sees for ``text`` (cut to the model's window) and any extra inputs.
+
+    Encoders trained with the masked objective whose tokenizer builds model input
+    (``encode_for_model``: BERT's WordPiece) get ``[CLS] text [SEP]``, or a sentence pair
+    ``[CLS] a [SEP] b [SEP]`` with token types when the text holds ``[SEP]``; other models
+    get the plain ids."""
+    block = getattr(getattr(model, "config", None), "block_size", None)
+    if _objective(model) == "masked" and hasattr(tokenizer, "encode_for_model"):
+        a, sep, b = text.partition("[SEP]")
+        a, b = a.strip(), b.replace("[SEP]", " ").strip()
+        if not a:
+            raise InputError("the text is empty; give a sentence (or 'A [SEP] B')")
+        enc = tokenizer.encode_for_model(a, b if sep and b else None, max_length=block)
+        return enc["input_ids"], {"token_type_ids": enc["token_type_ids"]}
+    ids = encode_text(tokenizer, text, "the text")
+    if not ids:
+        raise InputError("the text is empty after tokenization; give at least one character")
+    if block is not None:
+        ids = ids[: int(block)]
+    return ids, {}
+
+
+def _objective(model: Any) -> str | None:
+    from attnlm.models.registry import family_of
+
+    try:
+        return family_of(model).objective
+    except Exception:  # noqa: BLE001 - an unregistered module
+        return None
+
+
 @torch.no_grad()
 def inspect(
     model: Any, tokenizer: Any, text: str, *, target: str | None = None
@@ -57,15 +89,12 @@ def inspect(
         return InspectionRecord(**record) if isinstance(record, dict) else record
     if target is not None:
         raise InputError("a target text only applies to translation models")
-    ids = encode_text(tokenizer, text, "the text")
-    if not ids:
-        raise InputError("the text is empty after tokenization; give at least one character")
-    block = getattr(getattr(model, "config", None), "block_size", None)
-    if block is not None:
-        ids = ids[: int(block)]
-    x = torch.tensor([ids], device=model_device(model))
+    ids, extra = model_input(model, tokenizer, text)
+    device = model_device(model)
+    x = torch.tensor([ids], device=device)
+    extra = {k: torch.tensor([v], device=device) for k, v in extra.items()}
     with eval_mode(model):
-        out = model(ids=x, return_attention=True, return_hidden=True)
+        out = model(ids=x, **extra, return_attention=True, return_hidden=True)
     if not out.attentions:
         raise InputError(f"{_family_name(model)} models return no attention weights")
     return InspectionRecord(

@@ -30,6 +30,7 @@ BUILTIN: dict[str, str] = {
     "ffnn": "attnlm.models.ffnn",
     "rnn": "attnlm.models.rnn",
     "rnn-seq2seq": "attnlm.models.rnn_seq2seq",
+    "bert": "attnlm.models.bert",
 }
 
 _FAMILIES: dict[str, Family] = {}

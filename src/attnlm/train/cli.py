@@ -140,11 +140,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="loss, perplexity and bits per character of a checkpoint (BLEU and chrF for "
         "translation models)",
     )
-    e.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="DIR",
-        help="run or checkpoint folder",
+    which = e.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", metavar="DIR", help="run or checkpoint folder")
+    which.add_argument(
+        "--model", metavar="NAME", help="pretrained name or Hugging Face model folder"
     )
     add_text_argument(e)
     add_pairs_argument(e)
@@ -230,10 +229,16 @@ def _train(args: argparse.Namespace) -> int:
 
     if D.from_env().is_main:
         ev = result.last_eval
+        tail = ""
+        if ev is not None:
+            tail = f"; val loss {ev.loss:.4f}"
+            if ev.bpc is not None:
+                tail += f", {ev.bpc:.4f} bits/char"
+            elif ev.accuracy is not None:  # masked LM: bits per character are undefined
+                tail += f", accuracy {ev.accuracy:.2%}"
         print(
             f"done: {result.step} steps ({result.stop_reason}) in {result.elapsed:.1f}s, "
-            f"{result.tokens_per_s:,.0f} tokens/s"
-            + (f"; val loss {ev.loss:.4f}, {ev.bpc:.4f} bits/char" if ev else "")
+            f"{result.tokens_per_s:,.0f} tokens/s{tail}"
         )
         print(f"run folder: {run_dir} (checkpoint/, metrics.jsonl, loss_curve.png)")
     return 0
@@ -248,12 +253,18 @@ def _eval(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if _trains_on_pairs(args.checkpoint):
+    if args.checkpoint is not None and _trains_on_pairs(args.checkpoint):
         return _eval_pairs(args)
     if args.pairs is not None:
         raise InputError("--pairs applies to translation checkpoints; this one is a text model")
     result, what = evaluate_checkpoint(
-        args.checkpoint, args.text, args.split, args.batch_size, args.max_tokens, args.device
+        args.checkpoint,
+        args.text,
+        args.split,
+        args.batch_size,
+        args.max_tokens,
+        args.device,
+        model=args.model,
     )
     if args.json:
         print(json.dumps({**result.to_dict(), "data": what}))
@@ -266,7 +277,8 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"bits per token: {result.bits_per_token:.4f}")
         if result.accuracy is not None:
             print(f"accuracy: {result.accuracy:.2%}")
-        print(f"tokens: {result.tokens:,}  characters: {result.chars:,}")
+        chars = f"  characters: {result.chars:,}" if result.bpc is not None else ""
+        print(f"tokens: {result.tokens:,}{chars}")
     return 0
 
 

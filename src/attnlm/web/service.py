@@ -22,7 +22,7 @@ Where other model families plug in (kept in one place each):
   model-family registry;
 - :meth:`ModelService._inspect`: the single forward pass that yields tokens, per-layer
   attention, hidden states and logits (to become ``attnlm.inspect.inspect``);
-- :data:`NAMED_MODELS` / :func:`resolve_named_model`: ``attnlm serve --model NAME``.
+- :func:`resolve_named_model`: ``attnlm serve --model NAME`` (``minilm`` or a Hugging Face folder).
 
 Shapes: ``L`` layers, ``H`` heads, ``T`` tokens, ``C`` width, ``V`` vocabulary.
 """
@@ -34,7 +34,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -411,39 +411,35 @@ def _service_name(path: Path) -> str:
 
 
 def load_service(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
     name: str | None = None,
     device: str = "cpu",
     max_chars: int = DEFAULT_MAX_CHARS,
+    model: str | None = None,
 ) -> ModelService:
-    """A :class:`ModelService` for a checkpoint or run folder (errors: InputError).
+    """A :class:`ModelService` for a checkpoint or run folder ``path``, or a named pretrained
+    model / Hugging Face folder ``model`` (``attnlm serve --model minilm``); errors:
+    InputError.
 
-    The one place that loads checkpoints: the family and its capabilities come from the
+    The one place that loads served models (through
+    :func:`attnlm.checkpoint.load_model_ref`): the family and its capabilities come from the
     registry entry the checkpoint names.
     """
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.checkpoint import load_model_ref
 
-    ck = load_checkpoint(path, device)
-    family = ck.family.type
-    caps = frozenset(ck.family.capabilities)
+    ck = load_model_ref(path, model, device)
     return ModelService(
-        name=name or _service_name(Path(path)),
+        name=name or (model if model is not None else _service_name(Path(ck.path))),
         model=ck.model,
         tokenizer=ck.tokenizer,
-        family=family,
-        capabilities=caps,
+        family=ck.family.type,
+        capabilities=frozenset(ck.family.capabilities),
         max_chars=max_chars,
         source=str(ck.path),
     )
 
 
-# Named pretrained models for ``attnlm serve --model NAME``: name -> loader. None today.
-NAMED_MODELS: dict[str, Callable[..., ModelService]] = {}
-
-
 def resolve_named_model(name: str, **kwargs: Any) -> ModelService:
-    """The service of a named pretrained model; unknown names raise InputError."""
-    if name not in NAMED_MODELS:
-        known = ", ".join(sorted(NAMED_MODELS)) or "none are available yet"
-        raise InputError(f"unknown model {name!r} (named models: {known}); use --checkpoint DIR")
-    return NAMED_MODELS[name](**kwargs)
+    """The service of a named pretrained model or Hugging Face folder (``serve --model``);
+    unknown names raise InputError."""
+    return load_service(model=name, **kwargs)

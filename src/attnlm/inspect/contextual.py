@@ -1,0 +1,379 @@
+"""What an encoder's vectors say: masked-token predictions, sentence embeddings, and how one
+word's vector changes with its context, layer by layer.
+
+* :func:`fill_mask`: the top-k tokens (softmax probabilities) at every ``[MASK]`` of a text
+  (masked-LM families such as BERT).
+* :func:`sentence_embeddings`: sentence-transformers' recipe (Reimers & Gurevych, 2019, as
+  all-MiniLM-L6-v2 is configured): the last hidden states averaged over non-padding tokens,
+  then L2-normalised; :func:`cosine_matrix` of the result.
+* :func:`contextual_word`: a word's vector at every layer (layer 0 = the embedding output) in
+  each sentence, read from the shared :func:`~attnlm.inspect.record.inspect` record's hidden
+  states; a word split into several pieces is represented by the **mean of its pieces'
+  vectors**. The cosine matrix between sentences per layer shows "bank" (river) and "bank"
+  (money) start alike and drift apart; the static input-embedding row (the same in every
+  sentence) is the reference each layer's vector is compared with. For a causal model (GPT)
+  each vector sees only the tokens to its left.
+
+Shapes: ``N`` sentences, ``C`` model width, ``L`` layers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlm.device import eval_mode, model_device
+from attnlm.errors import InputError
+from attnlm.inspect.record import inspect, model_input
+from attnlm.tokenizers import token_label
+
+SENTENCE_MAX_LENGTH = 256  # sentence-transformers' max_seq_length of all-MiniLM-L6-v2
+
+
+def _family(model: Any) -> Any:
+    from attnlm.models.registry import family_of
+
+    try:
+        return family_of(model)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _require(model: Any, capability: str, command: str) -> None:
+    fam = _family(model)
+    if fam is None or capability not in fam.capabilities:
+        name = fam.type if fam is not None else type(model).__name__
+        raise InputError(f"{command} needs a model that can {capability}; a {name} model cannot")
+
+
+# ---------------------------------------------------------------------------------------------
+# fill-mask
+
+
+@dataclass
+class MaskPrediction:
+    """The top-k predictions at one ``[MASK]``: ``index`` (position in the model input,
+    ``[CLS]`` = 0), ``tokens``, ``ids``, ``probs`` (softmax over the vocabulary)."""
+
+    index: int
+    tokens: list[str]
+    ids: list[int]
+    probs: list[float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "predictions": [
+                {"token": t, "id": i, "prob": round(p, 6)}
+                for t, i, p in zip(self.tokens, self.ids, self.probs)
+            ],
+        }
+
+
+@torch.no_grad()
+def fill_mask(model: Any, tokenizer: Any, text: str, top_k: int = 5) -> list[MaskPrediction]:
+    """Top-``top_k`` tokens for every ``[MASK]`` in ``text`` (as ``transformers``'
+    fill-mask pipeline: softmax of the MLM logits at the mask positions)."""
+    _require(model, "fill-mask", "fill-mask")
+    if getattr(model, "head", True) is None:
+        raise InputError(
+            "this model has no masked-LM head (a Hugging Face BertModel folder such as "
+            "minilm): fill-mask needs a BertForMaskedLM folder or an attnlm bert checkpoint"
+        )
+    mask_id = getattr(tokenizer, "mask_id", None)
+    if mask_id is None:
+        raise InputError("the tokenizer has no [MASK] token")
+    if top_k < 1:
+        raise InputError(f"--top-k must be at least 1, got {top_k}")
+    ids, extra = model_input(model, tokenizer, text)
+    where = [i for i, t in enumerate(ids) if t == mask_id]
+    if not where:
+        raise InputError("the text has no [MASK] token (write [MASK] where a word is missing)")
+    device = model_device(model)
+    x = torch.tensor([ids], device=device)
+    extra_t = {k: torch.tensor([v], device=device) for k, v in extra.items()}
+    with eval_mode(model):
+        logits = model(ids=x, **extra_t).logits[0]  # (T, V)
+    probs = torch.softmax(logits[where].float(), dim=-1)  # (M, V)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    out = []
+    for k, pos in enumerate(where):
+        top_ids = top.indices[k].tolist()
+        out.append(
+            MaskPrediction(
+                index=pos,
+                tokens=[token_label(tokenizer, i) for i in top_ids],
+                ids=top_ids,
+                probs=top.values[k].tolist(),
+            )
+        )
+    return out
+
+
+def filled_text(tokenizer: Any, text: str, predictions: list[MaskPrediction]) -> str:
+    """``text`` with each ``[MASK]`` replaced by its top prediction."""
+    parts = text.split("[MASK]")
+    out = [parts[0]]
+    for pred, rest in zip(predictions, parts[1:]):
+        out += [pred.tokens[0].removeprefix("##"), rest]
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# sentence embeddings
+
+
+def sentence_max_length(folder: str | Path | None, model: Any) -> int:
+    """The sentence-embedding input limit: ``max_seq_length`` of a sentence-transformers
+    ``sentence_bert_config.json`` in ``folder`` when present, else 256 (capped by the
+    model's positions)."""
+    limit = SENTENCE_MAX_LENGTH
+    if folder is not None:
+        cfg = Path(folder) / "sentence_bert_config.json"
+        try:
+            limit = int(json.loads(cfg.read_text(encoding="utf-8"))["max_seq_length"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    block = getattr(getattr(model, "config", None), "block_size", None)
+    return min(limit, int(block)) if block else limit
+
+
+@torch.no_grad()
+def sentence_embeddings(
+    model: Any,
+    tokenizer: Any,
+    sentences: list[str],
+    max_length: int = SENTENCE_MAX_LENGTH,
+    batch_size: int = 32,
+) -> Tensor:
+    """L2-normalised mean-pooled sentence embeddings ``(N, C)`` (see the module docstring):
+    each sentence as ``[CLS] s [SEP]`` cut to ``max_length`` tokens, the mean of the last
+    hidden states over its non-padding tokens, divided by its L2 norm."""
+    _require(model, "embed", "embed")
+    if not sentences:
+        raise InputError("give at least one sentence")
+    if not hasattr(tokenizer, "encode_batch_for_model") or not hasattr(model, "encode"):
+        raise InputError("embed needs an encoder with a BERT-style tokenizer")
+    device = model_device(model)
+    rows = []
+    with eval_mode(model):
+        for i in range(0, len(sentences), batch_size):
+            enc = tokenizer.encode_batch_for_model(sentences[i : i + batch_size], None, max_length)
+            ids, mask, types = (
+                torch.tensor(enc[k], device=device)
+                for k in ("input_ids", "attention_mask", "token_type_ids")
+            )
+            last, _, _ = model.encode(ids, mask, types)  # (B, T, C)
+            m = mask.unsqueeze(-1).to(last.dtype)  # (B, T, 1)
+            mean = (last * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, C)
+            rows.append(nn.functional.normalize(mean.float(), p=2, dim=1, eps=1e-12))
+    return torch.cat(rows)
+
+
+def cosine_matrix(x: Tensor) -> Tensor:
+    """Cosine similarity ``(N, N)`` between the rows of ``x`` ``(N, C)``."""
+    x = nn.functional.normalize(x.float(), p=2, dim=-1, eps=1e-12)
+    return x @ x.T
+
+
+# ---------------------------------------------------------------------------------------------
+# a word's contextual vectors
+
+
+@dataclass
+class ContextualResult:
+    """One word in N sentences: ``vectors[layer]`` ``(N, C)`` (layer 0 = embedding output,
+    each the mean over the word's pieces), ``pieces`` (the word's tokens in each sentence),
+    ``static`` ``(C,)`` the mean input-embedding row of the pieces of the first sentence,
+    ``left_context_only`` for causal models."""
+
+    word: str
+    sentences: list[str]
+    pieces: list[list[str]]
+    vectors: list[Tensor]
+    static: Tensor | None
+    left_context_only: bool
+    family: str
+    notes: list[str] = field(default_factory=list)
+
+    def cosines(self) -> list[Tensor]:
+        """Per layer the ``(N, N)`` cosine matrix between the sentences' vectors."""
+        return [cosine_matrix(v) for v in self.vectors]
+
+    def static_cosines(self) -> list[Tensor] | None:
+        """Per layer the ``(N,)`` cosine of each sentence's vector with the static row."""
+        if self.static is None:
+            return None
+        s = nn.functional.normalize(self.static.float(), dim=0)
+        return [nn.functional.normalize(v.float(), dim=1) @ s for v in self.vectors]
+
+    def to_json(self, digits: int = 6) -> dict[str, Any]:
+        """``{"word", "family", "pooling", "left_context_only", "sentences", "pieces",
+        "layers": [{"layer", "cosine": [[...]], "cosine_to_static": [...]}]}``."""
+        statics = self.static_cosines()
+        layers = []
+        for k, c in enumerate(self.cosines()):
+            row: dict[str, Any] = {"layer": k, "cosine": torch.round(c, decimals=digits).tolist()}
+            if statics is not None:
+                row["cosine_to_static"] = torch.round(statics[k], decimals=digits).tolist()
+            layers.append(row)
+        return {
+            "word": self.word,
+            "family": self.family,
+            "pooling": "mean over the word's pieces",
+            "left_context_only": self.left_context_only,
+            "sentences": self.sentences,
+            "pieces": self.pieces,
+            "layers": layers,
+        }
+
+
+def _word_candidates(tokenizer: Any, word: str) -> list[list[int]]:
+    cands = []
+    for form in (word, " " + word):
+        try:
+            ids = list(tokenizer.encode(form))
+        except Exception:  # noqa: BLE001 - a form the tokenizer cannot encode
+            continue
+        if ids and ids not in cands:
+            cands.append(ids)
+    return cands
+
+
+def find_word(tokenizer: Any, ids: list[int], word: str) -> tuple[int, int] | None:
+    """``(start, end)`` of the first occurrence of ``word``'s pieces in ``ids`` (a match
+    followed by a ``##`` continuation is part of a longer word and is skipped)."""
+    prefix = getattr(tokenizer, "continuing_prefix", None)
+    vocab = getattr(tokenizer, "vocab", None)
+    for cand in _word_candidates(tokenizer, word):
+        n = len(cand)
+        for s in range(len(ids) - n + 1):
+            if ids[s : s + n] != cand:
+                continue
+            if prefix and vocab and s + n < len(ids) and vocab[ids[s + n]].startswith(prefix):
+                continue
+            return s, s + n
+    return None
+
+
+def token_embedding(model: Any) -> nn.Embedding | None:
+    """The model's input token-embedding table (``tok_emb``, ``embeddings.tok``, or the one
+    embedding with ``vocab_size`` rows)."""
+    for path in ("tok_emb", "embeddings.tok"):
+        obj = model
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if isinstance(obj, nn.Embedding):
+            return obj
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    found = [
+        m for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings == vocab
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def contextual_word(
+    model: Any, tokenizer: Any, word: str, sentences: list[str]
+) -> ContextualResult:
+    """``word``'s vector at every layer in each of ``sentences`` (see the module
+    docstring); a sentence without the word is an InputError naming it."""
+    if not word.strip():
+        raise InputError("--word must not be empty")
+    if len(sentences) < 2:
+        raise InputError("give at least two sentences to compare")
+    vectors_per_sentence = []
+    pieces = []
+    first_ids: list[int] | None = None
+    family = ""
+    for k, s in enumerate(sentences, 1):
+        rec = inspect(model, tokenizer, s)
+        family = rec.family
+        span = find_word(tokenizer, rec.ids, word)
+        if span is None:
+            raise InputError(f"sentence {k} ({s!r}) does not contain the word {word!r}")
+        a, b = span
+        if first_ids is None:
+            first_ids = rec.ids[a:b]
+        if not rec.hidden_states:
+            raise InputError(f"{family} models return no hidden states")
+        vectors_per_sentence.append([h[a:b].mean(0) for h in rec.hidden_states])  # L+1 x (C,)
+        pieces.append(rec.tokens[a:b])
+    n_layers = len(vectors_per_sentence[0])
+    vectors = [torch.stack([v[layer] for v in vectors_per_sentence]) for layer in range(n_layers)]
+    emb = token_embedding(model)
+    static = None
+    if emb is not None and first_ids:
+        idx = torch.tensor(first_ids, device=emb.weight.device)
+        static = emb.weight.detach()[idx].mean(0).float().cpu()
+    fam = _family(model)
+    causal = fam is not None and fam.objective == "causal"
+    return ContextualResult(word, list(sentences), pieces, vectors, static, causal, family)
+
+
+def format_table(result: ContextualResult, max_layers: int | None = None) -> list[str]:
+    """The cosine-vs-layer table as text lines: one row per layer, one column per sentence
+    pair, and the mean cosine of the sentences' vectors with the static embedding row."""
+    n = len(result.sentences)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    where = "; ".join(f"S{k + 1}: {' '.join(p)}" for k, p in enumerate(result.pieces))
+    lines = [f"word {result.word!r}; pieces: {where}"]
+    lines.append(
+        "pooling: a word split into several pieces is the mean of its pieces' vectors; "
+        "layer 0 = embedding output"
+    )
+    if result.left_context_only:
+        lines.append(
+            f"note: {result.family} is a causal model: each vector sees only the tokens to "
+            "its left (left context only)"
+        )
+    head = "layer " + " ".join(f"cos(S{i + 1},S{j + 1})" for i, j in pairs)
+    statics = result.static_cosines()
+    if statics is not None:
+        head += "  cos-to-static(mean)"
+    lines.append(head)
+    cosines = result.cosines()
+    shown = range(len(cosines)) if max_layers is None else range(min(max_layers, len(cosines)))
+    for layer in shown:
+        c = cosines[layer]
+        row = f"{layer:>5} " + " ".join(f"{float(c[i, j]):>11.3f}" for i, j in pairs)
+        if statics is not None:
+            row += f"  {float(statics[layer].mean()):>19.3f}"
+        lines.append(row)
+    if statics is not None:
+        lines.append(
+            "static input-embedding row: the same vector in every sentence (cosine 1.000 "
+            "between sentences at any layer)"
+        )
+    return lines
+
+
+def plot_contextual(result: ContextualResult, path: str | Path) -> Path:
+    """PNG of cosine vs layer: one line per sentence pair, and the mean cosine with the
+    static embedding row (dashed)."""
+    from attnlm.inspect.heatmap import _pyplot, _save
+
+    plt = _pyplot()
+    n = len(result.sentences)
+    cosines = result.cosines()
+    layers = list(range(len(cosines)))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for i in range(n):
+        for j in range(i + 1, n):
+            ax.plot(layers, [float(c[i, j]) for c in cosines], marker="o",
+                    label=f"S{i + 1} vs S{j + 1}")  # fmt: skip
+    statics = result.static_cosines()
+    if statics is not None:
+        ax.plot(layers, [float(s.mean()) for s in statics], "k--", label="vs static embedding")
+    ax.set_xlabel("layer (0 = embedding output)")
+    ax.set_ylabel("cosine")
+    side = " (left context only)" if result.left_context_only else ""
+    ax.set_title(f"{result.word!r} across contexts{side}")
+    ax.set_xticks(layers)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(plt, fig, path)

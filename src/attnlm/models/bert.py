@@ -1,0 +1,508 @@
+"""BERT: a bidirectional transformer encoder trained by masked-language modelling
+(Devlin et al., 2019, "BERT: Pre-training of Deep Bidirectional Transformers").
+
+token ids -> token + position + token-type embeddings -> LayerNorm -> N post-LN transformer
+blocks (self-attention over every unpadded token, GELU feed-forward) -> hidden states; on top,
+a pooler (``tanh(W h_[CLS] + b)``) and the masked-LM head (dense + GELU + LayerNorm, then a
+decoder tied to the token embedding, plus a bias).
+
+The file reads top to bottom: the config, the model, the Hugging Face ``BertModel`` /
+``BertForMaskedLM`` weight layout, the registry entry. Blocks, attention and masks come from
+:mod:`attnlm.nn`; the output record and loss from :mod:`attnlm.models.base`.
+
+Shape legend
+    B  batch size
+    T  tokens
+    C  model width (n_embd)
+    H  heads
+    V  vocabulary size
+    N  predicted (masked) positions in a batch
+    L  layers
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from attnlm.errors import ConfigError, InputError
+from attnlm.models.base import IGNORE_INDEX, Family, ModelOutput, check_ids, count_params
+from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
+from attnlm.nn.attention import padding_mask
+from attnlm.nn.blocks import ACTIVATIONS, TransformerBlock, dropout_layer
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """Shape and options of a :class:`Bert` encoder. Invalid values raise
+    :class:`~attnlm.errors.ConfigError` naming the field (``model.<field>``).
+
+    ``block_size`` is BERT's ``max_position_embeddings`` (the longest input); ``d_ff`` its
+    ``intermediate_size`` (None: 4C); ``type_vocab_size`` the number of segment (token-type)
+    ids; ``pooler`` / ``mlm_head`` whether those parts exist (a Hugging Face ``BertModel``
+    folder has no MLM head, a ``BertForMaskedLM`` folder no pooler; a fresh model has no
+    pooler by default: masked-LM training gives it no gradient); ``whole_word_masking`` is
+    read by the masked-LM objective."""
+
+    vocab_size: int
+    block_size: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    d_ff: int | None = None
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    activation: str = "gelu"  # "gelu" (erf, BERT's) | "gelu_tanh" | "relu"
+    layer_norm_eps: float = 1e-12
+    pad_id: int = 0
+    pooler: bool = False  # unused by masked-LM training (no gradient; DDP would refuse it)
+    mlm_head: bool = True
+    whole_word_masking: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ConfigError(
+                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
+            )
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"unknown model.activation {self.activation!r} (known: {', '.join(ACTIVATIONS)})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff <= 0):
+            raise ConfigError(f"model.d_ff must be a positive integer, got {self.d_ff!r}")
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ConfigError(f"model.pad_id {self.pad_id} is outside the vocabulary")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+class BertEmbeddings(nn.Module):
+    """``LN(E_tok[ids] + E_pos[0..T-1] + E_type[token_type_ids])`` then dropout:
+    ``(B, T) -> (B, T, C)``."""
+
+    def __init__(self, c: BertConfig) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(c.vocab_size, c.n_embd)
+        self.pos = nn.Embedding(c.block_size, c.n_embd)
+        self.types = nn.Embedding(c.type_vocab_size, c.n_embd)
+        self.ln = nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps)
+        self.drop = dropout_layer(c.dropout)
+
+    def forward(self, ids: Tensor, token_type_ids: Tensor | None) -> Tensor:
+        T = ids.shape[1]
+        x = self.tok(ids) + self.pos.weight[:T]  # (B, T, C)
+        if token_type_ids is None:
+            x = x + self.types.weight[0]
+        else:
+            x = x + self.types(token_type_ids)
+        return self.drop(self.ln(x))
+
+
+class MaskedLMHead(nn.Module):
+    """BERT's prediction head: ``LN(act(h W + b)) E_tok^T + bias``, ``(..., C) -> (..., V)``;
+    the decoder matrix is the token embedding (tied), the bias is the head's own."""
+
+    def __init__(self, c: BertConfig, embedding: nn.Embedding) -> None:
+        super().__init__()
+        self.dense = nn.Linear(c.n_embd, c.n_embd)
+        self.act = ACTIVATIONS[c.activation]
+        self.ln = nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps)
+        self.decoder = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.decoder.weight = embedding.weight  # (V, C), tied
+        self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+
+    def forward(self, h: Tensor) -> Tensor:
+        h = self.ln(self.act(self.dense(h)))
+        return nn.functional.linear(h, self.decoder.weight, self.bias)  # one fused addmm
+
+
+class Bert(nn.Module):
+    """Bidirectional transformer encoder with a pooler and a masked-LM head (BERT).
+
+    ``forward(ids (B, T), targets=None, attention_mask=None, token_type_ids=None) ->
+    ModelOutput``. Module names: ``embeddings`` (:class:`BertEmbeddings`), ``blocks`` (L
+    post-LN :class:`~attnlm.nn.blocks.TransformerBlock`), ``pooler`` (Linear, or None),
+    ``head`` (:class:`MaskedLMHead`, or None). Padding is masked out of attention by
+    ``attention_mask``; positions always count from 0 (right padding, as BERT).
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embeddings = BertEmbeddings(c)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                c.n_embd,
+                c.n_head,
+                d_ff=c.d_ff,
+                norm="post",
+                activation=c.activation,
+                dropout=c.dropout,
+                eps=c.layer_norm_eps,
+            )
+            for _ in range(c.n_layer)
+        )
+        self.pooler = nn.Linear(c.n_embd, c.n_embd) if c.pooler else None
+        self.head = MaskedLMHead(c, self.embeddings.tok) if c.mlm_head else None
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """BERT initialisation: N(0, 0.02) weights, zero biases, LayerNorm (1, 0)."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def encode(
+        self,
+        ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        return_attention: bool = False,
+        return_hidden: bool = False,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """The encoder alone: last hidden state ``(B, T, C)``, per-layer attention weights
+        ``(B, H, T, T)`` (when asked) and the ``L + 1`` hidden states (when asked)."""
+        check_ids(ids, self.config.vocab_size)
+        B, T = ids.shape
+        if T > self.config.block_size:
+            raise InputError(
+                f"{T} tokens are more than the model's {self.config.block_size} positions "
+                "(model.block_size); truncate the input"
+            )
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if t is not None and tuple(t.shape) != (B, T):
+                raise InputError(
+                    f"{name} must have the shape of ids {(B, T)}, got {tuple(t.shape)}"
+                )
+        if (
+            token_type_ids is not None
+            and token_type_ids.device.type == "cpu"
+            and int(token_type_ids.max()) >= self.config.type_vocab_size
+        ):
+            raise InputError(
+                f"token type {int(token_type_ids.max())} is out of range for "
+                f"model.type_vocab_size={self.config.type_vocab_size}"
+            )
+        x = self.embeddings(ids, token_type_ids)
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            mask = padding_mask(attention_mask, x.dtype)  # (B, 1, 1, T)
+        attentions: list[Tensor] = []
+        hidden: list[Tensor] = [x] if return_hidden else []
+        for block in self.blocks:
+            x, weights, _ = block(x, mask=mask, need_weights=return_attention)
+            if return_attention:
+                attentions.append(weights)
+            if return_hidden:
+                hidden.append(x)
+        return x, attentions, hidden
+
+    def forward(
+        self,
+        ids: Tensor,
+        targets: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        return_attention: bool = False,
+        return_hidden: bool = False,
+    ) -> ModelOutput:
+        """Masked-LM logits and loss for ``ids`` ``(B, T)``.
+
+        ``targets`` ``(B, T)``: the original token at masked positions, -100 elsewhere (the
+        masked objective's batch). With targets, the head runs only at the N predicted
+        positions and ``logits`` is ``(N, V)`` in row-major order of those positions (the
+        other 85% of a batch cost nothing in the vocabulary projection); without targets, and
+        under ``torch.compile`` (static shapes, one graph; the same loss), it is
+        ``(B, T, V)``. ``attention_mask`` ``(B, T)`` (1/True at real tokens),
+        ``token_type_ids`` ``(B, T)`` (segment A = 0, B = 1). A model without an MLM head (a
+        ``BertModel`` folder) returns the last hidden state as ``logits`` when no targets are
+        given, and refuses targets.
+        """
+        x, attentions, hidden = self.encode(
+            ids, attention_mask, token_type_ids, return_attention, return_hidden
+        )
+        loss = loss_sum = n_targets = None
+        if targets is not None:
+            if self.head is None:
+                raise InputError(
+                    "this BERT has no masked-LM head (a Hugging Face BertModel folder, e.g. "
+                    "MiniLM); masked-LM needs a BertForMaskedLM folder or an attnlm checkpoint"
+                )
+            if targets.shape != ids.shape:
+                raise InputError(
+                    f"targets must have the shape of ids {tuple(ids.shape)}, "
+                    f"got {tuple(targets.shape)}"
+                )
+            keep = targets != IGNORE_INDEX
+            n_targets = keep.sum()
+            if torch.compiler.is_compiling():
+                # static shapes for one graph: the head at every position, padding ignored
+                logits = self.head(x)  # (B, T, V)
+                loss_sum = nn.functional.cross_entropy(
+                    logits.flatten(0, 1).float(), targets.flatten(), reduction="sum"
+                )
+            else:
+                picked = targets[keep]  # (N,)
+                logits = self.head(x[keep])  # (N, V)
+                loss_sum = nn.functional.cross_entropy(logits.float(), picked, reduction="sum")
+            loss = loss_sum / n_targets.clamp(min=1)
+        else:
+            logits = self.head(x) if self.head is not None else x
+        return ModelOutput(
+            logits=logits,
+            loss=loss,
+            loss_sum=loss_sum,
+            n_targets=n_targets,
+            attentions=attentions if return_attention else None,
+            hidden_states=hidden if return_hidden else None,
+        )
+
+    def pool(self, last_hidden: Tensor) -> Tensor:
+        """BERT's pooler: ``tanh(W h_[CLS] + b)``, ``(B, T, C) -> (B, C)``."""
+        if self.pooler is None:
+            raise InputError("this BERT has no pooler (a BertForMaskedLM folder has none)")
+        return torch.tanh(self.pooler(last_hidden[:, 0]))
+
+    # -- utilities -----------------------------------------------------------------------------
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Number of parameters (the tied decoder counted once); ``non_embedding`` leaves out
+        the three embedding tables."""
+        if not non_embedding:
+            return count_params(self)
+        e = self.embeddings
+        return count_params(self, exclude=(e.tok, e.pos, e.types))
+
+    @classmethod
+    def from_hf(cls, path: str | Path) -> Bert:
+        """Load a Hugging Face ``BertModel`` folder (no MLM head: the model gets
+        ``mlm_head=False`` and can embed, not fill masks) or ``BertForMaskedLM`` /
+        ``BertForPreTraining`` folder (``config.json`` and ``model.safetensors`` or
+        ``pytorch_model.bin``), in eval mode."""
+        path = Path(path)
+        hf = read_hf_config(path)
+        state = read_hf_weights(path)
+        config = config_from_hf(hf, where=str(path / "config.json"))
+        mapped, has_head, has_pooler = state_from_hf(state, config)
+        config = replace(config, mlm_head=has_head, pooler=has_pooler)
+        return load_mapped_state(cls(config), mapped, path, optional=("head.decoder.weight",))
+
+    def save_hf(self, path: str | Path) -> None:
+        """Write a Hugging Face folder: ``BertForMaskedLM`` layout (``bert.`` prefix, ``cls.
+        predictions`` head, plus the pooler when present, which ``BertForMaskedLM`` ignores)
+        when the model has an MLM head, else ``BertModel`` layout."""
+        write_hf_folder(path, config_to_hf(self.config), state_to_hf(self))
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hugging Face BERT layout (``BertModel`` / ``BertForMaskedLM`` ``save_pretrained``):
+# ``embeddings.{word,position,token_type}_embeddings.weight``, ``embeddings.LayerNorm``,
+# ``encoder.layer.{i}.attention.self.{query,key,value}``, ``attention.output.dense``,
+# ``attention.output.LayerNorm``, ``intermediate.dense``, ``output.dense``, ``output.LayerNorm``,
+# ``pooler.dense``; under ``bert.`` in task models, whose MLM head is
+# ``cls.predictions.transform.dense``, ``cls.predictions.transform.LayerNorm``,
+# ``cls.predictions.bias`` (and the tied ``cls.predictions.decoder.weight``/``.bias``).
+# Old TF-converted checkpoints name LayerNorm parameters ``gamma``/``beta``.
+
+_ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                "relu": "relu"}  # fmt: skip
+_ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+
+_BLOCK_KEYS = [  # (ours, HF) per layer; q/k/v are fused into attn.qkv_proj separately
+    ("attn.out_proj.weight", "attention.output.dense.weight"),
+    ("attn.out_proj.bias", "attention.output.dense.bias"),
+    ("ln_1.weight", "attention.output.LayerNorm.weight"),
+    ("ln_1.bias", "attention.output.LayerNorm.bias"),
+    ("mlp.fc.weight", "intermediate.dense.weight"),
+    ("mlp.fc.bias", "intermediate.dense.bias"),
+    ("mlp.proj.weight", "output.dense.weight"),
+    ("mlp.proj.bias", "output.dense.bias"),
+    ("ln_2.weight", "output.LayerNorm.weight"),
+    ("ln_2.bias", "output.LayerNorm.bias"),
+]
+_EMB_KEYS = [
+    ("embeddings.tok.weight", "embeddings.word_embeddings.weight"),
+    ("embeddings.pos.weight", "embeddings.position_embeddings.weight"),
+    ("embeddings.types.weight", "embeddings.token_type_embeddings.weight"),
+    ("embeddings.ln.weight", "embeddings.LayerNorm.weight"),
+    ("embeddings.ln.bias", "embeddings.LayerNorm.bias"),
+]
+_POOLER_KEYS = [("pooler.weight", "pooler.dense.weight"), ("pooler.bias", "pooler.dense.bias")]
+_HEAD_KEYS = [
+    ("head.dense.weight", "cls.predictions.transform.dense.weight"),
+    ("head.dense.bias", "cls.predictions.transform.dense.bias"),
+    ("head.ln.weight", "cls.predictions.transform.LayerNorm.weight"),
+    ("head.ln.bias", "cls.predictions.transform.LayerNorm.bias"),
+    ("head.bias", "cls.predictions.bias"),
+]
+
+
+def config_from_hf(hf: dict, *, where: str = "config.json") -> BertConfig:
+    """Our :class:`BertConfig` from a BERT ``config.json`` dict (pooler and head are decided
+    by the weights, see :meth:`Bert.from_hf`)."""
+    if hf.get("model_type", "bert") != "bert":
+        raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, expected 'bert'")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ConfigError(
+            f"{where}: position_embedding_type={hf['position_embedding_type']!r} is not "
+            "supported (only absolute)"
+        )
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise ConfigError(f"{where}: decoder BERT / cross-attention is not supported")
+    act = hf.get("hidden_act", "gelu")
+    if act not in _ACT_FROM_HF:
+        raise ConfigError(f"{where}: hidden_act {act!r} is not supported")
+    try:
+        return BertConfig(
+            vocab_size=hf["vocab_size"],
+            block_size=hf.get("max_position_embeddings", 512),
+            n_layer=hf["num_hidden_layers"],
+            n_head=hf["num_attention_heads"],
+            n_embd=hf["hidden_size"],
+            d_ff=hf.get("intermediate_size"),
+            type_vocab_size=hf.get("type_vocab_size", 2),
+            dropout=float(hf.get("hidden_dropout_prob", 0.1)),
+            activation=_ACT_FROM_HF[act],
+            layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+            pad_id=int(hf.get("pad_token_id") or 0),
+        )
+    except KeyError as e:
+        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
+
+
+def config_to_hf(config: BertConfig) -> dict:
+    """A BERT ``config.json`` dict for our config."""
+    arch = "BertForMaskedLM" if config.mlm_head else "BertModel"
+    return {
+        "architectures": [arch],
+        "model_type": "bert",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.n_embd,
+        "num_hidden_layers": config.n_layer,
+        "num_attention_heads": config.n_head,
+        "intermediate_size": config.d_ff or 4 * config.n_embd,
+        "hidden_act": _ACT_TO_HF[config.activation],
+        "hidden_dropout_prob": config.dropout,
+        "attention_probs_dropout_prob": config.dropout,
+        "max_position_embeddings": config.block_size,
+        "type_vocab_size": config.type_vocab_size,
+        "initializer_range": 0.02,
+        "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": config.pad_id,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+        "dtype": "float32",
+    }
+
+
+def state_from_hf(
+    hf_state: dict[str, Tensor], config: BertConfig
+) -> tuple[dict[str, Tensor], bool, bool]:
+    """Map a BERT state dict onto our names: ``(state, has MLM head, has pooler)``."""
+    state: dict[str, Tensor] = {}
+    for k, v in hf_state.items():
+        k = k.removeprefix("bert.")
+        if k.endswith(".gamma"):
+            k = k[: -len("gamma")] + "weight"
+        elif k.endswith(".beta"):
+            k = k[: -len("beta")] + "bias"
+        state[k] = v
+    out: dict[str, Tensor] = {}
+
+    def take(hf: str) -> Tensor:
+        if hf not in state:
+            raise InputError(f"BERT weights are missing {hf!r}")
+        return state.pop(hf)
+
+    for ours, hf in _EMB_KEYS:
+        out[ours] = take(hf)
+    for i in range(config.n_layer):
+        pre = f"encoder.layer.{i}."
+        qkv = [take(f"{pre}attention.self.{n}.{p}") for p in ("weight", "bias")
+               for n in ("query", "key", "value")]  # fmt: skip
+        out[f"blocks.{i}.attn.qkv_proj.weight"] = torch.cat(qkv[:3], dim=0)
+        out[f"blocks.{i}.attn.qkv_proj.bias"] = torch.cat(qkv[3:], dim=0)
+        for ours, hf in _BLOCK_KEYS:
+            out[f"blocks.{i}.{ours}"] = take(pre + hf)
+    has_pooler = "pooler.dense.weight" in state
+    if has_pooler:
+        for ours, hf in _POOLER_KEYS:
+            out[ours] = take(hf)
+    has_head = "cls.predictions.transform.dense.weight" in state
+    if has_head:
+        for ours, hf in _HEAD_KEYS:
+            out[ours] = take(hf)
+        decoder = state.pop("cls.predictions.decoder.weight", None)
+        if decoder is not None and not torch.equal(decoder, out["embeddings.tok.weight"]):
+            raise InputError("BERT weights: an untied MLM decoder is not supported")
+        state.pop("cls.predictions.decoder.bias", None)  # the same tensor as cls.predictions.bias
+    # buffers and heads we do not use: position ids, next-sentence prediction
+    leftover = [
+        k for k in state
+        if not k.endswith("position_ids") and not k.startswith("cls.seq_relationship")
+    ]  # fmt: skip
+    if leftover:
+        raise InputError(f"unexpected BERT weights: {', '.join(sorted(leftover)[:5])}")
+    return out, has_head, has_pooler
+
+
+def state_to_hf(model: Bert) -> dict[str, Tensor]:
+    """Our weights in the Hugging Face layout (``bert.`` prefix when there is an MLM head)."""
+    c = model.config
+    ours = model.state_dict()
+    prefix = "bert." if c.mlm_head else ""
+    out: dict[str, Tensor] = {}
+    for o, hf in _EMB_KEYS:
+        out[prefix + hf] = ours[o]
+    for i in range(c.n_layer):
+        pre = f"{prefix}encoder.layer.{i}."
+        for p in ("weight", "bias"):
+            q, k, v = ours[f"blocks.{i}.attn.qkv_proj.{p}"].chunk(3, dim=0)
+            for n, t in (("query", q), ("key", k), ("value", v)):
+                out[f"{pre}attention.self.{n}.{p}"] = t
+        for o, hf in _BLOCK_KEYS:
+            out[pre + hf] = ours[f"blocks.{i}.{o}"]
+    if c.pooler:
+        for o, hf in _POOLER_KEYS:
+            out[prefix + hf] = ours[o]
+    if c.mlm_head:
+        for o, hf in _HEAD_KEYS:
+            out[hf] = ours[o]
+    return out
+
+
+def _describe(c: BertConfig) -> str:
+    parts = [p for p, on in (("pooler", c.pooler), ("MLM head", c.mlm_head)) if on]
+    return (
+        f"BERT, L={c.n_layer}, H={c.n_head}, d={c.n_embd}, vocab={c.vocab_size}, "
+        f"positions={c.block_size}, {' + '.join(parts) or 'encoder only'}"
+    )
+
+
+FAMILY = Family(
+    type="bert",
+    config=BertConfig,
+    model=Bert,
+    objective="masked",
+    capabilities=frozenset({"fill-mask", "embed"}),
+    description="bidirectional transformer encoder, masked LM (Devlin et al. 2019)",
+    hf_types=("bert",),
+    describe=_describe,
+)
