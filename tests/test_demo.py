@@ -14,7 +14,8 @@ def test_demo_writes_everything(tmp_path, capsys):
     threads = torch.get_num_threads()
     try:
         argv = ["demo", "--preset", "tiny-test", "--text", str(corpus), "--out", str(out)]
-        assert main(argv + ["--time-budget", "2s", "--threads", "1"]) == 0
+        budgets = ["--time-budget", "2s", "--translate-budget", "3s", "--compare-budget", "1s"]
+        assert main([*argv, *budgets, "--threads", "1"]) == 0
     finally:
         torch.set_num_threads(threads)
     printed = capsys.readouterr().out
@@ -29,5 +30,12 @@ def test_demo_writes_everything(tmp_path, capsys):
         assert (out / name).is_file(), name
         assert str(out / name.split("/")[0]) in printed
     assert (out / "attention.png").read_bytes()[:4] == b"\x89PNG"
+    # the translation part: examples, BLEU, an alignment plot
+    assert printed.count("(reference: ") == 3 and "BLEU " in printed
+    assert (out / "translate" / "alignment.png").read_bytes()[:4] == b"\x89PNG"
+    # the compare part: one row per family, scored in bits per character
+    table = printed[printed.index("val bits/char") :].splitlines()
+    assert [row.split()[0] for row in table[2:6]] == ["ngram", "ffnn", "lstm", "gpt"]
+    assert (out / "compare" / "compare.json").is_file()
     # the MiniLM coda: the bank table when the wheel is available, else a one-line note
     assert "cos(S1,S2)" in printed or "skipped the BERT coda" in printed

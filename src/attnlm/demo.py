@@ -1,9 +1,14 @@
-"""``attnlm demo``: the main job end to end, in about three minutes on a laptop CPU.
+"""``attnlm demo``: the main job end to end, in about four minutes on a laptop CPU.
 
 Fetches the default corpus, trains the CPU preset (``shakespeare-char``) under a wall-clock
 budget with a progress bar, evaluates on the held-out split (loss, perplexity, bits per
 character), prints three samples, and writes the checkpoint, the metrics log, the loss curve
-and an attention heatmap of a short prompt into ``runs/demo/``.
+and an attention heatmap of a short prompt into ``runs/demo/``. Then, briefly, the other
+families: an RNN encoder-decoder with Bahdanau attention learns the built-in translation task
+(a few translations, BLEU, an alignment plot in ``runs/demo/translate/``), ``attnlm compare``
+trains an n-gram, a feed-forward, an LSTM and a GPT model for the same few seconds and prints
+their bits per character (``runs/demo/compare/``), and MiniLM's real weights show the word
+"bank" drifting apart by context, layer by layer.
 """
 
 from __future__ import annotations
@@ -27,7 +32,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train, evaluate, sample and plot on Shakespeare (~3 min)")
     p.add_argument("--out", default="runs/demo", metavar="DIR")
     p.add_argument("--preset", default="shakespeare-char")
-    p.add_argument("--time-budget", default="150s", help="training wall-clock budget")
+    p.add_argument("--time-budget", default="100s", help="training wall-clock budget")
+    p.add_argument(
+        "--translate-budget",
+        default="40s",
+        help="training budget of the translation model (0 skips that part)",
+    )
+    p.add_argument(
+        "--compare-budget",
+        default="10s",
+        help="training budget per model of the compare table (0 skips that part)",
+    )
     p.add_argument(
         "--text",
         default=None,
@@ -45,21 +60,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    run_demo(Path(args.out), args.preset, args.time_budget, args.text, args.threads, args.overwrite)
+    run_demo(
+        Path(args.out),
+        args.preset,
+        args.time_budget,
+        args.text,
+        args.threads,
+        args.overwrite,
+        translate_budget=args.translate_budget,
+        compare_budget=args.compare_budget,
+    )
     return 0
 
 
 def run_demo(
     out: Path,
     preset: str = "shakespeare-char",
-    time_budget: str = "150s",
+    time_budget: str = "100s",
     text: str | None = None,
     threads: int | None = None,
     overwrite: bool = False,
     log=print,
+    translate_budget: str = "40s",
+    compare_budget: str = "10s",
 ) -> dict[str, Path]:
     """Run the demo into ``out``. Previous demo outputs there are replaced; a folder holding
-    another run (no ``demo.json`` marker) is refused unless ``overwrite``."""
+    another run (no ``demo.json`` marker) is refused unless ``overwrite``. A budget of ``0``
+    skips the translation or the compare part."""
     import numpy as np
     import torch
 
@@ -72,10 +99,11 @@ def run_demo(
     from attnlm.generate.text import generate_text
     from attnlm.inspect.heatmap import plot_attention_grid
     from attnlm.inspect.record import inspect
-    from attnlm.train.config import apply_overrides, spec_from_tables
+    from attnlm.train.config import apply_overrides, parse_duration, spec_from_tables
     from attnlm.train.run import LOSS_CURVE_FILE, METRICS_FILE, train_run
 
     check_demo_folder(out, overwrite)
+    translate_s, compare_s = (parse_duration(b) for b in (translate_budget, compare_budget))
     if threads:
         torch.set_num_threads(threads)
     log(f"== attnlm demo: preset {preset}, training budget {time_budget}, output {out}")
@@ -89,7 +117,7 @@ def run_demo(
     spec = spec_from_tables(tables, preset)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / DEMO_MARKER, json.dumps({"attnlm": "demo", "preset": preset}) + "\n")
-    for name in RUN_FILES:
+    for name in (*RUN_FILES, TRANSLATE_DIR, COMPARE_DIR):
         target = out / name
         if target.is_dir():
             shutil.rmtree(target)
@@ -132,8 +160,84 @@ def run_demo(
     for name, path in paths.items():
         log(f"{name:>18}: {path}")
     log(f"{'next':>18}: attnlm generate --checkpoint {out} --prompt 'ROMEO:' --stream")
+    if translate_s > 0:
+        paths["alignment plot"] = translation_demo(out / TRANSLATE_DIR, translate_s, log)
+    if compare_s > 0:
+        paths["compare table"] = compare_demo(out / COMPARE_DIR, compare_s, text, threads, log)
     bank_drift(log)
     return paths
+
+
+TRANSLATE_DIR = "translate"
+COMPARE_DIR = "compare"
+TRANSLATE_EXAMPLES = 3
+BLEU_SOURCES = 200
+
+
+def translation_demo(out: Path, budget_s: float, log=print) -> Path:
+    """Train the ``translate-rnn`` preset (GRU encoder-decoder, Bahdanau attention) on the
+    built-in English-to-German dates task for ``budget_s`` seconds in ``out``; print a few
+    test translations and the BLEU of the first test sources; write the cross-attention
+    alignment of the first example to ``out/alignment.png``."""
+    import dataclasses
+
+    from attnlm.checkpoint import load_checkpoint
+    from attnlm.evaluation import evaluate_translation, held_out_pairs
+    from attnlm.generate.translate import translate
+    from attnlm.inspect.heatmap import plot_attention_panels
+    from attnlm.inspect.record import inspect
+    from attnlm.train.config import load_spec
+    from attnlm.train.run import train_run
+
+    log(f"\n== translation with attention: RNN encoder-decoder (Bahdanau), {budget_s:g}s")
+    spec = load_spec("translate-rnn")
+    train = dataclasses.replace(
+        spec.train, time_budget=f"{budget_s}s", max_iters=10**9, eval_interval=10**9
+    )
+    train_run(dataclasses.replace(spec, train=train), out, log=lambda *a, **k: None)
+    ck = load_checkpoint(out)
+    pairs, _ = held_out_pairs(ck)
+    sources = [p.source for p in pairs[:TRANSLATE_EXAMPLES]]
+    for src, hyp, pair in zip(sources, translate(ck.model, ck.pair_tokenizers, sources), pairs):
+        log(f"  {src}  ->  {hyp}   (reference: {pair.target})")
+    scores, what = evaluate_translation(str(out), limit=BLEU_SOURCES, device="cpu")
+    log(f"BLEU {scores['bleu']:.1f}, chrF {scores['chrf']:.1f} on the {what} (greedy)")
+    record = inspect(ck.model, ck.pair_tokenizers, sources[0])
+    maps, queries, keys = record.maps("cross")
+    path = plot_attention_panels(
+        [[("alignment", maps[0][0])]],
+        queries,
+        keys,
+        out / "alignment.png",
+        f"cross-attention for {sources[0]!r} (rows: target tokens)",
+    )
+    log(f"{'alignment plot':>18}: {path}")
+    return path
+
+
+def compare_demo(
+    out: Path, budget_s: float, text: str | None, threads: int | None, log=print
+) -> Path:
+    """``attnlm compare`` in miniature: an n-gram, a feed-forward, an LSTM and a GPT model,
+    ``budget_s`` seconds each on the same characters; prints the table."""
+    from attnlm.compare import CompareConfig, format_table, run_compare
+
+    log(f"\n== attnlm compare: four families, {budget_s:g}s each, bits per character")
+    cfg = CompareConfig(
+        text=str(Path(text).resolve()) if text else None,
+        budget=f"{budget_s}s",
+        models=("ngram", "ffnn", "lstm", "gpt"),
+        out=str(out),
+        val_chars=20_000,
+        eval_interval=10**9,
+        progress=False,
+        max_order=6,
+        threads=threads or 0,
+    )
+    results = run_compare(cfg, log=lambda *a, **k: None)
+    log(format_table(results))
+    log(f"{'compare table':>18}: {out / 'compare.json'} (longer budgets: attnlm compare)")
+    return out / "compare.json"
 
 
 BANK_SENTENCES = (
