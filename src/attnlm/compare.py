@@ -429,17 +429,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         "budget each; scored in bits per character on the same validation text "
         "(docs/compare.md). Finished models in --out are not trained again.",
     )
-    p.add_argument("--text", default=None, metavar="PATH", help="corpus (default: Shakespeare)")
+    from attnlm.validate import arg, device, existing_path, non_negative_int, positive_int
+
+    p.add_argument(
+        "--text",
+        default=None,
+        type=arg(existing_path),
+        metavar="PATH",
+        help="corpus (default: Shakespeare)",
+    )
     p.add_argument("--tokenizer", default="char", choices=("char", "bpe"))
     p.add_argument("--budget", default="90s", help="training time per model (90s, 2m)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     p.add_argument("--out", default="runs/compare", metavar="DIR")
-    p.add_argument("--val-chars", type=int, default=100_000, help="characters scored")
-    p.add_argument("--bpe-vocab-size", type=int, default=512)
-    p.add_argument("--eval-interval", type=int, default=100, help="steps between estimates")
-    p.add_argument("--device", default="auto")
     p.add_argument(
-        "--threads", type=int, default=1, help="torch threads per model (0: torch's default)"
+        "--val-chars", type=arg(positive_int), default=100_000, help="characters scored"
+    )
+    p.add_argument("--bpe-vocab-size", type=arg(positive_int), default=512)
+    p.add_argument(
+        "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
+    )
+    p.add_argument("--device", default="auto", type=arg(device))
+    p.add_argument(
+        "--threads",
+        type=arg(non_negative_int),
+        default=1,
+        help="torch threads per model (0: torch's default)",
     )
     p.add_argument(
         "--set",
@@ -466,7 +481,7 @@ def _parse_sets(items: list[str]) -> dict[str, list[str]]:
 def _compare(args: argparse.Namespace) -> int:
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     cfg = CompareConfig(
-        text=args.text,
+        text=str(args.text) if args.text is not None else None,
         tokenizer=args.tokenizer,
         budget=args.budget,
         models=models,
