@@ -376,7 +376,7 @@ CASES: list[tuple[str, str, bytes | None]] = [
     ("translate --beam 0", "translate --checkpoint {ckpt} --beam 0 one", None),
     ("translate --beam x", "translate --checkpoint {ckpt} --beam x one", None),
     ("translate --temperature -1", "translate --checkpoint {ckpt} --temperature -1 one", None),
-    ("translate --early-stopping bogus", "translate --checkpoint {ckpt} --early-stopping x a", None),
+    ("translate --early-stopping x", "translate --checkpoint {ckpt} --early-stopping x a", None),
     ("translate --pairs missing", "translate --checkpoint {ckpt} --pairs {missing}", None),
     # -- fill-mask / embed / contextual
     ("fill-mask --model unknown", "fill-mask --model bogus [MASK]", None),
