@@ -2,7 +2,7 @@
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
-  var models = {}, current = null, view = null, lastRecord = null;
+  var models = {}, current = null, view = null, lastRecord = null, runs = 0;
 
   function api(path, body) {
     var opts = body === undefined ? {} : {
@@ -74,24 +74,26 @@
     window.attnView = view;
   }
 
+  /* Answers of an older run (the model was switched, or the button pressed again) are
+     dropped, so the page always shows the latest request's record. */
   function run() {
-    var text = $("text").value, model = current.name;
+    var text = $("text").value, model = current.name, mine = ++runs;
+    var latest = function (fn) { return function (r) { if (mine === runs) fn(r); }; };
     status("computing\u2026");
     var jobs = [];
     if (has("translate")) {
       var body = { text: text, model: model, temperature: num("t-temperature") || 0, seed: num("t-seed") };
       var max = num("t-max");
       if (max) body.max_new_tokens = max;
-      jobs.push(api("translate", body).then(function (r) {
-        var out = $("translation");
-        out.textContent = r.translation === "" ? "(empty translation)" : r.translation;
+      jobs.push(api("translate", body).then(latest(function (r) {
+        $("translation").textContent = r.translation === "" ? "(empty translation)" : r.translation;
         showRecord(r);
-      }));
+      })));
     } else {
-      jobs.push(api("attention", { text: text, model: model }).then(showRecord));
+      jobs.push(api("attention", { text: text, model: model }).then(latest(showRecord)));
     }
     if (has("generate")) jobs.push(nextTokens());
-    Promise.all(jobs).then(function () { status(""); }, function (e) { status(e.message, true); });
+    Promise.all(jobs).then(latest(function () { status(""); }), latest(function (e) { status(e.message, true); }));
   }
 
   function nextTokens() {
