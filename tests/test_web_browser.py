@@ -258,3 +258,79 @@ def test_standalone_file_draws_cross_attention(driver, tmp_path):
     assert _png_size(driver) > 100  # "Save PNG" of the model view
     driver.save_screenshot(str(tmp_path / "standalone-cross.png"))
     assert Path(tmp_path / "standalone-cross.png").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def family_server(tmp_path_factory):
+    from test_web_families import tiny_bert, tiny_rnn, tiny_transformer
+
+    base = tmp_path_factory.mktemp("families")
+    services = [
+        load_service(tiny_bert(base / "bert"), name="bert"),
+        load_service(tiny_transformer(base / "mt"), name="mt"),
+        load_service(tiny_rnn(base / "rnn"), name="rnn"),
+    ]
+    srv = make_server(services, "127.0.0.1", 0)
+    serve_in_thread(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _choose(driver, model, text):
+    Select(driver.find_element(By.ID, "model")).select_by_value(model)
+    box = driver.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys(text)
+
+
+@pytest.mark.slow  # a browser session: fill-mask and both translation families
+def test_page_fill_mask_and_translation_panels(family_server, driver):
+    url = family_server.url
+    driver.get(url)
+    _wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready"))
+    shown = lambda i: "hidden" not in driver.find_element(By.ID, i).get_attribute("class")  # noqa: E731
+
+    # BERT: the fill-mask panel draws one row per [MASK] with the API's top-k tokens
+    text = "the [MASK] bank closed . she sat on the [MASK]"
+    _choose(driver, "bert", text)
+    assert shown("fillmask") and not shown("translate") and not shown("generate")
+    k = driver.find_element(By.ID, "fm-k")
+    k.clear()
+    k.send_keys("3")
+    driver.find_element(By.ID, "fm-run").click()
+    _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#fm-out table.masks tr"))
+    api = request(url + "api/fill_mask", {"text": text, "model": "bert", "k": 3})[1]
+    rows = driver.find_elements(By.CSS_SELECTOR, "#fm-out table.masks tr")[1:]
+    assert len(rows) == 2
+    for row, mask in zip(rows, api["masks"]):
+        cands = [c.text.rsplit(" ", 1)[0] for c in row.find_elements(By.CSS_SELECTOR, ".cand")]
+        assert cands == [p["token"] for p in mask["predictions"]]
+    assert driver.find_element(By.CSS_SELECTOR, "#fm-out .filled").text == api["filled"]
+    driver.find_element(By.ID, "run").click()
+    _wait(driver, lambda d: _lines(d))
+    tokens = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#tokens span")]
+    assert tokens[0] == "[CLS]0" and tokens[-1].startswith("[SEP]")
+
+    # translation: the page shows the API's translation and its cross-attention
+    for model, layers in (("mt", 2), ("rnn", 1)):
+        _choose(driver, model, "one two")
+        assert shown("translate") and not shown("fillmask") and not shown("embed")
+        driver.find_element(By.ID, "run").click()
+        api = request(url + "api/translate", {"text": "one two", "model": model})[1]
+        out = api["translation"]  # the record is drawn in the same step as the translation
+        _wait(driver, lambda d, out=out: d.find_element(By.ID, "translation").text == out)
+        kinds = driver.find_elements(By.CSS_SELECTOR, "select.kind-select")
+        if model == "mt":
+            assert len(kinds) == 1  # self- and cross-attention
+            Select(kinds[0]).select_by_value("cross")
+        else:
+            assert kinds == []  # cross-attention only: the views open on it
+        assert driver.execute_script("return window.attnView.state.kind") == "cross"
+        keys = driver.find_elements(By.CSS_SELECTOR, "svg.head-view text.tok-k")
+        assert len(keys) == len(api["source_tokens"])
+        layer = api["cross_attention"][0]
+        want = {(h, q, k) for h, m in enumerate(layer) for q, row in enumerate(m)
+                for k, w in enumerate(row) if w >= LINE_MIN}  # fmt: skip
+        assert set(_lines(driver)) == want
+        assert len(driver.find_elements(By.CSS_SELECTOR, "select.layer-select option")) == layers

@@ -21,6 +21,7 @@ Shape legend (the batch dimension is removed: one text per record)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -76,11 +77,12 @@ def _objective(model: Any) -> str | None:
 
 @torch.no_grad()
 def inspect(
-    model: Any, tokenizer: Any, text: str, *, target: str | None = None
+    model: Any, tokenizer: Any, text: str, *, target: str | Sequence[int] | None = None
 ) -> InspectionRecord:
     """Run ``model`` on ``text`` and record tokens, attention and hidden states (see the
-    module docstring). ``target``: the target side for encoder-decoders (their own
-    ``inspect`` translates the text when it is None). Texts longer than the model's window
+    module docstring). ``target``: the target side for encoder-decoders, a text or the
+    target ids a decoder produced (their own ``inspect`` translates the text when it is
+    None). Texts longer than the model's window
     are cut to the window."""
     hook = getattr(model, "inspect", None)
     if callable(hook):

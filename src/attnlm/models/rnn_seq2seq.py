@@ -45,6 +45,7 @@ Shape legend
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -504,9 +505,13 @@ class RNNSeq2Seq(nn.Module):
 
     # -- inspection -------------------------------------------------------------------------
     @torch.no_grad()
-    def inspect(self, tokenizer: Any, text: str, target: str | None = None) -> InspectionRecord:
+    def inspect(
+        self, tokenizer: Any, text: str, target: str | Sequence[int] | None = None
+    ) -> InspectionRecord:
         """The :class:`~attnlm.inspect.record.InspectionRecord` of translating ``text`` (or of
-        teacher-forcing ``target``): ``source_tokens`` (the source with its end token),
+        teacher-forcing ``target``: a text, or target ids without the start token as a decoder
+        produced them, an end token appended when missing): ``source_tokens`` (the source with
+        its end token),
         ``tokens`` (the target tokens predicted, ``eos`` included) and ``cross_attentions``
         ``[(1, T, S)]``. ``tokenizer``: one shared tokenizer, or a pair with ``.source`` and
         ``.target`` (``attnlm.data.pairs.PairTokenizers``)."""
@@ -518,8 +523,12 @@ class RNNSeq2Seq(nn.Module):
         try:
             if target is None:
                 out_ids = self.greedy([src_ids])[0]
-            else:
+            elif isinstance(target, str):
                 out_ids = _encode(tokenizer, "target", tgt_tok, target, None) + [c.eos_id]
+            else:  # target ids as decoding produced them (no start token)
+                out_ids = [int(i) for i in target]
+                if not out_ids or out_ids[-1] != c.eos_id:
+                    out_ids.append(c.eos_id)
             batch = self.source_batch([src_ids])
             tgt_in = torch.tensor([[c.bos_id, *out_ids[:-1]]], device=batch["src"].device)
             out = self(**batch, tgt_in=tgt_in, return_attention=True)

@@ -23,6 +23,7 @@ Shape legend
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -454,14 +455,17 @@ class Transformer(nn.Module):
     # -- inspection ------------------------------------------------------------------------
 
     @torch.no_grad()
-    def inspect(self, tokenizer: Any, text: str, target: str | None = None) -> dict[str, Any]:
+    def inspect(
+        self, tokenizer: Any, text: str, target: str | Sequence[int] | None = None
+    ) -> dict[str, Any]:
         """The fields of the :class:`~attnlm.inspect.record.InspectionRecord` of translating
         ``text`` (``attnlm.inspect.record.inspect`` builds the record; this layer cannot)
-        (greedy when ``target`` is None). ``tokenizer``: a
-        :class:`~attnlm.data.pairs.PairTokenizers` or one tokenizer for both sides. The rows
-        (``tokens``) are the tokens the decoder emits at each step (the target and the end
-        token), Bahdanau et al.'s alignment view; keys of cross-attention are the source
-        tokens."""
+        (greedy when ``target`` is None; ``target`` may be a text or target ids without the
+        start token, as a decoder produced them, an end token appended when missing).
+        ``tokenizer``: a :class:`~attnlm.data.pairs.PairTokenizers` or one tokenizer for both
+        sides. The rows (``tokens``) are the tokens the decoder emits at each step (the target
+        and the end token), Bahdanau et al.'s alignment view; keys of cross-attention are the
+        source tokens."""
         from attnlm.data.pairs import PairTokenizers
 
         c = self.config
@@ -476,8 +480,10 @@ class Transformer(nn.Module):
         try:
             if target is None:
                 out = self.greedy(source)
-            else:
+            elif isinstance(target, str):
                 out = [c.bos_id, *pairs.tokens(target, "target"), c.eos_id]
+            else:  # target ids as decoding produced them (no start token)
+                out = [c.bos_id, *(int(i) for i in target)]
             if out[-1] != c.eos_id:
                 out.append(c.eos_id)
             device = self.lm_head.weight.device

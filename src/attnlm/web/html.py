@@ -32,8 +32,11 @@ def _as_list(v: Any) -> Any:
     return v.tolist() if hasattr(v, "tolist") else v
 
 
-def _check_maps(maps: Any, name: str, q: int, k: int) -> list:
+def _check_maps(maps: Any, name: str, q: int, k: int, empty: bool = False) -> list:
+    """``maps`` as plain lists, checked; ``empty``: no layers at all is allowed."""
     maps = _as_list(maps)
+    if empty and maps == []:
+        return []
     if not isinstance(maps, list) or not maps:
         raise InputError(f"record[{name!r}] must be a non-empty list [layer][head][query][key]")
     heads = None
@@ -81,11 +84,12 @@ def check_record(record: dict[str, Any]) -> dict[str, Any]:
     tokens = _as_list(record.get("tokens"))
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise InputError("record['tokens'] must be a non-empty list of strings")
-    out: dict[str, Any] = {
-        "tokens": list(tokens),
-        "attention": _check_maps(record.get("attention"), "attention", len(tokens), len(tokens)),
-    }
     has_src, has_cross = "source_tokens" in record, "cross_attention" in record
+    # an RNN encoder-decoder's record has cross-attention only (no self-attention layers)
+    self_maps = _check_maps(
+        record.get("attention"), "attention", len(tokens), len(tokens), empty=has_cross
+    )
+    out: dict[str, Any] = {"tokens": list(tokens), "attention": self_maps}
     if has_src != has_cross:
         raise InputError("record needs both 'source_tokens' and 'cross_attention', or neither")
     if has_cross:

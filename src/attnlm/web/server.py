@@ -11,8 +11,10 @@ Routes (all JSON answers are objects; errors are ``{"error": "one line"}``):
 - ``POST /api/generate`` ``{"text", "model"?, "max_new_tokens"?, "temperature"?, "top_k"?,
   "top_p"?, "seed"?}``;
 - ``POST /api/embeddings`` ``{"word", "sentences": [s1, s2], "model"?}``;
-- ``POST /api/fill_mask`` ``{"text", "model"?, "k"?}``, ``POST /api/translate`` ``{"text",
-  "model"?, ...sampling}``: for models with those capabilities.
+- ``POST /api/fill_mask`` ``{"text", "model"?, "k"?}``: models with ``fill-mask`` (BERT);
+- ``POST /api/translate`` ``{"text", "model"?, ...sampling}``: models with ``translate``
+  (greedy unless ``temperature`` > 0; ``max_new_tokens`` defaults to twice the source length
+  plus 10).
 
 Status codes: 400 malformed JSON, unknown or mistyped fields, unsupported capability; 404
 unknown model or path; 405 wrong method; 413 body or text too long; 500 unexpected failure
@@ -130,8 +132,8 @@ def check_body(endpoint: str, body: Any) -> dict[str, Any]:
     return body
 
 
-def _sampling(body: dict[str, Any]) -> SamplingConfig:
-    return sampling_config(**{k: body[k] for k in _SAMPLING if k in body})
+def _sampling(body: dict[str, Any], **defaults: Any) -> SamplingConfig:
+    return sampling_config(**{**defaults, **{k: body[k] for k in _SAMPLING if k in body}})
 
 
 # -- the application ----------------------------------------------------------------------------
@@ -188,7 +190,7 @@ class Explorer:
             return s.embeddings(b["word"], b["sentences"])
         if endpoint == "fill_mask":
             return s.fill_mask(b["text"], b.get("k", 5))
-        return s.translate(b["text"], _sampling(b))
+        return s.translate(b["text"], _sampling(b, temperature=0), b.get("max_new_tokens"))
 
 
 class Handler(BaseHTTPRequestHandler):

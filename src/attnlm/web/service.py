@@ -5,26 +5,38 @@ Everything the web server knows about models goes through this module; the HTTP 
 plain JSON-ready dicts:
 
 - ``info()``: name, family, capabilities, layers, heads, window, character limit;
-- ``tokens(text)``: ``{"tokens": [str], "ids": [int]}``;
+- ``tokens(text)``: ``{"tokens": [str], "ids": [int]}``, the tokens as the model sees them
+  (BERT: ``[CLS] ... [SEP]``; translation models: the source side with its end token);
 - ``attention(text)``: ``{"tokens": [T], "attention": [L][H][T][T]}`` (query rows, key
-  columns, each row sums to 1); translation models add ``"source_tokens"`` ``[S]`` and
+  columns, each row sums to 1); translation models answer for the greedy translation of
+  ``text``: ``"translation"``, the target tokens as ``"tokens"`` (decoder self-attention in
+  ``"attention"``; empty for the RNN encoder-decoder), ``"source_tokens"`` ``[S]`` and
   ``"cross_attention"`` ``[L][H][T][S]`` (query = target token, key = source token);
 - ``next_tokens(text, k)``: the ``k`` most likely next tokens after every position;
 - ``generate(text, sampling)``: a continuation;
 - ``embeddings(word, sentences)``: cosine of the word's contextual vectors in two sentences at
-  every layer (index 0 = the embedding layer);
-- ``fill_mask(text)`` / ``translate(text)``: for families with those capabilities; others
-  answer :class:`NotSupportedError` (HTTP 400).
+  every layer (index 0 = the embedding layer); not for translation models;
+- ``fill_mask(text, k)`` (capability ``fill-mask``): the top ``k`` tokens at every
+  ``[MASK]`` (:func:`attnlm.inspect.contextual.fill_mask`), ``{"text", "filled", "k",
+  "tokens", "masks": [{"index", "predictions": [{"token", "id", "prob"}]}]}``;
+- ``translate(text, sampling, max_new_tokens)`` (capability ``translate``): the translation
+  (:func:`attnlm.generate.translate.translate_ids`; greedy unless ``sampling`` samples) and the
+  attention record of the model reading it, ``{"source", "translation", "tokens",
+  "attention", "source_tokens", "cross_attention"}``.
+
+A request for a capability the model lacks answers :class:`NotSupportedError` (HTTP 400).
 
 Where other model families plug in (kept in one place each):
 
 - :func:`load_service`: loads a checkpoint; the family and its capabilities come from the
-  model-family registry;
+  model-family registry (translation checkpoints are served with their pair tokenizers);
 - :meth:`ModelService._inspect`: the single forward pass that yields tokens, per-layer
-  attention, hidden states and logits (to become ``attnlm.inspect.inspect``);
+  attention, hidden states and logits, through the shared record
+  (:func:`attnlm.inspect.record.inspect`; encoder-decoders through their ``inspect`` hook);
 - :func:`resolve_named_model`: ``attnlm serve --model NAME`` (``minilm`` or a Hugging Face folder).
 
-Shapes: ``L`` layers, ``H`` heads, ``T`` tokens, ``C`` width, ``V`` vocabulary.
+Shapes: ``L`` layers, ``H`` heads, ``T`` tokens (target tokens for translation), ``S`` source
+tokens, ``C`` width, ``V`` vocabulary.
 """
 
 from __future__ import annotations
@@ -167,16 +179,35 @@ class ModelService:
     def device(self) -> Any:
         return next(self.model.parameters()).device
 
-    def info(self) -> dict[str, Any]:
+    @property
+    def translates(self) -> bool:
+        """A translation model: texts are source sentences, answers carry cross-attention."""
+        return "translate" in self.capabilities
+
+    @property
+    def _model_input(self) -> bool:
+        """BERT-style input: the tokenizer builds ``[CLS] text [SEP]`` for the model."""
+        return not self.translates and hasattr(self.tokenizer, "encode_for_model")
+
+    def _layers_heads(self) -> tuple[int | None, int | None]:
+        """Attention layers x heads the views show (translation: decoder layers; an RNN
+        encoder-decoder has one attention map)."""
         cfg = getattr(self.model, "config", None)
+        if self.translates:
+            return getattr(cfg, "n_decoder_layers", None) or 1, getattr(cfg, "n_head", None) or 1
+        return getattr(cfg, "n_layer", None), getattr(cfg, "n_head", None)
+
+    def info(self) -> dict[str, Any]:
+        layers, heads = self._layers_heads()
+        vocab = getattr(self._pairs().target, "vocab_size", None) if self.translates else None
         return {
             "name": self.name,
             "family": self.family,
             "capabilities": sorted(self.capabilities),
-            "n_layer": getattr(cfg, "n_layer", None),
-            "n_head": getattr(cfg, "n_head", None),
+            "n_layer": layers,
+            "n_head": heads,
             "window": self.window,
-            "vocab_size": getattr(self.tokenizer, "vocab_size", None),
+            "vocab_size": vocab or getattr(self.tokenizer, "vocab_size", None),
             "max_chars": self.max_chars,
             "parameters": count_params(self.model),
             "source": self.source,
@@ -201,24 +232,61 @@ class ModelService:
             )
 
     def encode(self, text: str, what: str = "text") -> list[int]:
-        """Token ids of ``text``; too long, empty or unencodable text raises ServiceError."""
+        """Token ids of ``text`` as the model sees them (BERT: ``[CLS] text [SEP]``;
+        translation models: the source ids); too long, empty or unencodable text raises
+        ServiceError."""
         self._check_text(text, what)
         try:
-            ids = list(self.tokenizer.encode(text))
+            ids = self._ids(text, what)
+        except ServiceError:
+            raise
         except AttnlmError as e:
             raise ServiceError(f"cannot tokenize the {what}: {e}") from None
         except (KeyError, ValueError) as e:
             raise ServiceError(f"cannot tokenize the {what}: unknown symbol {e}") from None
         if not ids:
             raise ServiceError(f"the {what} has no tokens")
-        if self.window and len(ids) > self.window:
-            raise TooLongError(
-                f"the {what} is {len(ids)} tokens long; this model's window is {self.window}"
-            )
         return ids
 
+    def _ids(self, text: str, what: str) -> list[int]:
+        if self.translates:
+            pairs = self._pairs()
+            if not pairs.tokens(text, "source"):
+                return []
+            return list(pairs.encode_source(text))
+        ids = list(self.tokenizer.encode(text))
+        n = len(ids) + (2 if self._model_input else 0)  # [CLS] ... [SEP]
+        if self.window and n > self.window:
+            raise TooLongError(
+                f"the {what} is {n} tokens long; this model's window is {self.window}"
+            )
+        if self._model_input and ids:
+            from attnlm.inspect.record import model_input
+
+            ids, _ = model_input(self.model, self.tokenizer, text)
+        return ids
+
+    def _pairs(self) -> Any:
+        """The source/target tokenizers of a translation model (one shared tokenizer wrapped)."""
+        from attnlm.data.pairs import PairTokenizers
+
+        if isinstance(self.tokenizer, PairTokenizers):
+            return self.tokenizer
+        return PairTokenizers.from_tokenizers(self.tokenizer)
+
     def token_strings(self, ids: Sequence[int]) -> list[str]:
-        """Display string of each token id (bytes of a split character show as U+FFFD)."""
+        """Display string of each token id (bytes of a split character show as U+FFFD;
+        BERT and translation models: the vocabulary's labels such as ``[CLS]``, ``##s``,
+        ``</s>``)."""
+        from attnlm.tokenizers import token_label
+
+        if self.translates:
+            pairs = self._pairs()
+            sp, cfg = pairs.source_ids, pairs.config
+            names = {sp.pad: cfg.pad, sp.bos: cfg.bos, sp.eos: cfg.eos}
+            return [names[i] if i in names else token_label(pairs.source, i) for i in ids]
+        if self._model_input:
+            return [token_label(self.tokenizer, i) for i in ids]
         return [self.tokenizer.decode([i]) for i in ids]
 
     def tokens(self, text: str) -> dict[str, Any]:
@@ -227,8 +295,10 @@ class ModelService:
 
     # -- the one forward pass --------------------------------------------------------------
 
-    def _inspect(self, text: str) -> Inspection:
-        """Run the model once over ``text`` with attention and hidden states.
+    def _inspect(self, text: str, target: Sequence[int] | None = None) -> Inspection:
+        """Run the model once over ``text`` with attention and hidden states (translation
+        models: over the source ``text`` and the ``target`` ids they are made to read, their
+        greedy translation when None).
 
         The only place that calls the model for inspection, through the shared record
         (:func:`attnlm.inspect.inspect`), so every family the registry knows is served.
@@ -236,11 +306,15 @@ class ModelService:
         from attnlm.inspect import inspect
 
         self.encode(text)  # limits and tokenizer errors as service errors
-        with self._lock:
-            rec = inspect(self.model, self.tokenizer, text)  # the shared inspection record
+        try:
+            with self._lock:
+                rec = inspect(self.model, self.tokenizer, text, target=target)
+        except InputError as e:
+            raise ServiceError(str(e)) from None
+        plain = rec.cross_attentions is None and not self._model_input
         return Inspection(
             ids=rec.ids,
-            tokens=self.token_strings(rec.ids),
+            tokens=self.token_strings(rec.ids) if plain else list(rec.tokens),
             attentions=rec.attentions,  # L x (H, T, T)
             hidden=rec.hidden_states,  # (L + 1) x (T, C)
             logits=rec.logits,  # (T, V) or None
@@ -251,8 +325,11 @@ class ModelService:
     # -- endpoints -------------------------------------------------------------------------
 
     def attention(self, text: str) -> dict[str, Any]:
-        cfg = getattr(self.model, "config", None)
-        layers, heads = getattr(cfg, "n_layer", None), getattr(cfg, "n_head", None)
+        """The attention record of ``text`` (translation models: of its greedy translation,
+        as :meth:`translate` answers it)."""
+        if self.translates:
+            return self.translate(text)
+        layers, heads = self._layers_heads()
         if layers and heads:  # refuse before computing an answer too large to send
             t = len(self.encode(text))
             n = layers * heads * t * t
@@ -261,7 +338,16 @@ class ModelService:
                     f"the attention of {t} tokens is {layers} layers x {heads} heads x {t} x {t}"
                     f" = {n:,} weights; the limit is {self.max_attention_values:,} (shorten it)"
                 )
-        rec = self._inspect(text)
+        return self._record(self._inspect(text))
+
+    def _record(self, rec: Inspection) -> dict[str, Any]:
+        """The JSON attention record of an inspection (refused when too large to send)."""
+        n = sum(a.numel() for a in [*rec.attentions, *(rec.cross_attentions or [])])
+        if n > self.max_attention_values:
+            raise TooLongError(
+                f"the attention record holds {n:,} weights; the limit is "
+                f"{self.max_attention_values:,} (shorten the text)"
+            )
         out: dict[str, Any] = {
             "tokens": rec.tokens,
             "attention": [_rounded(a) for a in rec.attentions],  # [L][H][T][T]
@@ -330,6 +416,11 @@ class ModelService:
         """
         import torch
 
+        if self.translates:
+            raise NotSupportedError(
+                f"embeddings are not served for translation models ({self.name}, family "
+                f"{self.family})"
+            )
         if not isinstance(word, str) or not word.strip():
             raise ServiceError("word must be a non-empty string")
         if len(sentences) != 2:
@@ -352,12 +443,55 @@ class ModelService:
         return {"word": word.strip(), "cosine": [round(c, 6) for c in cos], "found": found}
 
     def fill_mask(self, text: str, k: int = 5) -> dict[str, Any]:
-        self.require("fill-mask")
-        raise NotSupportedError(f"fill-mask is not implemented for family {self.family}")
+        """The ``k`` most likely tokens at every ``[MASK]`` of ``text`` with their softmax
+        probabilities (:func:`attnlm.inspect.contextual.fill_mask`), and the text with each
+        mask replaced by its top token."""
+        from attnlm.inspect.contextual import fill_mask, filled_text
 
-    def translate(self, text: str, sampling: SamplingConfig | None = None) -> dict[str, Any]:
+        self.require("fill-mask")
+        if not 1 <= k <= MAX_TOP_K:
+            raise ServiceError(f"k must be between 1 and {MAX_TOP_K}")
+        ids = self.encode(text)
+        try:
+            with self._lock:
+                preds = fill_mask(self.model, self.tokenizer, text, k)
+        except InputError as e:  # no [MASK], no masked-LM head
+            raise ServiceError(str(e)) from None
+        return {
+            "text": text,
+            "filled": filled_text(self.tokenizer, text, preds),
+            "k": k,
+            "tokens": self.token_strings(ids),
+            "masks": [p.to_dict() for p in preds],
+        }
+
+    def translate(
+        self,
+        text: str,
+        sampling: SamplingConfig | None = None,
+        max_new_tokens: int | None = None,
+    ) -> dict[str, Any]:
+        """Translate the source sentence ``text`` (greedy unless ``sampling`` samples; at most
+        ``max_new_tokens`` tokens, by default twice the source length plus 10, as ``attnlm
+        translate``, capped at :data:`MAX_NEW_TOKENS`) and record the attention of the model
+        reading the ids it produced: target tokens (queries) over source tokens (keys). The
+        decoder is causal, so these are the weights of the decoding steps themselves."""
+        from attnlm.generate.translate import default_max_new_tokens, translate_ids
+
         self.require("translate")
-        raise NotSupportedError(f"translate is not implemented for family {self.family}")
+        if max_new_tokens is not None and not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise ServiceError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}")
+        source = self.encode(text, "source sentence")
+        n = max_new_tokens or min(default_max_new_tokens([source]), MAX_NEW_TOKENS)
+        pairs = self._pairs()
+        try:
+            with self._lock:
+                (ids,) = translate_ids(self.model, [source], sampling=sampling, max_new_tokens=n)
+        except InputError as e:
+            raise ServiceError(str(e)) from None
+        translation = pairs.decode_target(ids)
+        rec = self._inspect(text, target=ids[1:])  # the ids after the start token, as decoded
+        return {"source": text, "translation": translation, **self._record(rec)}
 
 
 def find_word(sentence: str, word: str, n: int = 1) -> tuple[int, int]:
@@ -423,17 +557,21 @@ def load_service(
 
     The one place that loads served models (through
     :func:`attnlm.checkpoint.load_model_ref`): the family and its capabilities come from the
-    registry entry the checkpoint names.
+    registry entry the checkpoint names (``fill-mask`` only where the model has its masked-LM
+    head); a translation checkpoint is served with its pair tokenizers.
     """
     from attnlm.checkpoint import load_model_ref
 
     ck = load_model_ref(path, model, device)
+    capabilities = set(ck.family.capabilities)
+    if getattr(ck.model, "head", True) is None:  # a BertModel folder (minilm): no masked-LM head
+        capabilities.discard("fill-mask")
     return ModelService(
         name=name or (model if model is not None else _service_name(Path(ck.path))),
         model=ck.model,
-        tokenizer=ck.tokenizer,
+        tokenizer=ck.pair_tokenizers or ck.tokenizer,  # both sides for a translation model
         family=ck.family.type,
-        capabilities=frozenset(ck.family.capabilities),
+        capabilities=frozenset(capabilities),
         max_chars=max_chars,
         source=str(ck.path),
     )

@@ -2,7 +2,7 @@
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
-  var models = {}, current = null, view = null, lastRecord = null;
+  var models = {}, current = null, view = null, lastRecord = null, runs = 0;
 
   function api(path, body) {
     var opts = body === undefined ? {} : {
@@ -29,13 +29,15 @@
     current = models[name];
     var m = current;
     $("model-info").textContent = m.family + " \u00b7 " + m.n_layer + " layers \u00d7 " + m.n_head +
-      " heads \u00b7 window " + m.window + " tokens \u00b7 " + m.parameters.toLocaleString() +
+      " heads" + (m.window ? " \u00b7 window " + m.window + " tokens" : "") + " \u00b7 " +
+      m.parameters.toLocaleString() +
       " parameters \u00b7 " + (m.capabilities.join(", ") || "attention only");
     $("input-title").textContent = has("translate") ? "Source sentence" : "Text";
     $("next").classList.toggle("hidden", !has("generate"));
     $("generate").classList.toggle("hidden", !has("generate"));
     $("fillmask").classList.toggle("hidden", !has("fill-mask"));
     $("translate").classList.toggle("hidden", !has("translate"));
+    $("embed").classList.toggle("hidden", has("translate"));
   }
 
   function renderTokens(tokens) {
@@ -51,7 +53,15 @@
     });
   }
 
-  function showRecord(rec) {
+  /* Only the attention record's keys (a translate answer also carries the translation). */
+  function recordOf(r) {
+    var rec = { tokens: r.tokens, attention: r.attention };
+    if (r.cross_attention) { rec.source_tokens = r.source_tokens; rec.cross_attention = r.cross_attention; }
+    return rec;
+  }
+
+  function showRecord(answer) {
+    var rec = recordOf(answer);
     lastRecord = rec;
     renderTokens(rec.tokens);
     $("attention").classList.remove("hidden");
@@ -64,20 +74,26 @@
     window.attnView = view;
   }
 
+  /* Answers of an older run (the model was switched, or the button pressed again) are
+     dropped, so the page always shows the latest request's record. */
   function run() {
-    var text = $("text").value, model = current.name;
+    var text = $("text").value, model = current.name, mine = ++runs;
+    var latest = function (fn) { return function (r) { if (mine === runs) fn(r); }; };
     status("computing\u2026");
     var jobs = [];
     if (has("translate")) {
-      jobs.push(api("translate", { text: text, model: model }).then(function (r) {
-        $("translation").textContent = r.translation || "";
-        if (r.attention) showRecord(r);
-      }));
+      var body = { text: text, model: model, temperature: num("t-temperature") || 0, seed: num("t-seed") };
+      var max = num("t-max");
+      if (max) body.max_new_tokens = max;
+      jobs.push(api("translate", body).then(latest(function (r) {
+        $("translation").textContent = r.translation === "" ? "(empty translation)" : r.translation;
+        showRecord(r);
+      })));
     } else {
-      jobs.push(api("attention", { text: text, model: model }).then(showRecord));
+      jobs.push(api("attention", { text: text, model: model }).then(latest(showRecord)));
     }
     if (has("generate")) jobs.push(nextTokens());
-    Promise.all(jobs).then(function () { status(""); }, function (e) { status(e.message, true); });
+    Promise.all(jobs).then(latest(function () { status(""); }), latest(function (e) { status(e.message, true); }));
   }
 
   function nextTokens() {
@@ -130,10 +146,39 @@
     }, function (e) { $("g-out").textContent = "error: " + e.message; });
   }
 
+  /* One row per [MASK]: its position in the model input and the top-k tokens with bars. */
   function fillMask() {
-    api("fill_mask", { text: $("text").value, model: current.name }).then(function (r) {
-      $("fm-out").textContent = JSON.stringify(r.predictions || r, null, 1);
-    }, function (e) { $("fm-out").textContent = "error: " + e.message; });
+    var k = parseInt($("fm-k").value, 10) || 5, out = $("fm-out");
+    out.textContent = "computing\u2026";
+    api("fill_mask", { text: $("text").value, model: current.name, k: k }).then(function (r) {
+      out.innerHTML = "";
+      var p = document.createElement("p");
+      p.className = "output filled";
+      p.textContent = r.filled;
+      out.appendChild(p);
+      var t = document.createElement("table");
+      t.className = "next masks";
+      t.innerHTML = "<tr><th>#</th><th>position</th><th>most likely tokens</th></tr>";
+      r.masks.forEach(function (m, i) {
+        var tr = document.createElement("tr");
+        var a = document.createElement("td"); a.textContent = "[MASK] " + (i + 1);
+        var b = document.createElement("td"); b.textContent = m.index;
+        var c = document.createElement("td");
+        m.predictions.forEach(function (cand) {
+          var s = document.createElement("span");
+          s.className = "cand";
+          var bar = document.createElement("span");
+          bar.className = "bar";
+          bar.style.width = Math.max(1, Math.round(cand.prob * 60)) + "px";
+          s.appendChild(bar);
+          s.appendChild(document.createTextNode(AttnViews.label(cand.token) + " " + cand.prob.toFixed(3)));
+          c.appendChild(s);
+        });
+        tr.appendChild(a); tr.appendChild(b); tr.appendChild(c);
+        t.appendChild(tr);
+      });
+      out.appendChild(t);
+    }, function (e) { out.textContent = "error: " + e.message; });
   }
 
   function embeddings() {

@@ -246,8 +246,12 @@
 
   /* ---- controls and mounting ------------------------------------------------------------ */
 
+  /* A record with cross-attention but no self-attention (an RNN encoder-decoder). */
+  function crossOnly(record) {
+    return !!record.cross_attention && !(record.attention && record.attention.length);
+  }
+
   function defaults(record, state) {
-    var p = parts(record, "self");
     var s = {
       view: "head", kind: "self", layer: 0, heads: null, layers_filter: "", heads_filter: "",
       focus: null, enlarged: null,
@@ -255,6 +259,8 @@
     for (var k in state || {}) if (state[k] !== undefined && state[k] !== null) s[k] = state[k];
     if (s.view !== "model") s.view = "head";
     if (s.kind === "cross" && !record.cross_attention) s.kind = "self";
+    if (crossOnly(record)) s.kind = "cross";
+    var p = parts(record, s.kind);
     if (s.layer >= p.maps.length) s.layer = 0;
     var T = p.queries.length, H = nHeads(p.maps);
     // long inputs: start with one head in the head view and one layer in the model view
@@ -280,7 +286,7 @@
         b.addEventListener("click", function () { state.view = v; state.focus = null; render(); });
         bar.appendChild(b);
       });
-      if (record.cross_attention) {
+      if (record.cross_attention && !crossOnly(record)) {
         var kind = el("select", { class: "kind-select", title: "which attention" });
         [["self", "self-attention"], ["cross", "cross-attention (target \u2192 source)"]].forEach(function (o) {
           var opt = el("option", { value: o[0] }, o[1]);
