@@ -239,6 +239,34 @@ def test_embed_matches_sentence_transformers_recipe(encoder_folder, capsys):
     assert "cosine" in capsys.readouterr().out
 
 
+def st_package_cosine(folder: Path, sentences: list[str], monkeypatch) -> torch.Tensor:
+    """The cosine matrix from the sentence-transformers package itself (offline: the folder
+    is local and the hub is switched off)."""
+    st = pytest.importorskip("sentence_transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = st.SentenceTransformer(str(folder), device="cpu")
+    emb = model.encode(sentences, convert_to_tensor=True, normalize_embeddings=True)
+    return (emb @ emb.T).float()
+
+
+def test_embed_matches_the_sentence_transformers_package(encoder_folder, capsys, monkeypatch):
+    """A folder without sentence-transformers configs: the package builds mean pooling over
+    the encoder (its default) and truncates at the model window, as `attnlm embed` does."""
+    assert main(["embed", "--model", str(encoder_folder), *SENTENCES[:3], "--json"]) == 0
+    got = torch.tensor(json.loads(capsys.readouterr().out)["cosine"])
+    ref = st_package_cosine(encoder_folder, SENTENCES[:3], monkeypatch)
+    assert (got - ref).abs().max() < 1e-4
+
+
+@pytest.mark.slow
+def test_embed_minilm_matches_the_sentence_transformers_package(capsys, monkeypatch):
+    folder = _minilm()
+    assert main(["embed", "--model", "minilm", *SENTENCES, "--json"]) == 0
+    got = torch.tensor(json.loads(capsys.readouterr().out)["cosine"])
+    ref = st_package_cosine(folder, SENTENCES, monkeypatch)
+    assert (got - ref).abs().max() < 1e-4
+
+
 def _minilm():
     from attnlm.data.pretrained import pretrained_path
 

@@ -442,9 +442,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", default="90s", help="training time per model (90s, 2m)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     p.add_argument("--out", default="runs/compare", metavar="DIR")
-    p.add_argument(
-        "--val-chars", type=arg(positive_int), default=100_000, help="characters scored"
-    )
+    p.add_argument("--val-chars", type=arg(positive_int), default=100_000, help="characters scored")
     p.add_argument("--bpe-vocab-size", type=arg(positive_int), default=512)
     p.add_argument(
         "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
