@@ -253,3 +253,69 @@ def test_carry_state_round_trip_and_pools():
     torch.testing.assert_close(model(ids, **kw).logits, twin(ids, **kw).logits)
     with pytest.raises(InputError, match="mixes"):
         model(ids, stream=torch.tensor([0, -1]))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_fused_multi_layer_call_equals_the_per_layer_path(cell):
+    """Without return_hidden the layers run in one fused kernel call; with it, one call per
+    layer. Same numbers (logits, carried state, gradients) without dropout, in train and
+    eval mode; with dropout the fused call drops between layers in training only."""
+    torch.manual_seed(9)
+    model = RNNLM(RNNConfig(vocab_size=11, cell=cell, n_layer=3, n_embd=16, block_size=8))
+    ids = torch.randint(0, 11, (4, 9))
+    runs = []
+    for return_hidden in (False, True):
+        model.zero_grad(set_to_none=True)
+        out = model(ids, ids, return_hidden=return_hidden)
+        out.loss_sum.backward()
+        runs.append([out.logits, *(p.grad for p in model.parameters())])
+    for a, b in zip(*runs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    h = torch.randn(3, 4, 16)
+    hidden = (h, torch.randn(3, 4, 16)) if cell == "lstm" else h
+    x = torch.randn(9, 4, 16)
+    with torch.no_grad():
+        fused, per_layer = model._run(x, hidden, False), model._run(x, hidden, True)
+    leaves = torch.utils._pytree.tree_leaves
+    for a, b in zip(leaves(fused[:2]), leaves(per_layer[:2]), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    dropped = RNNLM(RNNConfig(vocab_size=11, cell=cell, n_layer=2, n_embd=16, dropout=0.5))
+    dropped.load_state_dict({k: v for k, v in model.state_dict().items() if "layers.2" not in k})
+    dropped.embed.weight.data.mul_(10)  # non-negligible layer outputs
+    with torch.no_grad():
+        dropped.eval()
+        torch.testing.assert_close(dropped(ids).logits, dropped(ids, return_hidden=True).logits)
+        dropped.train()
+        assert not torch.allclose(dropped(ids).logits, dropped.eval()(ids).logits)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_carry_fast_path_equals_the_gather_scatter_path(cell):
+    """Batches holding streams 0..N-1 in order (the trainer's) use the stored states as
+    they are; any other order gathers and scatters rows. Both carry the same states; a
+    graph built on the fast path survives a later general-path batch (stored states are
+    replaced, never written in place)."""
+    torch.manual_seed(10)
+    cfg = RNNConfig(vocab_size=7, cell=cell, n_layer=2, n_embd=8, block_size=4)
+    fast, slow = RNNLM(cfg), RNNLM(cfg)
+    slow.load_state_dict(fast.state_dict())
+    ids = torch.randint(0, 7, (3, 21))
+    order, perm = torch.arange(3), torch.tensor([2, 0, 1])
+    for w in range(5):
+        x, y = ids[:, 4 * w : 4 * w + 4], ids[:, 4 * w + 1 : 4 * w + 5]
+        reset = torch.tensor([w == 0, w == 3, False])
+        a = fast(x, y, stream=order, reset=reset)
+        b = slow(x[perm], y[perm], stream=order[perm], reset=reset[perm])
+        torch.testing.assert_close(a.logits[perm], b.logits, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(a.loss_sum, b.loss_sum, rtol=1e-6, atol=1e-6)
+    for s, t in zip(fast.carry_state().values(), slow.carry_state().values(), strict=True):
+        torch.testing.assert_close(s, t, rtol=1e-6, atol=1e-7)
+    with torch.no_grad():  # evaluation streams (-1, -2, ...) in order: the same fast path
+        e1 = fast(ids[:, :4], stream=-1 - order, reset=torch.ones(3, dtype=torch.bool))
+        e2 = slow(ids[perm, :4], stream=-1 - order[perm], reset=torch.ones(3, dtype=torch.bool))
+    torch.testing.assert_close(e1.logits[perm], e2.logits, rtol=1e-6, atol=1e-7)
+    # the native kernel (not oneDNN's) saves its inputs for backward, as cuDNN does
+    with torch.backends.mkldnn.flags(enabled=False):
+        first = fast(ids[:, :4], ids[:, 1:5], stream=order)  # fast path, graph kept
+        second = fast(ids[1:, :4], ids[1:, 1:5], stream=torch.tensor([2, 1]))  # gather/scatter
+    (first.loss_sum + second.loss_sum).backward()

@@ -199,7 +199,15 @@ class RNNLM(nn.Module):
     def _run(self, x: Tensor, hidden: Any, return_hidden: bool) -> tuple[Tensor, Any, list[Tensor]]:
         """Run the layers over ``x`` ``(T, B, E)`` from ``hidden`` (None: zeros); returns the
         top output ``(T, B, H)``, the final state (``(L, B, H)``, a pair for an LSTM) and
-        the per-layer outputs when asked."""
+        the per-layer outputs when asked.
+
+        Without ``return_hidden`` (training, evaluation, decoding) in eager mode, all layers
+        run in one call of the fused multi-layer kernel, as one ``nn.LSTM(num_layers=L)``
+        runs them: the same per-layer kernels and the same numbers (tested), with the
+        inter-layer dropout applied by the kernel where ``self.drop`` would apply it."""
+        if not return_hidden and not torch.compiler.is_compiling():
+            out, final = self._run_fused(x, hidden)
+            return out, final, []
         outs: list[Tensor] = [x] if return_hidden else []
         finals_h, finals_c = [], []
         for i, layer in enumerate(self.layers):
@@ -224,6 +232,17 @@ class RNNLM(nn.Module):
             final = (final, torch.cat(finals_c, 0))
         return x, final, outs
 
+    def _run_fused(self, x: Tensor, hidden: Any) -> tuple[Tensor, Any]:
+        """All layers in one fused kernel call (see :meth:`_run`)."""
+        c = self.config
+        if hidden is None:
+            zero = x.new_zeros(c.n_layer, x.shape[1], c.hidden)
+            hidden = (zero, zero) if self.lstm else zero
+        weights = [w for layer in self.layers for w in layer.weights()]
+        p = float(c.dropout)
+        out = _FUSED[c.cell](x, hidden, weights, True, c.n_layer, p, self.training, False, False)
+        return out[0], ((out[1], out[2]) if self.lstm else out[1])
+
     def forward(
         self,
         ids: Tensor,
@@ -247,13 +266,13 @@ class RNNLM(nn.Module):
             raise InputError("pass either stream (stateful training) or state (decoding)")
         hidden = None
         if stream is not None:
-            hidden = self._carry_load(stream, reset, ids.shape[0])
+            hidden, where = self._carry_load(stream, reset, ids.shape[0])
         elif state is not None:
             hidden = state.get()
         x = self.drop(self.embed(ids.t()))  # (T, B, E): time-major inside
         out, final, outs = self._run(x, hidden, return_hidden)
         if stream is not None:
-            self._carry_store(stream, final)
+            self._carry_store(where, final)
         elif state is not None:
             state.set(final)
             state.length += ids.shape[1]
@@ -275,20 +294,24 @@ class RNNLM(nn.Module):
         )
 
     # -- carried state of stateful batches ----------------------------------------------------
-    def _pool(self, stream: Tensor) -> tuple[str, Tensor, int]:
-        """The pool of a batch's streams (training >= 0, evaluation < 0), their rows in it
-        and the rows the pool needs."""
-        lo, hi = (int(v) for v in torch.aminmax(stream))
+    def _pool(self, stream: Tensor) -> tuple[str, Tensor, int, bool]:
+        """The pool of a batch's streams (training >= 0, evaluation < 0), their rows in it,
+        the rows the pool needs and whether the rows are ``0 .. B-1`` in order (the whole
+        pool when it has ``B`` rows: the trainer's batches). One host read."""
+        values = stream.tolist()
+        lo, hi = min(values), max(values)
         if lo >= 0:
-            return "train", stream, hi + 1
+            return "train", stream, hi + 1, lo == 0 and values == list(range(len(values)))
         if hi < 0:
-            return "eval", -1 - stream, -lo
+            in_order = hi == -1 and values == list(range(-1, -1 - len(values), -1))
+            return "eval", -1 - stream, -lo, in_order
         raise InputError("a batch mixes training (>= 0) and evaluation (< 0) stream ids")
 
-    def _carry_load(self, stream: Tensor, reset: Tensor | None, batch: int) -> Any:
+    def _carry_load(self, stream: Tensor, reset: Tensor | None, batch: int) -> tuple[Any, tuple]:
+        """The batch's starting state and what :meth:`_carry_store` needs (its pool)."""
         if stream.shape != (batch,):
             raise InputError(f"stream must have shape ({batch},), got {tuple(stream.shape)}")
-        pool, index, need = self._pool(stream)
+        pool, index, need, in_order = self._pool(stream)
         c = self.config
         w = self.embed.weight
         store = self._carry.get(pool)
@@ -300,18 +323,25 @@ class RNNLM(nn.Module):
                 for a, b in zip(new, store):
                     a[:, :n] = b[:, :n].to(a.device)
             self._carry[pool] = store = new
-        parts = [s.index_select(1, index) for s in store]  # (L, B, H)
+        # fast path: the batch is the whole pool in order, so the stored tensors are the
+        # state as they are (no gather; _carry_store then replaces them, no scatter)
+        whole = in_order and store[0].shape[1] == batch
+        parts = list(store) if whole else [s.index_select(1, index) for s in store]  # (L, B, H)
         if reset is not None and bool(reset.any()):
             keep = (~reset.bool()).to(w.device).view(1, -1, 1)
             parts = [p * keep for p in parts]
-        parts = [p.to(w.dtype) for p in parts]
-        return tuple(parts) if self.lstm else parts[0]
+        if w.dtype != torch.float32:
+            parts = [p.to(w.dtype) for p in parts]
+        return (tuple(parts) if self.lstm else parts[0]), (pool, index, whole)
 
-    def _carry_store(self, stream: Tensor, final: Any) -> None:
-        pool, index, _ = self._pool(stream)
-        parts = list(final) if self.lstm else [final]
-        for s, p in zip(self._carry[pool], parts):
-            s.index_copy_(1, index, p.detach().float())
+    def _carry_store(self, where: tuple, final: Any) -> None:
+        pool, index, whole = where
+        parts = [p.detach().float() for p in (final if self.lstm else [final])]
+        store = self._carry[pool]
+        for i, p in enumerate(parts):
+            # never in place: the stored tensors may be a saved input of a live graph (the
+            # fast path hands them to the kernel as they are)
+            store[i] = p if whole else store[i].index_copy(1, index, p)
 
     def carry_state(self) -> dict[str, Tensor]:
         """The hidden states carried across training windows (``h``, and ``c`` for an LSTM,
