@@ -242,6 +242,50 @@ def test_beam_batched_equals_alone_and_sampling_runs():
     assert all(r[-1] == 2 for r in a)  # forced end token at the length limit
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_grouped_cross_attention_and_in_place_reorder_equal_per_row_state(need_weights):
+    """The decoding-state fast paths (one copy of a source's cross-attention keys for all its
+    beams, ``cross_group``; self-attention rows copied in place only where they move; sources
+    leaving the batch) give the logits of a state that keeps every row's entries apart."""
+    from attnlm.nn.attention import KVCache
+
+    model = _tiny()
+    src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0], [3, 2, 0, 0]])
+    batch = {"src": src, "src_mask": src != 0}
+    K = 3
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        fast, slow = model.new_state(batch), model.new_state(batch)
+        start = torch.ones(3, 1, dtype=torch.long)
+        model.step(start, fast), model.step(start, slow)
+        expand = torch.arange(3).repeat_interleave(K)
+        fast.reorder(expand)
+        KVCache.reorder(slow, expand)  # every row its own copy (the generic reorder)
+        slow.rows = torch.arange(3 * K)
+        assert fast.cross_group == K and fast.cross[0][0].shape[0] == 3
+        assert slow.cross_group == 1 and slow.cross[0][0].shape[0] == 3 * K
+        for t in range(5):
+            B = fast.keys[0].shape[0] // K
+            tokens = torch.randint(3, 17, (B * K, 1), generator=gen)
+            if need_weights:
+                a = model.decode(tokens, None, fast.context_mask, fast, return_attention=True)
+                b = model.decode(tokens, None, slow.context_mask, slow, return_attention=True)
+                for wa, wb in zip(a[2], b[2]):  # cross-attention weights per row
+                    torch.testing.assert_close(wa, wb, atol=1e-6, rtol=1e-6)
+                a, b = a[0], b[0]
+            else:
+                a, b = model.step(tokens, fast), model.step(tokens, slow)
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+            # beams take parents within their source; at t == 2 the middle source leaves
+            parents = torch.randint(0, K, (B, K), generator=gen)
+            parents[0] = torch.arange(K)  # the first source's beams keep their places
+            keep = torch.tensor([0, 2]) if t == 2 else torch.arange(B)
+            flat = (keep[:, None] * K + parents[keep]).view(-1)
+            fast.reorder(flat)
+            slow.reorder(flat)
+        assert fast.cross_group == K and fast.cross[0][0].shape[0] == 2
+
+
 def test_label_smoothing_loss_matches_formula():
     model = _tiny(label_smoothing=0.1)
     src = torch.tensor([[5, 6, 2]])

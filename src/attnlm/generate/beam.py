@@ -144,6 +144,8 @@ def _search(
     top_k_mask = torch.zeros(2 * K, dtype=torch.bool, device=device)
     top_k_mask[:K] = True
     cur = P
+    ids = list(range(B))  # the source of each row of the per-source tensors below
+    results: list[torch.Tensor] = [pool[0, 0]] * B  # the best finished hypothesis per source
     while True:
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
         if setup.process is not None:  # as transformers: processors see log-probs
@@ -189,21 +191,35 @@ def _search(
         best_possible = running_scores[:, :1] / float(best_len) ** length_penalty
         worst = torch.where(pool_done, pool_scores.min(dim=1, keepdim=True).values, NEG)
         can_improve = can_improve & (best_possible > worst).any(dim=-1, keepdim=True)
-        go_on = (
-            bool(can_improve.any())
-            and not (bool(pool_done.all()) and early_stopping is True)
-            and not bool(ends.all())
-        )
-        if not go_on:
+        # a source is settled when nothing can enter its pool any more (no running hypothesis
+        # can beat the worst finished one, or early_stopping=True and K have finished): from
+        # then on its pool never changes, so it leaves the batch (the hypotheses of the other
+        # sources are unaffected) instead of being decoded until every source is settled
+        settled = ~can_improve[:, 0]
+        if early_stopping is True:
+            settled = settled | pool_done.all(dim=1)
+        # every candidate ending (the length limit) fills the pools of unsettled sources
+        if bool(ends.all()) or bool(settled.all()):
             break
-        flat = (torch.arange(B, device=device)[:, None] * K + parents).view(-1)
+        rows = torch.arange(B, device=device)
+        if bool(settled.any()):
+            for b in settled.nonzero()[:, 0].tolist():
+                results[ids[b]] = pool[b, 0]
+            rows = (~settled).nonzero()[:, 0]  # (B',) the sources that go on
+            ids = [ids[b] for b in rows.tolist()]
+            running, running_scores = running.index_select(0, rows), running_scores[rows]
+            pool, pool_scores, pool_done = pool[rows], pool_scores[rows], pool_done[rows]
+            can_improve, parents = can_improve[rows], parents[rows]
+            B = len(ids)
+        flat = (rows[:, None] * K + parents).view(-1)
         state.reorder(flat)
         logits = model.step(running[:, :, -1].reshape(B * K, 1), state)[:, -1]
 
-    out = []
-    start = 0 if setup.keep_prompt else P
     for b in range(B):
-        seq = pool[b, 0].tolist()
-        seq = [t for t in seq if t != -1]
+        results[ids[b]] = pool[b, 0]
+    start = 0 if setup.keep_prompt else P
+    out = []
+    for seq in results:
+        seq = [t for t in seq.tolist() if t != -1]
         out.append(seq[start:])
     return out

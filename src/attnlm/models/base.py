@@ -112,7 +112,7 @@ def check_ids(ids: Tensor, vocab_size: int, name: str = "ids") -> None:
     if ids.shape[1] == 0:
         raise InputError(f"{name} is empty: need at least one token")
     if ids.device.type == "cpu" and not torch.compiler.is_compiling():
-        lo, hi = (int(v) for v in torch.aminmax(ids))  # one pass over the ids
+        lo, hi = (int(v) for v in torch.aminmax(ids)) if ids.numel() else (0, 0)  # one pass
         if lo < 0 or hi >= vocab_size:
             bad = hi if hi >= vocab_size else lo
             raise InputError(f"token id {bad} is out of range for model.vocab_size={vocab_size}")

@@ -150,7 +150,8 @@ class EncoderDecoderState(KVCache):
         super().__init__(n_layer)
         self.memory: Tensor | None = memory
         self.context_mask = context_mask
-        # the source row each row's cross-attention entries were computed from
+        # the cross-attention row (of ``cross``, ``context_mask``, ``memory``) of each row:
+        # row r uses cross-attention row r // cross_group
         self.rows = torch.arange(memory.shape[0], device=memory.device)
         self._held = 0  # tokens held; keys[l] / values[l] are views of the buffers below
         self._k_buf: list[Tensor | None] = [None] * n_layer  # (B, H, capacity, D)
@@ -187,18 +188,28 @@ class EncoderDecoderState(KVCache):
         raise InputError("an encoder-decoder's decoding state has no window to trim")
 
     def reorder(self, indices: Tensor) -> None:
-        """Keep rows ``indices``. The cross-attention keys/values of a row depend only on its
-        source row, so when every row keeps its source (beam search after the first step:
-        hypotheses only take parents of their own source) they are left in place instead of
-        being copied every step."""
+        """Keep rows ``indices``. The self-attention entries of a row that keeps its own place
+        (``indices[r] == r``, as most beams do from step to step) stay where they are: only
+        the rows that take another row's entries are copied, in place. The cross-attention
+        keys/values of a row depend only on its source, so they are kept once per source row
+        (``cross_group`` consecutive rows share one, as the beams of a source do) and never
+        copied when rows only change places among the rows of their source."""
         indices = indices.to(self.rows.device)
+        n = len(indices)
         rows = self.rows.index_select(0, indices)
-        same_sources = rows.shape == self.rows.shape and torch.equal(rows, self.rows)
-        for layer in range(len(self.keys)):  # self-attention entries: into fresh buffers
+        same_rows = n == len(self.rows)
+        for layer in range(len(self.keys)):  # self-attention entries
             k, v = self.keys[layer], self.values[layer]
             if k is None:
                 continue
-            new_k = k.new_empty(len(indices), *self._k_buf[layer].shape[1:])
+            if same_rows:
+                moved = (indices != torch.arange(n, device=indices.device)).nonzero()[:, 0]
+                if len(moved):  # gather first: a source row may itself be overwritten
+                    src = indices.index_select(0, moved)
+                    k.index_copy_(0, moved, k.index_select(0, src))
+                    v.index_copy_(0, moved, v.index_select(0, src))
+                continue
+            new_k = k.new_empty(n, *self._k_buf[layer].shape[1:])
             new_v = v.new_empty(new_k.shape)
             torch.index_select(k, 0, indices, out=new_k[:, :, : k.shape[-2]])
             torch.index_select(v, 0, indices, out=new_v[:, :, : v.shape[-2]])
@@ -207,13 +218,23 @@ class EncoderDecoderState(KVCache):
                 new_k[:, :, : k.shape[-2]],
                 new_v[:, :, : v.shape[-2]],
             )
-        if not same_sources:
-            self.cross = [None if c is None else (c[0].index_select(0, indices),
-                          c[1].index_select(0, indices)) for c in self.cross]  # fmt: skip
-            self.context_mask = self.context_mask.index_select(0, indices)
+        if same_rows and torch.equal(rows, self.rows):
+            return
+        # rows = the cross-attention row of each new row; group runs of equal rows
+        g = int((rows == rows[0]).sum())
+        if n % g == 0 and bool((rows.view(-1, g) == rows.view(-1, g)[:, :1]).all()):
+            pick = rows.view(-1, g)[:, 0]  # one cross-attention row per group of g rows
+        else:
+            g, pick = 1, rows
+        n_cross = self.context_mask.shape[0]
+        if len(pick) != n_cross or not torch.equal(pick, torch.arange(n_cross, device=pick.device)):
+            self.cross = [None if c is None else (c[0].index_select(0, pick),
+                          c[1].index_select(0, pick)) for c in self.cross]  # fmt: skip
+            self.context_mask = self.context_mask.index_select(0, pick)
             if self.memory is not None:
-                self.memory = self.memory.index_select(0, indices)
-        self.rows = rows
+                self.memory = self.memory.index_select(0, pick)
+        self.cross_group = g
+        self.rows = torch.arange(len(pick), device=pick.device).repeat_interleave(g)
 
 
 class Transformer(nn.Module):
@@ -284,8 +305,8 @@ class Transformer(nn.Module):
     # -- encoder and decoder ----------------------------------------------------------------
 
     def _embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
-        positions = torch.arange(start, start + ids.shape[1], device=ids.device)  # (T,)
-        x = emb(ids) * self.embed_scale + self.pos(positions).to(emb.weight.dtype)
+        pe = self.pos.span(start, ids.shape[1], ids.device)  # (T, C): positions start..
+        x = emb(ids) * self.embed_scale + pe.to(emb.weight.dtype)
         return self.drop(x)  # (B, T, C)
 
     def encode(

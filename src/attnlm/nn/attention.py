@@ -253,6 +253,9 @@ class KVCache:
         self.values: list[Tensor | None] = [None] * n_layer
         # cross-attention keys/values of an encoder-decoder, computed once per source
         self.cross: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
+        # rows per cross-attention entry: batch row r attends with cross[l] row r // cross_group
+        # (the beams of one source share one copy of its keys/values and source mask)
+        self.cross_group = 1
         self.context_mask: Tensor | None = None  # (B, 1, 1, S) additive source padding mask
         self.position = 0
 
@@ -303,6 +306,7 @@ class KVCache:
         self.keys = [None] * len(self.keys)
         self.values = [None] * len(self.values)
         self.cross = [None] * len(self.cross)
+        self.cross_group = 1
         self.context_mask = None
         self.position = 0
 
@@ -368,6 +372,29 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(context).split(self.d_model, dim=-1)  # (B, S, C) each
         return self._heads(k), self._heads(v)
 
+    def _grouped(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, g: int, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention of queries ``q`` ``(B, H, T, D)`` whose rows come in groups of
+        ``g`` sharing one row of ``k, v`` ``(B / g, H, S, D)`` and of ``mask``: the ``g * T``
+        queries of a group are scored in one matmul against one copy of the keys."""
+        B, H, T, D = q.shape
+        n = B // g
+        q = q.view(n, g, H, T, D).transpose(1, 2).reshape(n, H, g * T, D)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights or not self.score.supports_sdpa or not self.training:
+            y, weights = attend(self.score(q, k), mask, v, dropout_p=dropout_p)
+            if need_weights:
+                S = k.shape[-2]
+                weights = weights.view(n, H, g, T, S).transpose(1, 2).reshape(B, H, T, S)
+        else:
+            weights = None
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.score.sdpa_scale
+            )
+        y = y.view(n, H, g, T, D).permute(0, 2, 3, 1, 4).reshape(B, T, H * D)  # (B, T, C)
+        return self.out_proj(y), weights
+
     def forward(
         self,
         x: Tensor,
@@ -407,6 +434,9 @@ class MultiHeadAttention(nn.Module):
                 if cache is not None:
                     cache.cross[layer] = held
             k, v = held
+            g = cache.cross_group if cache is not None else 1
+            if g > 1:  # g consecutive rows share a source: its queries attend together
+                return self._grouped(q, k, v, mask, g, need_weights)
         else:
             q, k, v = self.qkv_proj(x).split(C, dim=-1)  # (B, T, C) each
             q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, D)

@@ -69,6 +69,17 @@ class SinusoidalPositionalEncoding(nn.Module):
     def forward(self, positions: Tensor) -> Tensor:
         return sinusoidal_encoding(positions, self.d_model, self.base, self.layout)
 
+    def span(self, start: int, length: int, device: torch.device | str) -> Tensor:
+        """``forward(arange(start, start + length))`` ``(length, C)`` as a slice of a table
+        kept per device and grown by doubling (not recomputed at every call; not saved)."""
+        end = start + length
+        table = getattr(self, "_table", None)
+        if table is None or table.shape[0] < end or table.device != torch.device(device):
+            n = max(64, 2 * end)
+            table = self.forward(torch.arange(n, device=device))
+            self._table = table
+        return table[start:end]
+
 
 class LearnedPositionalEmbedding(nn.Module):
     """One trained vector per position ``0 .. max_len-1`` (GPT, GPT-2: ``wpe``).
