@@ -405,6 +405,8 @@ CASES: list[tuple[str, str, bytes | None]] = [
     ("data pairs --pairs empty", "data pairs --pairs {empty}", None),
     ("data pairs --valid 2", "data pairs --pairs {text} --valid 2", None),
     ("data pairs --header bogus", "data pairs --pairs {text} --header bogus", None),
+    ("demo --translate-budget x", "demo --translate-budget x --out {outdir}", None),
+    ("demo --compare-budget -1s", "demo --compare-budget -1s --out {outdir}", None),
     ("unknown command", "bogus", None),
 ]
 

@@ -58,7 +58,8 @@ def test_demo_text_path_with_backslash_and_quote(tmp_path, capsys):
     threads = torch.get_num_threads()
     try:
         argv = ["demo", "--preset", "tiny-test", "--text", str(corpus), "--out", str(out)]
-        assert main(argv + ["--time-budget", "1s", "--threads", "1"]) == 0
+        budgets = ["--time-budget", "1s", "--translate-budget", "0", "--compare-budget", "1s"]
+        assert main([*argv, *budgets, "--threads", "1"]) == 0  # compare reads the path too
         # the folder is now marked as a demo folder: a second demo may replace it
         assert json.loads((out / "demo.json").read_text())["attnlm"] == "demo"
     finally:

@@ -103,7 +103,10 @@ def run_demo(
     from attnlm.train.run import LOSS_CURVE_FILE, METRICS_FILE, train_run
 
     check_demo_folder(out, overwrite)
-    translate_s, compare_s = (parse_duration(b) for b in (translate_budget, compare_budget))
+    translate_s, compare_s = (
+        0.0 if str(b).strip() in ("0", "0s") else parse_duration(b)
+        for b in (translate_budget, compare_budget)
+    )
     if threads:
         torch.set_num_threads(threads)
     log(f"== attnlm demo: preset {preset}, training budget {time_budget}, output {out}")
