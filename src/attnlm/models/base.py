@@ -56,6 +56,14 @@ class ModelOutput:
     encoder_hidden_states: list[Tensor] | None = None
 
 
+def check_targets(targets: Tensor, ids: Tensor) -> None:
+    """Targets aligned with the input ids (same shape), or a one-line InputError."""
+    if targets.shape != ids.shape:
+        raise InputError(
+            f"targets must have the shape of ids {tuple(ids.shape)}, got {tuple(targets.shape)}"
+        )
+
+
 def token_loss(
     logits: Tensor, targets: Tensor, label_smoothing: float = 0.0
 ) -> tuple[Tensor, Tensor, Tensor]:

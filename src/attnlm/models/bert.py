@@ -29,7 +29,14 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.models.base import IGNORE_INDEX, Family, ModelOutput, check_ids, count_params
+from attnlm.models.base import (
+    IGNORE_INDEX,
+    Family,
+    ModelOutput,
+    check_ids,
+    check_targets,
+    count_params,
+)
 from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
 from attnlm.nn.attention import padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, TransformerBlock, dropout_layer
@@ -245,11 +252,7 @@ class Bert(nn.Module):
                     "this BERT has no masked-LM head (a Hugging Face BertModel folder, e.g. "
                     "MiniLM); masked-LM needs a BertForMaskedLM folder or an attnlm checkpoint"
                 )
-            if targets.shape != ids.shape:
-                raise InputError(
-                    f"targets must have the shape of ids {tuple(ids.shape)}, "
-                    f"got {tuple(targets.shape)}"
-                )
+            check_targets(targets, ids)
             keep = targets != IGNORE_INDEX
             n_targets = keep.sum()
             if torch.compiler.is_compiling():

@@ -29,7 +29,14 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.base import (
+    Family,
+    ModelOutput,
+    check_ids,
+    check_targets,
+    count_params,
+    token_loss,
+)
 from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
 from attnlm.nn.attention import SCORES, KVCache, causal_mask, combine_masks, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
@@ -239,11 +246,7 @@ class GPT(nn.Module):
 
         loss = loss_sum = n_targets = None
         if targets is not None:
-            if targets.shape != ids.shape:
-                raise InputError(
-                    f"targets must have the shape of ids {tuple(ids.shape)}, "
-                    f"got {tuple(targets.shape)}"
-                )
+            check_targets(targets, ids)
             loss, loss_sum, n_targets = token_loss(logits, targets)
         return ModelOutput(
             logits=logits,

@@ -36,7 +36,14 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.base import (
+    Family,
+    ModelOutput,
+    check_ids,
+    check_targets,
+    count_params,
+    token_loss,
+)
 
 CELLS = ("rnn", "lstm", "gru")
 
@@ -279,11 +286,7 @@ class RNNLM(nn.Module):
         logits = self.head(self.drop(out))  # (T, B, V)
         loss = loss_sum = n_targets = None
         if targets is not None:
-            if targets.shape != ids.shape:
-                raise InputError(
-                    f"targets must have the shape of ids {tuple(ids.shape)}, "
-                    f"got {tuple(targets.shape)}"
-                )
+            check_targets(targets, ids)
             loss, loss_sum, n_targets = token_loss(logits, targets.t())
         return ModelOutput(
             logits=logits.transpose(0, 1),  # (B, T, V)

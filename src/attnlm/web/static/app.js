@@ -96,28 +96,33 @@
     Promise.all(jobs).then(latest(function () { status(""); }), latest(function (e) { status(e.message, true); }));
   }
 
+  // one table row: two label cells, then each candidate token with a probability bar
+  function candidateRow(first, second, cands) {
+    var tr = document.createElement("tr");
+    var a = document.createElement("td"); a.textContent = first;
+    var b = document.createElement("td"); b.textContent = second;
+    var c = document.createElement("td");
+    cands.forEach(function (cand) {
+      var s = document.createElement("span");
+      s.className = "cand";
+      var bar = document.createElement("span");
+      bar.className = "bar";
+      bar.style.width = Math.max(1, Math.round(cand.prob * 60)) + "px";
+      s.appendChild(bar);
+      s.appendChild(document.createTextNode(AttnViews.label(cand.token) + " " + cand.prob.toFixed(3)));
+      c.appendChild(s);
+    });
+    tr.appendChild(a); tr.appendChild(b); tr.appendChild(c);
+    return tr;
+  }
+
   function nextTokens() {
     var k = parseInt($("next-k").value, 10) || 5;
     return api("next_tokens", { text: $("text").value, model: current.name, k: k }).then(function (r) {
       var t = $("next-table");
       t.innerHTML = "<tr><th>#</th><th>token</th><th>most likely next tokens</th></tr>";
       r.tokens.forEach(function (tok, i) {
-        var tr = document.createElement("tr");
-        var a = document.createElement("td"); a.textContent = i;
-        var b = document.createElement("td"); b.textContent = AttnViews.label(tok);
-        var c = document.createElement("td");
-        r.next[i].forEach(function (cand) {
-          var s = document.createElement("span");
-          s.className = "cand";
-          var bar = document.createElement("span");
-          bar.className = "bar";
-          bar.style.width = Math.max(1, Math.round(cand.prob * 60)) + "px";
-          s.appendChild(bar);
-          s.appendChild(document.createTextNode(AttnViews.label(cand.token) + " " + cand.prob.toFixed(3)));
-          c.appendChild(s);
-        });
-        tr.appendChild(a); tr.appendChild(b); tr.appendChild(c);
-        t.appendChild(tr);
+        t.appendChild(candidateRow(i, AttnViews.label(tok), r.next[i]));
       });
     });
   }
@@ -160,22 +165,7 @@
       t.className = "next masks";
       t.innerHTML = "<tr><th>#</th><th>position</th><th>most likely tokens</th></tr>";
       r.masks.forEach(function (m, i) {
-        var tr = document.createElement("tr");
-        var a = document.createElement("td"); a.textContent = "[MASK] " + (i + 1);
-        var b = document.createElement("td"); b.textContent = m.index;
-        var c = document.createElement("td");
-        m.predictions.forEach(function (cand) {
-          var s = document.createElement("span");
-          s.className = "cand";
-          var bar = document.createElement("span");
-          bar.className = "bar";
-          bar.style.width = Math.max(1, Math.round(cand.prob * 60)) + "px";
-          s.appendChild(bar);
-          s.appendChild(document.createTextNode(AttnViews.label(cand.token) + " " + cand.prob.toFixed(3)));
-          c.appendChild(s);
-        });
-        tr.appendChild(a); tr.appendChild(b); tr.appendChild(c);
-        t.appendChild(tr);
+        t.appendChild(candidateRow("[MASK] " + (i + 1), m.index, m.predictions));
       });
       out.appendChild(t);
     }, function (e) { out.textContent = "error: " + e.message; });
