@@ -4,7 +4,6 @@ import json
 import math
 
 import pytest
-import torch
 
 import attnlm.compare as compare
 from attnlm.cli import main
@@ -22,12 +21,7 @@ TINY += ["--set", "gpt:model.n_embd=32", "--set", "gpt:model.n_layer=1"]
 KEYS = {"model", "params", "train_seconds", "tokens_per_second", "val_bpc", "ppl"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def run(tmp_path, models, budget="1s", extra=()):
