@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from attnlm.checkpoint import load_checkpoint
 from attnlm.cli import main
 from attnlm.models import registry
+from run_helpers import losses, train, train_killed
 
 TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -37,11 +38,6 @@ def corpus(tmp_path):
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
-def losses(run):
-    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r.get("loss"), r.get("val_loss")) for r in records]
 
 
 def test_registry_knows_the_new_families():
@@ -113,41 +109,20 @@ def test_changed_batch_size_on_resume_is_refused(corpus, tmp_path):
     assert main(["train", "--resume", str(out), "--max-iters", "6", "--batch-size", "3"]) == 2
 
 
-KILLER = """
-import os, signal, sys
-from attnlm.cli import main
-import attnlm.train.run as run
-real = run.train_run
-def killing(spec, run_dir, resume=False, log=print, on_step=None):
-    def hook(step):
-        if step == 25:
-            os.kill(os.getpid(), signal.SIGKILL)
-    return real(spec, run_dir, resume=resume, log=log, on_step=hook)
-run.train_run = killing
-sys.exit(main(["train", *sys.argv[1:], "--no-progress", "--threads", "1"]))
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["lstm-char", "ffnn-char"])
 def test_sigkill_then_resume_matches_uninterrupted_run(preset, corpus, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     common = ["--preset", preset, "--text", str(corpus), "--max-iters", "40", "--batch-size", "4"]
     common += ["--eval-interval", "10", "--set", "log_interval=1", "--set", "model.dropout=0.1"]
     common += TINY[preset]
     full, killed = tmp_path / "full", tmp_path / "killed"
 
-    def run(args, code=None):
-        train = ["-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
-        cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, *train]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-
-    done = run([*common, "--out", str(full)])
+    done = train([*common, "--out", str(full)])
     assert done.returncode == 0, done.stderr
-    dead = run([*common, "--out", str(killed)], KILLER)
+    dead = train_killed([*common, "--out", str(killed)])
     assert dead.returncode == -signal.SIGKILL
     assert json.loads((killed / "checkpoint" / "config.json").read_text())["step"] == 20
-    resumed = run(["--resume", str(killed)])
+    resumed = train(["--resume", str(killed)])
     assert resumed.returncode == 0, resumed.stderr
     assert "from step 20" in resumed.stdout
     assert losses(killed) == losses(full)  # the streams' positions and hidden states too

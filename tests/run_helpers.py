@@ -1,0 +1,41 @@
+"""Helpers of the kill-and-resume tests: run ``attnlm train`` in a subprocess, optionally
+SIGKILLed right after step 25, and read a run's logged losses."""
+
+import json
+import os
+import subprocess
+import sys
+
+
+def losses(run):
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r.get("loss"), r.get("val_loss")) for r in records]
+
+
+def train(args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+# The same command line, run through the library with an on_step hook that SIGKILLs the
+# process right after step 25 (the public hook; nothing test-only in the trainer).
+KILLER = """
+import os, signal, sys
+from attnlm.cli import main
+import attnlm.train.run as run
+real = run.train_run
+def killing(spec, run_dir, resume=False, log=print, on_step=None):
+    def hook(step):
+        if step == 25:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(spec, run_dir, resume=resume, log=log, on_step=hook)
+run.train_run = killing
+sys.exit(main(["train", *sys.argv[1:], "--no-progress", "--threads", "1"]))
+"""
+
+
+def train_killed(args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", KILLER, *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
