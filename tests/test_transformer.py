@@ -286,12 +286,88 @@ def test_grouped_cross_attention_and_in_place_reorder_equal_per_row_state(need_w
         assert fast.cross_group == K and fast.cross[0][0].shape[0] == 2
 
 
+def _targets_with_holes(tgt: torch.Tensor, lengths: list[int], g) -> torch.Tensor:
+    """Targets right-padded to each row's length with -100, plus -100 holes inside: row 1
+    has none counted at all, row 2 a hole before its last counted one."""
+    targets = torch.randint(6, 19, tgt.shape, generator=g)
+    for r, n in enumerate(lengths):
+        targets[r, n:] = -100
+    targets[1] = -100
+    targets[2, 1] = -100
+    return targets
+
+
+@pytest.mark.parametrize("shared,act,scale,dec_vocab", [(True, "swish", True, None),
+                                                         (False, "relu", False, 19)])  # fmt: skip
+def test_packed_training_loss_matches_marian_and_padded_gradients(
+    tmp_path, shared, act, scale, dec_vocab
+):
+    """With targets, ``forward`` runs the per-token layers on real tokens only (packed). Its
+    loss equals Marian's on the padded batch, and its gradients equal our padded path's."""
+    ref, folder = _marian(tmp_path, shared=shared, act=act, scale=scale, dec_vocab=dec_vocab)
+    ours = registry.from_hf(folder).train()  # dropout 0: train mode changes nothing else
+    g = torch.Generator().manual_seed(3)
+    src, src_mask, tgt = _batch(dec_vocab=dec_vocab)
+    tgt = torch.cat([tgt, tgt[:, :2]], 1)  # 8 target positions, rows of length 8, 5, 6
+    targets = _targets_with_holes(tgt, [8, 5, 6], g)
+    packed = ours(src, tgt, src_mask, targets=targets)
+    assert packed.logits.shape == (int((targets != -100).sum()), ours.config.vocab_size)
+    logits = ref(input_ids=src, attention_mask=src_mask.long(), decoder_input_ids=tgt).logits
+    want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    torch.testing.assert_close(packed.loss, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed.logits, logits[targets != -100], atol=1e-5, rtol=1e-5)
+
+    params = [p for p in ours.parameters() if p.requires_grad]
+    fast = torch.autograd.grad(packed.loss, params)
+    padded = ours(src, tgt, src_mask, targets=targets, return_hidden=True)  # the padded path
+    assert padded.logits.shape == (*tgt.shape, ours.config.vocab_size)
+    slow = torch.autograd.grad(padded.loss, params)
+    torch.testing.assert_close(packed.loss, padded.loss, atol=1e-6, rtol=1e-6)
+    for a, b in zip(fast, slow, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_packed_training_equals_padded_with_label_smoothing(norm):
+    model = _tiny(norm=norm, label_smoothing=0.1, share_embeddings=False, src_vocab_size=21)
+    model.train()
+    g = torch.Generator().manual_seed(4)
+    src = torch.randint(3, 21, (4, 9), generator=g)
+    src_mask = torch.arange(9)[None] < torch.tensor([9, 2, 5, 1])[:, None]
+    src = src.masked_fill(~src_mask, 0)
+    tgt = torch.randint(3, 17, (4, 7), generator=g)
+    targets = _targets_with_holes(tgt, [7, 3, 4, 2], g).clamp(max=16)
+    packed = model(src, tgt, src_mask, targets=targets)
+    padded = model(src, tgt, src_mask, targets=targets, return_hidden=True)
+    assert packed.logits.dim() == 2 and padded.logits.dim() == 3
+    assert int(packed.n_targets) == int(padded.n_targets) == int((targets != -100).sum())
+    torch.testing.assert_close(packed.loss, padded.loss, atol=1e-6, rtol=1e-6)
+    params = list(model.parameters())
+    for a, b in zip(torch.autograd.grad(packed.loss, params),
+                    torch.autograd.grad(padded.loss, params), strict=True):  # fmt: skip
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_packing_pads_and_takes():
+    from attnlm.nn.attention import Packing
+
+    keep = torch.tensor([[True, True, False], [False, False, False], [True, False, True]])
+    p = Packing(keep)
+    x = torch.arange(9.0).view(3, 3, 1)
+    packed = p.take(x)  # (N, 1)
+    assert packed.view(-1).tolist() == [0.0, 1.0, 6.0, 8.0]
+    assert p.positions.tolist() == [0, 1, 0, 2]
+    assert torch.equal(p.pad(packed), x * keep[..., None])  # zeros where not kept
+
+
 def test_label_smoothing_loss_matches_formula():
     model = _tiny(label_smoothing=0.1)
     src = torch.tensor([[5, 6, 2]])
     tgt_in, targets = torch.tensor([[1, 7, 8]]), torch.tensor([[7, 8, -100]])
     out = model(src, tgt_in, targets=targets)
-    logp = torch.log_softmax(out.logits[0, :2], -1)
+    full = model(src, tgt_in).logits[0, :2]  # (2, V): no targets, every position
+    torch.testing.assert_close(out.logits, full)  # with targets: the counted ones only
+    logp = torch.log_softmax(full, -1)
     eps, V = 0.1, 17
     want = -((1 - eps) * logp[[0, 1], [7, 8]] + eps / V * logp.sum(-1)).mean()
     torch.testing.assert_close(out.loss, want)

@@ -33,15 +33,17 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
+    IGNORE_INDEX,
     DecodingSetup,
     Family,
     ModelOutput,
     check_ids,
+    check_targets,
     count_params,
     token_loss,
 )
 from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
-from attnlm.nn.attention import KVCache, padding_mask
+from attnlm.nn.attention import KVCache, Packing, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
 from attnlm.nn.positional import SinusoidalPositionalEncoding
 
@@ -309,19 +311,30 @@ class Transformer(nn.Module):
         x = emb(ids) * self.embed_scale + pe.to(emb.weight.dtype)
         return self.drop(x)  # (B, T, C)
 
-    def encode(
-        self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False
-    ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
-        """Encoder pass: ``(memory (B, S, C), additive source mask (B, 1, 1, S), attention per
-        layer (B, H, S, S) when asked, hidden states: embeddings then each layer)``."""
+    def _source_mask(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
+        """Check the source ids and their mask; all True when none is given."""
         check_ids(src, self.config.source_vocab, "src")
         if src_mask is None:
-            src_mask = torch.ones_like(src, dtype=torch.bool)
+            return torch.ones_like(src, dtype=torch.bool)
         if src_mask.shape != src.shape:
             raise InputError(
                 f"src_mask must have the shape of src {tuple(src.shape)}, "
                 f"got {tuple(src_mask.shape)}"
             )
+        return src_mask.bool()
+
+    def _embed_packed(self, emb: nn.Embedding, ids: Tensor, packing: Packing) -> Tensor:
+        """:meth:`_embed` of the kept tokens only: ``(N, C)``."""
+        pe = self.pos.span(0, packing.length, ids.device).index_select(0, packing.positions)
+        x = emb(packing.take(ids)) * self.embed_scale + pe.to(emb.weight.dtype)
+        return self.drop(x)
+
+    def encode(
+        self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False
+    ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor]]:
+        """Encoder pass: ``(memory (B, S, C), additive source mask (B, 1, 1, S), attention per
+        layer (B, H, S, S) when asked, hidden states: embeddings then each layer)``."""
+        src_mask = self._source_mask(src, src_mask)
         x = self._embed(self.src_emb, src, 0)
         mask = padding_mask(src_mask, x.dtype)  # (B, 1, 1, S)
         attentions, hidden = [], [x]
@@ -379,9 +392,12 @@ class Transformer(nn.Module):
         """Teacher-forced logits of every target position and the (label-smoothed) loss
         against ``targets`` (-100 is not predicted). Target padding needs no mask of its own:
         padding sits at the end and the causal mask keeps real positions from seeing it."""
-        memory, mask, enc_w, enc_h = self.encode(src, src_mask, return_attention)
         if tgt_in.shape[0] != src.shape[0]:
             raise InputError(f"tgt_in has {tgt_in.shape[0]} rows but src has {src.shape[0]}")
+        if targets is not None and not (return_attention or return_hidden):
+            if not torch.compiler.is_compiling():  # data-dependent sizes: eager only
+                return self._forward_packed(src, tgt_in, src_mask, targets)
+        memory, mask, enc_w, enc_h = self.encode(src, src_mask, return_attention)
         logits, self_w, cross_w, hidden = self.decode(
             tgt_in, memory, mask, return_attention=return_attention
         )
@@ -399,6 +415,45 @@ class Transformer(nn.Module):
             encoder_attentions=enc_w if return_attention else None,
             encoder_hidden_states=enc_h if return_hidden else None,
         )
+
+    def _forward_packed(
+        self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None, targets: Tensor
+    ) -> ModelOutput:
+        """The teacher-forced loss with every per-token layer (embedding, projections,
+        feed-forward, norms, dropout, head) on real tokens only (:class:`Packing`): the source
+        tokens ``src_mask`` keeps, and the target positions up to each row's last counted
+        target (later positions feed no counted one under the causal mask). Attention runs on
+        the padded layout. Logits ``(N, V)`` of the counted targets in row-major order; equal
+        to :meth:`forward` on the padded batch (tested)."""
+        src_mask = self._source_mask(src, src_mask)
+        check_ids(tgt_in, self.config.vocab_size, "tgt_in")
+        check_targets(targets, tgt_in)
+        counted = targets != IGNORE_INDEX  # (B, T)
+        enc = Packing(src_mask)
+        dec = Packing(counted.flip(1).cumsum(1).flip(1) > 0)  # up to the last counted target
+        x = self._embed_packed(self.src_emb, src, enc)  # (N_src, C)
+        mask = padding_mask(src_mask, x.dtype)  # (B, 1, 1, S)
+        for block in self.encoder:
+            x = block(x, mask=mask, packing=enc)[0]
+        memory = self.enc_ln(x)
+        y = self._embed_packed(self.tgt_emb, tgt_in, dec)  # (N_tgt, C)
+        for block in self.decoder:
+            y = block(
+                y,
+                is_causal=True,
+                context=memory,
+                context_mask=mask,
+                packing=dec,
+                context_packing=enc,
+            )[0]
+        y = y[dec.take(counted)]  # (N, C): the counted targets among the kept positions
+        logits = self.lm_head(self.dec_ln(y))  # (N, V)
+        if self.logits_bias is not None:
+            logits = logits + self.logits_bias
+        loss, loss_sum, n_targets = token_loss(
+            logits, targets[counted], self.config.label_smoothing
+        )
+        return ModelOutput(logits=logits, loss=loss, loss_sum=loss_sum, n_targets=n_targets)
 
     # -- decoding state (docs/architecture.md) ---------------------------------------------
 

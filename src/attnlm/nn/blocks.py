@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError
-from attnlm.nn.attention import KVCache, MultiHeadAttention
+from attnlm.nn.attention import KVCache, MultiHeadAttention, Packing
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact: x Φ(x) (Hendrycks & Gimpel, 2016)
@@ -127,10 +127,15 @@ class TransformerBlock(nn.Module):
         need_weights: bool = False,
         context: Tensor | None = None,
         context_mask: Tensor | None = None,
+        packing: Packing | None = None,
+        context_packing: Packing | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``mask, is_causal, rotary, cache, layer, need_weights`` go to self-attention (see
         :class:`MultiHeadAttention`); ``context (B, S, C)`` and ``context_mask`` to
-        cross-attention (whose keys/values ``cache`` keeps after the first call)."""
+        cross-attention (whose keys/values ``cache`` keeps after the first call).
+        ``packing``/``context_packing``: ``x``/``context`` are packed ``(N, C)`` (see
+        :class:`~attnlm.nn.attention.Packing`); every per-token layer then runs on real
+        tokens only."""
         pre = self.pre_norm  # pre-norm: x + f(LN(x)); post-norm: LN(x + f(x))
         out, weights = self.attn(
             self.ln_1(x) if pre else x,
@@ -140,6 +145,7 @@ class TransformerBlock(nn.Module):
             cache=cache,
             layer=layer,
             need_weights=need_weights,
+            packing=packing,
         )
         x = self._residual(x, self.ln_1, out)
         cross_weights = None
@@ -151,6 +157,8 @@ class TransformerBlock(nn.Module):
                 cache=cache,
                 layer=layer,
                 need_weights=need_weights,
+                packing=packing,
+                context_packing=context_packing,
             )
             x = self._residual(x, self.ln_cross, out)
         out = self.mlp(self.ln_2(x) if pre else x)  # FeedForward applies its own dropout
