@@ -75,6 +75,35 @@ def test_char_and_word_stream_equals_one_shot_decode(stops):
         assert "".join(pieces) == text == want and k == k_ref
 
 
+def test_word_level_text_reads_on_from_the_prompt():
+    """A word tokenizer's new text starts with the space that separates it from the prompt;
+    a WordPiece ``##`` piece glues to the prompt's last word; a stop string still cuts."""
+    from attnlm.tokenizers import WordPieceTokenizer
+
+    word = WordTokenizer.train("the cat sat on the mat . it is n't here .")
+    prompt, new = word.encode("the cat"), word.encode("sat on the mat .")
+    for stops, want in (((), " sat on the mat."), (("mat",), " sat on the ")):
+        row = _RowText(word, stops, context=prompt)
+        pieces = []
+        for t in new:
+            piece, stopped = row.push(t)
+            pieces.append(piece)
+            if stopped:
+                break
+        pieces.append(row.flush())
+        assert "".join(pieces) == row.text() == want
+        assert word.decode(prompt) + row.text() == "the cat" + want
+    piece = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "play", "##ing"])
+    row = _RowText(piece, (), context=[5])  # the prompt "play", then "##ing"
+    row.push(6)
+    row.flush()
+    assert row.text() == "ing"  # "play" + "ing" reads "playing"
+    row = _RowText(piece, ())  # without the prompt the piece decodes alone
+    row.push(6)
+    row.flush()
+    assert row.text() == piece.decode([6])
+
+
 def test_stream_decodes_each_token_once(bpe):
     """Incremental: decoding is called with one id per token, never the whole row."""
     calls = []

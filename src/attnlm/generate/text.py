@@ -53,12 +53,16 @@ class _RowText:
     incremental UTF-8 decoder (a character split across tokens appears when its last byte
     arrives; invalid bytes become U+FFFD exactly as in a one-shot decode); a character
     tokenizer decodes each id alone. Other tokenizers (word-level joins depend on neighbours)
-    decode the row again for each token. Text not yet printed (``tail``) keeps the last
-    ``len(longest stop) - 1`` characters, so a stop string is found in the tail alone and
-    never printed.
+    decode the row again for each token, after the last few ``context`` ids (the prompt's
+    end), so that the text reads on from the prompt: the space a word tokenizer puts between
+    the prompt and the first new word, WordPiece's ``##`` pieces joining the prompt's last
+    word. Text not yet printed (``tail``) keeps the last ``len(longest stop) - 1`` characters,
+    so a stop string is found in the tail alone and never printed.
     """
 
-    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
+    CONTEXT = 4  # prompt ids decoded before the new ones (a join looks at most 2 tokens back)
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], context: Sequence[int] = ()) -> None:
         self.tok = tokenizer
         self.stop = [s for s in stop if s]
         self.hold = max((len(s) for s in self.stop), default=1) - 1
@@ -73,14 +77,24 @@ class _RowText:
             self.mode = "char"
         else:
             self.mode = "full"
+        self.context = list(context)[-self.CONTEXT :] if self.mode == "full" else []
+        self.head = tokenizer.decode(self.context) if self.context else ""
         self.n_printed = 0
+
+    def _decoded(self) -> str:
+        """The row's new ids decoded as they read after the prompt (``full`` mode)."""
+        if self.context:
+            joined = self.tok.decode(self.context + self.ids)
+            if joined.startswith(self.head):
+                return joined[len(self.head) :]
+        return self.tok.decode(self.ids)
 
     def text(self) -> str:
         """The row's text so far (all of it once :meth:`flush` was called)."""
         if self.final is not None:
             return self.final
         if self.mode == "full":
-            return self.tok.decode(self.ids)
+            return self._decoded()
         return "".join(self.printed) + self.tail
 
     def push(self, token: int) -> tuple[str, bool]:
@@ -91,7 +105,7 @@ class _RowText:
         elif self.mode == "char":
             self.tail += self.tok.decode([token])
         else:
-            self.tail = self.tok.decode(self.ids)[self.n_printed :]
+            self.tail = self._decoded()[self.n_printed :]
         for s in self.stop:
             i = self.tail.find(s)
             if i >= 0:
@@ -116,7 +130,7 @@ class _RowText:
         if self.mode == "bytes":
             self.tail += self.utf8.decode(b"", final=True)
         elif self.mode == "full":
-            self.tail = self.tok.decode(self.ids)[self.n_printed :]
+            self.tail = self._decoded()[self.n_printed :]
         piece, self.tail = self.tail, ""
         self.printed.append(piece)
         self.n_printed += len(piece)
@@ -158,7 +172,7 @@ def generate_text(
     if sampling.seed is not None:
         device = next(model.parameters()).device
         generator = torch.Generator(device=device).manual_seed(sampling.seed)
-    rows = [_RowText(tokenizer, sampling.stop) for _ in prompts]
+    rows = [_RowText(tokenizer, sampling.stop, context=row) for row in ids]
 
     def on_token(r: int, token: int) -> bool:
         piece, stopped = rows[r].push(token)

@@ -389,23 +389,7 @@ class ModelService:
                 [text],
                 sampling=sampling,
             )
-        cont = self._joined_continuation(text, cont)
         return {"prompt": text, "continuation": cont, "text": text + cont}
-
-    def _joined_continuation(self, prompt: str, cont: str) -> str:
-        """The continuation as it reads after the prompt. Char and byte-level tokenizers give
-        it unchanged; a word tokenizer decodes the continuation alone without the space that
-        separates it from the prompt, so decode prompt and continuation together instead."""
-        try:
-            head = self.tokenizer.decode(self.tokenizer.encode(prompt))
-            joined = self.tokenizer.decode(
-                self.tokenizer.encode(prompt) + self.tokenizer.encode(cont)
-            )
-        except Exception:  # noqa: BLE001 - display nicety only: keep the plain text
-            return cont
-        if joined.startswith(head) and joined[len(head) :].strip() == cont.strip():
-            return joined[len(head) :]
-        return cont
 
     def embeddings(self, word: str, sentences: Sequence[str]) -> dict[str, Any]:
         """Cosine similarity of ``word``'s contextual vectors in two sentences, per layer.
