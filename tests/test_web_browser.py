@@ -334,3 +334,20 @@ def test_page_fill_mask_and_translation_panels(family_server, driver):
                 for k, w in enumerate(row) if w >= LINE_MIN}  # fmt: skip
         assert set(_lines(driver)) == want
         assert len(driver.find_elements(By.CSS_SELECTOR, "select.layer-select option")) == layers
+
+    # beams: the page sends num_beams and shows the beam-search translation
+    driver.execute_script(
+        "window.sent = []; var f = window.fetch; window.fetch = function (u, o) {"
+        " if (o && o.body) window.sent.push(JSON.parse(o.body)); return f(u, o); };"
+    )
+    beams = driver.find_element(By.ID, "t-beams")
+    beams.clear()
+    beams.send_keys("3")
+    driver.find_element(By.ID, "run").click()
+    body = {"text": "one two", "model": "rnn", "num_beams": 3}
+    out = request(url + "api/translate", body)[1]["translation"]
+    _wait(
+        driver,
+        lambda d: any(b.get("num_beams") == 3 for b in d.execute_script("return window.sent")),
+    )
+    _wait(driver, lambda d, out=out: d.find_element(By.ID, "translation").text == out)

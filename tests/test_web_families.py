@@ -249,6 +249,30 @@ def test_translate_greedy_record_is_the_decoding_attention(server, runs):
     assert torch.allclose(got, torch.stack(own.cross_attentions)[:, :, : n - 1], atol=2e-6)
 
 
+@pytest.mark.parametrize("name", ["mt", "rnn"])
+def test_translate_beams_match_the_translate_command(server, runs, capsys, name):
+    from attnlm.generate import beam_search
+
+    ck = load_checkpoint(runs[name])
+    model, pairs = ck.model.eval(), ck.pair_tokenizers
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(runs[name]), "--beam", "3", SOURCE]) == 0
+    (want,) = capsys.readouterr().out.splitlines()
+    status, data = post(server, "translate", {"text": SOURCE, "model": name, "num_beams": 3})
+    assert status == 200 and data["translation"] == want
+    source = pairs.encode_source(SOURCE)
+    (ids,) = beam_search(model, [source], 3, max_new_tokens=2 * len(source) + 10)
+    assert data["translation"] == pairs.decode_target(ids)
+    rec = inspect(model, pairs, SOURCE, target=ids[1:])  # the record of the beam's output
+    assert data["tokens"] == rec.tokens
+    body = {"text": SOURCE, "model": name}
+    assert_one_line_400(*post(server, "translate", {**body, "num_beams": 0}), "num_beams")
+    assert_one_line_400(*post(server, "translate", {**body, "num_beams": 17}), "num_beams")
+    assert_one_line_400(*post(server, "translate", {**body, "num_beams": "3"}), "num_beams")
+    bad = {**body, "num_beams": 2, "temperature": 1.0}
+    assert_one_line_400(*post(server, "translate", bad), "beam search does not sample")
+
+
 def test_translate_sampling_is_honoured(server, runs):
     from attnlm.generate.sampling import SamplingConfig
     from attnlm.generate.translate import translate

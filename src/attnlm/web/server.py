@@ -12,9 +12,9 @@ Routes (all JSON answers are objects; errors are ``{"error": "one line"}``):
   "top_p"?, "seed"?}``;
 - ``POST /api/embeddings`` ``{"word", "sentences": [s1, s2], "model"?}``;
 - ``POST /api/fill_mask`` ``{"text", "model"?, "k"?}``: models with ``fill-mask`` (BERT);
-- ``POST /api/translate`` ``{"text", "model"?, ...sampling}``: models with ``translate``
-  (greedy unless ``temperature`` > 0; ``max_new_tokens`` defaults to twice the source length
-  plus 10).
+- ``POST /api/translate`` ``{"text", "model"?, "num_beams"?, ...sampling}``: models with
+  ``translate`` (greedy unless ``temperature`` > 0, beam search with ``num_beams`` > 1;
+  ``max_new_tokens`` defaults to twice the source length plus 10).
 
 Status codes: 400 malformed JSON, unknown or mistyped fields, unsupported capability; 404
 unknown model or path; 405 wrong method; 413 body or text too long; 500 unexpected failure
@@ -109,7 +109,10 @@ SCHEMAS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"model": _STR},
     ),
     "fill_mask": ({"text": _STR}, {"model": _STR, "k": (_is_int, "an integer")}),
-    "translate": ({"text": _STR}, {"model": _STR, **_SAMPLING}),
+    "translate": (
+        {"text": _STR},
+        {"model": _STR, "num_beams": (_is_int, "an integer"), **_SAMPLING},
+    ),
 }
 
 
@@ -190,7 +193,9 @@ class Explorer:
             return s.embeddings(b["word"], b["sentences"])
         if endpoint == "fill_mask":
             return s.fill_mask(b["text"], b.get("k", 5))
-        return s.translate(b["text"], _sampling(b, temperature=0), b.get("max_new_tokens"))
+        return s.translate(
+            b["text"], _sampling(b, temperature=0), b.get("max_new_tokens"), b.get("num_beams", 1)
+        )
 
 
 class Handler(BaseHTTPRequestHandler):

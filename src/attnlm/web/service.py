@@ -59,6 +59,7 @@ log = logging.getLogger("attnlm.web")
 
 DEFAULT_MAX_CHARS = 2000  # longest text accepted by any endpoint
 MAX_NEW_TOKENS = 500  # most tokens one generation request may ask for
+MAX_BEAMS = 16  # most beams one translation request may ask for
 MAX_TOP_K = 50  # most next-token candidates per position
 DECIMALS = 6  # attention and probabilities are rounded to this many decimals in JSON
 # Most attention weights one answer may hold (layers x heads x queries x keys): about 9 bytes
@@ -454,8 +455,10 @@ class ModelService:
         text: str,
         sampling: SamplingConfig | None = None,
         max_new_tokens: int | None = None,
+        num_beams: int = 1,
     ) -> dict[str, Any]:
-        """Translate the source sentence ``text`` (greedy unless ``sampling`` samples; at most
+        """Translate the source sentence ``text`` (greedy unless ``sampling`` samples, beam
+        search with ``num_beams > 1``, as ``attnlm translate --beam K``; at most
         ``max_new_tokens`` tokens, by default twice the source length plus 10, as ``attnlm
         translate``, capped at :data:`MAX_NEW_TOKENS`) and record the attention of the model
         reading the ids it produced: target tokens (queries) over source tokens (keys). The
@@ -465,12 +468,16 @@ class ModelService:
         self.require("translate")
         if max_new_tokens is not None and not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise ServiceError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}")
+        if not 1 <= num_beams <= MAX_BEAMS:
+            raise ServiceError(f"num_beams must be between 1 and {MAX_BEAMS}, got {num_beams}")
         source = self.encode(text, "source sentence")
         n = max_new_tokens or min(default_max_new_tokens([source]), MAX_NEW_TOKENS)
         pairs = self._pairs()
         try:
             with self._lock:
-                (ids,) = translate_ids(self.model, [source], sampling=sampling, max_new_tokens=n)
+                (ids,) = translate_ids(
+                    self.model, [source], num_beams=num_beams, sampling=sampling, max_new_tokens=n
+                )
         except InputError as e:
             raise ServiceError(str(e)) from None
         translation = pairs.decode_target(ids)

@@ -83,8 +83,9 @@
     var jobs = [];
     if (has("translate")) {
       var body = { text: text, model: model, temperature: num("t-temperature") || 0, seed: num("t-seed") };
-      var max = num("t-max");
+      var max = num("t-max"), beams = num("t-beams");
       if (max) body.max_new_tokens = max;
+      if (beams && beams > 1) body.num_beams = beams;
       jobs.push(api("translate", body).then(latest(function (r) {
         $("translation").textContent = r.translation === "" ? "(empty translation)" : r.translation;
         showRecord(r);
