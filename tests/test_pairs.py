@@ -357,6 +357,27 @@ def test_bpe_tokenizer_has_its_own_special_tokens():
     assert tk.decode(tk.encode_source("Je t'aime."), "source") == "Je t'aime."
 
 
+def test_wordpiece_pair_tokenizers_are_cased_and_keep_accents(tmp_path):
+    from attnlm.tokenizers import WordPieceTokenizer
+
+    pairs = _pairs()
+    for shared in (True, False):
+        cfg = PairTokenizerConfig(kind="wordpiece", vocab_size=400, shared=shared)
+        tk = train_pair_tokenizers(pairs, cfg)
+        assert isinstance(tk.target, WordPieceTokenizer) and not tk.target.lowercase
+        assert (tk.source is tk.target) == shared
+        ids = tk.target_ids  # its own [PAD]... are not used: <pad> <s> </s> come after them
+        assert (ids.pad, ids.bos, ids.eos) == tuple(range(tk.target.vocab_size, ids.vocab_size))
+        enc = tk.encode_target("Je suis désolé.")
+        assert enc[0] == ids.bos and enc[-1] == ids.eos
+        # cased, accents kept; the spaces WordPiece loses around "'" are cleaned up
+        assert tk.decode_target(enc) == "Je suis désolé."
+        assert tk.decode_target(tk.encode_target("J'ai faim !")) == "J'ai faim!"
+        tk.save(tmp_path / str(shared))
+        back = PairTokenizers.load(tmp_path / str(shared))
+        assert back.encode_target("Je suis désolé.") == enc
+
+
 def test_config_flags_for_start_and_end_tokens():
     pairs = _pairs()[:20]
     cfg = PairTokenizerConfig(source_bos=True, source_eos=False, target_bos=False, target_eos=True)

@@ -180,6 +180,24 @@ def test_separate_vocabularies(tmp_path, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_other_tokenizer_kinds_through_the_commands(tmp_path, capsys, kind):
+    from attnlm.checkpoint import load_checkpoint
+
+    pairs = _pairs_file(tmp_path / "p.tsv", 60)
+    out = tmp_path / kind
+    args = ["train", *TINY, "--pairs", str(pairs), "--out", str(out), "--max-iters", "2"]
+    args += ["--set", f"train.tokenizer={kind}", "--set", "train.bpe_vocab_size=280"]
+    assert main(args) == 0
+    tok = load_checkpoint(out).pair_tokenizers
+    assert tok.config.kind == kind and tok.source.kind == kind
+    capsys.readouterr()
+    assert main(["translate", "--checkpoint", str(out), "--beam", "2", "six five"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    assert main(["eval", "--checkpoint", str(out), "--json"]) == 0
+    assert '"bleu"' in capsys.readouterr().out
+
+
 def test_pairs_and_text_do_not_mix(tmp_path, capsys):
     pairs = _pairs_file(tmp_path / "p.tsv", 20)
     args = ["train", "--preset", "tiny-test", "--pairs", str(pairs), "--out", str(tmp_path / "a")]

@@ -182,6 +182,19 @@ def test_decode_matches(uncased) -> None:
     assert ours.token_text(ours.encode("unaffable")[1]) == "##ffa"
 
 
+def test_decode_clean_up_matches(uncased) -> None:
+    """``clean_up_tokenization_spaces=True`` as ``transformers`` applies it."""
+    ours, hf = uncased
+    texts = VARIED + _random_texts(50, 4) + ["it's, isn't . I'm ' we've ! they're ?"]
+    for text in texts:
+        ids = hf(text)["input_ids"]
+        for skip in (False, True):
+            want = hf.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=True)
+            assert ours.decode(ids, skip, clean_up_tokenization_spaces=True) == want, repr(text)
+    ids = ours.encode("isn't it? we're")
+    assert ours.decode(ids, clean_up_tokenization_spaces=True) == "isn't it? we're"
+
+
 def test_save_load_roundtrip(uncased, tmp_path) -> None:
     ours, _ = uncased
     path = tmp_path / "wp.json"

@@ -520,6 +520,7 @@ def _trainer_for(kind: str) -> PairTrainer:
             "\n".join(texts),
             vocab_size,
             special_tokens=specials if kind == "bpe" else None,
+            lowercase=False,  # wordpiece: cased, accents kept (a translation keeps both)
         )
 
     return train
@@ -599,6 +600,8 @@ class PairTokenizers:
             started = True
             if i != sp.pad and i != sp.bos:
                 out.append(i)
+        if getattr(tok, "kind", None) == "wordpiece":  # "J ' ai" -> "J'ai"
+            return tok.decode(out, clean_up_tokenization_spaces=True)
         return tok.decode(out)
 
     def decode_target(self, ids: Iterable[int]) -> str:

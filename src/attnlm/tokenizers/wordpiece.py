@@ -105,6 +105,14 @@ def _lower(text: str) -> str:
     return text.lower()
 
 
+# ``transformers``' clean-up of decoded text (``clean_up_tokenization_spaces=True``), in its
+# order: the spaces that token joining puts before punctuation and around apostrophes
+CLEAN_UP = (
+    (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+    (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
+)  # fmt: skip
+
+
 @register_kind
 class WordPieceTokenizer(Tokenizer):
     """BERT's WordPiece tokenizer (see the module docstring for the exact steps).
@@ -559,10 +567,17 @@ class WordPieceTokenizer(Tokenizer):
         return out
 
     # ------------------------------------------------------------------ decoding
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+    def decode(
+        self,
+        ids: Iterable[int],
+        skip_special_tokens: bool = False,
+        clean_up_tokenization_spaces: bool = False,
+    ) -> str:
         """Text of ``ids`` as ``BertTokenizerFast.decode``: tokens joined by spaces, a
         ``##`` piece glued to the previous one, no space before ``. , ? !``;
-        ``skip_special_tokens`` drops the five special tokens."""
+        ``skip_special_tokens`` drops the five special tokens; ``clean_up_tokenization_spaces``
+        also removes the spaces of :data:`CLEAN_UP` (as ``transformers`` with that flag: "J '
+        ai" -> "J'ai", "don ' t" -> "don't")."""
         vocab = self.vocab
         n = len(vocab)
         p = self.continuing_prefix
@@ -579,7 +594,11 @@ class WordPieceTokenizer(Tokenizer):
                 elif t not in (".", ",", "?", "!"):
                     t = " " + t
             out.append(t)
-        return "".join(out)
+        text = "".join(out)
+        if clean_up_tokenization_spaces:
+            for spaced, joined in CLEAN_UP:
+                text = text.replace(spaced, joined)
+        return text
 
     def token_text(self, i: int) -> str:
         """The vocabulary entry of id ``i`` (``##ing`` for a continuation)."""
