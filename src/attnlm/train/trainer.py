@@ -197,10 +197,11 @@ class Trainer:
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.state = TrainState(**sd["trainer"])
         self.opt.load_state_dict(sd["optimizer"])
-        torch.set_rng_state(sd["rng_torch"])
+        own = self._own_rng(sd)
+        torch.set_rng_state(own["rng_torch"])
         self.data_gen.set_state(sd["rng_data"])
-        if "rng_cuda" in sd and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(sd["rng_cuda"])
+        if "rng_cuda" in own and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(own["rng_cuda"])
         if "source" in sd:
             self.train_src.load_state_dict(sd["source"])
         carry = sd.get("model_carry")
@@ -211,6 +212,40 @@ class Trainer:
                     f"{len(carry)} process(es), not {self.dist.world_size}"
                 )
             self.raw_model.load_carry_state(carry[self.dist.rank])
+
+    def _own_rng(self, sd: dict[str, Any]) -> dict[str, Any]:
+        """This rank's saved random state (dropout and other draws in the model): a run of
+        several processes saves every rank's (``rng_ranks``); with as many processes as when
+        it was saved, each rank continues its own stream exactly. With another number of
+        processes (or a checkpoint from before ``rng_ranks``) a rank without a saved state of
+        its own continues from rank 0's, reseeded by its rank so that ranks still differ."""
+        ranks = sd.get("rng_ranks")
+        rank, world = self.dist.rank, self.dist.world_size
+        if ranks is not None and len(ranks) == world:
+            return ranks[rank]
+        base = {
+            "rng_torch": sd["rng_torch"],
+            **({"rng_cuda": sd["rng_cuda"]} if "rng_cuda" in sd else {}),
+        }
+        if rank == 0 or world == 1:
+            return base
+        gen = torch.Generator()
+        gen.set_state(sd["rng_torch"])
+        seed = int(torch.randint(2**62, (1,), generator=gen)) + rank
+        torch.manual_seed(seed)  # a fresh stream per rank (and per CUDA device)
+        return {"rng_torch": torch.get_rng_state()}
+
+    def _rng_states(self) -> list[dict[str, Any]] | None:
+        """Every rank's random state, gathered on every rank; None for one process (its state
+        is ``rng_torch`` / ``rng_cuda``). Called by every rank."""
+        if not self.dist.enabled:
+            return None
+        mine: dict[str, Any] = {"rng_torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            mine["rng_cuda"] = torch.cuda.get_rng_state_all()
+        gathered: list[Any] = [None] * self.dist.world_size
+        torch.distributed.all_gather_object(gathered, mine)
+        return gathered
 
     def _carry_states(self) -> list[Any] | None:
         """Each rank's ``model.carry_state()`` (state a model carries between training
@@ -227,13 +262,16 @@ class Trainer:
         return gathered
 
     def save(self) -> Path | None:
-        carry = self._carry_states()  # every rank takes part in the gather
+        carry = self._carry_states()  # every rank takes part in the gathers
+        rngs = self._rng_states()
         if not self.dist.is_main:
             return None
         config = {**self.ckpt_config, "step": self.state.step}
         state = self.state_dict()
         if carry is not None:
             state["model_carry"] = carry
+        if rngs is not None:
+            state["rng_ranks"] = rngs
         path = save_checkpoint(
             self.run_dir / CHECKPOINT_DIR,
             self.raw_model,
