@@ -29,8 +29,8 @@ def reference(tok, ids, stops):
     return tok.decode(ids), len(ids)
 
 
-def stream(tok, ids, stops):
-    row = _RowText(tok, stops)
+def stream(tok, ids, stops, context=()):
+    row = _RowText(tok, stops, context=context)
     pieces = []
     for t in ids:
         piece, stopped = row.push(t)
@@ -83,25 +83,12 @@ def test_word_level_text_reads_on_from_the_prompt():
     word = WordTokenizer.train("the cat sat on the mat . it is n't here .")
     prompt, new = word.encode("the cat"), word.encode("sat on the mat .")
     for stops, want in (((), " sat on the mat."), (("mat",), " sat on the ")):
-        row = _RowText(word, stops, context=prompt)
-        pieces = []
-        for t in new:
-            piece, stopped = row.push(t)
-            pieces.append(piece)
-            if stopped:
-                break
-        pieces.append(row.flush())
-        assert "".join(pieces) == row.text() == want
-        assert word.decode(prompt) + row.text() == "the cat" + want
+        pieces, text, _ = stream(word, new, stops, context=prompt)
+        assert "".join(pieces) == text == want
+        assert word.decode(prompt) + text == "the cat" + want
     piece = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "play", "##ing"])
-    row = _RowText(piece, (), context=[5])  # the prompt "play", then "##ing"
-    row.push(6)
-    row.flush()
-    assert row.text() == "ing"  # "play" + "ing" reads "playing"
-    row = _RowText(piece, ())  # without the prompt the piece decodes alone
-    row.push(6)
-    row.flush()
-    assert row.text() == piece.decode([6])
+    assert stream(piece, [6], (), context=[5])[1] == "ing"  # "play" + "ing" reads "playing"
+    assert stream(piece, [6], ())[1] == piece.decode([6])  # without the prompt: alone
 
 
 def test_stream_decodes_each_token_once(bpe):
