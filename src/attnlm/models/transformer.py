@@ -306,10 +306,16 @@ class Transformer(nn.Module):
 
     # -- encoder and decoder ----------------------------------------------------------------
 
-    def _embed(self, emb: nn.Embedding, ids: Tensor, start: int) -> Tensor:
+    def _embed(
+        self, emb: nn.Embedding, ids: Tensor, start: int = 0, packing: Packing | None = None
+    ) -> Tensor:
+        """Scaled embeddings plus positions ``start..``, dropout: ``(B, T, C)``, or ``(N, C)``
+        of the tokens ``packing`` keeps."""
         pe = self.pos.span(start, ids.shape[1], ids.device)  # (T, C): positions start..
+        if packing is not None:
+            ids, pe = packing.take(ids), pe.index_select(0, packing.positions)
         x = emb(ids) * self.embed_scale + pe.to(emb.weight.dtype)
-        return self.drop(x)  # (B, T, C)
+        return self.drop(x)
 
     def _source_mask(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         """Check the source ids and their mask; all True when none is given."""
@@ -322,12 +328,6 @@ class Transformer(nn.Module):
                 f"got {tuple(src_mask.shape)}"
             )
         return src_mask.bool()
-
-    def _embed_packed(self, emb: nn.Embedding, ids: Tensor, packing: Packing) -> Tensor:
-        """:meth:`_embed` of the kept tokens only: ``(N, C)``."""
-        pe = self.pos.span(0, packing.length, ids.device).index_select(0, packing.positions)
-        x = emb(packing.take(ids)) * self.embed_scale + pe.to(emb.weight.dtype)
-        return self.drop(x)
 
     def encode(
         self, src: Tensor, src_mask: Tensor | None = None, return_attention: bool = False
@@ -431,12 +431,12 @@ class Transformer(nn.Module):
         counted = targets != IGNORE_INDEX  # (B, T)
         enc = Packing(src_mask)
         dec = Packing(counted.flip(1).cumsum(1).flip(1) > 0)  # up to the last counted target
-        x = self._embed_packed(self.src_emb, src, enc)  # (N_src, C)
+        x = self._embed(self.src_emb, src, packing=enc)  # (N_src, C)
         mask = padding_mask(src_mask, x.dtype)  # (B, 1, 1, S)
         for block in self.encoder:
             x = block(x, mask=mask, packing=enc)[0]
         memory = self.enc_ln(x)
-        y = self._embed_packed(self.tgt_emb, tgt_in, dec)  # (N_tgt, C)
+        y = self._embed(self.tgt_emb, tgt_in, packing=dec)  # (N_tgt, C)
         for block in self.decoder:
             y = block(
                 y,
