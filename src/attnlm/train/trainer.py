@@ -144,6 +144,17 @@ class TrainJob:
     on_step: Callable[[int], Any] | None = None
 
 
+RNG_KEYS = ("rng_torch", "rng_cuda")  # a process's random state in a checkpoint
+
+
+def _rng_state() -> dict[str, Any]:
+    """This process's random state: CPU generator, and every CUDA device's when there is one."""
+    state: dict[str, Any] = {"rng_torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["rng_cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
 class Trainer:
     """Runs the loop for one :class:`TrainJob`; see the module docstring."""
 
@@ -184,11 +195,9 @@ class Trainer:
         out: dict[str, Any] = {
             "trainer": self.state.to_dict(),
             "optimizer": self.opt.state_dict(),
-            "rng_torch": torch.get_rng_state(),
+            **_rng_state(),
             "rng_data": self.data_gen.get_state(),
         }
-        if torch.cuda.is_available():
-            out["rng_cuda"] = torch.cuda.get_rng_state_all()
         source = self.train_src.state_dict()
         if source is not None:
             out["source"] = source
@@ -223,12 +232,8 @@ class Trainer:
         rank, world = self.dist.rank, self.dist.world_size
         if ranks is not None and len(ranks) == world:
             return ranks[rank]
-        base = {
-            "rng_torch": sd["rng_torch"],
-            **({"rng_cuda": sd["rng_cuda"]} if "rng_cuda" in sd else {}),
-        }
         if rank == 0 or world == 1:
-            return base
+            return {k: sd[k] for k in RNG_KEYS if k in sd}
         gen = torch.Generator()
         gen.set_state(sd["rng_torch"])
         seed = int(torch.randint(2**62, (1,), generator=gen)) + rank
@@ -238,14 +243,7 @@ class Trainer:
     def _rng_states(self) -> list[dict[str, Any]] | None:
         """Every rank's random state, gathered on every rank; None for one process (its state
         is ``rng_torch`` / ``rng_cuda``). Called by every rank."""
-        if not self.dist.enabled:
-            return None
-        mine: dict[str, Any] = {"rng_torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            mine["rng_cuda"] = torch.cuda.get_rng_state_all()
-        gathered: list[Any] = [None] * self.dist.world_size
-        torch.distributed.all_gather_object(gathered, mine)
-        return gathered
+        return self._gather(_rng_state()) if self.dist.enabled else None
 
     def _carry_states(self) -> list[Any] | None:
         """Each rank's ``model.carry_state()`` (state a model carries between training
@@ -254,9 +252,10 @@ class Trainer:
         fn = getattr(self.raw_model, "carry_state", None)
         if fn is None:
             return None
-        mine = fn()
-        if not self.dist.enabled:
-            return [mine]
+        return self._gather(fn()) if self.dist.enabled else [fn()]
+
+    def _gather(self, mine: Any) -> list[Any]:
+        """Every rank's ``mine`` (any picklable object), in rank order, on every rank."""
         gathered: list[Any] = [None] * self.dist.world_size
         torch.distributed.all_gather_object(gathered, mine)
         return gathered
