@@ -224,12 +224,7 @@ def output_file(value: Any, name: str | None = None) -> Path:
     p = _path(value, name)
     if p.is_dir():
         raise InputError(f"{_what(name)}{p}: is a folder, expected a file name")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{_what(name)}{p}: {parent} is not a folder")
-            break
-    return p
+    return _creatable(p, name)
 
 
 def output_dir(value: Any, name: str | None = None) -> Path:
@@ -238,6 +233,11 @@ def output_dir(value: Any, name: str | None = None) -> Path:
     p = _path(value, name)
     if p.exists() and not p.is_dir():
         raise InputError(f"{_what(name)}{p}: is a file, expected a folder")
+    return _creatable(p, name)
+
+
+def _creatable(p: Path, name: str | None) -> Path:
+    """``p`` if its nearest existing parent is a folder (so the writer can create the rest)."""
     for parent in p.parents:
         if parent.exists():
             if not parent.is_dir():
