@@ -1,5 +1,6 @@
-"""Helpers of the kill-and-resume tests: run ``attnlm train`` in a subprocess, optionally
-SIGKILLed right after step 25, and read a run's logged losses."""
+"""Helpers of the kill-and-resume and multi-process tests: run ``attnlm train`` in a
+subprocess (or in 2 processes under torchrun), optionally SIGKILLed right after step 25, and
+read a run's logged losses."""
 
 import json
 import os
@@ -10,6 +11,11 @@ import sys
 def losses(run):
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], r.get("loss"), r.get("val_loss")) for r in records]
+
+
+def loss_curve(run):
+    """``{step: training loss}`` of a run's logged steps."""
+    return {step: loss for step, loss, _ in losses(run) if loss is not None}
 
 
 def train(args):
@@ -39,3 +45,16 @@ def train_killed(args):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-c", KILLER, *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def torchrun(args, killed=False, timeout=120):
+    """``attnlm train ARGS`` in 2 CPU processes under torchrun (gloo over loopback, one thread
+    each); ``killed``: through :data:`KILLER`, so every process dies right after step 25."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+    cmd += ["--nproc_per_node", "2", "--no-python", sys.executable]
+    if killed:
+        cmd += ["-c", KILLER, *args]
+    else:
+        cmd += ["-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -2,10 +2,7 @@
 generate, params on each preset (tiny overrides), resume, gradient accumulation, DDP."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,7 +11,7 @@ from safetensors.torch import load_file
 from attnlm.checkpoint import load_checkpoint
 from attnlm.cli import main
 from attnlm.models import registry
-from run_helpers import losses, train, train_killed
+from run_helpers import loss_curve, losses, torchrun, train, train_killed
 
 TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -133,21 +130,15 @@ def test_sigkill_then_resume_matches_uninterrupted_run(preset, corpus, tmp_path)
 
 @pytest.mark.slow
 def test_two_processes_match_one_process_with_double_batch(corpus, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    common = ["train", "--preset", "lstm-char", "--text", str(corpus), "--max-iters", "12"]
-    common += ["--eval-interval", "6", "--set", "log_interval=1", "--no-progress", "--threads", "1"]
+    common = ["--preset", "lstm-char", "--text", str(corpus), "--max-iters", "12"]
+    common += ["--eval-interval", "6", "--set", "log_interval=1"]
     common += TINY["lstm-char"]
     one, two = tmp_path / "one", tmp_path / "two"
-    single = [sys.executable, "-m", "attnlm", *common, "--batch-size", "8", "--out", str(one)]
-    proc = subprocess.run(single, env=env, capture_output=True, text=True, timeout=120)
+    proc = train([*common, "--batch-size", "8", "--out", str(one)])
     assert proc.returncode == 0, proc.stderr
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-    launcher += ["--nproc_per_node", "2", "-m", "attnlm"]
-    proc = subprocess.run([*launcher, *common, "--batch-size", "4", "--out", str(two)],
-                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = torchrun([*common, "--batch-size", "4", "--out", str(two)])
     assert proc.returncode == 0, proc.stderr[:4000]
-    a = {s: x for s, x, _ in losses(one) if x is not None}
-    b = {s: x for s, x, _ in losses(two) if x is not None}
+    a, b = loss_curve(one), loss_curve(two)
     assert sorted(a) == sorted(b) == list(range(1, 13))
     for step in a:
         assert abs(a[step] - b[step]) < 1e-5, (step, a[step], b[step])

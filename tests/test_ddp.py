@@ -3,11 +3,10 @@ killed run resumed with dropout on gives the uninterrupted run's losses exactly 
 random state is saved)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from run_helpers import loss_curve, losses, torchrun, train
 
 TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
@@ -15,33 +14,18 @@ TEXT = (
 ) * 12
 
 
-def loss_curve(run):
-    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in records if "loss" in r}
-
-
 @pytest.mark.slow
 def test_two_processes_match_one_process_with_double_batch(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT, encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    common = ["train", "--preset", "tiny-test", "--text", str(corpus), "--max-iters", "12"]
-    common += ["--eval-interval", "6", "--set", "log_interval=1", "--no-progress", "--threads", "1"]
+    common = ["--preset", "tiny-test", "--text", str(corpus), "--max-iters", "12"]
+    common += ["--eval-interval", "6", "--set", "log_interval=1"]
     one, two = tmp_path / "one", tmp_path / "two"
 
-    single = [sys.executable, "-m", "attnlm", *common, "--batch-size", "8", "--out", str(one)]
-    proc = subprocess.run(single, env=env, capture_output=True, text=True, timeout=120)
+    proc = train([*common, "--batch-size", "8", "--out", str(one)])
     assert proc.returncode == 0, proc.stderr
 
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-    launcher += ["--nproc_per_node", "2", "-m", "attnlm"]
-    proc = subprocess.run(
-        [*launcher, *common, "--batch-size", "4", "--out", str(two)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = torchrun([*common, "--batch-size", "4", "--out", str(two)])
     assert proc.returncode == 0, proc.stderr[:4000]
     assert "2 processes" in proc.stdout and proc.stdout.count("done:") == 1  # rank 0 prints
 
@@ -52,35 +36,20 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path):
     assert a[12] < a[1]
 
 
-def torchrun(args, tmp_path, script=None):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-    cmd += ["--nproc_per_node", "2"]
-    if script is None:
-        cmd += ["-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
-    else:
-        path = tmp_path / "killer.py"
-        path.write_text(script, encoding="utf-8")
-        cmd += [str(path), *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
-
-
 @pytest.mark.slow
 def test_two_processes_resume_exactly_with_dropout(tmp_path):
-    from run_helpers import KILLER, losses
-
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT, encoding="utf-8")
     common = ["--preset", "tiny-test", "--text", str(corpus), "--max-iters", "30"]
     common += ["--eval-interval", "10", "--set", "log_interval=1", "--set", "model.dropout=0.2"]
     common += ["--batch-size", "4"]
     full, killed = tmp_path / "full", tmp_path / "killed"
-    done = torchrun([*common, "--out", str(full)], tmp_path)
+    done = torchrun([*common, "--out", str(full)], timeout=180)
     assert done.returncode == 0, done.stderr[-4000:]
-    dead = torchrun([*common, "--out", str(killed)], tmp_path, script=KILLER)  # dies at step 25
+    dead = torchrun([*common, "--out", str(killed)], killed=True, timeout=180)  # dies at step 25
     assert dead.returncode != 0
     assert json.loads((killed / "checkpoint" / "config.json").read_text())["step"] == 20
-    resumed = torchrun(["--resume", str(killed)], tmp_path)
+    resumed = torchrun(["--resume", str(killed)], timeout=180)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "from step 20" in resumed.stdout
     assert losses(killed) == losses(full)  # the dropout masks of both ranks continue exactly
