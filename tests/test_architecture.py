@@ -4,7 +4,7 @@ no upward imports across layers (docs/architecture.md):
     base (errors, config, device, fileio, validate)
       -> tokenizers, data, nn -> models, ngram
       -> objectives, evaluation, checkpoint, inspect, generate (decoding)
-      -> train, demo -> command modules (*.cli, attnlm.cli), web
+      -> train, demo, compare -> web -> cli (the command line, the only place argparse appears)
 """
 
 from __future__ import annotations
@@ -43,10 +43,9 @@ LAYERS = {
     "attnlm.demo": 4,
     "attnlm.compare": 4,
     "attnlm.web": 5,
-    "attnlm.cli": 5,
-    "attnlm.__main__": 5,
+    "attnlm.cli": 6,
+    "attnlm.__main__": 6,
 }
-CLI_LAYER = 5
 
 
 def module_name(path: Path) -> str:
@@ -58,8 +57,6 @@ def module_name(path: Path) -> str:
 
 
 def layer(module: str) -> int:
-    if module.endswith(".cli"):
-        return CLI_LAYER
     parts = module.split(".")
     for n in range(len(parts), 0, -1):
         key = ".".join(parts[:n])
@@ -179,8 +176,46 @@ def test_no_upward_imports():
     assert not bad, "\n".join(sorted(bad))
 
 
+def test_argparse_only_in_the_command_line():
+    """Library packages parse no arguments: ``argparse`` is imported only under ``attnlm/cli/``."""
+    cli = PKG / "cli"
+    users = sorted(
+        module_name(p)
+        for p in PKG.rglob("*.py")
+        if cli not in p.parents and "argparse" in _imported_names(p)
+    )
+    assert not users, f"argparse outside attnlm.cli: {users}"
+
+
+def _imported_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_argparse_check_sees_an_import(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from argparse import ArgumentParser\n")
+    assert "argparse" in _imported_names(f)
+
+
+def test_library_imports_nothing_from_cli_or_web():
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, deps in graph().items()
+        if not m.startswith(("attnlm.cli", "attnlm.web", "attnlm.__main__"))
+        for d in deps
+        if d.startswith(("attnlm.cli", "attnlm.web"))
+    )
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize(
-    "module", ["attnlm.generate.cli", "attnlm.checkpoint", "attnlm.evaluation", "attnlm.inspect"]
+    "module", ["attnlm.cli.generate", "attnlm.checkpoint", "attnlm.evaluation", "attnlm.inspect"]
 )
 def test_loading_and_using_models_does_not_import_training(module):
     code = f"import {module}, sys; print([m for m in sys.modules if m.startswith('attnlm.train')])"

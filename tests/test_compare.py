@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import attnlm.cli.compare as compare_cli
 import attnlm.compare as compare
 from attnlm.cli import main
 from attnlm.errors import ConfigError
@@ -75,7 +76,7 @@ def test_compare_refuses_bad_flags(tmp_path, capsys):
     with pytest.raises(ConfigError, match="budget"):
         compare.CompareConfig(budget="soon")
     with pytest.raises(ConfigError, match="MODEL:KEY"):
-        compare._parse_sets(["ngram:order=3"])
+        compare_cli._parse_sets(["ngram:order=3"])
 
 
 @pytest.mark.slow

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
+from attnlm.cli.common import arg
 from attnlm.errors import ConfigError, InputError
 from attnlm.validate import (
-    arg,
     device,
     existing_dir,
     existing_file,

@@ -13,12 +13,9 @@ their bits per character (``runs/demo/compare/``), and MiniLM's real weights sho
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
-
-from attnlm import validate
 
 DEMO_PROMPTS = ("ROMEO:\n", "JULIET:\nO ", "KING HENRY:\nOnce more")
 HEATMAP_PROMPT = "To be, or not to be"
@@ -26,51 +23,6 @@ EVAL_MAX_TOKENS = 200_000
 DEMO_MARKER = "demo.json"  # marks a folder the demo may clear
 #: what the demo deletes from its folder before training (and what marks another run)
 RUN_FILES = ("checkpoint", "checkpoint.old", "train.bin", "val.bin", "data.json")
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="train, evaluate, sample and plot on Shakespeare (~3 min)")
-    p.add_argument("--out", default="runs/demo", metavar="DIR")
-    p.add_argument("--preset", default="shakespeare-char")
-    p.add_argument("--time-budget", default="100s", help="training wall-clock budget")
-    p.add_argument(
-        "--translate-budget",
-        default="40s",
-        help="training budget of the translation model (0 skips that part)",
-    )
-    p.add_argument(
-        "--compare-budget",
-        default="10s",
-        help="training budget per model of the compare table (0 skips that part)",
-    )
-    p.add_argument(
-        "--text",
-        default=None,
-        type=validate.arg(validate.existing_path),
-        metavar="PATH",
-        help="train on this text instead",
-    )
-    p.add_argument("--threads", type=validate.arg(validate.threads), default=None)
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the run in --out even if it is not a demo folder",
-    )
-    p.set_defaults(func=_demo)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    run_demo(
-        Path(args.out),
-        args.preset,
-        args.time_budget,
-        args.text,
-        args.threads,
-        args.overwrite,
-        translate_budget=args.translate_budget,
-        compare_budget=args.compare_budget,
-    )
-    return 0
 
 
 def run_demo(

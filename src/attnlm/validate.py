@@ -6,11 +6,8 @@ of the option or field it came from, and returns the checked value, converted (`
 :class:`~attnlm.errors.InputError` (a file, a text) that names the option, e.g.
 ``--threads must be an integer >= 1, got -1``.
 
-:func:`arg` turns a validator into an ``argparse`` ``type=``, so bad values are refused at
-parse time with exit code 2 and one line (with :class:`OneLineArgumentParser`)::
-
-    p.add_argument("--threads", type=arg(threads))
-    p.add_argument("--temperature", type=arg(finite_float, lo=0, lo_open=True))
+The command line (:mod:`attnlm.cli.common`) turns a validator into an ``argparse``
+``type=`` with ``arg(threads)``, so bad values are refused at parse time with one line.
 
 Kinds: :func:`positive_int`, :func:`non_negative_int`, :func:`int_in_range`,
 :func:`finite_float` (optionally in a range), :func:`probability`, :func:`seed`,
@@ -20,19 +17,14 @@ Kinds: :func:`positive_int`, :func:`non_negative_int`, :func:`int_in_range`,
 
 from __future__ import annotations
 
-import argparse
-import functools
 import math
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
-from attnlm.errors import AttnlmError, ConfigError, InputError
-
-T = TypeVar("T")
+from attnlm.errors import ConfigError, InputError
 
 SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63 (torch and numpy both accept them)
 MAX_THREADS = 4096
@@ -264,34 +256,3 @@ def read_stdin_text(where: str = "stdin") -> str:
     if stream is None:  # replaced by a text stream (tests, embedding)
         return sys.stdin.read()
     return utf8_text(stream.read(), where)
-
-
-# ---------------------------------------------------------------- argparse
-
-
-def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
-    """An ``argparse`` ``type=`` from a validator: ``type=arg(positive_int)``,
-    ``type=arg(finite_float, lo=0, lo_open=True)``. Errors become ``ArgumentTypeError``, so
-    argparse reports ``argument --name: must be ...`` and exits with code 2."""
-
-    @functools.wraps(check)
-    def convert(text: str) -> T:
-        try:
-            return check(text, None, **options)
-        except AttnlmError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    return convert
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line on stderr and exit code 2, in the
-    same form as every other error:
-    ``attnlm: error: tokenize train: argument --min-freq: must be an integer >= 1, got 0 (see
-    attnlm tokenize train --help)`` (the usage text is left to ``--help``)."""
-
-    def error(self, message: str) -> NoReturn:
-        line = " ".join(message.split())
-        program, _, command = self.prog.partition(" ")
-        where = f"{command}: " if command else ""
-        self.exit(2, f"{program}: error: {where}{line} (see {self.prog} --help)\n")

@@ -5,17 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.data.cli import add_pairs_argument
+from attnlm.cli.common import add_pairs_argument, arg
 from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
-from attnlm.validate import (
-    arg,
-    device,
-    finite_float,
-    int_in_range,
-    positive_int,
-    seed,
-    threads,
-)
+from attnlm.validate import device, finite_float, int_in_range, positive_int, seed, threads
 
 
 def register(sub: argparse._SubParsersAction) -> None:

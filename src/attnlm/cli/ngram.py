@@ -14,10 +14,9 @@ import sys
 import time
 import warnings
 
-from attnlm.data.cli import add_text_argument
+from attnlm.cli.common import add_text_argument, arg
 from attnlm.errors import ConfigError
 from attnlm.validate import (
-    arg,
     existing_file,
     finite_float,
     non_negative_int,

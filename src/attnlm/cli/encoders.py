@@ -1,116 +1,13 @@
-"""``attnlm attention``: attention heatmaps of any model family from one inspection record."""
+"""``attnlm fill-mask``, ``embed`` and ``contextual``: what an encoder (BERT family) gives."""
 
 from __future__ import annotations
 
 import argparse
 
-from attnlm.validate import arg, device, non_negative_int, output_file
+from attnlm.cli.common import add_model_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "attention",
-        help="attention heatmaps (layer x head grid, or one head with values) of a checkpoint",
-        description="Run a checkpoint on a text and draw its attention: every layer x head "
-        "(self-attention; cross-attention source x target for translation models), or one "
-        "layer/head with the weights written in the cells. Works for every model family.",
-    )
-    add_model_arguments(p)
-    p.add_argument(
-        "--text",
-        required=True,
-        help="the text (a source sentence for translation; 'A [SEP] B' for a BERT sentence pair)",
-    )
-    p.add_argument("--target", default=None, help="translation models: the target sentence")
-    p.add_argument(
-        "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
-    )
-    p.add_argument(
-        "--html",
-        default=None,
-        metavar="FILE.html",
-        type=arg(output_file),
-        help="offline HTML views",
-    )
-    p.add_argument(
-        "--layer", type=arg(non_negative_int), default=None, help="only this layer (0-based)"
-    )
-    p.add_argument(
-        "--head", type=arg(non_negative_int), default=None, help="only this head (0-based)"
-    )
-    p.add_argument(
-        "--kind",
-        choices=["auto", "self", "cross", "encoder"],
-        default="auto",
-        help="which attention: auto = cross for translation models, else self",
-    )
-    p.add_argument("--device", default="cpu", type=arg(device))
-    p.set_defaults(func=_attention)
-    register_encoder_commands(sub)
-
-
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--checkpoint DIR | --model NAME`` (one of them), resolved by
-    :func:`attnlm.checkpoint.load_model_ref`."""
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--checkpoint", metavar="DIR", help="attnlm run/checkpoint or HF model folder")
-    g.add_argument(
-        "--model", metavar="NAME", help="pretrained name (minilm) or Hugging Face model folder"
-    )
-
-
-def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[str, object]]]:
-    """The (title, map) panels for ``--layer``/``--head`` (rows: layers, columns: heads)."""
-    from attnlm.errors import InputError
-
-    n_layer, n_head = len(maps), int(maps[0].shape[0])
-    if layer is not None and not 0 <= layer < n_layer:
-        raise InputError(f"--layer {layer} is out of range: the model has {n_layer} layers")
-    if head is not None and not 0 <= head < n_head:
-        raise InputError(f"--head {head} is out of range: the model has {n_head} heads")
-    layers = range(n_layer) if layer is None else [layer]
-    heads = range(n_head) if head is None else [head]
-    return [[(f"layer {lay} head {h}", maps[lay][h]) for h in heads] for lay in layers]
-
-
-def _attention(args: argparse.Namespace) -> int:
-    from attnlm.checkpoint import load_model_ref
-    from attnlm.device import resolve_device
-    from attnlm.errors import InputError
-    from attnlm.inspect.heatmap import plot_attention_panels
-    from attnlm.inspect.record import inspect
-
-    if not args.out and not args.html:
-        raise InputError("give --out FILE.png and/or --html FILE.html")
-    if args.html:
-        try:
-            from attnlm.web.html import write_standalone
-        except ImportError:
-            raise InputError("--html needs attnlm.web, which this installation lacks") from None
-    ck = load_model_ref(args.checkpoint, args.model, resolve_device(args.device))
-    tokenizer = ck.pair_tokenizers or ck.tokenizer  # both sides for a translation model
-    record = inspect(ck.model, tokenizer, args.text, target=args.target)
-    kind = args.kind
-    if kind == "auto":
-        kind = "cross" if record.cross_attentions is not None else "self"
-    maps, queries, keys = record.maps(kind)
-    if args.out:
-        panels = select_panels(maps, args.layer, args.head)
-        one = len(panels) == 1 and len(panels[0]) == 1
-        title = f"{ck.family.type} {kind}-attention for {args.text!r} (rows: queries)"
-        path = plot_attention_panels(panels, queries, keys, args.out, title, annotate=one)
-        print(f"wrote {path} ({len(panels)} layer(s) x {len(panels[0])} head(s), {kind})")
-    if args.html:
-        path = write_standalone(record.to_json(), args.html, title=f"attention: {args.text}")
-        print(f"wrote {path}")
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Encoder commands (BERT family): fill-mask, embed, contextual
-
-
-def register_encoder_commands(sub: argparse._SubParsersAction) -> None:
     f = sub.add_parser(
         "fill-mask",
         help="top-k tokens for each [MASK] of a text (masked-LM models)",

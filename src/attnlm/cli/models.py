@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.validate import arg, positive_int
+from attnlm.cli.common import arg
+from attnlm.validate import positive_int
 
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
 # train.bpe_vocab_size, and no --vocab-size is given: a byte-sized vocabulary.

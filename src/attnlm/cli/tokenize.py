@@ -6,15 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnlm.data.cli import add_text_argument
+from attnlm.cli.common import add_text_argument, arg
 from attnlm.errors import InputError
-from attnlm.validate import (
-    arg,
-    non_negative_int,
-    output_file,
-    positive_int,
-    read_stdin_text,
-)
+from attnlm.validate import non_negative_int, output_file, positive_int, read_stdin_text
 
 KINDS = ("char", "word", "bpe", "classic-bpe", "wordpiece")
 _COLOURS = ("\x1b[30;48;5;153m", "\x1b[30;48;5;223m")

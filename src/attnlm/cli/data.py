@@ -4,31 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from attnlm.cli.common import add_pairs_argument, add_text_argument
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.validate import arg, existing_path
-
-
-def add_text_argument(p: argparse.ArgumentParser) -> None:
-    """The shared ``--text PATH`` option: a file or a folder of .txt files."""
-    p.add_argument(
-        "--text",
-        metavar="PATH",
-        default=None,
-        type=arg(existing_path),
-        help="a UTF-8 text file or a folder of .txt files (default: the built-in corpus)",
-    )
-
-
-def add_pairs_argument(p: argparse.ArgumentParser) -> None:
-    """The shared ``--pairs PATH`` option of translation commands (``attnlm.data.pairs``);
-    ``None`` means the built-in task (resolve it with ``attnlm.data.tasks.load_pairs``)."""
-    p.add_argument(
-        "--pairs",
-        metavar="PATH",
-        default=None,
-        help="a UTF-8 tab-separated file source<TAB>target[<TAB>...] (default: the built-in "
-        "English-to-German dates and numbers task)",
-    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

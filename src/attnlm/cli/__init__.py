@@ -1,7 +1,9 @@
 """The ``attnlm`` command line: parses arguments and calls library functions.
 
-Each feature area owns a small ``cli`` module with ``register(subparsers)`` that adds its
-subcommands and sets ``func`` on them; this file only assembles them. Handlers import heavy
+The top floor of the package: the only place ``argparse`` appears. One module per command
+group (``attnlm.cli.train`` for ``train`` and ``eval``, ...), each with ``register(subparsers)``
+that adds its subcommands and sets ``func`` on them; this file only assembles them, and
+:mod:`attnlm.cli.common` holds what they share. Handlers import heavy
 libraries (torch) lazily so ``attnlm --help`` stays fast. No work happens on import.
 """
 
@@ -12,21 +14,22 @@ import importlib
 import sys
 
 from attnlm import __version__
+from attnlm.cli.common import OneLineArgumentParser
 from attnlm.errors import AttnlmError
-from attnlm.validate import OneLineArgumentParser
 
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
 COMMAND_MODULES = [
-    "attnlm.data.cli",
-    "attnlm.tokenizers.cli",
-    "attnlm.train.cli",
-    "attnlm.generate.cli",
-    "attnlm.demo",
-    "attnlm.ngram.cli",
-    "attnlm.models.cli",
-    "attnlm.inspect.cli",
-    "attnlm.web.cli",
-    "attnlm.compare",
+    "attnlm.cli.data",
+    "attnlm.cli.tokenize",
+    "attnlm.cli.train",
+    "attnlm.cli.generate",
+    "attnlm.cli.demo",
+    "attnlm.cli.ngram",
+    "attnlm.cli.models",
+    "attnlm.cli.inspect",
+    "attnlm.cli.encoders",
+    "attnlm.cli.serve",
+    "attnlm.cli.compare",
 ]
 
 

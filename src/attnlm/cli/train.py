@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlm.data.cli import add_pairs_argument, add_text_argument
+from attnlm.cli.common import add_pairs_argument, add_text_argument, arg
 from attnlm.errors import InputError
 from attnlm.validate import (
-    arg,
     device,
     int_in_range,
     non_negative_int,

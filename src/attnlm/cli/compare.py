@@ -1,0 +1,86 @@
+"""``attnlm compare``: several model families on one corpus (:mod:`attnlm.compare`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnlm.cli.common import arg
+from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
+from attnlm.errors import ConfigError
+from attnlm.validate import device, existing_path, non_negative_int, positive_int
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="train n-gram, feed-forward, RNN, LSTM, GRU and GPT on one text and compare",
+        description="Every family on one text, tokenizer and split, with the same wall-clock "
+        "budget each; scored in bits per character on the same validation text "
+        "(docs/compare.md). Finished models in --out are not trained again.",
+    )
+    p.add_argument(
+        "--text",
+        default=None,
+        type=arg(existing_path),
+        metavar="PATH",
+        help="corpus (default: Shakespeare)",
+    )
+    p.add_argument("--tokenizer", default="char", choices=("char", "bpe"))
+    p.add_argument("--budget", default="90s", help="training time per model (90s, 2m)")
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
+    p.add_argument("--out", default="runs/compare", metavar="DIR")
+    p.add_argument("--val-chars", type=arg(positive_int), default=100_000, help="characters scored")
+    p.add_argument("--bpe-vocab-size", type=arg(positive_int), default=512)
+    p.add_argument(
+        "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
+    )
+    p.add_argument("--device", default="auto", type=arg(device))
+    p.add_argument(
+        "--threads",
+        type=arg(non_negative_int),
+        default=1,
+        help="torch threads per model (0: torch's default)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODEL:KEY=VALUE",
+        help="override a preset value of one model, e.g. lstm:model.n_layer=1 (repeatable)",
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=_compare)
+
+
+def _parse_sets(items: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, rest = item.partition(":")
+        if not sep or name not in MODELS or MODELS[name] is None:
+            neural = ", ".join(m for m, p in MODELS.items() if p)
+            raise ConfigError(f"--set {item!r}: expected MODEL:KEY=VALUE with MODEL in {neural}")
+        out.setdefault(name, []).append(rest)
+    return out
+
+
+def _compare(args: argparse.Namespace) -> int:
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    cfg = CompareConfig(
+        text=str(args.text) if args.text is not None else None,
+        tokenizer=args.tokenizer,
+        budget=args.budget,
+        models=models,
+        out=args.out,
+        val_chars=args.val_chars,
+        bpe_vocab_size=args.bpe_vocab_size,
+        eval_interval=args.eval_interval,
+        device=args.device,
+        threads=args.threads,
+        progress=args.progress,
+        overrides=_parse_sets(args.set),
+    )
+    results = run_compare(cfg)
+    print(format_table(results))
+    print(f"wrote {Path(cfg.out) / 'compare.json'} and {Path(cfg.out) / 'compare.png'}")
+    return 0

@@ -1,0 +1,55 @@
+"""``attnlm demo``: the main job end to end (:func:`attnlm.demo.run_demo`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from attnlm import validate
+from attnlm.cli.common import arg
+from attnlm.demo import run_demo
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="train, evaluate, sample and plot on Shakespeare (~3 min)")
+    p.add_argument("--out", default="runs/demo", metavar="DIR")
+    p.add_argument("--preset", default="shakespeare-char")
+    p.add_argument("--time-budget", default="100s", help="training wall-clock budget")
+    p.add_argument(
+        "--translate-budget",
+        default="40s",
+        help="training budget of the translation model (0 skips that part)",
+    )
+    p.add_argument(
+        "--compare-budget",
+        default="10s",
+        help="training budget per model of the compare table (0 skips that part)",
+    )
+    p.add_argument(
+        "--text",
+        default=None,
+        type=arg(validate.existing_path),
+        metavar="PATH",
+        help="train on this text instead",
+    )
+    p.add_argument("--threads", type=arg(validate.threads), default=None)
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --out even if it is not a demo folder",
+    )
+    p.set_defaults(func=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    run_demo(
+        Path(args.out),
+        args.preset,
+        args.time_budget,
+        args.text,
+        args.threads,
+        args.overwrite,
+        translate_budget=args.translate_budget,
+        compare_budget=args.compare_budget,
+    )
+    return 0
