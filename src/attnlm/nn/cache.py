@@ -4,12 +4,12 @@ full recompute; for an encoder-decoder also the cross-attention keys and values 
 computed once per source.
 
 Shape legend
-    B  batch size
-    T  query length (the tokens being processed now)
-    S  key/value length: T in plain self-attention, cached + T with a KV cache, the source
-       length in cross-attention
-    H  number of heads
-    D  width of one head (C // H)
+    B         batch size (rows; beams of one source are consecutive rows)
+    H         number of heads
+    T         tokens added by one forward call
+    T_cached  tokens held before the call
+    S         tokens held after it (T_cached + T); in a cross-attention entry, the source length
+    D         width of one head (C // H)
 """
 
 from __future__ import annotations

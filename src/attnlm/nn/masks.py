@@ -8,12 +8,11 @@ is not, added to the scores before the softmax (:func:`attnlm.nn.attention.atten
 * :func:`combine_masks`: their sum, with fully masked query rows opened so the softmax stays
   finite.
 
-Shape legend
+Shape legend (masks broadcast over what they leave out)
     B  batch size
-    T  query length (the tokens being processed now)
-    S  key/value length: T in plain self-attention, cached + T with a KV cache, the source
-       length in cross-attention
-    H  number of heads
+    T  queries (the new tokens)
+    S  keys: T without a cache, cached + T with one, the source in cross-attention
+    H  heads (a padding mask holds 1 there)
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ A request for a capability the model lacks answers :class:`NotSupportedError` (H
 The package keeps one job per file: the request limits, errors and sampling settings
 (:mod:`.limits`), the served model and its endpoints (:mod:`.model`), character spans of words
 and tokens (:mod:`.spans`) and model loading (:mod:`.loading`). Every name is importable from
-``attnlm.web.service``.
+``attnlm.web.service`` (loaded on first use).
 
 Where other model families plug in (kept in one place each):
 
@@ -49,41 +49,29 @@ from __future__ import annotations
 
 import logging
 
-from attnlm.web.service.limits import (
-    DECIMALS,
-    DEFAULT_MAX_CHARS,
-    MAX_ATTENTION_VALUES,
-    MAX_BEAMS,
-    MAX_NEW_TOKENS,
-    MAX_TOP_K,
-    NotSupportedError,
-    ServiceError,
-    TooLongError,
-    UnknownModelError,
-    sampling_config,
-)
-from attnlm.web.service.loading import load_service, resolve_named_model
-from attnlm.web.service.model import Inspection, ModelService
-from attnlm.web.service.spans import find_word, token_spans
+from attnlm._lazy import lazy_exports
 
 log = logging.getLogger("attnlm.web")
 
-__all__ = [
-    "DECIMALS",
-    "DEFAULT_MAX_CHARS",
-    "MAX_ATTENTION_VALUES",
-    "MAX_BEAMS",
-    "MAX_NEW_TOKENS",
-    "MAX_TOP_K",
-    "Inspection",
-    "ModelService",
-    "NotSupportedError",
-    "ServiceError",
-    "TooLongError",
-    "UnknownModelError",
-    "find_word",
-    "load_service",
-    "resolve_named_model",
-    "sampling_config",
-    "token_spans",
-]
+_EXPORTS = {
+    "DECIMALS": "attnlm.web.service.limits",
+    "DEFAULT_MAX_CHARS": "attnlm.web.service.limits",
+    "MAX_ATTENTION_VALUES": "attnlm.web.service.limits",
+    "MAX_BEAMS": "attnlm.web.service.limits",
+    "MAX_NEW_TOKENS": "attnlm.web.service.limits",
+    "MAX_TOP_K": "attnlm.web.service.limits",
+    "NotSupportedError": "attnlm.web.service.limits",
+    "ServiceError": "attnlm.web.service.limits",
+    "TooLongError": "attnlm.web.service.limits",
+    "UnknownModelError": "attnlm.web.service.limits",
+    "sampling_config": "attnlm.web.service.limits",
+    "Inspection": "attnlm.web.service.model",
+    "ModelService": "attnlm.web.service.model",
+    "find_word": "attnlm.web.service.spans",
+    "token_spans": "attnlm.web.service.spans",
+    "load_service": "attnlm.web.service.loading",
+    "resolve_named_model": "attnlm.web.service.loading",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

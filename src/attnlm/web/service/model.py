@@ -8,8 +8,13 @@ inspection record (:func:`attnlm.inspect.record.inspect`), so every family the r
 is served; family differences (BERT's ``[CLS] ... [SEP]``, a translation model's source and
 target sides) are decided by the model's capabilities and tokenizer.
 
-Shapes: ``L`` layers, ``H`` heads, ``T`` tokens (target tokens for translation), ``S`` source
-tokens, ``C`` width, ``V`` vocabulary.
+Shape legend (one text per call: tensors carry no batch dimension)
+    L  attention layers (a translation model's decoder layers; 1 for the RNN encoder-decoder)
+    H  heads
+    T  tokens of the text (the target tokens for a translation model)
+    S  source tokens (translation models)
+    C  model width (hidden states)
+    V  vocabulary (logits)
 """
 
 from __future__ import annotations
