@@ -24,13 +24,18 @@ of width ``2 * d_enc``); source padding gets ``-inf`` before the softmax
 ``tanh(W_b [→h_S; ←h_1])`` (every decoder layer; LSTM cells start at zero).
 
 Teacher forcing (``forward``) and incremental decoding (``new_state`` / ``step``) run the
-same per-step code: a :class:`RNNDecoderState` holds the encoder annotations, the source mask,
-the decoder's hidden state and (input feeding) the last attentional vector; ``reorder``
-moves all of them together for beam search. Luong attention without input feeding attends
-once over all the steps of a call (the cell does not depend on attention then). The
-recurrences are ``GRUCell``/``LSTMCell`` loops, so the training forward compiles into one
-graph; the backward encoder direction reads each row's real tokens in reverse
-(:func:`reverse_rows`), so padding never reaches it.
+same per-step code: a decoding state (:class:`~.rnn_seq2seq_state.RNNDecoderState`, in its
+own file) holds the encoder annotations, the source mask, the decoder's hidden state and
+(input feeding) the last attentional vector; its ``reorder`` moves all of them together for
+beam search. Luong attention without input feeding attends once over all the steps of a call
+(the cell does not depend on attention then). The recurrences are ``GRUCell``/``LSTMCell``
+loops, so the training forward compiles into one graph; the backward encoder direction reads
+each row's real tokens in reverse (:func:`reverse_rows`), so padding never reaches it.
+
+The file reads in the lecture's order: the config; the recurrences; :class:`RNNSeq2Seq`'s
+encoder, attention step and decoder cell, forward pass and loss, and decoding hooks. The
+inspection record is built in :mod:`.rnn_seq2seq_inspect`. Every name stays importable from
+here.
 
 Shape legend
     B  batch size
@@ -62,7 +67,12 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
+from attnlm.models.rnn_seq2seq_inspect import inspect_translation
+from attnlm.models.rnn_seq2seq_state import Hidden, RNNDecoderState
 from attnlm.nn.attention import SCORE_ALIASES, SCORES, attend, make_score, padding_mask
+
+# ---------------------------------------------------------------------------------------------
+# Config
 
 CELLS = ("gru", "lstm")
 ATTENTIONS = ("bahdanau", "luong")
@@ -166,65 +176,8 @@ def _positive(name: str, value: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Decoding state
-
-
-Hidden = Tensor | tuple[Tensor, Tensor]  # GRU: (L, B, D); LSTM: (h, c), each (L, B, D)
-
-
-class RNNDecoderState:
-    """What the decoder carries between steps for a batch of sources (one row per hypothesis).
-
-    ``memory``: encoder annotations ``(B, S, K)`` (zeros at padding); ``keys``: the score's
-    key-only part of them (``score.prepare_keys(memory)``, computed once); ``mask``: additive
-    source padding mask ``(B, 1, S)`` (``-inf`` at padding); ``hidden``: the decoder's state,
-    ``(L, B, D)`` (GRU) or a pair ``(h, c)`` of those (LSTM); ``feed``: the last attentional
-    vector ``h̃`` ``(B, D)`` (Luong input feeding; zeros before the first step, else None);
-    ``length``: target tokens fed so far. :meth:`reorder` keeps batch rows ``indices``
-    (beam search: each hypothesis takes its parent's state; the annotations follow).
-    """
-
-    def __init__(
-        self,
-        memory: Tensor,
-        keys: Tensor,
-        mask: Tensor,
-        hidden: Hidden,
-        feed: Tensor | None = None,
-    ) -> None:
-        self.memory = memory
-        self.keys = keys
-        self.mask = mask
-        self.hidden = hidden
-        self.feed = feed
-        self.length = 0
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.memory.shape[0])
-
-    def reorder(self, indices: Tensor) -> None:
-        """Keep rows ``indices`` ``(B',)`` in this order (rows may repeat)."""
-        idx = indices.to(self.memory.device)
-        self.memory = self.memory.index_select(0, idx)
-        self.keys = self.keys.index_select(0, idx)
-        self.mask = self.mask.index_select(0, idx)
-        if isinstance(self.hidden, tuple):
-            self.hidden = tuple(h.index_select(1, idx) for h in self.hidden)  # type: ignore[assignment]
-        else:
-            self.hidden = self.hidden.index_select(1, idx)
-        if self.feed is not None:
-            self.feed = self.feed.index_select(0, idx)
-
-    def __repr__(self) -> str:
-        return (
-            f"RNNDecoderState(batch={self.batch_size}, source_len={self.memory.shape[1]}, "
-            f"length={self.length})"
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# The model
+# The recurrences: stacked GRU/LSTM cells (encoder and decoder), row-wise reversal (the
+# encoder's backward direction)
 
 
 class StackedCells(nn.Module):
@@ -283,6 +236,10 @@ def reverse_rows(x: Tensor, lengths: Tensor) -> Tensor:
     return x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
+# ---------------------------------------------------------------------------------------------
+# The model
+
+
 class RNNSeq2Seq(nn.Module):
     """RNN encoder-decoder with Bahdanau or Luong attention (see the module docstring).
 
@@ -322,7 +279,7 @@ class RNNSeq2Seq(nn.Module):
         self.combine = nn.Linear(d_combine, D, bias=False)
         self.lm_head = nn.Linear(D, c.vocab_size)
 
-    # -- encoder ---------------------------------------------------------------------------
+    # -- the encoder: annotations h_j = [→h_j; ←h_j] and the decoder's initial state --------
     def _check_source(self, src: Tensor, src_mask: Tensor, lengths: Tensor) -> None:
         if src_mask.shape != src.shape:
             raise InputError(
@@ -366,7 +323,7 @@ class RNNSeq2Seq(nn.Module):
         memory = self.drop(memory)
         return RNNDecoderState(memory, self.score.prepare_keys(memory), mask, hidden, feed)
 
-    # -- decoder ---------------------------------------------------------------------------
+    # -- the attention step and the decoder cell ----------------------------------------
     def _attend(self, query: Tensor, state: RNNDecoderState) -> tuple[Tensor, Tensor]:
         """Context ``(B, T, K)`` and weights ``(B, T, S)`` for queries ``(B, T, D)``."""
         scores = self.score.prepared(query, state.keys)  # (B, T, S) = score(query, memory)
@@ -407,6 +364,7 @@ class RNNSeq2Seq(nn.Module):
             return torch.tanh(self.combine(torch.cat([context, h], dim=-1))), weights  # h̃
         return torch.stack(readouts, dim=1), torch.cat(all_weights, dim=1)
 
+    # -- the model and its loss (teacher forcing) -------------------------------------------
     def forward(
         self,
         src: Tensor,
@@ -440,7 +398,7 @@ class RNNSeq2Seq(nn.Module):
             out.hidden_states = [readout]
         return out
 
-    # -- decoding-state protocol ----------------------------------------------------------
+    # -- decoding hooks: new_state, step (beam search: RNNDecoderState.reorder) -------------
     def new_state(self, batch: dict[str, Tensor] | None) -> RNNDecoderState:
         """The decoding state for ``batch = {"src": (B, S), "src_mask": (B, S)}`` (the
         encoder runs here, once)."""
@@ -503,103 +461,21 @@ class RNNSeq2Seq(nn.Module):
                 break
         return out
 
-    # -- inspection -------------------------------------------------------------------------
-    @torch.no_grad()
+    # -- inspection and size ----------------------------------------------------------------
     def inspect(
         self, tokenizer: Any, text: str, target: str | Sequence[int] | None = None
     ) -> InspectionRecord:
         """The :class:`~attnlm.inspect.record.InspectionRecord` of translating ``text`` (or of
-        teacher-forcing ``target``: a text, or target ids without the start token as a decoder
-        produced them, an end token appended when missing): ``source_tokens`` (the source with
-        its end token),
-        ``tokens`` (the target tokens predicted, ``eos`` included) and ``cross_attentions``
-        ``[(1, T, S)]``. ``tokenizer``: one shared tokenizer, or a pair with ``.source`` and
-        ``.target`` (``attnlm.data.pairs.PairTokenizers``)."""
-        c = self.config
-        src_tok, tgt_tok = _sides(tokenizer)
-        src_ids = _encode(tokenizer, "source", src_tok, text, c.eos_id)
-        was_training = self.training
-        self.eval()
-        try:
-            if target is None:
-                out_ids = self.greedy([src_ids])[0]
-            elif isinstance(target, str):
-                out_ids = _encode(tokenizer, "target", tgt_tok, target, None) + [c.eos_id]
-            else:  # target ids as decoding produced them (no start token)
-                out_ids = [int(i) for i in target]
-                if not out_ids or out_ids[-1] != c.eos_id:
-                    out_ids.append(c.eos_id)
-            batch = self.source_batch([src_ids])
-            tgt_in = torch.tensor([[c.bos_id, *out_ids[:-1]]], device=batch["src"].device)
-            out = self(**batch, tgt_in=tgt_in, return_attention=True)
-        finally:
-            self.train(was_training)
-        assert out.cross_attentions is not None
-        src_specials = _special_labels(tokenizer, "source", c)
-        tgt_specials = _special_labels(tokenizer, "target", c)
-        return InspectionRecord(
-            family="rnn-seq2seq",
-            tokens=[_label(tgt_tok, i, tgt_specials) for i in out_ids],
-            ids=list(out_ids),
-            attentions=[],
-            hidden_states=[],
-            source_tokens=[_label(src_tok, i, src_specials) for i in src_ids],
-            source_ids=list(src_ids),
-            cross_attentions=[out.cross_attentions[0][0].float().cpu()],  # (1, T, S)
-        )
+        teacher-forcing ``target``), with ``cross_attentions`` ``[(1, T, S)]``: see
+        :func:`~attnlm.models.rnn_seq2seq_inspect.inspect_translation`. ``tokenizer``: one
+        shared tokenizer, or a pair (``attnlm.data.pairs.PairTokenizers``)."""
+        return inspect_translation(self, tokenizer, text, target)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count (without the embeddings and output layer when asked)."""
         if not non_embedding:
             return count_params(self)
         return count_params(self, exclude=(self.src_emb, self.tgt_emb, self.lm_head))
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenizer helpers for inspect: one shared tokenizer or a pair (.source / .target)
-
-
-def _sides(tokenizer: Any) -> tuple[Any, Any]:
-    if hasattr(tokenizer, "source") and hasattr(tokenizer, "target"):
-        return tokenizer.source, tokenizer.target
-    return tokenizer, tokenizer
-
-
-def _encode(tokenizer: Any, side: str, tok: Any, text: str, eos: int | None) -> list[int]:
-    """Ids of ``text``: a pair tokenizer's own rule for ``side`` (``encode(text, side)`` adds
-    the start / end tokens its config gives; the target's start token is dropped here since
-    the decoder adds it), else the plain tokenizer's ids plus ``eos`` when given."""
-    from attnlm.tokenizers import encode_text
-
-    if hasattr(tokenizer, "encode") and hasattr(tokenizer, "source_ids"):
-        ids = list(tokenizer.encode(text, side))
-        sp = getattr(tokenizer, f"{side}_ids")
-        if side == "target":
-            ids = [i for i in ids if i not in (sp.bos, sp.eos)]
-    else:
-        ids = encode_text(tok, text, f"the {side} text") + ([eos] if eos is not None else [])
-    if not ids:
-        raise InputError(f"the {side} text is empty after tokenization")
-    return ids
-
-
-def _special_labels(tokenizer: Any, side: str, config: RNNSeq2SeqConfig) -> dict[int, str]:
-    sp = getattr(tokenizer, f"{side}_ids", None)
-    cfg = getattr(tokenizer, "config", None)
-    if sp is not None and cfg is not None and hasattr(cfg, "pad"):
-        return {sp.pad: cfg.pad, sp.bos: cfg.bos, sp.eos: cfg.eos}
-    return {config.pad_id: "<pad>", config.bos_id: "<s>", config.eos_id: "</s>"}
-
-
-def _label(tok: Any, i: int, specials: dict[int, str]) -> str:
-    from attnlm.tokenizers import token_label
-
-    if i in specials and i >= getattr(tok, "vocab_size", i + 1):
-        return specials[i]
-    try:
-        return token_label(tok, i)
-    except (IndexError, KeyError, ValueError):
-        return specials.get(i, f"<{i}>")
 
 
 def _describe(c: RNNSeq2SeqConfig) -> str:

@@ -1,15 +1,21 @@
-"""Attention: the parameter-free lecture version, score functions, masks, multi-head
-attention (self and cross) with a fused fast path, and a KV cache for incremental decoding.
+"""Attention: the parameter-free lecture version, :func:`attend`, and multi-head attention
+(self and cross) with a fused fast path.
 
 Attention is a soft dictionary lookup: every query scores every key, the scores become weights
 with a softmax over the keys, and the output is the weighted average of the values. The parts
-are kept apart so each can be read (and swapped) on its own:
+are kept apart so each can be read (and swapped) on its own, one file each:
 
-* score functions ``(q, k) -> scores``: additive (Bahdanau et al., 2015), bilinear and dot
-  (Luong et al., 2015), scaled dot (Vaswani et al., 2017);
-* masks as additive ``-inf`` tensors: causal (look-ahead), key padding, their sum;
-* :func:`attend` turns scores + mask into weights and mixes the values;
-* :class:`MultiHeadAttention` holds the projections ``W_Q, W_K, W_V`` (fused) and ``W_O``.
+* score functions ``(q, k) -> scores`` (:mod:`.score_functions`): additive (Bahdanau et al.,
+  2015), bilinear and dot (Luong et al., 2015), scaled dot (Vaswani et al., 2017);
+* masks as additive ``-inf`` tensors (:mod:`.masks`): causal (look-ahead), key padding, their
+  sum;
+* :func:`attend` (here) turns scores + mask into weights and mixes the values;
+* :class:`MultiHeadAttention` (here) holds the projections ``W_Q, W_K, W_V`` (fused) and
+  ``W_O``;
+* the KV cache of incremental decoding (:mod:`.cache`) and the packed-token layout
+  (:mod:`.packing`) that :class:`MultiHeadAttention` reads and writes.
+
+Every one of these names is importable from this module too (``attnlm.nn.attention``).
 
 When the weights are not requested and the score is (scaled) dot,
 :class:`MultiHeadAttention` calls ``torch.nn.functional.scaled_dot_product_attention``,
@@ -33,6 +39,37 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.nn.cache import KVCache
+from attnlm.nn.masks import causal_mask, combine_masks, padding_mask
+from attnlm.nn.packing import Packing
+from attnlm.nn.score_functions import (
+    SCORE_ALIASES,
+    SCORES,
+    AdditiveScore,
+    BilinearScore,
+    DotScore,
+    ScaledDotScore,
+    make_score,
+)
+
+__all__ = [
+    "SCORES",
+    "SCORE_ALIASES",
+    "AdditiveScore",
+    "BilinearScore",
+    "DotScore",
+    "KVCache",
+    "MultiHeadAttention",
+    "Packing",
+    "ScaledDotScore",
+    "apply_rotary",
+    "attend",
+    "causal_mask",
+    "combine_masks",
+    "make_score",
+    "padding_mask",
+    "simple_self_attention",
+]
 
 # ---------------------------------------------------------------------------------------------
 # The lectures' parameter-free self-attention
@@ -53,201 +90,6 @@ def simple_self_attention(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Score functions: one signature, (q, k) -> scores.  q (..., T, Dq), k (..., S, Dk) -> (..., T, S)
-
-
-class DotScore(nn.Module):
-    """``score(q, k) = qᵀ k`` (Luong et al., 2015, "dot")."""
-
-    supports_sdpa = True
-    sdpa_scale: float | None = 1.0
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return q @ k.transpose(-2, -1)  # (..., T, S)
-
-    def prepare_keys(self, k: Tensor) -> Tensor:
-        """The part of the score that depends on the keys only (see :func:`make_score`)."""
-        return k
-
-    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
-        """``forward(q, k)`` from ``pk = prepare_keys(k)``."""
-        return q @ pk.transpose(-2, -1)
-
-
-class ScaledDotScore(nn.Module):
-    """``score(q, k) = qᵀ k / sqrt(d_k)`` (Vaswani et al., 2017, "Attention Is All You Need").
-
-    For q, k with independent unit-variance entries, ``qᵀ k`` has variance ``d_k``; dividing
-    by ``sqrt(d_k)`` brings it back to 1 so the softmax does not saturate at large ``d_k``.
-    """
-
-    supports_sdpa = True
-    sdpa_scale: float | None = None  # SDPA's default scale is 1 / sqrt(D)
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)  # (..., T, S)
-
-    def prepare_keys(self, k: Tensor) -> Tensor:
-        return k * (k.shape[-1] ** -0.5)
-
-    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
-        return q @ pk.transpose(-2, -1)
-
-
-class BilinearScore(nn.Module):
-    """``score(q, k) = qᵀ W k`` (Luong et al., 2015, "general"); ``W`` is ``(d_q, d_k)``."""
-
-    supports_sdpa = False
-
-    def __init__(self, d_q: int, d_k: int | None = None) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(d_q, d_k or d_q))
-        nn.init.xavier_uniform_(self.weight)
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return (q @ self.weight) @ k.transpose(-2, -1)  # (..., T, Dk) @ (..., Dk, S)
-
-    def prepare_keys(self, k: Tensor) -> Tensor:
-        return k @ self.weight.T  # (..., S, Dq): W k for every key
-
-    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
-        return q @ pk.transpose(-2, -1)
-
-
-class AdditiveScore(nn.Module):
-    """``score(q, k) = w₂ᵀ tanh(W₁ [q; k])`` (Bahdanau, Cho & Bengio, 2015, "additive"/MLP).
-
-    ``W₁ [q; k]`` is computed as ``W₁_q q + W₁_k k`` (the two column blocks of ``W₁``) so the
-    concatenation is never built for all ``T x S`` pairs; only the hidden activations are.
-    """
-
-    supports_sdpa = False
-
-    def __init__(self, d_q: int, d_k: int | None = None, d_hidden: int | None = None) -> None:
-        super().__init__()
-        self.d_q, d_k = d_q, d_k or d_q
-        self.w1 = nn.Linear(d_q + d_k, d_hidden or d_q, bias=False)  # W₁ acting on [q; k]
-        self.w2 = nn.Linear(d_hidden or d_q, 1, bias=False)  # w₂
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return self.prepared(q, self.prepare_keys(k))
-
-    def prepare_keys(self, k: Tensor) -> Tensor:
-        return k @ self.w1.weight[:, self.d_q :].T  # (..., S, h): W₁_k k for every key
-
-    def prepared(self, q: Tensor, pk: Tensor) -> Tensor:
-        w_q = self.w1.weight[:, : self.d_q]
-        hidden = torch.tanh((q @ w_q.T).unsqueeze(-2) + pk.unsqueeze(-3))  # (..., T, S, h)
-        return self.w2(hidden).squeeze(-1)  # (..., T, S)
-
-
-SCORES = ("dot", "scaled_dot", "bilinear", "additive")
-# Luong et al. (2015) names for the same functions: "general" is bilinear, "concat" is additive.
-SCORE_ALIASES = {"general": "bilinear", "concat": "additive", "bahdanau": "additive"}
-
-
-def make_score(
-    name: str, d_q: int, d_k: int | None = None, d_hidden: int | None = None
-) -> nn.Module:
-    """Build a score module by name (one of :data:`SCORES` or a Luong/Bahdanau alias in
-    :data:`SCORE_ALIASES`) for queries of width ``d_q`` and keys of width ``d_k`` (default
-    ``d_q``). Dot products need equal widths; bilinear and additive scores bridge different
-    ones (a recurrent decoder state attending over bidirectional encoder states)."""
-    name = SCORE_ALIASES.get(name, name)
-    d_k = d_k or d_q
-    if name in ("dot", "scaled_dot") and d_k != d_q:
-        raise ConfigError(
-            f"the {name} score needs queries and keys of one width, got {d_q} and {d_k} "
-            "(use bilinear or additive)"
-        )
-    if name == "dot":
-        return DotScore()
-    if name == "scaled_dot":
-        return ScaledDotScore()
-    if name == "bilinear":
-        return BilinearScore(d_q, d_k)
-    if name == "additive":
-        return AdditiveScore(d_q, d_k, d_hidden)
-    known = ", ".join(SCORES + tuple(SCORE_ALIASES))
-    raise ConfigError(f"unknown attention score {name!r} (known: {known})")
-
-
-# ---------------------------------------------------------------------------------------------
-# Masks: additive float tensors, 0 where attention is allowed and -inf where it is not.
-
-
-def causal_mask(
-    t: int, s: int | None = None, *, device: torch.device | None = None, dtype=torch.float32
-) -> Tensor:
-    """Look-ahead mask ``(T, S)``: query ``i`` sits at position ``S - T + i`` (the last ``T``
-    of ``S`` positions, as with a KV cache) and may see keys ``j <= S - T + i``."""
-    s = t if s is None else s
-    allowed = torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
-    return torch.zeros(t, s, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
-
-
-def padding_mask(keep: Tensor, dtype=torch.float32) -> Tensor:
-    """Key padding mask ``(B, 1, 1, S)`` from ``keep`` ``(B, S)`` bool (False = padding)."""
-    if keep.dtype != torch.bool:
-        keep = keep.bool()
-    mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
-    return mask.masked_fill(~keep, float("-inf"))[:, None, None, :]
-
-
-def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """Sum the given additive masks (broadcasting), or None if none is given.
-
-    A query row with every key masked (a padding query under a causal mask with left padding)
-    would give NaN in the softmax; such rows are opened (set to 0) instead. Their outputs are
-    meaningless but finite, and nothing downstream reads them.
-    """
-    present = [m for m in masks if m is not None]
-    if not present:
-        return None
-    total = present[0]
-    for m in present[1:]:
-        total = total + m
-    dead = torch.isneginf(total).all(dim=-1, keepdim=True)
-    return total.masked_fill(dead, 0.0)
-
-
-class Packing:
-    """Where the real tokens of a padded ``(B, L)`` batch sit, for running the per-token
-    layers (embeddings, projections, feed-forward, norms, dropout, head) on those tokens only.
-
-    A packed tensor is ``(N, F)``: the ``N`` positions that ``keep`` ``(B, L)`` (bool) keeps,
-    in row-major order. Attention needs the padded layout, so :class:`MultiHeadAttention`
-    pads its projections with :meth:`pad` and packs its output again with :meth:`take` before
-    ``W_O``. The zeros it pads with are never read: padding keys are masked, and a causal
-    query never sees a later position, so a row that keeps a prefix (a decoder's targets)
-    needs no mask beyond the causal one. Equal to running on the padded batch at the kept
-    positions (tested); the data-dependent ``N`` makes it an eager-mode path.
-
-    (Grouping the rows by length, so that attention pads each group only to its own longest
-    row, was measured and not kept: -1% to +3.5% on the built-in task, -3% to -10% on the
-    Tatoeba sample, whose batches carry less padding; docs/benchmarks.md.)
-    """
-
-    def __init__(self, keep: Tensor) -> None:
-        self.rows, self.length = keep.shape
-        self.index = keep.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions row * L + t
-
-    @property
-    def positions(self) -> Tensor:
-        """Position of each packed token within its row ``(N,)``."""
-        return self.index % self.length
-
-    def take(self, x: Tensor) -> Tensor:
-        """``(B, L, ...) -> (N, ...)``: the kept positions of a padded tensor."""
-        return x.reshape(self.rows * self.length, *x.shape[2:]).index_select(0, self.index)
-
-    def pad(self, x: Tensor) -> Tensor:
-        """Packed ``(N, F)`` -> ``(B, L, F)`` with zeros at the positions not kept."""
-        out = x.new_zeros(self.rows * self.length, x.shape[-1])
-        return out.index_copy(0, self.index, x).view(self.rows, self.length, x.shape[-1])
-
-
-# ---------------------------------------------------------------------------------------------
 # attend: scores + mask -> weights -> weighted values
 
 
@@ -264,90 +106,6 @@ def attend(
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     mixed = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return mixed @ v, weights  # (..., T, Dv)
-
-
-# ---------------------------------------------------------------------------------------------
-# KV cache
-
-
-class KVCache:
-    """Keys and values of the tokens seen so far, per layer, for incremental decoding.
-
-    ``keys[l]`` and ``values[l]`` are ``(B, H, T_cached, D)`` (None before the first token).
-    ``length`` is how many tokens are held, ``position`` the absolute position of the next
-    token (it keeps counting after :meth:`trim`). Keys are stored after rotary embedding, so a
-    trimmed cache stays usable for relative schemes (RoPE, ALiBi), whose scores depend only on
-    offsets. For a one-layer model, trimming equals recomputing on the last window exactly. With
-    several layers it does not: the cached keys of layer 2 and up were computed from hidden
-    states that saw tokens which have since left the window, so decoding with a trimmed cache
-    is sliding-window attention (receptive field growing with depth, as in Longformer or
-    Mistral), a close relative of the cropped recompute but not equal to it.
-    """
-
-    def __init__(self, n_layer: int) -> None:
-        self.keys: list[Tensor | None] = [None] * n_layer
-        self.values: list[Tensor | None] = [None] * n_layer
-        # cross-attention keys/values of an encoder-decoder, computed once per source
-        self.cross: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
-        # rows per cross-attention entry: batch row r attends with cross[l] row r // cross_group
-        # (the beams of one source share one copy of its keys/values and source mask)
-        self.cross_group = 1
-        self.context_mask: Tensor | None = None  # (B, 1, 1, S) additive source padding mask
-        self.position = 0
-
-    @property
-    def length(self) -> int:
-        """Number of tokens currently held (the same in every layer between forward calls)."""
-        k = self.keys[-1]
-        return 0 if k is None else k.shape[-2]
-
-    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add the new tokens' ``k, v`` ``(B, H, T, D)`` to ``layer``; return everything held,
-        ``(B, H, S, D)`` each."""
-        if self.keys[layer] is not None:
-            k = torch.cat([self.keys[layer], k], dim=-2)
-            v = torch.cat([self.values[layer], v], dim=-2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
-
-    def advance(self, t: int) -> None:
-        """Move ``position`` on by ``t`` tokens (the model calls this after a forward)."""
-        self.position += t
-
-    def trim(self, keep_last: int) -> None:
-        """Drop the oldest entries so that at most ``keep_last`` tokens remain."""
-        if keep_last < 0:
-            raise InputError(f"keep_last must be >= 0, got {keep_last}")
-        for i, (k, v) in enumerate(zip(self.keys, self.values)):
-            if k is not None and k.shape[-2] > keep_last:
-                self.keys[i] = k[..., k.shape[-2] - keep_last :, :]
-                self.values[i] = v[..., v.shape[-2] - keep_last :, :]
-
-    def reorder(self, indices: Tensor) -> None:
-        """Keep batch rows ``indices`` ``(B',)`` in this order (beam search: each surviving
-        hypothesis takes its parent's cache). Rows may repeat; self- and cross-attention
-        entries and the source mask move together."""
-
-        def pick(t: Tensor) -> Tensor:
-            return t.index_select(0, indices.to(t.device))
-
-        self.keys = [None if k is None else pick(k) for k in self.keys]
-        self.values = [None if v is None else pick(v) for v in self.values]
-        self.cross = [None if c is None else (pick(c[0]), pick(c[1])) for c in self.cross]
-        if self.context_mask is not None:
-            self.context_mask = pick(self.context_mask)
-
-    def reset(self) -> None:
-        """Empty the cache (cross-attention entries too)."""
-        self.keys = [None] * len(self.keys)
-        self.values = [None] * len(self.values)
-        self.cross = [None] * len(self.cross)
-        self.cross_group = 1
-        self.context_mask = None
-        self.position = 0
-
-    def __repr__(self) -> str:
-        return f"KVCache(layers={len(self.keys)}, length={self.length}, position={self.position})"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,123 +1,44 @@
-"""Model access for the attention explorer: one :class:`ModelService` per served model.
+"""One served model answering the explorer's JSON API: :class:`ModelService`.
 
-Everything the web server knows about models goes through this module; the HTTP layer
-(:mod:`attnlm.web.server`) only validates JSON and calls these methods. A service answers with
-plain JSON-ready dicts:
+Its methods are the endpoints (``info``, ``tokens``, ``attention``, ``next_tokens``,
+``generate``, ``embeddings``, ``fill_mask``, ``translate``; the package docstring of
+:mod:`attnlm.web.service` lists what each answers). Every endpoint that needs the model's
+internals goes through one forward pass, :meth:`ModelService._inspect`, which reads the shared
+inspection record (:func:`attnlm.inspect.record.inspect`), so every family the registry knows
+is served; family differences (BERT's ``[CLS] ... [SEP]``, a translation model's source and
+target sides) are decided by the model's capabilities and tokenizer.
 
-- ``info()``: name, family, capabilities, layers, heads, window, character limit;
-- ``tokens(text)``: ``{"tokens": [str], "ids": [int]}``, the tokens as the model sees them
-  (BERT: ``[CLS] ... [SEP]``; translation models: the source side with its end token);
-- ``attention(text)``: ``{"tokens": [T], "attention": [L][H][T][T]}`` (query rows, key
-  columns, each row sums to 1); translation models answer for the greedy translation of
-  ``text``: ``"translation"``, the target tokens as ``"tokens"`` (decoder self-attention in
-  ``"attention"``; empty for the RNN encoder-decoder), ``"source_tokens"`` ``[S]`` and
-  ``"cross_attention"`` ``[L][H][T][S]`` (query = target token, key = source token);
-- ``next_tokens(text, k)``: the ``k`` most likely next tokens after every position;
-- ``generate(text, sampling)``: a continuation;
-- ``embeddings(word, sentences)``: cosine of the word's contextual vectors in two sentences at
-  every layer (index 0 = the embedding layer); not for translation models;
-- ``fill_mask(text, k)`` (capability ``fill-mask``): the top ``k`` tokens at every
-  ``[MASK]`` (:func:`attnlm.inspect.contextual.fill_mask`), ``{"text", "filled", "k",
-  "tokens", "masks": [{"index", "predictions": [{"token", "id", "prob"}]}]}``;
-- ``translate(text, sampling, max_new_tokens)`` (capability ``translate``): the translation
-  (:func:`attnlm.generate.translate.translate_ids`; greedy unless ``sampling`` samples) and the
-  attention record of the model reading it, ``{"source", "translation", "tokens",
-  "attention", "source_tokens", "cross_attention"}``.
-
-A request for a capability the model lacks answers :class:`NotSupportedError` (HTTP 400).
-
-Where other model families plug in (kept in one place each):
-
-- :func:`load_service`: loads a checkpoint; the family and its capabilities come from the
-  model-family registry (translation checkpoints are served with their pair tokenizers);
-- :meth:`ModelService._inspect`: the single forward pass that yields tokens, per-layer
-  attention, hidden states and logits, through the shared record
-  (:func:`attnlm.inspect.record.inspect`; encoder-decoders through their ``inspect`` hook);
-- :func:`resolve_named_model`: ``attnlm serve --model NAME`` (``minilm`` or a Hugging Face folder).
-
-Shapes: ``L`` layers, ``H`` heads, ``T`` tokens (target tokens for translation), ``S`` source
-tokens, ``C`` width, ``V`` vocabulary.
+Shape legend (one text per call: tensors carry no batch dimension)
+    L  attention layers (a translation model's decoder layers; 1 for the RNN encoder-decoder)
+    H  heads
+    T  tokens of the text (the target tokens for a translation model)
+    S  source tokens (translation models)
+    C  model width (hidden states)
+    V  vocabulary (logits)
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import os
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from attnlm.errors import AttnlmError, ConfigError, InputError
+from attnlm.errors import AttnlmError, InputError
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.models.base import count_params
-
-log = logging.getLogger("attnlm.web")
-
-DEFAULT_MAX_CHARS = 2000  # longest text accepted by any endpoint
-MAX_NEW_TOKENS = 500  # most tokens one generation request may ask for
-MAX_BEAMS = 16  # most beams one translation request may ask for
-MAX_TOP_K = 50  # most next-token candidates per position
-DECIMALS = 6  # attention and probabilities are rounded to this many decimals in JSON
-# Most attention weights one answer may hold (layers x heads x queries x keys): about 9 bytes
-# each in JSON, so 2M is an answer of about 15 MB and a few seconds on one core (GPT-2 small,
-# 12 layers x 12 heads: up to 117 tokens).
-MAX_ATTENTION_VALUES = 2_000_000
-
-
-class ServiceError(InputError):
-    """A request the service cannot answer; ``status`` is the HTTP status to send."""
-
-    status = 400
-
-
-class TooLongError(ServiceError):
-    """The text is longer than the character limit or the model's window (HTTP 413)."""
-
-    status = 413
-
-
-class NotSupportedError(ServiceError):
-    """The model lacks the capability the request needs (HTTP 400)."""
-
-
-class UnknownModelError(ServiceError):
-    """No served model has the requested name (HTTP 404)."""
-
-    status = 404
-
-
-def sampling_config(
-    max_new_tokens: int = 50,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-) -> SamplingConfig:
-    """The shared :class:`~attnlm.generate.sampling.SamplingConfig` of one web request, with the
-    explorer's tighter limits (at most :data:`MAX_NEW_TOKENS` new tokens, temperature <= 10);
-    bad values raise :class:`ServiceError` (HTTP 400)."""
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
-        or not (1 <= max_new_tokens <= MAX_NEW_TOKENS)
-    ):
-        raise ServiceError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}")
-    if isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 10:
-        raise ServiceError("temperature must be between 0 and 10 (0 means greedy)")
-    try:
-        return SamplingConfig(
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-        )
-    except ConfigError as e:
-        raise ServiceError(str(e)) from None
+from attnlm.web.service.limits import (
+    DECIMALS,
+    DEFAULT_MAX_CHARS,
+    MAX_ATTENTION_VALUES,
+    MAX_BEAMS,
+    MAX_NEW_TOKENS,
+    MAX_TOP_K,
+    NotSupportedError,
+    ServiceError,
+    TooLongError,
+)
+from attnlm.web.service.spans import find_word, token_spans
 
 
 @dataclass
@@ -483,92 +404,3 @@ class ModelService:
         translation = pairs.decode_target(ids)
         rec = self._inspect(text, target=ids[1:])  # the ids after the start token, as decoded
         return {"source": text, "translation": translation, **self._record(rec)}
-
-
-def find_word(sentence: str, word: str, n: int = 1) -> tuple[int, int]:
-    """Character span of the first whole-word occurrence of ``word`` (exact case first)."""
-    pattern = r"(?<!\w)" + re.escape(word) + r"(?!\w)"
-    m = re.search(pattern, sentence) or re.search(pattern, sentence, re.IGNORECASE)
-    if m is None:
-        raise ServiceError(f"the word {word!r} does not occur in sentence {n}")
-    return m.span()
-
-
-def token_spans(tokenizer: Any, text: str, ids: Sequence[int]) -> list[tuple[int, int]]:
-    """Character span ``[start, end)`` of each token of ``text`` (zero-width when unknown).
-
-    Byte-level tokenizers (``decode_bytes``) are mapped through UTF-8 byte offsets; others by
-    finding each token's text in order.
-    """
-    if hasattr(tokenizer, "decode_bytes"):
-        data = text.encode("utf-8")
-        char_at = []  # byte offset -> index of the character containing it
-        for ci, ch in enumerate(text):
-            char_at.extend([ci] * len(ch.encode("utf-8")))
-        char_at.append(len(text))
-        spans, b = [], 0
-        for i in ids:
-            n = len(tokenizer.decode_bytes([i]))
-            a, b = b, min(b + n, len(data))
-            end = char_at[b - 1] + 1 if b > a else char_at[a]
-            spans.append((char_at[a], end))
-        return spans
-    spans, pos = [], 0
-    for i in ids:
-        piece = tokenizer.decode([i])
-        at = text.find(piece, pos) if piece else -1
-        if at < 0:
-            spans.append((pos, pos))
-            continue
-        spans.append((at, at + len(piece)))
-        pos = at + len(piece)
-    return spans
-
-
-# -- loading ---------------------------------------------------------------------------------
-
-
-def _service_name(path: Path) -> str:
-    p = path.resolve()
-    if p.name in ("checkpoint", "checkpoint.old") and p.parent.name:
-        return p.parent.name
-    return p.name or "model"
-
-
-def load_service(
-    path: str | os.PathLike[str] | None = None,
-    name: str | None = None,
-    device: str = "cpu",
-    max_chars: int = DEFAULT_MAX_CHARS,
-    model: str | None = None,
-) -> ModelService:
-    """A :class:`ModelService` for a checkpoint or run folder ``path``, or a named pretrained
-    model / Hugging Face folder ``model`` (``attnlm serve --model minilm``); errors:
-    InputError.
-
-    The one place that loads served models (through
-    :func:`attnlm.checkpoint.load_model_ref`): the family and its capabilities come from the
-    registry entry the checkpoint names (``fill-mask`` only where the model has its masked-LM
-    head); a translation checkpoint is served with its pair tokenizers.
-    """
-    from attnlm.checkpoint import load_model_ref
-
-    ck = load_model_ref(path, model, device)
-    capabilities = set(ck.family.capabilities)
-    if getattr(ck.model, "head", True) is None:  # a BertModel folder (minilm): no masked-LM head
-        capabilities.discard("fill-mask")
-    return ModelService(
-        name=name or (model if model is not None else _service_name(Path(ck.path))),
-        model=ck.model,
-        tokenizer=ck.pair_tokenizers or ck.tokenizer,  # both sides for a translation model
-        family=ck.family.type,
-        capabilities=frozenset(capabilities),
-        max_chars=max_chars,
-        source=str(ck.path),
-    )
-
-
-def resolve_named_model(name: str, **kwargs: Any) -> ModelService:
-    """The service of a named pretrained model or Hugging Face folder (``serve --model``);
-    unknown names raise InputError."""
-    return load_service(model=name, **kwargs)

@@ -1,0 +1,100 @@
+"""The KV cache of incremental decoding: the keys and values of the tokens seen so far, per
+layer, so that each new token's attention costs one query against what is held instead of a
+full recompute; for an encoder-decoder also the cross-attention keys and values of the source,
+computed once per source.
+
+Shape legend
+    B         batch size (rows; beams of one source are consecutive rows)
+    H         number of heads
+    T         tokens added by one forward call
+    T_cached  tokens held before the call
+    S         tokens held after it (T_cached + T); in a cross-attention entry, the source length
+    D         width of one head (C // H)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attnlm.errors import InputError
+
+
+class KVCache:
+    """Keys and values of the tokens seen so far, per layer, for incremental decoding.
+
+    ``keys[l]`` and ``values[l]`` are ``(B, H, T_cached, D)`` (None before the first token).
+    ``length`` is how many tokens are held, ``position`` the absolute position of the next
+    token (it keeps counting after :meth:`trim`). Keys are stored after rotary embedding, so a
+    trimmed cache stays usable for relative schemes (RoPE, ALiBi), whose scores depend only on
+    offsets. For a one-layer model, trimming equals recomputing on the last window exactly. With
+    several layers it does not: the cached keys of layer 2 and up were computed from hidden
+    states that saw tokens which have since left the window, so decoding with a trimmed cache
+    is sliding-window attention (receptive field growing with depth, as in Longformer or
+    Mistral), a close relative of the cropped recompute but not equal to it.
+    """
+
+    def __init__(self, n_layer: int) -> None:
+        self.keys: list[Tensor | None] = [None] * n_layer
+        self.values: list[Tensor | None] = [None] * n_layer
+        # cross-attention keys/values of an encoder-decoder, computed once per source
+        self.cross: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
+        # rows per cross-attention entry: batch row r attends with cross[l] row r // cross_group
+        # (the beams of one source share one copy of its keys/values and source mask)
+        self.cross_group = 1
+        self.context_mask: Tensor | None = None  # (B, 1, 1, S) additive source padding mask
+        self.position = 0
+
+    @property
+    def length(self) -> int:
+        """Number of tokens currently held (the same in every layer between forward calls)."""
+        k = self.keys[-1]
+        return 0 if k is None else k.shape[-2]
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add the new tokens' ``k, v`` ``(B, H, T, D)`` to ``layer``; return everything held,
+        ``(B, H, S, D)`` each."""
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=-2)
+            v = torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+    def advance(self, t: int) -> None:
+        """Move ``position`` on by ``t`` tokens (the model calls this after a forward)."""
+        self.position += t
+
+    def trim(self, keep_last: int) -> None:
+        """Drop the oldest entries so that at most ``keep_last`` tokens remain."""
+        if keep_last < 0:
+            raise InputError(f"keep_last must be >= 0, got {keep_last}")
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            if k is not None and k.shape[-2] > keep_last:
+                self.keys[i] = k[..., k.shape[-2] - keep_last :, :]
+                self.values[i] = v[..., v.shape[-2] - keep_last :, :]
+
+    def reorder(self, indices: Tensor) -> None:
+        """Keep batch rows ``indices`` ``(B',)`` in this order (beam search: each surviving
+        hypothesis takes its parent's cache). Rows may repeat; self- and cross-attention
+        entries and the source mask move together."""
+
+        def pick(t: Tensor) -> Tensor:
+            return t.index_select(0, indices.to(t.device))
+
+        self.keys = [None if k is None else pick(k) for k in self.keys]
+        self.values = [None if v is None else pick(v) for v in self.values]
+        self.cross = [None if c is None else (pick(c[0]), pick(c[1])) for c in self.cross]
+        if self.context_mask is not None:
+            self.context_mask = pick(self.context_mask)
+
+    def reset(self) -> None:
+        """Empty the cache (cross-attention entries too)."""
+        self.keys = [None] * len(self.keys)
+        self.values = [None] * len(self.values)
+        self.cross = [None] * len(self.cross)
+        self.cross_group = 1
+        self.context_mask = None
+        self.position = 0
+
+    def __repr__(self) -> str:
+        return f"KVCache(layers={len(self.keys)}, length={self.length}, position={self.position})"

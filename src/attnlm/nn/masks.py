@@ -1,0 +1,56 @@
+"""Attention masks as additive float tensors: 0 where attention is allowed, ``-inf`` where it
+is not, added to the scores before the softmax (:func:`attnlm.nn.attention.attend`).
+
+* :func:`causal_mask`: the look-ahead mask ``(T, S)`` of a decoder (also with a KV cache,
+  where the ``T`` new queries are the last ``T`` of ``S`` positions);
+* :func:`padding_mask`: the key padding mask ``(B, 1, 1, S)``, broadcast over heads and
+  queries;
+* :func:`combine_masks`: their sum, with fully masked query rows opened so the softmax stays
+  finite.
+
+Shape legend (masks broadcast over what they leave out)
+    B  batch size
+    T  queries (the new tokens)
+    S  keys: T without a cache, cached + T with one, the source in cross-attention
+    H  heads (a padding mask holds 1 there)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def causal_mask(
+    t: int, s: int | None = None, *, device: torch.device | None = None, dtype=torch.float32
+) -> Tensor:
+    """Look-ahead mask ``(T, S)``: query ``i`` sits at position ``S - T + i`` (the last ``T``
+    of ``S`` positions, as with a KV cache) and may see keys ``j <= S - T + i``."""
+    s = t if s is None else s
+    allowed = torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)
+    return torch.zeros(t, s, dtype=dtype, device=device).masked_fill(~allowed, float("-inf"))
+
+
+def padding_mask(keep: Tensor, dtype=torch.float32) -> Tensor:
+    """Key padding mask ``(B, 1, 1, S)`` from ``keep`` ``(B, S)`` bool (False = padding)."""
+    if keep.dtype != torch.bool:
+        keep = keep.bool()
+    mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+    return mask.masked_fill(~keep, float("-inf"))[:, None, None, :]
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """Sum the given additive masks (broadcasting), or None if none is given.
+
+    A query row with every key masked (a padding query under a causal mask with left padding)
+    would give NaN in the softmax; such rows are opened (set to 0) instead. Their outputs are
+    meaningless but finite, and nothing downstream reads them.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    total = present[0]
+    for m in present[1:]:
+        total = total + m
+    dead = torch.isneginf(total).all(dim=-1, keepdim=True)
+    return total.masked_fill(dead, 0.0)

@@ -1,0 +1,77 @@
+"""Model access for the attention explorer: one :class:`ModelService` per served model.
+
+Everything the web server knows about models goes through this module; the HTTP layer
+(:mod:`attnlm.web.server`) only validates JSON and calls these methods. A service answers with
+plain JSON-ready dicts:
+
+- ``info()``: name, family, capabilities, layers, heads, window, character limit;
+- ``tokens(text)``: ``{"tokens": [str], "ids": [int]}``, the tokens as the model sees them
+  (BERT: ``[CLS] ... [SEP]``; translation models: the source side with its end token);
+- ``attention(text)``: ``{"tokens": [T], "attention": [L][H][T][T]}`` (query rows, key
+  columns, each row sums to 1); translation models answer for the greedy translation of
+  ``text``: ``"translation"``, the target tokens as ``"tokens"`` (decoder self-attention in
+  ``"attention"``; empty for the RNN encoder-decoder), ``"source_tokens"`` ``[S]`` and
+  ``"cross_attention"`` ``[L][H][T][S]`` (query = target token, key = source token);
+- ``next_tokens(text, k)``: the ``k`` most likely next tokens after every position;
+- ``generate(text, sampling)``: a continuation;
+- ``embeddings(word, sentences)``: cosine of the word's contextual vectors in two sentences at
+  every layer (index 0 = the embedding layer); not for translation models;
+- ``fill_mask(text, k)`` (capability ``fill-mask``): the top ``k`` tokens at every
+  ``[MASK]`` (:func:`attnlm.inspect.contextual.fill_mask`), ``{"text", "filled", "k",
+  "tokens", "masks": [{"index", "predictions": [{"token", "id", "prob"}]}]}``;
+- ``translate(text, sampling, max_new_tokens)`` (capability ``translate``): the translation
+  (:func:`attnlm.generate.translate.translate_ids`; greedy unless ``sampling`` samples) and the
+  attention record of the model reading it, ``{"source", "translation", "tokens",
+  "attention", "source_tokens", "cross_attention"}``.
+
+A request for a capability the model lacks answers :class:`NotSupportedError` (HTTP 400).
+
+The package keeps one job per file: the request limits, errors and sampling settings
+(:mod:`.limits`), the served model and its endpoints (:mod:`.model`), character spans of words
+and tokens (:mod:`.spans`) and model loading (:mod:`.loading`). Every name is importable from
+``attnlm.web.service`` (loaded on first use).
+
+Where other model families plug in (kept in one place each):
+
+- :func:`load_service` (:mod:`.loading`): loads a checkpoint; the family and its
+  capabilities come from the model-family registry (translation checkpoints are served with
+  their pair tokenizers);
+- :meth:`ModelService._inspect` (:mod:`.model`): the single forward pass that yields tokens,
+  per-layer attention, hidden states and logits, through the shared record
+  (:func:`attnlm.inspect.record.inspect`; encoder-decoders through their ``inspect`` hook);
+- :func:`resolve_named_model`: ``attnlm serve --model NAME`` (``minilm`` or a Hugging Face folder).
+
+Shapes: ``L`` layers, ``H`` heads, ``T`` tokens (target tokens for translation), ``S`` source
+tokens, ``C`` width, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from attnlm._lazy import lazy_exports
+
+log = logging.getLogger("attnlm.web")
+
+_EXPORTS = {
+    "DECIMALS": "attnlm.web.service.limits",
+    "DEFAULT_MAX_CHARS": "attnlm.web.service.limits",
+    "MAX_ATTENTION_VALUES": "attnlm.web.service.limits",
+    "MAX_BEAMS": "attnlm.web.service.limits",
+    "MAX_NEW_TOKENS": "attnlm.web.service.limits",
+    "MAX_TOP_K": "attnlm.web.service.limits",
+    "NotSupportedError": "attnlm.web.service.limits",
+    "ServiceError": "attnlm.web.service.limits",
+    "TooLongError": "attnlm.web.service.limits",
+    "UnknownModelError": "attnlm.web.service.limits",
+    "sampling_config": "attnlm.web.service.limits",
+    "Inspection": "attnlm.web.service.model",
+    "ModelService": "attnlm.web.service.model",
+    "find_word": "attnlm.web.service.spans",
+    "token_spans": "attnlm.web.service.spans",
+    "load_service": "attnlm.web.service.loading",
+    "resolve_named_model": "attnlm.web.service.loading",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

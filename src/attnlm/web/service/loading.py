@@ -1,0 +1,60 @@
+"""Loading served models: a :class:`~attnlm.web.service.model.ModelService` for a checkpoint
+or run folder, or for a named pretrained model / Hugging Face folder (``attnlm serve
+--model``). Checkpoints are read through :func:`attnlm.checkpoint.load_model_ref`; the family
+and its capabilities come from the model-family registry.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from attnlm.web.service.limits import DEFAULT_MAX_CHARS
+from attnlm.web.service.model import ModelService
+
+
+def _service_name(path: Path) -> str:
+    p = path.resolve()
+    if p.name in ("checkpoint", "checkpoint.old") and p.parent.name:
+        return p.parent.name
+    return p.name or "model"
+
+
+def load_service(
+    path: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    device: str = "cpu",
+    max_chars: int = DEFAULT_MAX_CHARS,
+    model: str | None = None,
+) -> ModelService:
+    """A :class:`ModelService` for a checkpoint or run folder ``path``, or a named pretrained
+    model / Hugging Face folder ``model`` (``attnlm serve --model minilm``); errors:
+    InputError.
+
+    The one place that loads served models (through
+    :func:`attnlm.checkpoint.load_model_ref`): the family and its capabilities come from the
+    registry entry the checkpoint names (``fill-mask`` only where the model has its masked-LM
+    head); a translation checkpoint is served with its pair tokenizers.
+    """
+    from attnlm.checkpoint import load_model_ref
+
+    ck = load_model_ref(path, model, device)
+    capabilities = set(ck.family.capabilities)
+    if getattr(ck.model, "head", True) is None:  # a BertModel folder (minilm): no masked-LM head
+        capabilities.discard("fill-mask")
+    return ModelService(
+        name=name or (model if model is not None else _service_name(Path(ck.path))),
+        model=ck.model,
+        tokenizer=ck.pair_tokenizers or ck.tokenizer,  # both sides for a translation model
+        family=ck.family.type,
+        capabilities=frozenset(capabilities),
+        max_chars=max_chars,
+        source=str(ck.path),
+    )
+
+
+def resolve_named_model(name: str, **kwargs: Any) -> ModelService:
+    """The service of a named pretrained model or Hugging Face folder (``serve --model``);
+    unknown names raise InputError."""
+    return load_service(model=name, **kwargs)
