@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 import torch
+from web_helpers import WORDS, request, tiny_checkpoint
 
 from attnlm.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.cli import main
@@ -21,7 +22,6 @@ from attnlm.models import registry
 from attnlm.tokenizers import WordPieceTokenizer
 from attnlm.web import server as S
 from attnlm.web.service import load_service
-from web_helpers import WORDS, request, tiny_checkpoint
 
 PAIRS = [
     Pair("one two three", "eins zwei drei"),

@@ -8,11 +8,11 @@ import re
 
 import pytest
 import torch
+from web_helpers import tiny_checkpoint
 
 from attnlm.errors import InputError
 from attnlm.web.html import check_record, render_standalone, write_standalone
 from attnlm.web.service import load_service
-from web_helpers import tiny_checkpoint
 
 SELF = [[[[1.0, 0.0], [0.25, 0.75]], [[1.0, 0.0], [0.5, 0.5]]]]  # [1 layer][2 heads][2][2]
 

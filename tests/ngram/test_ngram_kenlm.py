@@ -11,8 +11,9 @@ import pytest
 
 from attnlm.cli import main
 from attnlm.ngram import count_ngrams, modified_kneser_ney, read_arpa, split_sentences, write_arpa
+from support import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ngram"
+NGRAM = FIXTURES / "ngram"
 
 # from the fixture README (KenLM query figures)
 TOKENS, OOV = 24801, 2414
@@ -23,8 +24,8 @@ DISCOUNTS_O3 = [(0.64363, 1.08177, 1.46168), (0.79455, 1.14743, 1.37899),
 
 @pytest.fixture(scope="module")
 def data():
-    train = split_sentences((FIXTURES / "train.txt").read_text(encoding="utf-8"))
-    test = split_sentences((FIXTURES / "test.txt").read_text(encoding="utf-8"))
+    train = split_sentences((NGRAM / "train.txt").read_text(encoding="utf-8"))
+    test = split_sentences((NGRAM / "test.txt").read_text(encoding="utf-8"))
     return train, test
 
 
@@ -73,7 +74,7 @@ def test_arpa_matches_kenlm_entry_for_entry(models, tmp_path, order):
     write_arpa(models[order][0], ours)
     first = ours.read_text(encoding="utf-8").splitlines()[0]
     assert first == "\\data\\"
-    h1, a = arpa_entries(FIXTURES / f"kenlm_o{order}.arpa.gz")
+    h1, a = arpa_entries(NGRAM / f"kenlm_o{order}.arpa.gz")
     h2, b = arpa_entries(ours)
     assert h1 == h2
     assert a.keys() == b.keys()
@@ -89,7 +90,7 @@ def test_arpa_matches_kenlm_entry_for_entry(models, tmp_path, order):
 
 @pytest.mark.parametrize("order", [2, 3])
 def test_reading_kenlm_arpa_gives_kenlm_perplexity(data, order):
-    m = read_arpa(FIXTURES / f"kenlm_o{order}.arpa.gz")
+    m = read_arpa(NGRAM / f"kenlm_o{order}.arpa.gz")
     r = m.score_sentences(data[1])
     assert (r.tokens, r.oov) == (TOKENS, OOV)
     assert rel(r.ppl, PPL[order][0]) < 1e-6
@@ -99,11 +100,11 @@ def test_reading_kenlm_arpa_gives_kenlm_perplexity(data, order):
 def test_cli_interface_matches_kenlm(tmp_path, capsys):
     """The interface outside checks call: train --arpa, then score --arpa --json."""
     arpa = tmp_path / "o3.arpa"
-    rc = main(["ngram", "train", "--order", "3", "--text", str(FIXTURES / "train.txt"),
+    rc = main(["ngram", "train", "--order", "3", "--text", str(NGRAM / "train.txt"),
                "--arpa", str(arpa)])  # fmt: skip
     assert rc == 0
     capsys.readouterr()
-    assert main(["ngram", "score", "--arpa", str(arpa), "--text", str(FIXTURES / "test.txt"),
+    assert main(["ngram", "score", "--arpa", str(arpa), "--text", str(NGRAM / "test.txt"),
                  "--json"]) == 0  # fmt: skip
     d = json.loads(capsys.readouterr().out)
     assert (d["tokens"], d["oov"]) == (TOKENS, OOV)

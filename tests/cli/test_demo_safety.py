@@ -8,8 +8,7 @@ import torch
 from attnlm.cli import main
 from attnlm.demo import check_demo_folder
 from attnlm.errors import InputError
-
-TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?\n\nJULIET:\nO Romeo.\n\n" * 20
+from support import ROMEO
 
 
 def _other_run(folder):
@@ -23,7 +22,7 @@ def test_demo_refuses_to_delete_another_run(tmp_path, capsys):
     out = tmp_path / "run"
     _other_run(out)
     corpus = tmp_path / "plays.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
+    corpus.write_text(ROMEO, encoding="utf-8")
     rc = main(["demo", "--preset", "tiny-test", "--text", str(corpus), "--out", str(out)])
     assert rc == 2
     err = capsys.readouterr().err
@@ -53,7 +52,7 @@ def test_demo_text_path_with_backslash_and_quote(tmp_path, capsys):
     folder = tmp_path / 'we"ird\\dir'
     folder.mkdir()
     corpus = folder / 'pl"ays\\.txt'
-    corpus.write_text(TEXT, encoding="utf-8")
+    corpus.write_text(ROMEO, encoding="utf-8")
     out = tmp_path / "demo"
     threads = torch.get_num_threads()
     try:

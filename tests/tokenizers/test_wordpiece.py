@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from pathlib import Path
 
 import pytest
 
 from attnlm.cli import main
 from attnlm.errors import InputError
 from attnlm.tokenizers import TokenizerConfigError, TokenizerFileError, WordPieceTokenizer, load
+from support import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "bert-base-uncased-vocab.txt"
+FIXTURE = FIXTURES / "bert-base-uncased-vocab.txt"
 
 VARIED = [
     "Hello, world! This is BERT's WordPiece tokenizer.",

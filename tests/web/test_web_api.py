@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from web_helpers import ALPHABET, request, tiny_checkpoint
 
 from attnlm.checkpoint import load_checkpoint
 from attnlm.cli import main
 from attnlm.web import server as S
 from attnlm.web.service import load_service
-from web_helpers import ALPHABET, request, tiny_checkpoint
+from support import SRC
 
 BLOCK = 32  # window of the char model
 TEXT = "the bank raised rates"
@@ -408,7 +409,7 @@ def test_cli_errors(capsys, tmp_path):
 
 @pytest.mark.slow  # a subprocess that imports torch: about 6 s on 2 cores
 def test_cli_serves_and_warns_on_public_host(runs):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     cmd = [sys.executable, "-m", "attnlm", "serve", "--checkpoint", str(runs[0])]
     cmd += ["--checkpoint", str(runs[0]), "--host", "0.0.0.0", "--port", "0", "--threads", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

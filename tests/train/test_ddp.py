@@ -6,18 +6,13 @@ import json
 
 import pytest
 
-from run_helpers import loss_curve, losses, torchrun, train
-
-TEXT = (
-    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-    "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
-) * 12
+from support import CITIZENS, loss_curve, losses, torchrun, train
 
 
 @pytest.mark.slow
 def test_two_processes_match_one_process_with_double_batch(tmp_path):
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
+    corpus.write_text(CITIZENS, encoding="utf-8")
     common = ["--preset", "tiny-test", "--text", str(corpus), "--max-iters", "12"]
     common += ["--eval-interval", "6", "--set", "log_interval=1"]
     one, two = tmp_path / "one", tmp_path / "two"
@@ -39,7 +34,7 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path):
 @pytest.mark.slow
 def test_two_processes_resume_exactly_with_dropout(tmp_path):
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
+    corpus.write_text(CITIZENS, encoding="utf-8")
     common = ["--preset", "tiny-test", "--text", str(corpus), "--max-iters", "30"]
     common += ["--eval-interval", "10", "--set", "log_interval=1", "--set", "model.dropout=0.2"]
     common += ["--batch-size", "4"]

@@ -11,12 +11,7 @@ from safetensors.torch import load_file
 from attnlm.checkpoint import load_checkpoint
 from attnlm.cli import main
 from attnlm.models import registry
-from run_helpers import loss_curve, losses, torchrun, train, train_killed
-
-TEXT = (
-    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-    "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
-) * 12
+from support import loss_curve, losses, torchrun, train, train_killed
 
 # tiny shapes of each preset so a run takes a second or two
 TINY = {
@@ -25,13 +20,6 @@ TINY = {
     "gru-char": ["--set", "model.n_embd=16", "--set", "model.block_size=16"],
     "rnn-char": ["--set", "model.n_embd=16", "--set", "model.block_size=16"],
 }
-
-
-@pytest.fixture()
-def corpus(tmp_path):
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

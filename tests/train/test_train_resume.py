@@ -7,18 +7,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from run_helpers import losses, train, train_killed
-
-TEXT = (
-    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-    "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
-) * 12
+from support import CITIZENS, losses, train, train_killed
 
 
 @pytest.mark.slow
 def test_sigkill_then_resume_matches_uninterrupted_run(tmp_path):
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
+    corpus.write_text(CITIZENS, encoding="utf-8")
     common = ["--preset", "tiny-test", "--text", str(corpus), "--max-iters", "40"]
     common += ["--eval-interval", "10", "--set", "log_interval=1", "--set", "model.dropout=0.1"]
     full, killed = tmp_path / "full", tmp_path / "killed"

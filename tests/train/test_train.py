@@ -13,19 +13,6 @@ from attnlm.errors import ConfigError
 from attnlm.train.config import TrainConfig, load_spec, parse_duration
 from attnlm.train.optim import lr_at, param_groups
 
-TEXT = (
-    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-    "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
-) * 12
-
-
-@pytest.fixture()
-def corpus(tmp_path):
-    path = tmp_path / "corpus.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
-
-
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 

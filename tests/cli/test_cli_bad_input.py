@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import io
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from attnlm.cli import main
+from support import attnlm_process
 
 CORPUS = "the cat sat on the mat\nthe dog sat on the log\n" * 30
 
@@ -555,11 +554,5 @@ def test_bad_input_exits_2_with_one_line(case, files, capsys, monkeypatch):
 )
 def test_real_process_exit_code(argv):
     """The same through the console entry point: exit status 2, one stderr line."""
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    r = subprocess.run(
-        [sys.executable, "-m", "attnlm", *argv],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
-    )
+    r = attnlm_process(*argv, env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr

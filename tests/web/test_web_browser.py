@@ -34,11 +34,11 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+from web_helpers import request, tiny_checkpoint  # noqa: E402
 
 from attnlm.web.html import write_standalone  # noqa: E402
 from attnlm.web.server import make_server, serve_in_thread  # noqa: E402
 from attnlm.web.service import load_service  # noqa: E402
-from web_helpers import request, tiny_checkpoint  # noqa: E402
 
 LINE_MIN = 0.01  # AttnViews.LINE_MIN: weights below it draw no line
 TEXT = "the central bank raised interest rates , then she sat on the river bank"

@@ -21,8 +21,7 @@ from attnlm.fileio import (
     atomic_write_text,
     remove_stale_temps,
 )
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+from support import SRC
 
 
 def test_write_replace_and_no_leftovers(tmp_path):
@@ -182,7 +181,7 @@ model2.save(out)
 
 def _run_child(out: Path, *parts: str, **kw) -> subprocess.Popen:
     script = CHILD_PRELUDE + "\n".join(textwrap.dedent(p) for p in parts) + "\n"
-    env = {**os.environ, "PYTHONPATH": SRC, "MPLBACKEND": "Agg"}
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MPLBACKEND": "Agg"}
     return subprocess.Popen(
         [sys.executable, "-c", script, str(out)],
         env=env,

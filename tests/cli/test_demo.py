@@ -3,13 +3,12 @@
 import torch
 
 from attnlm.cli import main
-
-TEXT = "ROMEO:\nBut soft, what light through yonder window breaks?\n\nJULIET:\nO Romeo.\n\n" * 20
+from support import ROMEO
 
 
 def test_demo_writes_everything(tmp_path, capsys):
     corpus = tmp_path / "plays.txt"
-    corpus.write_text(TEXT, encoding="utf-8")
+    corpus.write_text(ROMEO, encoding="utf-8")
     out = tmp_path / "demo"
     threads = torch.get_num_threads()
     try:

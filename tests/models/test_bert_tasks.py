@@ -16,10 +16,10 @@ from attnlm.cli import main
 from attnlm.errors import ConfigError, InputError
 from attnlm.objectives import MaskedLM, MaskingConfig, mask_tokens, word_start_table
 from attnlm.tokenizers import WordPieceTokenizer
+from support import FIXTURES, torchrun, train
 
 transformers = pytest.importorskip("transformers")
 
-FIXTURES = Path(__file__).parent / "fixtures"
 VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
 
 TEXT = (
@@ -405,24 +405,14 @@ def test_eval_with_model_ref(mlm_folder, encoder_folder, tmp_path, capsys):
 def test_masked_lm_ddp_two_processes_match_one(tmp_path):
     """torchrun, 2 CPU processes: the masked-LM losses equal 1 process with twice the batch
     (the masking noise is drawn once for all ranks; steps are normalised by all targets)."""
-    import os
-    import subprocess
-    import sys
-
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT, encoding="utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    common = ["train", "--preset", "bert-mini", "--text", str(corpus), "--max-iters", "8"]
+    common = ["--preset", "bert-mini", "--text", str(corpus), "--max-iters", "8"]
     common += [*SMALL, "--set", "model.dropout=0.0", "--set", "log_interval=1"]
-    common += ["--no-progress", "--threads", "1"]
     one, two = tmp_path / "one", tmp_path / "two"
-    single = [sys.executable, "-m", "attnlm", *common, "--batch-size", "8", "--out", str(one)]
-    proc = subprocess.run(single, env=env, capture_output=True, text=True, timeout=300)
+    proc = train([*common, "--batch-size", "8", "--out", str(one)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
-    launcher += ["--nproc_per_node", "2", "-m", "attnlm"]
-    proc = subprocess.run([*launcher, *common, "--batch-size", "4", "--out", str(two)],
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = torchrun([*common, "--batch-size", "4", "--out", str(two)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "2 processes" in proc.stdout
 

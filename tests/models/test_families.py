@@ -9,7 +9,6 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from attnlm.errors import ConfigError, InputError
 from attnlm.models import registry
 from attnlm.models.base import Family, ModelOutput, token_loss
 from attnlm.models.gpt import GPT, GPTConfig
+from support import FIXTURES
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 
@@ -594,5 +594,5 @@ def test_learned_positions_compile_without_graph_breaks():
 
 
 def test_fixtures_live_in_the_repository():
-    here = Path(__file__).parent / "fixtures" / "ngram"
+    here = FIXTURES / "ngram"
     assert (here / "README.md").is_file() and (here / "kenlm_o3.arpa.gz").is_file()

@@ -1,0 +1,103 @@
+"""What many test files share: where the fixtures and the sources are, the small corpora, and
+the one way to run the command line (in this process with :func:`run_cli`, in a subprocess
+with :func:`attnlm_process`, under torchrun, or SIGKILLed after step 25), and a run's losses.
+
+Fixtures built on these (a corpus file, one torch thread, the ``cli`` runner) are in
+``conftest.py``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+FIXTURES = TESTS / "fixtures"  # copied here with attribution (fixtures/README.md)
+SRC = TESTS.parent / "src"
+
+# Small corpora: the opening of Coriolanus (public domain), and a Romeo and Juliet line.
+CITIZENS = (
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
+    "All:\nSpeak, speak.\n\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\n"
+) * 12
+ROMEO = "ROMEO:\nBut soft, what light through yonder window breaks?\n\nJULIET:\nO Romeo.\n\n" * 20
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(capsys, *argv) -> CliResult:
+    """``attnlm ARGV`` in this process: the exit code and what it printed (``capsys``)."""
+    from attnlm.cli import main
+
+    capsys.readouterr()  # drop what came before
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return CliResult(code, out, err)
+
+
+def attnlm_process(*argv, timeout=120, threads=1, **kw) -> subprocess.CompletedProcess:
+    """``python -m attnlm ARGV`` in a fresh process (real exit codes, stdin, signals), with
+    this checkout's sources first on the path and ``threads`` OpenMP threads."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env.update(kw.pop("env", {}))
+    cmd = [sys.executable, "-m", "attnlm", *map(str, argv)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def losses(run):
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r.get("loss"), r.get("val_loss")) for r in records]
+
+
+def loss_curve(run):
+    """``{step: training loss}`` of a run's logged steps."""
+    return {step: loss for step, loss, _ in losses(run) if loss is not None}
+
+
+def train(args, timeout=120):
+    """``attnlm train ARGS`` in a subprocess, one thread, no progress bar."""
+    return attnlm_process("train", *args, "--no-progress", "--threads", "1", timeout=timeout)
+
+
+# The same command line, run through the library with an on_step hook that SIGKILLs the
+# process right after step 25 (the public hook; nothing test-only in the trainer).
+KILLER = """
+import os, signal, sys
+from attnlm.cli import main
+import attnlm.train.run as run
+real = run.train_run
+def killing(spec, run_dir, resume=False, log=print, on_step=None):
+    def hook(step):
+        if step == 25:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(spec, run_dir, resume=resume, log=log, on_step=hook)
+run.train_run = killing
+sys.exit(main(["train", *sys.argv[1:], "--no-progress", "--threads", "1"]))
+"""
+
+
+def train_killed(args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", KILLER, *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def torchrun(args, killed=False, timeout=120):
+    """``attnlm train ARGS`` in 2 CPU processes under torchrun (gloo over loopback, one thread
+    each); ``killed``: through :data:`KILLER`, so every process dies right after step 25."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+    cmd += ["--nproc_per_node", "2", "--no-python", sys.executable]
+    if killed:
+        cmd += ["-c", KILLER, *args]
+    else:
+        cmd += ["-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
