@@ -1,65 +1,26 @@
-"""WordPiece tokenizer: BERT's basic tokenization, then greedy longest-match-first sub-words.
+"""The WordPiece tokenizer: BERT's greedy longest-match-first sub-words, and decoding.
 
 Follows BERT (Devlin et al., 2019; Google's ``tokenization.py``) as Hugging Face's
-``BertTokenizerFast`` runs it (``tokenizers``' ``BertNormalizer`` + ``BertPreTokenizer`` +
-``WordPiece`` model + BERT template), so ids are identical to ``BertTokenizerFast``:
-
-1. **Special tokens** ``[PAD] [UNK] [CLS] [SEP] [MASK]`` written in the text are matched first,
-   exactly (case-sensitive, before any normalisation), and become their own ids.
-2. **Normalisation** (``BertNormalizer``), in this order: ``clean_text`` removes NUL, U+FFFD and
-   control, format and private-use characters (Cc, Cf, Co; not tab, newline, carriage return,
-   and not unassigned code points, which ``tokenizers`` keeps) and
-   turns whitespace into spaces; ``handle_chinese_chars`` makes every CJK ideograph its own
-   word; ``strip_accents`` (default: same as ``lowercase``) decomposes to NFD and drops
-   non-spacing marks (category Mn); ``lowercase`` lowers each character on its own (no Greek
-   final-sigma rule, as Rust's ``char::to_lowercase``).
-3. **Pre-tokenisation** (``BertPreTokenizer``): split on whitespace, and make every punctuation
-   character its own word; punctuation is every ASCII character that is neither a letter, a
-   digit nor a space (``!"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~``) plus Unicode categories P*.
-4. **WordPiece**: per word, take the longest vocabulary entry that starts the word, then the
-   longest ``##``-prefixed entry that continues it, and so on; a word with a part that matches
-   nothing, or longer than ``max_input_chars_per_word`` (100) characters, becomes one
-   ``[UNK]``.
-
-:meth:`WordPieceTokenizer.encode` gives the ids without ``[CLS]``/``[SEP]`` (as
-``add_special_tokens=False``); :meth:`~WordPieceTokenizer.encode_for_model` gives model input
-``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` with token-type ids (0 for A and its
-separators, 1 for B and its final ``[SEP]``), an attention mask, and truncation to the model
-window (longest-first for pairs, as ``tokenizers``);
-:meth:`~WordPieceTokenizer.encode_batch_for_model` pads a batch on the right with ``[PAD]``.
-
-**Training** (:meth:`WordPieceTokenizer.train`) uses the algorithm of Hugging Face
-``tokenizers``' ``WordPieceTrainer``: BPE merges over the words of the basic tokenisation, where
-every character after the first of a word is a ``##`` continuation symbol; merging ``a`` and
-``##b`` gives ``ab``, merging ``##a`` and ``##b`` gives ``##ab``. The vocabulary is the special
-tokens, every character of the training words, the ``##`` forms of the characters seen inside
-words (each group in code-point order), then the merged symbols in merge order. Ties between
-equally frequent pairs go to the pair with the smallest ids (left, then right), the rule of
-``tokenizers``' trainer; since our alphabet ids follow code points (``tokenizers`` numbers its
-``##`` characters in hash-map order), the result is the same on every machine. (Google's
-original trainer scores candidates by the likelihood gain of a unigram language model
-instead; we do not implement it.)
-
-Files: :meth:`from_vocab_file` reads BERT's ``vocab.txt`` (one token per line, line number =
-id); :meth:`from_hf_json` reads a ``tokenizers`` ``tokenizer.json`` whose model is
-``WordPiece`` (``BertNormalizer`` options, vocab, unk token, continuing prefix, maximum word
-length); both are also reached through :func:`attnlm.tokenizers.load`, which accepts a folder
-holding either file. :meth:`save` writes our JSON format (fields in :meth:`to_dict`).
+``BertTokenizerFast`` runs it, so ids are identical to ``BertTokenizerFast`` (all steps: the
+docstring of :mod:`attnlm.tokenizers.wordpiece`). Special tokens, normalisation and
+pre-tokenisation come from :mod:`~attnlm.tokenizers.wordpiece.basic`; this module holds step 4,
+**WordPiece**: per word, the longest vocabulary entry that starts it, then the longest
+``##``-prefixed entry that continues it, and so on (a word with a part that matches nothing,
+or longer than ``max_input_chars_per_word``, is one ``[UNK]``), with a per-chunk cache (the
+fast path of :meth:`WordPieceTokenizer._encode_plain`). Model input:
+:mod:`~attnlm.tokenizers.wordpiece.template`; training: :mod:`~attnlm.tokenizers.wordpiece.train`;
+BERT and Hugging Face files: :mod:`~attnlm.tokenizers.wordpiece.files`.
 """
 
 from __future__ import annotations
 
 import os
-import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import regex
-
 from attnlm.errors import InputError
-from attnlm.fileio import read_file_text
 from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,
@@ -68,42 +29,28 @@ from attnlm.tokenizers.base import (
     check_text,
     register_kind,
 )
-from attnlm.tokenizers.training import learn_merges
-
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
-PREFIX = "##"
-MAX_INPUT_CHARS_PER_WORD = 100
-MODEL_INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
-
-# CJK Unified Ideographs blocks, as BERT's ``_is_chinese_char`` (not Hangul, kana or symbols),
-# with the ranges of tokenizers' BertNormalizer: it starts Extension E at U+2B920, where
-# Google's code has U+2B820, so U+2B820-U+2B91F are ordinary letters here.
-_CJK = (
-    "\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff"
-    "\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f"
-    "\U0002b920-\U0002ceaf\U0002f800-\U0002fa1f"
+from attnlm.tokenizers.wordpiece.basic import (
+    CLS,
+    MASK,
+    MAX_INPUT_CHARS_PER_WORD,
+    PAD,
+    PREFIX,
+    SEP,
+    SPECIAL_SPLIT,
+    SPECIAL_TOKENS,
+    UNK,
+    bert_normalize,
+    word_pattern,
 )
-_ASCII_PUNCT = r"!-/:-@\[-`{-~"
-# One pre-token: a CJK ideograph, a punctuation character, or a run of anything else that is
-# not whitespace. (Whitespace is \s: after clean_text it is exactly Rust's char::is_whitespace.)
-_WORD = regex.compile(rf"[{_CJK}]|[{_ASCII_PUNCT}\p{{P}}]|[^\s{_CJK}{_ASCII_PUNCT}\p{{P}}]+")
-_WORD_NO_CJK = regex.compile(rf"[{_ASCII_PUNCT}\p{{P}}]|[^\s{_ASCII_PUNCT}\p{{P}}]+")
-# clean_text: NUL, U+FFFD and control, format and private-use characters (Cc, Cf, Co) except
-# \t \n \r go; unassigned code points (Cn) stay, as in tokenizers (its "other" tables list
-# assigned characters only).
-_CONTROL = regex.compile(r"[\x00\ufffd\p{Cc}\p{Cf}\p{Co}--[\t\n\r]]", flags=regex.V1)
-_ASCII_CONTROL = {c: None for c in range(32) if chr(c) not in "\t\n\r"} | {127: None}
-_MARK = regex.compile(r"\p{Mn}+")
-
-
-def _lower(text: str) -> str:
-    """Lower-case character by character (Rust ``char::to_lowercase``): capital sigma is
-    always ``σ``, never the final ``ς`` that Python's ``str.lower`` picks at a word end."""
-    if "\u03a3" in text:
-        text = text.replace("\u03a3", "\u03c3")
-    return text.lower()
-
+from attnlm.tokenizers.wordpiece.files import (
+    config_options,
+    hf_json_settings,
+    open_bert_file,
+    read_vocab_txt,
+    write_vocab_txt,
+)
+from attnlm.tokenizers.wordpiece.template import model_input, pad_rows, truncate_longest_first
+from attnlm.tokenizers.wordpiece.train import learn_vocab
 
 # ``transformers``' clean-up of decoded text (``clean_up_tokenization_spaces=True``), in its
 # order: the spaces that token joining puts before punctuation and around apostrophes
@@ -115,7 +62,7 @@ CLEAN_UP = (
 
 @register_kind
 class WordPieceTokenizer(Tokenizer):
-    """BERT's WordPiece tokenizer (see the module docstring for the exact steps).
+    """BERT's WordPiece tokenizer (the exact steps: :mod:`attnlm.tokenizers.wordpiece`).
 
     ``vocab``: the tokens, position = id; it must contain the five special tokens.
     ``lowercase``: lower-case the text (BERT "uncased"); ``strip_accents``: drop accents
@@ -178,10 +125,8 @@ class WordPieceTokenizer(Tokenizer):
         self.sep_id = token_to_id[SEP]
         self.mask_id = token_to_id[MASK]
         self._special_ids = frozenset(token_to_id[s] for s in SPECIAL_TOKENS)
-        self._special_split = regex.compile(
-            "(" + "|".join(regex.escape(s) for s in SPECIAL_TOKENS) + ")"
-        )
-        self._word_re = _WORD if self.handle_chinese_chars else _WORD_NO_CJK
+        self._special_split = SPECIAL_SPLIT
+        self._word_re = word_pattern(self.handle_chinese_chars)
         # Sub-word tables: word-initial pieces and continuation pieces (prefix removed), with
         # the longest piece length, so matching tries only lengths that can exist.
         p = continuing_prefix
@@ -201,15 +146,7 @@ class WordPieceTokenizer(Tokenizer):
         vocabulary); defaults are BERT uncased.
         """
         p = Path(path)
-        raw = read_file_text(p, "vocabulary file", TokenizerFileError)
-        lines = raw.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        tokens = [t.rstrip("\r") for t in lines]
-        if not tokens:
-            raise TokenizerFileError(f"{p}: empty vocabulary file")
-        if "" in tokens:
-            raise TokenizerFileError(f"{p}: empty line {tokens.index('') + 1} in vocabulary file")
+        tokens = read_vocab_txt(p)
         try:
             return cls(tokens, **options)
         except TokenizerConfigError as e:
@@ -230,43 +167,7 @@ class WordPieceTokenizer(Tokenizer):
         options and the truncation length. Raises :class:`TokenizerFileError` for another model
         type or pre-tokenizer.
         """
-        model = doc.get("model") or {}
-        if model.get("type") != "WordPiece":
-            raise TokenizerFileError(
-                f"tokenizer.json model is {model.get('type')!r}, only 'WordPiece' is supported"
-            )
-        if model.get("unk_token", UNK) != UNK:
-            raise TokenizerFileError(f"unk_token {model['unk_token']!r} is not {UNK}")
-        vocab_map = model["vocab"]
-        ids = sorted(vocab_map.values())
-        if ids != list(range(len(ids))):
-            raise TokenizerFileError("WordPiece vocab ids are not 0..N-1 without gaps")
-        tokens = [""] * len(ids)
-        for t, i in vocab_map.items():
-            tokens[i] = t
-        norm = doc.get("normalizer")
-        kw: dict[str, Any] = {}
-        if norm is None:
-            kw.update(lowercase=False, strip_accents=False, handle_chinese_chars=False)
-            kw.update(clean_text=False)
-        elif norm.get("type") == "BertNormalizer":
-            kw.update(
-                lowercase=norm.get("lowercase", True),
-                strip_accents=norm.get("strip_accents"),
-                handle_chinese_chars=norm.get("handle_chinese_chars", True),
-                clean_text=norm.get("clean_text", True),
-            )
-        else:
-            raise TokenizerFileError(f"unsupported normalizer {norm.get('type')!r}")
-        pre = doc.get("pre_tokenizer")
-        if pre is not None and pre.get("type") != "BertPreTokenizer":
-            raise TokenizerFileError(f"unsupported pre_tokenizer {pre.get('type')!r}")
-        trunc = doc.get("truncation") or {}
-        kw.update(
-            continuing_prefix=model.get("continuing_subword_prefix", PREFIX),
-            max_input_chars_per_word=model.get("max_input_chars_per_word", 100),
-            model_max_length=trunc.get("max_length"),
-        )
+        tokens, kw = hf_json_settings(doc)
         kw.update(options)
         try:
             return cls(tokens, **kw)
@@ -319,7 +220,8 @@ class WordPieceTokenizer(Tokenizer):
     ) -> WordPieceTokenizer:
         """Learn a vocabulary of at most ``vocab_size`` tokens (specials and characters
         included) from ``text`` (a string or an iterable of strings) by ``##``-aware BPE
-        merges, the algorithm of ``tokenizers``' ``WordPieceTrainer`` (module docstring).
+        merges, the algorithm of ``tokenizers``' ``WordPieceTrainer``
+        (:mod:`attnlm.tokenizers.wordpiece.train`).
 
         ``min_frequency``: stop when the best pair is rarer. The five special tokens take ids
         0-4 (``[PAD]`` = 0).
@@ -338,40 +240,7 @@ class WordPieceTokenizer(Tokenizer):
             for piece in probe._special_split.split(t):
                 if piece and piece not in probe.token_to_id:
                     word_counts.update(probe._words(piece))
-        if not word_counts:
-            raise TokenizerConfigError("cannot train a WordPiece vocabulary on text without words")
-        # Symbols: "\x00c" is a word-initial piece (NUL never survives clean_text), "c" a
-        # continuation; so string concatenation of two symbols is the merged symbol.
-        # Alphabet as tokenizers': every character as a word-initial piece (so a word may
-        # start with any character seen in training), plus "##c" for characters seen inside
-        # words; code-point order, so ties (smallest pair of ids) break the same everywhere.
-        firsts = sorted({c for w in word_counts for c in w})
-        conts = sorted({c for w in word_counts for c in w[1:]})
-        symbols: list[str] = ["\x00" + c for c in firsts] + conts
-        n_base = len(SPECIAL_TOKENS) + len(symbols)
-        if vocab_size < n_base:
-            raise TokenizerConfigError(
-                f"vocab_size {vocab_size} is below the {len(SPECIAL_TOKENS)} special tokens plus "
-                f"{len(symbols)} characters of this text (use at least {n_base})"
-            )
-        sid = {s: i for i, s in enumerate(symbols)}
-        words = [[sid["\x00" + w[0]]] + [sid[c] for c in w[1:]] for w in word_counts]
-        counts = list(word_counts.values())
-        learn_merges(
-            words,
-            counts,
-            symbols,
-            vocab_size - len(SPECIAL_TOKENS),
-            min_frequency=min_frequency,
-        )
-        seen: set[str] = set()
-        vocab = list(SPECIAL_TOKENS)
-        for s in symbols:
-            tok = s[1:] if s.startswith("\x00") else PREFIX + s
-            if tok not in seen and tok not in SPECIAL_TOKENS:
-                seen.add(tok)
-                vocab.append(tok)
-        return cls(vocab, **opts)
+        return cls(learn_vocab(word_counts, vocab_size, min_frequency), **opts)
 
     # ------------------------------------------------------------------ encoding
     @property
@@ -384,16 +253,12 @@ class WordPieceTokenizer(Tokenizer):
 
     def normalize(self, text: str) -> str:
         """BertNormalizer: clean text, strip accents, lower-case (CJK is handled by the split)."""
-        if text.isascii():
-            if self.clean_text:
-                text = text.translate(_ASCII_CONTROL)
-            return text.lower() if self.lowercase else text
-        if self.clean_text:
-            text = _CONTROL.sub("", text)
-        strip = self.lowercase if self.strip_accents is None else self.strip_accents
-        if strip:
-            text = _MARK.sub("", unicodedata.normalize("NFD", text))
-        return _lower(text) if self.lowercase else text
+        return bert_normalize(
+            text,
+            clean_text=self.clean_text,
+            lowercase=self.lowercase,
+            strip_accents=self.strip_accents,
+        )
 
     def _words(self, text: str) -> list[str]:
         """Normalised words of ``text`` (no special-token handling): BertPreTokenizer."""
@@ -501,40 +366,8 @@ class WordPieceTokenizer(Tokenizer):
         if max_length is None:
             max_length = self.model_max_length
         if max_length is not None:
-            a, b = self._truncate(a, b, max_length)
-        ids = [self.cls_id, *a, self.sep_id]
-        types = [0] * len(ids)
-        if b is not None:
-            ids += b
-            ids.append(self.sep_id)
-            types += [1] * (len(b) + 1)
-        return {"input_ids": ids, "token_type_ids": types, "attention_mask": [1] * len(ids)}
-
-    def _truncate(
-        self, a: list[int], b: list[int] | None, max_length: int
-    ) -> tuple[list[int], list[int] | None]:
-        """Longest-first truncation of ``tokenizers`` (``TruncationStrategy::LongestFirst``)."""
-        n_special = 2 if b is None else 3
-        room = max_length - n_special
-        if room < 0:
-            raise InputError(
-                f"max_length {max_length} leaves no room next to the {n_special} special tokens"
-            )
-        if b is None:
-            return a[:room], None
-        if len(a) + len(b) <= room:
-            return a, b
-        n1, n2 = len(a), len(b)
-        swap = n1 > n2
-        if swap:
-            n1, n2 = n2, n1
-        n2 = n1 if n1 > room else max(n1, room - n1)
-        if n1 + n2 > room:
-            n1 = room // 2
-            n2 = n1 + room % 2
-        if swap:
-            n1, n2 = n2, n1
-        return a[:n1], b[:n2]
+            a, b = truncate_longest_first(a, b, max_length)
+        return model_input(a, b, self.cls_id, self.sep_id)
 
     def encode_batch_for_model(
         self,
@@ -553,18 +386,7 @@ class WordPieceTokenizer(Tokenizer):
             self.encode_for_model(t, None if pairs is None else pairs[k], max_length)
             for k, t in enumerate(texts)
         ]
-        width = max((len(r["input_ids"]) for r in rows), default=0)
-        if pad_to is not None:
-            if pad_to < width:
-                raise InputError(f"pad_to {pad_to} is shorter than the longest row ({width})")
-            width = pad_to
-        out: dict[str, list[list[int]]] = {k: [] for k in MODEL_INPUT_KEYS}
-        for r in rows:
-            n = width - len(r["input_ids"])
-            out["input_ids"].append(r["input_ids"] + [self.pad_id] * n)
-            out["token_type_ids"].append(r["token_type_ids"] + [0] * n)
-            out["attention_mask"].append(r["attention_mask"] + [0] * n)
-        return out
+        return pad_rows(rows, self.pad_id, pad_to)
 
     # ------------------------------------------------------------------ decoding
     def decode(
@@ -608,9 +430,7 @@ class WordPieceTokenizer(Tokenizer):
 
     def save_vocab(self, path: str | os.PathLike[str]) -> None:
         """Write the vocabulary as a BERT ``vocab.txt`` (one token per line)."""
-        from attnlm.fileio import atomic_write_text
-
-        atomic_write_text(Path(path), "".join(t + "\n" for t in self.vocab))
+        write_vocab_txt(path, self.vocab)
 
     def __repr__(self) -> str:
         return (
@@ -625,30 +445,10 @@ def load_bert_files(path: str | os.PathLike[str]) -> WordPieceTokenizer:
     ``strip_accents``, ``tokenize_chinese_chars`` and ``model_max_length`` from a
     ``tokenizer_config.json`` beside it when there is one (else BERT uncased defaults); a
     ``tokenizer.json`` takes only ``model_max_length`` from it (as ``transformers`` does)."""
-    import json
-
-    p = Path(path)
-    if p.is_dir():
-        if (p / "tokenizer.json").is_file():
-            p = p / "tokenizer.json"
-        elif (p / "vocab.txt").is_file():
-            p = p / "vocab.txt"
-        else:
-            raise TokenizerFileError(f"{p}: folder has neither tokenizer.json nor vocab.txt")
-    try:
-        with open(p, encoding="utf-8") as f:
-            is_json = f.read(64).lstrip().startswith("{")
-    except FileNotFoundError:
-        raise TokenizerFileError(f"{p}: no such tokenizer or vocabulary file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TokenizerFileError(f"{p}: cannot read file ({e})") from None
-    if is_json:
-        try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
+    p, doc = open_bert_file(path)
+    if doc is not None:
         options: dict[str, Any] = {}
-        mml = _config_options(p).get("model_max_length")
+        mml = config_options(p).get("model_max_length")
         if mml is not None:
             options["model_max_length"] = mml
         try:
@@ -657,27 +457,4 @@ def load_bert_files(path: str | os.PathLike[str]) -> WordPieceTokenizer:
             raise TokenizerFileError(f"{p}: {e}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise TokenizerFileError(f"{p}: corrupt tokenizer.json ({e!r})") from None
-    return WordPieceTokenizer.from_vocab_file(p, **_config_options(p))
-
-
-def _config_options(p: Path) -> dict[str, Any]:
-    """Constructor options from the ``tokenizer_config.json`` beside ``p`` (if any)."""
-    import json
-
-    options: dict[str, Any] = {}
-    cfg = p.with_name("tokenizer_config.json")
-    if cfg.is_file():
-        try:
-            conf = json.loads(cfg.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TokenizerFileError(f"{cfg}: cannot read tokenizer config ({e})") from None
-        if "do_lower_case" in conf:
-            options["lowercase"] = bool(conf["do_lower_case"])
-        if "strip_accents" in conf:
-            options["strip_accents"] = conf["strip_accents"]
-        if "tokenize_chinese_chars" in conf:
-            options["handle_chinese_chars"] = bool(conf["tokenize_chinese_chars"])
-        mml = conf.get("model_max_length")
-        if isinstance(mml, int) and 2 <= mml < 1_000_000:
-            options["model_max_length"] = mml
-    return options
+    return WordPieceTokenizer.from_vocab_file(p, **config_options(p))

@@ -1,52 +1,19 @@
-"""Byte-level BPE as in GPT-2 and later (tiktoken's ``gpt2``/``cl100k_base`` scheme).
+"""The byte-level BPE tokenizer (GPT-2 / tiktoken scheme): special tokens, the two encoding
+engines with their per-chunk cache, decoding, and the tokenizer's files.
 
-Encoding:
-
-1. *Special tokens* (e.g. ``<|endoftext|>``) allowed by the caller are cut out of the text and
-   get their own ids; a special token that is not allowed raises
-   :class:`DisallowedSpecialTokenError` (tiktoken's ``allowed_special``/``disallowed_special``).
-2. *Pre-tokenization*: a regex splits each stretch of ordinary text into chunks (built-in
-   patterns ``gpt2`` and ``cl100k``, or any regex for the ``regex`` module); merges never
-   cross chunk boundaries. A custom regex must have no capturing groups and must not match
-   the empty string (checked when training and loading); a character it does not cover
-   becomes a chunk of its own (:func:`split_pattern`), so ``decode(encode(text)) == text``
-   for every pattern and both engines split alike.
-3. *Merging*: each chunk's UTF-8 bytes start as single-byte tokens; the adjacent pair whose
-   concatenation has the lowest rank is merged (the leftmost one on ties) until no adjacent
-   pair is in the vocabulary. The token id is the rank.
-
-Any Unicode string round-trips exactly (lone surrogates, which are not Unicode scalar values,
-are replaced by U+FFFD first, as tiktoken does).
-
-Two engines give the same ids: ``"python"`` (compiled regex (stdlib ``re`` on ASCII stretches
-for the built-in patterns, :mod:`attnlm.tokenizers.split`), bounded per-chunk cache,
-lowest-rank merge loop; a heap-based loop for long chunks) and ``"tiktoken"`` (our ranks,
-pattern and special tokens handed to ``tiktoken.Encoding``). ``engine="auto"`` picks tiktoken
-when it is installed and accepts the pattern.
-
-Training (:meth:`BPETokenizer.train`) counts the pre-tokenized chunks of the text and learns
-merges over their bytes with :func:`attnlm.tokenizers.training.learn_merges`: incremental
-pair counts, a pair-to-words index and a lazy max-heap. **Ids and tie-break**: the 256 single
-bytes get ids 0..255 in GPT-2's byte order (the printable bytes ``!``..``~``, ``¡``..``¬``,
-``®``..``ÿ`` first, then the others in byte order, as in the ``gpt2`` and ``cl100k`` rank
-files); merged tokens get 256, 257, ... in order of creation. Among pairs with equal counts
-the one with the smallest ``(left id, right id)`` is merged first. This is exactly the rule of
-Hugging Face ``tokenizers``' byte-level ``BpeTrainer`` (its alphabet is sorted by the GPT-2
-byte-to-unicode characters, which is the same order), so both learn the same merges.
+Steps, engines and training are described in :mod:`attnlm.tokenizers.bpe`; this module holds
+:class:`BPETokenizer` itself. Pre-tokenization: :mod:`~attnlm.tokenizers.bpe.patterns`; merging
+one chunk: :mod:`~attnlm.tokenizers.bpe.merge`; training: :mod:`~attnlm.tokenizers.bpe.train`;
+JSON fields: :mod:`~attnlm.tokenizers.bpe.files`.
 """
 
 from __future__ import annotations
 
-import base64
-import heapq
 import os
 import re
-from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
-from itertools import chain, repeat
+from itertools import chain
 from typing import Any, Literal
-
-import regex
 
 from attnlm.tokenizers.base import (
     MAX_VOCAB_SIZE,
@@ -58,208 +25,21 @@ from attnlm.tokenizers.base import (
     check_text,
     register_kind,
 )
+from attnlm.tokenizers.bpe.files import from_fields, to_fields
+from attnlm.tokenizers.bpe.merge import LONG_CHUNK, _merge_long, _merge_short, recover_merges
+from attnlm.tokenizers.bpe.patterns import (
+    _fix_surrogates,
+    _special_regex,
+    resolve_pattern,
+    split_pattern,
+)
+from attnlm.tokenizers.bpe.train import learn_ranks
 from attnlm.tokenizers.split import Splitter
-from attnlm.tokenizers.training import MAX_SYMBOLS, learn_merges
 
-#: GPT-2's pre-tokenization regex as published (Radford et al., 2019, ``encoder.py``).
-GPT2_PUBLISHED = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-#: Built-in pre-tokenization patterns. ``gpt2`` is GPT-2's regex with the letter alternative
-#: moved first, which splits identically (the alternatives that can match at a position never
-#: overlap, except the contractions, which stay before punctuation) and runs about 15% faster
-#: in Python's ``regex``; ``cl100k`` is cl100k_base's (GPT-3.5/4) exactly.
-PATTERNS: dict[str, str] = {
-    "gpt2": r""" ?\p{L}+|'(?:[stmd]|re|ve|ll)| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
-    "cl100k": (
-        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+"""
-        r"""| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-    ),
-}
-
-_PRINTABLE = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-#: The 256 byte values in GPT-2 order; position = id of that single-byte token after training.
-GPT2_BYTE_ORDER: list[int] = _PRINTABLE + [b for b in range(256) if b not in set(_PRINTABLE)]
-_BYTE_TO_ID = bytes(GPT2_BYTE_ORDER.index(b) for b in range(256))  # bytes.translate table
-
-#: Chunks longer than this (in bytes) are merged with the O(n log n) heap loop.
-LONG_CHUNK = 64
-_INF = 1 << 62
-_SINGLE_BYTES = [bytes([b]) for b in range(256)]
-_PAIR_SLICES = [slice(i, i + 2) for i in range(LONG_CHUNK)]
 DEFAULT_CACHE_SIZE = 1 << 17
 
 Engine = Literal["auto", "python", "tiktoken"]
 SpecialSet = Collection[str] | Literal["all"]
-
-
-def resolve_pattern(pattern: str) -> tuple[str, str]:
-    """``(name, regex)`` for a built-in pattern name, or ``("", pattern)`` for a valid regex."""
-    if pattern in PATTERNS:
-        return pattern, PATTERNS[pattern]
-    if not isinstance(pattern, str) or not pattern:
-        raise TokenizerConfigError("pattern must be a built-in name (gpt2, cl100k) or a regex")
-    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", pattern):
-        raise TokenizerConfigError(
-            f"unknown pattern name {pattern!r} (built-in: {', '.join(PATTERNS)}; "
-            "or pass a regular expression)"
-        )
-    try:
-        compiled = regex.compile(pattern)
-    except regex.error as e:
-        raise TokenizerConfigError(f"invalid pre-tokenization regex {pattern!r}: {e}") from None
-    if compiled.groups:
-        raise TokenizerConfigError(
-            f"pre-tokenization regex {pattern!r} has {compiled.groups} capturing group(s), "
-            "which would make findall return the groups instead of the chunks: use "
-            "non-capturing groups (?:...)"
-        )
-    for pos in range(len(_EMPTY_PROBE) + 1):
-        m = compiled.match(_EMPTY_PROBE, pos)
-        if m is not None and m.end() == pos:
-            raise TokenizerConfigError(
-                f"pre-tokenization regex {pattern!r} can match the empty string (e.g. at "
-                f"{_EMPTY_PROBE[pos : pos + 8]!r}); every chunk must hold at least one character"
-            )
-    return "", pattern
-
-
-#: Text on which a custom pattern must not match the empty string anywhere (a mix of letters,
-#: digits, punctuation, whitespace and non-ASCII characters).
-_EMPTY_PROBE = "Hello, World! it's 123 4.5e6\n\t  héllo 日本語 x_y-z  \r\n©😀\x00"
-
-#: What custom patterns are extended with: a character no alternative of the pattern covers
-#: becomes a chunk of its own, so no text is ever lost and both engines see the same chunks.
-UNCOVERED = r"[\s\S]"
-
-
-def split_pattern(pattern: str) -> str:
-    r"""The regex that actually splits text for ``pattern`` (a validated regex): built-in
-    patterns as they are (they cover every character), a custom one as
-    ``(?:PATTERN)|[\s\S]``: where PATTERN matches, its chunk; any character it leaves
-    uncovered, a chunk of one character. The Python and tiktoken engines both use this."""
-    if pattern in PATTERNS.values() or pattern == GPT2_PUBLISHED:
-        return pattern
-    return f"(?:{pattern})|{UNCOVERED}"
-
-
-# `re`'s \s also matches U+001C..U+001F, `regex`'s (Unicode White_Space) does not: exclude them
-_WS, _NON_WS = r"[^\S\x1c-\x1f]", r"[\S\x1c-\x1f]"
-_WS_THEN_NON_WS = re.compile(rf"{_WS}*{_NON_WS}+|{_WS}+")
-
-
-def count_chunks(text: str, pattern: str) -> Counter[str]:
-    r"""``Counter(regex.findall(pattern, text))``, computed faster for the built-in patterns
-    (see :mod:`attnlm.tokenizers.split`; for ``gpt2`` also the piece counting below).
-
-    No ``gpt2`` chunk crosses a point where a non-space character is followed by a space
-    (letter, digit and punctuation runs stop at whitespace; whitespace chunks hold only
-    whitespace and look ahead only within their run). So the text is cut there into pieces
-    ``\s*\S+`` with the fast ``re`` module, each distinct piece is split once, and its chunks
-    are counted as often as the piece occurs. Pieces that occur equally often are joined and
-    split in one call (joined pieces still meet at such a point).
-    """
-    if pattern not in (PATTERNS["gpt2"], GPT2_PUBLISHED):
-        return Counter(Splitter(pattern)(text))
-    compiled = regex.compile(pattern)
-    pieces = _WS_THEN_NON_WS.findall(text)
-    out: Counter[str] = Counter()
-    if not pieces:
-        return out
-    piece_counts = Counter(pieces)
-    # the first piece may start with a non-space and the last may be only spaces: alone
-    alone = {pieces[0], pieces[-1]}
-    by_count: dict[int, list[str]] = {}
-    for piece, n in piece_counts.items():
-        if piece not in alone:
-            by_count.setdefault(n, []).append(piece)
-    for piece in alone:
-        n = piece_counts[piece]
-        for chunk in compiled.findall(piece):
-            out[chunk] += n
-    for n, group in by_count.items():
-        found = Counter(compiled.findall("".join(group)))
-        if n == 1:
-            out.update(found)
-        else:
-            for chunk, k in found.items():
-                out[chunk] += k * n
-    return out
-
-
-def _fix_surrogates(text: str) -> str:
-    """Replace lone surrogates by U+FFFD (what tiktoken does before encoding)."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def _special_regex(tokens: Iterable[str]) -> re.Pattern[str]:
-    alts = sorted(tokens, key=lambda s: (-len(s), s))
-    return re.compile("|".join(re.escape(t) for t in alts))
-
-
-def _merge_short(piece: bytes, ranks: dict[bytes, int], max_rank: int | None = None) -> list[bytes]:
-    """Lowest-rank-first merging of one chunk: keep the rank of every adjacent pair, merge the
-    leftmost minimum, update its two neighbours. O(n^2) worst case, fastest for short chunks.
-    With ``max_rank`` only pairs of lower rank are merged."""
-    inf = _INF if max_rank is None else max_rank
-    get = ranks.get
-    n = len(piece)
-    parts = list(map(_SINGLE_BYTES.__getitem__, piece))
-    slices = _PAIR_SLICES[: n - 1] if n <= LONG_CHUNK else map(slice, range(n - 1), range(2, n + 1))
-    pr = list(map(get, map(piece.__getitem__, slices), repeat(inf, n - 1)))
-    while pr:
-        m = min(pr)
-        if m >= inf:
-            break
-        i = pr.index(m)
-        parts[i : i + 2] = [parts[i] + parts[i + 1]]
-        del pr[i]
-        if i > 0:
-            pr[i - 1] = get(parts[i - 1] + parts[i], inf)
-        if i < len(pr):
-            pr[i] = get(parts[i] + parts[i + 1], inf)
-    return parts
-
-
-def _merge_long(piece: bytes, ranks: dict[bytes, int]) -> list[bytes]:
-    """The same merges as :func:`_merge_short` in O(n log n): a heap of ``(rank, left start)``
-    over a linked list of symbols, stale entries skipped when popped."""
-    n = len(piece)
-    get = ranks.get
-    end = list(range(1, n + 1))  # end[i]: end of the symbol starting at i (valid if alive)
-    nxt = list(range(1, n + 1))
-    prv = list(range(-1, n - 1))
-    alive = [True] * n
-    heap = []
-    for i in range(n - 1):
-        r = get(piece[i : i + 2])
-        if r is not None:
-            heap.append((r, i, i + 1, i + 2))
-    heapq.heapify(heap)
-    while heap:
-        _, i, j, e = heapq.heappop(heap)
-        if not alive[i] or nxt[i] != j or end[j] != e:
-            continue
-        end[i] = e
-        alive[j] = False
-        k = nxt[j]
-        nxt[i] = k
-        if k < n:
-            prv[k] = i
-        p = prv[i]
-        if p >= 0:
-            r = get(piece[p:e])
-            if r is not None:
-                heapq.heappush(heap, (r, p, i, e))
-        if k < n:
-            r = get(piece[i : end[k]])
-            if r is not None:
-                heapq.heappush(heap, (r, i, k, end[k]))
-    out = []
-    i = 0
-    while i < n:
-        out.append(piece[i : end[i]])
-        i = nxt[i]
-    return out
 
 
 def tiktoken_available() -> bool:
@@ -273,7 +53,7 @@ def tiktoken_available() -> bool:
 
 @register_kind
 class BPETokenizer(Tokenizer):
-    """Byte-level BPE tokenizer (GPT-2 / tiktoken scheme; see the module docstring).
+    """Byte-level BPE tokenizer (GPT-2 / tiktoken scheme; see :mod:`attnlm.tokenizers.bpe`).
 
     ``ranks`` maps each token's bytes to its id (= merge priority); all 256 single bytes must
     be present. ``special_tokens`` maps strings to ids above every rank. ``merges`` is the
@@ -377,32 +157,10 @@ class BPETokenizer(Tokenizer):
         tokens, which get the ids given (or, for a list, the ids after the merges) and are cut
         out of the training text. Pairs seen fewer than ``min_frequency`` times are not merged.
         """
-        if not isinstance(vocab_size, int) or vocab_size < 256:
-            raise TokenizerConfigError(
-                f"vocab_size {vocab_size!r} too small: byte-level BPE needs at least 256 "
-                "(one token per byte)"
-            )
-        if vocab_size > MAX_SYMBOLS:
-            raise TokenizerConfigError(f"vocab_size {vocab_size} too large (max {MAX_SYMBOLS})")
-        name, pat = resolve_pattern(pattern)
-        check_text(text)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = _fix_surrogates(text)
-        names = list(special_tokens or ())
-        segments = _special_regex(names).split(text) if names else [text]
-        counts: Counter[str] = Counter()
-        for seg in segments:
-            counts.update(count_chunks(seg, split_pattern(pat)))
-        words = [list(w.encode("utf-8").translate(_BYTE_TO_ID)) for w in counts]
-        symbols: list[bytes] = [bytes([b]) for b in GPT2_BYTE_ORDER]
-        merged = learn_merges(
-            words, list(counts.values()), symbols, vocab_size, min_frequency=min_frequency
+        ranks, merges, pattern = learn_ranks(
+            text, vocab_size, pattern, special_tokens, min_frequency=min_frequency
         )
-        ranks = {s: i for i, s in enumerate(symbols)}
-        merges = [(symbols[a], symbols[b]) for a, b, *_ in merged]
-        return cls(ranks, pattern=name or pat, special_tokens=special_tokens, merges=merges)
+        return cls(ranks, pattern=pattern, special_tokens=special_tokens, merges=merges)
 
     @classmethod
     def from_tiktoken(
@@ -625,54 +383,10 @@ class BPETokenizer(Tokenizer):
     # ------------------------------------------------------------------ files
 
     def to_dict(self) -> dict[str, Any]:
-        by_id = sorted(self._ranks.items(), key=lambda kv: kv[1])
-        if all(r == k for k, (_, r) in enumerate(by_id)):
-            ranks: Any = [base64.b64encode(t).decode("ascii") for t, _ in by_id]
-        else:
-            ranks = {base64.b64encode(t).decode("ascii"): r for t, r in by_id}
-        merges = None
-        if self._merges is not None:
-            merges = [[self._ranks[a], self._ranks[b]] for a, b in self._merges]
-        return {
-            "pattern": self.pattern_name or self.pattern,
-            "ranks": ranks,
-            "merges": merges,
-            "special_tokens": dict(self._special),
-        }
+        return to_fields(
+            self._ranks, self._merges, self.pattern_name or self.pattern, self._special
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BPETokenizer:
-        raw = data["ranks"]
-        if isinstance(raw, list):
-            ranks = {base64.b64decode(t, validate=True): i for i, t in enumerate(raw)}
-        elif isinstance(raw, dict):
-            ranks = {base64.b64decode(t, validate=True): int(r) for t, r in raw.items()}
-        else:
-            raise TypeError("'ranks' must be a list or an object")
-        if len(ranks) != len(raw):
-            raise ValueError("duplicate tokens in 'ranks'")
-        decoder = {r: t for t, r in ranks.items()}
-        merges = data.get("merges")
-        pairs = None
-        if merges is not None:
-            pairs = [(decoder[int(a)], decoder[int(b)]) for a, b in merges]
-        return cls(
-            ranks,
-            pattern=data["pattern"],
-            special_tokens=data.get("special_tokens") or None,
-            merges=pairs,
-        )
-
-
-def recover_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
-    """The merge list implied by a rank table: for each multi-byte token in rank order, the two
-    parts that merging with only lower ranks produces. Tokens that no merge can produce
-    (fewer or more than two parts remain) are skipped."""
-    merges = []
-    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
-        if len(token) < 2:
-            continue
-        parts = _merge_short(token, ranks, max_rank=rank)
-        if len(parts) == 2:
-            merges.append((parts[0], parts[1]))
-    return merges
+        return cls(**from_fields(data))

@@ -1,0 +1,42 @@
+"""The length filter of sentence pairs: drop pairs with a side longer than a number of characters
+or (with the pair tokenizers) tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from attnlm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from attnlm.data.pairs.read import Pair
+    from attnlm.data.pairs.tokenizers import PairTokenizers
+
+
+def filter_pairs(
+    pairs: Sequence[Pair],
+    *,
+    max_chars: int | None = None,
+    max_tokens: int | None = None,
+    tokenizers: PairTokenizers | None = None,
+) -> tuple[list[Pair], int]:
+    """Keep pairs whose sides both have at most ``max_chars`` characters and (with
+    ``tokenizers``) at most ``max_tokens`` tokens, start / end tokens not counted.
+    Returns the kept pairs (in order) and the number dropped."""
+    for what, v in (("max_chars", max_chars), ("max_tokens", max_tokens)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"{what} must be a positive integer, got {v!r}")
+    if max_tokens is not None and tokenizers is None:
+        raise ConfigError("max_tokens needs the pair tokenizers to count tokens")
+    kept = []
+    for pair in pairs:
+        if max_chars is not None and max(len(pair.source), len(pair.target)) > max_chars:
+            continue
+        if max_tokens is not None:
+            assert tokenizers is not None
+            if len(tokenizers.tokens(pair.source, "source")) > max_tokens:
+                continue
+            if len(tokenizers.tokens(pair.target, "target")) > max_tokens:
+                continue
+        kept.append(pair)
+    return kept, len(pairs) - len(kept)
