@@ -18,16 +18,19 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from attnlm.errors import ConfigError
-from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers
+from attnlm.models.hf.mapping import (
+    ACT_TO_HF,
+    WEIGHT,
+    Layout,
+    Rule,
+    activation_from_hf,
+    layers,
+)
 
 if TYPE_CHECKING:
     from attnlm.models.bert import BertConfig
 
 MODEL_TYPE = "bert"
-
-_ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                "relu": "relu"}  # fmt: skip
-_ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 
 EMBEDDINGS = [
     Rule("embeddings.tok", "embeddings.word_embeddings", WEIGHT),  # (V, C)
@@ -91,9 +94,7 @@ def config_from_hf(hf: dict, names: Iterable[str] = (), *, where: str = "config.
         )
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise ConfigError(f"{where}: decoder BERT / cross-attention is not supported")
-    act = hf.get("hidden_act", "gelu")
-    if act not in _ACT_FROM_HF:
-        raise ConfigError(f"{where}: hidden_act {act!r} is not supported")
+    act = activation_from_hf(hf, "hidden_act", "gelu", where)
     names = {k.removeprefix("bert.") for k in names}
     try:
         return dict(
@@ -105,7 +106,7 @@ def config_from_hf(hf: dict, names: Iterable[str] = (), *, where: str = "config.
             d_ff=hf.get("intermediate_size"),
             type_vocab_size=hf.get("type_vocab_size", 2),
             dropout=float(hf.get("hidden_dropout_prob", 0.1)),
-            activation=_ACT_FROM_HF[act],
+            activation=act,
             layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
             pad_id=int(hf.get("pad_token_id") or 0),
             pooler="pooler.dense.weight" in names,
@@ -126,7 +127,7 @@ def config_to_hf(config: BertConfig) -> dict[str, Any]:
         "num_hidden_layers": config.n_layer,
         "num_attention_heads": config.n_head,
         "intermediate_size": config.d_ff or 4 * config.n_embd,
-        "hidden_act": _ACT_TO_HF[config.activation],
+        "hidden_act": ACT_TO_HF[config.activation],
         "hidden_dropout_prob": config.dropout,
         "attention_probs_dropout_prob": config.dropout,
         "max_position_embeddings": config.block_size,

@@ -15,17 +15,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from attnlm.errors import ConfigError
-from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers
+from attnlm.models.hf.mapping import (
+    ACT_TO_HF,
+    WEIGHT,
+    Layout,
+    Rule,
+    activation_from_hf,
+    layers,
+)
 
 if TYPE_CHECKING:
     from attnlm.models.gpt import GPTConfig
 
 MODEL_TYPE = "gpt2"
-
-# GPT-2 activation names -> ours, and back
-_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
-                "relu": "relu"}  # fmt: skip
-_ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 
 EMBEDDINGS = [
     Rule("tok_emb", "wte", WEIGHT),  # (V, C)
@@ -73,9 +75,7 @@ def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
     for key, (expected, what) in unsupported.items():
         if hf.get(key, expected) != expected:
             raise ConfigError(f"{where}: {key}={hf[key]!r} ({what}) is not supported")
-    act = hf.get("activation_function", "gelu_new")
-    if act not in _ACT_FROM_HF:
-        raise ConfigError(f"{where}: activation_function {act!r} is not supported")
+    act = activation_from_hf(hf, "activation_function", "gelu_new", where)
     try:
         return dict(
             vocab_size=hf["vocab_size"],
@@ -88,7 +88,7 @@ def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
             dropout=float(hf.get("resid_pdrop", 0.0)),
             bias=True,
             tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-            activation=_ACT_FROM_HF[act],
+            activation=act,
             d_ff=hf.get("n_inner"),
             layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
         )
@@ -114,7 +114,7 @@ def config_to_hf(config: GPTConfig) -> dict[str, Any]:
         "n_layer": config.n_layer,
         "n_head": config.n_head,
         "n_inner": config.d_ff,
-        "activation_function": _ACT_TO_HF[config.activation],
+        "activation_function": ACT_TO_HF[config.activation],
         "layer_norm_epsilon": config.layer_norm_eps,
         "resid_pdrop": config.dropout,
         "embd_pdrop": config.dropout,

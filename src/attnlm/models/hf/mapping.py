@@ -21,7 +21,8 @@ what holds for the whole state dict: the model prefix of task models (``transfor
 heads, tied copies) and our keys that alias another tensor (a tied LM head).
 
 This module knows no model family and no architecture: :mod:`.gpt2`, :mod:`.bert` and
-:mod:`.marian` hold the tables.
+:mod:`.marian` hold the tables. It also holds the one name mapping their configs share: the
+activation functions (``hidden_act`` / ``activation_function``).
 """
 
 from __future__ import annotations
@@ -30,15 +31,36 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from attnlm.errors import InputError
+from attnlm.errors import ConfigError, InputError
 
 PARAMS = ("weight", "bias")  # a Linear's or LayerNorm's tensors
 WEIGHT = ("weight",)  # an embedding's
 WHOLE = ("",)  # the rule's names are whole keys
+
+# Hugging Face activation names -> ours, and back (the GELU tanh approximation is GPT-2's)
+ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "relu": "relu"}  # fmt: skip
+ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+
+
+def activation_from_hf(
+    hf: Mapping[str, Any],
+    key: str,
+    default: str,
+    where: str,
+    names: Mapping[str, str] = ACT_FROM_HF,
+) -> str:
+    """Our activation for ``config.json``'s ``key`` (``default`` when absent); a ConfigError
+    when we have no equivalent."""
+    act = hf.get(key, default)
+    if act not in names:
+        raise ConfigError(f"{where}: {key} {act!r} is not supported")
+    return names[act]
 
 
 @dataclass(frozen=True)
@@ -156,11 +178,11 @@ def to_ours(layout: Layout, hf_state: Mapping[str, Tensor]) -> dict[str, Tensor]
                 names = (next((a for a in also if a in state), also[-1]),)
             if rule.optional and names[0] not in state:
                 continue
-            tensors = [take(rule, key) for key in names]
-            tensor = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
+            tensors = [take(rule, key) for key in names]  # fused q, k, v: (C, C) each
+            tensor = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)  # (3C, C)
             if rule.transpose:
-                tensor = tensor.t()
-            out[ours] = tensor.reshape(-1) if rule.row else tensor
+                tensor = tensor.t()  # Conv1D (in, out) -> Linear (out, in)
+            out[ours] = tensor.reshape(-1) if rule.row else tensor  # (1, N) -> (N,)
     leftover = [k for k in state if not any(fnmatchcase(k, p) for p in layout.ignore)]
     if leftover:
         raise InputError(f"unexpected {layout.name} weights: {', '.join(sorted(leftover)[:5])}")
@@ -180,9 +202,10 @@ def to_hf(layout: Layout, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
                 continue
             tensor = state[ours]
             if rule.transpose:
-                tensor = tensor.t()
+                tensor = tensor.t()  # Linear (out, in) -> Conv1D (in, out)
             if rule.row:
-                tensor = tensor.reshape(1, -1)
+                tensor = tensor.reshape(1, -1)  # (N,) -> (1, N)
+            # fused (3C, C) -> q, k, v (C, C) each, views
             parts = tensor.chunk(len(names), dim=0) if len(names) > 1 else (tensor,)
             for key, part in zip(names, parts, strict=True):
                 out[prefix + key] = part

@@ -22,16 +22,24 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnlm.errors import ConfigError
-from attnlm.models.hf.mapping import WEIGHT, WHOLE, Layout, Rule, layers
+from attnlm.models.hf.mapping import (
+    ACT_FROM_HF,
+    ACT_TO_HF,
+    WEIGHT,
+    WHOLE,
+    Layout,
+    Rule,
+    activation_from_hf,
+    layers,
+)
 
 if TYPE_CHECKING:
     from attnlm.models.transformer import TransformerConfig
 
 MODEL_TYPE = "marian"
 
-_ACT_FROM_HF = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu",
-                "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}  # fmt: skip
-_ACT_TO_HF = {"silu": "swish", "gelu": "gelu", "relu": "relu", "gelu_tanh": "gelu_new"}
+_ACT_FROM_HF = {**ACT_FROM_HF, "swish": "silu", "silu": "silu"}  # Marian's "swish" is SiLU
+_ACT_TO_HF = {**ACT_TO_HF, "silu": "swish"}
 
 LAYER = [  # one layer of either stack: ours {encoder,decoder}.{i}.*, Marian's model.*.layers.{i}.*
     Rule("ln_1", "self_attn_layer_norm"),
@@ -90,9 +98,7 @@ def config_from_hf(
         raise ConfigError(f"{where}: encoder and decoder head counts differ")
     if hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
         raise ConfigError(f"{where}: encoder and decoder feed-forward widths differ")
-    act = hf.get("activation_function", "gelu")
-    if act not in _ACT_FROM_HF:
-        raise ConfigError(f"{where}: activation_function {act!r} is not supported")
+    act = activation_from_hf(hf, "activation_function", "gelu", where, _ACT_FROM_HF)
     try:
         shared = bool(hf.get("share_encoder_decoder_embeddings", True))
         vocab = int(hf["vocab_size"])
@@ -116,7 +122,7 @@ def config_from_hf(
             n_decoder_layers=int(hf["decoder_layers"]),
             d_ff=int(hf["encoder_ffn_dim"]),
             norm="post",
-            activation=_ACT_FROM_HF[act],
+            activation=act,
             dropout=float(hf.get("dropout", 0.0)),
             attention_dropout=float(hf.get("attention_dropout", 0.0)),
             share_embeddings=shared,
