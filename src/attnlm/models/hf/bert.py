@@ -18,14 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from attnlm.errors import ConfigError
-from attnlm.models.hf.mapping import (
-    ACT_TO_HF,
-    WEIGHT,
-    Layout,
-    Rule,
-    activation_from_hf,
-    layers,
-)
+from attnlm.models.hf.mapping import ACT_TO_HF, WEIGHT, Layout, Rule, activation_from_hf, layers
 
 if TYPE_CHECKING:
     from attnlm.models.bert import BertConfig
