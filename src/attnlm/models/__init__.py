@@ -2,7 +2,8 @@
 
 :mod:`.base` (output record, loss, :class:`~attnlm.models.base.Family`), :mod:`.registry`
 (``get``, ``register``, ``build``, ``from_hf``), one file per family (:mod:`.gpt`), and
-:mod:`.hf` (reading and writing Hugging Face model folders). Names load on first use.
+the package :mod:`.hf` (Hugging Face model folders: reading and writing them, the one name
+mapping, one module per architecture). Names load on first use.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ blocks (self-attention over every unpadded token, GELU feed-forward) -> hidden s
 a pooler (``tanh(W h_[CLS] + b)``) and the masked-LM head (dense + GELU + LayerNorm, then a
 decoder tied to the token embedding, plus a bias).
 
-The file reads top to bottom: the config, the model, the Hugging Face ``BertModel`` /
-``BertForMaskedLM`` weight layout, the registry entry. Blocks, attention and masks come from
+The file reads top to bottom: the config, the embeddings and the MLM head BERT adds, the model,
+its Hugging Face ``BertModel`` / ``BertForMaskedLM`` import/export (the layout itself is
+:mod:`attnlm.models.hf.bert`), the registry entry. Blocks, attention and masks come from
 :mod:`attnlm.nn`; the output record and loss from :mod:`attnlm.models.base`.
 
 Shape legend
@@ -22,7 +23,7 @@ Shape legend
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,7 +38,14 @@ from attnlm.models.base import (
     check_targets,
     count_params,
 )
-from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
+from attnlm.models.hf import bert as hf_bert
+from attnlm.models.hf.folder import (
+    load_hf_weights,
+    read_hf_config,
+    read_hf_weights,
+    write_hf_folder,
+)
+from attnlm.models.hf.mapping import to_hf
 from attnlm.nn.attention import padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, TransformerBlock, dropout_layer
 
@@ -293,6 +301,8 @@ class Bert(nn.Module):
         e = self.embeddings
         return count_params(self, exclude=(e.tok, e.pos, e.types))
 
+    # -- Hugging Face BERT folders (the layout: attnlm.models.hf.bert) -------------------------
+
     @classmethod
     def from_hf(cls, path: str | Path) -> Bert:
         """Load a Hugging Face ``BertModel`` folder (no MLM head: the model gets
@@ -301,194 +311,19 @@ class Bert(nn.Module):
         ``pytorch_model.bin``), in eval mode."""
         path = Path(path)
         hf = read_hf_config(path)
-        state = read_hf_weights(path)
-        config = config_from_hf(hf, where=str(path / "config.json"))
-        mapped, has_head, has_pooler = state_from_hf(state, config)
-        config = replace(config, mlm_head=has_head, pooler=has_pooler)
-        return load_mapped_state(cls(config), mapped, path, optional=("head.decoder.weight",))
+        weights = read_hf_weights(path)
+        config = BertConfig(**hf_bert.config_from_hf(hf, weights, where=str(path / "config.json")))
+        return load_hf_weights(cls(config), path, hf_bert.layout(config), weights)
 
     def save_hf(self, path: str | Path) -> None:
         """Write a Hugging Face folder: ``BertForMaskedLM`` layout (``bert.`` prefix, ``cls.
         predictions`` head, plus the pooler when present, which ``BertForMaskedLM`` ignores)
         when the model has an MLM head, else ``BertModel`` layout."""
-        write_hf_folder(path, config_to_hf(self.config), state_to_hf(self))
+        state = to_hf(hf_bert.layout(self.config), self.state_dict())
+        write_hf_folder(path, hf_bert.config_to_hf(self.config), state)
 
 
-# ---------------------------------------------------------------------------------------------
-# The Hugging Face BERT layout (``BertModel`` / ``BertForMaskedLM`` ``save_pretrained``):
-# ``embeddings.{word,position,token_type}_embeddings.weight``, ``embeddings.LayerNorm``,
-# ``encoder.layer.{i}.attention.self.{query,key,value}``, ``attention.output.dense``,
-# ``attention.output.LayerNorm``, ``intermediate.dense``, ``output.dense``, ``output.LayerNorm``,
-# ``pooler.dense``; under ``bert.`` in task models, whose MLM head is
-# ``cls.predictions.transform.dense``, ``cls.predictions.transform.LayerNorm``,
-# ``cls.predictions.bias`` (and the tied ``cls.predictions.decoder.weight``/``.bias``).
-# Old TF-converted checkpoints name LayerNorm parameters ``gamma``/``beta``.
-
-_ACT_FROM_HF = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                "relu": "relu"}  # fmt: skip
-_ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
-
-_BLOCK_KEYS = [  # (ours, HF) per layer; q/k/v are fused into attn.qkv_proj separately
-    ("attn.out_proj.weight", "attention.output.dense.weight"),
-    ("attn.out_proj.bias", "attention.output.dense.bias"),
-    ("ln_1.weight", "attention.output.LayerNorm.weight"),
-    ("ln_1.bias", "attention.output.LayerNorm.bias"),
-    ("mlp.fc.weight", "intermediate.dense.weight"),
-    ("mlp.fc.bias", "intermediate.dense.bias"),
-    ("mlp.proj.weight", "output.dense.weight"),
-    ("mlp.proj.bias", "output.dense.bias"),
-    ("ln_2.weight", "output.LayerNorm.weight"),
-    ("ln_2.bias", "output.LayerNorm.bias"),
-]
-_EMB_KEYS = [
-    ("embeddings.tok.weight", "embeddings.word_embeddings.weight"),
-    ("embeddings.pos.weight", "embeddings.position_embeddings.weight"),
-    ("embeddings.types.weight", "embeddings.token_type_embeddings.weight"),
-    ("embeddings.ln.weight", "embeddings.LayerNorm.weight"),
-    ("embeddings.ln.bias", "embeddings.LayerNorm.bias"),
-]
-_POOLER_KEYS = [("pooler.weight", "pooler.dense.weight"), ("pooler.bias", "pooler.dense.bias")]
-_HEAD_KEYS = [
-    ("head.dense.weight", "cls.predictions.transform.dense.weight"),
-    ("head.dense.bias", "cls.predictions.transform.dense.bias"),
-    ("head.ln.weight", "cls.predictions.transform.LayerNorm.weight"),
-    ("head.ln.bias", "cls.predictions.transform.LayerNorm.bias"),
-    ("head.bias", "cls.predictions.bias"),
-]
-
-
-def config_from_hf(hf: dict, *, where: str = "config.json") -> BertConfig:
-    """Our :class:`BertConfig` from a BERT ``config.json`` dict (pooler and head are decided
-    by the weights, see :meth:`Bert.from_hf`)."""
-    if hf.get("model_type", "bert") != "bert":
-        raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, expected 'bert'")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ConfigError(
-            f"{where}: position_embedding_type={hf['position_embedding_type']!r} is not "
-            "supported (only absolute)"
-        )
-    if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        raise ConfigError(f"{where}: decoder BERT / cross-attention is not supported")
-    act = hf.get("hidden_act", "gelu")
-    if act not in _ACT_FROM_HF:
-        raise ConfigError(f"{where}: hidden_act {act!r} is not supported")
-    try:
-        return BertConfig(
-            vocab_size=hf["vocab_size"],
-            block_size=hf.get("max_position_embeddings", 512),
-            n_layer=hf["num_hidden_layers"],
-            n_head=hf["num_attention_heads"],
-            n_embd=hf["hidden_size"],
-            d_ff=hf.get("intermediate_size"),
-            type_vocab_size=hf.get("type_vocab_size", 2),
-            dropout=float(hf.get("hidden_dropout_prob", 0.1)),
-            activation=_ACT_FROM_HF[act],
-            layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
-            pad_id=int(hf.get("pad_token_id") or 0),
-        )
-    except KeyError as e:
-        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
-
-
-def config_to_hf(config: BertConfig) -> dict:
-    """A BERT ``config.json`` dict for our config."""
-    arch = "BertForMaskedLM" if config.mlm_head else "BertModel"
-    return {
-        "architectures": [arch],
-        "model_type": "bert",
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.n_embd,
-        "num_hidden_layers": config.n_layer,
-        "num_attention_heads": config.n_head,
-        "intermediate_size": config.d_ff or 4 * config.n_embd,
-        "hidden_act": _ACT_TO_HF[config.activation],
-        "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.dropout,
-        "max_position_embeddings": config.block_size,
-        "type_vocab_size": config.type_vocab_size,
-        "initializer_range": 0.02,
-        "layer_norm_eps": config.layer_norm_eps,
-        "pad_token_id": config.pad_id,
-        "position_embedding_type": "absolute",
-        "tie_word_embeddings": True,
-        "dtype": "float32",
-    }
-
-
-def state_from_hf(
-    hf_state: dict[str, Tensor], config: BertConfig
-) -> tuple[dict[str, Tensor], bool, bool]:
-    """Map a BERT state dict onto our names: ``(state, has MLM head, has pooler)``."""
-    state: dict[str, Tensor] = {}
-    for k, v in hf_state.items():
-        k = k.removeprefix("bert.")
-        if k.endswith(".gamma"):
-            k = k[: -len("gamma")] + "weight"
-        elif k.endswith(".beta"):
-            k = k[: -len("beta")] + "bias"
-        state[k] = v
-    out: dict[str, Tensor] = {}
-
-    def take(hf: str) -> Tensor:
-        if hf not in state:
-            raise InputError(f"BERT weights are missing {hf!r}")
-        return state.pop(hf)
-
-    for ours, hf in _EMB_KEYS:
-        out[ours] = take(hf)
-    for i in range(config.n_layer):
-        pre = f"encoder.layer.{i}."
-        qkv = [take(f"{pre}attention.self.{n}.{p}") for p in ("weight", "bias")
-               for n in ("query", "key", "value")]  # fmt: skip
-        out[f"blocks.{i}.attn.qkv_proj.weight"] = torch.cat(qkv[:3], dim=0)
-        out[f"blocks.{i}.attn.qkv_proj.bias"] = torch.cat(qkv[3:], dim=0)
-        for ours, hf in _BLOCK_KEYS:
-            out[f"blocks.{i}.{ours}"] = take(pre + hf)
-    has_pooler = "pooler.dense.weight" in state
-    if has_pooler:
-        for ours, hf in _POOLER_KEYS:
-            out[ours] = take(hf)
-    has_head = "cls.predictions.transform.dense.weight" in state
-    if has_head:
-        for ours, hf in _HEAD_KEYS:
-            out[ours] = take(hf)
-        decoder = state.pop("cls.predictions.decoder.weight", None)
-        if decoder is not None and not torch.equal(decoder, out["embeddings.tok.weight"]):
-            raise InputError("BERT weights: an untied MLM decoder is not supported")
-        state.pop("cls.predictions.decoder.bias", None)  # the same tensor as cls.predictions.bias
-    # buffers and heads we do not use: position ids, next-sentence prediction
-    leftover = [
-        k for k in state
-        if not k.endswith("position_ids") and not k.startswith("cls.seq_relationship")
-    ]  # fmt: skip
-    if leftover:
-        raise InputError(f"unexpected BERT weights: {', '.join(sorted(leftover)[:5])}")
-    return out, has_head, has_pooler
-
-
-def state_to_hf(model: Bert) -> dict[str, Tensor]:
-    """Our weights in the Hugging Face layout (``bert.`` prefix when there is an MLM head)."""
-    c = model.config
-    ours = model.state_dict()
-    prefix = "bert." if c.mlm_head else ""
-    out: dict[str, Tensor] = {}
-    for o, hf in _EMB_KEYS:
-        out[prefix + hf] = ours[o]
-    for i in range(c.n_layer):
-        pre = f"{prefix}encoder.layer.{i}."
-        for p in ("weight", "bias"):
-            q, k, v = ours[f"blocks.{i}.attn.qkv_proj.{p}"].chunk(3, dim=0)
-            for n, t in (("query", q), ("key", k), ("value", v)):
-                out[f"{pre}attention.self.{n}.{p}"] = t
-        for o, hf in _BLOCK_KEYS:
-            out[pre + hf] = ours[f"blocks.{i}.{o}"]
-    if c.pooler:
-        for o, hf in _POOLER_KEYS:
-            out[prefix + hf] = ours[o]
-    if c.mlm_head:
-        for o, hf in _HEAD_KEYS:
-            out[hf] = ours[o]
-    return out
+# -- registry entry ---------------------------------------------------------------------------
 
 
 def _describe(c: BertConfig) -> str:
@@ -506,6 +341,6 @@ FAMILY = Family(
     objective="masked",
     capabilities=frozenset({"fill-mask", "embed"}),
     description="bidirectional transformer encoder, masked LM (Devlin et al. 2019)",
-    hf_types=("bert",),
+    hf_types=(hf_bert.MODEL_TYPE,),
     describe=_describe,
 )

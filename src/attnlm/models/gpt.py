@@ -3,8 +3,9 @@
 token ids -> token embedding (+ absolute positions) -> N transformer blocks with causal
 self-attention -> final layer norm -> LM head (tied to the token embedding) -> logits.
 
-The file reads top to bottom: the config, the model with its loss and decoding state, the
-Hugging Face GPT-2 weight layout, and the registry entry. The shared parts (attention,
+The file reads top to bottom: the config, the model with its loss and decoding state, its
+Hugging Face GPT-2 import/export (the layout itself is :mod:`attnlm.models.hf.gpt2`), and the
+registry entry. The shared parts (attention,
 positions, blocks) come from :mod:`attnlm.nn`, the output record and loss from
 :mod:`attnlm.models.base`.
 
@@ -37,7 +38,9 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
-from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
+from attnlm.models.hf import gpt2
+from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
+from attnlm.models.hf.mapping import to_hf
 from attnlm.nn.attention import SCORES, KVCache, causal_mask, combine_masks, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
 from attnlm.nn.positional import (
@@ -314,159 +317,26 @@ class GPT(nn.Module):
 
         return cls(from_dict(GPTConfig, data, where="model"))
 
+    # -- Hugging Face GPT-2 folders (the layout: attnlm.models.hf.gpt2) ------------------------
+
     @classmethod
     def from_hf(cls, path: str | Path) -> GPT:
         """Load a GPT-2 checkpoint directory in Hugging Face layout (``config.json`` and
         ``model.safetensors`` or ``pytorch_model.bin``), in eval mode."""
         path = Path(path)
-        config = config_from_hf(read_hf_config(path), where=str(path / "config.json"))
-        state = state_from_hf(read_hf_weights(path), config)
-        optional = ("lm_head.weight",) if config.tie_embeddings else ()
-        return load_mapped_state(cls(config), state, path, optional)
+        config = GPTConfig(
+            **gpt2.config_from_hf(read_hf_config(path), where=str(path / "config.json"))
+        )
+        return load_hf_weights(cls(config), path, gpt2.layout(config))
 
     def save_hf(self, path: str | Path) -> None:
         """Write this model as a Hugging Face GPT-2 checkpoint directory that
         ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
-        hf_config = config_to_hf(self.config)
-        ours = self.state_dict()
-        state = {}
-        for key, hf, transposed in _key_map(self.config.n_layer):
-            tensor = ours[key]
-            state[f"transformer.{hf}"] = tensor.t() if transposed else tensor
-        if not self.config.tie_embeddings:
-            state["lm_head.weight"] = ours["lm_head.weight"]
-        write_hf_folder(path, hf_config, state)
+        hf_config = gpt2.config_to_hf(self.config)
+        write_hf_folder(path, hf_config, to_hf(gpt2.layout(self.config), self.state_dict()))
 
 
-# ---------------------------------------------------------------------------------------------
-# The Hugging Face GPT-2 layout (``GPT2LMHeadModel.save_pretrained``): ``config.json`` with
-# ``model_type: "gpt2"``, ``n_embd``, ``n_layer``, ``n_head``, ``n_positions``, ... and weights
-# ``transformer.wte.weight``, ``transformer.h.{i}.attn.c_attn.weight``, ... (``transformer.``
-# absent when a bare ``GPT2Model`` was saved). GPT-2's ``Conv1D`` layers store their weight as
-# ``(in, out)``, the transpose of ``nn.Linear``'s ``(out, in)``; the tied LM head is not stored.
-
-# GPT-2 activation names -> ours, and back
-_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
-                "relu": "relu"}  # fmt: skip
-_ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
-
-# Per-block parameters: (our name, HF name, stored transposed in HF)
-_BLOCK_KEYS = [
-    ("ln_1.weight", "ln_1.weight", False),
-    ("ln_1.bias", "ln_1.bias", False),
-    ("attn.qkv_proj.weight", "attn.c_attn.weight", True),
-    ("attn.qkv_proj.bias", "attn.c_attn.bias", False),
-    ("attn.out_proj.weight", "attn.c_proj.weight", True),
-    ("attn.out_proj.bias", "attn.c_proj.bias", False),
-    ("ln_2.weight", "ln_2.weight", False),
-    ("ln_2.bias", "ln_2.bias", False),
-    ("mlp.fc.weight", "mlp.c_fc.weight", True),
-    ("mlp.fc.bias", "mlp.c_fc.bias", False),
-    ("mlp.proj.weight", "mlp.c_proj.weight", True),
-    ("mlp.proj.bias", "mlp.c_proj.bias", False),
-]
-_TOP_KEYS = [
-    ("tok_emb.weight", "wte.weight"),
-    ("pos_emb.weight", "wpe.weight"),
-    ("ln_f.weight", "ln_f.weight"),
-    ("ln_f.bias", "ln_f.bias"),
-]
-
-
-def _key_map(n_layer: int) -> list[tuple[str, str, bool]]:
-    """All (our key, HF key without the ``transformer.`` prefix, transposed) triples."""
-    keys = [(ours, hf, False) for ours, hf in _TOP_KEYS]
-    for i in range(n_layer):
-        keys += [(f"blocks.{i}.{o}", f"h.{i}.{h}", t) for o, h, t in _BLOCK_KEYS]
-    return keys
-
-
-def config_from_hf(hf: dict, *, where: str = "config.json") -> GPTConfig:
-    """Our :class:`GPTConfig` from a GPT-2 ``config.json`` dict."""
-    if hf.get("model_type", "gpt2") != "gpt2":
-        raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, expected 'gpt2'")
-    unsupported = {
-        "scale_attn_weights": (True, "unscaled attention"),
-        "scale_attn_by_inverse_layer_idx": (False, "per-layer attention scaling"),
-        "add_cross_attention": (False, "cross-attention"),
-    }
-    for key, (expected, what) in unsupported.items():
-        if hf.get(key, expected) != expected:
-            raise ConfigError(f"{where}: {key}={hf[key]!r} ({what}) is not supported")
-    act = hf.get("activation_function", "gelu_new")
-    if act not in _ACT_FROM_HF:
-        raise ConfigError(f"{where}: activation_function {act!r} is not supported")
-    try:
-        return GPTConfig(
-            vocab_size=hf["vocab_size"],
-            block_size=hf.get("n_positions", hf.get("n_ctx")),
-            n_layer=hf["n_layer"],
-            n_head=hf["n_head"],
-            n_embd=hf["n_embd"],
-            positions="learned",
-            norm="pre",
-            dropout=float(hf.get("resid_pdrop", 0.0)),
-            bias=True,
-            tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-            activation=_ACT_FROM_HF[act],
-            d_ff=hf.get("n_inner"),
-            layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-        )
-    except KeyError as e:
-        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
-
-
-def config_to_hf(config: GPTConfig) -> dict:
-    """A GPT-2 ``config.json`` dict for our config; fields GPT-2 cannot express are errors."""
-    needs = {"positions": "learned", "norm": "pre", "bias": True, "attention_score": "scaled_dot"}
-    for field, value in needs.items():
-        if getattr(config, field) != value:
-            raise ConfigError(
-                f"model.{field}={getattr(config, field)!r} has no GPT-2 equivalent "
-                f"(the Hugging Face GPT-2 layout needs {field}={value!r})"
-            )
-    return {
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "vocab_size": config.vocab_size,
-        "n_positions": config.block_size,
-        "n_embd": config.n_embd,
-        "n_layer": config.n_layer,
-        "n_head": config.n_head,
-        "n_inner": config.d_ff,
-        "activation_function": _ACT_TO_HF[config.activation],
-        "layer_norm_epsilon": config.layer_norm_eps,
-        "resid_pdrop": config.dropout,
-        "embd_pdrop": config.dropout,
-        "attn_pdrop": config.dropout,
-        "initializer_range": 0.02,
-        "scale_attn_weights": True,
-        "tie_word_embeddings": config.tie_embeddings,
-        "bos_token_id": config.vocab_size - 1,
-        "eos_token_id": config.vocab_size - 1,
-        "dtype": "float32",
-    }
-
-
-def state_from_hf(hf_state: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
-    """Map a GPT-2 state dict onto our parameter names (transposing Conv1D weights)."""
-    state = {k.removeprefix("transformer."): v for k, v in hf_state.items()}
-    out: dict[str, Tensor] = {}
-    for ours, hf, transposed in _key_map(config.n_layer):
-        if hf not in state:
-            raise InputError(f"GPT-2 weights are missing {hf!r}")
-        tensor = state.pop(hf)
-        out[ours] = tensor.t() if transposed else tensor
-    head = state.pop("lm_head.weight", None)
-    if not config.tie_embeddings:
-        if head is None:
-            raise InputError("GPT-2 weights are missing 'lm_head.weight' (untied embeddings)")
-        out["lm_head.weight"] = head
-    # old checkpoints also store the causal-mask buffers attn.bias / attn.masked_bias
-    leftover = [k for k in state if not k.endswith((".attn.bias", ".attn.masked_bias"))]
-    if leftover:
-        raise InputError(f"unexpected GPT-2 weights: {', '.join(sorted(leftover)[:5])}")
-    return out
+# -- registry entry ---------------------------------------------------------------------------
 
 
 def _describe(c: GPTConfig) -> str:
@@ -484,6 +354,6 @@ FAMILY = Family(
     objective="causal",
     capabilities=frozenset({"generate"}),
     description="decoder-only transformer LM (Radford et al. 2018, 2019)",
-    hf_types=("gpt2",),
+    hf_types=(gpt2.MODEL_TYPE,),
     describe=_describe,
 )

@@ -1,5 +1,5 @@
 """The encoder-decoder Transformer for translation (Vaswani et al., 2017, "Attention Is All
-You Need"), with the Hugging Face Marian (``MarianMTModel``) weight layout.
+You Need"), loading and writing Hugging Face Marian (``MarianMTModel``) folders.
 
 source ids -> embedding * sqrt(C) + sinusoidal positions -> N encoder blocks (self-attention
 over the source, padding masked) -> memory. target ids (``[start] + target``) -> embedding *
@@ -8,8 +8,10 @@ memory) -> LM head (tied to the target embedding) -> logits for the next target 
 
 Options: post-norm (the paper, Marian) or pre-norm (then a final norm after each stack),
 shared source/target embeddings, label smoothing (Szegedy et al., 2016; the paper uses 0.1).
-The file reads top to bottom: the config, the decoding state, the model (encoder, decoder,
-loss, decoding protocol, inspection), the Marian layout, the registry entry.
+The file reads top to bottom: the config, the model (encoder, decoder, loss, decoding
+protocol), its Marian import/export, the registry entry. Beside it: the decoding state
+(:mod:`attnlm.models.transformer_state`), inspection (:mod:`attnlm.models.transformer_inspect`)
+and the Marian layout (:mod:`attnlm.models.hf.marian`).
 
 Shape legend
     B  batch size
@@ -23,10 +25,8 @@ Shape legend
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -42,7 +42,16 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
-from attnlm.models.hf import load_mapped_state, read_hf_config, read_hf_weights, write_hf_folder
+from attnlm.models.hf import marian
+from attnlm.models.hf.folder import (
+    load_hf_weights,
+    read_generation_config,
+    read_hf_config,
+    write_hf_folder,
+)
+from attnlm.models.hf.mapping import to_hf
+from attnlm.models.transformer_inspect import inspect_translation
+from attnlm.models.transformer_state import EncoderDecoderState
 from attnlm.nn.attention import KVCache, Packing, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
 from attnlm.nn.positional import SinusoidalPositionalEncoding
@@ -139,104 +148,6 @@ class TransformerConfig:
     @property
     def source_vocab(self) -> int:
         return self.vocab_size if self.src_vocab_size is None else self.src_vocab_size
-
-
-class EncoderDecoderState(KVCache):
-    """Decoding state of the encoder-decoder: the decoder's KV cache (self-attention keys and
-    values per layer, cross-attention keys and values computed once from the encoder output)
-    plus the encoder output ``memory`` ``(B, S, C)`` until the first step has turned it into
-    the cross-attention slots, and the source padding mask ``context_mask``
-    ``(B, 1, 1, S)``."""
-
-    def __init__(self, n_layer: int, memory: Tensor, context_mask: Tensor) -> None:
-        super().__init__(n_layer)
-        self.memory: Tensor | None = memory
-        self.context_mask = context_mask
-        # the cross-attention row (of ``cross``, ``context_mask``, ``memory``) of each row:
-        # row r uses cross-attention row r // cross_group
-        self.rows = torch.arange(memory.shape[0], device=memory.device)
-        self._held = 0  # tokens held; keys[l] / values[l] are views of the buffers below
-        self._k_buf: list[Tensor | None] = [None] * n_layer  # (B, H, capacity, D)
-        self._v_buf: list[Tensor | None] = [None] * n_layer
-
-    @property
-    def length(self) -> int:
-        return self._held
-
-    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the new keys/values ``(B, H, T, D)`` into preallocated buffers that grow by
-        doubling (no concatenation of everything held at every step); returns views of all
-        held entries ``(B, H, S, D)``."""
-        start = self._held if layer == 0 else self.keys[0].shape[-2] - k.shape[-2]
-        end = start + k.shape[-2]
-        buf = self._k_buf[layer]
-        if buf is None or buf.shape[-2] < end or buf.shape[0] != k.shape[0]:
-            cap = max(16, 2 * end)
-            new_k = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
-            new_v = v.new_empty(new_k.shape)
-            if start:
-                new_k[:, :, :start] = self.keys[layer][:, :, :start]
-                new_v[:, :, :start] = self.values[layer][:, :, :start]
-            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
-        self._k_buf[layer][:, :, start:end] = k
-        self._v_buf[layer][:, :, start:end] = v
-        self.keys[layer] = self._k_buf[layer][:, :, :end]
-        self.values[layer] = self._v_buf[layer][:, :, :end]
-        if layer == len(self.keys) - 1:
-            self._held = end
-        return self.keys[layer], self.values[layer]
-
-    def trim(self, keep_last: int) -> None:
-        raise InputError("an encoder-decoder's decoding state has no window to trim")
-
-    def reorder(self, indices: Tensor) -> None:
-        """Keep rows ``indices``. The self-attention entries of a row that keeps its own place
-        (``indices[r] == r``, as most beams do from step to step) stay where they are: only
-        the rows that take another row's entries are copied, in place. The cross-attention
-        keys/values of a row depend only on its source, so they are kept once per source row
-        (``cross_group`` consecutive rows share one, as the beams of a source do) and never
-        copied when rows only change places among the rows of their source."""
-        indices = indices.to(self.rows.device)
-        n = len(indices)
-        rows = self.rows.index_select(0, indices)
-        same_rows = n == len(self.rows)
-        for layer in range(len(self.keys)):  # self-attention entries
-            k, v = self.keys[layer], self.values[layer]
-            if k is None:
-                continue
-            if same_rows:
-                moved = (indices != torch.arange(n, device=indices.device)).nonzero()[:, 0]
-                if len(moved):  # gather first: a source row may itself be overwritten
-                    src = indices.index_select(0, moved)
-                    k.index_copy_(0, moved, k.index_select(0, src))
-                    v.index_copy_(0, moved, v.index_select(0, src))
-                continue
-            new_k = k.new_empty(n, *self._k_buf[layer].shape[1:])
-            new_v = v.new_empty(new_k.shape)
-            torch.index_select(k, 0, indices, out=new_k[:, :, : k.shape[-2]])
-            torch.index_select(v, 0, indices, out=new_v[:, :, : v.shape[-2]])
-            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
-            self.keys[layer], self.values[layer] = (
-                new_k[:, :, : k.shape[-2]],
-                new_v[:, :, : v.shape[-2]],
-            )
-        if same_rows and torch.equal(rows, self.rows):
-            return
-        # rows = the cross-attention row of each new row; group runs of equal rows
-        g = int((rows == rows[0]).sum())
-        if n % g == 0 and bool((rows.view(-1, g) == rows.view(-1, g)[:, :1]).all()):
-            pick = rows.view(-1, g)[:, 0]  # one cross-attention row per group of g rows
-        else:
-            g, pick = 1, rows
-        n_cross = self.context_mask.shape[0]
-        if len(pick) != n_cross or not torch.equal(pick, torch.arange(n_cross, device=pick.device)):
-            self.cross = [None if c is None else (c[0].index_select(0, pick),
-                          c[1].index_select(0, pick)) for c in self.cross]  # fmt: skip
-            self.context_mask = self.context_mask.index_select(0, pick)
-            if self.memory is not None:
-                self.memory = self.memory.index_select(0, pick)
-        self.cross_group = g
-        self.rows = torch.arange(len(pick), device=pick.device).repeat_interleave(g)
 
 
 class Transformer(nn.Module):
@@ -528,74 +439,17 @@ class Transformer(nn.Module):
                 break
         return out
 
-    # -- inspection ------------------------------------------------------------------------
+    # -- inspection: model.inspect(tokenizer, text, target=None), see transformer_inspect ----
 
-    @torch.no_grad()
-    def inspect(
-        self, tokenizer: Any, text: str, target: str | Sequence[int] | None = None
-    ) -> dict[str, Any]:
-        """The fields of the :class:`~attnlm.inspect.record.InspectionRecord` of translating
-        ``text`` (``attnlm.inspect.record.inspect`` builds the record; this layer cannot)
-        (greedy when ``target`` is None; ``target`` may be a text or target ids without the
-        start token, as a decoder produced them, an end token appended when missing).
-        ``tokenizer``: a :class:`~attnlm.data.pairs.PairTokenizers` or one tokenizer for both
-        sides. The rows (``tokens``) are the tokens the decoder emits at each step (the target
-        and the end token), Bahdanau et al.'s alignment view; keys of cross-attention are the
-        source tokens."""
-        from attnlm.data.pairs import PairTokenizers
-
-        c = self.config
-        pairs = tokenizer
-        if not isinstance(pairs, PairTokenizers):
-            pairs = PairTokenizers.from_tokenizers(tokenizer)
-        source = pairs.encode_source(text)
-        if not pairs.tokens(text, "source"):
-            raise InputError("the source text is empty after tokenization")
-        was = self.training
-        self.eval()
-        try:
-            if target is None:
-                out = self.greedy(source)
-            elif isinstance(target, str):
-                out = [c.bos_id, *pairs.tokens(target, "target"), c.eos_id]
-            else:  # target ids as decoding produced them (no start token)
-                out = [c.bos_id, *(int(i) for i in target)]
-            if out[-1] != c.eos_id:
-                out.append(c.eos_id)
-            device = self.lm_head.weight.device
-            src = torch.tensor([source], device=device)
-            tgt_in = torch.tensor([out[:-1]], device=device)
-            res = self(src, tgt_in, return_attention=True, return_hidden=True)
-        finally:
-            self.train(was)
-
-        def labels(ids: list[int], side: str) -> list[str]:
-            tok = pairs.source if side == "source" else pairs.target
-            sp = pairs.source_ids if side == "source" else pairs.target_ids
-            names = {sp.pad: pairs.config.pad, sp.bos: pairs.config.bos, sp.eos: pairs.config.eos}
-            from attnlm.tokenizers import token_label
-
-            return [names[i] if i in names else token_label(tok, i) for i in ids]
-
-        first = lambda ts: [t[0].float().cpu() for t in ts]  # noqa: E731 - drop the batch axis
-        return dict(
-            family="transformer",
-            tokens=labels(out[1:], "target"),
-            ids=out[1:],
-            attentions=first(res.attentions),
-            hidden_states=first(res.hidden_states),
-            source_tokens=labels(source, "source"),
-            source_ids=source,
-            cross_attentions=first(res.cross_attentions),
-            encoder_attentions=first(res.encoder_attentions),
-            encoder_hidden_states=first(res.encoder_hidden_states),
-        )
+    inspect = inspect_translation
 
     # -- utilities -----------------------------------------------------------------------------
 
     def num_params(self) -> int:
         """Number of parameters (shared and tied matrices counted once)."""
         return count_params(self)
+
+    # -- Hugging Face Marian folders (the layout: attnlm.models.hf.marian) --------------------
 
     @classmethod
     def from_hf(cls, path: str | Path) -> Transformer:
@@ -604,279 +458,22 @@ class Transformer(nn.Module):
         (``bad_words_ids`` = padding, ``forced_eos_token_id``) follow
         ``generation_config.json`` when the folder has one."""
         path = Path(path)
-        config = config_from_hf(read_hf_config(path), _generation_config(path), str(path))
-        state = state_from_hf(read_hf_weights(path), config)
-        optional = ("lm_head.weight",) if config.tie_output else ()
-        if config.share_embeddings:
-            optional += ("tgt_emb.weight",)  # the same module as src_emb
-        return load_mapped_state(cls(config), state, path, optional)
+        fields = marian.config_from_hf(
+            read_hf_config(path), read_generation_config(path), str(path)
+        )
+        config = TransformerConfig(**fields)
+        return load_hf_weights(cls(config), path, marian.layout(config))
 
     def save_hf(self, path: str | Path, max_position_embeddings: int = 512) -> None:
         """Write this model as a ``MarianMTModel`` folder (``config.json``,
         ``generation_config.json``, ``model.safetensors``) that
         ``transformers.MarianMTModel.from_pretrained`` loads."""
-        hf_config, generation = config_to_hf(self.config, max_position_embeddings)
-        state = state_to_hf(self.state_dict(), self.config)
-        write_hf_folder(path, hf_config, state)
-        import json
-
-        (Path(path) / "generation_config.json").write_text(
-            json.dumps(generation, indent=2) + "\n", encoding="utf-8"
-        )
+        hf_config, generation = marian.config_to_hf(self.config, max_position_embeddings)
+        state = to_hf(marian.layout(self.config), self.state_dict())
+        write_hf_folder(path, hf_config, state, generation)
 
 
-# ---------------------------------------------------------------------------------------------
-# The Hugging Face Marian layout (``MarianMTModel.save_pretrained``). config.json: ``d_model``,
-# ``encoder_layers``, ``decoder_layers``, ``encoder_attention_heads``, ``encoder_ffn_dim``, ...,
-# ``activation_function`` ("swish" in the OPUS-MT models), ``scale_embedding``,
-# ``normalize_before`` absent (post-norm), ``share_encoder_decoder_embeddings``,
-# ``decoder_vocab_size``, ``pad_token_id`` = ``decoder_start_token_id``, ``eos_token_id``.
-# Weights: ``model.shared.weight`` (one matrix for both sides and the LM head when shared),
-# ``model.encoder.layers.{i}.self_attn.{q,k,v,out}_proj``, ``self_attn_layer_norm``,
-# ``fc1``, ``fc2``, ``final_layer_norm``; decoder layers also ``encoder_attn.*`` and
-# ``encoder_attn_layer_norm``; ``final_logits_bias`` (1, V); the sinusoidal position tables
-# are not stored. Attention projections are separate q, k, v (ours are fused qkv / kv).
-
-_ACT_FROM_HF = {"swish": "silu", "silu": "silu", "gelu": "gelu", "relu": "relu",
-                "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}  # fmt: skip
-_ACT_TO_HF = {"silu": "swish", "gelu": "gelu", "relu": "relu", "gelu_tanh": "gelu_new"}
-
-_LAYER_PLAIN = [  # (ours, Marian) per layer, both stacks
-    ("ln_1", "self_attn_layer_norm"),
-    ("attn.out_proj", "self_attn.out_proj"),
-    ("mlp.fc", "fc1"),
-    ("mlp.proj", "fc2"),
-    ("ln_2", "final_layer_norm"),
-]
-_CROSS_PLAIN = [
-    ("ln_cross", "encoder_attn_layer_norm"),
-    ("cross_attn.q_proj", "encoder_attn.q_proj"),
-    ("cross_attn.out_proj", "encoder_attn.out_proj"),
-]
-
-
-def _generation_config(path: Path) -> dict[str, Any]:
-    file = path / "generation_config.json"
-    if not file.is_file():
-        return {}
-    import json
-
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InputError(f"{file}: invalid JSON ({e})") from None
-    return data if isinstance(data, dict) else {}
-
-
-def config_from_hf(
-    hf: dict, generation: dict | None = None, where: str = "config.json"
-) -> TransformerConfig:
-    """Our :class:`TransformerConfig` from a Marian ``config.json`` (and
-    ``generation_config.json``) dict; layouts we do not implement are ConfigErrors."""
-    if hf.get("model_type") != "marian":
-        raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, expected 'marian'")
-    generation = generation or {}
-    if hf.get("normalize_before", False) or hf.get("normalize_embedding", False):
-        raise ConfigError(f"{where}: pre-norm or embedding-norm Marian layouts are not supported")
-    if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads"):
-        raise ConfigError(f"{where}: encoder and decoder head counts differ")
-    if hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
-        raise ConfigError(f"{where}: encoder and decoder feed-forward widths differ")
-    act = hf.get("activation_function", "gelu")
-    if act not in _ACT_FROM_HF:
-        raise ConfigError(f"{where}: activation_function {act!r} is not supported")
-    try:
-        shared = bool(hf.get("share_encoder_decoder_embeddings", True))
-        vocab = int(hf["vocab_size"])
-        dec_vocab = int(hf.get("decoder_vocab_size") or vocab)
-        pad = int(hf["pad_token_id"])
-        eos = hf.get("eos_token_id", 0)
-        eos = int(eos[0] if isinstance(eos, list) else eos)
-        start = int(generation.get("decoder_start_token_id", hf.get("decoder_start_token_id", pad)))
-        bad = generation.get("bad_words_ids", hf.get("bad_words_ids"))
-        forced = generation.get("forced_eos_token_id", hf.get("forced_eos_token_id"))
-        if bad not in (None, [[pad]]):
-            raise ConfigError(f"{where}: bad_words_ids {bad!r}: only [[pad]] is supported")
-        if forced not in (None, eos, [eos]):
-            raise ConfigError(f"{where}: forced_eos_token_id {forced!r} differs from eos")
-        return TransformerConfig(
-            vocab_size=vocab if shared else dec_vocab,
-            src_vocab_size=None if shared else vocab,
-            d_model=int(hf["d_model"]),
-            n_head=int(hf["encoder_attention_heads"]),
-            n_encoder_layers=int(hf["encoder_layers"]),
-            n_decoder_layers=int(hf["decoder_layers"]),
-            d_ff=int(hf["encoder_ffn_dim"]),
-            norm="post",
-            activation=_ACT_FROM_HF[act],
-            dropout=float(hf.get("dropout", 0.0)),
-            attention_dropout=float(hf.get("attention_dropout", 0.0)),
-            share_embeddings=shared,
-            tie_output=bool(hf.get("tie_word_embeddings", True)),
-            scale_embedding=bool(hf.get("scale_embedding", False)),
-            positions_layout="split",
-            final_logits_bias=True,
-            layer_norm_eps=1e-5,
-            pad_id=pad,
-            bos_id=start,
-            eos_id=eos,
-            mask_pad=bad is not None,
-            force_eos=forced is not None,
-        )
-    except KeyError as e:
-        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
-
-
-def config_to_hf(
-    config: TransformerConfig, max_position_embeddings: int = 512
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A Marian ``config.json`` dict and ``generation_config.json`` dict for our config."""
-    c = config
-    needs = {"norm": "post", "positions_layout": "split", "bias": True, "layer_norm_eps": 1e-5}
-    for field, value in needs.items():
-        if getattr(c, field) != value:
-            raise ConfigError(
-                f"model.{field}={getattr(c, field)!r} has no Marian equivalent (needs {value!r})"
-            )
-    if c.bos_id != c.pad_id:
-        raise ConfigError("Marian starts decoding from the padding id: model.bos_id must equal "
-                          "model.pad_id")  # fmt: skip
-    if not c.tie_output:
-        raise ConfigError("model.tie_output=false has no Marian equivalent")
-    hf = {
-        "architectures": ["MarianMTModel"],
-        "model_type": "marian",
-        "vocab_size": c.source_vocab,
-        "decoder_vocab_size": c.vocab_size,
-        "share_encoder_decoder_embeddings": c.share_embeddings,
-        "d_model": c.d_model,
-        "encoder_layers": c.n_encoder_layers,
-        "decoder_layers": c.n_decoder_layers,
-        "encoder_attention_heads": c.n_head,
-        "decoder_attention_heads": c.n_head,
-        "encoder_ffn_dim": c.d_ff or 4 * c.d_model,
-        "decoder_ffn_dim": c.d_ff or 4 * c.d_model,
-        "activation_function": _ACT_TO_HF[c.activation],
-        "dropout": c.dropout,
-        "attention_dropout": c.attention_dropout,
-        "activation_dropout": 0.0,
-        "max_position_embeddings": max_position_embeddings,
-        "scale_embedding": c.scale_embedding,
-        "pad_token_id": c.pad_id,
-        "decoder_start_token_id": c.bos_id,
-        "eos_token_id": c.eos_id,
-        "forced_eos_token_id": c.eos_id if c.force_eos else None,
-        "is_encoder_decoder": True,
-        "tie_word_embeddings": True,
-        "dtype": "float32",
-    }
-    generation = {
-        "decoder_start_token_id": c.bos_id,
-        "pad_token_id": c.pad_id,
-        "eos_token_id": c.eos_id,
-        "forced_eos_token_id": c.eos_id if c.force_eos else None,
-        "bad_words_ids": [[c.pad_id]] if c.mask_pad else None,
-        "max_length": max_position_embeddings,
-    }
-    return hf, {k: v for k, v in generation.items() if v is not None}
-
-
-def _layer_map(config: TransformerConfig) -> list[tuple[str, str]]:
-    """(our prefix, Marian prefix) of every plain (unfused) linear and norm."""
-    out = []
-    for stack, hf_stack, n, cross in (
-        ("encoder", "model.encoder", config.n_encoder_layers, False),
-        ("decoder", "model.decoder", config.n_decoder_layers, True),
-    ):
-        for i in range(n):
-            pairs = _LAYER_PLAIN + (_CROSS_PLAIN if cross else [])
-            out += [(f"{stack}.{i}.{o}", f"{hf_stack}.layers.{i}.{h}") for o, h in pairs]
-    return out
-
-
-def _fused(config: TransformerConfig) -> list[tuple[str, list[str]]]:
-    """(our fused projection, the Marian projections concatenated into it)."""
-    out = []
-    for stack, hf_stack, n in (
-        ("encoder", "model.encoder", config.n_encoder_layers),
-        ("decoder", "model.decoder", config.n_decoder_layers),
-    ):
-        for i in range(n):
-            base = f"{hf_stack}.layers.{i}"
-            out.append(
-                (f"{stack}.{i}.attn.qkv_proj", [f"{base}.self_attn.{p}_proj" for p in "qkv"])
-            )
-            if stack == "decoder":
-                out.append((f"{stack}.{i}.cross_attn.kv_proj",
-                            [f"{base}.encoder_attn.{p}_proj" for p in "kv"]))  # fmt: skip
-    return out
-
-
-def state_from_hf(hf_state: dict[str, Tensor], config: TransformerConfig) -> dict[str, Tensor]:
-    """Map a Marian state dict onto our parameter names (fusing q/k/v projections)."""
-    state = dict(hf_state)
-
-    def take(key: str) -> Tensor:
-        if key not in state:
-            raise InputError(f"Marian weights are missing {key!r}")
-        return state.pop(key)
-
-    out: dict[str, Tensor] = {}
-    for ours, hf in _layer_map(config):
-        out[f"{ours}.weight"] = take(f"{hf}.weight")
-        out[f"{ours}.bias"] = take(f"{hf}.bias")
-    for ours, parts in _fused(config):
-        out[f"{ours}.weight"] = torch.cat([take(f"{p}.weight") for p in parts], dim=0)
-        out[f"{ours}.bias"] = torch.cat([take(f"{p}.bias") for p in parts], dim=0)
-    if config.share_embeddings:
-        shared = state.pop("model.shared.weight", None)
-        if shared is None:
-            shared = take("model.encoder.embed_tokens.weight")
-        out["src_emb.weight"] = shared
-    else:
-        out["src_emb.weight"] = take("model.encoder.embed_tokens.weight")
-        out["tgt_emb.weight"] = take("model.decoder.embed_tokens.weight")
-    for key in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
-                "model.shared.weight"):  # fmt: skip
-        state.pop(key, None)  # tied copies of the shared matrix
-    head = state.pop("lm_head.weight", None)
-    if not config.tie_output:
-        if head is None:
-            raise InputError("Marian weights are missing 'lm_head.weight'")
-        out["lm_head.weight"] = head
-    bias = state.pop("final_logits_bias", None)
-    out["logits_bias"] = (
-        torch.zeros(config.vocab_size) if bias is None else bias.reshape(-1).to(torch.float32)
-    )
-    leftover = [k for k in state if not k.endswith("embed_positions.weight")]
-    if leftover:
-        raise InputError(f"unexpected Marian weights: {', '.join(sorted(leftover)[:5])}")
-    return out
-
-
-def state_to_hf(ours: dict[str, Tensor], config: TransformerConfig) -> dict[str, Tensor]:
-    """Our state dict in Marian names (splitting the fused projections)."""
-    out: dict[str, Tensor] = {}
-    for o, hf in _layer_map(config):
-        out[f"{hf}.weight"] = ours[f"{o}.weight"]
-        out[f"{hf}.bias"] = ours[f"{o}.bias"]
-    for o, parts in _fused(config):
-        for name, w, b in zip(
-            parts,
-            ours[f"{o}.weight"].chunk(len(parts), dim=0),
-            ours[f"{o}.bias"].chunk(len(parts), dim=0),
-        ):
-            out[f"{name}.weight"], out[f"{name}.bias"] = w, b
-    if config.share_embeddings:
-        out["model.shared.weight"] = ours["src_emb.weight"]
-    else:
-        out["model.encoder.embed_tokens.weight"] = ours["src_emb.weight"]
-        out["model.decoder.embed_tokens.weight"] = ours["tgt_emb.weight"]
-    bias = ours.get("logits_bias")
-    out["final_logits_bias"] = (
-        torch.zeros(1, config.vocab_size) if bias is None else bias.reshape(1, -1)
-    )
-    return out
+# -- registry entry ---------------------------------------------------------------------------
 
 
 def _describe(c: TransformerConfig) -> str:
@@ -895,6 +492,6 @@ FAMILY = Family(
     objective="seq2seq",
     capabilities=frozenset({"translate"}),
     description="encoder-decoder Transformer for translation (Vaswani et al. 2017; Marian)",
-    hf_types=("marian",),
+    hf_types=(marian.MODEL_TYPE,),
     describe=_describe,
 )

@@ -1,9 +1,11 @@
-"""Hugging Face model folders: reading and writing ``config.json`` and the weights.
+"""Hugging Face model folders: reading and writing ``config.json``, ``generation_config.json``
+and the weights, and loading mapped weights into a model.
 
 A folder written by ``transformers``' ``save_pretrained`` holds ``config.json`` and the weights
 in ``model.safetensors`` (or sharded with ``model.safetensors.index.json``), or in the older
-``pytorch_model.bin`` (a pickled state dict, read here with ``weights_only=True``). Each model
-family maps the names and layouts of its own weights (GPT-2 in :mod:`attnlm.models.gpt`);
+``pytorch_model.bin`` (a pickled state dict, read here with ``weights_only=True``); generative
+models also ``generation_config.json``. The names and layouts of the weights are mapped by
+:mod:`.mapping` with the tables of :mod:`.gpt2`, :mod:`.bert` and :mod:`.marian`;
 :func:`attnlm.models.registry.from_hf` picks the family from ``model_type``.
 
 This needs neither ``transformers`` nor the network: only ``torch`` and ``safetensors``.
@@ -19,6 +21,14 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
+from attnlm.models.hf.mapping import Layout, to_ours
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{file}: invalid JSON ({e})") from None
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
@@ -27,13 +37,20 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise InputError(f"{path}: no config.json (expected a Hugging Face checkpoint folder)")
-    try:
-        data = json.loads(config_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{config_file}: invalid JSON ({e})") from None
+    data = _read_json(config_file)
     if not isinstance(data, dict):
         raise InputError(f"{config_file}: expected a JSON object")
     return data
+
+
+def read_generation_config(path: str | Path) -> dict[str, Any]:
+    """The folder's ``generation_config.json`` as a dict; ``{}`` when it has none (or it is
+    not a JSON object)."""
+    file = Path(path) / "generation_config.json"
+    if not file.is_file():
+        return {}
+    data = _read_json(file)
+    return data if isinstance(data, dict) else {}
 
 
 def read_hf_weights(path: str | Path) -> dict[str, Tensor]:
@@ -83,8 +100,24 @@ def load_mapped_state(
     return model.eval()
 
 
-def write_hf_folder(path: str | Path, config: dict[str, Any], state: dict[str, Tensor]) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (contiguous CPU tensors) into ``path``."""
+def load_hf_weights(
+    model: nn.Module, path: str | Path, layout: Layout, weights: dict[str, Tensor] | None = None
+) -> nn.Module:
+    """Load the folder's weights (``weights`` when already read) into ``model`` through
+    ``layout`` (:func:`~attnlm.models.hf.mapping.to_ours`); the model in eval mode."""
+    path = Path(path)
+    hf_state = read_hf_weights(path) if weights is None else weights
+    return load_mapped_state(model, to_ours(layout, hf_state), path, layout.optional)
+
+
+def write_hf_folder(
+    path: str | Path,
+    config: dict[str, Any],
+    state: dict[str, Tensor],
+    generation: dict[str, Any] | None = None,
+) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (contiguous CPU tensors) into ``path``,
+    and ``generation_config.json`` when ``generation`` is given."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -95,3 +128,5 @@ def write_hf_folder(path: str | Path, config: dict[str, Any], state: dict[str, T
     atomic_write_text(path / "config.json", json.dumps(config, indent=2) + "\n")
     with atomic_path(path / "model.safetensors") as tmp:
         save_file(tensors, tmp, metadata={"format": "pt"})
+    if generation is not None:
+        atomic_write_text(path / "generation_config.json", json.dumps(generation, indent=2) + "\n")

@@ -1,0 +1,39 @@
+"""Hugging Face interop: model folders in the ``transformers`` layout, read and written without
+``transformers`` (only ``torch`` and ``safetensors``).
+
+- :mod:`.folder`: reading ``config.json``, ``generation_config.json`` and the weights, loading
+  mapped weights into a model, writing a folder;
+- :mod:`.mapping`: the one rule-table mechanism between our parameter names and theirs
+  (transposes, fused q/k/v, optional and tied keys), applied in both directions;
+- one module per architecture, each holding only its config translation (both directions)
+  and its rule table: :mod:`.gpt2` (``GPT2LMHeadModel`` <-> :mod:`attnlm.models.gpt`),
+  :mod:`.bert` (``BertModel`` / ``BertForMaskedLM`` <-> :mod:`attnlm.models.bert`),
+  :mod:`.marian` (``MarianMTModel`` <-> :mod:`attnlm.models.transformer`).
+
+The architecture modules translate dicts only: a Hugging Face ``config.json`` dict into the
+keyword arguments of our config dataclass (and our config back into a dict), and rule tables
+for our state dicts. They import no model family; the family files import them
+(``GPT.from_hf`` builds ``GPTConfig(**gpt2.config_from_hf(...))`` and loads through
+``gpt2.layout(config)``), so no import runs from here back to a model file. Config types
+appear in annotations only (``TYPE_CHECKING``).
+"""
+
+from __future__ import annotations
+
+from attnlm._lazy import lazy_exports
+
+_EXPORTS = {
+    "read_hf_config": "attnlm.models.hf.folder",
+    "read_generation_config": "attnlm.models.hf.folder",
+    "read_hf_weights": "attnlm.models.hf.folder",
+    "load_mapped_state": "attnlm.models.hf.folder",
+    "load_hf_weights": "attnlm.models.hf.folder",
+    "write_hf_folder": "attnlm.models.hf.folder",
+    "Layout": "attnlm.models.hf.mapping",
+    "Rule": "attnlm.models.hf.mapping",
+    "to_ours": "attnlm.models.hf.mapping",
+    "to_hf": "attnlm.models.hf.mapping",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,119 @@
+"""The decoding state of the encoder-decoder :class:`~attnlm.models.transformer.Transformer`:
+a KV cache (:class:`~attnlm.nn.attention.KVCache`) whose self-attention entries live in
+preallocated buffers that grow by doubling, whose cross-attention keys/values are computed once
+per source, and whose beam reordering copies only the rows that move (docs/seq2seq.md).
+
+Shape legend
+    B  rows (sources x beams)
+    H  heads
+    S  keys attended over: source tokens (cross-attention), target tokens held (self-attention)
+    T  new target tokens in this call
+    C  model width
+    D  head width (C / H)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attnlm.errors import InputError
+from attnlm.nn.attention import KVCache
+
+
+class EncoderDecoderState(KVCache):
+    """Decoding state of the encoder-decoder: the decoder's KV cache (self-attention keys and
+    values per layer, cross-attention keys and values computed once from the encoder output)
+    plus the encoder output ``memory`` ``(B, S, C)`` until the first step has turned it into
+    the cross-attention slots, and the source padding mask ``context_mask``
+    ``(B, 1, 1, S)``."""
+
+    def __init__(self, n_layer: int, memory: Tensor, context_mask: Tensor) -> None:
+        super().__init__(n_layer)
+        self.memory: Tensor | None = memory
+        self.context_mask = context_mask
+        # the cross-attention row (of ``cross``, ``context_mask``, ``memory``) of each row:
+        # row r uses cross-attention row r // cross_group
+        self.rows = torch.arange(memory.shape[0], device=memory.device)
+        self._held = 0  # tokens held; keys[l] / values[l] are views of the buffers below
+        self._k_buf: list[Tensor | None] = [None] * n_layer  # (B, H, capacity, D)
+        self._v_buf: list[Tensor | None] = [None] * n_layer
+
+    @property
+    def length(self) -> int:
+        return self._held
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new keys/values ``(B, H, T, D)`` into preallocated buffers that grow by
+        doubling (no concatenation of everything held at every step); returns views of all
+        held entries ``(B, H, S, D)``."""
+        start = self._held if layer == 0 else self.keys[0].shape[-2] - k.shape[-2]
+        end = start + k.shape[-2]
+        buf = self._k_buf[layer]
+        if buf is None or buf.shape[-2] < end or buf.shape[0] != k.shape[0]:
+            cap = max(16, 2 * end)
+            new_k = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
+            new_v = v.new_empty(new_k.shape)
+            if start:
+                new_k[:, :, :start] = self.keys[layer][:, :, :start]
+                new_v[:, :, :start] = self.values[layer][:, :, :start]
+            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
+        self._k_buf[layer][:, :, start:end] = k
+        self._v_buf[layer][:, :, start:end] = v
+        self.keys[layer] = self._k_buf[layer][:, :, :end]
+        self.values[layer] = self._v_buf[layer][:, :, :end]
+        if layer == len(self.keys) - 1:
+            self._held = end
+        return self.keys[layer], self.values[layer]
+
+    def trim(self, keep_last: int) -> None:
+        raise InputError("an encoder-decoder's decoding state has no window to trim")
+
+    def reorder(self, indices: Tensor) -> None:
+        """Keep rows ``indices``. The self-attention entries of a row that keeps its own place
+        (``indices[r] == r``, as most beams do from step to step) stay where they are: only
+        the rows that take another row's entries are copied, in place. The cross-attention
+        keys/values of a row depend only on its source, so they are kept once per source row
+        (``cross_group`` consecutive rows share one, as the beams of a source do) and never
+        copied when rows only change places among the rows of their source."""
+        indices = indices.to(self.rows.device)
+        n = len(indices)
+        rows = self.rows.index_select(0, indices)
+        same_rows = n == len(self.rows)
+        for layer in range(len(self.keys)):  # self-attention entries
+            k, v = self.keys[layer], self.values[layer]
+            if k is None:
+                continue
+            if same_rows:
+                moved = (indices != torch.arange(n, device=indices.device)).nonzero()[:, 0]
+                if len(moved):  # gather first: a source row may itself be overwritten
+                    src = indices.index_select(0, moved)
+                    k.index_copy_(0, moved, k.index_select(0, src))
+                    v.index_copy_(0, moved, v.index_select(0, src))
+                continue
+            new_k = k.new_empty(n, *self._k_buf[layer].shape[1:])
+            new_v = v.new_empty(new_k.shape)
+            torch.index_select(k, 0, indices, out=new_k[:, :, : k.shape[-2]])
+            torch.index_select(v, 0, indices, out=new_v[:, :, : v.shape[-2]])
+            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
+            self.keys[layer], self.values[layer] = (
+                new_k[:, :, : k.shape[-2]],
+                new_v[:, :, : v.shape[-2]],
+            )
+        if same_rows and torch.equal(rows, self.rows):
+            return
+        # rows = the cross-attention row of each new row; group runs of equal rows
+        g = int((rows == rows[0]).sum())
+        if n % g == 0 and bool((rows.view(-1, g) == rows.view(-1, g)[:, :1]).all()):
+            pick = rows.view(-1, g)[:, 0]  # one cross-attention row per group of g rows
+        else:
+            g, pick = 1, rows
+        n_cross = self.context_mask.shape[0]
+        if len(pick) != n_cross or not torch.equal(pick, torch.arange(n_cross, device=pick.device)):
+            self.cross = [None if c is None else (c[0].index_select(0, pick),
+                          c[1].index_select(0, pick)) for c in self.cross]  # fmt: skip
+            self.context_mask = self.context_mask.index_select(0, pick)
+            if self.memory is not None:
+                self.memory = self.memory.index_select(0, pick)
+        self.cross_group = g
+        self.rows = torch.arange(len(pick), device=pick.device).repeat_interleave(g)
