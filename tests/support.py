@@ -49,7 +49,8 @@ def attnlm_process(*argv, timeout=120, threads=1, **kw) -> subprocess.CompletedP
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     env.update(kw.pop("env", {}))
     cmd = [sys.executable, "-m", "attnlm", *map(str, argv)]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
+    kw.setdefault("text", True)
+    return subprocess.run(cmd, env=env, capture_output=True, timeout=timeout, **kw)
 
 
 def losses(run):

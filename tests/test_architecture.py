@@ -28,6 +28,7 @@ LAYERS = {
     "attnlm.device": 0,
     "attnlm.fileio": 0,
     "attnlm.validate": 0,
+    "attnlm.textio": 0,
     "attnlm.tokenizers": 1,
     "attnlm.data": 1,
     "attnlm.nn": 1,

@@ -332,12 +332,14 @@ def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[Mod
     from tqdm.auto import tqdm
 
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     signature = cfg.signature()
+    pending = [n for n in cfg.models if _load_done(out / n / RESULT_FILE, signature) is None]
+    # the corpus is read (and refused, one line) before any output or progress bar
+    shared = prepare_shared(cfg) if pending else None
+    out.mkdir(parents=True, exist_ok=True)
     results: list[ModelResult] = []
     bar = tqdm(total=len(cfg.models), desc="compare", disable=not cfg.progress, unit="model")
     say = bar.write if cfg.progress else log
-    shared: SharedData | None = None
     try:
         for name in cfg.models:
             done_file = out / name / RESULT_FILE
@@ -346,8 +348,7 @@ def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[Mod
                 say(f"{name}: already done in {done_file.parent} (val {res.val_bpc} bits/char)")
             else:
                 bar.set_description(f"compare: {name}")
-                if shared is None:
-                    shared = prepare_shared(cfg)
+                assert shared is not None
                 if name == "ngram":
                     res = run_ngram(cfg, shared, say)
                 else:

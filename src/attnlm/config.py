@@ -16,7 +16,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from attnlm.errors import ConfigError
+from attnlm.errors import ConfigError, InputError
+from attnlm.textio import decode_text
 
 PRESET_DIR = Path(__file__).parent / "configs"
 T = TypeVar("T")
@@ -39,13 +40,10 @@ def load_preset(name_or_path: str | Path) -> dict[str, Any]:
         data = path.read_bytes()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read preset ({e.strerror or e})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:  # TOML files are UTF-8 by definition
-        raise ConfigError(
-            f"{path}: not valid UTF-8 (bad byte 0x{data[e.start]:02x} at offset {e.start}); "
-            "TOML presets must be UTF-8"
-        ) from None
+    try:  # TOML files are UTF-8 by definition: the one strict reader (attnlm.textio)
+        text = decode_text(data, str(path))
+    except InputError as e:
+        raise ConfigError(f"{e} (a TOML preset)") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

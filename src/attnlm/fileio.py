@@ -159,9 +159,12 @@ def read_file_bytes(
 def read_file_text(
     path: str | os.PathLike[str], what: str = "file", error: type[Exception] = InputError
 ) -> str:
-    """:func:`read_file_bytes` decoded as UTF-8; invalid bytes raise ``error`` (one line)."""
+    """:func:`read_file_bytes` read as text by the one strict reader
+    (:func:`attnlm.textio.decode_text`); what is wrong raises ``error`` (one line)."""
+    from attnlm.textio import decode_text
+
     data = read_file_bytes(path, what, error)
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise error(f"{path}: cannot read {what} (not UTF-8 at byte {e.start})") from None
+        return decode_text(data, str(path))
+    except InputError as e:
+        raise error(f"{e} ({what})") from None

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -239,20 +238,16 @@ def _creatable(p: Path, name: str | None) -> Path:
 
 
 def utf8_text(data: bytes, where: str = "input") -> str:
-    """``data`` decoded as UTF-8 (a leading byte-order mark dropped); :class:`InputError`
-    naming ``where``, the bad byte and its offset otherwise (never silent U+FFFD)."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(
-            f"{where}: not valid UTF-8 (bad byte 0x{data[e.start]:02x} at offset {e.start})"
-        ) from None
-    return text[1:] if text.startswith("\ufeff") else text
+    """``data`` as text, read by the one strict reader (:func:`attnlm.textio.decode_text`:
+    strict UTF-8, byte-order mark dropped, no NUL, no huge line); may be empty."""
+    from attnlm.textio import decode_text
+
+    return decode_text(data, where, empty_ok=True, name_line=False)
 
 
 def read_stdin_text(where: str = "stdin") -> str:
-    """All of standard input as strictly decoded UTF-8 (see :func:`utf8_text`)."""
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:  # replaced by a text stream (tests, embedding)
-        return sys.stdin.read()
-    return utf8_text(stream.read(), where)
+    """All of standard input, read by the one strict reader (:func:`attnlm.textio.read_stdin`);
+    empty input is an error naming ``where``."""
+    from attnlm.textio import read_stdin
+
+    return read_stdin(where)

@@ -147,7 +147,7 @@ def test_strict_accepts_the_harmless_cases():
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("latin1.tsv", r"latin1\.tsv:2: not valid UTF-8 \(byte 0xc7 at byte 11 of the line\)"),
+        ("latin1.tsv", r"latin1\.tsv:2: not valid UTF-8 \(bad byte 0xc7 at byte 11 of the line\)"),
         ("utf16.tsv", r"utf16\.tsv: looks like UTF-16"),
     ],
 )

@@ -290,7 +290,7 @@ def _raw(server, method, path, body=b"", headers=None):
     "method, path, body, status, needle",
     [
         ("POST", "/api/attention", b"{not json", 400, "malformed JSON"),
-        ("POST", "/api/attention", b"\xff\xfe", 400, "malformed JSON"),
+        ("POST", "/api/attention", b"\xff\xfe", 400, "request body: looks like UTF-16"),
         ("POST", "/api/attention", b"", 400, "malformed JSON"),
         ("POST", "/api/attention", b'["the"]', 400, "JSON object"),
         ("POST", "/api/attention", b'{"text": "a", "layers": 1}', 400, "unknown field(s): layers"),

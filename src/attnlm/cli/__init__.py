@@ -14,7 +14,7 @@ import importlib
 import sys
 
 from attnlm import __version__
-from attnlm.cli.common import OneLineArgumentParser
+from attnlm.cli.common import OneLineArgumentParser, check_arguments
 from attnlm.errors import AttnlmError
 
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if args.command is None else 2
     try:
+        check_arguments(parser, args)
         result = args.func(args)
     except AttnlmError as e:
         print("attnlm: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line

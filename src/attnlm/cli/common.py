@@ -16,7 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from attnlm.errors import AttnlmError
+from attnlm.errors import AttnlmError, InputError
+from attnlm.textio import text_problem
 from attnlm.validate import existing_path
 
 T = TypeVar("T")
@@ -35,6 +36,52 @@ def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
             raise argparse.ArgumentTypeError(str(e)) from None
 
     return convert
+
+
+def text_value(value: str) -> str:
+    """``type=text_value``: a text given on the command line (a prompt, a sentence, a word):
+    refused at parse time, as ``argument --prompt: not valid UTF-8 (bad byte 0xff at offset
+    3)``, when the shell passed bytes that are not UTF-8, or it holds a lone surrogate, a NUL,
+    a line over :data:`attnlm.textio.MAX_LINE`, or nothing (see :mod:`attnlm.textio`)."""
+    problem = text_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+text_value.text_input = "value"  # type: ignore[attr-defined]  # found by the fuzz test
+
+
+def text_file(check: Callable[..., T] = existing_path) -> Callable[[str], T]:
+    """``type=text_file()``: a path whose *contents* are text the command reads (a corpus, a
+    pairs file, a preset); the reader (:mod:`attnlm.textio`) checks them when it reads."""
+    convert = arg(check)
+    convert.text_input = "file"  # type: ignore[attr-defined]  # found by the fuzz test
+    return convert
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every string argument of the command that ran, checked by the one text reader: bytes
+    the shell passed that are not UTF-8 (and lone surrogates, NULs, huge lines) are one line
+    naming the option, ``argument --checkpoint: not valid UTF-8 (...)``, never a
+    "not in the vocabulary" or a file-not-found further on."""
+    for action in _actions(parser, args):
+        value = getattr(args, action.dest, None)
+        for v in value if isinstance(value, list) else [value]:
+            problem = isinstance(v, str) and text_problem(v, empty_ok=True)
+            if problem:
+                raise InputError(f"argument {argparse._get_action_name(action)}: {problem}")
+
+
+def _actions(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The actions of ``parser`` and of the subcommand parsers ``args`` went through."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                yield from _actions(chosen, args)
+        else:
+            yield action
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -56,7 +103,7 @@ def add_text_argument(p: argparse.ArgumentParser) -> None:
         "--text",
         metavar="PATH",
         default=None,
-        type=arg(existing_path),
+        type=text_file(),
         help="a UTF-8 text file or a folder of .txt files (default: the built-in corpus)",
     )
 
@@ -68,6 +115,7 @@ def add_pairs_argument(p: argparse.ArgumentParser) -> None:
         "--pairs",
         metavar="PATH",
         default=None,
+        type=text_file(as_given),
         help="a UTF-8 tab-separated file source<TAB>target[<TAB>...] (default: the built-in "
         "English-to-German dates and numbers task)",
     )
@@ -81,3 +129,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--model", metavar="NAME", help="pretrained name (minilm) or Hugging Face model folder"
     )
+
+
+def as_given(value: str, name: str | None = None) -> str:
+    """A path left as given (the reader says what is wrong with it, e.g. "no such file")."""
+    return value

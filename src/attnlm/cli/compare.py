@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm.cli.common import arg
+from attnlm.cli.common import arg, text_file
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
-from attnlm.validate import device, existing_path, non_negative_int, positive_int
+from attnlm.validate import device, non_negative_int, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--text",
         default=None,
-        type=arg(existing_path),
+        type=text_file(),
         metavar="PATH",
         help="corpus (default: Shakespeare)",
     )

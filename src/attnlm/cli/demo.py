@@ -6,14 +6,14 @@ import argparse
 from pathlib import Path
 
 from attnlm import validate
-from attnlm.cli.common import arg
+from attnlm.cli.common import arg, as_given, text_file
 from attnlm.demo import run_demo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train, evaluate, sample and plot on Shakespeare (~3 min)")
     p.add_argument("--out", default="runs/demo", metavar="DIR")
-    p.add_argument("--preset", default="shakespeare-char")
+    p.add_argument("--preset", default="shakespeare-char", type=text_file(as_given))
     p.add_argument("--time-budget", default="100s", help="training wall-clock budget")
     p.add_argument(
         "--translate-budget",
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--text",
         default=None,
-        type=arg(validate.existing_path),
+        type=text_file(),
         metavar="PATH",
         help="train on this text instead",
     )

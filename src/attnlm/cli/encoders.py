@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_arguments
+from attnlm.cli.common import add_model_arguments, text_value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "top-k tokens and their softmax probabilities.",
     )
     add_model_arguments(f)
-    f.add_argument("text", help='a text with [MASK], e.g. "the capital of france is [MASK]."')
+    f.add_argument(
+        "text", type=text_value, help='a text with [MASK], e.g. "the capital of france is [MASK]."'
+    )
     f.add_argument("--top-k", type=int, default=5, help="predictions per mask (default 5)")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.add_argument("--device", default="cpu")
@@ -29,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "model folder's sentence_bert_config.json max_seq_length); prints the cosine matrix.",
     )
     add_model_arguments(e)
-    e.add_argument("sentences", nargs="+", metavar="SENTENCE")
+    e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
     e.add_argument("--json", action="store_true", help='print {"cosine": [[...]]}')
     e.add_argument("--device", default="cpu")
     e.set_defaults(func=_embed)
@@ -43,8 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out draws cosine vs layer. GPT checkpoints work too (left context only).",
     )
     add_model_arguments(c)
-    c.add_argument("--word", required=True, help="the word to follow, e.g. bank")
-    c.add_argument("sentences", nargs="+", metavar="SENTENCE", help="at least two sentences")
+    c.add_argument("--word", required=True, type=text_value, help="the word to follow, e.g. bank")
+    c.add_argument(
+        "sentences", nargs="+", metavar="SENTENCE", type=text_value, help="at least two sentences"
+    )
     c.add_argument("--out", default=None, metavar="FILE.png", help="plot of cosine vs layer")
     c.add_argument("--json", action="store_true", help='print {"word", "layers": [...]}')
     c.add_argument("--device", default="cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.cli.common import add_pairs_argument, arg
+from attnlm.cli.common import add_pairs_argument, arg, text_value
 from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
 from attnlm.validate import device, finite_float, int_in_range, positive_int, seed, threads
 
@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="run or checkpoint folder",
     )
-    p.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    p.add_argument(
+        "--prompt", default="\n", type=text_value, help="text to continue (default: a newline)"
+    )
     p.add_argument(
         "--max-new-tokens",
         type=arg(int_in_range, lo=0, hi=MAX_NEW_TOKENS_LIMIT),
@@ -49,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Translate the TEXT arguments, or one sentence per line of stdin (or the "
         "sources of --pairs FILE); prints one translation per line.",
     )
-    t.add_argument("text", nargs="*", help="sentences to translate (default: stdin lines)")
+    t.add_argument(
+        "text", nargs="*", type=text_value, help="sentences to translate (default: stdin lines)"
+    )
     t.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
     add_pairs_argument(t)
     t.add_argument("--beam", type=int, default=1, metavar="K", help="beam size (1: no beam)")
@@ -66,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--batch-size", type=int, default=64)
     t.add_argument("--device", default="auto")
     t.add_argument("--threads", type=int, default=None)
-    t.set_defaults(func=_translate)
+    t.set_defaults(func=_translate, reads_stdin=True)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -161,8 +165,9 @@ def _translate(args: argparse.Namespace) -> int:
     elif args.text:
         texts = list(args.text)
     else:
-        texts = [line.rstrip("\r\n") for line in sys.stdin]
-        texts = [t for t in texts if t.strip()]
+        from attnlm.textio import read_stdin
+
+        texts = [t for t in read_stdin(empty_ok=True).splitlines() if t.strip()]
     if not texts:
         raise InputError("nothing to translate: give sentences, --pairs FILE or stdin lines")
     ck = load_checkpoint(args.checkpoint, resolve_device(args.device))

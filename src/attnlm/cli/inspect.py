@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_arguments, arg
+from attnlm.cli.common import add_model_arguments, arg, text_value
 from attnlm.validate import device, non_negative_int, output_file
 
 
@@ -20,9 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--text",
         required=True,
+        type=text_value,
         help="the text (a source sentence for translation; 'A [SEP] B' for a BERT sentence pair)",
     )
-    p.add_argument("--target", default=None, help="translation models: the target sentence")
+    p.add_argument(
+        "--target", default=None, type=text_value, help="translation models: the target sentence"
+    )
     p.add_argument(
         "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import arg
+from attnlm.cli.common import arg, as_given, text_file
 from attnlm.validate import positive_int
 
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
@@ -34,7 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             f"train.bpe_vocab_size, else {DEFAULT_VOCAB_SIZE}."
         ),
     )
-    p.add_argument("--preset", required=True, help="built-in preset name or path to a TOML file")
+    p.add_argument(
+        "--preset",
+        required=True,
+        type=text_file(as_given),
+        help="built-in preset name or path to a TOML file",
+    )
     p.add_argument("--vocab-size", type=arg(positive_int), help="override model.vocab_size")
     p.set_defaults(func=_params)
 

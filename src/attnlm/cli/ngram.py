@@ -14,7 +14,7 @@ import sys
 import time
 import warnings
 
-from attnlm.cli.common import add_text_argument, arg
+from attnlm.cli.common import add_text_argument, arg, text_value
 from attnlm.errors import ConfigError
 from attnlm.validate import (
     existing_file,
@@ -107,7 +107,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sa.add_argument(
         "--max-len", type=arg(positive_int), default=50, help="words per sentence at most"
     )
-    sa.add_argument("--prefix", default="", help="words to start every sentence with")
+    sa.add_argument(
+        "--prefix", default=None, type=text_value, help="words to start every sentence with"
+    )
     sa.set_defaults(func=_sample)
 
 
@@ -215,7 +217,7 @@ def _sample(args: argparse.Namespace) -> int:
         seed=args.seed,
         temperature=args.temperature,
         max_len=args.max_len,
-        prefix=args.prefix.split(),
+        prefix=(args.prefix or "").split(),
     ):
         print(" ".join(s))
     return 0

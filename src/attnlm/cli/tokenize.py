@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnlm.cli.common import add_text_argument, arg
+from attnlm.cli.common import add_text_argument, arg, as_given, text_file, text_value
 from attnlm.errors import InputError
 from attnlm.validate import non_negative_int, output_file, positive_int, read_stdin_text
 
@@ -71,22 +71,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     en = tsub.add_parser("encode", help="print the token ids of a text")
     _add_tokenizer_arguments(en)
-    en.add_argument("input", nargs="?", default=None, help="text to encode (default: stdin)")
+    en.add_argument(
+        "input", nargs="?", default=None, type=text_value, help="text to encode (default: stdin)"
+    )
     en.add_argument(
         "--allow-special", action="store_true", help="bpe: encode special tokens in the text"
     )
-    en.set_defaults(func=_encode)
+    en.set_defaults(func=_encode, reads_stdin=True)
 
     de = tsub.add_parser("decode", help="print the text of token ids")
     _add_tokenizer_arguments(de)
     de.add_argument("ids", nargs="*", help="token ids (default: read from stdin)")
-    de.set_defaults(func=_decode)
+    de.set_defaults(func=_decode, reads_stdin=True)
 
     sh = tsub.add_parser(
         "show", help="print a text with its token boundaries and tokens per word / bytes per token"
     )
     _add_tokenizer_arguments(sh)
-    sh.add_argument("input", nargs="?", default=None, help="text to show (else --text)")
+    sh.add_argument(
+        "input", nargs="?", default=None, type=text_value, help="text to show (else --text)"
+    )
     add_text_argument(sh)
     sh.add_argument(
         "--color",
@@ -112,6 +116,7 @@ def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
         "--tokenizer",
         required=True,
         metavar="PATH",
+        type=text_file(as_given),
         help="tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT vocab.txt / "
         "tokenizer.json / folder holding them, or a pretrained model name (minilm)",
     )

