@@ -1,4 +1,5 @@
-"""ARPA back-off language model files: reading (plain or gzip) and writing.
+"""ARPA back-off language model files: reading (plain or gzip); the writer is
+:mod:`attnlm.ngram.arpa_write` (re-exported here).
 
 Format (as SRILM and KenLM write it)::
 
@@ -36,74 +37,16 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_open
+from attnlm.errors import InputError
+from attnlm.ngram.arpa_write import ngram_word_ids, write_arpa
 from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
-from attnlm.ngram.model import BackoffModel, NgramModel
+from attnlm.ngram.model import BackoffModel
+
+__all__ = ["ngram_word_ids", "read_arpa", "write_arpa"]
 
 UNK_MISSING_LOGP = -100.0
 _NGRAM_LINE = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)\s*$")
 _SECTION = re.compile(r"^\\(\d+)-grams:\s*$")
-
-
-def _fmt(x: float) -> str:
-    if x == 0:
-        return "0"
-    if x == -math.inf or x <= -99:
-        return "-99"
-    return str(np.float32(x))
-
-
-def ngram_word_ids(model: BackoffModel, k: int) -> np.ndarray:
-    """(n_k, k) word ids of every order-k entry, in table order."""
-    V = model.V
-    cols = [model.keys[k - 1] % V]
-    pref = model.keys[k - 1] // V
-    for m in range(k - 1, 0, -1):
-        if m == 1:
-            cols.append(pref)
-        else:
-            keys = model.keys[m - 1][pref]
-            cols.append(keys % V)
-            pref = keys // V
-    return np.stack(cols[::-1], axis=1)
-
-
-def write_arpa(model: NgramModel, path: str | Path) -> None:
-    """Write a back-off model as an ARPA file (gzip-compressed when ``path`` ends in .gz)."""
-    if not isinstance(model, BackoffModel):
-        raise ConfigError(
-            f"{model.smoothing} smoothing is not a back-off model and has no ARPA form; "
-            "save it in the binary format (--out) instead"
-        )
-    p = Path(path)
-    gz = None
-    if p.suffix == ".gz":
-
-        def gz(raw):
-            return gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw)
-
-    words = model.vocab.words
-    N = model.order
-    with atomic_open(p, "w", opener=gz) as f:  # a kill mid-write leaves the old file
-        f.write("\\data\\\n")
-        for k in range(1, N + 1):
-            f.write(f"ngram {k}={len(model.keys[k - 1])}\n")
-        texts: list[str] = list(words)
-        for k in range(1, N + 1):
-            f.write(f"\n\\{k}-grams:\n")
-            keys = model.keys[k - 1]
-            if k > 1:
-                pref = (keys // model.V).tolist()
-                last = (keys % model.V).tolist()
-                texts = [texts[a] + " " + words[b] for a, b in zip(pref, last)]
-            lp = [_fmt(x) for x in model.logp[k - 1].astype(np.float32).tolist()]
-            if k < N:
-                bo = [_fmt(x) for x in model.bo[k - 1].astype(np.float32).tolist()]
-                f.writelines(f"{a}\t{t}\t{b}\n" for a, t, b in zip(lp, texts, bo))
-            else:
-                f.writelines(f"{a}\t{t}\n" for a, t in zip(lp, texts))
-        f.write("\n\\end\\\n")
 
 
 def _open_text(p: Path) -> io.TextIOBase:
