@@ -97,3 +97,25 @@ def test_block_writer_long_words_unicode_and_many_chunks(tmp_path, monkeypatch):
     reference_write_arpa(model, tmp_path / "ref.arpa")
     write_arpa(model, tmp_path / "new.arpa")
     assert (tmp_path / "new.arpa").read_bytes() == (tmp_path / "ref.arpa").read_bytes()
+
+
+def test_memory_mapped_binary_scores_as_its_arpa(tmp_path, fixture_sentences):
+    from attnlm.ngram import load_model, read_arpa
+
+    model = train(fixture_sentences, 4)
+    model.save(tmp_path / "lm.npz")
+    write_arpa(model, tmp_path / "lm.arpa")
+    test = split_sentences((FIXTURES / "test.txt").read_text(encoding="utf-8"))
+    mapped = load_model(tmp_path / "lm.npz")
+    assert not mapped.keys[3].flags.writeable  # mapped, not copied
+    copied = load_model(tmp_path / "lm.npz", mmap=False)
+    arpa = read_arpa(tmp_path / "lm.arpa")
+    ppl = model.score_sentences(test).ppl
+    assert mapped.score_sentences(test).ppl == ppl == copied.score_sentences(test).ppl
+    assert arpa.score_sentences(test).ppl == pytest.approx(ppl, rel=1e-6)  # float32 in ARPA
+    for k in range(4):
+        assert np.array_equal(mapped.keys[k], arpa.keys[k])
+    arpa.save(tmp_path / "from_arpa.npz")  # the binary of an ARPA file scores exactly as it
+    assert load_model(tmp_path / "from_arpa.npz").score_sentences(test) == arpa.score_sentences(
+        test
+    )
