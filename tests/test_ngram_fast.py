@@ -119,3 +119,21 @@ def test_memory_mapped_binary_scores_as_its_arpa(tmp_path, fixture_sentences):
     assert load_model(tmp_path / "from_arpa.npz").score_sentences(test) == arpa.score_sentences(
         test
     )
+
+
+@pytest.mark.parametrize("name", ["kenlm_o3.arpa.gz", "ours.arpa"])
+def test_fast_arpa_reader_equals_line_parser(tmp_path, fixture_sentences, monkeypatch, name):
+    import attnlm.ngram.arpa as arpa
+
+    path = FIXTURES / name
+    if name == "ours.arpa":
+        path = tmp_path / name
+        write_arpa(train(fixture_sentences, 4), path)
+    assert arpa._parse_fast(path) is not None  # the regular layout takes the fast path
+    fast = arpa.read_arpa(path)
+    monkeypatch.setattr(arpa, "_parse_fast", lambda p: None)
+    slow = arpa.read_arpa(path)
+    assert fast.vocab.words == slow.vocab.words
+    for k in range(fast.order):
+        for a, b in ((fast.keys, slow.keys), (fast.logp, slow.logp), (fast.bo, slow.bo)):
+            assert np.array_equal(a[k], b[k])

@@ -64,12 +64,83 @@ def read_arpa(path: str | Path) -> BackoffModel:
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     try:
+        model = _parse_fast(p)
+        if model is not None:
+            return model
         with _open_text(p) as f:
             return _parse(p, f)
     except UnicodeDecodeError as e:
         raise InputError(f"{p}: not valid UTF-8 ({e.reason})") from None
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise InputError(f"{p}: cannot read ({e})") from None
+
+
+def _parse_fast(p: Path) -> BackoffModel | None:
+    """Whole sections at a time (split, bulk float parsing, one dict lookup per word) for a
+    file laid out as KenLM and :func:`write_arpa` write it; ``None`` when anything is off the
+    regular form (a blank or spaced line, a bad number, an unknown word...): then the careful
+    line-by-line parser reads it and reports the line."""
+    with open(p, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    data.decode("utf-8")  # UnicodeDecodeError: refused by read_arpa
+    head, sep, rest = data.partition(b"\n\n")
+    header = head.decode("ascii", errors="replace").split("\n")
+    if not sep or header[0] != "\\data\\" or len(header) < 2:
+        return None
+    sizes = []
+    for k, line in enumerate(header[1:], 1):
+        m = _NGRAM_LINE.match(line)
+        if not m or int(m.group(1)) != k:
+            return None
+        sizes.append(int(m.group(2)))
+    N = len(sizes)
+    sections = rest.split(b"\n\n")
+    if len(sections) != N + 1 or sections[-1].rstrip(b"\n") != b"\\end\\":
+        return None
+    texts: list[list[bytes]] = []
+    probs, backs = [], []
+    for k in range(1, N + 1):
+        title, _, body = sections[k - 1].partition(b"\n")
+        if title != f"\\{k}-grams:".encode() or not body:
+            return None
+        n_fields = 3 if k < N else 2
+        fields = body.replace(b"\n", b"\t").split(b"\t")
+        if len(fields) != n_fields * sizes[k - 1]:
+            return None
+        try:
+            lp = np.array(fields[0::n_fields]).astype(np.float64)
+            bo = np.array(fields[2::3]).astype(np.float64) if k < N else np.zeros(len(lp))
+        except ValueError:
+            return None
+        if not (np.isfinite(lp).all() and (lp <= 0).all() and np.isfinite(bo).all()):
+            return None
+        probs.append(lp)
+        backs.append(bo)
+        texts.append(fields[1::n_fields])
+    words = [w.decode("utf-8") for w in texts[0]]
+    if any(" " in w or not w for w in words):
+        return None
+    by_bytes: dict[bytes, int] = {}
+
+    def ids(k: int, index: dict[str, int]) -> np.ndarray:
+        if not by_bytes:
+            by_bytes.update((w.encode("utf-8"), i) for w, i in index.items())
+        tokens = b" ".join(texts[k - 1]).split(b" ")
+        if len(tokens) != k * sizes[k - 1]:
+            raise _Irregular
+        get = by_bytes.__getitem__
+        return np.fromiter(map(get, tokens), np.int64, len(tokens)).reshape(-1, k)
+
+    try:
+        return _build(p, words, probs, backs, ids)
+    except (_Irregular, KeyError, InputError):
+        return None
+
+
+class _Irregular(Exception):
+    pass
 
 
 class _Lines:
@@ -167,11 +238,20 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
         if section_line is None:
             raise err("missing \\end\\")
         raise err(f"expected \\end\\, got {section_line!r}")
-    return _build(p, grams, probs, backs)
+
+    def ids(k: int, index: dict[str, int]) -> np.ndarray:
+        try:
+            row = [index[w] for g in grams[k - 1] for w in g.split()]
+        except KeyError as e:
+            raise InputError(f"{p}: {k}-gram with a word that is not a unigram: {e}") from None
+        return np.asarray(row, dtype=np.int64).reshape(-1, k)
+
+    return _build(p, grams[0], probs, backs, ids)
 
 
-def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> BackoffModel:
-    words = grams[0]
+def _build(p: Path, words: list[str], probs: list, backs: list, gram_ids) -> BackoffModel:
+    """The model from unigram ``words``, per-order numbers and ``gram_ids(k, index)``, the
+    (n_k, k) word ids of the order-k entries in file order."""
     lp1 = np.asarray(probs[0], dtype=np.float64)
     bo1 = np.asarray(backs[0], dtype=np.float64)
     for special in (BOS, EOS):
@@ -189,18 +269,14 @@ def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> Backoff
         vocab = Vocabulary(words)
     except InputError as e:
         raise InputError(f"{p}: {e}") from None
-    V, N = len(vocab), len(grams)
+    V, N = len(vocab), len(probs)
     index = vocab.index
     rows = [np.arange(V, dtype=np.int64)[:, None]]
     logp = [lp1]
     bo = [bo1]
     added = [np.zeros(V, dtype=bool)]  # entries the reader adds (missing prefixes)
     for k in range(2, N + 1):
-        try:
-            ids = [index[w] for g in grams[k - 1] for w in g.split()]
-        except KeyError as e:
-            raise InputError(f"{p}: {k}-gram with a word that is not a unigram: {e}") from None
-        rows.append(np.asarray(ids, dtype=np.int64).reshape(-1, k))
+        rows.append(gram_ids(k, index))
         logp.append(np.asarray(probs[k - 1], dtype=np.float64))
         bo.append(np.asarray(backs[k - 1], dtype=np.float64))
         added.append(np.zeros(len(rows[-1]), dtype=bool))
