@@ -80,7 +80,6 @@ ARPA_SETUP = """
 import random
 from attnlm.ngram import train
 from attnlm.ngram.arpa import write_arpa
-import attnlm.ngram.arpa as arpa
 rng = random.Random(0)
 words = [f"w{i}" for i in range(300)]
 sents = [[rng.choice(words) for _ in range(12)] for _ in range(400)]
@@ -88,13 +87,14 @@ model = train(sents, 3)
 model2 = train(sents[:200], 3)
 """
 ARPA_STOP = """
-real_fmt, calls = arpa._fmt, [0]
-def fmt(x):
+import attnlm.ngram.arpa_write as arpa_write
+real_chunk, calls = arpa_write._chunk_bytes, [0]
+def chunk(*a):
     calls[0] += 1
-    if calls[0] == 3000:  # thousands of lines already written
+    if calls[0] == 3:  # the unigrams and bigrams already written
         stop()
-    return real_fmt(x)
-arpa._fmt = fmt
+    return real_chunk(*a)
+arpa_write._chunk_bytes = chunk
 write_arpa(model2, out)
 """
 FSYNC_STOP = """

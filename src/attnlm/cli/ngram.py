@@ -77,6 +77,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="kenlm",
         help="sentence padding: kenlm (one <s>, one </s>) or nltk (n-1 of each)",
     )
+    tr.add_argument(
+        "--progress",
+        action="store_true",
+        help="progress bar with n-grams/s on stderr while writing the ARPA file",
+    )
     _add_convention(tr)
     tr.set_defaults(func=_train)
 
@@ -170,7 +175,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.arpa:
         from attnlm.ngram.arpa import write_arpa
 
-        write_arpa(model, args.arpa)
+        write_arpa(model, args.arpa, progress=args.progress)
     if args.out:
         model.save(args.out)
     t3 = time.perf_counter()

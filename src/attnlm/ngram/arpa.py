@@ -1,4 +1,5 @@
-"""ARPA back-off language model files: reading (plain or gzip) and writing.
+"""ARPA back-off language model files: reading (plain or gzip); the writer is
+:mod:`attnlm.ngram.arpa_write` (re-exported here).
 
 Format (as SRILM and KenLM write it)::
 
@@ -36,74 +37,16 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_open
+from attnlm.errors import InputError
+from attnlm.ngram.arpa_write import ngram_word_ids, write_arpa
 from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
-from attnlm.ngram.model import BackoffModel, NgramModel
+from attnlm.ngram.model import BackoffModel
+
+__all__ = ["ngram_word_ids", "read_arpa", "write_arpa"]
 
 UNK_MISSING_LOGP = -100.0
 _NGRAM_LINE = re.compile(r"^ngram\s+(\d+)\s*=\s*(\d+)\s*$")
 _SECTION = re.compile(r"^\\(\d+)-grams:\s*$")
-
-
-def _fmt(x: float) -> str:
-    if x == 0:
-        return "0"
-    if x == -math.inf or x <= -99:
-        return "-99"
-    return str(np.float32(x))
-
-
-def ngram_word_ids(model: BackoffModel, k: int) -> np.ndarray:
-    """(n_k, k) word ids of every order-k entry, in table order."""
-    V = model.V
-    cols = [model.keys[k - 1] % V]
-    pref = model.keys[k - 1] // V
-    for m in range(k - 1, 0, -1):
-        if m == 1:
-            cols.append(pref)
-        else:
-            keys = model.keys[m - 1][pref]
-            cols.append(keys % V)
-            pref = keys // V
-    return np.stack(cols[::-1], axis=1)
-
-
-def write_arpa(model: NgramModel, path: str | Path) -> None:
-    """Write a back-off model as an ARPA file (gzip-compressed when ``path`` ends in .gz)."""
-    if not isinstance(model, BackoffModel):
-        raise ConfigError(
-            f"{model.smoothing} smoothing is not a back-off model and has no ARPA form; "
-            "save it in the binary format (--out) instead"
-        )
-    p = Path(path)
-    gz = None
-    if p.suffix == ".gz":
-
-        def gz(raw):
-            return gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw)
-
-    words = model.vocab.words
-    N = model.order
-    with atomic_open(p, "w", opener=gz) as f:  # a kill mid-write leaves the old file
-        f.write("\\data\\\n")
-        for k in range(1, N + 1):
-            f.write(f"ngram {k}={len(model.keys[k - 1])}\n")
-        texts: list[str] = list(words)
-        for k in range(1, N + 1):
-            f.write(f"\n\\{k}-grams:\n")
-            keys = model.keys[k - 1]
-            if k > 1:
-                pref = (keys // model.V).tolist()
-                last = (keys % model.V).tolist()
-                texts = [texts[a] + " " + words[b] for a, b in zip(pref, last)]
-            lp = [_fmt(x) for x in model.logp[k - 1].astype(np.float32).tolist()]
-            if k < N:
-                bo = [_fmt(x) for x in model.bo[k - 1].astype(np.float32).tolist()]
-                f.writelines(f"{a}\t{t}\t{b}\n" for a, t, b in zip(lp, texts, bo))
-            else:
-                f.writelines(f"{a}\t{t}\n" for a, t in zip(lp, texts))
-        f.write("\n\\end\\\n")
 
 
 def _open_text(p: Path) -> io.TextIOBase:
@@ -121,12 +64,83 @@ def read_arpa(path: str | Path) -> BackoffModel:
     if not p.is_file():
         raise InputError(f"{p}: no such file")
     try:
+        model = _parse_fast(p)
+        if model is not None:
+            return model
         with _open_text(p) as f:
             return _parse(p, f)
     except UnicodeDecodeError as e:
         raise InputError(f"{p}: not valid UTF-8 ({e.reason})") from None
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise InputError(f"{p}: cannot read ({e})") from None
+
+
+def _parse_fast(p: Path) -> BackoffModel | None:
+    """Whole sections at a time (split, bulk float parsing, one dict lookup per word) for a
+    file laid out as KenLM and :func:`write_arpa` write it; ``None`` when anything is off the
+    regular form (a blank or spaced line, a bad number, an unknown word...): then the careful
+    line-by-line parser reads it and reports the line."""
+    with open(p, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    data.decode("utf-8")  # UnicodeDecodeError: refused by read_arpa
+    head, sep, rest = data.partition(b"\n\n")
+    header = head.decode("ascii", errors="replace").split("\n")
+    if not sep or header[0] != "\\data\\" or len(header) < 2:
+        return None
+    sizes = []
+    for k, line in enumerate(header[1:], 1):
+        m = _NGRAM_LINE.match(line)
+        if not m or int(m.group(1)) != k:
+            return None
+        sizes.append(int(m.group(2)))
+    N = len(sizes)
+    sections = rest.split(b"\n\n")
+    if len(sections) != N + 1 or sections[-1].rstrip(b"\n") != b"\\end\\":
+        return None
+    texts: list[list[bytes]] = []
+    probs, backs = [], []
+    for k in range(1, N + 1):
+        title, _, body = sections[k - 1].partition(b"\n")
+        if title != f"\\{k}-grams:".encode() or not body:
+            return None
+        n_fields = 3 if k < N else 2
+        fields = body.replace(b"\n", b"\t").split(b"\t")
+        if len(fields) != n_fields * sizes[k - 1]:
+            return None
+        try:
+            lp = np.array(fields[0::n_fields]).astype(np.float64)
+            bo = np.array(fields[2::3]).astype(np.float64) if k < N else np.zeros(len(lp))
+        except ValueError:
+            return None
+        if not (np.isfinite(lp).all() and (lp <= 0).all() and np.isfinite(bo).all()):
+            return None
+        probs.append(lp)
+        backs.append(bo)
+        texts.append(fields[1::n_fields])
+    words = [w.decode("utf-8") for w in texts[0]]
+    if any(" " in w or not w for w in words):
+        return None
+    by_bytes: dict[bytes, int] = {}
+
+    def ids(k: int, index: dict[str, int]) -> np.ndarray:
+        if not by_bytes:
+            by_bytes.update((w.encode("utf-8"), i) for w, i in index.items())
+        tokens = b" ".join(texts[k - 1]).split(b" ")
+        if len(tokens) != k * sizes[k - 1]:
+            raise _Irregular
+        get = by_bytes.__getitem__
+        return np.fromiter(map(get, tokens), np.int64, len(tokens)).reshape(-1, k)
+
+    try:
+        return _build(p, words, probs, backs, ids)
+    except (_Irregular, KeyError, InputError):
+        return None
+
+
+class _Irregular(Exception):
+    pass
 
 
 class _Lines:
@@ -224,11 +238,20 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
         if section_line is None:
             raise err("missing \\end\\")
         raise err(f"expected \\end\\, got {section_line!r}")
-    return _build(p, grams, probs, backs)
+
+    def ids(k: int, index: dict[str, int]) -> np.ndarray:
+        try:
+            row = [index[w] for g in grams[k - 1] for w in g.split()]
+        except KeyError as e:
+            raise InputError(f"{p}: {k}-gram with a word that is not a unigram: {e}") from None
+        return np.asarray(row, dtype=np.int64).reshape(-1, k)
+
+    return _build(p, grams[0], probs, backs, ids)
 
 
-def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> BackoffModel:
-    words = grams[0]
+def _build(p: Path, words: list[str], probs: list, backs: list, gram_ids) -> BackoffModel:
+    """The model from unigram ``words``, per-order numbers and ``gram_ids(k, index)``, the
+    (n_k, k) word ids of the order-k entries in file order."""
     lp1 = np.asarray(probs[0], dtype=np.float64)
     bo1 = np.asarray(backs[0], dtype=np.float64)
     for special in (BOS, EOS):
@@ -246,18 +269,14 @@ def _build(p: Path, grams: list[list[str]], probs: list, backs: list) -> Backoff
         vocab = Vocabulary(words)
     except InputError as e:
         raise InputError(f"{p}: {e}") from None
-    V, N = len(vocab), len(grams)
+    V, N = len(vocab), len(probs)
     index = vocab.index
     rows = [np.arange(V, dtype=np.int64)[:, None]]
     logp = [lp1]
     bo = [bo1]
     added = [np.zeros(V, dtype=bool)]  # entries the reader adds (missing prefixes)
     for k in range(2, N + 1):
-        try:
-            ids = [index[w] for g in grams[k - 1] for w in g.split()]
-        except KeyError as e:
-            raise InputError(f"{p}: {k}-gram with a word that is not a unigram: {e}") from None
-        rows.append(np.asarray(ids, dtype=np.int64).reshape(-1, k))
+        rows.append(gram_ids(k, index))
         logp.append(np.asarray(probs[k - 1], dtype=np.float64))
         bo.append(np.asarray(backs[k - 1], dtype=np.float64))
         added.append(np.zeros(len(rows[-1]), dtype=bool))

@@ -1,5 +1,6 @@
 """Loading a saved n-gram model of either format: the binary ``.npz`` written by
-:meth:`~attnlm.ngram.model.NgramModel.save` or an ARPA file (:mod:`attnlm.ngram.arpa`)."""
+:meth:`~attnlm.ngram.model.NgramModel.save` (memory-mapped, :mod:`attnlm.ngram.binary`) or an
+ARPA file (:mod:`attnlm.ngram.arpa`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import numpy as np
 
 from attnlm.errors import InputError
 from attnlm.ngram.arpa import read_arpa
+from attnlm.ngram.binary import map_npz
 from attnlm.ngram.counts import Vocabulary
 from attnlm.ngram.model import FORMAT, AddKModel, BackoffModel, NgramModel
 
 
-def load_model(path: str | Path) -> NgramModel:
+def load_model(path: str | Path, mmap: bool = True) -> NgramModel:
     """Load a model saved by :meth:`NgramModel.save` (binary), or an ARPA file (``.arpa``,
-    ``.arpa.gz`` or any file starting with ``\\data\\``)."""
+    ``.arpa.gz`` or any file starting with ``\\data\\``). Binary arrays are memory-mapped
+    read-only (``mmap=False``: read into memory)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such file")
@@ -26,10 +29,13 @@ def load_model(path: str | Path) -> NgramModel:
     if magic[:2] == b"\x1f\x8b" or not magic.startswith(b"PK"):
         return read_arpa(p)
     try:
-        with np.load(p, allow_pickle=False) as z:
-            header = json.loads(bytes(z["header"]).decode("utf-8"))
-            words = bytes(z["vocab"]).decode("utf-8").split("\n")
-            data = {name: z[name] for name in z.files}
+        if mmap:
+            data = map_npz(p)
+        else:
+            with np.load(p, allow_pickle=False) as z:
+                data = {name: z[name] for name in z.files}
+        header = json.loads(bytes(data["header"]).decode("utf-8"))
+        words = bytes(data["vocab"]).decode("utf-8").split("\n")
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as e:
         raise InputError(f"{p}: not an attnlm n-gram model ({e})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
