@@ -74,6 +74,8 @@ RUNNABLE: dict[str, dict[str, str]] = {
 OVERRIDES = {
     ("eval", "--pairs"): {"--checkpoint": "{mt}"},
     ("train", "--pairs"): {"--preset": "translate-transformer", "--text": None},
+    ("ngram score", "--arpa"): {"--model": None},
+    ("ngram sample", "--arpa"): {"--model": None},
 }
 GOOD = {"text": "the cat", "input": "the cat", "word": "cat", "sentences": "the cat sat"}
 

@@ -14,7 +14,7 @@ import sys
 import time
 import warnings
 
-from attnlm.cli.common import add_text_argument, arg, text_value
+from attnlm.cli.common import add_text_argument, arg, text_file, text_value
 from attnlm.errors import ConfigError
 from attnlm.validate import (
     existing_file,
@@ -124,7 +124,7 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--model", metavar="M", type=arg(existing_file), help="attnlm binary (.npz) or ARPA"
     )
     g.add_argument(
-        "--arpa", metavar="M", type=arg(existing_file), help="an ARPA file (plain or .gz)"
+        "--arpa", metavar="M", type=text_file(existing_file), help="an ARPA file (plain or .gz)"
     )
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from attnlm.ngram import count_ngrams, modified_kneser_ney, split_sentences, train, write_arpa
 from attnlm.ngram.floatfmt import PAD, format_float32
+from support import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ngram"
+NGRAM = FIXTURES / "ngram"
 
 
 def _texts(mat: np.ndarray) -> list[str]:
@@ -71,7 +72,7 @@ def reference_write_arpa(model, path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def fixture_sentences():
-    return split_sentences((FIXTURES / "train.txt").read_text(encoding="utf-8"))
+    return split_sentences((NGRAM / "train.txt").read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize(("smoothing", "order"), [("mkn", 4), ("mle", 3), ("stupid", 2)])
@@ -105,7 +106,7 @@ def test_memory_mapped_binary_scores_as_its_arpa(tmp_path, fixture_sentences):
     model = train(fixture_sentences, 4)
     model.save(tmp_path / "lm.npz")
     write_arpa(model, tmp_path / "lm.arpa")
-    test = split_sentences((FIXTURES / "test.txt").read_text(encoding="utf-8"))
+    test = split_sentences((NGRAM / "test.txt").read_text(encoding="utf-8"))
     mapped = load_model(tmp_path / "lm.npz")
     assert not mapped.keys[3].flags.writeable  # mapped, not copied
     copied = load_model(tmp_path / "lm.npz", mmap=False)
@@ -125,7 +126,7 @@ def test_memory_mapped_binary_scores_as_its_arpa(tmp_path, fixture_sentences):
 def test_fast_arpa_reader_equals_line_parser(tmp_path, fixture_sentences, monkeypatch, name):
     import attnlm.ngram.arpa as arpa
 
-    path = FIXTURES / name
+    path = NGRAM / name
     if name == "ours.arpa":
         path = tmp_path / name
         write_arpa(train(fixture_sentences, 4), path)
