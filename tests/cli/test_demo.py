@@ -3,12 +3,10 @@
 import torch
 
 from attnlm.cli import main
-from support import ROMEO
 
 
-def test_demo_writes_everything(tmp_path, capsys):
-    corpus = tmp_path / "plays.txt"
-    corpus.write_text(ROMEO, encoding="utf-8")
+def test_demo_writes_everything(romeo_file, tmp_path, capsys):
+    corpus = romeo_file
     out = tmp_path / "demo"
     threads = torch.get_num_threads()
     try:

@@ -18,12 +18,10 @@ def _other_run(folder):
     (folder / "data.json").write_text("{}")
 
 
-def test_demo_refuses_to_delete_another_run(tmp_path, capsys):
+def test_demo_refuses_to_delete_another_run(romeo_file, tmp_path, capsys):
     out = tmp_path / "run"
     _other_run(out)
-    corpus = tmp_path / "plays.txt"
-    corpus.write_text(ROMEO, encoding="utf-8")
-    rc = main(["demo", "--preset", "tiny-test", "--text", str(corpus), "--out", str(out)])
+    rc = main(["demo", "--preset", "tiny-test", "--text", str(romeo_file), "--out", str(out)])
     assert rc == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--overwrite" in err and "Traceback" not in err
