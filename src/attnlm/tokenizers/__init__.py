@@ -1,4 +1,5 @@
-"""Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece.
+"""Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece,
+Hugging Face ``tokenizer.json`` (byte-level BPE, WordPiece).
 
 All kinds follow one protocol (:class:`Tokenizer`): ``encode``, ``decode``, ``encode_batch``,
 ``vocab_size``, ``special_tokens``, ``save(path)`` (one JSON file); :func:`load` restores any
@@ -17,6 +18,7 @@ from attnlm.tokenizers.base import (
 from attnlm.tokenizers.bpe import PATTERNS, BPETokenizer
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
+from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
 from attnlm.tokenizers.factory import (
     chunk_safe,
     encode_text,
@@ -35,6 +37,7 @@ __all__ = [
     "CharTokenizer",
     "ClassicBPETokenizer",
     "DisallowedSpecialTokenError",
+    "HFByteBPETokenizer",
     "InvalidTokenIdError",
     "Tokenizer",
     "TokenizerConfigError",
