@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.inspect.params import kv_cache_bytes_per_token
 from attnlm.models import registry
 from attnlm.models.llama import Llama, LlamaConfig, llama_ffn_width
 
@@ -234,7 +235,7 @@ def test_gqa_kv_cache_is_a_quarter_of_mha_measured_in_bytes():
             model.step(torch.randint(0, V, (2, 10)), state)
             model.step(torch.randint(0, V, (2, 1)), state)  # one decoding step more
         sizes[kv] = state.nbytes
-        assert state.nbytes == 2 * 11 * model.kv_cache_bytes_per_token()  # B=2, 11 tokens
+        assert state.nbytes == 2 * 11 * kv_cache_bytes_per_token(model.config)  # B=2, 11 tokens
         assert state.keys[0].shape == (2, kv, 11, 8)
     assert sizes[2] * 4 == sizes[8]  # n_head / n_kv_head = 4: a quarter of the MHA cache
     assert sizes[1] * 8 == sizes[8]

@@ -182,12 +182,6 @@ class Llama(GPT):
             for proj in (block.attn.out_proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
 
-    def kv_cache_bytes_per_token(self, bytes_per_value: int = 4) -> int:
-        """Bytes the KV cache holds per token of one sequence: keys and values of
-        ``n_kv_head`` heads of width ``D`` in every layer, ``2 · L · Hkv · D`` values."""
-        c = self.config
-        return 2 * c.n_layer * c.n_kv_head * c.head_dim * bytes_per_value
-
     @classmethod
     def from_config_dict(cls, data: dict[str, Any]) -> Llama:
         """A fresh model from a ``[model]`` table (unknown keys and bad types are errors)."""
