@@ -8,7 +8,7 @@ and the KV cache of grouped-query attention in bytes.
   weights (ours written with ``save_hf`` and read by ``from_pretrained``).
 * **greedy decoding**: two random models, the ``llama-char`` shape above (window 256) and a
   6-layer one (6 query heads, 2 key/value heads, width 384, SwiGLU 1024), vocabulary 65,
-  decode 200 tokens from an 8-token prompt; our
+  decode 200 tokens from an 8-token prompt (bench_generate.py's comparison and report); our
   ``attnlm.generate.generate`` (KV cache; with lookahead drafts, the default for one greedy
   prompt, and without) against ``LlamaForCausalLM.generate(do_sample=False)``; the tokens must
   be identical.
@@ -32,9 +32,9 @@ import time
 
 import torch
 
-from attnlm.generate import generate
 from attnlm.models.llama import Llama, LlamaConfig
-from attnlm.train.optim import param_groups
+from bench_generate import compare  # the house's decoding comparison (benchmarks/ on sys.path)
+from bench_train import make_step  # the house's training step: loss, backward, clip, fused AdamW
 
 V, T, B = 80, 64, 12
 TRAIN_SHAPE = dict(n_layer=4, n_head=4, n_kv_head=2, n_embd=128, d_ff=352, tie_embeddings=True)
@@ -50,24 +50,6 @@ def pair(vocab: int, block: int, shape: dict, tmp: str):
     ours.save_hf(tmp)
     ref = LlamaForCausalLM.from_pretrained(tmp)
     return ours, ref
-
-
-def make_step(model, is_hf: bool):
-    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), fused=True)
-    model.train()
-
-    def step(x, y):
-        if is_hf:  # HF shifts labels inside: labels = the window of T + 1 ids minus its last one
-            loss = model(input_ids=x, labels=x).loss
-        else:
-            loss = model(x, y).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
-    return step
 
 
 def bench_train(rounds: int, steps: int) -> float:
@@ -107,55 +89,11 @@ def bench_train(rounds: int, steps: int) -> float:
 
 
 def bench_decode(runs: int, n: int, shape: dict, label: str) -> bool:
+    """bench_generate's comparison (same timing loop and report) on a random Llama pair."""
     with tempfile.TemporaryDirectory() as tmp:
         ours, ref = pair(65, 256, shape, tmp)
-    ours.eval()
-    ref.eval()
     prompt = torch.randint(65, (1, 8), generator=torch.Generator().manual_seed(1))
-
-    def run_ours():
-        return generate(ours, prompt, n, temperature=0, use_cache=True)
-
-    def run_plain():
-        return generate(ours, prompt, n, temperature=0, use_cache=True, lookahead=0)
-
-    def run_hf():
-        with torch.no_grad():
-            return ref.generate(
-                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
-                min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0,
-                eos_token_id=None,
-            )  # fmt: skip
-
-    fns = {"ours": run_ours, "plain": run_plain, "hf": run_hf}
-    for f in fns.values():  # warm up
-        f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    outs = {}
-    for _ in range(runs):
-        for key, f in fns.items():
-            t0 = time.perf_counter()
-            outs[key] = f()
-            times[key].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    same = torch.equal(outs["ours"], outs["hf"]) and torch.equal(outs["plain"], outs["hf"])
-    n_params = sum(p.numel() for p in ours.parameters())
-    print(f"\n== greedy decoding: {n_params / 1e6:.2f}M parameters ({label}), "
-          f"{n} new tokens, prompt 8 tokens, median of {runs}")  # fmt: skip
-    for key, label in (
-        ("ours", "attnlm generate (KV cache, lookahead 8)"),
-        ("plain", "attnlm generate (KV cache, lookahead 0)"),
-        ("hf", "HF generate(use_cache=True)"),
-    ):
-        print(f"   {label:<40} {med[key] * 1e3:8.1f} ms ({n / med[key]:6.0f} tokens/s)")
-    new_ids = outs["ours"][0, 8:].tolist()
-    print(f"   identical tokens (all three): {same}; {len(set(new_ids))} distinct ids among "
-          f"the {n} new")  # fmt: skip
-    print(
-        f"   speed-up vs HF: {med['hf'] / med['ours']:.2f}x with lookahead (target >= 2x), "
-        f"{med['hf'] / med['plain']:.2f}x one token per pass"
-    )
-    return same
+    return compare(f"random Llama, {label}", ours.eval(), ref.eval(), prompt, n, runs)
 
 
 def bench_cache(n: int) -> None:

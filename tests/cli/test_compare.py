@@ -74,7 +74,9 @@ def test_compare_ngram_and_lstm_then_resume(tmp_path, capsys, monkeypatch):
 def test_compare_shows_llama_beside_gpt(tmp_path, capsys):
     assert run(tmp_path, "gpt,llama") == 0
     table = capsys.readouterr().out
-    rows = [line.split()[0] for line in table.splitlines() if line.split()[:1] in (["gpt"], ["llama"])]
+    rows = [
+        line.split()[0] for line in table.splitlines() if line.split()[:1] in (["gpt"], ["llama"])
+    ]
     assert rows == ["gpt", "llama"]
     data = check_outputs(tmp_path / "cmp", ["gpt", "llama"])
     gpt, llama = data["rows"]

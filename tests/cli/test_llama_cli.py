@@ -28,9 +28,8 @@ PROMPT = "the bank of the river"
 def hf_run(tmp_path_factory):
     """A random LlamaForCausalLM (GQA: 4 query heads, 2 key/value heads) and a byte-level
     BPE tokenizer.json, loaded through our loaders and saved as an attnlm checkpoint."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     from attnlm.tokenizers import load as load_tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     base = tmp_path_factory.mktemp("llama")
     tok = Tokenizer(models.BPE())

@@ -190,8 +190,12 @@ def test_llama3_frequencies_equal_transformers():
 
     from attnlm.nn.positional import RotaryEmbedding
 
-    cfg = transformers.LlamaConfig(hidden_size=128, num_attention_heads=2, rope_theta=500000.0,
-                                   rope_scaling=dict(LLAMA3, original_max_position_embeddings=8192))
+    cfg = transformers.LlamaConfig(
+        hidden_size=128,
+        num_attention_heads=2,
+        rope_theta=500000.0,
+        rope_scaling=dict(LLAMA3, original_max_position_embeddings=8192),
+    )
     ref, scale = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
     scaling = {k: v for k, v in LLAMA3.items() if k != "rope_type"}
     scaling["original_max_position_embeddings"] = 8192

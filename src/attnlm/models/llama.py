@@ -124,9 +124,7 @@ class LlamaConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"model.rope_scaling.{key} must be a positive number")
         if scaling["low_freq_factor"] >= scaling["high_freq_factor"]:
-            raise ConfigError(
-                "model.rope_scaling.low_freq_factor must be below high_freq_factor"
-            )
+            raise ConfigError("model.rope_scaling.low_freq_factor must be below high_freq_factor")
 
     @property
     def head_dim(self) -> int:

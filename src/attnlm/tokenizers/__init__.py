@@ -18,7 +18,6 @@ from attnlm.tokenizers.base import (
 from attnlm.tokenizers.bpe import PATTERNS, BPETokenizer
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.classic_bpe import ClassicBPETokenizer
-from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
 from attnlm.tokenizers.factory import (
     chunk_safe,
     encode_text,
@@ -27,6 +26,7 @@ from attnlm.tokenizers.factory import (
     token_label,
     train_tokenizer,
 )
+from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
 from attnlm.tokenizers.wordpiece import WordPieceTokenizer

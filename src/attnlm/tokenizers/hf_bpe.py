@@ -116,7 +116,9 @@ def _pre_tokenizer(spec: dict | None) -> tuple[list[Callable[[str], list[str]]],
     """The steps of a pre-tokenizer (each ``piece -> pieces``) and whether a ``ByteLevel``
     step is among them (the alphabet mapping itself is applied at the end)."""
     if spec is None:
-        raise _fail("no pre_tokenizer: only byte-level BPE (a ByteLevel pre-tokenizer) is supported")
+        raise _fail(
+            "no pre_tokenizer: only byte-level BPE (a ByteLevel pre-tokenizer) is supported"
+        )
     kind = spec.get("type")
     if kind == "Sequence":
         steps, byte_level = [], False
@@ -145,9 +147,7 @@ def _pre_tokenizer(spec: dict | None) -> tuple[list[Callable[[str], list[str]]],
     if kind == "Digits":
         compiled = regex.compile(r"\p{N}" if spec.get("individual_digits") else r"\p{N}+")
         return [_split_on(compiled.finditer, "Isolated", False)], False
-    raise _fail(
-        f"pre_tokenizer {kind!r} is not supported (ByteLevel, Split, Digits, Sequence)"
-    )
+    raise _fail(f"pre_tokenizer {kind!r} is not supported (ByteLevel, Split, Digits, Sequence)")
 
 
 def _merges(raw: list, vocab: dict[str, int]) -> dict[tuple[str, str], tuple[int, int]]:
