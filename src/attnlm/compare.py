@@ -2,7 +2,8 @@
 
 The story of the lectures as one measurement: counts (a modified Kneser-Ney n-gram model),
 a feed-forward network over a fixed window (Bengio et al. 2003), recurrent networks that
-carry a state (Elman RNN, LSTM, GRU), then attention (GPT).
+carry a state (Elman RNN, LSTM, GRU), then attention (GPT, and Llama: GPT's decoder with
+RMSNorm, SwiGLU, rotary positions and grouped-query attention).
 
 What is shared:
 
@@ -21,7 +22,7 @@ What is shared:
   as one stream, with KenLM's sentence markers only around the whole text; the prediction of
   the first token and of the end marker are left out, so it is scored on exactly the targets
   and characters of the neural models. Neural models are evaluated exactly
-  (:func:`attnlm.evaluation.evaluate_ids`: causal windows for GPT and the feed-forward
+  (:func:`attnlm.evaluation.evaluate_ids`: causal windows for GPT, Llama and the feed-forward
   model, contiguous streams with carried state for the recurrent ones).
 
 Outputs in ``OUT``: one folder per model (run folder with checkpoint and ``metrics.jsonl``,
@@ -55,6 +56,7 @@ MODELS: dict[str, str | None] = {
     "lstm": "lstm-char",
     "gru": "gru-char",
     "gpt": "shakespeare-char",
+    "llama": "llama-char",
 }
 DATA_FILES = ("tokenizer.json", "train.bin", "train.json", "val.bin", "val.json", "data.json")
 RESULT_FILE = "result.json"

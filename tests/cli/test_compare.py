@@ -19,6 +19,7 @@ TEXT = (
 TINY = ["--set", "ffnn:model.n_hidden=32", "--set", "lstm:model.n_embd=16"]
 TINY += ["--set", "gru:model.n_embd=16", "--set", "rnn:model.n_embd=16"]
 TINY += ["--set", "gpt:model.n_embd=32", "--set", "gpt:model.n_layer=1"]
+TINY += ["--set", "llama:model.n_embd=32", "--set", "llama:model.n_layer=1"]
 KEYS = {"model", "params", "train_seconds", "tokens_per_second", "val_bpc", "ppl"}
 
 
@@ -68,6 +69,20 @@ def test_compare_ngram_and_lstm_then_resume(tmp_path, capsys, monkeypatch):
     assert run(tmp_path, "ngram,lstm") == 0
     assert "already done" in capsys.readouterr().out
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["rows"] == data["rows"]
+
+
+def test_compare_shows_llama_beside_gpt(tmp_path, capsys):
+    assert run(tmp_path, "gpt,llama") == 0
+    table = capsys.readouterr().out
+    rows = [
+        line.split()[0] for line in table.splitlines() if line.split()[:1] in (["gpt"], ["llama"])
+    ]
+    assert rows == ["gpt", "llama"]
+    data = check_outputs(tmp_path / "cmp", ["gpt", "llama"])
+    gpt, llama = data["rows"]
+    assert llama["params"] != gpt["params"]
+    meta = json.loads((tmp_path / "cmp" / "llama" / "checkpoint" / "config.json").read_text())
+    assert meta["model"]["type"] == "llama" and meta["model"]["n_kv_head"] == 2
 
 
 def test_compare_refuses_bad_flags(tmp_path, capsys):

@@ -71,3 +71,34 @@ def test_cli_bad_presets(tmp_path, capsys, text, message):
     preset.write_text(text)
     assert main(["params", "--preset", str(preset)]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kv, tied", [(4, True), (2, False), (1, True)])
+def test_llama_formula_equals_the_exact_count(kv, tied):
+    from attnlm.inspect.params import kv_cache_bytes_per_token, llama_count
+    from attnlm.models.llama import Llama, LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=50, block_size=16, n_layer=3, n_head=4, n_kv_head=kv,
+                      n_embd=32, d_ff=40, tie_embeddings=tied)  # fmt: skip
+    with torch.device("meta"):
+        model = Llama(cfg)
+    # by hand, one block of width d = 32: W_Q, W_O (d² each), W_K, W_V (d·8·kv each),
+    # gate, up, down (d·40 each), two RMSNorm weights (d each)
+    block = 2 * 32 * 32 + 2 * 32 * 8 * kv + 3 * 32 * 40 + 2 * 32
+    assert llama_count(cfg) == count_params(model) == 3 * block + 50 * 32 * (1 + (not tied)) + 32
+    assert kv_cache_bytes_per_token(cfg) == 2 * 3 * kv * 8 * 4
+
+
+def test_cli_llama_char(capsys):
+    assert main(["params", "--preset", "llama-char", "--vocab-size", "65"]) == 0
+    out = capsys.readouterr().out
+    from attnlm.inspect.params import llama_count
+    from attnlm.models.llama import LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=65, block_size=128, n_layer=4, n_head=4, n_kv_head=2,
+                      n_embd=128, d_ff=352, tie_embeddings=True)  # fmt: skip
+    exact = next(line for line in out.splitlines() if line.startswith("total (exact)"))
+    assert exact.split()[-1] == f"{llama_count(cfg):,}"
+    assert f"= {llama_count(cfg):,}" in out and "Hkv=2 (GQA)" in out
+    assert "2,048 bytes float32" in out and "of multi-head attention's 4,096" in out
+    assert "12·L·d² estimate" not in out

@@ -167,8 +167,8 @@ def test_from_hf_dispatches_on_model_type(tmp_path):
     hf.save_pretrained(tmp_path / "gpt2")
     assert isinstance(registry.from_hf(tmp_path / "gpt2"), GPT)
     (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "config.json").write_text('{"model_type": "llama"}')
-    with pytest.raises(InputError, match="model_type 'llama' is not supported"):
+    (tmp_path / "other" / "config.json").write_text('{"model_type": "mamba"}')
+    with pytest.raises(InputError, match="model_type 'mamba' is not supported"):
         registry.from_hf(tmp_path / "other")
 
 
@@ -526,6 +526,15 @@ TINY = {
     "rnn": {"vocab_size": 11, "n_layer": 2, "n_embd": 8, "n_hidden": 8, "cell": "lstm"},
     "rnn-seq2seq": {"vocab_size": 11, "d_emb": 8, "d_hidden": 8},
     "bert": {"vocab_size": 11, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 8},
+    "llama": {
+        "vocab_size": 11,
+        "block_size": 16,
+        "n_layer": 2,
+        "n_head": 4,
+        "n_kv_head": 2,
+        "n_embd": 16,
+        "d_ff": 24,
+    },
 }
 
 

@@ -408,3 +408,68 @@ def test_plain_causal_forward_builds_no_mask(monkeypatch):
     model(ids[:, 11:], cache=cache)  # one new token: no mask at all
     with pytest.raises(AssertionError, match="mask was built"):
         model(ids, return_attention=True)  # the explicit path does build it
+
+
+# -- grouped-query attention --------------------------------------------------------------------
+
+
+def _reference_gqa(mha, x, mask=None):
+    """Grouped-query self-attention as a loop over query heads: head ``h`` uses key/value
+    head ``h // G`` of the separate projections (the definition, no repeat or grouping)."""
+    C, D, G = mha.d_model, mha.d_head, mha.groups
+    Wq, Wk, Wv = mha.qkv_proj.weight.split([C, mha.d_kv, mha.d_kv])
+    heads = []
+    for h in range(mha.n_head):
+        j = h // G
+        q = x @ Wq[h * D : (h + 1) * D].T
+        k, v = x @ Wk[j * D : (j + 1) * D].T, x @ Wv[j * D : (j + 1) * D].T
+        s = q @ k.transpose(-2, -1) / math.sqrt(D)
+        if mask is not None:  # (B, 1, T|1, S), (H, T, S) or (T, S)
+            s = s + (mask[:, 0] if mask.dim() == 4 else mask[h] if mask.dim() == 3 else mask)
+        heads.append(torch.softmax(s, -1) @ v)
+    return mha.out_proj(torch.cat(heads, -1))
+
+
+@pytest.mark.parametrize("n_kv", [4, 2, 1])
+@pytest.mark.parametrize("kind", ["causal", "padding", "bias"])
+def test_grouped_query_attention_equals_the_per_head_definition(n_kv, kind):
+    B, T, C, H = 3, 7, 32, 4
+    mha = MultiHeadAttention(C, H, n_kv_head=n_kv, bias=False).eval()
+    assert mha.qkv_proj.weight.shape == (C + 2 * n_kv * 8, C)
+    x = torch.randn(B, T, C)
+    keep = torch.ones(B, T, dtype=torch.bool)
+    keep[0, :2] = False
+    mask = {"causal": None, "padding": padding_mask(keep), "bias": torch.randn(H, T, T)}[kind]
+    causal = kind != "padding"
+    fast, _ = mha(x, mask=mask, is_causal=causal)
+    slow, w = mha(x, mask=mask, is_causal=causal, need_weights=True)
+    assert w.shape == (B, H, T, T)
+    full = combine_masks(mask, causal_mask(T) if causal else None)
+    ref = _reference_gqa(mha, x, full)
+    assert (slow - ref).abs().max() < 1e-5 and (fast - ref).abs().max() < 1e-5
+    # incremental decoding: the cache holds n_kv heads; one query per row takes the grouped path
+    cache = KVCache(1)
+    outs = [mha(x[:, :4], is_causal=True, cache=cache)[0]]
+    for t in range(4, T):
+        outs.append(mha(x[:, t : t + 1], is_causal=True, cache=cache)[0])
+    assert cache.keys[0].shape == (B, n_kv, T, 8) and cache.nbytes == 2 * B * n_kv * T * 8 * 4
+    ref = _reference_gqa(mha, x, causal_mask(T))
+    assert (torch.cat(outs, 1) - ref).abs().max() < 1e-5
+
+
+def test_grouped_cross_attention_with_shared_beam_rows():
+    B, T, S, C = 2, 3, 5, 16
+    mha = MultiHeadAttention(C, 4, cross=True, n_kv_head=2).eval()
+    assert mha.kv_proj.weight.shape == (2 * 8, C)
+    x, ctx = torch.randn(B, T, C), torch.randn(B, S, C)
+    fast, _ = mha(x, ctx)
+    slow, w = mha(x, ctx, need_weights=True)
+    assert (fast - slow).abs().max() < 1e-5 and w.shape == (B, 4, T, S)
+    cache = KVCache(1)  # two beam rows per source share one copy of its keys/values
+    cache.cross[0] = mha.context_kv(ctx)
+    cache.cross_group = 2
+    beams = x.repeat_interleave(2, dim=0)
+    grouped, _ = mha(beams, cache=cache)
+    assert (grouped - fast.repeat_interleave(2, dim=0)).abs().max() < 1e-5
+    with pytest.raises(ConfigError, match="n_kv_head"):
+        MultiHeadAttention(C, 4, n_kv_head=3)

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="parameter counts of a model preset",
         description=(
             "Build the model of a preset (no weights are allocated) and print its parameter "
-            "count per module, the exact total and, for transformers, the 12·L·d² estimate. "
+            "count per module, the exact total and, for transformers, the 12·L·d² estimate "
+            "(for Llama its own formula) and the KV-cache bytes per token of decoders. "
             "Presets without model.vocab_size (the tokenizer decides it) use --vocab-size, else "
             f"train.bpe_vocab_size, else {DEFAULT_VOCAB_SIZE}."
         ),
@@ -83,7 +84,7 @@ def _params(args: argparse.Namespace) -> int:
 
     from attnlm.config import load_preset
     from attnlm.errors import ConfigError, InputError
-    from attnlm.inspect.params import format_param_table
+    from attnlm.inspect.params import format_kv_cache, format_llama_lines, format_param_table
     from attnlm.models import registry
 
     if args.vocab_size is not None and args.vocab_size < 1:
@@ -111,8 +112,15 @@ def _params(args: argparse.Namespace) -> int:
     print(f"preset {args.preset}: {what}")
     if note:
         print(note)
-    # the 12·L·d² estimate counts transformer blocks: only for families with attention heads
-    n_layer = getattr(config, "n_layer", None) if hasattr(config, "n_head") else None
+    # the 12·L·d² estimate counts GPT-style blocks: only for families with attention heads
+    # (Llama's blocks have their own formula)
+    heads = hasattr(config, "n_head")
+    llama = hasattr(config, "n_kv_head")
+    n_layer = getattr(config, "n_layer", None) if heads and not llama else None
     width = getattr(config, "n_embd", None) or getattr(config, "d_model", None)
     print(format_param_table(model, n_layer, width))
+    if llama:
+        print(format_llama_lines(config))
+    if heads and "generate" in family.capabilities and hasattr(config, "n_layer"):
+        print(format_kv_cache(config))
     return 0

@@ -5,11 +5,19 @@ and ``8d²`` feed-forward weights (``d x 4d`` and ``4d x d``): ``12d²`` per blo
 for ``L`` blocks. The exact count adds biases, layer norms and the embeddings; for GPT-2
 small (L=12, d=768, vocab 50257, context 1024, tied head) it is 124,439,808 against an
 estimate of 84,934,656, the difference being mostly the 38.6M-entry token embedding.
+
+A Llama block (:mod:`attnlm.models.llama`) changes both terms: attention holds
+``2d² + 2d² · n_kv_head / n_head`` weights (``W_Q, W_O`` full, ``W_K, W_V`` only for the
+shared key/value heads), the SwiGLU feed-forward ``3 · d · d_ff`` (gate, up, down), and two
+RMSNorms ``2d``; :func:`llama_count` adds the embedding, an untied head and the final norm.
+:func:`kv_cache_bytes_per_token` is what incremental decoding stores per token: keys and
+values of every layer, ``2 · L · n_kv_head · d_head`` numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -31,6 +39,52 @@ class ParamRow:
 def lecture_estimate(n_layer: int, d_model: int) -> int:
     """The lecture's estimate ``12 · L · d²`` (block weight matrices only)."""
     return 12 * n_layer * d_model * d_model
+
+
+def llama_count(config: Any) -> int:
+    """The Llama parameter count by formula: ``L · (2d² + 2d² · Hkv/H + 3 d F + 2d) + V d
+    (+ V d untied head) + d`` (equal to the exact count; tested)."""
+    c = config
+    d, kv_share = c.n_embd, c.n_kv_head / c.n_head
+    block = 2 * d * d + round(2 * d * d * kv_share) + 3 * d * c.ffn_width + 2 * d
+    head = 0 if c.tie_embeddings else c.vocab_size * d
+    return c.n_layer * block + c.vocab_size * d + head + d
+
+
+def kv_cache_bytes_per_token(config: Any, bytes_per_value: int = 4) -> int:
+    """Bytes of KV cache per token of one sequence: ``2 · L · Hkv · D`` values (``Hkv`` =
+    ``n_kv_head`` where the config has one, else ``n_head``)."""
+    width = getattr(config, "n_embd", None) or config.d_model
+    kv_heads = getattr(config, "n_kv_head", None) or config.n_head
+    return 2 * config.n_layer * kv_heads * (width // config.n_head) * bytes_per_value
+
+
+def format_llama_lines(config: Any) -> str:
+    """The Llama formula with its terms, for ``attnlm params``."""
+    c = config
+    d, V = c.n_embd, c.vocab_size
+    terms = [2 * d * d, round(2 * d * d * c.n_kv_head / c.n_head), 3 * d * c.ffn_width, 2 * d]
+    ends = [V * d] + ([] if c.tie_embeddings else [V * d]) + [d]
+    head = "" if c.tie_embeddings else " + V·d (head)"
+    return (
+        f"Llama formula: L·(2d² + 2d²·Hkv/H + 3·d·d_ff + 2d) + V·d{head} + d\n"
+        f"  = {c.n_layer}·({' + '.join(f'{t:,}' for t in terms)}) + "
+        f"{' + '.join(f'{t:,}' for t in ends)} = {llama_count(c):,}"
+    )
+
+
+def format_kv_cache(config: Any) -> str:
+    """The KV-cache bytes per token (float32 and 16-bit), beside multi-head attention's."""
+    per = kv_cache_bytes_per_token(config)
+    line = (
+        f"KV cache per token: 2·L·Hkv·D = {per // 4:,} values = {per:,} bytes float32, "
+        f"{per // 2:,} bytes bfloat16"
+    )
+    kv_heads = getattr(config, "n_kv_head", None) or config.n_head
+    if kv_heads != config.n_head:
+        mha = per * config.n_head // kv_heads
+        line += f" ({kv_heads}/{config.n_head} of multi-head attention's {mha:,})"
+    return line
 
 
 def param_rows(model: nn.Module) -> list[ParamRow]:

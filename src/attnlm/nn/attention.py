@@ -27,7 +27,10 @@ Shape legend
     T  query length (the tokens being processed now)
     S  key/value length: T in plain self-attention, cached + T with a KV cache, the source
        length in cross-attention
-    H  number of heads
+    H  number of (query) heads
+    Hkv number of key/value heads (H for multi-head attention; fewer with grouped-query
+       attention, 1 for multi-query attention)
+    G  query heads per key/value head (H // Hkv)
     D  width of one head (C // H)
     C  model width (d_model, n_embd)
 """
@@ -129,6 +132,13 @@ class MultiHeadAttention(nn.Module):
     one fused ``Linear(C, 3C)`` (``qkv_proj``); for cross-attention (``cross=True``) the
     queries come from ``x`` ``(B, T, C)`` and keys/values from ``context`` ``(B, S, C_ctx)``
     through ``q_proj`` and a fused ``kv_proj``. ``out_proj`` is ``W_O``.
+
+    Grouped-query attention (GQA, Ainslie et al., 2023): with ``n_kv_head`` < ``n_head``
+    key/value heads, each key/value head serves ``G = n_head / n_kv_head`` consecutive query
+    heads (query head ``h`` reads key/value head ``h // G``). The key and value projections
+    shrink to ``C · n_kv_head / n_head`` outputs each, and so does the KV cache, which stores
+    only the ``n_kv_head`` heads. ``n_kv_head = n_head`` (the default) is multi-head
+    attention, ``n_kv_head = 1`` multi-query attention (Shazeer, 2019).
     """
 
     def __init__(
@@ -141,29 +151,59 @@ class MultiHeadAttention(nn.Module):
         score: str = "scaled_dot",
         bias: bool = True,
         dropout: float = 0.0,
+        n_kv_head: int | None = None,
     ) -> None:
         super().__init__()
         if d_model % n_head != 0:
             raise ConfigError(f"d_model ({d_model}) must be divisible by n_head ({n_head})")
+        n_kv_head = n_head if n_kv_head is None else n_kv_head
+        if n_kv_head <= 0 or n_head % n_kv_head != 0:
+            raise ConfigError(f"n_kv_head ({n_kv_head}) must divide n_head ({n_head})")
         self.d_model, self.n_head, self.d_head = d_model, n_head, d_model // n_head
+        self.n_kv_head, self.groups = n_kv_head, n_head // n_kv_head
+        self.d_kv = n_kv_head * self.d_head  # width of the keys (and of the values)
         self.cross = cross
         if cross:
             self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_context or d_model, 2 * d_model, bias=bias)
-        else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_context or d_model, 2 * self.d_kv, bias=bias)
+        else:  # W_Q, W_K, W_V fused: (C + 2 C_kv, C)
+            self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, self.d_head)
         self.dropout = dropout
 
     def _heads(self, t: Tensor) -> Tensor:
-        b, n, _ = t.shape
-        return t.view(b, n, self.n_head, self.d_head).transpose(1, 2)  # (B, H, n, D)
+        b, n, width = t.shape
+        return t.view(b, n, width // self.d_head, self.d_head).transpose(1, 2)  # (B, H, n, D)
+
+    def _split_qkv(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The fused projection's output ``(..., C + 2 C_kv)`` -> q ``(..., C)``, k, v
+        ``(..., C_kv)``."""
+        return qkv.split([self.d_model, self.d_kv, self.d_kv], dim=-1)
+
+    def _shared(self, k: Tensor) -> Tensor:
+        """Keys or values ``(B, Hkv, S, D)`` repeated for the query heads that share them,
+        ``(B, H, S, D)`` (the explicit formula's view of grouped-query attention)."""
+        if self.groups == 1:
+            return k
+        B, Hkv, S, D = k.shape
+        return k[:, :, None].expand(B, Hkv, self.groups, S, D).reshape(B, self.n_head, S, D)
+
+    def _group_mask(self, mask: Tensor | None, H: int, T: int, S: int) -> Tensor | None:
+        """A mask broadcastable to ``(B, H, T, S)`` in the grouped layout ``(B, Hkv, G T, S)``
+        (a mask that is the same for every query row and head broadcasts as it is)."""
+        if mask is None:
+            return None
+        m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B | 1, ., ., S | 1)
+        if m.shape[1] == 1 and m.shape[2] == 1:
+            return m
+        m = m.expand(m.shape[0], H, T, S)
+        return m.reshape(m.shape[0], self.n_kv_head, self.groups * T, S)
 
     def context_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values of ``context`` ``(B, S, C_ctx)``, split into heads
-        ``(B, H, S, D)`` each: computed once per source and reused at every decoding step."""
-        k, v = self.kv_proj(context).split(self.d_model, dim=-1)  # (B, S, C) each
+        ``(B, Hkv, S, D)`` each: computed once per source and reused at every decoding step."""
+        k, v = self.kv_proj(context).split(self.d_kv, dim=-1)  # (B, S, C_kv) each
         return self._heads(k), self._heads(v)
 
     def _grouped(
@@ -174,6 +214,7 @@ class MultiHeadAttention(nn.Module):
         queries of a group are scored in one matmul against one copy of the keys."""
         B, H, T, D = q.shape
         n = B // g
+        k, v = self._shared(k), self._shared(v)  # (B / g, H, S, D)
         q = q.view(n, g, H, T, D).transpose(1, 2).reshape(n, H, g * T, D)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights or not self.score.supports_sdpa or not self.training:
@@ -239,13 +280,13 @@ class MultiHeadAttention(nn.Module):
             if g > 1:  # g consecutive rows share a source: its queries attend together
                 return self._grouped(q, k, v, mask, g, need_weights)
         else:
-            q, k, v = self.qkv_proj(x).split(C, dim=-1)  # (B, T, C) each
-            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, D)
+            q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, C), (B, T, C_kv) x 2
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
             if rotary is not None:
                 cos, sin = rotary
                 q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             if cache is not None:
-                k, v = cache.append(layer, k, v)  # (B, H, S, D)
+                k, v = cache.append(layer, k, v)  # (B, Hkv, S, D): only Hkv heads are kept
         y, weights = self._mix(q, k, v, mask, is_causal, need_weights)
         y = y.transpose(1, 2).reshape(B, T, C)  # concatenate the heads: (B, T, C)
         return self.out_proj(y), weights
@@ -266,9 +307,9 @@ class MultiHeadAttention(nn.Module):
             if context is None or context_packing is None:
                 raise InputError("packed cross-attention needs a packed context and its packing")
             q = packing.pad(self.q_proj(x))  # (B, T, C)
-            k, v = context_packing.pad(self.kv_proj(context)).split(C, dim=-1)  # (B, S, C)
+            k, v = context_packing.pad(self.kv_proj(context)).split(self.d_kv, dim=-1)
         else:
-            q, k, v = packing.pad(self.qkv_proj(x)).split(C, dim=-1)  # (B, T, C) each
+            q, k, v = self._split_qkv(packing.pad(self.qkv_proj(x)))  # (B, T, C), (B, T, C_kv)
         B, T = q.shape[:2]
         y, _ = self._mix(self._heads(q), self._heads(k), self._heads(v), mask, is_causal, False)
         return self.out_proj(packing.take(y.transpose(1, 2).reshape(B, T, C)))  # (N, C)
@@ -282,9 +323,12 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool,
         need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """Heads ``q`` ``(B, H, T, D)``, ``k, v`` ``(B, H, S, D)`` -> ``(mixed values (B, H,
+        """Heads ``q`` ``(B, H, T, D)``, ``k, v`` ``(B, Hkv, S, D)`` -> ``(mixed values (B, H,
         T, D), weights (B, H, T, S) or None)``: the fused kernel unless the weights are
-        wanted, the score has none, or (on CPU) there is one query per row."""
+        wanted, the score has none, or (on CPU) there is one query per row. With grouped
+        query heads the fused kernel shares the key/value heads itself (``enable_gqa``); the
+        explicit formula scores the ``G`` query heads of a group as ``G T`` rows against their
+        one key/value head, so nothing is copied per query head."""
         T, S = q.shape[-2], k.shape[-2]
         if is_causal and T == 1:
             is_causal = False  # the newest token may see everything held
@@ -296,7 +340,14 @@ class MultiHeadAttention(nn.Module):
         if need_weights or not self.score.supports_sdpa or single:
             if is_causal:
                 mask = combine_masks(mask, causal_mask(T, S, device=q.device, dtype=q.dtype))
+            G = self.groups
+            if G > 1:  # the G query heads of a group are scored at once against their key head
+                B, H = q.shape[:2]
+                q = q.reshape(B, self.n_kv_head, G * T, q.shape[-1])  # (B, Hkv, G T, D)
+                mask = self._group_mask(mask, H, T, S)
             y, weights = attend(self.score(q, k), mask, v, dropout_p=dropout_p)
+            if G > 1:
+                y, weights = y.view(B, H, T, -1), weights.view(B, H, T, S)
         else:
             weights = None
             if is_causal and (mask is not None or T != S):  # SDPA's is_causal is top-left
@@ -310,5 +361,6 @@ class MultiHeadAttention(nn.Module):
                 dropout_p=dropout_p,
                 is_causal=is_causal,
                 scale=self.score.sdpa_scale,
+                enable_gqa=self.groups > 1,
             )  # (B, H, T, D)
         return y, weights

@@ -1,6 +1,7 @@
-"""Transformer building blocks: the position-wise feed-forward network and the transformer
-block (attention and feed-forward sublayers with residual connections, layer norm placed
-before (pre-norm) or after (post-norm) each sublayer, and dropout).
+"""Transformer building blocks: the position-wise feed-forward network (plain or gated,
+SwiGLU), the norms (LayerNorm, RMSNorm) and the transformer block (attention and
+feed-forward sublayers with residual connections, the norm placed before (pre-norm) or after
+(post-norm) each sublayer, and dropout).
 
 * post-norm, ``x = LN(x + f(x))``: the original Transformer (Vaswani et al., 2017);
 * pre-norm, ``x = x + f(LN(x))``: GPT-2 (Radford et al., 2019) and most later models; it
@@ -32,6 +33,8 @@ ACTIVATIONS = {
     "silu": F.silu,  # x sigmoid(x), "swish" (Ramachandran et al., 2017; Marian's default)
 }
 NORMS = ("pre", "post")
+NORM_TYPES = ("layer", "rms")
+FEED_FORWARDS = ("mlp", "swiglu")
 
 
 def dropout_layer(p: float) -> nn.Module:
@@ -67,10 +70,45 @@ class FeedForward(nn.Module):
         return self.drop(self.proj(self.act(self.fc(x))))
 
 
+class SwiGLU(nn.Module):
+    """Gated feed-forward network ``FFN(x) = (SiLU(x W_gate) ⊙ x W_up) W_down`` (Shazeer,
+    2020, "GLU Variants Improve Transformer"; Llama, PaLM): one branch gates the other
+    elementwise. Three matrices instead of two, so a width ``F ≈ 8C/3`` keeps the ``8C²``
+    weights of a ``4C`` plain network. ``W_gate`` and ``W_up`` are fused into ``fc``
+    ``(2F, C)`` (gate rows first); ``proj`` is ``W_down``. ``(B, T, C) -> (B, T, C)``."""
+
+    def __init__(self, d_model: int, d_ff: int, *, bias: bool = False, dropout: float = 0.0):
+        super().__init__()
+        self.fc = nn.Linear(d_model, 2 * d_ff, bias=bias)  # [W_gate; W_up]: (B, T, C) -> 2F
+        self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W_down: (B, T, F) -> (B, T, C)
+        self.drop = dropout_layer(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, F) each
+        return self.drop(self.proj(F.silu(gate) * up))
+
+
+def make_norm(kind: str, d_model: int, *, eps: float, bias: bool = True) -> nn.Module:
+    """``"layer"``: LayerNorm, ``(x - mean) / sqrt(var + eps) · γ + β``; ``"rms"``: RMSNorm
+    (Zhang & Sennrich, 2019), ``x / sqrt(mean(x²) + eps) · γ``: no centring, no bias, one
+    reduction fewer (Llama)."""
+    if kind == "rms":
+        return nn.RMSNorm(d_model, eps=eps)
+    if kind == "layer":
+        return nn.LayerNorm(d_model, eps=eps, bias=bias)
+    raise ConfigError(f"unknown norm type {kind!r} (known: {', '.join(NORM_TYPES)})")
+
+
 class TransformerBlock(nn.Module):
     """Self-attention sublayer, an optional cross-attention sublayer (decoder of an
     encoder-decoder), then the feed-forward sublayer; each wrapped in a residual connection
-    with layer norm in the ``norm`` arrangement ("pre" or "post") and dropout on its output.
+    with a norm in the ``norm`` arrangement ("pre" or "post") and dropout on its output.
+
+    ``norm_type``: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm); ``feed_forward``:
+    ``"mlp"`` (:class:`FeedForward`) or ``"swiglu"`` (:class:`SwiGLU`); ``n_kv_head``:
+    grouped-query attention (see :class:`~attnlm.nn.attention.MultiHeadAttention`). GPT-2's
+    block is the defaults with ``norm="pre"``; Llama's is ``norm_type="rms"``,
+    ``feed_forward="swiglu"``, ``bias=False``.
 
     ``forward(x (B, T, C), ...) -> (x (B, T, C), self-attention weights (B, H, T, S) or None,
     cross-attention weights (B, H, T, S_ctx) or None)``.
@@ -90,6 +128,9 @@ class TransformerBlock(nn.Module):
         score: str = "scaled_dot",
         cross_attention: bool = False,
         attention_dropout: float | None = None,
+        n_kv_head: int | None = None,
+        norm_type: str = "layer",
+        feed_forward: str = "mlp",
     ) -> None:
         super().__init__()
         # dropout on the attention weights; None: the same rate as the residual dropout.
@@ -97,21 +138,31 @@ class TransformerBlock(nn.Module):
         attn_p = dropout if attention_dropout is None else attention_dropout
         if norm not in NORMS:
             raise ConfigError(f"unknown norm placement {norm!r} (known: pre, post)")
-        self.pre_norm = norm == "pre"
-        self.ln_1 = nn.LayerNorm(d_model, eps=eps, bias=bias)
-        self.attn = MultiHeadAttention(d_model, n_head, score=score, bias=bias, dropout=attn_p)
-        if cross_attention:
-            self.ln_cross = nn.LayerNorm(d_model, eps=eps, bias=bias)
-            self.cross_attn = MultiHeadAttention(
-                d_model, n_head, cross=True, score=score, bias=bias, dropout=attn_p
+        if feed_forward not in FEED_FORWARDS:
+            raise ConfigError(
+                f"unknown feed-forward {feed_forward!r} (known: {', '.join(FEED_FORWARDS)})"
             )
+        self.pre_norm = norm == "pre"
+        self.ln_1 = make_norm(norm_type, d_model, eps=eps, bias=bias)
+        self.attn = MultiHeadAttention(
+            d_model, n_head, score=score, bias=bias, dropout=attn_p, n_kv_head=n_kv_head
+        )
+        if cross_attention:
+            self.ln_cross = make_norm(norm_type, d_model, eps=eps, bias=bias)
+            self.cross_attn = MultiHeadAttention(
+                d_model, n_head, cross=True, score=score, bias=bias, dropout=attn_p,
+                n_kv_head=n_kv_head,
+            )  # fmt: skip
         else:
             self.cross_attn = None
-        self.ln_2 = nn.LayerNorm(d_model, eps=eps, bias=bias)
-        self.mlp = FeedForward(d_model, d_ff, activation=activation, bias=bias, dropout=dropout)
+        self.ln_2 = make_norm(norm_type, d_model, eps=eps, bias=bias)
+        if feed_forward == "swiglu":
+            self.mlp: nn.Module = SwiGLU(d_model, d_ff or 4 * d_model, bias=bias, dropout=dropout)
+        else:
+            self.mlp = FeedForward(d_model, d_ff, activation=activation, bias=bias, dropout=dropout)
         self.drop = dropout_layer(dropout)
 
-    def _residual(self, x: Tensor, ln: nn.LayerNorm, out: Tensor) -> Tensor:
+    def _residual(self, x: Tensor, ln: nn.Module, out: Tensor) -> Tensor:
         """Add a sublayer's output to its input, with the norm after it for post-norm."""
         return x + self.drop(out) if self.pre_norm else ln(x + self.drop(out))
 

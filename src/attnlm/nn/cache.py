@@ -5,7 +5,8 @@ computed once per source.
 
 Shape legend
     B         batch size (rows; beams of one source are consecutive rows)
-    H         number of heads
+    H         number of key/value heads (fewer than the query heads with grouped-query
+              attention: the cache holds only these)
     T         tokens added by one forward call
     T_cached  tokens held before the call
     S         tokens held after it (T_cached + T); in a cross-attention entry, the source length
@@ -50,6 +51,12 @@ class KVCache:
         """Number of tokens currently held (the same in every layer between forward calls)."""
         k = self.keys[-1]
         return 0 if k is None else k.shape[-2]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the self-attention keys and values (all layers; cross-attention
+        entries not included): ``2 · L · B · Hkv · S · D`` elements."""
+        return sum(t.nbytes for t in (*self.keys, *self.values) if t is not None)
 
     def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add the new tokens' ``k, v`` ``(B, H, T, D)`` to ``layer``; return everything held,

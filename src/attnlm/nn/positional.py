@@ -23,6 +23,7 @@ Shape legend
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -119,13 +120,25 @@ class RotaryEmbedding(nn.Module):
     on renamed features. ``forward(positions)`` returns ``(cos, sin)`` for
     :func:`attnlm.nn.attention.apply_rotary`: ``(T, D)`` for positions ``(T,)``, or
     ``(B, 1, T, D)`` for positions ``(B, T)``.
+
+    Meta's original Llama checkpoints rotate interleaved pairs; Hugging Face's
+    ``LlamaForCausalLM`` (and so :mod:`attnlm.models.hf.llama`) stores q/k weights with their
+    rows permuted to the rotate-half order used here, so no permutation is needed on import.
+
+    ``base`` is ``θ`` of the frequencies (Llama's ``rope_theta``); ``scaling`` optionally
+    rescales them for longer contexts (:func:`llama3_frequencies`).
     """
 
-    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+    def __init__(
+        self, d_head: int, base: float = 10000.0, scaling: dict[str, Any] | None = None
+    ) -> None:
         super().__init__()
         if d_head % 2:
             raise ValueError(f"rotary embedding needs an even head width, got {d_head}")
-        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
+        # 1 / base^(2i/D), written as Hugging Face computes it (the same float32 values)
+        inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head)
+        if scaling is not None:
+            inv_freq = llama3_frequencies(inv_freq, **scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
 
     def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
@@ -134,6 +147,41 @@ class RotaryEmbedding(nn.Module):
         if positions.dim() == 2:
             angles = angles[:, None]  # (B, 1, T, D): broadcast over heads
         return angles.cos(), angles.sin()
+
+
+ROPE_SCALING_KEYS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
+
+
+def llama3_frequencies(
+    inv_freq: Tensor,
+    factor: float,
+    low_freq_factor: float,
+    high_freq_factor: float,
+    original_max_position_embeddings: int,
+) -> Tensor:
+    """Llama 3.1's RoPE frequency scaling (``rope_scaling = {"rope_type": "llama3", ...}``).
+
+    Each frequency ``ω`` has a wavelength ``λ = 2π / ω`` in positions. With ``N`` the
+    original context (``original_max_position_embeddings``): wavelengths shorter than
+    ``N / high_freq_factor`` (the fast, local rotations) are kept; those longer than
+    ``N / low_freq_factor`` (slow rotations that a longer context would take past angles
+    never seen in training) are slowed down by ``factor``; in between, the frequency is
+    interpolated ``(1 - s) ω / factor + s ω`` with ``s = (N / λ - low) / (high - low)``.
+    """
+    if factor <= 0 or high_freq_factor == low_freq_factor:
+        raise ValueError("rope_scaling needs factor > 0 and high_freq_factor != low_freq_factor")
+    n = original_max_position_embeddings
+    wavelength = 2 * math.pi / inv_freq  # (D/2,)
+    slow = wavelength > n / low_freq_factor
+    fast = wavelength < n / high_freq_factor
+    smooth = (n / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    between = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return torch.where(slow, inv_freq / factor, torch.where(fast, inv_freq, between))
 
 
 def alibi_slopes(n_head: int) -> Tensor:

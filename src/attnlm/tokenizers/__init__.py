@@ -1,4 +1,5 @@
-"""Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece.
+"""Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece,
+Hugging Face ``tokenizer.json`` (byte-level BPE, WordPiece).
 
 All kinds follow one protocol (:class:`Tokenizer`): ``encode``, ``decode``, ``encode_batch``,
 ``vocab_size``, ``special_tokens``, ``save(path)`` (one JSON file); :func:`load` restores any
@@ -25,6 +26,7 @@ from attnlm.tokenizers.factory import (
     token_label,
     train_tokenizer,
 )
+from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
 from attnlm.tokenizers.wordpiece import WordPieceTokenizer
@@ -35,6 +37,7 @@ __all__ = [
     "CharTokenizer",
     "ClassicBPETokenizer",
     "DisallowedSpecialTokenError",
+    "HFByteBPETokenizer",
     "InvalidTokenIdError",
     "Tokenizer",
     "TokenizerConfigError",

@@ -120,12 +120,15 @@ class Tokenizer(ABC):
 
 def load(path: str | os.PathLike[str]) -> Tokenizer:
     """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
-    a BERT ``vocab.txt``, a WordPiece ``tokenizer.json`` or a folder holding one of them. (The
+    a BERT ``vocab.txt``, a Hugging Face ``tokenizer.json`` (WordPiece or byte-level BPE) or
+    a folder holding one of them. (The
     kinds register themselves when :mod:`attnlm.tokenizers` is imported, which importing this
     module always does first.)"""
     p = Path(path)
     if p.is_dir():
-        return _REGISTRY["wordpiece"].from_bert_files(p)
+        if not (p / "tokenizer.json").is_file():
+            return _REGISTRY["wordpiece"].from_bert_files(p)
+        p = p / "tokenizer.json"
     raw = read_file_text(p, "tokenizer file", TokenizerFileError)
     if not raw.lstrip().startswith("{") and p.suffix == ".txt":
         return _REGISTRY["wordpiece"].from_bert_files(p)  # a BERT vocab.txt
@@ -136,7 +139,7 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
             f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
         ) from None
     if isinstance(doc, dict) and "format" not in doc and "model" in doc:
-        return _REGISTRY["wordpiece"].from_bert_files(p)  # a Hugging Face tokenizers tokenizer.json
+        return _load_hf_json(p, doc)  # a Hugging Face tokenizers tokenizer.json
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise TokenizerFileError(
             f"{p}: not an attnlm tokenizer file (no 'format': '{FILE_FORMAT}')"
@@ -155,6 +158,31 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         detail = f"missing field {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
         raise TokenizerFileError(f"{p}: corrupt {kind} tokenizer file ({detail})") from None
+
+
+#: Hugging Face ``tokenizer.json`` model types -> our kinds (BPE must also be byte-level)
+HF_MODEL_KINDS = {"WordPiece": "wordpiece", "BPE": "hf-bpe"}
+
+
+def _load_hf_json(p: Path, doc: dict[str, Any]) -> Tokenizer:
+    """A Hugging Face ``tokenizer.json`` by its model type; other types are refused."""
+    model = doc.get("model")
+    kind = model.get("type") if isinstance(model, dict) else None
+    if kind is None and isinstance(model, dict) and "merges" in model:
+        kind = "BPE"  # older files leave the type out
+    if kind not in HF_MODEL_KINDS:
+        known = ", ".join(HF_MODEL_KINDS)
+        raise TokenizerFileError(
+            f"{p}: tokenizer.json model type {kind!r} is not supported (supported: {known})"
+        )
+    if kind == "WordPiece":
+        return _REGISTRY["wordpiece"].from_bert_files(p)
+    try:
+        return _REGISTRY["hf-bpe"](doc)
+    except TokenizerFileError as e:
+        raise TokenizerFileError(f"{p}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise TokenizerFileError(f"{p}: corrupt tokenizer.json ({e})") from None
 
 
 def check_text(text: object) -> None:

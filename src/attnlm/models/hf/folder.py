@@ -62,10 +62,18 @@ def read_hf_weights(path: str | Path) -> dict[str, Tensor]:
 
         if single.is_file():
             return load_file(single)
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        doc = _read_json(index)
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise InputError(f"{index}: no 'weight_map' of tensor names to shard files")
         state: dict[str, Tensor] = {}
-        for shard in shards:
+        for shard in sorted(set(weight_map.values())):
+            if not isinstance(shard, str) or not (path / shard).is_file():
+                raise InputError(f"{index}: shard {shard!r} is missing from the folder")
             state.update(load_file(path / shard))
+        missing = sorted(set(weight_map) - set(state))
+        if missing:
+            raise InputError(f"{index}: {missing[0]!r} is not in its shard")
         return state
     pickled = path / "pytorch_model.bin"
     if pickled.is_file():
@@ -110,23 +118,56 @@ def load_hf_weights(
     return load_mapped_state(model, to_ours(layout, hf_state), path, layout.optional)
 
 
+def shard_tensors(tensors: dict[str, Tensor], max_shard_size: int) -> list[dict[str, Tensor]]:
+    """Tensors in their order, cut into groups of at most ``max_shard_size`` bytes (a larger
+    tensor gets a group of its own), as ``save_pretrained(max_shard_size=...)`` cuts them."""
+    shards: list[dict[str, Tensor]] = [{}]
+    size = 0
+    for key, t in tensors.items():
+        if shards[-1] and size + t.nbytes > max_shard_size:
+            shards.append({})
+            size = 0
+        shards[-1][key] = t
+        size += t.nbytes
+    return shards
+
+
 def write_hf_folder(
     path: str | Path,
     config: dict[str, Any],
     state: dict[str, Tensor],
     generation: dict[str, Any] | None = None,
+    max_shard_size: int | None = None,
 ) -> None:
     """Write ``config.json`` and ``model.safetensors`` (contiguous CPU tensors) into ``path``,
-    and ``generation_config.json`` when ``generation`` is given."""
+    and ``generation_config.json`` when ``generation`` is given. With ``max_shard_size``
+    (bytes) and more weights than that, the weights go to ``model-0000i-of-0000n.safetensors``
+    shards listed in ``model.safetensors.index.json`` instead (the other layout's files left
+    by an earlier save are removed)."""
     from safetensors.torch import save_file
+
+    from attnlm.fileio import atomic_path, atomic_write_text
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    from attnlm.fileio import atomic_path, atomic_write_text
-
+    shards = shard_tensors(tensors, max_shard_size) if max_shard_size else [tensors]
     atomic_write_text(path / "config.json", json.dumps(config, indent=2) + "\n")
-    with atomic_path(path / "model.safetensors") as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt"})
+    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
+    if len(shards) == 1:
+        with atomic_path(single) as tmp:
+            save_file(tensors, tmp, metadata={"format": "pt"})
+        index.unlink(missing_ok=True)
+    else:
+        weight_map = {}
+        for i, shard in enumerate(shards, 1):
+            name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+            with atomic_path(path / name) as tmp:
+                save_file(shard, tmp, metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(shard, name))
+        total = sum(t.nbytes for t in tensors.values())
+        doc = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        atomic_write_text(index, json.dumps(doc, indent=2) + "\n")
+        single.unlink(missing_ok=True)
     if generation is not None:
         atomic_write_text(path / "generation_config.json", json.dumps(generation, indent=2) + "\n")

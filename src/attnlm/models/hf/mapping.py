@@ -7,7 +7,8 @@ names our key and the Hugging Face key(s) and says how the tensor changes on the
 
 - ``transpose``: GPT-2's ``Conv1D`` stores a weight ``(in, out)``, ``nn.Linear`` ``(out, in)``;
 - several Hugging Face keys: separate ``q``, ``k``, ``v`` projections ``(C, C)`` each, fused
-  into our ``qkv_proj`` ``(3C, C)`` by concatenation along dim 0 (and split back by chunks);
+  into our ``qkv_proj`` ``(3C, C)`` by concatenation along dim 0 (and split back by chunks,
+  or by ``sizes`` when the parts differ: grouped-query attention's ``(C + 2 C_kv, C)``);
 - ``row``: a bias stored as a ``(1, V)`` row (Marian's ``final_logits_bias``), ours ``(V,)``;
 - ``optional``: may be absent (the model keeps its initial value; :attr:`Layout.defaults`
   fills it on export); ``also``: other names the tensor may be stored under (read only);
@@ -20,9 +21,9 @@ what holds for the whole state dict: the model prefix of task models (``transfor
 ``bert.``), key renames of older checkpoints, keys that carry nothing to load (buffers, unused
 heads, tied copies) and our keys that alias another tensor (a tied LM head).
 
-This module knows no model family and no architecture: :mod:`.gpt2`, :mod:`.bert` and
-:mod:`.marian` hold the tables. It also holds the one name mapping their configs share: the
-activation functions (``hidden_act`` / ``activation_function``).
+This module knows no model family and no architecture: :mod:`.gpt2`, :mod:`.bert`,
+:mod:`.marian` and :mod:`.llama` hold the tables. It also holds the one name mapping their
+configs share: the activation functions (``hidden_act`` / ``activation_function``).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class Rule:
     Hugging Face names to read it from when ``hf`` is absent (the missing-weight message names
     the last). ``copy``: a Hugging Face copy of our ``ours`` (checked equal when present, not
     written; listed after the rule of ``ours``). ``error``: the message when it is missing
-    (or, for a copy, differs), instead of the generic one."""
+    (or, for a copy, differs), instead of the generic one. ``sizes``: the rows of each part
+    of a fused tensor when they are not equal."""
 
     ours: str
     hf: str | tuple[str, ...]
@@ -87,6 +89,7 @@ class Rule:
     also: tuple[str, ...] = ()
     copy: bool = False
     error: str = ""
+    sizes: tuple[int, ...] = ()
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -205,8 +208,11 @@ def to_hf(layout: Layout, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
                 tensor = tensor.t()  # Linear (out, in) -> Conv1D (in, out)
             if rule.row:
                 tensor = tensor.reshape(1, -1)  # (N,) -> (1, N)
-            # fused (3C, C) -> q, k, v (C, C) each, views
-            parts = tensor.chunk(len(names), dim=0) if len(names) > 1 else (tensor,)
+            # fused (3C, C) -> q, k, v (C, C) each (or rows of ``sizes``), views
+            if rule.sizes:
+                parts = tensor.split(list(rule.sizes), dim=0)
+            else:
+                parts = tensor.chunk(len(names), dim=0) if len(names) > 1 else (tensor,)
             for key, part in zip(names, parts, strict=True):
                 out[prefix + key] = part
     return out

@@ -1,0 +1,149 @@
+"""The Llama family against ``transformers.LlamaForCausalLM``: training step, greedy decoding,
+and the KV cache of grouped-query attention in bytes.
+
+* **training step**: the ``llama-char`` shape (4 layers, 4 query heads, 2 key/value heads,
+  width 128, SwiGLU width 352, tied embeddings) with block 64, batch 12, vocabulary 80; one
+  step = forward with loss, backward, gradient clipping at 1.0, fused AdamW (lr 1e-3, betas
+  (0.9, 0.99), weight decay 0.1 on matrices), zero_grad; both models start from the same
+  weights (ours written with ``save_hf`` and read by ``from_pretrained``).
+* **greedy decoding**: two random models, the ``llama-char`` shape above (window 256) and a
+  6-layer one (6 query heads, 2 key/value heads, width 384, SwiGLU 1024), vocabulary 65,
+  decode 200 tokens from an 8-token prompt (bench_generate.py's comparison and report); our
+  ``attnlm.generate.generate`` (KV cache; with lookahead drafts, the default for one greedy
+  prompt, and without) against ``LlamaForCausalLM.generate(do_sample=False)``; the tokens must
+  be identical.
+* **KV cache**: models of one shape with ``n_kv_head`` = 8 (MHA), 2 (GQA, n_head / n_kv_head
+  = 4) and 1 (MQA) decode the same prompt; the bytes the cache holds are measured
+  (``KVCache.nbytes``).
+
+Both sides run in this process with ``torch.set_num_threads`` (1 by default), alternating in
+rounds; medians of the rounds are reported.
+
+    .venv/bin/python benchmarks/bench_llama.py [--rounds 7] [--steps 20] [--runs 5] [--new 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+
+from attnlm.models.llama import Llama, LlamaConfig
+from bench_generate import compare  # the house's decoding comparison (benchmarks/ on sys.path)
+from bench_train import make_step  # the house's training step: loss, backward, clip, fused AdamW
+
+V, T, B = 80, 64, 12
+TRAIN_SHAPE = dict(n_layer=4, n_head=4, n_kv_head=2, n_embd=128, d_ff=352, tie_embeddings=True)
+DECODE_SHAPE = dict(n_layer=6, n_head=6, n_kv_head=2, n_embd=384, d_ff=1024)
+
+
+def pair(vocab: int, block: int, shape: dict, tmp: str):
+    """Our random Llama and the same weights in ``LlamaForCausalLM``."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    ours = Llama(LlamaConfig(vocab_size=vocab, block_size=block, **shape))
+    ours.save_hf(tmp)
+    ref = LlamaForCausalLM.from_pretrained(tmp)
+    return ours, ref
+
+
+def bench_train(rounds: int, steps: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        ours, ref = pair(V, T, TRAIN_SHAPE, tmp)
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(V, (steps, B, T + 1), generator=g)
+    batches = [(d[:, :-1], d[:, 1:]) for d in data]
+    hf_batches = [(d[:, :-1], None) for d in data]  # HF's labels are its inputs, shifted inside
+    with torch.no_grad():
+        x, y = batches[0]
+        a, b = ours(x, y).loss.item(), ref(input_ids=data[0], labels=data[0]).loss.item()
+    runs = {"attnlm Llama": (make_step(ours, False), batches),
+            "HF LlamaForCausalLM": (make_step(ref, True), hf_batches)}  # fmt: skip
+
+    def tokens_per_s(step, bs) -> float:
+        t0 = time.perf_counter()
+        for x, y in bs:
+            step(x, y)
+        return sum(x.numel() for x, _ in bs) / (time.perf_counter() - t0)
+
+    for step, bs in runs.values():  # warm up
+        tokens_per_s(step, bs[:3])
+    results: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, (step, bs) in runs.items():
+            results[name].append(tokens_per_s(step, bs))
+    med = {name: statistics.median(v) for name, v in results.items()}
+    n_params = sum(p.numel() for p in ours.parameters())
+    print(f"\n== training step: {n_params / 1e6:.2f}M parameters, L4 H4 Hkv2 C128 F352 T{T} "
+          f"B{B} V{V}; initial losses {a:.4f} (ours on T) / {b:.4f} (HF on T + 1)")  # fmt: skip
+    for name, v in med.items():
+        print(f"   {name:>22}: {v:10,.0f} tokens/s (median of {rounds} rounds x {steps} steps)")
+    ratio = med["attnlm Llama"] / med["HF LlamaForCausalLM"]
+    print(f"   ratio attnlm / HF: {ratio:.2f}x (target >= 1.2x)")
+    return ratio
+
+
+def bench_decode(runs: int, n: int, shape: dict, label: str) -> bool:
+    """bench_generate's comparison (same timing loop and report) on a random Llama pair."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ours, ref = pair(65, 256, shape, tmp)
+    prompt = torch.randint(65, (1, 8), generator=torch.Generator().manual_seed(1))
+    return compare(f"random Llama, {label}", ours.eval(), ref.eval(), prompt, n, runs)
+
+
+def bench_cache(n: int) -> None:
+    base = dict(vocab_size=65, block_size=512, n_layer=6, n_head=8, n_embd=512, d_ff=1024)
+    prompt = torch.randint(65, (1, 8), generator=torch.Generator().manual_seed(2))
+    sizes = {}
+    for kv in (8, 2, 1):
+        torch.manual_seed(0)
+        model = Llama(LlamaConfig(**base, n_kv_head=kv)).eval()
+        state = model.new_state()
+        with torch.no_grad():
+            logits = model.step(prompt, state)
+            for _ in range(n):
+                logits = model.step(logits[:, -1:].argmax(-1), state)
+        sizes[kv] = state.nbytes
+    print(f"\n== KV cache after {8 + n} tokens (L6, H8, width 512, float32), measured bytes")
+    for kv, label in ((8, "MHA, n_kv_head=8"), (2, "GQA, n_kv_head=2"), (1, "MQA, n_kv_head=1")):
+        print(f"   {label:<18} {sizes[kv]:>12,} bytes  ({sizes[kv] / sizes[8]:.4f} of MHA)")
+    print(f"   GQA with n_head / n_kv_head = 4: {sizes[2] / sizes[8]:.4f} of the MHA cache "
+          f"(target 1/4)")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--new", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", choices=["train", "decode", "cache"], default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, threads {args.threads}"
+    )
+    ok = True
+    if args.only in (None, "train"):
+        bench_train(args.rounds, args.steps)
+    if args.only in (None, "decode"):
+        ok = bench_decode(args.runs, args.new, TRAIN_SHAPE, "L4 H4 Hkv2 C128 F352 V65")
+        ok &= bench_decode(args.runs, args.new, DECODE_SHAPE, "L6 H6 Hkv2 C384 F1024 V65")
+    if args.only in (None, "cache"):
+        bench_cache(args.new)
+    if not ok:
+        raise SystemExit("token mismatch between attnlm and HF generate")
+
+
+if __name__ == "__main__":
+    main()
