@@ -137,18 +137,18 @@ def _train(args: argparse.Namespace) -> int:
         batch=args.batch,
     )  # fmt: skip
     text = load_text(args.text)
-    bar = None
-    if args.progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=1, unit="word", dynamic_ncols=True, mininterval=0.5, file=sys.stderr,
-                   bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed}{postfix}]",
-                   desc="word2vec ")  # fmt: skip
+    bars: list = []  # made on the first report, so an error before training prints no bar
 
     def progress(p) -> None:
-        if bar is None:
+        if not args.progress:
             return
-        bar.total = p.total_words
+        if not bars:
+            from tqdm.auto import tqdm
+
+            bars.append(tqdm(total=p.total_words, unit="word", dynamic_ncols=True,
+                             mininterval=0.5, file=sys.stderr, desc="word2vec ",
+                             bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed}{postfix}]"))  # fmt: skip
+        bar = bars[0]
         bar.set_postfix_str(
             f"epoch {p.epoch}, loss {p.loss:.4f}, {p.words_per_s:,.0f} words/s, "
             f"ETA {_fmt_seconds(p.eta)}",
@@ -159,7 +159,7 @@ def _train(args: argparse.Namespace) -> int:
     try:
         result = train_word2vec(text, cfg, progress)
     finally:
-        if bar is not None:
+        for bar in bars:
             bar.close()
     path = result.vectors.save(args.out, _binary(args))
     kind = "skip-gram" if cfg.sg else "CBOW"
