@@ -330,6 +330,29 @@ def batches(
             yield Batch([], cfg.alpha, epoch, (epoch + 1) * raw_words, True)
 
 
+def _run_workers(work: Callable[[], None], workers: int) -> None:
+    """``work`` in ``workers`` threads sharing the parameters without locks (Hogwild, as
+    word2vec.c and gensim: a rare lost update is harmless); the first error is raised."""
+    if workers == 1:
+        work()
+        return
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as e:  # noqa: BLE001 - raised in the caller
+            errors.append(e)
+
+    pool = [threading.Thread(target=run, daemon=True) for _ in range(workers)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def _prefetch(items: Iterator[Batch], depth: int = 4) -> Iterator[Batch]:
     """``items`` made in a background thread (numpy and torch release the GIL), as gensim's
     job producer feeds its workers."""
@@ -375,7 +398,8 @@ def train_word2vec(
 ) -> TrainResult:
     """Train word vectors on a text (split with :func:`split_sentences`) or on sentences
     (lists of words); ``progress`` is called after every batch. ``config.workers`` threads
-    do the arithmetic (``torch.set_num_threads``), one more makes the batches."""
+    each take whole batches (one torch thread each), one more thread makes the batches:
+    gensim's arrangement. With one worker the result depends only on the seed."""
     cfg = config or Word2VecConfig()
     sentences = (
         split_sentences(text_or_sentences)
@@ -388,26 +412,37 @@ def train_word2vec(
     keep_p = vocab.keep_probabilities(cfg.sample)[ids_all]
     noise = NoiseSampler(vocab.noise())
     threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.workers)
+    torch.set_num_threads(1)  # parallel over batches (worker threads), not inside each op
     try:
         gen = torch.Generator().manual_seed(cfg.seed)
         syn0 = (torch.rand(len(vocab), cfg.dim, generator=gen) - 0.5) / cfg.dim
         syn1 = torch.zeros(len(vocab), cfg.dim)
-        losses: list[float] = []
-        epoch_loss, epoch_n = 0.0, 0
+        sums = np.zeros((cfg.epochs, 2))  # per epoch: summed loss, predicted words
+        lock = threading.Lock()
+        items = _prefetch(batches(ids_all, sent_all, keep_p, raw_words, noise, cfg))
         t0 = time.perf_counter()
-        for b in _prefetch(batches(ids_all, sent_all, keep_p, raw_words, noise, cfg)):
-            loss, n = batched_step(syn0, syn1, b.groups, b.alpha, cfg.sg)
-            epoch_loss += loss
-            epoch_n += n
-            if progress is not None:
-                progress(Progress(round(b.words), raw_words * cfg.epochs, b.epoch + 1, b.alpha,
-                                  time.perf_counter() - t0, epoch_loss / max(epoch_n, 1)))
-            if b.last:
-                losses.append(epoch_loss / max(epoch_n, 1))
-                epoch_loss, epoch_n = 0.0, 0
+
+        def work() -> None:
+            while True:
+                with lock:
+                    b = next(items, None)
+                if b is None:
+                    return
+                loss, n = batched_step(syn0, syn1, b.groups, b.alpha, cfg.sg)
+                with lock:
+                    sums[b.epoch] += (loss, n)
+                    if progress is not None:
+                        mean = sums[b.epoch, 0] / max(sums[b.epoch, 1], 1)
+                        progress(Progress(round(b.words), raw_words * cfg.epochs, b.epoch + 1,
+                                          b.alpha, time.perf_counter() - t0, mean))  # fmt: skip
+
+        try:
+            _run_workers(work, cfg.workers)
+        finally:
+            items.close()  # stops the batch maker
         seconds = time.perf_counter() - t0
     finally:
         torch.set_num_threads(threads)
+    losses = [float(x / max(n, 1)) for x, n in sums]
     vectors = WordVectors(list(vocab.words), syn0.numpy())
     return TrainResult(vectors, vocab, losses, seconds, raw_words * cfg.epochs)
