@@ -52,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", metavar="FILE", required=True, type=arg(output_file),
         help="vectors file (.bin: binary format; else text)",
     )  # fmt: skip
-    tr.add_argument("--format", choices=["auto", "text", "binary"], default="auto", help=FORMAT_HELP)
+    tr.add_argument(
+        "--format", choices=["auto", "text", "binary"], default="auto", help=FORMAT_HELP
+    )
     tr.add_argument("--dim", type=arg(positive_int), default=100, help="vector size (100)")
     tr.add_argument("--window", type=arg(positive_int), default=5, help="max window (5)")
     tr.add_argument("--negative", type=arg(positive_int), default=5, help="noise words (5)")
@@ -145,9 +147,10 @@ def _train(args: argparse.Namespace) -> int:
         if not bars:
             from tqdm.auto import tqdm
 
+            form = "{desc}{percentage:3.0f}%|{bar}| [{elapsed}{postfix}]"
             bars.append(tqdm(total=p.total_words, unit="word", dynamic_ncols=True,
                              mininterval=0.5, file=sys.stderr, desc="word2vec ",
-                             bar_format="{desc}{percentage:3.0f}%|{bar}| [{elapsed}{postfix}]"))  # fmt: skip
+                             bar_format=form))  # fmt: skip
         bar = bars[0]
         bar.set_postfix_str(
             f"epoch {p.epoch}, loss {p.loss:.4f}, {p.words_per_s:,.0f} words/s, "

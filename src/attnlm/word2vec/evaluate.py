@@ -165,7 +165,9 @@ def evaluate_word_analogies(
 
 
 def _solve(
-    unit: np.ndarray, canon: np.ndarray, questions: list[tuple[int, int, int, int]],
+    unit: np.ndarray,
+    canon: np.ndarray,
+    questions: list[tuple[int, int, int, int]],
     chunk: int = 256,
 ) -> int:
     """How many of ``questions`` 3CosAdd answers right: batched ``most_similar([b, c], [a])``,

@@ -46,8 +46,8 @@ import torch
 from torch import Tensor
 
 from attnlm.errors import ConfigError
-from attnlm.word2vec.vocab import Vocab, alias_table, split_sentences
 from attnlm.word2vec.vectors import WordVectors
+from attnlm.word2vec.vocab import Vocab, alias_table, split_sentences
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,9 @@ def _read_binary(path: Path, body: bytes, n: int, dim: int) -> tuple[list[str], 
         try:
             words.append(body[at:space].decode("utf-8").lstrip("\n"))
         except UnicodeDecodeError:
-            raise InputError(f"{path}: word {k + 1} is not UTF-8 (a text file? pass --format text)") from None
+            raise InputError(
+                f"{path}: word {k + 1} is not UTF-8 (a text file? pass --format text)"
+            ) from None
         rows[k] = np.frombuffer(body, dtype="<f4", count=dim, offset=space + 1)
         at = space + 1 + size
     return words, rows
