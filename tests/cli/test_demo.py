@@ -36,3 +36,20 @@ def test_demo_writes_everything(romeo_file, tmp_path, capsys):
     assert (out / "compare" / "compare.json").is_file()
     # the MiniLM coda: the bank table when the wheel is available, else a one-line note
     assert "cos(S1,S2)" in printed or "skipped the BERT coda" in printed
+    # the static side: ROMEO has no "bank"
+    assert "(no static vector: 'bank' is rare in this text)" in printed
+
+
+def test_demo_static_bank_is_one_word2vec_vector(tmp_path):
+    from attnlm.demo import BANK_SENTENCES, static_bank
+
+    words = "bank river money water cash shore the of".split()
+    lines = [" ".join(words[(k + j) % len(words)] for j in range(12)) for k in range(400)]
+    text = tmp_path / "t.txt"
+    text.write_text("\n\n".join(lines), encoding="utf-8")
+    printed = []
+    static = static_bank(printed.append, str(text), threads=1)
+    assert len(BANK_SENTENCES) == 3 and torch.allclose(static.cosine(), torch.ones(3, 3))
+    assert all((row == static.vectors[0]).all() for row in static.vectors)
+    assert "one vector for 'bank' in every sentence" in "\n".join(printed)
+    assert {w for w, _ in static.neighbours} <= set(words) - {"bank"}

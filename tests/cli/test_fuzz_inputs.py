@@ -70,6 +70,11 @@ RUNNABLE: dict[str, dict[str, str]] = {
     "embed": {"--checkpoint": "{ckpt}"},
     "contextual": {"--checkpoint": "{ckpt}"},
     "compare": {"--out": "{outdir}", "--budget": "1s"},
+    "word2vec train": {"--out": "{out}", "--min-count": "1", "--epochs": "1"},
+    "word2vec similar": {"--vectors": "{vectors}"},
+    "word2vec analogy": {"--vectors": "{vectors}"},
+    "word2vec evaluate": {"--vectors": "{vectors}", "--wordsim": "{wordsim}",
+                          "--simlex": "{wordsim}", "--analogies": "{analogies}"},
 }  # fmt: skip
 OVERRIDES = {
     ("eval", "--pairs"): {"--checkpoint": "{mt}"},
@@ -78,6 +83,7 @@ OVERRIDES = {
     ("ngram sample", "--arpa"): {"--model": None},
 }
 GOOD = {"text": "the cat", "input": "the cat", "word": "cat", "sentences": "the cat sat"}
+GOOD["words"] = "cat"
 
 
 def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -147,17 +153,18 @@ def _argv(command, parser, name, kind, bad_path, files):
     positional = []
     for action in parser._actions:
         is_positional = not action.option_strings
-        required = action.nargs in (None, "+") if is_positional else action.required
+        required = action.nargs not in ("?", "*") if is_positional else action.required
+        count = action.nargs if isinstance(action.nargs, int) else 2 if action.nargs == "+" else 1
         if _flag(action) == name and kind != "stdin":
-            value = [bad_path] if kind == "file" else None  # None: the bad value, below
+            value = [bad_path] if kind == "file" else ["\0BAD"]  # "\0BAD": the bad value
+            value += [GOOD.get(action.dest, "cat")] * (count - 1 if is_positional else 0)
             (positional if is_positional else argv).extend(
-                ([] if is_positional else [name]) + (value or ["\0BAD"])
+                ([] if is_positional else [name]) + value
             )
         elif _kind(action) == "value" and required:
             good = GOOD[action.dest]
             (positional if is_positional else argv).extend(
-                ([] if is_positional else [_name(action)])
-                + [good, good][: 2 if action.nargs == "+" else 1]
+                ([] if is_positional else [_flag(action)]) + [good] * count
             )
     return argv + positional
 

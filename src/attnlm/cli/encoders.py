@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_arguments, text_value
+from attnlm.cli.common import add_model_arguments, arg, text_value
+from attnlm.validate import existing_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,6 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--out", default=None, metavar="FILE.png", help="plot of cosine vs layer")
     c.add_argument("--json", action="store_true", help='print {"word", "layers": [...]}')
+    c.add_argument(
+        "--vectors", metavar="F", type=arg(existing_file), default=None,
+        help="also show the word's static word2vec vector from this file (text, or binary if "
+        "named *.bin): the same vector in every sentence, and its nearest words",
+    )  # fmt: skip
     c.add_argument("--device", default="cpu")
     c.set_defaults(func=_contextual)
 
@@ -108,18 +114,31 @@ def _embed(args: argparse.Namespace) -> int:
 def _contextual(args: argparse.Namespace) -> int:
     import json
 
-    from attnlm.inspect.contextual import contextual_word, format_table, plot_contextual
+    from attnlm.inspect.contextual import (
+        contextual_word,
+        format_table,
+        plot_contextual,
+        static_word,
+    )
 
+    static = None
+    if args.vectors:
+        from attnlm.word2vec.vectors import WordVectors
+
+        static = static_word(WordVectors.load(args.vectors), args.word, args.sentences)
     ck = _load(args)
     result = contextual_word(ck.model, ck.tokenizer, args.word, args.sentences)
     if args.out:
         plot_contextual(result, args.out)
     if args.json:
-        print(json.dumps(result.to_json(), ensure_ascii=False))
+        out = result.to_json()
+        if static is not None:
+            out["word2vec"] = static.to_json()
+        print(json.dumps(out, ensure_ascii=False))
         return 0
     for k, s in enumerate(args.sentences, 1):
         print(f"S{k}: {s}")
-    for line in format_table(result):
+    for line in format_table(result) + (static.lines() if static is not None else []):
         print(line)
     if args.out:
         print(f"wrote {args.out}")

@@ -315,6 +315,58 @@ def contextual_word(
     return ContextualResult(word, list(sentences), pieces, vectors, static, causal, family)
 
 
+@dataclass
+class StaticWord:
+    """The word2vec side of the lesson: ``word``'s one static vector looked up in each of N
+    sentences (``vectors`` ``(N, dim)``: the same row every time, so every cosine between
+    sentences is 1.0) and its ``neighbours`` (word, cosine) in the vectors file."""
+
+    word: str
+    vectors: Tensor
+    neighbours: list[tuple[str, float]]
+
+    def cosine(self) -> Tensor:
+        return cosine_matrix(self.vectors)
+
+    def to_json(self, digits: int = 6) -> dict[str, Any]:
+        """``{"word", "dim", "cosine": [[...]], "neighbours": [{"word", "cosine"}]}``."""
+        return {
+            "word": self.word,
+            "dim": int(self.vectors.shape[1]),
+            "cosine": torch.round(self.cosine(), decimals=digits).tolist(),
+            "neighbours": [{"word": w, "cosine": round(c, digits)} for w, c in self.neighbours],
+        }
+
+    def lines(self) -> list[str]:
+        n = self.vectors.shape[0]
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+        c = self.cosine()
+        cos = " ".join(f"cos(S{i + 1},S{j + 1}) {float(c[i, j]):.3f}" for i, j in pairs)
+        near = ", ".join(f"{w} {v:.3f}" for w, v in self.neighbours)
+        return [
+            f"word2vec (static, dim {self.vectors.shape[1]}): one vector for {self.word!r} in "
+            f"every sentence: {cos}",
+            f"  nearest words: {near}",
+        ]
+
+
+def static_word(vectors: Any, word: str, sentences: list[str], top: int = 8) -> StaticWord:
+    """``word``'s word2vec vector (:class:`attnlm.word2vec.WordVectors`; the word as given,
+    else lower-cased) in each of ``sentences`` (each must contain it) and its ``top``
+    nearest words."""
+    from attnlm.word2vec.vocab import words_of
+
+    key = word if word in vectors else word.lower()
+    if key not in vectors:
+        raise InputError(f"{word!r} has no word2vec vector in the --vectors file")
+    rows = []
+    for k, s in enumerate(sentences, 1):
+        if key.lower() not in words_of(s):
+            raise InputError(f"sentence {k} ({s!r}) does not contain the word {word!r}")
+        rows.append(torch.from_numpy(vectors.vector(key).copy()))  # one row per word type
+    return StaticWord(key, torch.stack(rows), vectors.most_similar([key], top=top))
+
+
 def format_table(result: ContextualResult, max_layers: int | None = None) -> list[str]:
     """The cosine-vs-layer table as text lines: one row per layer, one column per sentence
     pair, and the mean cosine of the sentences' vectors with the static embedding row."""

@@ -1,0 +1,31 @@
+"""Static word embeddings: word2vec skip-gram and CBOW with negative sampling (Mikolov et al.
+2013), the word2vec file formats, nearest neighbours, analogies and the standard evaluations
+(see docs/word2vec.md).
+
+Typical use::
+
+    from attnlm.word2vec import Word2VecConfig, train_word2vec, WordVectors
+    result = train_word2vec(text, Word2VecConfig(dim=100, window=5, epochs=5))
+    result.vectors.save("vectors.txt")              # or .bin: word2vec's binary format
+    WordVectors.load("vectors.txt").most_similar(["king"], top=10)
+"""
+
+from __future__ import annotations
+
+from attnlm._lazy import lazy_exports
+
+EXPORTS = {
+    "Vocab": "attnlm.word2vec.vocab",
+    "split_sentences": "attnlm.word2vec.vocab",
+    "words_of": "attnlm.word2vec.vocab",
+    "WordVectors": "attnlm.word2vec.vectors",
+    "Word2VecConfig": "attnlm.word2vec.train",
+    "Progress": "attnlm.word2vec.train",
+    "TrainResult": "attnlm.word2vec.train",
+    "train_word2vec": "attnlm.word2vec.train",
+    "evaluate_word_pairs": "attnlm.word2vec.evaluate",
+    "evaluate_word_analogies": "attnlm.word2vec.evaluate",
+    "evaluate_all": "attnlm.word2vec.evaluate",
+}
+__all__ = sorted(EXPORTS)
+__getattr__ = lazy_exports(__name__, EXPORTS)
