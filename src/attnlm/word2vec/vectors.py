@@ -26,7 +26,6 @@ import numpy as np
 
 from attnlm.errors import InputError
 from attnlm.fileio import atomic_open, read_file_bytes
-from attnlm.textio import decode_text
 
 
 class WordVectors:
@@ -145,7 +144,6 @@ def is_binary_name(path: str | os.PathLike[str]) -> bool:
 
 
 def _read_text(path: Path, body: bytes, n: int, dim: int) -> tuple[list[str], np.ndarray]:
-    decode_text(body, str(path), empty_ok=True, first_line=2)  # the one strict reader: one line
     lines = body.split(b"\n")
     if len(lines) < n or (len(lines) == n and not lines[-1].strip() and n):
         raise InputError(f"{path}: the header says {n} words, the file has fewer lines")
