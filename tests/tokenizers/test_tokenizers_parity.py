@@ -118,8 +118,15 @@ def test_cl100k_known_ids(ours: BPETokenizer) -> None:
     assert ours.encode("<|endoftext|>", allowed_special="all") == [100257]
 
 
+# Characters assigned in Python's own Unicode tables (14.0 for 3.11): `regex` (our pre-tokenizer)
+# and tiktoken's Rust regex use newer, different Unicode versions, and a code point assigned in
+# only one of them (U+12550: a number in `regex`, unassigned for tiktoken) splits differently; that is a table
+# difference between the two references, not a tokenizer bug.
+ASSIGNED = st.characters(exclude_categories=("Cn", "Cs"))
+
+
 @SETTINGS
-@given(st.text(max_size=120))
+@given(st.text(alphabet=ASSIGNED, max_size=120))
 def test_cl100k_property_python_engine(reference, ours: BPETokenizer, text: str) -> None:
     ours.engine = "python"
     assert ours.encode_ordinary(text) == reference.encode_ordinary(text)
