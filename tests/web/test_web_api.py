@@ -232,6 +232,30 @@ def test_embeddings_on_word_tokens(server):
     assert len(data["cosine"]) == 4
 
 
+def test_embeddings_static_word2vec_half(server, monkeypatch):
+    """With word vectors (``attnlm serve --vectors``) the panel also gets the word's one static
+    vector: cosine 1 between any two sentences, and its nearest words as WordVectors ranks
+    them; a word the vectors lack says so in the answer rather than failing the request."""
+    import numpy as np
+
+    from attnlm.word2vec.vectors import WordVectors
+
+    rng = np.random.default_rng(0)
+    words = ["bank", "river", "money", "rates", "the"]
+    vectors = WordVectors(words, rng.standard_normal((5, 8)).astype(np.float32))
+    monkeypatch.setattr(server.explorer.services["words"], "static_vectors", vectors)
+    body = {"word": "bank", "sentences": ["the river bank", "the central bank raised"]}
+    status, data = post(server, "embeddings", {**body, "model": "words"})
+    assert status == 200 and data["static"]["word"] == "bank"
+    assert data["static"]["cosine"] == pytest.approx(1.0)
+    expected = vectors.most_similar(["bank"], top=8)
+    assert [w for w, _ in data["static"]["neighbours"]] == [w for w, _ in expected]
+    assert data["cosine"][0] < 1.0 or len(data["cosine"]) == 4  # the contextual half is there
+    body = {"word": "central", "sentences": ["the central bank", "central rates"]}
+    status, data = post(server, "embeddings", {**body, "model": "words"})
+    assert status == 200 and "no word2vec vector" in data["static"]["error"]
+
+
 @pytest.mark.parametrize(
     "body, status, needle",
     [

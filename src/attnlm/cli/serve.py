@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnlm.cli.common import text_file
+from attnlm.validate import existing_file
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -26,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="127.0.0.1",
         help="address to bind (default 127.0.0.1; the page has no authentication)",
     )
+    p.add_argument(
+        "--vectors", metavar="F", type=text_file(existing_file), default=None,
+        help="word2vec vectors (attnlm word2vec train): the embeddings panel shows the word's "
+        "one static vector beside the contextual ones",
+    )  # fmt: skip
     p.add_argument("--device", default="cpu", help="torch device for the models (default cpu)")
     p.add_argument("--max-chars", type=int, default=None, help="longest text accepted")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
@@ -54,6 +62,12 @@ def _serve(args: argparse.Namespace) -> int:
     services += [
         resolve_named_model(n, device=args.device, max_chars=max_chars) for n in args.model
     ]
+    if args.vectors:  # the static half of the embeddings panel
+        from attnlm.word2vec.vectors import WordVectors
+
+        static = WordVectors.load(args.vectors)
+        for s in services:
+            s.static_vectors = static
     names: dict[str, int] = {}
     for s in services:  # two runs with the same folder name: number them
         if s.name in names:

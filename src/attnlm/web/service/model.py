@@ -83,6 +83,7 @@ class ModelService:
     max_chars: int = DEFAULT_MAX_CHARS
     max_attention_values: int = MAX_ATTENTION_VALUES
     source: str = ""  # where it came from (checkpoint folder), shown in the page
+    static_vectors: Any = None  # word2vec vectors (attnlm serve --vectors): the static half
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -346,7 +347,27 @@ class ModelService:
             float(torch.nn.functional.cosine_similarity(a, b, dim=0))
             for a, b in zip(vectors[0], vectors[1])
         ]
-        return {"word": word.strip(), "cosine": [round(c, 6) for c in cos], "found": found}
+        out = {"word": word.strip(), "cosine": [round(c, 6) for c in cos], "found": found}
+        if self.static_vectors is not None:
+            out["static"] = self._static(word.strip(), sentences)
+        return out
+
+    def _static(self, word: str, sentences: Sequence[str]) -> dict[str, Any]:
+        """The word2vec half of the lesson: one vector per word type, so the cosine between
+        its two "sentences" is 1 whatever the context; its nearest words (or why there are
+        none)."""
+        from attnlm.errors import InputError
+        from attnlm.inspect.contextual import static_word
+
+        try:
+            st = static_word(self.static_vectors, word, list(sentences))
+        except InputError as e:
+            return {"word": word, "error": str(e)}
+        return {
+            "word": st.word,
+            "cosine": round(float(st.cosine()[0, 1]), 6),
+            "neighbours": [[w, round(float(c), 4)] for w, c in st.neighbours],
+        }
 
     def fill_mask(self, text: str, k: int = 5) -> dict[str, Any]:
         """The ``k`` most likely tokens at every ``[MASK]`` of ``text`` with their softmax

@@ -172,6 +172,22 @@
     }, function (e) { out.textContent = "error: " + e.message; });
   }
 
+  // The word2vec half of the lesson (attnlm serve --vectors): one vector per word type.
+  function staticNote(st) {
+    var p = document.createElement("p");
+    p.className = "note static-word";
+    if (st.error) {
+      p.textContent = "static word2vec vector: " + st.error;
+      return p;
+    }
+    p.textContent = "static word2vec vector of \u201c" + st.word + "\u201d: one vector for the " +
+      "word type, so its cosine between the two sentences is " + st.cosine.toFixed(4) +
+      " whatever the context; nearest words: " + st.neighbours.map(function (n) {
+        return n[0] + " (" + n[1].toFixed(2) + ")";
+      }).join(", ") + ". The contextual vectors below drift with the context:";
+    return p;
+  }
+
   function embeddings() {
     var body = { word: $("e-word").value, sentences: [$("e-s1").value, $("e-s2").value], model: current.name };
     var out = $("e-out");
@@ -184,6 +200,7 @@
         return "sentence " + (i + 1) + " " + f.tokens.map(AttnViews.label).join(" ");
       }).join("; ") + ". Cosine similarity of its two vectors at every layer (0 = embeddings):";
       out.appendChild(p);
+      if (r.static) { out.appendChild(staticNote(r.static)); }
       var t = document.createElement("table");
       t.className = "cos-chart";
       r.cosine.forEach(function (c, l) {
