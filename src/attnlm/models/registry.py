@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "rnn": "attnlm.models.rnn",
     "rnn-seq2seq": "attnlm.models.rnn_seq2seq",
     "bert": "attnlm.models.bert",
+    "hmm": "attnlm.models.hmm",
 }
 
 _FAMILIES: dict[str, Family] = {}
