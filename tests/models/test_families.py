@@ -526,6 +526,7 @@ TINY = {
     "rnn": {"vocab_size": 11, "n_layer": 2, "n_embd": 8, "n_hidden": 8, "cell": "lstm"},
     "rnn-seq2seq": {"vocab_size": 11, "d_emb": 8, "d_hidden": 8},
     "bert": {"vocab_size": 11, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 8},
+    "hmm": {"vocab_size": 11, "n_states": 4, "block_size": 8},
 }
 
 

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "attnlm.cli.generate",
     "attnlm.cli.demo",
     "attnlm.cli.ngram",
+    "attnlm.cli.hmm",
     "attnlm.cli.models",
     "attnlm.cli.inspect",
     "attnlm.cli.encoders",

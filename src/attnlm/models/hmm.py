@@ -400,8 +400,7 @@ def split_sequences(ids: Tensor, length: int) -> list[Tensor]:
 
 def _describe(c: HMMConfig) -> str:
     return (
-        f"hidden Markov model, K={c.n_states} states, vocab={c.vocab_size}, "
-        f"window={c.block_size}"
+        f"hidden Markov model, K={c.n_states} states, vocab={c.vocab_size}, window={c.block_size}"
     )
 
 

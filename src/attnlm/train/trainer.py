@@ -307,7 +307,7 @@ class Trainer:
         self.step_tokens = stats.n_tokens
         loss = -stats.log_likelihood / max(stats.n_tokens, 1)
         if not math.isfinite(loss):
-            raise TrainingError(f"the EM log-likelihood became {loss} at step {self.state.step + 1}")
+            raise TrainingError(f"the EM loss became {loss} at step {self.state.step + 1}")
         return loss
 
     def _step(self, lr: float) -> float:
@@ -449,7 +449,7 @@ class Trainer:
                     )
                     write(
                         f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
-                        f"{per_char}, lr {lr:.2e}"
+                        f"{per_char}" + ("" if cfg.hmm_em else f", lr {lr:.2e}")
                     )
                     st.elapsed = time.perf_counter() - t0
                     if improved or not cfg.early_stop:  # with early stopping: keep the best
