@@ -285,6 +285,14 @@ def test_fit_eval_generate_and_viterbi_from_the_command_line(cli, corpus, tmp_pa
     r = cli("attention", "--checkpoint", run, "--text", "Speak", "--out", tmp_path / "a.png")
     assert r.code == 2 and r.err.strip().count("\n") == 0
     assert "hmm models return no attention weights" in r.err
+    from attnlm.web.service import load_service
+    from attnlm.web.service.limits import ServiceError, sampling_config
+
+    service = load_service(run)
+    with pytest.raises(ServiceError, match="hmm models return no attention weights"):
+        service.attention("Speak")
+    sampled = service.generate("Speak", sampling_config(max_new_tokens=5, seed=0))
+    assert sampled["text"].startswith("Speak")
 
 
 def test_gradient_training_and_em_through_attnlm_train(cli, corpus, tmp_path):
