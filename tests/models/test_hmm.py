@@ -171,9 +171,9 @@ def test_em_never_lowers_the_likelihood():
 def test_regrouped_em_chunks_equal_one_batch(monkeypatch):
     """The E-step regroups rows into chunks of EM_CHUNK values: the counts are those of one
     batch holding every row."""
-    sequences = split_sequences(random_text(500, 5, seed=9), 30)
+    sequences = split_sequences(random_text(205, 5, seed=9), 20)  # 10 rows and a tail
     whole = tiny(vocab=5, states=3, seed=4).em_step(sequences)
-    monkeypatch.setattr(hmm_module, "EM_CHUNK", 30 * 3 * 2)  # two rows per chunk
+    monkeypatch.setattr(hmm_module, "EM_CHUNK", 20 * 3 * 3)  # three rows per chunk
     pieces = [s[i : i + 1] for s in sequences for i in range(s.shape[0])]
     chunked = tiny(vocab=5, states=3, seed=4).em_step(pieces)
     assert chunked.log_likelihood == pytest.approx(whole.log_likelihood, rel=1e-12)
