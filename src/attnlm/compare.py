@@ -1,9 +1,10 @@
 """``attnlm compare``: every model family on one text, one tokenizer, one split, one budget.
 
 The story of the lectures as one measurement: counts (a modified Kneser-Ney n-gram model),
-a feed-forward network over a fixed window (Bengio et al. 2003), recurrent networks that
-carry a state (Elman RNN, LSTM, GRU), then attention (GPT, and Llama: GPT's decoder with
-RMSNorm, SwiGLU, rotary positions and grouped-query attention).
+a hidden Markov model (K hidden states, trained on the exact likelihood of the forward
+algorithm), a feed-forward network over a fixed window (Bengio et al. 2003), recurrent
+networks that carry a state (Elman RNN, LSTM, GRU), then attention (GPT, and Llama: GPT's
+decoder with RMSNorm, SwiGLU, rotary positions and grouped-query attention).
 
 What is shared:
 
@@ -22,8 +23,8 @@ What is shared:
   as one stream, with KenLM's sentence markers only around the whole text; the prediction of
   the first token and of the end marker are left out, so it is scored on exactly the targets
   and characters of the neural models. Neural models are evaluated exactly
-  (:func:`attnlm.evaluation.evaluate_ids`: causal windows for GPT, Llama and the feed-forward
-  model, contiguous streams with carried state for the recurrent ones).
+  (:func:`attnlm.evaluation.evaluate_ids`: causal windows for GPT, Llama, the feed-forward
+  model and the HMM, contiguous streams with carried state for the recurrent ones).
 
 Outputs in ``OUT``: one folder per model (run folder with checkpoint and ``metrics.jsonl``,
 plus ``result.json`` once the model is done), ``compare.json`` (``{"rows": [{"model",
@@ -51,6 +52,7 @@ from attnlm.errors import ConfigError
 # model name in --models -> preset it trains (None: the n-gram baseline)
 MODELS: dict[str, str | None] = {
     "ngram": None,
+    "hmm": "hmm-char",
     "ffnn": "ffnn-char",
     "rnn": "rnn-char",
     "lstm": "lstm-char",

@@ -6,8 +6,8 @@ character), prints three samples, and writes the checkpoint, the metrics log, th
 and an attention heatmap of a short prompt into ``runs/demo/``. Then, briefly, the other
 families: an RNN encoder-decoder with Bahdanau attention learns the built-in translation task
 (a few translations, BLEU, an alignment plot in ``runs/demo/translate/``), ``attnlm compare``
-trains an n-gram, a feed-forward, an LSTM and a GPT model for the same few seconds and prints
-their bits per character (``runs/demo/compare/``), and MiniLM's real weights show the word
+trains an n-gram, an HMM, a feed-forward, an LSTM and a GPT model for the same few seconds and
+prints their bits per character (``runs/demo/compare/``), and MiniLM's real weights show the word
 "bank" drifting apart by context, layer by layer, beside the one static vector a small
 word2vec trained on the corpus gives it in every sentence.
 """
@@ -182,15 +182,16 @@ def translation_demo(out: Path, budget_s: float, log=print) -> Path:
 def compare_demo(
     out: Path, budget_s: float, text: str | None, threads: int | None, log=print
 ) -> Path:
-    """``attnlm compare`` in miniature: an n-gram, a feed-forward, an LSTM and a GPT model,
-    ``budget_s`` seconds each on the same characters; prints the table."""
+    """``attnlm compare`` in miniature: an n-gram, a hidden Markov model, a feed-forward, an
+    LSTM and a GPT model, ``budget_s`` seconds each on the same characters; prints the
+    table."""
     from attnlm.compare import CompareConfig, format_table, run_compare
 
-    log(f"\n== attnlm compare: four families, {budget_s:g}s each, bits per character")
+    log(f"\n== attnlm compare: five families, {budget_s:g}s each, bits per character")
     cfg = CompareConfig(
         text=str(Path(text).resolve()) if text else None,
         budget=f"{budget_s}s",
-        models=("ngram", "ffnn", "lstm", "gpt"),
+        models=("ngram", "hmm", "ffnn", "lstm", "gpt"),
         out=str(out),
         val_chars=20_000,
         eval_interval=10**9,

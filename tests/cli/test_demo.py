@@ -32,7 +32,7 @@ def test_demo_writes_everything(romeo_file, tmp_path, capsys):
     assert (out / "translate" / "alignment.png").read_bytes()[:4] == b"\x89PNG"
     # the compare part: one row per family, scored in bits per character
     table = printed[printed.index("val bits/char") :].splitlines()
-    assert [row.split()[0] for row in table[2:6]] == ["ngram", "ffnn", "lstm", "gpt"]
+    assert [row.split()[0] for row in table[2:7]] == ["ngram", "hmm", "ffnn", "lstm", "gpt"]
     assert (out / "compare" / "compare.json").is_file()
     # the MiniLM coda: the bank table when the wheel is available, else a one-line note
     assert "cos(S1,S2)" in printed or "skipped the BERT coda" in printed

@@ -535,6 +535,7 @@ TINY = {
         "n_embd": 16,
         "d_ff": 24,
     },
+    "hmm": {"vocab_size": 11, "n_states": 4, "block_size": 8},
 }
 
 

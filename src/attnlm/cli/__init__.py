@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "attnlm.cli.demo",
     "attnlm.cli.ngram",
     "attnlm.cli.word2vec",
+    "attnlm.cli.hmm",
     "attnlm.cli.models",
     "attnlm.cli.inspect",
     "attnlm.cli.encoders",

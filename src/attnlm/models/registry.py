@@ -32,6 +32,7 @@ BUILTIN: dict[str, str] = {
     "rnn-seq2seq": "attnlm.models.rnn_seq2seq",
     "bert": "attnlm.models.bert",
     "llama": "attnlm.models.llama",
+    "hmm": "attnlm.models.hmm",
 }
 
 _FAMILIES: dict[str, Family] = {}

@@ -70,6 +70,7 @@ class TrainConfig:
     beta2: float = 0.99
     grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
     fused: bool = True  # the fused AdamW kernel on CPU and CUDA (nanoGPT uses it on CUDA only)
+    hmm_em: bool = False  # each step is one Baum-Welch EM iteration over the training split
     # evaluation, logging, checkpoints
     eval_interval: int = 250  # evaluate and save a checkpoint every N steps (and at the end)
     eval_iters: int = 20  # validation batches per evaluation (fixed batches each time)

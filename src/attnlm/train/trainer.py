@@ -15,6 +15,11 @@ optimizer step:
 3. stop with a message if the loss is NaN or infinite (the last good checkpoint stays);
 4. clip the global gradient norm, set the learning rate, step AdamW.
 
+With ``train.hmm_em`` a step is instead one expectation-maximisation iteration of a model
+that has ``em_step(batches)`` (the HMM family: Baum-Welch over every window of the training
+split, :mod:`attnlm.models.hmm`); the logged loss is the training data's nats per token
+before the update. One process only.
+
 Sources that keep a position between draws (``BatchSource.state_dict``) and models that carry
 state between batches (``model.carry_state()`` / ``load_carry_state``, e.g. recurrent hidden
 states over stateful streams, gathered from every rank) are saved in ``state.pt`` too, so a
@@ -175,6 +180,11 @@ class Trainer:
         self.log = job.log
         self.micro = D.local_accum(cfg.grad_accum, self.dist)
         self.last_ckpt: Path | None = None
+        if cfg.hmm_em and not callable(getattr(self.raw_model, "em_step", None)):
+            raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
+        if cfg.hmm_em and self.dist.enabled:
+            raise ConfigError("train.hmm_em runs in one process; start it without torchrun")
+        self.step_tokens = 0  # tokens the last step trained on
         if (self.run_dir / CHECKPOINT_DIR).exists():
             self.last_ckpt = self.run_dir / CHECKPOINT_DIR
 
@@ -290,8 +300,20 @@ class Trainer:
         return [self.train_src.collate({k: v[m, d.rank] for k, v in shaped.items()})
                 for m in range(micro)]  # fmt: skip
 
+    def _em_step(self) -> float:
+        """One EM iteration over the whole training split (``train.hmm_em``)."""
+        windows = self.train_src.sequential(self.cfg.batch_size)
+        stats = self.raw_model.em_step(batch["ids"] for batch in windows)
+        self.step_tokens = stats.n_tokens
+        loss = -stats.log_likelihood / max(stats.n_tokens, 1)
+        if not math.isfinite(loss):
+            raise TrainingError(f"the EM loss became {loss} at step {self.state.step + 1}")
+        return loss
+
     def _step(self, lr: float) -> float:
         cfg, d = self.cfg, self.dist
+        if cfg.hmm_em:
+            return self._em_step()
         for group in self.opt.param_groups:
             group["lr"] = lr
         batches = self._micro_batches()
@@ -346,7 +368,7 @@ class Trainer:
         cfg, st, d = self.cfg, self.state, self.dist
         budget = cfg.time_budget_s
         per_example = self.train_src.tokens_per_example()
-        tokens_per_step = cfg.batch_size * self.micro * d.world_size * per_example
+        self.step_tokens = cfg.batch_size * self.micro * d.world_size * per_example
         # The bar shows the run's progress in percent: the larger of the step and time fractions.
         bar = tqdm(
             total=100.0,
@@ -373,11 +395,11 @@ class Trainer:
                 lr = lr_at(st.step, cfg, frac)
                 loss = self._step(lr)
                 st.step += 1
-                st.tokens += tokens_per_step
+                st.tokens += self.step_tokens
                 session_steps += 1
                 st.elapsed = time.perf_counter() - t0
                 loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
-                tok_s = session_steps * tokens_per_step / (time.perf_counter() - session_t0)
+                tok_s = session_steps * self.step_tokens / (time.perf_counter() - session_t0)
                 left = (cfg.max_iters - st.step) * (st.elapsed / max(st.step, 1))
                 if budget:
                     left = min(left, budget - st.elapsed)
@@ -427,7 +449,7 @@ class Trainer:
                     )
                     write(
                         f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
-                        f"{per_char}, lr {lr:.2e}"
+                        f"{per_char}" + ("" if cfg.hmm_em else f", lr {lr:.2e}")
                     )
                     st.elapsed = time.perf_counter() - t0
                     if improved or not cfg.early_stop:  # with early stopping: keep the best

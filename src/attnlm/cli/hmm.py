@@ -1,0 +1,129 @@
+"""``attnlm hmm ...``: the hidden Markov model family's own commands.
+
+* ``attnlm hmm fit [--text PATH] [--states K] [--iters N] --out DIR``: Baum-Welch EM (the
+  ``hmm-char`` preset with ``train.hmm_em = true``), a run folder like ``attnlm train``'s, so
+  ``attnlm eval`` and ``attnlm generate`` read it;
+* ``attnlm hmm viterbi --checkpoint DIR --text "..." [--json]``: the most probable state of
+  every token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from attnlm.cli.common import add_text_argument, arg
+from attnlm.validate import (
+    device,
+    finite_float,
+    output_dir,
+    positive_int,
+    seed,
+    threads,
+)
+
+FIT_PRESET = "hmm-char"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    hmm = sub.add_parser("hmm", help="hidden Markov model LM: Baum-Welch fit, Viterbi paths")
+    hsub = hmm.add_subparsers(dest="hmm_command", metavar="ACTION", required=True)
+
+    fit = hsub.add_parser(
+        "fit",
+        help="fit an HMM language model by Baum-Welch EM",
+        description="Fit a hidden Markov model to a text by Baum-Welch EM: each iteration runs "
+        "the forward-backward algorithm over the whole training split (cut into sequences of "
+        "--block-size tokens, each from the start distribution) and re-estimates the start, "
+        f"transition and emission probabilities. Starts from the {FIT_PRESET} preset with "
+        "train.hmm_em = true and writes a run folder (checkpoint/, metrics.jsonl) that "
+        "attnlm eval and attnlm generate read.",
+    )
+    add_text_argument(fit)
+    fit.add_argument("--out", default="runs/hmm", metavar="DIR", type=arg(output_dir),
+                     help="run folder (default runs/hmm)")  # fmt: skip
+    fit.add_argument("--states", type=arg(positive_int), default=None, help="hidden states K")
+    fit.add_argument("--iters", type=arg(positive_int), default=20, help="EM iterations (20)")
+    fit.add_argument("--block-size", type=arg(positive_int), default=None,
+                     help="tokens per EM sequence and per evaluation window")  # fmt: skip
+    fit.add_argument("--pseudocount", type=arg(finite_float, lo=0), default=None,
+                     help="added to every expected count (model.em_pseudocount)")  # fmt: skip
+    fit.add_argument("--tokenizer", default=None, help="char, bpe, or a saved tokenizer JSON")
+    fit.add_argument("--time-budget", default=None, metavar="T", help="wall-clock limit, e.g. 5m")
+    fit.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
+    fit.add_argument("--seed", type=arg(seed), default=None, help="seed of the initial values")
+    fit.add_argument("--device", default=None, type=arg(device), help="auto, cpu, cuda, mps")
+    fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
+    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a preset value, e.g. model.init_std=0.5")  # fmt: skip
+    fit.set_defaults(func=_fit)
+
+    vit = hsub.add_parser(
+        "viterbi",
+        help="the most probable hidden state of each token of a text",
+        description="Decode the Viterbi path of a text under an HMM checkpoint: the state "
+        "sequence z maximising p(x, z), and its log-probability.",
+    )
+    vit.add_argument("--checkpoint", required=True, metavar="DIR", help="an hmm run folder")
+    vit.add_argument("--text", required=True, help="the text to decode")
+    vit.add_argument("--json", action="store_true", help="print one JSON object")
+    vit.add_argument("--device", default="cpu", type=arg(device))
+    vit.set_defaults(func=_viterbi)
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from attnlm.config import load_preset
+    from attnlm.train.config import apply_overrides, spec_from_tables
+    from attnlm.train.run import new_run_dir_check, train_run
+
+    tables = apply_overrides(load_preset(FIT_PRESET), args.set)
+    model, train = tables.setdefault("model", {}), tables.setdefault("train", {})
+    given = {"n_states": args.states, "block_size": args.block_size,
+             "em_pseudocount": args.pseudocount}  # fmt: skip
+    model.update({k: v for k, v in given.items() if v is not None})
+    train.update(hmm_em=True, max_iters=args.iters, eval_interval=1, log_interval=1,
+                 progress=args.progress)  # fmt: skip
+    flags = {"tokenizer": args.tokenizer, "time_budget": args.time_budget,
+             "threads": args.threads, "seed": args.seed, "device": args.device,
+             "text": str(Path(args.text).resolve()) if args.text else None}  # fmt: skip
+    train.update({k: v for k, v in flags.items() if v is not None})
+    spec = spec_from_tables(tables, preset=FIT_PRESET)
+    run_dir = Path(args.out)
+    new_run_dir_check(run_dir)
+    result = train_run(spec, run_dir)
+    ev = result.last_eval
+    tail = f"; val {ev.bpc:.4f} bits/char" if ev is not None and ev.bpc is not None else ""
+    print(f"done: {result.step} EM iterations ({result.stop_reason}) in {result.elapsed:.1f}s"
+          f"{tail}")  # fmt: skip
+    print(f"run folder: {run_dir} (checkpoint/, metrics.jsonl: the log-likelihood per iteration)")
+    return 0
+
+
+def _viterbi(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnlm.checkpoint import load_checkpoint
+    from attnlm.device import resolve_device
+    from attnlm.errors import InputError
+    from attnlm.tokenizers import encode_text, token_label
+
+    ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
+    if not callable(getattr(ck.model, "viterbi", None)):
+        raise InputError(f"{args.checkpoint}: a {ck.family.type} model has no hidden states "
+                         "to decode; give an hmm checkpoint")  # fmt: skip
+    ids = encode_text(ck.tokenizer, args.text, "--text")
+    if not ids:
+        raise InputError("--text is empty after tokenization")
+    x = torch.tensor([ids], device=next(ck.model.parameters()).device)
+    log_prob, path = ck.model.viterbi(x)
+    tokens = [token_label(ck.tokenizer, i) for i in ids]
+    states = path[0].tolist()
+    if args.json:
+        out = {"tokens": tokens, "ids": ids, "states": states, "log_prob": float(log_prob[0])}
+        print(json.dumps(out))
+        return 0
+    print(f"best path: log p(text, states) = {float(log_prob[0]):.4f} nats")
+    for token, state in zip(tokens, states):
+        print(f"{token!r:>12}  {state}")
+    return 0
