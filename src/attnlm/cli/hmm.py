@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from attnlm.cli.common import add_text_argument, arg
+from attnlm.cli.common import add_text_argument, arg, as_given, text_file, text_value
 from attnlm.validate import (
     device,
     finite_float,
@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="tokens per EM sequence and per evaluation window")  # fmt: skip
     fit.add_argument("--pseudocount", type=arg(finite_float, lo=0), default=None,
                      help="added to every expected count (model.em_pseudocount)")  # fmt: skip
-    fit.add_argument("--tokenizer", default=None, help="char, bpe, or a saved tokenizer JSON")
+    fit.add_argument("--tokenizer", default=None, type=text_file(as_given),
+                     help="char, bpe, or a saved tokenizer JSON")  # fmt: skip
     fit.add_argument("--time-budget", default=None, metavar="T", help="wall-clock limit, e.g. 5m")
     fit.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
     fit.add_argument("--seed", type=arg(seed), default=None, help="seed of the initial values")
@@ -66,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sequence z maximising p(x, z), and its log-probability.",
     )
     vit.add_argument("--checkpoint", required=True, metavar="DIR", help="an hmm run folder")
-    vit.add_argument("--text", required=True, help="the text to decode")
+    vit.add_argument("--text", required=True, type=text_value, help="the text to decode")
     vit.add_argument("--json", action="store_true", help="print one JSON object")
     vit.add_argument("--device", default="cpu", type=arg(device))
     vit.set_defaults(func=_viterbi)

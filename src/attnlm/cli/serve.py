@@ -58,16 +58,17 @@ def _serve(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    static = None
+    if args.vectors:  # the static half of the embeddings panel, read before any model
+        from attnlm.word2vec.vectors import WordVectors
+
+        static = WordVectors.load(args.vectors)
     services = [load_service(d, device=args.device, max_chars=max_chars) for d in args.checkpoint]
     services += [
         resolve_named_model(n, device=args.device, max_chars=max_chars) for n in args.model
     ]
-    if args.vectors:  # the static half of the embeddings panel
-        from attnlm.word2vec.vectors import WordVectors
-
-        static = WordVectors.load(args.vectors)
-        for s in services:
-            s.static_vectors = static
+    for s in services:
+        s.static_vectors = static
     names: dict[str, int] = {}
     for s in services:  # two runs with the same folder name: number them
         if s.name in names:
