@@ -102,3 +102,20 @@ def test_evaluate_all_reads_the_files_from_the_installed_gensim():
     assert out["simlex999"]["pairs"] + out["simlex999"]["oov_pairs"] == 999
     g = out["google-analogies"]
     assert g["answered"] + g["oov_questions"] == 19544
+
+
+def test_rank_correlations_equal_scipy_with_ties():
+    """Our Spearman (Pearson on average ranks) and Pearson equal scipy's, ties included."""
+    import numpy as np
+
+    stats = pytest.importorskip("scipy.stats")
+    from attnlm.word2vec.evaluate import pearson, spearman
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(3, 40))
+        x = rng.integers(0, 5, n).astype(float).tolist()  # many ties
+        y = rng.normal(size=n).tolist()
+        if len(set(x)) > 1:
+            assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-12)
+            assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0], abs=1e-12)

@@ -80,8 +80,6 @@ def evaluate_word_pairs(
     vectors: WordVectors, path: str | os.PathLike[str], restrict: int | None = RESTRICT
 ) -> PairsResult:
     """Spearman and Pearson correlation of cosines with human similarity scores."""
-    from scipy import stats
-
     index = _case_index(vectors, restrict)
     gold, model = [], []
     oov = 0
@@ -103,10 +101,32 @@ def evaluate_word_pairs(
         model.append(float(vectors.unit[index[a]] @ vectors.unit[index[b]]))
     if len(gold) < 2:
         raise InputError(f"{path}: fewer than 2 word pairs with both words in the vocabulary")
-    return PairsResult(
-        float(stats.spearmanr(gold, model)[0]), float(stats.pearsonr(gold, model)[0]),
-        len(gold), oov,
-    )  # fmt: skip
+    return PairsResult(spearman(gold, model), pearson(gold, model), len(gold), oov)
+
+
+def pearson(x: list[float], y: list[float]) -> float:
+    """Pearson's correlation coefficient of two equally long samples."""
+    return float(
+        np.corrcoef(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))[0, 1]
+    )
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation: Pearson's on the ranks, tied values sharing their average
+    rank (the definition ``scipy.stats.spearmanr`` and gensim use)."""
+    return pearson(_average_ranks(x), _average_ranks(y))
+
+
+def _average_ranks(values: list[float]) -> list[float]:
+    a = np.asarray(values, dtype=np.float64)
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(len(a))
+    ranks[order] = np.arange(1, len(a) + 1)
+    _, first, counts = np.unique(a[order], return_index=True, return_counts=True)
+    for start, n in zip(first, counts):
+        if n > 1:  # a tie: every member gets the mean of the ranks it spans
+            ranks[order[start : start + n]] = start + (n + 1) / 2
+    return ranks.tolist()
 
 
 @dataclass
