@@ -125,6 +125,8 @@ class _Context:
         if self.compiled is not None and n == 1 and self.state.length > 0:
             logits = self.compiled(new, self.state)  # after the prompt: one graph per step
         else:
+            if getattr(self.state, "fixed", False):
+                self.state.unfix()  # an uncompiled call reads and writes the prefix
             logits = self.model.step(new, self.state)
         self.fed = pos
         return logits[:, -1]

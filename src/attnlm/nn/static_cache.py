@@ -56,6 +56,7 @@ class StaticKVCache(KVCache):
         self.v_buf: list[Tensor | None] = [None] * n_layer
         self.fixed = False
         self.cursor: Tensor | None = None  # fixed mode: 0-dim long, the next write position
+        self._held = 0  # fixed mode: positions written (keys/values are synced by unfix)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -72,7 +73,8 @@ class StaticKVCache(KVCache):
             )
         cap = self.max_len if self.max_len is not None else max(16, 2 * end)
         B, H, _, D = k.shape
-        new_k, new_v = k.new_empty(B, H, cap, D), k.new_empty(B, H, cap, D)
+        # zeros, not garbage: fixed mode multiplies the unwritten slots by a zero weight
+        new_k, new_v = k.new_zeros(B, H, cap, D), k.new_zeros(B, H, cap, D)
         held = self.keys[layer]
         if held is not None and held.shape[0] == B:  # growing: keep what is held
             new_k[:, :, : held.shape[-2]] = held
@@ -106,8 +108,8 @@ class StaticKVCache(KVCache):
         shape = (batch, n_kv_head, self.max_len, d_head)
         for layer in range(len(self.keys)):
             if self.k_buf[layer] is None or tuple(self.k_buf[layer].shape) != shape:
-                self.k_buf[layer] = like.new_empty(shape)
-                self.v_buf[layer] = like.new_empty(shape)
+                self.k_buf[layer] = like.new_zeros(shape)
+                self.v_buf[layer] = like.new_zeros(shape)
             self.keys[layer] = self.k_buf[layer][:, :, :0]
             self.values[layer] = self.v_buf[layer][:, :, :0]
 
@@ -118,7 +120,8 @@ class StaticKVCache(KVCache):
         prefix mode, or :meth:`allocate`)."""
         if self.max_len is None or any(b is None for b in self.k_buf):
             raise InputError("fixed mode needs allocated buffers of a fixed max_len")
-        pos = torch.tensor(self.length, device=self.k_buf[0].device)
+        self._held = self.length
+        pos = torch.tensor(self._held, device=self.k_buf[0].device)
         if self.cursor is None:
             self.cursor = pos
         else:
@@ -139,18 +142,24 @@ class StaticKVCache(KVCache):
         zero = torch.zeros((), dtype=dtype, device=self.cursor.device)
         return zero.masked_fill(hidden, float("-inf"))
 
+    @property
+    def length(self) -> int:
+        return self._held if self.fixed else super().length
+
     def commit(self, t: int) -> None:
         """Fixed mode: record the ``t`` tokens the last step wrote (outside the compiled
-        graph: the Python counters and the cursor move here)."""
-        end = self.length + t
-        self.keys = [b[:, :, :end] for b in self.k_buf]
-        self.values = [b[:, :, :end] for b in self.v_buf]
+        graph: the Python counters and the cursor move here; ``keys``/``values`` are brought
+        up to date by :meth:`unfix`)."""
+        self._held += t
         self.cursor.add_(t)
         self.position += t
 
     def unfix(self) -> None:
         """Back to prefix mode (the held entries stay)."""
-        self.fixed = False
+        if self.fixed:
+            self.fixed = False
+            self.keys = [b[:, :, : self._held] for b in self.k_buf]
+            self.values = [b[:, :, : self._held] for b in self.v_buf]
 
     def advance(self, t: int) -> None:
         if not self.fixed:  # fixed mode: :meth:`commit` counts, outside the compiled graph
@@ -162,6 +171,7 @@ class StaticKVCache(KVCache):
         """Keep the newest ``keep_last`` entries, moved to the front of the buffers."""
         if keep_last < 0:
             raise InputError(f"keep_last must be >= 0, got {keep_last}")
+        self.unfix()
         held = self.length
         if held <= keep_last:
             return
@@ -173,12 +183,11 @@ class StaticKVCache(KVCache):
             v_buf[:, :, :keep_last] = v_buf[:, :, held - keep_last : held].clone()
             self.keys[layer] = k_buf[:, :, :keep_last]
             self.values[layer] = v_buf[:, :, :keep_last]
-        if self.fixed:
-            self.cursor.fill_(keep_last)
 
     def reorder(self, indices: Tensor) -> None:
         """Keep rows ``indices`` (beam search). With as many rows as before the buffers are
         rewritten in place; otherwise new buffers of the new batch size are made."""
+        self.unfix()
         held = self.length
         self.keys = [None] * len(self.keys)  # the base class moves cross-attention entries
         self.values = [None] * len(self.values)
@@ -200,8 +209,8 @@ class StaticKVCache(KVCache):
 
     def reset(self) -> None:
         """Empty the state; the buffers are kept for the next sequence of the same shape."""
-        super().reset()
         self.fixed = False
+        super().reset()
 
     def __repr__(self) -> str:
         return (
