@@ -150,8 +150,7 @@ def test_transformer_static_state_gives_the_dynamic_tokens(batch, temperature):
 # -- the compiled step ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_compiled_step_is_one_graph_without_recompiling(temperature):
+def test_compiled_step_is_one_graph_without_recompiling(temperature=1.0):
     """fullgraph=True (a graph break is an error), 64 steps and a second call under
     error_on_recompile, tokens equal to the eager static state. The "eager" backend checks
     the capture quickly; the inductor test below checks the generated code."""
@@ -190,3 +189,24 @@ def test_inductor_compiled_step_gives_the_eager_tokens():
     with torch._dynamo.config.patch(error_on_recompile=True):
         got = generate(model, torch.tensor([[1, 2, 3], [4, 5, 6]]), 40, temperature=0, compile=True)
     assert torch.equal(got, want)
+
+
+@pytest.mark.slow
+def test_cli_generate_compile_prints_the_uncompiled_text(cli, corpus, tmp_path):
+    run = tmp_path / "run"
+    argv = ["--preset", "tiny-test", "--text", str(corpus), "--out", str(run), "--max-iters", "3"]
+    assert cli("train", *argv, "--no-progress").code == 0
+    gen = ["--checkpoint", str(run), "--prompt", "First", "--max-new-tokens", "20"]
+    for extra in (["--temperature", "0"], ["--seed", "3", "--top-k", "5"]):
+        plain = cli("generate", *gen, *extra)
+        compiled = cli("generate", *gen, *extra, "--compile")
+        assert plain.code == compiled.code == 0 and compiled.out == plain.out
+
+
+def test_cli_generate_compile_on_a_family_without_a_compiled_step(cli, corpus, tmp_path):
+    run = tmp_path / "run"
+    argv = ["--preset", "ffnn-char", "--text", str(corpus), "--out", str(run), "--max-iters", "2"]
+    assert cli("train", *argv, "--no-progress", "--eval-interval", "2").code == 0
+    res = cli("generate", "--checkpoint", str(run), "--max-new-tokens", "3", "--compile")
+    assert res.code == 2 and "no compiled decode step" in res.err
+    assert "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
