@@ -92,7 +92,7 @@ def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
     for batch in (1, 16):
         prompt = torch.randint(shape["vocab_size"], (batch, 8), device=dev)
 
-        def hf(model, **kw):
+        def hf(model, prompt=prompt, **kw):
             def run():
                 with torch.no_grad():
                     model.generate(prompt, attention_mask=torch.ones_like(prompt),
@@ -102,8 +102,8 @@ def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
             return run
 
         runners = {
-            "ours_plain": lambda: generate(ours, prompt, n, temperature=0, lookahead=0),
-            "ours_compiled": lambda: generate(ours, prompt, n, temperature=0, compile=step),
+            "ours_plain": lambda p=prompt: generate(ours, p, n, temperature=0, lookahead=0),
+            "ours_compiled": lambda p=prompt: generate(ours, p, n, temperature=0, compile=step),
             "hf_dynamic": hf(ref),
         }
         if ref_static is not None:
