@@ -14,10 +14,15 @@ Two models:
 * ``random``: a randomly initialised 10.8M-parameter model (6 layers, 6 heads, width 384,
   window 256, vocabulary 65; nanoGPT's Shakespeare-char GPU shape); random 8-token prompt.
 
-Our loop is timed with lookahead drafts (the default for greedy decoding of one prompt, see
-``attnlm.generate.lookahead``) and without (one token per forward pass).
+Rows, at batch 1 and 16 (``--batch``): our plain loop (one token per forward pass) with the
+static decoding state (the default) and with the growing cache, ``--compile``: with the
+compiled step (warm-up reported apart), at batch 1 with lookahead drafts (the default for greedy
+decoding of one prompt, ``attnlm.generate.lookahead``: a separate row, not plain decoding), HF,
+and the ceiling: one token per row through the blocks' 24 weight matrices alone (``F.linear``),
+measured in the same rounds. Times are CPU seconds of this process (``--wall``: wall clock).
 
     .venv/bin/python benchmarks/bench_generate.py [--runs 5] [--new 200] [--model both]
+        [--batch 1 16] [--compile] [--wall]
 """
 
 from __future__ import annotations
@@ -127,10 +132,10 @@ def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=
         runners["compiled"] = greedy(compile=True)
     times: dict[str, list[float]] = {k: [] for k in runners}
     outs = {}
-    for key, f in runners.items():  # warm up (the compiled step compiles here)
-        t0 = clock()
+    for key, f in runners.items():  # warm up (the compiled step compiles here): wall clock,
+        t0 = time.perf_counter()  # as compile workers run in other processes
         f()
-        warmup[key] = clock() - t0
+        warmup[key] = time.perf_counter() - t0
     for _ in range(runs):
         for key, f in runners.items():
             t0 = clock()

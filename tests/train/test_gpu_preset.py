@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
+import pytest
+
 from attnlm.models import registry
 from attnlm.train.config import load_spec
+from support import SRC
 
 # nanoGPT config/train_shakespeare_char.py, written out by hand
 NANOGPT = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2}
@@ -22,3 +29,16 @@ def test_gpu_preset_is_nanogpts_recipe_with_bf16_and_compile():
     assert (train.dtype, train.compile, train.device) == ("bfloat16", True, "cuda")
     assert train.fused
     assert "shakespeare-char-gpu" in registry.presets_of("gpt")
+
+
+@pytest.mark.slow
+def test_bench_gpu_smoke_runs_on_the_cpu_and_writes_json(tmp_path):
+    out = tmp_path / "gpu.json"
+    script = SRC.parent / "benchmarks" / "bench_gpu.py"
+    argv = [sys.executable, str(script), "--device", "cpu", "--smoke", "--json", str(out)]
+    subprocess.run(argv + ["--preset-seconds", "2"], check=True, capture_output=True, timeout=600)
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["row"] for r in rows} == {"decode", "train", "preset"}
+    assert {(r["batch"], r["path"]) for r in rows if r["row"] == "decode"} >= {
+        (1, "ours_plain"), (1, "ours_compiled"), (16, "hf_dynamic")}  # fmt: skip
+    assert all(r["step_ms"] > 0 for r in rows if r["row"] == "train")
