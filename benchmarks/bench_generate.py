@@ -14,10 +14,15 @@ Two models:
 * ``random``: a randomly initialised 10.8M-parameter model (6 layers, 6 heads, width 384,
   window 256, vocabulary 65; nanoGPT's Shakespeare-char GPU shape); random 8-token prompt.
 
-Our loop is timed with lookahead drafts (the default for greedy decoding of one prompt, see
-``attnlm.generate.lookahead``) and without (one token per forward pass).
+Rows, at batch 1 and 16 (``--batch``): our plain loop (one token per forward pass) with the
+static decoding state (the default) and with the growing cache, ``--compile``: with the
+compiled step (warm-up reported apart), at batch 1 with lookahead drafts (the default for greedy
+decoding of one prompt, ``attnlm.generate.lookahead``: a separate row, not plain decoding), HF,
+and the ceiling: one token per row through the blocks' 24 weight matrices alone (``F.linear``),
+measured in the same rounds. Times are CPU seconds of this process (``--wall``: wall clock).
 
     .venv/bin/python benchmarks/bench_generate.py [--runs 5] [--new 200] [--model both]
+        [--batch 1 16] [--compile] [--wall]
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ from attnlm.generate import generate
 from attnlm.models.gpt import GPT
 
 RUN_DIR = Path("runs/bench_generate")
+# CPU time of this process: on a shared machine the wall clock also counts the time other
+# people's jobs hold the cores; --wall switches to it
+clock = time.process_time
 
 
 def trained_pair(tmp: str, threads: int, seconds: str):
@@ -79,12 +87,29 @@ def random_pair(tmp: str):
     return ours, ref, prompt, None
 
 
-def compare(name: str, ours, ref, prompt, n: int, runs: int, tokenizer=None) -> bool:
-    def run_ours():
-        return generate(ours, prompt, n, temperature=0, use_cache=True)
+def weight_matmuls(model: GPT, rows: int):
+    """One token per row through the transformer blocks' weight matrices alone (4 per layer:
+    QKV, output, the two feed-forward ones), nothing else: the bandwidth ceiling of a step."""
+    weights = [m.weight for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and n.startswith("blocks.")]  # fmt: skip
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
 
-    def run_plain():
-        return generate(ours, prompt, n, temperature=0, use_cache=True, lookahead=0)
+    def run(n: int) -> None:
+        with torch.inference_mode():
+            for _ in range(n):
+                for w in weights:
+                    torch.nn.functional.linear(inputs[w.shape[1]], w)
+
+    return run
+
+
+def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=False) -> bool:
+    prompt = prompt.expand(batch, -1).contiguous()
+    if batch > 1:  # different rows: shift each row's ids
+        prompt = (prompt + torch.arange(batch)[:, None]) % ours.config.vocab_size
+
+    def greedy(**kw):
+        return lambda: generate(ours, prompt, n, temperature=0, use_cache=True, **kw)
 
     def run_hf():
         with torch.no_grad():
@@ -93,37 +118,55 @@ def compare(name: str, ours, ref, prompt, n: int, runs: int, tokenizer=None) -> 
                 min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0,
             )  # fmt: skip
 
-    times: dict[str, list[float]] = {"ours": [], "plain": [], "hf": []}
+    ceiling = weight_matmuls(ours, batch)
+    runners = {
+        "plain": greedy(lookahead=0),
+        "dynamic": greedy(lookahead=0, static=False),
+        "hf": run_hf,
+        "ceiling": lambda: ceiling(n),
+    }
+    if batch == 1:
+        runners["ours"] = greedy()
+    warmup: dict[str, float] = {}
+    if compiled:
+        runners["compiled"] = greedy(compile=True)
+    times: dict[str, list[float]] = {k: [] for k in runners}
     outs = {}
-    for f in (run_ours, run_plain, run_hf):  # warm up
+    for key, f in runners.items():  # warm up (the compiled step compiles here): wall clock,
+        t0 = time.perf_counter()  # as compile workers run in other processes
         f()
+        warmup[key] = time.perf_counter() - t0
     for _ in range(runs):
-        for key, f in (("ours", run_ours), ("plain", run_plain), ("hf", run_hf)):
-            t0 = time.perf_counter()
+        for key, f in runners.items():
+            t0 = clock()
             outs[key] = f()
-            times[key].append(time.perf_counter() - t0)
+            times[key].append(clock() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    passes = _count_passes(ours, run_ours)
-    new_ids = outs["ours"][0, prompt.size(1) :].tolist()
-    same = torch.equal(outs["ours"], outs["hf"]) and torch.equal(outs["plain"], outs["hf"])
+    same = all(torch.equal(outs[k], outs["hf"]) for k in runners if k not in ("hf", "ceiling"))
     n_params = sum(p.numel() for p in ours.parameters())
-    print(f"\n== {name}: {n_params / 1e6:.2f}M parameters, greedy, {n} new tokens, "
-          f"prompt {prompt.size(1)} tokens, median of {runs}")  # fmt: skip
+    print(f"\n== {name}: {n_params / 1e6:.2f}M parameters, greedy, batch {batch}, {n} new "
+          f"tokens, prompt {prompt.size(1)} tokens, median of {runs} (min-max)")  # fmt: skip
     if tokenizer is not None:
-        text = tokenizer.decode(outs["ours"][0].tolist())
+        text = tokenizer.decode(outs["plain"][0].tolist())
         print("   text: " + repr(text[:160]) + ("..." if len(text) > 160 else ""))
-    for key, label in (
-        ("ours", "attnlm generate (KV cache, lookahead 8)"),
-        ("plain", "attnlm generate (KV cache, lookahead 0)"),
-        ("hf", "HF generate(use_cache=True)"),
-    ):
-        print(f"   {label:<40} {med[key] * 1e3:8.1f} ms ({n / med[key]:6.0f} tokens/s)")
-    print(f"   identical tokens (all three): {same}; {len(set(new_ids))} distinct ids among the "
-          f"{n} new; forward passes with lookahead: {passes} (without: {n})")  # fmt: skip
-    print(
-        f"   speed-up vs HF: {med['hf'] / med['ours']:.2f}x with lookahead (target >= 2x), "
-        f"{med['hf'] / med['plain']:.2f}x one token per pass"
-    )
+    labels = {
+        "ours": "attnlm, lookahead 8 (drafts)",
+        "plain": "attnlm plain (static state)",
+        "dynamic": "attnlm plain (growing cache)",
+        "compiled": "attnlm plain, compile=True",
+        "hf": "HF generate(use_cache=True)",
+        "ceiling": "24 weight matmuls alone",
+    }
+    for key in runners:
+        rate = [batch * n / t for t in times[key]]
+        extra = f", warm-up {warmup[key]:.1f} s" if key == "compiled" else ""
+        print(f"   {labels[key]:<32} {med[key] * 1e3:8.1f} ms {batch * n / med[key]:7.0f} tok/s "
+              f"({min(rate):.0f}-{max(rate):.0f}) {med['hf'] / med[key]:5.2f}x HF, "
+              f"{med['ceiling'] / med[key]:4.0%} of ceiling{extra}")  # fmt: skip
+    if batch == 1:
+        passes = _count_passes(ours, runners["ours"])
+        print(f"   forward passes with lookahead: {passes} (without: {n})")
+    print(f"   identical tokens (ours and HF): {same}")
     return same
 
 
@@ -144,17 +187,27 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--model", choices=["both", "trained", "random"], default="both")
     ap.add_argument("--train-seconds", default="120s")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--compile", action="store_true", help="also time generate(compile=True)")
+    ap.add_argument("--wall", action="store_true", help="wall-clock time instead of CPU time")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.wall:
+        global clock
+        clock = time.perf_counter
     ok = True
     if args.model in ("both", "trained"):
         with tempfile.TemporaryDirectory() as tmp:
             ours, ref, prompt, tok = trained_pair(tmp, args.threads, args.train_seconds)
-        ok &= compare("trained char model", ours, ref, prompt, args.new, args.runs, tok)
+        for b in args.batch:
+            ok &= compare("trained char model", ours, ref, prompt, args.new, args.runs, tok, b,
+                          args.compile)  # fmt: skip
     if args.model in ("both", "random"):
         with tempfile.TemporaryDirectory() as tmp:
             ours, ref, prompt, _ = random_pair(tmp)
-        ok &= compare("random 10.8M model", ours, ref, prompt, args.new, args.runs)
+        for b in args.batch:
+            ok &= compare("random 10.8M model", ours, ref, prompt, args.new, args.runs, None, b,
+                          args.compile)  # fmt: skip
     if not ok:
         raise SystemExit("token mismatch between attnlm and HF generate")
 

@@ -69,10 +69,22 @@ def _window(model: torch.nn.Module) -> tuple[int | None, bool]:
 
 
 class _Context:
-    """Feeds the model the tokens it has not seen yet and returns next-token logits (B, V)."""
+    """Feeds the model the tokens it has not seen yet and returns next-token logits (B, V).
+
+    ``total``: the positions the decode will reach; with ``static`` and a family whose
+    ``new_state`` takes ``max_len`` (``static_state = True``), the state's buffers are
+    allocated once for them (at most the window). ``compiled``: a
+    :class:`~attnlm.generate.compiled.CompiledStep` that runs every one-token step after the
+    prompt while the whole decode fits in the window."""
 
     def __init__(
-        self, model: torch.nn.Module, use_cache: bool, state_batch: dict[str, Any] | None
+        self,
+        model: torch.nn.Module,
+        use_cache: bool,
+        state_batch: dict[str, Any] | None,
+        total: int = 0,
+        static: bool = False,
+        compiled: Any = None,
     ) -> None:
         self.model = model
         self.block, self.sliding = _window(model)
@@ -80,8 +92,22 @@ class _Context:
         self.use_cache = use_cache and hasattr(model, "new_state")
         if state_batch is not None and not self.use_cache:
             raise InputError("decoding with a source needs the model's decoding state")
-        self.state = model.new_state(state_batch) if self.use_cache else None
+        self.max_len = None
+        if static and getattr(model, "static_state", False) and total > 0:
+            self.max_len = total if self.block is None else min(total, self.block)
+        self.compiled = None
+        if compiled is not None and self.max_len is not None and compiled.fits(model, total):
+            self.compiled = compiled
+            self.max_len = compiled.buffer_length(model, total)
+        self.state = self._new_state() if self.use_cache else None
         self.fed = 0  # positions already in the state (absolute count)
+
+    def _new_state(self) -> Any:
+        if self.compiled is not None:
+            return self.compiled.state(self.state_batch, self.max_len)
+        if self.max_len is not None:
+            return self.model.new_state(self.state_batch, max_len=self.max_len)
+        return self.model.new_state(self.state_batch)
 
     def logits(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         """Logits for position ``pos`` given ``tokens[:, :pos]`` (B, pos)."""
@@ -92,11 +118,16 @@ class _Context:
         new = tokens[:, self.fed : pos]  # (B, n)
         n = new.size(1)
         if block is not None and n >= block:  # (re)start from the last window
-            self.state = self.model.new_state(self.state_batch)
+            self.state = self._new_state()
             new = new[:, -block:]
         elif block is not None and self.state.length + n > block:
             self.state.trim(block - n)
-        logits = self.model.step(new, self.state)
+        if self.compiled is not None and n == 1 and self.state.length > 0:
+            logits = self.compiled(new, self.state)  # after the prompt: one graph per step
+        else:
+            if getattr(self.state, "fixed", False):
+                self.state.unfix()  # an uncompiled call reads and writes the prefix
+            logits = self.model.step(new, self.state)
         self.fed = pos
         return logits[:, -1]
 
@@ -137,6 +168,8 @@ def decode(
     eos_id: int | None = None,
     state_batch: dict[str, Any] | None = None,
     process: Callable[[torch.Tensor, int, int], torch.Tensor] | None = None,
+    static: bool = True,
+    compile: bool | Any = False,
 ) -> list[list[int]]:
     """Continue each prompt (a list of ids, lengths may differ) by up to ``max_new_tokens``.
 
@@ -150,6 +183,15 @@ def decode(
     ``lookahead``: greedy decoding of a single prompt that fits the window checks up to this
     many draft tokens per forward pass (:mod:`attnlm.generate.lookahead`; same tokens, fewer
     passes); 0 turns it off.
+    ``static``: families with a static decoding state (``gpt``, ``transformer``) decode into
+    key/value buffers allocated once and written in place (:mod:`attnlm.nn.static_cache`;
+    the same tokens as the growing cache, tested); False uses the growing cache.
+    ``compile``: run every one-token step after the prompt through one
+    ``torch.compile(fullgraph=True)`` graph (:mod:`attnlm.generate.compiled`; on CUDA, CUDA
+    graphs), compiled once per model, batch size and buffer length and reused by later calls;
+    a :class:`~attnlm.generate.compiled.CompiledStep` may be passed instead of True. It applies
+    to greedy and sampled decoding without drafts (``lookahead`` is not used) while prompt +
+    new tokens fit in the window; other decodes run uncompiled.
     """
     sampling = sampling_from(
         sampling, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p
@@ -161,8 +203,10 @@ def decode(
     specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
     if generator is None and sampling.seed is not None and not greedy:
         generator = torch.Generator(device=model_device(model)).manual_seed(sampling.seed)
+    compiled = _compiled_step(model, compile) if compile else None
     if (
-        state_batch is None
+        compiled is None
+        and state_batch is None
         and eos_id is None
         and process is None
         and _can_look_ahead(model, prompts, n_new, greedy, use_cache, lookahead)
@@ -185,7 +229,7 @@ def decode(
     seen = [0] * B  # new tokens the callback has seen per row (kept when it stops the row)
     watch = on_token is not None or eos_id is not None
     with eval_mode(model):
-        ctx = _Context(model, use_cache, state_batch)
+        ctx = _Context(model, use_cache, state_batch, total, static, compiled)
         pos = min(lens)
         while pos < total and n_new > 0:
             if pos >= tokens.size(1):
@@ -223,6 +267,12 @@ def decode(
     return out
 
 
+def _compiled_step(model: torch.nn.Module, compile: Any) -> Any:
+    from attnlm.generate.compiled import CompiledStep, compiled_step
+
+    return compile if isinstance(compile, CompiledStep) else compiled_step(model)
+
+
 def _can_look_ahead(model, prompts, max_new_tokens, greedy, use_cache, lookahead) -> bool:
     block, _ = _window(model)
     return (
@@ -257,12 +307,15 @@ def generate(
     lookahead: int = 8,
     *,
     sampling: SamplingConfig | None = None,
+    static: bool = True,
+    compile: bool | Any = False,
 ) -> torch.Tensor:
     """Extend a batch of equal-length prompts ``ids`` (B, T) to (B, T + max_new_tokens).
 
     ``temperature=0`` is greedy; ``top_k``/``top_p`` filter the sampling distribution (or
     pass a whole ``sampling`` config). Pass a seeded ``generator`` (on the model's device) for
     reproducible samples; otherwise ``sampling.seed`` or torch's global RNG is used.
+    ``static`` and ``compile``: see :func:`decode`.
     """
     if ids.dim() != 2:
         raise InputError(f"ids must have shape (B, T), got {tuple(ids.shape)}")
@@ -277,6 +330,8 @@ def generate(
         generator=generator,
         lookahead=lookahead,
         sampling=sampling,
+        static=static,
+        compile=compile,
     )
     tail = torch.tensor(new, dtype=torch.long, device=ids.device).view(ids.size(0), -1)
     return torch.cat([ids, tail], dim=1)

@@ -151,12 +151,14 @@ def generate_text(
     on_text: TextCallback | None = None,
     *,
     sampling: SamplingConfig | None = None,
+    compile: bool = False,
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
     ``sampling`` (or the keyword fields that override it) says how tokens are picked;
     ``stop`` strings end a row and are not included; ``on_text(row, piece)`` receives text as
-    it is generated (streaming); ``seed`` makes sampling reproducible.
+    it is generated (streaming); ``seed`` makes sampling reproducible; ``compile``: the
+    compiled decode step (:func:`~attnlm.generate.decode`).
     """
     sampling = sampling_from(
         sampling,
@@ -187,6 +189,7 @@ def generate_text(
         generator=generator,
         on_token=on_token,
         sampling=sampling,
+        compile=compile,
     )
     for r, row in enumerate(rows):
         rest = row.flush()

@@ -50,6 +50,7 @@ from attnlm.nn.positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
+from attnlm.nn.static_cache import StaticKVCache
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,9 @@ class GPT(nn.Module):
     ``ln_f`` (final norm; identity for post-norm, whose blocks already end in a norm),
     ``lm_head``.
     """
+
+    static_state = True  # new_state(max_len=...): a static decoding state (nn/static_cache)
+    fixed_state = True  # forward honours a fixed state: a compiled step (generate/compiled)
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -201,11 +205,16 @@ class GPT(nn.Module):
         """
         self._check_inputs(ids, cache)
         B, T = ids.shape
-        past = cache.length if cache is not None else 0
-        start = cache.position if cache is not None else 0
+        fixed = getattr(cache, "fixed", False)  # a static state's compiled step (nn/static_cache)
+        past = cache.length if cache is not None and not fixed else 0
+        start = cache.position if cache is not None and not fixed else 0
         S = past + T
 
-        if attention_mask is not None:
+        if fixed:
+            if attention_mask is not None or self.alibi is not None:
+                raise InputError("a fixed decoding state takes no attention_mask and no ALiBi")
+            positions = cache.positions(T)  # (T,) a device tensor: the same graph every step
+        elif attention_mask is not None:
             if attention_mask.shape != (B, S):
                 raise InputError(
                     f"attention_mask must be (B, cached + T) = {(B, S)}, "
@@ -225,7 +234,10 @@ class GPT(nn.Module):
         if self.rotary is not None:
             cos, sin = self.rotary(positions)  # computed in float32, used in the model's dtype
             rotary = (cos.to(x.dtype), sin.to(x.dtype))
-        mask, is_causal = self._attention_mask(T, S, attention_mask, x.dtype)
+        if fixed:  # attend over the whole buffer, the slots not yet written masked
+            mask, is_causal = cache.visible(T, x.dtype), False
+        else:
+            mask, is_causal = self._attention_mask(T, S, attention_mask, x.dtype)
 
         attentions: list[Tensor] = []
         hidden: list[Tensor] = [x]
@@ -289,9 +301,15 @@ class GPT(nn.Module):
         """An empty :class:`~attnlm.nn.attention.KVCache` with one slot per layer."""
         return KVCache(self.config.n_layer)
 
-    def new_state(self, batch: dict[str, Tensor] | None = None) -> KVCache:
+    def new_state(
+        self, batch: dict[str, Tensor] | None = None, *, max_len: int | None = None
+    ) -> KVCache:
         """Decoding state for a batch: for a decoder-only model, an empty KV cache (the
-        prompt is fed through :meth:`step` like every later token)."""
+        prompt is fed through :meth:`step` like every later token). ``max_len``: a static
+        state (:class:`~attnlm.nn.static_cache.StaticKVCache`) whose buffers hold that many
+        positions, written in place."""
+        if max_len is not None:
+            return StaticKVCache(self.config.n_layer, max_len)
         return self.new_cache()
 
     def step(self, tokens: Tensor, state: KVCache) -> Tensor:

@@ -162,6 +162,8 @@ class Transformer(nn.Module):
     pre-norm model, else identities), ``lm_head``.
     """
 
+    static_state = True  # new_state(max_len=...): buffers allocated once (transformer_state)
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         config.check_ids()
@@ -404,16 +406,19 @@ class Transformer(nn.Module):
             scores[:, c.eos_id] = 0.0
         return scores
 
-    def new_state(self, batch: dict[str, Tensor] | None = None) -> EncoderDecoderState:
+    def new_state(
+        self, batch: dict[str, Tensor] | None = None, *, max_len: int | None = None
+    ) -> EncoderDecoderState:
         """Encode ``batch["src"]`` (with ``batch["src_mask"]``) once; the state holds the
-        memory for the cross-attention and an empty decoder cache."""
+        memory for the cross-attention and an empty decoder cache (``max_len``: its buffers
+        hold that many target positions, allocated once; else they grow by doubling)."""
         if batch is None or "src" not in batch:
             raise InputError("an encoder-decoder decodes from a source: pass {'src', 'src_mask'}")
         device = self.lm_head.weight.device
         src = batch["src"].to(device)
         src_mask = batch.get("src_mask")
         memory, mask, _, _ = self.encode(src, None if src_mask is None else src_mask.to(device))
-        return EncoderDecoderState(self.config.n_decoder_layers, memory, mask)
+        return EncoderDecoderState(self.config.n_decoder_layers, memory, mask, max_len)
 
     def step(self, tokens: Tensor, state: EncoderDecoderState) -> Tensor:
         """Feed decoder ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``."""

@@ -1,7 +1,8 @@
 """The decoding state of the encoder-decoder :class:`~attnlm.models.transformer.Transformer`:
-a KV cache (:class:`~attnlm.nn.attention.KVCache`) whose self-attention entries live in
-preallocated buffers that grow by doubling, whose cross-attention keys/values are computed once
-per source, and whose beam reordering copies only the rows that move (docs/seq2seq.md).
+a KV cache (:class:`~attnlm.nn.static_cache.StaticKVCache`) whose self-attention entries live
+in preallocated buffers (of a fixed length, or growing by doubling), whose cross-attention
+keys/values are computed once per source, and whose beam reordering copies only the rows that
+move (docs/seq2seq.md).
 
 Shape legend
     B  rows (sources x beams)
@@ -18,53 +19,26 @@ import torch
 from torch import Tensor
 
 from attnlm.errors import InputError
-from attnlm.nn.attention import KVCache
+from attnlm.nn.static_cache import StaticKVCache
 
 
-class EncoderDecoderState(KVCache):
+class EncoderDecoderState(StaticKVCache):
     """Decoding state of the encoder-decoder: the decoder's KV cache (self-attention keys and
-    values per layer, cross-attention keys and values computed once from the encoder output)
-    plus the encoder output ``memory`` ``(B, S, C)`` until the first step has turned it into
-    the cross-attention slots, and the source padding mask ``context_mask``
-    ``(B, 1, 1, S)``."""
+    values per layer in buffers written in place, :class:`StaticKVCache`; cross-attention keys
+    and values computed once from the encoder output) plus the encoder output ``memory``
+    ``(B, S, C)`` until the first step has turned it into the cross-attention slots, and the
+    source padding mask ``context_mask`` ``(B, 1, 1, S)``. ``max_len``: buffers of that many
+    target positions allocated once (the static state); None: buffers that grow by doubling."""
 
-    def __init__(self, n_layer: int, memory: Tensor, context_mask: Tensor) -> None:
-        super().__init__(n_layer)
+    def __init__(
+        self, n_layer: int, memory: Tensor, context_mask: Tensor, max_len: int | None = None
+    ) -> None:
+        super().__init__(n_layer, max_len)
         self.memory: Tensor | None = memory
         self.context_mask = context_mask
         # the cross-attention row (of ``cross``, ``context_mask``, ``memory``) of each row:
         # row r uses cross-attention row r // cross_group
         self.rows = torch.arange(memory.shape[0], device=memory.device)
-        self._held = 0  # tokens held; keys[l] / values[l] are views of the buffers below
-        self._k_buf: list[Tensor | None] = [None] * n_layer  # (B, H, capacity, D)
-        self._v_buf: list[Tensor | None] = [None] * n_layer
-
-    @property
-    def length(self) -> int:
-        return self._held
-
-    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the new keys/values ``(B, H, T, D)`` into preallocated buffers that grow by
-        doubling (no concatenation of everything held at every step); returns views of all
-        held entries ``(B, H, S, D)``."""
-        start = self._held if layer == 0 else self.keys[0].shape[-2] - k.shape[-2]
-        end = start + k.shape[-2]
-        buf = self._k_buf[layer]
-        if buf is None or buf.shape[-2] < end or buf.shape[0] != k.shape[0]:
-            cap = max(16, 2 * end)
-            new_k = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
-            new_v = v.new_empty(new_k.shape)
-            if start:
-                new_k[:, :, :start] = self.keys[layer][:, :, :start]
-                new_v[:, :, :start] = self.values[layer][:, :, :start]
-            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
-        self._k_buf[layer][:, :, start:end] = k
-        self._v_buf[layer][:, :, start:end] = v
-        self.keys[layer] = self._k_buf[layer][:, :, :end]
-        self.values[layer] = self._v_buf[layer][:, :, :end]
-        if layer == len(self.keys) - 1:
-            self._held = end
-        return self.keys[layer], self.values[layer]
 
     def trim(self, keep_last: int) -> None:
         raise InputError("an encoder-decoder's decoding state has no window to trim")
@@ -91,11 +65,11 @@ class EncoderDecoderState(KVCache):
                     k.index_copy_(0, moved, k.index_select(0, src))
                     v.index_copy_(0, moved, v.index_select(0, src))
                 continue
-            new_k = k.new_empty(n, *self._k_buf[layer].shape[1:])
+            new_k = k.new_empty(n, *self.k_buf[layer].shape[1:])
             new_v = v.new_empty(new_k.shape)
             torch.index_select(k, 0, indices, out=new_k[:, :, : k.shape[-2]])
             torch.index_select(v, 0, indices, out=new_v[:, :, : v.shape[-2]])
-            self._k_buf[layer], self._v_buf[layer] = new_k, new_v
+            self.k_buf[layer], self.v_buf[layer] = new_k, new_v
             self.keys[layer], self.values[layer] = (
                 new_k[:, :, : k.shape[-2]],
                 new_v[:, :, : v.shape[-2]],

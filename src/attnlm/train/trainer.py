@@ -174,6 +174,9 @@ class Trainer:
         self.ckpt_config = job.checkpoint_config
         self.tokenizer = job.tokenizer
         self.device = job.device
+        if self.device.type == "cuda":  # TF32 tensor cores for float32 matmuls (A100 and later)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         self.dist = job.dist
         self.data_gen = job.data_gen or torch.Generator().manual_seed(cfg.seed)
         self.state = TrainState()

@@ -1,0 +1,113 @@
+"""The compiled decode step: one ``torch.compile(fullgraph=True)`` graph of a one-token step
+over a static decoding state, compiled once and replayed at every position of every call.
+
+A one-token step of a small model is mostly overhead: per layer a dozen small operations
+(norm, split into heads, cache write, two attention products, softmax, residual adds), each a
+Python call and a kernel launch. Compiled, the whole step (every layer, the head) is one graph:
+the small operations fuse into a few kernels and the Python disappears; on CUDA
+(``mode="reduce-overhead"``) the graph is also captured as a CUDA graph, so a step is one
+launch.
+
+What makes one graph serve every position is the static state in fixed mode
+(:meth:`attnlm.nn.static_cache.StaticKVCache.fix`): the buffers have the same shape at every
+step, the write position is a tensor (not a Python integer the graph would specialise on), and
+the slots not yet written are masked. The prompt is fed uncompiled (its length varies from call
+to call); each later step is ``step(tokens (B, 1), state)``. The buffers are as long as the
+model's window, so calls with the same batch size reuse the graph whatever their length; a new
+batch size compiles once more. The states themselves are kept and reused (on CUDA the graph
+reads them at fixed addresses).
+
+Families opt in with ``fixed_state = True``: their ``new_state`` takes ``max_len`` and their
+``forward`` honours a fixed state (``gpt``). ``torch._dynamo.config.error_on_recompile``
+turns any recompilation into an error (the tests decode 64 steps under it).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+from attnlm.device import model_device
+from attnlm.errors import InputError
+
+_STEPS: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, CompiledStep]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _one_step(model: torch.nn.Module, tokens: torch.Tensor, state: Any) -> torch.Tensor:
+    """What is compiled: the family's own ``step`` (the decoding-state protocol)."""
+    return model.step(tokens, state)[:, -1]  # (B, V)
+
+
+class CompiledStep:
+    """A compiled one-token decode step of ``model`` (see the module docstring).
+
+    ``backend``/``mode`` go to ``torch.compile`` (defaults: inductor; ``reduce-overhead`` on
+    CUDA). ``step(tokens (B, 1), state) -> logits (B, 1, V)`` like ``model.step``."""
+
+    def __init__(self, model: torch.nn.Module, backend: str | None = None, mode: str | None = None):
+        if not getattr(model, "fixed_state", False) or getattr(model, "alibi", None) is not None:
+            raise InputError(
+                f"{type(model).__name__} has no compiled decode step (needs a static decoding "
+                f"state and no ALiBi)"
+            )
+        self._model = weakref.ref(model)  # the model owns this step, not the other way round
+        self.cuda = model_device(model).type == "cuda"
+        if mode is None and backend is None and self.cuda:
+            mode = "reduce-overhead"
+        self.fn = torch.compile(_one_step, fullgraph=True, backend=backend or "inductor", mode=mode)
+        self._states: dict[tuple, Any] = {}
+
+    def fits(self, model: torch.nn.Module, total: int) -> bool:
+        """Whether a decode reaching ``total`` positions runs in one buffer (no window slide)."""
+        block = getattr(getattr(model, "config", None), "block_size", None)
+        return block is None or total <= block
+
+    def buffer_length(self, model: torch.nn.Module, total: int) -> int:
+        """The state's length: the model's window (one graph for calls of any length)."""
+        block = getattr(getattr(model, "config", None), "block_size", None)
+        return total if block is None else int(block)
+
+    def state(self, batch: dict[str, Any] | None, max_len: int) -> Any:
+        """A fresh static state of ``max_len`` positions, reusing the buffers of the last one
+        of this length (a state is used by one decode at a time)."""
+        key = (max_len, None if batch is not None else "lm")
+        state = self._states.get(key) if batch is None else None
+        if state is None:
+            state = self._model().new_state(batch, max_len=max_len)
+            if batch is None:
+                self._states[key] = state
+        else:
+            state.reset()
+        return state
+
+    def __call__(self, tokens: torch.Tensor, state: Any) -> torch.Tensor:
+        """Logits ``(B, 1, V)`` of one new token per row after what ``state`` holds."""
+        if tokens.shape[1] != 1:
+            raise InputError(f"the compiled step takes one token per row, got {tokens.shape[1]}")
+        if not state.fixed:
+            state.fix()
+            if self.cuda:  # CUDA graphs read the state at fixed addresses
+                for t in (*state.k_buf, *state.v_buf, state.cursor):
+                    torch._dynamo.mark_static_address(t)
+        if self.cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+        logits = self.fn(self._model(), tokens, state)
+        state.commit(1)
+        # a CUDA graph's output is overwritten by the next replay: keep a copy
+        return (logits.clone() if self.cuda else logits)[:, None]
+
+
+def compiled_step(
+    model: torch.nn.Module, backend: str | None = None, mode: str | None = None
+) -> CompiledStep:
+    """The :class:`CompiledStep` of ``model`` for this backend and mode, made on first use and
+    kept as long as the model lives (so every later call reuses its compiled graphs)."""
+    steps = _STEPS.setdefault(model, {})
+    key = (backend, mode)
+    if key not in steps:
+        steps[key] = CompiledStep(model, backend=backend, mode=mode)
+    return steps[key]

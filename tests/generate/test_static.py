@@ -1,0 +1,212 @@
+"""The static decoding state (attnlm.nn.static_cache) and the compiled decode step
+(attnlm.generate.compiled): the same tokens as the growing KV cache, fixed buffers, one graph
+for every step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlm.errors import InputError
+from attnlm.generate import decode, generate
+from attnlm.generate.compiled import CompiledStep
+from attnlm.models.gpt import GPT, GPTConfig
+from attnlm.models.transformer import Transformer, TransformerConfig
+from attnlm.nn.cache import KVCache
+from attnlm.nn.static_cache import StaticKVCache
+
+RAGGED = [[1, 2, 3], [4, 5, 6, 7, 8], [9], [10, 11]]
+
+
+def _gpt(**kw) -> GPT:
+    torch.manual_seed(0)
+    base = dict(vocab_size=40, block_size=48, n_layer=2, n_head=2, n_embd=16)
+    return GPT(GPTConfig(**(base | kw))).eval()
+
+
+def _prompts(batch: int) -> list[list[int]]:
+    return [RAGGED[r % len(RAGGED)] + [r % 40] * (r // len(RAGGED)) for r in range(batch)]
+
+
+def _both(model, prompts, n, **kw):
+    """Tokens with the growing cache and with the static state (a fresh seeded generator each)."""
+    out = []
+    for static in (False, True):
+        g = torch.Generator().manual_seed(7)
+        out.append(decode(model, prompts, n, generator=g, lookahead=0, static=static, **kw))
+    return out
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_gpt_static_state_gives_the_dynamic_cache_tokens(batch, temperature, positions):
+    model = _gpt(positions=positions)
+    dynamic, static = _both(model, _prompts(batch), 30, temperature=temperature, top_k=10)
+    assert static == dynamic
+    assert all(len(row) == 30 for row in static)
+
+
+def test_sliding_window_static_state_equals_dynamic():
+    """Past the window (relative positions) the static state slides by trimming in place."""
+    model = _gpt(positions="rope", block_size=8)
+    dynamic, static = _both(model, _prompts(5), 25, temperature=0.0)
+    assert static == dynamic
+
+
+def test_learned_positions_past_the_window_equal_dynamic():
+    model = _gpt(block_size=8)
+    dynamic, static = _both(model, _prompts(3), 12, temperature=0.0)
+    assert static == dynamic
+
+
+def test_the_static_state_is_used_and_never_reallocated():
+    model = _gpt()
+    state = model.new_state(max_len=20)
+    assert isinstance(state, StaticKVCache)
+    model.step(torch.tensor([[1, 2, 3], [4, 5, 6]]), state)
+    buffers = [b.data_ptr() for b in state.k_buf + state.v_buf]
+    assert state.k_buf[0].shape == (2, 2, 20, 8) and state.length == 3
+    for t in range(5):
+        model.step(torch.tensor([[t], [t + 1]]), state)
+    assert [b.data_ptr() for b in state.k_buf + state.v_buf] == buffers
+    assert state.length == 8 and state.position == 8
+    with pytest.raises(InputError, match="holds 20 positions"):
+        model.step(torch.ones(2, 13, dtype=torch.long), state)
+
+
+def _random_kv(g, b=3, h=2, t=4, d=5):
+    return torch.randn(b, h, t, d, generator=g), torch.randn(b, h, t, d, generator=g)
+
+
+@pytest.mark.parametrize("max_len", [12, None])
+def test_static_cache_holds_what_the_dynamic_cache_holds(max_len):
+    """append / trim / reorder against KVCache; H_kv (2 here) comes from the keys given, so
+    grouped-query attention's fewer key/value heads drop in."""
+    g = torch.Generator().manual_seed(0)
+    ref, ours = KVCache(2), StaticKVCache(2, max_len)
+    idx = torch.tensor([2, 0, 0])
+
+    def check():
+        assert ours.length == ref.length
+        for a, b in zip(ours.keys + ours.values, ref.keys + ref.values):
+            assert torch.equal(a, b)
+
+    for t in (4, 1, 1, 3):
+        kv = [_random_kv(g, t=t) for _ in range(2)]
+        for layer, (k, v) in enumerate(kv):
+            assert torch.equal(ours.append(layer, k, v)[0], ref.append(layer, k, v)[0])
+        check()
+    ours.trim(5), ref.trim(5)
+    check()
+    ours.reorder(idx), ref.reorder(idx)
+    check()
+    ours.reorder(torch.tensor([1, 2])), ref.reorder(torch.tensor([1, 2]))
+    check()
+
+
+def test_fixed_mode_masks_unwritten_slots_and_equals_prefix_mode():
+    model = _gpt()
+    ids = torch.tensor([[3, 4, 5, 6], [7, 8, 9, 1]])
+    prefix, fixed = model.new_state(max_len=16), model.new_state(max_len=16)
+    model.step(ids, prefix), model.step(ids, fixed)
+    fixed.fix()
+    assert fixed.visible(1, torch.float32)[0, :5].eq(0).all()
+    assert fixed.visible(1, torch.float32)[0, 5:].eq(float("-inf")).all()
+    for tok in ([[2], [3]], [[4], [5]], [[6], [7]]):
+        want = model.step(torch.tensor(tok), prefix)
+        got = model.step(torch.tensor(tok), fixed)
+        fixed.commit(1)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    fixed.unfix()
+    assert fixed.length == prefix.length == 7
+    for a, b in zip(fixed.keys, prefix.keys):
+        torch.testing.assert_close(a, b)
+
+
+def _transformer(**kw) -> Transformer:
+    torch.manual_seed(0)
+    base = dict(vocab_size=17, d_model=16, n_head=2, n_encoder_layers=2, n_decoder_layers=2,
+                dropout=0.0, pad_id=0, bos_id=1, eos_id=2, force_eos=False)  # fmt: skip
+    return Transformer(TransformerConfig(**(base | kw))).eval()
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_transformer_static_state_gives_the_dynamic_tokens(batch, temperature):
+    model = _transformer()
+    sources = [[3 + (r % 7), 4 + (r % 5), 5][: 1 + r % 3] for r in range(batch)]
+    setup = model.prepare_decoding(sources)
+    dynamic, static = _both(
+        model, setup.prompts, 20, temperature=temperature, state_batch=setup.state_batch,
+        process=setup.process,
+    )  # fmt: skip
+    assert static == dynamic
+    state = model.new_state(setup.state_batch, max_len=21)
+    model.step(torch.tensor(setup.prompts), state)
+    assert state.k_buf[0].shape[2] == 21
+
+
+# -- the compiled step ----------------------------------------------------------------------
+
+
+def test_compiled_step_is_one_graph_without_recompiling(temperature=1.0):
+    """fullgraph=True (a graph break is an error), 64 steps and a second call under
+    error_on_recompile, tokens equal to the eager static state. The "eager" backend checks
+    the capture quickly; the inductor test below checks the generated code."""
+    model = _gpt(block_size=96)
+    step = CompiledStep(model, backend="eager")
+    prompts = _prompts(4)
+    g = torch.Generator().manual_seed(3)
+    want = decode(model, prompts, 64, temperature=temperature, generator=g, lookahead=0)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for _ in range(2):  # the second call reuses the graph (and the state's buffers)
+            g = torch.Generator().manual_seed(3)
+            got = decode(model, prompts, 64, temperature=temperature, generator=g, compile=step)
+            assert got == want
+
+
+def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window():
+    from attnlm.generate.compiled import compiled_step
+
+    model = _gpt(block_size=16)
+    assert compiled_step(model, backend="eager") is compiled_step(model, backend="eager")
+    step = compiled_step(model, backend="eager")
+    ids = torch.tensor([[1, 2, 3]])
+    torch._dynamo.reset()
+    want = generate(model, ids, 30, temperature=0, lookahead=0)  # past the window
+    assert torch.equal(generate(model, ids, 30, temperature=0, compile=step), want)
+    with pytest.raises(InputError, match="no compiled decode step"):
+        CompiledStep(_gpt(positions="alibi"))
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_gives_the_eager_tokens():
+    model = _gpt(block_size=96)
+    want = generate(model, torch.tensor([[1, 2, 3], [4, 5, 6]]), 40, temperature=0, lookahead=0)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        got = generate(model, torch.tensor([[1, 2, 3], [4, 5, 6]]), 40, temperature=0, compile=True)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.slow
+def test_cli_generate_compile_prints_the_uncompiled_text(cli, corpus, tmp_path):
+    run = tmp_path / "run"
+    argv = ["--preset", "tiny-test", "--text", str(corpus), "--out", str(run), "--max-iters", "3"]
+    assert cli("train", *argv, "--no-progress").code == 0
+    gen = ["--checkpoint", str(run), "--prompt", "First", "--max-new-tokens", "20"]
+    for extra in (["--temperature", "0"], ["--seed", "3", "--top-k", "5"]):
+        plain = cli("generate", *gen, *extra)
+        compiled = cli("generate", *gen, *extra, "--compile")
+        assert plain.code == compiled.code == 0 and compiled.out == plain.out
+
+
+def test_cli_generate_compile_on_a_family_without_a_compiled_step(cli, corpus, tmp_path):
+    run = tmp_path / "run"
+    argv = ["--preset", "ffnn-char", "--text", str(corpus), "--out", str(run), "--max-iters", "2"]
+    assert cli("train", *argv, "--no-progress", "--eval-interval", "2").code == 0
+    res = cli("generate", "--checkpoint", str(run), "--max-new-tokens", "3", "--compile")
+    assert res.code == 2 and "no compiled decode step" in res.err
+    assert "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
