@@ -58,9 +58,18 @@ class Scan:
 
 def scan(corpus: Corpus, alphabet: bool = False, progress: Progress | None = None) -> Scan:
     """One pass over ``corpus``; ``alphabet``: also collect its distinct characters."""
+    out = scan_pieces(corpus.pieces(progress), alphabet)
+    out.bad = corpus.bad
+    if not corpus.documents:
+        out.documents = 0
+    return out
+
+
+def scan_pieces(pieces: Iterable[str], alphabet: bool = False) -> Scan:
+    """:func:`scan` of a text given as pieces (``documents`` counts the pieces)."""
     out = Scan(alphabet=set() if alphabet else None)
     last = before = -1  # the last two line breaks seen
-    for piece in corpus.pieces(progress):
+    for piece in pieces:
         r = piece.rfind("\n")
         if r >= 0:
             r2 = piece.rfind("\n", 0, r)
@@ -73,9 +82,6 @@ def scan(corpus: Corpus, alphabet: bool = False, progress: Progress | None = Non
         if out.alphabet is not None:
             _add_alphabet(out.alphabet, piece)
     out.inner_newline = last if last < out.chars - 1 else before
-    out.bad = corpus.bad
-    if not corpus.documents:
-        out.documents = 0
     return out
 
 

@@ -260,11 +260,10 @@ def _tokenizer(
         return make_tokenizer(cfg.tokenizer, "", "", None)
     t0 = time.perf_counter()
     train_chars = point.at if not point.documents else int(info.chars * (1 - cfg.val_fraction))
-    sample = training_sample(corpus, point, cfg.tokenizer_sample, train_chars)
+    sample, whole = training_sample(corpus, point, cfg.tokenizer_sample, train_chars)
     tok = make_tokenizer(cfg.tokenizer, "", sample, cfg.bpe_vocab_size)
     took = time.perf_counter() - t0
-    what = "the training split" if len(sample) >= train_chars else (
-        f"a sample of the training split ({train_chars:,} characters)")  # fmt: skip
+    what = "the whole training split" if whole else "whole chunks spread over the training split"
     say(
         f"tokenizer: {cfg.tokenizer} trained on {len(sample):,} characters, {what}, in "
         f"{took:.1f}s ({len(sample) / max(took, 1e-9) / 1e6:.2f}M characters/s)"
@@ -272,20 +271,26 @@ def _tokenizer(
     return tok
 
 
-def training_sample(corpus: Corpus, point: SplitPoint, limit: int, train_chars: int) -> str:
-    """At most about ``limit`` characters of the training split: all of it when it is no
-    longer, else whole chunks (cut at line starts) kept in proportion as the split streams by,
-    so they are spread evenly over it."""
+def training_sample(
+    corpus: Corpus, point: SplitPoint, limit: int, train_chars: int
+) -> tuple[str, bool]:
+    """``(text, whole)``: at most about ``limit`` characters of the training split (of about
+    ``train_chars``): all of it (``whole``) when it is no longer, else whole chunks (cut at
+    line starts) kept in proportion as the split streams by, so they spread evenly over it."""
     parts: list[str] = []
     taken = pos = 0
-    for split, chunk in chunks(split_pieces(corpus.pieces(), point)):
+    whole = True
+    size = min(CHUNK_CHARS, max(limit // 64, 1000))  # at least 64 pieces in a sample
+    for split, chunk in chunks(split_pieces(corpus.pieces(), point), size):
         if split:
             break
         pos += len(chunk)
         if taken < limit and (train_chars <= limit or taken < limit * pos / train_chars):
             parts.append(chunk)
             taken += len(chunk)
-    return "".join(parts)
+        else:
+            whole = False
+    return "".join(parts), whole
 
 
 # ---------------------------------------------------------------------------------------------
