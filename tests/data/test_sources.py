@@ -18,7 +18,7 @@ DOCS = [
     "All:\nSpeak, speak.\n",
     "",  # an empty document adds nothing
     "caf\u00e9 \u4e2d\u6587 \U0001f600\n\n  indented\tline",
-    "{\"looks\": \"like json\"}\n",
+    '{"looks": "like json"}\n',
 ]
 EXPECTED = "".join(d if d.endswith("\n") else d + "\n" for d in DOCS if d)
 

@@ -123,9 +123,8 @@ def open_corpus(
         return Corpus(p, [p], _suffix(p) in DOC_SUFFIXES, text_field, skip_bad)
     if (p / "dataset_dict.json").is_file():
         splits = sorted(d.name for d in p.iterdir() if (d / "state.json").is_file())
-        raise InputError(
-            f"{p}: a saved DatasetDict; give one split's folder, e.g. {p / (splits or ['train'])[0]}"
-        )
+        example = p / (splits or ["train"])[0]
+        raise InputError(f"{p}: a saved DatasetDict; give one split's folder, e.g. {example}")
     if all((p / name).is_file() for name in DATASET_FILES):
         return Corpus(p, _arrow_files(p), True, text_field, skip_bad, arrow=True)
     files = sorted((f for f in p.rglob("*") if f.is_file() and _suffix(f)), key=lambda f: f.parts)

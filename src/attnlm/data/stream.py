@@ -37,7 +37,7 @@ import numpy as np
 
 from attnlm.data.sources import BadRecords, Corpus, Progress
 from attnlm.errors import InputError
-from attnlm.tokenizers import chunk_safe, encode_text
+from attnlm.tokenizers import encode_text
 
 CHUNK_CHARS = 1 << 20
 SPLIT_NAMES = ("training text", "validation text")
@@ -222,6 +222,8 @@ def encode_chunks(
         initializer=_init_worker,
         initargs=(pickle.dumps(tokenizer), os.getpid()),
     )
+    from concurrent.futures.process import BrokenProcessPool
+
     pending: deque = deque()
     try:
         for split, text in stream:
@@ -232,6 +234,12 @@ def encode_chunks(
         while pending:
             split, future = pending.popleft()
             yield split, future.result()
+    except BrokenProcessPool:
+        raise InputError(
+            "an encoding worker process died (out of memory, killed, or started from a script "
+            "without an `if __name__ == '__main__':` guard, which worker processes need); "
+            "use --workers 1 to encode in this process"
+        ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -320,10 +320,10 @@ def _chars_per_id(tok: Any) -> np.ndarray:
             out[i] = 1
             continue
         try:
-            raw = tok.decode_bytes([i]) if hasattr(tok, "decode_bytes") else tok.decode([i]).encode()
+            raw = tok.decode_bytes([i]) if hasattr(tok, "decode_bytes") else tok.decode([i])
         except Exception:  # noqa: BLE001 - an id without a token (a gap in the ranks)
             continue
-        out[i] = sum(1 for b in raw if b & 0xC0 != 0x80)
+        out[i] = len(raw) if isinstance(raw, str) else sum(1 for b in raw if b & 0xC0 != 0x80)
     return out
 
 
@@ -387,7 +387,7 @@ def prepare_data_dir(run_dir: Path, cfg: TrainConfig, *, resume: bool = False) -
     else:
         tok = make_tokenizer(cfg.tokenizer, "", "", None)
         if tok.vocab_size > 1 << 16:
-            raise ConfigError(f"{cfg.tokenizer}: {tok.vocab_size:,} ids do not fit nanoGPT's uint16")
+            raise ConfigError(f"{cfg.tokenizer}: {tok.vocab_size:,} ids do not fit in uint16")
         per_id = _chars_per_id(tok)
         metas = [("uint16", *nanogpt_token_file(src / n, tok, per_id)) for n in names]
     out = []
