@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -82,7 +81,8 @@ if __name__ == "__main__":  # worker processes (spawn) run this file's top level
     print(json.dumps({"seconds": time.perf_counter() - t0,
                       "tokens": data.train.n_tokens + data.val.n_tokens,
                       "self_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "worker_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "cpu": cpu()}))
+                      "worker_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                      "cpu": cpu()}))
 """
 
 CHILD_NANOGPT = r"""
@@ -125,7 +125,8 @@ if __name__ == "__main__":
             n += len(arr)
     print(json.dumps({"seconds": time.perf_counter() - t0, "tokens": n,
                       "self_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                      "worker_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "cpu": cpu()}))
+                      "worker_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                      "cpu": cpu()}))
 """
 
 
@@ -201,8 +202,10 @@ def main() -> None:
                     runs["ours, 2 workers"].append(ours(corpus, tmp, tokenizer, 2))
             load = os.getloadavg()[0]
             print(f"(load average {load:.1f} on {os.cpu_count()} cores after these runs)")
-            print("| run | seconds (median) | MB/s | CPU seconds (all processes) | "
-                  "peak RSS: process | largest worker |")
+            print(
+                "| run | seconds (median) | MB/s | CPU seconds (all processes) | "
+                "peak RSS: process | largest worker |"
+            )
             print("|---|---|---|---|---|---|")
             med = {}
             for name, rs in runs.items():
