@@ -196,12 +196,15 @@ def _watch_parent(parent: int) -> None:
 
 
 def _init_worker(tokenizer: bytes, parent: int) -> None:
-    _WORKER["tokenizer"] = pickle.loads(tokenizer)
+    tok = _WORKER["tokenizer"] = pickle.loads(tokenizer)
+    # ids travel back in the token files' dtype (half the bytes of uint32 for most vocabularies)
+    _WORKER["dtype"] = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
 
 def _encode_in_worker(split: int, text: str) -> np.ndarray:
-    return np.asarray(encode_text(_WORKER["tokenizer"], text, SPLIT_NAMES[split]), np.uint32)
+    ids = encode_text(_WORKER["tokenizer"], text, SPLIT_NAMES[split])
+    return np.array(ids, dtype=_WORKER["dtype"])  # ids are below vocab_size: no overflow
 
 
 def encode_chunks(

@@ -88,10 +88,13 @@ def write_token_stream(
     n = 0
     with atomic_open(path, "wb") as f:
         for chunk in chunks:
-            arr = np.asarray(chunk, dtype=np.int64)
-            if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+            arr = np.asarray(chunk)
+            if arr.dtype.kind not in "ui":  # a list of ids (or anything else): check as int64
+                arr = np.asarray(chunk, dtype=np.int64)
+            negative = arr.dtype.kind == "i" and arr.size and arr.min() < 0
+            if arr.size and (negative or arr.max() >= vocab_size):
                 raise InputError(f"{path}: token id out of range for vocab_size {vocab_size}")
-            f.write(arr.astype(dtype).tobytes())
+            f.write(memoryview(np.ascontiguousarray(arr.astype(dtype, copy=False))))
             n += int(arr.size)
     return write_token_meta(path, dtype, n, n_chars() if callable(n_chars) else n_chars, vocab_size)
 
