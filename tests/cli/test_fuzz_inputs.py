@@ -44,7 +44,7 @@ BYTES = {
 NOT_TEXT = {
     "out", "vocab_out", "html", "resume", "checkpoint", "model", "device", "host", "pattern",
     "special", "set", "stop", "compile", "progress", "time_budget", "translate_budget",
-    "compare_budget", "budget", "models", "ids",
+    "compare_budget", "budget", "models", "ids", "text_field",
 }  # fmt: skip
 
 # What makes a command runnable up to the input under test: options with {placeholders} naming
@@ -70,6 +70,7 @@ RUNNABLE: dict[str, dict[str, str]] = {
     "embed": {"--checkpoint": "{ckpt}"},
     "contextual": {"--checkpoint": "{ckpt}"},
     "compare": {"--out": "{outdir}", "--budget": "1s"},
+    "data prepare": {"--out": "{outdir}"},
     "serve": {"--checkpoint": "{ckpt}", "--port": "0"},
     "hmm fit": {"--text": "{text}", "--iters": "1", "--out": "{outdir}"},
     "hmm viterbi": {"--checkpoint": "{ckpt}"},

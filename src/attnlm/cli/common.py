@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 
 from attnlm.errors import AttnlmError, InputError
 from attnlm.textio import text_problem
-from attnlm.validate import existing_path
+from attnlm.validate import existing_dir, existing_path, positive_int
 
 T = TypeVar("T")
 
@@ -104,7 +104,55 @@ def add_text_argument(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         default=None,
         type=text_file(),
-        help="a UTF-8 text file or a folder of .txt files (default: the built-in corpus)",
+        help="a UTF-8 text file, .jsonl/.jsonl.gz/.jsonl.zst, .parquet, a folder of these, or "
+        "a datasets.save_to_disk folder (default: the built-in corpus)",
+    )
+
+
+def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
+    """How a corpus is read and encoded (``attnlm train`` and ``attnlm data prepare``):
+    ``--text-field``, ``--skip-bad``, ``--workers``, ``--tokenizer-sample``."""
+    p.add_argument(
+        "--text-field",
+        default=None,
+        metavar="NAME",
+        help="the document field of .jsonl records / column of .parquet and Arrow (text)",
+    )
+    p.add_argument(
+        "--skip-bad",
+        action="store_const",
+        const=True,
+        default=None,
+        help="skip bad records (not JSON, no field, not a string) and count them, instead of "
+        "stopping at the first",
+    )
+    p.add_argument(
+        "--workers",
+        type=arg(positive_int),
+        default=None,
+        metavar="N",
+        help="processes encoding the corpus (default: the machine's cores for corpora over 32 "
+        "MiB, else 1); the token files are the same for any N",
+    )
+    p.add_argument(
+        "--tokenizer-sample",
+        type=arg(positive_int),
+        default=None,
+        metavar="CHARS",
+        help="characters of the training split a trained tokenizer learns on (64000000; "
+        "whole chunks spread evenly over a larger split)",
+    )
+
+
+def add_data_dir_argument(p: argparse.ArgumentParser) -> None:
+    """``--data-dir DIR``: token files prepared before (``attnlm data prepare``, nanoGPT)."""
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        default=None,
+        type=arg(existing_dir),
+        help="train on prepared token files: a folder from attnlm data prepare, or nanoGPT's "
+        "train.bin/val.bin (uint16 GPT-2 ids, with --tokenizer gpt2)",
     )
 
 

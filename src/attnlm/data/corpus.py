@@ -139,23 +139,18 @@ def _read_one(path: Path) -> str:
     return read_text_file(path, empty_ok=True)  # the one strict reader (attnlm.textio)
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """Read a user's corpus: one UTF-8 file, or every ``*.txt`` file in a folder (sorted).
+def read_text(path: str | os.PathLike[str], text_field: str = "text") -> str:
+    """Read a user's corpus whole: one UTF-8 file, a JSON Lines or Parquet file of documents,
+    or a folder of them (sorted; see :mod:`attnlm.data.sources`, which also streams them).
 
-    Raises :class:`InputError` naming the file for a missing path, non-UTF-8 bytes, or an empty
-    result.
+    Raises :class:`InputError` naming the file for a missing path, non-UTF-8 bytes, a bad
+    record, or an empty result.
     """
+    from attnlm.data.sources import open_corpus
+
     p = Path(path).expanduser()
-    if not p.exists():
-        raise InputError(f"{p}: no such file or folder")
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*.txt") if f.is_file())
-        if not files:
-            raise InputError(f"{p}: folder contains no .txt files")
-        parts = [_read_one(f) for f in files]
-        text = "".join(t if t.endswith("\n") else t + "\n" for t in parts if t)
-    else:
-        text = _read_one(p)
+    corpus = open_corpus(p, text_field)
+    text = "".join(corpus.pieces()) if corpus.documents or p.is_dir() else _read_one(p)
     if not text or text.isspace():  # not text.strip(): that copies a whole corpus
         raise InputError(f"{p}: file is empty")
     return text

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,25 +76,37 @@ def write_token_stream(
     chunks: Iterable[Sequence[int] | np.ndarray],
     path: str | os.PathLike[str],
     vocab_size: int,
-    n_chars: int,
+    n_chars: int | Callable[[], int],
 ) -> TokenFile:
     """Write the ids of ``chunks`` one after the other as one raw array at ``path`` (plus the
     ``path.json`` metadata), each file atomically. Only one chunk is in memory at a time, so a
     corpus encoded piece by piece (:func:`attnlm.tokenizers.iter_encode`) never becomes one
-    list of ids."""
+    list of ids. ``n_chars`` may be a function, called once the chunks are written (for a
+    stream that counts its characters as it goes)."""
     path = Path(path)
     dtype = token_dtype(vocab_size)
     n = 0
     with atomic_open(path, "wb") as f:
         for chunk in chunks:
-            arr = np.asarray(chunk, dtype=np.int64)
-            if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+            arr = np.asarray(chunk)
+            if arr.dtype.kind not in "ui":  # a list of ids (or anything else): check as int64
+                arr = np.asarray(chunk, dtype=np.int64)
+            negative = arr.dtype.kind == "i" and arr.size and arr.min() < 0
+            if arr.size and (negative or arr.max() >= vocab_size):
                 raise InputError(f"{path}: token id out of range for vocab_size {vocab_size}")
-            f.write(arr.astype(dtype).tobytes())
+            f.write(memoryview(np.ascontiguousarray(arr.astype(dtype, copy=False))))
             n += int(arr.size)
+    return write_token_meta(path, dtype, n, n_chars() if callable(n_chars) else n_chars, vocab_size)
+
+
+def write_token_meta(
+    path: str | os.PathLike[str], dtype: np.dtype, n_tokens: int, n_chars: int, vocab_size: int
+) -> TokenFile:
+    """Write the ``path.json`` metadata of the raw id array at ``path`` (atomically)."""
+    path = Path(path)
     meta = {
-        "dtype": dtype.name,
-        "n_tokens": n,
+        "dtype": np.dtype(dtype).name,
+        "n_tokens": int(n_tokens),
         "n_chars": int(n_chars),
         "vocab_size": int(vocab_size),
     }

@@ -24,6 +24,8 @@ from attnlm.tokenizers.wordpiece import WordPieceTokenizer
 # kinds that need a vocabulary size to train
 SIZED_KINDS = ("bpe", "classic-bpe", "wordpiece")
 TRAINABLE_KINDS = ("char", "word", "classic-bpe", "bpe", "wordpiece")
+# published tokenizers a run names instead of training one (see attnlm.tokenizers.gpt2)
+PRETRAINED_KINDS = ("gpt2",)
 
 
 def train_tokenizer(
@@ -65,16 +67,20 @@ def train_tokenizer(
 def make_tokenizer(spec: str, text: str, train_text: str, vocab_size: int | None) -> Tokenizer:
     """A run's tokenizer from its spec: ``char`` (alphabet of the whole ``text``, so
     validation characters are encodable), another trainable kind (trained on ``train_text``
-    only), or a path to a saved tokenizer file."""
+    only), ``gpt2`` (GPT-2's published tokenizer), or a path to a saved tokenizer file."""
     if spec == "char":
         return train_tokenizer("char", text)
     if spec in TRAINABLE_KINDS:
         return train_tokenizer(spec, train_text, vocab_size)
+    if spec == "gpt2":
+        from attnlm.tokenizers.gpt2 import gpt2_tokenizer
+
+        return gpt2_tokenizer()
     path = Path(spec).expanduser()
     if not path.is_file():
         raise ConfigError(
-            f"train.tokenizer must be {', '.join(TRAINABLE_KINDS)} or a tokenizer file; "
-            f"{spec!r} is none"
+            f"train.tokenizer must be {', '.join(TRAINABLE_KINDS + PRETRAINED_KINDS)} or a "
+            f"tokenizer file; {spec!r} is none"
         )
     return load(path)
 

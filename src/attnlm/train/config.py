@@ -37,6 +37,7 @@ RESUMABLE_CHANGES = frozenset(
         "threads",
         "fused",
         "progress",
+        "workers",
     }
 )
 
@@ -84,10 +85,15 @@ class TrainConfig:
     compile: bool = False  # torch.compile the model
     threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
     # data
-    text: str | None = None  # corpus path; None = the built-in corpus
-    tokenizer: str = "char"  # char | bpe | path to a saved tokenizer JSON
+    text: str | None = None  # corpus path (text, JSON Lines, Parquet, folder); None = built-in
+    tokenizer: str = "char"  # char | bpe | ... | gpt2 | path to a saved tokenizer JSON
     bpe_vocab_size: int = 512
     val_fraction: float = DEFAULT_VAL_FRACTION
+    text_field: str = "text"  # the document field of JSON Lines / column of Parquet and Arrow
+    skip_bad: bool = False  # skip (and count) bad records instead of stopping at the first
+    workers: int = 0  # processes encoding the corpus; 0 = the machine's cores on large corpora
+    tokenizer_sample: int = 64_000_000  # characters of the training split a tokenizer learns on
+    data_dir: str | None = None  # prepared token files (attnlm data prepare, or nanoGPT's)
     # sentence pairs (families whose objective trains on pairs: seq2seq)
     pairs: str | None = None  # TSV path source<TAB>target; None = the built-in task
     shared_vocab: bool = True  # one tokenizer for both sides (else one per side)
@@ -99,7 +105,14 @@ class TrainConfig:
         for name in positive + ("log_interval", "bpe_vocab_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_iters", "early_stop", "threads", "weight_decay", "grad_clip"):
+        if self.tokenizer_sample < 1:
+            raise ConfigError(f"train.tokenizer_sample must be >= 1, got {self.tokenizer_sample}")
+        if not self.text_field:
+            raise ConfigError("train.text_field must be a non-empty field name")
+        if self.text is not None and self.data_dir is not None:
+            raise ConfigError("give the corpus as text or as a prepared data_dir, not both")
+        names = ("warmup_iters", "early_stop", "threads", "weight_decay", "grad_clip", "workers")
+        for name in names:
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:

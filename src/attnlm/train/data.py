@@ -4,36 +4,64 @@ The run folder keeps ``tokenizer.json`` and, next to it, ``train.bin`` / ``val.b
 arrays, see :mod:`attnlm.data.windows`) with their JSON metadata, and ``data.json``, the
 signature of what they were made from: the corpus's content (size, modification time and
 SHA-256 of every file) and the tokenizer settings (kind or the tokenizer file's content, BPE
-vocabulary size, validation fraction). A later run in the folder reuses the files only when the
-signature is the same; a changed corpus or tokenizer is tokenized again (a resumed run refuses
-instead: its model was trained on the old tokens).
+vocabulary size, validation fraction, document field). A later run in the folder reuses the
+files only when the signature is the same; a changed corpus or tokenizer is tokenized again (a
+resumed run refuses instead: its model was trained on the old tokens).
 
-The character tokenizer's alphabet is taken from the whole text (so validation characters are
-encodable); a BPE tokenizer is trained on the training split only. The splits are encoded in
-chunks of about a million characters streamed into the token files
-(:func:`attnlm.tokenizers.iter_encode`, :func:`attnlm.data.windows.write_token_stream`), so
-memory holds the text once plus one chunk, never a list of every id.
+The corpus (any format of :mod:`attnlm.data.sources`) is streamed, never held in memory
+(:mod:`attnlm.data.stream`): one pass scans it (characters, documents, the split, the
+character tokenizer's alphabet, which is the whole text's so validation characters are
+encodable); a trainable tokenizer other than ``char`` learns on at most ``tokenizer_sample``
+characters of the training split (all of it when smaller; else whole chunks spread evenly
+over it); the last pass encodes chunks in ``workers`` processes and writes them in order.
+``data.json`` is removed first and written last, so a killed preparation is never taken for a
+complete one; the token files themselves are written atomically (no torn file) and the
+temporary files a kill leaves are removed by the next run.
+
+``data_dir`` instead points at token files prepared before: a folder written by ``attnlm data
+prepare`` (its tokenizer and metadata are used), or nanoGPT's ``train.bin`` / ``val.bin``
+(uint16 GPT-2 ids; ``--tokenizer gpt2``). Their files are linked into the run folder, not
+copied. nanoGPT's character-level data (``meta.pkl``, a pickle) is refused, never unpickled.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlm.data.corpus import default_corpus_path, load_text, split_index
+import numpy as np
+
+from attnlm.data.corpus import default_corpus_path
 from attnlm.data.pairs import RUN_PAIRS_DIR, RUN_SPLIT_SEED
-from attnlm.data.windows import TokenFile, read_token_file, write_token_stream
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text
-from attnlm.tokenizers import iter_encode, make_tokenizer
+from attnlm.data.sources import Corpus, open_corpus
+from attnlm.data.stream import (
+    CHUNK_CHARS,
+    SplitPoint,
+    chunks,
+    default_workers,
+    encode_chunks,
+    scan,
+    split_pieces,
+    split_point,
+)
+from attnlm.data.windows import TokenFile, read_token_file, write_token_meta, write_token_stream
+from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_write_text, remove_stale_temps, temp_path_for
+from attnlm.tokenizers import chunk_safe, make_tokenizer
 from attnlm.tokenizers.factory import TRAINABLE_KINDS
 from attnlm.train.config import TrainConfig
 
 SIGNATURE_VERSION = 2
+AUTO_WORKERS_BYTES = 32 << 20  # below this a worker pool takes longer to start than to encode
+NANOGPT_PICKLE = "meta.pkl"
 
 
 @dataclass
@@ -44,6 +72,7 @@ class RunData:
     train: TokenFile
     val: TokenFile
     seconds: float = 0.0  # time spent training the tokenizer and encoding (0 when reused)
+    corpus_bytes: int = 0  # bytes of corpus files read (0 when reused)
 
     def stats_line(self) -> str:
         """One line of tokenizer statistics (kind, vocabulary, tokens, characters per token)."""
@@ -51,6 +80,8 @@ class RunData:
         n_tok = self.train.n_tokens + self.val.n_tokens
         n_chr = self.train.n_chars + self.val.n_chars
         took = f" in {self.seconds:.1f}s" if self.seconds else ""
+        if self.seconds and self.corpus_bytes:
+            took += f" ({self.corpus_bytes / self.seconds / 1e6:.1f} MB/s)"
         return (
             f"tokenizer: {kind}, vocab {self.tokenizer.vocab_size:,}; corpus {n_chr:,} chars -> "
             f"{n_tok:,} tokens ({n_chr / max(n_tok, 1):.2f} chars/token; train "
@@ -58,45 +89,53 @@ class RunData:
         )
 
 
-def file_fingerprint(path: Path) -> dict[str, Any]:
-    """Size, modification time (ns) and SHA-256 of one file (read in 1 MiB blocks)."""
+def file_fingerprint(path: Path, content: bool = True) -> dict[str, Any]:
+    """Size, modification time (ns) and SHA-256 of one file (read in 1 MiB blocks; without
+    ``content``, no SHA-256)."""
     try:
         st = path.stat()
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
+        out = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if content:
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+            out["sha256"] = digest.hexdigest()
     except OSError as e:
         raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest.hexdigest()}
+    return out
 
 
-def corpus_fingerprint(text: str | None) -> list[dict[str, Any]]:
-    """The fingerprint of every file the corpus ``text`` reads (the default corpus's cache
-    file when None; each ``*.txt`` of a folder, as :func:`attnlm.data.corpus.read_text`)."""
-    p = default_corpus_path() if text is None else Path(text).expanduser()
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*.txt") if f.is_file())
-        return [{"file": str(f.relative_to(p)), **file_fingerprint(f)} for f in files]
-    if not p.exists():
-        raise InputError(f"{p}: no such file or folder")
-    return [{"file": p.name, **file_fingerprint(p)}]
+def _corpus(cfg: TrainConfig) -> Corpus:
+    path = default_corpus_path() if cfg.text is None else cfg.text
+    return open_corpus(path, cfg.text_field, cfg.skip_bad)
 
 
-def data_signature(cfg: TrainConfig) -> dict[str, Any]:
+def corpus_fingerprint(corpus: Corpus) -> list[dict[str, Any]]:
+    """The fingerprint of every file the corpus reads (names relative to a folder)."""
+    root = corpus.path if corpus.path.is_dir() else corpus.path.parent
+    return [{"file": str(f.relative_to(root)), **file_fingerprint(f)} for f in corpus.files]
+
+
+def data_signature(cfg: TrainConfig, corpus: Corpus) -> dict[str, Any]:
     """What a run's token files depend on (see the module docstring)."""
     tokenizer_file = None
     if cfg.tokenizer not in TRAINABLE_KINDS and Path(cfg.tokenizer).expanduser().is_file():
         tokenizer_file = file_fingerprint(Path(cfg.tokenizer).expanduser())
-    return {
+    sig = {
         "version": SIGNATURE_VERSION,
         "text": cfg.text,
-        "corpus": corpus_fingerprint(cfg.text),
+        "corpus": corpus_fingerprint(corpus),
         "tokenizer": cfg.tokenizer,
         "tokenizer_file": tokenizer_file,
         "bpe_vocab_size": cfg.bpe_vocab_size,
         "val_fraction": cfg.val_fraction,
     }
+    defaults = TrainConfig()
+    for key in ("text_field", "skip_bad", "tokenizer_sample"):  # recorded when not the default
+        if getattr(cfg, key) != getattr(defaults, key):
+            sig[key] = getattr(cfg, key)
+    return sig
 
 
 def _content(sig: dict[str, Any]) -> Any:
@@ -112,54 +151,254 @@ def _content(sig: dict[str, Any]) -> Any:
     return strip(sig)
 
 
-def prepare(run_dir: Path, cfg: TrainConfig, *, resume: bool = False) -> RunData:
+def _reuse(run_dir: Path, signature: dict[str, Any], resume: bool) -> RunData | None:
+    """The run folder's data when its signature allows (see :func:`prepare`)."""
+    from attnlm import tokenizers
+
+    tok_path, sig_path = run_dir / "tokenizer.json", run_dir / "data.json"
+    train_path, val_path = run_dir / "train.bin", run_dir / "val.bin"
+    if not all(p.is_file() for p in (tok_path, train_path, val_path, sig_path)):
+        return None
+    try:
+        stored = json.loads(sig_path.read_text(encoding="utf-8"))
+    except ValueError:
+        stored = None
+    same_content = isinstance(stored, dict) and (
+        _content(stored) == _content(signature) or "version" not in stored  # older run
+    )
+    if stored == signature or (resume and same_content):
+        tok = tokenizers.load(tok_path)
+        return RunData(tok, read_token_file(train_path), read_token_file(val_path))
+    if resume and isinstance(stored, dict) and stored.get("version") == SIGNATURE_VERSION:
+        raise InputError(
+            f"cannot resume {run_dir}: the corpus or tokenizer changed since the run "
+            "started (data.json); start a new run with --out"
+        )
+    return None
+
+
+@contextmanager
+def progress_bar(total: int, what: str, enabled: bool) -> Iterator[Callable[[int], Any] | None]:
+    """A bar over ``total`` input bytes (MB/s and ETA), drawn once the step takes over a
+    second; yields its ``update`` (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=what, unit="B", unit_scale=True, delay=1.0, leave=False) as bar:
+        yield bar.update
+
+
+def prepare(
+    run_dir: Path,
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    log: Callable[[str], Any] | None = None,
+    chunk_chars: int = CHUNK_CHARS,
+) -> RunData:
     """Tokenize the corpus into ``run_dir`` (or reuse what is there) and return it.
 
     ``resume``: the run continues from a checkpoint; if its corpus or tokenizer changed since
-    (other content than ``data.json`` records) this is an :class:`InputError`."""
-    from attnlm import tokenizers
-
-    tok_path = run_dir / "tokenizer.json"
-    train_path, val_path = run_dir / "train.bin", run_dir / "val.bin"
-    sig_path = run_dir / "data.json"
-    signature = data_signature(cfg)
-    if all(p.is_file() for p in (tok_path, train_path, val_path, sig_path)):
-        try:
-            stored = json.loads(sig_path.read_text(encoding="utf-8"))
-        except ValueError:
-            stored = None
-        same_content = isinstance(stored, dict) and (
-            _content(stored) == _content(signature) or "version" not in stored  # older run
-        )
-        if stored == signature or (resume and same_content):
-            tok = tokenizers.load(tok_path)
-            return RunData(tok, read_token_file(train_path), read_token_file(val_path))
-        if resume and isinstance(stored, dict) and stored.get("version") == SIGNATURE_VERSION:
-            raise InputError(
-                f"cannot resume {run_dir}: the corpus or tokenizer changed since the run "
-                "started (data.json); start a new run with --out"
-            )
+    (other content than ``data.json`` records) this is an :class:`InputError`. ``log`` gets
+    lines about tokenizer training and skipped records."""
+    if cfg.data_dir is not None:
+        return prepare_data_dir(run_dir, cfg, resume=resume)
+    say = log or (lambda line: None)
+    corpus = _corpus(cfg)
+    signature = data_signature(cfg, corpus)
+    reused = _reuse(run_dir, signature, resume)
+    if reused is not None:
+        return reused
     t0 = time.perf_counter()
-    text = load_text(cfg.text)
-    cut = split_index(text, cfg.val_fraction)
-    if cut >= len(text):
-        raise InputError("the text is too short to hold out a validation split")
-    needs_train_text = cfg.tokenizer in TRAINABLE_KINDS and cfg.tokenizer != "char"
-    train_text = text[:cut] if needs_train_text else ""
-    tok = make_tokenizer(cfg.tokenizer, text, train_text, cfg.bpe_vocab_size)
-    del train_text
+    total = corpus.total_bytes
+    with progress_bar(total, "scanning corpus", cfg.progress) as bar:
+        info = scan(corpus, alphabet=cfg.tokenizer == "char", progress=bar)
+    if not info.nonspace:
+        raise InputError(f"{corpus.path}: file is empty")
+    if info.bad.count:
+        say(f"{corpus.path}: {info.bad.format()}")
+    point = split_point(info, cfg.val_fraction, corpus.documents)
+    tok = _tokenizer(cfg, corpus, info, point, say)
+    workers = cfg.workers or (default_workers() if total >= AUTO_WORKERS_BYTES else 1)
     v = tok.vocab_size
     run_dir.mkdir(parents=True, exist_ok=True)
+    sig_path = run_dir / "data.json"
     sig_path.unlink(missing_ok=True)  # the files below are not complete until data.json is
-    train = write_token_stream(iter_encode(tok, text, "training text", 0, cut), train_path, v, cut)
-    val = write_token_stream(
-        iter_encode(tok, text, "validation text", cut), val_path, v, len(text) - cut
-    )
-    if train.n_tokens < 2 or val.n_tokens < 2:
+    for name in ("train.bin", "val.bin"):  # what a killed preparation left
+        remove_stale_temps(run_dir, name)
+    chars = [0, 0]
+
+    def counted(stream: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+        for split, text in stream:
+            chars[split] += len(text)
+            yield split, text
+
+    with progress_bar(total, f"encoding ({workers} worker(s))", cfg.progress) as bar:
+        stream = chunks(split_pieces(corpus.pieces(bar), point), chunk_chars, chunk_safe(tok))
+        groups = itertools.groupby(encode_chunks(tok, counted(stream), workers), lambda x: x[0])
+        files = [
+            write_token_stream((ids for _, ids in group), run_dir / name, v, lambda s=s: chars[s])
+            for (s, group), name in zip(groups, ("train.bin", "val.bin"))
+        ]
+    if len(files) < 2 or files[0].n_tokens < 2 or files[1].n_tokens < 2:
         raise InputError("the text is too short: need at least 2 tokens in each split")
-    tok.save(tok_path)  # atomic (attnlm.fileio)
+    tok.save(run_dir / "tokenizer.json")  # atomic (attnlm.fileio)
     atomic_write_text(sig_path, json.dumps(signature))  # last: the data is complete
-    return RunData(tok, train, val, seconds=time.perf_counter() - t0)
+    return RunData(tok, *files, seconds=time.perf_counter() - t0, corpus_bytes=total)
+
+
+def _tokenizer(
+    cfg: TrainConfig, corpus: Corpus, info: Any, point: SplitPoint, say: Callable[[str], Any]
+) -> Any:
+    """The run's tokenizer: the character tokenizer from the scanned alphabet, a trainable
+    kind from a sample of the training split, or a published or saved one."""
+    if cfg.tokenizer == "char":
+        return make_tokenizer("char", "".join(sorted(info.alphabet)), "", None)
+    if cfg.tokenizer not in TRAINABLE_KINDS:
+        return make_tokenizer(cfg.tokenizer, "", "", None)
+    t0 = time.perf_counter()
+    train_chars = point.at if not point.documents else int(info.chars * (1 - cfg.val_fraction))
+    sample, whole = training_sample(corpus, point, cfg.tokenizer_sample, train_chars)
+    tok = make_tokenizer(cfg.tokenizer, "", sample, cfg.bpe_vocab_size)
+    took = time.perf_counter() - t0
+    what = "the whole training split" if whole else "whole chunks spread over the training split"
+    say(
+        f"tokenizer: {cfg.tokenizer} trained on {len(sample):,} characters, {what}, in "
+        f"{took:.1f}s ({len(sample) / max(took, 1e-9) / 1e6:.2f}M characters/s)"
+    )
+    return tok
+
+
+def training_sample(
+    corpus: Corpus, point: SplitPoint, limit: int, train_chars: int
+) -> tuple[str, bool]:
+    """``(text, whole)``: at most about ``limit`` characters of the training split (of about
+    ``train_chars``): all of it (``whole``) when it is no longer, else whole chunks (cut at
+    line starts) kept in proportion as the split streams by, so they spread evenly over it."""
+    parts: list[str] = []
+    taken = pos = 0
+    whole = True
+    size = min(CHUNK_CHARS, max(limit // 64, 1000))  # at least 64 pieces in a sample
+    for split, chunk in chunks(split_pieces(corpus.pieces(), point), size):
+        if split:
+            break
+        pos += len(chunk)
+        if taken < limit and (train_chars <= limit or taken < limit * pos / train_chars):
+            parts.append(chunk)
+            taken += len(chunk)
+        else:
+            whole = False
+    return "".join(parts), whole
+
+
+# ---------------------------------------------------------------------------------------------
+# Token files prepared before: `attnlm data prepare` folders and nanoGPT's train.bin / val.bin
+
+
+def _link(target: Path, link: Path) -> None:
+    """Put a symbolic link to ``target`` at ``link`` atomically (a copy where links fail)."""
+    import shutil
+
+    tmp = temp_path_for(link)
+    try:
+        os.symlink(target.resolve(), tmp)
+    except OSError:
+        shutil.copyfile(target, tmp)
+    os.replace(tmp, link)
+
+
+def _chars_per_id(tok: Any) -> np.ndarray:
+    """Characters each id adds to a decoded text: the UTF-8 lead bytes of its bytes (so a
+    character split over several byte-level tokens counts once); a special token counts as
+    one character (the document break it stands for)."""
+    special = set(tok.special_tokens.values())
+    out = np.zeros(tok.vocab_size, dtype=np.int64)
+    for i in range(tok.vocab_size):
+        if i in special:
+            out[i] = 1
+            continue
+        try:
+            raw = tok.decode_bytes([i]) if hasattr(tok, "decode_bytes") else tok.decode([i])
+        except Exception:  # noqa: BLE001 - an id without a token (a gap in the ranks)
+            continue
+        out[i] = len(raw) if isinstance(raw, str) else sum(1 for b in raw if b & 0xC0 != 0x80)
+    return out
+
+
+def nanogpt_token_file(path: Path, tok: Any, per_id: np.ndarray) -> tuple[int, int]:
+    """``(ids, characters)`` of a nanoGPT uint16 id file, checking every id is in the
+    tokenizer's vocabulary (read in blocks)."""
+    size = path.stat().st_size
+    if size % 2:
+        raise InputError(f"{path}: odd size {size}: not a uint16 id file as nanoGPT writes")
+    ids = np.memmap(path, dtype=np.uint16, mode="r") if size else np.zeros(0, np.uint16)
+    chars = 0
+    for start in range(0, len(ids), 1 << 24):
+        block = np.asarray(ids[start : start + (1 << 24)])
+        top = int(block.max()) if len(block) else 0
+        if top >= tok.vocab_size:
+            raise InputError(
+                f"{path}: token id {top} is outside the tokenizer's vocabulary "
+                f"({tok.vocab_size:,} ids): not data for this tokenizer"
+            )
+        chars += int(per_id[block].sum())
+    return len(ids), chars
+
+
+def prepare_data_dir(run_dir: Path, cfg: TrainConfig, *, resume: bool = False) -> RunData:
+    """Use the token files in ``cfg.data_dir`` (see the module docstring)."""
+    from attnlm import tokenizers
+
+    src = Path(cfg.data_dir).expanduser().resolve()  # type: ignore[arg-type]
+    if (src / NANOGPT_PICKLE).exists():
+        raise InputError(
+            f"{src / NANOGPT_PICKLE}: character-level nanoGPT data (its vocabulary is a Python "
+            "pickle, which attnlm never loads); prepare the text itself with attnlm data "
+            "prepare --text input.txt --out DIR"
+        )
+    names = ("train.bin", "val.bin")
+    for name in names:
+        if not (src / name).is_file():
+            raise InputError(f"{src}: no {name} (expected train.bin and val.bin)")
+    ours = (src / "data.json").is_file() and (src / "tokenizer.json").is_file()
+    if not ours and cfg.tokenizer in TRAINABLE_KINDS:
+        raise ConfigError(
+            f"{src} holds nanoGPT token ids: name their tokenizer, e.g. --tokenizer gpt2 "
+            f"(not {cfg.tokenizer!r}, which would be trained on text)"
+        )
+    signature = {
+        "version": SIGNATURE_VERSION,
+        "data_dir": str(src),
+        "files": [{"file": n, **file_fingerprint(src / n, content=False)} for n in names],
+        "tokenizer": "tokenizer.json" if ours else cfg.tokenizer,
+    }
+    reused = _reuse(run_dir, signature, resume)
+    if reused is not None:
+        return reused
+    t0 = time.perf_counter()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "data.json").unlink(missing_ok=True)
+    if ours:
+        tok = tokenizers.load(src / "tokenizer.json")
+        files = [read_token_file(src / n) for n in names]
+        metas = [(f.dtype, f.n_tokens, f.n_chars) for f in files]
+    else:
+        tok = make_tokenizer(cfg.tokenizer, "", "", None)
+        if tok.vocab_size > 1 << 16:
+            raise ConfigError(f"{cfg.tokenizer}: {tok.vocab_size:,} ids do not fit in uint16")
+        per_id = _chars_per_id(tok)
+        metas = [("uint16", *nanogpt_token_file(src / n, tok, per_id)) for n in names]
+    out = []
+    for name, (dtype, n_tokens, n_chars) in zip(names, metas):
+        _link(src / name, run_dir / name)
+        out.append(write_token_meta(run_dir / name, dtype, n_tokens, n_chars, tok.vocab_size))
+    if out[0].n_tokens < 2 or out[1].n_tokens < 2:
+        raise InputError(f"{src}: need at least 2 tokens in train.bin and in val.bin")
+    tok.save(run_dir / "tokenizer.json")
+    atomic_write_text(run_dir / "data.json", json.dumps(signature))
+    return RunData(tok, *out, seconds=time.perf_counter() - t0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,14 +51,16 @@ def objective_data(objective_name: str) -> str:
     return getattr(OBJECTIVES.get(objective_name), "data", "text")
 
 
-def _prepare(run_dir: Path, cfg: TrainConfig, kind: str, resume: bool = False) -> Any:
+def _prepare(
+    run_dir: Path, cfg: TrainConfig, kind: str, resume: bool = False, log: Any = None
+) -> Any:
     if kind == "pairs" and cfg.text is not None:
         raise ConfigError("this model family trains on sentence pairs: give --pairs, not --text")
     if kind != "pairs" and cfg.pairs is not None:
         raise ConfigError("--pairs applies to translation models; this family trains on --text")
     if kind == "pairs":
         return prepare_pairs(run_dir, cfg)
-    return prepare(run_dir, cfg, resume=resume)
+    return prepare(run_dir, cfg, resume=resume, log=log)
 
 
 def _model_fields(data: Any) -> dict[str, Any]:
@@ -144,7 +146,7 @@ def train_run(
             torch.set_num_threads(cfg.threads)
         kind = objective_data(objective_name)
         if dist.is_main:
-            data = _prepare(run_dir, cfg, kind, resume)
+            data = _prepare(run_dir, cfg, kind, resume, log)
         _barrier(dist)
         if not dist.is_main:
             data = _prepare(run_dir, cfg, kind, resume)

