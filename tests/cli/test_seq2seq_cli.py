@@ -132,6 +132,9 @@ def test_eval_other_pairs_file_and_errors(run, tmp_path, capsys):
     out, pairs = run
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(out), "--pairs", str(pairs), "--json"]) == 0
+    assert "every pair of" in json.loads(capsys.readouterr().out)["data"]
+    assert main(["eval", "--checkpoint", str(out), "--pairs", str(pairs), "--split", "test",
+                 "--json"]) == 0  # fmt: skip
     assert "test split of" in json.loads(capsys.readouterr().out)["data"]
     assert main(["eval", "--checkpoint", str(out), "--pairs", str(tmp_path / "nope.tsv")]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from attnlm.cli.common import add_pairs_argument, add_text_argument, arg
 from attnlm.errors import InputError
 from attnlm.validate import (
     device,
+    existing_path,
     int_in_range,
     non_negative_int,
     output_dir,
@@ -52,8 +53,11 @@ TRAIN_FLAGS = {
     "tokenizer": "tokenizer",
     "text": "text",
     "pairs": "pairs",
+    "valid_pairs": "valid_pairs",
+    "test_pairs": "test_pairs",
     "progress": "progress",
 }
+PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +73,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_text_argument(p)
     add_pairs_argument(p)
-    p.add_argument("--tokenizer", default=None, help="char, bpe, or a saved tokenizer JSON file")
+    for which, split in (("valid", "validation"), ("test", "test")):
+        p.add_argument(
+            f"--{which}-pairs",
+            metavar="PATH",
+            default=None,
+            type=arg(existing_path),
+            help=f"a pairs file used as the {split} split as it is (then none is held out of "
+            "--pairs)",
+        )
+    p.add_argument(
+        "--tokenizer", default=None, help="char, bpe, wordpiece, or a saved tokenizer JSON file"
+    )
     p.add_argument(
         "--out",
         default=None,
@@ -148,13 +163,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_pairs_argument(e)
     e.add_argument("--beam", type=int, default=1, metavar="K", help="translation: beam size")
     e.add_argument(
-        "--limit", type=int, default=None, metavar="N", help="translation: first N test sources"
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="translation: the first N distinct sources only",
     )
     e.add_argument(
         "--split",
-        choices=["all", "val"],
+        choices=["all", "val", "test"],
         default=None,
-        help="evaluate the whole text (default with --text) or its validation split",
+        help="text: the whole text (default with --text) or its validation split; translation: "
+        "every pair (default with --pairs) or the test / validation split (default without "
+        "--pairs: the run's own test split)",
     )
     e.add_argument("--batch-size", type=arg(positive_int), default=16)
     e.add_argument(
@@ -176,7 +197,7 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if dest in ("text", "pairs"):
+        if dest in PATH_FLAGS:
             value = str(Path(value).expanduser().resolve())
         out.append((field, value))
     return out
@@ -256,6 +277,8 @@ def _eval(args: argparse.Namespace) -> int:
         return _eval_pairs(args)
     if args.pairs is not None:
         raise InputError("--pairs applies to translation checkpoints; this one is a text model")
+    if args.split == "test":
+        raise InputError("--split test applies to translation checkpoints; a text has all, val")
     result, what = evaluate_checkpoint(
         args.checkpoint,
         args.text,
@@ -295,12 +318,19 @@ def _trains_on_pairs(checkpoint: str) -> bool:
 def _eval_pairs(args: argparse.Namespace) -> int:
     from attnlm.evaluation import evaluate_translation
 
-    if args.text is not None or args.split is not None or args.max_tokens is not None:
-        raise InputError("a translation checkpoint is evaluated on --pairs, not --text/--split")
+    if args.text is not None or args.max_tokens is not None:
+        raise InputError("a translation checkpoint is evaluated on --pairs, not --text")
     if args.beam < 1:
         raise InputError(f"--beam must be >= 1, got {args.beam}")
     scores, what = evaluate_translation(
-        args.checkpoint, args.pairs, args.beam, args.batch_size, None, args.device, args.limit
+        args.checkpoint,
+        args.pairs,
+        args.beam,
+        args.batch_size,
+        None,
+        args.device,
+        args.limit,
+        split=args.split,
     )
     if args.json:
         print(json.dumps({**scores, "data": what}))
