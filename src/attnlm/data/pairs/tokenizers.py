@@ -37,7 +37,8 @@ class PairTokenizerConfig:
     per side; ``vocab_size``: for trained vocabularies (``bpe``: 256 bytes + merges, the
     special tokens on top), per tokenizer, 0 = sized from the training sentences
     (:func:`attnlm.tokenizers.sizing.vocab_size_for`); ``char`` ignores it and always has
-    ``<unk>`` for characters unseen in training. ``pad``, ``bos``, ``eos``: the special token strings.
+    ``<unk>`` for characters unseen in training. ``pad``, ``bos``, ``eos``: the special token
+    strings.
     ``source_bos`` ... ``target_eos``: which sides get a start / end token when encoded
     (default as Marian: the source ends in ``</s>``, the target is ``<s> ... </s>``).
     """
