@@ -231,7 +231,7 @@ def test_page_head_view_model_view_and_no_outside_requests(server, driver, tmp_p
 
 
 def _expected(layer_maps, heads=None) -> set[tuple[int, int, int]]:
-    """(head, query, key) of every weight >= LINE_MIN in one layer's maps (``heads``: only those)."""
+    """(head, query, key) of each weight >= LINE_MIN in one layer's maps (``heads``: only those)."""
     return {(h, q, k) for h, m in enumerate(layer_maps) if heads is None or h in heads
             for q, row in enumerate(m) for k, w in enumerate(row) if w >= LINE_MIN}  # fmt: skip
 
