@@ -69,7 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "under torchrun for several processes.",
     )
     p.add_argument(
-        "--preset", default=None, help=f"preset name or TOML path (default {DEFAULT_PRESET})"
+        "--preset",
+        default=None,
+        help=f"preset name or TOML path (default {DEFAULT_PRESET}; with --text and no preset, "
+        "a tokenizer and model size chosen for the corpus, printed)",
     )
     add_text_argument(p)
     add_pairs_argument(p)
@@ -203,7 +206,9 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
     return out
 
 
-def _spec(args: argparse.Namespace, base_tables: dict | None = None) -> RunSpec:
+def _spec(
+    args: argparse.Namespace, base_tables: dict | None = None, preset: str | None = None
+) -> RunSpec:
     from attnlm.config import load_preset
     from attnlm.train.config import apply_overrides, spec_from_tables
 
@@ -214,7 +219,17 @@ def _spec(args: argparse.Namespace, base_tables: dict | None = None) -> RunSpec:
     for field, value in _explicit(args):
         train[field] = value
     tables["train"] = train
-    return spec_from_tables(tables, preset=args.preset or DEFAULT_PRESET)
+    return spec_from_tables(tables, preset=preset or args.preset or DEFAULT_PRESET)
+
+
+def _auto_spec(args: argparse.Namespace) -> RunSpec:
+    """``--text`` without ``--preset``: a tokenizer and model size chosen for the corpus
+    (:mod:`attnlm.train.auto`), printed in one line; explicit settings still win."""
+    from attnlm.train.auto import auto_setup
+
+    setup = auto_setup(args.text, args.tokenizer)
+    print(setup.describe(Path(args.text).name))
+    return _spec(args, setup.tables(), preset="auto")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -235,7 +250,7 @@ def _train(args: argparse.Namespace) -> int:
         spec = resume_spec(run_dir, _spec(args, base))
         resume = True
     else:
-        spec = _spec(args)
+        spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
         run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
         if args.overwrite:
             import shutil

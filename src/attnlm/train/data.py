@@ -146,7 +146,12 @@ def prepare(run_dir: Path, cfg: TrainConfig, *, resume: bool = False) -> RunData
         raise InputError("the text is too short to hold out a validation split")
     needs_train_text = cfg.tokenizer in TRAINABLE_KINDS and cfg.tokenizer != "char"
     train_text = text[:cut] if needs_train_text else ""
-    tok = make_tokenizer(cfg.tokenizer, text, train_text, cfg.bpe_vocab_size)
+    size = cfg.bpe_vocab_size
+    if not size and needs_train_text:  # 0: sized from the training text
+        from attnlm.tokenizers.sizing import vocab_size_for
+
+        size = vocab_size_for([train_text])
+    tok = make_tokenizer(cfg.tokenizer, text, train_text, size)
     del train_text
     v = tok.vocab_size
     run_dir.mkdir(parents=True, exist_ok=True)
