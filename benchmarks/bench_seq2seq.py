@@ -202,7 +202,14 @@ def main() -> None:
         help="the presets as a user calls them vs a MarianMTModel script",
     )
     user.add_argument("--presets", nargs="+", default=["translate-transformer", "translate-rnn"])
-    user.add_argument("--ref-vocab", type=int, default=4000, help="the script's BPE vocabulary")
+    user.add_argument(
+        "--ref-vocab",
+        type=int,
+        nargs="+",
+        default=[4000, 0],
+        help="the script's BPE vocabularies, one reference run each (0: the size "
+        "attnlm's rule picks for the data)",
+    )
     user.add_argument("--tune", action="store_true", help="score valid.tsv, not test.tsv")
     user.add_argument("--set", action="append", default=[], help="tuning only: --set for ours")
     args = ap.parse_args()
