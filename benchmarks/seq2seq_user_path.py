@@ -166,6 +166,8 @@ def main(args) -> None:
                 rows.setdefault(name, []).append(r["bleu"])
                 print(f"[{rep}] {name}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f} ({what})",
                       flush=True)  # fmt: skip
+        if not refs:  # tuning runs of ours only
+            return
         best = [max(rows[n][i] for n in refs) for i in range(args.repeats)]  # per round
         for name in args.presets:
             bleus = rows[name]
