@@ -16,6 +16,13 @@ as Marian's generation config says) and are scored with sacrebleu's corpus BLEU 
 Goals (issue 11): BLEU at least Marian's, at least 1.2x its training tokens/s, at least 2x its
 beam decoding speed. One thread (``torch.set_num_threads(1)``); medians of ``--repeats`` timed
 decoding runs.
+
+``--user-path`` (issue 22, :mod:`seq2seq_user_path`): the translation presets as a user calls
+them (no overrides) against a 60-line ``MarianMTModel`` script, same wall-clock budget, BLEU on
+a separate test file of the Tatoeba English-French sample (or ``--pairs FILE``); goals >= 1.5x
+the reference's BLEU for ``translate-transformer``, >= 1.0x for ``translate-rnn``:
+
+    PYTHONPATH=src:benchmarks python benchmarks/bench_seq2seq.py --user-path --repeats 2
 """
 
 from __future__ import annotations
@@ -205,7 +212,7 @@ def main() -> None:
     user.add_argument(
         "--ref-vocab",
         type=int,
-        nargs="+",
+        nargs="*",
         default=[4000, 0],
         help="the script's BPE vocabularies, one reference run each (0: the size "
         "attnlm's rule picks for the data)",

@@ -118,3 +118,20 @@ def test_bad_pair_file_options(files, cli, tmp_path):
     r = cli("train", *TINY, "--pairs", str(files["train"]), "--set", "train.valid_fraction=0.1",
             "--set", "train.val_fraction=0.1", "--out", str(tmp_path / "r"))  # fmt: skip
     assert r.code == 2 and "one setting" in r.err
+
+
+def test_an_edited_valid_file_is_read_again(files, tmp_path):
+    from attnlm.config import load_preset
+    from attnlm.train.config import spec_from_tables
+    from attnlm.train.data import prepare_pairs
+
+    valid = tmp_path / "valid.tsv"
+    valid.write_bytes(files["valid"].read_bytes())
+    tables = load_preset("translate-transformer")
+    tables["train"].update(pairs=str(files["train"]), valid_pairs=str(valid), bpe_vocab_size=300)
+    cfg = spec_from_tables(tables).train
+    first = prepare_pairs(tmp_path / "run", cfg)
+    assert [tuple(p) for p in first.valid] == _rows(files["valid"])
+    valid.write_text("one more\tencore un\n", encoding="utf-8")
+    again = prepare_pairs(tmp_path / "run", cfg)
+    assert [tuple(p) for p in again.valid] == [("one more", "encore un")]

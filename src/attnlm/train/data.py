@@ -263,6 +263,10 @@ def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
         "pairs": pairs_path,
         "valid_pairs": valid_path,
         "test_pairs": test_path,
+        # the files' content: an edited file is read again (the built-in task is generated)
+        "content": [
+            file_fingerprint(Path(f))["sha256"] for f in (pairs_path, valid_path, test_path) if f
+        ],  # fmt: skip
         "tokenizer": cfg.tokenizer,
         "vocab_size": cfg.bpe_vocab_size,
         "shared": cfg.shared_vocab,
