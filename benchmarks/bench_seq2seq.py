@@ -16,6 +16,13 @@ as Marian's generation config says) and are scored with sacrebleu's corpus BLEU 
 Goals (issue 11): BLEU at least Marian's, at least 1.2x its training tokens/s, at least 2x its
 beam decoding speed. One thread (``torch.set_num_threads(1)``); medians of ``--repeats`` timed
 decoding runs.
+
+``--user-path`` (issue 22, :mod:`seq2seq_user_path`): the translation presets as a user calls
+them (no overrides) against a 60-line ``MarianMTModel`` script, same wall-clock budget, BLEU on
+a separate test file of the Tatoeba English-French sample (or ``--pairs FILE``); goals >= 1.5x
+the reference's BLEU for ``translate-transformer``, >= 1.0x for ``translate-rnn``:
+
+    PYTHONPATH=src:benchmarks python benchmarks/bench_seq2seq.py --user-path --repeats 2
 """
 
 from __future__ import annotations
@@ -173,7 +180,12 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", default=None, help="pairs TSV (default: the built-in task)")
-    ap.add_argument("--budget", type=float, default=120.0, help="training seconds per model")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="training seconds per model (120; --user-path: 300)",
+    )
     ap.add_argument("--test", type=int, default=200, help="test sources to translate")
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
@@ -183,9 +195,42 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr", type=float, default=1e-4)
     ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--repeats", type=int, default=3, help="timed decoding runs (median)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed decoding runs, median (3; --user-path: rounds of training, 1)",
+    )
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (1)")
+    user = ap.add_argument_group("user path (issue 22; seq2seq_user_path.py)")
+    user.add_argument(
+        "--user-path",
+        action="store_true",
+        help="the presets as a user calls them vs a MarianMTModel script",
+    )
+    user.add_argument("--presets", nargs="+", default=["translate-transformer", "translate-rnn"])
+    user.add_argument(
+        "--ref-vocab",
+        type=int,
+        nargs="*",
+        default=[4000, 0],
+        help="the script's BPE vocabularies, one reference run each (0: the size "
+        "attnlm's rule picks for the data)",
+    )
+    user.add_argument("--tune", action="store_true", help="score valid.tsv, not test.tsv")
+    user.add_argument("--set", action="append", default=[], help="tuning only: --set for ours")
     args = ap.parse_args()
+    if args.user_path:
+        import seq2seq_user_path
+
+        if args.set:
+            args.set = [x for kv in args.set for x in ("--set", kv)]
+        args.threads, args.repeats = args.threads or 1, args.repeats or 1
+        args.budget = args.budget or 300.0
+        seq2seq_user_path.main(args)
+        return
+    args.threads, args.repeats = args.threads or 1, args.repeats or 3
+    args.budget = args.budget or 120.0
     torch.set_num_threads(args.threads)
 
     tok, train, test = _data(args.pairs, args.test)

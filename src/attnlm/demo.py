@@ -127,7 +127,7 @@ def run_demo(
 TRANSLATE_DIR = "translate"
 COMPARE_DIR = "compare"
 TRANSLATE_EXAMPLES = 3
-# the translate-rnn preset (tuned for 5 minutes) made to learn in well under a minute: smaller
+# the dates-rnn preset (tuned for 5 minutes) made to learn in well under a minute: smaller
 # batches and hidden state, a higher rate (40 s on 2 cores: about 240 steps, BLEU ~90)
 TRANSLATE_OVERRIDES = (
     "train.batch_size=32",
@@ -139,7 +139,7 @@ BLEU_SOURCES = 200
 
 
 def translation_demo(out: Path, budget_s: float, log=print) -> Path:
-    """Train the ``translate-rnn`` preset (GRU encoder-decoder, Bahdanau attention) on the
+    """Train the ``dates-rnn`` preset (GRU encoder-decoder, Bahdanau attention) on the
     built-in English-to-German dates task for ``budget_s`` seconds in ``out``; print a few
     test translations and the BLEU of the first test sources; write the cross-attention
     alignment of the first example to ``out/alignment.png``."""
@@ -154,7 +154,7 @@ def translation_demo(out: Path, budget_s: float, log=print) -> Path:
     from attnlm.train.run import train_run
 
     log(f"\n== translation with attention: RNN encoder-decoder (Bahdanau), {budget_s:g}s")
-    spec = load_spec("translate-rnn", list(TRANSLATE_OVERRIDES))
+    spec = load_spec("dates-rnn", list(TRANSLATE_OVERRIDES))
     train = dataclasses.replace(
         spec.train, time_budget=f"{budget_s}s", max_iters=10**9, eval_interval=10**9
     )

@@ -251,31 +251,49 @@ def evaluate_checkpoint(
     return result, what
 
 
-def held_out_pairs(ck: Any, pairs_path: str | None = None) -> tuple[list, str]:
-    """The test pairs of a sentence-pair checkpoint and a description: the run folder's
-    stored test split (``pairs/test.tsv`` beside the checkpoint) when ``pairs_path`` is None
-    and it exists; otherwise the test split of ``pairs_path`` (or of the pairs the run was
-    trained on) under the run's split settings."""
+PAIR_SPLITS = ("all", "val", "test")  # --split of a translation checkpoint
+
+
+def held_out_pairs(
+    ck: Any, pairs_path: str | None = None, split: str | None = None
+) -> tuple[list, str]:
+    """The pairs a sentence-pair checkpoint is evaluated on, and a description.
+
+    ``split`` None: every pair of ``pairs_path`` when one is given, else the run's test split.
+    Without ``pairs_path``, ``"test"`` / ``"val"`` are the run folder's stored splits
+    (``pairs/test.tsv``, ``pairs/valid.tsv`` beside the checkpoint; when the checkpoint has no
+    run folder, the split of the pairs it was trained on under its split settings) and
+    ``"all"`` is every pair of the file the run trained on. With ``pairs_path``, ``"all"`` is
+    every pair of it and ``"test"`` / ``"val"`` its split under the run's split settings."""
     from attnlm.data.pairs import RUN_PAIRS_DIR, RUN_SPLIT_SEED, read_pairs, split_pairs
     from attnlm.data.tasks import load_pairs
 
-    stored = ck.path.parent / RUN_PAIRS_DIR / "test.tsv"
-    if pairs_path is None and ck.path.name.startswith("checkpoint") and stored.is_file():
+    if split is not None and split not in PAIR_SPLITS:
+        raise InputError(f"--split must be one of {', '.join(PAIR_SPLITS)}, got {split!r}")
+    split = split or ("all" if pairs_path is not None else "test")
+    name = {"val": "valid", "test": "test"}.get(split, "")
+    stored = ck.path.parent / RUN_PAIRS_DIR / f"{name}.tsv"
+    source = pairs_path if pairs_path is not None else ck.train_config.get("pairs")
+    label = source or "the built-in task"
+    if split == "all":
+        pairs, _ = load_pairs(source)
+        what = f"every pair of {label}"
+    elif pairs_path is None and ck.path.name.startswith("checkpoint") and stored.is_file():
         pairs = read_pairs(stored, header=False)[0] if stored.stat().st_size else []
-        what = f"test split of the run ({stored})"
+        what = f"{'validation' if split == 'val' else 'test'} split of the run ({stored})"
     else:
-        source = pairs_path if pairs_path is not None else ck.train_config.get("pairs")
         every, _ = load_pairs(source)
-        split = split_pairs(
+        parts = split_pairs(
             every,
             valid=float(ck.train_config.get("val_fraction", DEFAULT_VAL_FRACTION)),
             test=float(ck.train_config.get("test_fraction", 0.1)),
             seed=RUN_SPLIT_SEED,
         )
-        pairs = split.test
-        what = f"test split of {source or 'the built-in task'}"
+        pairs = parts.valid if split == "val" else parts.test
+        what = f"{'validation' if split == 'val' else 'test'} split of {label}"
     if not pairs:
-        raise InputError(f"{what}: no test pairs (is train.test_fraction 0?)")
+        hint = " (is train.test_fraction 0? give --pairs FILE)" if split == "test" else ""
+        raise InputError(f"{what}: no pairs to evaluate{hint}")
     return pairs, what
 
 
@@ -287,10 +305,13 @@ def evaluate_translation(
     max_new_tokens: int | None = None,
     device: str = "auto",
     limit: int | None = None,
+    split: str | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """Translate the test split with a sentence-pair checkpoint and score it: corpus BLEU and
-    chrF (sacrebleu, :mod:`attnlm.scores`; several references per source when the split has
-    them) and the teacher-forced loss per target token. Returns ``(scores, description)``."""
+    """Translate with a sentence-pair checkpoint and score it: corpus BLEU and chrF
+    (sacrebleu, :mod:`attnlm.scores`; several references per source when the pairs have
+    them) and the teacher-forced loss per target token, on every pair of ``pairs_path`` or
+    the run's test split (``split`` as :func:`held_out_pairs`); ``limit``: the first ``limit``
+    distinct sources only. Returns ``(scores, description)``."""
     from attnlm.checkpoint import load_checkpoint
     from attnlm.data.pairs import PairTokenizers, group_references
     from attnlm.device import resolve_device
@@ -304,7 +325,7 @@ def evaluate_translation(
     if "translate" not in ck.family.capabilities:
         raise InputError(f"{ck.path}: a {ck.family.type} model does not translate")
     tok = ck.pair_tokenizers or PairTokenizers.from_tokenizers(ck.tokenizer)
-    pairs, what = held_out_pairs(ck, pairs_path)
+    pairs, what = held_out_pairs(ck, pairs_path, split)
     sources, references = group_references(pairs)
     if limit is not None and limit < len(sources):
         keep = set(sources[:limit])

@@ -83,6 +83,16 @@ RUNNABLE: dict[str, dict[str, str]] = {
 OVERRIDES = {
     ("eval", "--pairs"): {"--checkpoint": "{mt}"},
     ("train", "--pairs"): {"--preset": "translate-transformer", "--text": None},
+    ("train", "--valid-pairs"): {
+        "--preset": "translate-transformer",
+        "--text": None,
+        "--pairs": "{pairs}",
+    },
+    ("train", "--test-pairs"): {
+        "--preset": "translate-transformer",
+        "--text": None,
+        "--pairs": "{pairs}",
+    },
     ("ngram score", "--arpa"): {"--model": None},
     ("ngram sample", "--arpa"): {"--model": None},
 }

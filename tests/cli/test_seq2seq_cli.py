@@ -14,7 +14,7 @@ import pytest
 from attnlm.cli import main
 
 TINY = [
-    "--preset", "translate-transformer",
+    "--preset", "dates-transformer",
     "--set", "model.d_model=16", "--set", "model.n_head=2", "--set", "model.d_ff=32",
     "--set", "model.n_encoder_layers=1", "--set", "model.n_decoder_layers=1",
     "--batch-size", "8", "--eval-interval", "3", "--eval-iters", "2", "--threads", "1",
@@ -132,6 +132,9 @@ def test_eval_other_pairs_file_and_errors(run, tmp_path, capsys):
     out, pairs = run
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(out), "--pairs", str(pairs), "--json"]) == 0
+    assert "every pair of" in json.loads(capsys.readouterr().out)["data"]
+    assert main(["eval", "--checkpoint", str(out), "--pairs", str(pairs), "--split", "test",
+                 "--json"]) == 0  # fmt: skip
     assert "test split of" in json.loads(capsys.readouterr().out)["data"]
     assert main(["eval", "--checkpoint", str(out), "--pairs", str(tmp_path / "nope.tsv")]) == 2
     assert "no such file" in capsys.readouterr().err
@@ -210,13 +213,13 @@ def test_pairs_and_text_do_not_mix(tmp_path, capsys):
 
 @pytest.mark.parametrize("shared", ["true", "false"])
 def test_rnn_encoder_decoder_through_the_commands(tmp_path, capsys, shared):
-    """The translate-rnn preset (Bahdanau GRU) trains, resumes, translates, evaluates and
+    """The dates-rnn preset (Bahdanau GRU) trains, resumes, translates, evaluates and
     plots its alignment through the same commands as the transformer."""
     from attnlm.checkpoint import load_checkpoint
 
     pairs = _pairs_file(tmp_path / "p.tsv", 60)
     out = tmp_path / "rnn"
-    args = ["train", "--preset", "translate-rnn", "--set", "model.d_emb=8",
+    args = ["train", "--preset", "dates-rnn", "--set", "model.d_emb=8",
             "--set", "model.d_hidden=16", "--set", f"train.shared_vocab={shared}",
             "--batch-size", "8", "--eval-interval", "2", "--eval-iters", "1",
             "--threads", "1", "--no-progress", "--pairs", str(pairs),

@@ -429,7 +429,8 @@ def test_other_kinds_plug_in_by_name():
     with pytest.raises(ConfigError, match="unknown tokenizer kind 'nope'"):
         train_pair_tokenizers(pairs, PairTokenizerConfig(kind="nope"))
     with pytest.raises(ConfigError, match="vocab_size"):
-        PairTokenizerConfig(vocab_size=0)
+        PairTokenizerConfig(vocab_size=-1)
+    assert PairTokenizerConfig(vocab_size=0).vocab_size == 0  # 0: sized from the data
 
 
 def test_from_existing_tokenizers():

@@ -50,7 +50,7 @@ def test_registry_entry_and_preset():
     family = registry.get("rnn-seq2seq")
     assert family.model is RNNSeq2Seq and family.objective == "seq2seq"
     assert family.capabilities == frozenset({"translate"})
-    table = load_preset("translate-rnn")["model"]
+    table = load_preset("dates-rnn")["model"]
     assert table["type"] == "rnn-seq2seq" and table["attention"] == "bahdanau"
     full = registry.complete_table(
         table, vocab_size=40, src_vocab_size=30, pad_id=37, bos_id=38, eos_id=39

@@ -20,7 +20,9 @@ transformers = pytest.importorskip("transformers")
 PAD, EOS = 5, 0  # Marian: eos 0, pad = decoder start (the last id in OPUS-MT models)
 
 
-def _marian(tmp_path, *, shared=True, act="swish", scale=True, vocab=23, dec_vocab=None, seed=0):
+def _marian(
+    tmp_path, *, shared=True, act="swish", scale=True, vocab=23, dec_vocab=None, seed=0, forced=EOS
+):
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     torch.manual_seed(seed)
@@ -41,7 +43,7 @@ def _marian(tmp_path, *, shared=True, act="swish", scale=True, vocab=23, dec_voc
         pad_token_id=PAD,
         decoder_start_token_id=PAD,
         eos_token_id=EOS,
-        forced_eos_token_id=EOS,
+        forced_eos_token_id=forced,
         dropout=0.0,
     )
     model = MarianMTModel(cfg).eval()
@@ -55,7 +57,7 @@ def _marian(tmp_path, *, shared=True, act="swish", scale=True, vocab=23, dec_voc
         decoder_start_token_id=PAD,
         pad_token_id=PAD,
         eos_token_id=EOS,
-        forced_eos_token_id=EOS,
+        forced_eos_token_id=forced,
         bad_words_ids=[[PAD]],
         max_length=64,
     )
@@ -172,6 +174,39 @@ def test_greedy_decode_matches_generate(tmp_path):
     )  # fmt: skip
     want = _hf_beam(ref, sources, 1, 1.0, False, 8)
     assert [[PAD, *g] for g in got] == want
+
+
+FORCED = 9  # a forced "end" token that is not eos (issue 22)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_forced_token_other_than_eos_loads_and_matches_generate(tmp_path, k):
+    """A Marian folder whose ``forced_eos_token_id`` differs from ``eos_token_id`` loads, and
+    greedy / beam search force that token at the length limit as ``generate`` does."""
+    from attnlm.generate import beam_search, decode
+    from attnlm.models.hf import marian
+
+    ref, folder = _marian(tmp_path, seed=5, forced=FORCED)
+    ours = registry.from_hf(folder)
+    assert ours.config.forced_eos == FORCED and ours.config.eos_id == EOS
+    g = torch.Generator().manual_seed(11)
+    sources = [torch.randint(6, 23, (n,), generator=g).tolist() + [EOS] for n in (5, 3, 7, 2)]
+    n = 6
+    want = _hf_beam(ref, sources, k, 1.0, False, n)
+    if k == 1:
+        setup = ours.prepare_decoding(sources)
+        got = decode(
+            ours, setup.prompts, max_new_tokens=n, temperature=0, eos_id=EOS,
+            state_batch=setup.state_batch, process=setup.process,
+        )  # fmt: skip
+        got = [[PAD, *row] for row in got]
+    else:
+        got = beam_search(ours, sources, k, max_new_tokens=n)
+    assert got == want
+    at_limit = [row for row in want if len(row) == n + 1]
+    assert at_limit and all(row[-1] == FORCED for row in at_limit)  # the forced token is used
+    hf, generation = marian.config_to_hf(ours.config)
+    assert hf["forced_eos_token_id"] == generation["forced_eos_token_id"] == FORCED
 
 
 def test_save_hf_roundtrip(tmp_path):

@@ -230,6 +230,48 @@ def test_page_head_view_model_view_and_no_outside_requests(server, driver, tmp_p
         shutil.copy(tmp_path / "explorer-head-view.png", os.environ["ATTNLM_SCREENSHOT_DIR"])
 
 
+def _expected(layer_maps, heads=None) -> set[tuple[int, int, int]]:
+    """(head, query, key) of each weight >= LINE_MIN in one layer's maps (``heads``: only those)."""
+    return {(h, q, k) for h, m in enumerate(layer_maps) if heads is None or h in heads
+            for q, row in enumerate(m) for k, w in enumerate(row) if w >= LINE_MIN}  # fmt: skip
+
+
+def test_page_draws_on_load_and_the_url_keeps_the_view(server, driver):
+    """Issue 22: the first screen shows the sample's attention without a click, and the URL
+    (#text=...&layer=...&heads=...) reloads the same view in a fresh page."""
+    from urllib.parse import parse_qs, urlsplit
+
+    driver.get("about:blank")
+    driver.get(server.url)
+    _wait(driver, lambda d: _lines(d))  # nothing was clicked
+    sample = driver.find_element(By.ID, "text").get_attribute("value")
+    rec = request(server.url + "api/attention", {"text": sample})[1]
+    assert set(_lines(driver)) == _expected(rec["attention"][0])
+    _wait(driver, lambda d: "text=" in d.current_url)
+    assert parse_qs(urlsplit(driver.current_url).fragment)["text"] == [sample]
+
+    box = driver.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys(TEXT)
+    driver.find_element(By.ID, "run").click()
+    _wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tokens span")) == N)
+    Select(driver.find_element(By.CSS_SELECTOR, "select.layer-select")).select_by_value("1")
+    driver.find_element(By.CSS_SELECTOR, "button.heads-none").click()
+    driver.find_element(By.CSS_SELECTOR, "button.head-swatch[data-head='2']").click()
+    url = driver.current_url
+    q = parse_qs(urlsplit(url).fragment)
+    assert (q["text"], q["model"], q["layer"], q["heads"]) == ([TEXT], ["tiny"], ["1"], ["2"])
+
+    driver.get("about:blank")
+    driver.get(url)  # a fresh page from the shared URL
+    _wait(driver, lambda d: _lines(d))
+    assert driver.find_element(By.ID, "text").get_attribute("value") == TEXT
+    layer = Select(driver.find_element(By.CSS_SELECTOR, "select.layer-select"))
+    assert layer.first_selected_option.get_attribute("value") == "1"
+    rec = request(server.url + "api/attention", {"text": TEXT})[1]
+    assert set(_lines(driver)) == _expected(rec["attention"][1], heads={2})
+
+
 def test_standalone_file_draws_cross_attention(driver, tmp_path):
     # a hand-made translation record: 3 target tokens attending over 4 source tokens
     src = ["le", " chat", " noir", "</s>"]

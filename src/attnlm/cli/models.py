@@ -98,8 +98,9 @@ def _params(args: argparse.Namespace) -> int:
         data["vocab_size"] = args.vocab_size
     elif "vocab_size" not in data:
         bpe = preset.get("train", {}).get("bpe_vocab_size")
-        source = "train.bpe_vocab_size" if isinstance(bpe, int) else "the default"
-        size = bpe if isinstance(bpe, int) else DEFAULT_VOCAB_SIZE
+        sized = isinstance(bpe, int) and bpe > 0  # 0: sized from the data when training
+        source = "train.bpe_vocab_size" if sized else "the default"
+        size = bpe if sized else DEFAULT_VOCAB_SIZE
         note = (
             f"(model.vocab_size is not in the preset; using {size} from "
             f"{source}, pass --vocab-size to change it)"

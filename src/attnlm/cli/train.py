@@ -60,6 +60,8 @@ TRAIN_FLAGS = {
     "tokenizer": "tokenizer",
     "text": "text",
     "pairs": "pairs",
+    "valid_pairs": "valid_pairs",
+    "test_pairs": "test_pairs",
     "progress": "progress",
     "data_dir": "data_dir",
     "text_field": "text_field",
@@ -67,6 +69,7 @@ TRAIN_FLAGS = {
     "workers": "workers",
     "tokenizer_sample": "tokenizer_sample",
 }
+PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,16 +84,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset",
         default=None,
         type=text_file(as_given),
-        help=f"preset name or TOML path (default {DEFAULT_PRESET})",
+        help=f"preset name or TOML path (default {DEFAULT_PRESET}; with --text and no preset, "
+        "a tokenizer and model size chosen for the corpus, printed)",
     )
     add_text_argument(p)
     add_data_dir_argument(p)
     add_pairs_argument(p)
+    for which, split in (("valid", "validation"), ("test", "test")):
+        p.add_argument(
+            f"--{which}-pairs",
+            metavar="PATH",
+            default=None,
+            type=text_file(as_given),
+            help=f"a pairs file used as the {split} split as it is (then none is held out of "
+            "--pairs)",
+        )
     p.add_argument(
         "--tokenizer",
         default=None,
         type=text_file(as_given),
-        help="char, bpe, gpt2, or a saved tokenizer JSON file",
+        help="char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
     )
     add_corpus_arguments(p)
     p.add_argument(
@@ -171,13 +184,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_pairs_argument(e)
     e.add_argument("--beam", type=int, default=1, metavar="K", help="translation: beam size")
     e.add_argument(
-        "--limit", type=int, default=None, metavar="N", help="translation: first N test sources"
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="translation: the first N distinct sources only",
     )
     e.add_argument(
         "--split",
-        choices=["all", "val"],
+        choices=["all", "val", "test"],
         default=None,
-        help="evaluate the whole text (default with --text) or its validation split",
+        help="text: the whole text (default with --text) or its validation split; translation: "
+        "every pair (default with --pairs) or the test / validation split (default without "
+        "--pairs: the run's own test split)",
     )
     e.add_argument("--batch-size", type=arg(positive_int), default=16)
     e.add_argument(
@@ -199,13 +218,15 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if dest in ("text", "pairs", "data_dir"):
+        if dest in PATH_FLAGS:
             value = str(Path(value).expanduser().resolve())
         out.append((field, value))
     return out
 
 
-def _spec(args: argparse.Namespace, base_tables: dict | None = None) -> RunSpec:
+def _spec(
+    args: argparse.Namespace, base_tables: dict | None = None, preset: str | None = None
+) -> RunSpec:
     from attnlm.config import load_preset
     from attnlm.train.config import apply_overrides, spec_from_tables
 
@@ -216,7 +237,17 @@ def _spec(args: argparse.Namespace, base_tables: dict | None = None) -> RunSpec:
     for field, value in _explicit(args):
         train[field] = value
     tables["train"] = train
-    return spec_from_tables(tables, preset=args.preset or DEFAULT_PRESET)
+    return spec_from_tables(tables, preset=preset or args.preset or DEFAULT_PRESET)
+
+
+def _auto_spec(args: argparse.Namespace) -> RunSpec:
+    """``--text`` without ``--preset``: a tokenizer and model size chosen for the corpus
+    (:mod:`attnlm.train.auto`), printed in one line; explicit settings still win."""
+    from attnlm.train.auto import auto_setup
+
+    setup = auto_setup(args.text, args.tokenizer)
+    print(setup.describe(Path(args.text).name))
+    return _spec(args, setup.tables(), preset="auto")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -237,7 +268,7 @@ def _train(args: argparse.Namespace) -> int:
         spec = resume_spec(run_dir, _spec(args, base))
         resume = True
     else:
-        spec = _spec(args)
+        spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
         run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
         if args.overwrite:
             import shutil
@@ -279,6 +310,8 @@ def _eval(args: argparse.Namespace) -> int:
         return _eval_pairs(args)
     if args.pairs is not None:
         raise InputError("--pairs applies to translation checkpoints; this one is a text model")
+    if args.split == "test":
+        raise InputError("--split test applies to translation checkpoints; a text has all, val")
     result, what = evaluate_checkpoint(
         args.checkpoint,
         args.text,
@@ -318,12 +351,19 @@ def _trains_on_pairs(checkpoint: str) -> bool:
 def _eval_pairs(args: argparse.Namespace) -> int:
     from attnlm.evaluation import evaluate_translation
 
-    if args.text is not None or args.split is not None or args.max_tokens is not None:
-        raise InputError("a translation checkpoint is evaluated on --pairs, not --text/--split")
+    if args.text is not None or args.max_tokens is not None:
+        raise InputError("a translation checkpoint is evaluated on --pairs, not --text")
     if args.beam < 1:
         raise InputError(f"--beam must be >= 1, got {args.beam}")
     scores, what = evaluate_translation(
-        args.checkpoint, args.pairs, args.beam, args.batch_size, None, args.device, args.limit
+        args.checkpoint,
+        args.pairs,
+        args.beam,
+        args.batch_size,
+        None,
+        args.device,
+        args.limit,
+        split=args.split,
     )
     if args.json:
         print(json.dumps({**scores, "data": what}))

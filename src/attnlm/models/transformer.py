@@ -92,7 +92,8 @@ class TransformerConfig:
     bos_id: int = 1  # decoder start token
     eos_id: int = 2
     mask_pad: bool = True  # decoding never emits pad (Marian's bad_words_ids=[[pad]])
-    force_eos: bool = True  # the last allowed token is eos (Marian's forced_eos_token_id)
+    force_eos: bool = True  # the last allowed token is forced (Marian's forced_eos_token_id)
+    forced_eos_id: int | None = None  # the token forced there; None: eos_id
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_head", "n_encoder_layers", "n_decoder_layers"):
@@ -130,16 +131,23 @@ class TransformerConfig:
                 f"model.share_embeddings needs one vocabulary, but model.src_vocab_size="
                 f"{self.src_vocab_size} and model.vocab_size={self.vocab_size}"
             )
-        for name in ("pad_id", "bos_id", "eos_id"):
+        for name in ("pad_id", "bos_id", "eos_id", "forced_eos_id"):
             value = getattr(self, name)
+            if name == "forced_eos_id" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"model.{name} must be a token id >= 0, got {value!r}")
+
+    @property
+    def forced_eos(self) -> int:
+        """The token forced at the last position of a decode (``force_eos``)."""
+        return self.eos_id if self.forced_eos_id is None else self.forced_eos_id
 
     def check_ids(self) -> None:
         """The special ids fit the target vocabulary (checked when the model is built: before
         the data is known, presets validate with a stand-in vocabulary size)."""
-        for name in ("pad_id", "bos_id", "eos_id"):
-            if getattr(self, name) >= self.vocab_size:
+        for name in ("pad_id", "bos_id", "eos_id", "forced_eos_id"):
+            if (getattr(self, name) or 0) >= self.vocab_size:
                 raise ConfigError(
                     f"model.{name} must be a token id below model.vocab_size={self.vocab_size}, "
                     f"got {getattr(self, name)}"
@@ -394,16 +402,18 @@ class Transformer(nn.Module):
 
     def process_scores(self, scores: Tensor, length: int, max_length: int) -> Tensor:
         """Next-token scores ``(N, V)`` with padding banned (``mask_pad``) and, at the last
-        position before ``max_length``, every token but ``eos_id`` banned (``force_eos``):
-        ``transformers``' ``NoBadWordsLogitsProcessor`` and ``ForcedEOSTokenLogitsProcessor``
-        as Marian's generation config sets them."""
+        position before ``max_length``, every token but the forced one (``forced_eos_id``,
+        by default ``eos_id``) banned (``force_eos``): ``transformers``'
+        ``NoBadWordsLogitsProcessor`` and ``ForcedEOSTokenLogitsProcessor`` as Marian's
+        generation config sets them. A forced token other than ``eos_id`` does not end the
+        row: it ends at the length limit, as in ``generate``."""
         c = self.config
         scores = scores.clone()
         if c.mask_pad:
             scores[:, c.pad_id] = float("-inf")
         if c.force_eos and length == max_length - 1:
             scores[:] = float("-inf")
-            scores[:, c.eos_id] = 0.0
+            scores[:, c.forced_eos] = 0.0
         return scores
 
     def new_state(

@@ -86,9 +86,9 @@ class TrainConfig:
     threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
     # data
     text: str | None = None  # corpus path (text, JSON Lines, Parquet, folder); None = built-in
-    tokenizer: str = "char"  # char | bpe | ... | gpt2 | path to a saved tokenizer JSON
-    bpe_vocab_size: int = 512
-    val_fraction: float = DEFAULT_VAL_FRACTION
+    tokenizer: str = "char"  # char | bpe | wordpiece | gpt2 | path to a saved tokenizer JSON
+    bpe_vocab_size: int = 512  # trained vocabularies (bpe, wordpiece); 0 = sized from the data
+    val_fraction: float = DEFAULT_VAL_FRACTION  # also spelled valid_fraction in a preset/--set
     text_field: str = "text"  # the document field of JSON Lines / column of Parquet and Arrow
     skip_bad: bool = False  # skip (and count) bad records instead of stopping at the first
     workers: int = 0  # processes encoding the corpus; 0 = the machine's cores on large corpora
@@ -96,13 +96,15 @@ class TrainConfig:
     data_dir: str | None = None  # prepared token files (attnlm data prepare, or nanoGPT's)
     # sentence pairs (families whose objective trains on pairs: seq2seq)
     pairs: str | None = None  # TSV path source<TAB>target; None = the built-in task
+    valid_pairs: str | None = None  # validation pairs file (then none are held out of `pairs`)
+    test_pairs: str | None = None  # test pairs file (then none are held out of `pairs`)
     shared_vocab: bool = True  # one tokenizer for both sides (else one per side)
-    test_fraction: float = 0.1  # pairs held out for BLEU/chrF (valid: val_fraction)
+    test_fraction: float = 0.1  # pairs held out for BLEU/chrF (valid: val_fraction); 0 = none
     max_pair_tokens: int = 0  # drop pairs with a side longer than this many tokens; 0 = keep
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
-        for name in positive + ("log_interval", "bpe_vocab_size"):
+        for name in positive + ("log_interval",):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.tokenizer_sample < 1:
@@ -112,7 +114,7 @@ class TrainConfig:
         if self.text is not None and self.data_dir is not None:
             raise ConfigError("give the corpus as text or as a prepared data_dir, not both")
         names = ("warmup_iters", "early_stop", "threads", "weight_decay", "grad_clip", "workers")
-        for name in names:
+        for name in names + ("bpe_vocab_size",):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:
@@ -170,6 +172,10 @@ def apply_overrides(
     return out
 
 
+# other spellings of [train] keys (the name the docs and issues use -> the field)
+TRAIN_ALIASES = {"valid_fraction": "val_fraction"}
+
+
 def spec_from_tables(tables: dict[str, Any], preset: str = "") -> RunSpec:
     """Check a preset's tables and build a :class:`RunSpec` (model fields checked later)."""
     unknown = sorted(set(tables) - {"model", "train"})
@@ -178,7 +184,13 @@ def spec_from_tables(tables: dict[str, Any], preset: str = "") -> RunSpec:
     model = dict(tables.get("model", {}))
     if "vocab_size" in model:
         raise ConfigError("model.vocab_size is set from the tokenizer; remove it from the preset")
-    train = from_dict(TrainConfig, dict(tables.get("train", {})), where="train")
+    table = dict(tables.get("train", {}))
+    for alias, name in TRAIN_ALIASES.items():
+        if alias in table:
+            if name in table:
+                raise ConfigError(f"train.{alias} and train.{name} are one setting; give one")
+            table[name] = table.pop(alias)
+    train = from_dict(TrainConfig, table, where="train")
     return RunSpec(model=model, train=train, preset=preset)
 
 

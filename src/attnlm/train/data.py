@@ -261,7 +261,12 @@ def _tokenizer(
     t0 = time.perf_counter()
     train_chars = point.at if not point.documents else int(info.chars * (1 - cfg.val_fraction))
     sample, whole = training_sample(corpus, point, cfg.tokenizer_sample, train_chars)
-    tok = make_tokenizer(cfg.tokenizer, "", sample, cfg.bpe_vocab_size)
+    size = cfg.bpe_vocab_size
+    if not size:  # 0: sized from the training text (the sample)
+        from attnlm.tokenizers.sizing import vocab_size_for
+
+        size = vocab_size_for([sample])
+    tok = make_tokenizer(cfg.tokenizer, "", sample, size)
     took = time.perf_counter() - t0
     what = "the whole training split" if whole else "whole chunks spread over the training split"
     say(
@@ -462,14 +467,23 @@ class PairRunData:
         )
 
 
+def _resolved(path: str | None) -> str | None:
+    return None if path is None else str(Path(path).expanduser().resolve())
+
+
 def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
     """Read the pairs (``cfg.pairs`` or the built-in task), split them (train / valid / test,
     grouped by source, :func:`attnlm.data.pairs.split_pairs`), train the tokenizers on the
     training split, drop pairs over ``cfg.max_pair_tokens``, and store everything in
-    ``run_dir/pairs/`` (a resumed run, and ``attnlm eval``, reuse it)."""
+    ``run_dir/pairs/`` (a resumed run, and ``attnlm eval``, reuse it).
+
+    ``cfg.valid_pairs`` / ``cfg.test_pairs`` name files that are the validation / test split
+    as they are; then nothing is held out of ``cfg.pairs`` for that split (with both, every
+    pair of ``cfg.pairs`` trains). ``cfg.test_fraction = 0`` holds out no test split."""
     import time
 
     from attnlm.data.pairs import (
+        PairSplits,
         PairTokenizerConfig,
         PairTokenizers,
         filter_pairs,
@@ -482,9 +496,16 @@ def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
 
     folder = run_dir / PAIRS_DIR
     sig_path = folder / "data.json"
-    pairs_path = None if cfg.pairs is None else str(Path(cfg.pairs).expanduser().resolve())
+    pairs_path = _resolved(cfg.pairs)
+    valid_path, test_path = _resolved(cfg.valid_pairs), _resolved(cfg.test_pairs)
     signature = {
         "pairs": pairs_path,
+        "valid_pairs": valid_path,
+        "test_pairs": test_path,
+        # the files' content: an edited file is read again (the built-in task is generated)
+        "content": [
+            file_fingerprint(Path(f))["sha256"] for f in (pairs_path, valid_path, test_path) if f
+        ],  # fmt: skip
         "tokenizer": cfg.tokenizer,
         "vocab_size": cfg.bpe_vocab_size,
         "shared": cfg.shared_vocab,
@@ -507,7 +528,19 @@ def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
     pairs, _ = load_pairs(pairs_path)
     if not pairs:
         raise InputError(f"{pairs_path or 'the built-in task'}: no sentence pairs")
-    split = split_pairs(pairs, valid=cfg.val_fraction, test=cfg.test_fraction, seed=SPLIT_SEED)
+    split = split_pairs(
+        pairs,
+        valid=0.0 if valid_path else cfg.val_fraction,
+        test=0.0 if test_path else cfg.test_fraction,
+        seed=SPLIT_SEED,
+    )
+    given = {}
+    for name, path in (("valid", valid_path), ("test", test_path)):
+        if path:
+            given[name] = read_pairs(path)[0]
+            if not given[name]:
+                raise InputError(f"{path}: no sentence pairs (train.{name}_pairs)")
+    split = PairSplits(split.train, given.get("valid", split.valid), given.get("test", split.test))
     if not split.valid:
         raise InputError("too few pairs to hold out a validation split")
     tok_cfg = PairTokenizerConfig(

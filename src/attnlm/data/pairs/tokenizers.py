@@ -35,8 +35,10 @@ class PairTokenizerConfig:
     :func:`register_pair_tokenizer_kind` or trainable through ``attnlm.tokenizers``);
     ``shared``: one tokenizer for both sides (trained on sources and targets together) or one
     per side; ``vocab_size``: for trained vocabularies (``bpe``: 256 bytes + merges, the
-    special tokens on top), per tokenizer; ``char`` ignores it and always has ``<unk>`` for
-    characters unseen in training. ``pad``, ``bos``, ``eos``: the special token strings.
+    special tokens on top), per tokenizer, 0 = sized from the training sentences
+    (:func:`attnlm.tokenizers.sizing.vocab_size_for`); ``char`` ignores it and always has
+    ``<unk>`` for characters unseen in training. ``pad``, ``bos``, ``eos``: the special token
+    strings.
     ``source_bos`` ... ``target_eos``: which sides get a start / end token when encoded
     (default as Marian: the source ends in ``</s>``, the target is ``<s> ... </s>``).
     """
@@ -55,8 +57,11 @@ class PairTokenizerConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
             raise ConfigError(f"tokenizer kind must be a non-empty string, got {self.kind!r}")
-        if not isinstance(self.vocab_size, int) or self.vocab_size < 1:
-            raise ConfigError(f"vocab_size must be a positive integer, got {self.vocab_size!r}")
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
+            raise ConfigError(
+                f"vocab_size must be a positive integer (0: sized from the data), got "
+                f"{self.vocab_size!r}"
+            )
         for what in ("pad", "bos", "eos"):
             v = getattr(self, what)
             if not isinstance(v, str) or not v:
@@ -271,13 +276,18 @@ def train_pair_tokenizers(
     targets together when ``config.shared``, else one per side."""
     if not pairs:
         raise InputError("no pairs to train tokenizers on")
+    from attnlm.tokenizers.sizing import vocab_size_for
+
     trainer = _trainer_for(config.kind)
     specials = config.specials
+
+    def train(texts: list[str]) -> Tokenizer:
+        size = config.vocab_size or (1 if config.kind == "char" else vocab_size_for(texts))
+        return trainer(texts, size, specials)
+
     sources = [p.source for p in pairs]
     targets = [p.target for p in pairs]
     if config.shared:
-        tok = trainer(sources + targets, config.vocab_size, specials)
+        tok = train(sources + targets)
         return PairTokenizers(tok, tok, replace(config, shared=True))
-    src = trainer(sources, config.vocab_size, specials)
-    tgt = trainer(targets, config.vocab_size, specials)
-    return PairTokenizers(src, tgt, config)
+    return PairTokenizers(train(sources), train(targets), config)

@@ -111,8 +111,11 @@ def config_from_hf(
         forced = generation.get("forced_eos_token_id", hf.get("forced_eos_token_id"))
         if bad not in (None, [[pad]]):
             raise ConfigError(f"{where}: bad_words_ids {bad!r}: only [[pad]] is supported")
-        if forced not in (None, eos, [eos]):
-            raise ConfigError(f"{where}: forced_eos_token_id {forced!r} differs from eos")
+        if isinstance(forced, list):  # one forced token (generate forces every listed one)
+            if len(forced) != 1:
+                raise ConfigError(f"{where}: forced_eos_token_id {forced!r}: one id is supported")
+            forced = forced[0]
+        forced = None if forced is None else int(forced)
         return dict(
             vocab_size=vocab if shared else dec_vocab,
             src_vocab_size=None if shared else vocab,
@@ -136,6 +139,7 @@ def config_from_hf(
             eos_id=eos,
             mask_pad=bad is not None,
             force_eos=forced is not None,
+            forced_eos_id=None if forced in (None, eos) else forced,
         )
     except KeyError as e:
         raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
@@ -179,7 +183,7 @@ def config_to_hf(
         "pad_token_id": c.pad_id,
         "decoder_start_token_id": c.bos_id,
         "eos_token_id": c.eos_id,
-        "forced_eos_token_id": c.eos_id if c.force_eos else None,
+        "forced_eos_token_id": c.forced_eos if c.force_eos else None,
         "is_encoder_decoder": True,
         "tie_word_embeddings": True,
         "dtype": "float32",
@@ -188,7 +192,7 @@ def config_to_hf(
         "decoder_start_token_id": c.bos_id,
         "pad_token_id": c.pad_id,
         "eos_token_id": c.eos_id,
-        "forced_eos_token_id": c.eos_id if c.force_eos else None,
+        "forced_eos_token_id": c.forced_eos if c.force_eos else None,
         "bad_words_ids": [[c.pad_id]] if c.mask_pad else None,
         "max_length": max_position_embeddings,
     }

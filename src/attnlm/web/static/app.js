@@ -70,8 +70,61 @@
       view: keep.view, kind: keep.kind, layers_filter: keep.layers_filter, heads_filter: keep.heads_filter,
       layer: keep.layer, heads: keep.heads ? keep.heads.slice() : null,
     };
-    view = AttnViews.mount($("views"), rec, st);
+    view = AttnViews.mount($("views"), rec, st, writeHash);
     window.attnView = view;
+  }
+
+  /* The URL keeps the view: #text=...&model=...&view=...&layer=...&heads=0,2&... (the text,
+     the model, the view's settings and the translation settings), so a view can be shared
+     and reloaded. replaceState: no history entry per change. */
+  var VIEW_KEYS = ["view", "kind", "layer", "heads", "layers_filter", "heads_filter"];
+  var TRANSLATE_KEYS = { temperature: "t-temperature", seed: "t-seed", max_new_tokens: "t-max",
+    num_beams: "t-beams" };
+
+  function writeHash() {
+    if (!current) return;
+    var q = new URLSearchParams();
+    q.set("text", $("text").value);
+    q.set("model", current.name);
+    var st = view ? view.state : {};
+    VIEW_KEYS.forEach(function (k) {
+      var v = st[k];
+      if (v === undefined || v === null || v === "") return;
+      q.set(k, Array.isArray(v) ? v.join(",") : String(v));
+    });
+    if (has("translate")) {
+      Object.keys(TRANSLATE_KEYS).forEach(function (k) {
+        var v = $(TRANSLATE_KEYS[k]).value.trim();
+        if (v !== "") q.set(k, v);
+      });
+    }
+    var hash = "#" + q.toString();
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }
+
+  /* Apply a #text=... hash: the model, the text, the translation settings, and the view state
+     the next drawing starts from. Returns whether the hash named anything. */
+  function readHash() {
+    var q = new URLSearchParams(location.hash.replace(/^#/, ""));
+    if (!q.has("text") && !q.has("model")) return false;
+    if (q.has("model") && models[q.get("model")]) {
+      $("model").value = q.get("model");
+      showModel(q.get("model"));
+    }
+    if (q.has("text")) $("text").value = q.get("text");
+    Object.keys(TRANSLATE_KEYS).forEach(function (k) {
+      if (q.has(k)) $(TRANSLATE_KEYS[k]).value = q.get(k);
+    });
+    var st = {};
+    VIEW_KEYS.forEach(function (k) {
+      if (!q.has(k)) return;
+      var v = q.get(k);
+      if (k === "layer") st[k] = parseInt(v, 10) || 0;
+      else if (k === "heads") st[k] = v === "" ? [] : v.split(",").map(Number).filter(isFinite);
+      else st[k] = v;
+    });
+    view = { state: st }; // showRecord starts the next drawing from it
+    return true;
   }
 
   /* Answers of an older run (the model was switched, or the button pressed again) are
@@ -262,8 +315,11 @@
         sel.appendChild(o);
       });
       showModel(r.default);
+      readHash();
       document.body.setAttribute("data-ready", "1");
+      run(); // the first screen shows the sample's (or the shared URL's) attention at once
     }, function (e) { status("cannot reach the server: " + e.message, true); });
+    window.addEventListener("hashchange", function () { if (readHash()) run(); });
   }
 
   window.attnExplorer = { buildStandalone: buildStandalone };

@@ -5,8 +5,9 @@
  * keys), optionally with "source_tokens": [S] and "cross_attention": [L][H][T][S] (query =
  * target token, key = source token) for translation models.
  *
- * AttnViews.mount(root, record, state) builds the controls and the current view inside root
- * and returns {state, render, toPNG}. state: {view: "head"|"model", kind: "self"|"cross",
+ * AttnViews.mount(root, record, state, onChange) builds the controls and the current view inside
+ * root and returns {state, render, toPNG}; onChange(state), if given, is called after every
+ * drawing (the explorer keeps its URL in step). state: {view: "head"|"model", kind: "self"|"cross",
  * layer, heads: [indices shown in the head view], layers_filter, heads_filter, focus, enlarged}.
  */
 (function (global) {
@@ -269,7 +270,7 @@
     return s;
   }
 
-  function mount(root, record, initial) {
+  function mount(root, record, initial, onChange) {
     var state = defaults(record, initial);
     root.innerHTML = "";
     var bar = el("div", { class: "view-bar" });
@@ -346,6 +347,7 @@
       body.innerHTML = "";
       if (state.view === "head") drawHeadView(body, record, state, render);
       else drawModelView(body, record, state, render);
+      if (onChange) onChange(state);
     }
 
     function toPNG() {
