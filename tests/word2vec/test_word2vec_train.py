@@ -202,6 +202,7 @@ def test_a_trained_model_learns_the_topics_and_its_loss_falls(sg):
     # at random, about as many neighbours would come from the other topic
     assert same >= 0.9 * (same + other) and same >= 70
     assert result.words == cfg.epochs * sum(map(len, topic_sentences()))
+    assert 0 < result.cpu_seconds and 0 < result.seconds
 
 
 def test_training_is_deterministic_for_a_seed():

@@ -67,7 +67,7 @@ class Word2VecConfig:
     seed: int = 1
     workers: int = 1
     batch: int = 4096  # centre words per batched step
-    share: int = 8  # CBOW: consecutive centre words sharing their noise words
+    noise_share: int = 8  # CBOW: centre words of a batch that share their noise words
 
     def __post_init__(self) -> None:
         for name in (
@@ -78,7 +78,7 @@ class Word2VecConfig:
             "epochs",
             "workers",
             "batch",
-            "share",
+            "noise_share",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -116,13 +116,16 @@ class Progress:
 
 @dataclass
 class TrainResult:
-    """The vectors, the vocabulary counts, the mean loss of each epoch, words/s."""
+    """The vectors, the vocabulary counts, the mean loss of each epoch, words/s; ``seconds``
+    of training (wall clock) and ``cpu_seconds`` (CPU time of all the process's threads
+    meanwhile)."""
 
     vectors: WordVectors
     vocab: Vocab
     epoch_losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     words: int = 0
+    cpu_seconds: float = 0.0
 
     @property
     def words_per_s(self) -> float:
@@ -229,7 +232,7 @@ def cbow_step(syn0: Tensor, syn1: Tensor, b: CbowBatch, alpha: float) -> tuple[f
     u = syn1.index_select(0, b.centres)  # (B, C)
     un = syn1.index_select(0, b.negatives.view(-1)).view(runs, k, dim)  # (runs, K, C)
     h3 = h.view(runs, share, dim)
-    s_pos = (h * u).sum(1)  # (B,)
+    s_pos = torch.linalg.vecdot(h, u)  # (B,)
     s_neg = torch.bmm(h3, un.transpose(1, 2))  # (runs, share, K)
     keep = (b.negatives[:, None, :] != b.centres.view(runs, share, 1)).to(syn0.dtype)
     keep *= has.view(runs, share, 1)  # a noise word equal to the centre word is skipped
@@ -237,7 +240,7 @@ def cbow_step(syn0: Tensor, syn1: Tensor, b: CbowBatch, alpha: float) -> tuple[f
     g_pos = torch.sigmoid(s_pos).neg_().add_(1.0).mul_(has).mul_(alpha)  # (B,)
     g_neg = torch.sigmoid(s_neg).mul_(keep).mul_(-alpha)  # (runs, share, K)
     dh = torch.bmm(g_neg, un).view(n, dim).addcmul_(u, g_pos[:, None])  # (B, C)
-    syn1.index_add_(0, b.centres, h * g_pos[:, None])
+    syn1.index_add_(0, b.centres, torch.mul(h, g_pos[:, None], out=u))  # u is spent
     syn1.index_add_(0, b.negatives.view(-1), torch.bmm(g_neg.transpose(1, 2), h3).view(-1, dim))
     start = 0
     for width in b.widths:  # every context word gets dh, undivided (gensim's cbow_mean=1)
@@ -391,8 +394,8 @@ def make_cbow_batch(
     col = np.repeat(np.arange(len(widths)), widths)
     columns = words(np.arange(len(col)) - np.repeat(widths.cumsum() - widths, widths), col)
     centres = np.where(order < stop - start, ids[np.minimum(pos, len(ids) - 1)], 0)
-    tensors = [torch.from_numpy(x.astype(np.int64)) for x in (centres, counts, contexts, offsets,
-                                                               columns)]  # fmt: skip
+    arrays = (centres, counts, contexts, offsets, columns)
+    tensors = [torch.from_numpy(x.astype(np.int64, copy=False)) for x in arrays]
     return CbowBatch(*tensors, [int(w) for w in widths], negatives)
 
 
@@ -436,7 +439,7 @@ def batches(
                 neg = noise.draw((stop - start, cfg.negative), gen)
                 work = make_groups(ids, sent, reach, start, stop, cfg.window, neg)
             else:
-                neg = noise.draw((-(-(stop - start) // cfg.share), cfg.negative), gen)
+                neg = noise.draw((-(-(stop - start) // cfg.noise_share), cfg.negative), gen)
                 work = make_cbow_batch(ids, bounds, reach, start, stop, neg)
             last = stop == len(ids)
             done = epoch * raw_words + (raw_words if last else (where[stop - 1] + 1) * per_id)
@@ -535,7 +538,7 @@ def train_word2vec(
         sums = np.zeros((cfg.epochs, 2))  # per epoch: summed loss, predicted words
         lock = threading.Lock()
         items = _prefetch(batches(ids_all, sent_all, keep_p, raw_words, noise, cfg))
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
 
         def work() -> None:
             while True:
@@ -561,8 +564,9 @@ def train_word2vec(
         finally:
             items.close()  # stops the batch maker
         seconds = time.perf_counter() - t0
+        cpu_seconds = time.process_time() - cpu0
     finally:
         torch.set_num_threads(threads)
     losses = [float(x / max(n, 1)) for x, n in sums]
     vectors = WordVectors(list(vocab.words), syn0.numpy())
-    return TrainResult(vectors, vocab, losses, seconds, raw_words * cfg.epochs)
+    return TrainResult(vectors, vocab, losses, seconds, raw_words * cfg.epochs, cpu_seconds)
