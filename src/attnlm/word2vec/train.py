@@ -26,10 +26,23 @@ each pair still has ``K`` noise words from the same distribution, so the objecti
 same in expectation, and a window becomes a small matrix product
 ``(2r x dim) @ (dim x (K + 1))`` instead of ``2r (K + 1)`` separate dot products and
 ``2r (K + 2)`` rows to touch. The centre words of a batch are grouped by reach, so each
-group is one dense ``bmm`` with little padding. All gradients of a batch are computed from
-the same parameters and added with ``index_add_`` (a word seen several times in a batch gets
-the sum of its updates, as it would get them one after the other). ``reference_step`` is the
-same update written one centre word at a time; the tests hold the batched step to it.
+group is one dense ``bmm`` with little padding.
+
+CBOW does only ``K + 1`` dot products per centre word, so there the fixed costs decide:
+``cbow_step`` is a dozen tensor operations per batch whatever its size. The contexts are
+built by arithmetic on positions (a context is the run of words left of the centre word and
+the run right of it, each cut at the sentence's end); ``h`` is one ``embedding_bag`` (mean);
+``noise_share`` centre words share their ``K`` noise words (each centre word still has ``K``
+draws from the noise distribution, so the expected update is unchanged), so their scores and
+the noise rows' gradients are small matrix products and a batch touches ``K / noise_share``
+noise rows per centre word instead of ``K``; the rows are sorted by their number of context
+words so that the ``j``-th context words of all rows are one ``index_add_`` of a prefix of
+the ``dh`` rows, with nothing copied.
+
+All gradients of a batch are computed from the same parameters and added with
+``index_add_`` (a word seen several times in a batch gets the sum of its updates, as it
+would get them one after the other). ``reference_step`` is the same update written one
+centre word at a time; the tests hold both batched steps to it.
 """
 
 from __future__ import annotations
@@ -346,13 +359,9 @@ def make_groups(
 def sentence_bounds(sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each position of a text whose sentence numbers ``sent`` never decrease: the
     positions of the first and the last word of its sentence."""
-    n = len(sent)
-    new = np.flatnonzero(np.diff(sent)) + 1  # where a sentence starts
-    first = np.zeros(n, dtype=np.int64)
-    first[new] = new
-    last = np.full(n, n - 1, dtype=np.int64)
-    last[new - 1] = new - 1
-    return np.maximum.accumulate(first), np.minimum.accumulate(last[::-1])[::-1]
+    starts = np.flatnonzero(np.diff(sent, prepend=-1))  # where each sentence starts
+    lengths = np.diff(starts, append=len(sent))
+    return np.repeat(starts, lengths), np.repeat(starts + lengths - 1, lengths)
 
 
 def make_cbow_batch(
@@ -370,30 +379,26 @@ def make_cbow_batch(
     A context is two runs of words, ``left`` before the centre word and ``right`` after it
     (the reach, cut at the sentence's ends), so every index comes from arithmetic on the
     positions, in a few numpy operations per batch."""
-    runs = len(negatives)
-    share = -(-(stop - start) // runs)
-    pos = np.arange(start, start + runs * share)
-    pad = slice(stop - start, None)
-    first, last = (np.pad(x[start:stop], (0, len(pos) - stop + start)) for x in bounds)
-    r = np.pad(reach[start:stop], (0, len(pos) - stop + start))
-    left = np.minimum(r, pos - first)
-    right = np.minimum(r, last - pos)
-    left[pad] = right[pad] = 0
-    counts = (left + right).astype(np.int8)
-    order = np.argsort(-counts, kind="stable")  # most context words first
-    pos, left, counts = pos[order], left[order], counts[order].astype(np.int64)
+    n, runs = stop - start, len(negatives)
+    pad = runs * -(-n // runs) - n
+    pos, r = np.arange(start, stop), reach[start:stop]
+    left = np.minimum(r, pos - bounds[0][start:stop])
+    right = np.minimum(r, bounds[1][start:stop] - pos)
+    counts = np.concatenate([left + right, np.zeros(pad, dtype=left.dtype)]).astype(np.int8)
+    order = np.argsort(-counts, kind="stable")  # most context words first, the padding last
+    pos, left, counts = pos[order[:n]], left[order[:n]], counts[order].astype(np.int64)
     offsets = np.cumsum(counts) - counts
 
     def words(row: np.ndarray, j: np.ndarray) -> np.ndarray:  # the j-th word of each row
         q = pos[row] - left[row] + j
         return ids[q + (j >= left[row])]  # (skipping the centre word)
 
-    row = np.repeat(np.arange(len(pos)), counts)
+    row = np.repeat(np.arange(len(counts)), counts)
     contexts = words(row, np.arange(len(row)) - offsets[row])  # row by row
     widths = np.bincount(counts, minlength=1)[::-1].cumsum()[::-1][1:]  # rows with > j words
     col = np.repeat(np.arange(len(widths)), widths)
     columns = words(np.arange(len(col)) - np.repeat(widths.cumsum() - widths, widths), col)
-    centres = np.where(order < stop - start, ids[np.minimum(pos, len(ids) - 1)], 0)
+    centres = np.concatenate([ids[pos], np.zeros(pad, dtype=ids.dtype)])
     arrays = (centres, counts, contexts, offsets, columns)
     tensors = [torch.from_numpy(x.astype(np.int64, copy=False)) for x in arrays]
     return CbowBatch(*tensors, [int(w) for w in widths], negatives)
@@ -428,8 +433,11 @@ def batches(
         ids, sent = ids_all[kept], sent_all[kept]
         where = np.flatnonzero(kept)  # positions before subsampling, for the progress
         reach = cfg.window - rng.integers(0, cfg.window, len(ids))
-        bounds = sentence_bounds(sent)
         starts = range(0, len(ids), cfg.batch)
+        if not cfg.sg:  # the sentences' ends, and the noise words of every run of the epoch
+            bounds = sentence_bounds(sent)
+            runs = [-(-(min(cfg.batch, len(ids) - a)) // cfg.noise_share) for a in starts]
+            epoch_neg = noise.draw((sum(runs), cfg.negative), gen).split(runs)
         for start in starts:
             stop = min(start + cfg.batch, len(ids))
             frac = (epoch * raw_words + where[start] * per_id) / total
@@ -439,7 +447,7 @@ def batches(
                 neg = noise.draw((stop - start, cfg.negative), gen)
                 work = make_groups(ids, sent, reach, start, stop, cfg.window, neg)
             else:
-                neg = noise.draw((-(-(stop - start) // cfg.noise_share), cfg.negative), gen)
+                neg = epoch_neg[start // cfg.batch]
                 work = make_cbow_batch(ids, bounds, reach, start, stop, neg)
             last = stop == len(ids)
             done = epoch * raw_words + (raw_words if last else (where[stop - 1] + 1) * per_id)
