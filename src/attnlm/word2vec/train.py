@@ -152,10 +152,10 @@ class TrainResult:
 @dataclass
 class Group:
     """The centre words of one batch that have reach ``r``. Skip-gram: ``contexts``
-    ``(B, 2r)`` word ids (padding points at word 0) and ``valid`` ``(B, 2r)``. CBOW:
-    ``contexts`` flat ``(M,)`` with ``owner`` ``(M,)`` (the row of the centre word each
-    belongs to). ``centres`` ``(B,)``, ``negatives``
-    ``(B, K)``."""
+    ``(B, 2r)`` word ids (padding points at word 0) and ``valid`` ``(B, 2r)``. CBOW (the
+    form :func:`reference_step` reads; :meth:`CbowBatch.as_group`): ``contexts`` flat
+    ``(M,)`` with ``owner`` ``(M,)`` (the row of the centre word each belongs to).
+    ``centres`` ``(B,)``, ``negatives`` ``(B, K)``."""
 
     centres: Tensor
     contexts: Tensor
