@@ -31,7 +31,8 @@ def test_train_writes_vectors_gensim_reads(cli, topic_text, tmp_path, name):
     kv_mod = pytest.importorskip("gensim.models.keyedvectors")
     out = tmp_path / name
     r = cli("word2vec", "train", "--text", str(topic_text), "--out", str(out), "--dim", "16",
-            "--epochs", "2", "--min-count", "1", "--cbow", "--no-progress")  # fmt: skip
+            "--epochs", "2", "--min-count", "1", "--cbow", "--noise-share", "4",
+            "--no-progress")  # fmt: skip
     assert r.code == 0, r.err
     assert "CBOW: 12 words x 16" in r.out and "loss per epoch:" in r.out
     kv = kv_mod.KeyedVectors.load_word2vec_format(str(out), binary=name.endswith(".bin"))

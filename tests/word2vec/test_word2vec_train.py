@@ -11,8 +11,11 @@ from attnlm.word2vec.train import (
     NoiseSampler,
     Word2VecConfig,
     batched_step,
+    cbow_step,
+    make_cbow_batch,
     make_groups,
     reference_step,
+    sentence_bounds,
     train_word2vec,
 )
 from attnlm.word2vec.vocab import Vocab, alias_table, split_sentences
@@ -71,32 +74,65 @@ def test_alias_table_gives_exactly_the_distribution():
     assert np.abs(freq - p).max() < 4 * np.sqrt(p.max() / len(draws))
 
 
-def test_groups_are_the_dynamic_windows_of_a_plain_loop():
-    rng = np.random.default_rng(0)
-    n, window = 200, 4
+def plain_windows(ids, sent, reach, start, stop):
+    """Per centre word (by position), its context words: a plain loop."""
+    out = []
+    for i in range(start, stop):  # the window of position i: reach[i] words each side
+        r = int(reach[i])
+        out.append([int(ids[j]) for j in range(i - r, i + r + 1)
+                    if j != i and 0 <= j < len(ids) and sent[j] == sent[i]])  # fmt: skip
+    return out
+
+
+def random_text(n=200, window=4, seed=0):
+    rng = np.random.default_rng(seed)
     ids = rng.integers(0, 30, n).astype(np.int32)
     sent = np.repeat(np.arange(20), 10)[:n].astype(np.int32)
     reach = window - rng.integers(0, window, n)
-    neg = torch.randint(0, 30, (n, 3))
-    for sg in (True, False):
-        got = {}
-        for g in make_groups(ids, sent, reach, 10, 150, window, neg, sg):
-            for b, centre in enumerate(g.centres.tolist()):
-                if sg:
-                    ctx = g.contexts[b][g.valid[b]].tolist()
-                else:
-                    ctx = g.contexts[g.owner == b].tolist()
-                got.setdefault(centre, []).append((sorted(ctx), g.negatives[b].tolist()))
-        want = {}
-        for i in range(10, 150):  # the window of position i: reach[i] words each side
-            r = int(reach[i])
-            ctx = [int(ids[j]) for j in range(i - r, i + r + 1)
-                   if j != i and 0 <= j < n and sent[j] == sent[i]]  # fmt: skip
-            want.setdefault(int(ids[i]), []).append((sorted(ctx), neg[i - 10].tolist()))
-        assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+    return ids, sent, reach
 
 
-def random_groups(sg, seed=0, vocab=25, dim=8, k=3):
+def test_skipgram_groups_are_the_dynamic_windows_of_a_plain_loop():
+    ids, sent, reach = random_text()
+    neg = torch.randint(0, 30, (140, 3))
+    got = {}
+    for g in make_groups(ids, sent, reach, 10, 150, 4, neg):
+        for b, centre in enumerate(g.centres.tolist()):
+            ctx = g.contexts[b][g.valid[b]].tolist()
+            got.setdefault(centre, []).append((sorted(ctx), g.negatives[b].tolist()))
+    want = {}
+    for i, ctx in enumerate(plain_windows(ids, sent, reach, 10, 150)):
+        want.setdefault(int(ids[10 + i]), []).append((sorted(ctx), neg[i].tolist()))
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+
+
+@pytest.mark.parametrize("share", [1, 3, 8])
+def test_cbow_batch_holds_the_windows_rows_and_columns_of_a_plain_loop(share):
+    ids, sent, reach = random_text()
+    runs = -(-140 // share)
+    neg = torch.randint(0, 30, (runs, 3))
+    b = make_cbow_batch(ids, sentence_bounds(sent), reach, 10, 150, neg)
+    used = len(b.centres) // runs  # rows per run: share, or fewer when that fits
+    assert len(b.centres) == runs * used >= 140 and used <= share
+    rows = [b.contexts[o : o + c].tolist() for o, c in zip(b.offsets, b.counts)]
+    assert b.counts.tolist() == sorted(b.counts.tolist(), reverse=True)
+    assert b.counts.tolist() == [len(r) for r in rows]
+    # column j holds the j-th context word of every row that has one, rows in order
+    columns = [[r[j] for r in rows if len(r) > j] for j in range(8)]
+    assert b.widths == [len(c) for c in columns if c]
+    assert b.columns.tolist() == [w for c in columns for w in c]
+    # every centre word with its context and the noise words of its run (padding: empty)
+    noise = b.negatives.repeat_interleave(used, dim=0).tolist()
+    got = sorted(zip(b.centres.tolist(), map(sorted, rows), noise))
+    plain = plain_windows(ids, sent, reach, 10, 150)
+    assert sorted((c, r) for c, r, _ in got if r) == sorted(
+        (int(ids[10 + i]), sorted(r)) for i, r in enumerate(plain) if r
+    )
+    assert sum(1 for _, r, _ in got if not r) == len(got) - sum(1 for r in plain if r)
+    assert noise[::used] == neg.tolist()  # the rows of a run share its noise words
+
+
+def random_groups(seed=0, vocab=25, dim=8, k=3):
     g = torch.Generator().manual_seed(seed)
     groups = []
     for r in (1, 2, 3):
@@ -107,27 +143,47 @@ def random_groups(sg, seed=0, vocab=25, dim=8, k=3):
         ctx = torch.randint(0, vocab, (b, 2 * r), generator=g)
         valid = torch.rand(b, 2 * r, generator=g) < 0.7
         valid[1] = False  # a centre word with no context at all
-        if sg:
-            groups.append(Group(centres, torch.where(valid, ctx, 0), negatives, valid=valid))
-        else:
-            rows, cols = valid.nonzero(as_tuple=True)
-            groups.append(Group(centres, ctx[rows, cols], negatives, owner=rows))
+        groups.append(Group(centres, torch.where(valid, ctx, 0), negatives, valid=valid))
     syn0 = torch.randn(vocab, dim, generator=g) * 0.3
     syn1 = torch.randn(vocab, dim, generator=g) * 0.3
     return syn0, syn1, groups
 
 
-@pytest.mark.parametrize("sg", [True, False])
-def test_batched_step_equals_the_pair_by_pair_update(sg):
-    syn0, syn1, groups = random_groups(sg)
+def test_skipgram_batched_step_equals_the_pair_by_pair_update():
+    syn0, syn1, groups = random_groups()
     for g in groups:  # reference_step computes every gradient from the parameters before
         a0, a1 = syn0.clone(), syn1.clone()  # the batch, so compare one group at a time
-        loss_b, n_b = batched_step(a0, a1, [g], 0.05, sg)
-        loss_r, n_r = reference_step(syn0, syn1, [g], 0.05, sg)
+        loss_b, n_b = batched_step(a0, a1, [g], 0.05)
+        loss_r, n_r = reference_step(syn0, syn1, [g], 0.05, sg=True)
         assert n_b == n_r
         assert loss_b == pytest.approx(loss_r, rel=1e-5)
         torch.testing.assert_close(a0, syn0, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(a1, syn1, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("share", [1, 4, 7])
+def test_cbow_step_equals_the_word_by_word_update(share):
+    g = torch.Generator().manual_seed(share)
+    vocab, dim, k, n, window = 25, 8, 3, 40, 3
+    ids = torch.randint(0, vocab, (n,), generator=g).numpy()
+    ids[5:8] = ids[6]  # a word in its own context, and twice in one window
+    sent = np.cumsum(torch.rand(n, generator=g).numpy() < 0.2)  # one-word sentences too
+    reach = window - torch.randint(0, window, (n,), generator=g).numpy()
+    runs = -(-n // share)
+    negatives = torch.randint(0, vocab, (runs, k), generator=g)
+    negatives[runs - 1] = torch.arange(k)  # frequent words: seen again in other rows
+    b = make_cbow_batch(ids, sentence_bounds(sent), reach, 0, n, negatives)
+    b.negatives[0, 0] = b.centres[0]  # a noise word equal to the centre word is skipped
+    assert (b.counts == 0).any() and (b.counts == 2 * window).any()
+    syn0 = torch.randn(vocab, dim, generator=g) * 0.3
+    syn1 = torch.randn(vocab, dim, generator=g) * 0.3
+    a0, a1 = syn0.clone(), syn1.clone()
+    loss_b, n_b = cbow_step(a0, a1, b, 0.05)
+    loss_r, n_r = reference_step(syn0, syn1, [b.as_group()], 0.05, sg=False)
+    assert n_b == n_r == int((b.counts > 0).sum())
+    assert loss_b == pytest.approx(loss_r, rel=1e-5)
+    torch.testing.assert_close(a0, syn0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a1, syn1, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("sg", [True, False])
@@ -146,6 +202,7 @@ def test_a_trained_model_learns_the_topics_and_its_loss_falls(sg):
     # at random, about as many neighbours would come from the other topic
     assert same >= 0.9 * (same + other) and same >= 70
     assert result.words == cfg.epochs * sum(map(len, topic_sentences()))
+    assert 0 < result.cpu_seconds and 0 < result.seconds
 
 
 def test_training_is_deterministic_for_a_seed():

@@ -74,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--min-alpha", type=arg(finite_float, lo=0.0), default=0.0001, help="end rate (1e-4)"
     )
     tr.add_argument("--batch", type=arg(positive_int), default=4096, help="centre words per step")
+    tr.add_argument("--noise-share", type=arg(positive_int), default=8,
+                    help="CBOW: centre words sharing their noise words (8)")  # fmt: skip
     tr.add_argument("--seed", type=arg(seed), default=1)
     tr.add_argument("--no-progress", dest="progress", action="store_false")
     tr.set_defaults(func=_train)
@@ -136,7 +138,7 @@ def _train(args: argparse.Namespace) -> int:
         dim=args.dim, window=args.window, negative=args.negative, min_count=args.min_count,
         epochs=args.epochs, sg=args.sg, sample=args.sample, alpha=args.alpha,
         min_alpha=min(args.min_alpha, args.alpha), seed=args.seed, workers=args.workers,
-        batch=args.batch,
+        batch=args.batch, noise_share=args.noise_share,
     )  # fmt: skip
     text = load_text(args.text)
     bars: list = []  # made on the first report, so an error before training prints no bar

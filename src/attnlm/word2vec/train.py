@@ -26,10 +26,23 @@ each pair still has ``K`` noise words from the same distribution, so the objecti
 same in expectation, and a window becomes a small matrix product
 ``(2r x dim) @ (dim x (K + 1))`` instead of ``2r (K + 1)`` separate dot products and
 ``2r (K + 2)`` rows to touch. The centre words of a batch are grouped by reach, so each
-group is one dense ``bmm`` with little padding. All gradients of a batch are computed from
-the same parameters and added with ``index_add_`` (a word seen several times in a batch gets
-the sum of its updates, as it would get them one after the other). ``reference_step`` is the
-same update written one centre word at a time; the tests hold the batched step to it.
+group is one dense ``bmm`` with little padding.
+
+CBOW does only ``K + 1`` dot products per centre word, so there the fixed costs decide:
+``cbow_step`` is a dozen tensor operations per batch whatever its size. The contexts are
+built by arithmetic on positions (a context is the run of words left of the centre word and
+the run right of it, each cut at the sentence's end); ``h`` is one ``embedding_bag`` (mean);
+``noise_share`` centre words share their ``K`` noise words (each centre word still has ``K``
+draws from the noise distribution, so the expected update is unchanged), so their scores and
+the noise rows' gradients are small matrix products and a batch touches ``K / noise_share``
+noise rows per centre word instead of ``K``; the rows are sorted by their number of context
+words so that the ``j``-th context words of all rows are one ``index_add_`` of a prefix of
+the ``dh`` rows, with nothing copied.
+
+All gradients of a batch are computed from the same parameters and added with
+``index_add_`` (a word seen several times in a batch gets the sum of its updates, as it
+would get them one after the other). ``reference_step`` is the same update written one
+centre word at a time; the tests hold both batched steps to it.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnlm.errors import ConfigError
@@ -66,9 +80,19 @@ class Word2VecConfig:
     seed: int = 1
     workers: int = 1
     batch: int = 4096  # centre words per batched step
+    noise_share: int = 8  # CBOW: centre words of a batch that share their noise words
 
     def __post_init__(self) -> None:
-        for name in ("dim", "window", "negative", "min_count", "epochs", "workers", "batch"):
+        for name in (
+            "dim",
+            "window",
+            "negative",
+            "min_count",
+            "epochs",
+            "workers",
+            "batch",
+            "noise_share",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"word2vec {name} must be an integer >= 1, got {value!r}")
@@ -105,13 +129,16 @@ class Progress:
 
 @dataclass
 class TrainResult:
-    """The vectors, the vocabulary counts, the mean loss of each epoch, words/s."""
+    """The vectors, the vocabulary counts, the mean loss of each epoch, words/s; ``seconds``
+    of training (wall clock) and ``cpu_seconds`` (CPU time of all the process's threads
+    meanwhile)."""
 
     vectors: WordVectors
     vocab: Vocab
     epoch_losses: list[float] = field(default_factory=list)
     seconds: float = 0.0
     words: int = 0
+    cpu_seconds: float = 0.0
 
     @property
     def words_per_s(self) -> float:
@@ -125,10 +152,10 @@ class TrainResult:
 @dataclass
 class Group:
     """The centre words of one batch that have reach ``r``. Skip-gram: ``contexts``
-    ``(B, 2r)`` word ids (padding points at word 0) and ``valid`` ``(B, 2r)``. CBOW:
-    ``contexts`` flat ``(M,)`` with ``owner`` ``(M,)`` (the row of the centre word each
-    belongs to). ``centres`` ``(B,)``, ``negatives``
-    ``(B, K)``."""
+    ``(B, 2r)`` word ids (padding points at word 0) and ``valid`` ``(B, 2r)``. CBOW (the
+    form :func:`reference_step` reads; :meth:`CbowBatch.as_group`): ``contexts`` flat
+    ``(M,)`` with ``owner`` ``(M,)`` (the row of the centre word each belongs to).
+    ``centres`` ``(B,)``, ``negatives`` ``(B, K)``."""
 
     centres: Tensor
     contexts: Tensor
@@ -150,41 +177,89 @@ def _loss_and_grad(s: Tensor, weight: Tensor, alpha: float) -> tuple[Tensor, flo
 
 
 def batched_step(
-    syn0: Tensor, syn1: Tensor, groups: Sequence[Group], alpha: float, sg: bool
+    syn0: Tensor, syn1: Tensor, groups: Sequence[Group], alpha: float
 ) -> tuple[float, int]:
-    """Apply one batch of SGD updates in place; return (summed loss, predicted words)."""
+    """Apply one batch of skip-gram SGD updates in place; return (summed loss, predicted
+    words)."""
     total_loss = 0.0
     total_n = 0
     dim = syn0.shape[1]
     for g in groups:
+        assert g.valid is not None
         outputs = torch.cat([g.centres[:, None], g.negatives], dim=1)  # (B, 1+K)
         keep = torch.ones(outputs.shape, dtype=syn0.dtype)
         keep[:, 1:] = g.negatives != g.centres[:, None]  # a noise word equal to w is skipped
         u = syn1.index_select(0, outputs.view(-1)).view(*outputs.shape, dim)  # (B, 1+K, C)
-        if sg:
-            assert g.valid is not None
-            v = syn0.index_select(0, g.contexts.view(-1)).view(*g.contexts.shape, dim)
-            s = torch.bmm(v, u.transpose(1, 2))  # (B, 2r, 1+K)
-            weight = g.valid.to(syn0.dtype)[:, :, None] * keep[:, None, :]
-            grad, loss = _loss_and_grad(s, weight, alpha)
-            total_n += int(g.valid.sum())
-            syn0.index_add_(0, g.contexts.view(-1), torch.bmm(grad, u).view(-1, dim))
-            du = torch.bmm(grad.transpose(1, 2), v)  # (B, 1+K, C)
-        else:
-            assert g.owner is not None
-            count = torch.bincount(g.owner, minlength=len(g.centres)).to(syn0.dtype)
-            h = torch.zeros(len(g.centres), dim, dtype=syn0.dtype)
-            h.index_add_(0, g.owner, syn0.index_select(0, g.contexts))
-            h /= count.clamp(min=1)[:, None]  # (B, C): the mean of the context vectors
-            s = torch.bmm(u, h[:, :, None])[:, :, 0]  # (B, 1+K)
-            grad, loss = _loss_and_grad(s, keep * (count > 0).to(syn0.dtype)[:, None], alpha)
-            total_n += int((count > 0).sum())
-            dh = torch.bmm(grad[:, None, :], u)[:, 0]  # (B, C): added to every context word
-            syn0.index_add_(0, g.contexts, dh.index_select(0, g.owner))
-            du = grad[:, :, None] * h[:, None, :]  # (B, 1+K, C)
+        v = syn0.index_select(0, g.contexts.view(-1)).view(*g.contexts.shape, dim)
+        s = torch.bmm(v, u.transpose(1, 2))  # (B, 2r, 1+K)
+        weight = g.valid.to(syn0.dtype)[:, :, None] * keep[:, None, :]
+        grad, loss = _loss_and_grad(s, weight, alpha)
+        total_n += int(g.valid.sum())
+        syn0.index_add_(0, g.contexts.view(-1), torch.bmm(grad, u).view(-1, dim))
+        du = torch.bmm(grad.transpose(1, 2), v)  # (B, 1+K, C)
         total_loss += loss
         syn1.index_add_(0, outputs.view(-1), du.view(-1, dim))
     return total_loss, total_n
+
+
+@dataclass
+class CbowBatch:
+    """The centre words of one CBOW batch, sorted by their number of context words (most
+    first) so that the ``j``-th context words of all rows are one contiguous run:
+    ``centres`` ``(B,)``; ``counts`` ``(B,)`` context words each; ``contexts`` ``(M,)`` row by
+    row from ``offsets`` ``(B,)`` (``embedding_bag``'s input); ``columns`` ``(M,)`` the same
+    words column by column (the ``j``-th context words of rows ``0..widths[j]``, then the
+    ``j+1``-th...); ``negatives`` ``(B / share, K)``: each run of ``share`` consecutive rows
+    shares its ``K`` noise words."""
+
+    centres: Tensor
+    counts: Tensor
+    contexts: Tensor
+    offsets: Tensor
+    columns: Tensor
+    widths: list[int]
+    negatives: Tensor
+
+    def as_group(self) -> Group:
+        """The same batch as one CBOW :class:`Group` for :func:`reference_step` (each row
+        with its own copy of its run's noise words)."""
+        share = len(self.centres) // len(self.negatives)
+        owner = torch.repeat_interleave(torch.arange(len(self.centres)), self.counts)
+        negatives = self.negatives.repeat_interleave(share, dim=0)
+        return Group(self.centres, self.contexts, negatives, owner=owner)
+
+
+def cbow_step(syn0: Tensor, syn1: Tensor, b: CbowBatch, alpha: float) -> tuple[float, int]:
+    """Apply one batch of CBOW SGD updates in place; return (summed loss, predicted words).
+
+    ``h`` (the mean of each row's context vectors) is one ``embedding_bag``; the centre
+    word's score is a row-wise dot product; the ``share`` rows of a run score their shared
+    noise words with one small matrix product, and the gradients of ``h`` and of the noise
+    rows are two more; the updates are written with ``index_add_``, to the context words one
+    column at a time (the rows sorted by width make every column a prefix of ``dh``)."""
+    n, dim = len(b.centres), syn0.shape[1]
+    runs, k = b.negatives.shape
+    share = n // runs
+    has = (b.counts > 0).to(syn0.dtype)  # a centre word with no context predicts nothing
+    h = F.embedding_bag(b.contexts, syn0, b.offsets, mode="mean")  # (B, C)
+    u = syn1.index_select(0, b.centres)  # (B, C)
+    un = syn1.index_select(0, b.negatives.view(-1)).view(runs, k, dim)  # (runs, K, C)
+    h3 = h.view(runs, share, dim)
+    s_pos = torch.linalg.vecdot(h, u)  # (B,)
+    s_neg = torch.bmm(h3, un.transpose(1, 2))  # (runs, share, K)
+    keep = (b.negatives[:, None, :] != b.centres.view(runs, share, 1)).to(syn0.dtype)
+    keep *= has.view(runs, share, 1)  # a noise word equal to the centre word is skipped
+    loss = -float(F.logsigmoid(s_pos) @ has + (F.logsigmoid(-s_neg) * keep).sum())
+    g_pos = torch.sigmoid(s_pos).neg_().add_(1.0).mul_(has).mul_(alpha)  # (B,)
+    g_neg = torch.sigmoid(s_neg).mul_(keep).mul_(-alpha)  # (runs, share, K)
+    dh = torch.bmm(g_neg, un).view(n, dim).addcmul_(u, g_pos[:, None])  # (B, C)
+    syn1.index_add_(0, b.centres, torch.mul(h, g_pos[:, None], out=u))  # u is spent
+    syn1.index_add_(0, b.negatives.view(-1), torch.bmm(g_neg.transpose(1, 2), h3).view(-1, dim))
+    start = 0
+    for width in b.widths:  # every context word gets dh, undivided (gensim's cbow_mean=1)
+        syn0.index_add_(0, b.columns[start : start + width], dh[:width])
+        start += width
+    return loss, int(has.sum())
 
 
 def reference_step(
@@ -257,11 +332,10 @@ def make_groups(
     stop: int,
     window: int,
     negatives: Tensor,
-    sg: bool = True,
 ) -> list[Group]:
-    """The centre words at positions ``start..stop`` of the (subsampled) ``ids`` with their
-    contexts, one :class:`Group` per reach; ``negatives`` ``(stop - start, K)`` are theirs in
-    position order."""
+    """The skip-gram centre words at positions ``start..stop`` of the (subsampled) ``ids``
+    with their contexts, one :class:`Group` per reach; ``negatives`` ``(stop - start, K)``
+    are theirs in position order."""
     n = len(ids)
     pos = np.arange(start, stop)
     groups = []
@@ -277,19 +351,62 @@ def make_groups(
         valid = inside & (sent[qc] == sent[p][:, None])
         centres = torch.from_numpy(ids[p].astype(np.int64))
         noise = negatives[torch.from_numpy(at)]
-        if sg:
-            ctx = torch.from_numpy(np.where(valid, ids[qc], 0).astype(np.int64))
-            groups.append(Group(centres, ctx, noise, valid=torch.from_numpy(valid)))
-        else:
-            rows, cols = np.nonzero(valid)
-            ctx = torch.from_numpy(ids[qc[rows, cols]].astype(np.int64))
-            groups.append(Group(centres, ctx, noise, owner=torch.from_numpy(rows)))
+        ctx = torch.from_numpy(np.where(valid, ids[qc], 0).astype(np.int64))
+        groups.append(Group(centres, ctx, noise, valid=torch.from_numpy(valid)))
     return groups
+
+
+def sentence_bounds(sent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each position of a text whose sentence numbers ``sent`` never decrease: the
+    positions of the first and the last word of its sentence."""
+    starts = np.flatnonzero(np.diff(sent, prepend=-1))  # where each sentence starts
+    lengths = np.diff(starts, append=len(sent))
+    return np.repeat(starts, lengths), np.repeat(starts + lengths - 1, lengths)
+
+
+def make_cbow_batch(
+    ids: np.ndarray,
+    bounds: tuple[np.ndarray, np.ndarray],
+    reach: np.ndarray,
+    start: int,
+    stop: int,
+    negatives: Tensor,
+) -> CbowBatch:
+    """The CBOW centre words at positions ``start..stop`` of the (subsampled) ``ids`` with
+    their contexts (``bounds``: :func:`sentence_bounds`); ``negatives`` ``(runs, K)``: the
+    rows are padded with empty ones (which predict nothing) to ``runs x share`` rows.
+
+    A context is two runs of words, ``left`` before the centre word and ``right`` after it
+    (the reach, cut at the sentence's ends), so every index comes from arithmetic on the
+    positions, in a few numpy operations per batch."""
+    n, runs = stop - start, len(negatives)
+    pad = runs * -(-n // runs) - n
+    pos, r = np.arange(start, stop), reach[start:stop]
+    left = np.minimum(r, pos - bounds[0][start:stop])
+    right = np.minimum(r, bounds[1][start:stop] - pos)
+    counts = np.concatenate([left + right, np.zeros(pad, dtype=left.dtype)]).astype(np.int8)
+    order = np.argsort(-counts, kind="stable")  # most context words first, the padding last
+    pos, left, counts = pos[order[:n]], left[order[:n]], counts[order].astype(np.int64)
+    offsets = np.cumsum(counts) - counts
+
+    def words(row: np.ndarray, j: np.ndarray) -> np.ndarray:  # the j-th word of each row
+        q = pos[row] - left[row] + j
+        return ids[q + (j >= left[row])]  # (skipping the centre word)
+
+    row = np.repeat(np.arange(len(counts)), counts)
+    contexts = words(row, np.arange(len(row)) - offsets[row])  # row by row
+    widths = np.bincount(counts, minlength=1)[::-1].cumsum()[::-1][1:]  # rows with > j words
+    col = np.repeat(np.arange(len(widths)), widths)
+    columns = words(np.arange(len(col)) - np.repeat(widths.cumsum() - widths, widths), col)
+    centres = np.concatenate([ids[pos], np.zeros(pad, dtype=ids.dtype)])
+    arrays = (centres, counts, contexts, offsets, columns)
+    tensors = [torch.from_numpy(x.astype(np.int64, copy=False)) for x in arrays]
+    return CbowBatch(*tensors, [int(w) for w in widths], negatives)
 
 
 @dataclass
 class Batch:
-    groups: list[Group]
+    work: list[Group] | CbowBatch | None  # skip-gram groups or a CBOW batch
     alpha: float
     epoch: int
     words: float  # raw words done after this batch, over all epochs
@@ -317,17 +434,26 @@ def batches(
         where = np.flatnonzero(kept)  # positions before subsampling, for the progress
         reach = cfg.window - rng.integers(0, cfg.window, len(ids))
         starts = range(0, len(ids), cfg.batch)
+        if not cfg.sg:  # the sentences' ends, and the noise words of every run of the epoch
+            bounds = sentence_bounds(sent)
+            runs = [-(-(min(cfg.batch, len(ids) - a)) // cfg.noise_share) for a in starts]
+            epoch_neg = noise.draw((sum(runs), cfg.negative), gen).split(runs)
         for start in starts:
             stop = min(start + cfg.batch, len(ids))
             frac = (epoch * raw_words + where[start] * per_id) / total
             alpha = cfg.alpha - (cfg.alpha - cfg.min_alpha) * frac
-            neg = noise.draw((stop - start, cfg.negative), gen)
-            groups = make_groups(ids, sent, reach, start, stop, cfg.window, neg, cfg.sg)
+            work: list[Group] | CbowBatch
+            if cfg.sg:
+                neg = noise.draw((stop - start, cfg.negative), gen)
+                work = make_groups(ids, sent, reach, start, stop, cfg.window, neg)
+            else:
+                neg = epoch_neg[start // cfg.batch]
+                work = make_cbow_batch(ids, bounds, reach, start, stop, neg)
             last = stop == len(ids)
             done = epoch * raw_words + (raw_words if last else (where[stop - 1] + 1) * per_id)
-            yield Batch(groups, alpha, epoch, done, last)
+            yield Batch(work, alpha, epoch, done, last)
         if not len(ids):
-            yield Batch([], cfg.alpha, epoch, (epoch + 1) * raw_words, True)
+            yield Batch(None, cfg.alpha, epoch, (epoch + 1) * raw_words, True)
 
 
 def _run_workers(work: Callable[[], None], workers: int) -> None:
@@ -420,7 +546,7 @@ def train_word2vec(
         sums = np.zeros((cfg.epochs, 2))  # per epoch: summed loss, predicted words
         lock = threading.Lock()
         items = _prefetch(batches(ids_all, sent_all, keep_p, raw_words, noise, cfg))
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
 
         def work() -> None:
             while True:
@@ -428,7 +554,12 @@ def train_word2vec(
                     b = next(items, None)
                 if b is None:
                     return
-                loss, n = batched_step(syn0, syn1, b.groups, b.alpha, cfg.sg)
+                if b.work is None:
+                    loss, n = 0.0, 0
+                elif isinstance(b.work, CbowBatch):
+                    loss, n = cbow_step(syn0, syn1, b.work, b.alpha)
+                else:
+                    loss, n = batched_step(syn0, syn1, b.work, b.alpha)
                 with lock:
                     sums[b.epoch] += (loss, n)
                     if progress is not None:
@@ -441,8 +572,9 @@ def train_word2vec(
         finally:
             items.close()  # stops the batch maker
         seconds = time.perf_counter() - t0
+        cpu_seconds = time.process_time() - cpu0
     finally:
         torch.set_num_threads(threads)
     losses = [float(x / max(n, 1)) for x, n in sums]
     vectors = WordVectors(list(vocab.words), syn0.numpy())
-    return TrainResult(vectors, vocab, losses, seconds, raw_words * cfg.epochs)
+    return TrainResult(vectors, vocab, losses, seconds, raw_words * cfg.epochs, cpu_seconds)
