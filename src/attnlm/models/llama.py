@@ -47,6 +47,7 @@ from attnlm.models.gpt import GPT
 from attnlm.models.hf import llama as hf_llama
 from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
 from attnlm.models.hf.mapping import to_hf
+from attnlm.nn import fused
 from attnlm.nn.blocks import TransformerBlock, dropout_layer, make_norm
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 
@@ -168,11 +169,12 @@ class Llama(GPT):
                 dropout=c.dropout,
                 bias=False,
                 eps=c.rms_norm_eps,
+                onednn_linear=True,
             )
             for _ in range(c.n_layer)
         )
         self.ln_f = make_norm("rms", c.n_embd, eps=c.rms_norm_eps)
-        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.lm_head = fused.Linear(c.n_embd, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight  # (V, C)
         self.apply(self._init_weights)  # N(0, 0.02) as Hugging Face's initializer_range
