@@ -65,6 +65,8 @@ def test_linear_equals_f_linear(k, m, x_grad):
 def test_linear_takes_onednn_only_where_it_applies():
     x, w = torch.randn(64, 24), torch.randn(40, 24)
     assert fused._use_onednn(x, w) == fused.onednn_available()
+    with torch.no_grad():  # inference: the kernel without the autograd Function
+        assert_close([fused.linear(x, w)], [F.linear(x, w)])
     small = torch.randn(fused.ONEDNN_MIN_ROWS - 1, 24)
     assert not fused._use_onednn(small, w)
     assert torch.equal(fused.linear(small, w), F.linear(small, w))
@@ -179,3 +181,5 @@ def test_rotary_heads_equal_split_and_apply_rotary(per_row):
     ref = grads(lambda t: plain_rotary_heads(t, cos, sin, H, Hkv), qkv)
     assert [t.shape for t in ours[0]] == [(B, H, T, D), (B, Hkv, T, D), (B, Hkv, T, D)]
     assert_close(ours[0] + ours[1], ref[0] + ref[1])
+    with torch.no_grad():  # inference: the same one-pass forward without the Function
+        assert_close(fused.rotary_heads(qkv, cos, sin, H, Hkv), ref[0])

@@ -5,7 +5,9 @@ In eager PyTorch every elementwise operation is one pass over its tensors, and a
 backward of a chain of small operations is a longer chain (slices become zero-filled copies,
 ``chunk``/``split`` become ``cat``). Each kernel here is an :class:`torch.autograd.Function`
 whose backward is written by hand from the derivative, so it reads and writes each tensor as
-few times as the math allows and saves only what it needs:
+few times as the math allows and saves only what it needs. When autograd does not record
+(inference, decoding) the plain ATen ops run instead (:func:`rotary_heads` keeps its one-pass
+forward), since there is no backward to save and their calls cost less on small tensors.
 
 * :func:`linear`: ``y = x Wᵀ + b`` on oneDNN's float32 matrix multiply where PyTorch has it
   (``torch.ops.mkldnn._linear_pointwise``, the kernel ``torch.compile`` uses for CPU linear
@@ -54,6 +56,13 @@ __all__ = [
 # Below this many rows MKL's call overhead is smaller than oneDNN's (measured: 8 rows x 128 ->
 # 256 is 8 us on MKL, 16 us on oneDNN; at 64 rows oneDNN is 1.3x faster)
 ONEDNN_MIN_ROWS = 32
+
+
+def _needs_grad(*tensors: Tensor | None) -> bool:
+    """Whether autograd records this call. Without a backward to save passes in (inference,
+    decoding), the element-wise kernels below fall back to the plain ATen ops, whose calls
+    cost less Python overhead on the small tensors of a decoding step."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,14 +119,13 @@ class _Linear(torch.autograd.Function):
 
 def _use_onednn(x: Tensor, weight: Tensor) -> bool:
     return (
-        x.device.type == "cpu"
+        x.numel() >= ONEDNN_MIN_ROWS * x.shape[-1]  # first: decoding steps leave here
+        and x.dim() >= 2
+        and x.device.type == "cpu"
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
-        and x.dim() >= 2
-        and x.numel() >= ONEDNN_MIN_ROWS * x.shape[-1]
         and torch.backends.mkldnn.enabled
         and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
         and onednn_available()
     )
 
@@ -128,7 +136,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     autocast, oneDNN enabled), otherwise ``F.linear`` itself."""
     if not _use_onednn(x, weight):
         return F.linear(x, weight, bias)
-    return _Linear.apply(x, weight, bias)
+    if _needs_grad(x, weight, bias):
+        return _Linear.apply(x, weight, bias)
+    return _gemm(x, weight, bias)
 
 
 class Linear(nn.Linear):
@@ -174,7 +184,7 @@ class _RMSNorm(torch.autograd.Function):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm over the last dimension of ``x`` ``(..., C)`` with gain ``weight`` ``(C,)``."""
-    if x.dtype != weight.dtype or torch.compiler.is_compiling():
+    if not _needs_grad(x, weight) or x.dtype != weight.dtype:
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
     return _RMSNorm.apply(x, weight, eps)
 
@@ -220,7 +230,7 @@ class _SwiGLU(torch.autograd.Function):
 
 def swiglu(gu: Tensor) -> Tensor:
     """``SiLU(g) ⊙ u`` for ``gu = [g, u]`` ``(..., 2F)`` -> ``(..., F)``."""
-    if torch.compiler.is_compiling():
+    if not _needs_grad(gu):
         g, u = gu.chunk(2, dim=-1)
         return F.silu(g) * u
     return _SwiGLU.apply(gu)
@@ -243,22 +253,29 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float) -> No
     o2.addcmul_(x1, sin, value=sign)
 
 
-class _RotaryHeads(torch.autograd.Function):
+def _rotary_heads(
+    qkv: Tensor, cos: Tensor, sin: Tensor, split: tuple[int, int, int]
+) -> tuple[Tensor, ...]:
     """``qkv`` ``(B, T, (H + 2 Hkv) D)`` -> q ``(B, H, T, D)`` and k ``(B, Hkv, T, D)``
     rotated, v ``(B, Hkv, T, D)``: views of one new ``(B, T, H + 2 Hkv, D)`` buffer."""
+    B, T, width = qkv.shape
+    heads = sum(split)
+    x = qkv.view(B, T, heads, width // heads).transpose(1, 2)  # (B, H + 2 Hkv, T, D)
+    out = torch.empty_like(x.transpose(1, 2)).transpose(1, 2)  # the same layout
+    rotated = split[0] + split[1]  # q and k heads
+    _rotate(x[:, :rotated], cos, sin, out[:, :rotated], 1.0)
+    out[:, rotated:].copy_(x[:, rotated:])
+    return out.split(split, dim=1)
+
+
+class _RotaryHeads(torch.autograd.Function):
+    """:func:`_rotary_heads`; the backward rotates the gradients back."""
 
     @staticmethod
-    def forward(ctx, qkv: Tensor, cos: Tensor, sin: Tensor, n_head: int, n_kv_head: int):
-        B, T, width = qkv.shape
-        heads = n_head + 2 * n_kv_head
-        x = qkv.view(B, T, heads, width // heads).transpose(1, 2)  # (B, H + 2 Hkv, T, D)
-        out = torch.empty_like(x.transpose(1, 2)).transpose(1, 2)  # the same layout
-        rotated = n_head + n_kv_head  # q and k heads
-        _rotate(x[:, :rotated], cos, sin, out[:, :rotated], 1.0)
-        out[:, rotated:].copy_(x[:, rotated:])
+    def forward(ctx, qkv: Tensor, cos: Tensor, sin: Tensor, split: tuple[int, int, int]):
         ctx.save_for_backward(cos, sin)
-        ctx.split = (n_head, n_kv_head, n_kv_head)
-        return out.split(ctx.split, dim=1)
+        ctx.split = split
+        return _rotary_heads(qkv, cos, sin, split)
 
     @staticmethod
     def backward(ctx, dq: Tensor | None, dk: Tensor | None, dv: Tensor | None):
@@ -275,7 +292,7 @@ class _RotaryHeads(torch.autograd.Function):
                 _rotate(grad, cos, sin, part, -1.0)
             else:
                 part.copy_(grad)
-        return dx.view(B, T, heads * D), None, None, None, None
+        return dx.view(B, T, heads * D), None, None, None
 
 
 def rotary_heads(
@@ -286,4 +303,8 @@ def rotary_heads(
     :class:`~attnlm.nn.positional.RotaryEmbedding`'s ``(T, D)`` or ``(B, 1, T, D)`` (the two
     halves of ``D`` hold the same angles)."""
     half = cos.shape[-1] // 2
-    return _RotaryHeads.apply(qkv, cos[..., :half], sin[..., :half], n_head, n_kv_head)
+    cos, sin = cos[..., :half], sin[..., :half]
+    split = (n_head, n_kv_head, n_kv_head)
+    if not _needs_grad(qkv):
+        return _rotary_heads(qkv, cos, sin, split)
+    return _RotaryHeads.apply(qkv, cos, sin, split)
