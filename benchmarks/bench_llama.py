@@ -11,6 +11,8 @@ and the KV cache of grouped-query attention in bytes.
   other fused kernels (``attnlm.nn.fused``). Reported in tokens/s of wall-clock time and of
   this thread's CPU time (steadier on a shared machine), with the per-round spread;
   ``--block``/``--batch`` change the window and batch.
+* **matrix products**: the training step's five linear-layer shapes (forward) on MKL
+  (``F.linear``) and on oneDNN (``attnlm.nn.fused.linear``), in CPU time.
 * **greedy decoding**: two random models, the ``llama-char`` shape above (window 256) and a
   6-layer one (6 query heads, 2 key/value heads, width 384, SwiGLU 1024), vocabulary 65,
   decode 200 tokens from an 8-token prompt (bench_generate.py's comparison and report); our
@@ -25,7 +27,7 @@ Both sides run in this process with ``torch.set_num_threads`` (1 by default), al
 rounds; medians of the rounds are reported.
 
     .venv/bin/python benchmarks/bench_llama.py [--rounds 7] [--steps 20] [--runs 5] [--new 200]
-        [--only train|decode|cache] [--block 64] [--batch 12] [--threads 1]
+        [--only train|gemm|decode|cache] [--block 64] [--batch 12] [--threads 1]
 """
 
 from __future__ import annotations
@@ -117,6 +119,34 @@ def bench_train(rounds: int, steps: int, block: int = T, batch: int = B) -> floa
     return ratio
 
 
+def bench_gemm(rounds: int) -> None:
+    """The training step's matrix products (forward ``x Wᵀ``) on MKL (``F.linear``, what
+    HF's layers call) and on oneDNN (``attnlm.nn.fused.linear``), alternating."""
+    from attnlm.nn import fused
+
+    n = B * T
+    shapes = {"qkv 128->256": (128, 256), "out 128->128": (128, 128),
+              "gate/up 128->704": (128, 704), "down 352->128": (352, 128),
+              "lm_head 128->80": (128, 80)}  # fmt: skip
+    ok = fused.onednn_available()
+    print(f"\n== matrix products of the training step, {n} rows, float32 "
+          f"(oneDNN available: {ok}), median of {rounds} rounds x 50")  # fmt: skip
+    for label, (k, m) in shapes.items():
+        x, w = torch.randn(n, k), torch.randn(m, k)
+        times: dict[str, list[float]] = {"MKL": [], "oneDNN": []}
+        fns = {"MKL": torch.nn.functional.linear, "oneDNN": fused.linear}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                t0 = time.thread_time()
+                for _ in range(50):
+                    fn(x, w)
+                times[name].append((time.thread_time() - t0) / 50)
+        a, b = (statistics.median(times[k]) for k in ("MKL", "oneDNN"))
+        gflops = 2 * n * k * m / 1e9
+        print(f"   {label:<18} MKL {a * 1e6:7.0f} us ({gflops / a:5.1f} GFLOP/s)   oneDNN "
+              f"{b * 1e6:7.0f} us ({gflops / b:5.1f} GFLOP/s)   {a / b:.2f}x")  # fmt: skip
+
+
 def bench_decode(runs: int, n: int, shape: dict, label: str) -> bool:
     """bench_generate's comparison (same timing loop and report) on a random Llama pair."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,7 +182,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--new", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--only", choices=["train", "decode", "cache"], default=None)
+    ap.add_argument("--only", choices=["train", "gemm", "decode", "cache"], default=None)
     ap.add_argument("--block", type=int, default=T, help="training window (default 64)")
     ap.add_argument("--batch", type=int, default=B, help="training batch (default 12)")
     args = ap.parse_args()
@@ -167,6 +197,8 @@ def main() -> None:
     ok = True
     if args.only in (None, "train"):
         bench_train(args.rounds, args.steps, args.block, args.batch)
+    if args.only in (None, "gemm"):
+        bench_gemm(args.rounds)
     if args.only in (None, "decode"):
         ok = bench_decode(args.runs, args.new, TRAIN_SHAPE, "L4 H4 Hkv2 C128 F352 V65")
         ok &= bench_decode(args.runs, args.new, DECODE_SHAPE, "L6 H6 Hkv2 C384 F1024 V65")

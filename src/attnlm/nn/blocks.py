@@ -78,9 +78,7 @@ class SwiGLU(nn.Module):
     2020, "GLU Variants Improve Transformer"; Llama, PaLM): one branch gates the other
     elementwise. Three matrices instead of two, so a width ``F ≈ 8C/3`` keeps the ``8C²``
     weights of a ``4C`` plain network. ``W_gate`` and ``W_up`` are fused into ``fc``
-    ``(2F, C)`` (gate rows first); ``proj`` is ``W_down``. ``(B, T, C) -> (B, T, C)``.
-    The gate is :func:`attnlm.nn.fused.swiglu` (one kernel pair with a hand-written backward
-    that fills the gradient of ``[gate, up]`` without a ``cat``)."""
+    ``(2F, C)`` (gate rows first); ``proj`` is ``W_down``. ``(B, T, C) -> (B, T, C)``."""
 
     def __init__(
         self,
@@ -98,7 +96,8 @@ class SwiGLU(nn.Module):
         self.drop = dropout_layer(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.proj(fused.swiglu(self.fc(x))))  # SiLU(gate) ⊙ up: (B, T, F)
+        gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, F) each
+        return self.drop(self.proj(F.silu(gate) * up))
 
 
 def make_norm(kind: str, d_model: int, *, eps: float, bias: bool = True) -> nn.Module:

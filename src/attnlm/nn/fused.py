@@ -19,9 +19,6 @@ forward), since there is no backward to save and their calls cost less on small 
 * :func:`rms_norm`: ``y = x / rms(x) · γ`` with ``rms(x) = sqrt(mean(x²) + ε)``; backward
   ``dx = (g - x̂ · mean(g ⊙ x̂)) / rms`` with ``g = dy ⊙ γ`` and ``x̂ = x / rms``, and
   ``dγ = Σ_rows dy ⊙ x̂``; the row sums are matrix-vector products.
-* :func:`swiglu`: ``SiLU(g) ⊙ u`` of the fused gate/up projection ``[g, u]``; backward
-  ``du = dy ⊙ SiLU(g)``, ``dg = dy ⊙ u ⊙ SiLU'(g)`` written straight into the two halves of
-  one gradient buffer (no ``cat``).
 * :func:`rotary_heads`: the fused q/k/v projection split into heads, with rotary positions
   applied to q and k in one pass. A rotation is orthogonal, so the backward is the inverse
   rotation (angle ``-θ``) of the incoming gradient, written into one ``(B, T, C + 2 C_kv)``
@@ -50,7 +47,6 @@ __all__ = [
     "onednn_available",
     "rms_norm",
     "rotary_heads",
-    "swiglu",
 ]
 
 # Below this many rows MKL's call overhead is smaller than oneDNN's (measured: 8 rows x 128 ->
@@ -198,42 +194,6 @@ class RMSNorm(nn.RMSNorm):
             return super().forward(x)
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         return rms_norm(x, self.weight, eps)
-
-
-# ---------------------------------------------------------------------------------------------
-# SwiGLU
-
-
-class _SwiGLU(torch.autograd.Function):
-    """``a = SiLU(g) u`` of ``gu = [g, u]`` ``(..., 2F)``.
-
-    Backward: ``du = da SiLU(g)``, ``dg = da u SiLU'(g)`` with ``SiLU'(g) = σ(g) (1 + g (1 -
-    σ(g)))`` (ATen's ``silu_backward``), each written into its half of ``dgu``."""
-
-    @staticmethod
-    def forward(ctx, gu: Tensor) -> Tensor:
-        g, u = gu.chunk(2, dim=-1)  # (..., F) each
-        s = F.silu(g)
-        ctx.save_for_backward(gu, s)
-        return s * u
-
-    @staticmethod
-    def backward(ctx, da: Tensor) -> Tensor:
-        gu, s = ctx.saved_tensors
-        g, u = gu.chunk(2, dim=-1)
-        dgu = torch.empty_like(gu)
-        dg, du = dgu.chunk(2, dim=-1)  # views: the kernels write into the halves
-        torch.mul(da, s, out=du)
-        torch.ops.aten.silu_backward.grad_input(da * u, g, grad_input=dg)
-        return dgu
-
-
-def swiglu(gu: Tensor) -> Tensor:
-    """``SiLU(g) ⊙ u`` for ``gu = [g, u]`` ``(..., 2F)`` -> ``(..., F)``."""
-    if not _needs_grad(gu):
-        g, u = gu.chunk(2, dim=-1)
-        return F.silu(g) * u
-    return _SwiGLU.apply(gu)
 
 
 # ---------------------------------------------------------------------------------------------
