@@ -18,9 +18,10 @@ lectures' small ideas:
 
 No biases anywhere. Everything else (the causal forward with padding masks and a KV cache,
 the decoding state, the loss) is GPT's: :class:`Llama` subclasses :class:`~attnlm.models.gpt.GPT`
-and only builds different modules. Parameters: attention ``2C² + 2C² · n_kv_head / n_head``,
-feed-forward ``3 C F``, two RMSNorms ``2C`` per block; embedding ``V C`` (and ``V C`` for an
-untied head), final norm ``C``.
+and only builds different modules. Its linear layers, RMSNorms and rotary heads run on the CPU
+training kernels of :mod:`attnlm.nn.fused` (the same numbers, hand-written backwards).
+Parameters: attention ``2C² + 2C² · n_kv_head / n_head``, feed-forward ``3 C F``, two RMSNorms
+``2C`` per block; embedding ``V C`` (and ``V C`` for an untied head), final norm ``C``.
 
 Shape legend
     B  batch size
