@@ -71,12 +71,12 @@ def test_linear_takes_onednn_only_where_it_applies():
     assert not fused._use_onednn(small, w)
     assert torch.equal(fused.linear(small, w), F.linear(small, w))
     assert not fused._use_onednn(x.double(), w.double())
-    torch.backends.mkldnn.enabled = False
+    enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
     try:
         assert not fused._use_onednn(x, w)
         assert torch.equal(fused.linear(x, w), F.linear(x, w))
     finally:
-        torch.backends.mkldnn.enabled = True
+        torch.backends.mkldnn.enabled = enabled
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fused._use_onednn(x, w)
         assert fused.linear(x, w).dtype == torch.bfloat16  # autocast still applies

@@ -289,11 +289,15 @@ class MultiHeadAttention(nn.Module):
                 return self._grouped(q, k, v, mask, g, need_weights)
         else:
             qkv = self.qkv_proj(x)  # (B, T, C + 2 C_kv)
-            if rotary is not None:  # heads with q, k rotated in one kernel (apply_rotary's math)
+            if rotary is not None and not torch.compiler.is_compiling():
+                # heads with q, k rotated in one kernel: apply_rotary's math, fewer passes
                 q, k, v = fused.rotary_heads(qkv, *rotary, self.n_head, self.n_kv_head)
             else:
                 q, k, v = self._split_qkv(qkv)  # (B, T, C), (B, T, C_kv) x 2
                 q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
+                if rotary is not None:
+                    cos, sin = rotary
+                    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, S, D): only Hkv heads are kept
         y, weights = self._mix(q, k, v, mask, is_causal, need_weights)

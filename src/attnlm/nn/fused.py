@@ -7,7 +7,8 @@ backward of a chain of small operations is a longer chain (slices become zero-fi
 whose backward is written by hand from the derivative, so it reads and writes each tensor as
 few times as the math allows and saves only what it needs. When autograd does not record
 (inference, decoding) the plain ATen ops run instead (:func:`rotary_heads` keeps its one-pass
-forward), since there is no backward to save and their calls cost less on small tensors.
+forward), since there is no backward to save and their calls cost less on small tensors;
+under ``torch.compile`` the callers use the plain ops too (the compiler fuses them itself).
 
 * :func:`linear`: ``y = x Wᵀ + b`` on oneDNN's float32 matrix multiply where PyTorch has it
   (``torch.ops.mkldnn._linear_pointwise``, the kernel ``torch.compile`` uses for CPU linear
@@ -123,6 +124,7 @@ def _use_onednn(x: Tensor, weight: Tensor) -> bool:
         and weight.dtype == torch.float32
         and torch.backends.mkldnn.enabled
         and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling()  # torch.compile picks its own kernels
         and onednn_available()
     )
 
@@ -181,7 +183,7 @@ class _RMSNorm(torch.autograd.Function):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm over the last dimension of ``x`` ``(..., C)`` with gain ``weight`` ``(C,)``."""
-    if not _needs_grad(x, weight) or x.dtype != weight.dtype:
+    if not _needs_grad(x, weight) or x.dtype != weight.dtype or torch.compiler.is_compiling():
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
     return _RMSNorm.apply(x, weight, eps)
 
