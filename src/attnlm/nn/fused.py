@@ -11,8 +11,9 @@ forward), since there is no backward to save and their calls cost less on small 
 under ``torch.compile`` the callers use the plain ops too (the compiler fuses them itself).
 
 * :func:`linear`: ``y = x Wᵀ + b`` on oneDNN's float32 matrix multiply where PyTorch has it
-  (``torch.ops.mkldnn._linear_pointwise``, the kernel ``torch.compile`` uses for CPU linear
-  layers); the backward's two products ``dx = dy W`` and ``dW = dyᵀ x`` go through it too.
+  (``torch.ops.mkldnn._linear_pointwise``, an internal PyTorch operator, so
+  :func:`onednn_available` checks it once against ``F.linear``); the backward's two products
+  ``dx = dy W`` and ``dW = dyᵀ x`` go through it too.
   On x86 CPUs where MKL's float32 GEMM is not tuned (AMD EPYC: half oneDNN's speed at these
   shapes, see docs/benchmarks.md) this is the largest saving; elsewhere, for fewer than
   :data:`ONEDNN_MIN_ROWS` rows, under autocast, or with ``torch.backends.mkldnn.enabled =
@@ -29,7 +30,7 @@ Shape legend
     N  rows (tokens: B T)
     B  batch size, T tokens
     H  query heads, Hkv key/value heads, D head width
-    C  model width, F feed-forward width
+    C  model width
 """
 
 from __future__ import annotations
