@@ -5,7 +5,14 @@ and the KV cache of grouped-query attention in bytes.
   width 128, SwiGLU width 352, tied embeddings) with block 64, batch 12, vocabulary 80; one
   step = forward with loss, backward, gradient clipping at 1.0, fused AdamW (lr 1e-3, betas
   (0.9, 0.99), weight decay 0.1 on matrices), zero_grad; both models start from the same
-  weights (ours written with ``save_hf`` and read by ``from_pretrained``).
+  weights (ours written with ``save_hf`` and read by ``from_pretrained``). A third row runs
+  ours with ``torch.backends.mkldnn.enabled = False``: its linear layers then use
+  ``F.linear`` (MKL) as HF's do, which separates the oneDNN matrix multiplications from the
+  other fused kernels (``attnlm.nn.fused``). Reported in tokens/s of wall-clock time and of
+  this thread's CPU time (steadier on a shared machine), with the per-round spread;
+  ``--block``/``--batch`` change the window and batch.
+* **matrix products**: the training step's five linear-layer shapes (forward) on MKL
+  (``F.linear``) and on oneDNN (``attnlm.nn.fused.linear``), in CPU time.
 * **greedy decoding**: two random models, the ``llama-char`` shape above (window 256) and a
   6-layer one (6 query heads, 2 key/value heads, width 384, SwiGLU 1024), vocabulary 65,
   decode 200 tokens from an 8-token prompt (bench_generate.py's comparison and report); our
@@ -20,6 +27,7 @@ Both sides run in this process with ``torch.set_num_threads`` (1 by default), al
 rounds; medians of the rounds are reported.
 
     .venv/bin/python benchmarks/bench_llama.py [--rounds 7] [--steps 20] [--runs 5] [--new 200]
+        [--only train|gemm|decode|cache] [--block 64] [--batch 12] [--threads 1]
 """
 
 from __future__ import annotations
@@ -52,40 +60,91 @@ def pair(vocab: int, block: int, shape: dict, tmp: str):
     return ours, ref
 
 
-def bench_train(rounds: int, steps: int) -> float:
+def bench_train(rounds: int, steps: int, block: int = T, batch: int = B) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        ours, ref = pair(V, T, TRAIN_SHAPE, tmp)
+        ours, ref = pair(V, block, TRAIN_SHAPE, tmp)
     g = torch.Generator().manual_seed(0)
-    data = torch.randint(V, (steps, B, T + 1), generator=g)
+    data = torch.randint(V, (steps, batch, block + 1), generator=g)
     batches = [(d[:, :-1], d[:, 1:]) for d in data]
     hf_batches = [(d[:, :-1], None) for d in data]  # HF's labels are its inputs, shifted inside
     with torch.no_grad():
         x, y = batches[0]
         a, b = ours(x, y).loss.item(), ref(input_ids=data[0], labels=data[0]).loss.item()
-    runs = {"attnlm Llama": (make_step(ours, False), batches),
+    step = make_step(ours, False)
+
+    def mkl_step(x, y):  # ours with oneDNN off: the linear layers fall back to F.linear (MKL)
+        torch.backends.mkldnn.enabled = False
+        try:
+            return step(x, y)
+        finally:
+            torch.backends.mkldnn.enabled = True
+
+    runs = {"attnlm Llama": (step, batches),
+            "attnlm, MKL linear": (mkl_step, batches),
             "HF LlamaForCausalLM": (make_step(ref, True), hf_batches)}  # fmt: skip
 
-    def tokens_per_s(step, bs) -> float:
-        t0 = time.perf_counter()
+    def tokens_per_s(step, bs) -> tuple[float, float]:
+        """Tokens per second of wall-clock time and of this thread's CPU time (which other
+        processes on a shared machine do not inflate)."""
+        t0, c0 = time.perf_counter(), time.thread_time()
         for x, y in bs:
             step(x, y)
-        return sum(x.numel() for x, _ in bs) / (time.perf_counter() - t0)
+        n = sum(x.numel() for x, _ in bs)
+        return n / (time.perf_counter() - t0), n / (time.thread_time() - c0)
 
-    for step, bs in runs.values():  # warm up
-        tokens_per_s(step, bs[:3])
-    results: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, (step, bs) in runs.items():
-            results[name].append(tokens_per_s(step, bs))
-    med = {name: statistics.median(v) for name, v in results.items()}
+    for step_fn, bs in runs.values():  # warm up
+        tokens_per_s(step_fn, bs[:3])
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for r in range(rounds):  # alternating, the order reversed every other round
+        for name in list(runs) if r % 2 == 0 else list(runs)[::-1]:
+            results[name].append(tokens_per_s(*runs[name]))
+    wall = {name: statistics.median(w for w, _ in v) for name, v in results.items()}
+    cpu = {name: statistics.median(c for _, c in v) for name, v in results.items()}
     n_params = sum(p.numel() for p in ours.parameters())
-    print(f"\n== training step: {n_params / 1e6:.2f}M parameters, L4 H4 Hkv2 C128 F352 T{T} "
-          f"B{B} V{V}; initial losses {a:.4f} (ours on T) / {b:.4f} (HF on T + 1)")  # fmt: skip
-    for name, v in med.items():
-        print(f"   {name:>22}: {v:10,.0f} tokens/s (median of {rounds} rounds x {steps} steps)")
-    ratio = med["attnlm Llama"] / med["HF LlamaForCausalLM"]
+    print(
+        f"\n== training step: {n_params / 1e6:.2f}M parameters, L4 H4 Hkv2 C128 F352 "
+        f"T{block} B{batch} V{V}; initial losses {a:.4f} (ours on T) / {b:.4f} (HF on T + 1)"
+    )
+    print(f"   tokens/s, median of {rounds} rounds x {steps} steps: wall clock | thread CPU time")
+    hf = "HF LlamaForCausalLM"
+    for name in runs:
+        print(
+            f"   {name:>22}: {wall[name]:10,.0f} | {cpu[name]:10,.0f}   "
+            f"ratio to HF {wall[name] / wall[hf]:.2f}x | {cpu[name] / cpu[hf]:.2f}x"
+        )
+    spread = [w / h for (w, _), (h, _) in zip(results["attnlm Llama"], results[hf], strict=True)]
+    print(f"   per-round wall ratios attnlm / HF: {min(spread):.2f}x to {max(spread):.2f}x")
+    ratio = wall["attnlm Llama"] / wall[hf]
     print(f"   ratio attnlm / HF: {ratio:.2f}x (target >= 1.2x)")
     return ratio
+
+
+def bench_gemm(rounds: int) -> None:
+    """The training step's matrix products (forward ``x Wᵀ``) on MKL (``F.linear``, what
+    HF's layers call) and on oneDNN (``attnlm.nn.fused.linear``), alternating."""
+    from attnlm.nn import fused
+
+    n = B * T
+    shapes = {"qkv 128->256": (128, 256), "out 128->128": (128, 128),
+              "gate/up 128->704": (128, 704), "down 352->128": (352, 128),
+              "lm_head 128->80": (128, 80)}  # fmt: skip
+    ok = fused.onednn_available()
+    print(f"\n== matrix products of the training step, {n} rows, float32 "
+          f"(oneDNN available: {ok}), median of {rounds} rounds x 50")  # fmt: skip
+    for label, (k, m) in shapes.items():
+        x, w = torch.randn(n, k), torch.randn(m, k)
+        times: dict[str, list[float]] = {"MKL": [], "oneDNN": []}
+        fns = {"MKL": torch.nn.functional.linear, "oneDNN": fused.linear}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                t0 = time.thread_time()
+                for _ in range(50):
+                    fn(x, w)
+                times[name].append((time.thread_time() - t0) / 50)
+        a, b = (statistics.median(times[k]) for k in ("MKL", "oneDNN"))
+        gflops = 2 * n * k * m / 1e9
+        print(f"   {label:<18} MKL {a * 1e6:7.0f} us ({gflops / a:5.1f} GFLOP/s)   oneDNN "
+              f"{b * 1e6:7.0f} us ({gflops / b:5.1f} GFLOP/s)   {a / b:.2f}x")  # fmt: skip
 
 
 def bench_decode(runs: int, n: int, shape: dict, label: str) -> bool:
@@ -123,7 +182,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--new", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--only", choices=["train", "decode", "cache"], default=None)
+    ap.add_argument("--only", choices=["train", "gemm", "decode", "cache"], default=None)
+    ap.add_argument("--block", type=int, default=T, help="training window (default 64)")
+    ap.add_argument("--batch", type=int, default=B, help="training batch (default 12)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
@@ -135,7 +196,9 @@ def main() -> None:
     )
     ok = True
     if args.only in (None, "train"):
-        bench_train(args.rounds, args.steps)
+        bench_train(args.rounds, args.steps, args.block, args.batch)
+    if args.only in (None, "gemm"):
+        bench_gemm(args.rounds)
     if args.only in (None, "decode"):
         ok = bench_decode(args.runs, args.new, TRAIN_SHAPE, "L4 H4 Hkv2 C128 F352 V65")
         ok &= bench_decode(args.runs, args.new, DECODE_SHAPE, "L6 H6 Hkv2 C384 F1024 V65")

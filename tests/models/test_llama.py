@@ -113,6 +113,29 @@ def test_loss_and_padded_batches_equal_transformers(tmp_path):
     assert (ref[1, 5:] - mine[1, 5:]).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("name", ["gqa-tied", "mha-untied"])
+def test_training_gradients_equal_transformers(tmp_path, name):
+    """The training step's kernels (attnlm.nn.fused: oneDNN linear layers, RMSNorm, SwiGLU
+    and rotary backward) give HF's loss and every parameter's gradient; 4 x 24 tokens, so
+    the linear layers take the oneDNN path where PyTorch has it."""
+    from attnlm.models.hf import llama as hf_llama
+    from attnlm.models.hf.mapping import to_hf
+
+    hf = make_hf(eager=False, **SHAPES[name]).train()
+    hf.save_pretrained(tmp_path)
+    ours = Llama.from_hf(tmp_path).train()
+    ids = torch.randint(2, V, (4, 25))
+    hf(ids, labels=ids).loss.backward()  # HF shifts labels inside
+    loss = ours(ids[:, :-1], targets=ids[:, 1:]).loss
+    loss.backward()
+    named = dict(ours.named_parameters(remove_duplicate=False))
+    mine = to_hf(hf_llama.layout(ours.config), {k: p.grad for k, p in named.items()})
+    ref = {k: p.grad for k, p in hf.named_parameters()}
+    assert set(ref) <= set(mine)
+    for k, g in ref.items():
+        torch.testing.assert_close(mine[k], g, rtol=1e-5, atol=1e-6, msg=k)
+
+
 @pytest.mark.parametrize("name", ["gqa-tied", "mqa", "gqa-llama3"])
 def test_greedy_decoding_equals_transformers_generate(tmp_path, name):
     from attnlm.generate import decode

@@ -18,9 +18,10 @@ lectures' small ideas:
 
 No biases anywhere. Everything else (the causal forward with padding masks and a KV cache,
 the decoding state, the loss) is GPT's: :class:`Llama` subclasses :class:`~attnlm.models.gpt.GPT`
-and only builds different modules. Parameters: attention ``2C² + 2C² · n_kv_head / n_head``,
-feed-forward ``3 C F``, two RMSNorms ``2C`` per block; embedding ``V C`` (and ``V C`` for an
-untied head), final norm ``C``.
+and only builds different modules. Its linear layers, RMSNorms and rotary heads run on the CPU
+training kernels of :mod:`attnlm.nn.fused` (the same numbers, hand-written backwards).
+Parameters: attention ``2C² + 2C² · n_kv_head / n_head``, feed-forward ``3 C F``, two RMSNorms
+``2C`` per block; embedding ``V C`` (and ``V C`` for an untied head), final norm ``C``.
 
 Shape legend
     B  batch size
@@ -47,6 +48,7 @@ from attnlm.models.gpt import GPT
 from attnlm.models.hf import llama as hf_llama
 from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
 from attnlm.models.hf.mapping import to_hf
+from attnlm.nn import fused
 from attnlm.nn.blocks import TransformerBlock, dropout_layer, make_norm
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 
@@ -168,11 +170,12 @@ class Llama(GPT):
                 dropout=c.dropout,
                 bias=False,
                 eps=c.rms_norm_eps,
+                onednn_linear=True,
             )
             for _ in range(c.n_layer)
         )
         self.ln_f = make_norm("rms", c.n_embd, eps=c.rms_norm_eps)
-        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.lm_head = fused.Linear(c.n_embd, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight  # (V, C)
         self.apply(self._init_weights)  # N(0, 0.02) as Hugging Face's initializer_range

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.nn import fused
 from attnlm.nn.cache import KVCache
 from attnlm.nn.masks import causal_mask, combine_masks, padding_mask
 from attnlm.nn.packing import Packing
@@ -139,6 +140,11 @@ class MultiHeadAttention(nn.Module):
     shrink to ``C · n_kv_head / n_head`` outputs each, and so does the KV cache, which stores
     only the ``n_kv_head`` heads. ``n_kv_head = n_head`` (the default) is multi-head
     attention, ``n_kv_head = 1`` multi-query attention (Shazeer, 2019).
+
+    ``onednn_linear``: the projections are :class:`attnlm.nn.fused.Linear` (the same
+    parameters, computed on oneDNN's float32 kernel on CPU). Rotary positions are applied by
+    :func:`attnlm.nn.fused.rotary_heads` (:func:`apply_rotary`'s rotation, fused with the head
+    split, with a hand-written backward).
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         n_kv_head: int | None = None,
+        onednn_linear: bool = False,
     ) -> None:
         super().__init__()
         if d_model % n_head != 0:
@@ -163,12 +170,13 @@ class MultiHeadAttention(nn.Module):
         self.n_kv_head, self.groups = n_kv_head, n_head // n_kv_head
         self.d_kv = n_kv_head * self.d_head  # width of the keys (and of the values)
         self.cross = cross
+        linear = fused.Linear if onednn_linear else nn.Linear
         if cross:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_context or d_model, 2 * self.d_kv, bias=bias)
+            self.q_proj = linear(d_model, d_model, bias=bias)
+            self.kv_proj = linear(d_context or d_model, 2 * self.d_kv, bias=bias)
         else:  # W_Q, W_K, W_V fused: (C + 2 C_kv, C)
-            self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.qkv_proj = linear(d_model, d_model + 2 * self.d_kv, bias=bias)
+        self.out_proj = linear(d_model, d_model, bias=bias)
         self.score = make_score(score, self.d_head)
         self.dropout = dropout
 
@@ -280,11 +288,16 @@ class MultiHeadAttention(nn.Module):
             if g > 1:  # g consecutive rows share a source: its queries attend together
                 return self._grouped(q, k, v, mask, g, need_weights)
         else:
-            q, k, v = self._split_qkv(self.qkv_proj(x))  # (B, T, C), (B, T, C_kv) x 2
-            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
-            if rotary is not None:
-                cos, sin = rotary
-                q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            qkv = self.qkv_proj(x)  # (B, T, C + 2 C_kv)
+            if rotary is not None and not torch.compiler.is_compiling():
+                # heads with q, k rotated in one kernel: apply_rotary's math, fewer passes
+                q, k, v = fused.rotary_heads(qkv, *rotary, self.n_head, self.n_kv_head)
+            else:
+                q, k, v = self._split_qkv(qkv)  # (B, T, C), (B, T, C_kv) x 2
+                q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
+                if rotary is not None:
+                    cos, sin = rotary
+                    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, S, D): only Hkv heads are kept
         y, weights = self._mix(q, k, v, mask, is_causal, need_weights)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError
+from attnlm.nn import fused
 from attnlm.nn.attention import KVCache, MultiHeadAttention, Packing
 
 ACTIVATIONS = {
@@ -55,15 +56,17 @@ class FeedForward(nn.Module):
         activation: str = "gelu",
         bias: bool = True,
         dropout: float = 0.0,
+        onednn_linear: bool = False,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             known = ", ".join(ACTIVATIONS)
             raise ConfigError(f"unknown activation {activation!r} (known: {known})")
         d_ff = d_ff or 4 * d_model
-        self.fc = nn.Linear(d_model, d_ff, bias=bias)  # W₁: (B, T, C) -> (B, T, F)
+        linear = fused.Linear if onednn_linear else nn.Linear
+        self.fc = linear(d_model, d_ff, bias=bias)  # W₁: (B, T, C) -> (B, T, F)
         self.act = ACTIVATIONS[activation]
-        self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W₂: (B, T, F) -> (B, T, C)
+        self.proj = linear(d_ff, d_model, bias=bias)  # W₂: (B, T, F) -> (B, T, C)
         self.drop = dropout_layer(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -77,10 +80,19 @@ class SwiGLU(nn.Module):
     weights of a ``4C`` plain network. ``W_gate`` and ``W_up`` are fused into ``fc``
     ``(2F, C)`` (gate rows first); ``proj`` is ``W_down``. ``(B, T, C) -> (B, T, C)``."""
 
-    def __init__(self, d_model: int, d_ff: int, *, bias: bool = False, dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        bias: bool = False,
+        dropout: float = 0.0,
+        onednn_linear: bool = False,
+    ):
         super().__init__()
-        self.fc = nn.Linear(d_model, 2 * d_ff, bias=bias)  # [W_gate; W_up]: (B, T, C) -> 2F
-        self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W_down: (B, T, F) -> (B, T, C)
+        linear = fused.Linear if onednn_linear else nn.Linear
+        self.fc = linear(d_model, 2 * d_ff, bias=bias)  # [W_gate; W_up]: (B, T, C) -> 2F
+        self.proj = linear(d_ff, d_model, bias=bias)  # W_down: (B, T, F) -> (B, T, C)
         self.drop = dropout_layer(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -91,9 +103,9 @@ class SwiGLU(nn.Module):
 def make_norm(kind: str, d_model: int, *, eps: float, bias: bool = True) -> nn.Module:
     """``"layer"``: LayerNorm, ``(x - mean) / sqrt(var + eps) · γ + β``; ``"rms"``: RMSNorm
     (Zhang & Sennrich, 2019), ``x / sqrt(mean(x²) + eps) · γ``: no centring, no bias, one
-    reduction fewer (Llama)."""
+    reduction fewer (Llama); computed by :func:`attnlm.nn.fused.rms_norm`."""
     if kind == "rms":
-        return nn.RMSNorm(d_model, eps=eps)
+        return fused.RMSNorm(d_model, eps=eps)
     if kind == "layer":
         return nn.LayerNorm(d_model, eps=eps, bias=bias)
     raise ConfigError(f"unknown norm type {kind!r} (known: {', '.join(NORM_TYPES)})")
@@ -106,9 +118,10 @@ class TransformerBlock(nn.Module):
 
     ``norm_type``: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm); ``feed_forward``:
     ``"mlp"`` (:class:`FeedForward`) or ``"swiglu"`` (:class:`SwiGLU`); ``n_kv_head``:
-    grouped-query attention (see :class:`~attnlm.nn.attention.MultiHeadAttention`). GPT-2's
-    block is the defaults with ``norm="pre"``; Llama's is ``norm_type="rms"``,
-    ``feed_forward="swiglu"``, ``bias=False``.
+    grouped-query attention (see :class:`~attnlm.nn.attention.MultiHeadAttention`);
+    ``onednn_linear``: every projection is :class:`attnlm.nn.fused.Linear`. GPT-2's block is
+    the defaults with ``norm="pre"``; Llama's is ``norm_type="rms"``,
+    ``feed_forward="swiglu"``, ``bias=False``, ``onednn_linear=True``.
 
     ``forward(x (B, T, C), ...) -> (x (B, T, C), self-attention weights (B, H, T, S) or None,
     cross-attention weights (B, H, T, S_ctx) or None)``.
@@ -131,6 +144,7 @@ class TransformerBlock(nn.Module):
         n_kv_head: int | None = None,
         norm_type: str = "layer",
         feed_forward: str = "mlp",
+        onednn_linear: bool = False,
     ) -> None:
         super().__init__()
         # dropout on the attention weights; None: the same rate as the residual dropout.
@@ -144,22 +158,27 @@ class TransformerBlock(nn.Module):
             )
         self.pre_norm = norm == "pre"
         self.ln_1 = make_norm(norm_type, d_model, eps=eps, bias=bias)
+        onednn = {"onednn_linear": onednn_linear}
         self.attn = MultiHeadAttention(
-            d_model, n_head, score=score, bias=bias, dropout=attn_p, n_kv_head=n_kv_head
+            d_model, n_head, score=score, bias=bias, dropout=attn_p, n_kv_head=n_kv_head, **onednn
         )
         if cross_attention:
             self.ln_cross = make_norm(norm_type, d_model, eps=eps, bias=bias)
             self.cross_attn = MultiHeadAttention(
                 d_model, n_head, cross=True, score=score, bias=bias, dropout=attn_p,
-                n_kv_head=n_kv_head,
+                n_kv_head=n_kv_head, **onednn,
             )  # fmt: skip
         else:
             self.cross_attn = None
         self.ln_2 = make_norm(norm_type, d_model, eps=eps, bias=bias)
         if feed_forward == "swiglu":
-            self.mlp: nn.Module = SwiGLU(d_model, d_ff or 4 * d_model, bias=bias, dropout=dropout)
+            self.mlp: nn.Module = SwiGLU(
+                d_model, d_ff or 4 * d_model, bias=bias, dropout=dropout, **onednn
+            )
         else:
-            self.mlp = FeedForward(d_model, d_ff, activation=activation, bias=bias, dropout=dropout)
+            self.mlp = FeedForward(
+                d_model, d_ff, activation=activation, bias=bias, dropout=dropout, **onednn
+            )
         self.drop = dropout_layer(dropout)
 
     def _residual(self, x: Tensor, ln: nn.Module, out: Tensor) -> Tensor:

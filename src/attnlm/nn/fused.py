@@ -1,0 +1,274 @@
+"""Fused training kernels for the CPU: the same numbers as the straightforward layers (tested
+against them, gradients included) in fewer passes over memory.
+
+In eager PyTorch every elementwise operation is one pass over its tensors, and autograd's
+backward of a chain of small operations is a longer chain (slices become zero-filled copies,
+``chunk``/``split`` become ``cat``). Each kernel here is an :class:`torch.autograd.Function`
+whose backward is written by hand from the derivative, so it reads and writes each tensor as
+few times as the math allows and saves only what it needs. When autograd does not record
+(inference, decoding) the plain ATen ops run instead (:func:`rotary_heads` keeps its one-pass
+forward), since there is no backward to save and their calls cost less on small tensors;
+under ``torch.compile`` the callers use the plain ops too (the compiler fuses them itself).
+
+* :func:`linear`: ``y = x Wᵀ + b`` on oneDNN's float32 matrix multiply where PyTorch has it
+  (``torch.ops.mkldnn._linear_pointwise``, an internal PyTorch operator, so
+  :func:`onednn_available` checks it once against ``F.linear``); the backward's two products
+  ``dx = dy W`` and ``dW = dyᵀ x`` go through it too.
+  On x86 CPUs where MKL's float32 GEMM is not tuned (AMD EPYC: half oneDNN's speed at these
+  shapes, see docs/benchmarks.md) this is the largest saving; elsewhere, for fewer than
+  :data:`ONEDNN_MIN_ROWS` rows, under autocast, or with ``torch.backends.mkldnn.enabled =
+  False`` it is ``torch.nn.functional.linear``.
+* :func:`rms_norm`: ``y = x / rms(x) · γ`` with ``rms(x) = sqrt(mean(x²) + ε)``; backward
+  ``dx = (g - x̂ · mean(g ⊙ x̂)) / rms`` with ``g = dy ⊙ γ`` and ``x̂ = x / rms``, and
+  ``dγ = Σ_rows dy ⊙ x̂``; the row sums are matrix-vector products.
+* :func:`rotary_heads`: the fused q/k/v projection split into heads, with rotary positions
+  applied to q and k in one pass. A rotation is orthogonal, so the backward is the inverse
+  rotation (angle ``-θ``) of the incoming gradient, written into one ``(B, T, C + 2 C_kv)``
+  buffer: nothing is saved but ``cos`` and ``sin``.
+
+Shape legend
+    N  rows (tokens: B T)
+    B  batch size, T tokens
+    H  query heads, Hkv key/value heads, D head width
+    C  model width
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "ONEDNN_MIN_ROWS",
+    "Linear",
+    "RMSNorm",
+    "linear",
+    "onednn_available",
+    "rms_norm",
+    "rotary_heads",
+]
+
+# Below this many rows MKL's call overhead is smaller than oneDNN's (measured: 8 rows x 128 ->
+# 256 is 8 us on MKL, 16 us on oneDNN; at 64 rows oneDNN is 1.3x faster)
+ONEDNN_MIN_ROWS = 32
+
+
+def _needs_grad(*tensors: Tensor | None) -> bool:
+    """Whether autograd records this call. Without a backward to save passes in (inference,
+    decoding), the element-wise kernels below fall back to the plain ATen ops, whose calls
+    cost less Python overhead on the small tensors of a decoding step."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear layers on oneDNN
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """Whether this PyTorch has oneDNN's float32 linear kernel and it gives F.linear's
+    numbers (checked once on a small product)."""
+    try:
+        op = torch.ops.mkldnn._linear_pointwise.default
+        x = torch.linspace(-1, 1, 320).view(40, 8)  # fixed values: no draw from the global RNG
+        w = torch.linspace(-2, 1, 96).view(12, 8)
+        return bool(torch.allclose(op(x, w, None, "none", [], ""), F.linear(x, w), atol=1e-5))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _gemm(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+    """``x wᵀ + b`` for ``x`` ``(..., K)``, ``w`` ``(M, K)`` (any strides): oneDNN for float32,
+    ``F.linear`` otherwise (float64 in the gradient checks)."""
+    if x.dtype == torch.float32:
+        return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+    return F.linear(x, w, b)
+
+
+class _Linear(torch.autograd.Function):
+    """``y = x Wᵀ + b``; ``dx = dy W``, ``dW = dyᵀ x``, ``db = Σ_rows dy``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _gemm(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _gemm(dy, weight.t())  # dy W: (..., M) (M, K) -> (..., K)
+        dy2 = dy.reshape(-1, dy.shape[-1])  # (N, M)
+        if ctx.needs_input_grad[1]:
+            x2 = x.reshape(-1, x.shape[-1])  # (N, K)
+            # oneDNN copies its first operand into row-major order: hand it the narrower one
+            if x2.shape[1] < dy2.shape[1]:
+                dw = _gemm(x2.t(), dy2.t()).t()  # (xᵀ dy)ᵀ: (M, K)
+            else:
+                dw = _gemm(dy2.t(), x2.t())  # dyᵀ x: (M, K)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.sum(0)
+        return dx, dw, db
+
+
+def _use_onednn(x: Tensor, weight: Tensor) -> bool:
+    return (
+        x.numel() >= ONEDNN_MIN_ROWS * x.shape[-1]  # first: decoding steps leave here
+        and x.dim() >= 2
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and torch.backends.mkldnn.enabled
+        and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling()  # torch.compile picks its own kernels
+        and onednn_available()
+    )
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)`` (``x`` ``(..., K)``, ``weight`` ``(M, K)``) on oneDNN's
+    float32 kernel when it applies (CPU, float32, at least :data:`ONEDNN_MIN_ROWS` rows, no
+    autocast, oneDNN enabled), otherwise ``F.linear`` itself."""
+    if not _use_onednn(x, weight):
+        return F.linear(x, weight, bias)
+    if _needs_grad(x, weight, bias):
+        return _Linear.apply(x, weight, bias)
+    return _gemm(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters, same state-dict keys) computed by :func:`linear`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+# ---------------------------------------------------------------------------------------------
+# RMSNorm
+
+
+class _RMSNorm(torch.autograd.Function):
+    """``y = x̂ γ`` with ``x̂ = x r``, ``r = 1 / sqrt(mean(x²) + ε)`` per row.
+
+    Backward, with ``g = dy γ``: ``dx = r (g - x̂ mean(g x̂)) = r g - x (r³ Σ(dy x γ) / C)``,
+    ``dγ = Σ_rows dy x̂ = (dy x)ᵀ r``; both sums are matrix-vector products of ``dy ⊙ x``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        C = x.shape[-1]
+        x2 = x.reshape(-1, C)  # (N, C)
+        ss = torch.linalg.vector_norm(x2, dim=-1, keepdim=True).square_()  # Σ x²: (N, 1)
+        r = ss.div_(C).add_(eps).rsqrt_()  # (N, 1)
+        ctx.save_for_backward(x2, weight, r)
+        return (x2 * r).mul_(weight).view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        x2, weight, r = ctx.saved_tensors
+        C = x2.shape[-1]
+        dy2 = dy.reshape(-1, C)  # (N, C)
+        dyx = dy2 * x2  # (N, C)
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            coef = torch.mv(dyx, weight).unsqueeze(-1).mul_(r.pow(3)).div_(-C)  # (N, 1)
+            dx = (dy2 * weight).mul_(r).addcmul_(x2, coef).view(dy.shape)
+        if ctx.needs_input_grad[1]:
+            dw = torch.mv(dyx.t(), r.view(-1))  # (C,)
+        return dx, dw, None
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm over the last dimension of ``x`` ``(..., C)`` with gain ``weight`` ``(C,)``."""
+    if not _needs_grad(x, weight) or x.dtype != weight.dtype or torch.compiler.is_compiling():
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    return _RMSNorm.apply(x, weight, eps)
+
+
+class RMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` over the last dimension (same parameter, same state-dict key) computed
+    by :func:`rms_norm`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.weight is None or len(self.normalized_shape) != 1:
+            return super().forward(x)
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        return rms_norm(x, self.weight, eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rotary positions on the fused q/k/v projection
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float) -> None:
+    """``out = R(sign θ) x`` on rotate-half pairs ``(x₁, x₂)`` (the two halves of the last
+    dimension): ``(x₁ cos - sign x₂ sin, x₂ cos + sign x₁ sin)``; ``cos, sin`` ``(..., D/2)``
+    broadcast to the halves."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    o1, o2 = out[..., :half], out[..., half:]
+    torch.mul(x1, cos, out=o1)
+    o1.addcmul_(x2, sin, value=-sign)
+    torch.mul(x2, cos, out=o2)
+    o2.addcmul_(x1, sin, value=sign)
+
+
+def _rotary_heads(
+    qkv: Tensor, cos: Tensor, sin: Tensor, split: tuple[int, int, int]
+) -> tuple[Tensor, ...]:
+    """``qkv`` ``(B, T, (H + 2 Hkv) D)`` -> q ``(B, H, T, D)`` and k ``(B, Hkv, T, D)``
+    rotated, v ``(B, Hkv, T, D)``: views of one new ``(B, T, H + 2 Hkv, D)`` buffer."""
+    B, T, width = qkv.shape
+    heads = sum(split)
+    x = qkv.view(B, T, heads, width // heads).transpose(1, 2)  # (B, H + 2 Hkv, T, D)
+    out = torch.empty_like(x.transpose(1, 2)).transpose(1, 2)  # the same layout
+    rotated = split[0] + split[1]  # q and k heads
+    _rotate(x[:, :rotated], cos, sin, out[:, :rotated], 1.0)
+    out[:, rotated:].copy_(x[:, rotated:])
+    return out.split(split, dim=1)
+
+
+class _RotaryHeads(torch.autograd.Function):
+    """:func:`_rotary_heads`; the backward rotates the gradients back."""
+
+    @staticmethod
+    def forward(ctx, qkv: Tensor, cos: Tensor, sin: Tensor, split: tuple[int, int, int]):
+        ctx.save_for_backward(cos, sin)
+        ctx.split = split
+        return _rotary_heads(qkv, cos, sin, split)
+
+    @staticmethod
+    def backward(ctx, dq: Tensor | None, dk: Tensor | None, dv: Tensor | None):
+        cos, sin = ctx.saved_tensors
+        ref = next(t for t in (dq, dk, dv) if t is not None)
+        B, _, T, D = ref.shape
+        heads = sum(ctx.split)
+        dx = ref.new_empty(B, T, heads, D)  # the layout of qkv
+        parts = dx.transpose(1, 2).split(ctx.split, dim=1)  # (B, H | Hkv, T, D) views
+        for grad, part, rotated in zip((dq, dk, dv), parts, (True, True, False), strict=True):
+            if grad is None:
+                part.zero_()
+            elif rotated:  # the inverse rotation: R(θ)ᵀ = R(-θ)
+                _rotate(grad, cos, sin, part, -1.0)
+            else:
+                part.copy_(grad)
+        return dx.view(B, T, heads * D), None, None, None
+
+
+def rotary_heads(
+    qkv: Tensor, cos: Tensor, sin: Tensor, n_head: int, n_kv_head: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Split the fused projection ``qkv`` ``(B, T, (H + 2 Hkv) D)`` into heads and rotate q
+    and k: returns q ``(B, H, T, D)``, k and v ``(B, Hkv, T, D)``. ``cos, sin`` are
+    :class:`~attnlm.nn.positional.RotaryEmbedding`'s ``(T, D)`` or ``(B, 1, T, D)`` (the two
+    halves of ``D`` hold the same angles)."""
+    half = cos.shape[-1] // 2
+    cos, sin = cos[..., :half], sin[..., :half]
+    split = (n_head, n_kv_head, n_kv_head)
+    if not _needs_grad(qkv):
+        return _rotary_heads(qkv, cos, sin, split)
+    return _RotaryHeads.apply(qkv, cos, sin, split)
