@@ -17,7 +17,7 @@ w = bytes of a padded field (a multiple of 8, so that rows move as uint64 words)
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,14 +36,21 @@ _SQUEEZE = bytes([PAD])
 
 def ngram_word_ids(model: BackoffModel, k: int) -> np.ndarray:
     """(n_k, k) word ids of every order-k entry, in table order."""
-    V = model.V
-    cols = [model.keys[k - 1] % V]
-    pref = model.keys[k - 1] // V
+    return word_tuples(model.keys[k - 1], k, model.V, lambda m, idx: model.keys[m - 1][idx])
+
+
+def word_tuples(
+    keys: np.ndarray, k: int, V: int, take: Callable[[int, np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """(n, k) word ids of order-k n-grams from their keys (n,) (``prefix id * V + word``);
+    ``take(m, ids)`` returns the keys of the order-m entries ``ids`` (non-decreasing)."""
+    cols = [keys % V]
+    pref = keys // V
     for m in range(k - 1, 0, -1):
         if m == 1:
             cols.append(pref)
         else:
-            keys = model.keys[m - 1][pref]
+            keys = take(m, pref)
             cols.append(keys % V)
             pref = keys // V
     return np.stack(cols[::-1], axis=1)
