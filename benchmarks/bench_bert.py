@@ -155,10 +155,9 @@ def main() -> None:
 
 
 def wordpiece(n_chars: int) -> None:
-    from tokenizers import BertWordPieceTokenizer
-
     from attnlm.data.corpus import load_text
     from attnlm.tokenizers.wordpiece import WordPieceTokenizer
+    from tokenizers import BertWordPieceTokenizer
 
     text = load_text(None)[:n_chars]
     mb = len(text.encode("utf-8")) / 1e6

@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         text = text[:1_000_000]
     import tiktoken
+
     import tokenizers
 
     print(

@@ -1,4 +1,4 @@
-"""Modified Kneser-Ney streamed over the merged count tables of :mod:`attnlm.ngram.bounded`,
+"""Modified Kneser-Ney streamed over the merged count tables of :mod:`attnlm.ngram.bounded_count`,
 and the ARPA file written from disk, in bounded memory.
 
 The arithmetic is :mod:`attnlm.ngram.smoothing`'s, applied to blocks that hold whole contexts
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlm.ngram.arpa_write import word_tuples, write_sections
-from attnlm.ngram.bounded import Budget, Counted
+from attnlm.ngram.bounded_count import Budget, Counted
 from attnlm.ngram.disk import (
     Column,
     DenseWriter,
@@ -167,8 +167,10 @@ class _Estimate:
     def adjusted(self, m: int, cont: Table | None) -> tuple[Table, Discount]:
         """Adjusted counts of order m (see :func:`attnlm.ngram.smoothing.adjusted_counts`)."""
         if m == 1:
-            a = self.counts[1].copy() if cont is None else np.where(
-                self.starts_bos[1], self.counts[1], cont
+            a = (
+                self.counts[1].copy()
+                if cont is None
+                else np.where(self.starts_bos[1], self.counts[1], cont)
             )
             a[self.bos] = 0  # <s> is never predicted
             return a, estimate_discount(a, 1)

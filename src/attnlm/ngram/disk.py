@@ -117,7 +117,9 @@ def merge_rounds(sources: Sequence[Iterator[Block]]) -> Iterator[list[tuple[int,
     """
     n = len(sources)
     buf: list[Block | None] = [next(s, None) for s in sources]
-    ahead: list[Block | None] = [next(s, None) if b is not None else None for s, b in zip(sources, buf)]
+    ahead: list[Block | None] = [
+        next(s, None) if b is not None else None for s, b in zip(sources, buf)
+    ]
     while True:
         for s in range(n):
             while buf[s] is not None and len(buf[s][0]) == 0:
@@ -167,7 +169,9 @@ class ExternalSort:
 
     def _spill(self) -> None:
         r = len(self.runs)
-        run = [Column(self.folder / f"{self.name}.run{r}.{j}", d) for j, d in enumerate(self.dtypes)]
+        run = [
+            Column(self.folder / f"{self.name}.run{r}.{j}", d) for j, d in enumerate(self.dtypes)
+        ]
         for column, values in zip(run, self._sorted_pending()):
             column.append(values)
             column.close()
@@ -231,7 +235,9 @@ class DenseWriter:
 
     def _fill_to(self, end: int, step: int = 1 << 20) -> None:
         while self.column.n < end:
-            self.column.append(np.full(min(step, end - self.column.n), self.fill, self.column.dtype))
+            self.column.append(
+                np.full(min(step, end - self.column.n), self.fill, self.column.dtype)
+            )
 
     def finish(self, n: int) -> Column:
         """Write what is pending and fill up to ``n`` entries."""
