@@ -236,7 +236,9 @@ class _Estimate:
             yield self._lines(k)
 
     def _lines(self, k: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
-        B, N, V = self.B, self.N, self.V
+        # formatting holds about 200 bytes per line of a block (word tuples, gathers, the
+        # number tables and their indices): blocks of 1/8 of the estimate's
+        B, N, V = max(self.B // 8, 64), self.N, self.V
         bo = self.bo[k].blocks(B) if k < N else itertools.repeat(None)
         for key, logp, b in zip(_blocks(self.keys[k], B), self.logp[k].blocks(B), bo):
             ids = word_tuples(key, k, V, lambda m, idx: gather_sorted(self.keys[m], idx, B))
