@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 
 from attnlm.cli.common import add_text_argument, arg, text_file, text_value
 from attnlm.errors import ConfigError
@@ -25,6 +27,12 @@ from attnlm.validate import (
     positive_int,
     seed,
 )
+
+
+def _memory(value: str, name: str | None = None) -> int:
+    from attnlm.ngram.bounded import parse_memory  # lazy: `attnlm --help` loads no numpy
+
+    return parse_memory(value, name)
 
 
 def _add_convention(p: argparse.ArgumentParser) -> None:
@@ -78,9 +86,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="sentence padding: kenlm (one <s>, one </s>) or nltk (n-1 of each)",
     )
     tr.add_argument(
+        "--memory",
+        "-S",
+        metavar="SIZE",
+        type=arg(_memory),
+        default=None,
+        help="bounded memory (like lmplz -S): count, sort and estimate in about SIZE bytes "
+        "(2G, 512M, 100K), spilling sorted shards to $TMPDIR; mkn and --arpa only",
+    )
+    tr.add_argument(
         "--progress",
         action="store_true",
-        help="progress bar with n-grams/s on stderr while writing the ARPA file",
+        help="progress bars with n-grams/s on stderr (count, estimate, write)",
     )
     _add_convention(tr)
     tr.set_defaults(func=_train)
@@ -153,7 +170,7 @@ def _sentences(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from attnlm.ngram import DiscountWarning, train
+    from attnlm.ngram import train
 
     if args.order < 1:
         raise ConfigError(f"--order must be >= 1, got {args.order}")
@@ -161,16 +178,21 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("say where to write the model: --arpa OUT and/or --out MODEL")
     if args.smoothing == "addk" and args.arpa:
         raise ConfigError("add-k smoothing has no ARPA form (not a back-off model); use --out")
+    if args.memory is not None:
+        return _train_bounded(args)
     t0 = time.perf_counter()
     _, sents = _sentences(args)
     t1 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DiscountWarning)
+    with _discount_warnings():
         model = train(
-            sents, args.order, smoothing=args.smoothing, k=args.k, alpha=args.alpha, pad=args.pad
+            sents,
+            args.order,
+            smoothing=args.smoothing,
+            k=args.k,
+            alpha=args.alpha,
+            pad=args.pad,
+            progress=args.progress,
         )
-    for w in caught:
-        print(f"attnlm: warning: {w.message}", file=sys.stderr)
     t2 = time.perf_counter()
     if args.arpa:
         from attnlm.ngram.arpa import write_arpa
@@ -179,15 +201,59 @@ def _train(args: argparse.Namespace) -> int:
     if args.out:
         model.save(args.out)
     t3 = time.perf_counter()
-    counts = " / ".join(f"{len(k):,}" for k in model.keys)
-    print(
-        f"{args.smoothing} order {args.order}: {len(sents):,} sentences, n-grams {counts}",
-        file=sys.stderr,
-    )
-    for i, d in enumerate(model.meta.get("discounts", []), 1):
-        print(f"  discounts order {i}: " + " / ".join(f"{x:.6g}" for x in d), file=sys.stderr)
+    sizes = [len(k) for k in model.keys]
+    _report(args, len(sents), sizes, model.meta.get("discounts", []))
     print(
         f"  read {t1 - t0:.2f} s, estimate {t2 - t1:.2f} s, write {t3 - t2:.2f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+@contextlib.contextmanager
+def _discount_warnings() -> Iterator[None]:
+    """Print Kneser-Ney discount fallbacks as one-line warnings on stderr."""
+    from attnlm.ngram import DiscountWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DiscountWarning)
+        yield
+    for w in caught:
+        print(f"attnlm: warning: {w.message}", file=sys.stderr)
+
+
+def _report(args: argparse.Namespace, sentences: int, sizes: list[int], discounts) -> None:
+    counts = " / ".join(f"{n:,}" for n in sizes)
+    print(
+        f"{args.smoothing} order {args.order}: {sentences:,} sentences, n-grams {counts}",
+        file=sys.stderr,
+    )
+    for i, d in enumerate(discounts, 1):
+        print(f"  discounts order {i}: " + " / ".join(f"{x:.6g}" for x in d), file=sys.stderr)
+
+
+def _train_bounded(args: argparse.Namespace) -> int:
+    """``--memory``: count and estimate in bounded memory, straight to the ARPA file."""
+    from attnlm.ngram.bounded import train_arpa
+
+    if args.smoothing != "mkn":
+        raise ConfigError("--memory estimates modified Kneser-Ney only (--smoothing mkn)")
+    if args.out or not args.arpa:
+        raise ConfigError("--memory writes an ARPA file only: give --arpa OUT and no --out")
+    t0 = time.perf_counter()
+    with _discount_warnings():
+        r = train_arpa(
+            args.text,
+            args.order,
+            args.arpa,
+            memory=args.memory,
+            pad=args.pad,
+            tokenize=args.tokenize,
+            progress=args.progress,
+        )
+    _report(args, r.sentences, r.sizes, r.discounts)
+    print(
+        f"  {r.shards} shard(s) under {args.memory:,} bytes; {time.perf_counter() - t0:.2f} s",
         file=sys.stderr,
     )
     return 0

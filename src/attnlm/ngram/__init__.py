@@ -14,9 +14,11 @@ from collections.abc import Sequence
 
 from attnlm.errors import ConfigError
 from attnlm.ngram.arpa import read_arpa, write_arpa
+from attnlm.ngram.bounded import parse_memory, train_arpa
 from attnlm.ngram.counts import NgramCounts, Vocabulary, count_ngrams, split_sentences
 from attnlm.ngram.files import load_model
 from attnlm.ngram.model import AddKModel, BackoffModel, NgramModel, ScoreResult
+from attnlm.ngram.progress import progress_bar
 from attnlm.ngram.smoothing import (
     SMOOTHINGS,
     Discount,
@@ -41,11 +43,13 @@ __all__ = [
     "count_ngrams",
     "load_model",
     "maximum_likelihood",
+    "parse_memory",
     "modified_kneser_ney",
     "read_arpa",
     "split_sentences",
     "stupid_backoff",
     "train",
+    "train_arpa",
     "write_arpa",
 ]
 
@@ -57,20 +61,30 @@ def train(
     k: float = 1.0,
     alpha: float = 0.4,
     pad: str = "kenlm",
+    progress: bool = False,
 ) -> NgramModel:
     """Count ``sentences`` (token lists) and estimate a model of the given order.
 
     ``smoothing``: ``mkn`` (interpolated modified Kneser-Ney as KenLM ``lmplz``), ``mle``,
     ``addk`` (with ``k``; Laplace when k = 1) or ``stupid`` (stupid backoff with ``alpha``,
     unnormalised). ``pad``: ``kenlm`` (one ``<s>``/``</s>``) or ``nltk`` (n-1 of each).
+    ``progress``: bars with n-grams/s on stderr for counting and estimating. For a corpus
+    larger than memory, :func:`attnlm.ngram.bounded.train_arpa` (``--memory``).
     """
     if smoothing not in SMOOTHINGS:
         raise ConfigError(f"smoothing must be one of {', '.join(SMOOTHINGS)}, got {smoothing!r}")
-    counts = count_ngrams(sentences, order, pad=pad)
-    if smoothing == "mkn":
-        return modified_kneser_ney(counts)[0]
-    if smoothing == "mle":
-        return maximum_likelihood(counts)
-    if smoothing == "addk":
-        return add_k(counts, k)
-    return stupid_backoff(counts, alpha)
+    with progress_bar(None, "count", progress) as bar:
+        counts = count_ngrams(sentences, order, pad=pad)
+        total = sum(len(keys) for keys in counts.keys)
+        bar.update(total)
+    with progress_bar(total, "estimate", progress) as bar:
+        if smoothing == "mkn":
+            model = modified_kneser_ney(counts)[0]
+        elif smoothing == "mle":
+            model = maximum_likelihood(counts)
+        elif smoothing == "addk":
+            model = add_k(counts, k)
+        else:
+            model = stupid_backoff(counts, alpha)
+        bar.update(total)
+    return model

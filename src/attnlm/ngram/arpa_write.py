@@ -17,6 +17,7 @@ w = bytes of a padded field (a multiple of 8, so that rows move as uint64 words)
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,14 +36,21 @@ _SQUEEZE = bytes([PAD])
 
 def ngram_word_ids(model: BackoffModel, k: int) -> np.ndarray:
     """(n_k, k) word ids of every order-k entry, in table order."""
-    V = model.V
-    cols = [model.keys[k - 1] % V]
-    pref = model.keys[k - 1] // V
+    return word_tuples(model.keys[k - 1], k, model.V, lambda m, idx: model.keys[m - 1][idx])
+
+
+def word_tuples(
+    keys: np.ndarray, k: int, V: int, take: Callable[[int, np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """(n, k) word ids of order-k n-grams from their keys (n,) (``prefix id * V + word``);
+    ``take(m, ids)`` returns the keys of the order-m entries ``ids`` (non-decreasing)."""
+    cols = [keys % V]
+    pref = keys // V
     for m in range(k - 1, 0, -1):
         if m == 1:
             cols.append(pref)
         else:
-            keys = model.keys[m - 1][pref]
+            keys = take(m, pref)
             cols.append(keys % V)
             pref = keys // V
     return np.stack(cols[::-1], axis=1)
@@ -96,6 +104,26 @@ def write_arpa(model: NgramModel, path: str | Path, progress: bool = False) -> N
             f"{model.smoothing} smoothing is not a back-off model and has no ARPA form; "
             "save it in the binary format (--out) instead"
         )
+    N = model.order
+
+    def section(k: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        ids = ngram_word_ids(model, k) if k > 1 else model.keys[0][:, None]
+        yield ids, model.logp[k - 1], model.bo[k - 1] if k < N else None
+
+    sizes = [len(k) for k in model.keys]
+    write_sections(path, model.vocab.words, sizes, map(section, range(1, N + 1)), progress)
+
+
+def write_sections(
+    path: str | Path,
+    words: list[str],
+    sizes: list[int],
+    sections: Iterable[Iterable[tuple[np.ndarray, np.ndarray, np.ndarray | None]]],
+    progress: bool = False,
+) -> None:
+    """The ARPA file of ``sizes[k-1]`` n-grams per order, atomically (gzip for ``.gz``).
+    ``sections`` yields, for each order k in turn, its lines in blocks: (word ids (n, k),
+    log10 p (n,), back-off weights (n,), None at the highest order)."""
     p = Path(path)
     gz = None
     if p.suffix == ".gz":
@@ -103,9 +131,7 @@ def write_arpa(model: NgramModel, path: str | Path, progress: bool = False) -> N
         def gz(raw):
             return gzip.GzipFile(filename=p.name, mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL)
 
-    words = model.vocab.words
-    N = model.order
-    sizes = [len(k) for k in model.keys]
+    N = len(sizes)
     with (
         atomic_open(p, "wb", opener=gz) as f,  # a kill mid-write leaves the old file
         progress_bar(sum(sizes), "write ARPA", progress) as bar,
@@ -113,16 +139,17 @@ def write_arpa(model: NgramModel, path: str | Path, progress: bool = False) -> N
         f.write(b"\\data\\\n")
         f.write("".join(f"ngram {k}={sizes[k - 1]}\n" for k in range(1, N + 1)).encode())
         space = _words_table(words, " ")
-        for k in range(1, N + 1):
+        for k, blocks_of_order in enumerate(sections, 1):
             f.write(f"\n\\{k}-grams:\n".encode())
-            ids = ngram_word_ids(model, k) if k > 1 else model.keys[0][:, None]
-            blocks = [_numbers(model.logp[k - 1], "\t")]
-            blocks += [(space, ids[:, j]) for j in range(k - 1)]
-            blocks.append((_words_table(words, "\t" if k < N else "\n"), ids[:, k - 1]))
-            if k < N:
-                blocks.append(_numbers(model.bo[k - 1], "\n"))
-            for lo in range(0, sizes[k - 1], CHUNK):
-                hi = min(lo + CHUNK, sizes[k - 1])
-                f.write(_chunk_bytes(blocks, lo, hi))
-                bar.update(hi - lo)
+            last = _words_table(words, "\t" if k < N else "\n")
+            for ids, logp, bo in blocks_of_order:
+                blocks = [_numbers(logp, "\t")]
+                blocks += [(space, ids[:, j]) for j in range(k - 1)]
+                blocks.append((last, ids[:, k - 1]))
+                if bo is not None:
+                    blocks.append(_numbers(bo, "\n"))
+                for lo in range(0, len(logp), CHUNK):
+                    hi = min(lo + CHUNK, len(logp))
+                    f.write(_chunk_bytes(blocks, lo, hi))
+                    bar.update(hi - lo)
         f.write(b"\n\\end\\\n")

@@ -213,31 +213,67 @@ def count_ngrams(
         raise ConfigError(f"order must be >= 1, got {order}")
     if not sentences:
         raise InputError("no sentences to count (the text is empty)")
-    # ids in order of first appearance in one pass at C speed: a missing word gets the
-    # current dictionary size as its id (defaultdict calls len() before inserting)
+    index = word_index()
+    words, lengths = encode_new_words(index, sentences)
+    check_markers(index, words)
+    if vocab_words is not None:
+        for w in vocab_words:
+            index[w]
+    vocab = Vocabulary(list(index))
+    enc = encode_ids(words, lengths, order, pad, vocab.bos, vocab.eos)
+    keys, counts, suffix, first = count_positions(enc.tokens, enc.pos, order, len(vocab))
+    return NgramCounts(
+        vocab=vocab,
+        order=order,
+        pad=pad,
+        keys=keys,
+        counts=counts,
+        suffix=suffix,
+        first=first,
+        n_tokens=int(enc.predict.sum()),
+        n_sentences=enc.n_sentences,
+    )
+
+
+def word_index() -> defaultdict[str, int]:
+    """A growing word -> id map that starts with ``<unk> <s> </s>`` (ids 0, 1, 2): a missing
+    word gets the current size as its id (``default_factory`` is ``len``), so ids follow the
+    order of first appearance, at C speed."""
     index: defaultdict[str, int] = defaultdict()
     index.default_factory = index.__len__
     for special in (UNK, BOS, EOS):
         index[special]
+    return index
+
+
+def encode_new_words(
+    index: defaultdict[str, int], sentences: Sequence[Sequence[str]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(words (W,) ids of every token, back to back; lengths (S,) per sentence), adding the
+    words not yet in ``index``."""
     lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
     words = np.fromiter(
         map(index.__getitem__, chain.from_iterable(sentences)),
         dtype=np.int64,
         count=int(lengths.sum()),
     )
+    return words, lengths
+
+
+def check_markers(index: dict[str, int], words: np.ndarray) -> None:
+    """Refuse ``<s>`` / ``</s>`` inside a sentence (ids 1, 2 of :func:`word_index`)."""
     if len(index) > 3 and np.any((words == 1) | (words == 2)):
         raise InputError(
             f"the text contains {BOS} or {EOS} inside a sentence; KenLM and attnlm "
             "add them around every line themselves"
         )
-    if vocab_words is not None:
-        for w in vocab_words:
-            index[w]
-    vocab = Vocabulary(list(index))
-    V = len(vocab)
-    enc = encode_ids(words, lengths, order, pad, vocab.bos, vocab.eos)
-    tokens, pos = enc.tokens, enc.pos
 
+
+def count_positions(
+    tokens: np.ndarray, pos: np.ndarray, order: int, V: int
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Keys, counts, suffix ids and first words per order (see :class:`NgramCounts`) of the
+    n-grams in a flat token array (``tokens``, ``pos`` of :func:`encode_ids`; ids < ``V``)."""
     keys = [np.arange(V, dtype=np.int64)]
     counts = [np.bincount(tokens, minlength=V).astype(np.int64)]
     suffix = [np.full(V, -1, dtype=np.int64)]
@@ -260,14 +296,4 @@ def count_ngrams(
         suffix.append(suf)
         first.append(first[-1][uniq // V])
         prev_ids = ids
-    return NgramCounts(
-        vocab=vocab,
-        order=order,
-        pad=pad,
-        keys=keys,
-        counts=counts,
-        suffix=suffix,
-        first=first,
-        n_tokens=int(enc.predict.sum()),
-        n_sentences=enc.n_sentences,
-    )
+    return keys, counts, suffix, first

@@ -60,10 +60,19 @@ class Discount:
         return (self.d1, self.d2, self.d3)
 
 
+def counts_of_counts(adjusted: np.ndarray) -> list[int]:
+    """t1..t4: how many n-grams have adjusted count 1, 2, 3, 4."""
+    return [int(np.count_nonzero(adjusted == j)) for j in range(1, 5)]
+
+
 def estimate_discount(adjusted: np.ndarray, order: int) -> Discount:
-    """Discounts from counts-of-counts (Chen & Goodman eq. 26), falling back to fixed ones
-    with a :class:`DiscountWarning` when any is invalid (outside (0, j]) or undefined."""
-    t = [int(np.count_nonzero(adjusted == j)) for j in range(1, 5)]
+    """Discounts from the counts-of-counts of ``adjusted`` (see :func:`discount_from`)."""
+    return discount_from(counts_of_counts(adjusted), order)
+
+
+def discount_from(t: list[int], order: int) -> Discount:
+    """Discounts from counts-of-counts t1..t4 (Chen & Goodman eq. 26), falling back to fixed
+    ones with a :class:`DiscountWarning` when any is invalid (outside (0, j]) or undefined."""
     try:
         y = t[0] / (t[0] + 2 * t[1])
         d = [j - (j + 1) * y * t[j] / t[j - 1] for j in (1, 2, 3)]
@@ -75,7 +84,7 @@ def estimate_discount(adjusted: np.ndarray, order: int) -> Discount:
             f"order {order}: counts-of-counts {t} give no valid Kneser-Ney discounts "
             f"(too little data); using fixed discounts {FALLBACK_DISCOUNTS}",
             DiscountWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return Discount(*FALLBACK_DISCOUNTS)
     return Discount(*d)
@@ -101,6 +110,27 @@ def _log10(x: np.ndarray) -> np.ndarray:
         return np.log10(x)
 
 
+def interpolation_terms(
+    adjusted: np.ndarray, d: Discount, ctx: np.ndarray, n_ctx: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One order's u(w | h) (n,) and gamma(h) (n_ctx,) from its adjusted counts (n,) and the
+    context id of each n-gram (``ctx`` (n,) in 0..n_ctx-1, non-decreasing). Sums run in table
+    order, so a block holding whole contexts gives the same bits as the full table."""
+    a = adjusted.astype(np.float64)
+    disc = d.of(adjusted)
+    denom = np.bincount(ctx, weights=a, minlength=n_ctx)
+    mass = np.bincount(ctx, weights=disc, minlength=n_ctx)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gamma = np.where(denom > 0, mass / denom, 0.0)
+        u = np.where(denom[ctx] > 0, (a - disc) / denom[ctx], 0.0)
+    return u, gamma
+
+
+def backoff_log10(gamma: np.ndarray) -> np.ndarray:
+    """ARPA back-off weights log10 gamma, 0 where gamma is 0 (never a context)."""
+    return np.where(gamma > 0, _log10(np.where(gamma > 0, gamma, 1.0)), 0.0)
+
+
 def modified_kneser_ney(
     c: NgramCounts, discounts: list[Discount] | None = None
 ) -> tuple[BackoffModel, list[Discount]]:
@@ -113,20 +143,13 @@ def modified_kneser_ney(
     probs: list[np.ndarray] = []
     gammas: list[np.ndarray] = []
     for k in range(1, N + 1):
-        a = adj[k - 1].astype(np.float64)
-        d = discounts[k - 1]
-        disc = d.of(adj[k - 1])
         if k == 1:
-            ctx = np.zeros(len(a), dtype=np.int64)
+            ctx = np.zeros(len(adj[0]), dtype=np.int64)
             n_ctx = 1
         else:
             ctx = c.keys[k - 1] // V
             n_ctx = len(c.keys[k - 2])
-        denom = np.bincount(ctx, weights=a, minlength=n_ctx)
-        mass = np.bincount(ctx, weights=disc, minlength=n_ctx)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gamma = np.where(denom > 0, mass / denom, 0.0)
-            u = np.where(denom[ctx] > 0, (a - disc) / denom[ctx], 0.0)
+        u, gamma = interpolation_terms(adj[k - 1], discounts[k - 1], ctx, n_ctx)
         if k == 1:
             p = u + gamma[0] / (V - 1)
         else:
@@ -138,8 +161,7 @@ def modified_kneser_ney(
     bo = []
     for k in range(1, N + 1):
         if k < N:
-            g = gammas[k]  # gamma of order-k n-grams as contexts of order k+1
-            bo.append(np.where(g > 0, _log10(np.where(g > 0, g, 1.0)), 0.0))
+            bo.append(backoff_log10(gammas[k]))  # gamma of order-k n-grams as contexts
         else:
             bo.append(np.zeros(len(c.keys[k - 1])))
     meta = {"discounts": [d.as_tuple() for d in discounts]}
