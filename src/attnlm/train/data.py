@@ -1,5 +1,8 @@
 """Preparing a run's data: train (or load) the tokenizer, tokenize the corpus once into memmaps.
 
+(Over 500 lines on purpose: the three ways a run gets its tokens, text, sentence pairs and
+prepared token files, share one signature and one reuse rule, kept in one place.)
+
 The run folder keeps ``tokenizer.json`` and, next to it, ``train.bin`` / ``val.bin`` (flat id
 arrays, see :mod:`attnlm.data.windows`) with their JSON metadata, and ``data.json``, the
 signature of what they were made from: the corpus's content (size, modification time and

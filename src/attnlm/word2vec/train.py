@@ -1,5 +1,8 @@
 """Training word2vec: skip-gram and CBOW with negative sampling, batched in PyTorch on a CPU.
 
+(Over 500 lines on purpose: the two batched steps with their hand-written gradients, the
+windows, the schedule and the worker threads they share are one algorithm read together.)
+
 The model (Mikolov et al. 2013) has two tables of ``V x dim`` vectors: the input vectors
 ``syn0`` (the word vectors kept at the end, initialised uniform in ``[-0.5, 0.5) / dim``) and
 the output vectors ``syn1neg`` (initialised to zero). For each position of a sentence, after
