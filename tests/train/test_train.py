@@ -287,3 +287,16 @@ def test_bf16_autocast_and_device_choice(corpus, tmp_path):
     assert resolve_device("auto").type in {expected, "mps", "cpu"} - {None}
     assert resolve_device("cpu") == torch.device("cpu")
     assert train_cli(corpus, tmp_path / "bf16", "--max-iters", "3", "--dtype", "bfloat16") == 0
+
+
+def test_pair_files_on_a_text_model_are_refused(cli, corpus, tmp_path):
+    """--valid-pairs / --test-pairs name splits of sentence pairs: a text model refuses them in
+    one line instead of silently ignoring them, and writes no run folder."""
+    pairs = tmp_path / "valid.tsv"
+    pairs.write_text("one\teins\n", encoding="utf-8")
+    out = tmp_path / "run"
+    r = cli(
+        "train", "--preset", "tiny-test", "--text", corpus, "--valid-pairs", pairs, "--out", out
+    )
+    assert r.code == 2 and r.err.count("\n") == 1 and "--valid-pairs" in r.err, r.err
+    assert not (out / "checkpoint").exists()

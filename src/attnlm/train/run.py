@@ -136,6 +136,11 @@ def train_run(
     registry.check_table(spec.model, vocab_size=1 << 16, src_vocab_size=1 << 16)
     family = registry.get(spec.model.get("type"))
     objective_name = family.objective
+    if objective_data(objective_name) != "pairs" and (cfg.valid_pairs or cfg.test_pairs):
+        raise ConfigError(
+            f"--valid-pairs/--test-pairs apply to translation families; {family.type} trains "
+            "on text (its validation split is the last val_fraction of --text)"
+        )
     dist = D.from_env()
     device = resolve_device(cfg.device, dist.local_rank)
     if device.type == "cuda":
