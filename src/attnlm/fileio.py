@@ -157,14 +157,19 @@ def read_file_bytes(
 
 
 def read_file_text(
-    path: str | os.PathLike[str], what: str = "file", error: type[Exception] = InputError
+    path: str | os.PathLike[str],
+    what: str = "file",
+    error: type[Exception] = InputError,
+    *,
+    empty_ok: bool = False,
 ) -> str:
     """:func:`read_file_bytes` read as text by the one strict reader
-    (:func:`attnlm.textio.decode_text`); what is wrong raises ``error`` (one line)."""
+    (:func:`attnlm.textio.decode_text`; empty only with ``empty_ok``); what is wrong raises
+    ``error`` (one line, naming ``what`` unless it is a plain file)."""
     from attnlm.textio import decode_text
 
     data = read_file_bytes(path, what, error)
     try:
-        return decode_text(data, str(path))
+        return decode_text(data, str(path), empty_ok=empty_ok)
     except InputError as e:
-        raise error(f"{e} ({what})") from None
+        raise error(str(e) if what == "file" else f"{e} ({what})") from None

