@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from attnlm.errors import AttnlmError, InputError
-from attnlm.textio import text_problem
+from attnlm.textio import text_problem, value_problem
 from attnlm.validate import existing_dir, existing_path, positive_int
 
 T = TypeVar("T")
@@ -66,11 +66,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     naming the option, ``argument --checkpoint: not valid UTF-8 (...)``, never a
     "not in the vocabulary" or a file-not-found further on."""
     for action in _actions(parser, args):
-        value = getattr(args, action.dest, None)
-        for v in value if isinstance(value, list) else [value]:
-            problem = isinstance(v, str) and text_problem(v, empty_ok=True)
-            if problem:
-                raise InputError(f"argument {argparse._get_action_name(action)}: {problem}")
+        problem = value_problem(getattr(args, action.dest, None))
+        if problem:
+            raise InputError(f"argument {argparse._get_action_name(action)}: {problem}")
 
 
 def _actions(parser: argparse.ArgumentParser, args: argparse.Namespace):

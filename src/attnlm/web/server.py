@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlsplit
 
 from attnlm.errors import AttnlmError, InputError
 from attnlm.generate.sampling import SamplingConfig
-from attnlm.textio import decode_text, text_problem
+from attnlm.textio import decode_text, value_problem
 from attnlm.web.service import (
     ModelService,
     ServiceError,
@@ -133,10 +133,9 @@ def check_body(endpoint: str, body: Any) -> dict[str, Any]:
         check, what = {**required, **optional}[name]
         if not check(value):
             raise HttpError(400, f"field {name} must be {what}")
-        for v in value if isinstance(value, list) else [value]:
-            problem = isinstance(v, str) and text_problem(v, empty_ok=True)
-            if problem:  # a lone surrogate ("\ud800"), a NUL, a huge line: the one reader's rules
-                raise HttpError(400, f"field {name}: {problem}")
+        problem = value_problem(value)
+        if problem:  # a lone surrogate ("\ud800"), a NUL, a huge line: the one reader's rules
+            raise HttpError(400, f"field {name}: {problem}")
     return body
 
 
