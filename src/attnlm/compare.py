@@ -337,9 +337,9 @@ def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[Mod
 
     out = Path(cfg.out)
     signature = cfg.signature()
-    pending = [n for n in cfg.models if _load_done(out / n / RESULT_FILE, signature) is None]
+    done = {n: _load_done(out / n / RESULT_FILE, signature) for n in cfg.models}
     # the corpus is read (and refused, one line) before any output or progress bar
-    shared = prepare_shared(cfg) if pending else None
+    shared = prepare_shared(cfg) if None in done.values() else None
     out.mkdir(parents=True, exist_ok=True)
     results: list[ModelResult] = []
     bar = tqdm(total=len(cfg.models), desc="compare", disable=not cfg.progress, unit="model")
@@ -347,7 +347,7 @@ def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[Mod
     try:
         for name in cfg.models:
             done_file = out / name / RESULT_FILE
-            res = _load_done(done_file, signature)
+            res = done[name]
             if res is not None:
                 say(f"{name}: already done in {done_file.parent} (val {res.val_bpc} bits/char)")
             else:
