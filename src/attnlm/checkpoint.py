@@ -40,6 +40,7 @@ import torch
 
 from attnlm.errors import AttnlmError, InputError
 from attnlm.fileio import atomic_write_text, fsync_dir
+from attnlm.nn.layout import standard_layout
 
 FORMAT = "attnlm-checkpoint-v1"
 CHECKPOINT_DIR = "checkpoint"
@@ -110,7 +111,7 @@ def save_checkpoint(
         shutil.rmtree(leftover, ignore_errors=True)
     try:
         tmp.mkdir()
-        save_model(model, str(tmp / "model.safetensors"))
+        save_model(standard_layout(model), str(tmp / "model.safetensors"))
         _write_json(tmp / "config.json", {"format": FORMAT, **config})
         written = _save_tokenizer(tmp, tokenizer)
         torch.save(state, tmp / "state.pt")
@@ -193,7 +194,8 @@ def load_weights(model: torch.nn.Module, ckpt: Path, device: str | torch.device 
     from safetensors.torch import load_model
 
     try:
-        load_model(model, str(ckpt / "model.safetensors"), strict=True, device=str(device))
+        path = str(ckpt / "model.safetensors")
+        load_model(standard_layout(model), path, strict=True, device=str(device))
     except Exception as e:  # noqa: BLE001 - safetensors raises several kinds
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({first})") from None

@@ -36,6 +36,7 @@ import torch
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.models.base import DecodingSetup
+from attnlm.nn.layout import decoding_layout
 
 NEG = -1.0e9  # the score of an impossible hypothesis (as transformers uses)
 EARLY_STOPPING = (True, False, "never")
@@ -81,6 +82,7 @@ def beam_search(
     setup = _setup(model, sources, eos_id)
     if num_beams == 1:
         return _greedy(model, setup, max_new_tokens)
+    decoding_layout(model)  # see attnlm.nn.layout
     results: list[list[int] | None] = [None] * len(sources)
     # rows with equal prompt lengths search together (no padding inside a prompt)
     groups: dict[int, list[int]] = {}

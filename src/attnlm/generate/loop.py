@@ -46,6 +46,7 @@ from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.generate.filters import apply_filters, sampling_filters
 from attnlm.generate.sampling import SamplingConfig, sampling_from
+from attnlm.nn.layout import decoding_layout
 
 SLIDING_POSITIONS = {"rope", "alibi", "none", "sinusoidal"}
 BUFFER_CHUNK = 1024  # token buffer growth step (positions)
@@ -203,6 +204,7 @@ def decode(
     specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
     if generator is None and sampling.seed is not None and not greedy:
         generator = torch.Generator(device=model_device(model)).manual_seed(sampling.seed)
+    decoding_layout(model)  # one-row products stream column-major weights faster (CPU)
     compiled = _compiled_step(model, compile) if compile else None
     if (
         compiled is None
