@@ -353,6 +353,29 @@ def test_multihead_with_cache_equals_full():
     assert w.shape == (2, 4, 2, 5) and w[:, :, 0, 4].eq(0).all()
 
 
+@pytest.mark.parametrize("rows", [1, 40])  # 1 x 4 heads: fused kernel; 40 x 4: two matmuls
+@pytest.mark.parametrize("n_kv", [4, 2])
+def test_one_query_decoding_equals_full_on_both_sides_of_the_row_threshold(rows, n_kv):
+    from attnlm.nn.attention import SINGLE_QUERY_ROWS
+
+    assert (rows * 4 > SINGLE_QUERY_ROWS) == (rows == 40)
+    torch.manual_seed(0)
+    T, C = 7, 32
+    mha = MultiHeadAttention(C, 4, n_kv_head=n_kv).eval()
+    x = torch.randn(rows, T, C)
+    with torch.no_grad():
+        full, _ = mha(x, is_causal=True)
+        cache = KVCache(1)
+        mha(x[:, :5], is_causal=True, cache=cache)
+        cache.advance(5)
+        steps = []
+        for t in (5, 6):
+            out, _ = mha(x[:, t : t + 1], is_causal=True, cache=cache)
+            cache.advance(1)
+            steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, 1), full[:, 5:], rtol=1e-5, atol=1e-5)
+
+
 # -- property-based: fast path == explicit path -------------------------------------------------
 
 

@@ -56,6 +56,10 @@ from attnlm.nn.score_functions import (
     make_score,
 )
 
+# decoding one query per row: above this many rows x heads the two explicit matmuls beat the
+# fused kernel on CPU, below it the fused kernel wins (measured, docs/benchmarks.md)
+SINGLE_QUERY_ROWS = 64
+
 __all__ = [
     "SCORES",
     "SCORE_ALIASES",
@@ -347,9 +351,15 @@ class MultiHeadAttention(nn.Module):
             is_causal = False  # the newest token may see everything held
         dropout_p = self.dropout if self.training else 0.0
 
-        # one query per row (incremental decoding): two small matmuls beat the fused kernel's
-        # setup on CPU (about 1.7x at 200 rows, 40 keys, head width 16)
-        single = T == 1 and not self.training and q.device.type == "cpu"
+        # one query per row (incremental decoding) on many rows x heads: two small matmuls
+        # beat the fused kernel's setup on CPU (1.3-1.4x at 200 rows x 4 heads, 40 keys); on
+        # few (batch 1) the fused kernel is about 2x faster (docs/benchmarks.md, issue 20)
+        single = (
+            T == 1
+            and not self.training
+            and q.device.type == "cpu"
+            and (q.shape[0] * q.shape[1] > SINGLE_QUERY_ROWS or torch.compiler.is_compiling())
+        )
         if need_weights or not self.score.supports_sdpa or single:
             if is_causal:
                 mask = combine_masks(mask, causal_mask(T, S, device=q.device, dtype=q.dtype))
