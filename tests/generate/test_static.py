@@ -150,12 +150,14 @@ def test_transformer_static_state_gives_the_dynamic_tokens(batch, temperature):
 # -- the compiled step ----------------------------------------------------------------------
 
 
-def test_compiled_step_is_one_graph_without_recompiling(temperature=1.0):
+@pytest.mark.parametrize("prefix", [True, False])  # CPU default / CUDA default (fixed buffers)
+def test_compiled_step_is_one_graph_without_recompiling(prefix, temperature=1.0):
     """fullgraph=True (a graph break is an error), 64 steps and a second call under
     error_on_recompile, tokens equal to the eager static state. The "eager" backend checks
     the capture quickly; the inductor test below checks the generated code."""
     model = _gpt(block_size=96)
-    step = CompiledStep(model, backend="eager")
+    step = CompiledStep(model, backend="eager", prefix=prefix)
+    assert step.prefix is prefix
     prompts = _prompts(4)
     g = torch.Generator().manual_seed(3)
     want = decode(model, prompts, 64, temperature=temperature, generator=g, lookahead=0)
@@ -165,6 +167,23 @@ def test_compiled_step_is_one_graph_without_recompiling(temperature=1.0):
             g = torch.Generator().manual_seed(3)
             got = decode(model, prompts, 64, temperature=temperature, generator=g, compile=step)
             assert got == want
+
+
+def test_prefix_mode_serves_every_length_and_batch_size_with_one_graph():
+    """Prefix mode (dynamic shapes): every length, prompts of 1 to 5 tokens, one graph for
+    batch 1 (dynamo specialises a size of 1) and one for every other batch size (3, then 5
+    and 2 compile nothing more); every call gives the eager tokens; the compiled step attends
+    over the filled prefix (the state is never in fixed mode)."""
+    model = _gpt(block_size=64)
+    step = CompiledStep(model, backend="eager", prefix=True)
+    calls = [([[1, 2, 3]], 20), ([[4]], 20), ([[1, 2], [3, 4, 5, 6, 7], [9]], 30)]
+    calls += [([[i, i + 1] for i in range(5)], 10), ([[7], [8, 9, 10]], 25)]
+    torch._dynamo.reset()
+    for i, (prompts, n) in enumerate(calls):
+        want = decode(model, prompts, n, temperature=0, lookahead=0)
+        with torch._dynamo.config.patch(error_on_recompile=i not in (0, 2)):
+            assert decode(model, prompts, n, temperature=0, compile=step) == want
+        assert not any(s.fixed for s in step._states.values())
 
 
 def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window():

@@ -123,7 +123,7 @@ class _Context:
             new = new[:, -block:]
         elif block is not None and self.state.length + n > block:
             self.state.trim(block - n)
-        if self.compiled is not None and n == 1 and self.state.length > 0:
+        if self.compiled is not None and n == 1 and self.compiled.ready(self.state):
             logits = self.compiled(new, self.state)  # after the prompt: one graph per step
         else:
             if getattr(self.state, "fixed", False):
