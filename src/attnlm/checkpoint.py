@@ -98,8 +98,12 @@ def save_checkpoint(
     config: dict[str, Any],
     tokenizer: Any,
     state: dict[str, Any],
+    move_in: dict[str, Path] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically to ``ckpt_dir`` (see the module docstring)."""
+    """Write a checkpoint atomically to ``ckpt_dir`` (see the module docstring).
+    ``move_in``: folders written beforehand (a sharded checkpoint's ``shards/``, already
+    synced to disk), renamed into the new checkpoint under these names before it replaces
+    the old one."""
     from safetensors.torch import save_model
 
     final = Path(ckpt_dir)
@@ -117,6 +121,8 @@ def save_checkpoint(
         torch.save(state, tmp / "state.pt")
         for name in sorted(set(FILES) | set(written)):
             _fsync(tmp / name)
+        for name, folder in (move_in or {}).items():
+            os.replace(folder, tmp / name)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         kept = f"the previous checkpoint in {final} is intact" if final.exists() else "none saved"
