@@ -13,6 +13,9 @@ Layout of ``RUN/checkpoint/``::
                         and target files only when the sides have separate tokenizers
     state.pt            optimizer, step, RNG states, data position, timers; plain tensors and
                         containers only, read back with ``torch.load(weights_only=True)``
+    shards/             only for runs trained with FSDP (``train.parallel = "fsdp"``): the
+                        weights and optimizer state, one file per process
+                        (:mod:`attnlm.train.fsdp`); ``state.pt`` then holds no optimizer
 
 Atomic replacement: everything is written into a temporary sibling folder first; only when
 every file is complete is the old checkpoint renamed to ``checkpoint.old``, the new folder
