@@ -185,7 +185,8 @@ class Trainer:
         self.state = TrainState()
         self.log = job.log
         self.micro = D.local_accum(cfg.grad_accum, self.dist)
-        self.sharded = cfg.parallel == "fsdp"  # the model is FSDP-sharded (train/fsdp.py)
+        # FSDP: the model is sharded already (fsdp.shard, before the optimizer was built)
+        self.sharded = cfg.parallel == "fsdp"
         self.last_ckpt: Path | None = None
         if cfg.hmm_em and not callable(getattr(self.raw_model, "em_step", None)):
             raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
@@ -290,9 +291,11 @@ class Trainer:
             state["model_carry"] = carry
         if rngs is not None:
             state["rng_ranks"] = rngs
-        write = fsdp.save_sharded if self.sharded else save_checkpoint
-        args = (self.raw_model, self.opt) if self.sharded else (self.raw_model,)
-        path = write(self.run_dir / CHECKPOINT_DIR, *args, config, self.tokenizer, state)
+        path = self.run_dir / CHECKPOINT_DIR
+        if self.sharded:  # every rank writes its shards
+            fsdp.save_sharded(path, self.raw_model, self.opt, config, self.tokenizer, state)
+        else:
+            save_checkpoint(path, self.raw_model, config, self.tokenizer, state)
         self.last_ckpt = path
         return path
 
