@@ -131,6 +131,46 @@ def test_sharded_checkpoint_round_trip_and_export(tmp_path):
             assert torch.equal(plain["state"][i][key], value), (name, key)
 
 
+def test_a_failed_sharded_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    """Shards that cannot be written: a one-line CheckpointError, the previous checkpoint
+    untouched and no temporary folder left (also none from an earlier killed save)."""
+    import torch.distributed.checkpoint as dcp
+
+    from attnlm.checkpoint import CheckpointError, read_config
+    from attnlm.models import registry
+    from attnlm.tokenizers.char import CharTokenizer
+    from attnlm.train.config import TrainConfig
+    from attnlm.train.fsdp import save_sharded, shard
+    from attnlm.train.optim import make_optimizer
+
+    cfg = TrainConfig(parallel="fsdp")
+    tokenizer = CharTokenizer.train("abcdefghijklmnopqrs")
+    ckpt = tmp_path / "run" / "checkpoint"
+    with one_process_group():
+        model, model_cfg, family = _model(GPT)
+        config = {"model": registry.config_table(family, model_cfg), "train": {}, "step": 1}
+        shard(model, torch.device("cpu"))
+        opt = make_optimizer(model, cfg, "cpu")
+        _step(model, opt, 0)
+        save_sharded(ckpt, model, opt, config, tokenizer, {})
+        before = {str(p.relative_to(ckpt)): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+        killed = tmp_path / "run" / ".checkpoint.shards-tmp"  # as a killed save leaves it
+        killed.mkdir()
+        (killed / "__0_0.distcp").write_bytes(b"half")
+
+        def full_disk(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(dcp, "save", full_disk)
+        _step(model, opt, 1)
+        with pytest.raises(CheckpointError, match="previous checkpoint .* is intact") as e:
+            save_sharded(ckpt, model, opt, {**config, "step": 2}, tokenizer, {})
+        assert "\n" not in str(e.value)
+    after = {str(p.relative_to(ckpt)): p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+    assert after == before and read_config(ckpt)["step"] == 1
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint"]
+
+
 def test_export_refuses_an_ordinary_checkpoint_in_one_line(tmp_path, capsys):
     corpus = tmp_path / "c.txt"
     corpus.write_text(CITIZENS, encoding="utf-8")
