@@ -464,7 +464,8 @@ class Trainer:
                         f"{per_char}" + ("" if cfg.hmm_em else f", lr {lr:.2e}")
                     )
                     st.elapsed = time.perf_counter() - t0
-                    if improved or not cfg.early_stop:  # with early stopping: keep the best
+                    keep = improved or not cfg.early_stop  # with early stopping: the best
+                    if D.from_main([float(keep)], d, self.device)[0]:  # saving is collective
                         self.save()
                     early = cfg.early_stop and st.bad_evals >= cfg.early_stop
                     if D.from_main([float(bool(early))], d, self.device)[0]:
