@@ -64,6 +64,52 @@ def test_each_block_is_a_unit_then_the_root():
     assert isinstance(rnn, FSDPModule) and not isinstance(rnn.layers[0], FSDPModule)
 
 
+FAMILIES = {
+    "gpt": GPT,
+    "llama": {"type": "llama", "vocab_size": 20, "block_size": 8, "n_layer": 2, "n_head": 2,
+              "n_kv_head": 1, "n_embd": 8, "multiple_of": 8},
+    "bert": {"type": "bert", "vocab_size": 20, "block_size": 8, "n_layer": 2, "n_head": 2,
+             "n_embd": 8},
+    "rnn": {"type": "rnn", "vocab_size": 20, "n_layer": 2, "n_embd": 8},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_sharded_model_trains_like_the_plain_one(family):
+    """In a group of one, the sharded model (blocks and root as units, DTensor parameters,
+    AdamW on the shards) takes the same steps as the plain model: same losses and weights."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from attnlm.train.config import TrainConfig
+    from attnlm.train.fsdp import shard
+    from attnlm.train.optim import make_optimizer
+
+    cfg = TrainConfig()
+    ids = torch.randint(0, 20, (3, 2, 8), generator=torch.Generator().manual_seed(1))
+
+    def train(sharded):
+        model, _, _ = _model(FAMILIES[family])
+        if sharded:
+            shard(model, torch.device("cpu"))
+        opt = make_optimizer(model, cfg, "cpu")
+        curve = []
+        for batch in ids:
+            loss = model(ids=batch, targets=batch.roll(-1, 1)).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+            opt.zero_grad()
+            curve.append(loss.item())
+        return curve, get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+    plain_curve, plain = train(False)
+    with one_process_group():
+        sharded_curve, weights = train(True)
+    assert sharded_curve == pytest.approx(plain_curve, abs=1e-6)
+    assert plain.keys() == weights.keys()
+    assert max(float((plain[k] - weights[k]).abs().max()) for k in plain) < 1e-6
+
+
 def test_sharded_checkpoint_round_trip_and_export(tmp_path):
     """Save the shards of a trained model, read them back into a fresh sharded model and
     optimizer (the same tensors), and export them in a process without a group: the
