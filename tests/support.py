@@ -45,8 +45,7 @@ def run_cli(capsys, *argv) -> CliResult:
 def attnlm_process(*argv, timeout=120, threads=1, **kw) -> subprocess.CompletedProcess:
     """``python -m attnlm ARGV`` in a fresh process (real exit codes, stdin, signals), with
     this checkout's sources first on the path and ``threads`` OpenMP threads."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env = _with_src({**os.environ, "OMP_NUM_THREADS": str(threads)})
     env.update(kw.pop("env", {}))
     cmd = [sys.executable, "-m", "attnlm", *map(str, argv)]
     kw.setdefault("text", True)
@@ -85,8 +84,15 @@ sys.exit(main(["train", *sys.argv[1:], "--no-progress", "--threads", "1"]))
 """
 
 
+def _with_src(env: dict) -> dict:
+    """``env`` with this checkout's sources first on PYTHONPATH (an editable install of
+    another checkout would otherwise win in a subprocess)."""
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    return env
+
+
 def train_killed(args):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = _with_src({**os.environ, "OMP_NUM_THREADS": "1"})
     cmd = [sys.executable, "-c", KILLER, *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
@@ -94,7 +100,7 @@ def train_killed(args):
 def torchrun(args, killed=False, timeout=120):
     """``attnlm train ARGS`` in 2 CPU processes under torchrun (gloo over loopback, one thread
     each); ``killed``: through :data:`KILLER`, so every process dies right after step 25."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env = _with_src({**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
     cmd += ["--nproc_per_node", "2", "--no-python", sys.executable]
     if killed:

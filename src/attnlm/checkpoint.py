@@ -13,6 +13,9 @@ Layout of ``RUN/checkpoint/``::
                         and target files only when the sides have separate tokenizers
     state.pt            optimizer, step, RNG states, data position, timers; plain tensors and
                         containers only, read back with ``torch.load(weights_only=True)``
+    shards/             only for runs trained with FSDP (``train.parallel = "fsdp"``): the
+                        weights and optimizer state, one file per process
+                        (:mod:`attnlm.train.fsdp`); ``state.pt`` then holds no optimizer
 
 Atomic replacement: everything is written into a temporary sibling folder first; only when
 every file is complete is the old checkpoint renamed to ``checkpoint.old``, the new folder
@@ -98,8 +101,12 @@ def save_checkpoint(
     config: dict[str, Any],
     tokenizer: Any,
     state: dict[str, Any],
+    move_in: dict[str, Path] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically to ``ckpt_dir`` (see the module docstring)."""
+    """Write a checkpoint atomically to ``ckpt_dir`` (see the module docstring).
+    ``move_in``: folders written beforehand (a sharded checkpoint's ``shards/``, already
+    synced to disk), renamed into the new checkpoint under these names before it replaces
+    the old one."""
     from safetensors.torch import save_model
 
     final = Path(ckpt_dir)
@@ -117,6 +124,8 @@ def save_checkpoint(
         torch.save(state, tmp / "state.pt")
         for name in sorted(set(FILES) | set(written)):
             _fsync(tmp / name)
+        for name, folder in (move_in or {}).items():
+            os.replace(folder, tmp / name)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         kept = f"the previous checkpoint in {final} is intact" if final.exists() else "none saved"

@@ -1,4 +1,4 @@
-"""``attnlm train`` and ``attnlm eval``."""
+"""``attnlm train``, ``attnlm eval`` and ``attnlm export-checkpoint``."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ TRAIN_FLAGS = {
     "dtype": "dtype",
     "compile": "compile",
     "threads": "threads",
+    "parallel": "parallel",
     "seed": "seed",
     "tokenizer": "tokenizer",
     "text": "text",
@@ -157,6 +158,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--compile", action="store_const", const=True, default=None, help="torch.compile"
     )
     p.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
+    p.add_argument(
+        "--parallel",
+        default=None,
+        choices=["ddp", "fsdp"],
+        help="under torchrun: ddp (default; every process holds the model) or fsdp (FSDP2: "
+        "parameters and optimizer state sharded, sharded checkpoints)",
+    )
     p.add_argument("--seed", type=arg(seed), default=None)
     p.add_argument(
         "--no-progress", dest="progress", action="store_const", const=False, default=None
@@ -209,6 +217,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--threads", type=arg(threads), default=None)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_eval)
+
+    x = sub.add_parser(
+        "export-checkpoint",
+        help="write a sharded (FSDP) checkpoint as an ordinary one",
+        description="Read the shards of a run trained with --parallel fsdp (in this one "
+        "process, no torchrun) and write an ordinary checkpoint into OUT/checkpoint/: full "
+        "weights and AdamW state, train.parallel = ddp, so OUT resumes in one process or "
+        "under DDP.",
+    )
+    x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    x.add_argument(
+        "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
+    )
+    x.set_defaults(func=_export)
 
 
 def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
@@ -334,6 +356,14 @@ def _eval(args: argparse.Namespace) -> int:
             print(f"accuracy: {result.accuracy:.2%}")
         chars = f"  characters: {result.chars:,}" if result.bpc is not None else ""
         print(f"tokens: {result.tokens:,}{chars}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from attnlm.train.fsdp import export_checkpoint
+
+    path = export_checkpoint(args.checkpoint, args.out)
+    print(f"exported {args.checkpoint} -> {path}")
     return 0
 
 

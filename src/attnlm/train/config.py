@@ -19,6 +19,7 @@ from attnlm.data.corpus import DEFAULT_VAL_FRACTION
 from attnlm.device import DEVICE_PATTERN, DTYPES
 from attnlm.errors import ConfigError
 
+PARALLEL = ("ddp", "fsdp")  # the values of train.parallel
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
 
 # Fields of TrainConfig that may change when a run is resumed (they do not change the maths of
@@ -84,6 +85,10 @@ class TrainConfig:
     dtype: str = "float32"  # float32 | bfloat16 (autocast)
     compile: bool = False  # torch.compile the model
     threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
+    # how the processes that torchrun starts share the work: "ddp" (each holds the whole
+    # model; one process without torchrun) or "fsdp" (FSDP2: parameters, gradients and
+    # optimizer state sharded across processes; needs torchrun); see train/fsdp.py
+    parallel: str = "ddp"
     # data
     text: str | None = None  # corpus path (text, JSON Lines, Parquet, folder); None = built-in
     tokenizer: str = "char"  # char | bpe | wordpiece | gpt2 | path to a saved tokenizer JSON
@@ -131,6 +136,10 @@ class TrainConfig:
             raise ConfigError(f"train.max_pair_tokens must be >= 0, got {self.max_pair_tokens}")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"train.val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.parallel not in PARALLEL:
+            raise ConfigError(
+                f"train.parallel must be one of {', '.join(PARALLEL)}, got {self.parallel!r}"
+            )
         if self.dtype not in DTYPES:
             raise ConfigError(f"train.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not re.fullmatch(DEVICE_PATTERN, self.device):

@@ -1,4 +1,5 @@
-"""Multi-process training with PyTorch DDP, launched by ``torchrun``.
+"""Multi-process training with PyTorch DDP (or FSDP2, :mod:`attnlm.train.fsdp`), launched by
+``torchrun``.
 
 ``torchrun`` sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK``; without them the run is a single
 process and nothing here touches ``torch.distributed``. The backend is NCCL on CUDA and gloo
@@ -26,6 +27,7 @@ class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    launched: bool = False  # started by torchrun (also with a single process)
 
     @property
     def enabled(self) -> bool:
@@ -44,12 +46,14 @@ def from_env() -> DistInfo:
         local = int(os.environ.get("LOCAL_RANK", "0"))
     except ValueError as e:
         raise ConfigError(f"bad torchrun environment variable: {e}") from None
-    return DistInfo(rank=rank, world_size=world, local_rank=local)
+    launched = "RANK" in os.environ and "MASTER_ADDR" in os.environ
+    return DistInfo(rank=rank, world_size=world, local_rank=local, launched=launched)
 
 
-def init(info: DistInfo, device_type: str) -> None:
-    """Join the process group (no-op for a single process)."""
-    if not info.enabled or dist.is_initialized():
+def init(info: DistInfo, device_type: str, always: bool = False) -> None:
+    """Join the process group (no-op for a single process unless ``always``: FSDP needs a
+    group even of one process under torchrun)."""
+    if not (info.enabled or (always and info.launched)) or dist.is_initialized():
         return
     backend = "nccl" if device_type == "cuda" else "gloo"
     kwargs = {}
@@ -59,7 +63,7 @@ def init(info: DistInfo, device_type: str) -> None:
 
 
 def shutdown(info: DistInfo) -> None:
-    if info.enabled and dist.is_initialized():
+    if (info.enabled or info.launched) and dist.is_initialized():
         dist.destroy_process_group()
 
 

@@ -33,6 +33,7 @@ from attnlm.objectives import OBJECTIVES, make_objective
 from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare, prepare_pairs
+from attnlm.train.fsdp import load_sharded, shard
 from attnlm.train.optim import make_optimizer
 from attnlm.train.trainer import MetricsLog, Trainer, TrainJob, TrainResult, TrainState
 
@@ -114,9 +115,12 @@ def resume_spec(run_dir: Path, requested: RunSpec | None) -> RunSpec:
     old, new = dataclasses.asdict(stored_train), dataclasses.asdict(requested.train)
     for key in old:
         if key not in RESUMABLE_CHANGES and old[key] != new[key]:
+            hint = "start a new run (--out)"
+            if key == "parallel" and old[key] == "fsdp":
+                hint = "to continue without FSDP, attnlm export-checkpoint it first"
             raise ConfigError(
                 f"cannot resume {run_dir}: train.{key} is {old[key]!r} in the checkpoint but "
-                f"{new[key]!r} was requested; start a new run (--out)"
+                f"{new[key]!r} was requested; {hint}"
             )
     return RunSpec(model=stored_model, train=requested.train, preset=stored.get("preset", ""))
 
@@ -142,10 +146,18 @@ def train_run(
             "on text (its validation split is the last val_fraction of --text)"
         )
     dist = D.from_env()
+    fsdp = cfg.parallel == "fsdp"
+    if fsdp and not dist.launched:
+        raise ConfigError(
+            'train.parallel = "fsdp" shards the model across processes: start the run with '
+            "torchrun --nproc_per_node N -m attnlm train ..."
+        )
+    if fsdp and cfg.hmm_em:
+        raise ConfigError("train.hmm_em runs in one process; leave train.parallel at ddp")
     device = resolve_device(cfg.device, dist.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    D.init(dist, device.type)
+    D.init(dist, device.type, always=fsdp)
     try:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -163,6 +175,8 @@ def train_run(
         if dist.rank:
             torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
         model.to(device)
+        if fsdp:
+            fsdp_units = shard(model, device)  # before the optimizer sees the parameters
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
         train_src, val_src = _sources(objective, data, kind)
         trainer = Trainer(
@@ -184,7 +198,10 @@ def train_run(
         keep_until = None
         if resume:
             ckpt = resolve_checkpoint(run_dir)
-            load_weights(model, ckpt, device)
+            if fsdp:
+                load_sharded(model, trainer.opt, ckpt)
+            else:
+                load_weights(model, ckpt, device)
             try:
                 trainer.load_state_dict(load_state(ckpt))
             except InputError:
@@ -201,9 +218,10 @@ def train_run(
             log(
                 f"model: {count_params(model) / 1e6:.2f}M parameters, {what}; device {device}"
                 + (f", {dist.world_size} processes" if dist.enabled else "")
+                + (f", FSDP over {fsdp_units} blocks + root" if fsdp else "")
             )
         metrics = MetricsLog(run_dir / METRICS_FILE, dist.is_main, keep_until)
-        trainer.wrap(ddp=True, compile=cfg.compile)
+        trainer.wrap(ddp=not fsdp, compile=cfg.compile)
         result = trainer.fit(metrics)
         if dist.is_main:
             _loss_curve(run_dir, metrics.records)

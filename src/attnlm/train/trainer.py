@@ -11,7 +11,8 @@ optimizer step:
 2. count the step's targets over all micro-batches and ranks, and backpropagate each
    micro-batch's ``loss_sum / targets`` (times the number of ranks, which DDP averages over),
    so every target of the step weighs the same whatever the objective; under DDP gradients are
-   all-reduced only on the last micro-step (``no_sync`` before it);
+   all-reduced only on the last micro-step (``no_sync`` before it), under FSDP
+   (:mod:`attnlm.train.fsdp`) reduce-scattered only then;
 3. stop with a message if the loss is NaN or infinite (the last good checkpoint stays);
 4. clip the global gradient norm, set the learning rate, step AdamW.
 
@@ -27,7 +28,8 @@ resumed run continues exactly.
 
 Every ``eval_interval`` steps and at the end: validation estimate, early-stopping bookkeeping,
 and an atomic checkpoint (rank 0; with early stopping only when validation improved, so the
-checkpoint holds the best model). Logged records go to ``metrics.jsonl`` (JSON lines); on
+checkpoint holds the best model; under FSDP every rank writes its shards,
+:func:`attnlm.train.fsdp.save_sharded`). Logged records go to ``metrics.jsonl`` (JSON lines); on
 resume, records after the checkpoint's step are dropped so the log matches an uninterrupted run.
 """
 
@@ -51,6 +53,7 @@ from attnlm.evaluation import EvalResult, estimate
 from attnlm.fileio import atomic_write_text
 from attnlm.objectives import BatchSource, count_targets
 from attnlm.train import distributed as D
+from attnlm.train import fsdp
 from attnlm.train.config import TrainConfig
 from attnlm.train.optim import lr_at
 
@@ -182,6 +185,8 @@ class Trainer:
         self.state = TrainState()
         self.log = job.log
         self.micro = D.local_accum(cfg.grad_accum, self.dist)
+        # FSDP: the model is sharded already (fsdp.shard, before the optimizer was built)
+        self.sharded = cfg.parallel == "fsdp"
         self.last_ckpt: Path | None = None
         if cfg.hmm_em and not callable(getattr(self.raw_model, "em_step", None)):
             raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
@@ -207,10 +212,11 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "trainer": self.state.to_dict(),
-            "optimizer": self.opt.state_dict(),
             **_rng_state(),
             "rng_data": self.data_gen.get_state(),
         }
+        if not self.sharded:  # sharded: the optimizer state is in the shards
+            out["optimizer"] = self.opt.state_dict()
         source = self.train_src.state_dict()
         if source is not None:
             out["source"] = source
@@ -218,7 +224,8 @@ class Trainer:
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.state = TrainState(**sd["trainer"])
-        self.opt.load_state_dict(sd["optimizer"])
+        if not self.sharded:
+            self.opt.load_state_dict(sd["optimizer"])
         own = self._own_rng(sd)
         torch.set_rng_state(own["rng_torch"])
         self.data_gen.set_state(sd["rng_data"])
@@ -276,7 +283,7 @@ class Trainer:
     def save(self) -> Path | None:
         carry = self._carry_states()  # every rank takes part in the gathers
         rngs = self._rng_states()
-        if not self.dist.is_main:
+        if not (self.dist.is_main or self.sharded):
             return None
         config = {**self.ckpt_config, "step": self.state.step}
         state = self.state_dict()
@@ -284,13 +291,11 @@ class Trainer:
             state["model_carry"] = carry
         if rngs is not None:
             state["rng_ranks"] = rngs
-        path = save_checkpoint(
-            self.run_dir / CHECKPOINT_DIR,
-            self.raw_model,
-            config,
-            self.tokenizer,
-            state,
-        )
+        path = self.run_dir / CHECKPOINT_DIR
+        if self.sharded:  # every rank writes its shards
+            fsdp.save_sharded(path, self.raw_model, self.opt, config, self.tokenizer, state)
+        else:
+            save_checkpoint(path, self.raw_model, config, self.tokenizer, state)
         self.last_ckpt = path
         return path
 
@@ -326,7 +331,7 @@ class Trainer:
         for m, batch in enumerate(batches):
             batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
             last = m == self.micro - 1
-            sync = nullcontext() if last or not d.enabled else self.model.no_sync()
+            sync = nullcontext() if last or not d.enabled else self._no_sync()
             with sync:
                 with autocast(self.device, cfg.dtype):
                     loss_sum = self.model(**batch).loss_sum
@@ -345,6 +350,10 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return loss_value
+
+    def _no_sync(self) -> Any:
+        """Accumulate this micro-step's gradients without communication."""
+        return fsdp.no_sync(self.raw_model) if self.sharded else self.model.no_sync()
 
     def evaluate(self) -> EvalResult:
         return estimate(
@@ -455,7 +464,8 @@ class Trainer:
                         f"{per_char}" + ("" if cfg.hmm_em else f", lr {lr:.2e}")
                     )
                     st.elapsed = time.perf_counter() - t0
-                    if improved or not cfg.early_stop:  # with early stopping: keep the best
+                    keep = improved or not cfg.early_stop  # with early stopping: the best
+                    if D.from_main([float(keep)], d, self.device)[0]:  # saving is collective
                         self.save()
                     early = cfg.early_stop and st.bad_evals >= cfg.early_stop
                     if D.from_main([float(bool(early))], d, self.device)[0]:
