@@ -13,13 +13,28 @@ What makes one graph serve every position is the static state in fixed mode
 step, the write position is a tensor (not a Python integer the graph would specialise on), and
 the slots not yet written are masked. The prompt is fed uncompiled (its length varies from call
 to call); each later step is ``step(tokens (B, 1), state)``. The buffers are as long as the
-model's window, so calls with the same batch size reuse the graph whatever their length; a new
-batch size compiles once more. The states themselves are kept and reused (on CUDA the graph
-reads them at fixed addresses).
+model's window, so calls with the same batch size reuse the graph whatever their length; a
+model without a window (the encoder-decoder ``transformer``, sinusoidal positions) gets buffers
+of the decode's length rounded up to a power of two
+(:func:`~attnlm.nn.static_cache.padded_length`). The states themselves are kept and reused (on
+CUDA the graph reads them at fixed addresses).
+
+An encoder-decoder's state is made per call (its encoder runs on the call's sources, eagerly,
+once) but restarted in the same object and buffers (``new_state(batch, max_len=..., reuse=)``):
+its first step, uncompiled, computes the cross-attention keys/values, and fixing the state
+copies them into buffers padded to a power of two of the source length (the padding masked),
+kept per bucket. So the graph is specialised on (batch size, buffer length, source bucket), not
+on the source length: sources of 3 and 11 tokens share the 16-token graph.
+
+Shapes are static (``dynamic=False``): one graph per batch size (and per bucket), with the
+fastest code for it, rather than one graph with symbolic sizes. A step object keeps at most
+:data:`MAX_GRAPHS` graphs (compiles are per step object, ``isolate_recompiles``); a decode with
+shapes beyond them runs its fixed-mode step uncompiled (the same tokens, no new compile).
 
 Families opt in with ``fixed_state = True``: their ``new_state`` takes ``max_len`` and their
-``forward`` honours a fixed state (``gpt``). ``torch._dynamo.config.error_on_recompile``
-turns any recompilation into an error (the tests decode 64 steps under it).
+``forward`` honours a fixed state (``gpt``, ``transformer``).
+``torch._dynamo.config.error_on_recompile`` turns any recompilation into an error (the tests
+decode 64 steps under it).
 """
 
 from __future__ import annotations
@@ -31,10 +46,19 @@ import torch
 
 from attnlm.device import model_device
 from attnlm.errors import InputError
+from attnlm.nn.static_cache import padded_length
+
+MAX_GRAPHS = 32  # graphs (shape combinations) one step object compiles
 
 _STEPS: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, CompiledStep]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def has_compiled_step(model: torch.nn.Module) -> bool:
+    """Whether ``model`` can decode through a :class:`CompiledStep`: its family honours a
+    fixed static state (``fixed_state = True``) and it has no ALiBi."""
+    return bool(getattr(model, "fixed_state", False)) and getattr(model, "alibi", None) is None
 
 
 def _one_step(model: torch.nn.Module, tokens: torch.Tensor, state: Any) -> torch.Tensor:
@@ -49,7 +73,7 @@ class CompiledStep:
     CUDA). ``step(tokens (B, 1), state) -> logits (B, 1, V)`` like ``model.step``."""
 
     def __init__(self, model: torch.nn.Module, backend: str | None = None, mode: str | None = None):
-        if not getattr(model, "fixed_state", False) or getattr(model, "alibi", None) is not None:
+        if not has_compiled_step(model):
             raise InputError(
                 f"{type(model).__name__} has no compiled decode step (needs a static decoding "
                 f"state and no ALiBi)"
@@ -64,9 +88,18 @@ class CompiledStep:
             # is dozens of small kernels, and their Python calls were a third of its time
             options = {"cpp_wrapper": True}
         self.fn = torch.compile(
-            _one_step, fullgraph=True, backend=backend or "inductor", mode=mode, options=options
+            _one_step,
+            fullgraph=True,
+            dynamic=False,
+            backend=backend or "inductor",
+            mode=mode,
+            options=options,
+            recompile_limit=MAX_GRAPHS + 8,  # guards other than shapes (never past MAX_GRAPHS)
+            isolate_recompiles=True,
         )
         self._states: dict[tuple, Any] = {}
+        self._graphs: set[tuple] = set()  # shapes compiled (or being compiled) so far
+        self._eager = False  # this decode's shapes are past MAX_GRAPHS: step uncompiled
 
     def fits(self, model: torch.nn.Module, total: int) -> bool:
         """Whether a decode reaching ``total`` positions runs in one buffer (no window slide)."""
@@ -74,19 +107,26 @@ class CompiledStep:
         return block is None or total <= block
 
     def buffer_length(self, model: torch.nn.Module, total: int) -> int:
-        """The state's length: the model's window (one graph for calls of any length)."""
+        """The state's length: the model's window (one graph for calls of any length), or
+        without one ``total`` rounded up to a power of two (one graph per bucket)."""
         block = getattr(getattr(model, "config", None), "block_size", None)
-        return total if block is None else int(block)
+        return padded_length(total) if block is None else int(block)
 
     def state(self, batch: dict[str, Any] | None, max_len: int) -> Any:
         """A fresh static state of ``max_len`` positions, reusing the buffers of the last one
-        of this length (a state is used by one decode at a time)."""
-        key = (max_len, None if batch is not None else "lm")
-        state = self._states.get(key) if batch is None else None
+        of this length (a state is used by one decode at a time). With a ``batch`` (an
+        encoder-decoder's sources) the model encodes it and restarts the kept state on it when
+        the rows match (``new_state(..., reuse=)``)."""
+        model = self._model()
+        if batch is not None:
+            key = (max_len, "source")
+            state = model.new_state(batch, max_len=max_len, reuse=self._states.get(key))
+            self._states[key] = state
+            return state
+        key = (max_len, "lm")
+        state = self._states.get(key)
         if state is None:
-            state = self._model().new_state(batch, max_len=max_len)
-            if batch is None:
-                self._states[key] = state
+            state = self._states[key] = model.new_state(None, max_len=max_len)
         else:
             state.reset()
         return state
@@ -95,14 +135,23 @@ class CompiledStep:
         """Logits ``(B, 1, V)`` of one new token per row after what ``state`` holds."""
         if tokens.shape[1] != 1:
             raise InputError(f"the compiled step takes one token per row, got {tokens.shape[1]}")
+        model = self._model()
         if not state.fixed:
             state.fix()
-            if self.cuda:  # CUDA graphs read the state at fixed addresses
-                for t in (*state.k_buf, *state.v_buf, state.cursor):
+            shapes = (tuple(tokens.shape), *(tuple(t.shape) for t in state.fixed_tensors()))
+            self._eager = shapes not in self._graphs and len(self._graphs) >= MAX_GRAPHS
+            if not self._eager:
+                self._graphs.add(shapes)
+            if self.cuda and not self._eager:  # CUDA graphs read the state at fixed addresses
+                for t in state.fixed_tensors():
                     torch._dynamo.mark_static_address(t)
+        if self._eager:  # the same fixed-mode step, uncompiled
+            logits = _one_step(model, tokens, state)
+            state.commit(1)
+            return logits[:, None]
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
-        logits = self.fn(self._model(), tokens, state)
+        logits = self.fn(model, tokens, state)
         state.commit(1)
         # a CUDA graph's output is overwritten by the next replay: keep a copy
         return (logits.clone() if self.cuda else logits)[:, None]
