@@ -154,9 +154,10 @@ def _eager_steps(monkeypatch):
         model, backend="eager"))  # fmt: skip
 
 
-def test_cli_translate_compile_prints_the_uncompiled_translations(tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A tiny translation checkpoint (character pair tokenizers, random weights)."""
     from attnlm.checkpoint import save_checkpoint
-    from attnlm.cli import main
     from attnlm.data.pairs import Pair, PairTokenizerConfig, train_pair_tokenizers
     from attnlm.models import registry
 
@@ -172,14 +173,37 @@ def test_cli_translate_compile_prints_the_uncompiled_translations(tmp_path, caps
     model, cfg, family = registry.build(table)
     config = {"step": 0, "model": registry.config_table(family, cfg), "train": {}}
     save_checkpoint(tmp_path / "checkpoint", model, config, pairs, {"step": 0})
+    return tmp_path
+
+
+def test_cli_translate_compile_prints_the_uncompiled_translations(checkpoint, capsys, monkeypatch):
+    from attnlm.cli import main
+
     _eager_steps(monkeypatch)
-    base = ["translate", "--checkpoint", str(tmp_path), "--threads", "1", "one two", "five"]
+    base = ["translate", "--checkpoint", str(checkpoint), "--threads", "1", "one two", "five"]
     for extra in ([], ["--temperature", "0.9", "--seed", "2"], ["--beam", "2"]):
         capsys.readouterr()
         assert main([*base, *extra]) == 0
         plain = capsys.readouterr().out
         assert main([*base, *extra, "--compile"]) == 0
         assert capsys.readouterr().out == plain and len(plain.splitlines()) == 2
+
+
+def test_cli_serve_compile_sets_the_services(checkpoint, capsys, monkeypatch):
+    from attnlm.cli import main
+    from attnlm.web import server
+
+    seen = []
+
+    def no_server(services, host, port):
+        seen.extend(services)
+        raise OSError("stop here")
+
+    monkeypatch.setattr(server, "make_server", no_server)
+    argv = ["serve", "--checkpoint", str(checkpoint), "--port", "0"]
+    assert main(argv) == 2 and not seen[-1].compile
+    assert main([*argv, "--compile"]) == 2 and seen[-1].compile
+    assert "cannot listen" in capsys.readouterr().err
 
 
 def test_explorer_compile_translates_like_the_uncompiled_service(monkeypatch):
