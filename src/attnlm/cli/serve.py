@@ -37,6 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="torch device for the models (default cpu)")
     p.add_argument("--max-chars", type=int, default=None, help="longest text accepted")
     p.add_argument("--threads", type=int, default=None, help="torch threads")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="generate and translate through the compiled decode step (torch.compile; CUDA "
+        "graphs on a GPU): the first request of each shape waits for a compile, later ones "
+        "reuse it for as long as the server runs",
+    )
     p.set_defaults(func=_serve)
 
 
@@ -69,6 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
     ]
     for s in services:
         s.static_vectors = static
+        s.compile = args.compile
     names: dict[str, int] = {}
     for s in services:  # two runs with the same folder name: number them
         if s.name in names:

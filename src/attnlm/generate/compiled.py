@@ -10,25 +10,43 @@ launch.
 
 Two ways make one graph serve every position:
 
-* **prefix** (the default on the CPU): the static state in its ordinary prefix mode, compiled
-  with ``dynamic=True``: the number of positions held is a symbolic size, so each step attends
-  over the filled prefix only (as the eager step does) and the same graph serves every length
-  and every batch size (at batch 16, 200 tokens, about 20% faster than attending over the whole
-  buffer; docs/benchmarks.md). Dynamo specialises a size of 0 or 1, so the compiled step starts
-  once two positions are held (:meth:`CompiledStep.ready`).
-* **fixed** (the default on CUDA, where CUDA graphs need fixed shapes and addresses): the
-  static state in fixed mode (:meth:`attnlm.nn.static_cache.StaticKVCache.fix`): the buffers
-  have the same shape at every step, the write position is a tensor (not a Python integer the
-  graph would specialise on), and the slots not yet written are masked.
+* **fixed** (the default on CUDA, and for the encoder-decoder everywhere): the static state
+  in fixed mode (:meth:`attnlm.nn.static_cache.StaticKVCache.fix`): the buffers have the same
+  shape at every step, the write position is a tensor (not a Python integer the graph would
+  specialise on), and the slots not yet written are masked; CUDA graphs need exactly this
+  (fixed shapes and addresses).
+* **prefix** (the default for ``gpt`` on the CPU, where a family opts in with
+  ``prefix_step = True``): the static state in its ordinary prefix mode, compiled with
+  dynamic shapes: the number of positions held is a symbolic size, so each step attends over
+  the filled prefix only (as the eager step does) and one graph serves every length (batch 1
+  has its own graph, every other batch size shares one: dynamo specialises a size of 1). At
+  batch 16, 200 tokens it is about 20% faster than attending over the whole buffer
+  (docs/benchmarks.md). The compiled step starts once two positions are held
+  (:meth:`CompiledStep.ready`), so the length is never specialised to 1 either.
 
 The prompt is fed uncompiled (its length varies from call to call); each later step is
-``step(tokens (B, 1), state)``. The buffers are as long as the model's window, so calls reuse
-the graph whatever their length (fixed mode: a new batch size compiles once more). The states
+``step(tokens (B, 1), state)``. In fixed mode the buffers are as long as the model's window, so
+calls with the same batch size reuse the graph whatever their length; a model without a window
+(the encoder-decoder ``transformer``, sinusoidal positions) gets buffers of the decode's length
+rounded up to a power of two (:func:`~attnlm.nn.static_cache.padded_length`). The states
 themselves are kept and reused (on CUDA the graph reads them at fixed addresses).
 
+An encoder-decoder's state is made per call (its encoder runs on the call's sources, eagerly,
+once) but restarted in the same object and buffers (``new_state(batch, max_len=..., reuse=)``):
+its first step, uncompiled, computes the cross-attention keys/values, and fixing the state
+copies them into buffers padded to a power of two of the source length (the padding masked),
+kept per bucket. So the graph is specialised on (batch size, buffer length, source bucket), not
+on the source length: sources of 3 and 11 tokens share the 16-token graph.
+
+Fixed-mode shapes are static (``dynamic=False``): one graph per batch size (and per bucket),
+with the fastest code for it. A step object keeps at most :data:`MAX_GRAPHS` graphs (compiles
+are per step object, ``isolate_recompiles``); a decode with shapes beyond them runs its
+fixed-mode step uncompiled (the same tokens, no new compile).
+
 Families opt in with ``fixed_state = True``: their ``new_state`` takes ``max_len`` and their
-``forward`` honours a fixed state (``gpt``). ``torch._dynamo.config.error_on_recompile``
-turns any recompilation into an error (the tests decode 64 steps under it).
+``forward`` honours a fixed state (``gpt``, ``transformer``).
+``torch._dynamo.config.error_on_recompile`` turns any recompilation into an error (the tests
+decode 64 steps under it).
 """
 
 from __future__ import annotations
@@ -41,10 +59,19 @@ from torch.fx.experimental import _config as fx_config
 
 from attnlm.device import model_device
 from attnlm.errors import InputError
+from attnlm.nn.static_cache import padded_length
+
+MAX_GRAPHS = 32  # graphs (shape combinations) one step object compiles
 
 _STEPS: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, CompiledStep]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def has_compiled_step(model: torch.nn.Module) -> bool:
+    """Whether ``model`` can decode through a :class:`CompiledStep`: its family honours a
+    fixed static state (``fixed_state = True``) and it has no ALiBi."""
+    return bool(getattr(model, "fixed_state", False)) and getattr(model, "alibi", None) is None
 
 
 def _one_step(model: torch.nn.Module, tokens: torch.Tensor, state: Any) -> torch.Tensor:
@@ -67,7 +94,7 @@ class CompiledStep:
         mode: str | None = None,
         prefix: bool | None = None,
     ):
-        if not getattr(model, "fixed_state", False) or getattr(model, "alibi", None) is not None:
+        if not has_compiled_step(model):
             raise InputError(
                 f"{type(model).__name__} has no compiled decode step (needs a static decoding "
                 f"state and no ALiBi)"
@@ -81,16 +108,23 @@ class CompiledStep:
             # the graph's kernels called from generated C++ instead of Python: a one-token step
             # is dozens of small kernels, and their Python calls were a third of its time
             options = {"cpp_wrapper": True}
-        self.prefix = not self.cuda if prefix is None else bool(prefix)
+        supports_prefix = bool(getattr(model, "prefix_step", False))
+        self.prefix = (not self.cuda and supports_prefix) if prefix is None else bool(prefix)
+        if self.prefix and not supports_prefix:
+            raise InputError(f"{type(model).__name__} has no prefix-mode compiled step")
         self.fn = torch.compile(
             _one_step,
             fullgraph=True,
-            dynamic=True if self.prefix else None,
+            dynamic=self.prefix,  # prefix mode: the held length is a symbolic size
             backend=backend or "inductor",
             mode=mode,
             options=options,
+            recompile_limit=MAX_GRAPHS + 8,  # guards other than shapes (never past MAX_GRAPHS)
+            isolate_recompiles=True,
         )
         self._states: dict[tuple, Any] = {}
+        self._graphs: set[tuple] = set()  # shapes compiled (or being compiled) so far
+        self._eager = False  # this decode's shapes are past MAX_GRAPHS: step uncompiled
 
     def fits(self, model: torch.nn.Module, total: int) -> bool:
         """Whether a decode reaching ``total`` positions runs in one buffer (no window slide)."""
@@ -98,19 +132,26 @@ class CompiledStep:
         return block is None or total <= block
 
     def buffer_length(self, model: torch.nn.Module, total: int) -> int:
-        """The state's length: the model's window (one graph for calls of any length)."""
+        """The state's length: the model's window (one graph for calls of any length), or
+        without one ``total`` rounded up to a power of two (one graph per bucket)."""
         block = getattr(getattr(model, "config", None), "block_size", None)
-        return total if block is None else int(block)
+        return padded_length(total) if block is None else int(block)
 
     def state(self, batch: dict[str, Any] | None, max_len: int) -> Any:
         """A fresh static state of ``max_len`` positions, reusing the buffers of the last one
-        of this length (a state is used by one decode at a time)."""
-        key = (max_len, None if batch is not None else "lm")
-        state = self._states.get(key) if batch is None else None
+        of this length (a state is used by one decode at a time). With a ``batch`` (an
+        encoder-decoder's sources) the model encodes it and restarts the kept state on it when
+        the rows match (``new_state(..., reuse=)``)."""
+        model = self._model()
+        if batch is not None:
+            key = (max_len, "source")
+            state = model.new_state(batch, max_len=max_len, reuse=self._states.get(key))
+            self._states[key] = state
+            return state
+        key = (max_len, "lm")
+        state = self._states.get(key)
         if state is None:
-            state = self._model().new_state(batch, max_len=max_len)
-            if batch is None:
-                self._states[key] = state
+            state = self._states[key] = model.new_state(None, max_len=max_len)
         else:
             state.reset()
         return state
@@ -124,21 +165,30 @@ class CompiledStep:
         """Logits ``(B, 1, V)`` of one new token per row after what ``state`` holds."""
         if tokens.shape[1] != 1:
             raise InputError(f"the compiled step takes one token per row, got {tokens.shape[1]}")
+        model = self._model()
         if self.prefix:  # the state advances itself inside the graph, as an eager step
             if state.fixed:
                 state.unfix()
             # no duck sizing: a length that happens to equal another size (the number of
             # heads, say) must not be tied to it, or the next length would recompile
             with fx_config.patch(use_duck_shape=False):
-                return self.fn(self._model(), tokens, state)[:, None]
+                return self.fn(model, tokens, state)[:, None]
         if not state.fixed:
             state.fix()
-            if self.cuda:  # CUDA graphs read the state at fixed addresses
-                for t in (*state.k_buf, *state.v_buf, state.cursor):
+            shapes = (tuple(tokens.shape), *(tuple(t.shape) for t in state.fixed_tensors()))
+            self._eager = shapes not in self._graphs and len(self._graphs) >= MAX_GRAPHS
+            if not self._eager:
+                self._graphs.add(shapes)
+            if self.cuda and not self._eager:  # CUDA graphs read the state at fixed addresses
+                for t in state.fixed_tensors():
                     torch._dynamo.mark_static_address(t)
+        if self._eager:  # the same fixed-mode step, uncompiled
+            logits = _one_step(model, tokens, state)
+            state.commit(1)
+            return logits[:, None]
         if self.cuda:
             torch.compiler.cudagraph_mark_step_begin()
-        logits = self.fn(self._model(), tokens, state)
+        logits = self.fn(model, tokens, state)
         state.commit(1)
         # a CUDA graph's output is overwritten by the next replay: keep a copy
         return (logits.clone() if self.cuda else logits)[:, None]

@@ -189,10 +189,12 @@ def decode(
     the same tokens as the growing cache, tested); False uses the growing cache.
     ``compile``: run every one-token step after the prompt through one
     ``torch.compile(fullgraph=True)`` graph (:mod:`attnlm.generate.compiled`; on CUDA, CUDA
-    graphs), compiled once per model, batch size and buffer length and reused by later calls;
-    a :class:`~attnlm.generate.compiled.CompiledStep` may be passed instead of True. It applies
+    graphs), compiled once per model, batch size and buffer length (and, decoding from a
+    ``state_batch``, source length bucket) and reused by later calls; a
+    :class:`~attnlm.generate.compiled.CompiledStep` may be passed instead of True. It applies
     to greedy and sampled decoding without drafts (``lookahead`` is not used) while prompt +
-    new tokens fit in the window; other decodes run uncompiled.
+    new tokens fit in the window; other decodes run uncompiled. Families: ``gpt``,
+    ``transformer`` (:func:`~attnlm.generate.compiled.has_compiled_step`).
     """
     sampling = sampling_from(
         sampling, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p

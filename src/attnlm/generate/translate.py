@@ -36,12 +36,17 @@ def translate_ids(
     length_penalty: float = 1.0,
     early_stopping: bool | str = False,
     batch_size: int = 64,
+    compile: bool | Any = False,
 ) -> list[list[int]]:
     """Output ids of each source (start token first, end token last when produced).
 
     ``num_beams > 1``: beam search (``sampling`` must then be None or greedy); otherwise
     greedy (``sampling=None`` or temperature 0) or sampling. ``max_new_tokens`` defaults to
-    :func:`default_max_new_tokens` per batch.
+    :func:`default_max_new_tokens` per batch. ``compile``: greedy and sampled decoding run
+    every step after the start token through the compiled step
+    (:mod:`attnlm.generate.compiled`; True, or a
+    :class:`~attnlm.generate.compiled.CompiledStep`), the same tokens; beam search stays
+    uncompiled (its rows and their cross-attention grouping change from step to step).
     """
     if not hasattr(model, "prepare_decoding"):
         raise InputError(f"{type(model).__name__} is not a translation model")
@@ -71,6 +76,7 @@ def translate_ids(
             eos_id=setup.eos_id,
             state_batch=setup.state_batch,
             process=setup.process,
+            compile=compile,
         )
         start = setup.prompts if setup.keep_prompt else [[] for _ in chunk]
         out += [list(p) + row for p, row in zip(start, new)]

@@ -126,6 +126,7 @@ class GPT(nn.Module):
 
     static_state = True  # new_state(max_len=...): a static decoding state (nn/static_cache)
     fixed_state = True  # forward honours a fixed state: a compiled step (generate/compiled)
+    prefix_step = True  # and compiles over the filled prefix with dynamic shapes (CPU default)
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()

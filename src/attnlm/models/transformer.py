@@ -171,6 +171,7 @@ class Transformer(nn.Module):
     """
 
     static_state = True  # new_state(max_len=...): buffers allocated once (transformer_state)
+    fixed_state = True  # decode honours a fixed state: a compiled step (generate/compiled)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -228,11 +229,19 @@ class Transformer(nn.Module):
     # -- encoder and decoder ----------------------------------------------------------------
 
     def _embed(
-        self, emb: nn.Embedding, ids: Tensor, start: int = 0, packing: Packing | None = None
+        self,
+        emb: nn.Embedding,
+        ids: Tensor,
+        start: int = 0,
+        packing: Packing | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
-        """Scaled embeddings plus positions ``start..``, dropout: ``(B, T, C)``, or ``(N, C)``
-        of the tokens ``packing`` keeps."""
-        pe = self.pos.span(start, ids.shape[1], ids.device)  # (T, C): positions start..
+        """Scaled embeddings plus positions ``start..`` (or the tensor ``positions`` ``(T,)``),
+        dropout: ``(B, T, C)``, or ``(N, C)`` of the tokens ``packing`` keeps."""
+        if positions is None:
+            pe = self.pos.span(start, ids.shape[1], ids.device)  # (T, C): positions start..
+        else:  # a fixed decoding state: positions are a device tensor, the same graph each step
+            pe = self.pos(positions)  # (T, C)
         if packing is not None:
             ids, pe = packing.take(ids), pe.index_select(0, packing.positions)
         x = emb(ids) * self.embed_scale + pe.to(emb.weight.dtype)
@@ -275,15 +284,23 @@ class Transformer(nn.Module):
         return_attention: bool = False,
     ) -> tuple[Tensor, list[Tensor], list[Tensor], list[Tensor]]:
         """Decoder pass over ``tgt_in`` ``(B, T)`` (after what ``cache`` holds): ``(logits
-        (B, T, V), self-attention per layer, cross-attention per layer, hidden states)``."""
+        (B, T, V), self-attention per layer, cross-attention per layer, hidden states)``.
+        A cache in fixed mode (a compiled step, :mod:`attnlm.generate.compiled`): positions
+        from its cursor, attention over its whole buffers with the unwritten slots masked."""
         check_ids(tgt_in, self.config.vocab_size, "tgt_in")
-        start = cache.position if cache is not None else 0
-        x = self._embed(self.tgt_emb, tgt_in, start)
+        if getattr(cache, "fixed", False):
+            x = self._embed(self.tgt_emb, tgt_in, positions=cache.positions(tgt_in.shape[1]))
+            mask, is_causal = cache.visible(tgt_in.shape[1], x.dtype), False  # (T, max_len)
+        else:
+            start = cache.position if cache is not None else 0
+            x = self._embed(self.tgt_emb, tgt_in, start)
+            mask, is_causal = None, True
         self_w, cross_w, hidden = [], [], [x]
         for layer, block in enumerate(self.decoder):
             x, w, cw = block(
                 x,
-                is_causal=True,
+                mask=mask,
+                is_causal=is_causal,
                 cache=cache,
                 layer=layer,
                 need_weights=return_attention,
@@ -417,23 +434,37 @@ class Transformer(nn.Module):
         return scores
 
     def new_state(
-        self, batch: dict[str, Tensor] | None = None, *, max_len: int | None = None
+        self,
+        batch: dict[str, Tensor] | None = None,
+        *,
+        max_len: int | None = None,
+        reuse: EncoderDecoderState | None = None,
     ) -> EncoderDecoderState:
         """Encode ``batch["src"]`` (with ``batch["src_mask"]``) once; the state holds the
         memory for the cross-attention and an empty decoder cache (``max_len``: its buffers
-        hold that many target positions, allocated once; else they grow by doubling)."""
+        hold that many target positions, allocated once; else they grow by doubling).
+        ``reuse``: an earlier state, restarted on this batch (its buffers kept) when it has
+        the same ``max_len`` and rows (a compiled step's state, read at fixed addresses)."""
         if batch is None or "src" not in batch:
             raise InputError("an encoder-decoder decodes from a source: pass {'src', 'src_mask'}")
         device = self.lm_head.weight.device
         src = batch["src"].to(device)
         src_mask = batch.get("src_mask")
         memory, mask, _, _ = self.encode(src, None if src_mask is None else src_mask.to(device))
+        if (
+            isinstance(reuse, EncoderDecoderState)
+            and reuse.max_len == max_len
+            and reuse.batch_size == memory.shape[0]
+        ):
+            reuse.restart(memory, mask)
+            return reuse
         return EncoderDecoderState(self.config.n_decoder_layers, memory, mask, max_len)
 
     def step(self, tokens: Tensor, state: EncoderDecoderState) -> Tensor:
         """Feed decoder ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``."""
         logits, _, _, _ = self.decode(tokens, state.memory, state.context_mask, cache=state)
-        state.memory = None  # the cross-attention keys/values are in the cache now
+        if state.memory is not None:
+            state.memory = None  # the cross-attention keys/values are in the cache now
         return logits
 
     @torch.no_grad()

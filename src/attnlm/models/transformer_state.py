@@ -4,6 +4,12 @@ in preallocated buffers (of a fixed length, or growing by doubling), whose cross
 keys/values are computed once per source, and whose beam reordering copies only the rows that
 move (docs/seq2seq.md).
 
+In fixed mode (a compiled decode step, :mod:`attnlm.generate.compiled`) the cross-attention
+keys/values and the source mask are copied into buffers padded to a bucket of the source
+length (:func:`~attnlm.nn.static_cache.padded_length`; the padding is masked), kept per bucket
+from call to call: the compiled graph sees the same shapes for every source length of a bucket,
+and the same addresses from call to call (what CUDA graphs need).
+
 Shape legend
     B  rows (sources x beams)
     H  heads
@@ -19,7 +25,8 @@ import torch
 from torch import Tensor
 
 from attnlm.errors import InputError
-from attnlm.nn.static_cache import StaticKVCache
+from attnlm.nn.masks import padding_mask
+from attnlm.nn.static_cache import StaticKVCache, padded_length
 
 
 class EncoderDecoderState(StaticKVCache):
@@ -34,11 +41,61 @@ class EncoderDecoderState(StaticKVCache):
         self, n_layer: int, memory: Tensor, context_mask: Tensor, max_len: int | None = None
     ) -> None:
         super().__init__(n_layer, max_len)
+        # fixed mode: per source bucket, the padded cross-attention keys/values per layer
+        # ``(B, H, S_pad, D)`` and the padded source mask ``(B, 1, 1, S_pad)``
+        self._padded: dict[int, tuple[list[tuple[Tensor, Tensor]], Tensor]] = {}
+        self.restart(memory, context_mask)
+
+    def restart(self, memory: Tensor, context_mask: Tensor) -> None:
+        """Empty the state and start on a new source batch (``memory`` ``(B, S, C)``, its
+        additive mask ``(B, 1, 1, S)``); the buffers of the same shapes are kept and reused."""
+        self.reset()
         self.memory: Tensor | None = memory
         self.context_mask = context_mask
         # the cross-attention row (of ``cross``, ``context_mask``, ``memory``) of each row:
         # row r uses cross-attention row r // cross_group
         self.rows = torch.arange(memory.shape[0], device=memory.device)
+
+    @property
+    def batch_size(self) -> int:
+        """Rows decoded (sources x beams)."""
+        return len(self.rows)
+
+    def fix(self) -> None:
+        """Enter fixed mode (see :meth:`StaticKVCache.fix`): after the first step, which made
+        the cross-attention keys/values; they move into the padded buffers of their bucket."""
+        if self.cross_group != 1 or any(c is None for c in self.cross):
+            raise InputError(
+                "fixed mode needs one row per source and the cross-attention keys/values of a "
+                "first step"
+            )
+        super().fix()
+        S = self.context_mask.shape[-1]
+        cap = padded_length(S)
+        kv, mask = self._padded.get(cap, (None, None))
+        if kv is not None and kv[0][0] is self.cross[0][0]:
+            return  # already padded (fixed again after an uncompiled step)
+        B = self.context_mask.shape[0]
+        if kv is None or mask.shape[0] != B:
+            kv = [(k.new_zeros(*k.shape[:2], cap, k.shape[-1]),
+                   v.new_zeros(*v.shape[:2], cap, v.shape[-1])) for k, v in self.cross]  # fmt: skip
+            mask = self.context_mask.new_zeros(B, 1, 1, cap)
+            self._padded[cap] = kv, mask
+        for layer, (k, v) in enumerate(self.cross):
+            # slots S.. may hold an earlier source's keys: finite and masked, weight exactly 0
+            kv[layer][0][:, :, :S] = k
+            kv[layer][1][:, :, :S] = v
+            self.cross[layer] = kv[layer]
+        keep = torch.zeros(B, cap, dtype=torch.bool, device=mask.device)
+        keep[:, :S] = self.context_mask[:, 0, 0, :] == 0
+        mask.copy_(padding_mask(keep, mask.dtype))
+        self.context_mask = mask
+
+    def fixed_tensors(self) -> list[Tensor]:
+        """Fixed mode: the self-attention buffers and cursor, the padded cross-attention
+        keys/values and source mask."""
+        cross = [t for kv in self.cross for t in kv]
+        return [*super().fixed_tensors(), *cross, self.context_mask]
 
     def trim(self, keep_last: int) -> None:
         raise InputError("an encoder-decoder's decoding state has no window to trim")
@@ -50,6 +107,7 @@ class EncoderDecoderState(StaticKVCache):
         keys/values of a row depend only on its source, so they are kept once per source row
         (``cross_group`` consecutive rows share one, as the beams of a source do) and never
         copied when rows only change places among the rows of their source."""
+        self.unfix()
         indices = indices.to(self.rows.device)
         n = len(indices)
         rows = self.rows.index_select(0, indices)

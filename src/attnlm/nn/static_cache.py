@@ -24,6 +24,10 @@ Two ways of attending over the buffers:
 ``max_len=None`` makes the buffers grow by doubling instead (for a state whose final length is
 not known up front, such as the encoder-decoder's state under beam search).
 
+A compiled graph is specialised on every shape it sees, so lengths that vary from call to call
+(a translation's buffer length, its source length) are rounded up to :func:`padded_length`, a
+power of two: a handful of graphs then serve every length.
+
 Shape legend
     B       batch size (rows)
     H_kv    key/value heads
@@ -39,6 +43,14 @@ from torch import Tensor
 
 from attnlm.errors import InputError
 from attnlm.nn.cache import KVCache
+
+
+def padded_length(n: int, least: int = 16) -> int:
+    """The bucket of a length ``n`` in a compiled step's shapes: the smallest power of two
+    ``>= max(n, least)`` (at most twice ``n``, so at most twice the work on the padded axis)."""
+    if n < 1:
+        raise InputError(f"a length must be a positive integer, got {n}")
+    return max(least, 1 << (n - 1).bit_length())
 
 
 class StaticKVCache(KVCache):
@@ -127,6 +139,11 @@ class StaticKVCache(KVCache):
         else:
             self.cursor.copy_(pos)  # the same tensor from call to call
         self.fixed = True
+
+    def fixed_tensors(self) -> list[Tensor]:
+        """Fixed mode: the tensors a compiled step reads and writes in place (on CUDA they are
+        marked as static addresses for CUDA graphs)."""
+        return [*self.k_buf, *self.v_buf, self.cursor]
 
     def positions(self, t: int) -> Tensor:
         """Fixed mode: the positions ``(T,)`` of the next ``t`` tokens in the buffers (which

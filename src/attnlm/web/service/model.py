@@ -84,6 +84,9 @@ class ModelService:
     max_attention_values: int = MAX_ATTENTION_VALUES
     source: str = ""  # where it came from (checkpoint folder), shown in the page
     static_vectors: Any = None  # word2vec vectors (attnlm serve --vectors): the static half
+    # generate and translate through the compiled decode step (attnlm serve --compile): the
+    # graphs are kept per model, so a long-running server compiles each shape once
+    compile: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +146,13 @@ class ModelService:
                 f"{capability} is not supported by this model ({self.name}, family "
                 f"{self.family}; capabilities: {have})"
             )
+
+    def _compiled(self) -> bool:
+        """Whether to decode through the compiled step: asked for (``serve --compile``) and
+        the model has one (other families are served uncompiled)."""
+        from attnlm.generate.compiled import has_compiled_step
+
+        return self.compile and has_compiled_step(self.model)
 
     # -- tokens ----------------------------------------------------------------------------
 
@@ -311,6 +321,7 @@ class ModelService:
                 self.tokenizer,
                 [text],
                 sampling=sampling,
+                compile=self._compiled(),
             )
         return {"prompt": text, "continuation": cont, "text": text + cont}
 
@@ -418,7 +429,12 @@ class ModelService:
         try:
             with self._lock:
                 (ids,) = translate_ids(
-                    self.model, [source], num_beams=num_beams, sampling=sampling, max_new_tokens=n
+                    self.model,
+                    [source],
+                    num_beams=num_beams,
+                    sampling=sampling,
+                    max_new_tokens=n,
+                    compile=self._compiled(),
                 )
         except InputError as e:
             raise ServiceError(str(e)) from None
