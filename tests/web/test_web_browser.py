@@ -89,6 +89,13 @@ def _lines(driver) -> list[tuple[int, int, int]]:
     return [tuple(x) for x in got]
 
 
+def _token_texts(driver) -> list[str]:
+    """The text of every token of the tokens strip (one round trip)."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#tokens span')).map(e => e.innerText)"
+    )
+
+
 def _wait(driver, fn, timeout=10):
     return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: fn(d))
 
@@ -127,10 +134,11 @@ def test_page_head_view_model_view_and_no_outside_requests(server, driver, tmp_p
     box.clear()
     box.send_keys(TEXT)
     driver.find_element(By.ID, "run").click()
+    # the page drew its sample text on load: wait for the new text's tokens (read in one
+    # round trip, so a redraw between two reads cannot leave a stale element)
+    want = ["the0", "central1", "bank2"]  # token, index
+    _wait(driver, lambda d: _token_texts(d)[:3] == want and len(_token_texts(d)) == N)
     _wait(driver, lambda d: _lines(d))
-    tokens = driver.find_elements(By.CSS_SELECTOR, "#tokens span")
-    assert [t.text for t in tokens][:3] == ["the0", "central1", "bank2"]  # token, index
-    assert len(tokens) == N
 
     # the weights the page drew, from the API itself
     status, rec = request(server.url + "api/attention", {"text": TEXT})
