@@ -1,6 +1,7 @@
 """What many test files share: where the fixtures and the sources are, the small corpora, and
 the one way to run the command line (in this process with :func:`run_cli`, in a subprocess
-with :func:`attnlm_process`, under torchrun, or SIGKILLed after step 25), and a run's losses.
+with :func:`attnlm_process`, under torchrun, or SIGKILLed after step 25), a run's losses, and a
+tiny random translation run (:func:`tiny_translation_run`).
 
 Fixtures built on these (a corpus file, one torch thread, the ``cli`` runner) are in
 ``conftest.py``.
@@ -108,3 +109,27 @@ def torchrun(args, killed=False, timeout=120):
     else:
         cmd += ["-m", "attnlm", "train", *args, "--no-progress", "--threads", "1"]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def tiny_translation_run(path: Path, pairs_text) -> Path:
+    """A tiny random encoder-decoder (``transformer``, 1 + 1 layers, width 16) with character
+    pair tokenizers trained on ``pairs_text`` (``(source, target)`` strings), saved as the run
+    folder ``path``; returns ``path``."""
+    import torch
+
+    from attnlm.checkpoint import save_checkpoint
+    from attnlm.data.pairs import Pair, PairTokenizerConfig, train_pair_tokenizers
+    from attnlm.models import registry
+
+    pairs = train_pair_tokenizers(
+        [Pair(a, b) for a, b in pairs_text], PairTokenizerConfig(kind="char")
+    )
+    ids = pairs.target_ids
+    table = dict(type="transformer", d_model=16, n_head=2, n_encoder_layers=1,
+                 n_decoder_layers=1, d_ff=32, dropout=0.0, vocab_size=ids.vocab_size,
+                 pad_id=ids.pad, bos_id=ids.bos, eos_id=ids.eos)  # fmt: skip
+    torch.manual_seed(0)
+    model, cfg, family = registry.build(table)
+    config = {"step": 0, "model": registry.config_table(family, cfg), "train": {}}
+    save_checkpoint(path / "checkpoint", model, config, pairs, {"step": 0})
+    return path

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from support import tiny_translation_run
+
 CORPUS = "the cat sat on the mat\nthe dog sat on the log\n" * 30
 PAIRS_TEXT = [("one two", "eins zwei"), ("three", "drei"), ("two one", "zwei eins")]
 
@@ -54,7 +56,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     arpa[first] = "nan" + arpa[first][arpa[first].index("\t") :]
     (d / "nan.arpa").write_text("\n".join(arpa) + "\n")
     _checkpoints(d, text, absurd_doc)
-    _translation_checkpoint(d / "mt")
+    tiny_translation_run(d / "mt", PAIRS_TEXT)
     (d / "vec.txt").write_text("3 2\ncat 0.1 0.2\ndog 0.3 0.1\nmat 0.2 0.2\n", encoding="utf-8")
     (d / "wordsim.tsv").write_text("cat\tdog\t5.0\ncat\tmat\t3.0\ndog\tmat\t1.0\n")
     (d / "analogies.txt").write_text(": animals\ncat dog mat cat\n")
@@ -134,24 +136,3 @@ def _checkpoints(d: Path, text: Path, absurd_doc: dict) -> None:
     (d / "absurd_ckpt" / "checkpoint" / "tokenizer.json").write_text(json.dumps(absurd_doc))
     big = CharTokenizer.train(CORPUS + "QXZJKV0123456789")
     big.save(d / "mismatch_ckpt" / "checkpoint" / "tokenizer.json")
-
-
-def _translation_checkpoint(path: Path) -> None:
-    """A tiny random encoder-decoder (char pair tokenizers) saved as a run folder."""
-    import torch
-
-    from attnlm.checkpoint import save_checkpoint
-    from attnlm.data.pairs import Pair, PairTokenizerConfig, train_pair_tokenizers
-    from attnlm.models import registry
-
-    pairs = train_pair_tokenizers(
-        [Pair(a, b) for a, b in PAIRS_TEXT], PairTokenizerConfig(kind="char")
-    )
-    ids = pairs.target_ids
-    table = dict(type="transformer", d_model=16, n_head=2, n_encoder_layers=1,
-                 n_decoder_layers=1, d_ff=32, dropout=0.0, vocab_size=ids.vocab_size,
-                 pad_id=ids.pad, bos_id=ids.bos, eos_id=ids.eos)  # fmt: skip
-    torch.manual_seed(0)
-    model, cfg, family = registry.build(table)
-    config = {"step": 0, "model": registry.config_table(family, cfg), "train": {}}
-    save_checkpoint(path / "checkpoint", model, config, pairs, {"step": 0})

@@ -21,6 +21,7 @@ from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.translate import translate_ids
 from attnlm.models.transformer import Transformer, TransformerConfig
 from attnlm.nn.static_cache import padded_length
+from support import tiny_translation_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -157,23 +158,8 @@ def _eager_steps(monkeypatch):
 @pytest.fixture
 def checkpoint(tmp_path):
     """A tiny translation checkpoint (character pair tokenizers, random weights)."""
-    from attnlm.checkpoint import save_checkpoint
-    from attnlm.data.pairs import Pair, PairTokenizerConfig, train_pair_tokenizers
-    from attnlm.models import registry
-
-    pairs = train_pair_tokenizers(
-        [Pair("one two three", "eins zwei drei"), Pair("four five", "vier fünf")],
-        PairTokenizerConfig(kind="char"),
-    )
-    ids = pairs.target_ids
-    table = dict(type="transformer", d_model=16, n_head=2, n_encoder_layers=1,
-                 n_decoder_layers=1, d_ff=32, dropout=0.0, vocab_size=ids.vocab_size,
-                 pad_id=ids.pad, bos_id=ids.bos, eos_id=ids.eos)  # fmt: skip
-    torch.manual_seed(0)
-    model, cfg, family = registry.build(table)
-    config = {"step": 0, "model": registry.config_table(family, cfg), "train": {}}
-    save_checkpoint(tmp_path / "checkpoint", model, config, pairs, {"step": 0})
-    return tmp_path
+    pairs = [("one two three", "eins zwei drei"), ("four five", "vier fünf")]
+    return tiny_translation_run(tmp_path, pairs)
 
 
 def test_cli_translate_compile_prints_the_uncompiled_translations(checkpoint, capsys, monkeypatch):
