@@ -186,6 +186,36 @@ def test_prefix_mode_serves_every_length_and_batch_size_with_one_graph():
         assert not any(s.fixed for s in step._states.values())
 
 
+@pytest.mark.parametrize("prefix", [True, False])
+def test_compiled_step_reads_weights_changed_between_decodes(prefix, tmp_path):
+    """The step skips dynamo's guards on the model's nn layers: weights trained in place, or
+    moved back to the row-major layout by a checkpoint write, between two compiled decodes
+    give the tokens the changed model gives eagerly."""
+    from attnlm.checkpoint import save_checkpoint
+    from attnlm.tokenizers.char import CharTokenizer
+
+    model = _gpt(block_size=64)
+    step = CompiledStep(model, backend="eager", prefix=prefix)
+    prompts = _prompts(3)
+    assert decode(model, prompts, 20, temperature=0, compile=step) == decode(
+        model, prompts, 20, temperature=0, lookahead=0
+    )
+    tok = CharTokenizer.train("abc")
+    save_checkpoint(tmp_path / "ck", model, {"model": {"type": "gpt"}}, tok, {"step": 0})
+    assert model.blocks[0].attn.qkv_proj.weight.is_contiguous()  # row-major again
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    ids = torch.randint(0, 40, (4, 16), generator=torch.Generator().manual_seed(5))
+    for _ in range(3):
+        opt.zero_grad()
+        model(ids, targets=ids).loss.backward()
+        opt.step()
+    model.eval()
+    want = decode(model, prompts, 20, temperature=0, lookahead=0)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert decode(model, prompts, 20, temperature=0, compile=step) == want
+
+
 def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window():
     from attnlm.generate.compiled import compiled_step
 
