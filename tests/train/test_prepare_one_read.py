@@ -109,6 +109,19 @@ def test_one_read_fails_with_the_passes_error(tmp_path, tok_file, content):
     assert isinstance(one, str) and one == passes
 
 
+@pytest.mark.parametrize("where", [10, -10])
+def test_a_special_token_in_the_text_fails_as_in_the_passes(tmp_path, where):
+    tok = tmp_path / "tok.json"
+    BPETokenizer.train(CITIZENS, 300, special_tokens=["<|eot|>"]).save(tok)
+    lines = _lines(3000).splitlines(keepends=True)
+    lines[where] = "here <|eot|> is\n"
+    text = tmp_path / "c.txt"
+    text.write_text("".join(lines), encoding="utf-8")
+    one, passes = _both(tmp_path, text, tok, 1000)
+    split = "training" if where > 0 else "validation"
+    assert isinstance(one, str) and one == passes and one.startswith(f"{split} text: ")
+
+
 def test_one_read_folder_is_reused_and_a_same_size_same_time_change_is_not(tmp_path, tok_file):
     text = tmp_path / "c.txt"
     text.write_text(_lines(2000), encoding="utf-8")

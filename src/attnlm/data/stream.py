@@ -19,6 +19,11 @@ The steps (:func:`attnlm.train.data.prepare` runs them; ``attnlm data prepare`` 
 4. :func:`encode_chunks` encodes them in ``workers`` processes (``spawn``; each gets the
    tokenizer once) with at most ``2 * workers`` chunks in flight, and yields the ids in the
    chunks' order, so the token files are byte-identical to one worker's (tested).
+   :func:`ordered_map` is that worker pool for any job (:mod:`attnlm.data.text_ranges` uses it
+   for byte ranges the workers read themselves).
+
+A text corpus with a byte-level BPE given beforehand skips steps 1 and 2 and sends no text to
+the workers: :mod:`attnlm.data.text_ranges`.
 """
 
 from __future__ import annotations

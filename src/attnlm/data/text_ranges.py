@@ -176,8 +176,16 @@ def read_chunk(chunk: Chunk) -> str:
     return "".join(read_segment(seg) for seg in chunk)
 
 
+class UnencodableText(InputError):
+    """The tokenizer refused some text of the corpus (a special token it must not meet): the
+    caller prepares in passes instead, whose error names the split the text is in."""
+
+
 def _ids(tokenizer: Any, text: str, what: str = "the corpus") -> np.ndarray:
-    ids = encode_text(tokenizer, text, what)
+    try:
+        ids = encode_text(tokenizer, text, what)
+    except InputError as e:
+        raise UnencodableText(str(e)) from None
     return np.array(ids, dtype=token_dtype(tokenizer.vocab_size))  # ids < vocab_size
 
 

@@ -17,6 +17,10 @@ character tokenizer's alphabet, which is the whole text's so validation characte
 encodable); a trainable tokenizer other than ``char`` learns on at most ``tokenizer_sample``
 characters of the training split (all of it when smaller; else whole chunks spread evenly
 over it); the last pass encodes chunks in ``workers`` processes and writes them in order.
+A text corpus with a byte-level BPE given beforehand (a tokenizer file, ``gpt2``) needs none
+of the first passes: it is fingerprinted, encoded and split in one read
+(:mod:`attnlm.data.text_ranges`; the same files, tested), and the SHA-256 digests are
+computed before reading only when the folder holds data that could be reused.
 ``data.json`` is removed first and written last, so a killed preparation is never taken for a
 complete one; the token files themselves are written atomically (no torn file) and the
 temporary files a kill leaves are removed by the next run.
@@ -55,7 +59,7 @@ from attnlm.data.stream import (
     split_pieces,
     split_point,
 )
-from attnlm.data.text_ranges import prepare_text_files
+from attnlm.data.text_ranges import UnencodableText, prepare_text_files
 from attnlm.data.windows import TokenFile, read_token_file, write_token_meta, write_token_stream
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text, remove_stale_temps, temp_path_for
@@ -247,7 +251,10 @@ def prepare(
     )
     fits = not corpus.documents and isinstance(given, BPETokenizer) and chunk_safe(given)
     if one_read and fits:
-        return _prepare_in_one_read(run_dir, cfg, corpus, given, signature, chunk_chars, t0)
+        try:
+            return _prepare_in_one_read(run_dir, cfg, corpus, given, signature, chunk_chars, t0)
+        except UnencodableText:
+            pass  # the passes below fail too, naming the split the text is in
     if not _hashed(signature):
         signature = data_signature(cfg, corpus)
     with progress_bar(total, "scanning corpus", cfg.progress) as bar:
