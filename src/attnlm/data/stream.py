@@ -248,11 +248,16 @@ def ordered_map(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def id_array(ids: list[int], vocab_size: int) -> np.ndarray:
+    """``ids`` (all below ``vocab_size``) as an array of the token files' dtype, the form ids
+    travel back from workers in (half the bytes of uint32 for most vocabularies);
+    ``np.fromiter`` with a count converts a list about a quarter faster than ``np.array``."""
+    return np.fromiter(ids, dtype=token_dtype(vocab_size), count=len(ids))
+
+
 def _encode_piece(tokenizer: Any, item: tuple[int, str]) -> tuple[int, np.ndarray]:
     split, text = item
-    ids = encode_text(tokenizer, text, SPLIT_NAMES[split])
-    # ids travel in the token files' dtype (half the bytes of uint32 for most vocabularies)
-    return split, np.array(ids, dtype=token_dtype(tokenizer.vocab_size))  # ids < vocab_size
+    return split, id_array(encode_text(tokenizer, text, SPLIT_NAMES[split]), tokenizer.vocab_size)
 
 
 def encode_chunks(

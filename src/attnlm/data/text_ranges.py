@@ -40,12 +40,11 @@ from typing import Any
 import numpy as np
 
 from attnlm.data.sources import BLOCK_BYTES, Progress
-from attnlm.data.stream import ordered_map
+from attnlm.data.stream import id_array, ordered_map
 from attnlm.data.windows import TokenFile, token_dtype, write_token_meta
-from attnlm.errors import InputError
+from attnlm.errors import AttnlmError, InputError
 from attnlm.fileio import atomic_path
 from attnlm.textio import MAX_LINE, decode_text
-from attnlm.tokenizers import encode_text
 
 CHUNK_BYTES = 1 << 20
 BOM = b"\xef\xbb\xbf"
@@ -182,11 +181,12 @@ class UnencodableText(InputError):
 
 
 def _ids(tokenizer: Any, text: str, what: str = "the corpus") -> np.ndarray:
+    """The ids of ``text`` in the token files' dtype (ids < vocab_size: no overflow)."""
     try:
-        ids = encode_text(tokenizer, text, what)
-    except InputError as e:
-        raise UnencodableText(str(e)) from None
-    return np.array(ids, dtype=token_dtype(tokenizer.vocab_size))  # ids < vocab_size
+        ids = tokenizer.encode(text)  # a fresh list: no copy (encode_text makes one)
+    except (AttnlmError, KeyError, ValueError) as e:
+        raise UnencodableText(f"{what}: the tokenizer cannot encode this text ({e})") from None
+    return id_array(ids, tokenizer.vocab_size)
 
 
 def encode_range(tokenizer: Any, chunk: Chunk) -> tuple[np.ndarray, int, bool]:
