@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import os
 import re
+import shutil
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,7 @@ BOM = b"\xef\xbb\xbf"
 _CUT = re.compile(rb"\n(?=[^\t\n\x0b\x0c\r\x1c-\x1f ])")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     """Bytes ``start:end`` of the file ``path``; ``newline``: a line break follows (the one a
     corpus of several files adds after a file that does not end with one)."""
@@ -246,9 +247,8 @@ def prepare_text_files(
     dtype = token_dtype(vocab)
     width = dtype.itemsize
     digests: list[str] = []
-    ranges: list[Chunk] = []
-    chars: list[int] = []
-    tokens: list[int] = []
+    ranges: list[Chunk] = []  # what each range is, to read the one holding the split again
+    chars, tokens = array("q"), array("q")  # per range (compact: a range is about a MiB)
     nonspace = False
 
     def kept(stream: Iterator[Chunk]) -> Iterator[Chunk]:
@@ -272,7 +272,8 @@ def prepare_text_files(
         f.flush()
         with atomic_path(out / "val.bin") as val_tmp, open(val_tmp, "wb") as g:
             g.write(memoryview(tail))
-            _copy(f.fileno(), (before + tokens[k]) * width, g)
+            f.seek((before + tokens[k]) * width)  # the ids after range k
+            shutil.copyfileobj(f, g, 1 << 24)
         f.truncate(before * width)
         f.seek(before * width)
         f.write(memoryview(head))
@@ -281,10 +282,3 @@ def prepare_text_files(
     train = write_token_meta(out / "train.bin", dtype, before + len(head), n_train, vocab)
     val = write_token_meta(out / "val.bin", dtype, len(tail) + sum(tokens[k + 1 :]), n_val, vocab)
     return Prepared(train, val, digests)
-
-
-def _copy(fd: int, offset: int, dst: Any, block: int = 1 << 24) -> None:
-    """Copy the bytes of the file ``fd`` from ``offset`` to its end into ``dst``."""
-    while data := os.pread(fd, block, offset):
-        dst.write(data)
-        offset += len(data)
