@@ -151,6 +151,7 @@ def child(code: str, *args: str) -> dict:
 
 def ours(corpus: Path, tmp: Path, tokenizer: Path, workers: int) -> dict:
     run = tmp / f"run{workers}"
+    shutil.rmtree(run, ignore_errors=True)  # a folder left by an earlier round would be reused
     out = child(CHILD_OURS, str(corpus), str(run), str(tokenizer), str(workers))
     out["ids"] = [run / "train.bin", run / "val.bin"]
     return out
