@@ -65,15 +65,17 @@ def test_ranges_reassemble_the_corpus_and_cut_at_line_starts(texts, bom, chunk_b
     assert digests == [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
 
 
-def test_ranges_are_about_the_size_asked_and_digests_match_the_fingerprint(tmp_path):
+def test_ranges_are_about_the_size_asked_the_digests_and_progress_the_files(tmp_path):
     path = tmp_path / "c.txt"
     text = "".join(f"line {i} caf\u00e9\n" for i in range(20_000))
     path.write_text(text, encoding="utf-8")
     digests: list[str] = []
-    ranges = list(text_chunks([path], 10_000, digests=digests, block_bytes=4096))
+    read: list[int] = []  # what the progress bar is told
+    ranges = list(text_chunks([path], 10_000, read.append, digests, block_bytes=4096))
     sizes = [seg.end - seg.start for (seg,) in ranges]
     assert all(10_000 <= s < 10_000 + 40 for s in sizes[:-1])  # the first line start after
     assert digests == [file_fingerprint(path)["sha256"]]
+    assert sum(read) == path.stat().st_size and max(read) == 4096
 
 
 @settings(max_examples=300, deadline=None)
