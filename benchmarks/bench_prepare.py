@@ -11,12 +11,16 @@ itself and of its largest worker), on the same corpus file and the same tokenize
 byte-level BPE of 4,096 ids (``gpt2`` pattern) trained on the built-in corpus and passed as a
 file, as in the issue's table (engine: tiktoken with our ranks).
 
-* ours: ``attnlm.train.data.prepare`` (fingerprint, scan, split, encode, write train.bin and
-  val.bin), ``workers`` 1 or 2;
+* ours: ``attnlm.train.data.prepare`` end to end (for a text file and a given byte-level BPE,
+  one read: SHA-256 fingerprint, byte ranges encoded by the workers, the split placed
+  afterwards, train.bin and val.bin written), ``workers`` 1 or 2;
 * nanoGPT's recipe: ``tiktoken.Encoding`` with the same ranks and pattern, ``encode_ordinary``
   in a ``multiprocessing.Pool(2)`` over 1 MiB pieces of the file (cut at line starts, as ours,
   so the ids are comparable), ``np.uint16`` arrays written in order to one file. The ids of
   both are checked equal.
+
+Besides wall-clock ratios (meaningful on idle cores only) it prints the same ratios in CPU
+seconds of all processes (what the work costs, steady on a shared machine).
 
     PYTHONPATH=src python benchmarks/bench_prepare.py [--gb 0.5 2] [--dir /tmp] [--rounds 1]
 """
@@ -147,6 +151,7 @@ def child(code: str, *args: str) -> dict:
 
 def ours(corpus: Path, tmp: Path, tokenizer: Path, workers: int) -> dict:
     run = tmp / f"run{workers}"
+    shutil.rmtree(run, ignore_errors=True)  # a folder left by an earlier round would be reused
     out = child(CHILD_OURS, str(corpus), str(run), str(tokenizer), str(workers))
     out["ids"] = [run / "train.bin", run / "val.bin"]
     return out
@@ -207,13 +212,13 @@ def main() -> None:
                 "peak RSS: process | largest worker |"
             )
             print("|---|---|---|---|---|---|")
-            med = {}
+            med, cpus = {}, {}
             for name, rs in runs.items():
                 if not rs:
                     continue
                 secs = sorted(r["seconds"] for r in rs)[len(rs) // 2]
                 med[name] = secs
-                cpu = sorted(r["cpu"] for r in rs)[len(rs) // 2]
+                cpu = cpus[name] = sorted(r["cpu"] for r in rs)[len(rs) // 2]
                 print(f"| {name} | {secs:.1f} | {size / secs / 1e6:.1f} | {cpu:.1f} | "
                       f"{mib(max(r['self_kib'] for r in rs))} | "
                       f"{mib(max(r['worker_kib'] for r in rs))} |")  # fmt: skip
@@ -222,6 +227,12 @@ def main() -> None:
                 print(f"2 workers / 1 worker: {med['ours, 1 worker'] / t2:.2f}x; "
                       f"2 workers / nanoGPT recipe: {med['nanoGPT recipe, 2 processes'] / t2:.2f}x "
                       f"(ids identical)")  # fmt: skip
+                c1, c2 = cpus["ours, 1 worker"], cpus["ours, 2 workers"]
+                peer = cpus["nanoGPT recipe, 2 processes"]
+                print(f"CPU seconds: 2 workers / 1 worker: {c2 / c1:.3f}; ours (2 workers) / "
+                      f"nanoGPT recipe: {c2 / peer:.3f} (below 1: ours costs less); bound on "
+                      f"two idle cores: {2 * c1 / c2:.2f}x one worker, {peer / c2:.2f}x the "
+                      "recipe")  # fmt: skip
             corpus.unlink()
             for run in tmp.glob("run*"):
                 shutil.rmtree(run)

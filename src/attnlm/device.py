@@ -16,9 +16,7 @@ from typing import Any
 import torch
 
 from attnlm.errors import ConfigError
-
-DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
-DTYPES = ("float32", "bfloat16")
+from attnlm.validate import DEVICE_PATTERN, DTYPES  # noqa: F401 - their home before
 
 
 def resolve_device(spec: str = "auto", local_rank: int | None = None) -> torch.device:

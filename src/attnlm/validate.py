@@ -140,6 +140,10 @@ def threads(value: Any, name: str | None = "threads") -> int:
 # ---------------------------------------------------------------- devices
 
 _DEVICE = re.compile(r"(auto|cpu|mps|cuda)(?::(\d+))?")
+#: The device names a config accepts (:mod:`attnlm.device` re-exports them) and the numeric
+#: modes; kept here, without torch, so that reading a config does not import torch.
+DEVICE_PATTERN = r"auto|cpu|mps|cuda(:\d+)?"
+DTYPES = ("float32", "bfloat16")
 
 
 def device(value: Any, name: str | None = "device", *, check_available: bool = True) -> str:

@@ -104,13 +104,20 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigkill_during_preparation_leaves_no_torn_file_and_the_next_run_succeeds(tmp_path):
+@pytest.mark.parametrize("one_read", [False, True], ids=["passes", "one-read"])
+def test_sigkill_during_preparation_leaves_no_torn_file_and_the_next_run_succeeds(
+    tmp_path, one_read
+):
     corpus = tmp_path / "c.txt"
     corpus.write_text(varied_text(150_000), encoding="utf-8")  # ~5 MB: a second to encode
+    tokenizer = "char"  # the passes; a given byte-level BPE: one read
+    if one_read:
+        tokenizer = str(tmp_path / "tok.json")
+        BPETokenizer.train(varied_text(2000), 300).save(tokenizer)
     out = tmp_path / "prep"
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     cmd = [sys.executable, "-m", "attnlm", "data", "prepare", "--text", str(corpus)]
-    cmd += ["--out", str(out), "--workers", "2", "--no-progress"]
+    cmd += ["--out", str(out), "--workers", "2", "--no-progress", "--tokenizer", tokenizer]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not list(out.glob(".train.bin.tmp-*")) and proc.poll() is None:
@@ -125,8 +132,9 @@ def test_sigkill_during_preparation_leaves_no_torn_file_and_the_next_run_succeed
     while any(os.path.exists(f"/proc/{w}") and "Z" not in _state(w) for w in workers):
         assert time.monotonic() < deadline, "worker processes outlived their killed parent"
         time.sleep(0.1)
-    data = prepare(out, TrainConfig(text=str(corpus), workers=1, progress=False))
-    fresh = prepare(tmp_path / "fresh", TrainConfig(text=str(corpus), progress=False))
+    cfg = dict(text=str(corpus), tokenizer=tokenizer, progress=False)
+    data = prepare(out, TrainConfig(workers=1, **cfg))
+    fresh = prepare(tmp_path / "fresh", TrainConfig(**cfg))
     assert not list(out.glob(".*.tmp-*"))  # the killed run's temporary file is gone
     assert _bytes(out, "train.bin") == _bytes(tmp_path / "fresh", "train.bin")
     assert data.val.n_tokens == fresh.val.n_tokens > 0

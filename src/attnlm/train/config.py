@@ -16,8 +16,8 @@ from typing import Any
 
 from attnlm.config import from_dict, load_preset, parse_override
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.device import DEVICE_PATTERN, DTYPES
 from attnlm.errors import ConfigError
+from attnlm.validate import DEVICE_PATTERN, DTYPES
 
 PARALLEL = ("ddp", "fsdp")  # the values of train.parallel
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")

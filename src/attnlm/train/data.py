@@ -17,6 +17,10 @@ character tokenizer's alphabet, which is the whole text's so validation characte
 encodable); a trainable tokenizer other than ``char`` learns on at most ``tokenizer_sample``
 characters of the training split (all of it when smaller; else whole chunks spread evenly
 over it); the last pass encodes chunks in ``workers`` processes and writes them in order.
+A text corpus with a byte-level BPE given beforehand (a tokenizer file, ``gpt2``) needs none
+of the first passes: it is fingerprinted, encoded and split in one read
+(:mod:`attnlm.data.text_ranges`; the same files, tested), and the SHA-256 digests are
+computed before reading only when the folder holds data that could be reused.
 ``data.json`` is removed first and written last, so a killed preparation is never taken for a
 complete one; the token files themselves are written atomically (no torn file) and the
 temporary files a kill leaves are removed by the next run.
@@ -55,10 +59,11 @@ from attnlm.data.stream import (
     split_pieces,
     split_point,
 )
+from attnlm.data.text_ranges import UnencodableText, prepare_text_files
 from attnlm.data.windows import TokenFile, read_token_file, write_token_meta, write_token_stream
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text, remove_stale_temps, temp_path_for
-from attnlm.tokenizers import chunk_safe, make_tokenizer
+from attnlm.tokenizers import BPETokenizer, chunk_safe, make_tokenizer
 from attnlm.tokenizers.factory import TRAINABLE_KINDS
 from attnlm.train.config import TrainConfig
 
@@ -114,21 +119,24 @@ def _corpus(cfg: TrainConfig) -> Corpus:
     return open_corpus(path, cfg.text_field, cfg.skip_bad)
 
 
-def corpus_fingerprint(corpus: Corpus) -> list[dict[str, Any]]:
-    """The fingerprint of every file the corpus reads (names relative to a folder)."""
+def corpus_fingerprint(corpus: Corpus, content: bool = True) -> list[dict[str, Any]]:
+    """The fingerprint of every file the corpus reads (names relative to a folder; without
+    ``content``, no SHA-256: the one-read preparation adds it as it reads)."""
     root = corpus.path if corpus.path.is_dir() else corpus.path.parent
-    return [{"file": str(f.relative_to(root)), **file_fingerprint(f)} for f in corpus.files]
+    return [{"file": str(f.relative_to(root)), **file_fingerprint(f, content)}
+            for f in corpus.files]  # fmt: skip
 
 
-def data_signature(cfg: TrainConfig, corpus: Corpus) -> dict[str, Any]:
-    """What a run's token files depend on (see the module docstring)."""
+def data_signature(cfg: TrainConfig, corpus: Corpus, content: bool = True) -> dict[str, Any]:
+    """What a run's token files depend on (see the module docstring); without ``content``,
+    the corpus files' SHA-256 digests are left out (:func:`corpus_fingerprint`)."""
     tokenizer_file = None
     if cfg.tokenizer not in TRAINABLE_KINDS and Path(cfg.tokenizer).expanduser().is_file():
         tokenizer_file = file_fingerprint(Path(cfg.tokenizer).expanduser())
     sig = {
         "version": SIGNATURE_VERSION,
         "text": cfg.text,
-        "corpus": corpus_fingerprint(corpus),
+        "corpus": corpus_fingerprint(corpus, content),
         "tokenizer": cfg.tokenizer,
         "tokenizer_file": tokenizer_file,
         "bpe_vocab_size": cfg.bpe_vocab_size,
@@ -141,17 +149,33 @@ def data_signature(cfg: TrainConfig, corpus: Corpus) -> dict[str, Any]:
     return sig
 
 
+def _without(sig: Any, key: str) -> Any:
+    """``sig`` with ``key`` removed from every dictionary in it."""
+    if isinstance(sig, dict):
+        return {k: _without(v, key) for k, v in sig.items() if k != key}
+    if isinstance(sig, list):
+        return [_without(v, key) for v in sig]
+    return sig
+
+
 def _content(sig: dict[str, Any]) -> Any:
     """A signature without modification times: what a resumed run must still match."""
+    return _without(sig, "mtime_ns")
 
-    def strip(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k != "mtime_ns"}
-        if isinstance(x, list):
-            return [strip(v) for v in x]
-        return x
 
-    return strip(sig)
+def _may_reuse(run_dir: Path, unhashed: dict[str, Any], resume: bool) -> bool:
+    """Whether :func:`_reuse` could take the run folder's data given a signature without the
+    corpus's SHA-256 digests: then they are computed first (else while the corpus is read)."""
+    names = ("tokenizer.json", "data.json", "train.bin", "val.bin")
+    if not all((run_dir / n).is_file() for n in names):
+        return False
+    try:
+        stored = json.loads((run_dir / "data.json").read_text(encoding="utf-8"))
+    except ValueError:
+        return False
+    return isinstance(stored, dict) and (
+        resume or _without(stored, "sha256") == _without(unhashed, "sha256")
+    )
 
 
 def _reuse(run_dir: Path, signature: dict[str, Any], resume: bool) -> RunData | None:
@@ -200,22 +224,39 @@ def prepare(
     resume: bool = False,
     log: Callable[[str], Any] | None = None,
     chunk_chars: int = CHUNK_CHARS,
+    one_read: bool = True,
 ) -> RunData:
     """Tokenize the corpus into ``run_dir`` (or reuse what is there) and return it.
 
     ``resume``: the run continues from a checkpoint; if its corpus or tokenizer changed since
     (other content than ``data.json`` records) this is an :class:`InputError`. ``log`` gets
-    lines about tokenizer training and skipped records."""
+    lines about tokenizer training and skipped records. A text corpus with a byte-level BPE
+    given beforehand is prepared in one read (:mod:`attnlm.data.text_ranges`; ``chunk_chars``
+    is then its ranges' size in bytes) unless ``one_read`` is False, which forces the passes
+    of the other corpora (for comparisons: both write the same files)."""
     if cfg.data_dir is not None:
         return prepare_data_dir(run_dir, cfg, resume=resume)
     say = log or (lambda line: None)
     corpus = _corpus(cfg)
-    signature = data_signature(cfg, corpus)
-    reused = _reuse(run_dir, signature, resume)
-    if reused is not None:
-        return reused
+    signature = data_signature(cfg, corpus, content=False)
+    if _may_reuse(run_dir, signature, resume):
+        signature = data_signature(cfg, corpus)
+        reused = _reuse(run_dir, signature, resume)
+        if reused is not None:
+            return reused
     t0 = time.perf_counter()
     total = corpus.total_bytes
+    given = (
+        None if cfg.tokenizer in TRAINABLE_KINDS else make_tokenizer(cfg.tokenizer, "", "", None)
+    )
+    fits = not corpus.documents and isinstance(given, BPETokenizer) and chunk_safe(given)
+    if one_read and fits:
+        try:
+            return _prepare_in_one_read(run_dir, cfg, corpus, given, signature, chunk_chars, t0)
+        except UnencodableText:
+            pass  # the passes below fail too, naming the split the text is in
+    if not _hashed(signature):
+        signature = data_signature(cfg, corpus)
     with progress_bar(total, "scanning corpus", cfg.progress) as bar:
         info = scan(corpus, alphabet=cfg.tokenizer == "char", progress=bar)
     if not info.nonspace:
@@ -223,14 +264,10 @@ def prepare(
     if info.bad.count:
         say(f"{corpus.path}: {info.bad.format()}")
     point = split_point(info, cfg.val_fraction, corpus.documents)
-    tok = _tokenizer(cfg, corpus, info, point, say)
-    workers = cfg.workers or (default_workers() if total >= AUTO_WORKERS_BYTES else 1)
+    tok = given if given is not None else _tokenizer(cfg, corpus, info, point, say)
+    workers = _workers(cfg, total)
     v = tok.vocab_size
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sig_path = run_dir / "data.json"
-    sig_path.unlink(missing_ok=True)  # the files below are not complete until data.json is
-    for name in ("train.bin", "val.bin"):  # what a killed preparation left
-        remove_stale_temps(run_dir, name)
+    sig_path = _clear(run_dir)
     chars = [0, 0]
 
     def counted(stream: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
@@ -250,6 +287,54 @@ def prepare(
     tok.save(run_dir / "tokenizer.json")  # atomic (attnlm.fileio)
     atomic_write_text(sig_path, json.dumps(signature))  # last: the data is complete
     return RunData(tok, *files, seconds=time.perf_counter() - t0, corpus_bytes=total)
+
+
+def _hashed(signature: dict[str, Any]) -> bool:
+    return all("sha256" in entry for entry in signature["corpus"])
+
+
+def _workers(cfg: TrainConfig, total: int) -> int:
+    return cfg.workers or (default_workers() if total >= AUTO_WORKERS_BYTES else 1)
+
+
+def _clear(run_dir: Path) -> Path:
+    """Make ``run_dir`` ready for new token files: ``data.json`` removed (they are not complete
+    until it is written again) and the temporary files of a killed preparation; returns the
+    path of ``data.json``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sig_path = run_dir / "data.json"
+    sig_path.unlink(missing_ok=True)
+    for name in ("train.bin", "val.bin"):
+        remove_stale_temps(run_dir, name)
+    return sig_path
+
+
+def _prepare_in_one_read(
+    run_dir: Path,
+    cfg: TrainConfig,
+    corpus: Corpus,
+    tok: Any,
+    signature: dict[str, Any],
+    chunk_bytes: int,
+    t0: float,
+) -> RunData:
+    """:func:`prepare` for a text corpus and a byte-level BPE known before reading it: one
+    read fingerprints, encodes and splits it (:mod:`attnlm.data.text_ranges`)."""
+    total = corpus.total_bytes
+    workers = _workers(cfg, total)
+    sig_path = _clear(run_dir)
+    with progress_bar(total, f"encoding ({workers} worker(s))", cfg.progress) as bar:
+        out = prepare_text_files(
+            corpus.files, tok, run_dir, cfg.val_fraction, workers=workers,
+            chunk_bytes=chunk_bytes, progress=bar, where=str(corpus.path),
+        )  # fmt: skip
+    if out.train.n_tokens < 2 or out.val.n_tokens < 2:
+        raise InputError("the text is too short: need at least 2 tokens in each split")
+    for entry, digest in zip(signature["corpus"], out.sha256):
+        entry["sha256"] = digest  # the files' content, hashed as they were read
+    tok.save(run_dir / "tokenizer.json")  # atomic (attnlm.fileio)
+    atomic_write_text(sig_path, json.dumps(signature))  # last: the data is complete
+    return RunData(tok, out.train, out.val, seconds=time.perf_counter() - t0, corpus_bytes=total)
 
 
 def _tokenizer(
