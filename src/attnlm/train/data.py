@@ -340,12 +340,11 @@ def _prepare_in_one_read(
 def _tokenizer(
     cfg: TrainConfig, corpus: Corpus, info: Any, point: SplitPoint, say: Callable[[str], Any]
 ) -> Any:
-    """The run's tokenizer: the character tokenizer from the scanned alphabet, a trainable
-    kind from a sample of the training split, or a published or saved one."""
+    """The run's tokenizer when it is made from the corpus (a published or saved one is
+    loaded by :func:`prepare` before reading): the character tokenizer from the scanned
+    alphabet, or a trainable kind from a sample of the training split."""
     if cfg.tokenizer == "char":
         return make_tokenizer("char", "".join(sorted(info.alphabet)), "", None)
-    if cfg.tokenizer not in TRAINABLE_KINDS:
-        return make_tokenizer(cfg.tokenizer, "", "", None)
     t0 = time.perf_counter()
     train_chars = point.at if not point.documents else int(info.chars * (1 - cfg.val_fraction))
     sample, whole = training_sample(corpus, point, cfg.tokenizer_sample, train_chars)
