@@ -221,28 +221,34 @@ def check_vocab(tokenizer: Any, model_config: Any, where: str) -> None:
         )
 
 
+def load_tokenizer(ckpt: Path) -> tuple[Any, Any]:
+    """``(tokenizer, pair tokenizers or None)`` of a checkpoint folder: a translation run's
+    ``pair_tokenizers.json`` (the tokenizer is then its target side), else ``tokenizer.json``;
+    a missing or corrupt file raises InputError."""
+    from attnlm import tokenizers
+
+    try:
+        if (ckpt / "pair_tokenizers.json").is_file():
+            from attnlm.data.pairs import PairTokenizers
+
+            pairs = PairTokenizers.load(ckpt)
+            return pairs.target, pairs
+        return tokenizers.load(ckpt / "tokenizer.json"), None
+    except AttnlmError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"{ckpt}/tokenizer.json: missing or corrupt ({e})") from None
+
+
 def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint or run folder; corrupt or missing files raise InputError."""
-    from attnlm import tokenizers
     from attnlm.models import registry
 
     ckpt = resolve_checkpoint(path)
     config = read_config(ckpt)
     model, model_cfg, family = registry.build(config["model"])
     load_weights(model, ckpt)
-    pairs = None
-    try:
-        if (ckpt / "pair_tokenizers.json").is_file():
-            from attnlm.data.pairs import PairTokenizers
-
-            pairs = PairTokenizers.load(ckpt)
-            tok = pairs.target
-        else:
-            tok = tokenizers.load(ckpt / "tokenizer.json")
-    except AttnlmError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise InputError(f"{ckpt}/tokenizer.json: missing or corrupt ({e})") from None
+    tok, pairs = load_tokenizer(ckpt)
     check_vocab(tok, model_cfg, str(ckpt))
     model.to(device)
     return Checkpoint(

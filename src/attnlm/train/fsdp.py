@@ -44,6 +44,7 @@ import torch.distributed as dist
 from attnlm.checkpoint import (
     CheckpointError,
     load_state,
+    load_tokenizer,
     read_config,
     resolve_checkpoint,
     save_checkpoint,
@@ -184,10 +185,8 @@ def export_checkpoint(src: str | os.PathLike[str], out: str | os.PathLike[str]) 
     and the AdamW state read from the shards, ``train.parallel`` set to ``"ddp"``, so the
     exported run resumes with ``attnlm train --resume OUT`` in one process or under DDP.
     Returns the new checkpoint folder."""
-    from attnlm import tokenizers
     from attnlm.checkpoint import CHECKPOINT_DIR
     from attnlm.config import from_dict
-    from attnlm.data.pairs import PairTokenizers
     from attnlm.models import registry
     from attnlm.train.config import TrainConfig
     from attnlm.train.optim import make_optimizer
@@ -208,9 +207,7 @@ def export_checkpoint(src: str | os.PathLike[str], out: str | os.PathLike[str]) 
         load_sharded(model, optimizer, ckpt)
     state = load_state(ckpt)
     state["optimizer"] = optimizer.state_dict()  # the ordinary layout (parameter indices)
-    if (ckpt / "pair_tokenizers.json").is_file():
-        tokenizer = PairTokenizers.load(ckpt)
-    else:
-        tokenizer = tokenizers.load(ckpt / "tokenizer.json")
+    tok, pairs = load_tokenizer(ckpt)
+    tokenizer = pairs if pairs is not None else tok  # what save_checkpoint writes back
     config = {k: v for k, v in config.items() if k != "format"}
     return save_checkpoint(dest, model, {**config, "train": train}, tokenizer, state)
