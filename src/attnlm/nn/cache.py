@@ -49,6 +49,12 @@ class KVCache:
     @property
     def length(self) -> int:
         """Number of tokens currently held (the same in every layer between forward calls)."""
+        return self._held_keys()
+
+    def _held_keys(self) -> int:
+        """The keys held by the last layer (a method, not only the property, so that a
+        subclass's property can use it under torch.compile, which cannot trace ``super()``
+        on a property)."""
         k = self.keys[-1]
         return 0 if k is None else k.shape[-2]
 

@@ -161,10 +161,7 @@ class StaticKVCache(KVCache):
 
     @property
     def length(self) -> int:
-        if self.fixed:
-            return self._held
-        k = self.keys[-1]  # as KVCache.length (no super() on a property: torch.compile)
-        return 0 if k is None else k.shape[-2]
+        return self._held if self.fixed else self._held_keys()
 
     def commit(self, t: int) -> None:
         """Fixed mode: record the ``t`` tokens the last step wrote (outside the compiled
