@@ -81,6 +81,21 @@ def test_models_list_and_info(server):
     assert status == 404 and "nope" in err["error"]
 
 
+def test_each_model_opens_on_a_sample_that_fits_its_window(server):
+    """The page's first screen draws for every model: the sample sentence is trimmed by whole
+    words to the char model's 32-token window (and says so); the word model takes it whole."""
+    from attnlm.web.service.model import SAMPLE_TEXT
+
+    assert len(SAMPLE_TEXT) > BLOCK  # one token per character: the whole sample cannot fit
+    char, words = request(server.url + "api/models")[1]["models"]
+    fit = " ".join(SAMPLE_TEXT.split()[: len(char["sample"]["text"].split())])
+    assert char["sample"]["text"] == fit and len(fit) <= BLOCK
+    assert len(" ".join(SAMPLE_TEXT.split()[: len(fit.split()) + 1])) > BLOCK  # the most that fits
+    assert "trimmed" in char["sample"]["note"] and str(BLOCK) in char["sample"]["note"]
+    assert post(server, "attention", {"text": fit, "model": "char"})[0] == 200
+    assert words["sample"] == {"text": SAMPLE_TEXT, "note": ""}
+
+
 def test_tokens(server):
     status, data = post(server, "tokens", {"text": TEXT})
     assert status == 200

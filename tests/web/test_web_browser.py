@@ -401,3 +401,37 @@ def test_page_fill_mask_and_translation_panels(family_server, driver):
         lambda d: any(b.get("num_beams") == 3 for b in d.execute_script("return window.sent")),
     )
     _wait(driver, lambda d, out=out: d.find_element(By.ID, "translation").text == out)
+
+
+def test_first_screen_draws_for_a_small_window_and_follows_the_model(driver, tmp_path):
+    """A char model whose 32-token window is shorter than the sample sentence (38 characters)
+    opens on the sample trimmed to fit, says so, and draws; switching to a word model puts
+    that model's (whole) sample in the box and redraws."""
+    from attnlm.web.service.model import SAMPLE_TEXT
+
+    small = tiny_checkpoint(tmp_path / "small", block=32)
+    words = tiny_checkpoint(tmp_path / "words", words=True)
+    services = [load_service(small, name="small"), load_service(words, name="words")]
+    srv = make_server(services, "127.0.0.1", 0)
+    serve_in_thread(srv)
+    try:
+        driver.get("about:blank")
+        driver.get(srv.url)
+        _wait(driver, lambda d: _lines(d))  # drawn without a click
+        box = driver.find_element(By.ID, "text").get_attribute("value")
+        assert box and len(box) <= 32 and SAMPLE_TEXT.startswith(box)
+        assert len(_token_texts(driver)) == len(box)  # one token per character
+        _wait(driver, lambda d: "trimmed" in d.find_element(By.ID, "status").text)
+        rec = request(srv.url + "api/attention", {"text": box, "model": "small"})[1]
+        assert set(_lines(driver)) == _expected(rec["attention"][0])
+
+        Select(driver.find_element(By.ID, "model")).select_by_value("words")
+        n = len(SAMPLE_TEXT.split())
+        _wait(driver, lambda d: len(_token_texts(d)) == n)  # redrawn for the new model
+        assert driver.find_element(By.ID, "text").get_attribute("value") == SAMPLE_TEXT
+        rec = request(srv.url + "api/attention", {"text": SAMPLE_TEXT, "model": "words"})[1]
+        _wait(driver, lambda d: set(_lines(d)) == _expected(rec["attention"][0]))
+        assert "trimmed" not in driver.find_element(By.ID, "status").text
+    finally:
+        srv.shutdown()
+        srv.server_close()

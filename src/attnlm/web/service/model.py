@@ -40,6 +40,9 @@ from attnlm.web.service.limits import (
 )
 from attnlm.web.service.spans import find_word, token_spans
 
+# The sentence the page opens on (the lectures' "bank" example), trimmed per model to fit.
+SAMPLE_TEXT = "the central bank raised interest rates"
+
 
 @dataclass
 class Inspection:
@@ -137,7 +140,28 @@ class ModelService:
             "max_chars": self.max_chars,
             "parameters": count_params(self.model),
             "source": self.source,
+            "sample": self.sample(),
         }
+
+    def sample(self, text: str = SAMPLE_TEXT) -> dict[str, Any]:
+        """The page's opening text for this model: ``text`` with its last words dropped until
+        it fits the model's window (and the tokenizer knows every symbol), with a ``note``
+        saying so when it was trimmed, so the first screen always draws something."""
+        words = text.split()
+        for n in range(len(words), 0, -1):
+            candidate = " ".join(words[:n])
+            try:
+                self.encode(candidate, "sample")
+            except ServiceError:
+                continue
+            if n == len(words):
+                return {"text": candidate, "note": ""}
+            return {
+                "text": candidate,
+                "note": f"the sample sentence was trimmed to {n} of its {len(words)} words "
+                f"to fit this model (window: {self.window} tokens)",
+            }
+        return {"text": "", "note": "the sample sentence does not fit this model: type a text"}
 
     def require(self, capability: str) -> None:
         if capability not in self.capabilities:

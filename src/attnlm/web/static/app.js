@@ -3,6 +3,7 @@
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
   var models = {}, current = null, view = null, lastRecord = null, runs = 0;
+  var sampleText = null, sampleNote = ""; // the text box holds the sample until edited
 
   function api(path, body) {
     var opts = body === undefined ? {} : {
@@ -38,6 +39,14 @@
     $("fillmask").classList.toggle("hidden", !has("fill-mask"));
     $("translate").classList.toggle("hidden", !has("translate"));
     $("embed").classList.toggle("hidden", has("translate"));
+  }
+
+  /* The model's own sample text (trimmed by the server to fit its window), and why. */
+  function useSample() {
+    var s = current.sample || { text: $("text").value, note: "" };
+    $("text").value = s.text;
+    sampleText = s.text;
+    sampleNote = s.note;
   }
 
   function renderTokens(tokens) {
@@ -147,7 +156,8 @@
       jobs.push(api("attention", { text: text, model: model }).then(latest(showRecord)));
     }
     if (has("generate")) jobs.push(nextTokens());
-    Promise.all(jobs).then(latest(function () { status(""); }), latest(function (e) { status(e.message, true); }));
+    var note = text === sampleText ? sampleNote : "";
+    Promise.all(jobs).then(latest(function () { status(note); }), latest(function (e) { status(e.message, true); }));
   }
 
   // one table row: two label cells, then each candidate token with a probability bar
@@ -302,7 +312,9 @@
     $("save-html").addEventListener("click", saveHTML);
     $("model").addEventListener("change", function () {
       showModel($("model").value);
-      if (lastRecord) run(); // same text, the newly chosen model
+      // the sample follows the model until the user edits the text; either way it redraws
+      if ($("text").value === sampleText) useSample();
+      run();
     });
     api("models").then(function (r) {
       var sel = $("model");
@@ -315,7 +327,7 @@
         sel.appendChild(o);
       });
       showModel(r.default);
-      readHash();
+      if (!readHash() || $("text").value === "") useSample();
       document.body.setAttribute("data-ready", "1");
       run(); // the first screen shows the sample's (or the shared URL's) attention at once
     }, function (e) { status("cannot reach the server: " + e.message, true); });
