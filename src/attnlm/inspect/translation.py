@@ -43,12 +43,12 @@ def inspect_translation(
 ) -> InspectionRecord:
     """The :class:`~attnlm.inspect.base.InspectionRecord` of ``model`` translating ``text``:
     greedy when ``target`` is None (at most ``config.max_target_len`` new tokens, else
-    :data:`DEFAULT_MAX_NEW_TOKENS`; the rows end where decoding ended), otherwise teacher-forcing ``target``, a text or target ids
-    without the start token as a decoder produced them (an end token appended when missing).
-    Per layer: ``cross_attentions`` ``(H, T, S)``, and where the family returns them
-    ``attentions`` ``(H, T, T)``, ``encoder_attentions`` ``(H, S, S)``, ``hidden_states``
-    ``(T, C)`` and ``encoder_hidden_states`` ``(S, C)``. The model runs in eval mode; its mode
-    is restored."""
+    :data:`DEFAULT_MAX_NEW_TOKENS`; the rows end where decoding ended), otherwise
+    teacher-forcing ``target``, a text or target ids without the start token as a decoder
+    produced them (an end token appended when missing). Per layer: ``cross_attentions``
+    ``(H, T, S)``, and where the family returns them ``attentions`` ``(H, T, T)``,
+    ``encoder_attentions`` ``(H, S, S)``, ``hidden_states`` ``(T, C)`` and
+    ``encoder_hidden_states`` ``(S, C)``. The model runs in eval mode; its mode is restored."""
     from attnlm.models.registry import family_of
 
     c = model.config
