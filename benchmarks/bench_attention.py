@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from attnlm.models import save_hf
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.nn.attention import MultiHeadAttention
 
@@ -90,7 +91,7 @@ def bench_vs_hf(repeats: int) -> None:
     torch.manual_seed(0)
     ours = GPT(cfg)
     with tempfile.TemporaryDirectory() as tmp:
-        ours.save_hf(tmp)
+        save_hf(ours, tmp)
         hf = transformers.GPT2LMHeadModel.from_pretrained(tmp)  # SDPA attention by default
     ours.train()
     hf.train()

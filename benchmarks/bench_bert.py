@@ -38,7 +38,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from attnlm.models.bert import Bert  # noqa: E402
+from attnlm.models import from_hf  # noqa: E402
 from attnlm.objectives import MaskingConfig, mask_tokens  # noqa: E402
 
 V, T, B, L, H, C, F = 30522, 128, 8, 4, 4, 256, 1024
@@ -58,7 +58,7 @@ def models(folder: Path):
     torch.manual_seed(0)
     hf = transformers.BertForMaskedLM(cfg)
     hf.save_pretrained(folder)
-    ours = Bert.from_hf(folder)
+    ours = from_hf(folder)
     return ours, hf
 
 

@@ -2,8 +2,8 @@
 
 The same weights on both sides: a GPT-2-layout model is written in the Hugging Face layout,
 loaded by ``transformers`` with ``from_pretrained`` and by us through our HF import
-(``GPT.from_hf``). Both decode 200 tokens greedily from the same prompt; the tokens must be
-identical. Alternating runs in this process, ``torch.set_num_threads(1)``; medians.
+(``attnlm.models.from_hf``). Both decode 200 tokens greedily from the same prompt; the tokens
+must be identical. Alternating runs in this process, ``torch.set_num_threads(1)``; medians.
 
 Two models:
 
@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from attnlm.generate import generate
+from attnlm.models import from_hf, save_hf
 from attnlm.models.gpt import GPT
 
 RUN_DIR = Path("runs/bench_generate")
@@ -65,9 +66,9 @@ def trained_pair(tmp: str, threads: int, seconds: str):
         }  # fmt: skip
         train_run(spec_from_tables(tables, "bench-generate"), RUN_DIR)
     ck = load_checkpoint(RUN_DIR)
-    ck.model.save_hf(tmp)
+    save_hf(ck.model, tmp)
     ref = GPT2LMHeadModel.from_pretrained(tmp).eval()
-    ours = GPT.from_hf(tmp).eval()
+    ours = from_hf(tmp).eval()
     prompt = torch.tensor([ck.tokenizer.encode("ROMEO:\n")])
     return ours, ref, prompt, ck.tokenizer
 
@@ -82,7 +83,7 @@ def random_pair(tmp: str):
     )  # fmt: skip
     GPT2LMHeadModel(cfg).save_pretrained(tmp)
     ref = GPT2LMHeadModel.from_pretrained(tmp).eval()
-    ours = GPT.from_hf(tmp).eval()
+    ours = from_hf(tmp).eval()
     prompt = torch.randint(65, (1, 8), generator=torch.Generator().manual_seed(1))
     return ours, ref, prompt, None
 

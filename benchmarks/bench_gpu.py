@@ -64,13 +64,13 @@ def gpt2_pair(shape: dict, dev: torch.device, tmp: str):
     """Random GPT-2 weights loaded by both libraries (ours through the HF import)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from attnlm.models.gpt import GPT
+    from attnlm.models import from_hf
 
     torch.manual_seed(0)
     cfg = GPT2Config(**shape, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     GPT2LMHeadModel(cfg).save_pretrained(tmp)
     ref = GPT2LMHeadModel.from_pretrained(tmp).to(dev).eval()
-    return GPT.from_hf(tmp).to(dev).eval(), ref
+    return from_hf(tmp).to(dev).eval(), ref
 
 
 def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:

@@ -40,6 +40,7 @@ import time
 
 import torch
 
+from attnlm.models import save_hf
 from attnlm.models.llama import Llama, LlamaConfig
 from bench_generate import compare  # the house's decoding comparison (benchmarks/ on sys.path)
 from bench_train import make_step  # the house's training step: loss, backward, clip, fused AdamW
@@ -55,7 +56,7 @@ def pair(vocab: int, block: int, shape: dict, tmp: str):
 
     torch.manual_seed(0)
     ours = Llama(LlamaConfig(vocab_size=vocab, block_size=block, **shape))
-    ours.save_hf(tmp)
+    save_hf(ours, tmp)
     ref = LlamaForCausalLM.from_pretrained(tmp)
     return ours, ref
 

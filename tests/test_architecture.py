@@ -1,8 +1,9 @@
-"""The package's import structure: no import cycles (counting imports inside functions too) and
-no upward imports across layers (docs/architecture.md):
+"""The package's import structure: no import cycles (counting imports inside functions and under
+``if TYPE_CHECKING:`` too) and no upward imports across layers (docs/architecture.md):
 
-    base (errors, config, device, fileio, validate)
+    base (errors, textio, fileio, config, device, validate)
       -> tokenizers, data, nn -> models, ngram, word2vec
+      -> model sources (models.hf, models.gguf: adapters import the models, never the reverse)
       -> objectives, evaluation, checkpoint, inspect, generate (decoding)
       -> train, demo, compare -> web -> cli (the command line, the only place argparse appears)
 """
@@ -36,22 +37,24 @@ LAYERS = {
     "attnlm.models": 2,
     "attnlm.ngram": 2,
     "attnlm.word2vec": 2,
-    "attnlm.objectives": 3,
-    "attnlm.evaluation": 3,
-    "attnlm.checkpoint": 3,
-    "attnlm.inspect": 3,
-    "attnlm.generate": 3,
-    "attnlm.train": 4,
-    "attnlm.demo": 4,
-    "attnlm.compare": 4,
-    "attnlm.web": 5,
-    "attnlm.cli": 6,
-    "attnlm.__main__": 6,
+    "attnlm.models.hf": 3,  # model sources: file formats, adapters over the models
+    "attnlm.models.gguf": 3,
+    "attnlm.objectives": 4,
+    "attnlm.evaluation": 4,
+    "attnlm.checkpoint": 4,
+    "attnlm.inspect": 4,
+    "attnlm.generate": 4,
+    "attnlm.train": 5,
+    "attnlm.demo": 5,
+    "attnlm.compare": 5,
+    "attnlm.web": 6,
+    "attnlm.cli": 7,
+    "attnlm.__main__": 7,
 }
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(SRC).with_suffix("")
+def module_name(path: Path, src: Path = SRC) -> str:
+    rel = path.relative_to(src).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -67,22 +70,14 @@ def layer(module: str) -> int:
     raise AssertionError(f"{module} has no layer in LAYERS: add it (and to docs/architecture.md)")
 
 
-def imports_of(path: Path, modules: set[str]) -> set[str]:
-    """attnlm modules imported anywhere in ``path`` (module level or inside functions)."""
-    me = module_name(path)
+def imports_of(path: Path, modules: set[str], src: Path = SRC) -> set[str]:
+    """attnlm modules imported anywhere in ``path`` (module level, inside functions, or under
+    ``if TYPE_CHECKING:``)."""
+    me = module_name(path, src)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out: set[str] = set()
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    typing_only = {  # imports under `if TYPE_CHECKING:` never run
-        id(n)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-        for stmt in block.body
-        for n in ast.walk(stmt)
-    }
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in ast.walk(tree):  # under `if TYPE_CHECKING:` too: an annotation is an arrow
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -176,6 +171,28 @@ def test_no_upward_imports():
             if layer(d) > layer(m):
                 bad.append(f"{m} (layer {layer(m)}) imports {d} (layer {layer(d)})")
     assert not bad, "\n".join(sorted(bad))
+
+
+def test_model_files_know_no_file_format():
+    """Arrows run from the adapters (``attnlm.models.hf``, ``attnlm.models.gguf``) to the
+    models, never back: no model module imports one, even for annotations."""
+    sources = tuple(m for m, n in LAYERS.items() if m.startswith("attnlm.models.") and n == 3)
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, deps in graph().items()
+        if layer(m) == LAYERS["attnlm.models"] and m != "attnlm.models"
+        for d in deps
+        if d.startswith(sources)
+    )
+    assert not bad, "\n".join(bad)
+
+
+def test_type_checking_imports_are_counted(tmp_path):
+    pkg = tmp_path / "attnlm"
+    pkg.mkdir()
+    f = pkg / "m.py"
+    f.write_text("if TYPE_CHECKING:\n    from attnlm.x import Y\n")
+    assert imports_of(f, {"attnlm.m", "attnlm.x"}, src=tmp_path) == {"attnlm.x"}
 
 
 def test_argparse_only_in_the_command_line():

@@ -285,9 +285,10 @@ def load_hf_folder(path: str | os.PathLike[str], device: str | torch.device = "c
     no training config)."""
     from attnlm import tokenizers
     from attnlm.models import registry
+    from attnlm.models.hf import from_hf
 
     folder = Path(path).expanduser()
-    model = registry.from_hf(folder)
+    model = from_hf(folder)
     family = registry.family_of(model)
     try:
         tok = tokenizers.load(folder)

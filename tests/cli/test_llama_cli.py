@@ -14,7 +14,7 @@ from attnlm.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.cli import main
 from attnlm.generate import decode
 from attnlm.inspect.record import inspect
-from attnlm.models import registry
+from attnlm.models import from_hf, registry
 
 tokenizers = pytest.importorskip("tokenizers")
 transformers = pytest.importorskip("transformers")
@@ -45,7 +45,7 @@ def hf_run(tmp_path_factory):
                                    num_attention_heads=4, num_key_value_heads=2,
                                    max_position_embeddings=64)  # fmt: skip
     transformers.LlamaForCausalLM(cfg).save_pretrained(base / "hf")
-    model = registry.from_hf(base / "hf")
+    model = from_hf(base / "hf")
     family = registry.family_of(model)
     config = {"step": 0, "model": registry.config_table(family, model.config), "train": {}}
     tokenizer = load_tokenizer(base / "tokenizer.json")

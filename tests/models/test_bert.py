@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.models import registry
+from attnlm.models import from_hf, registry, save_hf
 from attnlm.models.bert import Bert, BertConfig
+from attnlm.models.hf import bert as hf_bert
+from attnlm.models.hf import model_types
 
 transformers = pytest.importorskip("transformers")
 
@@ -90,7 +92,7 @@ def test_bertmodel_parity_random(tmp_path, act):
     hf = transformers.BertModel(hf_config(hidden_act=act)).eval()
     randomize(hf, 1)
     hf.save_pretrained(tmp_path)
-    ours = registry.from_hf(tmp_path)
+    ours = from_hf(tmp_path)
     assert isinstance(ours, Bert) and ours.head is None and ours.pooler is not None
     ids, mask, types = batch(97)
     out, ref = check_encoder(ours, hf, ids, mask, types)
@@ -108,7 +110,7 @@ def test_maskedlm_parity_random(tmp_path):
     randomize(hf, 2)
     hf.tie_weights()
     hf.save_pretrained(tmp_path)
-    ours = registry.from_hf(tmp_path)
+    ours = from_hf(tmp_path)
     assert ours.head is not None and ours.pooler is None
     ids, mask, types = batch(97, seed=3)
     check_encoder(ours, hf.bert, ids, mask, types)
@@ -134,7 +136,7 @@ def test_save_hf_round_trip_loads_in_transformers(tmp_path):
     ours = Bert(BertConfig(vocab_size=61, block_size=16, n_layer=2, n_head=2, n_embd=16,
                            dropout=0.0)).eval()  # fmt: skip
     randomize(ours, 4)
-    ours.save_hf(tmp_path / "mlm")
+    save_hf(ours, tmp_path / "mlm")
     hf = transformers.BertForMaskedLM.from_pretrained(
         tmp_path / "mlm", attn_implementation="eager"
     ).eval()
@@ -149,12 +151,12 @@ def test_save_hf_round_trip_loads_in_transformers(tmp_path):
     enc = Bert(BertConfig(vocab_size=61, block_size=16, n_layer=1, n_head=2, n_embd=16,
                           dropout=0.0, mlm_head=False, pooler=True)).eval()  # fmt: skip
     randomize(enc, 6)
-    enc.save_hf(tmp_path / "enc")
+    save_hf(enc, tmp_path / "enc")
     hf_enc = transformers.BertModel.from_pretrained(
         tmp_path / "enc", attn_implementation="eager"
     ).eval()
     check_encoder(enc, hf_enc, ids, mask, types)
-    back = Bert.from_hf(tmp_path / "enc")
+    back = hf_bert.load(tmp_path / "enc")
     for k, v in enc.state_dict().items():
         assert torch.equal(v, back.state_dict()[k])
 
@@ -162,7 +164,7 @@ def test_save_hf_round_trip_loads_in_transformers(tmp_path):
 def test_registry_and_config_errors():
     family = registry.get("bert")
     assert family.objective == "masked" and family.capabilities == {"fill-mask", "embed"}
-    assert "bert" in family.hf_types
+    assert "bert" in model_types(family.model)
     with pytest.raises(ConfigError, match="model.n_embd"):
         BertConfig(vocab_size=10, n_embd=30, n_head=4)
     with pytest.raises(ConfigError, match="model.activation"):
@@ -204,7 +206,7 @@ def test_minilm_parity():
     from attnlm import tokenizers
 
     hf = transformers.BertModel.from_pretrained(folder, attn_implementation="eager").eval()
-    ours = registry.from_hf(folder)
+    ours = from_hf(folder)
     tok = tokenizers.load(folder)
     enc = tok.encode_batch_for_model(
         ["The bank raised interest rates.", "We sat on the river bank."],

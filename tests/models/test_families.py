@@ -18,9 +18,10 @@ from torch import nn
 
 from attnlm.cli import main
 from attnlm.errors import ConfigError, InputError
-from attnlm.models import registry
+from attnlm.models import from_hf, registry
 from attnlm.models.base import Family, ModelOutput, token_loss
 from attnlm.models.gpt import GPT, GPTConfig
+from attnlm.models.hf import gpt2 as hf_gpt2
 from support import FIXTURES
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
@@ -165,11 +166,11 @@ def test_from_hf_dispatches_on_model_type(tmp_path):
         transformers.GPT2Config(vocab_size=20, n_positions=16, n_embd=8, n_layer=1, n_head=2)
     )
     hf.save_pretrained(tmp_path / "gpt2")
-    assert isinstance(registry.from_hf(tmp_path / "gpt2"), GPT)
+    assert isinstance(from_hf(tmp_path / "gpt2"), GPT)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "config.json").write_text('{"model_type": "mamba"}')
     with pytest.raises(InputError, match="model_type 'mamba' is not supported"):
-        registry.from_hf(tmp_path / "other")
+        from_hf(tmp_path / "other")
 
 
 # -- objectives and the trainer ---------------------------------------------------------------
@@ -367,7 +368,7 @@ def test_beam_search_equals_transformers_gpt2(tmp_path):
     with torch.no_grad():
         hf.transformer.wte.weight.mul_(8)  # peaked distributions: hypotheses end early
     hf.save_pretrained(tmp_path)
-    ours = GPT.from_hf(tmp_path).double()
+    ours = hf_gpt2.load(tmp_path).double()
     hf = hf.double()
     prompts = [[5, 6, 7], [9, 1, 2]]
     from attnlm.generate import decode

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.models import save_hf
 from attnlm.models.gpt import GPT, GPTConfig
+from attnlm.models.hf import gpt2 as hf_gpt2
 
 transformers = pytest.importorskip("transformers", reason="transformers is the GPT-2 reference")
 transformers.logging.set_verbosity_error()
@@ -48,7 +50,7 @@ def _seed():
 def test_load_hf_and_export_back(tmp_path, shape):
     hf = make_hf(**shape)
     hf.save_pretrained(tmp_path / "hf")
-    ours = GPT.from_hf(tmp_path / "hf")
+    ours = hf_gpt2.load(tmp_path / "hf")
     assert not ours.training
     assert ours.config.tie_embeddings == shape.get("tie_word_embeddings", True)
     ids = torch.randint(0, 71, (3, 20))
@@ -65,7 +67,7 @@ def test_load_hf_and_export_back(tmp_path, shape):
         assert (a - b).abs().max() < 1e-4
     assert (ref.hidden_states[-1] - ours.ln_f(out.hidden_states[-1])).abs().max() < 1e-4
 
-    ours.save_hf(tmp_path / "ours")
+    save_hf(ours, tmp_path / "ours")
     back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "ours").eval()
     with torch.no_grad():
         assert (back(ids).logits - out.logits).abs().max() < 1e-4
@@ -76,7 +78,7 @@ def test_load_hf_and_export_back(tmp_path, shape):
 def test_loss_matches_hf(tmp_path):
     hf = make_hf(eager=False, **SHAPES[0])
     hf.save_pretrained(tmp_path)
-    ours = GPT.from_hf(tmp_path)
+    ours = hf_gpt2.load(tmp_path)
     ids = torch.randint(0, 71, (2, 16))
     with torch.no_grad():
         ref = hf(ids, labels=ids).loss  # HF shifts labels inside
@@ -87,14 +89,14 @@ def test_loss_matches_hf(tmp_path):
 def test_our_random_model_exports(tmp_path):
     cfg = GPTConfig(vocab_size=50, block_size=12, n_layer=2, n_head=2, n_embd=16, d_ff=40)
     ours = GPT(cfg).eval()
-    ours.save_hf(tmp_path)
+    save_hf(ours, tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["model_type"] == "gpt2" and saved["n_inner"] == 40
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
     ids = torch.randint(0, 50, (2, 12))
     with torch.no_grad():
         assert (hf(ids).logits - ours(ids).logits).abs().max() < 1e-4
-    again = GPT.from_hf(tmp_path)
+    again = hf_gpt2.load(tmp_path)
     for (k, a), (_, b) in zip(ours.state_dict().items(), again.state_dict().items(), strict=True):
         assert torch.equal(a, b), k
 
@@ -110,7 +112,7 @@ def test_pytorch_model_bin_and_bare_keys(tmp_path):
         state[f"h.{i}.attn.bias"] = torch.ones(1, 1, 24, 24).tril()
         state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
     torch.save(state, tmp_path / "pytorch_model.bin")
-    ours = GPT.from_hf(tmp_path)
+    ours = hf_gpt2.load(tmp_path)
     ids = torch.randint(0, 71, (2, 10))
     with torch.no_grad():
         assert (hf(ids).logits - ours(ids).logits).abs().max() < 1e-4
@@ -118,24 +120,24 @@ def test_pytorch_model_bin_and_bare_keys(tmp_path):
 
 def test_errors(tmp_path):
     with pytest.raises(InputError, match="config.json"):
-        GPT.from_hf(tmp_path)
+        hf_gpt2.load(tmp_path)
     hf = make_hf(**SHAPES[0])
     hf.save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").rename(tmp_path / "elsewhere.safetensors")
     with pytest.raises(InputError, match="model.safetensors"):
-        GPT.from_hf(tmp_path)
+        hf_gpt2.load(tmp_path)
     (tmp_path / "elsewhere.safetensors").rename(tmp_path / "model.safetensors")
     cfg = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "n_embd": 64}))
     with pytest.raises(InputError, match="shape"):
-        GPT.from_hf(tmp_path)
+        hf_gpt2.load(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "model_type": "bert"}))
     with pytest.raises(ConfigError, match="gpt2"):
-        GPT.from_hf(tmp_path)
+        hf_gpt2.load(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "scale_attn_weights": False}))
     with pytest.raises(ConfigError, match="scale_attn_weights"):
-        GPT.from_hf(tmp_path)
+        hf_gpt2.load(tmp_path)
     rope = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8,
                          positions="rope"))  # fmt: skip
     with pytest.raises(ConfigError, match="model.positions"):
-        rope.save_hf(tmp_path / "rope")
+        save_hf(rope, tmp_path / "rope")

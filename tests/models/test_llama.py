@@ -15,7 +15,8 @@ import torch
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.inspect.params import kv_cache_bytes_per_token
-from attnlm.models import registry
+from attnlm.models import from_hf, save_hf
+from attnlm.models.hf import llama as hf_llama
 from attnlm.models.llama import Llama, LlamaConfig, llama_ffn_width
 
 transformers = pytest.importorskip("transformers", reason="transformers is the Llama reference")
@@ -62,7 +63,7 @@ def test_logits_attention_and_export_equal_transformers(tmp_path, name):
     shape = SHAPES[name]
     hf = make_hf(**shape)
     hf.save_pretrained(tmp_path / "hf")
-    ours = Llama.from_hf(tmp_path / "hf")
+    ours = hf_llama.load(tmp_path / "hf")
     c = ours.config
     assert not ours.training
     assert (c.n_head, c.n_kv_head) == (shape["num_attention_heads"],
@@ -83,13 +84,13 @@ def test_logits_attention_and_export_equal_transformers(tmp_path, name):
         assert (a - b).abs().max() < 1e-5
     assert (ref.hidden_states[-1] - ours.ln_f(out.hidden_states[-1])).abs().max() < 1e-5
 
-    ours.save_hf(tmp_path / "ours")
+    save_hf(ours, tmp_path / "ours")
     back = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "ours").eval()
     with torch.no_grad():
         assert (back(ids).logits - out.logits).abs().max() < 1e-5
     tied = back.lm_head.weight.data_ptr() == back.model.embed_tokens.weight.data_ptr()
     assert tied == c.tie_embeddings
-    again = Llama.from_hf(tmp_path / "ours")
+    again = hf_llama.load(tmp_path / "ours")
     assert again.config == c
     for (k, a), (_, b) in zip(ours.state_dict().items(), again.state_dict().items(), strict=True):
         assert torch.equal(a, b), k
@@ -98,7 +99,7 @@ def test_logits_attention_and_export_equal_transformers(tmp_path, name):
 def test_loss_and_padded_batches_equal_transformers(tmp_path):
     hf = make_hf(eager=False, **SHAPES["gqa-tied"])
     hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path)
+    ours = hf_llama.load(tmp_path)
     ids = torch.randint(2, V, (2, 16))
     keep = torch.ones(2, 16, dtype=torch.bool)
     keep[1, :5] = False  # left padding
@@ -123,7 +124,7 @@ def test_training_gradients_equal_transformers(tmp_path, name):
 
     hf = make_hf(eager=False, **SHAPES[name]).train()
     hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path).train()
+    ours = hf_llama.load(tmp_path).train()
     ids = torch.randint(2, V, (4, 25))
     hf(ids, labels=ids).loss.backward()  # HF shifts labels inside
     loss = ours(ids[:, :-1], targets=ids[:, 1:]).loss
@@ -142,7 +143,7 @@ def test_greedy_decoding_equals_transformers_generate(tmp_path, name):
 
     hf = make_hf(eager=False, **SHAPES[name])
     hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path)
+    ours = hf_llama.load(tmp_path)
     prompts = [[5, 6, 7, 8], [9, 10, 11, 12]]
     with torch.no_grad():
         ref = hf.generate(torch.tensor(prompts), max_new_tokens=30, do_sample=False,
@@ -162,7 +163,7 @@ def test_beam_search_equals_transformers(tmp_path, name):
     with torch.no_grad():
         hf.model.embed_tokens.weight.mul_(8)  # peaked distributions: hypotheses end early
     hf.save_pretrained(tmp_path)
-    ours = Llama.from_hf(tmp_path).double()
+    ours = hf_llama.load(tmp_path).double()
     hf = hf.double()
     prompts = [[5, 6, 7], [9, 3, 2]]
     eos = decode(ours, prompts[:1], max_new_tokens=3, temperature=0, lookahead=0)[0][2]
@@ -187,13 +188,13 @@ def test_sharded_folders_both_ways(tmp_path):
     hf.save_pretrained(tmp_path / "hf", max_shard_size="20KB")
     assert (tmp_path / "hf" / "model.safetensors.index.json").is_file()
     assert not (tmp_path / "hf" / "model.safetensors").exists()
-    ours = registry.from_hf(tmp_path / "hf")  # dispatch on model_type
+    ours = from_hf(tmp_path / "hf")  # dispatch on model_type
     assert isinstance(ours, Llama)
     ids = torch.randint(0, V, (2, 12))
     with torch.no_grad():
         assert (hf(ids).logits - ours(ids).logits).abs().max() < 1e-5
 
-    ours.save_hf(tmp_path / "ours", max_shard_size=20_000)
+    save_hf(ours, tmp_path / "ours", max_shard_size=20_000)
     index = json.loads((tmp_path / "ours" / "model.safetensors.index.json").read_text())
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 2 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
@@ -203,9 +204,9 @@ def test_sharded_folders_both_ways(tmp_path):
     back = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "ours").eval()
     with torch.no_grad():
         assert (back(ids).logits - ours(ids).logits).abs().max() < 1e-5
-    ours.save_hf(tmp_path / "ours")  # unsharded over it: the index goes
+    save_hf(ours, tmp_path / "ours")  # unsharded over it: the index goes
     assert not (tmp_path / "ours" / "model.safetensors.index.json").exists()
-    assert (Llama.from_hf(tmp_path / "ours")(ids).logits == ours(ids).logits).all()
+    assert (hf_llama.load(tmp_path / "ours")(ids).logits == ours(ids).logits).all()
 
 
 def test_llama3_frequencies_equal_transformers():
@@ -308,7 +309,7 @@ def test_config_defaults_and_errors(tmp_path):
     ]:
         (tmp_path / "config.json").write_text(json.dumps({**base, **change}))
         with pytest.raises(ConfigError, match=message):
-            Llama.from_hf(tmp_path)
+            hf_llama.load(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**base, "num_key_value_heads": 4}))
     with pytest.raises(InputError, match="shape"):
-        Llama.from_hf(tmp_path)
+        hf_llama.load(tmp_path)

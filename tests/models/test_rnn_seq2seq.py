@@ -254,6 +254,7 @@ def test_bad_inputs_are_input_errors():
 @pytest.mark.parametrize("variant", VARIANTS[:1] + VARIANTS[4:5], ids=["bahdanau", "luong-feed"])
 def test_greedy_and_beam_decoding_batched(variant):
     from attnlm.generate import beam_search, decode
+    from attnlm.generate.translate import translate_ids
 
     m = small(seed=3, **variant)
     sources = [s for s, _ in PAIRS]
@@ -267,7 +268,7 @@ def test_greedy_and_beam_decoding_batched(variant):
 
     batched = greedy(sources)
     assert batched == [greedy([s])[0] for s in sources]  # batch = one at a time
-    assert batched == m.greedy(sources, max_len=12)  # the model's own loop agrees
+    assert [[1, *g] for g in batched] == translate_ids(m, sources, max_new_tokens=12)
     beam1 = beam_search(m, sources, num_beams=1, early_stopping=True, max_new_tokens=12)
     assert beam1 == [[1, *g] for g in batched]  # k = 1 is greedy
     beam4 = beam_search(m, sources, num_beams=4, max_new_tokens=12)
@@ -331,14 +332,14 @@ def test_inspect_record_with_pair_and_plain_tokenizers(tmp_path):
     queries, keys = rec.maps("cross")[1:]
     png = plot_attention_panels([[("cross", cross[0])]], queries, keys, tmp_path / "a.png")
     assert png.stat().st_size > 0
-    translated = m.inspect(toks, "May 3")  # no target: greedy translation, at most 6 tokens
+    translated = inspect(m, toks, "May 3")  # no target: greedy translation, at most 6 tokens
     assert 1 <= len(translated.tokens) <= 6
     assert translated.cross_attentions[0].shape == (1, len(translated.tokens), 6)
     # one plain tokenizer for both sides: the source gets the model's eos appended
     plain = CharTokenizer.train("May 3. Mai", unk=True)
     V = plain.vocab_size
     m2 = RNNSeq2Seq(RNNSeq2SeqConfig(vocab_size=V + 3, pad_id=V, bos_id=V + 1, eos_id=V + 2))
-    rec2 = m2.inspect(plain, "May", target="Mai")
+    rec2 = inspect(m2, plain, "May", target="Mai")
     assert rec2.source_tokens == ["M", "a", "y", "</s>"] and rec2.tokens[-1] == "</s>"
 
 

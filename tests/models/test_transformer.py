@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.models import registry
+from attnlm.models import from_hf, save_hf
+from attnlm.models.hf import marian as hf_marian
 from attnlm.models.transformer import Transformer, TransformerConfig
 
 transformers = pytest.importorskip("transformers")
@@ -86,7 +87,7 @@ def _batch(vocab=23, dec_vocab=None):
 )
 def test_marian_logits_and_attention_match(tmp_path, shared, act, scale, dec_vocab):
     ref, folder = _marian(tmp_path, shared=shared, act=act, scale=scale, dec_vocab=dec_vocab)
-    ours = registry.from_hf(folder)
+    ours = from_hf(folder)
     assert isinstance(ours, Transformer)
     src, src_mask, tgt = _batch(dec_vocab=dec_vocab)
     with torch.no_grad():
@@ -152,7 +153,7 @@ def test_marian_beams_match_generate(tmp_path, k, lp, es):
     from attnlm.generate import beam_search
 
     ref, folder = _marian(tmp_path, seed=3)
-    ours = registry.from_hf(folder)
+    ours = from_hf(folder)
     g = torch.Generator().manual_seed(7)
     sources = [torch.randint(6, 23, (n,), generator=g).tolist() + [EOS] for n in (4, 6, 2, 6)]
     got = beam_search(ours, sources, k, length_penalty=lp, early_stopping=es, max_new_tokens=9)
@@ -165,7 +166,7 @@ def test_greedy_decode_matches_generate(tmp_path):
     from attnlm.generate import decode
 
     ref, folder = _marian(tmp_path, seed=4)
-    ours = registry.from_hf(folder)
+    ours = from_hf(folder)
     sources = [[7, 8, 9, 10, EOS], [11, 12, EOS]]
     setup = ours.prepare_decoding(sources)
     got = decode(
@@ -187,7 +188,7 @@ def test_forced_token_other_than_eos_loads_and_matches_generate(tmp_path, k):
     from attnlm.models.hf import marian
 
     ref, folder = _marian(tmp_path, seed=5, forced=FORCED)
-    ours = registry.from_hf(folder)
+    ours = from_hf(folder)
     assert ours.config.forced_eos == FORCED and ours.config.eos_id == EOS
     g = torch.Generator().manual_seed(11)
     sources = [torch.randint(6, 23, (n,), generator=g).tolist() + [EOS] for n in (5, 3, 7, 2)]
@@ -221,7 +222,7 @@ def test_save_hf_roundtrip(tmp_path):
     ours = Transformer(cfg).eval()
     with torch.no_grad():
         ours.logits_bias.normal_()
-    ours.save_hf(tmp_path / "out")
+    save_hf(ours, tmp_path / "out")
     theirs = MarianMTModel.from_pretrained(tmp_path / "out").eval()
     src = torch.tensor([[4, 5, 6, 1], [7, 8, 1, 3]])
     mask = src != 3
@@ -231,7 +232,7 @@ def test_save_hf_roundtrip(tmp_path):
         a = ours(src, tgt, mask).logits
         b = theirs(input_ids=src, attention_mask=mask.long(), decoder_input_ids=tgt).logits
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    again = Transformer.from_hf(tmp_path / "out")
+    again = hf_marian.load(tmp_path / "out")
     assert again.config == cfg
     for (ka, va), (kb, vb) in zip(ours.state_dict().items(), again.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
@@ -340,7 +341,7 @@ def test_packed_training_loss_matches_marian_and_padded_gradients(
     """With targets, ``forward`` runs the per-token layers on real tokens only (packed). Its
     loss equals Marian's on the padded batch, and its gradients equal our padded path's."""
     ref, folder = _marian(tmp_path, shared=shared, act=act, scale=scale, dec_vocab=dec_vocab)
-    ours = registry.from_hf(folder).train()  # dropout 0: train mode changes nothing else
+    ours = from_hf(folder).train()  # dropout 0: train mode changes nothing else
     g = torch.Generator().manual_seed(3)
     src, src_mask, tgt = _batch(dec_vocab=dec_vocab)
     tgt = torch.cat([tgt, tgt[:, :2]], 1)  # 8 target positions, rows of length 8, 5, 6

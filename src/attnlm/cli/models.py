@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def families_table() -> list[dict]:
     """One dict per registered family (what ``attnlm models --json`` prints)."""
     from attnlm.models import registry
+    from attnlm.models.hf import model_types
 
     return [
         {
@@ -55,7 +56,7 @@ def families_table() -> list[dict]:
             "description": f.description,
             "objective": f.objective,
             "capabilities": sorted(f.capabilities),
-            "hf_model_types": list(f.hf_types),
+            "hf_model_types": model_types(f.model),
             "config": f.config.__name__,
             "presets": registry.presets_of(f.type),
         }

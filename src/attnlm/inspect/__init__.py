@@ -1,5 +1,6 @@
 """Looking inside models: one inspection record of a forward pass for any family
-(:mod:`.record`), attention heatmaps and loss curves (:mod:`.heatmap`), parameter counts
+(:mod:`.base` the record, :mod:`.record` building it, :mod:`.translation` for encoder-decoders),
+attention heatmaps and loss curves (:mod:`.heatmap`), parameter counts
 (:mod:`.params`). Names load on first use."""
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from __future__ import annotations
 from attnlm._lazy import lazy_exports
 
 _EXPORTS = {
-    "InspectionRecord": "attnlm.inspect.record",
+    "InspectionRecord": "attnlm.inspect.base",
+    "inspect_translation": "attnlm.inspect.translation",
     "inspect": "attnlm.inspect.record",
     "plot_attention_grid": "attnlm.inspect.heatmap",
     "plot_attention_panels": "attnlm.inspect.heatmap",

@@ -7,10 +7,10 @@ and per-layer hidden states. Heatmaps (``attnlm attention``), the contextual-emb
 commands and the web explorer all read this record, so a new family is inspectable as soon as
 its ``forward`` returns the weights.
 
-A family whose forward pass needs more than token ids (a translation model needs a source and
-a target) defines ``model.inspect(tokenizer, text, target=None)`` returning an
-:class:`InspectionRecord` or a dict of its fields (a model file cannot import this module); the
-others are run as ``model(ids=..., return_attention=True, return_hidden=True)``.
+Encoder-decoders (objective ``seq2seq``), whose forward pass needs a source and a target, go
+through :func:`attnlm.inspect.translation.inspect_translation`; the others are run as
+``model(ids=..., return_attention=True, return_hidden=True)``. The record class lives in
+:mod:`attnlm.inspect.base` (importable from here too).
 
 Shape legend (the batch dimension is removed: one text per record)
     H  heads
@@ -28,7 +28,8 @@ import torch
 
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
-from attnlm.models.base import InspectionRecord
+from attnlm.inspect.base import InspectionRecord
+from attnlm.inspect.translation import inspect_translation
 from attnlm.tokenizers import encode_text, token_label
 
 __all__ = ["InspectionRecord", "inspect"]
@@ -81,14 +82,10 @@ def inspect(
 ) -> InspectionRecord:
     """Run ``model`` on ``text`` and record tokens, attention and hidden states (see the
     module docstring). ``target``: the target side for encoder-decoders, a text or the
-    target ids a decoder produced (their own ``inspect`` translates the text when it is
-    None). Texts longer than the model's window
-    are cut to the window."""
-    hook = getattr(model, "inspect", None)
-    if callable(hook):
-        record = hook(tokenizer, text, target=target)
-        # model files sit below this module (layers) and may return the fields as a dict
-        return InspectionRecord(**record) if isinstance(record, dict) else record
+    target ids a decoder produced (translated greedily when it is None). Texts longer than
+    the model's window are cut to the window."""
+    if _objective(model) == "seq2seq":
+        return inspect_translation(model, tokenizer, text, target)
     if target is not None:
         raise InputError("a target text only applies to translation models")
     ids, extra = model_input(model, tokenizer, text)

@@ -139,8 +139,7 @@ class Family:
     ``nn.Module`` class, built as ``model(config)``. ``objective``: the training objective's
     name (``causal``, ``causal-stream``, ``masked`` or ``seq2seq``, see :mod:`attnlm.objectives`).
     ``capabilities``: what the family can do (``generate``, ``fill-mask``, ``translate``,
-    ``embed``). ``hf_types``: Hugging Face ``model_type`` values that ``model.from_hf`` loads.
-    ``describe``: one line about a config for logs and ``attnlm params``.
+    ``embed``). ``describe``: one line about a config for logs and ``attnlm params``.
     """
 
     type: str
@@ -149,7 +148,6 @@ class Family:
     objective: str = "causal"
     capabilities: frozenset[str] = frozenset({"generate"})
     description: str = ""
-    hf_types: tuple[str, ...] = ()
     describe: Callable[[Any], str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -190,66 +188,3 @@ class DecodingSetup:
             batch = {k: v.index_select(0, index.to(v.device)) for k, v in self.state_batch.items()}
         prompts = [self.prompts[r] for r in rows]
         return DecodingSetup(prompts, batch, self.eos_id, self.keep_prompt, self.process)
-
-
-@dataclass
-class InspectionRecord:
-    """What one forward pass shows (built by :func:`attnlm.inspect.record.inspect`; defined
-    here so that a family's own ``model.inspect`` can return one). ``attentions``: per
-    layer ``(H, T, T)``; ``hidden_states``: ``L + 1`` tensors ``(T, C)`` (embedding output first);
-    ``cross_attentions``: per decoder layer ``(H, T, S)`` and ``encoder_attentions`` per
-    encoder layer ``(H, S, S)`` for encoder-decoders; ``source_tokens`` their ``S`` labels;
-    ``logits`` ``(T, V)`` the model's output at each position."""
-
-    family: str
-    tokens: list[str]
-    ids: list[int]
-    attentions: list[Tensor]
-    hidden_states: list[Tensor]
-    source_tokens: list[str] | None = None
-    source_ids: list[int] | None = None
-    cross_attentions: list[Tensor] | None = None
-    encoder_attentions: list[Tensor] | None = None
-    encoder_hidden_states: list[Tensor] | None = None
-    logits: Tensor | None = None  # (T, V): the next-token (or target) logits at each position
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.attentions)
-
-    @property
-    def n_heads(self) -> int:
-        return int(self.attentions[0].shape[0]) if self.attentions else 0
-
-    def maps(self, kind: str = "self") -> tuple[list[Tensor], list[str], list[str]]:
-        """Attention maps of one kind with their query and key labels: ``self`` (the text's
-        self-attention), ``cross`` (target queries over source keys) or ``encoder``."""
-        if kind == "self":
-            return self.attentions, self.tokens, self.tokens
-        if kind == "cross" and self.cross_attentions is not None:
-            return self.cross_attentions, self.tokens, self.source_tokens or []
-        if kind == "encoder" and self.encoder_attentions is not None:
-            src = self.source_tokens or []
-            return self.encoder_attentions, src, src
-        raise InputError(f"this {self.family} model has no {kind} attention")
-
-    def to_json(self, digits: int = 5) -> dict[str, Any]:
-        """The record as JSON data: ``{"family", "tokens", "attention": [layer][head][query]
-        [key]}`` plus ``source_tokens``, ``cross_attention`` and ``encoder_attention`` for
-        encoder-decoders (the web explorer's and the HTML export's format)."""
-
-        def nest(maps: list[Tensor]) -> list:
-            return [torch.round(m.float(), decimals=digits).tolist() for m in maps]
-
-        out: dict[str, Any] = {
-            "family": self.family,
-            "tokens": self.tokens,
-            "attention": nest(self.attentions),
-        }
-        if self.source_tokens is not None:
-            out["source_tokens"] = self.source_tokens
-        if self.cross_attentions is not None:
-            out["cross_attention"] = nest(self.cross_attentions)
-        if self.encoder_attentions is not None:
-            out["encoder_attention"] = nest(self.encoder_attentions)
-        return out

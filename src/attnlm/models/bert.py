@@ -7,8 +7,7 @@ a pooler (``tanh(W h_[CLS] + b)``) and the masked-LM head (dense + GELU + LayerN
 decoder tied to the token embedding, plus a bias).
 
 The file reads top to bottom: the config, the embeddings and the MLM head BERT adds, the model,
-its Hugging Face ``BertModel`` / ``BertForMaskedLM`` import/export (the layout itself is
-:mod:`attnlm.models.hf.bert`), the registry entry. Blocks, attention and masks come from
+the registry entry. Blocks, attention and masks come from
 :mod:`attnlm.nn`; the output record and loss from :mod:`attnlm.models.base`.
 
 Shape legend
@@ -24,7 +23,6 @@ Shape legend
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -38,14 +36,6 @@ from attnlm.models.base import (
     check_targets,
     count_params,
 )
-from attnlm.models.hf import bert as hf_bert
-from attnlm.models.hf.folder import (
-    load_hf_weights,
-    read_hf_config,
-    read_hf_weights,
-    write_hf_folder,
-)
-from attnlm.models.hf.mapping import to_hf
 from attnlm.nn.attention import padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, TransformerBlock, dropout_layer
 
@@ -57,8 +47,8 @@ class BertConfig:
 
     ``block_size`` is BERT's ``max_position_embeddings`` (the longest input); ``d_ff`` its
     ``intermediate_size`` (None: 4C); ``type_vocab_size`` the number of segment (token-type)
-    ids; ``pooler`` / ``mlm_head`` whether those parts exist (a Hugging Face ``BertModel``
-    folder has no MLM head, a ``BertForMaskedLM`` folder no pooler; a fresh model has no
+    ids; ``pooler`` / ``mlm_head`` whether those parts exist (a published encoder may
+    lack the MLM head, a published masked LM the pooler; a fresh model has no
     pooler by default: masked-LM training gives it no gradient); ``whole_word_masking`` is
     read by the masked-LM objective."""
 
@@ -301,27 +291,6 @@ class Bert(nn.Module):
         e = self.embeddings
         return count_params(self, exclude=(e.tok, e.pos, e.types))
 
-    # -- Hugging Face BERT folders (the layout: attnlm.models.hf.bert) -------------------------
-
-    @classmethod
-    def from_hf(cls, path: str | Path) -> Bert:
-        """Load a Hugging Face ``BertModel`` folder (no MLM head: the model gets
-        ``mlm_head=False`` and can embed, not fill masks) or ``BertForMaskedLM`` /
-        ``BertForPreTraining`` folder (``config.json`` and ``model.safetensors`` or
-        ``pytorch_model.bin``), in eval mode."""
-        path = Path(path)
-        hf = read_hf_config(path)
-        weights = read_hf_weights(path)
-        config = BertConfig(**hf_bert.config_from_hf(hf, weights, where=str(path / "config.json")))
-        return load_hf_weights(cls(config), path, hf_bert.layout(config), weights)
-
-    def save_hf(self, path: str | Path) -> None:
-        """Write a Hugging Face folder: ``BertForMaskedLM`` layout (``bert.`` prefix, ``cls.
-        predictions`` head, plus the pooler when present, which ``BertForMaskedLM`` ignores)
-        when the model has an MLM head, else ``BertModel`` layout."""
-        state = to_hf(hf_bert.layout(self.config), self.state_dict())
-        write_hf_folder(path, hf_bert.config_to_hf(self.config), state)
-
 
 # -- registry entry ---------------------------------------------------------------------------
 
@@ -341,6 +310,5 @@ FAMILY = Family(
     objective="masked",
     capabilities=frozenset({"fill-mask", "embed"}),
     description="bidirectional transformer encoder, masked LM (Devlin et al. 2019)",
-    hf_types=(hf_bert.MODEL_TYPE,),
     describe=_describe,
 )

@@ -3,11 +3,9 @@
 token ids -> token embedding (+ absolute positions) -> N transformer blocks with causal
 self-attention -> final layer norm -> LM head (tied to the token embedding) -> logits.
 
-The file reads top to bottom: the config, the model with its loss and decoding state, its
-Hugging Face GPT-2 import/export (the layout itself is :mod:`attnlm.models.hf.gpt2`), and the
-registry entry. The shared parts (attention,
-positions, blocks) come from :mod:`attnlm.nn`, the output record and loss from
-:mod:`attnlm.models.base`.
+The file reads top to bottom: the config, the model with its loss and decoding state, and the
+registry entry. The shared parts (attention, positions, blocks) come from :mod:`attnlm.nn`, the
+output record and loss from :mod:`attnlm.models.base`.
 
 Shape legend
     B  batch size
@@ -23,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,9 +35,6 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
-from attnlm.models.hf import gpt2
-from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
-from attnlm.models.hf.mapping import to_hf
 from attnlm.nn.attention import SCORES, KVCache, causal_mask, combine_masks, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
 from attnlm.nn.positional import (
@@ -336,24 +330,6 @@ class GPT(nn.Module):
 
         return cls(from_dict(GPTConfig, data, where="model"))
 
-    # -- Hugging Face GPT-2 folders (the layout: attnlm.models.hf.gpt2) ------------------------
-
-    @classmethod
-    def from_hf(cls, path: str | Path) -> GPT:
-        """Load a GPT-2 checkpoint directory in Hugging Face layout (``config.json`` and
-        ``model.safetensors`` or ``pytorch_model.bin``), in eval mode."""
-        path = Path(path)
-        config = GPTConfig(
-            **gpt2.config_from_hf(read_hf_config(path), where=str(path / "config.json"))
-        )
-        return load_hf_weights(cls(config), path, gpt2.layout(config))
-
-    def save_hf(self, path: str | Path) -> None:
-        """Write this model as a Hugging Face GPT-2 checkpoint directory that
-        ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
-        hf_config = gpt2.config_to_hf(self.config)
-        write_hf_folder(path, hf_config, to_hf(gpt2.layout(self.config), self.state_dict()))
-
 
 # -- registry entry ---------------------------------------------------------------------------
 
@@ -373,6 +349,5 @@ FAMILY = Family(
     objective="causal",
     capabilities=frozenset({"generate"}),
     description="decoder-only transformer LM (Radford et al. 2018, 2019)",
-    hf_types=(gpt2.MODEL_TYPE,),
     describe=_describe,
 )

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from torch import nn
@@ -45,9 +44,6 @@ from torch import nn
 from attnlm.errors import ConfigError
 from attnlm.models.base import Family
 from attnlm.models.gpt import GPT
-from attnlm.models.hf import llama as hf_llama
-from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
-from attnlm.models.hf.mapping import to_hf
 from attnlm.nn import fused
 from attnlm.nn.blocks import TransformerBlock, dropout_layer, make_norm
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
@@ -80,7 +76,7 @@ class LlamaConfig:
     rms_norm_eps: float = 1e-6
     tie_embeddings: bool = False
     dropout: float = 0.0
-    bos_id: int | None = None  # kept for the Hugging Face config.json
+    bos_id: int | None = None  # kept for exported configs
     eos_id: int | None = None
 
     def __post_init__(self) -> None:
@@ -178,7 +174,7 @@ class Llama(GPT):
         self.lm_head = fused.Linear(c.n_embd, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight  # (V, C)
-        self.apply(self._init_weights)  # N(0, 0.02) as Hugging Face's initializer_range
+        self.apply(self._init_weights)  # N(0, 0.02), as GPT-2
         for block in self.blocks:  # residual projections scaled by 1/sqrt(2L), as GPT-2
             for proj in (block.attn.out_proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
@@ -189,27 +185,6 @@ class Llama(GPT):
         from attnlm.config import from_dict
 
         return cls(from_dict(LlamaConfig, data, where="model"))
-
-    # -- Hugging Face Llama folders (the layout: attnlm.models.hf.llama) -----------------------
-
-    @classmethod
-    def from_hf(cls, path: str | Path) -> Llama:
-        """Load a ``LlamaForCausalLM`` folder (``config.json`` and ``model.safetensors``,
-        sharded safetensors with ``model.safetensors.index.json``, or ``pytorch_model.bin``),
-        in eval mode."""
-        path = Path(path)
-        fields = hf_llama.config_from_hf(read_hf_config(path), where=str(path / "config.json"))
-        config = LlamaConfig(**fields)
-        return load_hf_weights(cls(config), path, hf_llama.layout(config))
-
-    def save_hf(self, path: str | Path, max_shard_size: int | None = None) -> None:
-        """Write this model as a Hugging Face Llama folder that
-        ``transformers.LlamaForCausalLM.from_pretrained`` loads; with ``max_shard_size``
-        (bytes) the weights are sharded with an index file when larger."""
-        state = to_hf(hf_llama.layout(self.config), self.state_dict())
-        write_hf_folder(
-            path, hf_llama.config_to_hf(self.config), state, max_shard_size=max_shard_size
-        )
 
 
 # -- registry entry ---------------------------------------------------------------------------
@@ -232,6 +207,5 @@ FAMILY = Family(
     capabilities=frozenset({"generate"}),
     description="Llama decoder: RMSNorm, SwiGLU, RoPE, grouped-query attention "
     "(Touvron et al. 2023)",
-    hf_types=(hf_llama.MODEL_TYPE,),
     describe=_describe,
 )

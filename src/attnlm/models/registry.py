@@ -15,7 +15,6 @@ checkpoints and generation work for it unchanged.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
 from attnlm.errors import ConfigError, InputError
@@ -149,26 +148,3 @@ def presets_of(type_name: str) -> list[str]:
         if table.get("type", DEFAULT_TYPE) == type_name:
             out.append(name)
     return out
-
-
-def from_hf(path: str | Path) -> Any:
-    """Load a Hugging Face model folder into our model of the matching family (by
-    ``config.json``'s ``model_type``)."""
-    import json
-
-    path = Path(path)
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise InputError(f"{path}: no config.json (expected a Hugging Face model folder)")
-    try:
-        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
-    except (ValueError, AttributeError, UnicodeDecodeError) as e:
-        raise InputError(f"{config_file}: invalid JSON ({e})") from None
-    for family in families():
-        if model_type in family.hf_types:
-            return family.model.from_hf(path)
-    supported = sorted(t for f in families() for t in f.hf_types)
-    raise InputError(
-        f"{config_file}: model_type {model_type!r} is not supported "
-        f"(supported: {', '.join(supported) or 'none'})"
-    )

@@ -33,9 +33,8 @@ loops, so the training forward compiles into one graph; the backward encoder dir
 each row's real tokens in reverse (:func:`reverse_rows`), so padding never reaches it.
 
 The file reads in the lecture's order: the config; the recurrences; :class:`RNNSeq2Seq`'s
-encoder, attention step and decoder cell, forward pass and loss, and decoding hooks. The
-inspection record is built in :mod:`.rnn_seq2seq_inspect`. Every name stays importable from
-here.
+encoder, attention step and decoder cell, forward pass and loss, and decoding hooks. Every
+name stays importable from here.
 
 Shape legend
     B  batch size
@@ -50,7 +49,6 @@ Shape legend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,13 +59,11 @@ from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
     DecodingSetup,
     Family,
-    InspectionRecord,
     ModelOutput,
     check_ids,
     count_params,
     token_loss,
 )
-from attnlm.models.rnn_seq2seq_inspect import inspect_translation
 from attnlm.models.rnn_seq2seq_state import Hidden, RNNDecoderState
 from attnlm.nn.attention import SCORE_ALIASES, SCORES, attend, make_score, padding_mask
 
@@ -108,7 +104,7 @@ class RNNSeq2SeqConfig:
     d_attn: int | None = None  # hidden width of the additive score; None: d_hidden
     n_layer: int = 1  # layers of the encoder and of the decoder
     dropout: float = 0.0
-    max_target_len: int = 128  # default length limit of ``model.translate`` / ``inspect``
+    max_target_len: int = 128  # default length limit of greedy translation when inspecting
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_emb", "d_hidden", "n_layer", "max_target_len"):
@@ -440,37 +436,7 @@ class RNNSeq2Seq(nn.Module):
             keep_prompt=True,
         )
 
-    @torch.no_grad()
-    def greedy(self, sources: list[list[int]], max_len: int | None = None) -> list[list[int]]:
-        """Greedy translations (target ids without ``bos``, ending in ``eos`` when produced)
-        of source id lists. The decoders of :mod:`attnlm.generate` do this and more; this is
-        for :meth:`inspect`, which cannot import them."""
-        c = self.config
-        max_len = max_len or c.max_target_len
-        state = self.new_state(self.source_batch(sources))
-        tok = torch.full((len(sources), 1), c.bos_id, dtype=torch.long, device=state.memory.device)
-        out: list[list[int]] = [[] for _ in sources]
-        done = [False] * len(sources)
-        for _ in range(max_len):
-            tok = self.step(tok, state)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
-            for r, t in enumerate(tok[:, 0].tolist()):
-                if not done[r]:
-                    out[r].append(t)
-                    done[r] = t == c.eos_id
-            if all(done):
-                break
-        return out
-
-    # -- inspection and size ----------------------------------------------------------------
-    def inspect(
-        self, tokenizer: Any, text: str, target: str | Sequence[int] | None = None
-    ) -> InspectionRecord:
-        """The :class:`~attnlm.inspect.record.InspectionRecord` of translating ``text`` (or of
-        teacher-forcing ``target``), with ``cross_attentions`` ``[(1, T, S)]``: see
-        :func:`~attnlm.models.rnn_seq2seq_inspect.inspect_translation`. ``tokenizer``: one
-        shared tokenizer, or a pair (``attnlm.data.pairs.PairTokenizers``)."""
-        return inspect_translation(self, tokenizer, text, target)
-
+    # -- size -------------------------------------------------------------------------------
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count (without the embeddings and output layer when asked)."""
         if not non_embedding:

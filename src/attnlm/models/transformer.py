@@ -1,5 +1,5 @@
 """The encoder-decoder Transformer for translation (Vaswani et al., 2017, "Attention Is All
-You Need"), loading and writing Hugging Face Marian (``MarianMTModel``) folders.
+You Need").
 
 source ids -> embedding * sqrt(C) + sinusoidal positions -> N encoder blocks (self-attention
 over the source, padding masked) -> memory. target ids (``[start] + target``) -> embedding *
@@ -9,9 +9,8 @@ memory) -> LM head (tied to the target embedding) -> logits for the next target 
 Options: post-norm (the paper, Marian) or pre-norm (then a final norm after each stack),
 shared source/target embeddings, label smoothing (Szegedy et al., 2016; the paper uses 0.1).
 The file reads top to bottom: the config, the model (encoder, decoder, loss, decoding
-protocol), its Marian import/export, the registry entry. Beside it: the decoding state
-(:mod:`attnlm.models.transformer_state`), inspection (:mod:`attnlm.models.transformer_inspect`)
-and the Marian layout (:mod:`attnlm.models.hf.marian`).
+protocol), the registry entry. Beside it: the decoding state
+(:mod:`attnlm.models.transformer_state`).
 
 Shape legend
     B  batch size
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -42,15 +40,6 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
-from attnlm.models.hf import marian
-from attnlm.models.hf.folder import (
-    load_hf_weights,
-    read_generation_config,
-    read_hf_config,
-    write_hf_folder,
-)
-from attnlm.models.hf.mapping import to_hf
-from attnlm.models.transformer_inspect import inspect_translation
 from attnlm.models.transformer_state import EncoderDecoderState
 from attnlm.nn.attention import KVCache, Packing, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
@@ -467,56 +456,11 @@ class Transformer(nn.Module):
             state.memory = None  # the cross-attention keys/values are in the cache now
         return logits
 
-    @torch.no_grad()
-    def greedy(self, source: list[int], max_new_tokens: int = 128) -> list[int]:
-        """Greedy translation of one source id list (start token first, end token last when
-        reached); what :meth:`inspect` uses when no target is given."""
-        setup = self.prepare_decoding([source])
-        state = self.new_state(setup.state_batch)
-        out = list(setup.prompts[0])
-        max_len = 1 + max_new_tokens
-        for _ in range(max_new_tokens):
-            tok = torch.tensor([out[-1:]], device=self.lm_head.weight.device)
-            logits = self.step(tok, state)[:, -1]
-            if setup.process is not None:
-                logits = setup.process(logits, len(out), max_len)
-            out.append(int(logits.argmax(-1)))
-            if out[-1] == self.config.eos_id:
-                break
-        return out
-
-    # -- inspection: model.inspect(tokenizer, text, target=None), see transformer_inspect ----
-
-    inspect = inspect_translation
-
     # -- utilities -----------------------------------------------------------------------------
 
     def num_params(self) -> int:
         """Number of parameters (shared and tied matrices counted once)."""
         return count_params(self)
-
-    # -- Hugging Face Marian folders (the layout: attnlm.models.hf.marian) --------------------
-
-    @classmethod
-    def from_hf(cls, path: str | Path) -> Transformer:
-        """Load a ``MarianMTModel`` folder (``config.json`` with ``model_type: "marian"`` and
-        ``model.safetensors`` or ``pytorch_model.bin``), in eval mode. The decoding settings
-        (``bad_words_ids`` = padding, ``forced_eos_token_id``) follow
-        ``generation_config.json`` when the folder has one."""
-        path = Path(path)
-        fields = marian.config_from_hf(
-            read_hf_config(path), read_generation_config(path), str(path)
-        )
-        config = TransformerConfig(**fields)
-        return load_hf_weights(cls(config), path, marian.layout(config))
-
-    def save_hf(self, path: str | Path, max_position_embeddings: int = 512) -> None:
-        """Write this model as a ``MarianMTModel`` folder (``config.json``,
-        ``generation_config.json``, ``model.safetensors``) that
-        ``transformers.MarianMTModel.from_pretrained`` loads."""
-        hf_config, generation = marian.config_to_hf(self.config, max_position_embeddings)
-        state = to_hf(marian.layout(self.config), self.state_dict())
-        write_hf_folder(path, hf_config, state, generation)
 
 
 # -- registry entry ---------------------------------------------------------------------------
@@ -538,6 +482,5 @@ FAMILY = Family(
     objective="seq2seq",
     capabilities=frozenset({"translate"}),
     description="encoder-decoder Transformer for translation (Vaswani et al. 2017; Marian)",
-    hf_types=(marian.MODEL_TYPE,),
     describe=_describe,
 )

@@ -5,22 +5,39 @@
   mapped weights into a model, writing a folder;
 - :mod:`.mapping`: the one rule-table mechanism between our parameter names and theirs
   (transposes, fused q/k/v, optional and tied keys), applied in both directions;
-- one module per architecture, each holding only its config translation (both directions)
-  and its rule table: :mod:`.gpt2` (``GPT2LMHeadModel`` <-> :mod:`attnlm.models.gpt`),
-  :mod:`.bert` (``BertModel`` / ``BertForMaskedLM`` <-> :mod:`attnlm.models.bert`),
-  :mod:`.marian` (``MarianMTModel`` <-> :mod:`attnlm.models.transformer`).
+- one adapter module per architecture: :mod:`.gpt2` (``GPT2LMHeadModel`` <->
+  :mod:`attnlm.models.gpt`), :mod:`.bert` (``BertModel`` / ``BertForMaskedLM`` <->
+  :mod:`attnlm.models.bert`), :mod:`.marian` (``MarianMTModel`` <->
+  :mod:`attnlm.models.transformer`), :mod:`.llama` (``LlamaForCausalLM`` <->
+  :mod:`attnlm.models.llama`).
 
-The architecture modules translate dicts only: a Hugging Face ``config.json`` dict into the
-keyword arguments of our config dataclass (and our config back into a dict), and rule tables
-for our state dicts. They import no model family; the family files import them
-(``GPT.from_hf`` builds ``GPTConfig(**gpt2.config_from_hf(...))`` and loads through
-``gpt2.layout(config)``), so no import runs from here back to a model file. Config types
-appear in annotations only (``TYPE_CHECKING``).
+Arrows run from the adapters to the models, never back: an adapter imports its model class and
+config, and holds the config translation (both directions), the weight table and
+``MODEL_TYPE``, ``MODEL`` (the model class), ``load(path)`` and ``save(model, path, ...)``. A
+model file knows no file format. :data:`ARCHITECTURES` maps a ``config.json`` ``model_type``
+to its adapter module; :func:`from_hf` dispatches on it and :func:`save_hf` picks the adapter
+from the model's class (both also ``attnlm.models.from_hf`` / ``attnlm.models.save_hf``).
 """
 
 from __future__ import annotations
 
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
 from attnlm._lazy import lazy_exports
+from attnlm.errors import ConfigError, InputError
+
+# Hugging Face ``model_type`` -> the adapter module that loads and saves it. A new architecture
+# is one module with MODEL_TYPE, MODEL, load(path) and save(model, path, ...) and a row here.
+ARCHITECTURES: dict[str, str] = {
+    "gpt2": "attnlm.models.hf.gpt2",
+    "bert": "attnlm.models.hf.bert",
+    "marian": "attnlm.models.hf.marian",
+    "llama": "attnlm.models.hf.llama",
+}
 
 _EXPORTS = {
     "read_hf_config": "attnlm.models.hf.folder",
@@ -34,6 +51,60 @@ _EXPORTS = {
     "to_ours": "attnlm.models.hf.mapping",
     "to_hf": "attnlm.models.hf.mapping",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(
+    [*_EXPORTS, "ARCHITECTURES", "adapter", "adapter_for", "from_hf", "model_types", "save_hf"]
+)
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+
+def adapter(model_type: str) -> ModuleType:
+    """The adapter module of a Hugging Face ``model_type`` (a key of :data:`ARCHITECTURES`)."""
+    return importlib.import_module(ARCHITECTURES[model_type])
+
+
+def adapter_for(model: Any) -> ModuleType:
+    """The adapter module whose ``MODEL`` is the class of ``model`` (a subclass matches when no
+    adapter names the class itself); ConfigError when no architecture stores it."""
+    adapters = [adapter(t) for t in ARCHITECTURES]
+    for a in adapters:
+        if type(model) is a.MODEL:
+            return a
+    for a in adapters:
+        if isinstance(model, a.MODEL):
+            return a
+    raise ConfigError(
+        f"{type(model).__name__} has no Hugging Face layout "
+        f"(supported: {', '.join(a.MODEL.__name__ for a in adapters)})"
+    )
+
+
+def model_types(model_class: type) -> list[str]:
+    """The ``model_type`` values whose adapter loads into ``model_class``."""
+    return [t for t in ARCHITECTURES if adapter(t).MODEL is model_class]
+
+
+def from_hf(path: str | Path) -> Any:
+    """Load a Hugging Face model folder into our model of the matching family (by
+    ``config.json``'s ``model_type``), in eval mode."""
+    path = Path(path)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise InputError(f"{path}: no config.json (expected a Hugging Face model folder)")
+    try:
+        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, AttributeError, UnicodeDecodeError) as e:
+        raise InputError(f"{config_file}: invalid JSON ({e})") from None
+    if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
+        raise InputError(
+            f"{config_file}: model_type {model_type!r} is not supported "
+            f"(supported: {', '.join(sorted(ARCHITECTURES)) or 'none'})"
+        )
+    return adapter(model_type).load(path)
+
+
+def save_hf(model: Any, path: str | Path, **options: Any) -> None:
+    """Write ``model`` as a Hugging Face folder that ``transformers`` loads, through the
+    adapter of its class; ``options`` go to that adapter's ``save`` (``max_shard_size`` for
+    Llama, ``max_position_embeddings`` for Marian)."""
+    adapter_for(model).save(model, path, **options)

@@ -15,13 +15,26 @@ weights (:func:`config_from_hf`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from attnlm.errors import ConfigError
-from attnlm.models.hf.mapping import ACT_TO_HF, WEIGHT, Layout, Rule, activation_from_hf, layers
-
-if TYPE_CHECKING:
-    from attnlm.models.bert import BertConfig
+from attnlm.models.bert import Bert, BertConfig
+from attnlm.models.hf.folder import (
+    load_hf_weights,
+    read_hf_config,
+    read_hf_weights,
+    write_hf_folder,
+)
+from attnlm.models.hf.mapping import (
+    ACT_TO_HF,
+    WEIGHT,
+    Layout,
+    Rule,
+    activation_from_hf,
+    layers,
+    to_hf,
+)
 
 MODEL_TYPE = "bert"
 
@@ -132,3 +145,28 @@ def config_to_hf(config: BertConfig) -> dict[str, Any]:
         "tie_word_embeddings": True,
         "dtype": "float32",
     }
+
+
+# -- the adapter: load(path) / save(model, path) --------------------------------------------
+
+MODEL = Bert
+
+
+def load(path: str | Path) -> Bert:
+    """Load a Hugging Face ``BertModel`` folder (no MLM head: the model gets
+    ``mlm_head=False`` and can embed, not fill masks) or ``BertForMaskedLM`` /
+    ``BertForPreTraining`` folder (``config.json`` and ``model.safetensors`` or
+    ``pytorch_model.bin``) into our :class:`~attnlm.models.bert.Bert`, in eval mode."""
+    path = Path(path)
+    hf = read_hf_config(path)
+    weights = read_hf_weights(path)
+    config = BertConfig(**config_from_hf(hf, weights, where=str(path / "config.json")))
+    return load_hf_weights(Bert(config), path, layout(config), weights)
+
+
+def save(model: Bert, path: str | Path) -> None:
+    """Write a Hugging Face folder: ``BertForMaskedLM`` layout (``bert.`` prefix, ``cls.
+    predictions`` head, plus the pooler when present, which ``BertForMaskedLM`` ignores)
+    when the model has an MLM head, else ``BertModel`` layout."""
+    state = to_hf(layout(model.config), model.state_dict())
+    write_hf_folder(path, config_to_hf(model.config), state)

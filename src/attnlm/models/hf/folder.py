@@ -6,7 +6,7 @@ in ``model.safetensors`` (or sharded with ``model.safetensors.index.json``), or 
 ``pytorch_model.bin`` (a pickled state dict, read here with ``weights_only=True``); generative
 models also ``generation_config.json``. The names and layouts of the weights are mapped by
 :mod:`.mapping` with the tables of :mod:`.gpt2`, :mod:`.bert` and :mod:`.marian`;
-:func:`attnlm.models.registry.from_hf` picks the family from ``model_type``.
+:func:`attnlm.models.hf.from_hf` picks the adapter from ``model_type``.
 
 This needs neither ``transformers`` nor the network: only ``torch`` and ``safetensors``.
 """

@@ -12,13 +12,25 @@ buffers ``attn.bias`` / ``attn.masked_bias``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from attnlm.errors import ConfigError
-from attnlm.models.hf.mapping import ACT_TO_HF, WEIGHT, Layout, Rule, activation_from_hf, layers
-
-if TYPE_CHECKING:
-    from attnlm.models.gpt import GPTConfig
+from attnlm.models.gpt import GPT, GPTConfig
+from attnlm.models.hf.folder import (
+    load_hf_weights,
+    read_hf_config,
+    write_hf_folder,
+)
+from attnlm.models.hf.mapping import (
+    ACT_TO_HF,
+    WEIGHT,
+    Layout,
+    Rule,
+    activation_from_hf,
+    layers,
+    to_hf,
+)
 
 MODEL_TYPE = "gpt2"
 
@@ -119,3 +131,24 @@ def config_to_hf(config: GPTConfig) -> dict[str, Any]:
         "eos_token_id": config.vocab_size - 1,
         "dtype": "float32",
     }
+
+
+# -- the adapter: load(path) / save(model, path) --------------------------------------------
+
+MODEL = GPT
+
+
+def load(path: str | Path) -> GPT:
+    """Load a GPT-2 checkpoint directory in Hugging Face layout (``config.json`` and
+    ``model.safetensors`` or ``pytorch_model.bin``) into our :class:`~attnlm.models.gpt.GPT`,
+    in eval mode."""
+    path = Path(path)
+    config = GPTConfig(**config_from_hf(read_hf_config(path), where=str(path / "config.json")))
+    return load_hf_weights(GPT(config), path, layout(config))
+
+
+def save(model: GPT, path: str | Path) -> None:
+    """Write ``model`` as a Hugging Face GPT-2 checkpoint directory that
+    ``transformers.GPT2LMHeadModel.from_pretrained`` loads."""
+    hf_config = config_to_hf(model.config)
+    write_hf_folder(path, hf_config, to_hf(layout(model.config), model.state_dict()))

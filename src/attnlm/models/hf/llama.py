@@ -17,13 +17,17 @@ interleaved layout), so they are copied as they are.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from attnlm.errors import ConfigError
-from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers
-
-if TYPE_CHECKING:
-    from attnlm.models.llama import LlamaConfig
+from attnlm.models.hf.folder import (
+    load_hf_weights,
+    read_hf_config,
+    write_hf_folder,
+)
+from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers, to_hf
+from attnlm.models.llama import Llama, LlamaConfig
 
 MODEL_TYPE = "llama"
 
@@ -161,3 +165,25 @@ def config_to_hf(config: LlamaConfig) -> dict[str, Any]:
         "initializer_range": 0.02,
         "dtype": "float32",
     }
+
+
+# -- the adapter: load(path) / save(model, path, max_shard_size) ----------------------------
+
+MODEL = Llama
+
+
+def load(path: str | Path) -> Llama:
+    """Load a ``LlamaForCausalLM`` folder (``config.json`` and ``model.safetensors``, sharded
+    safetensors with ``model.safetensors.index.json``, or ``pytorch_model.bin``) into our
+    :class:`~attnlm.models.llama.Llama`, in eval mode."""
+    path = Path(path)
+    config = LlamaConfig(**config_from_hf(read_hf_config(path), where=str(path / "config.json")))
+    return load_hf_weights(Llama(config), path, layout(config))
+
+
+def save(model: Llama, path: str | Path, max_shard_size: int | None = None) -> None:
+    """Write ``model`` as a Hugging Face Llama folder that
+    ``transformers.LlamaForCausalLM.from_pretrained`` loads; with ``max_shard_size`` (bytes)
+    the weights are sharded with an index file when larger."""
+    state = to_hf(layout(model.config), model.state_dict())
+    write_hf_folder(path, config_to_hf(model.config), state, max_shard_size=max_shard_size)

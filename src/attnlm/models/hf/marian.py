@@ -17,11 +17,18 @@ sinusoidal position tables are not stored. Attention projections are separate q,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from attnlm.errors import ConfigError
+from attnlm.models.hf.folder import (
+    load_hf_weights,
+    read_generation_config,
+    read_hf_config,
+    write_hf_folder,
+)
 from attnlm.models.hf.mapping import (
     ACT_FROM_HF,
     ACT_TO_HF,
@@ -31,10 +38,9 @@ from attnlm.models.hf.mapping import (
     Rule,
     activation_from_hf,
     layers,
+    to_hf,
 )
-
-if TYPE_CHECKING:
-    from attnlm.models.transformer import TransformerConfig
+from attnlm.models.transformer import Transformer, TransformerConfig
 
 MODEL_TYPE = "marian"
 
@@ -197,3 +203,29 @@ def config_to_hf(
         "max_length": max_position_embeddings,
     }
     return hf, {k: v for k, v in generation.items() if v is not None}
+
+
+# -- the adapter: load(path) / save(model, path, max_position_embeddings) -------------------
+
+MODEL = Transformer
+
+
+def load(path: str | Path) -> Transformer:
+    """Load a ``MarianMTModel`` folder (``config.json`` with ``model_type: "marian"`` and
+    ``model.safetensors`` or ``pytorch_model.bin``) into our encoder-decoder
+    :class:`~attnlm.models.transformer.Transformer`, in eval mode. The decoding settings
+    (``bad_words_ids`` = padding, ``forced_eos_token_id``) follow ``generation_config.json``
+    when the folder has one."""
+    path = Path(path)
+    fields = config_from_hf(read_hf_config(path), read_generation_config(path), str(path))
+    config = TransformerConfig(**fields)
+    return load_hf_weights(Transformer(config), path, layout(config))
+
+
+def save(model: Transformer, path: str | Path, max_position_embeddings: int = 512) -> None:
+    """Write ``model`` as a ``MarianMTModel`` folder (``config.json``,
+    ``generation_config.json``, ``model.safetensors``) that
+    ``transformers.MarianMTModel.from_pretrained`` loads."""
+    hf_config, generation = config_to_hf(model.config, max_position_embeddings)
+    state = to_hf(layout(model.config), model.state_dict())
+    write_hf_folder(path, hf_config, state, generation)

@@ -38,7 +38,8 @@ Where other model families plug in (kept in one place each):
   their pair tokenizers);
 - :meth:`ModelService._inspect` (:mod:`.model`): the single forward pass that yields tokens,
   per-layer attention, hidden states and logits, through the shared record
-  (:func:`attnlm.inspect.record.inspect`; encoder-decoders through their ``inspect`` hook);
+  (:func:`attnlm.inspect.record.inspect`; encoder-decoders through
+  :func:`attnlm.inspect.translation.inspect_translation`);
 - :func:`resolve_named_model`: ``attnlm serve --model NAME`` (``minilm`` or a Hugging Face folder).
 
 Shapes: ``L`` layers, ``H`` heads, ``T`` tokens (target tokens for translation), ``S`` source
