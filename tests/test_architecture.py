@@ -39,6 +39,7 @@ LAYERS = {
     "attnlm.objectives": 3,
     "attnlm.evaluation": 3,
     "attnlm.checkpoint": 3,
+    "attnlm.sources": 3,
     "attnlm.inspect": 3,
     "attnlm.generate": 3,
     "attnlm.train": 4,

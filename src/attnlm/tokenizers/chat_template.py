@@ -189,15 +189,12 @@ SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token"
                  "mask_token")  # fmt: skip
 
 
-def from_hf_folder(folder: str | os.PathLike[str]) -> ChatTemplate | None:
-    """The template of a Hugging Face model folder: ``chat_template.jinja`` if present, else
-    ``chat_template`` in ``tokenizer_config.json`` (a string, or a list of ``{name,
-    template}`` of which ``default`` is used); special tokens from ``tokenizer_config.json``
-    (and ``special_tokens_map.json``). None when the folder has no template."""
-    folder = Path(folder)
+def hf_folder_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """``special_tokens_map.json`` updated by ``tokenizer_config.json`` ({} when neither is
+    there); invalid JSON is a one-line InputError."""
     config: dict[str, Any] = {}
     for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins
-        p = folder / name
+        p = Path(folder) / name
         if p.is_file():
             try:
                 doc = json.loads(p.read_text(encoding="utf-8"))
@@ -205,7 +202,25 @@ def from_hf_folder(folder: str | os.PathLike[str]) -> ChatTemplate | None:
                 raise InputError(f"{p}: not valid JSON ({e})") from None
             if isinstance(doc, dict):
                 config.update(doc)
-    special = {k: _token_text(config.get(k)) for k in SPECIAL_NAMES}
+    return config
+
+
+def hf_special_tokens(folder: str | os.PathLike[str]) -> dict[str, str]:
+    """The special token strings a Hugging Face folder's tokenizer config names
+    (``bos_token``, ``eos_token``, ...)."""
+    config = hf_folder_config(folder)
+    found = {k: _token_text(config.get(k)) for k in SPECIAL_NAMES}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def from_hf_folder(folder: str | os.PathLike[str]) -> ChatTemplate | None:
+    """The template of a Hugging Face model folder: ``chat_template.jinja`` if present, else
+    ``chat_template`` in ``tokenizer_config.json`` (a string, or a list of ``{name,
+    template}`` of which ``default`` is used); special tokens from ``tokenizer_config.json``
+    (and ``special_tokens_map.json``). None when the folder has no template."""
+    folder = Path(folder)
+    config = hf_folder_config(folder)
+    special = hf_special_tokens(folder)
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
         return ChatTemplate(_read(jinja_file), special, origin=str(jinja_file))
