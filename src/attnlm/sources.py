@@ -204,39 +204,40 @@ def _load_run(path: Path, spec: str, device: Any) -> Resolved:
 
 
 def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:
-    """A ``.gguf`` file through :mod:`attnlm.models.gguf`, imported here so that the resolver
-    loads without it. Contract: ``load_gguf(path) -> (model, tokenizer, metadata)`` with the
-    file's metadata as a dict (``tokenizer.chat_template``, ``tokenizer.ggml.bos_token_id``,
-    ``tokenizer.ggml.eos_token_id``)."""
+    """A ``.gguf`` file through :mod:`attnlm.models.gguf` (``load_model`` and
+    ``load_tokenizer`` of one parsed header, :class:`attnlm.ggufio.GGUFFile`), imported here
+    so that the resolver loads without it. The chat template is the metadata's
+    ``tokenizer.chat_template``; its ``bos_token``/``eos_token`` are the strings of
+    ``tokenizer.ggml.tokens`` at the BOS/EOS ids."""
+    import importlib
+
     try:
-        from attnlm.models import gguf
+        gguf = importlib.import_module("attnlm.models.gguf")
+        ggufio = importlib.import_module("attnlm.ggufio")
     except ImportError:
         raise InputError(f"{path}: GGUF files cannot be read by this build of attnlm") from None
     from attnlm.tokenizers.chat_template import from_string
 
-    model, tok, meta = gguf.load_gguf(path)
+    header = ggufio.GGUFFile(path)
+    model, tok = gguf.load_model(header), gguf.load_tokenizer(header)
     model.to(device)
-    template, special = None, {}
-    for name in ("bos", "eos", "unknown", "padding"):
-        i = meta.get(f"tokenizer.ggml.{name}_token_id")
-        if isinstance(i, int) and 0 <= i < tok.vocab_size:
-            key = {"unknown": "unk", "padding": "pad"}.get(name, name)
-            special[f"{key}_token"] = _token_text(tok, i)
-    source = meta.get("tokenizer.chat_template")
+    tokens = header.get("tokenizer.ggml.tokens") or []
+    special = {}
+    for name, key in (("bos", "bos"), ("eos", "eos"), ("unknown", "unk"), ("padding", "pad")):
+        i = header.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(i, int) and 0 <= i < len(tokens):
+            special[f"{key}_token"] = str(tokens[i])
+    template = None
+    source = header.get("tokenizer.chat_template")
     if isinstance(source, str) and source.strip():
         template = from_string(source, **special)
         template.origin = f"{path}: tokenizer.chat_template"
     info = ModelInfo(spec, "gguf", path, _family(model), chat_template=template)
-    eos = meta.get("tokenizer.ggml.eos_token_id")
-    extra = (eos,) if isinstance(eos, int) else ()
-    info.stop_ids = tuple(dict.fromkeys(extra + stop_ids(tok, special, None)))
+    eos = header.get("tokenizer.ggml.eos_token_id")
+    eot = header.get("tokenizer.ggml.eot_token_id")  # llama.cpp's end-of-turn id
+    named = tuple(i for i in (eos, eot) if isinstance(i, int))
+    info.stop_ids = tuple(dict.fromkeys(named + stop_ids(tok, special, None)))
     return Resolved(model, tok, info)
-
-
-def _token_text(tok: Any, i: int) -> str:
-    if hasattr(tok, "token_text"):
-        return tok.token_text(i)
-    return tok.decode([i])
 
 
 def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[int, ...]:

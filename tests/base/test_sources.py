@@ -167,3 +167,44 @@ def test_gguf_without_reader_is_one_line(tmp_path):
     f.write_bytes(b"GGUF")
     with pytest.raises(InputError, match="GGUF"):
         resolve(f)
+
+
+def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
+    """The resolver's side of a ``.gguf`` file, with stand-ins for ``attnlm.models.gguf``
+    (``load_model``/``load_tokenizer`` of a parsed header) and ``attnlm.ggufio.GGUFFile``
+    (metadata by key): the template comes from ``tokenizer.chat_template`` with the BOS/EOS
+    strings of ``tokenizer.ggml.tokens``; EOS and EOT ids end a reply."""
+    import sys
+    import types
+
+    from attnlm import models, tokenizers
+    from support_chat import CHATML
+
+    tok = tokenizers.load(hf_folder)
+    vocab = [tok.decode([i]) for i in range(tok.vocab_size)]
+    end = tok.special_tokens["<|im_end|>"]
+    meta = {"tokenizer.chat_template": CHATML + "{{ bos_token }}|{{ eos_token }}",
+            "tokenizer.ggml.tokens": vocab, "tokenizer.ggml.bos_token_id": 1,
+            "tokenizer.ggml.eos_token_id": end, "tokenizer.ggml.eot_token_id": 0}  # fmt: skip
+
+    class Header:
+        def __init__(self, path):
+            self.path = path
+
+        def get(self, key, default=None):
+            return meta.get(key, default)
+
+    fake = types.ModuleType("attnlm.models.gguf")
+    fake.load_model = lambda header: models.from_hf(hf_folder)
+    fake.load_tokenizer = lambda header: tok
+    io = types.ModuleType("attnlm.ggufio")
+    io.GGUFFile = Header
+    monkeypatch.setitem(sys.modules, "attnlm.models.gguf", fake)
+    monkeypatch.setitem(sys.modules, "attnlm.ggufio", io)
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    _, _, info = resolve(f)
+    assert info.kind == "gguf" and info.family.type == "llama"
+    assert info.stop_ids[:2] == (end, 0)
+    text = info.chat_template.render([{"role": "user", "content": "hi"}])
+    assert text.endswith(f"{vocab[1]}|<|im_end|>") and text.startswith("<|im_start|>system")

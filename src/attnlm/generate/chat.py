@@ -31,6 +31,8 @@ from attnlm.generate.loop import pick
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.text import _RowText, encode_prompt
 from attnlm.nn.cache import KVCache
+from attnlm.nn.layout import decoding_layout
+from attnlm.tokenizers import token_label
 
 
 @dataclass
@@ -48,7 +50,7 @@ class ChatReply:
     prefilled: int
     prefill_s: float
     decode_s: float
-    token_texts: list[str] = field(default_factory=list)
+    token_texts: list[str] = field(default_factory=list)  # each token's label (its bytes)
 
     def to_json(self) -> dict[str, Any]:
         n = len(self.ids)
@@ -110,6 +112,7 @@ class ChatSession:
         if template is None:
             raise InputError("this model has no chat template; give one with --template FILE")
         self.model, self.tokenizer, self.template = model, tokenizer, template
+        decoding_layout(model)  # as the other decoders: one-row products run faster (CPU)
         self.stop_ids = set(stop_ids)
         self.sampling = sampling or SamplingConfig(temperature=0.0)
         self.use_cache = use_cache and hasattr(model, "new_state")
@@ -231,5 +234,5 @@ class ChatSession:
             prefilled=len(ids) - reused,
             prefill_s=t1 - t0,
             decode_s=t2 - t1,
-            token_texts=[self.tokenizer.decode([i]) for i in new],
+            token_texts=[token_label(self.tokenizer, i) for i in new],
         )
