@@ -45,6 +45,11 @@ def test_last_row_is_the_model_output(kind):
     torch.testing.assert_close(lens.top_probs[-1], ref_p)
     assert torch.equal(lens.top_ids[-1], ref_i)
     assert lens.top_tokens[-1][0][0] == tok.decode([int(ref_i[0, 0])])
+    names, labels, probs = lens.grid()  # what the table and the picture show
+    assert names[0] == "layer 3" and names[-1] == "embed"
+    for r, layer in enumerate(reversed(range(4))):
+        assert labels[r] == [tok.decode([int(i)]) for i in lens.top_ids[layer, :, 0]]
+        assert probs[r] == lens.top_probs[layer, :, 0].tolist()
 
 
 def test_hand_check_one_layer_gpt():

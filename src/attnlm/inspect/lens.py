@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnlm.device import eval_mode, model_device
@@ -57,23 +58,31 @@ class Lens:
             ],
         }
 
-    def table(self, width: int = 10) -> str:
+    def grid(self) -> tuple[list[str], list[list[str]], list[list[float]]]:
+        """What the table and the picture show: the row names, last layer first, and for each
+        row the top token's label and probability at each position."""
+        rows = list(reversed(range(len(self.layers))))
+        names = [self.layers[r] for r in rows]
+        labels = [[cell[0] for cell in self.top_tokens[r]] for r in rows]
+        probs = [self.top_probs[r, :, 0].tolist() for r in rows]
+        return names, labels, probs
+
+    def table(self, width: int = 12) -> str:
         """A text table: one row per layer (last layer first, as the model stacks them), one
         column per position, the top prediction and its probability in each cell."""
         from attnlm.inspect.heatmap import token_labels
 
-        def cell(s: str) -> str:
-            s = s if len(s) <= width else s[: width - 1] + "\u2026"
-            return s.ljust(width)
+        def cut(s: str, n: int) -> str:
+            return s if len(s) <= n else s[: n - 1] + "\u2026"
 
-        name_w = max(len(n) for n in self.layers)
-        head = " " * name_w + "  " + " ".join(cell(t) for t in token_labels(self.tokens))
-        lines = [head]
-        for r in reversed(range(len(self.layers))):
-            top = token_labels([row[0] for row in self.top_tokens[r]])
-            probs = self.top_probs[r, :, 0].tolist()
-            cells = [cell(f"{t} {p:.2f}") for t, p in zip(top, probs)]
-            lines.append(self.layers[r].ljust(name_w) + "  " + " ".join(cells))
+        names, labels, probs = self.grid()
+        name_w = max(len(n) for n in names)
+        head = [cut(t, width).ljust(width) for t in token_labels(self.tokens)]
+        lines = [" " * name_w + "  " + " ".join(head)]
+        for name, top, row in zip(names, labels, probs):
+            cells = [f"{cut(t, width - 5)} {p:.2f}".ljust(width)
+                     for t, p in zip(token_labels(top), row)]  # fmt: skip
+            lines.append(name.ljust(name_w) + "  " + " ".join(cells))
         return "\n".join(line.rstrip() for line in lines)
 
 
@@ -136,11 +145,11 @@ def plot_lens(lens: Lens, path: str | os.PathLike[str], title: str = "") -> Path
     from attnlm.inspect.heatmap import _pyplot, _save, token_labels
 
     plt = _pyplot()
-    probs = lens.top_probs[:, :, 0].numpy()[::-1]  # (L + 1, T), last layer first
+    row_names, names, grid = lens.grid()
+    probs = np.asarray(grid)  # (L + 1, T), last layer first
     rows, cols = probs.shape
     fig, ax = plt.subplots(figsize=(min(2 + 0.9 * cols, 40), min(1.5 + 0.4 * rows, 40)))
     im = ax.imshow(probs, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
-    names = [row[0] for row in lens.top_tokens[::-1]]  # (L + 1) rows of T top tokens
     for r in range(rows):
         for c, label in enumerate(token_labels(names[r])):
             colour = "white" if probs[r, c] > 0.6 else "black"
@@ -148,7 +157,7 @@ def plot_lens(lens: Lens, path: str | os.PathLike[str], title: str = "") -> Path
     ax.set_xticks(range(cols))
     ax.set_xticklabels(token_labels(lens.tokens), rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(rows))
-    ax.set_yticklabels(lens.layers[::-1], fontsize=7)
+    ax.set_yticklabels(row_names, fontsize=7)
     ax.set_xlabel("input token (the cell predicts the token after it)", fontsize=8)
     fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01, label="probability of the top token")
     ax.set_title(title or "logit lens", fontsize=10)
