@@ -89,6 +89,32 @@ def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
     )
 
 
+def load_as_checkpoint(spec: str | os.PathLike[str], device: Any = "cpu") -> Any:
+    """:func:`resolve`, returned as the :class:`~attnlm.checkpoint.Checkpoint` record the
+    commands already read (``model``, ``tokenizer``, ``family``, ``path``,
+    ``pair_tokenizers``...): an attnlm run's own record, else one with step 0, no training
+    config and ``config["source"]`` saying what SPEC was. A command moves from
+    ``load_model_ref(args.checkpoint, args.model, device)`` to ``--model SPEC`` with
+    ``load_as_checkpoint(args.model or args.checkpoint, device)``."""
+    from attnlm.checkpoint import Checkpoint
+    from attnlm.models import registry
+
+    model, tok, info = resolve(spec, device)
+    if info.checkpoint is not None:
+        return info.checkpoint
+    return Checkpoint(
+        path=info.path,
+        model=model,
+        tokenizer=tok,
+        model_config=model.config,
+        train_config={},
+        step=0,
+        config={"model": registry.config_table(info.family, model.config), "source": info.kind},
+        family=info.family,
+        source_tokenizer=tok,
+    )
+
+
 def _load_path(path: Path, spec: str, device: Any) -> Resolved:
     if path.is_file():
         if path.suffix.lower() == ".gguf":

@@ -208,3 +208,18 @@ def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
     assert info.stop_ids[:2] == (end, 0)
     text = info.chat_template.render([{"role": "user", "content": "hi"}])
     assert text.endswith(f"{vocab[1]}|<|im_end|>") and text.startswith("<|im_start|>system")
+
+
+def test_load_as_checkpoint(hf_folder, tmp_path):
+    from attnlm.checkpoint import load_checkpoint, save_checkpoint
+    from attnlm.models import registry
+    from attnlm.sources import load_as_checkpoint
+
+    ck = load_as_checkpoint(hf_folder)
+    assert ck.family.type == "llama" and ck.step == 0 and ck.config["source"] == "huggingface"
+    assert ck.config["model"] == registry.config_table(ck.family, ck.model.config)
+    config = {"step": 5, "model": ck.config["model"], "train": {"lr": 1.0}}
+    save_checkpoint(tmp_path / "run" / "checkpoint", ck.model, config, ck.tokenizer, {"step": 5})
+    run = load_as_checkpoint(tmp_path / "run")
+    direct = load_checkpoint(tmp_path / "run")
+    assert run.step == direct.step == 5 and run.train_config == direct.train_config
