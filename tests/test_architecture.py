@@ -42,6 +42,7 @@ LAYERS = {
     "attnlm.objectives": 4,
     "attnlm.evaluation": 4,
     "attnlm.checkpoint": 4,
+    "attnlm.sources": 4,  # --model SPEC: the resolver over every model source
     "attnlm.inspect": 4,
     "attnlm.generate": 4,
     "attnlm.train": 5,

@@ -58,6 +58,8 @@ RUNNABLE: dict[str, dict[str, str]] = {
     "train": {"--preset": "tiny-test", "--text": "{text}", "--max-iters": "1", "--out": "{outdir}"},
     "eval": {"--checkpoint": "{ckpt}"},
     "generate": {"--checkpoint": "{ckpt}", "--max-new-tokens": "1"},
+    "chat": {"--model": "{ckpt}", "--max-new-tokens": "1"},
+    "lens": {"--model": "{ckpt}"},
     "translate": {"--checkpoint": "{mt}"},
     "demo": {"--preset": "tiny-test", "--text": "{text}", "--time-budget": "1s",
              "--translate-budget": "0", "--compare-budget": "0", "--out": "{outdir}"},

@@ -180,3 +180,23 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def as_given(value: str, name: str | None = None) -> str:
     """A path left as given (the reader says what is wrong with it, e.g. "no such file")."""
     return value
+
+
+def add_model_spec_argument(
+    p: argparse.ArgumentParser, *, checkpoint_synonym: bool = False, required: bool = True
+) -> None:
+    """``--model SPEC``: any model :func:`attnlm.sources.resolve` reads (an attnlm run or
+    checkpoint folder, a Hugging Face folder, a ``.gguf`` file, a registered name, a Hub id
+    ``org/name``), stored as ``args.model``. With ``checkpoint_synonym``, ``--checkpoint`` is
+    kept as another spelling (one of the two; an error names the one given): the handler
+    resolves ``args.model or args.checkpoint``."""
+    what = (
+        "run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
+        "(attnlm models --available) or Hub id org/name"
+    )
+    if not checkpoint_synonym:
+        p.add_argument("--model", metavar="SPEC", required=required, help=what)
+        return
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument("--model", metavar="SPEC", help=what)
+    g.add_argument("--checkpoint", metavar="SPEC", help="the same as --model")

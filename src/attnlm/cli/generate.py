@@ -5,19 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.cli.common import add_pairs_argument, arg, text_value
+from attnlm.cli.common import add_model_spec_argument, add_pairs_argument, arg, text_value
 from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
 from attnlm.validate import device, finite_float, int_in_range, positive_int, seed, threads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="sample text from a checkpoint (KV cache, streaming)")
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="DIR",
-        help="run or checkpoint folder",
-    )
+    p = sub.add_parser("generate", help="sample text from a model (KV cache, streaming)")
+    add_model_spec_argument(p, checkpoint_synonym=True)
     p.add_argument(
         "--prompt", default="\n", type=text_value, help="text to continue (default: a newline)"
     )
@@ -89,11 +84,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _generate(args: argparse.Namespace) -> int:
     import torch
 
-    from attnlm.checkpoint import load_checkpoint
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.generate.sampling import SamplingConfig
     from attnlm.generate.text import encode_prompt, generate_text
+    from attnlm.sources import resolve
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -107,15 +102,16 @@ def _generate(args: argparse.Namespace) -> int:
         stop=tuple(args.stop),
         seed=args.seed,
     )
-    ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
-    if "generate" not in ck.family.capabilities:
-        raise InputError(f"{ck.path}: a {ck.family.type} model does not generate text")
-    encode_prompt(ck.tokenizer, args.prompt)  # fail early, before any output
+    spec = args.model if args.model is not None else args.checkpoint
+    model, tokenizer, info = resolve(spec, resolve_device(args.device))
+    if "generate" not in info.family.capabilities:
+        raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
+    encode_prompt(tokenizer, args.prompt)  # fail early, before any output
     out = sys.stdout
     if not args.stream:  # all samples in one batch
         texts = generate_text(
-            ck.model,
-            ck.tokenizer,
+            model,
+            tokenizer,
             [args.prompt] * args.num_samples,
             sampling=sampling,
             use_cache=args.use_cache,
@@ -135,8 +131,8 @@ def _generate(args: argparse.Namespace) -> int:
 
         seed = None if args.seed is None else args.seed + i
         generate_text(
-            ck.model,
-            ck.tokenizer,
+            model,
+            tokenizer,
             [args.prompt],
             sampling=sampling.with_(seed=seed),
             use_cache=args.use_cache,

@@ -22,6 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "it loads, and the built-in presets that use it.",
     )
     m.add_argument("--json", action="store_true", help="print one JSON object")
+    m.add_argument(
+        "--available",
+        action="store_true",
+        help="list the model names --model takes (registered names and Hub repositories in "
+        "the Hugging Face cache): where each comes from and whether it is cached",
+    )
     m.set_defaults(func=_models)
 
     p = sub.add_parser(
@@ -64,9 +70,28 @@ def families_table() -> list[dict]:
     ]
 
 
+def _available(as_json: bool) -> int:
+    import json
+
+    from attnlm.sources import available
+
+    rows = available()
+    if as_json:
+        print(json.dumps({"available": rows}, indent=1))
+        return 0
+    for r in rows:
+        state = f"cached: {r['path']}" if r["cached"] else "not cached (fetched on first use)"
+        print(f"{r['name']}: {r['description'] or r['source']}")
+        print(f"  from: {r['source']}" + (f"; license {r['license']}" if r["license"] else ""))
+        print(f"  {state}")
+    return 0
+
+
 def _models(args: argparse.Namespace) -> int:
     import json
 
+    if args.available:
+        return _available(args.json)
     rows = families_table()
     if args.json:
         print(json.dumps({"families": rows}, indent=1))

@@ -1,0 +1,242 @@
+"""``attnlm chat``: talk to an instruction-tuned model through its chat template.
+
+Interactive (no ``--message``/``--messages``): one user turn per line of input, the reply
+streamed as it is decoded, the conversation kept in the KV cache; ``/reset`` forgets it,
+``/system TEXT`` sets the system message, Ctrl-D ends. Scripted: the conversation from
+``--message`` (repeatable: user, assistant, user, ...) or ``--messages FILE.json``; the reply
+alone on stdout, or ``--json`` with its tokens and timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnlm.cli.common import add_model_spec_argument, arg, text_file, text_value
+from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
+from attnlm.validate import (
+    device,
+    existing_path,
+    finite_float,
+    int_in_range,
+    positive_int,
+    seed,
+    threads,
+)
+
+HELP_LINE = "/reset: forget the conversation  /system TEXT: set the system message  Ctrl-D: end"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "chat",
+        help="chat with an instruction-tuned model (its chat template, KV cache across turns)",
+        description="Chat with a model through its chat template (GGUF tokenizer.chat_template, "
+        "tokenizer_config.json's chat_template or chat_template.jinja, or --template FILE). "
+        "Without --message/--messages: interactive, one user turn per line; " + HELP_LINE + ".",
+    )
+    add_model_spec_argument(p)
+    p.add_argument(
+        "--message",
+        action="append",
+        default=[],
+        type=text_value,
+        metavar="TEXT",
+        help="a turn (repeatable: user, assistant, user, ...; the last is the user's); "
+        "prints the reply and exits",
+    )
+    p.add_argument(
+        "--messages",
+        default=None,
+        metavar="FILE.json",
+        type=text_file(),
+        help='the conversation as a JSON list of {"role": ..., "content": ...}',
+    )
+    p.add_argument("--system", default=None, type=text_value, help="the system message")
+    p.add_argument(
+        "--template",
+        default=None,
+        metavar="FILE",
+        type=text_file(existing_path),
+        help="a Jinja chat template to use instead of the model's",
+    )
+    p.add_argument("--json", action="store_true", help="scripted: print the reply as JSON")
+    p.add_argument(
+        "--max-new-tokens",
+        type=arg(int_in_range, lo=0, hi=MAX_NEW_TOKENS_LIMIT),
+        default=256,
+        help="per reply (at most the model's window)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=arg(finite_float, lo=0.0),
+        default=0.0,
+        help="0 (the default) is greedy",
+    )
+    p.add_argument("--top-k", type=arg(positive_int), default=None)
+    p.add_argument("--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None)
+    p.add_argument("--seed", type=arg(seed), default=None)
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
+    )
+    p.add_argument(
+        "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
+    )
+    p.add_argument("--device", default="auto", type=arg(device))
+    p.add_argument("--threads", type=arg(threads), default=None)
+    # interactive turns are read from stdin line by line; a bad line is refused and the
+    # conversation goes on (not a document read at once: no reads_stdin)
+    p.set_defaults(func=_chat)
+
+
+def scripted_messages(args: argparse.Namespace) -> list[dict[str, str]] | None:
+    """The conversation ``--message``/``--messages`` give (None: interactive), checked: it
+    ends with a user turn."""
+    import json
+
+    from attnlm.errors import InputError
+    from attnlm.fileio import read_file_text
+    from attnlm.tokenizers.chat_template import check_messages
+
+    if args.message and args.messages:
+        raise InputError("give --message TEXT or --messages FILE.json, not both")
+    if args.message:
+        roles = ["user", "assistant"]
+        msgs = [{"role": roles[i % 2], "content": m} for i, m in enumerate(args.message)]
+        if len(msgs) % 2 == 0:
+            raise InputError(
+                f"--message alternates user and assistant turns and ends with the user's: "
+                f"{len(msgs)} given, give an odd number"
+            )
+    elif args.messages:
+        raw = read_file_text(args.messages, "messages file", InputError)
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as e:
+            where = f"line {e.lineno}, column {e.colno}"
+            raise InputError(f"{args.messages}: not valid JSON ({where})") from None
+        msgs = check_messages(data, str(args.messages))
+        if not msgs or msgs[-1]["role"] != "user":
+            raise InputError(f"{args.messages}: the last message must be the user's")
+    else:
+        return None
+    if args.system is not None:
+        if any(m["role"] == "system" for m in msgs):
+            raise InputError("--system and a system message in --messages: give one of them")
+        msgs.insert(0, {"role": "system", "content": args.system})
+    return msgs
+
+
+def _chat(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnlm.device import resolve_device
+    from attnlm.errors import InputError
+    from attnlm.generate.chat import ChatSession
+    from attnlm.generate.sampling import SamplingConfig
+    from attnlm.sources import resolve
+    from attnlm.tokenizers.chat_template import from_file
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    msgs = scripted_messages(args)  # fail early, before loading the model
+    sampling = SamplingConfig(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        stop=tuple(args.stop),
+        seed=args.seed,
+    )
+    model, tok, info = resolve(args.model, resolve_device(args.device))
+    if "generate" not in info.family.capabilities:
+        raise InputError(f"{args.model}: a {info.family.type} model does not generate text")
+    template = info.chat_template
+    if args.template is not None:
+        special = template.special_tokens if template is not None else {}
+        template = from_file(args.template, special)
+    if template is None:
+        raise InputError(
+            f"{args.model}: the model has no chat template (not a chat model?); "
+            "give one with --template FILE"
+        )
+    session = ChatSession(
+        model, tok, template, info.stop_ids, sampling=sampling, use_cache=args.use_cache
+    )
+    if msgs is not None:
+        return _scripted(session, msgs, args.json)
+    return _interactive(session, args.system)
+
+
+def _scripted(session, msgs: list[dict[str, str]], as_json: bool) -> int:
+    import json
+
+    session.messages = msgs
+    session.prompt_ids()  # a template that refuses the conversation fails before decoding
+    reply = session.reply(None)
+    if as_json:
+        print(json.dumps(reply.to_json(), ensure_ascii=False))
+    else:
+        sys.stdout.write(reply.text + "\n")
+    return 0
+
+
+def _read_turn(stream) -> str | None:
+    """The next line of input as text (None at the end); a line that is not valid text raises a
+    one-line InputError naming stdin."""
+    from attnlm.textio import decode_text
+
+    raw = stream.readline()
+    if not raw:
+        return None
+    if isinstance(raw, str):  # a text stream (tests, embedding)
+        raw = raw.encode("utf-8", "surrogateescape")
+    return decode_text(raw, "stdin", empty_ok=True, name_line=False).rstrip("\r\n")
+
+
+def _interactive(session, system: str | None) -> int:
+    from attnlm.errors import InputError
+
+    session.reset(system)
+    out, err = sys.stdout, sys.stderr
+    tty = sys.stdin.isatty()
+    stream = getattr(sys.stdin, "buffer", sys.stdin)
+    if tty:
+        err.write(HELP_LINE + "\n")
+    while True:
+        if tty:
+            err.write("> ")
+            err.flush()
+        try:
+            line = _read_turn(stream)
+        except InputError as e:
+            err.write("attnlm: error: " + " ".join(str(e).split()) + "\n")
+            continue
+        if line is None:  # Ctrl-D (end of input)
+            if tty:
+                err.write("\n")
+            return 0
+        if not line.strip():
+            continue
+        if line.strip() == "/reset":
+            session.reset(system)
+            err.write("(conversation reset)\n")
+            continue
+        if line.startswith("/system"):
+            system = line[len("/system") :].strip() or None
+            session.set_system(system or "")
+            err.write(f"(system message {'set' if system else 'removed'})\n")
+            continue
+
+        def stream_piece(piece: str) -> None:
+            out.write(piece)
+            out.flush()
+
+        try:
+            session.reply(line, on_text=stream_piece)
+        except InputError as e:  # a template that refuses this turn, a full window
+            out.write("\n")
+            err.write("attnlm: error: " + " ".join(str(e).split()) + "\n")
+            continue
+        out.write("\n")
+        out.flush()

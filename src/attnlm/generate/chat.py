@@ -1,0 +1,238 @@
+"""Chat with an instruction-tuned model: the conversation rendered by the model's chat
+template, replies decoded token by token until the end-of-turn token, the KV cache kept from
+one turn to the next.
+
+Each turn renders the *whole* conversation with the template (so the prompt is exactly what
+``transformers``' ``apply_chat_template`` would produce), encodes it, and compares the ids
+with those already in the decoding state: only the suffix beyond the longest common prefix is
+prefilled. Usually that is the end of the last reply and the new user turn; when the
+re-encoded text differs from what the model generated (a reply that a tokenizer would split
+differently, a template that trims whitespace or rewrites earlier turns), the state is cut
+back to the common prefix first. A state that cannot be cut (after a sliding window dropped
+its oldest entries, or a recurrent state) is rebuilt from the start. Either way the logits
+equal those of decoding the rendered prompt from scratch (tested).
+
+Shapes: ``T`` tokens, ``V`` vocabulary; one row (batch of 1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from attnlm.device import eval_mode, model_device
+from attnlm.errors import InputError
+from attnlm.generate.filters import sampling_filters
+from attnlm.generate.loop import pick
+from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.text import _RowText, encode_prompt
+from attnlm.nn.cache import KVCache
+from attnlm.nn.layout import decoding_layout
+from attnlm.tokenizers import token_label
+
+
+@dataclass
+class ChatReply:
+    """One assistant turn. ``finish``: ``"end of turn"`` (an EOS or end-of-turn id, not part of
+    ``ids``), ``"stop string"``, ``"length"`` (``max_new_tokens``) or ``"window"`` (the model's
+    context is full). ``prompt_tokens``: the rendered conversation's length; ``reused``: how
+    many of them came from the cache, ``prefilled``: how many were fed this turn."""
+
+    text: str
+    ids: list[int]
+    finish: str
+    prompt_tokens: int
+    reused: int
+    prefilled: int
+    prefill_s: float
+    decode_s: float
+    token_texts: list[str] = field(default_factory=list)  # each token's label (its bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        n = len(self.ids)
+        return {
+            "reply": self.text,
+            "tokens": self.ids,
+            "token_texts": self.token_texts,
+            "finish": self.finish,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused,
+            "prefilled_tokens": self.prefilled,
+            "timings": {
+                "prefill_s": round(self.prefill_s, 6),
+                "decode_s": round(self.decode_s, 6),
+                "tokens_per_s": round(n / self.decode_s, 3) if self.decode_s > 0 else None,
+            },
+        }
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _cut(state: Any, n: int) -> bool:
+    """Cut a KV cache back to its first ``n`` positions; False when it cannot be (a trimmed
+    sliding window, or another kind of state)."""
+    if not isinstance(state, KVCache) or getattr(state, "fixed", False):
+        return False
+    if type(state) is not KVCache or state.position != state.length:
+        return False
+    for i, (k, v) in enumerate(zip(state.keys, state.values)):
+        if k is not None:
+            state.keys[i], state.values[i] = k[..., :n, :], v[..., :n, :]  # (B, H, n, D)
+    state.position = n
+    return True
+
+
+class ChatSession:
+    """A conversation with ``model``: ``template`` (a
+    :class:`~attnlm.tokenizers.chat_template.ChatTemplate`) renders it, ``stop_ids`` end a
+    reply, ``sampling`` picks tokens (greedy when ``temperature == 0``; ``stop`` strings and
+    ``max_new_tokens`` apply to each reply). ``messages`` is the conversation so far."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        template: Any,
+        stop_ids: Sequence[int] = (),
+        *,
+        sampling: SamplingConfig | None = None,
+        system: str | None = None,
+        use_cache: bool = True,
+    ) -> None:
+        if template is None:
+            raise InputError("this model has no chat template; give one with --template FILE")
+        self.model, self.tokenizer, self.template = model, tokenizer, template
+        decoding_layout(model)  # as the other decoders: one-row products run faster (CPU)
+        self.stop_ids = set(stop_ids)
+        self.sampling = sampling or SamplingConfig(temperature=0.0)
+        self.use_cache = use_cache and hasattr(model, "new_state")
+        cfg = getattr(model, "config", None)
+        self.window = getattr(cfg, "block_size", None)
+        self.generator = None
+        if self.sampling.seed is not None:
+            self.generator = torch.Generator(device=model_device(model))
+            self.generator.manual_seed(self.sampling.seed)
+        self.messages: list[dict[str, str]] = []
+        self.reset(system)
+
+    # -- the conversation ----------------------------------------------------------------------
+
+    def reset(self, system: str | None = None) -> None:
+        """Forget the conversation (and the cache); keep ``system`` as its first message."""
+        self.messages = [{"role": "system", "content": system}] if system else []
+        self.state = None
+        self.cached: list[int] = []  # ids whose keys/values the state holds
+
+    def set_system(self, text: str) -> None:
+        """Replace (or add) the system message; the cache keeps what still matches."""
+        rest = [m for m in self.messages if m["role"] != "system"]
+        self.messages = ([{"role": "system", "content": text}] if text else []) + rest
+
+    def prompt_ids(self) -> list[int]:
+        """The conversation rendered with the generation prompt and encoded."""
+        text = self.template.render(self.messages, add_generation_prompt=True)
+        return encode_prompt(self.tokenizer, text)
+
+    # -- decoding ------------------------------------------------------------------------------
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        """Feed ``ids`` after what the state holds; next-token logits (V,)."""
+        device = model_device(self.model)
+        if not self.use_cache:
+            self.cached = self.cached + ids
+            x = torch.tensor([self.cached], device=device)
+            return self.model(ids=x).logits[0, -1]
+        x = torch.tensor([ids], device=device)  # (1, T)
+        logits = self.model.step(x, self.state)  # (1, T, V)
+        self.cached = self.cached + ids
+        return logits[0, -1]
+
+    def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, int]:
+        """Bring the state to ``ids`` (the rendered prompt); returns the last logits and how
+        many ids came from the cache."""
+        keep = _common_prefix(self.cached, ids)
+        if keep == len(ids):  # nothing new to feed: recompute the last position
+            keep -= 1
+        if self.use_cache and self.state is not None and keep < len(self.cached):
+            if not _cut(self.state, keep):
+                self.state, keep = None, 0
+        if self.state is None and self.use_cache:
+            self.state, keep = self.model.new_state(None), 0
+        self.cached = self.cached[:keep]
+        return self._feed(ids[keep:]), keep
+
+    @torch.inference_mode()
+    def reply(self, user: str | None, on_text: Callable[[str], None] | None = None) -> ChatReply:
+        """Add the user's message (None: the conversation already ends with it), decode the
+        assistant's reply (``on_text(piece)`` streams it) and add it to the conversation."""
+        if user is not None:
+            self.messages.append({"role": "user", "content": user})
+        try:
+            return self._reply(on_text)
+        except BaseException:
+            if user is not None:
+                self.messages.pop()
+            raise
+
+    def _reply(self, on_text: Callable[[str], None] | None) -> ChatReply:
+        ids = self.prompt_ids()
+        room = self.sampling.max_new_tokens
+        if self.window is not None:
+            if len(ids) >= self.window:
+                raise InputError(
+                    f"the conversation is {len(ids):,} tokens, the model's window "
+                    f"{self.window:,}; start again (/reset) or shorten it"
+                )
+            room = min(room, self.window - len(ids))
+        greedy = self.sampling.greedy
+        specs = [] if greedy else sampling_filters(
+            self.sampling.temperature, self.sampling.top_k, self.sampling.top_p
+        )  # fmt: skip
+        row = _RowText(self.tokenizer, self.sampling.stop, context=ids)
+        new: list[int] = []
+        finish = "length" if room == self.sampling.max_new_tokens else "window"
+        with eval_mode(self.model):
+            t0 = time.perf_counter()
+            logits, reused = self._prefill(ids)
+            t1 = time.perf_counter()
+            for _ in range(room):
+                tok = int(pick(logits[None], specs, greedy, self.generator)[0])
+                if tok in self.stop_ids:
+                    finish = "end of turn"
+                    break
+                new.append(tok)
+                piece, stopped = row.push(tok)
+                if piece and on_text:
+                    on_text(piece)
+                if stopped:
+                    finish = "stop string"
+                    break
+                if len(new) < room:
+                    logits = self._feed([tok])
+            t2 = time.perf_counter()
+        rest = row.flush()
+        if rest and on_text:
+            on_text(rest)
+        text = row.text()
+        self.messages.append({"role": "assistant", "content": text})
+        return ChatReply(
+            text=text,
+            ids=new,
+            finish=finish,
+            prompt_tokens=len(ids),
+            reused=reused,
+            prefilled=len(ids) - reused,
+            prefill_s=t1 - t0,
+            decode_s=t2 - t1,
+            token_texts=[token_label(self.tokenizer, i) for i in new],
+        )

@@ -1,0 +1,386 @@
+"""One way to name a model: ``--model SPEC`` on every command that takes one.
+
+:func:`resolve` turns SPEC into ``(model, tokenizer, info)``. SPEC is, tried in this order:
+
+* an existing path:
+  - a ``.gguf`` file (llama.cpp's format: weights, tokenizer and chat template in one file,
+    read by :mod:`attnlm.models.gguf`);
+  - a Hugging Face model folder (``config.json`` with ``model_type``, safetensors weights and
+    ``tokenizer.json``, ``vocab.txt`` or ``vocab.json`` + ``merges.txt``), loaded by
+    :func:`attnlm.models.from_hf` and :func:`attnlm.tokenizers.load`;
+  - an attnlm run or checkpoint folder (:func:`attnlm.checkpoint.load_checkpoint`);
+  - a folder holding one ``.gguf`` file;
+* a registered name (:data:`attnlm.data.pretrained.PRETRAINED`: ``minilm`` ...), fetched once
+  into the cache;
+* a Hugging Face Hub id ``org/name``, found through ``huggingface_hub``'s cache: downloaded
+  (the config, tokenizer and safetensors files) when online; read from the cache alone with
+  ``HF_HUB_OFFLINE=1``; when neither works, one line naming both.
+
+Every failure is a one-line :class:`~attnlm.errors.InputError`. ``info`` says what was loaded
+and carries what chat needs: the chat template and the ids that end a turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from attnlm.errors import AttnlmError, InputError
+
+KINDS = ("gguf", "huggingface", "run", "name", "hub")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+#: Files fetched for a Hub id: what a Hugging Face folder needs, not every weight format.
+HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model")
+#: Tokens that end an assistant turn in popular chat formats (besides the EOS token).
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+@dataclass
+class ModelInfo:
+    """What :func:`resolve` found. ``kind``: one of :data:`KINDS` (how SPEC was read: a
+    registered name or Hub id also says where its files are, ``path``); ``family``: the
+    registry entry; ``chat_template``: a :class:`~attnlm.tokenizers.chat_template.ChatTemplate`
+    or None; ``stop_ids``: EOS and end-of-turn ids; ``checkpoint``: the full record of an
+    attnlm run (training config, step); ``name``: the registered name or Hub id."""
+
+    spec: str
+    kind: str
+    path: Path
+    family: Any
+    chat_template: Any = None
+    stop_ids: tuple[int, ...] = ()
+    checkpoint: Any = None
+    name: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Resolved(NamedTuple):
+    model: Any
+    tokenizer: Any
+    info: ModelInfo
+
+
+def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
+    """The model SPEC names, its tokenizer and a :class:`ModelInfo` (see the module
+    docstring), on ``device``."""
+    text = str(spec)
+    if not text.strip():
+        raise InputError("--model: give a model (a folder, a .gguf file, a name or org/name)")
+    path = Path(text).expanduser()
+    if path.exists():
+        return _load_path(path, text, device)
+    from attnlm.data.pretrained import pretrained_names, pretrained_path
+
+    if text in pretrained_names():
+        found = _load_path(pretrained_path(text), text, device)
+        found.info.kind, found.info.name = "name", text
+        return found
+    if HUB_ID.match(text):
+        found = _load_path(hub_folder(text), text, device)
+        found.info.kind, found.info.name = "hub", text
+        return found
+    raise InputError(
+        f"unknown model {text!r}: not a file or folder, not a registered name "
+        f"({', '.join(pretrained_names())}) and not a Hugging Face Hub id (org/name)"
+    )
+
+
+def load_as_checkpoint(spec: str | os.PathLike[str], device: Any = "cpu") -> Any:
+    """:func:`resolve`, returned as the :class:`~attnlm.checkpoint.Checkpoint` record the
+    commands already read (``model``, ``tokenizer``, ``family``, ``path``,
+    ``pair_tokenizers``...): an attnlm run's own record, else one with step 0, no training
+    config and ``config["source"]`` saying what SPEC was. A command moves from
+    ``load_model_ref(args.checkpoint, args.model, device)`` to ``--model SPEC`` with
+    ``load_as_checkpoint(args.model or args.checkpoint, device)``."""
+    from attnlm.checkpoint import Checkpoint
+    from attnlm.models import registry
+
+    model, tok, info = resolve(spec, device)
+    if info.checkpoint is not None:
+        return info.checkpoint
+    return Checkpoint(
+        path=info.path,
+        model=model,
+        tokenizer=tok,
+        model_config=model.config,
+        train_config={},
+        step=0,
+        config={"model": registry.config_table(info.family, model.config), "source": info.kind},
+        family=info.family,
+        source_tokenizer=tok,
+    )
+
+
+def _load_path(path: Path, spec: str, device: Any) -> Resolved:
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return _load_gguf(path, spec, device)
+        raise InputError(f"{path}: not a model (expected a .gguf file or a model folder)")
+    if is_hf_folder(path):
+        return _load_hf(path, spec, device)
+    from attnlm.checkpoint import CHECKPOINT_DIR
+
+    if (path / "config.json").is_file() or (path / CHECKPOINT_DIR).is_dir():
+        return _load_run(path, spec, device)
+    ggufs = sorted(path.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return _load_gguf(ggufs[0], spec, device)
+    if ggufs:
+        names = ", ".join(p.name for p in ggufs[:5])
+        raise InputError(f"{path}: holds several .gguf files ({names}); name one of them")
+    raise InputError(f"{path}: not a model folder (no config.json, no checkpoint/, no .gguf file)")
+
+
+def is_hf_folder(path: Path) -> bool:
+    """A folder whose ``config.json`` has ``model_type`` and is not an attnlm checkpoint."""
+    from attnlm.checkpoint import FORMAT
+
+    try:
+        data = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and data.get("format") != FORMAT
+
+
+def _family(model: Any) -> Any:
+    from attnlm.models import registry
+
+    return registry.family_of(model)
+
+
+def _load_hf(folder: Path, spec: str, device: Any) -> Resolved:
+    from attnlm import models, tokenizers
+    from attnlm.checkpoint import check_vocab
+    from attnlm.tokenizers.chat_template import from_hf_folder, hf_special_tokens
+
+    model = models.from_hf(folder)
+    try:
+        if not (folder / "tokenizer.json").is_file() and (folder / "merges.txt").is_file():
+            tok = vocab_merges_tokenizer(folder)
+        else:
+            tok = tokenizers.load(folder)
+    except AttnlmError as e:
+        raise InputError(f"{folder}: no usable tokenizer next to the model ({e})") from None
+    check_vocab(tok, model.config, str(folder))
+    model.to(device)
+    template = from_hf_folder(folder)
+    info = ModelInfo(spec, "huggingface", folder, _family(model), chat_template=template)
+    info.stop_ids = stop_ids(tok, hf_special_tokens(folder), folder)
+    return Resolved(model, tok, info)
+
+
+def vocab_merges_tokenizer(folder: Path) -> Any:
+    """GPT-2's two-file byte-level BPE (``vocab.json``: token -> id, ``merges.txt``: one merge
+    per line after a ``#version`` header) as the ``tokenizer.json`` the ``tokenizers`` library
+    would build from them; the special tokens of ``tokenizer_config.json``
+    (``added_tokens_decoder``, or ``bos``/``eos``/``unk``/``pad`` strings found in the
+    vocabulary) are cut out of the text whole."""
+    from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
+
+    def read(name: str) -> str:
+        try:
+            return (folder / name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{folder / name}: cannot read ({e})") from None
+
+    try:
+        vocab = json.loads(read("vocab.json"))
+    except ValueError as e:
+        raise InputError(f"{folder / 'vocab.json'}: not valid JSON ({e})") from None
+    merges = [ln for ln in read("merges.txt").splitlines() if ln and not ln.startswith("#version")]
+    config: dict[str, Any] = {}
+    if (folder / "tokenizer_config.json").is_file():
+        try:
+            config = json.loads(read("tokenizer_config.json"))
+        except ValueError:
+            config = {}
+    added = []
+    decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
+    if isinstance(decoder, dict):
+        for i, t in decoder.items():
+            if isinstance(t, dict) and isinstance(t.get("content"), str):
+                added.append({"id": int(i), "content": t["content"], "special": True,
+                              "lstrip": bool(t.get("lstrip")), "rstrip": bool(t.get("rstrip")),
+                              "normalized": bool(t.get("normalized"))})  # fmt: skip
+    else:
+        for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+            t = config.get(key) if isinstance(config, dict) else None
+            t = t.get("content") if isinstance(t, dict) else t
+            if isinstance(t, str) and t in vocab and all(a["content"] != t for a in added):
+                added.append({"id": vocab[t], "content": t, "special": True})
+    doc = {
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges},
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "added_tokens": added,
+    }
+    return HFByteBPETokenizer(doc)
+
+
+def _load_run(path: Path, spec: str, device: Any) -> Resolved:
+    from attnlm.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(path, device)
+    info = ModelInfo(spec, "run", ck.path, ck.family, checkpoint=ck)
+    info.stop_ids = stop_ids(ck.tokenizer, {}, None)
+    return Resolved(ck.model, ck.tokenizer, info)
+
+
+def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:
+    """A ``.gguf`` file through :mod:`attnlm.models.gguf` (``load_model`` and
+    ``load_tokenizer`` of one parsed header, :class:`attnlm.ggufio.GGUFFile`), imported here
+    so that the resolver loads without it. The chat template is the metadata's
+    ``tokenizer.chat_template``; its ``bos_token``/``eos_token`` are the strings of
+    ``tokenizer.ggml.tokens`` at the BOS/EOS ids."""
+    import importlib
+
+    try:
+        gguf = importlib.import_module("attnlm.models.gguf")
+        ggufio = importlib.import_module("attnlm.ggufio")
+    except ImportError:
+        raise InputError(f"{path}: GGUF files cannot be read by this build of attnlm") from None
+    from attnlm.tokenizers.chat_template import from_string
+
+    header = ggufio.GGUFFile(path)
+    model, tok = gguf.load_model(header), gguf.load_tokenizer(header)
+    model.to(device)
+    tokens = header.get("tokenizer.ggml.tokens") or []
+    special = {}
+    for name, key in (("bos", "bos"), ("eos", "eos"), ("unknown", "unk"), ("padding", "pad")):
+        i = header.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(i, int) and 0 <= i < len(tokens):
+            special[f"{key}_token"] = str(tokens[i])
+    template = None
+    source = header.get("tokenizer.chat_template")
+    if isinstance(source, str) and source.strip():
+        template = from_string(source, **special)
+        template.origin = f"{path}: tokenizer.chat_template"
+    info = ModelInfo(spec, "gguf", path, _family(model), chat_template=template)
+    eos = header.get("tokenizer.ggml.eos_token_id")
+    eot = header.get("tokenizer.ggml.eot_token_id")  # llama.cpp's end-of-turn id
+    named = tuple(i for i in (eos, eot) if isinstance(i, int))
+    info.stop_ids = tuple(dict.fromkeys(named + stop_ids(tok, special, None)))
+    return Resolved(model, tok, info)
+
+
+def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[int, ...]:
+    """The ids that end a reply: the EOS token (from the special token strings, or the
+    model's ``generation_config.json`` ``eos_token_id``) and the end-of-turn tokens of
+    :data:`END_OF_TURN` that the vocabulary has as special tokens."""
+    specials = dict(getattr(tok, "special_tokens", {}) or {})
+    out: list[int] = []
+    eos = special.get("eos_token")
+    if eos in specials:
+        out.append(specials[eos])
+    if folder is not None and (folder / "generation_config.json").is_file():
+        try:
+            gen = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            gen = {}
+        ids = gen.get("eos_token_id") if isinstance(gen, dict) else None
+        ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else []
+        out += [i for i in ids if isinstance(i, int)]
+    out += [specials[t] for t in END_OF_TURN if t in specials]
+    size = getattr(tok, "vocab_size", None)  # a generation_config may name an id not in it
+    return tuple(i for i in dict.fromkeys(out) if size is None or 0 <= i < size)
+
+
+# -- the Hugging Face Hub, through huggingface_hub's cache --------------------------------------
+
+
+def _hub() -> Any:
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise InputError(
+            "a Hub id needs huggingface_hub (pip install huggingface_hub), or give a folder"
+        ) from None
+    return huggingface_hub
+
+
+def hub_cache() -> Path:
+    """huggingface_hub's cache folder: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub`` (read from the environment now, not when the library was
+    imported)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
+def hub_offline() -> bool:
+    value = os.environ.get("HF_HUB_OFFLINE", "")
+    return value.strip().lower() in {"1", "on", "yes", "true"}
+
+
+def hub_folder(repo_id: str) -> Path:
+    """The snapshot folder of Hub repository ``repo_id`` in huggingface_hub's cache:
+    downloaded when online, read from the cache alone when ``HF_HUB_OFFLINE=1``."""
+    hub = _hub()
+    cache = hub_cache()
+    online_problem = "offline (HF_HUB_OFFLINE=1)"
+    if not hub_offline():
+        try:
+            return Path(
+                hub.snapshot_download(repo_id, cache_dir=cache, allow_patterns=list(HUB_PATTERNS))
+            )
+        except Exception as e:  # noqa: BLE001 - network, auth, missing repo: all one line
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            online_problem = f"the download failed ({first[:200]})"
+    try:
+        return Path(hub.snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError and kin)
+        pass
+    raise InputError(
+        f"{repo_id}: not in the Hugging Face cache ({cache}) and {online_problem}; "
+        "download it once online, or give a local folder"
+    )
+
+
+def hub_cached(repo_id: str) -> bool:
+    """Whether the cache holds a snapshot of ``repo_id`` (no network)."""
+    folder = hub_cache() / ("models--" + repo_id.replace("/", "--"))
+    ref = folder / "refs" / "main"
+    try:
+        return (folder / "snapshots" / ref.read_text().strip()).is_dir()
+    except OSError:
+        return False
+
+
+def available() -> list[dict[str, Any]]:
+    """The names ``--model`` takes besides paths: every registered name (where it comes
+    from, its license, whether it is cached) and every Hub repository in the cache."""
+    from attnlm.data.corpus import cache_dir
+    from attnlm.data.pretrained import PRETRAINED
+
+    rows = []
+    for name, spec in sorted(PRETRAINED.items()):
+        folder = cache_dir() / "pretrained" / name
+        wheel = cache_dir() / "wheels" / spec.wheel
+        rows.append({
+            "name": name,
+            "source": f"PyPI wheel {spec.requirement} ({spec.folder})",
+            "license": spec.license,
+            "description": spec.description,
+            "cached": folder.is_dir(),
+            "path": str(folder if folder.is_dir() else wheel if wheel.is_file() else ""),
+        })  # fmt: skip
+    cache = hub_cache()
+    if cache.is_dir():
+        for folder in sorted(cache.glob("models--*")):
+            repo = folder.name[len("models--") :].replace("--", "/", 1)
+            if hub_cached(repo):
+                rows.append({
+                    "name": repo,
+                    "source": f"Hugging Face Hub cache ({cache})",
+                    "license": "",
+                    "description": "",
+                    "cached": True,
+                    "path": str(folder),
+                })  # fmt: skip
+    return rows
