@@ -1,7 +1,7 @@
 """Attention and GPT speed: the fused fast path against the explicit formula, and our GPT
 against Hugging Face ``GPT2LMHeadModel`` (same weights) for a training step and a forward.
 
-Runs alternate between the contenders in one process with ``torch.set_num_threads(1)``;
+Runs alternate between the contenders in one process with ``harness.set_threads(1)``;
 medians of several repeats are printed with ratios (> 1 means ours is faster).
 
     .venv/bin/python benchmarks/bench_attention.py [--quick]
@@ -17,6 +17,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.nn.attention import MultiHeadAttention
 
@@ -138,8 +139,10 @@ def bench_vs_hf(repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = harness.parse(parser)
+    if not harness.require("attention", "transformers"):
+        return
+    harness.set_threads(1)
     repeats = 3 if args.quick else 7
     print(f"# bench_attention: torch {torch.__version__}, 1 thread, {platform.machine()}, "
           f"{platform.processor() or 'cpu'}; medians of {repeats} alternating repeats")  # fmt: skip

@@ -3,7 +3,7 @@
 The same weights on both sides: a GPT-2-layout model is written in the Hugging Face layout,
 loaded by ``transformers`` with ``from_pretrained`` and by us through our HF import
 (``GPT.from_hf``). Both decode 200 tokens greedily from the same prompt; the tokens must be
-identical. Alternating runs in this process, ``torch.set_num_threads(1)``; medians.
+identical. Alternating runs in this process, ``harness.set_threads(1)``; medians.
 
 Two models:
 
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.generate import generate
 from attnlm.models.gpt import GPT
 
@@ -190,8 +191,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--compile", action="store_true", help="also time generate(compile=True)")
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of CPU time")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse(ap, quick={"runs": 1, "new": 16, "model": "random", "batch": [1]})
+    if not harness.require("generate", "transformers"):
+        return
+    harness.set_threads(args.threads)
     if args.wall:
         global clock
         clock = time.perf_counter

@@ -31,6 +31,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.models.hmm import HMMLM, HMMConfig, split_sequences  # noqa: E402
 
@@ -75,8 +76,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for ours")
     ap.add_argument("--log-max-states", type=int, default=64,
                     help="also time hmmlearn's log implementation up to this K")  # fmt: skip
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse(ap, quick={"chars": 20_000, "states": "8", "reps": 1, "log_max_states": 8})
+    if not harness.require("hmm", "hmmlearn"):
+        return
+    harness.set_threads(args.threads)
     import logging
 
     import hmmlearn

@@ -40,6 +40,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models.llama import Llama, LlamaConfig
 from bench_generate import compare  # the house's decoding comparison (benchmarks/ on sys.path)
 from bench_train import make_step  # the house's training step: loss, backward, clip, fused AdamW
@@ -185,8 +186,10 @@ def main() -> None:
     ap.add_argument("--only", choices=["train", "gemm", "decode", "cache"], default=None)
     ap.add_argument("--block", type=int, default=T, help="training window (default 64)")
     ap.add_argument("--batch", type=int, default=B, help="training batch (default 12)")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse(ap, quick={"rounds": 1, "steps": 2, "runs": 1, "new": 16})
+    if not harness.require("llama", "transformers"):
+        return
+    harness.set_threads(args.threads)
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -12,7 +12,7 @@ trainer runs it: a ``causal-stream`` batch (``ids``, ``targets``, ``stream``, ``
 hidden states carried inside the model, the summed loss divided by the number of targets.
 The reference is our own code in the example's style (the example is not vendored).
 
-Both run in this process with ``torch.set_num_threads(1)``, alternating in rounds; the
+Both run in this process with ``harness.set_threads(1)``, alternating in rounds; the
 medians of the rounds are reported with the tokens/s ratio (goal: at least 1.0x).
 
     .venv/bin/python benchmarks/bench_lstm.py [--rounds 7] [--steps 20] [--cell lstm]
@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models.rnn import RNNLM, RNNConfig
 
 V, E, L, T, B = 80, 128, 2, 32, 16
@@ -135,10 +136,10 @@ def main() -> None:
     ap.add_argument("--cell", default="lstm", choices=("rnn", "lstm", "gru"))
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--bptt", type=int, default=32)
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"rounds": 1, "steps": 2})
     global E, T
     E, T = args.width, args.bptt
-    torch.set_num_threads(1)
+    harness.set_threads(1)
     torch.manual_seed(0)
     stream = torch.randint(0, V, (B, args.steps * T + 1))
     batches = [(stream[:, i * T : (i + 1) * T], stream[:, i * T + 1 : (i + 1) * T + 1])

@@ -27,6 +27,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.ngram import train  # noqa: E402
 
@@ -61,13 +62,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="use a tenth of the corpus")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-nltk", action="store_true")
-    args = ap.parse_args()
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    args = harness.parse(ap)
+    if not args.no_nltk and not harness.require("ngram", "nltk"):
+        args.no_nltk = True
+    harness.set_threads(1)
 
     text = load_text(None)
     sents, how = words_of(text)

@@ -39,6 +39,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.ngram.bounded import parse_memory  # noqa: E402
 from attnlm.tokenizers.word import split_words  # noqa: E402
@@ -113,10 +114,11 @@ def main() -> None:
     ap.add_argument("--numbers", type=float, default=0.01)
     ap.add_argument("--tmp", default=None, help="folder for the corpus and outputs")
     ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
-    import torch
+    args = harness.parse(
+        ap, quick={"size": "2M", "subset": "1M", "small_cap": "256K", "memory": "1M"}
+    )
 
-    torch.set_num_threads(1)
+    harness.set_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="bench_ngram_memory_", dir=args.tmp))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip

@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
+
 VOWELS = "aeiou"
 
 
@@ -177,7 +179,10 @@ def main() -> None:
     ap.add_argument("--gb", type=float, nargs="+", default=[0.5, 2.0])
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--rounds", type=int, default=1, help="speed rounds on the largest corpus")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"gb": [0.002], "rounds": 1})
+    if not harness.require("prepare", "tiktoken"):
+        return
+    harness.set_threads(1)
     from attnlm.data.corpus import default_corpus
     from attnlm.tokenizers import BPETokenizer
 

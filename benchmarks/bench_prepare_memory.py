@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
+
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
@@ -51,7 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--tokenizer", default="char", help="char or a saved tokenizer file")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"mb": 2})
     from attnlm.data.corpus import default_corpus
 
     base = default_corpus().encode("utf-8")

@@ -16,6 +16,7 @@ import time
 
 import regex
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.tokenizers.bpe import PATTERNS
 from attnlm.tokenizers.split import Splitter
 
@@ -33,7 +34,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"mb": 0.05, "repeats": 1})
+    harness.set_threads(1)
     n = int(args.mb * 1_000_000)
     for name in ("gpt2", "cl100k"):
         pattern = PATTERNS[name]

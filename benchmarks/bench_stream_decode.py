@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.data.corpus import default_corpus
 from attnlm.generate.text import _RowText
 from attnlm.tokenizers import BPETokenizer
@@ -34,7 +35,8 @@ def redecode_every_token(tok: BPETokenizer, ids: list[int]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=16384)
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"tokens": 256})
+    harness.set_threads(1)
     text = default_corpus()[:2_000_000]
     tok = BPETokenizer.train(text[:300_000], 1024)
     ids = tok.encode(text)[: args.tokens]

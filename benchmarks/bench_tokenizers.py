@@ -30,6 +30,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.tokenizers import BPETokenizer  # noqa: E402
 from attnlm.tokenizers.bpe import GPT2_BYTE_ORDER, PATTERNS  # noqa: E402
@@ -152,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="vocab 4096 only, 1 MB of text")
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--skip-encoding", action="store_true")
-    args = ap.parse_args(argv)
+    args = harness.parse(ap, quick={"repeats": 1}, argv=argv)
+    if not harness.require("tokenizers", "tiktoken", "tokenizers"):
+        return
+    harness.set_threads(1)
     text = load_text(args.text)
     if args.quick:
         text = text[:1_000_000]

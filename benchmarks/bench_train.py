@@ -5,7 +5,7 @@ vocabulary 80, learned positions, GELU (tanh), biases, tied embeddings, dropout 
 forward with loss, backward, gradient clipping at 1.0, AdamW step (lr 1e-3, betas (0.9, 0.99),
 weight decay 0.1 on matrices; the fused kernel, as our trainer uses, for both models, or
 ``--no-fused``), zero_grad. Both models run in this process with
-``torch.set_num_threads(1)``, alternating in rounds; medians of the rounds are reported.
+``harness.set_threads(1)``, alternating in rounds; medians of the rounds are reported.
 
     .venv/bin/python benchmarks/bench_train.py [--rounds 7] [--steps 20]
 """
@@ -19,6 +19,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.train.optim import param_groups
 
@@ -78,9 +79,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-fused", action="store_true", help="for-each AdamW for both models")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"rounds": 1, "steps": 2})
+    if not harness.require("train", "transformers"):
+        return
     fused = not args.no_fused
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     data = torch.randint(V, (args.steps, B, T + 1), generator=g)

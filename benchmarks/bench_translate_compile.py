@@ -18,6 +18,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.generate.translate import translate_ids
 from attnlm.models.transformer import Transformer, TransformerConfig
 
@@ -48,8 +49,18 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    args = harness.parse(
+        ap,
+        quick={
+            "runs": 1,
+            "sentences": 1,
+            "new_tokens": 4,
+            "d_model": 64,
+            "vocab": 500,
+            "layers": 1,
+        },
+    )
+    harness.set_threads(1)
     model = _model(args)
     rng = random.Random(0)
     sources = [[rng.randrange(1, args.vocab - 1) for _ in range(rng.randint(6, 14))]

@@ -30,6 +30,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.tokenizers.wordpiece import WordPieceTokenizer  # noqa: E402
 
@@ -62,13 +63,10 @@ def main() -> None:
     ap.add_argument("--text", default=None, help="text file (default: the default corpus)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--slow-chars", type=int, default=300_000)
-    args = ap.parse_args()
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    args = harness.parse(ap, quick={"repeats": 1, "slow_chars": 20_000})
+    if not harness.require("wordpiece", "tokenizers"):
+        return
+    harness.set_threads(1)
     from tokenizers import BertWordPieceTokenizer
 
     text = load_text(args.text)
