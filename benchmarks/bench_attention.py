@@ -143,7 +143,7 @@ def main() -> None:
     if not harness.require("attention", "transformers"):
         return
     harness.set_threads(1)
-    repeats = 3 if args.quick else 7
+    repeats = 1 if args.quick else 7
     print(f"# bench_attention: torch {torch.__version__}, 1 thread, {platform.machine()}, "
           f"{platform.processor() or 'cpu'}; medians of {repeats} alternating repeats")  # fmt: skip
     bench_attention_paths(repeats)
