@@ -22,9 +22,6 @@ medians of the rounds are reported with the tokens/s ratio (goal: at least 1.0x)
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -122,11 +119,9 @@ def our_step(cell: str):
     return step
 
 
-def timed(step, batches) -> float:
-    t0 = time.perf_counter()
-    for x, y in batches:
-        step(x, y)
-    return time.perf_counter() - t0
+def timed(step, batches):
+    """One run of every batch, as a harness contender."""
+    return lambda: harness.time_call(lambda: [step(x, y) for x, y in batches])
 
 
 def main() -> None:
@@ -146,20 +141,15 @@ def main() -> None:
                for i in range(args.steps)]  # fmt: skip
     steps = {"attnlm": our_step(args.cell), "example": example_step(args.cell)}
     for s in steps.values():  # warm-up
-        timed(s, batches[:3])
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for r in range(args.rounds):
-        order = list(steps) if r % 2 == 0 else list(reversed(steps))  # alternate who goes first
-        for name in order:
-            times[name].append(timed(steps[name], batches))
+        timed(s, batches[:3])()
     tokens = args.steps * B * T
-    tps = {k: tokens / statistics.median(v) for k, v in times.items()}
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, 1 thread")
-    print(f"{args.cell.upper()} LM V={V} E=H={E} L={L} T={T} B={B}, {args.steps} steps x "
-          f"{args.rounds} rounds (median)")  # fmt: skip
-    for k, v in tps.items():
-        print(f"  {k:<8} {v:>10,.0f} tokens/s")
-    print(f"ratio attnlm / example: {tps['attnlm'] / tps['example']:.2f}x")
+    harness.header(f"{args.cell}-train-step", shape=f"V={V} E=H={E} L={L} T={T} B={B}")
+    runs = harness.alternate({k: timed(s, batches) for k, s in steps.items()}, args.rounds, True)
+    r = harness.report(
+        f"{args.cell}-train-step", runs, "attnlm", "example", ">= 1.0x speed-up", tokens=tokens
+    )
+    for k in runs:
+        print(f"  {k:<8} {tokens / r[k]['wall_s']:>10,.0f} tokens/s")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 QUICK_ENV = "ATTNLM_BENCH_QUICK"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,14 @@ def set_threads(n: int = 1) -> None:
 
 def time_call(fn: Callable[[], object]) -> Sample:
     """Time one in-process call: wall clock and this process's CPU time (all threads)."""
+    return timed(fn)[0]
+
+
+def timed(fn: Callable[[], T]) -> tuple[Sample, T]:
+    """Like :func:`time_call`, and the call's result too."""
     c0, t0 = time.process_time(), time.perf_counter()
-    fn()
-    return Sample(time.perf_counter() - t0, time.process_time() - c0)
+    out = fn()
+    return Sample(time.perf_counter() - t0, time.process_time() - c0), out
 
 
 def time_process(
@@ -130,14 +137,16 @@ def time_process(
 
 
 def alternate(
-    contenders: Mapping[str, Callable[[], Sample]], rounds: int
+    contenders: Mapping[str, Callable[[], Sample]], rounds: int, swap: bool = False
 ) -> dict[str, list[Sample]]:
     """Run each contender once per round, in turn (ours, peer, ours, peer, ...), ``rounds``
-    times; returns every sample per contender."""
+    times; returns every sample per contender. ``swap``: every other round runs them in
+    reverse order, so that neither always follows the other (caches, clock boosts)."""
     out: dict[str, list[Sample]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            out[name].append(fn())
+    for r in range(rounds):
+        names = list(contenders)
+        for name in reversed(names) if swap and r % 2 else names:
+            out[name].append(contenders[name]())
     return out
 
 

@@ -56,6 +56,9 @@ def test_alternate_runs_ours_then_peer_each_round(harness):
     assert calls == ["ours", "peer"] * 3
     assert [s.wall for s in runs["ours"]] == [1, 3, 5]
     assert [s.wall for s in runs["peer"]] == [2, 4, 6]
+    calls.clear()
+    harness.alternate({"ours": make("ours"), "peer": make("peer")}, rounds=3, swap=True)
+    assert calls == ["ours", "peer", "peer", "ours", "ours", "peer"]
 
 
 def test_report_prints_one_json_line_per_result(harness, capsys):
