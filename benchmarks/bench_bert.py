@@ -153,6 +153,17 @@ def main() -> None:
     for name, (a, b) in rows.items():
         to, th = B * T / statistics.median(a), B * T / statistics.median(b)
         print(f"{name:<32}{to:12,.0f}{th:12,.0f}{to / th:8.2f}x")
+        harness.emit(
+            {
+                "bench": f"bert {name}",
+                "clock": "wall",
+                "runs": args.rounds,
+                "attnlm": {"tokens_per_s": to},
+                "hf": {"tokens_per_s": th},
+                "speedup_wall": to / th,
+                **({"target": ">= 1.2x speed-up"} if name.startswith("training") else {}),
+            }
+        )
 
     wordpiece(args.wp_chars)
 

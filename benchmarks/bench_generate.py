@@ -168,6 +168,17 @@ def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=
         passes = _count_passes(ours, runners["ours"])
         print(f"   forward passes with lookahead: {passes} (without: {n})")
     print(f"   identical tokens (ours and HF): {same}")
+    harness.emit(
+        {
+            "bench": f"decode {name} batch {batch}",
+            "clock": "wall" if clock is time.perf_counter else "cpu",
+            "runs": runs,
+            "seconds": med,
+            "speedup_vs_hf": {k: med["hf"] / v for k, v in med.items()},
+            "share_of_ceiling": {k: med["ceiling"] / v for k, v in med.items()},
+            "identical_tokens": same,
+        }
+    )
     return same
 
 

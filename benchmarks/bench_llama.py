@@ -117,6 +117,17 @@ def bench_train(rounds: int, steps: int, block: int = T, batch: int = B) -> floa
     print(f"   per-round wall ratios attnlm / HF: {min(spread):.2f}x to {max(spread):.2f}x")
     ratio = wall["attnlm Llama"] / wall[hf]
     print(f"   ratio attnlm / HF: {ratio:.2f}x (target >= 1.2x)")
+    harness.emit(
+        {
+            "bench": "llama-train-step",
+            "runs": rounds,
+            "tokens_per_s_wall": wall,
+            "tokens_per_s_thread_cpu": cpu,
+            "speedup_wall": ratio,
+            "speedup_cpu": cpu["attnlm Llama"] / cpu[hf],
+            "target": ">= 1.2x speed-up",
+        }
+    )
     return ratio
 
 

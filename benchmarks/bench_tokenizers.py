@@ -93,6 +93,18 @@ def bench_training(text: str, sizes: list[int], repeats: int) -> list[str]:
             f"{same} |"
         )
         print(row, flush=True)
+        harness.emit(
+            {
+                "bench": f"bpe-train-{vocab}",
+                "clock": "cpu",
+                "runs": repeats,
+                "attnlm": {"cpu_s": o},
+                "hf": {"whole_cpu_s": w, "by_line_cpu_s": ln},
+                "time_ratio_cpu": o / peer,
+                "speedup_cpu": peer / o,
+                "merges_identical": same,
+            }
+        )
         rows.append(row)
     return rows
 
@@ -143,6 +155,16 @@ def bench_encoding(text: str, repeats: int) -> list[str]:
     ]
     for r in rows:
         print(r, flush=True)
+    harness.emit(
+        {
+            "bench": "cl100k-encode",
+            "clock": "cpu",
+            "runs": repeats,
+            "mb_per_s": rate,
+            "throughput_ratio": {k: v / rate["tiktoken"] for k, v in rate.items()},
+            "identical": identical,
+        }
+    )
     return rows
 
 

@@ -93,6 +93,9 @@ def main() -> None:
         print(f"{name}: eager {e:.3f} s ({tokens / e:.0f} tok/s), compiled {c:.3f} s "
               f"({tokens / c:.0f} tok/s), {e / c:.2f}x; warm-up {warm:.1f} CPU s "
               f"({wall:.1f} s wall)")  # fmt: skip
+        harness.emit({"bench": f"translate-compile {name}", "clock": "cpu", "runs": args.runs,
+                      "eager_cpu_s": e, "compiled_cpu_s": c, "speedup_cpu": e / c,
+                      "warmup_cpu_s": warm, "warmup_wall_s": wall})  # fmt: skip
 
 
 if __name__ == "__main__":

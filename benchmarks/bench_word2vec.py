@@ -135,6 +135,16 @@ def main() -> None:
               f"  WordSim {m['wordsim']:.4f}  "
               f"SimLex {m['simlex']:.4f}  analogies {m['analogy']:.4f}")  # fmt: skip
     a, g = med["attnlm"], med["gensim"]
+    harness.emit(
+        {
+            "bench": f"word2vec-{'sg' if args.sg else 'cbow'}",
+            "workers": args.workers,
+            "runs": args.repeats,
+            **med,
+            "speedup_wall": a["rate"] / g["rate"],
+            "speedup_cpu": a["cpu_rate"] / g["cpu_rate"],
+        }
+    )
     print(f"throughput attnlm/gensim: {a['rate'] / g['rate']:.2f}x (per CPU second "
           f"{a['cpu_rate'] / g['cpu_rate']:.2f}x); WordSim-353 attnlm - gensim: "
           f"{a['wordsim'] - g['wordsim']:+.4f}")  # fmt: skip

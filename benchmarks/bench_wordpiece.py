@@ -104,6 +104,18 @@ def main() -> None:
     ]
     for name, sec in rows:
         print(f"{name:<44}{sec:8.3f}{rate(sec):>14}{hf_best / sec:8.2f}")
+    harness.emit(
+        {
+            "bench": "wordpiece-encode",
+            "clock": "cpu",
+            "mb": round(mb, 2),
+            "runs": args.repeats,
+            "attnlm": {"cold_cpu_s": rows[2][1], "warm_cpu_s": rows[3][1]},
+            "hf": {"lines_cpu_s": rows[0][1], "whole_cpu_s": rows[1][1]},
+            "speedup_cold": hf_best / rows[2][1],
+            "speedup_warm": hf_best / rows[3][1],
+        }
+    )
 
     slow = slow_tokenizer()
     if slow is None:
