@@ -206,7 +206,7 @@ def main() -> None:
         return
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        print("bench_gpu: no CUDA GPU available; skipped (try --device cpu --smoke)")
+        harness.skip("gpu", "all rows", "no CUDA GPU available (try --device cpu --smoke)")
         return
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -223,7 +223,7 @@ def main() -> None:
     result = {"device": device, "torch": torch.__version__, "smoke": args.smoke,
               "nanogpt_h100_reference": NANOGPT_H100, "rows": rows}  # fmt: skip
     for r in rows:
-        print(json.dumps(r))
+        harness.emit({"bench": "gpu", "device": device, "smoke": args.smoke, **r})
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -290,6 +290,20 @@ def main() -> None:
         f"beam-4 speed {beam_ratio:.2f}x (goal >= 2), BLEU {results['attnlm']['bleu']:.2f} "
         f"vs {results['Marian']['bleu']:.2f} (goal: at least Marian's)"
     )
+    harness.emit(
+        {
+            "bench": "seq2seq-vs-marian",
+            "clock": "wall",
+            "budget_s": args.budget,
+            "train_tokens_per_s": {r.name: r.tokens / r.elapsed for r in runners},
+            "speedup_train": train_ratio,
+            "target_train": ">= 1.2x",
+            "beam4": results,
+            "speedup_beam4": beam_ratio,
+            "target_beam4": ">= 2x",
+            "target_bleu": ">= Marian",
+        }
+    )
 
 
 if __name__ == "__main__":
