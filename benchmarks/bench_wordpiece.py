@@ -63,13 +63,14 @@ def main() -> None:
     ap.add_argument("--text", default=None, help="text file (default: the default corpus)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--slow-chars", type=int, default=300_000)
-    args = harness.parse(ap, quick={"repeats": 1, "slow_chars": 20_000})
+    ap.add_argument("--max-chars", type=int, default=None, help="use the first N characters")
+    args = harness.parse(ap, quick={"repeats": 1, "slow_chars": 20_000, "max_chars": 300_000})
     if not harness.require("wordpiece", "tokenizers"):
         return
     harness.set_threads(1)
     from tokenizers import BertWordPieceTokenizer
 
-    text = load_text(args.text)
+    text = load_text(args.text)[: args.max_chars]
     mb = len(text.encode("utf-8")) / 1e6
     lines = text.splitlines()
     hf = BertWordPieceTokenizer(str(VOCAB), lowercase=True)
