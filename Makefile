@@ -1,14 +1,16 @@
 # One target per job. `make demo` and `make test` set up .venv/ on first use.
 PY      := .venv/bin/python
+# the one place the torch version is named (pyproject.toml only says torch>=2.4)
+TORCH_VERSION := 2.13.0
 VENV_OK := .venv/.installed
 
-.PHONY: setup demo test test-fast lint format bench clean
+.PHONY: setup demo test test-fast lint format bench bench-quick clean
 
 $(VENV_OK): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and pinned: the CPU wheel on this machine, no CUDA download
-	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q torch==$(TORCH_VERSION)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(VENV_OK)
 
@@ -31,8 +33,15 @@ format: $(VENV_OK)
 	.venv/bin/ruff check --fix .
 	.venv/bin/ruff format .
 
+# every benchmark at its recorded size (long: hours on a small machine; figures: docs/benchmarks.md)
 bench: $(VENV_OK)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
+
+# every benchmark at small sizes (a few minutes): checks the scripts run; peers that are not
+# installed are skipped with a line saying so
+bench-quick: $(VENV_OK)
+	for b in benchmarks/bench_*.py; do echo "== $$b"; \
+	  ATTNLM_BENCH_QUICK=1 timeout 600 $(PY) $$b --quick || exit 1; done
 
 clean:
 	rm -rf .venv build dist src/*.egg-info .pytest_cache .ruff_cache

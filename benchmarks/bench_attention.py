@@ -1,7 +1,7 @@
 """Attention and GPT speed: the fused fast path against the explicit formula, and our GPT
 against Hugging Face ``GPT2LMHeadModel`` (same weights) for a training step and a forward.
 
-Runs alternate between the contenders in one process with ``torch.set_num_threads(1)``;
+Runs alternate between the contenders in one process with ``harness.set_threads(1)``;
 medians of several repeats are printed with ratios (> 1 means ours is faster).
 
     .venv/bin/python benchmarks/bench_attention.py [--quick]
@@ -17,6 +17,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models import save_hf
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.nn.attention import MultiHeadAttention
@@ -60,6 +61,9 @@ def bench_attention_paths(repeats: int) -> None:
         for name, r in race_paths(mha, x, repeats, inner).items():
             print(f"{B:>3} {T:>5} {C:>5} {H:>3}  {name:<9}{r['fast'] * 1e3:>9.3f}"
                   f"{r['slow'] * 1e3:>13.3f}{r['slow'] / r['fast']:>8.2f}x")  # fmt: skip
+            harness.emit({"bench": f"attention {name} B{B} T{T} C{C} H{H}", "clock": "wall",
+                          "runs": repeats, "seconds": r,
+                          "speedup_wall": r["slow"] / r["fast"]})  # fmt: skip
 
 
 def race_paths(mha: MultiHeadAttention, x: torch.Tensor, repeats: int, inner: int) -> dict:
@@ -80,11 +84,10 @@ def race_paths(mha: MultiHeadAttention, x: torch.Tensor, repeats: int, inner: in
 
 
 def bench_vs_hf(repeats: int) -> None:
-    try:
-        import transformers
-    except ImportError:
-        print("\n(transformers not installed: skipping the Hugging Face comparison)")
+    if not harness.require("gpt-vs-hf", "transformers"):
         return
+    import transformers
+
     transformers.logging.set_verbosity_error()
     cfg = GPTConfig(vocab_size=80, block_size=64, n_layer=4, n_head=4, n_embd=128)
     B, T = 12, 64
@@ -129,19 +132,23 @@ def bench_vs_hf(repeats: int) -> None:
     print(f"training step   ours {r['ours'] * 1e3:7.2f} ms ({B * T / r['ours']:8.0f} tok/s)   "
           f"HF {r['hf'] * 1e3:7.2f} ms ({B * T / r['hf']:8.0f} tok/s)   "
           f"ratio {r['hf'] / r['ours']:.2f}x")  # fmt: skip
+    harness.emit({"bench": "gpt-vs-hf train step", "clock": "wall", "runs": repeats,
+                  "seconds": r, "speedup_wall": r["hf"] / r["ours"]})  # fmt: skip
     ours.eval()
     hf.eval()
     r = race({"ours": lambda: fwd(ours), "hf": lambda: fwd(hf)}, repeats, 10)
     print(f"forward (eval)  ours {r['ours'] * 1e3:7.2f} ms   HF {r['hf'] * 1e3:7.2f} ms   "
           f"ratio {r['hf'] / r['ours']:.2f}x")  # fmt: skip
+    harness.emit({"bench": "gpt-vs-hf forward", "clock": "wall", "runs": repeats,
+                  "seconds": r, "speedup_wall": r["hf"] / r["ours"]})  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    repeats = 3 if args.quick else 7
+    args = harness.parse(parser)
+    harness.set_threads(1)
+    repeats = 1 if args.quick else 7
     print(f"# bench_attention: torch {torch.__version__}, 1 thread, {platform.machine()}, "
           f"{platform.processor() or 'cpu'}; medians of {repeats} alternating repeats")  # fmt: skip
     bench_attention_paths(repeats)

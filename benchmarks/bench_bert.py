@@ -14,7 +14,7 @@ models with the same weights (ours is loaded from the ``BertForMaskedLM`` folder
   zero_grad. Both models start from the same weights and see the same batches, so their losses
   must agree step by step (printed).
 
-Times: wall-clock, ``torch.set_num_threads(1)``, ours and theirs alternating in rounds;
+Times: wall-clock, ``harness.set_threads(1)``, ours and theirs alternating in rounds;
 medians over rounds. tokens/s counts input tokens (B x T). WordPiece: the first
 ``--wp-chars`` characters of the default corpus, ours (cold cache) vs ``tokenizers``' Rust
 ``BertWordPieceTokenizer`` on one thread (full comparison: ``bench_wordpiece.py``).
@@ -38,6 +38,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.models import from_hf  # noqa: E402
 from attnlm.objectives import MaskingConfig, mask_tokens  # noqa: E402
 
@@ -83,8 +84,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3, help="training steps per round")
     ap.add_argument("--wp-chars", type=int, default=1_000_000)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    args = harness.parse(ap, quick={"rounds": 1, "steps": 1, "wp_chars": 50_000})
+    if not harness.require("bert", "transformers", "tokenizers"):
+        return
+    harness.set_threads(1)
     with tempfile.TemporaryDirectory() as d:
         ours, hf = models(Path(d))
     data = batches(args.rounds * args.steps + 1)
@@ -150,6 +153,17 @@ def main() -> None:
     for name, (a, b) in rows.items():
         to, th = B * T / statistics.median(a), B * T / statistics.median(b)
         print(f"{name:<32}{to:12,.0f}{th:12,.0f}{to / th:8.2f}x")
+        harness.emit(
+            {
+                "bench": f"bert {name}",
+                "clock": "wall",
+                "runs": args.rounds,
+                "attnlm": {"tokens_per_s": to},
+                "hf": {"tokens_per_s": th},
+                "speedup_wall": to / th,
+                **({"target": ">= 1.2x speed-up"} if name.startswith("training") else {}),
+            }
+        )
 
     wordpiece(args.wp_chars)
 

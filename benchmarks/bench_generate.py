@@ -3,7 +3,7 @@
 The same weights on both sides: a GPT-2-layout model is written in the Hugging Face layout,
 loaded by ``transformers`` with ``from_pretrained`` and by us through our HF import
 (``attnlm.models.from_hf``). Both decode 200 tokens greedily from the same prompt; the tokens
-must be identical. Alternating runs in this process, ``torch.set_num_threads(1)``; medians.
+must be identical. Alternating runs in this process, ``harness.set_threads(1)``; medians.
 
 Two models:
 
@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.generate import generate
 from attnlm.models import from_hf, save_hf
 from attnlm.models.gpt import GPT
@@ -168,6 +169,17 @@ def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=
         passes = _count_passes(ours, runners["ours"])
         print(f"   forward passes with lookahead: {passes} (without: {n})")
     print(f"   identical tokens (ours and HF): {same}")
+    harness.emit(
+        {
+            "bench": f"decode {name} batch {batch}",
+            "clock": "wall" if clock is time.perf_counter else "cpu",
+            "runs": runs,
+            "seconds": med,
+            "speedup_vs_hf": {k: med["hf"] / v for k, v in med.items()},
+            "share_of_ceiling": {k: med["ceiling"] / v for k, v in med.items()},
+            "identical_tokens": same,
+        }
+    )
     return same
 
 
@@ -191,8 +203,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--compile", action="store_true", help="also time generate(compile=True)")
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of CPU time")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse(ap, quick={"runs": 1, "new": 16, "model": "random", "batch": [1]})
+    if not harness.require("generate", "transformers"):
+        return
+    harness.set_threads(args.threads)
     if args.wall:
         global clock
         clock = time.perf_counter

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
+
 PEAKS_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 NANOGPT_H100 = {"step_ms": 38.4, "mfu": 0.371, "preset_val": 1.2965, "preset_seconds": 190}
 
@@ -197,10 +199,14 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--preset-seconds", type=float, default=0, help="0: skip the preset row")
     ap.add_argument("--text", default=None, help="corpus of the preset row")
-    args = ap.parse_args()
+    args = harness.parse(
+        ap, quick={"smoke": True, "device": "cpu", "runs": 1, "steps": 2, "warmup": 1, "new": 8}
+    )
+    if not harness.require("gpu", "transformers"):
+        return
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        print("bench_gpu: no CUDA GPU available; skipped (try --device cpu --smoke)")
+        harness.skip("gpu", "all rows", "no CUDA GPU available (try --device cpu --smoke)")
         return
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -217,7 +223,7 @@ def main() -> None:
     result = {"device": device, "torch": torch.__version__, "smoke": args.smoke,
               "nanogpt_h100_reference": NANOGPT_H100, "rows": rows}  # fmt: skip
     for r in rows:
-        print(json.dumps(r))
+        harness.emit({"bench": "gpu", "device": device, "smoke": args.smoke, **r})
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

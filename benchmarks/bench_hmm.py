@@ -25,12 +25,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.models.hmm import HMMLM, HMMConfig, split_sequences  # noqa: E402
 
@@ -40,19 +39,18 @@ def start_params(k: int, v: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.
     return rng.dirichlet(np.ones(k)), rng.dirichlet(np.ones(k), k), rng.dirichlet(np.ones(v), k)
 
 
-def ours(params, ids: torch.Tensor, length: int) -> tuple[float, float]:
-    """Seconds and log-likelihood of one EM iteration of ours."""
+def ours(params, ids: torch.Tensor, length: int) -> tuple[harness.Sample, float]:
+    """Time and log-likelihood of one EM iteration of ours."""
     pi, A, E = params
     model = HMMLM(HMMConfig(vocab_size=E.shape[1], n_states=len(pi)))
     model.set_probs(*(torch.from_numpy(p) for p in params))
     sequences = split_sequences(ids, length)
-    t = time.perf_counter()
-    stats = model.em_step(sequences)
-    return time.perf_counter() - t, stats.log_likelihood
+    sample, stats = harness.timed(lambda: model.em_step(sequences))
+    return sample, stats.log_likelihood
 
 
-def theirs(params, ids: np.ndarray, length: int, implementation: str) -> tuple[float, float]:
-    """Seconds and log-likelihood of one EM iteration of hmmlearn."""
+def theirs(params, ids: np.ndarray, length: int, implementation: str):
+    """Time and log-likelihood of one EM iteration of hmmlearn."""
     from hmmlearn.hmm import CategoricalHMM
 
     pi, A, E = params
@@ -60,10 +58,8 @@ def theirs(params, ids: np.ndarray, length: int, implementation: str) -> tuple[f
                        params="ste", implementation=implementation)  # fmt: skip
     h.startprob_, h.transmat_, h.emissionprob_ = pi, A, E
     lengths = [length] * (len(ids) // length) + ([len(ids) % length] if len(ids) % length else [])
-    t = time.perf_counter()
-    h.fit(ids.reshape(-1, 1), lengths)
-    seconds = time.perf_counter() - t
-    return seconds, float(h.monitor_.history[-1])
+    sample = harness.time_call(lambda: h.fit(ids.reshape(-1, 1), lengths))
+    return sample, float(h.monitor_.history[-1])
 
 
 def main() -> None:
@@ -75,8 +71,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for ours")
     ap.add_argument("--log-max-states", type=int, default=64,
                     help="also time hmmlearn's log implementation up to this K")  # fmt: skip
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse(ap, quick={"chars": 20_000, "states": "8", "reps": 1, "log_max_states": 8})
+    if not harness.require("hmm", "hmmlearn"):
+        return
+    harness.set_threads(args.threads)
     import logging
 
     import hmmlearn
@@ -93,24 +91,33 @@ def main() -> None:
     for k in (int(s) for s in args.states.split(",")):
         params = start_params(k, len(symbols), seed=k)
         impls = ["scaling"] + (["log"] if k <= args.log_max_states else [])
-        times: dict[str, list[float]] = {"ours": [], **{i: [] for i in impls}}
         lls: dict[str, float] = {}
-        for rep in range(args.reps):
-            s, lls["ours"] = ours(params, torch.from_numpy(ids), args.length)
-            times["ours"].append(s)
-            for impl in impls:
-                s, lls[impl] = theirs(params, ids, args.length, impl)
-                times[impl].append(s)
-            done = ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items())
-            print(f"  K={k} rep {rep + 1}: {done}", flush=True)
-        med = {n: statistics.median(t) for n, t in times.items()}
-        print(f"K={k}: one EM iteration, median of {args.reps}: ours {med['ours']:.2f}s")
+
+        def run(name, fn, out=lls):
+            def one():
+                sample, out[name] = fn()
+                return sample
+
+            return one
+
+        contenders = {
+            "attnlm": run("attnlm", lambda p=params: ours(p, torch.from_numpy(ids), args.length))
+        }
         for impl in impls:
-            rel = abs(lls["ours"] - lls[impl]) / abs(lls[impl])
-            ratio = med[impl] / med["ours"]
-            print(f"  hmmlearn {impl:8s} {med[impl]:8.2f}s   ours is {ratio:5.1f}x faster   "
-                  f"log-likelihood ours {lls['ours']:.2f} vs {lls[impl]:.2f} "
-                  f"(relative difference {rel:.1e})")  # fmt: skip
+            contenders[impl] = run(impl, lambda i=impl, p=params: theirs(p, ids, args.length, i))
+        runs = harness.alternate(contenders, args.reps)
+        for impl in impls:
+            rel = abs(lls["attnlm"] - lls[impl]) / abs(lls[impl])
+            harness.report(
+                f"hmm-em K={k} vs hmmlearn {impl}",
+                {"attnlm": runs["attnlm"], impl: runs[impl]},
+                "attnlm",
+                impl,
+                ">= 5x speed-up",
+                loglik_attnlm=lls["attnlm"],
+                loglik_peer=lls[impl],
+                loglik_rel_diff=rel,
+            )
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models import save_hf
 from attnlm.models.llama import Llama, LlamaConfig
 from bench_generate import compare  # the house's decoding comparison (benchmarks/ on sys.path)
@@ -117,6 +118,17 @@ def bench_train(rounds: int, steps: int, block: int = T, batch: int = B) -> floa
     print(f"   per-round wall ratios attnlm / HF: {min(spread):.2f}x to {max(spread):.2f}x")
     ratio = wall["attnlm Llama"] / wall[hf]
     print(f"   ratio attnlm / HF: {ratio:.2f}x (target >= 1.2x)")
+    harness.emit(
+        {
+            "bench": "llama-train-step",
+            "runs": rounds,
+            "tokens_per_s_wall": wall,
+            "tokens_per_s_thread_cpu": cpu,
+            "speedup_wall": ratio,
+            "speedup_cpu": cpu["attnlm Llama"] / cpu[hf],
+            "target": ">= 1.2x speed-up",
+        }
+    )
     return ratio
 
 
@@ -186,8 +198,10 @@ def main() -> None:
     ap.add_argument("--only", choices=["train", "gemm", "decode", "cache"], default=None)
     ap.add_argument("--block", type=int, default=T, help="training window (default 64)")
     ap.add_argument("--batch", type=int, default=B, help="training batch (default 12)")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse(ap, quick={"rounds": 1, "steps": 2, "runs": 1, "new": 16})
+    if not harness.require("llama", "transformers"):
+        return
+    harness.set_threads(args.threads)
     import transformers
 
     transformers.logging.set_verbosity_error()

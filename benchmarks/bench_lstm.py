@@ -12,7 +12,7 @@ trainer runs it: a ``causal-stream`` batch (``ids``, ``targets``, ``stream``, ``
 hidden states carried inside the model, the summed loss divided by the number of targets.
 The reference is our own code in the example's style (the example is not vendored).
 
-Both run in this process with ``torch.set_num_threads(1)``, alternating in rounds; the
+Both run in this process with ``harness.set_threads(1)``, alternating in rounds; the
 medians of the rounds are reported with the tokens/s ratio (goal: at least 1.0x).
 
     .venv/bin/python benchmarks/bench_lstm.py [--rounds 7] [--steps 20] [--cell lstm]
@@ -22,14 +22,12 @@ medians of the rounds are reported with the tokens/s ratio (goal: at least 1.0x)
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models.rnn import RNNLM, RNNConfig
 
 V, E, L, T, B = 80, 128, 2, 32, 16
@@ -121,11 +119,9 @@ def our_step(cell: str):
     return step
 
 
-def timed(step, batches) -> float:
-    t0 = time.perf_counter()
-    for x, y in batches:
-        step(x, y)
-    return time.perf_counter() - t0
+def timed(step, batches):
+    """One run of every batch, as a harness contender."""
+    return lambda: harness.time_call(lambda: [step(x, y) for x, y in batches])
 
 
 def main() -> None:
@@ -135,30 +131,25 @@ def main() -> None:
     ap.add_argument("--cell", default="lstm", choices=("rnn", "lstm", "gru"))
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--bptt", type=int, default=32)
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"rounds": 1, "steps": 2})
     global E, T
     E, T = args.width, args.bptt
-    torch.set_num_threads(1)
+    harness.set_threads(1)
     torch.manual_seed(0)
     stream = torch.randint(0, V, (B, args.steps * T + 1))
     batches = [(stream[:, i * T : (i + 1) * T], stream[:, i * T + 1 : (i + 1) * T + 1])
                for i in range(args.steps)]  # fmt: skip
     steps = {"attnlm": our_step(args.cell), "example": example_step(args.cell)}
     for s in steps.values():  # warm-up
-        timed(s, batches[:3])
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for r in range(args.rounds):
-        order = list(steps) if r % 2 == 0 else list(reversed(steps))  # alternate who goes first
-        for name in order:
-            times[name].append(timed(steps[name], batches))
+        timed(s, batches[:3])()
     tokens = args.steps * B * T
-    tps = {k: tokens / statistics.median(v) for k, v in times.items()}
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, 1 thread")
-    print(f"{args.cell.upper()} LM V={V} E=H={E} L={L} T={T} B={B}, {args.steps} steps x "
-          f"{args.rounds} rounds (median)")  # fmt: skip
-    for k, v in tps.items():
-        print(f"  {k:<8} {v:>10,.0f} tokens/s")
-    print(f"ratio attnlm / example: {tps['attnlm'] / tps['example']:.2f}x")
+    harness.header(f"{args.cell}-train-step", shape=f"V={V} E=H={E} L={L} T={T} B={B}")
+    runs = harness.alternate({k: timed(s, batches) for k, s in steps.items()}, args.rounds, True)
+    r = harness.report(
+        f"{args.cell}-train-step", runs, "attnlm", "example", ">= 1.0x speed-up", tokens=tokens
+    )
+    for k in runs:
+        print(f"  {k:<8} {tokens / r[k]['wall_s']:>10,.0f} tokens/s")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ On the default corpus (Shakespeare) split into words, one sentence per non-blank
    its KneserNeyInterpolated is only timed on a few tokens: it needs about 0.1 s per token),
    alternating ours and theirs, printing the ratio.
 
-Run: ``.venv/bin/python benchmarks/bench_ngram.py`` (``--quick`` uses a tenth of the corpus).
+Run: ``.venv/bin/python benchmarks/bench_ngram.py`` (``--quick`` uses a fortieth of the corpus).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.ngram import train  # noqa: E402
 
@@ -58,21 +59,18 @@ def cpu(fn, repeat: int = 3) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="use a tenth of the corpus")
+    ap.add_argument("--quick", action="store_true", help="use a fortieth of the corpus")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-nltk", action="store_true")
-    args = ap.parse_args()
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    args = harness.parse(ap)
+    if not args.no_nltk and not harness.require("ngram", "nltk"):
+        args.no_nltk = True
+    harness.set_threads(1)
 
     text = load_text(None)
     sents, how = words_of(text)
     if args.quick:
-        sents = sents[: len(sents) // 10]
+        sents = sents[: len(sents) // 40]
     cut = int(len(sents) * 0.9)
     tr, te = sents[:cut], sents[cut:]
     n_tr = sum(map(len, tr))
@@ -99,6 +97,20 @@ def main() -> None:
     print(f"\n[2] order-5 scoring of {r.tokens:,} tokens (incl. </s>): {ts:.2f} CPU-s, "
           f"{r.tokens / ts:,.0f} tokens/s")  # fmt: skip
 
+    harness.emit(
+        {
+            "bench": "ngram-mkn5",
+            "clock": "cpu",
+            "words": n_tr + n_te,
+            "estimate_cpu_s": t5,
+            "target_estimate": "< 10 s",
+            "tracemalloc_peak_mib": round(peak / 2**20),
+            "peak_rss_mib": round(rss),
+            "target_memory": "< 1.5 GB",
+            "score_tokens_per_cpu_s": round(r.tokens / ts),
+            "target_score": ">= 500k tokens/s",
+        }
+    )
     if args.no_nltk:
         return
     # 3. trigram fit + score, ours vs NLTK, alternating
@@ -138,6 +150,17 @@ def main() -> None:
     print(f"    ratio nltk Laplace / attnlm mkn:            {t_lap_nltk / t_mkn:6.0f}x")
     print(f"    ratio nltk WittenBell / attnlm mkn:         {t_wb_nltk / t_mkn:6.0f}x")
     print(f"    ratio nltk Laplace / attnlm add-1:          {t_lap_nltk / t_add:6.0f}x")
+    harness.emit(
+        {
+            "bench": "ngram-trigram-vs-nltk",
+            "clock": "cpu",
+            "rows": [{"name": n, "cpu_s": t, "ppl": p} for n, t, p in rows],
+            "speedup_wittenbell_vs_mkn": t_wb_nltk / t_mkn,
+            "speedup_laplace_vs_mkn": t_lap_nltk / t_mkn,
+            "speedup_laplace_vs_add1": t_lap_nltk / t_add,
+            "target": ">= 100x (WittenBell)",
+        }
+    )
 
     # NLTK's Kneser-Ney scores too slowly to finish: time a few tokens on the same counts
     kn = KneserNeyInterpolated(3, vocabulary=wb.vocab, counter=wb.counts)

@@ -1,123 +1,116 @@
-"""n-gram fit + ARPA write against KenLM ``lmplz``, alternating in one process; binary load and
-scoring speed of the resulting order-5 model.
+"""``attnlm ngram train`` against KenLM ``lmplz``, both as whole processes; then binary load
+and scoring speed of the resulting order-5 model.
 
-Workload (issue 24): the default corpus split into words with attnlm's word tokenizer
-(1.17M words), written one sentence per line to a temporary file; then
+Workload: the default corpus split into words with attnlm's word tokenizer (1.17M words),
+written one sentence per line to a temporary file; then, alternating (harness.py):
 
-* ours: read that file, ``split_sentences``, order-5 modified Kneser-Ney (count + estimate),
-  ``write_arpa`` (plain text) - wall time, as ``attnlm ngram train`` would spend it;
-* peer: ``lmplz -o 5 -S 1G -T TMP < corpus > out.arpa`` (KenLM built from the PyPI ``kenlm``
-  sdist, which includes the builder: ``cmake .. && make lmplz``; pass ``--lmplz PATH``).
-  Without an ``lmplz`` the ratio is taken against the 1.3 s the issue records for it on a
-  comparable machine, and the benchmark says so.
+* ours: ``attnlm ngram train --order 5 --text corpus.txt --arpa ours.arpa`` (the command a
+  user runs: interpreter start-up, imports, reading, count + estimate, the ARPA write);
+* peer: ``lmplz -o 5 -S 1G -T TMP < corpus.txt > kenlm.arpa`` (KenLM's builder is not in the
+  PyPI ``kenlm`` wheel; build it from that sdist: ``cmake .. && make lmplz``, and pass
+  ``--lmplz PATH`` or put it on PATH). Without it the peer is skipped with a line.
 
-Then: loading the memory-mapped binary of the order-5 model (``load_model``, median of 5) and
-scoring the whole corpus with it (tokens/s). Wall times, medians over ``--repeat`` alternating
-runs; one numpy/torch thread. The two ARPA files are compared (n-gram counts).
+Target: ours <= 2x lmplz (time ratio, wall clock). The two ARPA files must have the same
+n-gram counts. Then in-process: loading the memory-mapped binary of the model (median of 5;
+target <= 200 ms) and scoring the corpus with it (target >= 1M tokens/s).
 
-Run: ``.venv/bin/python benchmarks/bench_ngram_kenlm.py --lmplz /path/to/lmplz``.
+Run: ``.venv/bin/python benchmarks/bench_ngram_kenlm.py --lmplz /path/to/lmplz --repeat 5``.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import harness
 
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+BENCH = "ngram-train-vs-lmplz"
 
-from attnlm.data.corpus import load_text  # noqa: E402
-from attnlm.ngram import load_model, split_sentences, train, write_arpa  # noqa: E402
-from attnlm.tokenizers.word import split_words  # noqa: E402
 
-KENLM_REFERENCE_S = 1.3  # the issue's lmplz time for this workload on a comparable machine
+def write_corpus(path: Path, words: int | None) -> list[list[str]]:
+    """The default corpus as words, one sentence per line (the first ``words`` words)."""
+    from attnlm.data.corpus import load_text
+    from attnlm.tokenizers.word import split_words
+
+    sents, total = [], 0
+    for line in load_text(None).splitlines():
+        s = split_words(line)
+        if s:
+            sents.append(s)
+            total += len(s)
+            if words and total >= words:
+                break
+    path.write_text("\n".join(" ".join(s) for s in sents) + "\n", encoding="utf-8")
+    return sents
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lmplz", default=shutil.which("lmplz"), help="path of KenLM's lmplz")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="alternating rounds")
     ap.add_argument("--order", type=int, default=5)
-    args = ap.parse_args()
-    import torch
-
-    torch.set_num_threads(1)
+    ap.add_argument("--words", type=int, default=None, help="use the first N words only")
+    args = harness.parse(ap, quick={"repeat": 1, "words": 20_000})
+    harness.set_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="bench_ngram_"))
-    text = load_text(None)
-    sents = [s for s in (split_words(line) for line in text.splitlines()) if s]
+    try:
+        run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, tmp: Path) -> None:
     corpus = tmp / "corpus.txt"
-    corpus.write_text("\n".join(" ".join(s) for s in sents) + "\n", encoding="utf-8")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-    print(f"corpus: {len(sents):,} sentences, {sum(map(len, sents)):,} words, order {args.order}")
-
-    def ours() -> tuple[float, dict]:
-        t0 = time.perf_counter()
-        s = split_sentences(corpus.read_text(encoding="utf-8"))
-        t1 = time.perf_counter()
-        model = train(s, args.order)
-        t2 = time.perf_counter()
-        write_arpa(model, tmp / "ours.arpa")
-        t3 = time.perf_counter()
-        return t3 - t0, {"read": t1 - t0, "fit": t2 - t1, "write": t3 - t2, "model": model}
-
-    def theirs() -> float:
-        t0 = time.perf_counter()
-        with open(corpus, "rb") as fin, open(tmp / "kenlm.arpa", "wb") as fout:
-            subprocess.run(
-                [args.lmplz, "-o", str(args.order), "-S", "1G", "-T", str(tmp)],
-                stdin=fin, stdout=fout, stderr=subprocess.DEVNULL, check=True,
-            )  # fmt: skip
-        return time.perf_counter() - t0
-
-    ours_t, theirs_t, phases = [], [], []
-    model = None
-    for _ in range(args.repeat):
-        t, info = ours()
-        ours_t.append(t)
-        phases.append(info)
-        model = info["model"]
-        if args.lmplz:
-            theirs_t.append(theirs())
-    med = statistics.median(ours_t)
-    ph = {k: statistics.median(p[k] for p in phases) for k in ("read", "fit", "write")}
-    print(f"\n[1] order-{args.order} fit + ARPA write, wall s (median of {args.repeat}):")
-    print(f"    attnlm  {med:.2f} s  (read {ph['read']:.2f}, count + estimate {ph['fit']:.2f}, "
-          f"write {ph['write']:.2f}); runs {', '.join(f'{t:.2f}' for t in ours_t)}")  # fmt: skip
+    sents = write_corpus(corpus, args.words)
+    words = sum(map(len, sents))
+    harness.header(BENCH, sentences=len(sents), words=words, order=args.order)
+    ours_cmd = harness.attnlm_command(
+        "ngram", "train", "--order", str(args.order), "--text", str(corpus),
+        "--arpa", str(tmp / "ours.arpa"),
+    )  # fmt: skip
+    contenders = {"attnlm": lambda: harness.time_process(ours_cmd)}
     if args.lmplz:
-        peer = statistics.median(theirs_t)
-        print(f"    lmplz   {peer:.2f} s; runs {', '.join(f'{t:.2f}' for t in theirs_t)}")
-        print(f"    ratio attnlm / lmplz: {med / peer:.2f}x (target <= 2)")
-        ours_head = (tmp / "ours.arpa").read_bytes()[:200].split(b"\n\n")[0]
-        kenlm_head = (tmp / "kenlm.arpa").read_bytes()[:200].split(b"\n\n")[0]
-        print(f"    same n-gram counts as lmplz: {ours_head == kenlm_head}")
+        peer_cmd = [args.lmplz, "-o", str(args.order), "-S", "1G", "-T", str(tmp)]
+        contenders["lmplz"] = lambda: harness.time_process(
+            peer_cmd, stdin=corpus, stdout=tmp / "kenlm.arpa"
+        )
     else:
-        print(f"    no lmplz: ratio to the issue's {KENLM_REFERENCE_S} s = "
-              f"{med / KENLM_REFERENCE_S:.2f}x (other machine; indicative only)")  # fmt: skip
-    size = (tmp / "ours.arpa").stat().st_size
-    print(f"    ARPA size {size / 1e6:.1f} MB")
+        harness.skip(BENCH, "lmplz", "KenLM's lmplz is not on PATH (pass --lmplz PATH)")
+    runs = harness.alternate(contenders, args.repeat)
+    extra: dict[str, object] = {"arpa_mb": round((tmp / "ours.arpa").stat().st_size / 1e6, 1)}
+    if args.lmplz:
+        heads = [
+            (tmp / n).read_bytes()[:300].split(b"\n\n")[0] for n in ("ours.arpa", "kenlm.arpa")
+        ]
+        extra["same_counts"] = heads[0] == heads[1]
+    harness.report(BENCH, runs, "attnlm", "lmplz" if args.lmplz else None, "<= 2x", **extra)
+    load_and_score(tmp, sents, args.order)
 
-    model.save(tmp / "lm.npz")
-    loads = []
-    for _ in range(5):
-        t = time.perf_counter()
-        loaded = load_model(tmp / "lm.npz")
-        loads.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    r = loaded.score_sentences(sents)
-    ts = time.perf_counter() - t
-    print(f"\n[2] binary load (memory-mapped) {statistics.median(loads) * 1e3:.1f} ms (median of 5,"
-          f" target <= 200 ms); scoring {r.tokens:,} tokens: {ts:.2f} s = "
-          f"{r.tokens / ts:,.0f} tokens/s (target >= 1M)")  # fmt: skip
-    shutil.rmtree(tmp, ignore_errors=True)
+
+def load_and_score(tmp: Path, sents: list[list[str]], order: int) -> None:
+    """The binary model: memory-mapped load time, then scoring speed (in-process calls)."""
+    from attnlm.ngram import load_model, train
+
+    train(sents, order).save(tmp / "lm.npz")
+    loads = harness.alternate(
+        {"load": lambda: harness.time_call(lambda: load_model(tmp / "lm.npz"))}, 5
+    )
+    harness.report("ngram-binary-load", loads, "load", target="<= 200 ms")
+    model = load_model(tmp / "lm.npz")
+    box = {}
+    score = harness.time_call(lambda: box.setdefault("r", model.score_sentences(sents)))
+    tokens = box["r"].tokens
+    harness.report(
+        "ngram-score",
+        {"score": [score]},
+        "score",
+        target=">= 1M tokens/s",
+        tokens=tokens,
+        tokens_per_s_wall=round(tokens / score.wall),
+        tokens_per_s_cpu=round(tokens / score.cpu) if score.cpu else None,
+    )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.ngram.bounded import parse_memory  # noqa: E402
 from attnlm.tokenizers.word import split_words  # noqa: E402
@@ -58,7 +59,7 @@ def generate(path: Path, size: int, substitute: float, numbers: float, seed: int
     written = words = 0
     with open(path, "w", encoding="utf-8") as f:
         while written < size:
-            pick = rng.integers(0, len(sents), 200_000)
+            pick = rng.integers(0, len(sents), min(200_000, max(1000, size // 40)))  # ~40 B each
             lens = lengths[pick]
             ends = np.cumsum(lens)
             offs = np.repeat(starts[pick] - (ends - lens), lens) + np.arange(ends[-1])
@@ -113,10 +114,11 @@ def main() -> None:
     ap.add_argument("--numbers", type=float, default=0.01)
     ap.add_argument("--tmp", default=None, help="folder for the corpus and outputs")
     ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
-    import torch
+    args = harness.parse(
+        ap, quick={"size": "1M", "subset": "256K", "small_cap": "1M", "memory": "8M"}
+    )
 
-    torch.set_num_threads(1)
+    harness.set_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="bench_ngram_memory_", dir=args.tmp))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
@@ -150,6 +152,7 @@ def main() -> None:
             outs.append(out)
         same = all(filecmp.cmp(outs[0], o, shallow=False) for o in outs[1:])
         print(f"  ARPA files identical: {same} ({outs[0].stat().st_size / 2**20:.0f} MiB)")
+        harness.emit({"bench": "ngram-memory subset", "identical": same, "runs": list(runs)})
         for o in outs:
             o.unlink()
 
@@ -162,6 +165,8 @@ def main() -> None:
         print("  " + "\n  ".join(line for line in err.splitlines() if line.strip()))
         print(f"  wall {wall:.0f} s ({words / wall / 1e6:.2f} M words/s), peak RSS {rss:.2f} GiB, "
               f"ARPA {out.stat().st_size / 2**30:.2f} GiB")  # fmt: skip
+        harness.emit({"bench": "ngram-memory whole", "memory": args.memory, "words": words,
+                      "wall_s": wall, "peak_rss_gib": rss, "target": "< ~3 GB"})  # fmt: skip
         if not same:
             raise SystemExit("the bounded ARPA differs from the in-memory one")
     finally:

@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
+
 VOWELS = "aeiou"
 
 
@@ -177,7 +179,10 @@ def main() -> None:
     ap.add_argument("--gb", type=float, nargs="+", default=[0.5, 2.0])
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--rounds", type=int, default=1, help="speed rounds on the largest corpus")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"gb": [0.002], "rounds": 1})
+    if not harness.require("prepare", "tiktoken"):
+        return
+    harness.set_threads(1)
     from attnlm.data.corpus import default_corpus
     from attnlm.tokenizers import BPETokenizer
 
@@ -233,6 +238,11 @@ def main() -> None:
                       f"nanoGPT recipe: {c2 / peer:.3f} (below 1: ours costs less); bound on "
                       f"two idle cores: {2 * c1 / c2:.2f}x one worker, {peer / c2:.2f}x the "
                       "recipe")  # fmt: skip
+                harness.emit({"bench": f"prepare {size / 1e9:.2f} GB", "clock": "wall",
+                              "seconds": med, "cpu_s": cpus,
+                              "speedup_2_vs_1_worker": med["ours, 1 worker"] / t2,
+                              "speedup_vs_recipe": med["nanoGPT recipe, 2 processes"] / t2,
+                              "targets": ">= 1.8x, >= 1.0x"})  # fmt: skip
             corpus.unlink()
             for run in tmp.glob("run*"):
                 shutil.rmtree(run)

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
+
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
@@ -51,7 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--tokenizer", default="char", help="char or a saved tokenizer file")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"mb": 2})
     from attnlm.data.corpus import default_corpus
 
     base = default_corpus().encode("utf-8")
@@ -77,6 +79,9 @@ def main() -> None:
         f"above baseline {above / 2**20:.0f} MiB = {above / token_bytes:.2f}x the token files "
         f"({above / size:.2f}x the corpus); prepare {prep['seconds']:.1f} s (wall {wall:.0f} s)"
     )
+    harness.emit({"bench": "prepare-memory", "corpus_mib": size / 2**20,
+                  "above_baseline_mib": above / 2**20, "of_token_files": above / token_bytes,
+                  "target": "< 2x the token files", "prepare_s": prep["seconds"]})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.checkpoint import load_checkpoint
 from attnlm.data.corpus import cache_dir
 from attnlm.data.windows import read_token_file
@@ -153,8 +153,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="override for ours")
     ap.add_argument("--ref-budget", default=None, help="tuning only: nanoGPT recipe by time")
     ap.add_argument("--name", default="ours")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = harness.parse(ap)
+    if args.quick:  # minutes of training by design: nothing small to run
+        harness.skip("quality", "nanogpt-recipe", "needs minutes of training; no quick mode")
+        return
+    harness.set_threads(args.threads)
     text = gutenberg_text()
     out = Path(args.out)
     results = []
@@ -175,6 +178,8 @@ def main() -> None:
             f"{r['val_bpc_full_split']:.4f} bits/char (whole validation split)"
         )
     print(f"nanoGPT README figure for its recipe: {NANOGPT_REPORTED} (target for ours: <= 1.80)")
+    for r in results:
+        harness.emit({"bench": "quality-per-wall-clock", "target": "<= 1.80 (ours)", **r})
     out.mkdir(parents=True, exist_ok=True)
     tag = args.name if args.only == "ours" else args.only
     (out / f"results-{tag}.json").write_text(json.dumps(results, indent=1))

@@ -14,7 +14,7 @@ as Marian's generation config says) and are scored with sacrebleu's corpus BLEU 
     PYTHONPATH=src python benchmarks/bench_seq2seq.py --budget 120 --test 200
 
 Goals (issue 11): BLEU at least Marian's, at least 1.2x its training tokens/s, at least 2x its
-beam decoding speed. One thread (``torch.set_num_threads(1)``); medians of ``--repeats`` timed
+beam decoding speed. One thread (``harness.set_threads(1)``); medians of ``--repeats`` timed
 decoding runs.
 
 ``--user-path`` (issue 22, :mod:`seq2seq_user_path`): the translation presets as a user calls
@@ -34,6 +34,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 
 
 def _data(pairs_path, n_test, seed=0):
@@ -219,7 +221,9 @@ def main() -> None:
     )
     user.add_argument("--tune", action="store_true", help="score valid.tsv, not test.tsv")
     user.add_argument("--set", action="append", default=[], help="tuning only: --set for ours")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"budget": 3.0, "test": 10, "repeats": 1})
+    if not harness.require("seq2seq", "transformers"):
+        return
     if args.user_path:
         import seq2seq_user_path
 
@@ -231,7 +235,7 @@ def main() -> None:
         return
     args.threads, args.repeats = args.threads or 1, args.repeats or 3
     args.budget = args.budget or 120.0
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
 
     tok, train, test = _data(args.pairs, args.test)
     pad, eos = tok.target_ids.pad, tok.target_ids.eos
@@ -285,6 +289,20 @@ def main() -> None:
         f"ratios (ours / Marian): training tokens/s {train_ratio:.2f}x (goal >= 1.2), "
         f"beam-4 speed {beam_ratio:.2f}x (goal >= 2), BLEU {results['attnlm']['bleu']:.2f} "
         f"vs {results['Marian']['bleu']:.2f} (goal: at least Marian's)"
+    )
+    harness.emit(
+        {
+            "bench": "seq2seq-vs-marian",
+            "clock": "wall",
+            "budget_s": args.budget,
+            "train_tokens_per_s": {r.name: r.tokens / r.elapsed for r in runners},
+            "speedup_train": train_ratio,
+            "target_train": ">= 1.2x",
+            "beam4": results,
+            "speedup_beam4": beam_ratio,
+            "target_beam4": ">= 2x",
+            "target_bleu": ">= Marian",
+        }
     )
 
 

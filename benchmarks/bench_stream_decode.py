@@ -10,8 +10,8 @@ byte-level BPE tokenizer trained on the default corpus. Only the text layer is t
 from __future__ import annotations
 
 import argparse
-import time
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.data.corpus import default_corpus
 from attnlm.generate.text import _RowText
 from attnlm.tokenizers import BPETokenizer
@@ -34,22 +34,28 @@ def redecode_every_token(tok: BPETokenizer, ids: list[int]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=16384)
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"tokens": 256})
+    harness.set_threads(1)
     text = default_corpus()[:2_000_000]
     tok = BPETokenizer.train(text[:300_000], 1024)
     ids = tok.encode(text)[: args.tokens]
-    t0 = time.perf_counter()
-    row = _RowText(tok, ("\n\n\n",))
-    pieces = [row.push(t)[0] for t in ids] + [row.flush()]
-    t_new = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    old = redecode_every_token(tok, ids)
-    t_old = time.perf_counter() - t0
-    assert "".join(pieces) == old == tok.decode(ids)
-    print(
-        f"stream-decode {len(ids):,} tokens (byte-level BPE, 1024 ids): incremental "
-        f"{t_new * 1000:.1f} ms, re-decode per token {t_old:.2f} s ({t_old / t_new:,.0f}x)"
+    box = {}
+
+    def incremental() -> None:
+        row = _RowText(tok, ("\n\n\n",))
+        box["new"] = "".join([row.push(t)[0] for t in ids] + [row.flush()])
+
+    runs = harness.alternate(
+        {
+            "incremental": lambda: harness.time_call(incremental),
+            "redecode": lambda: harness.time_call(
+                lambda: box.__setitem__("old", redecode_every_token(tok, ids))
+            ),
+        },
+        1,
     )
+    assert box["new"] == box["old"] == tok.decode(ids)
+    harness.report("stream-decode", runs, "incremental", "redecode", tokens=len(ids))
 
 
 if __name__ == "__main__":

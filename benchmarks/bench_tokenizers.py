@@ -30,6 +30,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.tokenizers import BPETokenizer  # noqa: E402
 from attnlm.tokenizers.bpe import GPT2_BYTE_ORDER, PATTERNS  # noqa: E402
@@ -92,6 +93,18 @@ def bench_training(text: str, sizes: list[int], repeats: int) -> list[str]:
             f"{same} |"
         )
         print(row, flush=True)
+        harness.emit(
+            {
+                "bench": f"bpe-train-{vocab}",
+                "clock": "cpu",
+                "runs": repeats,
+                "attnlm": {"cpu_s": o},
+                "hf": {"whole_cpu_s": w, "by_line_cpu_s": ln},
+                "time_ratio_cpu": o / peer,
+                "speedup_cpu": peer / o,
+                "merges_identical": same,
+            }
+        )
         rows.append(row)
     return rows
 
@@ -142,6 +155,16 @@ def bench_encoding(text: str, repeats: int) -> list[str]:
     ]
     for r in rows:
         print(r, flush=True)
+    harness.emit(
+        {
+            "bench": "cl100k-encode",
+            "clock": "cpu",
+            "runs": repeats,
+            "mb_per_s": rate,
+            "throughput_ratio": {k: v / rate["tiktoken"] for k, v in rate.items()},
+            "identical": identical,
+        }
+    )
     return rows
 
 
@@ -152,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="vocab 4096 only, 1 MB of text")
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--skip-encoding", action="store_true")
-    args = ap.parse_args(argv)
+    args = harness.parse(ap, quick={"repeats": 1}, argv=argv)
+    if not harness.require("tokenizers", "tiktoken", "tokenizers"):
+        return
+    harness.set_threads(1)
     text = load_text(args.text)
     if args.quick:
         text = text[:1_000_000]

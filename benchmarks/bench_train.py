@@ -5,7 +5,7 @@ vocabulary 80, learned positions, GELU (tanh), biases, tied embeddings, dropout 
 forward with loss, backward, gradient clipping at 1.0, AdamW step (lr 1e-3, betas (0.9, 0.99),
 weight decay 0.1 on matrices; the fused kernel, as our trainer uses, for both models, or
 ``--no-fused``), zero_grad. Both models run in this process with
-``torch.set_num_threads(1)``, alternating in rounds; medians of the rounds are reported.
+``harness.set_threads(1)``, alternating in rounds; medians of the rounds are reported.
 
     .venv/bin/python benchmarks/bench_train.py [--rounds 7] [--steps 20]
 """
@@ -13,12 +13,10 @@ weight decay 0.1 on matrices; the fused kernel, as our trainer uses, for both mo
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
-import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.train.optim import param_groups
 
@@ -65,47 +63,42 @@ def make_step(model, is_hf: bool, fused: bool = True):
     return step
 
 
-def tokens_per_s(step, batches) -> float:
-    t0 = time.perf_counter()
-    for x, y in batches:
-        step(x, y)
-    return sum(x.numel() for x, _ in batches) / (time.perf_counter() - t0)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-fused", action="store_true", help="for-each AdamW for both models")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"rounds": 1, "steps": 2})
+    if not harness.require("train", "transformers"):
+        return
     fused = not args.no_fused
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     data = torch.randint(V, (args.steps, B, T + 1), generator=g)
     batches = [(d[:, :-1], d[:, 1:]) for d in data]
-    steps = {
-        "attnlm GPT": make_step(ours(), False, fused),
-        "HF GPT2LMHeadModel": make_step(hf(), True, fused),
+    tokens = sum(x.numel() for x, _ in batches)
+
+    def timed(step):  # one run: every batch once
+        return lambda: harness.time_call(lambda: [step(x, y) for x, y in batches])
+
+    contenders = {
+        "attnlm": timed(make_step(ours(), False, fused)),
+        "hf": timed(make_step(hf(), True, fused)),  # transformers.GPT2LMHeadModel
     }
-    for step in steps.values():  # warm up
-        tokens_per_s(step, batches[:3])
-    results: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(args.rounds):
-        for name, step in steps.items():
-            results[name].append(tokens_per_s(step, batches))
-    print(
-        f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-        f"threads {args.threads}; shape L{L} H{H} C{C} T{T} B{B} V{V}"
+    for fn in contenders.values():  # warm up
+        fn()
+    harness.header("gpt-train-step", shape=f"L{L} H{H} C{C} T{T} B{B} V{V}", threads=args.threads)
+    runs = harness.alternate(contenders, args.rounds)
+    r = harness.report(
+        "gpt-train-step", runs, "attnlm", "hf", ">= 1.2x speed-up", tokens_per_run=tokens
     )
-    med = {name: statistics.median(v) for name, v in results.items()}
-    for name, v in med.items():
+    for name in runs:
+        rate = tokens / r[name]["wall_s"]
         print(
-            f"{name:>20}: {v:10,.0f} tokens/s (median of {args.rounds} rounds x {args.steps} steps)"
+            f"  {name}: {rate:,.0f} tokens/s (median of {args.rounds} rounds x {args.steps} steps)"
         )
-    ratio = med["attnlm GPT"] / med["HF GPT2LMHeadModel"]
-    print(f"ratio attnlm / HF: {ratio:.2f}x (target >= 1.2x)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.generate.translate import translate_ids
 from attnlm.models.transformer import Transformer, TransformerConfig
 
@@ -48,8 +49,18 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    args = harness.parse(
+        ap,
+        quick={
+            "runs": 1,
+            "sentences": 1,
+            "new_tokens": 4,
+            "d_model": 64,
+            "vocab": 500,
+            "layers": 1,
+        },
+    )
+    harness.set_threads(1)
     model = _model(args)
     rng = random.Random(0)
     sources = [[rng.randrange(1, args.vocab - 1) for _ in range(rng.randint(6, 14))]
@@ -82,6 +93,9 @@ def main() -> None:
         print(f"{name}: eager {e:.3f} s ({tokens / e:.0f} tok/s), compiled {c:.3f} s "
               f"({tokens / c:.0f} tok/s), {e / c:.2f}x; warm-up {warm:.1f} CPU s "
               f"({wall:.1f} s wall)")  # fmt: skip
+        harness.emit({"bench": f"translate-compile {name}", "clock": "cpu", "runs": args.runs,
+                      "eager_cpu_s": e, "compiled_cpu_s": c, "speedup_cpu": e / c,
+                      "warmup_cpu_s": warm, "warmup_wall_s": wall})  # fmt: skip
 
 
 if __name__ == "__main__":

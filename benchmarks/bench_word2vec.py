@@ -31,6 +31,7 @@ import time
 
 import torch
 
+import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
 from attnlm.data.corpus import cache_dir, load_text
 from attnlm.word2vec import Word2VecConfig, WordVectors, split_sentences, train_word2vec
 from attnlm.word2vec.evaluate import evaluate_all
@@ -94,10 +95,21 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-gutenberg", dest="gutenberg", action="store_false")
-    args = p.parse_args()
-    torch.set_num_threads(args.workers)
+    p.add_argument("--max-words", type=int, default=None, help="use the first N words only")
+    args = harness.parse(p, quick={"repeats": 1, "gutenberg": False, "max_words": 30_000})
+    if not harness.require("word2vec", "gensim"):
+        return
+    harness.set_threads(args.workers)
     text = load_text() + ("\n\n" + gutenberg_text() if args.gutenberg else "")
     sentences = split_sentences(text)
+    if args.max_words:
+        kept, total = [], 0
+        for s in sentences:
+            if total >= args.max_words:
+                break
+            kept.append(s)
+            total += len(s)
+        sentences = kept
     import gensim
 
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, gensim "
@@ -123,6 +135,16 @@ def main() -> None:
               f"  WordSim {m['wordsim']:.4f}  "
               f"SimLex {m['simlex']:.4f}  analogies {m['analogy']:.4f}")  # fmt: skip
     a, g = med["attnlm"], med["gensim"]
+    harness.emit(
+        {
+            "bench": f"word2vec-{'sg' if args.sg else 'cbow'}",
+            "workers": args.workers,
+            "runs": args.repeats,
+            **med,
+            "speedup_wall": a["rate"] / g["rate"],
+            "speedup_cpu": a["cpu_rate"] / g["cpu_rate"],
+        }
+    )
     print(f"throughput attnlm/gensim: {a['rate'] / g['rate']:.2f}x (per CPU second "
           f"{a['cpu_rate'] / g['cpu_rate']:.2f}x); WordSim-353 attnlm - gensim: "
           f"{a['wordsim'] - g['wordsim']:+.4f}")  # fmt: skip

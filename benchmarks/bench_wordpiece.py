@@ -30,6 +30,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
 from attnlm.data.corpus import load_text  # noqa: E402
 from attnlm.tokenizers.wordpiece import WordPieceTokenizer  # noqa: E402
 
@@ -62,16 +63,14 @@ def main() -> None:
     ap.add_argument("--text", default=None, help="text file (default: the default corpus)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--slow-chars", type=int, default=300_000)
-    args = ap.parse_args()
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    ap.add_argument("--max-chars", type=int, default=None, help="use the first N characters")
+    args = harness.parse(ap, quick={"repeats": 1, "slow_chars": 20_000, "max_chars": 300_000})
+    if not harness.require("wordpiece", "tokenizers"):
+        return
+    harness.set_threads(1)
     from tokenizers import BertWordPieceTokenizer
 
-    text = load_text(args.text)
+    text = load_text(args.text)[: args.max_chars]
     mb = len(text.encode("utf-8")) / 1e6
     lines = text.splitlines()
     hf = BertWordPieceTokenizer(str(VOCAB), lowercase=True)
@@ -106,6 +105,18 @@ def main() -> None:
     ]
     for name, sec in rows:
         print(f"{name:<44}{sec:8.3f}{rate(sec):>14}{hf_best / sec:8.2f}")
+    harness.emit(
+        {
+            "bench": "wordpiece-encode",
+            "clock": "cpu",
+            "mb": round(mb, 2),
+            "runs": args.repeats,
+            "attnlm": {"cold_cpu_s": rows[2][1], "warm_cpu_s": rows[3][1]},
+            "hf": {"lines_cpu_s": rows[0][1], "whole_cpu_s": rows[1][1]},
+            "speedup_cold": hf_best / rows[2][1],
+            "speedup_warm": hf_best / rows[3][1],
+        }
+    )
 
     slow = slow_tokenizer()
     if slow is None:

@@ -251,7 +251,7 @@ def ordered_map(
 def id_array(ids: list[int], vocab_size: int) -> np.ndarray:
     """``ids`` (all below ``vocab_size``) as an array of the token files' dtype, the form ids
     travel back from workers in (half the bytes of uint32 for most vocabularies);
-    ``np.fromiter`` with a count converts a list about a quarter faster than ``np.array``."""
+    ``np.fromiter`` with a count fills the array in one pass, faster than ``np.array``."""
     return np.fromiter(ids, dtype=token_dtype(vocab_size), count=len(ids))
 
 

@@ -29,7 +29,6 @@ the pairs reader ignores.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.metadata
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -246,6 +245,8 @@ def task_rows(n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> list[tuple[str, s
 
 def task_versions() -> dict[str, str]:
     """The installed versions of the libraries the task is generated with."""
+    import importlib.metadata  # lazy: every command imports attnlm.data; only this reads it
+
     out = {}
     for lib in ("babel", "num2words"):
         try:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from attnlm.errors import ConfigError
 from attnlm.ngram.arpa import read_arpa, write_arpa
-from attnlm.ngram.bounded import parse_memory, train_arpa
 from attnlm.ngram.counts import NgramCounts, Vocabulary, count_ngrams, split_sentences
 from attnlm.ngram.files import load_model
 from attnlm.ngram.model import AddKModel, BackoffModel, NgramModel, ScoreResult
@@ -52,6 +51,17 @@ __all__ = [
     "train_arpa",
     "write_arpa",
 ]
+
+
+def __getattr__(name: str):
+    """``parse_memory`` and ``train_arpa`` (the bounded-memory trainer: shards, temporary
+    files) load on first use, so that ``attnlm ngram train`` without ``--memory`` and
+    ``import attnlm.ngram`` do not pay for them at start-up."""
+    if name in ("parse_memory", "train_arpa"):
+        from attnlm.ngram import bounded
+
+        return getattr(bounded, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def train(

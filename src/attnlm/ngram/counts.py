@@ -24,8 +24,8 @@ from itertools import chain, repeat
 import numpy as np
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.tokenizers.base import UNK
 
+UNK = "<unk>"  # the ARPA / KenLM unknown word (the same string as attnlm.tokenizers.base.UNK)
 BOS = "<s>"
 EOS = "</s>"
 PADDINGS = ("kenlm", "nltk")
