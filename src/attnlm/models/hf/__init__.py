@@ -22,18 +22,11 @@ from __future__ import annotations
 
 from attnlm._lazy import lazy_exports
 
-_EXPORTS = {
-    "read_hf_config": "attnlm.models.hf.folder",
-    "read_generation_config": "attnlm.models.hf.folder",
-    "read_hf_weights": "attnlm.models.hf.folder",
-    "load_mapped_state": "attnlm.models.hf.folder",
-    "load_hf_weights": "attnlm.models.hf.folder",
-    "write_hf_folder": "attnlm.models.hf.folder",
-    "Layout": "attnlm.models.hf.mapping",
-    "Rule": "attnlm.models.hf.mapping",
-    "to_ours": "attnlm.models.hf.mapping",
-    "to_hf": "attnlm.models.hf.mapping",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".folder": "read_hf_config read_generation_config read_hf_weights load_mapped_state "
+        "load_hf_weights write_hf_folder",
+        ".mapping": "Layout Rule to_ours to_hf",
+    },
+)
