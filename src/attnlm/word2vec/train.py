@@ -63,6 +63,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlm.errors import ConfigError
+from attnlm.validate import fraction, positive
 from attnlm.word2vec.vectors import WordVectors
 from attnlm.word2vec.vocab import Vocab, alias_table, split_sentences
 
@@ -86,21 +87,9 @@ class Word2VecConfig:
     noise_share: int = 8  # CBOW: centre words of a batch that share their noise words
 
     def __post_init__(self) -> None:
-        for name in (
-            "dim",
-            "window",
-            "negative",
-            "min_count",
-            "epochs",
-            "workers",
-            "batch",
-            "noise_share",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"word2vec {name} must be an integer >= 1, got {value!r}")
-        if not (0 <= self.sample < 1):
-            raise ConfigError(f"word2vec sample must be in [0, 1), got {self.sample}")
+        counts = ("dim", "window", "negative", "min_count", "epochs", "workers", "batch")
+        positive(self, *counts, "noise_share", where="word2vec")
+        fraction(self, "sample", where="word2vec")
         if not (0 <= self.min_alpha <= self.alpha) or not math.isfinite(self.alpha):
             raise ConfigError(
                 f"word2vec needs 0 <= min_alpha <= alpha, got {self.min_alpha} and {self.alpha}"
