@@ -18,7 +18,18 @@ from typing import Any, NoReturn, TypeVar
 
 from attnlm.errors import AttnlmError, InputError
 from attnlm.textio import text_problem, value_problem
-from attnlm.validate import existing_dir, existing_path, positive_int
+from attnlm.validate import (
+    DEVICE_FORMS,
+    MAX_THREADS,
+    device,
+    existing_dir,
+    existing_path,
+    finite_float,
+    int_in_range,
+    positive_int,
+    seed,
+    threads,
+)
 
 T = TypeVar("T")
 
@@ -175,6 +186,81 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--model", metavar="NAME", help="pretrained name (minilm) or Hugging Face model folder"
     )
+
+
+# ---------------------------------------------------------------- options every kind of run shares
+
+
+def add_device_argument(p: argparse.ArgumentParser, default: str | None = "auto") -> None:
+    """``--device``: checked at parse time (``bogus``, ``cuda:99`` are one-line errors)."""
+    said = default or "the preset's"
+    p.add_argument(
+        "--device", default=default, type=arg(device), help=f"{DEVICE_FORMS} (default {said})"
+    )
+
+
+def add_threads_argument(p: argparse.ArgumentParser) -> None:
+    """``--threads N``: torch's intra-op threads, 1 to 4 per core; set by :func:`use_threads`."""
+    p.add_argument(
+        "--threads",
+        type=arg(threads),
+        default=None,
+        metavar="N",
+        help=f"torch threads, 1..{MAX_THREADS} (default: torch's choice)",
+    )
+
+
+def add_seed_argument(
+    p: argparse.ArgumentParser, default: int | None = None, help: str = "random seed"
+) -> None:
+    """``--seed``: an integer 0 <= seed < 2**63."""
+    p.add_argument("--seed", type=arg(seed), default=default, help=f"{help}, 0..2**63-1")
+
+
+def add_runtime_arguments(p: argparse.ArgumentParser, device: str | None = "auto") -> None:
+    """``--device`` and ``--threads``, as every command that runs a model takes them."""
+    add_device_argument(p, device)
+    add_threads_argument(p)
+
+
+def use_threads(args: argparse.Namespace) -> None:
+    """Apply ``--threads`` (if given) before any model runs."""
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def add_sampling_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    temperature: float = 1.0,
+    max_new_tokens: int | None = 200,
+    max_new_tokens_help: str = "",
+) -> None:
+    """The sampling options of :class:`attnlm.generate.sampling.SamplingConfig`:
+    ``--max-new-tokens --temperature --top-k --top-p --seed``."""
+    from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
+
+    default = "" if max_new_tokens is None else f"default {max_new_tokens}; "
+    p.add_argument(
+        "--max-new-tokens",
+        type=arg(int_in_range, lo=0 if max_new_tokens is not None else 1, hi=MAX_NEW_TOKENS_LIMIT),
+        default=max_new_tokens,
+        metavar="N",
+        help=max_new_tokens_help or f"{default}at most {MAX_NEW_TOKENS_LIMIT:,}",
+    )
+    p.add_argument(
+        "--temperature",
+        type=arg(finite_float, lo=0.0),
+        default=temperature,
+        help=f"0 means greedy (default {temperature:g})",
+    )
+    p.add_argument("--top-k", type=arg(positive_int), default=None, metavar="K")
+    p.add_argument(
+        "--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None, metavar="P"
+    )
+    add_seed_argument(p)
 
 
 def as_given(value: str, name: str | None = None) -> str:

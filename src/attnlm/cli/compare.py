@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm.cli.common import arg, text_file
+from attnlm.cli.common import add_device_argument, arg, text_file
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
-from attnlm.validate import device, non_negative_int, positive_int
+from attnlm.validate import non_negative_int, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
     )
-    p.add_argument("--device", default="auto", type=arg(device))
+    add_device_argument(p)
     p.add_argument(
         "--threads",
         type=arg(non_negative_int),

@@ -7,13 +7,14 @@ import argparse
 from attnlm.cli.common import (
     add_corpus_arguments,
     add_pairs_argument,
+    add_seed_argument,
     add_text_argument,
     arg,
     as_given,
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.validate import output_dir, positive_int, probability
+from attnlm.validate import finite_float, non_negative_int, output_dir, positive_int, probability
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,8 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "task", help="write the built-in English-to-German dates and numbers task as pairs"
     )
     task.add_argument("--out", required=True, metavar="FILE", help="output .tsv file ('-': stdout)")
-    task.add_argument("--n", type=int, default=None, help="number of pairs (default 5000)")
-    task.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
+    task.add_argument(
+        "--n", type=arg(positive_int), default=None, help="number of pairs (default 5000)"
+    )
+    add_seed_argument(task, help="random seed (default 0)")
     task.set_defaults(func=_task)
 
     pairs = dsub.add_parser(
@@ -75,13 +78,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pairs.add_argument(
         "--valid",
-        type=float,
+        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
         default=DEFAULT_VAL_FRACTION,
         help=f"validation fraction ({DEFAULT_VAL_FRACTION})",
     )
-    pairs.add_argument("--test", type=float, default=0.1, help="test fraction (0.1)")
-    pairs.add_argument("--seed", type=int, default=0, help="split seed (0)")
-    pairs.add_argument("--examples", type=int, default=5, help="example pairs to print (5)")
+    pairs.add_argument(
+        "--test",
+        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
+        default=0.1,
+        help="test fraction (0.1)",
+    )
+    add_seed_argument(pairs, default=0, help="split seed (0)")
+    pairs.add_argument(
+        "--examples", type=arg(non_negative_int), default=5, help="example pairs to print (5)"
+    )
     pairs.set_defaults(func=_pairs)
 
 

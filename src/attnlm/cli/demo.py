@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm import validate
-from attnlm.cli.common import arg, as_given, text_file
+from attnlm.cli.common import add_threads_argument, as_given, text_file
 from attnlm.demo import run_demo
 
 
@@ -32,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="train on this text instead",
     )
-    p.add_argument("--threads", type=arg(validate.threads), default=None)
+    add_threads_argument(p)
     p.add_argument(
         "--overwrite",
         action="store_true",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_arguments, arg, text_value
-from attnlm.validate import existing_file
+from attnlm.cli.common import add_device_argument, add_model_arguments, arg, text_value
+from attnlm.validate import existing_file, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,9 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument(
         "text", type=text_value, help='a text with [MASK], e.g. "the capital of france is [MASK]."'
     )
-    f.add_argument("--top-k", type=int, default=5, help="predictions per mask (default 5)")
+    f.add_argument(
+        "--top-k", type=arg(positive_int), default=5, help="predictions per mask (default 5)"
+    )
     f.add_argument("--json", action="store_true", help="print one JSON object")
-    f.add_argument("--device", default="cpu")
+    add_device_argument(f, "cpu")
     f.set_defaults(func=_fill_mask)
 
     e = sub.add_parser(
@@ -34,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_arguments(e)
     e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
     e.add_argument("--json", action="store_true", help='print {"cosine": [[...]]}')
-    e.add_argument("--device", default="cpu")
+    add_device_argument(e, "cpu")
     e.set_defaults(func=_embed)
 
     c = sub.add_parser(
@@ -57,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also show the word's static word2vec vector from this file (text, or binary if "
         "named *.bin): the same vector in every sentence, and its nearest words",
     )  # fmt: skip
-    c.add_argument("--device", default="cpu")
+    add_device_argument(c, "cpu")
     c.set_defaults(func=_contextual)
 
 

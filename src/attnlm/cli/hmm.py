@@ -13,15 +13,17 @@ import argparse
 import json
 from pathlib import Path
 
-from attnlm.cli.common import add_text_argument, arg, as_given, text_file, text_value
-from attnlm.validate import (
-    device,
-    finite_float,
-    output_dir,
-    positive_int,
-    seed,
-    threads,
+from attnlm.cli.common import (
+    add_device_argument,
+    add_runtime_arguments,
+    add_seed_argument,
+    add_text_argument,
+    arg,
+    as_given,
+    text_file,
+    text_value,
 )
+from attnlm.validate import finite_float, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
 
@@ -52,9 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--tokenizer", default=None, type=text_file(as_given),
                      help="char, bpe, or a saved tokenizer JSON")  # fmt: skip
     fit.add_argument("--time-budget", default=None, metavar="T", help="wall-clock limit, e.g. 5m")
-    fit.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
-    fit.add_argument("--seed", type=arg(seed), default=None, help="seed of the initial values")
-    fit.add_argument("--device", default=None, type=arg(device), help="auto, cpu, cuda, mps")
+    add_runtime_arguments(fit, device=None)
+    add_seed_argument(fit, help="seed of the initial values")
     fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a preset value, e.g. model.init_std=0.5")  # fmt: skip
@@ -69,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     vit.add_argument("--checkpoint", required=True, metavar="DIR", help="an hmm run folder")
     vit.add_argument("--text", required=True, type=text_value, help="the text to decode")
     vit.add_argument("--json", action="store_true", help="print one JSON object")
-    vit.add_argument("--device", default="cpu", type=arg(device))
+    add_device_argument(vit, "cpu")
     vit.set_defaults(func=_viterbi)
 
 

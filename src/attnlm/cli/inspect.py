@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_arguments, arg, text_value
-from attnlm.validate import device, non_negative_int, output_file
+from attnlm.cli.common import add_device_argument, add_model_arguments, arg, text_value
+from attnlm.validate import non_negative_int, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="which attention: auto = cross for translation models, else self",
     )
-    p.add_argument("--device", default="cpu", type=arg(device))
+    add_device_argument(p, "cpu")
     p.set_defaults(func=_attention)
 
 

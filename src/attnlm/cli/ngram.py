@@ -16,7 +16,7 @@ import time
 import warnings
 from collections.abc import Iterator
 
-from attnlm.cli.common import add_text_argument, arg, text_file, text_value
+from attnlm.cli.common import add_seed_argument, add_text_argument, arg, text_file, text_value
 from attnlm.errors import ConfigError
 from attnlm.validate import (
     existing_file,
@@ -25,7 +25,6 @@ from attnlm.validate import (
     output_file,
     positive_float,
     positive_int,
-    seed,
 )
 
 
@@ -122,7 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sa.add_argument(
         "-n", type=arg(non_negative_int), default=5, help="number of sentences (default 5)"
     )
-    sa.add_argument("--seed", type=arg(seed), default=0, help="random seed, 0..2**63-1")
+    add_seed_argument(sa, default=0)
     sa.add_argument(
         "--temperature", type=arg(positive_float), default=1.0, help="temperature > 0 (default 1)"
     )

@@ -10,22 +10,23 @@ from typing import TYPE_CHECKING
 from attnlm.cli.common import (
     add_corpus_arguments,
     add_data_dir_argument,
+    add_device_argument,
     add_pairs_argument,
+    add_runtime_arguments,
+    add_seed_argument,
     add_text_argument,
+    add_threads_argument,
     arg,
     as_given,
     text_file,
 )
 from attnlm.errors import InputError
 from attnlm.validate import (
-    device,
     int_in_range,
     non_negative_int,
     output_dir,
     positive_float,
     positive_int,
-    seed,
-    threads,
 )
 
 if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
@@ -148,16 +149,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="stop after N evals without improvement",
     )
-    p.add_argument(
-        "--device", default=None, type=arg(device), help="auto, cpu, cuda, cuda:N or mps"
-    )
+    add_device_argument(p, None)
     p.add_argument(
         "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
     )
     p.add_argument(
         "--compile", action="store_const", const=True, default=None, help="torch.compile"
     )
-    p.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
+    add_threads_argument(p)
     p.add_argument(
         "--parallel",
         default=None,
@@ -165,7 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="under torchrun: ddp (default; every process holds the model) or fsdp (FSDP2: "
         "parameters and optimizer state sharded, sharded checkpoints)",
     )
-    p.add_argument("--seed", type=arg(seed), default=None)
+    add_seed_argument(p)
     p.add_argument(
         "--no-progress", dest="progress", action="store_const", const=False, default=None
     )
@@ -190,10 +189,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_text_argument(e)
     add_pairs_argument(e)
-    e.add_argument("--beam", type=int, default=1, metavar="K", help="translation: beam size")
+    e.add_argument(
+        "--beam", type=arg(positive_int), default=1, metavar="K", help="translation: beam size"
+    )
     e.add_argument(
         "--limit",
-        type=int,
+        type=arg(positive_int),
         default=None,
         metavar="N",
         help="translation: the first N distinct sources only",
@@ -213,8 +214,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="evaluate only the first N tokens (N >= 2)",
     )
-    e.add_argument("--device", default="auto", type=arg(device))
-    e.add_argument("--threads", type=arg(threads), default=None)
+    add_runtime_arguments(e)
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=_eval)
 

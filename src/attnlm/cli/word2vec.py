@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from attnlm.cli.common import add_text_argument, arg, text_file, text_value
+from attnlm.cli.common import add_seed_argument, add_text_argument, arg, text_file, text_value
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -20,7 +20,6 @@ from attnlm.validate import (
     output_file,
     positive_float,
     positive_int,
-    seed,
     threads,
 )
 
@@ -76,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--batch", type=arg(positive_int), default=4096, help="centre words per step")
     tr.add_argument("--noise-share", type=arg(positive_int), default=8,
                     help="CBOW: centre words sharing their noise words (8)")  # fmt: skip
-    tr.add_argument("--seed", type=arg(seed), default=1)
+    add_seed_argument(tr, default=1)
     tr.add_argument("--no-progress", dest="progress", action="store_false")
     tr.set_defaults(func=_train)
 
