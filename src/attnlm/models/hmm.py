@@ -358,6 +358,13 @@ class HMMLM(nn.Module):
         self.maximize(total)
         return total
 
+    def fit_step(self, windows: Iterable[dict[str, Tensor]]) -> tuple[float, int]:
+        """One training step of ``train.hmm_em``: an :meth:`em_step` over the ``ids`` of every
+        window of the training split. Returns the data's nats per token before the update and
+        the number of tokens (what the trainer logs as the step's loss and tokens)."""
+        stats = self.em_step(window["ids"] for window in windows)
+        return -stats.log_likelihood / max(stats.n_tokens, 1), stats.n_tokens
+
     def num_params(self, non_embedding: bool = False) -> int:
         """Number of parameters; ``non_embedding`` leaves out the emission matrix."""
         return count_params(self, exclude=(self.emission,) if non_embedding else ())
