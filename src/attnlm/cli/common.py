@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -47,6 +48,29 @@ def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
             raise argparse.ArgumentTypeError(str(e)) from None
 
     return convert
+
+
+def add_command(
+    sub: argparse._SubParsersAction, name: str, func: Callable[..., int], **options: Any
+) -> argparse.ArgumentParser:
+    """The subcommand ``name`` run by ``func``: its ``--help`` line is the first paragraph of
+    ``func``'s docstring and its description the rest, so a command's prose is written once,
+    on the function that does it."""
+    doc = inspect.cleandoc(func.__doc__ or "")
+    first, _, rest = doc.partition("\n\n")
+    p = sub.add_parser(
+        name, help=" ".join(first.split()), description=" ".join(rest.split()) or None, **options
+    )
+    p.set_defaults(func=func)
+    return p
+
+
+def add_command_group(
+    sub: argparse._SubParsersAction, name: str, help: str
+) -> argparse._SubParsersAction:
+    """``attnlm NAME ACTION ...``: a command made of actions; returns where they are added."""
+    group = sub.add_parser(name, help=help)
+    return group.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
 
 
 def text_value(value: str) -> str:

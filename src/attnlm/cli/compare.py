@@ -5,20 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm.cli.common import add_device_argument, arg, text_file
+from attnlm.cli.common import add_command, add_device_argument, arg, text_file
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
 from attnlm.validate import non_negative_int, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="train n-gram, feed-forward, RNN, LSTM, GRU and GPT on one text and compare",
-        description="Every family on one text, tokenizer and split, with the same wall-clock "
-        "budget each; scored in bits per character on the same validation text "
-        "(docs/compare.md). Finished models in --out are not trained again.",
-    )
+    p = add_command(sub, "compare", _compare)
     p.add_argument(
         "--text",
         default=None,
@@ -50,7 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="override a preset value of one model, e.g. lstm:model.n_layer=1 (repeatable)",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false")
-    p.set_defaults(func=_compare)
 
 
 def _parse_sets(items: list[str]) -> dict[str, list[str]]:
@@ -65,6 +58,11 @@ def _parse_sets(items: list[str]) -> dict[str, list[str]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    """train n-gram, feed-forward, RNN, LSTM, GRU and GPT on one text and compare
+
+    Every family on one text, tokenizer and split, with the same wall-clock budget each; scored in
+    bits per character on the same validation text (docs/compare.md). Finished models in --out are
+    not trained again."""
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     cfg = CompareConfig(
         text=str(args.text) if args.text is not None else None,

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 
 from attnlm.cli.common import (
+    add_command,
+    add_command_group,
     add_device_argument,
     add_runtime_arguments,
     add_seed_argument,
@@ -29,8 +31,7 @@ FIT_PRESET = "hmm-char"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    hmm = sub.add_parser("hmm", help="hidden Markov model LM: Baum-Welch fit, Viterbi paths")
-    hsub = hmm.add_subparsers(dest="hmm_command", metavar="ACTION", required=True)
+    hsub = add_command_group(sub, "hmm", "hidden Markov model LM: Baum-Welch fit, Viterbi paths")
 
     fit = hsub.add_parser(
         "fit",
@@ -61,17 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="override a preset value, e.g. model.init_std=0.5")  # fmt: skip
     fit.set_defaults(func=_fit)
 
-    vit = hsub.add_parser(
-        "viterbi",
-        help="the most probable hidden state of each token of a text",
-        description="Decode the Viterbi path of a text under an HMM checkpoint: the state "
-        "sequence z maximising p(x, z), and its log-probability.",
-    )
+    vit = add_command(hsub, "viterbi", _viterbi)
     vit.add_argument("--checkpoint", required=True, metavar="DIR", help="an hmm run folder")
     vit.add_argument("--text", required=True, type=text_value, help="the text to decode")
     vit.add_argument("--json", action="store_true", help="print one JSON object")
     add_device_argument(vit, "cpu")
-    vit.set_defaults(func=_viterbi)
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -103,6 +98,10 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _viterbi(args: argparse.Namespace) -> int:
+    """the most probable hidden state of each token of a text
+
+    Decode the Viterbi path of a text under an HMM checkpoint: the state sequence z maximising p(x,
+    z), and its log-probability."""
     import torch
 
     from attnlm.checkpoint import load_checkpoint

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import arg, as_given, text_file
+from attnlm.cli.common import add_command, arg, as_given, text_file
 from attnlm.validate import positive_int
 
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
@@ -14,15 +14,8 @@ DEFAULT_VOCAB_SIZE = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    m = sub.add_parser(
-        "models",
-        help="list the model families and their presets",
-        description="List every registered model family: its type name (the [model] type of "
-        "presets and checkpoints), training objective, capabilities, Hugging Face model types "
-        "it loads, and the built-in presets that use it.",
-    )
+    m = add_command(sub, "models", _models)
     m.add_argument("--json", action="store_true", help="print one JSON object")
-    m.set_defaults(func=_models)
 
     p = sub.add_parser(
         "params",
@@ -64,6 +57,11 @@ def families_table() -> list[dict]:
 
 
 def _models(args: argparse.Namespace) -> int:
+    """list the model families and their presets
+
+    List every registered model family: its type name (the [model] type of presets and checkpoints),
+    training objective, capabilities, Hugging Face model types it loads, and the built-in presets
+    that use it."""
     import json
 
     rows = families_table()

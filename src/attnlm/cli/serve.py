@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.cli.common import add_runtime_arguments, arg, text_file, use_threads
+from attnlm.cli.common import add_command, add_runtime_arguments, arg, text_file, use_threads
 from attnlm.validate import existing_file, int_in_range, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "serve", help="attention explorer in the browser (local server, works offline)"
-    )
+    p = add_command(sub, "serve", _serve)
     p.add_argument(
         "--checkpoint",
         action="append",
@@ -50,10 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "graphs on a GPU): the first request of each shape waits for a compile, later ones "
         "reuse it for as long as the server runs",
     )
-    p.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """attention explorer in the browser (local server, works offline)"""
     import logging
 
     from attnlm.errors import InputError

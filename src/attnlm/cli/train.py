@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlm.cli.common import (
+    add_command,
     add_corpus_arguments,
     add_data_dir_argument,
     add_device_argument,
@@ -75,13 +76,7 @@ PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train",
-        help="train a model (any family: presets, resume, torchrun/DDP)",
-        description="Train the model family of a preset ([model] type, gpt by default) on a "
-        "text; writes checkpoint/, metrics.jsonl and loss_curve.png into --out. Runs unchanged "
-        "under torchrun for several processes.",
-    )
+    p = add_command(sub, "train", _train)
     p.add_argument(
         "--preset",
         default=None,
@@ -175,13 +170,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
-    p.set_defaults(func=_train)
 
-    e = sub.add_parser(
-        "eval",
-        help="loss, perplexity and bits per character of a checkpoint (BLEU and chrF for "
-        "translation models)",
-    )
+    e = add_command(sub, "eval", _eval)
     which = e.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", metavar="DIR", help="run or checkpoint folder")
     which.add_argument(
@@ -216,21 +206,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_runtime_arguments(e)
     e.add_argument("--json", action="store_true", help="print one JSON object")
-    e.set_defaults(func=_eval)
 
-    x = sub.add_parser(
-        "export-checkpoint",
-        help="write a sharded (FSDP) checkpoint as an ordinary one",
-        description="Read the shards of a run trained with --parallel fsdp (in this one "
-        "process, no torchrun) and write an ordinary checkpoint into OUT/checkpoint/: full "
-        "weights and AdamW state, train.parallel = ddp, so OUT resumes in one process or "
-        "under DDP.",
-    )
+    x = add_command(sub, "export-checkpoint", _export)
     x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
     x.add_argument(
         "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
     )
-    x.set_defaults(func=_export)
 
 
 def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
@@ -273,6 +254,11 @@ def _auto_spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _train(args: argparse.Namespace) -> int:
+    """train a model (any family: presets, resume, torchrun/DDP)
+
+    Train the model family of a preset ([model] type, gpt by default) on a text; writes checkpoint/,
+    metrics.jsonl and loss_curve.png into --out. Runs unchanged under torchrun for several
+    processes."""
     from attnlm.checkpoint import read_config, resolve_checkpoint
     from attnlm.config import load_preset
     from attnlm.train.run import new_run_dir_check, resume_spec, train_run
@@ -320,6 +306,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    """loss, perplexity and bits per character of a checkpoint (BLEU and chrF for translation
+    models)"""
     import torch
 
     from attnlm.evaluation import evaluate_checkpoint
@@ -360,6 +348,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    """write a sharded (FSDP) checkpoint as an ordinary one
+
+    Read the shards of a run trained with --parallel fsdp (in this one process, no torchrun) and
+    write an ordinary checkpoint into OUT/checkpoint/: full weights and AdamW state, train.parallel
+    = ddp, so OUT resumes in one process or under DDP."""
     from attnlm.train.fsdp import export_checkpoint
 
     path = export_checkpoint(args.checkpoint, args.out)
