@@ -130,16 +130,17 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{program}: error: {where}{line} (see {self.prog} --help)\n")
 
 
-def add_text_argument(p: argparse.ArgumentParser) -> None:
-    """The shared ``--text PATH`` option: a file or a folder of .txt files."""
-    p.add_argument(
-        "--text",
-        metavar="PATH",
-        default=None,
-        type=text_file(),
-        help="a UTF-8 text file, .jsonl/.jsonl.gz/.jsonl.zst, .parquet, a folder of these, or "
-        "a datasets.save_to_disk folder (default: the built-in corpus)",
-    )
+CORPUS_FORMATS = (
+    "a UTF-8 text file, .jsonl/.jsonl.gz/.jsonl.zst, .parquet, a folder of these, or a "
+    "datasets.save_to_disk folder"
+)
+
+
+def add_text_argument(p: argparse.ArgumentParser, default: str = "the built-in corpus") -> None:
+    """The shared ``--text PATH`` option: a corpus in any format :mod:`attnlm.data.sources`
+    reads; ``default`` says what is read without it."""
+    help = f"{CORPUS_FORMATS} (default: {default})"
+    p.add_argument("--text", metavar="PATH", default=None, type=text_file(), help=help)
 
 
 def add_corpus_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm.cli.common import add_command, add_device_argument, arg, text_file
+from attnlm.cli.common import add_command, add_device_argument, add_text_argument, arg
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
 from attnlm.validate import non_negative_int, positive_int
@@ -13,13 +13,7 @@ from attnlm.validate import non_negative_int, positive_int
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "compare", _compare)
-    p.add_argument(
-        "--text",
-        default=None,
-        type=text_file(),
-        metavar="PATH",
-        help="corpus (default: Shakespeare)",
-    )
+    add_text_argument(p, default="Shakespeare")
     p.add_argument("--tokenizer", default="char", choices=("char", "bpe"))
     p.add_argument("--budget", default="90s", help="training time per model (90s, 2m)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm.cli.common import add_command, add_threads_argument, as_given, text_file
+from attnlm.cli.common import (
+    add_command,
+    add_text_argument,
+    add_threads_argument,
+    as_given,
+    text_file,
+)
 from attnlm.demo import run_demo
 
 
@@ -24,13 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="10s",
         help="training budget per model of the compare table (0 skips that part)",
     )
-    p.add_argument(
-        "--text",
-        default=None,
-        type=text_file(),
-        metavar="PATH",
-        help="train on this text instead",
-    )
+    add_text_argument(p, default="the built-in corpus")
     add_threads_argument(p)
     p.add_argument(
         "--overwrite",
