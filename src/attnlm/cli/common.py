@@ -224,14 +224,16 @@ def add_device_argument(p: argparse.ArgumentParser, default: str | None = "auto"
     )
 
 
-def add_threads_argument(p: argparse.ArgumentParser) -> None:
-    """``--threads N``: torch's intra-op threads, 1 to 4 per core; set by :func:`use_threads`."""
+def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None) -> None:
+    """``--threads N``: torch's intra-op threads, 1 to 4 per core; set by :func:`use_threads`.
+    With a ``default``, 0 means torch's own choice."""
+    said = "torch's choice" if default is None else f"{default}; 0: torch's choice"
     p.add_argument(
         "--threads",
-        type=arg(threads),
-        default=None,
+        type=arg(threads) if default is None else arg(int_in_range, lo=0, hi=MAX_THREADS),
+        default=default,
         metavar="N",
-        help=f"torch threads, 1..{MAX_THREADS} (default: torch's choice)",
+        help=f"torch threads, 1..{MAX_THREADS} (default: {said})",
     )
 
 

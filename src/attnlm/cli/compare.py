@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm.cli.common import add_command, add_device_argument, add_text_argument, arg
+from attnlm.cli.common import (
+    add_command,
+    add_device_argument,
+    add_text_argument,
+    add_threads_argument,
+    arg,
+)
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
-from attnlm.validate import non_negative_int, positive_int
+from attnlm.validate import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,12 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
     )
     add_device_argument(p)
-    p.add_argument(
-        "--threads",
-        type=arg(non_negative_int),
-        default=1,
-        help="torch threads per model (0: torch's default)",
-    )
+    add_threads_argument(p, default=1)  # per model
     p.add_argument(
         "--set",
         action="append",
