@@ -110,12 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=arg(output_dir),
         help="run folder (default runs/PRESET)",
     )
-    p.add_argument(
-        "--resume",
-        default=None,
-        metavar="DIR",
-        help="continue the run in DIR",
-    )
+    p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
     p.add_argument(
         "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
     )
