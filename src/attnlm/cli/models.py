@@ -81,12 +81,10 @@ def _params(args: argparse.Namespace) -> int:
     import torch
 
     from attnlm.config import load_preset
-    from attnlm.errors import ConfigError, InputError
+    from attnlm.errors import ConfigError
     from attnlm.inspect.params import format_kv_cache, format_llama_lines, format_param_table
     from attnlm.models import registry
 
-    if args.vocab_size is not None and args.vocab_size < 1:
-        raise InputError(f"--vocab-size must be >= 1, got {args.vocab_size}")
     preset = load_preset(args.preset)
     if "model" not in preset:
         raise ConfigError(f"preset {args.preset!r} has no [model] table")

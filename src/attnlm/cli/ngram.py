@@ -169,8 +169,6 @@ def _train(args: argparse.Namespace) -> int:
     them). Modified Kneser-Ney matches KenLM lmplz."""
     from attnlm.ngram import train
 
-    if args.order < 1:
-        raise ConfigError(f"--order must be >= 1, got {args.order}")
     if not args.arpa and not args.out:
         raise ConfigError("say where to write the model: --arpa OUT and/or --out MODEL")
     if args.smoothing == "addk" and args.arpa:

@@ -309,8 +309,6 @@ def _eval(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.checkpoint is not None and _trains_on_pairs(args.checkpoint):
         return _eval_pairs(args)
     if args.pairs is not None:
@@ -371,8 +369,6 @@ def _eval_pairs(args: argparse.Namespace) -> int:
 
     if args.text is not None or args.max_tokens is not None:
         raise InputError("a translation checkpoint is evaluated on --pairs, not --text")
-    if args.beam < 1:
-        raise InputError(f"--beam must be >= 1, got {args.beam}")
     scores, what = evaluate_translation(
         args.checkpoint,
         args.pairs,
