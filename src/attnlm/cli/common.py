@@ -180,27 +180,21 @@ def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_data_dir_argument(p: argparse.ArgumentParser) -> None:
     """``--data-dir DIR``: token files prepared before (``attnlm data prepare``, nanoGPT)."""
-    p.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        default=None,
-        type=arg(existing_dir),
-        help="train on prepared token files: a folder from attnlm data prepare, or nanoGPT's "
-        "train.bin/val.bin (uint16 GPT-2 ids, with --tokenizer gpt2)",
+    help = (
+        "train on prepared token files: a folder from attnlm data prepare, or nanoGPT's "
+        "train.bin/val.bin (uint16 GPT-2 ids, with --tokenizer gpt2)"
     )
+    p.add_argument("--data-dir", metavar="DIR", default=None, type=arg(existing_dir), help=help)
 
 
 def add_pairs_argument(p: argparse.ArgumentParser) -> None:
     """The shared ``--pairs PATH`` option of translation commands (``attnlm.data.pairs``);
     ``None`` means the built-in task (resolve it with ``attnlm.data.tasks.load_pairs``)."""
-    p.add_argument(
-        "--pairs",
-        metavar="PATH",
-        default=None,
-        type=text_file(as_given),
-        help="a UTF-8 tab-separated file source<TAB>target[<TAB>...] (default: the built-in "
-        "English-to-German dates and numbers task)",
+    help = (
+        "a UTF-8 tab-separated file source<TAB>target[<TAB>...] (default: the built-in "
+        "English-to-German dates and numbers task)"
     )
+    p.add_argument("--pairs", metavar="PATH", default=None, type=text_file(as_given), help=help)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
