@@ -13,6 +13,10 @@ Kinds: :func:`positive_int`, :func:`non_negative_int`, :func:`int_in_range`,
 :func:`finite_float` (optionally in a range), :func:`probability`, :func:`seed`,
 :func:`threads`, :func:`device`, :func:`existing_file`, :func:`existing_dir`,
 :func:`existing_path`, :func:`output_file`, :func:`utf8_text` / :func:`read_stdin_text`.
+
+Config dataclasses check their fields with :func:`positive`, :func:`non_negative`,
+:func:`at_least`, :func:`fraction`, :func:`above_zero`, :func:`at_least_zero` and
+:func:`one_of` (``model.n_head must be an integer >= 1, got 0``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any
 from attnlm.errors import ConfigError, InputError
 
 SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63 (torch and numpy both accept them)
-MAX_THREADS = 4096
+# threads beyond a few per core only slow torch down; 512 where the core count is unknown
+MAX_THREADS = 4 * os.cpu_count() if os.cpu_count() else 512
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N or mps"
 
 
@@ -42,6 +47,14 @@ def _show(value: Any) -> str:
 # ---------------------------------------------------------------- numbers
 
 
+# Numbers as a user types them: ASCII digits only, nothing around them (Python's int() and
+# float() also take "1_000", " 3" and other scripts' digits, which no option means).
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(
+    r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(nan|inf(inity)?)", re.I
+)
+
+
 def _to_int(value: Any, name: str | None, need: str) -> int:
     if isinstance(value, bool):
         raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
@@ -49,11 +62,8 @@ def _to_int(value: Any, name: str | None, need: str) -> int:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
+    if isinstance(value, str) and _INT_TEXT.fullmatch(value):
+        return int(value)
     raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
 
 
@@ -96,16 +106,11 @@ def finite_float(
 ) -> float:
     """A finite float (no NaN, no infinity) in the range given by ``lo``/``hi``; ``lo_open``
     and ``hi_open`` exclude the bound itself (``lo=0, lo_open=True``: strictly positive)."""
-    parts = ["a finite number"]
-    if lo is not None:
-        parts.append(f"{'>' if lo_open else '>='} {lo:g}")
-    if hi is not None:
-        parts.append(f"{'<' if hi_open else '<='} {hi:g}")
-    need = " ".join(parts[:1]) + (" " + " and ".join(parts[1:]) if parts[1:] else "")
-    if isinstance(value, bool):
+    need = _float_need(lo, hi, lo_open, hi_open)
+    if isinstance(value, bool) or (isinstance(value, str) and not _FLOAT_TEXT.fullmatch(value)):
         raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
     try:
-        v = float(value.strip() if isinstance(value, str) else value)
+        v = float(value)
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}") from None
     if not math.isfinite(v):
@@ -115,6 +120,15 @@ def finite_float(
     if bad_lo or bad_hi:
         raise ConfigError(f"{_what(name)}must be {need}, got {v:g}")
     return v
+
+
+def _float_need(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    bounds = []
+    if lo is not None:
+        bounds.append(f"{'>' if lo_open else '>='} {lo:g}")
+    if hi is not None:
+        bounds.append(f"{'<' if hi_open else '<='} {hi:g}")
+    return " ".join(["a finite number", " and ".join(bounds)]).strip()
 
 
 def positive_float(value: Any, name: str | None = None) -> float:
@@ -133,8 +147,80 @@ def seed(value: Any, name: str | None = "seed") -> int:
 
 
 def threads(value: Any, name: str | None = "threads") -> int:
-    """A thread count: an integer from 1 to 4096."""
+    """A thread count: an integer from 1 to :data:`MAX_THREADS` (4 per core)."""
     return int_in_range(value, name, lo=1, hi=MAX_THREADS)
+
+
+# ---------------------------------------------------------------- config fields
+# A config dataclass checks its fields in ``__post_init__`` with these, one line per rule:
+# ``positive(self, "n_layer", "n_head")`` (a function checks its keywords as a dict). Each
+# names the field as ``table.field`` (``where="model"``: ``model.n_head``) in the words of the
+# validators above, and is
+# strict about types: a field from a TOML or JSON file is already a number, so a string or a
+# bool there is a mistake, not something to convert.
+
+
+def _field_values(config: Any, names: tuple[str, ...], where: str, optional: bool):
+    for field in names:
+        value = config[field] if isinstance(config, dict) else getattr(config, field)
+        if not (optional and value is None):
+            yield f"{where}.{field}" if where else field, value
+
+
+def at_least(
+    config: Any, lo: int, *names: str, where: str = "model", optional: bool = False
+) -> None:
+    """Each named field an integer >= ``lo`` (``optional``: or None)."""
+    for label, value in _field_values(config, names, where, optional):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{label} must be an integer >= {lo}, got {_show(value)}")
+        int_in_range(value, label, lo=lo)
+
+
+def positive(config: Any, *names: str, where: str = "model", optional: bool = False) -> None:
+    """Each named field an integer >= 1 (sizes, counts; ``optional``: or None)."""
+    at_least(config, 1, *names, where=where, optional=optional)
+
+
+def non_negative(config: Any, *names: str, where: str = "model", optional: bool = False) -> None:
+    """Each named field an integer >= 0 (token ids, counts where 0 means "none")."""
+    at_least(config, 0, *names, where=where, optional=optional)
+
+
+def _numbers(config: Any, names: tuple[str, ...], where: str, **bounds: Any) -> None:
+    for label, value in _field_values(config, names, where, False):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            need = _float_need(bounds.get("lo"), bounds.get("hi"), **_opens(bounds))
+            raise ConfigError(f"{label} must be {need}, got {_show(value)}")
+        finite_float(value, label, **bounds)
+
+
+def _opens(bounds: dict[str, Any]) -> dict[str, bool]:
+    return {k: bounds.get(k, False) for k in ("lo_open", "hi_open")}
+
+
+def fraction(config: Any, *names: str, where: str = "model") -> None:
+    """Each named field a number in [0, 1) (dropout, smoothing, held-out shares)."""
+    _numbers(config, names, where, lo=0.0, hi=1.0, hi_open=True)
+
+
+def above_zero(config: Any, *names: str, where: str = "model") -> None:
+    """Each named field a finite number > 0 (epsilons, rates, init scales)."""
+    _numbers(config, names, where, lo=0.0, lo_open=True)
+
+
+def at_least_zero(config: Any, *names: str, where: str = "model") -> None:
+    """Each named field a finite number >= 0 (pseudocounts, weight decay)."""
+    _numbers(config, names, where, lo=0.0)
+
+
+def one_of(config: Any, field: str, known: Any, where: str = "model") -> None:
+    """The field is one of ``known`` (a sequence or a dict of names)."""
+    value = config[field] if isinstance(config, dict) else getattr(config, field)
+    if isinstance(value, str) and value in known:
+        return
+    label = f"{where}.{field}" if where else field
+    raise ConfigError(f"{label} must be one of {', '.join(known)}, got {_show(value)}")
 
 
 # ---------------------------------------------------------------- devices

@@ -168,6 +168,19 @@ def test_em_never_lowers_the_likelihood():
     assert lls[-1] > lls[0] + 1.0
 
 
+def test_fit_step_is_one_em_step_over_the_windows():
+    """What ``train.hmm_em`` runs (the trainer calls ``fit_step`` with the training split's
+    window batches): the em_step of their ids, loss = nats per token before the update."""
+    sequences = split_sequences(random_text(230, 6, seed=3), 20)
+    by_hand, fitted = tiny(vocab=6, states=4, seed=5), tiny(vocab=6, states=4, seed=5)
+    stats = by_hand.em_step(sequences)
+    loss, tokens = fitted.fit_step({"ids": s, "targets": s} for s in sequences)
+    assert tokens == stats.n_tokens == 230
+    assert loss == pytest.approx(-stats.log_likelihood / 230, rel=1e-12)
+    for a, b in zip(by_hand.parameters(), fitted.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_regrouped_em_chunks_equal_one_batch(monkeypatch):
     """The E-step regroups rows into chunks of EM_CHUNK values: the counts are those of one
     batch holding every row."""

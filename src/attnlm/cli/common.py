@@ -13,12 +13,24 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from attnlm.errors import AttnlmError, InputError
 from attnlm.textio import text_problem, value_problem
-from attnlm.validate import existing_dir, existing_path, positive_int
+from attnlm.validate import (
+    DEVICE_FORMS,
+    MAX_THREADS,
+    device,
+    existing_dir,
+    existing_path,
+    finite_float,
+    int_in_range,
+    positive_int,
+    seed,
+    threads,
+)
 
 T = TypeVar("T")
 
@@ -36,6 +48,29 @@ def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
             raise argparse.ArgumentTypeError(str(e)) from None
 
     return convert
+
+
+def add_command(
+    sub: argparse._SubParsersAction, name: str, func: Callable[..., int], **options: Any
+) -> argparse.ArgumentParser:
+    """The subcommand ``name`` run by ``func``: its ``--help`` line is the first paragraph of
+    ``func``'s docstring and its description the rest, so a command's prose is written once,
+    on the function that does it."""
+    doc = inspect.cleandoc(func.__doc__ or "")
+    first, _, rest = doc.partition("\n\n")
+    p = sub.add_parser(
+        name, help=" ".join(first.split()), description=" ".join(rest.split()) or None, **options
+    )
+    p.set_defaults(func=func)
+    return p
+
+
+def add_command_group(
+    sub: argparse._SubParsersAction, name: str, help: str
+) -> argparse._SubParsersAction:
+    """``attnlm NAME ACTION ...``: a command made of actions; returns where they are added."""
+    group = sub.add_parser(name, help=help)
+    return group.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
 
 
 def text_value(value: str) -> str:
@@ -95,16 +130,17 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{program}: error: {where}{line} (see {self.prog} --help)\n")
 
 
-def add_text_argument(p: argparse.ArgumentParser) -> None:
-    """The shared ``--text PATH`` option: a file or a folder of .txt files."""
-    p.add_argument(
-        "--text",
-        metavar="PATH",
-        default=None,
-        type=text_file(),
-        help="a UTF-8 text file, .jsonl/.jsonl.gz/.jsonl.zst, .parquet, a folder of these, or "
-        "a datasets.save_to_disk folder (default: the built-in corpus)",
-    )
+CORPUS_FORMATS = (
+    "a UTF-8 text file, .jsonl/.jsonl.gz/.jsonl.zst, .parquet, a folder of these, or a "
+    "datasets.save_to_disk folder"
+)
+
+
+def add_text_argument(p: argparse.ArgumentParser, default: str = "the built-in corpus") -> None:
+    """The shared ``--text PATH`` option: a corpus in any format :mod:`attnlm.data.sources`
+    reads; ``default`` says what is read without it."""
+    help = f"{CORPUS_FORMATS} (default: {default})"
+    p.add_argument("--text", metavar="PATH", default=None, type=text_file(), help=help)
 
 
 def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
@@ -144,27 +180,21 @@ def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_data_dir_argument(p: argparse.ArgumentParser) -> None:
     """``--data-dir DIR``: token files prepared before (``attnlm data prepare``, nanoGPT)."""
-    p.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        default=None,
-        type=arg(existing_dir),
-        help="train on prepared token files: a folder from attnlm data prepare, or nanoGPT's "
-        "train.bin/val.bin (uint16 GPT-2 ids, with --tokenizer gpt2)",
+    help = (
+        "train on prepared token files: a folder from attnlm data prepare, or nanoGPT's "
+        "train.bin/val.bin (uint16 GPT-2 ids, with --tokenizer gpt2)"
     )
+    p.add_argument("--data-dir", metavar="DIR", default=None, type=arg(existing_dir), help=help)
 
 
 def add_pairs_argument(p: argparse.ArgumentParser) -> None:
     """The shared ``--pairs PATH`` option of translation commands (``attnlm.data.pairs``);
     ``None`` means the built-in task (resolve it with ``attnlm.data.tasks.load_pairs``)."""
-    p.add_argument(
-        "--pairs",
-        metavar="PATH",
-        default=None,
-        type=text_file(as_given),
-        help="a UTF-8 tab-separated file source<TAB>target[<TAB>...] (default: the built-in "
-        "English-to-German dates and numbers task)",
+    help = (
+        "a UTF-8 tab-separated file source<TAB>target[<TAB>...] (default: the built-in "
+        "English-to-German dates and numbers task)"
     )
+    p.add_argument("--pairs", metavar="PATH", default=None, type=text_file(as_given), help=help)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -175,6 +205,83 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--model", metavar="NAME", help="pretrained name (minilm) or Hugging Face model folder"
     )
+
+
+# ---------------------------------------------------------------- options every kind of run shares
+
+
+def add_device_argument(p: argparse.ArgumentParser, default: str | None = "auto") -> None:
+    """``--device``: checked at parse time (``bogus``, ``cuda:99`` are one-line errors)."""
+    said = default or "the preset's"
+    p.add_argument(
+        "--device", default=default, type=arg(device), help=f"{DEVICE_FORMS} (default {said})"
+    )
+
+
+def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None) -> None:
+    """``--threads N``: torch's intra-op threads, 1 to 4 per core; set by :func:`use_threads`.
+    With a ``default``, 0 means torch's own choice."""
+    said = "torch's choice" if default is None else f"{default}; 0: torch's choice"
+    p.add_argument(
+        "--threads",
+        type=arg(threads) if default is None else arg(int_in_range, lo=0, hi=MAX_THREADS),
+        default=default,
+        metavar="N",
+        help=f"torch threads, 1..{MAX_THREADS} (default: {said})",
+    )
+
+
+def add_seed_argument(
+    p: argparse.ArgumentParser, default: int | None = None, help: str = "random seed"
+) -> None:
+    """``--seed``: an integer 0 <= seed < 2**63."""
+    p.add_argument("--seed", type=arg(seed), default=default, help=f"{help}, 0..2**63-1")
+
+
+def add_runtime_arguments(p: argparse.ArgumentParser, device: str | None = "auto") -> None:
+    """``--device`` and ``--threads``, as every command that runs a model takes them."""
+    add_device_argument(p, device)
+    add_threads_argument(p)
+
+
+def use_threads(args: argparse.Namespace) -> None:
+    """Apply ``--threads`` (if given) before any model runs."""
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def add_sampling_arguments(
+    p: argparse.ArgumentParser,
+    *,
+    temperature: float = 1.0,
+    max_new_tokens: int | None = 200,
+    max_new_tokens_help: str = "",
+) -> None:
+    """The sampling options of :class:`attnlm.generate.sampling.SamplingConfig`:
+    ``--max-new-tokens --temperature --top-k --top-p --seed``."""
+    from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
+
+    default = "" if max_new_tokens is None else f"default {max_new_tokens}; "
+    p.add_argument(
+        "--max-new-tokens",
+        type=arg(int_in_range, lo=0 if max_new_tokens is not None else 1, hi=MAX_NEW_TOKENS_LIMIT),
+        default=max_new_tokens,
+        metavar="N",
+        help=max_new_tokens_help or f"{default}at most {MAX_NEW_TOKENS_LIMIT:,}",
+    )
+    p.add_argument(
+        "--temperature",
+        type=arg(finite_float, lo=0.0),
+        default=temperature,
+        help=f"0 means greedy (default {temperature:g})",
+    )
+    p.add_argument("--top-k", type=arg(positive_int), default=None, metavar="K")
+    p.add_argument(
+        "--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None, metavar="P"
+    )
+    add_seed_argument(p)
 
 
 def as_given(value: str, name: str | None = None) -> str:

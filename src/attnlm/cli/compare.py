@@ -5,27 +5,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm.cli.common import arg, text_file
+from attnlm.cli.common import (
+    add_command,
+    add_device_argument,
+    add_text_argument,
+    add_threads_argument,
+    arg,
+)
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
-from attnlm.validate import device, non_negative_int, positive_int
+from attnlm.validate import positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "compare",
-        help="train n-gram, feed-forward, RNN, LSTM, GRU and GPT on one text and compare",
-        description="Every family on one text, tokenizer and split, with the same wall-clock "
-        "budget each; scored in bits per character on the same validation text "
-        "(docs/compare.md). Finished models in --out are not trained again.",
-    )
-    p.add_argument(
-        "--text",
-        default=None,
-        type=text_file(),
-        metavar="PATH",
-        help="corpus (default: Shakespeare)",
-    )
+    p = add_command(sub, "compare", _compare)
+    add_text_argument(p, default="Shakespeare")
     p.add_argument("--tokenizer", default="char", choices=("char", "bpe"))
     p.add_argument("--budget", default="90s", help="training time per model (90s, 2m)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
@@ -35,13 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
     )
-    p.add_argument("--device", default="auto", type=arg(device))
-    p.add_argument(
-        "--threads",
-        type=arg(non_negative_int),
-        default=1,
-        help="torch threads per model (0: torch's default)",
-    )
+    add_device_argument(p)
+    add_threads_argument(p, default=1)  # per model
     p.add_argument(
         "--set",
         action="append",
@@ -50,7 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="override a preset value of one model, e.g. lstm:model.n_layer=1 (repeatable)",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false")
-    p.set_defaults(func=_compare)
 
 
 def _parse_sets(items: list[str]) -> dict[str, list[str]]:
@@ -65,6 +53,11 @@ def _parse_sets(items: list[str]) -> dict[str, list[str]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    """train n-gram, feed-forward, RNN, LSTM, GRU and GPT on one text and compare
+
+    Every family on one text, tokenizer and split, with the same wall-clock budget each; scored in
+    bits per character on the same validation text (docs/compare.md). Finished models in --out are
+    not trained again."""
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     cfg = CompareConfig(
         text=str(args.text) if args.text is not None else None,

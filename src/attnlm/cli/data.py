@@ -5,31 +5,26 @@ from __future__ import annotations
 import argparse
 
 from attnlm.cli.common import (
+    add_command,
+    add_command_group,
     add_corpus_arguments,
     add_pairs_argument,
+    add_seed_argument,
     add_text_argument,
     arg,
     as_given,
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.validate import output_dir, positive_int, probability
+from attnlm.validate import finite_float, non_negative_int, output_dir, positive_int, probability
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    data = sub.add_parser("data", help="inspect corpora and sentence pairs")
-    dsub = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    info = dsub.add_parser("info", help="size, characters, lines and distinct characters of a text")
+    dsub = add_command_group(sub, "data", "inspect corpora and sentence pairs")
+    info = add_command(dsub, "info", _info)
     add_text_argument(info)
-    info.set_defaults(func=_info)
 
-    prep = dsub.add_parser(
-        "prepare",
-        help="tokenize a corpus once into DIR (tokenizer.json, train.bin, val.bin) for "
-        "attnlm train --data-dir DIR",
-        description="Stream a corpus of any size through a tokenizer into token files, with "
-        "bounded memory and parallel workers: the same preparation attnlm train runs.",
-    )
+    prep = add_command(dsub, "prepare", _prepare)
     add_text_argument(prep)
     prep.add_argument("--out", required=True, metavar="DIR", type=arg(output_dir))
     prep.add_argument(
@@ -50,19 +45,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_corpus_arguments(prep)
     prep.add_argument("--no-progress", dest="progress", action="store_false")
-    prep.set_defaults(func=_prepare)
 
-    task = dsub.add_parser(
-        "task", help="write the built-in English-to-German dates and numbers task as pairs"
-    )
+    task = add_command(dsub, "task", _task)
     task.add_argument("--out", required=True, metavar="FILE", help="output .tsv file ('-': stdout)")
-    task.add_argument("--n", type=int, default=None, help="number of pairs (default 5000)")
-    task.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
-    task.set_defaults(func=_task)
-
-    pairs = dsub.add_parser(
-        "pairs", help="read a pairs file: counts, skipped lines, split sizes, examples"
+    task.add_argument(
+        "--n", type=arg(positive_int), default=None, help="number of pairs (default 5000)"
     )
+    add_seed_argument(task, help="random seed (default 0)")
+
+    pairs = add_command(dsub, "pairs", _pairs)
     add_pairs_argument(pairs)
     pairs.add_argument(
         "--strict", action="store_true", help="stop at the first malformed line instead of skipping"
@@ -75,17 +66,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pairs.add_argument(
         "--valid",
-        type=float,
+        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
         default=DEFAULT_VAL_FRACTION,
         help=f"validation fraction ({DEFAULT_VAL_FRACTION})",
     )
-    pairs.add_argument("--test", type=float, default=0.1, help="test fraction (0.1)")
-    pairs.add_argument("--seed", type=int, default=0, help="split seed (0)")
-    pairs.add_argument("--examples", type=int, default=5, help="example pairs to print (5)")
-    pairs.set_defaults(func=_pairs)
+    pairs.add_argument(
+        "--test",
+        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
+        default=0.1,
+        help="test fraction (0.1)",
+    )
+    add_seed_argument(pairs, default=0, help="split seed (0)")
+    pairs.add_argument(
+        "--examples", type=arg(non_negative_int), default=5, help="example pairs to print (5)"
+    )
 
 
 def _info(args: argparse.Namespace) -> int:
+    """size, characters, lines and distinct characters of a text"""
     from attnlm.data.corpus import load_text, text_info
 
     text = load_text(args.text)
@@ -95,6 +93,11 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    """tokenize a corpus once into DIR (tokenizer.json, train.bin, val.bin) for attnlm train --data-
+    dir DIR
+
+    Stream a corpus of any size through a tokenizer into token files, with bounded memory and
+    parallel workers: the same preparation attnlm train runs."""
     from pathlib import Path
 
     from attnlm.train.config import TrainConfig
@@ -120,6 +123,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _task(args: argparse.Namespace) -> int:
+    """write the built-in English-to-German dates and numbers task as pairs"""
     import sys
 
     from attnlm.data.tasks import DEFAULT_N, DEFAULT_SEED, TASK_NAME, task_rows, write_task
@@ -136,6 +140,7 @@ def _task(args: argparse.Namespace) -> int:
 
 
 def _pairs(args: argparse.Namespace) -> int:
+    """read a pairs file: counts, skipped lines, split sizes, examples"""
     from attnlm.data.pairs import split_pairs
     from attnlm.data.tasks import load_pairs
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnlm import validate
-from attnlm.cli.common import arg, as_given, text_file
+from attnlm.cli.common import (
+    add_command,
+    add_text_argument,
+    add_threads_argument,
+    as_given,
+    text_file,
+)
 from attnlm.demo import run_demo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="train, evaluate, sample and plot on Shakespeare (~3 min)")
+    p = add_command(sub, "demo", _demo)
     p.add_argument("--out", default="runs/demo", metavar="DIR")
     p.add_argument("--preset", default="shakespeare-char", type=text_file(as_given))
     p.add_argument("--time-budget", default="100s", help="training wall-clock budget")
@@ -25,23 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="10s",
         help="training budget per model of the compare table (0 skips that part)",
     )
-    p.add_argument(
-        "--text",
-        default=None,
-        type=text_file(),
-        metavar="PATH",
-        help="train on this text instead",
-    )
-    p.add_argument("--threads", type=arg(validate.threads), default=None)
+    add_text_argument(p, default="the built-in corpus")
+    add_threads_argument(p)
     p.add_argument(
         "--overwrite",
         action="store_true",
         help="replace the run in --out even if it is not a demo folder",
     )
-    p.set_defaults(func=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    """train, evaluate, sample and plot on Shakespeare (~3 min)"""
     run_demo(
         Path(args.out),
         args.preset,

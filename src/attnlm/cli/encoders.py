@@ -4,47 +4,29 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_arguments, arg, text_value
-from attnlm.validate import existing_file
+from attnlm.cli.common import add_command, add_device_argument, add_model_arguments, arg, text_value
+from attnlm.validate import existing_file, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    f = sub.add_parser(
-        "fill-mask",
-        help="top-k tokens for each [MASK] of a text (masked-LM models)",
-        description="Predict every [MASK] of a text with a masked-LM model (BERT family): the "
-        "top-k tokens and their softmax probabilities.",
-    )
+    f = add_command(sub, "fill-mask", _fill_mask)
     add_model_arguments(f)
     f.add_argument(
         "text", type=text_value, help='a text with [MASK], e.g. "the capital of france is [MASK]."'
     )
-    f.add_argument("--top-k", type=int, default=5, help="predictions per mask (default 5)")
-    f.add_argument("--json", action="store_true", help="print one JSON object")
-    f.add_argument("--device", default="cpu")
-    f.set_defaults(func=_fill_mask)
-
-    e = sub.add_parser(
-        "embed",
-        help="sentence embeddings (mean pooling, L2-normalised) and their cosine matrix",
-        description="Sentence embeddings the sentence-transformers way: the mean of the last "
-        "hidden states over non-padding tokens, L2-normalised (inputs cut to 256 tokens, or the "
-        "model folder's sentence_bert_config.json max_seq_length); prints the cosine matrix.",
+    f.add_argument(
+        "--top-k", type=arg(positive_int), default=5, help="predictions per mask (default 5)"
     )
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    add_device_argument(f, "cpu")
+
+    e = add_command(sub, "embed", _embed)
     add_model_arguments(e)
     e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
     e.add_argument("--json", action="store_true", help='print {"cosine": [[...]]}')
-    e.add_argument("--device", default="cpu")
-    e.set_defaults(func=_embed)
+    add_device_argument(e, "cpu")
 
-    c = sub.add_parser(
-        "contextual",
-        help="one word's vector layer by layer in several sentences (cosine vs layer)",
-        description="The word's vector at every layer (0 = embedding output) in each sentence; "
-        "a word split into pieces is the mean of its pieces' vectors. Prints the cosine between "
-        "sentences per layer and each layer's cosine with the static input-embedding row; "
-        "--out draws cosine vs layer. GPT checkpoints work too (left context only).",
-    )
+    c = add_command(sub, "contextual", _contextual)
     add_model_arguments(c)
     c.add_argument("--word", required=True, type=text_value, help="the word to follow, e.g. bank")
     c.add_argument(
@@ -57,8 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also show the word's static word2vec vector from this file (text, or binary if "
         "named *.bin): the same vector in every sentence, and its nearest words",
     )  # fmt: skip
-    c.add_argument("--device", default="cpu")
-    c.set_defaults(func=_contextual)
+    add_device_argument(c, "cpu")
 
 
 def _load(args: argparse.Namespace):
@@ -69,6 +50,10 @@ def _load(args: argparse.Namespace):
 
 
 def _fill_mask(args: argparse.Namespace) -> int:
+    """top-k tokens for each [MASK] of a text (masked-LM models)
+
+    Predict every [MASK] of a text with a masked-LM model (BERT family): the top-k tokens and their
+    softmax probabilities."""
     import json
 
     from attnlm.inspect.contextual import fill_mask, filled_text
@@ -89,6 +74,11 @@ def _fill_mask(args: argparse.Namespace) -> int:
 
 
 def _embed(args: argparse.Namespace) -> int:
+    """sentence embeddings (mean pooling, L2-normalised) and their cosine matrix
+
+    Sentence embeddings the sentence-transformers way: the mean of the last hidden states over non-
+    padding tokens, L2-normalised (inputs cut to 256 tokens, or the model folder's
+    sentence_bert_config.json max_seq_length); prints the cosine matrix."""
     import json
 
     from attnlm.inspect.contextual import cosine_matrix, sentence_embeddings, sentence_max_length
@@ -112,6 +102,12 @@ def _embed(args: argparse.Namespace) -> int:
 
 
 def _contextual(args: argparse.Namespace) -> int:
+    """one word's vector layer by layer in several sentences (cosine vs layer)
+
+    The word's vector at every layer (0 = embedding output) in each sentence; a word split into
+    pieces is the mean of its pieces' vectors. Prints the cosine between sentences per layer and
+    each layer's cosine with the static input-embedding row; --out draws cosine vs layer. GPT
+    checkpoints work too (left context only)."""
     import json
 
     from attnlm.inspect.contextual import (

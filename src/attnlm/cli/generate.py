@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.cli.common import add_model_spec_argument, add_pairs_argument, arg, text_value
-from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
-from attnlm.validate import device, finite_float, int_in_range, positive_int, seed, threads
+from attnlm.cli.common import (
+    add_model_spec_argument,
+    add_pairs_argument,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    arg,
+    text_value,
+)
+from attnlm.validate import finite_float, int_in_range, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,18 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--prompt", default="\n", type=text_value, help="text to continue (default: a newline)"
     )
-    p.add_argument(
-        "--max-new-tokens",
-        type=arg(int_in_range, lo=0, hi=MAX_NEW_TOKENS_LIMIT),
-        default=200,
-        help=f"at most {MAX_NEW_TOKENS_LIMIT:,}",
-    )
-    p.add_argument(
-        "--temperature", type=arg(finite_float, lo=0.0), default=1.0, help="0 means greedy"
-    )
-    p.add_argument("--top-k", type=arg(positive_int), default=None)
-    p.add_argument("--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None)
-    p.add_argument("--seed", type=arg(seed), default=None)
+    add_sampling_arguments(p)
     p.add_argument("--num-samples", type=arg(int_in_range, lo=1, hi=10_000), default=1)
     p.add_argument(
         "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
@@ -42,8 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compile the one-token decode step once (torch.compile, fullgraph; CUDA graphs on "
         "a GPU): faster steps after a warm-up of seconds to a minute",
     )
-    p.add_argument("--device", default="auto", type=arg(device))
-    p.add_argument("--threads", type=arg(threads), default=None)
+    add_runtime_arguments(p)
     p.set_defaults(func=_generate)
 
     t = sub.add_parser(
@@ -57,18 +51,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
     add_pairs_argument(t)
-    t.add_argument("--beam", type=int, default=1, metavar="K", help="beam size (1: no beam)")
-    t.add_argument("--length-penalty", type=float, default=1.0)
+    t.add_argument(
+        "--beam", type=arg(positive_int), default=1, metavar="K", help="beam size (1: no beam)"
+    )
+    t.add_argument("--length-penalty", type=arg(finite_float), default=1.0)
     t.add_argument(
         "--early-stopping", choices=["true", "false", "never"], default="false",
         help="beam search stopping rule, as transformers' early_stopping",
     )  # fmt: skip
-    t.add_argument("--max-new-tokens", type=int, default=None, help="default: 2 x source + 10")
-    t.add_argument("--temperature", type=float, default=0.0, help="0 means greedy (default)")
-    t.add_argument("--top-k", type=int, default=None)
-    t.add_argument("--top-p", type=float, default=None)
-    t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--batch-size", type=int, default=64)
+    add_sampling_arguments(
+        t, temperature=0.0, max_new_tokens=None, max_new_tokens_help="default: 2 x source + 10"
+    )
+    t.add_argument("--batch-size", type=arg(positive_int), default=64)
     t.add_argument(
         "--compile",
         action="store_true",
@@ -76,8 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "GPU), once per batch size and length bucket: faster steps after a warm-up of seconds "
         "to a minute; greedy and sampling (beams stay uncompiled)",
     )
-    t.add_argument("--device", default="auto")
-    t.add_argument("--threads", type=int, default=None)
+    add_runtime_arguments(t)
     t.set_defaults(func=_translate, reads_stdin=True)
 
 

@@ -13,22 +13,25 @@ import argparse
 import json
 from pathlib import Path
 
-from attnlm.cli.common import add_text_argument, arg, as_given, text_file, text_value
-from attnlm.validate import (
-    device,
-    finite_float,
-    output_dir,
-    positive_int,
-    seed,
-    threads,
+from attnlm.cli.common import (
+    add_command,
+    add_command_group,
+    add_device_argument,
+    add_runtime_arguments,
+    add_seed_argument,
+    add_text_argument,
+    arg,
+    as_given,
+    text_file,
+    text_value,
 )
+from attnlm.validate import finite_float, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    hmm = sub.add_parser("hmm", help="hidden Markov model LM: Baum-Welch fit, Viterbi paths")
-    hsub = hmm.add_subparsers(dest="hmm_command", metavar="ACTION", required=True)
+    hsub = add_command_group(sub, "hmm", "hidden Markov model LM: Baum-Welch fit, Viterbi paths")
 
     fit = hsub.add_parser(
         "fit",
@@ -52,25 +55,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--tokenizer", default=None, type=text_file(as_given),
                      help="char, bpe, or a saved tokenizer JSON")  # fmt: skip
     fit.add_argument("--time-budget", default=None, metavar="T", help="wall-clock limit, e.g. 5m")
-    fit.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
-    fit.add_argument("--seed", type=arg(seed), default=None, help="seed of the initial values")
-    fit.add_argument("--device", default=None, type=arg(device), help="auto, cpu, cuda, mps")
+    add_runtime_arguments(fit, device=None)
+    add_seed_argument(fit, help="seed of the initial values")
     fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
     fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a preset value, e.g. model.init_std=0.5")  # fmt: skip
     fit.set_defaults(func=_fit)
 
-    vit = hsub.add_parser(
-        "viterbi",
-        help="the most probable hidden state of each token of a text",
-        description="Decode the Viterbi path of a text under an HMM checkpoint: the state "
-        "sequence z maximising p(x, z), and its log-probability.",
-    )
+    vit = add_command(hsub, "viterbi", _viterbi)
     vit.add_argument("--checkpoint", required=True, metavar="DIR", help="an hmm run folder")
     vit.add_argument("--text", required=True, type=text_value, help="the text to decode")
     vit.add_argument("--json", action="store_true", help="print one JSON object")
-    vit.add_argument("--device", default="cpu", type=arg(device))
-    vit.set_defaults(func=_viterbi)
+    add_device_argument(vit, "cpu")
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -102,6 +98,10 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _viterbi(args: argparse.Namespace) -> int:
+    """the most probable hidden state of each token of a text
+
+    Decode the Viterbi path of a text under an HMM checkpoint: the state sequence z maximising p(x,
+    z), and its log-probability."""
     import torch
 
     from attnlm.checkpoint import load_checkpoint

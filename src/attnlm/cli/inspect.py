@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_arguments, arg, text_value
-from attnlm.validate import device, non_negative_int, output_file
+from attnlm.cli.common import add_command, add_device_argument, add_model_arguments, arg, text_value
+from attnlm.validate import non_negative_int, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "attention",
-        help="attention heatmaps (layer x head grid, or one head with values) of a checkpoint",
-        description="Run a checkpoint on a text and draw its attention: every layer x head "
-        "(self-attention; cross-attention source x target for translation models), or one "
-        "layer/head with the weights written in the cells. Works for every model family.",
-    )
+    p = add_command(sub, "attention", _attention)
     add_model_arguments(p)
     p.add_argument(
         "--text",
@@ -48,8 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="which attention: auto = cross for translation models, else self",
     )
-    p.add_argument("--device", default="cpu", type=arg(device))
-    p.set_defaults(func=_attention)
+    add_device_argument(p, "cpu")
 
 
 def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[str, object]]]:
@@ -67,6 +60,11 @@ def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[
 
 
 def _attention(args: argparse.Namespace) -> int:
+    """attention heatmaps (layer x head grid, or one head with values) of a checkpoint
+
+    Run a checkpoint on a text and draw its attention: every layer x head (self-attention; cross-
+    attention source x target for translation models), or one layer/head with the weights written in
+    the cells. Works for every model family."""
     from attnlm.checkpoint import load_model_ref
     from attnlm.device import resolve_device
     from attnlm.errors import InputError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import arg, as_given, text_file
+from attnlm.cli.common import add_command, arg, as_given, text_file
 from attnlm.validate import positive_int
 
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
@@ -14,13 +14,7 @@ DEFAULT_VOCAB_SIZE = 256
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    m = sub.add_parser(
-        "models",
-        help="list the model families and their presets",
-        description="List every registered model family: its type name (the [model] type of "
-        "presets and checkpoints), training objective, capabilities, Hugging Face model types "
-        "it loads, and the built-in presets that use it.",
-    )
+    m = add_command(sub, "models", _models)
     m.add_argument("--json", action="store_true", help="print one JSON object")
     m.add_argument(
         "--available",
@@ -28,7 +22,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the model names --model takes (registered names and Hub repositories in "
         "the Hugging Face cache): where each comes from and whether it is cached",
     )
-    m.set_defaults(func=_models)
 
     p = sub.add_parser(
         "params",
@@ -88,6 +81,11 @@ def _available(as_json: bool) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
+    """list the model families and their presets
+
+    List every registered model family: its type name (the [model] type of presets and checkpoints),
+    training objective, capabilities, Hugging Face model types it loads, and the built-in presets
+    that use it."""
     import json
 
     if args.available:
@@ -109,12 +107,10 @@ def _params(args: argparse.Namespace) -> int:
     import torch
 
     from attnlm.config import load_preset
-    from attnlm.errors import ConfigError, InputError
+    from attnlm.errors import ConfigError
     from attnlm.inspect.params import format_kv_cache, format_llama_lines, format_param_table
     from attnlm.models import registry
 
-    if args.vocab_size is not None and args.vocab_size < 1:
-        raise InputError(f"--vocab-size must be >= 1, got {args.vocab_size}")
     preset = load_preset(args.preset)
     if "model" not in preset:
         raise ConfigError(f"preset {args.preset!r} has no [model] table")

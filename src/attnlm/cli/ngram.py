@@ -16,7 +16,15 @@ import time
 import warnings
 from collections.abc import Iterator
 
-from attnlm.cli.common import add_text_argument, arg, text_file, text_value
+from attnlm.cli.common import (
+    add_command,
+    add_command_group,
+    add_seed_argument,
+    add_text_argument,
+    arg,
+    text_file,
+    text_value,
+)
 from attnlm.errors import ConfigError
 from attnlm.validate import (
     existing_file,
@@ -25,7 +33,6 @@ from attnlm.validate import (
     output_file,
     positive_float,
     positive_int,
-    seed,
 )
 
 
@@ -44,15 +51,9 @@ def _add_convention(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    ng = sub.add_parser("ngram", help="count-based n-gram language models (KenLM-compatible)")
-    nsub = ng.add_subparsers(dest="ngram_command", metavar="ACTION", required=True)
+    nsub = add_command_group(sub, "ngram", "count-based n-gram language models (KenLM-compatible)")
 
-    tr = nsub.add_parser(
-        "train",
-        help="estimate an n-gram model (like lmplz): one sentence per line",
-        description="Estimate an n-gram model from one sentence per line (whitespace-separated "
-        "tokens, as lmplz reads them). Modified Kneser-Ney matches KenLM lmplz.",
-    )
+    tr = add_command(nsub, "train", _train)
     tr.add_argument(
         "--order", "-o", type=arg(positive_int), required=True, help="n-gram order N >= 1"
     )
@@ -100,14 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="progress bars with n-grams/s on stderr (count, estimate, write)",
     )
     _add_convention(tr)
-    tr.set_defaults(func=_train)
 
-    sc = nsub.add_parser(
-        "score",
-        help="perplexity of a text (like KenLM query)",
-        description="Perplexity including and excluding OOV tokens, OOV count and token count "
-        "(</s> counted, <s> context only, unknown words scored as <unk>).",
-    )
+    sc = add_command(nsub, "score", _score)
     _add_model_arguments(sc)
     add_text_argument(sc)
     sc.add_argument("--json", action="store_true", help="print one JSON object")
@@ -115,14 +110,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pad", choices=["kenlm", "nltk"], default=None, help="padding (default: the model's)"
     )
     _add_convention(sc)
-    sc.set_defaults(func=_score)
 
-    sa = nsub.add_parser("sample", help="generate sentences from a model")
+    sa = add_command(nsub, "sample", _sample)
     _add_model_arguments(sa)
     sa.add_argument(
         "-n", type=arg(non_negative_int), default=5, help="number of sentences (default 5)"
     )
-    sa.add_argument("--seed", type=arg(seed), default=0, help="random seed, 0..2**63-1")
+    add_seed_argument(sa, default=0)
     sa.add_argument(
         "--temperature", type=arg(positive_float), default=1.0, help="temperature > 0 (default 1)"
     )
@@ -132,7 +126,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     sa.add_argument(
         "--prefix", default=None, type=text_value, help="words to start every sentence with"
     )
-    sa.set_defaults(func=_sample)
 
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -170,10 +163,12 @@ def _sentences(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
 
 
 def _train(args: argparse.Namespace) -> int:
+    """estimate an n-gram model (like lmplz): one sentence per line
+
+    Estimate an n-gram model from one sentence per line (whitespace-separated tokens, as lmplz reads
+    them). Modified Kneser-Ney matches KenLM lmplz."""
     from attnlm.ngram import train
 
-    if args.order < 1:
-        raise ConfigError(f"--order must be >= 1, got {args.order}")
     if not args.arpa and not args.out:
         raise ConfigError("say where to write the model: --arpa OUT and/or --out MODEL")
     if args.smoothing == "addk" and args.arpa:
@@ -260,6 +255,10 @@ def _train_bounded(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
+    """perplexity of a text (like KenLM query)
+
+    Perplexity including and excluding OOV tokens, OOV count and token count (</s> counted, <s>
+    context only, unknown words scored as <unk>)."""
     model = _load(args)
     text, sents = _sentences(args)
     r = model.score_sentences(sents, pad=args.pad, chars=len(text))
@@ -280,6 +279,7 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
+    """generate sentences from a model"""
     if args.n < 0:
         raise ConfigError(f"-n must be >= 0, got {args.n}")
     model = _load(args)

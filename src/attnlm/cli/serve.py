@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.cli.common import text_file
-from attnlm.validate import existing_file
+from attnlm.cli.common import add_command, add_runtime_arguments, arg, text_file, use_threads
+from attnlm.validate import existing_file, int_in_range, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "serve", help="attention explorer in the browser (local server, works offline)"
-    )
+    p = add_command(sub, "serve", _serve)
     p.add_argument(
         "--checkpoint",
         action="append",
@@ -23,7 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model", action="append", default=[], metavar="NAME", help="a named pretrained model"
     )
-    p.add_argument("--port", type=int, default=8000, help="TCP port (0 picks a free one)")
+    p.add_argument(
+        "--port",
+        type=arg(int_in_range, lo=0, hi=65535),
+        default=8000,
+        help="TCP port (0 picks a free one)",
+    )
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -34,9 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="word2vec vectors (attnlm word2vec train): the embeddings panel shows the word's "
         "one static vector beside the contextual ones",
     )  # fmt: skip
-    p.add_argument("--device", default="cpu", help="torch device for the models (default cpu)")
-    p.add_argument("--max-chars", type=int, default=None, help="longest text accepted")
-    p.add_argument("--threads", type=int, default=None, help="torch threads")
+    add_runtime_arguments(p, device="cpu")
+    p.add_argument(
+        "--max-chars", type=arg(positive_int), default=None, help="longest text accepted"
+    )
     p.add_argument(
         "--compile",
         action="store_true",
@@ -44,10 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "graphs on a GPU): the first request of each shape waits for a compile, later ones "
         "reuse it for as long as the server runs",
     )
-    p.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """attention explorer in the browser (local server, works offline)"""
     import logging
 
     from attnlm.errors import InputError
@@ -56,15 +60,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     if not args.checkpoint and not args.model:
         raise InputError("nothing to serve: give --checkpoint DIR (repeatable) or --model NAME")
-    if not 0 <= args.port <= 65535:
-        raise InputError(f"--port must be between 0 and 65535, got {args.port}")
     max_chars = args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS
-    if max_chars < 1:
-        raise InputError("--max-chars must be a positive integer")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     static = None
     if args.vectors:  # the static half of the embeddings panel, read before any model
         from attnlm.word2vec.vectors import WordVectors

@@ -6,7 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnlm.cli.common import add_text_argument, arg, as_given, text_file, text_value
+from attnlm.cli.common import (
+    add_command,
+    add_command_group,
+    add_text_argument,
+    arg,
+    as_given,
+    text_file,
+    text_value,
+)
 from attnlm.errors import InputError
 from attnlm.validate import non_negative_int, output_file, positive_int, read_stdin_text
 
@@ -16,10 +24,9 @@ _RESET = "\x1b[0m"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    tok = sub.add_parser("tokenize", help="train tokenizers, encode and inspect text")
-    tsub = tok.add_subparsers(dest="tokenize_command", metavar="ACTION", required=True)
+    tsub = add_command_group(sub, "tokenize", "train tokenizers, encode and inspect text")
 
-    tr = tsub.add_parser("train", help="train a tokenizer on a text and save it as JSON")
+    tr = add_command(tsub, "train", _train)
     tr.add_argument("--kind", choices=KINDS, required=True, help="tokenizer kind")
     tr.add_argument(
         "--vocab-size",
@@ -67,9 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="bpe: also write a .tiktoken file",
     )
-    tr.set_defaults(func=_train)
 
-    en = tsub.add_parser("encode", help="print the token ids of a text")
+    en = add_command(tsub, "encode", _encode)
     _add_tokenizer_arguments(en)
     en.add_argument(
         "input", nargs="?", default=None, type=text_value, help="text to encode (default: stdin)"
@@ -77,16 +83,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     en.add_argument(
         "--allow-special", action="store_true", help="bpe: encode special tokens in the text"
     )
-    en.set_defaults(func=_encode, reads_stdin=True)
+    en.set_defaults(reads_stdin=True)
 
-    de = tsub.add_parser("decode", help="print the text of token ids")
+    de = add_command(tsub, "decode", _decode)
     _add_tokenizer_arguments(de)
     de.add_argument("ids", nargs="*", help="token ids (default: read from stdin)")
-    de.set_defaults(func=_decode, reads_stdin=True)
+    de.set_defaults(reads_stdin=True)
 
-    sh = tsub.add_parser(
-        "show", help="print a text with its token boundaries and tokens per word / bytes per token"
-    )
+    sh = add_command(tsub, "show", _show)
     _add_tokenizer_arguments(sh)
     sh.add_argument(
         "input", nargs="?", default=None, type=text_value, help="text to show (else --text)"
@@ -104,11 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=2000,
         help="show at most this many characters (0: all)",
     )
-    sh.set_defaults(func=_show)
 
-    info = tsub.add_parser("info", help="kind, vocabulary size and special tokens")
+    info = add_command(tsub, "info", _info)
     _add_tokenizer_arguments(info)
-    info.set_defaults(func=_info)
 
 
 def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
@@ -152,6 +154,7 @@ def _load_tokenizer(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
+    """train a tokenizer on a text and save it as JSON"""
     from attnlm.data.corpus import load_text
     from attnlm.tokenizers import TokenizerConfigError, train_tokenizer
     from attnlm.tokenizers.factory import SIZED_KINDS
@@ -192,6 +195,7 @@ def _read_input(value: str | None) -> str:
 
 
 def _encode(args: argparse.Namespace) -> int:
+    """print the token ids of a text"""
     from attnlm.tokenizers import BPETokenizer
 
     tok = _load_tokenizer(args)
@@ -205,6 +209,7 @@ def _encode(args: argparse.Namespace) -> int:
 
 
 def _decode(args: argparse.Namespace) -> int:
+    """print the text of token ids"""
     tok = _load_tokenizer(args)
     raw = args.ids or read_stdin_text().split()
     try:
@@ -250,6 +255,7 @@ def _visible(s: str) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
+    """print a text with its token boundaries and tokens per word / bytes per token"""
     from attnlm.data.corpus import load_text
     from attnlm.tokenizers import BPETokenizer
 
@@ -287,6 +293,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    """kind, vocabulary size and special tokens"""
     tok = _load_tokenizer(args)
     print(f"kind: {tok.kind}\nvocab size: {tok.vocab_size:,}")
     if getattr(tok, "pattern", None):

@@ -8,24 +8,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnlm.cli.common import (
+    add_command,
     add_corpus_arguments,
     add_data_dir_argument,
+    add_device_argument,
     add_pairs_argument,
+    add_runtime_arguments,
+    add_seed_argument,
     add_text_argument,
+    add_threads_argument,
     arg,
     as_given,
     text_file,
 )
 from attnlm.errors import InputError
 from attnlm.validate import (
-    device,
     int_in_range,
     non_negative_int,
     output_dir,
     positive_float,
     positive_int,
-    seed,
-    threads,
 )
 
 if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
@@ -74,13 +76,7 @@ PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train",
-        help="train a model (any family: presets, resume, torchrun/DDP)",
-        description="Train the model family of a preset ([model] type, gpt by default) on a "
-        "text; writes checkpoint/, metrics.jsonl and loss_curve.png into --out. Runs unchanged "
-        "under torchrun for several processes.",
-    )
+    p = add_command(sub, "train", _train)
     p.add_argument(
         "--preset",
         default=None,
@@ -114,12 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=arg(output_dir),
         help="run folder (default runs/PRESET)",
     )
-    p.add_argument(
-        "--resume",
-        default=None,
-        metavar="DIR",
-        help="continue the run in DIR",
-    )
+    p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
     p.add_argument(
         "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
     )
@@ -148,16 +139,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="stop after N evals without improvement",
     )
-    p.add_argument(
-        "--device", default=None, type=arg(device), help="auto, cpu, cuda, cuda:N or mps"
-    )
+    add_device_argument(p, None)
     p.add_argument(
         "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
     )
     p.add_argument(
         "--compile", action="store_const", const=True, default=None, help="torch.compile"
     )
-    p.add_argument("--threads", type=arg(threads), default=None, help="torch.set_num_threads")
+    add_threads_argument(p)
     p.add_argument(
         "--parallel",
         default=None,
@@ -165,7 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="under torchrun: ddp (default; every process holds the model) or fsdp (FSDP2: "
         "parameters and optimizer state sharded, sharded checkpoints)",
     )
-    p.add_argument("--seed", type=arg(seed), default=None)
+    add_seed_argument(p)
     p.add_argument(
         "--no-progress", dest="progress", action="store_const", const=False, default=None
     )
@@ -176,13 +165,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
-    p.set_defaults(func=_train)
 
-    e = sub.add_parser(
-        "eval",
-        help="loss, perplexity and bits per character of a checkpoint (BLEU and chrF for "
-        "translation models)",
-    )
+    e = add_command(sub, "eval", _eval)
     which = e.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", metavar="DIR", help="run or checkpoint folder")
     which.add_argument(
@@ -190,10 +174,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_text_argument(e)
     add_pairs_argument(e)
-    e.add_argument("--beam", type=int, default=1, metavar="K", help="translation: beam size")
+    e.add_argument(
+        "--beam", type=arg(positive_int), default=1, metavar="K", help="translation: beam size"
+    )
     e.add_argument(
         "--limit",
-        type=int,
+        type=arg(positive_int),
         default=None,
         metavar="N",
         help="translation: the first N distinct sources only",
@@ -213,24 +199,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="evaluate only the first N tokens (N >= 2)",
     )
-    e.add_argument("--device", default="auto", type=arg(device))
-    e.add_argument("--threads", type=arg(threads), default=None)
+    add_runtime_arguments(e)
     e.add_argument("--json", action="store_true", help="print one JSON object")
-    e.set_defaults(func=_eval)
 
-    x = sub.add_parser(
-        "export-checkpoint",
-        help="write a sharded (FSDP) checkpoint as an ordinary one",
-        description="Read the shards of a run trained with --parallel fsdp (in this one "
-        "process, no torchrun) and write an ordinary checkpoint into OUT/checkpoint/: full "
-        "weights and AdamW state, train.parallel = ddp, so OUT resumes in one process or "
-        "under DDP.",
-    )
+    x = add_command(sub, "export-checkpoint", _export)
     x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
     x.add_argument(
         "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
     )
-    x.set_defaults(func=_export)
 
 
 def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
@@ -273,6 +249,11 @@ def _auto_spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _train(args: argparse.Namespace) -> int:
+    """train a model (any family: presets, resume, torchrun/DDP)
+
+    Train the model family of a preset ([model] type, gpt by default) on a text; writes checkpoint/,
+    metrics.jsonl and loss_curve.png into --out. Runs unchanged under torchrun for several
+    processes."""
     from attnlm.checkpoint import read_config, resolve_checkpoint
     from attnlm.config import load_preset
     from attnlm.train.run import new_run_dir_check, resume_spec, train_run
@@ -320,14 +301,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    """loss, perplexity and bits per character of a checkpoint (BLEU and chrF for translation
+    models)"""
     import torch
 
     from attnlm.evaluation import evaluate_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.checkpoint is not None and _trains_on_pairs(args.checkpoint):
         return _eval_pairs(args)
     if args.pairs is not None:
@@ -360,6 +341,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    """write a sharded (FSDP) checkpoint as an ordinary one
+
+    Read the shards of a run trained with --parallel fsdp (in this one process, no torchrun) and
+    write an ordinary checkpoint into OUT/checkpoint/: full weights and AdamW state, train.parallel
+    = ddp, so OUT resumes in one process or under DDP."""
     from attnlm.train.fsdp import export_checkpoint
 
     path = export_checkpoint(args.checkpoint, args.out)
@@ -383,8 +369,6 @@ def _eval_pairs(args: argparse.Namespace) -> int:
 
     if args.text is not None or args.max_tokens is not None:
         raise InputError("a translation checkpoint is evaluated on --pairs, not --text")
-    if args.beam < 1:
-        raise InputError(f"--beam must be >= 1, got {args.beam}")
     scores, what = evaluate_translation(
         args.checkpoint,
         args.pairs,

@@ -12,7 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from attnlm.cli.common import add_text_argument, arg, text_file, text_value
+from attnlm.cli.common import (
+    add_command,
+    add_command_group,
+    add_seed_argument,
+    add_text_argument,
+    arg,
+    text_file,
+    text_value,
+)
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -20,7 +28,6 @@ from attnlm.validate import (
     output_file,
     positive_float,
     positive_int,
-    seed,
     threads,
 )
 
@@ -37,16 +44,9 @@ def _add_vectors(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    wv = sub.add_parser("word2vec", help="static word embeddings: train, neighbours, evaluate")
-    wsub = wv.add_subparsers(dest="word2vec_command", metavar="ACTION", required=True)
+    wsub = add_command_group(sub, "word2vec", "static word embeddings: train, neighbours, evaluate")
 
-    tr = wsub.add_parser(
-        "train",
-        help="train skip-gram or CBOW vectors with negative sampling",
-        description="Train word2vec (Mikolov et al. 2013) on a text: lower-cased words, one "
-        "sentence per paragraph; frequent-word subsampling, count**0.75 noise, dynamic window, "
-        "linear learning-rate decay. Writes the word2vec text or binary format.",
-    )
+    tr = add_command(wsub, "train", _train)
     add_text_argument(tr)
     tr.add_argument(
         "--out", metavar="FILE", required=True, type=arg(output_file),
@@ -76,36 +76,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--batch", type=arg(positive_int), default=4096, help="centre words per step")
     tr.add_argument("--noise-share", type=arg(positive_int), default=8,
                     help="CBOW: centre words sharing their noise words (8)")  # fmt: skip
-    tr.add_argument("--seed", type=arg(seed), default=1)
+    add_seed_argument(tr, default=1)
     tr.add_argument("--no-progress", dest="progress", action="store_false")
-    tr.set_defaults(func=_train)
 
-    si = wsub.add_parser("similar", help="nearest words by cosine (gensim's most_similar)")
+    si = add_command(wsub, "similar", _similar)
     _add_vectors(si)
     si.add_argument("word", metavar="WORD", type=text_value)
     si.add_argument("--top", type=arg(positive_int), default=10, help="how many (10)")
-    si.set_defaults(func=_similar)
 
-    an = wsub.add_parser(
-        "analogy",
-        help="A - B + C: what is to C as A is to B (king man woman -> queen)",
-        description="The words nearest to A - B + C (unit vectors, gensim's most_similar("
-        "positive=[A, C], negative=[B])): analogy king man woman asks what is to woman as "
-        "king is to man.",
-    )
+    an = add_command(wsub, "analogy", _analogy)
     _add_vectors(an)
     an.add_argument("words", nargs=3, metavar="WORD", type=text_value, help="A B C")
     an.add_argument("--top", type=arg(positive_int), default=10, help="how many (10)")
-    an.set_defaults(func=_analogy)
 
-    ev = wsub.add_parser(
-        "evaluate",
-        help="Spearman on WordSim-353 and SimLex-999, accuracy on the Google analogies",
-        description="Word similarity (Spearman, Pearson) on WordSim-353 and SimLex-999 and "
-        "3CosAdd accuracy on the Google analogy questions, computed as gensim's "
-        "evaluate_word_pairs / evaluate_word_analogies; the files are read from the installed "
-        "gensim package's test data unless given.",
-    )
+    ev = add_command(wsub, "evaluate", _evaluate)
     _add_vectors(ev)
     for name, flag in (("wordsim353", "--wordsim"), ("simlex999", "--simlex"),
                        ("google-analogies", "--analogies")):  # fmt: skip
@@ -115,7 +99,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--restrict", type=arg(non_negative_int), default=300_000,
         help="use the first N words only (300000, gensim's restrict_vocab)",
     )  # fmt: skip
-    ev.set_defaults(func=_evaluate)
 
 
 def _binary(args: argparse.Namespace) -> bool | None:
@@ -129,6 +112,11 @@ def _load(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
+    """train skip-gram or CBOW vectors with negative sampling
+
+    Train word2vec (Mikolov et al. 2013) on a text: lower-cased words, one sentence per paragraph;
+    frequent-word subsampling, count**0.75 noise, dynamic window, linear learning-rate decay. Writes
+    the word2vec text or binary format."""
     import sys
 
     from attnlm.data.corpus import load_text
@@ -197,6 +185,7 @@ def _print_neighbours(args: argparse.Namespace, title: str, result: list[tuple[s
 
 
 def _similar(args: argparse.Namespace) -> int:
+    """nearest words by cosine (gensim's most_similar)"""
     vectors = _load(args)
     result = vectors.most_similar([args.word], top=args.top)
     return _print_neighbours(
@@ -205,6 +194,10 @@ def _similar(args: argparse.Namespace) -> int:
 
 
 def _analogy(args: argparse.Namespace) -> int:
+    """A - B + C: what is to C as A is to B (king man woman -> queen)
+
+    The words nearest to A - B + C (unit vectors, gensim's most_similar(positive=[A, C],
+    negative=[B])): analogy king man woman asks what is to woman as king is to man."""
     a, b, c = args.words
     vectors = _load(args)
     result = vectors.analogy(a, b, c, top=args.top)
@@ -213,6 +206,11 @@ def _analogy(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    """Spearman on WordSim-353 and SimLex-999, accuracy on the Google analogies
+
+    Word similarity (Spearman, Pearson) on WordSim-353 and SimLex-999 and 3CosAdd accuracy on the
+    Google analogy questions, computed as gensim's evaluate_word_pairs / evaluate_word_analogies;
+    the files are read from the installed gensim package's test data unless given."""
     from attnlm.word2vec.evaluate import evaluate_all
 
     paths = {

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from attnlm._lazy import lazy_exports
 
-_EXPORTS = {
-    "InspectionRecord": "attnlm.inspect.base",
-    "inspect_translation": "attnlm.inspect.translation",
-    "inspect": "attnlm.inspect.record",
-    "plot_attention_grid": "attnlm.inspect.heatmap",
-    "plot_attention_panels": "attnlm.inspect.heatmap",
-    "plot_loss_curve": "attnlm.inspect.heatmap",
-    "format_param_table": "attnlm.inspect.params",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".base": "InspectionRecord",
+        ".translation": "inspect_translation",
+        ".record": "inspect",
+        ".heatmap": "plot_attention_grid plot_attention_panels plot_loss_curve",
+        ".params": "format_param_table",
+    },
+)

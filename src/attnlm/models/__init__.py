@@ -11,17 +11,11 @@ from __future__ import annotations
 
 from attnlm._lazy import lazy_exports
 
-_EXPORTS = {
-    "Family": "attnlm.models.base",
-    "ModelOutput": "attnlm.models.base",
-    "count_params": "attnlm.models.base",
-    "register": "attnlm.models.registry",
-    "get": "attnlm.models.registry",
-    "families": "attnlm.models.registry",
-    "build": "attnlm.models.registry",
-    "from_hf": "attnlm.models.hf",
-    "save_hf": "attnlm.models.hf",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".base": "Family ModelOutput count_params",
+        ".registry": "register get families build",
+        ".hf": "from_hf save_hf",
+    },
+)

@@ -38,6 +38,7 @@ from attnlm.models.base import (
 )
 from attnlm.nn.attention import padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, TransformerBlock, dropout_layer
+from attnlm.validate import above_zero, fraction, one_of, positive
 
 
 @dataclass(frozen=True)
@@ -68,24 +69,15 @@ class BertConfig:
     whole_word_masking: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "type_vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "type_vocab_size")
+        positive(self, "d_ff", optional=True)
         if self.n_embd % self.n_head:
             raise ConfigError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
             )
-        if self.activation not in ACTIVATIONS:
-            raise ConfigError(
-                f"unknown model.activation {self.activation!r} (known: {', '.join(ACTIVATIONS)})"
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff <= 0):
-            raise ConfigError(f"model.d_ff must be a positive integer, got {self.d_ff!r}")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        one_of(self, "activation", ACTIVATIONS)
+        fraction(self, "dropout")
+        above_zero(self, "layer_norm_eps")
         if not 0 <= self.pad_id < self.vocab_size:
             raise ConfigError(f"model.pad_id {self.pad_id} is outside the vocabulary")
 

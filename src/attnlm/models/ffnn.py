@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError
 from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.validate import at_least, fraction, positive
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,9 @@ class FFNNConfig:
     block_size: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "n_embd", "n_hidden", "block_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.order, int) or isinstance(self.order, bool) or self.order < 2:
-            raise ConfigError(f"model.order must be an integer >= 2, got {self.order!r}")
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        positive(self, "vocab_size", "n_embd", "n_hidden", "block_size")
+        at_least(self, 2, "order")
+        fraction(self, "dropout")
 
     @property
     def context(self) -> int:

@@ -45,6 +45,7 @@ from attnlm.nn.positional import (
     SinusoidalPositionalEncoding,
 )
 from attnlm.nn.static_cache import StaticKVCache
+from attnlm.validate import above_zero, fraction, one_of, positive
 
 
 @dataclass(frozen=True)
@@ -69,36 +70,23 @@ class GPTConfig:
     attention_score: str = "scaled_dot"  # "scaled_dot" | "dot" | "bilinear" | "additive"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd")
+        positive(self, "d_ff", optional=True)
         if self.n_embd % self.n_head:
             raise ConfigError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
             )
-        choices = {
-            "positions": POSITIONS,
-            "norm": NORMS,
-            "activation": tuple(ACTIVATIONS),
-            "attention_score": SCORES,
-        }
-        for name, known in choices.items():
-            if getattr(self, name) not in known:
-                raise ConfigError(
-                    f"unknown model.{name} {getattr(self, name)!r} (known: {', '.join(known)})"
-                )
+        one_of(self, "positions", POSITIONS)
+        one_of(self, "norm", NORMS)
+        one_of(self, "activation", ACTIVATIONS)
+        one_of(self, "attention_score", SCORES)
         if self.positions == "rope" and self.head_dim % 2:
             raise ConfigError(
                 f"model.positions 'rope' needs an even head width, got model.n_embd / "
                 f"model.n_head = {self.head_dim}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
-        if self.d_ff is not None and self.d_ff <= 0:
-            raise ConfigError(f"model.d_ff must be a positive integer, got {self.d_ff}")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        fraction(self, "dropout")
+        above_zero(self, "layer_norm_eps")
 
     @property
     def head_dim(self) -> int:

@@ -62,8 +62,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.errors import InputError
 from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.validate import above_zero, at_least_zero, positive
 
 LOG_FLOOR = -69.0  # log(1e-30): the smallest log-probability EM stores (finite logits)
 EM_CHUNK = 1 << 24  # E-step chunk size in (rows x positions x states) values, ~64 MB float32
@@ -83,14 +84,9 @@ class HMMConfig:
     em_pseudocount: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "n_states", "block_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
-        if not float(self.init_std) > 0:
-            raise ConfigError(f"model.init_std must be > 0, got {self.init_std!r}")
-        if not float(self.em_pseudocount) >= 0:
-            raise ConfigError(f"model.em_pseudocount must be >= 0, got {self.em_pseudocount!r}")
+        positive(self, "vocab_size", "n_states", "block_size")
+        above_zero(self, "init_std")
+        at_least_zero(self, "em_pseudocount")
 
 
 class Categorical(nn.Module):
@@ -361,6 +357,13 @@ class HMMLM(nn.Module):
             raise InputError("no sequences to fit the HMM on")
         self.maximize(total)
         return total
+
+    def fit_step(self, windows: Iterable[dict[str, Tensor]]) -> tuple[float, int]:
+        """One training step of ``train.hmm_em``: an :meth:`em_step` over the ``ids`` of every
+        window of the training split. Returns the data's nats per token before the update and
+        the number of tokens (what the trainer logs as the step's loss and tokens)."""
+        stats = self.em_step(window["ids"] for window in windows)
+        return -stats.log_likelihood / max(stats.n_tokens, 1), stats.n_tokens
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Number of parameters; ``non_embedding`` leaves out the emission matrix."""

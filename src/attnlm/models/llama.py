@@ -47,6 +47,7 @@ from attnlm.models.gpt import GPT
 from attnlm.nn import fused
 from attnlm.nn.blocks import TransformerBlock, dropout_layer, make_norm
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
+from attnlm.validate import above_zero, fraction, positive
 
 
 def llama_ffn_width(d_model: int, multiple_of: int = 256) -> int:
@@ -80,10 +81,8 @@ class LlamaConfig:
     eos_id: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "multiple_of"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "multiple_of")
+        positive(self, "n_kv_head", "d_ff", optional=True)
         if self.n_embd % self.n_head:
             raise ConfigError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
@@ -93,19 +92,13 @@ class LlamaConfig:
         if self.n_kv_head is None:
             object.__setattr__(self, "n_kv_head", self.n_head)
         kv = self.n_kv_head
-        if not isinstance(kv, int) or isinstance(kv, bool) or kv <= 0 or self.n_head % kv:
+        if self.n_head % kv:
             raise ConfigError(
                 f"model.n_kv_head ({kv!r}) must be a positive divisor of model.n_head "
                 f"({self.n_head})"
             )
-        if self.d_ff is not None and self.d_ff <= 0:
-            raise ConfigError(f"model.d_ff must be a positive integer, got {self.d_ff}")
-        if self.rope_theta <= 0:
-            raise ConfigError(f"model.rope_theta must be > 0, got {self.rope_theta}")
-        if self.rms_norm_eps <= 0:
-            raise ConfigError(f"model.rms_norm_eps must be > 0, got {self.rms_norm_eps}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        above_zero(self, "rope_theta", "rms_norm_eps")
+        fraction(self, "dropout")
         if self.rope_scaling is not None:
             self._check_scaling(self.rope_scaling)
 

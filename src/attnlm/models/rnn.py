@@ -44,6 +44,7 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
+from attnlm.validate import fraction, one_of, positive
 
 CELLS = ("rnn", "lstm", "gru")
 
@@ -64,17 +65,10 @@ class RNNConfig:
     tie_embeddings: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
-        h = self.n_hidden
-        if h is not None and (not isinstance(h, int) or isinstance(h, bool) or h <= 0):
-            raise ConfigError(f"model.n_hidden must be a positive integer, got {h!r}")
-        if self.cell not in CELLS:
-            raise ConfigError(f"model.cell must be one of {', '.join(CELLS)}, got {self.cell!r}")
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        positive(self, "vocab_size", "block_size", "n_layer", "n_embd")
+        positive(self, "n_hidden", optional=True)
+        one_of(self, "cell", CELLS)
+        fraction(self, "dropout")
         if self.tie_embeddings and self.hidden != self.n_embd:
             raise ConfigError(
                 f"model.tie_embeddings needs model.n_hidden == model.n_embd "

@@ -50,7 +50,6 @@ Shape legend
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -66,6 +65,7 @@ from attnlm.models.base import (
 )
 from attnlm.models.rnn_seq2seq_state import Hidden, RNNDecoderState
 from attnlm.nn.attention import SCORE_ALIASES, SCORES, attend, make_score, padding_mask
+from attnlm.validate import fraction, non_negative, one_of, positive
 
 # ---------------------------------------------------------------------------------------------
 # Config
@@ -107,30 +107,20 @@ class RNNSeq2SeqConfig:
     max_target_len: int = 128  # default length limit of greedy translation when inspecting
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_emb", "d_hidden", "n_layer", "max_target_len"):
-            _positive(name, getattr(self, name))
-        for name in ("src_vocab_size", "d_enc", "d_attn"):
-            if getattr(self, name) is not None:
-                _positive(name, getattr(self, name))
+        positive(self, "vocab_size", "d_emb", "d_hidden", "n_layer", "max_target_len")
+        positive(self, "src_vocab_size", "d_enc", "d_attn", optional=True)
+        non_negative(self, "pad_id", "bos_id", "eos_id")
         for name in ("pad_id", "bos_id", "eos_id"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"model.{name} must be an integer >= 0, got {value!r}")
-            if value >= self.vocab_size:
+            if getattr(self, name) >= self.vocab_size:
                 raise ConfigError(
-                    f"model.{name}={value} is out of range for model.vocab_size={self.vocab_size}"
+                    f"model.{name}={getattr(self, name)} is out of range for "
+                    f"model.vocab_size={self.vocab_size}"
                 )
-        if self.cell not in CELLS:
-            raise ConfigError(f"unknown model.cell {self.cell!r} (known: {', '.join(CELLS)})")
-        if self.attention not in ATTENTIONS:
-            raise ConfigError(
-                f"unknown model.attention {self.attention!r} (known: {', '.join(ATTENTIONS)})"
-            )
+        one_of(self, "cell", CELLS)
+        one_of(self, "attention", ATTENTIONS)
         if self.score is None:
             object.__setattr__(self, "score", DEFAULT_SCORE[self.attention])
-        known = SCORES + tuple(SCORE_ALIASES)
-        if self.score not in known:
-            raise ConfigError(f"unknown model.score {self.score!r} (known: {', '.join(known)})")
+        one_of(self, "score", SCORES + tuple(SCORE_ALIASES))
         if self.d_enc is None:
             if self.d_hidden % 2:
                 raise ConfigError(
@@ -153,8 +143,7 @@ class RNNSeq2SeqConfig:
             raise ConfigError(
                 f"model.input_feeding must be true or false, got {self.input_feeding!r}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+        fraction(self, "dropout")
 
     @property
     def source_vocab_size(self) -> int:
@@ -164,11 +153,6 @@ class RNNSeq2SeqConfig:
     def d_key(self) -> int:
         """Width of an encoder annotation (both directions)."""
         return 2 * int(self.d_enc or 0)
-
-
-def _positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------

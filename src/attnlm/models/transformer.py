@@ -44,6 +44,7 @@ from attnlm.models.transformer_state import EncoderDecoderState
 from attnlm.nn.attention import KVCache, Packing, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
 from attnlm.nn.positional import SinusoidalPositionalEncoding
+from attnlm.validate import above_zero, fraction, non_negative, one_of, positive
 
 LAYOUTS = ("interleaved", "split")
 
@@ -85,47 +86,24 @@ class TransformerConfig:
     forced_eos_id: int | None = None  # the token forced there; None: eos_id
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_head", "n_encoder_layers", "n_decoder_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
-        if self.src_vocab_size is not None and (
-            not isinstance(self.src_vocab_size, int) or self.src_vocab_size <= 0
-        ):
-            raise ConfigError(f"model.src_vocab_size must be a positive integer or null, got "
-                              f"{self.src_vocab_size!r}")  # fmt: skip
+        positive(self, "vocab_size", "d_model", "n_head", "n_encoder_layers", "n_decoder_layers")
+        positive(self, "src_vocab_size", "d_ff", optional=True)
         if self.d_model % self.n_head:
             raise ConfigError(
                 f"model.d_model ({self.d_model}) must be divisible by model.n_head ({self.n_head})"
             )
-        choices = {"norm": NORMS, "activation": tuple(ACTIVATIONS), "positions_layout": LAYOUTS}
-        for name, known in choices.items():
-            if getattr(self, name) not in known:
-                raise ConfigError(
-                    f"unknown model.{name} {getattr(self, name)!r} (known: {', '.join(known)})"
-                )
-        for name in ("dropout", "attention_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(
-                f"model.label_smoothing must be in [0, 1), got {self.label_smoothing}"
-            )
-        if self.d_ff is not None and self.d_ff <= 0:
-            raise ConfigError(f"model.d_ff must be a positive integer, got {self.d_ff}")
-        if self.layer_norm_eps <= 0:
-            raise ConfigError(f"model.layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        one_of(self, "norm", NORMS)
+        one_of(self, "activation", ACTIVATIONS)
+        one_of(self, "positions_layout", LAYOUTS)
+        fraction(self, "dropout", "attention_dropout", "label_smoothing")
+        above_zero(self, "layer_norm_eps")
         if self.share_embeddings and self.source_vocab != self.vocab_size:
             raise ConfigError(
                 f"model.share_embeddings needs one vocabulary, but model.src_vocab_size="
                 f"{self.src_vocab_size} and model.vocab_size={self.vocab_size}"
             )
-        for name in ("pad_id", "bos_id", "eos_id", "forced_eos_id"):
-            value = getattr(self, name)
-            if name == "forced_eos_id" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"model.{name} must be a token id >= 0, got {value!r}")
+        non_negative(self, "pad_id", "bos_id", "eos_id")
+        non_negative(self, "forced_eos_id", optional=True)
 
     @property
     def forced_eos(self) -> int:

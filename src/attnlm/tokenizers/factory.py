@@ -133,18 +133,14 @@ def chunk_safe(tokenizer: Any) -> bool:
 
 
 def iter_encode(
-    tokenizer: Any,
-    text: str,
-    what: str,
-    start: int = 0,
-    end: int | None = None,
-    chunk_chars: int | None = None,
+    tokenizer: Any, text: str, what: str, *span: Any, **options: Any
 ) -> Iterator[list[int]]:
     """The ids of ``text[start:end]`` in pieces of about ``chunk_chars`` characters (cut at
     line starts, see :func:`chunk_safe`), so a long text is encoded without a list of every
     id; concatenated they equal ``encode_text(tokenizer, text[start:end], what)``. A tokenizer
-    that is not :func:`chunk_safe`, or a text without line starts, is encoded in one piece."""
-    for _, _, ids in iter_encode_spans(tokenizer, text, what, start, end, chunk_chars):
+    that is not :func:`chunk_safe`, or a text without line starts, is encoded in one piece.
+    ``start``, ``end`` and ``chunk_chars`` as :func:`iter_encode_spans` takes them."""
+    for _, _, ids in iter_encode_spans(tokenizer, text, what, *span, **options):
         yield ids
 
 

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from attnlm._lazy import lazy_exports
 
-_EXPORTS = {
-    "RunSpec": "attnlm.train.config",
-    "TrainConfig": "attnlm.train.config",
-    "load_spec": "attnlm.train.config",
-    "Trainer": "attnlm.train.trainer",
-    "TrainJob": "attnlm.train.trainer",
-    "train_run": "attnlm.train.run",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".config": "RunSpec TrainConfig load_spec",
+        ".trainer": "Trainer TrainJob",
+        ".run": "train_run",
+    },
+)

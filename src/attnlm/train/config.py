@@ -17,7 +17,15 @@ from typing import Any
 from attnlm.config import from_dict, load_preset, parse_override
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
 from attnlm.errors import ConfigError
-from attnlm.validate import DEVICE_PATTERN, DTYPES
+from attnlm.validate import (
+    DTYPES,
+    at_least_zero,
+    device,
+    fraction,
+    non_negative,
+    one_of,
+    positive,
+)
 
 PARALLEL = ("ddp", "fsdp")  # the values of train.parallel
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
@@ -108,44 +116,30 @@ class TrainConfig:
     max_pair_tokens: int = 0  # drop pairs with a side longer than this many tokens; 0 = keep
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
-        for name in positive + ("log_interval",):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be >= 1, got {getattr(self, name)}")
-        if self.tokenizer_sample < 1:
-            raise ConfigError(f"train.tokenizer_sample must be >= 1, got {self.tokenizer_sample}")
+        counts = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
+        positive(self, *counts, "log_interval", "tokenizer_sample", where="train")
+        optional = ("warmup_iters", "early_stop", "threads", "workers", "bpe_vocab_size")
+        non_negative(self, *optional, "max_pair_tokens", where="train")
+        at_least_zero(self, "weight_decay", "grad_clip", where="train")
+        fraction(self, "beta1", "beta2", "test_fraction", where="train")
         if not self.text_field:
             raise ConfigError("train.text_field must be a non-empty field name")
         if self.text is not None and self.data_dir is not None:
             raise ConfigError("give the corpus as text or as a prepared data_dir, not both")
-        names = ("warmup_iters", "early_stop", "threads", "weight_decay", "grad_clip", "workers")
-        for name in names + ("bpe_vocab_size",):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:
             raise ConfigError(f"train.lr must be > 0 and 0 <= min_lr <= lr (lr={self.lr})")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"train.{name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0 <= self.test_fraction < 1 or self.val_fraction + self.test_fraction >= 1:
+        if self.val_fraction + self.test_fraction >= 1:
             raise ConfigError(
-                f"train.test_fraction must be in [0, 1) with val_fraction + test_fraction < 1, "
-                f"got {self.test_fraction}"
+                f"train.test_fraction must leave val_fraction + test_fraction < 1, got "
+                f"{self.test_fraction}"
             )
-        if self.max_pair_tokens < 0:
-            raise ConfigError(f"train.max_pair_tokens must be >= 0, got {self.max_pair_tokens}")
         if not 0 < self.val_fraction < 1:
             raise ConfigError(f"train.val_fraction must be in (0, 1), got {self.val_fraction}")
-        if self.parallel not in PARALLEL:
-            raise ConfigError(
-                f"train.parallel must be one of {', '.join(PARALLEL)}, got {self.parallel!r}"
-            )
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"train.dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if not re.fullmatch(DEVICE_PATTERN, self.device):
-            raise ConfigError(
-                f"train.device must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}"
-            )
+        one_of(self, "parallel", PARALLEL, where="train")
+        one_of(self, "dtype", DTYPES, where="train")
+        object.__setattr__(
+            self, "device", device(self.device, "train.device", check_available=False)
+        )
         if self.time_budget is not None:
             parse_duration(self.time_budget)
 

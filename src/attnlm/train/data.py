@@ -1,8 +1,5 @@
 """Preparing a run's data: train (or load) the tokenizer, tokenize the corpus once into memmaps.
 
-(Over 500 lines on purpose: the three ways a run gets its tokens, text, sentence pairs and
-prepared token files, share one signature and one reuse rule, kept in one place.)
-
 The run folder keeps ``tokenizer.json`` and, next to it, ``train.bin`` / ``val.bin`` (flat id
 arrays, see :mod:`attnlm.data.windows`) with their JSON metadata, and ``data.json``, the
 signature of what they were made from: the corpus's content (size, modification time and
@@ -25,29 +22,23 @@ computed before reading only when the folder holds data that could be reused.
 complete one; the token files themselves are written atomically (no torn file) and the
 temporary files a kill leaves are removed by the next run.
 
-``data_dir`` instead points at token files prepared before: a folder written by ``attnlm data
-prepare`` (its tokenizer and metadata are used), or nanoGPT's ``train.bin`` / ``val.bin``
-(uint16 GPT-2 ids; ``--tokenizer gpt2``). Their files are linked into the run folder, not
-copied. nanoGPT's character-level data (``meta.pkl``, a pickle) is refused, never unpickled.
+``data_dir`` instead points at token files prepared before (:mod:`attnlm.train.data_dir`);
+sentence pairs are prepared by :mod:`attnlm.train.pair_data`; the signature, the reuse rule
+and :class:`RunData` they share are in :mod:`attnlm.train.run_files`. Their names are
+importable from here too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from attnlm.data.corpus import default_corpus_path
-from attnlm.data.pairs import RUN_PAIRS_DIR, RUN_SPLIT_SEED
 from attnlm.data.sources import Corpus, open_corpus
 from attnlm.data.stream import (
     CHUNK_CHARS,
@@ -60,58 +51,40 @@ from attnlm.data.stream import (
     split_point,
 )
 from attnlm.data.text_ranges import UnencodableText, prepare_text_files
-from attnlm.data.windows import TokenFile, read_token_file, write_token_meta, write_token_stream
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text, remove_stale_temps, temp_path_for
+from attnlm.data.windows import write_token_stream
+from attnlm.errors import InputError
+from attnlm.fileio import atomic_write_text, remove_stale_temps
 from attnlm.tokenizers import BPETokenizer, chunk_safe, make_tokenizer
 from attnlm.tokenizers.factory import TRAINABLE_KINDS
 from attnlm.train.config import TrainConfig
+from attnlm.train.data_dir import NANOGPT_PICKLE, nanogpt_token_file, prepare_data_dir
+from attnlm.train.pair_data import PAIRS_DIR, SPLIT_SEED, PairRunData, prepare_pairs
+from attnlm.train.run_files import (
+    SIGNATURE_VERSION,
+    RunData,
+    file_fingerprint,
+    may_reuse,
+    reuse_run_data,
+)
 
-SIGNATURE_VERSION = 2
+__all__ = [
+    "NANOGPT_PICKLE",
+    "PAIRS_DIR",
+    "SIGNATURE_VERSION",
+    "SPLIT_SEED",
+    "PairRunData",
+    "RunData",
+    "corpus_fingerprint",
+    "data_signature",
+    "file_fingerprint",
+    "nanogpt_token_file",
+    "prepare",
+    "prepare_data_dir",
+    "prepare_pairs",
+    "training_sample",
+]
+
 AUTO_WORKERS_BYTES = 32 << 20  # below this a worker pool takes longer to start than to encode
-NANOGPT_PICKLE = "meta.pkl"
-
-
-@dataclass
-class RunData:
-    """Tokenizer and tokenized splits of a run."""
-
-    tokenizer: Any
-    train: TokenFile
-    val: TokenFile
-    seconds: float = 0.0  # time spent training the tokenizer and encoding (0 when reused)
-    corpus_bytes: int = 0  # bytes of corpus files read (0 when reused)
-
-    def stats_line(self) -> str:
-        """One line of tokenizer statistics (kind, vocabulary, tokens, characters per token)."""
-        kind = type(self.tokenizer).__name__
-        n_tok = self.train.n_tokens + self.val.n_tokens
-        n_chr = self.train.n_chars + self.val.n_chars
-        took = f" in {self.seconds:.1f}s" if self.seconds else ""
-        if self.seconds and self.corpus_bytes:
-            took += f" ({self.corpus_bytes / self.seconds / 1e6:.1f} MB/s)"
-        return (
-            f"tokenizer: {kind}, vocab {self.tokenizer.vocab_size:,}; corpus {n_chr:,} chars -> "
-            f"{n_tok:,} tokens ({n_chr / max(n_tok, 1):.2f} chars/token; train "
-            f"{self.train.n_tokens:,}, val {self.val.n_tokens:,}){took}"
-        )
-
-
-def file_fingerprint(path: Path, content: bool = True) -> dict[str, Any]:
-    """Size, modification time (ns) and SHA-256 of one file (read in 1 MiB blocks; without
-    ``content``, no SHA-256)."""
-    try:
-        st = path.stat()
-        out = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        if content:
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                while block := f.read(1 << 20):
-                    digest.update(block)
-            out["sha256"] = digest.hexdigest()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
-    return out
 
 
 def _corpus(cfg: TrainConfig) -> Corpus:
@@ -149,61 +122,6 @@ def data_signature(cfg: TrainConfig, corpus: Corpus, content: bool = True) -> di
     return sig
 
 
-def _without(sig: Any, key: str) -> Any:
-    """``sig`` with ``key`` removed from every dictionary in it."""
-    if isinstance(sig, dict):
-        return {k: _without(v, key) for k, v in sig.items() if k != key}
-    if isinstance(sig, list):
-        return [_without(v, key) for v in sig]
-    return sig
-
-
-def _content(sig: dict[str, Any]) -> Any:
-    """A signature without modification times: what a resumed run must still match."""
-    return _without(sig, "mtime_ns")
-
-
-def _may_reuse(run_dir: Path, unhashed: dict[str, Any], resume: bool) -> bool:
-    """Whether :func:`_reuse` could take the run folder's data given a signature without the
-    corpus's SHA-256 digests: then they are computed first (else while the corpus is read)."""
-    names = ("tokenizer.json", "data.json", "train.bin", "val.bin")
-    if not all((run_dir / n).is_file() for n in names):
-        return False
-    try:
-        stored = json.loads((run_dir / "data.json").read_text(encoding="utf-8"))
-    except ValueError:
-        return False
-    return isinstance(stored, dict) and (
-        resume or _without(stored, "sha256") == _without(unhashed, "sha256")
-    )
-
-
-def _reuse(run_dir: Path, signature: dict[str, Any], resume: bool) -> RunData | None:
-    """The run folder's data when its signature allows (see :func:`prepare`)."""
-    from attnlm import tokenizers
-
-    tok_path, sig_path = run_dir / "tokenizer.json", run_dir / "data.json"
-    train_path, val_path = run_dir / "train.bin", run_dir / "val.bin"
-    if not all(p.is_file() for p in (tok_path, train_path, val_path, sig_path)):
-        return None
-    try:
-        stored = json.loads(sig_path.read_text(encoding="utf-8"))
-    except ValueError:
-        stored = None
-    same_content = isinstance(stored, dict) and (
-        _content(stored) == _content(signature) or "version" not in stored  # older run
-    )
-    if stored == signature or (resume and same_content):
-        tok = tokenizers.load(tok_path)
-        return RunData(tok, read_token_file(train_path), read_token_file(val_path))
-    if resume and isinstance(stored, dict) and stored.get("version") == SIGNATURE_VERSION:
-        raise InputError(
-            f"cannot resume {run_dir}: the corpus or tokenizer changed since the run "
-            "started (data.json); start a new run with --out"
-        )
-    return None
-
-
 @contextmanager
 def progress_bar(total: int, what: str, enabled: bool) -> Iterator[Callable[[int], Any] | None]:
     """A bar over ``total`` input bytes (MB/s and ETA), drawn once the step takes over a
@@ -239,9 +157,9 @@ def prepare(
     say = log or (lambda line: None)
     corpus = _corpus(cfg)
     signature = data_signature(cfg, corpus, content=False)
-    if _may_reuse(run_dir, signature, resume):
+    if may_reuse(run_dir, signature, resume):
         signature = data_signature(cfg, corpus)
-        reused = _reuse(run_dir, signature, resume)
+        reused = reuse_run_data(run_dir, signature, resume)
         if reused is not None:
             return reused
     t0 = time.perf_counter()
@@ -383,268 +301,3 @@ def training_sample(
         else:
             whole = False
     return "".join(parts), whole
-
-
-# ---------------------------------------------------------------------------------------------
-# Token files prepared before: `attnlm data prepare` folders and nanoGPT's train.bin / val.bin
-
-
-def _link(target: Path, link: Path) -> None:
-    """Put a symbolic link to ``target`` at ``link`` atomically (a copy where links fail)."""
-    import shutil
-
-    tmp = temp_path_for(link)
-    try:
-        os.symlink(target.resolve(), tmp)
-    except OSError:
-        shutil.copyfile(target, tmp)
-    os.replace(tmp, link)
-
-
-def _chars_per_id(tok: Any) -> np.ndarray:
-    """Characters each id adds to a decoded text: the UTF-8 lead bytes of its bytes (so a
-    character split over several byte-level tokens counts once); a special token counts as
-    one character (the document break it stands for)."""
-    special = set(tok.special_tokens.values())
-    out = np.zeros(tok.vocab_size, dtype=np.int64)
-    for i in range(tok.vocab_size):
-        if i in special:
-            out[i] = 1
-            continue
-        try:
-            raw = tok.decode_bytes([i]) if hasattr(tok, "decode_bytes") else tok.decode([i])
-        except Exception:  # noqa: BLE001 - an id without a token (a gap in the ranks)
-            continue
-        out[i] = len(raw) if isinstance(raw, str) else sum(1 for b in raw if b & 0xC0 != 0x80)
-    return out
-
-
-def nanogpt_token_file(path: Path, tok: Any, per_id: np.ndarray) -> tuple[int, int]:
-    """``(ids, characters)`` of a nanoGPT uint16 id file, checking every id is in the
-    tokenizer's vocabulary (read in blocks)."""
-    size = path.stat().st_size
-    if size % 2:
-        raise InputError(f"{path}: odd size {size}: not a uint16 id file as nanoGPT writes")
-    ids = np.memmap(path, dtype=np.uint16, mode="r") if size else np.zeros(0, np.uint16)
-    chars = 0
-    for start in range(0, len(ids), 1 << 24):
-        block = np.asarray(ids[start : start + (1 << 24)])
-        top = int(block.max()) if len(block) else 0
-        if top >= tok.vocab_size:
-            raise InputError(
-                f"{path}: token id {top} is outside the tokenizer's vocabulary "
-                f"({tok.vocab_size:,} ids): not data for this tokenizer"
-            )
-        chars += int(per_id[block].sum())
-    return len(ids), chars
-
-
-def prepare_data_dir(run_dir: Path, cfg: TrainConfig, *, resume: bool = False) -> RunData:
-    """Use the token files in ``cfg.data_dir`` (see the module docstring)."""
-    from attnlm import tokenizers
-
-    src = Path(cfg.data_dir).expanduser().resolve()  # type: ignore[arg-type]
-    if (src / NANOGPT_PICKLE).exists():
-        raise InputError(
-            f"{src / NANOGPT_PICKLE}: character-level nanoGPT data (its vocabulary is a Python "
-            "pickle, which attnlm never loads); prepare the text itself with attnlm data "
-            "prepare --text input.txt --out DIR"
-        )
-    names = ("train.bin", "val.bin")
-    for name in names:
-        if not (src / name).is_file():
-            raise InputError(f"{src}: no {name} (expected train.bin and val.bin)")
-    ours = (src / "data.json").is_file() and (src / "tokenizer.json").is_file()
-    if not ours and cfg.tokenizer in TRAINABLE_KINDS:
-        raise ConfigError(
-            f"{src} holds nanoGPT token ids: name their tokenizer, e.g. --tokenizer gpt2 "
-            f"(not {cfg.tokenizer!r}, which would be trained on text)"
-        )
-    signature = {
-        "version": SIGNATURE_VERSION,
-        "data_dir": str(src),
-        "files": [{"file": n, **file_fingerprint(src / n, content=False)} for n in names],
-        "tokenizer": "tokenizer.json" if ours else cfg.tokenizer,
-    }
-    reused = _reuse(run_dir, signature, resume)
-    if reused is not None:
-        return reused
-    t0 = time.perf_counter()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "data.json").unlink(missing_ok=True)
-    if ours:
-        tok = tokenizers.load(src / "tokenizer.json")
-        files = [read_token_file(src / n) for n in names]
-        metas = [(f.dtype, f.n_tokens, f.n_chars) for f in files]
-    else:
-        tok = make_tokenizer(cfg.tokenizer, "", "", None)
-        if tok.vocab_size > 1 << 16:
-            raise ConfigError(f"{cfg.tokenizer}: {tok.vocab_size:,} ids do not fit in uint16")
-        per_id = _chars_per_id(tok)
-        metas = [("uint16", *nanogpt_token_file(src / n, tok, per_id)) for n in names]
-    out = []
-    for name, (dtype, n_tokens, n_chars) in zip(names, metas):
-        _link(src / name, run_dir / name)
-        out.append(write_token_meta(run_dir / name, dtype, n_tokens, n_chars, tok.vocab_size))
-    if out[0].n_tokens < 2 or out[1].n_tokens < 2:
-        raise InputError(f"{src}: need at least 2 tokens in train.bin and in val.bin")
-    tok.save(run_dir / "tokenizer.json")
-    atomic_write_text(run_dir / "data.json", json.dumps(signature))
-    return RunData(tok, *out, seconds=time.perf_counter() - t0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Sentence pairs (objectives whose ``data`` is ``"pairs"``)
-
-PAIRS_DIR = RUN_PAIRS_DIR  # inside the run folder: tokenizers, the three splits, the signature
-SPLIT_SEED = RUN_SPLIT_SEED  # the train/valid/test split does not move with the training seed
-
-
-@dataclass
-class PairRunData:
-    """Tokenizers and the train/valid/test pairs of a sequence-to-sequence run.
-
-    ``tokenizer`` is the :class:`~attnlm.data.pairs.PairTokenizers` (both sides; the
-    checkpoint stores it); ``train``/``valid``/``test`` are :class:`~attnlm.data.pairs.Pair`
-    lists after the length filter. ``encoded(split)`` gives ``(source ids with the end token,
-    target ids without start/end)``, what :class:`~attnlm.objectives.Seq2Seq` batches."""
-
-    tokenizer: Any
-    train: list
-    valid: list
-    test: list
-    dropped: int = 0
-    seconds: float = 0.0
-
-    def encoded(self, split: str) -> list[tuple[list[int], list[int]]]:
-        pairs = getattr(self, split)
-        tok = self.tokenizer
-        return [(tok.encode_source(s), tok.tokens(t, "target")) for s, t in pairs]
-
-    def target_chars(self, split: str) -> int:
-        return sum(len(t) + 1 for _, t in getattr(self, split))  # + the end of the sentence
-
-    def model_fields(self) -> dict[str, Any]:
-        """The ``[model]`` fields the data decides: vocabulary sizes and special ids (the
-        source embedding also covers the padding id used for source padding)."""
-        tok = self.tokenizer
-        src, tgt = tok.source_ids, tok.target_ids
-        fields: dict[str, Any] = {
-            "vocab_size": tgt.vocab_size,
-            "pad_id": tgt.pad,
-            "bos_id": tgt.bos,
-            "eos_id": tgt.eos,
-        }
-        if not tok.shared:
-            fields["src_vocab_size"] = max(src.vocab_size, tgt.pad + 1)
-            fields["share_embeddings"] = False
-        return fields
-
-    def stats_line(self) -> str:
-        tok = self.tokenizer
-        kind = type(tok.source).__name__
-        vocab = (f"vocab {tok.target_ids.vocab_size:,} (shared)" if tok.shared else
-                 f"vocab {tok.source_ids.vocab_size:,} source / {tok.target_ids.vocab_size:,} "
-                 "target")  # fmt: skip
-        took = f" in {self.seconds:.1f}s" if self.seconds else ""
-        return (
-            f"pairs: train {len(self.train):,}, valid {len(self.valid):,}, test "
-            f"{len(self.test):,} ({self.dropped:,} dropped by length); tokenizer: {kind}, "
-            f"{vocab}{took}"
-        )
-
-
-def _resolved(path: str | None) -> str | None:
-    return None if path is None else str(Path(path).expanduser().resolve())
-
-
-def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
-    """Read the pairs (``cfg.pairs`` or the built-in task), split them (train / valid / test,
-    grouped by source, :func:`attnlm.data.pairs.split_pairs`), train the tokenizers on the
-    training split, drop pairs over ``cfg.max_pair_tokens``, and store everything in
-    ``run_dir/pairs/`` (a resumed run, and ``attnlm eval``, reuse it).
-
-    ``cfg.valid_pairs`` / ``cfg.test_pairs`` name files that are the validation / test split
-    as they are; then nothing is held out of ``cfg.pairs`` for that split (with both, every
-    pair of ``cfg.pairs`` trains). ``cfg.test_fraction = 0`` holds out no test split."""
-    import time
-
-    from attnlm.data.pairs import (
-        PairSplits,
-        PairTokenizerConfig,
-        PairTokenizers,
-        filter_pairs,
-        read_pairs,
-        split_pairs,
-        train_pair_tokenizers,
-        write_pairs,
-    )
-    from attnlm.data.tasks import load_pairs
-
-    folder = run_dir / PAIRS_DIR
-    sig_path = folder / "data.json"
-    pairs_path = _resolved(cfg.pairs)
-    valid_path, test_path = _resolved(cfg.valid_pairs), _resolved(cfg.test_pairs)
-    signature = {
-        "pairs": pairs_path,
-        "valid_pairs": valid_path,
-        "test_pairs": test_path,
-        # the files' content: an edited file is read again (the built-in task is generated)
-        "content": [
-            file_fingerprint(Path(f))["sha256"] for f in (pairs_path, valid_path, test_path) if f
-        ],  # fmt: skip
-        "tokenizer": cfg.tokenizer,
-        "vocab_size": cfg.bpe_vocab_size,
-        "shared": cfg.shared_vocab,
-        "val_fraction": cfg.val_fraction,
-        "test_fraction": cfg.test_fraction,
-        "max_pair_tokens": cfg.max_pair_tokens,
-    }
-    names = ("train", "valid", "test")
-    if sig_path.is_file():
-        try:
-            doc = json.loads(sig_path.read_text(encoding="utf-8"))
-        except ValueError:
-            doc = {}
-        if doc.get("signature") == signature:
-            tok = PairTokenizers.load(folder)
-            splits = [read_pairs(folder / f"{n}.tsv", header=False)[0]
-                      if (folder / f"{n}.tsv").stat().st_size else [] for n in names]  # fmt: skip
-            return PairRunData(tok, *splits, dropped=int(doc.get("dropped", 0)))
-    t0 = time.perf_counter()
-    pairs, _ = load_pairs(pairs_path)
-    if not pairs:
-        raise InputError(f"{pairs_path or 'the built-in task'}: no sentence pairs")
-    split = split_pairs(
-        pairs,
-        valid=0.0 if valid_path else cfg.val_fraction,
-        test=0.0 if test_path else cfg.test_fraction,
-        seed=SPLIT_SEED,
-    )
-    given = {}
-    for name, path in (("valid", valid_path), ("test", test_path)):
-        if path:
-            given[name] = read_pairs(path)[0]
-            if not given[name]:
-                raise InputError(f"{path}: no sentence pairs (train.{name}_pairs)")
-    split = PairSplits(split.train, given.get("valid", split.valid), given.get("test", split.test))
-    if not split.valid:
-        raise InputError("too few pairs to hold out a validation split")
-    tok_cfg = PairTokenizerConfig(
-        kind=cfg.tokenizer, shared=cfg.shared_vocab, vocab_size=cfg.bpe_vocab_size
-    )
-    tok = train_pair_tokenizers(split.train, tok_cfg)
-    limit = cfg.max_pair_tokens or None
-    kept = [filter_pairs(s, max_tokens=limit, tokenizers=tok) if limit else (list(s), 0)
-            for s in (split.train, split.valid, split.test)]  # fmt: skip
-    dropped = sum(n for _, n in kept)
-    if not kept[0][0]:
-        raise InputError(f"train.max_pair_tokens={limit} drops every training pair")
-    folder.mkdir(parents=True, exist_ok=True)
-    sig_path.unlink(missing_ok=True)
-    tok.save(folder)
-    for name, (rows, _) in zip(names, kept):
-        write_pairs(folder / f"{name}.tsv", [(p.source, p.target) for p in rows])
-    doc = {"signature": signature, "dropped": dropped}
-    sig_path.write_text(json.dumps(doc), encoding="utf-8")  # last: the data is complete
-    return PairRunData(tok, *(rows for rows, _ in kept), dropped, time.perf_counter() - t0)

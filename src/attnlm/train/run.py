@@ -152,8 +152,8 @@ def train_run(
             'train.parallel = "fsdp" shards the model across processes: start the run with '
             "torchrun --nproc_per_node N -m attnlm train ..."
         )
-    if fsdp and cfg.hmm_em:
-        raise ConfigError("train.hmm_em runs in one process; leave train.parallel at ddp")
+    if cfg.hmm_em and (fsdp or dist.enabled):
+        raise ConfigError("train.hmm_em runs in one process; start it without torchrun")
     device = resolve_device(cfg.device, dist.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -177,6 +177,9 @@ def train_run(
         model.to(device)
         if fsdp:
             fsdp_units = shard(model, device)  # before the optimizer sees the parameters
+        fit_step = getattr(model, "fit_step", None) if cfg.hmm_em else None
+        if cfg.hmm_em and fit_step is None:
+            raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
         train_src, val_src = _sources(objective, data, kind)
         trainer = Trainer(
@@ -193,6 +196,7 @@ def train_run(
                 dist=dist,
                 log=log,
                 on_step=on_step,
+                fit_step=fit_step,
             )
         )
         keep_until = None

@@ -16,10 +16,10 @@ optimizer step:
 3. stop with a message if the loss is NaN or infinite (the last good checkpoint stays);
 4. clip the global gradient norm, set the learning rate, step AdamW.
 
-With ``train.hmm_em`` a step is instead one expectation-maximisation iteration of a model
-that has ``em_step(batches)`` (the HMM family: Baum-Welch over every window of the training
-split, :mod:`attnlm.models.hmm`); the logged loss is the training data's nats per token
-before the update. One process only.
+A model fitted in closed form rather than by gradients brings its own step
+(``TrainJob.fit_step``, e.g. the HMM's Baum-Welch iteration with ``train.hmm_em``,
+:meth:`attnlm.models.hmm.HMMLM.fit_step`): it sees every window of the training split in order
+and returns the step's loss per token and its token count; no optimizer, no learning rate.
 
 Sources that keep a position between draws (``BatchSource.state_dict``) and models that carry
 state between batches (``model.carry_state()`` / ``load_carry_state``, e.g. recurrent hidden
@@ -135,7 +135,8 @@ class TrainJob:
     training and validation batch sources of the objective, where and what to save, and the
     device. ``on_step(step)`` is called after every optimizer step (progress hooks, tests
     that interrupt a run); ``data_gen`` is the generator of the training batches' random
-    choices (seeded from ``config.seed`` when None)."""
+    choices (seeded from ``config.seed`` when None); ``fit_step(windows) -> (loss, tokens)``
+    replaces the gradient step for models fitted in closed form (module docstring)."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
@@ -150,6 +151,7 @@ class TrainJob:
     data_gen: torch.Generator | None = None
     log: Callable[..., Any] = print
     on_step: Callable[[int], Any] | None = None
+    fit_step: Callable[[Any], tuple[float, int]] | None = None
 
 
 RNG_KEYS = ("rng_torch", "rng_cuda")  # a process's random state in a checkpoint
@@ -188,10 +190,6 @@ class Trainer:
         # FSDP: the model is sharded already (fsdp.shard, before the optimizer was built)
         self.sharded = cfg.parallel == "fsdp"
         self.last_ckpt: Path | None = None
-        if cfg.hmm_em and not callable(getattr(self.raw_model, "em_step", None)):
-            raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
-        if cfg.hmm_em and self.dist.enabled:
-            raise ConfigError("train.hmm_em runs in one process; start it without torchrun")
         self.step_tokens = 0  # tokens the last step trained on
         if (self.run_dir / CHECKPOINT_DIR).exists():
             self.last_ckpt = self.run_dir / CHECKPOINT_DIR
@@ -308,20 +306,19 @@ class Trainer:
         return [self.train_src.collate({k: v[m, d.rank] for k, v in shaped.items()})
                 for m in range(micro)]  # fmt: skip
 
-    def _em_step(self) -> float:
-        """One EM iteration over the whole training split (``train.hmm_em``)."""
+    def _fit_step(self) -> float:
+        """The model's own step over the whole training split (``TrainJob.fit_step``)."""
+        assert self.job.fit_step is not None
         windows = self.train_src.sequential(self.cfg.batch_size)
-        stats = self.raw_model.em_step(batch["ids"] for batch in windows)
-        self.step_tokens = stats.n_tokens
-        loss = -stats.log_likelihood / max(stats.n_tokens, 1)
+        loss, self.step_tokens = self.job.fit_step(windows)
         if not math.isfinite(loss):
-            raise TrainingError(f"the EM loss became {loss} at step {self.state.step + 1}")
+            raise TrainingError(f"the loss became {loss} at step {self.state.step + 1}")
         return loss
 
     def _step(self, lr: float) -> float:
         cfg, d = self.cfg, self.dist
-        if cfg.hmm_em:
-            return self._em_step()
+        if self.job.fit_step is not None:
+            return self._fit_step()
         for group in self.opt.param_groups:
             group["lr"] = lr
         batches = self._micro_batches()
@@ -461,7 +458,7 @@ class Trainer:
                     )
                     write(
                         f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
-                        f"{per_char}" + ("" if cfg.hmm_em else f", lr {lr:.2e}")
+                        f"{per_char}" + ("" if self.job.fit_step else f", lr {lr:.2e}")
                     )
                     st.elapsed = time.perf_counter() - t0
                     keep = improved or not cfg.early_stop  # with early stopping: the best

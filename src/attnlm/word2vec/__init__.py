@@ -14,18 +14,12 @@ from __future__ import annotations
 
 from attnlm._lazy import lazy_exports
 
-EXPORTS = {
-    "Vocab": "attnlm.word2vec.vocab",
-    "split_sentences": "attnlm.word2vec.vocab",
-    "words_of": "attnlm.word2vec.vocab",
-    "WordVectors": "attnlm.word2vec.vectors",
-    "Word2VecConfig": "attnlm.word2vec.train",
-    "Progress": "attnlm.word2vec.train",
-    "TrainResult": "attnlm.word2vec.train",
-    "train_word2vec": "attnlm.word2vec.train",
-    "evaluate_word_pairs": "attnlm.word2vec.evaluate",
-    "evaluate_word_analogies": "attnlm.word2vec.evaluate",
-    "evaluate_all": "attnlm.word2vec.evaluate",
-}
-__all__ = sorted(EXPORTS)
-__getattr__ = lazy_exports(__name__, EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".vocab": "Vocab split_sentences words_of",
+        ".vectors": "WordVectors",
+        ".train": "Word2VecConfig Progress TrainResult train_word2vec",
+        ".evaluate": "evaluate_word_pairs evaluate_word_analogies evaluate_all",
+    },
+)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from attnlm.errors import ConfigError
+from attnlm.validate import positive
 
 if TYPE_CHECKING:
     from attnlm.data.pairs.read import Pair
@@ -23,9 +24,8 @@ def filter_pairs(
     """Keep pairs whose sides both have at most ``max_chars`` characters and (with
     ``tokenizers``) at most ``max_tokens`` tokens, start / end tokens not counted.
     Returns the kept pairs (in order) and the number dropped."""
-    for what, v in (("max_chars", max_chars), ("max_tokens", max_tokens)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ConfigError(f"{what} must be a positive integer, got {v!r}")
+    limits = {"max_chars": max_chars, "max_tokens": max_tokens}
+    positive(limits, *limits, where="", optional=True)
     if max_tokens is not None and tokenizers is None:
         raise ConfigError("max_tokens needs the pair tokenizers to count tokens")
     kept = []

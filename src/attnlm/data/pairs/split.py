@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from attnlm.data.pairs.read import Pair
 from attnlm.errors import ConfigError, InputError
+from attnlm.validate import fraction
 
 RUN_SPLIT_SEED = 0  # the split seed of training runs (``attnlm train``/``eval``): fixed, so
 RUN_PAIRS_DIR = "pairs"  # the test split never moves with the training seed; the run folder's
@@ -60,9 +61,7 @@ def split_pairs(
     Raises :class:`ConfigError` for fractions outside [0, 1) or summing to 1 or more, and
     :class:`InputError` when no training pair would be left.
     """
-    for what, f in (("valid", valid), ("test", test)):
-        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0.0 <= f < 1.0:
-            raise ConfigError(f"split fraction {what} must be in [0, 1), got {f!r}")
+    fraction({"valid": valid, "test": test}, "valid", "test", where="split")
     if valid + test >= 1.0:
         raise ConfigError(f"valid + test fractions must be below 1, got {valid} + {test}")
     groups: dict[str, list[int]] = {}

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text
+from attnlm.validate import non_negative
 
 if TYPE_CHECKING:
     from attnlm.data.pairs.read import Pair
@@ -57,11 +58,7 @@ class PairTokenizerConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
             raise ConfigError(f"tokenizer kind must be a non-empty string, got {self.kind!r}")
-        if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
-            raise ConfigError(
-                f"vocab_size must be a positive integer (0: sized from the data), got "
-                f"{self.vocab_size!r}"
-            )
+        non_negative(self, "vocab_size", where="")  # 0: sized from the data
         for what in ("pad", "bos", "eos"):
             v = getattr(self, what)
             if not isinstance(v, str) or not v:

@@ -39,23 +39,17 @@ ARCHITECTURES: dict[str, str] = {
     "llama": "attnlm.models.hf.llama",
 }
 
-_EXPORTS = {
-    "read_hf_config": "attnlm.models.hf.folder",
-    "read_generation_config": "attnlm.models.hf.folder",
-    "read_hf_weights": "attnlm.models.hf.folder",
-    "load_mapped_state": "attnlm.models.hf.folder",
-    "load_hf_weights": "attnlm.models.hf.folder",
-    "write_hf_folder": "attnlm.models.hf.folder",
-    "Layout": "attnlm.models.hf.mapping",
-    "Rule": "attnlm.models.hf.mapping",
-    "to_ours": "attnlm.models.hf.mapping",
-    "to_hf": "attnlm.models.hf.mapping",
-}
-__all__ = sorted(
-    [*_EXPORTS, "ARCHITECTURES", "adapter", "adapter_for", "from_hf", "model_types", "save_hf"]
+__getattr__, _LAZY = lazy_exports(
+    __name__,
+    {
+        ".folder": "read_hf_config read_generation_config read_hf_weights load_mapped_state "
+        "load_hf_weights write_hf_folder",
+        ".mapping": "Layout Rule to_ours to_hf",
+    },
 )
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(
+    [*_LAZY, "ARCHITECTURES", "adapter", "adapter_for", "from_hf", "model_types", "save_hf"]
+)
 
 
 def adapter(model_type: str) -> ModuleType:

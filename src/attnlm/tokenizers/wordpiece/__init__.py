@@ -63,56 +63,16 @@ One job per module:
 Every name is importable from ``attnlm.tokenizers.wordpiece`` itself.
 """
 
-from attnlm.tokenizers.wordpiece.basic import (
-    CLS,
-    MASK,
-    MAX_INPUT_CHARS_PER_WORD,
-    PAD,
-    PREFIX,
-    SEP,
-    SPECIAL_TOKENS,
-    UNK,
-    bert_normalize,
-    word_pattern,
-)
-from attnlm.tokenizers.wordpiece.files import (
-    config_options,
-    hf_json_settings,
-    open_bert_file,
-    read_vocab_txt,
-    write_vocab_txt,
-)
-from attnlm.tokenizers.wordpiece.template import (
-    MODEL_INPUT_KEYS,
-    model_input,
-    pad_rows,
-    truncate_longest_first,
-)
-from attnlm.tokenizers.wordpiece.tokenizer import CLEAN_UP, WordPieceTokenizer, load_bert_files
-from attnlm.tokenizers.wordpiece.train import learn_vocab
+from attnlm._lazy import lazy_exports
 
-__all__ = [
-    "CLEAN_UP",
-    "CLS",
-    "MASK",
-    "MAX_INPUT_CHARS_PER_WORD",
-    "MODEL_INPUT_KEYS",
-    "PAD",
-    "PREFIX",
-    "SEP",
-    "SPECIAL_TOKENS",
-    "UNK",
-    "WordPieceTokenizer",
-    "bert_normalize",
-    "config_options",
-    "hf_json_settings",
-    "learn_vocab",
-    "load_bert_files",
-    "model_input",
-    "open_bert_file",
-    "pad_rows",
-    "read_vocab_txt",
-    "truncate_longest_first",
-    "word_pattern",
-    "write_vocab_txt",
-]
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".basic": "CLS MASK MAX_INPUT_CHARS_PER_WORD PAD PREFIX SEP SPECIAL_TOKENS UNK "
+        "bert_normalize word_pattern",
+        ".files": "config_options hf_json_settings open_bert_file read_vocab_txt write_vocab_txt",
+        ".template": "MODEL_INPUT_KEYS model_input pad_rows truncate_longest_first",
+        ".tokenizer": "CLEAN_UP WordPieceTokenizer load_bert_files",
+        ".train": "learn_vocab",
+    },
+)

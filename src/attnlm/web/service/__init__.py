@@ -54,25 +54,13 @@ from attnlm._lazy import lazy_exports
 
 log = logging.getLogger("attnlm.web")
 
-_EXPORTS = {
-    "DECIMALS": "attnlm.web.service.limits",
-    "DEFAULT_MAX_CHARS": "attnlm.web.service.limits",
-    "MAX_ATTENTION_VALUES": "attnlm.web.service.limits",
-    "MAX_BEAMS": "attnlm.web.service.limits",
-    "MAX_NEW_TOKENS": "attnlm.web.service.limits",
-    "MAX_TOP_K": "attnlm.web.service.limits",
-    "NotSupportedError": "attnlm.web.service.limits",
-    "ServiceError": "attnlm.web.service.limits",
-    "TooLongError": "attnlm.web.service.limits",
-    "UnknownModelError": "attnlm.web.service.limits",
-    "sampling_config": "attnlm.web.service.limits",
-    "Inspection": "attnlm.web.service.model",
-    "ModelService": "attnlm.web.service.model",
-    "find_word": "attnlm.web.service.spans",
-    "token_spans": "attnlm.web.service.spans",
-    "load_service": "attnlm.web.service.loading",
-    "resolve_named_model": "attnlm.web.service.loading",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".limits": "DECIMALS DEFAULT_MAX_CHARS MAX_ATTENTION_VALUES MAX_BEAMS MAX_NEW_TOKENS "
+        "MAX_TOP_K NotSupportedError ServiceError TooLongError UnknownModelError sampling_config",
+        ".model": "Inspection ModelService",
+        ".spans": "find_word token_spans",
+        ".loading": "load_service resolve_named_model",
+    },
+)
