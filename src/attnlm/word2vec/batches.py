@@ -10,17 +10,14 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from attnlm.word2vec.config import Word2VecConfig
 from attnlm.word2vec.steps import CbowBatch, Group
 from attnlm.word2vec.vocab import alias_table
-
-if TYPE_CHECKING:
-    from attnlm.word2vec.train import Word2VecConfig
 
 
 class NoiseSampler:

@@ -51,7 +51,6 @@ the schedule and the worker threads (and re-exports the other two modules' names
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -60,8 +59,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from attnlm.errors import ConfigError
-from attnlm.validate import fraction, positive
 from attnlm.word2vec.batches import (
     Batch,
     NoiseSampler,
@@ -72,6 +69,7 @@ from attnlm.word2vec.batches import (
     run_workers,
     sentence_bounds,
 )
+from attnlm.word2vec.config import Word2VecConfig
 from attnlm.word2vec.steps import CbowBatch, Group, batched_step, cbow_step, reference_step
 from attnlm.word2vec.vectors import WordVectors
 from attnlm.word2vec.vocab import Vocab, split_sentences
@@ -93,34 +91,6 @@ __all__ = [
     "sentence_bounds",
     "train_word2vec",
 ]
-
-
-@dataclass(frozen=True)
-class Word2VecConfig:
-    """Settings, named and defaulted as gensim's ``Word2Vec`` (``sg=True`` is skip-gram)."""
-
-    dim: int = 100
-    window: int = 5
-    negative: int = 5
-    min_count: int = 5
-    epochs: int = 5
-    sg: bool = True
-    sample: float = 1e-3
-    alpha: float = 0.025
-    min_alpha: float = 0.0001
-    seed: int = 1
-    workers: int = 1
-    batch: int = 4096  # centre words per batched step
-    noise_share: int = 8  # CBOW: centre words of a batch that share their noise words
-
-    def __post_init__(self) -> None:
-        counts = ("dim", "window", "negative", "min_count", "epochs", "workers", "batch")
-        positive(self, *counts, "noise_share", where="word2vec")
-        fraction(self, "sample", where="word2vec")
-        if not (0 <= self.min_alpha <= self.alpha) or not math.isfinite(self.alpha):
-            raise ConfigError(
-                f"word2vec needs 0 <= min_alpha <= alpha, got {self.min_alpha} and {self.alpha}"
-            )
 
 
 @dataclass
