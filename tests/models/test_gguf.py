@@ -328,7 +328,10 @@ def test_smollm2_logits_and_greedy_answer_equal_transformers():
     assert ids == hf_tok(prompt, add_special_tokens=False)["input_ids"]
     x = torch.tensor([ids])
     with torch.no_grad():
-        torch.testing.assert_close(model(x).logits, ref(x).logits, atol=1e-4, rtol=0)
+        # float32 sums in another order (fused q/k/v, oneDNN matmuls) over 30 layers: the
+        # largest difference measured on this prompt is 1.2e-4 on logits of size up to 30 (the
+        # weights themselves are bit-identical; 16-token prompts stay under 5e-5)
+        torch.testing.assert_close(model(x).logits, ref(x).logits, atol=2e-4, rtol=0)
         out = ref.generate(x, max_new_tokens=20, do_sample=False)[0, len(ids) :].tolist()
         mine, cache = [], model.new_state()
         logits = model.step(x, cache)
