@@ -215,3 +215,9 @@ def test_smollm2_ids_equal_transformers_gguf_tokenizer():
     texts = json.loads(FIXTURE.read_text(encoding="utf-8"))["files"]["smollm2-135m-instruct"]
     for text in texts:
         assert tok.encode(text) == hf.encode(text, add_special_tokens=False), text
+
+
+def test_folder_holding_one_gguf_file_loads_its_tokenizer(tmp_path):
+    """A pretrained name's folder (``attnlm tokenize --tokenizer smollm2-135m-instruct``)."""
+    (tmp_path / "m.gguf").write_bytes(SPM_FILE.read_bytes())
+    assert load(tmp_path).encode("the fox") == load(SPM_FILE).encode("the fox")
