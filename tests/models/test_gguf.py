@@ -121,6 +121,25 @@ def test_reader_equals_gguf_reader(tmp_path):
         assert np.array_equal(ours.raw(info), np.asarray(t.data).view(np.uint8).reshape(-1))
 
 
+def test_reader_equals_gguf_reader_on_smollm2():
+    """Every metadata value (49,152 tokens, 48,900 merges, the chat template) and every
+    tensor's shape, type, offset and size, as ``GGUFReader`` reads them."""
+    path = smollm2_file(fetch=False)
+    ours, ref = GGUFFile(path), gguf.GGUFReader(path)
+    for key, field in ref.fields.items():
+        if not key.startswith("GGUF."):
+            value = ours.metadata[key]
+            value = value.tolist() if isinstance(value, np.ndarray) else value
+            assert value == pytest.approx(field.contents()), key
+    assert [(n, i.shape, i.type, i.offset, i.nbytes) for n, i in ours.tensors.items()] == [
+        (t.name, tuple(int(d) for d in reversed(t.shape)), int(t.tensor_type), t.data_offset,
+         t.n_bytes)
+        for t in ref.tensors
+    ]  # fmt: skip
+    assert ours.bytes_per_type() == {"Q8_0": (1, 30081024), "F32": (61, 140544),
+                                     "Q4_1": (210, 66355200)}  # fmt: skip
+
+
 def test_truncated_and_corrupt_files_are_one_line_errors(tmp_path):
     path = _small_file(tmp_path / "s.gguf")
     data = path.read_bytes()
