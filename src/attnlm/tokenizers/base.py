@@ -120,15 +120,21 @@ class Tokenizer(ABC):
 
 def load(path: str | os.PathLike[str]) -> Tokenizer:
     """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
-    a BERT ``vocab.txt``, a Hugging Face ``tokenizer.json`` (WordPiece or byte-level BPE) or
-    a folder holding one of them. (The
+    a BERT ``vocab.txt``, a Hugging Face ``tokenizer.json`` (WordPiece or byte-level BPE), a
+    GGUF model file's vocabulary (``*.gguf``) or a folder holding one of them. (The
     kinds register themselves when :mod:`attnlm.tokenizers` is imported, which importing this
     module always does first.)"""
     p = Path(path)
     if p.is_dir():
-        if not (p / "tokenizer.json").is_file():
+        ggufs = sorted(p.glob("*.gguf"))
+        if not (p / "tokenizer.json").is_file() and len(ggufs) == 1:
+            p = ggufs[0]  # a folder holding one GGUF model file (a pretrained name's)
+        elif not (p / "tokenizer.json").is_file():
             return _REGISTRY["wordpiece"].from_bert_files(p)
-        p = p / "tokenizer.json"
+        else:
+            p = p / "tokenizer.json"
+    if p.suffix.lower() == ".gguf":
+        return _REGISTRY["gguf"].from_gguf(p)  # the vocabulary in a GGUF model's metadata
     raw = read_file_text(p, "tokenizer file", TokenizerFileError)
     if not raw.lstrip().startswith("{") and p.suffix == ".txt":
         return _REGISTRY["wordpiece"].from_bert_files(p)  # a BERT vocab.txt

@@ -1,0 +1,32 @@
+"""GGUF files (llama.cpp, Ollama, LM Studio) -> our models and tokenizers.
+
+An adapter like :mod:`attnlm.models.hf`: it imports the model families it builds, and no
+model file knows that GGUF exists.
+
+- :mod:`.loader`: ``load(path) -> (model, tokenizer)``, ``load_model``, ``load_tokenizer``,
+  ``read_config`` (the ``[model]`` table) and ``tensor_stats`` (parameters and bytes per tensor
+  type, without building the model);
+- :mod:`.quants`: the ggml tensor types dequantized to float32 (F32, F16, BF16, Q8_0, Q4_0,
+  Q4_1, Q4_K, Q5_K, Q6_K);
+- one module per architecture with its metadata -> config mapping and its tensor table:
+  :mod:`.llama` (our Llama) and :mod:`.gpt2` (our GPT).
+
+The file's header is read by :mod:`attnlm.ggufio`, its tokenizer by
+:mod:`attnlm.tokenizers.gguf`.
+"""
+
+from __future__ import annotations
+
+from attnlm._lazy import lazy_exports
+
+_EXPORTS = {
+    "load": "attnlm.models.gguf.loader",
+    "load_model": "attnlm.models.gguf.loader",
+    "load_tokenizer": "attnlm.models.gguf.loader",
+    "read_config": "attnlm.models.gguf.loader",
+    "tensor_stats": "attnlm.models.gguf.loader",
+    "dequantize": "attnlm.models.gguf.quants",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
