@@ -230,21 +230,15 @@ def _load_run(path: Path, spec: str, device: Any) -> Resolved:
 
 
 def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:
-    """A ``.gguf`` file through :mod:`attnlm.models.gguf` (``load_model`` and
-    ``load_tokenizer`` of one parsed header, :class:`attnlm.ggufio.GGUFFile`), imported here
-    so that the resolver loads without it. The chat template is the metadata's
-    ``tokenizer.chat_template``; its ``bos_token``/``eos_token`` are the strings of
-    ``tokenizer.ggml.tokens`` at the BOS/EOS ids."""
-    import importlib
-
-    try:
-        gguf = importlib.import_module("attnlm.models.gguf")
-        ggufio = importlib.import_module("attnlm.ggufio")
-    except ImportError:
-        raise InputError(f"{path}: GGUF files cannot be read by this build of attnlm") from None
+    """A ``.gguf`` file through :mod:`attnlm.models.gguf` (the model and the tokenizer of one
+    parsed header). The chat template is the metadata's ``tokenizer.chat_template``; its
+    ``bos_token``/``eos_token`` are the strings of ``tokenizer.ggml.tokens`` at the BOS/EOS
+    ids."""
+    from attnlm.ggufio import GGUFFile
+    from attnlm.models import gguf
     from attnlm.tokenizers.chat_template import from_string
 
-    header = ggufio.GGUFFile(path)
+    header = GGUFFile(path)
     model, tok = gguf.load_model(header), gguf.load_tokenizer(header)
     model.to(device)
     tokens = header.get("tokenizer.ggml.tokens") or []

@@ -158,26 +158,13 @@ def test_bad_specs(tmp_path):
         assert "\n" not in str(e.value)
 
 
-def test_gguf_without_reader_is_one_line(tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("attnlm.models.gguf") is not None:
-        pytest.skip("attnlm.models.gguf exists: its own tests cover GGUF files")
-    f = tmp_path / "m.gguf"
-    f.write_bytes(b"GGUF")
-    with pytest.raises(InputError, match="GGUF"):
-        resolve(f)
-
-
 def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
-    """The resolver's side of a ``.gguf`` file, with stand-ins for ``attnlm.models.gguf``
-    (``load_model``/``load_tokenizer`` of a parsed header) and ``attnlm.ggufio.GGUFFile``
+    """The resolver's side of a ``.gguf`` file, with stand-ins for ``attnlm.models.gguf``'s
+    ``load_model``/``load_tokenizer`` (of a parsed header) and ``attnlm.ggufio.GGUFFile``
     (metadata by key): the template comes from ``tokenizer.chat_template`` with the BOS/EOS
     strings of ``tokenizer.ggml.tokens``; EOS and EOT ids end a reply."""
-    import sys
-    import types
-
-    from attnlm import models, tokenizers
+    from attnlm import ggufio, models, tokenizers
+    from attnlm.models import gguf
     from support_chat import CHATML
 
     tok = tokenizers.load(hf_folder)
@@ -194,13 +181,9 @@ def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
         def get(self, key, default=None):
             return meta.get(key, default)
 
-    fake = types.ModuleType("attnlm.models.gguf")
-    fake.load_model = lambda header: models.from_hf(hf_folder)
-    fake.load_tokenizer = lambda header: tok
-    io = types.ModuleType("attnlm.ggufio")
-    io.GGUFFile = Header
-    monkeypatch.setitem(sys.modules, "attnlm.models.gguf", fake)
-    monkeypatch.setitem(sys.modules, "attnlm.ggufio", io)
+    monkeypatch.setattr(gguf, "load_model", lambda header: models.from_hf(hf_folder))
+    monkeypatch.setattr(gguf, "load_tokenizer", lambda header: tok)
+    monkeypatch.setattr(ggufio, "GGUFFile", Header)
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
     _, _, info = resolve(f)

@@ -19,14 +19,10 @@ from __future__ import annotations
 
 from attnlm._lazy import lazy_exports
 
-_EXPORTS = {
-    "load": "attnlm.models.gguf.loader",
-    "load_model": "attnlm.models.gguf.loader",
-    "load_tokenizer": "attnlm.models.gguf.loader",
-    "read_config": "attnlm.models.gguf.loader",
-    "tensor_stats": "attnlm.models.gguf.loader",
-    "dequantize": "attnlm.models.gguf.quants",
-}
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        ".loader": "load load_model load_tokenizer read_config tensor_stats",
+        ".quants": "dequantize",
+    },
+)
