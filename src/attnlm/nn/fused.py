@@ -49,6 +49,7 @@ __all__ = [
     "onednn_available",
     "rms_norm",
     "rotary_heads",
+    "use_onednn",
 ]
 
 # Below this many rows MKL's call overhead is smaller than oneDNN's (measured: 8 rows x 128 ->
@@ -146,6 +147,17 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
+
+
+def use_onednn(model: nn.Module) -> nn.Module:
+    """Compute every ``nn.Linear`` of ``model`` by :func:`linear` (each becomes a
+    :class:`Linear`: the same parameters, tied weights and state-dict keys), in place; returns
+    ``model``. A family applies it once to the model it built, so its block parts stay the
+    plain ``nn.Linear`` layers of the lecture."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = Linear
+    return model
 
 
 # ---------------------------------------------------------------------------------------------
