@@ -72,6 +72,7 @@ def single_query_explicit(q: Tensor) -> bool:
         and (q.shape[0] * q.shape[1] > SINGLE_QUERY_ROWS or torch.compiler.is_compiling())
     )
 
+
 __all__ = [
     "SCORES",
     "SCORE_ALIASES",

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError
+
 # RMSNorm (Zhang & Sennrich, 2019), ``x / sqrt(mean(x²) + eps) · γ``: no centring, no bias,
 # one reduction fewer than LayerNorm (Llama); ``nn.RMSNorm`` on the fused CPU kernel
 from attnlm.nn.fused import RMSNorm
