@@ -117,17 +117,10 @@ class Decoder(nn.Module):
         x = self.drop(x)
         rotary = self._rotations(positions, x.dtype)  # (cos, sin) or None
         mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
+        attend = dict(mask=mask, is_causal=mask is None, rotary=rotary, cache=cache)
         attentions, hidden = [], [x]
         for layer, block in enumerate(self.blocks):
-            x, weights, _ = block(
-                x,
-                mask=mask,
-                is_causal=mask is None,
-                rotary=rotary,
-                cache=cache,
-                layer=layer,
-                need_weights=return_attention,
-            )
+            x, weights, _ = block(x, layer=layer, need_weights=return_attention, **attend)
             attentions.append(weights)
             hidden.append(x)
         state.advance(T)
