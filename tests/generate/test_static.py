@@ -111,8 +111,8 @@ def test_fixed_mode_masks_unwritten_slots_and_equals_prefix_mode():
     prefix, fixed = model.new_state(max_len=16), model.new_state(max_len=16)
     model.step(ids, prefix), model.step(ids, fixed)
     fixed.fix()
-    assert fixed.visible(1, torch.float32)[0, :5].eq(0).all()
-    assert fixed.visible(1, torch.float32)[0, 5:].eq(float("-inf")).all()
+    assert fixed.mask(1, torch.float32)[0, :5].eq(0).all()
+    assert fixed.mask(1, torch.float32)[0, 5:].eq(float("-inf")).all()
     for tok in ([[2], [3]], [[4], [5]], [[6], [7]]):
         want = model.step(torch.tensor(tok), prefix)
         got = model.step(torch.tensor(tok), fixed)

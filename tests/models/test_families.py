@@ -419,10 +419,11 @@ def test_cross_attention_keys_are_computed_once_per_source():
 
 
 def test_cross_attention_returns_its_weights():
+    from attnlm.models.transformer import TransformerConfig, transformer_block
     from attnlm.nn.attention import padding_mask
-    from attnlm.nn.blocks import TransformerBlock
 
-    block = TransformerBlock(8, 2, cross_attention=True).eval()
+    config = TransformerConfig(vocab_size=5, d_model=8, n_head=2, norm="pre")
+    block = transformer_block(config, cross=True).eval()
     keep = torch.tensor([[True, True, True, False]])
     _, self_w, cross_w = block(
         torch.randn(1, 3, 8), is_causal=True, context=torch.randn(1, 4, 8),

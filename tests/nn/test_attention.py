@@ -412,6 +412,7 @@ def test_fast_equals_explicit_property(b, t, extra, h, d, cross, causal, pad, se
 
 def test_plain_causal_forward_builds_no_mask(monkeypatch):
     """The fast path of a GPT without padding or ALiBi never builds a T x T mask."""
+    from attnlm.models import decoder as decoder_module
     from attnlm.models import gpt as gpt_module
     from attnlm.nn import attention as attention_module
 
@@ -424,7 +425,7 @@ def test_plain_causal_forward_builds_no_mask(monkeypatch):
     ids = torch.randint(0, 11, (2, 12))
     expected = model(ids).logits
     monkeypatch.setattr(attention_module, "causal_mask", forbidden)
-    monkeypatch.setattr(gpt_module, "causal_mask", forbidden)
+    monkeypatch.setattr(decoder_module, "causal_mask", forbidden)
     assert torch.equal(model(ids).logits, expected)
     cache = model.new_cache()
     model(ids[:, :11], cache=cache)  # prefill: is_causal=True

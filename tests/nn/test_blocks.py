@@ -1,5 +1,6 @@
-"""Transformer blocks: activations, the feed-forward network, pre-/post-norm arrangements
-written out by hand, dropout, and the cross-attention sublayer."""
+"""Transformer blocks: activations, the feed-forward network, blocks composed from their parts
+in the pre-/post-norm arrangements written out by hand, dropout, and the cross-attention
+sublayer."""
 
 from __future__ import annotations
 
@@ -8,10 +9,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from attnlm.errors import ConfigError
-from attnlm.nn.attention import causal_mask, padding_mask
-from attnlm.nn.blocks import ACTIVATIONS, FeedForward, TransformerBlock
+from attnlm.nn.attention import MultiHeadAttention, causal_mask, padding_mask
+from attnlm.nn.blocks import (
+    ACTIVATIONS,
+    FeedForward,
+    PostNormBlock,
+    TransformerBlock,
+    block_class,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -41,9 +49,27 @@ def test_feed_forward_by_hand():
         FeedForward(8, activation="swish")
 
 
+def make_block(norm="pre", d=16, heads=4, dropout=0.0, cross=False):
+    """A block composed as the family files compose theirs."""
+    kind = TransformerBlock if norm == "pre" else PostNormBlock
+    extra = {}
+    if cross:
+        extra = dict(
+            cross_attn=MultiHeadAttention(d, heads, cross=True), cross_norm=nn.LayerNorm(d)
+        )
+    return kind(
+        MultiHeadAttention(d, heads, dropout=dropout),
+        FeedForward(d, activation="gelu", dropout=dropout),
+        sa_norm=nn.LayerNorm(d),
+        mlp_norm=nn.LayerNorm(d),
+        dropout=dropout,
+        **extra,
+    )
+
+
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_block_arrangement_by_hand(norm):
-    block = TransformerBlock(16, 4, norm=norm, activation="gelu").eval()
+    block = make_block(norm).eval()
     x = torch.randn(2, 5, 16)
     y, _, _ = block(x, is_causal=True)
 
@@ -61,13 +87,33 @@ def test_block_arrangement_by_hand(norm):
         assert torch.allclose(y.mean(-1), torch.zeros(2, 5), atol=1e-5)
 
 
-def test_unknown_norm():
+def test_block_keeps_the_checkpoint_names():
+    """The parts sit under the names checkpoints (and the Hugging Face tables) use."""
+    names = {k.split(".")[0] for k in make_block(cross=True).state_dict()}
+    assert names == {"ln_1", "attn", "ln_cross", "cross_attn", "ln_2", "mlp"}
+    assert [k.split(".")[0] for k, _ in make_block().named_parameters()][::2] == [
+        "ln_1",
+        "attn",
+        "attn",
+        "ln_2",
+        "mlp",
+        "mlp",
+    ]
+
+
+def test_unknown_norm_and_half_a_cross_sublayer():
     with pytest.raises(ConfigError, match="norm"):
-        TransformerBlock(8, 2, norm="sandwich")
+        block_class("sandwich")
+    assert block_class("pre") is TransformerBlock and block_class("post") is PostNormBlock
+    with pytest.raises(ConfigError, match="cross"):
+        TransformerBlock(
+            MultiHeadAttention(8, 2), FeedForward(8), sa_norm=nn.LayerNorm(8),
+            mlp_norm=nn.LayerNorm(8), cross_attn=MultiHeadAttention(8, 2, cross=True),
+        )  # fmt: skip
 
 
 def test_dropout_only_in_training():
-    block = TransformerBlock(16, 2, dropout=0.5)
+    block = make_block(heads=2, dropout=0.5)
     x = torch.randn(2, 6, 16)
     block.train()
     a, b = block(x, is_causal=True)[0], block(x, is_causal=True)[0]
@@ -77,7 +123,7 @@ def test_dropout_only_in_training():
 
 
 def test_attention_weights_returned_with_mask():
-    block = TransformerBlock(16, 2).eval()
+    block = make_block(heads=2).eval()
     x = torch.randn(2, 4, 16)
     keep = torch.tensor([[True] * 4, [False, True, True, True]])
     _, w, _ = block(x, mask=padding_mask(keep), is_causal=True, need_weights=True)
@@ -86,14 +132,21 @@ def test_attention_weights_returned_with_mask():
     assert torch.isinf(causal_mask(4)).eq(w[0, 0] == 0).all()
 
 
-def test_cross_attention_block():
-    block = TransformerBlock(16, 2, cross_attention=True, norm="pre").eval()
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_cross_attention_block(norm):
+    block = make_block(norm, heads=2, cross=True).eval()
     x, ctx = torch.randn(2, 4, 16), torch.randn(2, 9, 16)
     y, _, _ = block(x, is_causal=True, context=ctx)
     assert y.shape == (2, 4, 16)
-    h = x + block.attn(block.ln_1(x), is_causal=True)[0]
-    h = h + block.cross_attn(block.ln_cross(h), ctx)[0]
-    assert (y - (h + block.mlp(block.ln_2(h)))).abs().max() < 1e-5
+    if norm == "pre":
+        h = x + block.attn(block.ln_1(x), is_causal=True)[0]
+        h = h + block.cross_attn(block.ln_cross(h), ctx)[0]
+        expected = h + block.mlp(block.ln_2(h))
+    else:
+        h = block.ln_1(x + block.attn(x, is_causal=True)[0])
+        h = block.ln_cross(h + block.cross_attn(h, ctx)[0])
+        expected = block.ln_2(h + block.mlp(h))
+    assert (y - expected).abs().max() < 1e-5
     # the output depends on the context
     y2, _, _ = block(x, is_causal=True, context=ctx.flip(1) + 1)
     assert not torch.allclose(y, y2)

@@ -12,7 +12,7 @@ from torch.autograd import gradcheck
 
 from attnlm.nn import fused
 from attnlm.nn.attention import apply_rotary
-from attnlm.nn.blocks import SwiGLU, make_norm
+from attnlm.nn.blocks import RMSNorm, SwiGLU
 from attnlm.nn.positional import RotaryEmbedding
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -113,7 +113,7 @@ def test_rms_norm_equals_the_formula_and_torch():
     aten = grads(lambda x, w: F.rms_norm(x, (48,), w, 1e-5), x, w)
     assert_close(ours[0] + ours[1], ref[0] + ref[1])
     assert_close(ours[0] + ours[1], aten[0] + aten[1])
-    norm = make_norm("rms", 48, eps=1e-5)
+    norm = RMSNorm(48, eps=1e-5)
     assert isinstance(norm, torch.nn.RMSNorm)
     assert_close([norm(x)], [F.rms_norm(x, (48,), norm.weight, 1e-5)])
 
@@ -122,7 +122,8 @@ def test_rms_norm_equals_the_formula_and_torch():
 
 
 def test_swiglu_with_onednn_linear_by_hand():
-    ff = SwiGLU(24, 40, onednn_linear=True)
+    ff = fused.use_onednn(SwiGLU(24, 40))
+    assert type(ff.fc) is fused.Linear and type(ff.proj) is fused.Linear
     x = torch.randn(4, 16, 24, requires_grad=True)
 
     def by_hand(x):
@@ -131,6 +132,28 @@ def test_swiglu_with_onednn_linear_by_hand():
 
     ours, ref = grads(ff, x), grads(by_hand, x)
     assert_close(ours[0] + ours[1], ref[0] + ref[1])
+
+
+def test_use_onednn_keeps_parameters_ties_and_numbers():
+    """use_onednn swaps the computation only: the same parameters (a tied head stays tied),
+    the same state-dict keys, the same logits and gradients as nn.Linear."""
+    from attnlm.models.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    plain = GPT(GPTConfig(vocab_size=40, block_size=32, n_layer=2, n_head=2, n_embd=32))
+    fast = GPT(plain.config)
+    fast.load_state_dict(plain.state_dict())
+    params = [id(p) for p in fast.parameters()]
+    fused.use_onednn(fast)
+    assert [id(p) for p in fast.parameters()] == params
+    assert fast.lm_head.weight is fast.tok_emb.weight
+    assert list(fast.state_dict()) == list(plain.state_dict())
+    assert all(type(m) is not torch.nn.Linear for m in fast.modules())
+    ids = torch.randint(0, 40, (4, 24))
+    a, b = plain(ids, targets=ids), fast(ids, targets=ids)
+    assert_close([a.logits], [b.logits])
+    a.loss.backward(), b.loss.backward()
+    assert_close([p.grad for p in plain.parameters()], [p.grad for p in fast.parameters()])
 
 
 # -- rotary positions on the fused projection -------------------------------------------------

@@ -48,7 +48,6 @@ from attnlm.generate.filters import apply_filters, sampling_filters
 from attnlm.generate.sampling import SamplingConfig, sampling_from
 from attnlm.nn.layout import decoding_layout
 
-SLIDING_POSITIONS = {"rope", "alibi", "none", "sinusoidal"}
 BUFFER_CHUNK = 1024  # token buffer growth step (positions)
 
 # on_token(row, token_id) -> True to stop that row early (e.g. a stop string appeared).
@@ -66,7 +65,7 @@ def _window(model: torch.nn.Module) -> tuple[int | None, bool]:
     block = getattr(cfg, "block_size", None)
     if block is None:
         return None, True
-    return int(block), getattr(cfg, "positions", "learned") in SLIDING_POSITIONS
+    return int(block), bool(getattr(model, "slides_past_window", False))
 
 
 class _Context:

@@ -6,8 +6,8 @@ blocks (self-attention over every unpadded token, GELU feed-forward) -> hidden s
 a pooler (``tanh(W h_[CLS] + b)``) and the masked-LM head (dense + GELU + LayerNorm, then a
 decoder tied to the token embedding, plus a bias).
 
-The file reads top to bottom: the config, the embeddings and the MLM head BERT adds, the model,
-the registry entry. Blocks, attention and masks come from
+The file reads top to bottom: the config, the embeddings, block and MLM head BERT builds, the
+model, the registry entry. Blocks, attention and masks come from
 :mod:`attnlm.nn`; the output record and loss from :mod:`attnlm.models.base`.
 
 Shape legend
@@ -36,8 +36,8 @@ from attnlm.models.base import (
     check_targets,
     count_params,
 )
-from attnlm.nn.attention import padding_mask
-from attnlm.nn.blocks import ACTIVATIONS, TransformerBlock, dropout_layer
+from attnlm.nn.attention import MultiHeadAttention, padding_mask
+from attnlm.nn.blocks import ACTIVATIONS, FeedForward, PostNormBlock, dropout_layer
 from attnlm.validate import above_zero, fraction, one_of, positive
 
 
@@ -126,12 +126,24 @@ class MaskedLMHead(nn.Module):
         return nn.functional.linear(h, self.decoder.weight, self.bias)  # one fused addmm
 
 
+def bert_block(c: BertConfig) -> PostNormBlock:
+    """One BERT block, post-norm: ``x = LN(x + attn(x))``, ``x = LN(x + MLP(x))``, with
+    bidirectional self-attention and a GELU MLP."""
+    return PostNormBlock(
+        MultiHeadAttention(c.n_embd, c.n_head, dropout=c.dropout),
+        FeedForward(c.n_embd, c.d_ff, activation=c.activation, dropout=c.dropout),
+        sa_norm=nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps),
+        mlp_norm=nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps),
+        dropout=c.dropout,
+    )
+
+
 class Bert(nn.Module):
     """Bidirectional transformer encoder with a pooler and a masked-LM head (BERT).
 
     ``forward(ids (B, T), targets=None, attention_mask=None, token_type_ids=None) ->
     ModelOutput``. Module names: ``embeddings`` (:class:`BertEmbeddings`), ``blocks`` (L
-    post-LN :class:`~attnlm.nn.blocks.TransformerBlock`), ``pooler`` (Linear, or None),
+    :func:`bert_block`), ``pooler`` (Linear, or None),
     ``head`` (:class:`MaskedLMHead`, or None). Padding is masked out of attention by
     ``attention_mask``; positions always count from 0 (right padding, as BERT).
     """
@@ -140,18 +152,7 @@ class Bert(nn.Module):
         super().__init__()
         self.config = c = config
         self.embeddings = BertEmbeddings(c)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                c.n_embd,
-                c.n_head,
-                d_ff=c.d_ff,
-                norm="post",
-                activation=c.activation,
-                dropout=c.dropout,
-                eps=c.layer_norm_eps,
-            )
-            for _ in range(c.n_layer)
-        )
+        self.blocks = nn.ModuleList(bert_block(c) for _ in range(c.n_layer))
         self.pooler = nn.Linear(c.n_embd, c.n_embd) if c.pooler else None
         self.head = MaskedLMHead(c, self.embeddings.tok) if c.mlm_head else None
         self.apply(self._init_weights)

@@ -3,9 +3,10 @@
 token ids -> token embedding (+ absolute positions) -> N transformer blocks with causal
 self-attention -> final layer norm -> LM head (tied to the token embedding) -> logits.
 
-The file reads top to bottom: the config, the model with its loss and decoding state, and the
-registry entry. The shared parts (attention, positions, blocks) come from :mod:`attnlm.nn`, the
-output record and loss from :mod:`attnlm.models.base`.
+The file reads top to bottom: the config, the block (:func:`gpt_block`: LayerNorm, attention,
+LayerNorm, MLP) and the positions, the model, and the registry entry. The forward, loss and
+decoding state are the causal decoder's (:mod:`attnlm.models.decoder`, shared with Llama); the
+parts (attention, positions, blocks) come from :mod:`attnlm.nn`.
 
 Shape legend
     B  batch size
@@ -19,24 +20,16 @@ Shape legend
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.models.base import (
-    Family,
-    ModelOutput,
-    check_ids,
-    check_targets,
-    count_params,
-    token_loss,
-)
-from attnlm.nn.attention import SCORES, KVCache, causal_mask, combine_masks, padding_mask
-from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
+from attnlm.errors import ConfigError
+from attnlm.models.base import Family, ModelOutput
+from attnlm.models.decoder import Decoder
+from attnlm.nn.attention import SCORES, MultiHeadAttention
+from attnlm.nn.blocks import ACTIVATIONS, NORMS, FeedForward, TransformerBlock, block_class
 from attnlm.nn.positional import (
     POSITIONS,
     ALiBi,
@@ -44,7 +37,6 @@ from attnlm.nn.positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-from attnlm.nn.static_cache import StaticKVCache
 from attnlm.validate import above_zero, fraction, one_of, positive
 
 
@@ -96,220 +88,57 @@ class GPTConfig:
 GPTOutput = ModelOutput  # what GPT.forward returns (see attnlm.models.base)
 
 
-class GPT(nn.Module):
+def gpt_block(c: GPTConfig) -> TransformerBlock:
+    """One GPT-2 block: LayerNorm, causal self-attention, LayerNorm, the GELU MLP; pre-norm
+    (GPT-2) or post-norm (Vaswani et al.) as ``c.norm`` says."""
+    return block_class(c.norm)(
+        MultiHeadAttention(
+            c.n_embd, c.n_head, score=c.attention_score, bias=c.bias, dropout=c.dropout
+        ),
+        FeedForward(c.n_embd, c.d_ff, activation=c.activation, bias=c.bias, dropout=c.dropout),
+        sa_norm=nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias),
+        mlp_norm=nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias),
+        dropout=c.dropout,
+    )
+
+
+def gpt_positions(c: GPTConfig) -> dict[str, nn.Module]:
+    """The position module of ``c.positions``, under the name :class:`Decoder` takes it by:
+    absolute ``pos_emb`` (learned, GPT-2; sinusoidal), ``rotary`` or ``alibi``; none for
+    ``"none"``."""
+    if c.positions == "learned":
+        return {"pos_emb": LearnedPositionalEmbedding(c.block_size, c.n_embd)}
+    if c.positions == "sinusoidal":
+        return {"pos_emb": SinusoidalPositionalEncoding(c.n_embd)}
+    if c.positions == "rope":
+        return {"rotary": RotaryEmbedding(c.head_dim, base=c.rope_base)}
+    if c.positions == "alibi":
+        return {"alibi": ALiBi(c.n_head)}
+    return {}
+
+
+class GPT(Decoder):
     """Decoder-only transformer language model with GPT-2 initialisation.
 
-    ``forward(ids (B, T)) -> GPTOutput``. Module names: ``tok_emb`` (token embedding),
-    ``pos_emb`` (learned or sinusoidal positions, else None), ``rotary`` / ``alibi`` (relative
-    schemes, else None), ``blocks`` (L :class:`~attnlm.nn.blocks.TransformerBlock`),
-    ``ln_f`` (final norm; identity for post-norm, whose blocks already end in a norm),
-    ``lm_head``.
+    ``forward(ids (B, T)) -> GPTOutput`` (:class:`~attnlm.models.decoder.Decoder`'s). Module
+    names: ``tok_emb`` (token embedding), ``pos_emb`` (learned or sinusoidal positions, else
+    None), ``rotary`` / ``alibi`` (relative schemes, else None), ``blocks`` (L
+    :func:`gpt_block`), ``ln_f`` (final norm; identity for post-norm, whose blocks already end
+    in a norm), ``lm_head``.
     """
 
-    static_state = True  # new_state(max_len=...): a static decoding state (nn/static_cache)
-    fixed_state = True  # forward honours a fixed state: a compiled step (generate/compiled)
-    prefix_step = True  # and compiles over the filled prefix with dynamic shapes (CPU default)
-
     def __init__(self, config: GPTConfig) -> None:
-        super().__init__()
-        self.config = c = config
-        self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
-        self.pos_emb: nn.Module | None = None
-        self.rotary: RotaryEmbedding | None = None
-        self.alibi: ALiBi | None = None
-        if c.positions == "learned":
-            self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.n_embd)
-        elif c.positions == "sinusoidal":
-            self.pos_emb = SinusoidalPositionalEncoding(c.n_embd)
-        elif c.positions == "rope":
-            self.rotary = RotaryEmbedding(c.head_dim, base=c.rope_base)
-        elif c.positions == "alibi":
-            self.alibi = ALiBi(c.n_head)
-        self.drop = dropout_layer(c.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                c.n_embd,
-                c.n_head,
-                d_ff=c.d_ff,
-                norm=c.norm,
-                activation=c.activation,
-                dropout=c.dropout,
-                bias=c.bias,
-                eps=c.layer_norm_eps,
-                score=c.attention_score,
-            )
-            for _ in range(c.n_layer)
+        c = config
+        super().__init__(
+            config,
+            [gpt_block(c) for _ in range(c.n_layer)],
+            ln_f=(
+                nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias)
+                if c.norm == "pre"
+                else nn.Identity()
+            ),
+            **gpt_positions(c),
         )
-        self.ln_f = (
-            nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias)
-            if c.norm == "pre"
-            else nn.Identity()
-        )
-        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
-        if c.tie_embeddings:
-            self.lm_head.weight = self.tok_emb.weight  # (V, C), one matrix for both ends
-        self.apply(self._init_weights)
-        # GPT-2: scale the residual projections by 1/sqrt(2L) (two residual adds per block)
-        for block in self.blocks:
-            for proj in (block.attn.out_proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        """GPT-2 initialisation: N(0, 0.02) weights, zero biases, LayerNorm (1, 0)."""
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, (nn.Embedding, LearnedPositionalEmbedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-    # -- forward -------------------------------------------------------------------------------
-
-    def forward(
-        self,
-        ids: Tensor,
-        targets: Tensor | None = None,
-        return_attention: bool = False,
-        return_hidden: bool = False,
-        cache: KVCache | None = None,
-        attention_mask: Tensor | None = None,
-    ) -> ModelOutput:
-        """Logits for every position of ``ids`` ``(B, T)``, and the loss against ``targets``
-        ``(B, T)`` (the next token at each position; -100 is not predicted).
-
-        ``cache``: ``ids`` are only the new tokens; their positions continue after
-        ``cache.position`` and the cache is updated in place. ``attention_mask``
-        ``(B, S)`` bool, False at padding (left padding for batched prompts of different
-        lengths); ``S`` covers the cached tokens too. With it, each row's positions count
-        only its real tokens, so a left-padded row gives the same logits as the row alone.
-        ``return_attention`` / ``return_hidden`` fill ``GPTOutput.attentions`` (this takes
-        the explicit attention path) / ``GPTOutput.hidden_states``.
-        """
-        self._check_inputs(ids, cache)
-        B, T = ids.shape
-        fixed = getattr(cache, "fixed", False)  # a static state's compiled step (nn/static_cache)
-        past = cache.length if cache is not None and not fixed else 0
-        start = cache.position if cache is not None and not fixed else 0
-        S = past + T
-
-        if fixed:
-            if attention_mask is not None or self.alibi is not None:
-                raise InputError("a fixed decoding state takes no attention_mask and no ALiBi")
-            positions = cache.positions(T)  # (T,) a device tensor: the same graph every step
-        elif attention_mask is not None:
-            if attention_mask.shape != (B, S):
-                raise InputError(
-                    f"attention_mask must be (B, cached + T) = {(B, S)}, "
-                    f"got {tuple(attention_mask.shape)}"
-                )
-            attention_mask = attention_mask.bool()
-            counted = attention_mask.long().cumsum(-1) - 1  # index among the row's real tokens
-            positions = counted[:, -T:].clamp(min=0) + (start - past)  # (B, T)
-        else:
-            positions = torch.arange(start, start + T, device=ids.device)  # (T,)
-
-        x = self.tok_emb(ids)  # (B, T, C)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(positions).to(x.dtype)  # (T, C) or (B, T, C)
-        x = self.drop(x)
-        rotary = None
-        if self.rotary is not None:
-            cos, sin = self.rotary(positions)  # computed in float32, used in the model's dtype
-            rotary = (cos.to(x.dtype), sin.to(x.dtype))
-        if fixed:  # attend over the whole buffer, the slots not yet written masked
-            mask, is_causal = cache.visible(T, x.dtype), False
-        else:
-            mask, is_causal = self._attention_mask(T, S, attention_mask, x.dtype)
-
-        attentions: list[Tensor] = []
-        hidden: list[Tensor] = [x]
-        for layer, block in enumerate(self.blocks):
-            x, weights, _ = block(
-                x,
-                mask=mask,
-                is_causal=is_causal,
-                rotary=rotary,
-                cache=cache,
-                layer=layer,
-                need_weights=return_attention,
-            )
-            if return_attention:
-                attentions.append(weights)
-            if return_hidden:
-                hidden.append(x)
-        if cache is not None:
-            cache.advance(T)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
-
-        loss = loss_sum = n_targets = None
-        if targets is not None:
-            check_targets(targets, ids)
-            loss, loss_sum, n_targets = token_loss(logits, targets)
-        return ModelOutput(
-            logits=logits,
-            loss=loss,
-            loss_sum=loss_sum,
-            n_targets=n_targets,
-            attentions=attentions if return_attention else None,
-            hidden_states=hidden if return_hidden else None,
-        )
-
-    def _check_inputs(self, ids: Tensor, cache: KVCache | None) -> None:
-        """Shape, dtype and range of the token ids (:func:`~attnlm.models.base.check_ids`);
-        a cache of the right depth."""
-        check_ids(ids, self.config.vocab_size)
-        if cache is not None and len(cache.keys) != self.config.n_layer:
-            n = self.config.n_layer
-            raise InputError(f"cache has {len(cache.keys)} layers, model.n_layer is {n}")
-
-    def _attention_mask(
-        self, t: int, s: int, keep: Tensor | None, dtype: torch.dtype
-    ) -> tuple[Tensor | None, bool]:
-        """The additive mask shared by all layers, and whether attention should still apply
-        its own causal mask. Plain causal attention returns ``(None, True)`` so the fused
-        kernel runs with ``is_causal=True`` and no T x T mask is built."""
-        bias = self.alibi(t, s).to(dtype) if self.alibi is not None else None  # (H, T, S)
-        pad = padding_mask(keep, dtype) if keep is not None else None  # (B, 1, 1, S)
-        if bias is None and pad is None:
-            if t == s or t == 1:
-                return None, True
-            return causal_mask(t, s, device=self.tok_emb.weight.device, dtype=dtype), False
-        causal = causal_mask(t, s, device=self.tok_emb.weight.device, dtype=dtype)
-        return combine_masks(bias, pad, causal), False
-
-    # -- decoding state (docs/architecture.md) ---------------------------------------------
-
-    def new_cache(self) -> KVCache:
-        """An empty :class:`~attnlm.nn.attention.KVCache` with one slot per layer."""
-        return KVCache(self.config.n_layer)
-
-    def new_state(
-        self, batch: dict[str, Tensor] | None = None, *, max_len: int | None = None
-    ) -> KVCache:
-        """Decoding state for a batch: for a decoder-only model, an empty KV cache (the
-        prompt is fed through :meth:`step` like every later token). ``max_len``: a static
-        state (:class:`~attnlm.nn.static_cache.StaticKVCache`) whose buffers hold that many
-        positions, written in place."""
-        if max_len is not None:
-            return StaticKVCache(self.config.n_layer, max_len)
-        return self.new_cache()
-
-    def step(self, tokens: Tensor, state: KVCache) -> Tensor:
-        """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``."""
-        return self(tokens, cache=state).logits
-
-    # -- utilities -----------------------------------------------------------------------------
-
-    def num_params(self, non_embedding: bool = False) -> int:
-        """Number of parameters (a tied matrix counted once). ``non_embedding`` leaves out the
-        token and learned position embeddings (Kaplan et al., 2020 count)."""
-        if not non_embedding:
-            return count_params(self)
-        exclude: tuple[nn.Module | None, ...] = (self.tok_emb, self.lm_head)
-        if isinstance(self.pos_emb, LearnedPositionalEmbedding):
-            exclude += (self.pos_emb,)
-        return count_params(self, exclude=exclude)
 
     @classmethod
     def from_config_dict(cls, data: dict[str, Any]) -> GPT:

@@ -6,7 +6,7 @@ token ids -> token embedding -> N blocks ``x + attn(RMSNorm(x))``, ``x + SwiGLU(
 lectures' small ideas:
 
 1. **RMSNorm** instead of LayerNorm: ``x / sqrt(mean(x²) + eps) · γ``, no centring, no bias
-   (:func:`attnlm.nn.blocks.make_norm`);
+   (:class:`attnlm.nn.blocks.RMSNorm`);
 2. a gated **SwiGLU** feed-forward ``(SiLU(x W_gate) ⊙ x W_up) W_down`` of width about
    ``8C/3`` (:class:`attnlm.nn.blocks.SwiGLU`; the default width follows Meta's rounding rule,
    :func:`llama_ffn_width`);
@@ -17,9 +17,10 @@ lectures' small ideas:
    ``n_kv_head / n_head`` of multi-head attention's keys and values.
 
 No biases anywhere. Everything else (the causal forward with padding masks and a KV cache,
-the decoding state, the loss) is GPT's: :class:`Llama` subclasses :class:`~attnlm.models.gpt.GPT`
-and only builds different modules. Its linear layers, RMSNorms and rotary heads run on the CPU
-training kernels of :mod:`attnlm.nn.fused` (the same numbers, hand-written backwards).
+the decoding state, the loss) is the causal decoder GPT shares
+(:class:`~attnlm.models.decoder.Decoder`): this file builds the blocks (:func:`llama_block`)
+and the positions. Its linear layers, RMSNorms and rotary heads run on the CPU training
+kernels of :mod:`attnlm.nn.fused` (the same numbers, hand-written backwards).
 Parameters: attention ``2C² + 2C² · n_kv_head / n_head``, feed-forward ``3 C F``, two RMSNorms
 ``2C`` per block; embedding ``V C`` (and ``V C`` for an untied head), final norm ``C``.
 
@@ -39,13 +40,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
-
 from attnlm.errors import ConfigError
 from attnlm.models.base import Family
-from attnlm.models.gpt import GPT
+from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
-from attnlm.nn.blocks import TransformerBlock, dropout_layer, make_norm
+from attnlm.nn.attention import MultiHeadAttention
+from attnlm.nn.blocks import RMSNorm, SwiGLU, TransformerBlock
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 from attnlm.validate import above_zero, fraction, positive
 
@@ -126,51 +126,38 @@ class LlamaConfig:
         """The SwiGLU width ``F``: ``d_ff`` or Meta's rounding rule."""
         return self.d_ff or llama_ffn_width(self.n_embd, self.multiple_of)
 
-    @property
-    def positions(self) -> str:
-        """Rotary (relative) positions: decoding may slide past ``block_size``."""
-        return "rope"
+
+def llama_block(c: LlamaConfig) -> TransformerBlock:
+    """One Llama block: RMSNorm, grouped-query self-attention (no biases), RMSNorm, SwiGLU;
+    pre-norm."""
+    return TransformerBlock(
+        MultiHeadAttention(
+            c.n_embd, c.n_head, n_kv_head=c.n_kv_head, bias=False, dropout=c.dropout
+        ),
+        SwiGLU(c.n_embd, c.ffn_width, bias=False, dropout=c.dropout),
+        sa_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
+        mlp_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
+        dropout=c.dropout,
+    )
 
 
-class Llama(GPT):
+class Llama(Decoder):
     """Llama decoder-only LM. Module names as GPT's: ``tok_emb``, ``rotary``, ``blocks``
-    (L :class:`~attnlm.nn.blocks.TransformerBlock` with RMSNorm, SwiGLU and ``n_kv_head``
-    key/value heads), ``ln_f`` (RMSNorm), ``lm_head``. ``forward``, ``step``,
-    ``new_state`` and the loss are :class:`~attnlm.models.gpt.GPT`'s."""
+    (L :func:`llama_block`), ``ln_f`` (RMSNorm), ``lm_head``. ``forward``, ``step``,
+    ``new_state`` and the loss are the causal decoder's
+    (:class:`~attnlm.models.decoder.Decoder`)."""
 
     def __init__(self, config: LlamaConfig) -> None:
-        nn.Module.__init__(self)  # GPT's modules are not built: only its methods are shared
-        self.config = c = config
-        self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
-        self.pos_emb = None  # nothing added to the embeddings: positions are rotations
-        self.alibi = None
+        c = config
         scaling = {k: v for k, v in (c.rope_scaling or {}).items() if k != "rope_type"}
-        self.rotary = RotaryEmbedding(c.head_dim, base=c.rope_theta, scaling=scaling or None)
-        self.drop = dropout_layer(c.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                c.n_embd,
-                c.n_head,
-                d_ff=c.ffn_width,
-                norm="pre",
-                norm_type="rms",
-                feed_forward="swiglu",
-                n_kv_head=c.n_kv_head,
-                dropout=c.dropout,
-                bias=False,
-                eps=c.rms_norm_eps,
-                onednn_linear=True,
-            )
-            for _ in range(c.n_layer)
+        super().__init__(
+            config,
+            [llama_block(c) for _ in range(c.n_layer)],
+            ln_f=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
+            rotary=RotaryEmbedding(c.head_dim, base=c.rope_theta, scaling=scaling or None),
         )
-        self.ln_f = make_norm("rms", c.n_embd, eps=c.rms_norm_eps)
-        self.lm_head = fused.Linear(c.n_embd, c.vocab_size, bias=False)
-        if c.tie_embeddings:
-            self.lm_head.weight = self.tok_emb.weight  # (V, C)
-        self.apply(self._init_weights)  # N(0, 0.02), as GPT-2
-        for block in self.blocks:  # residual projections scaled by 1/sqrt(2L), as GPT-2
-            for proj in (block.attn.out_proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
+        # every projection and the head on the CPU training kernel (the same numbers)
+        fused.use_onednn(self)
 
     @classmethod
     def from_config_dict(cls, data: dict[str, Any]) -> Llama:

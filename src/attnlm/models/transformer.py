@@ -31,18 +31,25 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
-    IGNORE_INDEX,
     DecodingSetup,
     Family,
     ModelOutput,
     check_ids,
-    check_targets,
     count_params,
     token_loss,
 )
+from attnlm.models.transformer_packed import packed_loss, packing_applies
 from attnlm.models.transformer_state import EncoderDecoderState
-from attnlm.nn.attention import KVCache, Packing, padding_mask
-from attnlm.nn.blocks import ACTIVATIONS, NORMS, TransformerBlock, dropout_layer
+from attnlm.nn.attention import KVCache, MultiHeadAttention, Packing, padding_mask
+from attnlm.nn.blocks import (
+    ACTIVATIONS,
+    NORMS,
+    FeedForward,
+    TransformerBlock,
+    block_class,
+    dropout_layer,
+)
+from attnlm.nn.cache import NoCache
 from attnlm.nn.positional import SinusoidalPositionalEncoding
 from attnlm.validate import above_zero, fraction, non_negative, one_of, positive
 
@@ -125,6 +132,32 @@ class TransformerConfig:
         return self.vocab_size if self.src_vocab_size is None else self.src_vocab_size
 
 
+def _attention(c: TransformerConfig, cross: bool = False) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        c.d_model, c.n_head, cross=cross, bias=c.bias, dropout=c.attention_dropout
+    )
+
+
+def _norm(c: TransformerConfig) -> nn.LayerNorm:
+    return nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.bias)
+
+
+def transformer_block(c: TransformerConfig, cross: bool = False) -> TransformerBlock:
+    """An encoder block: self-attention, then the feed-forward network; with ``cross``, a
+    decoder block: causal self-attention, cross-attention over the encoder's output (queries
+    from the target, keys and values from the source), then the feed-forward network. Each
+    sublayer has its LayerNorm after it (post-norm: the paper, Marian) or before (pre-norm)."""
+    decoder = dict(cross_attn=_attention(c, cross=True), cross_norm=_norm(c)) if cross else {}
+    return block_class(c.norm)(
+        _attention(c),
+        FeedForward(c.d_model, c.d_ff, activation=c.activation, bias=c.bias, dropout=c.dropout),
+        sa_norm=_norm(c),
+        mlp_norm=_norm(c),
+        dropout=c.dropout,
+        **decoder,
+    )
+
+
 class Transformer(nn.Module):
     """Encoder-decoder Transformer (see the module docstring).
 
@@ -132,8 +165,8 @@ class Transformer(nn.Module):
     ModelOutput`` with logits ``(B, T, V)``, the label-smoothed loss when ``targets`` are
     given, and on request decoder self-attention, cross-attention ``(B, H, T, S)`` and encoder
     attention per layer. Module names: ``src_emb``, ``tgt_emb`` (the same module when shared),
-    ``pos`` (sinusoidal), ``encoder`` / ``decoder`` (:class:`~attnlm.nn.blocks.TransformerBlock`
-    lists, the decoder's with cross-attention), ``enc_ln`` / ``dec_ln`` (final norms of a
+    ``pos`` (sinusoidal), ``encoder`` / ``decoder`` (:func:`transformer_block` lists, the
+    decoder's with cross-attention), ``enc_ln`` / ``dec_ln`` (final norms of a
     pre-norm model, else identities), ``lm_head``.
     """
 
@@ -149,30 +182,11 @@ class Transformer(nn.Module):
         self.pos = SinusoidalPositionalEncoding(c.d_model, layout=c.positions_layout)
         self.embed_scale = math.sqrt(c.d_model) if c.scale_embedding else 1.0
         self.drop = dropout_layer(c.dropout)
-
-        def blocks(n: int, cross: bool) -> nn.ModuleList:
-            return nn.ModuleList(
-                TransformerBlock(
-                    c.d_model,
-                    c.n_head,
-                    d_ff=c.d_ff,
-                    norm=c.norm,
-                    activation=c.activation,
-                    dropout=c.dropout,
-                    attention_dropout=c.attention_dropout,
-                    bias=c.bias,
-                    eps=c.layer_norm_eps,
-                    cross_attention=cross,
-                )
-                for _ in range(n)
-            )
-
-        self.encoder = blocks(c.n_encoder_layers, False)
-        self.decoder = blocks(c.n_decoder_layers, True)
-        pre = c.norm == "pre"
-        eps, bias = c.layer_norm_eps, c.bias
-        self.enc_ln = nn.LayerNorm(c.d_model, eps=eps, bias=bias) if pre else nn.Identity()
-        self.dec_ln = nn.LayerNorm(c.d_model, eps=eps, bias=bias) if pre else nn.Identity()
+        self.encoder = nn.ModuleList(transformer_block(c) for _ in range(c.n_encoder_layers))
+        self.decoder = nn.ModuleList(transformer_block(c, True) for _ in range(c.n_decoder_layers))
+        # pre-norm stacks end in a norm of their own; post-norm blocks already end in one
+        self.enc_ln = _norm(c) if c.norm == "pre" else nn.Identity()
+        self.dec_ln = _norm(c) if c.norm == "pre" else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.final_logits_bias:
             self.register_buffer("logits_bias", torch.zeros(c.vocab_size))
@@ -199,16 +213,14 @@ class Transformer(nn.Module):
         self,
         emb: nn.Embedding,
         ids: Tensor,
-        start: int = 0,
-        packing: Packing | None = None,
         positions: Tensor | None = None,
+        packing: Packing | None = None,
     ) -> Tensor:
-        """Scaled embeddings plus positions ``start..`` (or the tensor ``positions`` ``(T,)``),
+        """Scaled embeddings plus the sinusoids of ``positions`` ``(T,)`` (None: ``0..T-1``),
         dropout: ``(B, T, C)``, or ``(N, C)`` of the tokens ``packing`` keeps."""
         if positions is None:
-            pe = self.pos.span(start, ids.shape[1], ids.device)  # (T, C): positions start..
-        else:  # a fixed decoding state: positions are a device tensor, the same graph each step
-            pe = self.pos(positions)  # (T, C)
+            positions = torch.arange(ids.shape[1], device=ids.device)
+        pe = self.pos(positions)  # (T, C)
         if packing is not None:
             ids, pe = packing.take(ids), pe.index_select(0, packing.positions)
         x = emb(ids) * self.embed_scale + pe.to(emb.weight.dtype)
@@ -232,7 +244,7 @@ class Transformer(nn.Module):
         """Encoder pass: ``(memory (B, S, C), additive source mask (B, 1, 1, S), attention per
         layer (B, H, S, S) when asked, hidden states: embeddings then each layer)``."""
         src_mask = self._source_mask(src, src_mask)
-        x = self._embed(self.src_emb, src, 0)
+        x = self._embed(self.src_emb, src)  # (B, S, C)
         mask = padding_mask(src_mask, x.dtype)  # (B, 1, 1, S)
         attentions, hidden = [], [x]
         for block in self.encoder:
@@ -252,34 +264,21 @@ class Transformer(nn.Module):
     ) -> tuple[Tensor, list[Tensor], list[Tensor], list[Tensor]]:
         """Decoder pass over ``tgt_in`` ``(B, T)`` (after what ``cache`` holds): ``(logits
         (B, T, V), self-attention per layer, cross-attention per layer, hidden states)``.
-        A cache in fixed mode (a compiled step, :mod:`attnlm.generate.compiled`): positions
-        from its cursor, attention over its whole buffers with the unwritten slots masked."""
+        The cache (or none) gives the new tokens' positions and mask (a fixed state's hides
+        its unwritten slots, for a compiled step; otherwise causal, applied by attention)."""
         check_ids(tgt_in, self.config.vocab_size, "tgt_in")
-        if getattr(cache, "fixed", False):
-            x = self._embed(self.tgt_emb, tgt_in, positions=cache.positions(tgt_in.shape[1]))
-            mask, is_causal = cache.visible(tgt_in.shape[1], x.dtype), False  # (T, max_len)
-        else:
-            start = cache.position if cache is not None else 0
-            x = self._embed(self.tgt_emb, tgt_in, start)
-            mask, is_causal = None, True
+        state = NoCache() if cache is None else cache
+        T = tgt_in.shape[1]
+        x = self._embed(self.tgt_emb, tgt_in, state.positions(T, tgt_in.device))  # (B, T, C)
+        mask = state.mask(T, x.dtype)  # (T, max_len) or None: causal, applied by attention
+        attend = dict(mask=mask, is_causal=mask is None, cache=cache, need_weights=return_attention)
         self_w, cross_w, hidden = [], [], [x]
         for layer, block in enumerate(self.decoder):
-            x, w, cw = block(
-                x,
-                mask=mask,
-                is_causal=is_causal,
-                cache=cache,
-                layer=layer,
-                need_weights=return_attention,
-                context=memory,
-                context_mask=context_mask,
-            )
-            if return_attention:
-                self_w.append(w)
-                cross_w.append(cw)
+            x, w, cw = block(x, layer=layer, context=memory, context_mask=context_mask, **attend)
+            self_w.append(w)
+            cross_w.append(cw)
             hidden.append(x)
-        if cache is not None:
-            cache.advance(tgt_in.shape[1])
+        state.advance(T)
         logits = self.lm_head(self.dec_ln(x))  # (B, T, V)
         if self.logits_bias is not None:
             logits = logits + self.logits_bias
@@ -299,66 +298,24 @@ class Transformer(nn.Module):
         padding sits at the end and the causal mask keeps real positions from seeing it."""
         if tgt_in.shape[0] != src.shape[0]:
             raise InputError(f"tgt_in has {tgt_in.shape[0]} rows but src has {src.shape[0]}")
-        if targets is not None and not (return_attention or return_hidden):
-            if not torch.compiler.is_compiling():  # data-dependent sizes: eager only
-                return self._forward_packed(src, tgt_in, src_mask, targets)
+        if packing_applies(targets, return_attention or return_hidden):
+            return packed_loss(self, src, tgt_in, src_mask, targets)  # the same loss, faster
         memory, mask, enc_w, enc_h = self.encode(src, src_mask, return_attention)
         logits, self_w, cross_w, hidden = self.decode(
             tgt_in, memory, mask, return_attention=return_attention
         )
-        loss = loss_sum = n_targets = None
-        if targets is not None:
-            loss, loss_sum, n_targets = token_loss(logits, targets, self.config.label_smoothing)
-        return ModelOutput(
+        out = ModelOutput(
             logits=logits,
-            loss=loss,
-            loss_sum=loss_sum,
-            n_targets=n_targets,
             attentions=self_w if return_attention else None,
             hidden_states=hidden if return_hidden else None,
             cross_attentions=cross_w if return_attention else None,
             encoder_attentions=enc_w if return_attention else None,
             encoder_hidden_states=enc_h if return_hidden else None,
         )
-
-    def _forward_packed(
-        self, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None, targets: Tensor
-    ) -> ModelOutput:
-        """The teacher-forced loss with every per-token layer (embedding, projections,
-        feed-forward, norms, dropout, head) on real tokens only (:class:`Packing`): the source
-        tokens ``src_mask`` keeps, and the target positions up to each row's last counted
-        target (later positions feed no counted one under the causal mask). Attention runs on
-        the padded layout. Logits ``(N, V)`` of the counted targets in row-major order; equal
-        to :meth:`forward` on the padded batch (tested)."""
-        src_mask = self._source_mask(src, src_mask)
-        check_ids(tgt_in, self.config.vocab_size, "tgt_in")
-        check_targets(targets, tgt_in)
-        counted = targets != IGNORE_INDEX  # (B, T)
-        enc = Packing(src_mask)
-        dec = Packing(counted.flip(1).cumsum(1).flip(1) > 0)  # up to the last counted target
-        x = self._embed(self.src_emb, src, packing=enc)  # (N_src, C)
-        mask = padding_mask(src_mask, x.dtype)  # (B, 1, 1, S)
-        for block in self.encoder:
-            x = block(x, mask=mask, packing=enc)[0]
-        memory = self.enc_ln(x)
-        y = self._embed(self.tgt_emb, tgt_in, packing=dec)  # (N_tgt, C)
-        for block in self.decoder:
-            y = block(
-                y,
-                is_causal=True,
-                context=memory,
-                context_mask=mask,
-                packing=dec,
-                context_packing=enc,
-            )[0]
-        y = y[dec.take(counted)]  # (N, C): the counted targets among the kept positions
-        logits = self.lm_head(self.dec_ln(y))  # (N, V)
-        if self.logits_bias is not None:
-            logits = logits + self.logits_bias
-        loss, loss_sum, n_targets = token_loss(
-            logits, targets[counted], self.config.label_smoothing
-        )
-        return ModelOutput(logits=logits, loss=loss, loss_sum=loss_sum, n_targets=n_targets)
+        if targets is not None:
+            smoothing = self.config.label_smoothing
+            out.loss, out.loss_sum, out.n_targets = token_loss(logits, targets, smoothing)
+        return out
 
     # -- decoding state (docs/architecture.md) ---------------------------------------------
 

@@ -60,6 +60,19 @@ from attnlm.nn.score_functions import (
 # fused kernel on CPU, below it the fused kernel wins (measured, docs/benchmarks.md)
 SINGLE_QUERY_ROWS = 64
 
+
+def single_query_explicit(q: Tensor) -> bool:
+    """The CPU decoding rule: queries ``q`` ``(B, H, 1, D)`` (one per row) take the explicit
+    formula when there are more than :data:`SINGLE_QUERY_ROWS` rows x heads, where two small
+    matmuls cost less than the fused kernel's setup (and under ``torch.compile``, whose
+    kernels for them fuse); fewer rows keep the fused kernel. The same numbers either way."""
+    return (
+        q.shape[-2] == 1
+        and q.device.type == "cpu"
+        and (q.shape[0] * q.shape[1] > SINGLE_QUERY_ROWS or torch.compiler.is_compiling())
+    )
+
+
 __all__ = [
     "SCORES",
     "SCORE_ALIASES",
@@ -145,10 +158,9 @@ class MultiHeadAttention(nn.Module):
     only the ``n_kv_head`` heads. ``n_kv_head = n_head`` (the default) is multi-head
     attention, ``n_kv_head = 1`` multi-query attention (Shazeer, 2019).
 
-    ``onednn_linear``: the projections are :class:`attnlm.nn.fused.Linear` (the same
-    parameters, computed on oneDNN's float32 kernel on CPU). Rotary positions are applied by
-    :func:`attnlm.nn.fused.rotary_heads` (:func:`apply_rotary`'s rotation, fused with the head
-    split, with a hand-written backward).
+    Rotary positions are applied by :func:`apply_rotary` (under ``torch.compile``) or by
+    :func:`attnlm.nn.fused.rotary_heads` in eager mode (the same rotation fused with the head
+    split, with a hand-written backward), in :meth:`_project`.
     """
 
     def __init__(
@@ -162,7 +174,6 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         n_kv_head: int | None = None,
-        onednn_linear: bool = False,
     ) -> None:
         super().__init__()
         if d_model % n_head != 0:
@@ -174,13 +185,12 @@ class MultiHeadAttention(nn.Module):
         self.n_kv_head, self.groups = n_kv_head, n_head // n_kv_head
         self.d_kv = n_kv_head * self.d_head  # width of the keys (and of the values)
         self.cross = cross
-        linear = fused.Linear if onednn_linear else nn.Linear
         if cross:
-            self.q_proj = linear(d_model, d_model, bias=bias)
-            self.kv_proj = linear(d_context or d_model, 2 * self.d_kv, bias=bias)
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.kv_proj = nn.Linear(d_context or d_model, 2 * self.d_kv, bias=bias)
         else:  # W_Q, W_K, W_V fused: (C + 2 C_kv, C)
-            self.qkv_proj = linear(d_model, d_model + 2 * self.d_kv, bias=bias)
-        self.out_proj = linear(d_model, d_model, bias=bias)
+            self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.score = make_score(score, self.d_head)
         self.dropout = dropout
 
@@ -292,21 +302,28 @@ class MultiHeadAttention(nn.Module):
             if g > 1:  # g consecutive rows share a source: its queries attend together
                 return self._grouped(q, k, v, mask, g, need_weights)
         else:
-            qkv = self.qkv_proj(x)  # (B, T, C + 2 C_kv)
-            if rotary is not None and not torch.compiler.is_compiling():
-                # heads with q, k rotated in one kernel: apply_rotary's math, fewer passes
-                q, k, v = fused.rotary_heads(qkv, *rotary, self.n_head, self.n_kv_head)
-            else:
-                q, k, v = self._split_qkv(qkv)  # (B, T, C), (B, T, C_kv) x 2
-                q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
-                if rotary is not None:
-                    cos, sin = rotary
-                    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            q, k, v = self._project(x, rotary)  # (B, H, T, D), (B, Hkv, T, D) x 2
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, S, D): only Hkv heads are kept
         y, weights = self._mix(q, k, v, mask, is_causal, need_weights)
         y = y.transpose(1, 2).reshape(B, T, C)  # concatenate the heads: (B, T, C)
         return self.out_proj(y), weights
+
+    def _project(
+        self, x: Tensor, rotary: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's q ``(B, H, T, D)``, k, v ``(B, Hkv, T, D)`` of ``x`` ``(B, T, C)``,
+        q and k rotated when ``rotary`` gives ``(cos, sin)``."""
+        qkv = self.qkv_proj(x)  # (B, T, C + 2 C_kv)
+        if rotary is not None and not torch.compiler.is_compiling():
+            # fast path: heads split with q, k rotated in one kernel (apply_rotary's math)
+            return fused.rotary_heads(qkv, *rotary, self.n_head, self.n_kv_head)
+        q, k, v = self._split_qkv(qkv)  # (B, T, C), (B, T, C_kv) x 2
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
+        if rotary is not None:
+            cos, sin = rotary
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k, v
 
     def _packed(
         self,
@@ -351,16 +368,8 @@ class MultiHeadAttention(nn.Module):
             is_causal = False  # the newest token may see everything held
         dropout_p = self.dropout if self.training else 0.0
 
-        # one query per row (incremental decoding) on many rows x heads: two small matmuls
-        # beat the fused kernel's setup on CPU (1.3-1.4x at 200 rows x 4 heads, 40 keys); on
-        # few (batch 1) the fused kernel is about 2x faster (docs/benchmarks.md, issue 20)
-        single = (
-            T == 1
-            and not self.training
-            and q.device.type == "cpu"
-            and (q.shape[0] * q.shape[1] > SINGLE_QUERY_ROWS or torch.compiler.is_compiling())
-        )
-        if need_weights or not self.score.supports_sdpa or single:
+        explicit = need_weights or not self.score.supports_sdpa
+        if explicit or (not self.training and single_query_explicit(q)):
             if is_causal:
                 mask = combine_masks(mask, causal_mask(T, S, device=q.device, dtype=q.dtype))
             G = self.groups

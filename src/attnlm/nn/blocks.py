@@ -1,12 +1,14 @@
 """Transformer building blocks: the position-wise feed-forward network (plain or gated,
-SwiGLU), the norms (LayerNorm, RMSNorm) and the transformer block (attention and
-feed-forward sublayers with residual connections, the norm placed before (pre-norm) or after
-(post-norm) each sublayer, and dropout).
+SwiGLU), RMSNorm, and the transformer block that a family file composes from its parts
+(attention, feed-forward, two norms), with the norm before (pre-norm) or after (post-norm)
+each sublayer.
 
-* post-norm, ``x = LN(x + f(x))``: the original Transformer (Vaswani et al., 2017);
-* pre-norm, ``x = x + f(LN(x))``: GPT-2 (Radford et al., 2019) and most later models; it
-  keeps an identity path from input to output and trains without warm-up tricks
-  (Xiong et al., 2020, "On Layer Normalization in the Transformer Architecture").
+* post-norm, ``x = LN(x + f(x))`` (:class:`PostNormBlock`): the original Transformer
+  (Vaswani et al., 2017), BERT;
+* pre-norm, ``x = x + f(LN(x))`` (:class:`TransformerBlock`): GPT-2 (Radford et al., 2019) and
+  most later models; it keeps an identity path from input to output and trains without
+  warm-up tricks (Xiong et al., 2020, "On Layer Normalization in the Transformer
+  Architecture").
 
 Shape legend
     B  batch size
@@ -24,8 +26,23 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError
-from attnlm.nn import fused
-from attnlm.nn.attention import KVCache, MultiHeadAttention, Packing
+
+# RMSNorm (Zhang & Sennrich, 2019), ``x / sqrt(mean(x²) + eps) · γ``: no centring, no bias,
+# one reduction fewer than LayerNorm (Llama); ``nn.RMSNorm`` on the fused CPU kernel
+from attnlm.nn.fused import RMSNorm
+from attnlm.nn.packing import Packing
+
+__all__ = [
+    "ACTIVATIONS",
+    "NORMS",
+    "FeedForward",
+    "PostNormBlock",
+    "RMSNorm",
+    "SwiGLU",
+    "TransformerBlock",
+    "block_class",
+    "dropout_layer",
+]
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact: x Φ(x) (Hendrycks & Gimpel, 2016)
@@ -33,9 +50,7 @@ ACTIVATIONS = {
     "relu": F.relu,  # the original Transformer
     "silu": F.silu,  # x sigmoid(x), "swish" (Ramachandran et al., 2017; Marian's default)
 }
-NORMS = ("pre", "post")
-NORM_TYPES = ("layer", "rms")
-FEED_FORWARDS = ("mlp", "swiglu")
+NORMS = ("pre", "post")  # where a block puts its norms (TransformerBlock, PostNormBlock)
 
 
 def dropout_layer(p: float) -> nn.Module:
@@ -56,17 +71,15 @@ class FeedForward(nn.Module):
         activation: str = "gelu",
         bias: bool = True,
         dropout: float = 0.0,
-        onednn_linear: bool = False,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             known = ", ".join(ACTIVATIONS)
             raise ConfigError(f"unknown activation {activation!r} (known: {known})")
         d_ff = d_ff or 4 * d_model
-        linear = fused.Linear if onednn_linear else nn.Linear
-        self.fc = linear(d_model, d_ff, bias=bias)  # W₁: (B, T, C) -> (B, T, F)
+        self.fc = nn.Linear(d_model, d_ff, bias=bias)  # W₁: (B, T, C) -> (B, T, F)
         self.act = ACTIVATIONS[activation]
-        self.proj = linear(d_ff, d_model, bias=bias)  # W₂: (B, T, F) -> (B, T, C)
+        self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W₂: (B, T, F) -> (B, T, C)
         self.drop = dropout_layer(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -80,19 +93,10 @@ class SwiGLU(nn.Module):
     weights of a ``4C`` plain network. ``W_gate`` and ``W_up`` are fused into ``fc``
     ``(2F, C)`` (gate rows first); ``proj`` is ``W_down``. ``(B, T, C) -> (B, T, C)``."""
 
-    def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        *,
-        bias: bool = False,
-        dropout: float = 0.0,
-        onednn_linear: bool = False,
-    ):
+    def __init__(self, d_model: int, d_ff: int, *, bias: bool = False, dropout: float = 0.0):
         super().__init__()
-        linear = fused.Linear if onednn_linear else nn.Linear
-        self.fc = linear(d_model, 2 * d_ff, bias=bias)  # [W_gate; W_up]: (B, T, C) -> 2F
-        self.proj = linear(d_ff, d_model, bias=bias)  # W_down: (B, T, F) -> (B, T, C)
+        self.fc = nn.Linear(d_model, 2 * d_ff, bias=bias)  # [W_gate; W_up]: (B, T, C) -> 2F
+        self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W_down: (B, T, F) -> (B, T, C)
         self.drop = dropout_layer(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -100,137 +104,108 @@ class SwiGLU(nn.Module):
         return self.drop(self.proj(F.silu(gate) * up))
 
 
-def make_norm(kind: str, d_model: int, *, eps: float, bias: bool = True) -> nn.Module:
-    """``"layer"``: LayerNorm, ``(x - mean) / sqrt(var + eps) · γ + β``; ``"rms"``: RMSNorm
-    (Zhang & Sennrich, 2019), ``x / sqrt(mean(x²) + eps) · γ``: no centring, no bias, one
-    reduction fewer (Llama); computed by :func:`attnlm.nn.fused.rms_norm`."""
-    if kind == "rms":
-        return fused.RMSNorm(d_model, eps=eps)
-    if kind == "layer":
-        return nn.LayerNorm(d_model, eps=eps, bias=bias)
-    raise ConfigError(f"unknown norm type {kind!r} (known: {', '.join(NORM_TYPES)})")
-
-
 class TransformerBlock(nn.Module):
-    """Self-attention sublayer, an optional cross-attention sublayer (decoder of an
-    encoder-decoder), then the feed-forward sublayer; each wrapped in a residual connection
-    with a norm in the ``norm`` arrangement ("pre" or "post") and dropout on its output.
+    """A pre-norm transformer block built from its parts (GPT-2, Llama): ``x = x + attn(LN₁(x))``
+    then ``x = x + mlp(LN₂(x))``; a decoder of an encoder-decoder also has a cross-attention
+    sublayer ``x = x + cross_attn(LN_cross(x), context)`` between the two.
 
-    ``norm_type``: ``"layer"`` (LayerNorm) or ``"rms"`` (RMSNorm); ``feed_forward``:
-    ``"mlp"`` (:class:`FeedForward`) or ``"swiglu"`` (:class:`SwiGLU`); ``n_kv_head``:
-    grouped-query attention (see :class:`~attnlm.nn.attention.MultiHeadAttention`);
-    ``onednn_linear``: every projection is :class:`attnlm.nn.fused.Linear`. GPT-2's block is
-    the defaults with ``norm="pre"``; Llama's is ``norm_type="rms"``,
-    ``feed_forward="swiglu"``, ``bias=False``, ``onednn_linear=True``.
+    The family file chooses the parts: ``attn`` (a self-attention
+    :class:`~attnlm.nn.attention.MultiHeadAttention`), ``mlp`` (:class:`FeedForward`,
+    :class:`SwiGLU`), the norms ``sa_norm`` / ``mlp_norm`` (``nn.LayerNorm``, :class:`RMSNorm`),
+    and for a decoder ``cross_attn`` with ``cross_norm``. ``dropout`` is the residual dropout
+    on the attention outputs (the feed-forward applies its own). Module names (the checkpoint
+    keys): ``ln_1``, ``attn``, ``ln_cross``, ``cross_attn``, ``ln_2``, ``mlp``.
 
-    ``forward(x (B, T, C), ...) -> (x (B, T, C), self-attention weights (B, H, T, S) or None,
-    cross-attention weights (B, H, T, S_ctx) or None)``.
+    ``forward(x (B, T, C), **attend) -> (x (B, T, C), self-attention weights (B, H, T, S) or
+    None, cross-attention weights (B, H, T, S_ctx) or None)``; ``attend`` (``mask``,
+    ``is_causal``, ``rotary``, ``cache``, ``layer``, ``need_weights``, ``packing``) goes to
+    self-attention as it is.
     """
 
     def __init__(
         self,
-        d_model: int,
-        n_head: int,
+        attn: nn.Module,
+        mlp: nn.Module,
         *,
-        d_ff: int | None = None,
-        norm: str = "pre",
-        activation: str = "gelu",
+        sa_norm: nn.Module,
+        mlp_norm: nn.Module,
+        cross_attn: nn.Module | None = None,
+        cross_norm: nn.Module | None = None,
         dropout: float = 0.0,
-        bias: bool = True,
-        eps: float = 1e-5,
-        score: str = "scaled_dot",
-        cross_attention: bool = False,
-        attention_dropout: float | None = None,
-        n_kv_head: int | None = None,
-        norm_type: str = "layer",
-        feed_forward: str = "mlp",
-        onednn_linear: bool = False,
     ) -> None:
         super().__init__()
-        # dropout on the attention weights; None: the same rate as the residual dropout.
-        # Nonzero rates make the fused attention kernel fall back to the explicit formula.
-        attn_p = dropout if attention_dropout is None else attention_dropout
-        if norm not in NORMS:
-            raise ConfigError(f"unknown norm placement {norm!r} (known: pre, post)")
-        if feed_forward not in FEED_FORWARDS:
-            raise ConfigError(
-                f"unknown feed-forward {feed_forward!r} (known: {', '.join(FEED_FORWARDS)})"
-            )
-        self.pre_norm = norm == "pre"
-        self.ln_1 = make_norm(norm_type, d_model, eps=eps, bias=bias)
-        onednn = {"onednn_linear": onednn_linear}
-        self.attn = MultiHeadAttention(
-            d_model, n_head, score=score, bias=bias, dropout=attn_p, n_kv_head=n_kv_head, **onednn
-        )
-        if cross_attention:
-            self.ln_cross = make_norm(norm_type, d_model, eps=eps, bias=bias)
-            self.cross_attn = MultiHeadAttention(
-                d_model, n_head, cross=True, score=score, bias=bias, dropout=attn_p,
-                n_kv_head=n_kv_head, **onednn,
-            )  # fmt: skip
-        else:
-            self.cross_attn = None
-        self.ln_2 = make_norm(norm_type, d_model, eps=eps, bias=bias)
-        if feed_forward == "swiglu":
-            self.mlp: nn.Module = SwiGLU(
-                d_model, d_ff or 4 * d_model, bias=bias, dropout=dropout, **onednn
-            )
-        else:
-            self.mlp = FeedForward(
-                d_model, d_ff, activation=activation, bias=bias, dropout=dropout, **onednn
-            )
+        if (cross_attn is None) != (cross_norm is None):
+            raise ConfigError("a cross-attention sublayer needs both cross_attn and cross_norm")
+        self.ln_1, self.attn = sa_norm, attn
+        self.ln_cross, self.cross_attn = cross_norm, cross_attn
+        self.ln_2, self.mlp = mlp_norm, mlp
         self.drop = dropout_layer(dropout)
-
-    def _residual(self, x: Tensor, ln: nn.Module, out: Tensor) -> Tensor:
-        """Add a sublayer's output to its input, with the norm after it for post-norm."""
-        return x + self.drop(out) if self.pre_norm else ln(x + self.drop(out))
 
     def forward(
         self,
         x: Tensor,
         *,
-        mask: Tensor | None = None,
-        is_causal: bool = False,
-        rotary: tuple[Tensor, Tensor] | None = None,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        need_weights: bool = False,
         context: Tensor | None = None,
         context_mask: Tensor | None = None,
-        packing: Packing | None = None,
         context_packing: Packing | None = None,
+        **attend,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """``mask, is_causal, rotary, cache, layer, need_weights`` go to self-attention (see
-        :class:`MultiHeadAttention`); ``context (B, S, C)`` and ``context_mask`` to
-        cross-attention (whose keys/values ``cache`` keeps after the first call).
-        ``packing``/``context_packing``: ``x``/``context`` are packed ``(N, C)`` (see
-        :class:`~attnlm.nn.attention.Packing`); every per-token layer then runs on real
-        tokens only."""
-        pre = self.pre_norm  # pre-norm: x + f(LN(x)); post-norm: LN(x + f(x))
-        out, weights = self.attn(
-            self.ln_1(x) if pre else x,
-            mask=mask,
-            is_causal=is_causal,
-            rotary=rotary,
-            cache=cache,
-            layer=layer,
-            need_weights=need_weights,
-            packing=packing,
-        )
-        x = self._residual(x, self.ln_1, out)
-        cross_weights = None
+        h, weights = self.attn(self.ln_1(x), **attend)
+        x = x + self.drop(h)
+        cross = None
         if self.cross_attn is not None:
-            out, cross_weights = self.cross_attn(
-                self.ln_cross(x) if pre else x,
-                context,
-                mask=context_mask,
-                cache=cache,
-                layer=layer,
-                need_weights=need_weights,
-                packing=packing,
-                context_packing=context_packing,
-            )
-            x = self._residual(x, self.ln_cross, out)
-        out = self.mlp(self.ln_2(x) if pre else x)  # FeedForward applies its own dropout
-        x = x + out if pre else self.ln_2(x + out)
-        return x, weights, cross_weights
+            h, cross = self._cross(self.ln_cross(x), context, context_mask, context_packing, attend)
+            x = x + self.drop(h)
+        x = x + self.mlp(self.ln_2(x))
+        return x, weights, cross
+
+    def _cross(
+        self,
+        x: Tensor,
+        context: Tensor | None,
+        context_mask: Tensor | None,
+        context_packing: Packing | None,
+        attend: dict,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention from ``x`` to ``context`` ``(B, S_ctx, C)``: the cache (which keeps
+        its keys/values after the first call), layer, weights and packing of self-attention."""
+        shared = ("cache", "layer", "need_weights", "packing")
+        return self.cross_attn(
+            x,
+            context,
+            mask=context_mask,
+            context_packing=context_packing,
+            **{k: v for k, v in attend.items() if k in shared},
+        )
+
+
+class PostNormBlock(TransformerBlock):
+    """The post-norm arrangement of the same parts (the original Transformer, BERT, Marian):
+    ``x = LN₁(x + attn(x))`` then ``x = LN₂(x + mlp(x))``; the norm follows each residual
+    add, so every block output is normalised and no final norm is needed."""
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        context: Tensor | None = None,
+        context_mask: Tensor | None = None,
+        context_packing: Packing | None = None,
+        **attend,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        h, weights = self.attn(x, **attend)
+        x = self.ln_1(x + self.drop(h))
+        cross = None
+        if self.cross_attn is not None:
+            h, cross = self._cross(x, context, context_mask, context_packing, attend)
+            x = self.ln_cross(x + self.drop(h))
+        x = self.ln_2(x + self.mlp(x))
+        return x, weights, cross
+
+
+def block_class(norm: str) -> type[TransformerBlock]:
+    """The block of a norm placement: ``"pre"`` :class:`TransformerBlock`, ``"post"``
+    :class:`PostNormBlock` (for configs that offer both)."""
+    if norm not in NORMS:
+        raise ConfigError(f"unknown norm placement {norm!r} (known: {', '.join(NORMS)})")
+    return TransformerBlock if norm == "pre" else PostNormBlock

@@ -3,6 +3,13 @@ layer, so that each new token's attention costs one query against what is held i
 full recompute; for an encoder-decoder also the cross-attention keys and values of the source,
 computed once per source.
 
+Every decoding state answers the same two questions, so a model's forward has one path for
+all of them: :meth:`NoCache.positions` (the positions of the ``T`` new tokens) and
+:meth:`NoCache.mask` (the additive mask of their attention, or None when attention's own
+causal rule is the whole mask). :class:`NoCache` is the case without a cache (a full
+forward), :class:`KVCache` the dynamic cache, and
+:class:`~attnlm.nn.static_cache.StaticKVCache` the static one (whose fixed mode has a mask).
+
 Shape legend
     B         batch size (rows; beams of one source are consecutive rows)
     H         number of key/value heads (fewer than the query heads with grouped-query
@@ -21,7 +28,39 @@ from torch import Tensor
 from attnlm.errors import InputError
 
 
-class KVCache:
+class NoCache:
+    """The decoding-state protocol without a cache: nothing is held (``length`` 0), the new
+    tokens are the whole sequence, at positions from ``position`` (0) on."""
+
+    position = 0
+    fixed = False  # a fixed state (StaticKVCache.fix) attends over whole buffers
+
+    @property
+    def length(self) -> int:
+        """Tokens held before this call."""
+        return 0
+
+    def positions(self, t: int, device: torch.device, keep: Tensor | None = None) -> Tensor:
+        """Positions of the ``t`` new tokens: ``(T,)`` from ``position`` on; with ``keep``
+        ``(B, S)`` bool (False at left padding, over the held tokens and the new ones),
+        ``(B, T)``: each row counts its real tokens only, so a left-padded row gets the
+        positions it would have alone."""
+        if keep is None:
+            return torch.arange(self.position, self.position + t, device=device)  # (T,)
+        counted = keep.long().cumsum(-1) - 1  # (B, S): index among the row's real tokens
+        return counted[:, -t:].clamp(min=0) + (self.position - self.length)  # (B, T)
+
+    def mask(self, t: int, dtype: torch.dtype) -> Tensor | None:
+        """The additive mask ``(T, S)`` of the ``t`` new queries over the keys attended, or
+        None: the look-ahead (causal) rule alone, which attention applies itself (query ``i``
+        sits at position ``S - T + i``) without building a ``T x S`` tensor."""
+        return None
+
+    def advance(self, t: int) -> None:
+        """After a forward of ``t`` tokens (nothing to count without a cache)."""
+
+
+class KVCache(NoCache):
     """Keys and values of the tokens seen so far, per layer, for incremental decoding.
 
     ``keys[l]`` and ``values[l]`` are ``(B, H, T_cached, D)`` (None before the first token).
@@ -75,7 +114,7 @@ class KVCache:
 
     def advance(self, t: int) -> None:
         """Move ``position`` on by ``t`` tokens (the model calls this after a forward)."""
-        self.position += t
+        self.position += t  # an instance attribute, shadowing NoCache's class-level 0
 
     def trim(self, keep_last: int) -> None:
         """Drop the oldest entries so that at most ``keep_last`` tokens remain."""

@@ -14,8 +14,8 @@ under ``torch.compile`` the callers use the plain ops too (the compiler fuses th
   (``torch.ops.mkldnn._linear_pointwise``, an internal PyTorch operator, so
   :func:`onednn_available` checks it once against ``F.linear``); the backward's two products
   ``dx = dy W`` and ``dW = dyᵀ x`` go through it too.
-  On x86 CPUs where MKL's float32 GEMM is not tuned (AMD EPYC: half oneDNN's speed at these
-  shapes, see docs/benchmarks.md) this is the largest saving; elsewhere, for fewer than
+  On x86 CPUs where MKL's float32 GEMM is not tuned for these shapes (AMD EPYC; see
+  docs/benchmarks.md) this is the largest saving; elsewhere, for fewer than
   :data:`ONEDNN_MIN_ROWS` rows, under autocast, or with ``torch.backends.mkldnn.enabled =
   False`` it is ``torch.nn.functional.linear``.
 * :func:`rms_norm`: ``y = x / rms(x) · γ`` with ``rms(x) = sqrt(mean(x²) + ε)``; backward
@@ -49,10 +49,10 @@ __all__ = [
     "onednn_available",
     "rms_norm",
     "rotary_heads",
+    "use_onednn",
 ]
 
-# Below this many rows MKL's call overhead is smaller than oneDNN's (measured: 8 rows x 128 ->
-# 256 is 8 us on MKL, 16 us on oneDNN; at 64 rows oneDNN is 1.3x faster)
+# Below this many rows MKL's call overhead is smaller than oneDNN's (docs/benchmarks.md)
 ONEDNN_MIN_ROWS = 32
 
 
@@ -146,6 +146,17 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
+
+
+def use_onednn(model: nn.Module) -> nn.Module:
+    """Compute every ``nn.Linear`` of ``model`` by :func:`linear` (each becomes a
+    :class:`Linear`: the same parameters, tied weights and state-dict keys), in place; returns
+    ``model``. A family applies it once to the model it built, so its block parts stay the
+    plain ``nn.Linear`` layers of the lecture."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = Linear
+    return model
 
 
 # ---------------------------------------------------------------------------------------------

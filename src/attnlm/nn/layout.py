@@ -4,9 +4,8 @@ A decoding step multiplies one row per sequence by every weight matrix: a matrix
 product, bound by how fast the matrix streams from memory. ``nn.Linear`` keeps its weight
 ``W`` ``(out, in)`` row-major and computes ``x Wᵀ``; on the CPU BLAS this float32 product
 with few rows runs slower than the same product with ``W`` stored column-major (``Wᵀ``
-row-major, the layout of GPT-2's original ``Conv1D``), which BLAS streams in one pass: the 24
-matrices of a 6 x 384 GPT took 1.2x as long row-major at one row and 1.1x at 16 rows, one
-thread (``docs/benchmarks.md``, issue 20).
+row-major, the layout of GPT-2's original ``Conv1D``), which BLAS streams in one pass
+(measured in ``docs/benchmarks.md``).
 
 :func:`decoding_layout` stores the weights of a model's linear layers column-major in place:
 the same values, shapes, dtype and parameters (so tied weights stay tied, state dicts and

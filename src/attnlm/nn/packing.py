@@ -27,8 +27,8 @@ class Packing:
     it an eager-mode path.
 
     (Grouping the rows by length, so that attention pads each group only to its own longest
-    row, was measured and not kept: -1% to +3.5% on the built-in task, -3% to -10% on the
-    Tatoeba sample, whose batches carry less padding; docs/benchmarks.md.)
+    row, was measured and not kept: its extra kernel calls cost as much as the padding saved;
+    docs/benchmarks.md.)
     """
 
     def __init__(self, keep: Tensor) -> None:

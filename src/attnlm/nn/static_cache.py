@@ -16,7 +16,7 @@ Two ways of attending over the buffers:
   hold, so the tokens are the same (tested) and no mask is needed.
 * **fixed** (:meth:`StaticKVCache.fix`, a compiled decode step): the write position is a
   device tensor (:attr:`StaticKVCache.cursor`), :meth:`append` returns the whole buffers
-  ``(B, H_kv, max_len, D)`` and :meth:`visible` is the additive mask that hides the slots not
+  ``(B, H_kv, max_len, D)`` and :meth:`mask` is the additive mask that hides the slots not
   written yet. Every step then has the same shapes and the same Python values, which is what
   lets one ``torch.compile(fullgraph=True)`` graph (or one CUDA graph) serve every position
   without recompiling. The caller moves the cursor after each step (:meth:`commit`).
@@ -145,17 +145,25 @@ class StaticKVCache(KVCache):
         marked as static addresses for CUDA graphs)."""
         return [*self.k_buf, *self.v_buf, self.cursor]
 
-    def positions(self, t: int) -> Tensor:
+    def positions(self, t: int, device: torch.device, keep: Tensor | None = None) -> Tensor:
         """Fixed mode: the positions ``(T,)`` of the next ``t`` tokens in the buffers (which
-        are also their absolute positions: a fixed state never trims)."""
+        are also their absolute positions: a fixed state never trims), a device tensor, so
+        that every step is the same graph. Prefix mode: :meth:`KVCache.positions`."""
+        if not self.fixed:
+            return super().positions(t, device, keep)
+        if keep is not None:
+            raise InputError("a fixed decoding state takes no attention_mask")
         return self.cursor + torch.arange(t, device=self.cursor.device)
 
-    def visible(self, t: int, dtype: torch.dtype) -> Tensor:
-        """Fixed mode: the additive mask ``(T, max_len)`` of the next ``t`` queries: 0 on the
-        slots at or before each query's position, ``-inf`` after (not written yet, or in the
-        query's future)."""
+    def mask(self, t: int, dtype: torch.dtype) -> Tensor | None:
+        """Fixed mode: the additive mask ``(T, max_len)`` of the next ``t`` queries over the
+        whole buffers: 0 on the slots at or before each query's position, ``-inf`` after (not
+        written yet, or in the query's future). Prefix mode: None (causal, as
+        :class:`KVCache`)."""
+        if not self.fixed:
+            return None
         slots = torch.arange(self.max_len, device=self.cursor.device)  # (max_len,)
-        hidden = slots[None, :] > self.positions(t)[:, None]  # (T, max_len)
+        hidden = slots[None, :] > self.positions(t, self.cursor.device)[:, None]  # (T, max_len)
         zero = torch.zeros((), dtype=dtype, device=self.cursor.device)
         return zero.masked_fill(hidden, float("-inf"))
 

@@ -1,0 +1,218 @@
+"""The causal decoder that GPT (:mod:`attnlm.models.gpt`) and Llama (:mod:`attnlm.models.llama`)
+share: everything but the blocks and the positions, which each family builds and hands over.
+
+token ids -> token embedding (+ absolute positions) -> dropout -> N blocks (causal
+self-attention, rotary or ALiBi positions inside it) -> final norm -> LM head -> logits.
+
+One forward serves training, a full forward, and every decoding state: the state (a
+:class:`~attnlm.nn.cache.KVCache`, a static one, or :class:`~attnlm.nn.cache.NoCache` when
+there is none) says where the new tokens sit (``positions``) and what they may see
+(``mask``), so the forward has no branch per cache mode.
+
+Shape legend
+    B  batch size
+    T  new tokens in this call (the whole sequence without a cache)
+    S  tokens attended over: cached + T
+    C  model width (n_embd)
+    H  heads
+    V  vocabulary size
+    L  layers
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlm.errors import InputError
+from attnlm.models.base import ModelOutput, check_ids, check_targets, count_params, token_loss
+from attnlm.nn.blocks import dropout_layer
+from attnlm.nn.cache import KVCache, NoCache
+from attnlm.nn.masks import causal_mask, combine_masks, padding_mask
+from attnlm.nn.positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding
+from attnlm.nn.static_cache import StaticKVCache
+
+
+class Decoder(nn.Module):
+    """A decoder-only language model with GPT-2 initialisation, from a family's parts.
+
+    ``blocks``: the L transformer blocks; ``ln_f``: the final norm (an identity after
+    post-norm blocks, which end in a norm); positions, at most one of ``pos_emb`` (absolute,
+    added to the embeddings), ``rotary`` (rotates q and k) or ``alibi`` (a bias on the
+    scores). ``config`` needs ``vocab_size``, ``n_embd``, ``n_layer``, ``block_size``,
+    ``dropout`` and ``tie_embeddings``. Module names (the checkpoint keys): ``tok_emb``,
+    ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``.
+    """
+
+    static_state = True  # new_state(max_len=...): a static decoding state (nn/static_cache)
+    fixed_state = True  # forward honours a fixed state: a compiled step (generate/compiled)
+    prefix_step = True  # and compiles over the filled prefix with dynamic shapes (CPU default)
+
+    def __init__(
+        self,
+        config: Any,
+        blocks: list[nn.Module],
+        *,
+        ln_f: nn.Module,
+        pos_emb: nn.Module | None = None,
+        rotary: RotaryEmbedding | None = None,
+        alibi: ALiBi | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
+        self.pos_emb, self.rotary, self.alibi = pos_emb, rotary, alibi
+        self.drop = dropout_layer(c.dropout)
+        self.blocks = nn.ModuleList(blocks)
+        self.ln_f = ln_f
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight  # (V, C), one matrix for both ends
+        self.apply(self._init_weights)
+        # GPT-2: scale the residual projections by 1/sqrt(2L) (two residual adds per block)
+        for block in self.blocks:
+            for proj in (block.attn.out_proj, block.mlp.proj):
+                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """GPT-2 initialisation: N(0, 0.02) weights, zero biases, norms (1, 0)."""
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (nn.Embedding, LearnedPositionalEmbedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        ids: Tensor,
+        targets: Tensor | None = None,
+        return_attention: bool = False,
+        return_hidden: bool = False,
+        cache: KVCache | None = None,
+        attention_mask: Tensor | None = None,
+    ) -> ModelOutput:
+        """Logits ``(B, T, V)`` for every position of ``ids`` ``(B, T)``, and the loss against
+        ``targets`` ``(B, T)`` (the next token at each position; -100 is not predicted).
+
+        ``cache``: ``ids`` are only the new tokens, after what the cache holds; it is updated
+        in place. ``attention_mask`` ``(B, S)`` bool, False at (left) padding, over the cached
+        tokens too: each row's positions count only its real tokens, so a left-padded row
+        gives the same logits as the row alone. ``return_attention`` / ``return_hidden`` fill
+        ``attentions`` (this takes the explicit attention path) / ``hidden_states``.
+        """
+        state = NoCache() if cache is None else cache
+        keep = self._check_inputs(ids, state, attention_mask)  # (B, S) bool or None
+        T = ids.shape[1]
+        positions = state.positions(T, ids.device, keep)  # (T,), or (B, T) with padding
+        x = self.tok_emb(ids)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(positions).to(x.dtype)  # (T, C) or (B, T, C)
+        x = self.drop(x)
+        rotary = self._rotations(positions, x.dtype)  # (cos, sin) or None
+        mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
+        attend = dict(mask=mask, is_causal=mask is None, rotary=rotary, cache=cache)
+        attentions, hidden = [], [x]
+        for layer, block in enumerate(self.blocks):
+            x, weights, _ = block(x, layer=layer, need_weights=return_attention, **attend)
+            attentions.append(weights)
+            hidden.append(x)
+        state.advance(T)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        out = ModelOutput(logits=logits)
+        out.attentions = attentions if return_attention else None
+        out.hidden_states = hidden if return_hidden else None
+        if targets is not None:
+            check_targets(targets, ids)
+            out.loss, out.loss_sum, out.n_targets = token_loss(logits, targets)
+        return out
+
+    def _check_inputs(
+        self, ids: Tensor, state: NoCache, attention_mask: Tensor | None
+    ) -> Tensor | None:
+        """Shape, dtype and range of the token ids (:func:`~attnlm.models.base.check_ids`), a
+        cache of the right depth, an ``attention_mask`` of shape ``(B, cached + T)`` (returned
+        as bool)."""
+        check_ids(ids, self.config.vocab_size)
+        if isinstance(state, KVCache) and len(state.keys) != self.config.n_layer:
+            n = self.config.n_layer
+            raise InputError(f"cache has {len(state.keys)} layers, model.n_layer is {n}")
+        if state.fixed and (attention_mask is not None or self.alibi is not None):
+            raise InputError("a fixed decoding state takes no attention_mask and no ALiBi")
+        if attention_mask is None:
+            return None
+        expected = (ids.shape[0], state.length + ids.shape[1])
+        if attention_mask.shape != expected:
+            raise InputError(
+                f"attention_mask must be (B, cached + T) = {expected}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        return attention_mask.bool()
+
+    def _rotations(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
+        """Rotary ``(cos, sin)`` of ``positions``: computed in float32, used in ``dtype``."""
+        if self.rotary is None:
+            return None
+        cos, sin = self.rotary(positions)
+        return cos.to(dtype), sin.to(dtype)
+
+    def _mask(
+        self, state: NoCache, t: int, keep: Tensor | None, dtype: torch.dtype
+    ) -> Tensor | None:
+        """The additive mask every layer shares: the state's, or (with ALiBi or padding) the
+        causal mask ``(T, S)`` plus the ALiBi bias ``(H, T, S)`` and the padding mask
+        ``(B, 1, 1, S)``. None lets attention apply the causal rule itself, so the fused
+        kernel runs without a ``T x S`` tensor."""
+        if self.alibi is None and keep is None:
+            return state.mask(t, dtype)
+        s = state.length + t
+        bias = self.alibi(t, s).to(dtype) if self.alibi is not None else None
+        pad = padding_mask(keep, dtype) if keep is not None else None
+        causal = causal_mask(t, s, device=self.tok_emb.weight.device, dtype=dtype)
+        return combine_masks(bias, pad, causal)
+
+    # -- decoding state (docs/architecture.md) ---------------------------------------------
+
+    @property
+    def slides_past_window(self) -> bool:
+        """Whether decoding past ``block_size`` may slide the cache (drop its oldest entries):
+        true unless positions come from a learned table, which ends at ``block_size`` (then
+        the decoder recomputes the cropped context instead)."""
+        return not isinstance(self.pos_emb, LearnedPositionalEmbedding)
+
+    def new_cache(self) -> KVCache:
+        """An empty :class:`~attnlm.nn.cache.KVCache` with one slot per layer."""
+        return KVCache(self.config.n_layer)
+
+    def new_state(
+        self, batch: dict[str, Tensor] | None = None, *, max_len: int | None = None
+    ) -> KVCache:
+        """Decoding state for a batch: for a decoder-only model, an empty KV cache (the
+        prompt is fed through :meth:`step` like every later token). ``max_len``: a static
+        state (:class:`~attnlm.nn.static_cache.StaticKVCache`) whose buffers hold that many
+        positions, written in place."""
+        if max_len is not None:
+            return StaticKVCache(self.config.n_layer, max_len)
+        return self.new_cache()
+
+    def step(self, tokens: Tensor, state: KVCache) -> Tensor:
+        """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``."""
+        return self(tokens, cache=state).logits
+
+    # -- utilities -----------------------------------------------------------------------------
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Number of parameters (a tied matrix counted once). ``non_embedding`` leaves out the
+        token and learned position embeddings (Kaplan et al., 2020 count)."""
+        if not non_embedding:
+            return count_params(self)
+        exclude: tuple[nn.Module | None, ...] = (self.tok_emb, self.lm_head)
+        if isinstance(self.pos_emb, LearnedPositionalEmbedding):
+            exclude += (self.pos_emb,)
+        return count_params(self, exclude=exclude)
