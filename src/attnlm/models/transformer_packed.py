@@ -19,7 +19,7 @@ Shape legend
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,9 +27,6 @@ from torch import Tensor
 from attnlm.models.base import IGNORE_INDEX, ModelOutput, check_ids, check_targets, token_loss
 from attnlm.nn.masks import padding_mask
 from attnlm.nn.packing import Packing
-
-if TYPE_CHECKING:
-    from attnlm.models.transformer import Transformer
 
 
 def packing_applies(targets: Tensor | None, wants_more: bool) -> bool:
@@ -40,10 +37,11 @@ def packing_applies(targets: Tensor | None, wants_more: bool) -> bool:
 
 
 def packed_loss(
-    model: Transformer, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None, targets: Tensor
+    model: Any, src: Tensor, tgt_in: Tensor, src_mask: Tensor | None, targets: Tensor
 ) -> ModelOutput:
-    """The teacher-forced loss of ``model`` on ``src`` ``(B, S)``, ``tgt_in`` and ``targets``
-    ``(B, T)``, with logits ``(N, V)`` of the counted targets in row-major order."""
+    """The teacher-forced loss of ``model`` (a :class:`~attnlm.models.transformer.Transformer`)
+    on ``src`` ``(B, S)``, ``tgt_in`` and ``targets`` ``(B, T)``, with logits ``(N, V)`` of the
+    counted targets in row-major order."""
     src_mask = model._source_mask(src, src_mask)
     check_ids(tgt_in, model.config.vocab_size, "tgt_in")
     check_targets(targets, tgt_in)
