@@ -253,8 +253,8 @@ def bank_drift(
     from attnlm.errors import AttnlmError
 
     try:
-        from attnlm.checkpoint import load_model_ref
         from attnlm.inspect.contextual import contextual_word, format_table
+        from attnlm.sources import load_model_ref
 
         ck = load_model_ref(model="minilm")
         result = contextual_word(ck.model, ck.tokenizer, "bank", list(BANK_SENTENCES))

@@ -198,12 +198,12 @@ def evaluate_checkpoint(
     Without: the run's validation split (``val.bin`` beside the checkpoint when present,
     otherwise the training text named in the checkpoint's config, split again).
     ``model``: a pretrained name or Hugging Face folder instead of ``checkpoint``
-    (:func:`attnlm.checkpoint.load_model_ref`).
+    (:func:`attnlm.sources.load_model_ref`).
     """
-    from attnlm.checkpoint import load_model_ref
     from attnlm.data.corpus import load_text, split_text
     from attnlm.data.windows import read_token_file
     from attnlm.device import resolve_device
+    from attnlm.sources import load_model_ref
     from attnlm.tokenizers import encode_text
 
     if max_tokens is not None and max_tokens < 2:

@@ -115,6 +115,37 @@ def load_as_checkpoint(spec: str | os.PathLike[str], device: Any = "cpu") -> Any
     )
 
 
+def gguf_file(spec: str | os.PathLike[str]) -> Path | None:
+    """The ``.gguf`` file SPEC names (the file itself, a folder holding one, or a registered
+    name whose folder holds one), without loading it; None for every other kind of SPEC."""
+    text = str(spec)
+    path = Path(text).expanduser()
+    if not path.exists():
+        from attnlm.data.pretrained import pretrained_names, pretrained_path
+
+        if text not in pretrained_names():
+            return None
+        path = pretrained_path(text)
+    if path.is_file():
+        return path if path.suffix.lower() == ".gguf" else None
+    if is_hf_folder(path) or (path / "config.json").is_file():
+        return None
+    ggufs = sorted(path.glob("*.gguf"))
+    return ggufs[0] if len(ggufs) == 1 else None
+
+
+def load_model_ref(
+    checkpoint: str | os.PathLike[str] | None = None,
+    model: str | os.PathLike[str] | None = None,
+    device: Any = "cpu",
+) -> Any:
+    """:func:`load_as_checkpoint` of whichever of ``--checkpoint`` and ``--model`` a command
+    was given (exactly one; the two are spellings of one SPEC)."""
+    if (checkpoint is None) == (model is None):
+        raise InputError("give exactly one of --model SPEC and --checkpoint SPEC")
+    return load_as_checkpoint(model if model is not None else checkpoint, device)
+
+
 def _load_path(path: Path, spec: str, device: Any) -> Resolved:
     if path.is_file():
         if path.suffix.lower() == ".gguf":

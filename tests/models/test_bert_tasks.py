@@ -159,7 +159,7 @@ def encoder_folder(tmp_path_factory):
 
 
 def test_load_model_ref(mlm_folder):
-    from attnlm.checkpoint import load_model_ref
+    from attnlm.sources import load_model_ref
 
     ck = load_model_ref(model=str(mlm_folder))
     assert ck.family.type == "bert" and ck.tokenizer.kind == "wordpiece"
@@ -338,8 +338,8 @@ def test_contextual_gpt_checkpoint_left_context(tmp_path, capsys):
 
 
 def test_attention_on_a_bert_sentence_pair(encoder_folder, tmp_path, capsys):
-    from attnlm.checkpoint import load_model_ref
     from attnlm.inspect.record import inspect
+    from attnlm.sources import load_model_ref
 
     ck = load_model_ref(model=str(encoder_folder))
     text = "the animal didn't cross the street [SEP] because it was too tired."

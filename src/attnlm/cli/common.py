@@ -197,16 +197,6 @@ def add_pairs_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", metavar="PATH", default=None, type=text_file(as_given), help=help)
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """``--checkpoint DIR | --model NAME`` (one of them), resolved by
-    :func:`attnlm.checkpoint.load_model_ref`."""
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--checkpoint", metavar="DIR", help="attnlm run/checkpoint or HF model folder")
-    g.add_argument(
-        "--model", metavar="NAME", help="pretrained name (minilm) or Hugging Face model folder"
-    )
-
-
 # ---------------------------------------------------------------- options every kind of run shares
 
 

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_command, add_device_argument, add_model_arguments, arg, text_value
+from attnlm.cli.common import (
+    add_command,
+    add_device_argument,
+    add_model_spec_argument,
+    arg,
+    text_value,
+)
 from attnlm.validate import existing_file, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     f = add_command(sub, "fill-mask", _fill_mask)
-    add_model_arguments(f)
+    add_model_spec_argument(f, checkpoint_synonym=True)
     f.add_argument(
         "text", type=text_value, help='a text with [MASK], e.g. "the capital of france is [MASK]."'
     )
@@ -21,13 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_device_argument(f, "cpu")
 
     e = add_command(sub, "embed", _embed)
-    add_model_arguments(e)
+    add_model_spec_argument(e, checkpoint_synonym=True)
     e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
     e.add_argument("--json", action="store_true", help='print {"cosine": [[...]]}')
     add_device_argument(e, "cpu")
 
     c = add_command(sub, "contextual", _contextual)
-    add_model_arguments(c)
+    add_model_spec_argument(c, checkpoint_synonym=True)
     c.add_argument("--word", required=True, type=text_value, help="the word to follow, e.g. bank")
     c.add_argument(
         "sentences", nargs="+", metavar="SENTENCE", type=text_value, help="at least two sentences"
@@ -43,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from attnlm.checkpoint import load_model_ref
     from attnlm.device import resolve_device
+    from attnlm.sources import load_model_ref
 
     return load_model_ref(args.checkpoint, args.model, resolve_device(args.device))
 

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument(
         "text", nargs="*", type=text_value, help="sentences to translate (default: stdin lines)"
     )
-    t.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    add_model_spec_argument(t, checkpoint_synonym=True)
     add_pairs_argument(t)
     t.add_argument(
         "--beam", type=arg(positive_int), default=1, metavar="K", help="beam size (1: no beam)"
@@ -140,12 +140,12 @@ def _generate(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     import torch
 
-    from attnlm.checkpoint import load_checkpoint
     from attnlm.data.pairs import PairTokenizers
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.generate.sampling import SamplingConfig
     from attnlm.generate.translate import translate
+    from attnlm.sources import load_model_ref
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -174,7 +174,7 @@ def _translate(args: argparse.Namespace) -> int:
         texts = [t for t in read_stdin(empty_ok=True).splitlines() if t.strip()]
     if not texts:
         raise InputError("nothing to translate: give sentences, --pairs FILE or stdin lines")
-    ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
+    ck = load_model_ref(args.checkpoint, args.model, resolve_device(args.device))
     if "translate" not in ck.family.capabilities:
         raise InputError(f"{ck.path}: a {ck.family.type} model does not translate")
     tok = ck.pair_tokenizers or PairTokenizers.from_tokenizers(ck.tokenizer)

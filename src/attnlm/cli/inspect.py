@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_command, add_device_argument, add_model_arguments, arg, text_value
+from attnlm.cli.common import (
+    add_command,
+    add_device_argument,
+    add_model_spec_argument,
+    arg,
+    text_value,
+)
 from attnlm.validate import non_negative_int, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "attention", _attention)
-    add_model_arguments(p)
+    add_model_spec_argument(p, checkpoint_synonym=True)
     p.add_argument(
         "--text",
         required=True,
@@ -65,11 +71,11 @@ def _attention(args: argparse.Namespace) -> int:
     Run a checkpoint on a text and draw its attention: every layer x head (self-attention; cross-
     attention source x target for translation models), or one layer/head with the weights written in
     the cells. Works for every model family."""
-    from attnlm.checkpoint import load_model_ref
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.inspect.heatmap import plot_attention_panels
     from attnlm.inspect.record import inspect
+    from attnlm.sources import load_model_ref
 
     if not args.out and not args.html:
         raise InputError("give --out FILE.png and/or --html FILE.html")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_command, arg, as_given, text_file
+from attnlm.cli.common import add_command, add_model_spec_argument, arg, as_given, text_file
 from attnlm.validate import positive_int
 
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
@@ -25,21 +25,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "params",
-        help="parameter counts of a model preset",
+        help="parameter counts of a model preset or a model",
         description=(
-            "Build the model of a preset (no weights are allocated) and print its parameter "
-            "count per module, the exact total and, for transformers, the 12·L·d² estimate "
-            "(for Llama its own formula) and the KV-cache bytes per token of decoders. "
-            "Presets without model.vocab_size (the tokenizer decides it) use --vocab-size, else "
-            f"train.bpe_vocab_size, else {DEFAULT_VOCAB_SIZE}."
+            "Print a model's parameter count per module, the exact total and, for transformers, "
+            "the 12·L·d² estimate (for Llama its own formula) and the KV-cache bytes per token "
+            "of decoders. --preset builds the preset's model without allocating weights; "
+            "presets without model.vocab_size (the tokenizer decides it) use --vocab-size, else "
+            f"train.bpe_vocab_size, else {DEFAULT_VOCAB_SIZE}. --model SPEC counts a real model; "
+            "a GGUF file is counted from its header (with the bytes each tensor type takes), "
+            "without loading the weights."
         ),
     )
-    p.add_argument(
-        "--preset",
-        required=True,
-        type=text_file(as_given),
-        help="built-in preset name or path to a TOML file",
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--preset", type=text_file(as_given), help="built-in preset name or path to a TOML file"
     )
+    add_model_spec_argument(which, required=False)
     p.add_argument("--vocab-size", type=arg(positive_int), help="override model.vocab_size")
     p.set_defaults(func=_params)
 
@@ -108,9 +109,9 @@ def _params(args: argparse.Namespace) -> int:
 
     from attnlm.config import load_preset
     from attnlm.errors import ConfigError
-    from attnlm.inspect.params import format_kv_cache, format_llama_lines, format_param_table
-    from attnlm.models import registry
 
+    if args.model is not None:
+        return _model_params(args.model)
     preset = load_preset(args.preset)
     if "model" not in preset:
         raise ConfigError(f"preset {args.preset!r} has no [model] table")
@@ -127,12 +128,56 @@ def _params(args: argparse.Namespace) -> int:
             f"(model.vocab_size is not in the preset; using {size} from "
             f"{source}, pass --vocab-size to change it)"
         )
-        data = registry.complete_table(data, vocab_size=size)
-    family, config = registry.make_config(data)
+        data["vocab_size"] = size
+    family, config = _make(data)
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
         model = family.model(config)
-    what = family.describe(config) if family.describe else family.type
-    print(f"preset {args.preset}: {what}")
+    _print_params(f"preset {args.preset}", family, config, model, note)
+    return 0
+
+
+def _make(table: dict) -> tuple:
+    from attnlm.models import registry
+
+    return registry.make_config(registry.complete_table(table))
+
+
+def _model_params(spec: str) -> int:
+    """``params --model SPEC``: a GGUF file from its header (the model built on the meta
+    device, no weights read), any other model loaded."""
+    import torch
+
+    from attnlm.sources import gguf_file, load_as_checkpoint
+
+    path = gguf_file(spec)
+    if path is None:
+        ck = load_as_checkpoint(spec)
+        _print_params(f"model {spec}", ck.family, ck.model.config, ck.model)
+        return 0
+    from attnlm.models import gguf
+
+    family, config = _make(gguf.read_config(path))
+    with torch.device("meta"):
+        model = family.model(config)
+    _print_params(f"model {path}", family, config, model)
+    stats = gguf.tensor_stats(path)
+    total = sum(r["bytes"] for r in stats["by_type"].values())
+    print(
+        f"in the file: {stats['parameters']:,} parameters in "
+        f"{sum(r['tensors'] for r in stats['by_type'].values())} tensors, {total / 2**20:,.1f} MiB"
+    )
+    print(f"{'type':<8}{'tensors':>9}{'parameters':>15}{'MiB':>10}{'bits/param':>12}")
+    for name, r in stats["by_type"].items():
+        bits = 8 * r["bytes"] / r["parameters"] if r["parameters"] else 0.0
+        mib = r["bytes"] / 2**20
+        print(f"{name:<8}{r['tensors']:>9}{r['parameters']:>15,}{mib:>10,.1f}{bits:>12.2f}")
+    return 0
+
+
+def _print_params(what: str, family, config, model, note: str = "") -> None:
+    from attnlm.inspect.params import format_kv_cache, format_llama_lines, format_param_table
+
+    print(f"{what}: {family.describe(config) if family.describe else family.type}")
     if note:
         print(note)
     # the 12·L·d² estimate counts GPT-style blocks: only for families with attention heads
@@ -146,4 +191,3 @@ def _params(args: argparse.Namespace) -> int:
         print(format_llama_lines(config))
     if heads and "generate" in family.capabilities and hasattr(config, "n_layer"):
         print(format_kv_cache(config))
-    return 0

@@ -12,14 +12,15 @@ from attnlm.validate import existing_file, int_in_range, positive_int
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "serve", _serve)
     p.add_argument(
-        "--checkpoint",
+        "--model",
         action="append",
         default=[],
-        metavar="DIR",
-        help="run or checkpoint folder to serve (repeatable; choose the model in the page)",
+        metavar="SPEC",
+        help="a model to serve (repeatable; choose it in the page): run or checkpoint folder, "
+        "Hugging Face folder, .gguf file, registered name or Hub id org/name",
     )
     p.add_argument(
-        "--model", action="append", default=[], metavar="NAME", help="a named pretrained model"
+        "--checkpoint", action="append", default=[], metavar="SPEC", help="the same as --model"
     )
     p.add_argument(
         "--port",
@@ -59,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
     from attnlm.web.service import DEFAULT_MAX_CHARS, load_service, resolve_named_model
 
     if not args.checkpoint and not args.model:
-        raise InputError("nothing to serve: give --checkpoint DIR (repeatable) or --model NAME")
+        raise InputError("nothing to serve: give --model SPEC (repeatable)")
     max_chars = args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS
     use_threads(args)
     static = None

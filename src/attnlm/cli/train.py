@@ -12,6 +12,7 @@ from attnlm.cli.common import (
     add_corpus_arguments,
     add_data_dir_argument,
     add_device_argument,
+    add_model_spec_argument,
     add_pairs_argument,
     add_runtime_arguments,
     add_seed_argument,
@@ -167,11 +168,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
 
     e = add_command(sub, "eval", _eval)
-    which = e.add_mutually_exclusive_group(required=True)
-    which.add_argument("--checkpoint", metavar="DIR", help="run or checkpoint folder")
-    which.add_argument(
-        "--model", metavar="NAME", help="pretrained name or Hugging Face model folder"
-    )
+    add_model_spec_argument(e, checkpoint_synonym=True)
     add_text_argument(e)
     add_pairs_argument(e)
     e.add_argument(
@@ -309,6 +306,10 @@ def _eval(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    spec = args.model if args.model is not None else args.checkpoint
+    # an attnlm run keeps its own data (the validation split, the pairs' test split); any
+    # other model (a Hugging Face folder, a .gguf file, a name) is evaluated on --text
+    args.checkpoint, args.model = (spec, None) if _is_run(spec) else (None, spec)
     if args.checkpoint is not None and _trains_on_pairs(args.checkpoint):
         return _eval_pairs(args)
     if args.pairs is not None:
@@ -351,6 +352,21 @@ def _export(args: argparse.Namespace) -> int:
     path = export_checkpoint(args.checkpoint, args.out)
     print(f"exported {args.checkpoint} -> {path}")
     return 0
+
+
+def _is_run(spec: str) -> bool:
+    """Whether SPEC is an attnlm run or checkpoint folder (not a Hugging Face folder)."""
+    from attnlm.checkpoint import resolve_checkpoint
+    from attnlm.sources import is_hf_folder
+
+    path = Path(spec).expanduser()
+    if not path.is_dir() or is_hf_folder(path):
+        return False
+    try:
+        resolve_checkpoint(path)
+    except InputError:
+        return False
+    return True
 
 
 def _trains_on_pairs(checkpoint: str) -> bool:

@@ -1,6 +1,6 @@
 """Loading served models: a :class:`~attnlm.web.service.model.ModelService` for a checkpoint
 or run folder, or for a named pretrained model / Hugging Face folder (``attnlm serve
---model``). Checkpoints are read through :func:`attnlm.checkpoint.load_model_ref`; the family
+--model``). Checkpoints are read through :func:`attnlm.sources.load_model_ref`; the family
 and its capabilities come from the model-family registry.
 """
 
@@ -18,7 +18,14 @@ def _service_name(path: Path) -> str:
     p = path.resolve()
     if p.name in ("checkpoint", "checkpoint.old") and p.parent.name:
         return p.parent.name
+    if p.suffix.lower() == ".gguf":
+        return p.stem
     return p.name or "model"
+
+
+def _is_name(model: str | None) -> bool:
+    """A registered name or Hub id (shown as given), not a path."""
+    return model is not None and not Path(model).expanduser().exists()
 
 
 def load_service(
@@ -33,18 +40,18 @@ def load_service(
     InputError.
 
     The one place that loads served models (through
-    :func:`attnlm.checkpoint.load_model_ref`): the family and its capabilities come from the
+    :func:`attnlm.sources.load_model_ref`): the family and its capabilities come from the
     registry entry the checkpoint names (``fill-mask`` only where the model has its masked-LM
     head); a translation checkpoint is served with its pair tokenizers.
     """
-    from attnlm.checkpoint import load_model_ref
+    from attnlm.sources import load_model_ref
 
     ck = load_model_ref(path, model, device)
     capabilities = set(ck.family.capabilities)
     if getattr(ck.model, "head", True) is None:  # a BertModel folder (minilm): no masked-LM head
         capabilities.discard("fill-mask")
     return ModelService(
-        name=name or (model if model is not None else _service_name(Path(ck.path))),
+        name=name or (model if _is_name(model) else _service_name(Path(ck.path))),
         model=ck.model,
         tokenizer=ck.pair_tokenizers or ck.tokenizer,  # both sides for a translation model
         family=ck.family.type,
