@@ -138,8 +138,9 @@ def test_unknown_model_is_one_line(cli, tmp_path):
 def test_smollm2_on_generate_eval_attention_params(tmp_path):
     smollm2_file(fetch=True)
     name = "smollm2-135m-instruct"
-    r = attnlm_process("generate", "--model", name, "--prompt", "The capital of France is",
-                       "--temperature", "0", "--max-new-tokens", "4", threads=2, timeout=600)  # fmt: skip
+    prompt = "The capital of France is"
+    r = attnlm_process("generate", "--model", name, "--prompt", prompt, "--temperature", "0",
+                       "--max-new-tokens", "4", threads=2, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
     text = tmp_path / "t.txt"
