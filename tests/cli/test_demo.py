@@ -36,6 +36,12 @@ def test_demo_writes_everything(romeo_file, tmp_path, capsys):
     assert (out / "compare" / "compare.json").is_file()
     # the MiniLM coda: the bank table when the wheel is available, else a one-line note
     assert "cos(S1,S2)" in printed or "skipped the BERT coda" in printed
+    # the LLM coda: one chat turn and the lens table, or a one-line note when SmolLM2 is missing
+    if "skipped the LLM coda" not in printed:
+        assert "assistant: The capital of France is Paris." in printed
+        lens = printed[printed.index("== the logit lens") :].splitlines()
+        assert lens[2].startswith("layer 30") and "Paris" in lens[2]
+        assert (out / "lens.png").read_bytes()[:4] == b"\x89PNG"
     # the static side: ROMEO has no "bank"
     assert "(no static vector: 'bank' is rare in this text)" in printed
 

@@ -30,6 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="10s",
         help="training budget per model of the compare table (0 skips that part)",
     )
+    p.add_argument(
+        "--no-llm",
+        dest="llm",
+        action="store_false",
+        help="skip the real-LLM coda (SmolLM2-135M-Instruct: one chat turn, the logit lens)",
+    )
     add_text_argument(p, default="the built-in corpus")
     add_threads_argument(p)
     p.add_argument(
@@ -50,5 +56,6 @@ def _demo(args: argparse.Namespace) -> int:
         args.overwrite,
         translate_budget=args.translate_budget,
         compare_budget=args.compare_budget,
+        llm=args.llm,
     )
     return 0

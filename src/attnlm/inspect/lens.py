@@ -11,6 +11,7 @@ predictions kept per cell, ``V`` vocabulary, ``C`` width.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,24 +59,28 @@ class Lens:
             ],
         }
 
-    def grid(self) -> tuple[list[str], list[list[str]], list[list[float]]]:
+    def grid(
+        self, rows: Sequence[int] | None = None
+    ) -> tuple[list[str], list[list[str]], list[list[float]]]:
         """What the table and the picture show: the row names, last layer first, and for each
-        row the top token's label and probability at each position."""
-        rows = list(reversed(range(len(self.layers))))
+        row the top token's label and probability at each position (``rows``: only these
+        row indices, 0 = the embeddings)."""
+        rows = sorted(range(len(self.layers)) if rows is None else rows, reverse=True)
         names = [self.layers[r] for r in rows]
         labels = [[cell[0] for cell in self.top_tokens[r]] for r in rows]
         probs = [self.top_probs[r, :, 0].tolist() for r in rows]
         return names, labels, probs
 
-    def table(self, width: int = 12) -> str:
-        """A text table: one row per layer (last layer first, as the model stacks them), one
-        column per position, the top prediction and its probability in each cell."""
+    def table(self, width: int = 12, rows: Sequence[int] | None = None) -> str:
+        """A text table: one row per layer (last layer first, as the model stacks them; only
+        ``rows`` if given), one column per position, the top prediction and its probability
+        in each cell."""
         from attnlm.inspect.heatmap import token_labels
 
         def cut(s: str, n: int) -> str:
             return s if len(s) <= n else s[: n - 1] + "\u2026"
 
-        names, labels, probs = self.grid()
+        names, labels, probs = self.grid(rows)
         name_w = max(len(n) for n in names)
         head = [cut(t, width).ljust(width) for t in token_labels(self.tokens)]
         lines = [" " * name_w + "  " + " ".join(head)]
