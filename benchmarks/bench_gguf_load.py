@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import harness  # benchmarks/harness.py: --quick, machine facts, JSON lines
 
 OURS = """
 import json, resource, sys, time, torch
@@ -68,7 +69,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--file", type=Path, default=None, help="a GGUF file (default: SmolLM2)")
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"rounds": 1})
+    harness.header("gguf_load")
+    if not harness.require("gguf_load", "transformers", "gguf", "accelerate"):
+        return
     path = args.file
     if path is None:
         from attnlm.data.pretrained import PRETRAINED, pretrained_path
@@ -85,7 +89,7 @@ def main() -> None:
 
     model_bytes = ours[0]["model"]
     result = {
-        "benchmark": "gguf_load",
+        "bench": "gguf_load",
         "file": path.name,
         "rounds": args.rounds,
         "attnlm_wall_s": round(med(ours, "wall"), 3),
@@ -95,7 +99,6 @@ def main() -> None:
         "transformers_cpu_s": round(med(peer, "cpu"), 3),
         "attnlm_peak_rss_over_model": round(med(ours, "rss") / model_bytes, 3),
         "transformers_peak_rss_over_model": round(med(peer, "rss") / model_bytes, 3),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.python_version()}",
     }
     print(
         f"load {path.name} with its tokenizer, median of {args.rounds}:\n"
@@ -106,7 +109,7 @@ def main() -> None:
         f"{result['transformers_peak_rss_over_model']:.2f}x\n"
         f"  speed-up {result['speedup_wall']:.1f}x"
     )
-    print(json.dumps(result))
+    harness.emit(result)
 
 
 if __name__ == "__main__":
