@@ -12,17 +12,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.cli.common import add_model_spec_argument, arg, text_file, text_value
-from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
-from attnlm.validate import (
-    device,
-    existing_path,
-    finite_float,
-    int_in_range,
-    positive_int,
-    seed,
-    threads,
+from attnlm.cli.common import (
+    add_model_spec_argument,
+    add_runtime_arguments,
+    add_sampling_arguments,
+    text_file,
+    text_value,
 )
+from attnlm.validate import existing_path
 
 HELP_LINE = "/reset: forget the conversation  /system TEXT: set the system message  Ctrl-D: end"
 
@@ -61,29 +58,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a Jinja chat template to use instead of the model's",
     )
     p.add_argument("--json", action="store_true", help="scripted: print the reply as JSON")
-    p.add_argument(
-        "--max-new-tokens",
-        type=arg(int_in_range, lo=0, hi=MAX_NEW_TOKENS_LIMIT),
-        default=256,
-        help="per reply (at most the model's window)",
+    # greedy by default: a scripted question gets one reproducible answer
+    add_sampling_arguments(
+        p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="default 256, per reply"
     )
-    p.add_argument(
-        "--temperature",
-        type=arg(finite_float, lo=0.0),
-        default=0.0,
-        help="0 (the default) is greedy",
-    )
-    p.add_argument("--top-k", type=arg(positive_int), default=None)
-    p.add_argument("--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None)
-    p.add_argument("--seed", type=arg(seed), default=None)
     p.add_argument(
         "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
     )
     p.add_argument(
         "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
     )
-    p.add_argument("--device", default="auto", type=arg(device))
-    p.add_argument("--threads", type=arg(threads), default=None)
+    add_runtime_arguments(p)
     # interactive turns are read from stdin line by line; a bad line is refused and the
     # conversation goes on (not a document read at once: no reads_stdin)
     p.set_defaults(func=_chat)

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import add_model_spec_argument, arg, text_file, text_value
-from attnlm.validate import device, int_in_range, output_file
+from attnlm.cli.common import (
+    add_model_spec_argument,
+    add_runtime_arguments,
+    arg,
+    text_file,
+    text_value,
+    use_threads,
+)
+from attnlm.validate import int_in_range, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
     )
-    p.add_argument("--device", default="cpu", type=arg(device))
+    add_runtime_arguments(p, device="cpu")
     p.set_defaults(func=_lens)
 
 
@@ -59,6 +66,7 @@ def _lens(args: argparse.Namespace) -> int:
         text = read_file_text(args.text_file, "text file", InputError).rstrip("\n")
     else:
         text = args.text
+    use_threads(args)
     model, tok, info = resolve(args.model, resolve_device(args.device))
     lens = logit_lens(model, tok, text, k=args.top)
     if args.out:
