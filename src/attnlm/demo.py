@@ -1,4 +1,4 @@
-"""``attnlm demo``: the main job end to end, in about four minutes on a laptop CPU.
+"""``attnlm demo``: the main job end to end, in about five minutes on a laptop CPU.
 
 Fetches the default corpus, trains the CPU preset (``shakespeare-char``) under a wall-clock
 budget with a progress bar, evaluates on the held-out split (loss, perplexity, bits per
