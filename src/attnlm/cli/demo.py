@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """train, evaluate, sample and plot on Shakespeare, then the other families and a real LLM (~5 min)"""
+    """train, sample and plot on Shakespeare, then the other families and a real LLM (~5 min)"""
     run_demo(
         Path(args.out),
         args.preset,
