@@ -57,7 +57,7 @@ from attnlm.nn.score_functions import (
 )
 
 # decoding one query per row: above this many rows x heads the two explicit matmuls beat the
-# fused kernel on CPU, below it the fused kernel wins (measured, docs/benchmarks.md)
+# fused kernel on CPU, below it the fused kernel wins (measured)
 SINGLE_QUERY_ROWS = 64
 
 

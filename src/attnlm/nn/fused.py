@@ -14,8 +14,8 @@ under ``torch.compile`` the callers use the plain ops too (the compiler fuses th
   (``torch.ops.mkldnn._linear_pointwise``, an internal PyTorch operator, so
   :func:`onednn_available` checks it once against ``F.linear``); the backward's two products
   ``dx = dy W`` and ``dW = dyᵀ x`` go through it too.
-  On x86 CPUs where MKL's float32 GEMM is not tuned for these shapes (AMD EPYC; see
-  docs/benchmarks.md) this is the largest saving; elsewhere, for fewer than
+  On x86 CPUs where MKL's float32 GEMM is not tuned for these shapes (AMD EPYC) this is
+  the largest saving; elsewhere, for fewer than
   :data:`ONEDNN_MIN_ROWS` rows, under autocast, or with ``torch.backends.mkldnn.enabled =
   False`` it is ``torch.nn.functional.linear``.
 * :func:`rms_norm`: ``y = x / rms(x) · γ`` with ``rms(x) = sqrt(mean(x²) + ε)``; backward
@@ -52,7 +52,7 @@ __all__ = [
     "use_onednn",
 ]
 
-# Below this many rows MKL's call overhead is smaller than oneDNN's (docs/benchmarks.md)
+# Below this many rows MKL's call overhead is smaller than oneDNN's (measured)
 ONEDNN_MIN_ROWS = 32
 
 

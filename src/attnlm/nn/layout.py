@@ -4,8 +4,7 @@ A decoding step multiplies one row per sequence by every weight matrix: a matrix
 product, bound by how fast the matrix streams from memory. ``nn.Linear`` keeps its weight
 ``W`` ``(out, in)`` row-major and computes ``x Wᵀ``; on the CPU BLAS this float32 product
 with few rows runs slower than the same product with ``W`` stored column-major (``Wᵀ``
-row-major, the layout of GPT-2's original ``Conv1D``), which BLAS streams in one pass
-(measured in ``docs/benchmarks.md``).
+row-major, the layout of GPT-2's original ``Conv1D``), which BLAS streams in one pass.
 
 :func:`decoding_layout` stores the weights of a model's linear layers column-major in place:
 the same values, shapes, dtype and parameters (so tied weights stay tied, state dicts and

@@ -27,8 +27,7 @@ class Packing:
     it an eager-mode path.
 
     (Grouping the rows by length, so that attention pads each group only to its own longest
-    row, was measured and not kept: its extra kernel calls cost as much as the padding saved;
-    docs/benchmarks.md.)
+    row, was measured and not kept: its extra kernel calls cost as much as the padding saved.)
     """
 
     def __init__(self, keep: Tensor) -> None:
