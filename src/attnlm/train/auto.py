@@ -2,7 +2,8 @@
 uses when no ``--preset`` is given.
 
 The recipe is ``shakespeare-char``'s (a rotary GPT, short warmup, cosine to the end of the
-run, :file:`configs/shakespeare-char.toml`), with the tokenizer and the model size chosen from the corpus:
+run, :file:`configs/shakespeare-char.toml`), with the tokenizer and the model size chosen from
+the corpus:
 
 * **tokenizer**: characters for a corpus under :data:`CHAR_LIMIT` characters (a small corpus
   has too few repetitions to learn subwords from, and characters leave no word unknown);
