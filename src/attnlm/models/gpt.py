@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
+    Decoding,
     Family,
     ModelOutput,
     check_ids,
@@ -123,10 +124,6 @@ class GPT(nn.Module):
     ``ln_f`` (final norm; identity for post-norm, whose blocks already end in a norm),
     ``lm_head``.
     """
-
-    static_state = True  # new_state(max_len=...): a static decoding state (nn/static_cache)
-    fixed_state = True  # forward honours a fixed state: a compiled step (generate/compiled)
-    prefix_step = True  # and compiles over the filled prefix with dynamic shapes (CPU default)
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -375,4 +372,7 @@ FAMILY = Family(
     description="decoder-only transformer LM (Radford et al. 2018, 2019)",
     hf_types=(gpt2.MODEL_TYPE,),
     describe=_describe,
+    decoding=Decoding(
+        positions=lambda c: c.positions, static_state=True, fixed_state=True, prefix_step=True
+    ),
 )

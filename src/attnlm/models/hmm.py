@@ -63,7 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.base import Decoding, Family, ModelOutput, check_ids, count_params, token_loss
 
 LOG_FLOOR = -69.0  # log(1e-30): the smallest log-probability EM stores (finite logits)
 EM_CHUNK = 1 << 24  # E-step chunk size in (rows x positions x states) values, ~64 MB float32
@@ -174,8 +174,6 @@ def forward_filter(
 
 class HMMLM(nn.Module):
     """A hidden Markov model language model (see the module docstring)."""
-
-    unbounded_context = True  # the filtered distribution serves any context length
 
     def __init__(self, config: HMMConfig) -> None:
         super().__init__()
@@ -413,4 +411,5 @@ FAMILY = Family(
     description="hidden Markov model LM: forward algorithm, Viterbi, Baum-Welch EM "
     "(Baum et al. 1970, Rabiner 1989)",
     describe=_describe,
+    decoding=Decoding(positions="none", window=False),
 )

@@ -43,7 +43,7 @@ from typing import Any
 from torch import nn
 
 from attnlm.errors import ConfigError
-from attnlm.models.base import Family
+from attnlm.models.base import Decoding, Family
 from attnlm.models.gpt import GPT
 from attnlm.models.hf import llama as hf_llama
 from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
@@ -234,4 +234,5 @@ FAMILY = Family(
     "(Touvron et al. 2023)",
     hf_types=(hf_llama.MODEL_TYPE,),
     describe=_describe,
+    decoding=Decoding(positions="rope", static_state=True, fixed_state=True, prefix_step=True),
 )
