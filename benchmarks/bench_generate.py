@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from attnlm.generate import generate
+from attnlm.generate import SamplingConfig, generate
 from attnlm.models.gpt import GPT
 
 RUN_DIR = Path("runs/bench_generate")
@@ -109,7 +109,9 @@ def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=
         prompt = (prompt + torch.arange(batch)[:, None]) % ours.config.vocab_size
 
     def greedy(**kw):
-        return lambda: generate(ours, prompt, n, temperature=0, use_cache=True, **kw)
+        return lambda: generate(
+            ours, prompt, SamplingConfig(temperature=0, max_new_tokens=n), use_cache=True, **kw
+        )
 
     def run_hf():
         with torch.no_grad():
