@@ -117,6 +117,76 @@ def _grow(t: torch.Tensor, need: int, total: int) -> torch.Tensor:
     return torch.cat([t, pad], dim=1)
 
 
+class _Rows:
+    """The tokens of a batch of prompts (B, cap), kept on the device and grown in chunks, and
+    where each row ends: after ``n_new`` tokens, after ``eos_id``, or when ``on_token`` says.
+
+    Without ``on_token`` and ``eos_id`` nothing is copied from the device inside the loop; with
+    them each step's new tokens are copied once (not once per row)."""
+
+    def __init__(
+        self,
+        prompts: Sequence[Sequence[int]],
+        n_new: int,
+        device: torch.device,
+        on_token: TokenCallback | None,
+        eos_id: int | None,
+    ) -> None:
+        self.lens = [len(p) for p in prompts]
+        self.n_new, self.on_token, self.eos_id = n_new, on_token, eos_id
+        self.total = max(self.lens) + n_new  # positions the decode reaches
+        B, cap = len(prompts), min(self.total, max(self.lens) + BUFFER_CHUNK)
+        self.tokens = torch.zeros(B, cap, dtype=torch.long, device=device)  # (B, cap)
+        self.known = torch.zeros(B, cap, dtype=torch.bool, device=device)  # prompt positions
+        for r, p in enumerate(prompts):
+            self.tokens[r, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
+            self.known[r, : len(p)] = True
+        self.lens_t = torch.tensor(self.lens, device=device)
+        self.ends = self.lens_t + n_new  # (B,) position after each row's last new token
+        self.finished = torch.zeros(B, dtype=torch.bool, device=device)  # ended by eos
+        self.stopped = [False] * B  # ended by the callback
+        self.seen = [0] * B  # new tokens the callback has seen per row
+
+    def context(self, pos: int) -> torch.Tensor:
+        """``tokens[:, :pos]`` (B, pos), the buffer grown first to hold position ``pos``."""
+        if pos >= self.tokens.size(1):
+            self.tokens = _grow(self.tokens, pos + 1, self.total)
+            self.known = _grow(self.known, pos + 1, self.total)
+        return self.tokens[:, :pos]
+
+    def put(self, pos: int, nxt: torch.Tensor) -> bool:
+        """Write the step's tokens ``nxt`` (B,) at ``pos`` (a row still inside its prompt keeps
+        the prompt's token); True when every row has ended."""
+        self.tokens[:, pos] = torch.where(self.known[:, pos], self.tokens[:, pos], nxt)
+        if self.on_token is None and self.eos_id is None:
+            return False
+        generating = (pos >= self.lens_t) & (pos < self.ends) & ~self.finished
+        row_tokens, row_active = nxt.tolist(), generating.tolist()  # one copy a step
+        for r, token in enumerate(row_tokens):
+            if not row_active[r] or self.stopped[r]:
+                continue
+            self.seen[r] += 1
+            if self.on_token is not None and self.on_token(r, token):
+                self.stopped[r] = True
+        if self.eos_id is not None:
+            self.finished |= generating & (nxt == self.eos_id)
+        ended = [f or s for f, s in zip(self.finished.tolist(), self.stopped)]
+        return all(e or pos + 1 >= end for e, end in zip(ended, self.ends.tolist()))
+
+    def new_tokens(self, pos: int) -> list[list[int]]:
+        """Each row's new tokens once the decode stopped at ``pos``: up to its end token (kept)
+        or the token on which the callback stopped it (kept)."""
+        out = []
+        for r, row in enumerate(self.tokens[:, :pos].tolist()):
+            new = row[self.lens[r] : self.lens[r] + self.n_new]
+            if self.stopped[r]:
+                new = new[: self.seen[r]]
+            if self.eos_id is not None and self.eos_id in new:
+                new = new[: new.index(self.eos_id) + 1]
+            out.append(new)
+        return out
+
+
 def check_sampling(sampling: SamplingConfig | None) -> SamplingConfig:
     """``sampling``, or the default :class:`SamplingConfig` for None; anything else is a
     one-line InputError (the decoders take one config, not loose fields)."""
@@ -188,58 +258,20 @@ def decode(
     device = model_device(model)
     if generator is None and sampling.seed is not None and not greedy:
         generator = torch.Generator(device=device).manual_seed(sampling.seed)
-    B = len(prompts)
-    lens = [len(p) for p in prompts]
-    total = max(lens) + n_new
-    cap = min(total, max(lens) + BUFFER_CHUNK)
-    tokens = torch.zeros(B, cap, dtype=torch.long, device=device)  # (B, cap)
-    known = torch.zeros(B, cap, dtype=torch.bool, device=device)
-    for r, p in enumerate(prompts):
-        tokens[r, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
-        known[r, : len(p)] = True
-    lens_t = torch.tensor(lens, device=device)
-    finished = torch.zeros(B, dtype=torch.bool, device=device)  # ended by eos
-    ends = lens_t + n_new  # (B,) position after each row's last new token
-    stopped = [False] * B  # ended by the callback
-    seen = [0] * B  # new tokens the callback has seen per row (kept when it stops the row)
-    watch = on_token is not None or eos_id is not None
+    rows = _Rows(prompts, n_new, device, on_token, eos_id)
     with eval_mode(model):
         ctx = _Context(model, plan, state_batch)
-        pos = min(lens)
-        while pos < total and n_new > 0:
-            if pos >= tokens.size(1):
-                tokens, known = _grow(tokens, pos + 1, total), _grow(known, pos + 1, total)
-            logits = ctx.logits(tokens[:, :pos], pos)  # (B, V)
+        pos = min(rows.lens)  # every row advances from the shortest prompt on
+        while pos < rows.total and n_new > 0:
+            logits = ctx.logits(rows.context(pos), pos)  # (B, V)
             if process is not None:
-                logits = process(logits, pos, total)
+                logits = process(logits, pos, rows.total)
             nxt = pick(logits, specs, greedy, generator)  # (B,)
-            tokens[:, pos] = torch.where(known[:, pos], tokens[:, pos], nxt)
-            if watch:
-                generating = (pos >= lens_t) & (pos < ends) & ~finished
-                row_tokens, row_active = nxt.tolist(), generating.tolist()  # one copy a step
-                for r in range(B):
-                    if not row_active[r] or stopped[r]:
-                        continue
-                    seen[r] += 1
-                    if on_token is not None and on_token(r, row_tokens[r]):
-                        stopped[r] = True
-                if eos_id is not None:
-                    finished |= generating & (nxt == eos_id)
-                done = [finished_r or stopped_r for finished_r, stopped_r in
-                        zip(finished.tolist(), stopped)]  # fmt: skip
-                if all(done[r] or pos + 1 >= ends_r for r, ends_r in enumerate(ends.tolist())):
-                    pos += 1
-                    break
+            ended = rows.put(pos, nxt)
             pos += 1
-    out = []
-    for r, row in enumerate(tokens[:, :pos].tolist()):
-        new = row[lens[r] : lens[r] + n_new]
-        if stopped[r]:  # up to and including the token on which the callback stopped it
-            new = new[: seen[r]]
-        if eos_id is not None and eos_id in new:
-            new = new[: new.index(eos_id) + 1]
-        out.append(new)
-    return out
+            if ended:
+                break
+    return rows.new_tokens(pos)
 
 
 def _lookahead(model, prompt, max_new_tokens, lookahead, on_token) -> list[int]:
