@@ -363,6 +363,11 @@ def _describe(c: GPTConfig) -> str:
     )
 
 
+def _positions(config: GPTConfig) -> str:
+    """Each config chooses its position scheme (a named function: families pickle)."""
+    return config.positions
+
+
 FAMILY = Family(
     type="gpt",
     config=GPTConfig,
@@ -372,7 +377,5 @@ FAMILY = Family(
     description="decoder-only transformer LM (Radford et al. 2018, 2019)",
     hf_types=(gpt2.MODEL_TYPE,),
     describe=_describe,
-    decoding=Decoding(
-        positions=lambda c: c.positions, static_state=True, fixed_state=True, prefix_step=True
-    ),
+    decoding=Decoding(positions=_positions, static_state=True, fixed_state=True, prefix_step=True),
 )
