@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
-from attnlm.generate import generate
+from attnlm.generate import SamplingConfig, generate
 from attnlm.models import from_hf, save_hf
 from attnlm.models.gpt import GPT
 
@@ -111,7 +111,9 @@ def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=
         prompt = (prompt + torch.arange(batch)[:, None]) % ours.config.vocab_size
 
     def greedy(**kw):
-        return lambda: generate(ours, prompt, n, temperature=0, use_cache=True, **kw)
+        return lambda: generate(
+            ours, prompt, SamplingConfig(temperature=0, max_new_tokens=n), use_cache=True, **kw
+        )
 
     def run_hf():
         with torch.no_grad():

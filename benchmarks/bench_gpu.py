@@ -76,7 +76,7 @@ def gpt2_pair(shape: dict, dev: torch.device, tmp: str):
 
 
 def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
-    from attnlm.generate import generate
+    from attnlm.generate import SamplingConfig, generate
     from attnlm.generate.compiled import compiled_step
 
     rows = []
@@ -104,8 +104,12 @@ def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
             return run
 
         runners = {
-            "ours_plain": lambda p=prompt: generate(ours, p, n, temperature=0, lookahead=0),
-            "ours_compiled": lambda p=prompt: generate(ours, p, n, temperature=0, compile=step),
+            "ours_plain": lambda p=prompt: generate(
+                ours, p, SamplingConfig(temperature=0, max_new_tokens=n), lookahead=0
+            ),
+            "ours_compiled": lambda p=prompt: generate(
+                ours, p, SamplingConfig(temperature=0, max_new_tokens=n), compile=step
+            ),
             "hf_dynamic": hf(ref),
         }
         if ref_static is not None:

@@ -51,6 +51,7 @@ def run_demo(
     from attnlm.data.windows import read_token_file
     from attnlm.evaluation import evaluate_ids
     from attnlm.fileio import atomic_write_text
+    from attnlm.generate.sampling import SamplingConfig
     from attnlm.generate.text import generate_text
     from attnlm.inspect.heatmap import plot_attention_grid
     from attnlm.inspect.record import inspect
@@ -95,9 +96,8 @@ def run_demo(
     prompts = [p for p in DEMO_PROMPTS if _encodable(tok, p)]
     filler = "\n" if _encodable(tok, "\n") else tok.decode([0])
     prompts += [filler] * (len(DEMO_PROMPTS) - len(prompts))
-    samples = generate_text(
-        model, tok, prompts, max_new_tokens=240, temperature=0.8, top_k=40, seed=0
-    )
+    sampling = SamplingConfig(max_new_tokens=240, temperature=0.8, top_k=40, seed=0)
+    samples = generate_text(model, tok, prompts, sampling)
     for i, (p, s) in enumerate(zip(prompts, samples), 1):
         log(f"--- sample {i} ---\n{p}{s}\n")
 

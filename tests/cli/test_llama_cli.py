@@ -12,7 +12,7 @@ import torch
 
 from attnlm.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.cli import main
-from attnlm.generate import decode
+from attnlm.generate import SamplingConfig, decode
 from attnlm.inspect.record import inspect
 from attnlm.models import from_hf, registry
 
@@ -58,7 +58,7 @@ def test_generate_and_attention_commands(hf_run, tmp_path, capsys):
     ck = load_checkpoint(run)
     assert registry.family_of(ck.model).type == "llama" and ck.model.config.n_kv_head == 2
     ids = tok.encode(PROMPT)
-    (expected,) = decode(model, [ids], max_new_tokens=12, temperature=0)
+    (expected,) = decode(model, [ids], SamplingConfig(temperature=0, max_new_tokens=12))
     capsys.readouterr()
     assert main(["generate", "--checkpoint", str(run), "--prompt", PROMPT, "--temperature", "0",
                  "--max-new-tokens", "12"]) == 0  # fmt: skip
@@ -104,7 +104,9 @@ def test_explorer_serves_the_family(hf_run):
         assert got.shape == want.shape and torch.allclose(got, want, atol=2e-5)
         body = {"text": PROMPT, "temperature": 0, "max_new_tokens": 6, "model": "llama"}
         status, data = request(srv.url + "api/generate", body)
-        (expected,) = decode(model, [tok.encode(PROMPT)], max_new_tokens=6, temperature=0)
+        (expected,) = decode(
+            model, [tok.encode(PROMPT)], SamplingConfig(temperature=0, max_new_tokens=6)
+        )
         assert status == 200 and data["continuation"] == tok.decode(expected)
     finally:
         srv.shutdown()

@@ -46,9 +46,15 @@ def _decode(model, sources, n, compile=False, static=True, temperature=0.0):
     setup = model.prepare_decoding(sources)
     g = torch.Generator().manual_seed(5)
     return decode(
-        model, setup.prompts, n, temperature=temperature, top_k=8, generator=g,
-        state_batch=setup.state_batch, process=setup.process, static=static, compile=compile,
-    )  # fmt: skip
+        model,
+        setup.prompts,
+        SamplingConfig(temperature=temperature, top_k=8, max_new_tokens=n),
+        generator=g,
+        state_batch=setup.state_batch,
+        process=setup.process,
+        static=static,
+        compile=compile,
+    )
 
 
 @pytest.fixture

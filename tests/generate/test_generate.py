@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.generate import apply_filters, decode, generate, generate_text
+from attnlm.generate import SamplingConfig, apply_filters, decode, generate, generate_text
 from attnlm.generate.filters import FILTERS, temperature, top_k, top_p
 from attnlm.models.gpt import GPT, GPTConfig
 
@@ -89,7 +89,9 @@ def test_top_k_sampling_only_draws_allowed_tokens():
         with torch.no_grad():
             logits = model(ids).logits[:, -1]
         allowed = set(torch.topk(logits, 3).indices[0].tolist())
-        nxt = generate(model, ids, 1, temperature=1.5, top_k=3, generator=gen)[0, -1].item()
+        nxt = generate(
+            model, ids, SamplingConfig(temperature=1.5, top_k=3, max_new_tokens=1), generator=gen
+        )[0, -1].item()
         assert nxt in allowed
         ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
 
@@ -111,18 +113,21 @@ def reference_greedy(model, ids, n):
 def test_cache_equals_recompute_within_window(positions):
     model = tiny_gpt(positions)
     ids = torch.randint(40, (3, 4), generator=torch.Generator().manual_seed(1))
-    cached = generate(model, ids, 12, temperature=0, use_cache=True)
-    full = generate(model, ids, 12, temperature=0, use_cache=False)
+    cached = generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=12), use_cache=True)
+    full = generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=12), use_cache=False)
     assert torch.equal(cached, full)
     assert torch.equal(full, reference_greedy(model, ids, 12))
     # seeded sampling also agrees token for token
-    s1 = generate(model, ids, 12, 0.9, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    s1 = generate(
+        model,
+        ids,
+        SamplingConfig(temperature=0.9, top_p=0.9, max_new_tokens=12),
+        generator=torch.Generator().manual_seed(3),
+    )
     s2 = generate(
         model,
         ids,
-        12,
-        0.9,
-        top_p=0.9,
+        SamplingConfig(temperature=0.9, top_p=0.9, max_new_tokens=12),
         use_cache=False,
         generator=torch.Generator().manual_seed(3),
     )
@@ -132,44 +137,54 @@ def test_cache_equals_recompute_within_window(positions):
 def test_learned_positions_crop_beyond_the_window():
     model = tiny_gpt("learned", block=8)
     ids = torch.randint(40, (2, 5), generator=torch.Generator().manual_seed(2))
-    cached = generate(model, ids, 20, temperature=0, use_cache=True)  # 25 > block 8
+    cached = generate(
+        model, ids, SamplingConfig(temperature=0, max_new_tokens=20), use_cache=True
+    )  # 25 > block 8
     assert cached.shape == (2, 25)
     assert torch.equal(cached, reference_greedy(model, ids, 20))
-    assert torch.equal(cached, generate(model, ids, 20, temperature=0, use_cache=False))
+    assert torch.equal(
+        cached,
+        generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=20), use_cache=False),
+    )
 
 
 def test_rope_sliding_window_equals_recompute_on_the_last_window():
     # One layer: a trimmed cache of RoPE keys is exactly the cropped window's keys.
     model = tiny_gpt("rope", n_layer=1, block=8)
     ids = torch.randint(40, (2, 6), generator=torch.Generator().manual_seed(4))
-    cached = generate(model, ids, 24, temperature=0, use_cache=True)
+    cached = generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=24), use_cache=True)
     assert torch.equal(cached, reference_greedy(model, ids, 24))
 
 
 def test_long_prompt_is_cropped_to_the_window():
     model = tiny_gpt("rope", n_layer=1, block=8)
     ids = torch.randint(40, (1, 20), generator=torch.Generator().manual_seed(5))
-    out = generate(model, ids, 5, temperature=0)
+    out = generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=5))
     assert torch.equal(out, reference_greedy(model, ids, 5))
 
 
 def test_batched_prompts_of_different_lengths_match_one_at_a_time():
     model = tiny_gpt("rope")
     prompts = [[1, 2, 3, 4, 5, 6], [7], [8, 9, 10]]
-    batched = decode(model, prompts, 9, temperature=0)
-    alone = [decode(model, [p], 9, temperature=0)[0] for p in prompts]
+    batched = decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=9))
+    alone = [
+        decode(model, [p], SamplingConfig(temperature=0, max_new_tokens=9))[0] for p in prompts
+    ]
     assert batched == alone
     assert [len(r) for r in batched] == [9, 9, 9]
 
 
 def test_generate_api_greedy_and_training_mode_restored():
     model = tiny_gpt("learned").train()
-    out = generate(model, torch.tensor([[1, 2]]), max_new_tokens=3, temperature=0.0)
+    out = generate(model, torch.tensor([[1, 2]]), SamplingConfig(temperature=0.0, max_new_tokens=3))
     assert out.shape == (1, 5) and out.dtype == torch.long
     assert model.training
-    assert torch.equal(generate(model, torch.tensor([[1, 2]]), 0), torch.tensor([[1, 2]]))
+    assert torch.equal(
+        generate(model, torch.tensor([[1, 2]]), SamplingConfig(max_new_tokens=0)),
+        torch.tensor([[1, 2]]),
+    )
     with pytest.raises(InputError):
-        decode(model, [[]], 3)
+        decode(model, [[]], SamplingConfig(max_new_tokens=3))
 
 
 # -- text level: stop strings, streaming, bad prompts ----------------------------------------
@@ -178,7 +193,7 @@ def test_generate_api_greedy_and_training_mode_restored():
 def test_stop_strings_and_streaming():
     tok = CharTok("abcdefghijklmnopqrstuvwxyz .\n")
     model = tiny_gpt("rope", vocab=tok.vocab_size)
-    full = generate_text(model, tok, ["ab"], max_new_tokens=30, temperature=0)[0]
+    full = generate_text(model, tok, ["ab"], SamplingConfig(temperature=0, max_new_tokens=30))[0]
     assert len(full) == 30
     stop = full[10:12]
     cut = full.find(stop)
@@ -187,25 +202,35 @@ def test_stop_strings_and_streaming():
         model,
         tok,
         ["ab"],
-        max_new_tokens=30,
-        temperature=0,
-        stop=[stop],
+        SamplingConfig(temperature=0, max_new_tokens=30, stop=[stop]),
         on_text=lambda r, p: pieces.append(p),
     )[0]
     assert text == full[:cut]
     assert "".join(pieces) == text  # the stop string itself is never printed
     # streaming without stop strings prints everything, piece by piece
     pieces.clear()
-    generate_text(model, tok, ["ab"], 30, temperature=0, on_text=lambda r, p: pieces.append(p))
+    generate_text(
+        model,
+        tok,
+        ["ab"],
+        SamplingConfig(temperature=0, max_new_tokens=30),
+        on_text=lambda r, p: pieces.append(p),
+    )
     assert "".join(pieces) == full and len(pieces) > 1
 
 
 def test_seeded_sampling_is_reproducible():
     tok = CharTok("abcdefghijklmnopqrstuvwxyz .\n")
     model = tiny_gpt("rope", vocab=tok.vocab_size, sharpen=1.0)
-    a = generate_text(model, tok, ["ab", "c"], 20, temperature=1.0, top_k=5, seed=7)
-    b = generate_text(model, tok, ["ab", "c"], 20, temperature=1.0, top_k=5, seed=7)
-    c = generate_text(model, tok, ["ab", "c"], 20, temperature=1.0, top_k=5, seed=8)
+    a = generate_text(
+        model, tok, ["ab", "c"], SamplingConfig(temperature=1.0, top_k=5, max_new_tokens=20, seed=7)
+    )
+    b = generate_text(
+        model, tok, ["ab", "c"], SamplingConfig(temperature=1.0, top_k=5, max_new_tokens=20, seed=7)
+    )
+    c = generate_text(
+        model, tok, ["ab", "c"], SamplingConfig(temperature=1.0, top_k=5, max_new_tokens=20, seed=8)
+    )
     assert a == b and a != c
 
 
@@ -213,17 +238,17 @@ def test_prompt_with_unknown_characters_is_a_clear_error():
     tok = CharTok("abc")
     model = tiny_gpt("rope", vocab=3)
     with pytest.raises(InputError, match="cannot encode"):
-        generate_text(model, tok, ["abé"], 5)
+        generate_text(model, tok, ["abé"], SamplingConfig(max_new_tokens=5))
     with pytest.raises(InputError, match="empty"):
-        generate_text(model, tok, [""], 5)
+        generate_text(model, tok, [""], SamplingConfig(max_new_tokens=5))
 
 
 def test_bad_sampling_values():
     model = tiny_gpt()
     with pytest.raises(ConfigError):
-        generate(model, torch.tensor([[1]]), 2, temperature=-1.0)
+        generate(model, torch.tensor([[1]]), SamplingConfig(temperature=-1.0, max_new_tokens=2))
     with pytest.raises(ConfigError):
-        generate(model, torch.tensor([[1]]), 2, top_p=1.5)
+        generate(model, torch.tensor([[1]]), SamplingConfig(top_p=1.5, max_new_tokens=2))
 
 
 # -- lookahead drafts (prompt-lookup decoding) -------------------------------------------------
@@ -274,10 +299,10 @@ class CountingGPT(torch.nn.Module):
 def test_lookahead_gives_the_greedy_tokens_with_fewer_passes(positions, sharpen):
     model = CountingGPT(tiny_gpt(positions, block=64, sharpen=sharpen))
     prompt = [[3, 1, 4, 1, 5, 9, 2, 6]]
-    fast = decode(model, prompt, 50, temperature=0, lookahead=8)
+    fast = decode(model, prompt, SamplingConfig(temperature=0, max_new_tokens=50), lookahead=8)
     passes = model.calls
     model.calls = 0
-    slow = decode(model, prompt, 50, temperature=0, lookahead=0)
+    slow = decode(model, prompt, SamplingConfig(temperature=0, max_new_tokens=50), lookahead=0)
     assert fast == slow and len(fast[0]) == 50
     assert model.calls == 50  # one pass per token: the prefill gives the first
     ref = reference_greedy(model.inner, torch.tensor(prompt), 50)[0, 8:].tolist()
@@ -292,8 +317,7 @@ def test_lookahead_respects_stop_callback():
     out = decode(
         model,
         [[1, 2, 3]],
-        40,
-        temperature=0,
+        SamplingConfig(temperature=0, max_new_tokens=40),
         on_token=lambda r, t: seen.append(t) or len(seen) == 7,
     )
     assert len(out[0]) == 7 and out[0] == seen
@@ -304,7 +328,9 @@ def test_lookahead_rejected_drafts_are_undone(monkeypatch):
 
     model = CountingGPT(tiny_gpt("rope", block=64, sharpen=1.0))
     prompt = [3, 1, 4, 1, 5]
-    truth = decode(model, [prompt], 40, temperature=0, lookahead=0)[0]
+    truth = decode(model, [prompt], SamplingConfig(temperature=0, max_new_tokens=40), lookahead=0)[
+        0
+    ]
     full = prompt + truth
 
     def half_right(seq, k, max_ngram=4):
@@ -321,7 +347,10 @@ def test_lookahead_rejected_drafts_are_undone(monkeypatch):
         return inner(ids, cache=cache, **kw)
 
     monkeypatch.setattr(model, "forward", recording)
-    assert decode(model, [prompt], 40, temperature=0, lookahead=6)[0] == truth
+    assert (
+        decode(model, [prompt], SamplingConfig(temperature=0, max_new_tokens=40), lookahead=6)[0]
+        == truth
+    )
     # prefill, then each pass commits the next token and two accepted guesses; the four wrong
     # guesses are fed too but dropped from the cache again
     assert held[:5] == [0, 5, 8, 11, 14]

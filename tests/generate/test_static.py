@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlm.errors import InputError
-from attnlm.generate import decode, generate
+from attnlm.generate import SamplingConfig, decode, generate
 from attnlm.generate.compiled import CompiledStep
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.transformer import Transformer, TransformerConfig
@@ -28,12 +28,12 @@ def _prompts(batch: int) -> list[list[int]]:
     return [RAGGED[r % len(RAGGED)] + [r % 40] * (r // len(RAGGED)) for r in range(batch)]
 
 
-def _both(model, prompts, n, **kw):
+def _both(model, prompts, sampling, **kw):
     """Tokens with the growing cache and with the static state (a fresh seeded generator each)."""
     out = []
     for static in (False, True):
         g = torch.Generator().manual_seed(7)
-        out.append(decode(model, prompts, n, generator=g, lookahead=0, static=static, **kw))
+        out.append(decode(model, prompts, sampling, generator=g, lookahead=0, static=static, **kw))
     return out
 
 
@@ -42,7 +42,9 @@ def _both(model, prompts, n, **kw):
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_gpt_static_state_gives_the_dynamic_cache_tokens(batch, temperature, positions):
     model = _gpt(positions=positions)
-    dynamic, static = _both(model, _prompts(batch), 30, temperature=temperature, top_k=10)
+    dynamic, static = _both(
+        model, _prompts(batch), SamplingConfig(temperature=temperature, top_k=10, max_new_tokens=30)
+    )
     assert static == dynamic
     assert all(len(row) == 30 for row in static)
 
@@ -50,13 +52,13 @@ def test_gpt_static_state_gives_the_dynamic_cache_tokens(batch, temperature, pos
 def test_sliding_window_static_state_equals_dynamic():
     """Past the window (relative positions) the static state slides by trimming in place."""
     model = _gpt(positions="rope", block_size=8)
-    dynamic, static = _both(model, _prompts(5), 25, temperature=0.0)
+    dynamic, static = _both(model, _prompts(5), SamplingConfig(temperature=0.0, max_new_tokens=25))
     assert static == dynamic
 
 
 def test_learned_positions_past_the_window_equal_dynamic():
     model = _gpt(block_size=8)
-    dynamic, static = _both(model, _prompts(3), 12, temperature=0.0)
+    dynamic, static = _both(model, _prompts(3), SamplingConfig(temperature=0.0, max_new_tokens=12))
     assert static == dynamic
 
 
@@ -137,10 +139,10 @@ def test_transformer_static_state_gives_the_dynamic_tokens(batch, temperature):
     model = _transformer()
     sources = [[3 + (r % 7), 4 + (r % 5), 5][: 1 + r % 3] for r in range(batch)]
     setup = model.prepare_decoding(sources)
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=20)
     dynamic, static = _both(
-        model, setup.prompts, 20, temperature=temperature, state_batch=setup.state_batch,
-        process=setup.process,
-    )  # fmt: skip
+        model, setup.prompts, sampling, state_batch=setup.state_batch, process=setup.process
+    )
     assert static == dynamic
     state = model.new_state(setup.state_batch, max_len=21)
     model.step(torch.tensor(setup.prompts), state)
@@ -160,12 +162,24 @@ def test_compiled_step_is_one_graph_without_recompiling(prefix, temperature=1.0)
     assert step.prefix is prefix
     prompts = _prompts(4)
     g = torch.Generator().manual_seed(3)
-    want = decode(model, prompts, 64, temperature=temperature, generator=g, lookahead=0)
+    want = decode(
+        model,
+        prompts,
+        SamplingConfig(temperature=temperature, max_new_tokens=64),
+        generator=g,
+        lookahead=0,
+    )
     torch._dynamo.reset()
     with torch._dynamo.config.patch(error_on_recompile=True):
         for _ in range(2):  # the second call reuses the graph (and the state's buffers)
             g = torch.Generator().manual_seed(3)
-            got = decode(model, prompts, 64, temperature=temperature, generator=g, compile=step)
+            got = decode(
+                model,
+                prompts,
+                SamplingConfig(temperature=temperature, max_new_tokens=64),
+                generator=g,
+                compile=step,
+            )
             assert got == want
 
 
@@ -180,9 +194,14 @@ def test_prefix_mode_serves_every_length_and_batch_size_with_one_graph():
     calls += [([[i, i + 1] for i in range(5)], 10), ([[7], [8, 9, 10]], 25)]
     torch._dynamo.reset()
     for i, (prompts, n) in enumerate(calls):
-        want = decode(model, prompts, n, temperature=0, lookahead=0)
+        want = decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=n), lookahead=0)
         with torch._dynamo.config.patch(error_on_recompile=i not in (0, 2)):
-            assert decode(model, prompts, n, temperature=0, compile=step) == want
+            assert (
+                decode(
+                    model, prompts, SamplingConfig(temperature=0, max_new_tokens=n), compile=step
+                )
+                == want
+            )
         assert not any(s.fixed for s in step._states.values())
 
 
@@ -197,9 +216,9 @@ def test_compiled_step_reads_weights_changed_between_decodes(prefix, tmp_path):
     model = _gpt(block_size=64)
     step = CompiledStep(model, backend="eager", prefix=prefix)
     prompts = _prompts(3)
-    assert decode(model, prompts, 20, temperature=0, compile=step) == decode(
-        model, prompts, 20, temperature=0, lookahead=0
-    )
+    assert decode(
+        model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), compile=step
+    ) == decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), lookahead=0)
     tok = CharTokenizer.train("abc")
     save_checkpoint(tmp_path / "ck", model, {"model": {"type": "gpt"}}, tok, {"step": 0})
     assert model.blocks[0].attn.qkv_proj.weight.is_contiguous()  # row-major again
@@ -211,9 +230,12 @@ def test_compiled_step_reads_weights_changed_between_decodes(prefix, tmp_path):
         model(ids, targets=ids).loss.backward()
         opt.step()
     model.eval()
-    want = decode(model, prompts, 20, temperature=0, lookahead=0)
+    want = decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), lookahead=0)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        assert decode(model, prompts, 20, temperature=0, compile=step) == want
+        assert (
+            decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), compile=step)
+            == want
+        )
 
 
 def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window():
@@ -224,8 +246,12 @@ def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window()
     step = compiled_step(model, backend="eager")
     ids = torch.tensor([[1, 2, 3]])
     torch._dynamo.reset()
-    want = generate(model, ids, 30, temperature=0, lookahead=0)  # past the window
-    assert torch.equal(generate(model, ids, 30, temperature=0, compile=step), want)
+    want = generate(
+        model, ids, SamplingConfig(temperature=0, max_new_tokens=30), lookahead=0
+    )  # past the window
+    assert torch.equal(
+        generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=30), compile=step), want
+    )
     with pytest.raises(InputError, match="no compiled decode step"):
         CompiledStep(_gpt(positions="alibi"))
 
@@ -233,10 +259,20 @@ def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window()
 @pytest.mark.slow
 def test_inductor_compiled_step_gives_the_eager_tokens():
     model = _gpt(block_size=96)
-    want = generate(model, torch.tensor([[1, 2, 3], [4, 5, 6]]), 40, temperature=0, lookahead=0)
+    want = generate(
+        model,
+        torch.tensor([[1, 2, 3], [4, 5, 6]]),
+        SamplingConfig(temperature=0, max_new_tokens=40),
+        lookahead=0,
+    )
     torch._dynamo.reset()
     with torch._dynamo.config.patch(error_on_recompile=True):
-        got = generate(model, torch.tensor([[1, 2, 3], [4, 5, 6]]), 40, temperature=0, compile=True)
+        got = generate(
+            model,
+            torch.tensor([[1, 2, 3], [4, 5, 6]]),
+            SamplingConfig(temperature=0, max_new_tokens=40),
+            compile=True,
+        )
     assert torch.equal(got, want)
 
 

@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.text import _RowText, generate_text
 from attnlm.tokenizers import BPETokenizer, CharTokenizer, WordTokenizer
 
@@ -123,10 +124,10 @@ def test_generate_stream_equals_batch_text(bpe):
     model, _, _ = registry.build({**table, "n_head": 2, "n_embd": 16})
     model.eval()
     for stop in ((), ("\u00e9",), ("a", "\u4e2d")):
-        kw = dict(max_new_tokens=120, temperature=1.0, seed=3, stop=stop)
-        batch = generate_text(model, bpe, ["caf"], **kw)[0]
+        sampling = SamplingConfig(max_new_tokens=120, temperature=1.0, seed=3, stop=stop)
+        batch = generate_text(model, bpe, ["caf"], sampling)[0]
         pieces = []
         streamed = generate_text(
-            model, bpe, ["caf"], on_text=lambda r, p, out=pieces: out.append(p), **kw
+            model, bpe, ["caf"], sampling, on_text=lambda r, p, out=pieces: out.append(p)
         )
         assert "".join(pieces) == streamed[0] == batch

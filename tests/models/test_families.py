@@ -346,12 +346,14 @@ def test_reordered_cache_equals_recomputing_the_reordered_rows():
 
 
 def test_decode_stops_rows_at_the_end_token():
-    from attnlm.generate import decode
+    from attnlm.generate import SamplingConfig, decode
 
     model = tiny_gpt()
-    free = decode(model, [[1, 2], [3, 4, 5]], max_new_tokens=12, temperature=0)
+    free = decode(model, [[1, 2], [3, 4, 5]], SamplingConfig(temperature=0, max_new_tokens=12))
     eos = free[0][3]  # a token row 0 produces
-    stopped = decode(model, [[1, 2], [3, 4, 5]], max_new_tokens=12, temperature=0, eos_id=eos)
+    stopped = decode(
+        model, [[1, 2], [3, 4, 5]], SamplingConfig(temperature=0, max_new_tokens=12), eos_id=eos
+    )
     assert stopped[0] == free[0][: free[0].index(eos) + 1]
     row1 = free[1][: free[1].index(eos) + 1] if eos in free[1] else free[1]
     assert stopped[1] == row1
@@ -371,9 +373,11 @@ def test_beam_search_equals_transformers_gpt2(tmp_path):
     ours = hf_gpt2.load(tmp_path).double()
     hf = hf.double()
     prompts = [[5, 6, 7], [9, 1, 2]]
-    from attnlm.generate import decode
+    from attnlm.generate import SamplingConfig, decode
 
-    eos = decode(ours, prompts[:1], max_new_tokens=3, temperature=0, lookahead=0)[0][2]
+    eos = decode(ours, prompts[:1], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0)[
+        0
+    ][2]
     ended_early = 0
     for k, lp, es in itertools.product([1, 2, 4], [1.0, 0.0, 2.0], [False, True, "never"]):
         with torch.no_grad():
@@ -391,10 +395,12 @@ def test_beam_search_equals_transformers_gpt2(tmp_path):
 
 
 def test_one_beam_is_greedy_decoding():
-    from attnlm.generate import beam_search, decode
+    from attnlm.generate import SamplingConfig, beam_search, decode
 
     model = tiny_gpt()
-    greedy = decode(model, [[1, 2, 3]], max_new_tokens=8, temperature=0, eos_id=4, lookahead=0)
+    greedy = decode(
+        model, [[1, 2, 3]], SamplingConfig(temperature=0, max_new_tokens=8), eos_id=4, lookahead=0
+    )
     assert beam_search(model, [[1, 2, 3]], 1, max_new_tokens=8, eos_id=4) == greedy
 
 

@@ -299,10 +299,12 @@ def test_low_precision_forward_stays_in_dtype(positions):
 
 @pytest.mark.parametrize("positions", SCHEMES)
 def test_decoding_slides_past_the_window_unless_positions_are_a_learned_table(positions):
-    """What the decoding loop asks the model: a learned table ends at block_size (the loop
-    recomputes a cropped context), every other scheme extends (the cache slides)."""
-    from attnlm.models.llama import Llama, LlamaConfig
+    """What the decoding plan reads from the family record: a learned table ends at
+    block_size (the loop recomputes a cropped context), every other scheme extends (the cache
+    slides)."""
+    from attnlm.models.llama import LlamaConfig
+    from attnlm.models.registry import get
 
-    assert GPT(tiny(positions=positions)).slides_past_window == (positions != "learned")
+    assert get("gpt").decoding.slides(tiny(positions=positions)) == (positions != "learned")
     llama = LlamaConfig(vocab_size=37, block_size=16, n_layer=1, n_head=2, n_embd=16)
-    assert Llama(llama).slides_past_window  # rotary positions
+    assert get("llama").decoding.slides(llama)  # rotary positions

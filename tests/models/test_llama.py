@@ -139,7 +139,7 @@ def test_training_gradients_equal_transformers(tmp_path, name):
 
 @pytest.mark.parametrize("name", ["gqa-tied", "mqa", "gqa-llama3"])
 def test_greedy_decoding_equals_transformers_generate(tmp_path, name):
-    from attnlm.generate import decode
+    from attnlm.generate import SamplingConfig, decode
 
     hf = make_hf(eager=False, **SHAPES[name])
     hf.save_pretrained(tmp_path)
@@ -149,15 +149,17 @@ def test_greedy_decoding_equals_transformers_generate(tmp_path, name):
         ref = hf.generate(torch.tensor(prompts), max_new_tokens=30, do_sample=False,
                           eos_token_id=None, pad_token_id=0)  # fmt: skip
     for lookahead in (0, 8):  # plain cached steps, and the draft-and-verify path
-        mine = decode(ours, prompts, max_new_tokens=30, temperature=0, lookahead=lookahead)
+        mine = decode(
+            ours, prompts, SamplingConfig(temperature=0, max_new_tokens=30), lookahead=lookahead
+        )
         assert mine == [r[4:] for r in ref.tolist()]
-    one = decode(ours, prompts[:1], max_new_tokens=30, temperature=0, lookahead=8)
+    one = decode(ours, prompts[:1], SamplingConfig(temperature=0, max_new_tokens=30), lookahead=8)
     assert one[0] == ref[0, 4:].tolist()
 
 
 @pytest.mark.parametrize("name", ["gqa-tied", "mqa"])
 def test_beam_search_equals_transformers(tmp_path, name):
-    from attnlm.generate import beam_search, decode
+    from attnlm.generate import SamplingConfig, beam_search, decode
 
     hf = make_hf(eager=False, **SHAPES[name])
     with torch.no_grad():
@@ -166,7 +168,9 @@ def test_beam_search_equals_transformers(tmp_path, name):
     ours = hf_llama.load(tmp_path).double()
     hf = hf.double()
     prompts = [[5, 6, 7], [9, 3, 2]]
-    eos = decode(ours, prompts[:1], max_new_tokens=3, temperature=0, lookahead=0)[0][2]
+    eos = decode(ours, prompts[:1], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0)[
+        0
+    ][2]
     ended_early = 0
     for k, lp, es in itertools.product([2, 4], [1.0, 0.0], [False, True]):
         with torch.no_grad():

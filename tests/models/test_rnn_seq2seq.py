@@ -253,7 +253,7 @@ def test_bad_inputs_are_input_errors():
 
 @pytest.mark.parametrize("variant", VARIANTS[:1] + VARIANTS[4:5], ids=["bahdanau", "luong-feed"])
 def test_greedy_and_beam_decoding_batched(variant):
-    from attnlm.generate import beam_search, decode
+    from attnlm.generate import SamplingConfig, beam_search, decode
     from attnlm.generate.translate import translate_ids
 
     m = small(seed=3, **variant)
@@ -263,8 +263,13 @@ def test_greedy_and_beam_decoding_batched(variant):
 
     def greedy(srcs):
         s = m.prepare_decoding(srcs)
-        return decode(m, s.prompts, max_new_tokens=12, temperature=0, eos_id=s.eos_id,
-                      state_batch=s.state_batch)  # fmt: skip
+        return decode(
+            m,
+            s.prompts,
+            SamplingConfig(temperature=0, max_new_tokens=12),
+            eos_id=s.eos_id,
+            state_batch=s.state_batch,
+        )
 
     batched = greedy(sources)
     assert batched == [greedy([s])[0] for s in sources]  # batch = one at a time

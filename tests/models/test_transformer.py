@@ -163,16 +163,20 @@ def test_marian_beams_match_generate(tmp_path, k, lp, es):
 
 
 def test_greedy_decode_matches_generate(tmp_path):
-    from attnlm.generate import decode
+    from attnlm.generate import SamplingConfig, decode
 
     ref, folder = _marian(tmp_path, seed=4)
     ours = from_hf(folder)
     sources = [[7, 8, 9, 10, EOS], [11, 12, EOS]]
     setup = ours.prepare_decoding(sources)
     got = decode(
-        ours, setup.prompts, max_new_tokens=8, temperature=0, eos_id=EOS,
-        state_batch=setup.state_batch, process=setup.process,
-    )  # fmt: skip
+        ours,
+        setup.prompts,
+        SamplingConfig(temperature=0, max_new_tokens=8),
+        eos_id=EOS,
+        state_batch=setup.state_batch,
+        process=setup.process,
+    )
     want = _hf_beam(ref, sources, 1, 1.0, False, 8)
     assert [[PAD, *g] for g in got] == want
 
@@ -184,7 +188,7 @@ FORCED = 9  # a forced "end" token that is not eos (issue 22)
 def test_forced_token_other_than_eos_loads_and_matches_generate(tmp_path, k):
     """A Marian folder whose ``forced_eos_token_id`` differs from ``eos_token_id`` loads, and
     greedy / beam search force that token at the length limit as ``generate`` does."""
-    from attnlm.generate import beam_search, decode
+    from attnlm.generate import SamplingConfig, beam_search, decode
     from attnlm.models.hf import marian
 
     ref, folder = _marian(tmp_path, seed=5, forced=FORCED)
@@ -197,9 +201,13 @@ def test_forced_token_other_than_eos_loads_and_matches_generate(tmp_path, k):
     if k == 1:
         setup = ours.prepare_decoding(sources)
         got = decode(
-            ours, setup.prompts, max_new_tokens=n, temperature=0, eos_id=EOS,
-            state_batch=setup.state_batch, process=setup.process,
-        )  # fmt: skip
+            ours,
+            setup.prompts,
+            SamplingConfig(temperature=0, max_new_tokens=n),
+            eos_id=EOS,
+            state_batch=setup.state_batch,
+            process=setup.process,
+        )
         got = [[PAD, *row] for row in got]
     else:
         got = beam_search(ours, sources, k, max_new_tokens=n)

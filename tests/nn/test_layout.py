@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from attnlm.checkpoint import load_weights, save_checkpoint
-from attnlm.generate import decode
+from attnlm.generate import SamplingConfig, decode
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.nn.layout import decoding_layout
 from attnlm.tokenizers.char import CharTokenizer
@@ -47,17 +47,32 @@ def test_logits_and_decoded_tokens_are_unchanged():
         ref = model(ids).logits
     prompts = [[1, 2, 3], [4, 5], [6]]
     g = torch.Generator().manual_seed(3)
-    ref_tokens = decode(_gpt(), prompts, 20, temperature=0.8, generator=g, lookahead=0)
+    ref_tokens = decode(
+        _gpt(),
+        prompts,
+        SamplingConfig(temperature=0.8, max_new_tokens=20),
+        generator=g,
+        lookahead=0,
+    )
     decoding_layout(model)
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, ref, rtol=1e-5, atol=1e-5)
     g = torch.Generator().manual_seed(3)
-    assert decode(model, prompts, 20, temperature=0.8, generator=g, lookahead=0) == ref_tokens
+    assert (
+        decode(
+            model,
+            prompts,
+            SamplingConfig(temperature=0.8, max_new_tokens=20),
+            generator=g,
+            lookahead=0,
+        )
+        == ref_tokens
+    )
 
 
 def test_decoding_applies_it_and_leaves_other_dtypes_alone():
     model = _gpt()
-    decode(model, [[1, 2]], 3, temperature=0, lookahead=0)
+    decode(model, [[1, 2]], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0)
     assert model.blocks[0].attn.qkv_proj.weight.t().is_contiguous()
     double = _gpt().double()
     decoding_layout(double)
@@ -66,7 +81,9 @@ def test_decoding_applies_it_and_leaves_other_dtypes_alone():
 
 def test_save_load_and_training_after_decoding(tmp_path):
     model = _gpt()
-    decode(model, [[1, 2]], 3, temperature=0, lookahead=0)  # moves them under inference_mode
+    decode(
+        model, [[1, 2]], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0
+    )  # moves them under inference_mode
     assert model.lm_head.weight.t().is_contiguous()
     tokenizer = CharTokenizer.train("abc")
     save_checkpoint(tmp_path / "ckpt", model, {"model": {"type": "gpt"}}, tokenizer, {"step": 0})

@@ -35,6 +35,7 @@ import torch
 
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
+from attnlm.generate.sampling import SamplingConfig
 from attnlm.models.base import DecodingSetup
 from attnlm.nn.layout import decoding_layout
 
@@ -104,8 +105,7 @@ def _greedy(model: torch.nn.Module, setup: DecodingSetup, max_new_tokens: int) -
     new = decode(
         model,
         setup.prompts,
-        max_new_tokens=max_new_tokens,
-        temperature=0,
+        SamplingConfig(temperature=0, max_new_tokens=max_new_tokens),
         eos_id=setup.eos_id,
         state_batch=setup.state_batch,
         lookahead=0,

@@ -1,58 +1,33 @@
 """The compiled decode step: one ``torch.compile(fullgraph=True)`` graph of a one-token step
 over a static decoding state, compiled once and replayed at every position of every call.
 
-A one-token step of a small model is mostly overhead: per layer a dozen small operations
-(norm, split into heads, cache write, two attention products, softmax, residual adds), each a
-Python call and a kernel launch. Compiled, the whole step (every layer, the head) is one graph:
-the small operations fuse into a few kernels and the Python disappears; on CUDA
-(``mode="reduce-overhead"``) the graph is also captured as a CUDA graph, so a step is one
-launch.
+Why: a one-token step of a small model is mostly overhead, a dozen small operations per layer,
+each a Python call and a kernel launch. Compiled, the whole step is one graph whose small
+operations fuse; on CUDA (``mode="reduce-overhead"``) it is also captured as a CUDA graph.
 
-Two ways make one graph serve every position:
+One graph serves every position in one of two modes:
 
-* **fixed** (the default on CUDA, and for the encoder-decoder everywhere): the static state
-  in fixed mode (:meth:`attnlm.nn.static_cache.StaticKVCache.fix`): the buffers have the same
-  shape at every step, the write position is a tensor (not a Python integer the graph would
-  specialise on), and the slots not yet written are masked; CUDA graphs need exactly this
-  (fixed shapes and addresses).
-* **prefix** (the default for ``gpt`` on the CPU, where a family opts in with
-  ``prefix_step = True``): the static state in its ordinary prefix mode, compiled with
-  dynamic shapes: the number of positions held is a symbolic size, so each step attends over
-  the filled prefix only (as the eager step does) and one graph serves every length (batch 1
-  has its own graph, every other batch size shares one: dynamo specialises a size of 1). At
-  batch 16, 200 tokens it is about 20% faster than attending over the whole buffer
-  (docs/benchmarks.md). The compiled step starts once two positions are held
-  (:meth:`CompiledStep.ready`), so the length is never specialised to 1 either.
+* **fixed** (CUDA, and the encoder-decoder everywhere): the state in fixed mode
+  (:meth:`attnlm.nn.static_cache.StaticKVCache.fix`): buffers of one shape at every step, the
+  write position a tensor, the slots not yet written masked; static shapes, one graph per
+  batch size (and source bucket). Buffers are as long as the window, or without one the
+  decode's length rounded up to a power of two (:func:`~attnlm.nn.static_cache.padded_length`).
+* **prefix** (``gpt`` and ``llama`` on the CPU, ``Decoding.prefix_step``): the state in its
+  ordinary prefix mode under dynamic shapes, so each step attends over the filled prefix only
+  and the held length is a symbolic size; it starts once two positions are held
+  (:meth:`CompiledStep.ready`), so that size is never specialised to 1.
 
-The prompt is fed uncompiled (its length varies from call to call); each later step is
-``step(tokens (B, 1), state)``. In fixed mode the buffers are as long as the model's window, so
-calls with the same batch size reuse the graph whatever their length; a model without a window
-(the encoder-decoder ``transformer``, sinusoidal positions) gets buffers of the decode's length
-rounded up to a power of two (:func:`~attnlm.nn.static_cache.padded_length`). The states
-themselves are kept and reused (on CUDA the graph reads them at fixed addresses).
+The prompt is fed uncompiled; each later step is ``step(tokens (B, 1), state)``. States are
+kept and reused between calls (CUDA graphs read them at fixed addresses); an encoder-decoder's
+state is restarted on each call's sources in the same buffers (``new_state(..., reuse=)``),
+its cross-attention keys/values padded to a power of two of the source length. A step object
+compiles at most :data:`MAX_GRAPHS` shape combinations; past them its fixed-mode step runs
+uncompiled (the same tokens). Dynamo's guards on the model's ``torch.nn`` layers are skipped:
+a step belongs to one model, decoded in eval mode; weights changed in place are read as they
+are at each call.
 
-An encoder-decoder's state is made per call (its encoder runs on the call's sources, eagerly,
-once) but restarted in the same object and buffers (``new_state(batch, max_len=..., reuse=)``):
-its first step, uncompiled, computes the cross-attention keys/values, and fixing the state
-copies them into buffers padded to a power of two of the source length (the padding masked),
-kept per bucket. So the graph is specialised on (batch size, buffer length, source bucket), not
-on the source length: sources of 3 and 11 tokens share the 16-token graph.
-
-Fixed-mode shapes are static (``dynamic=False``): one graph per batch size (and per bucket),
-with the fastest code for it. A step object keeps at most :data:`MAX_GRAPHS` graphs (compiles
-are per step object, ``isolate_recompiles``); a decode with shapes beyond them runs its
-fixed-mode step uncompiled (the same tokens, no new compile).
-
-Dynamo's guards on the model's ``torch.nn`` layers are skipped (``guard_filter_fn``; not
-under an explicit ``mode``, which excludes options): the step checks the identity, shape and
-strides of every parameter before each call otherwise, 8% of a batch-1 step on the CPU. The
-decoders keep their own invariants (eval mode, the decoding weight layout, one step per model);
-weights changed in place, by training or ``load_state_dict``, are read as they are at each call.
-
-Families opt in with ``fixed_state = True``: their ``new_state`` takes ``max_len`` and their
-``forward`` honours a fixed state (``gpt``, ``transformer``).
-``torch._dynamo.config.error_on_recompile`` turns any recompilation into an error (the tests
-decode 64 steps under it).
+Which families have a step: ``Decoding.fixed_state`` without ALiBi
+(:func:`has_compiled_step`).
 """
 
 from __future__ import annotations
@@ -65,7 +40,7 @@ from torch.fx.experimental import _config as fx_config
 
 from attnlm.device import model_device
 from attnlm.errors import InputError
-from attnlm.nn.static_cache import padded_length
+from attnlm.models.registry import decoding_of
 
 MAX_GRAPHS = 32  # graphs (shape combinations) one step object compiles
 
@@ -76,8 +51,9 @@ _STEPS: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, CompiledStep]] = 
 
 def has_compiled_step(model: torch.nn.Module) -> bool:
     """Whether ``model`` can decode through a :class:`CompiledStep`: its family honours a
-    fixed static state (``fixed_state = True``) and it has no ALiBi."""
-    return bool(getattr(model, "fixed_state", False)) and getattr(model, "alibi", None) is None
+    fixed static state (``Decoding.fixed_state``) and it has no ALiBi."""
+    decoding = decoding_of(model)
+    return decoding.fixed_state and decoding.compiles(model.config)
 
 
 def _one_step(model: torch.nn.Module, tokens: torch.Tensor, state: Any) -> torch.Tensor:
@@ -112,16 +88,16 @@ class CompiledStep:
         options = None
         if mode is None:
             # no guards on the model's torch.nn layers (their parameters' identity, shape and
-            # strides): checking them before every step took 8% of a batch-1 step on the CPU.
-            # A step belongs to one model and decodes in eval mode; the weights' values are
-            # read at every call (training between decodes is fine, tested), but a layer
-            # replaced by one of another shape needs a new model (module docstring)
+            # strides), checked before every step otherwise. A step belongs to one model and
+            # decodes in eval mode; the weights' values are read at every call (training
+            # between decodes is fine, tested), but a layer replaced by one of another shape
+            # needs a new model
             options = {"guard_filter_fn": torch.compiler.skip_guard_on_inbuilt_nn_modules_unsafe}
         if backend is None and mode is None and not self.cuda:
             # the graph's kernels called from generated C++ instead of Python: a one-token step
-            # is dozens of small kernels, and their Python calls were a third of its time
+            # is dozens of small kernels, and calling each from Python is a large part of it
             options["cpp_wrapper"] = True
-        supports_prefix = bool(getattr(model, "prefix_step", False))
+        supports_prefix = decoding_of(model).prefix_step
         self.prefix = (not self.cuda and supports_prefix) if prefix is None else bool(prefix)
         if self.prefix and not supports_prefix:
             raise InputError(f"{type(model).__name__} has no prefix-mode compiled step")
@@ -138,17 +114,6 @@ class CompiledStep:
         self._states: dict[tuple, Any] = {}
         self._graphs: set[tuple] = set()  # shapes compiled (or being compiled) so far
         self._eager = False  # this decode's shapes are past MAX_GRAPHS: step uncompiled
-
-    def fits(self, model: torch.nn.Module, total: int) -> bool:
-        """Whether a decode reaching ``total`` positions runs in one buffer (no window slide)."""
-        block = getattr(getattr(model, "config", None), "block_size", None)
-        return block is None or total <= block
-
-    def buffer_length(self, model: torch.nn.Module, total: int) -> int:
-        """The state's length: the model's window (one graph for calls of any length), or
-        without one ``total`` rounded up to a power of two (one graph per bucket)."""
-        block = getattr(getattr(model, "config", None), "block_size", None)
-        return padded_length(total) if block is None else int(block)
 
     def state(self, batch: dict[str, Any] | None, max_len: int) -> Any:
         """A fresh static state of ``max_len`` positions, reusing the buffers of the last one

@@ -10,11 +10,14 @@ recurrent state), for every family that implements the decoding-state protocol:
 A model without ``new_state`` is decoded by recomputing ``model(ids=...)`` on the context.
 How tokens are picked is one :class:`~attnlm.generate.sampling.SamplingConfig`.
 
-One loop serves every case. Prompts of different lengths share a batch the way Meta's LLaMA
-reference decoder does it: all rows advance one position per step from the shortest prompt
-on; while a row is still inside its prompt, the prompt's token replaces the sampled one. Each
-row's computation is causal and independent of the others, so a batch gives the same tokens as
-decoding the prompts one at a time (tested), with no padding mask.
+What state, step, window and drafts a decode uses is decided once, before the first step
+(:func:`~attnlm.generate.plan.plan_decode`, from the family's
+:class:`~attnlm.models.base.Decoding` record); then one loop serves every case. Prompts of
+different lengths share a batch the way Meta's LLaMA reference decoder does it: all rows
+advance one position per step from the shortest prompt on; while a row is still inside its
+prompt, the prompt's token replaces the sampled one. Each row's computation is causal and
+independent of the others, so a batch gives the same tokens as decoding the prompts one at a
+time (tested), with no padding mask.
 
 With the KV cache (``use_cache=True``) the model sees only the new token(s) each step and
 reuses the keys and values of earlier positions; without it, the whole (cropped) context is
@@ -22,8 +25,8 @@ recomputed. Both give identical tokens (tested).
 
 Contexts longer than the model's window (``config.block_size``):
 
-- learned positions (and any absolute scheme the model cannot extend): the context is cropped
-  to the last ``block_size`` tokens and recomputed each step, exactly as without the cache;
+- learned positions: the context is cropped to the last ``block_size`` tokens and recomputed
+  each step, exactly as without the cache;
 - relative schemes (``rope``, ``alibi``) and ``none``/``sinusoidal``: a sliding window; the
   cache drops its oldest entries (``KVCache.trim``) so it never holds more than ``block_size``.
 
@@ -45,7 +48,8 @@ import torch
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.generate.filters import apply_filters, sampling_filters
-from attnlm.generate.sampling import SamplingConfig, sampling_from
+from attnlm.generate.plan import NO_STATE, STATIC, Plan, plan_decode
+from attnlm.generate.sampling import SamplingConfig
 from attnlm.nn.layout import decoding_layout
 
 BUFFER_CHUNK = 1024  # token buffer growth step (positions)
@@ -54,78 +58,40 @@ BUFFER_CHUNK = 1024  # token buffer growth step (positions)
 TokenCallback = Callable[[int, int], bool]
 
 
-def _window(model: torch.nn.Module) -> tuple[int | None, bool]:
-    """The model's window (``config.block_size``, None when it has none or the model sets
-    ``unbounded_context = True``, as recurrent models do: their state carries any length)
-    and whether the state may slide past it (relative or no positions) instead of
-    recomputing."""
-    if getattr(model, "unbounded_context", False):
-        return None, True
-    cfg = getattr(model, "config", None)
-    block = getattr(cfg, "block_size", None)
-    if block is None:
-        return None, True
-    return int(block), bool(getattr(model, "slides_past_window", False))
-
-
 class _Context:
-    """Feeds the model the tokens it has not seen yet and returns next-token logits (B, V).
+    """Feeds the model the tokens it has not seen yet, as the :class:`Plan` says, and returns
+    next-token logits (B, V)."""
 
-    ``total``: the positions the decode will reach; with ``static`` and a family whose
-    ``new_state`` takes ``max_len`` (``static_state = True``), the state's buffers are
-    allocated once for them (at most the window). ``compiled``: a
-    :class:`~attnlm.generate.compiled.CompiledStep` that runs every one-token step after the
-    prompt while the whole decode fits in the window."""
-
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        use_cache: bool,
-        state_batch: dict[str, Any] | None,
-        total: int = 0,
-        static: bool = False,
-        compiled: Any = None,
-    ) -> None:
-        self.model = model
-        self.block, self.sliding = _window(model)
-        self.state_batch = state_batch
-        self.use_cache = use_cache and hasattr(model, "new_state")
-        if state_batch is not None and not self.use_cache:
-            raise InputError("decoding with a source needs the model's decoding state")
-        self.max_len = None
-        if static and getattr(model, "static_state", False) and total > 0:
-            self.max_len = total if self.block is None else min(total, self.block)
-        self.compiled = None
-        if compiled is not None and self.max_len is not None and compiled.fits(model, total):
-            self.compiled = compiled
-            self.max_len = compiled.buffer_length(model, total)
-        self.state = self._new_state() if self.use_cache else None
+    def __init__(self, model: torch.nn.Module, plan: Plan, state_batch: Any) -> None:
+        self.model, self.plan, self.state_batch = model, plan, state_batch
+        self.state = None if plan.state == NO_STATE else self._new_state()
         self.fed = 0  # positions already in the state (absolute count)
 
     def _new_state(self) -> Any:
-        if self.compiled is not None:
-            return self.compiled.state(self.state_batch, self.max_len)
-        if self.max_len is not None:
-            return self.model.new_state(self.state_batch, max_len=self.max_len)
+        plan = self.plan
+        if plan.step is not None:
+            return plan.step.state(self.state_batch, plan.max_len)
+        if plan.state == STATIC:
+            return self.model.new_state(self.state_batch, max_len=plan.max_len)
         return self.model.new_state(self.state_batch)
 
     def logits(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         """Logits for position ``pos`` given ``tokens[:, :pos]`` (B, pos)."""
-        block = self.block
-        if self.state is None or (block is not None and pos > block and not self.sliding):
-            start = 0 if block is None else max(0, pos - block)
+        window, step = self.plan.window, self.plan.step
+        if self.state is None or (window is not None and pos > window and not self.plan.slide):
+            start = 0 if window is None else max(0, pos - window)
             return self.model(ids=tokens[:, start:pos]).logits[:, -1]
         new = tokens[:, self.fed : pos]  # (B, n)
         n = new.size(1)
-        if block is not None and n >= block:  # (re)start from the last window
+        if window is not None and n >= window:  # (re)start from the last window
             self.state = self._new_state()
-            new = new[:, -block:]
-        elif block is not None and self.state.length + n > block:
-            self.state.trim(block - n)
-        if self.compiled is not None and n == 1 and self.compiled.ready(self.state):
-            logits = self.compiled(new, self.state)  # after the prompt: one graph per step
+            new = new[:, -window:]
+        elif window is not None and self.state.length + n > window:
+            self.state.trim(window - n)
+        if step is not None and n == 1 and step.ready(self.state):
+            logits = step(new, self.state)  # after the prompt: one graph per step
         else:
-            if getattr(self.state, "fixed", False):
+            if step is not None and self.state.fixed:
                 self.state.unfix()  # an uncompiled call reads and writes the prefix
             logits = self.model.step(new, self.state)
         self.fed = pos
@@ -151,143 +117,161 @@ def _grow(t: torch.Tensor, need: int, total: int) -> torch.Tensor:
     return torch.cat([t, pad], dim=1)
 
 
+class _Rows:
+    """The tokens of a batch of prompts (B, cap), kept on the device and grown in chunks, and
+    where each row ends: after ``n_new`` tokens, after ``eos_id``, or when ``on_token`` says.
+
+    Without ``on_token`` and ``eos_id`` nothing is copied from the device inside the loop; with
+    them each step's new tokens are copied once (not once per row)."""
+
+    def __init__(
+        self,
+        prompts: Sequence[Sequence[int]],
+        n_new: int,
+        device: torch.device,
+        on_token: TokenCallback | None,
+        eos_id: int | None,
+    ) -> None:
+        self.lens = [len(p) for p in prompts]
+        self.n_new, self.on_token, self.eos_id = n_new, on_token, eos_id
+        self.total = max(self.lens) + n_new  # positions the decode reaches
+        B, cap = len(prompts), min(self.total, max(self.lens) + BUFFER_CHUNK)
+        self.tokens = torch.zeros(B, cap, dtype=torch.long, device=device)  # (B, cap)
+        self.known = torch.zeros(B, cap, dtype=torch.bool, device=device)  # prompt positions
+        for r, p in enumerate(prompts):
+            self.tokens[r, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
+            self.known[r, : len(p)] = True
+        self.lens_t = torch.tensor(self.lens, device=device)
+        self.ends = self.lens_t + n_new  # (B,) position after each row's last new token
+        self.finished = torch.zeros(B, dtype=torch.bool, device=device)  # ended by eos
+        self.stopped = [False] * B  # ended by the callback
+        self.seen = [0] * B  # new tokens the callback has seen per row
+
+    def context(self, pos: int) -> torch.Tensor:
+        """``tokens[:, :pos]`` (B, pos), the buffer grown first to hold position ``pos``."""
+        if pos >= self.tokens.size(1):
+            self.tokens = _grow(self.tokens, pos + 1, self.total)
+            self.known = _grow(self.known, pos + 1, self.total)
+        return self.tokens[:, :pos]
+
+    def put(self, pos: int, nxt: torch.Tensor) -> bool:
+        """Write the step's tokens ``nxt`` (B,) at ``pos`` (a row still inside its prompt keeps
+        the prompt's token); True when every row has ended."""
+        self.tokens[:, pos] = torch.where(self.known[:, pos], self.tokens[:, pos], nxt)
+        if self.on_token is None and self.eos_id is None:
+            return False
+        generating = (pos >= self.lens_t) & (pos < self.ends) & ~self.finished
+        row_tokens, row_active = nxt.tolist(), generating.tolist()  # one copy a step
+        for r, token in enumerate(row_tokens):
+            if not row_active[r] or self.stopped[r]:
+                continue
+            self.seen[r] += 1
+            if self.on_token is not None and self.on_token(r, token):
+                self.stopped[r] = True
+        if self.eos_id is not None:
+            self.finished |= generating & (nxt == self.eos_id)
+        ended = [f or s for f, s in zip(self.finished.tolist(), self.stopped)]
+        return all(e or pos + 1 >= end for e, end in zip(ended, self.ends.tolist()))
+
+    def new_tokens(self, pos: int) -> list[list[int]]:
+        """Each row's new tokens once the decode stopped at ``pos``: up to its end token (kept)
+        or the token on which the callback stopped it (kept)."""
+        out = []
+        for r, row in enumerate(self.tokens[:, :pos].tolist()):
+            new = row[self.lens[r] : self.lens[r] + self.n_new]
+            if self.stopped[r]:
+                new = new[: self.seen[r]]
+            if self.eos_id is not None and self.eos_id in new:
+                new = new[: new.index(self.eos_id) + 1]
+            out.append(new)
+        return out
+
+
+def check_sampling(sampling: SamplingConfig | None) -> SamplingConfig:
+    """``sampling``, or the default :class:`SamplingConfig` for None; anything else is a
+    one-line InputError (the decoders take one config, not loose fields)."""
+    if sampling is None:
+        return SamplingConfig()
+    if not isinstance(sampling, SamplingConfig):
+        raise InputError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    return sampling
+
+
 @torch.inference_mode()
 def decode(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    use_cache: bool = True,
+    sampling: SamplingConfig | None = None,
+    *,
     generator: torch.Generator | None = None,
     on_token: TokenCallback | None = None,
-    lookahead: int = 8,
-    *,
-    sampling: SamplingConfig | None = None,
     eos_id: int | None = None,
     state_batch: dict[str, Any] | None = None,
     process: Callable[[torch.Tensor, int, int], torch.Tensor] | None = None,
+    use_cache: bool = True,
     static: bool = True,
     compile: bool | Any = False,
+    lookahead: int = 8,
 ) -> list[list[int]]:
-    """Continue each prompt (a list of ids, lengths may differ) by up to ``max_new_tokens``.
+    """Continue each prompt (a list of ids, lengths may differ); return the new ids of each row
+    (without its prompt).
 
-    Returns the new ids of each row (without its prompt). ``sampling`` says how tokens are
-    picked; ``max_new_tokens``, ``temperature``, ``top_k`` and ``top_p`` override its fields
-    (``temperature == 0`` is greedy). ``on_token(row, id)`` is called for every new token in
-    order; returning True ends that row. ``eos_id`` ends a row after that token (which is
-    returned). ``state_batch`` is what the decoder conditions on (``model.new_state``).
-    ``process(logits (B, V), length, max_length) -> logits`` edits each step's logits before
-    the pick (``DecodingSetup.process``: a family's logits processors).
-    ``lookahead``: greedy decoding of a single prompt that fits the window checks up to this
-    many draft tokens per forward pass (:mod:`attnlm.generate.lookahead`; same tokens, fewer
-    passes); 0 turns it off.
-    ``static``: families with a static decoding state (``gpt``, ``transformer``) decode into
-    key/value buffers allocated once and written in place (:mod:`attnlm.nn.static_cache`;
-    the same tokens as the growing cache, tested); False uses the growing cache.
-    ``compile``: run every one-token step after the prompt through one
-    ``torch.compile(fullgraph=True)`` graph (:mod:`attnlm.generate.compiled`; on CUDA, CUDA
-    graphs), compiled once per model, batch size and buffer length (and, decoding from a
-    ``state_batch``, source length bucket) and reused by later calls; a
-    :class:`~attnlm.generate.compiled.CompiledStep` may be passed instead of True. It applies
-    to greedy and sampled decoding without drafts (``lookahead`` is not used) while prompt +
-    new tokens fit in the window; other decodes run uncompiled. Families: ``gpt``,
-    ``transformer`` (:func:`~attnlm.generate.compiled.has_compiled_step`).
+    ``sampling``: how tokens are picked and how many (``SamplingConfig()`` when None;
+    ``temperature == 0`` is greedy); ``generator``: the random numbers of sampling (else one
+    seeded by ``sampling.seed``, else torch's global one). ``on_token(row, id)`` is called
+    for every new token in order; returning True ends that row. ``eos_id`` ends a row after
+    that token (which is returned). ``state_batch`` is what the decoder conditions on
+    (``model.new_state``). ``process(logits (B, V), length, max_length) -> logits`` edits each
+    step's logits before the pick (``DecodingSetup.process``: a family's logits processors).
+
+    How it runs (:func:`~attnlm.generate.plan.plan_decode`, decided once): ``use_cache``
+    feeds only new tokens to the decoding state (False: recompute the context each step, the
+    same tokens); ``static`` lets families with a static state (``gpt``, ``llama``,
+    ``transformer``) decode into buffers allocated once (:mod:`attnlm.nn.static_cache`; the
+    same tokens as the growing cache); ``compile`` runs every one-token step after the prompt
+    through one compiled graph (:mod:`attnlm.generate.compiled`; True or a
+    :class:`~attnlm.generate.compiled.CompiledStep`) while prompt + new tokens fit in the
+    window; ``lookahead``: greedy decoding of one prompt that fits the window checks up to this
+    many draft tokens per pass (:mod:`attnlm.generate.lookahead`; the same tokens, fewer
+    passes), 0 turns it off.
     """
-    sampling = sampling_from(
-        sampling, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p
-    )
-    n_new = sampling.max_new_tokens
+    sampling = check_sampling(sampling)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token")
-    greedy = sampling.greedy
-    specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
-    if generator is None and sampling.seed is not None and not greedy:
-        generator = torch.Generator(device=model_device(model)).manual_seed(sampling.seed)
+    n_new, greedy = sampling.max_new_tokens, sampling.greedy
     decoding_layout(model)  # one-row products stream column-major weights faster (CPU)
-    compiled = _compiled_step(model, compile) if compile else None
-    if (
-        compiled is None
-        and state_batch is None
-        and eos_id is None
-        and process is None
-        and _can_look_ahead(model, prompts, n_new, greedy, use_cache, lookahead)
-    ):
-        return [_lookahead(model, prompts[0], n_new, lookahead, on_token)]
-    device = model_device(model)
-    B = len(prompts)
-    lens = [len(p) for p in prompts]
-    total = max(lens) + n_new
-    cap = min(total, max(lens) + BUFFER_CHUNK)
-    tokens = torch.zeros(B, cap, dtype=torch.long, device=device)  # (B, cap)
-    known = torch.zeros(B, cap, dtype=torch.bool, device=device)
-    for r, p in enumerate(prompts):
-        tokens[r, : len(p)] = torch.as_tensor(list(p), dtype=torch.long)
-        known[r, : len(p)] = True
-    lens_t = torch.tensor(lens, device=device)
-    finished = torch.zeros(B, dtype=torch.bool, device=device)  # ended by eos
-    ends = lens_t + n_new  # (B,) position after each row's last new token
-    stopped = [False] * B  # ended by the callback
-    seen = [0] * B  # new tokens the callback has seen per row (kept when it stops the row)
-    watch = on_token is not None or eos_id is not None
-    with eval_mode(model):
-        ctx = _Context(model, use_cache, state_batch, total, static, compiled)
-        pos = min(lens)
-        while pos < total and n_new > 0:
-            if pos >= tokens.size(1):
-                tokens, known = _grow(tokens, pos + 1, total), _grow(known, pos + 1, total)
-            logits = ctx.logits(tokens[:, :pos], pos)  # (B, V)
-            if process is not None:
-                logits = process(logits, pos, total)
-            nxt = pick(logits, specs, greedy, generator)  # (B,)
-            tokens[:, pos] = torch.where(known[:, pos], tokens[:, pos], nxt)
-            if watch:
-                generating = (pos >= lens_t) & (pos < ends) & ~finished
-                row_tokens, row_active = nxt.tolist(), generating.tolist()  # one copy a step
-                for r in range(B):
-                    if not row_active[r] or stopped[r]:
-                        continue
-                    seen[r] += 1
-                    if on_token is not None and on_token(r, row_tokens[r]):
-                        stopped[r] = True
-                if eos_id is not None:
-                    finished |= generating & (nxt == eos_id)
-                done = [finished_r or stopped_r for finished_r, stopped_r in
-                        zip(finished.tolist(), stopped)]  # fmt: skip
-                if all(done[r] or pos + 1 >= ends_r for r, ends_r in enumerate(ends.tolist())):
-                    pos += 1
-                    break
-            pos += 1
-    out = []
-    for r, row in enumerate(tokens[:, :pos].tolist()):
-        new = row[lens[r] : lens[r] + n_new]
-        if stopped[r]:  # up to and including the token on which the callback stopped it
-            new = new[: seen[r]]
-        if eos_id is not None and eos_id in new:
-            new = new[: new.index(eos_id) + 1]
-        out.append(new)
-    return out
-
-
-def _compiled_step(model: torch.nn.Module, compile: Any) -> Any:
-    from attnlm.generate.compiled import CompiledStep, compiled_step
-
-    return compile if isinstance(compile, CompiledStep) else compiled_step(model)
-
-
-def _can_look_ahead(model, prompts, max_new_tokens, greedy, use_cache, lookahead) -> bool:
-    block, _ = _window(model)
-    return (
-        greedy
-        and use_cache
-        and lookahead > 0
-        and max_new_tokens > 0
-        and len(prompts) == 1
-        and block is not None
-        and hasattr(model, "new_cache")
-        and len(prompts[0]) + max_new_tokens <= block
+    plan = plan_decode(
+        model,
+        prompts,
+        n_new,
+        greedy,
+        conditioned=state_batch is not None,
+        watched=eos_id is not None or process is not None,
+        use_cache=use_cache,
+        static=static,
+        compile=compile,
+        lookahead=lookahead,
     )
+    if plan.lookahead:
+        return [_lookahead(model, prompts[0], n_new, plan.lookahead, on_token)]
+    specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
+    device = model_device(model)
+    if generator is None and sampling.seed is not None and not greedy:
+        generator = torch.Generator(device=device).manual_seed(sampling.seed)
+    rows = _Rows(prompts, n_new, device, on_token, eos_id)
+    with eval_mode(model):
+        ctx = _Context(model, plan, state_batch)
+        pos = min(rows.lens)  # every row advances from the shortest prompt on
+        while pos < rows.total and n_new > 0:
+            logits = ctx.logits(rows.context(pos), pos)  # (B, V)
+            if process is not None:
+                logits = process(logits, pos, rows.total)
+            nxt = pick(logits, specs, greedy, generator)  # (B,)
+            ended = rows.put(pos, nxt)
+            pos += 1
+            if ended:
+                break
+    return rows.new_tokens(pos)
 
 
 def _lookahead(model, prompt, max_new_tokens, lookahead, on_token) -> list[int]:
@@ -301,40 +285,27 @@ def _lookahead(model, prompt, max_new_tokens, lookahead, on_token) -> list[int]:
 def generate(
     model: torch.nn.Module,
     ids: torch.Tensor,
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    use_cache: bool = True,
-    generator: torch.Generator | None = None,
-    lookahead: int = 8,
-    *,
     sampling: SamplingConfig | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
     static: bool = True,
     compile: bool | Any = False,
+    lookahead: int = 8,
 ) -> torch.Tensor:
-    """Extend a batch of equal-length prompts ``ids`` (B, T) to (B, T + max_new_tokens).
-
-    ``temperature=0`` is greedy; ``top_k``/``top_p`` filter the sampling distribution (or
-    pass a whole ``sampling`` config). Pass a seeded ``generator`` (on the model's device) for
-    reproducible samples; otherwise ``sampling.seed`` or torch's global RNG is used.
-    ``static`` and ``compile``: see :func:`decode`.
-    """
+    """Extend a batch of equal-length prompts ``ids`` (B, T) to (B, T + max_new_tokens):
+    :func:`decode` on tensors (``sampling`` and the other arguments as there)."""
     if ids.dim() != 2:
         raise InputError(f"ids must have shape (B, T), got {tuple(ids.shape)}")
     new = decode(
         model,
         ids.tolist(),
-        max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        use_cache=use_cache,
+        sampling,
         generator=generator,
-        lookahead=lookahead,
-        sampling=sampling,
+        use_cache=use_cache,
         static=static,
         compile=compile,
+        lookahead=lookahead,
     )
     tail = torch.tensor(new, dtype=torch.long, device=ids.device).view(ids.size(0), -1)
     return torch.cat([ids, tail], dim=1)

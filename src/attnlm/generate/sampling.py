@@ -62,12 +62,3 @@ class SamplingConfig:
     def with_(self, **changes: Any) -> SamplingConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
-
-
-def sampling_from(sampling: SamplingConfig | None, **fields: Any) -> SamplingConfig:
-    """``sampling`` with the given non-None fields overriding it (a fresh default config
-    when ``sampling`` is None): how keyword arguments of convenience functions map onto one
-    :class:`SamplingConfig`."""
-    base = sampling or SamplingConfig()
-    changes = {k: v for k, v in fields.items() if v is not None}
-    return replace(base, **changes) if changes else base

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from attnlm.errors import AttnlmError, InputError
-from attnlm.generate.loop import decode
-from attnlm.generate.sampling import SamplingConfig, sampling_from
+from attnlm.generate.loop import check_sampling, decode
+from attnlm.generate.sampling import SamplingConfig
 
 TextCallback = Callable[[int, str], None]  # on_text(row, new_text)
 
@@ -141,39 +141,20 @@ def generate_text(
     model: torch.nn.Module,
     tokenizer: Any,
     prompts: Sequence[str],
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
-    stop: Sequence[str] | None = None,
-    use_cache: bool = True,
-    on_text: TextCallback | None = None,
-    *,
     sampling: SamplingConfig | None = None,
+    *,
+    on_text: TextCallback | None = None,
+    use_cache: bool = True,
     compile: bool = False,
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
-    ``sampling`` (or the keyword fields that override it) says how tokens are picked;
-    ``stop`` strings end a row and are not included; ``on_text(row, piece)`` receives text as
-    it is generated (streaming); ``seed`` makes sampling reproducible; ``compile``: the
-    compiled decode step (:func:`~attnlm.generate.decode`).
+    ``sampling`` says how tokens are picked, how many, with which seed and which ``stop``
+    strings end a row (not included); ``on_text(row, piece)`` receives text as it is generated
+    (streaming). ``use_cache`` and ``compile``: see :func:`~attnlm.generate.decode`.
     """
-    sampling = sampling_from(
-        sampling,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        stop=None if stop is None else tuple(stop),
-    )
+    sampling = check_sampling(sampling)
     ids = [encode_prompt(tokenizer, p) for p in prompts]
-    generator = None
-    if sampling.seed is not None:
-        device = next(model.parameters()).device
-        generator = torch.Generator(device=device).manual_seed(sampling.seed)
     rows = [_RowText(tokenizer, sampling.stop, context=row) for row in ids]
 
     def on_token(r: int, token: int) -> bool:
@@ -182,15 +163,7 @@ def generate_text(
             on_text(r, piece)
         return stopped
 
-    decode(
-        model,
-        ids,
-        use_cache=use_cache,
-        generator=generator,
-        on_token=on_token,
-        sampling=sampling,
-        compile=compile,
-    )
+    decode(model, ids, sampling, on_token=on_token, use_cache=use_cache, compile=compile)
     for r, row in enumerate(rows):
         rest = row.flush()
         if on_text and rest:

@@ -130,6 +130,48 @@ CAPABILITIES = ("generate", "fill-mask", "translate", "embed")
 OBJECTIVES = ("causal", "causal-stream", "masked", "seq2seq")
 
 
+RELATIVE_POSITIONS = frozenset({"rope", "alibi", "none", "sinusoidal"})  # extend past the window
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What the decoders (:mod:`attnlm.generate`) may do with a family's models.
+
+    ``positions``: the position scheme (:data:`attnlm.nn.positional.POSITIONS`), or a function
+    of the config (``gpt`` lets each config choose). ``window``: whether ``config.block_size``
+    bounds the context a model sees; False when the decoding state carries any length
+    (recurrent and n-gram states, an encoder-decoder's sinusoidal decoder).
+    ``static_state``: ``new_state`` takes ``max_len`` and allocates its buffers once
+    (:mod:`attnlm.nn.static_cache`).
+    ``fixed_state``: ``forward`` honours a static state in fixed mode, so a one-token step
+    compiles into one graph (:mod:`attnlm.generate.compiled`). ``prefix_step``: that step also
+    compiles over the filled prefix with dynamic shapes (the CPU default).
+    """
+
+    positions: str | Callable[[Any], str] = "learned"
+    window: bool = True
+    static_state: bool = False
+    fixed_state: bool = False
+    prefix_step: bool = False
+
+    def scheme(self, config: Any) -> str:
+        """The position scheme of ``config``."""
+        return self.positions(config) if callable(self.positions) else self.positions
+
+    def context(self, config: Any) -> int | None:
+        """The window of a model of ``config`` (None: any length)."""
+        return int(config.block_size) if self.window else None
+
+    def slides(self, config: Any) -> bool:
+        """Whether the decoding state may slide past the window (relative or no positions)
+        rather than recomputing the last window at every step (learned positions)."""
+        return self.scheme(config) in RELATIVE_POSITIONS
+
+    def compiles(self, config: Any) -> bool:
+        """Whether a model of ``config`` has a compiled one-token step (ALiBi has none)."""
+        return self.fixed_state and self.scheme(config) != "alibi"
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family as the registry knows it (see :mod:`attnlm.models.registry`).
@@ -140,6 +182,7 @@ class Family:
     name (``causal``, ``causal-stream``, ``masked`` or ``seq2seq``, see :mod:`attnlm.objectives`).
     ``capabilities``: what the family can do (``generate``, ``fill-mask``, ``translate``,
     ``embed``). ``describe``: one line about a config for logs and ``attnlm params``.
+    ``decoding``: what the decoders may do with its models (:class:`Decoding`).
     """
 
     type: str
@@ -149,6 +192,7 @@ class Family:
     capabilities: frozenset[str] = frozenset({"generate"})
     description: str = ""
     describe: Callable[[Any], str] | None = field(default=None, compare=False)
+    decoding: Decoding = field(default_factory=Decoding)
 
     def __post_init__(self) -> None:
         unknown = set(self.capabilities) - set(CAPABILITIES)

@@ -47,10 +47,6 @@ class Decoder(nn.Module):
     ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``.
     """
 
-    static_state = True  # new_state(max_len=...): a static decoding state (nn/static_cache)
-    fixed_state = True  # forward honours a fixed state: a compiled step (generate/compiled)
-    prefix_step = True  # and compiles over the filled prefix with dynamic shapes (CPU default)
-
     def __init__(
         self,
         config: Any,
@@ -178,13 +174,6 @@ class Decoder(nn.Module):
         return combine_masks(bias, pad, causal)
 
     # -- decoding state (docs/architecture.md) ---------------------------------------------
-
-    @property
-    def slides_past_window(self) -> bool:
-        """Whether decoding past ``block_size`` may slide the cache (drop its oldest entries):
-        true unless positions come from a learned table, which ends at ``block_size`` (then
-        the decoder recomputes the cropped context instead)."""
-        return not isinstance(self.pos_emb, LearnedPositionalEmbedding)
 
     def new_cache(self) -> KVCache:
         """An empty :class:`~attnlm.nn.cache.KVCache` with one slot per layer."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.base import Decoding, Family, ModelOutput, check_ids, count_params, token_loss
 from attnlm.validate import at_least, fraction, positive
 
 
@@ -83,8 +83,6 @@ class ContextState:
 
 class FFNNLM(nn.Module):
     """Bengio et al. (2003) feed-forward LM (see the module docstring)."""
-
-    unbounded_context = True  # the state (last n-1 tokens) serves any context length
 
     def __init__(self, config: FFNNConfig) -> None:
         super().__init__()
@@ -172,4 +170,5 @@ FAMILY = Family(
     capabilities=frozenset({"generate"}),
     description="feed-forward n-gram neural LM (Bengio et al. 2003)",
     describe=_describe,
+    decoding=Decoding(positions="none", window=False),
 )

@@ -26,7 +26,7 @@ from typing import Any
 from torch import nn
 
 from attnlm.errors import ConfigError
-from attnlm.models.base import Family, ModelOutput
+from attnlm.models.base import Decoding, Family, ModelOutput
 from attnlm.models.decoder import Decoder
 from attnlm.nn.attention import SCORES, MultiHeadAttention
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, FeedForward, TransformerBlock, block_class
@@ -159,6 +159,11 @@ def _describe(c: GPTConfig) -> str:
     )
 
 
+def _positions(config: GPTConfig) -> str:
+    """Each config chooses its position scheme (a named function: families pickle)."""
+    return config.positions
+
+
 FAMILY = Family(
     type="gpt",
     config=GPTConfig,
@@ -167,4 +172,5 @@ FAMILY = Family(
     capabilities=frozenset({"generate"}),
     description="decoder-only transformer LM (Radford et al. 2018, 2019)",
     describe=_describe,
+    decoding=Decoding(positions=_positions, static_state=True, fixed_state=True, prefix_step=True),
 )

@@ -63,7 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
-from attnlm.models.base import Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.base import Decoding, Family, ModelOutput, check_ids, count_params, token_loss
 from attnlm.validate import above_zero, at_least_zero, positive
 
 LOG_FLOOR = -69.0  # log(1e-30): the smallest log-probability EM stores (finite logits)
@@ -170,8 +170,6 @@ def forward_filter(
 
 class HMMLM(nn.Module):
     """A hidden Markov model language model (see the module docstring)."""
-
-    unbounded_context = True  # the filtered distribution serves any context length
 
     def __init__(self, config: HMMConfig) -> None:
         super().__init__()
@@ -416,4 +414,5 @@ FAMILY = Family(
     description="hidden Markov model LM: forward algorithm, Viterbi, Baum-Welch EM "
     "(Baum et al. 1970, Rabiner 1989)",
     describe=_describe,
+    decoding=Decoding(positions="none", window=False),
 )

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlm.errors import ConfigError
-from attnlm.models.base import Family
+from attnlm.models.base import Decoding, Family
 from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
 from attnlm.nn.attention import MultiHeadAttention
@@ -188,4 +188,5 @@ FAMILY = Family(
     description="Llama decoder: RMSNorm, SwiGLU, RoPE, grouped-query attention "
     "(Touvron et al. 2023)",
     describe=_describe,
+    decoding=Decoding(positions="rope", static_state=True, fixed_state=True, prefix_step=True),
 )

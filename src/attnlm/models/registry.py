@@ -18,7 +18,7 @@ import importlib
 from typing import Any
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.models.base import Family
+from attnlm.models.base import Decoding, Family
 
 DEFAULT_TYPE = "gpt"
 
@@ -133,6 +133,16 @@ def family_of(model: Any) -> Family:
         if isinstance(model, family.model):
             return family
     raise ConfigError(f"{type(model).__name__} is not a registered model family")
+
+
+def decoding_of(model: Any) -> Decoding:
+    """What the decoders may do with ``model``: its family's :class:`Decoding` record. A module
+    of no registered family (a wrapper, a test double) gets the defaults: no static state, no
+    compiled step, learned positions, windowed by ``config.block_size`` when it has one."""
+    try:
+        return family_of(model).decoding
+    except ConfigError:
+        return Decoding(window=hasattr(getattr(model, "config", None), "block_size"))
 
 
 def presets_of(type_name: str) -> list[str]:

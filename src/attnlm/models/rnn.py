@@ -15,7 +15,7 @@ states are saved in checkpoints through :meth:`RNNLM.carry_state`); ids < 0 are 
 streams, kept apart so an evaluation never disturbs training.
 
 Decoding state: :class:`RNNState` holds each layer's hidden (and LSTM cell) state; each new
-token costs O(1), whatever the length of the context (``unbounded_context = True``).
+token costs O(1), whatever the length of the context (its family's ``Decoding(window=False)``).
 
 Shape legend
     B  batch size
@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
+    Decoding,
     Family,
     ModelOutput,
     check_ids,
@@ -168,8 +169,6 @@ class RNNState:
 
 class RNNLM(nn.Module):
     """A stacked RNN/LSTM/GRU language model (see the module docstring)."""
-
-    unbounded_context = True  # the decoding state carries any context length
 
     def __init__(self, config: RNNConfig) -> None:
         super().__init__()
@@ -389,4 +388,5 @@ FAMILY = Family(
     capabilities=frozenset({"generate"}),
     description="recurrent LM: Elman RNN, LSTM or GRU, truncated BPTT over carried streams",
     describe=_describe,
+    decoding=Decoding(positions="none", window=False),
 )

@@ -56,6 +56,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
+    Decoding,
     DecodingSetup,
     Family,
     ModelOutput,
@@ -234,8 +235,6 @@ class RNNSeq2Seq(nn.Module):
     (:class:`StackedCells`), ``score`` (from :func:`~attnlm.nn.attention.make_score`),
     ``combine`` (``W_r`` or ``W_c``), ``lm_head``.
     """
-
-    unbounded_context = True  # the recurrent state carries any target length
 
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
         super().__init__()
@@ -446,4 +445,5 @@ FAMILY = Family(
     description="RNN encoder-decoder with Bahdanau or Luong attention (Bahdanau et al. 2015, "
     "Luong et al. 2015)",
     describe=_describe,
+    decoding=Decoding(positions="none", window=False),
 )

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
+    Decoding,
     DecodingSetup,
     Family,
     ModelOutput,
@@ -169,9 +170,6 @@ class Transformer(nn.Module):
     decoder's with cross-attention), ``enc_ln`` / ``dec_ln`` (final norms of a
     pre-norm model, else identities), ``lm_head``.
     """
-
-    static_state = True  # new_state(max_len=...): buffers allocated once (transformer_state)
-    fixed_state = True  # decode honours a fixed state: a compiled step (generate/compiled)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -418,4 +416,5 @@ FAMILY = Family(
     capabilities=frozenset({"translate"}),
     description="encoder-decoder Transformer for translation (Vaswani et al. 2017; Marian)",
     describe=_describe,
+    decoding=Decoding(positions="sinusoidal", window=False, static_state=True, fixed_state=True),
 )
