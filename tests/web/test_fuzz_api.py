@@ -15,7 +15,12 @@ from web_helpers import request, tiny_checkpoint
 from attnlm.web import server as S
 from attnlm.web.service import load_service
 
-GOOD = {"text": "the bank", "word": "bank", "sentences": ["the bank", "a river bank"]}
+GOOD = {
+    "text": "the bank",
+    "word": "bank",
+    "sentences": ["the bank", "a river bank"],
+    "messages": [{"role": "user", "content": "the bank"}],
+}
 BAD = {
     "lone-surrogate": "a\ud800b",
     "nul": "the\x00bank",
@@ -106,3 +111,12 @@ def test_body_bytes_that_are_not_utf8(server, endpoint):
     status, data = request(server.url + "api/" + endpoint, raw=raw)
     message = _assert_one_line_4xx(status, data)
     assert message.startswith("request body: not valid UTF-8 (bad byte 0xe9 at offset"), message
+
+
+@pytest.mark.parametrize("bad", ["lone-surrogate", "nul"])
+@pytest.mark.parametrize("key", ["role", "content"])
+def test_bad_strings_inside_chat_messages(server, key, bad):
+    """The chat's messages are objects: their strings follow the same reader's rules."""
+    msg = {"role": "user", "content": "the bank", key: BAD[bad]}
+    status, data = request(server.url + "api/chat", {"messages": [msg]})
+    assert _assert_one_line_4xx(status, data).startswith("field messages: ")

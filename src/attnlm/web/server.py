@@ -10,6 +10,10 @@ Routes (all JSON answers are objects; errors are ``{"error": "one line"}``):
 - ``POST /api/next_tokens`` ``{"text", "model"?, "k"?}``;
 - ``POST /api/generate`` ``{"text", "model"?, "max_new_tokens"?, "temperature"?, "top_k"?,
   "top_p"?, "seed"?}``;
+- ``POST /api/lens`` ``{"text", "model"?, "k"?}``: models whose info says ``lens: true``;
+- ``POST /api/chat`` ``{"messages": [{"role", "content"}, ...], "model"?, "max_new_tokens"?,
+  "temperature"?, "top_k"?, "top_p"?, "seed"?}``: models whose info says ``chat: true``
+  (greedy unless ``temperature`` > 0);
 - ``POST /api/embeddings`` ``{"word", "sentences": [s1, s2], "model"?}``;
 - ``POST /api/fill_mask`` ``{"text", "model"?, "k"?}``: models with ``fill-mask`` (BERT);
 - ``POST /api/translate`` ``{"text", "model"?, "num_beams"?, ...sampling}``: models with
@@ -110,6 +114,16 @@ SCHEMAS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"model": _STR},
     ),
     "fill_mask": ({"text": _STR}, {"model": _STR, "k": (_is_int, "an integer")}),
+    "lens": ({"text": _STR}, {"model": _STR, "k": (_is_int, "an integer")}),
+    "chat": (
+        {
+            "messages": (
+                lambda v: isinstance(v, list) and all(isinstance(m, dict) for m in v),
+                "a list of {role, content} objects",
+            )
+        },
+        {"model": _STR, **_SAMPLING},
+    ),
     "translate": (
         {"text": _STR},
         {"model": _STR, "num_beams": (_is_int, "an integer"), **_SAMPLING},
@@ -134,6 +148,9 @@ def check_body(endpoint: str, body: Any) -> dict[str, Any]:
         if not check(value):
             raise HttpError(400, f"field {name} must be {what}")
         problem = value_problem(value)
+        for item in value if isinstance(value, list) and not problem else []:
+            if isinstance(item, dict):  # the chat's messages: the same rules for their texts
+                problem = problem or value_problem(list(item.values()))
         if problem:  # a lone surrogate ("\ud800"), a NUL, a huge line: the one reader's rules
             raise HttpError(400, f"field {name}: {problem}")
     return body
@@ -197,6 +214,10 @@ class Explorer:
             return s.embeddings(b["word"], b["sentences"])
         if endpoint == "fill_mask":
             return s.fill_mask(b["text"], b.get("k", 5))
+        if endpoint == "lens":
+            return s.lens(b["text"], b.get("k", 5))
+        if endpoint == "chat":
+            return s.chat(b["messages"], _sampling(b, temperature=0, max_new_tokens=200))
         return s.translate(
             b["text"], _sampling(b, temperature=0), b.get("max_new_tokens"), b.get("num_beams", 1)
         )

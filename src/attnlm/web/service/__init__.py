@@ -16,6 +16,12 @@ plain JSON-ready dicts:
 - ``generate(text, sampling)``: a continuation;
 - ``embeddings(word, sentences)``: cosine of the word's contextual vectors in two sentences at
   every layer (index 0 = the embedding layer); not for translation models;
+- ``lens(text, k)`` (info ``lens: true``: causal decoders with a final norm and LM head): the
+  logit lens, ``{"k", "tokens", "ids", "layers": [{"layer", "positions": [T][k] of {"id",
+  "token", "prob"}}]}``, ``L + 1`` rows from the embeddings to the last layer
+  (:mod:`.llm`);
+- ``chat(messages, sampling)`` (info ``chat: true``: a chat template): the assistant's reply
+  to the conversation, its tokens and timings (:mod:`.llm`);
 - ``fill_mask(text, k)`` (capability ``fill-mask``): the top ``k`` tokens at every
   ``[MASK]`` (:func:`attnlm.inspect.contextual.fill_mask`), ``{"text", "filled", "k",
   "tokens", "masks": [{"index", "predictions": [{"token", "id", "prob"}]}]}``;
@@ -27,7 +33,8 @@ plain JSON-ready dicts:
 A request for a capability the model lacks answers :class:`NotSupportedError` (HTTP 400).
 
 The package keeps one job per file: the request limits, errors and sampling settings
-(:mod:`.limits`), the served model and its endpoints (:mod:`.model`), character spans of words
+(:mod:`.limits`), the served model and its endpoints (:mod:`.model`), the logit lens and
+chat (:mod:`.llm`), character spans of words
 and tokens (:mod:`.spans`) and model loading (:mod:`.loading`). Every name is importable from
 ``attnlm.web.service`` (loaded on first use).
 
@@ -57,10 +64,12 @@ log = logging.getLogger("attnlm.web")
 __getattr__, __all__ = lazy_exports(
     __name__,
     {
-        ".limits": "DECIMALS DEFAULT_MAX_CHARS MAX_ATTENTION_VALUES MAX_BEAMS MAX_NEW_TOKENS "
-        "MAX_TOP_K NotSupportedError ServiceError TooLongError UnknownModelError sampling_config",
+        ".limits": "DECIMALS DEFAULT_MAX_CHARS MAX_ATTENTION_VALUES MAX_BEAMS MAX_CHAT_CHARS "
+        "MAX_CHAT_MESSAGES MAX_LENS_LOGITS MAX_NEW_TOKENS MAX_TOP_K NotSupportedError "
+        "ServiceError TooLongError UnknownModelError sampling_config",
         ".model": "Inspection ModelService",
         ".spans": "find_word token_spans",
+        ".llm": "check_conversation lens_supported",
         ".loading": "load_service resolve_named_model",
     },
 )

@@ -22,6 +22,12 @@ DECIMALS = 6  # attention and probabilities are rounded to this many decimals in
 # each in JSON, so 2M is an answer of about 15 MB and a few seconds on one core (GPT-2 small,
 # 12 layers x 12 heads: up to 117 tokens).
 MAX_ATTENTION_VALUES = 2_000_000
+# Most logits one logit-lens request computes: every row (L + 1) at every position (T) is read
+# through the LM head at once, (L + 1) x T x V float32 values (256 MB at the limit; SmolLM2,
+# 31 rows x 49,152 tokens: up to 42 tokens).
+MAX_LENS_LOGITS = 64_000_000
+MAX_CHAT_MESSAGES = 64  # most messages one chat request may carry
+MAX_CHAT_CHARS = 16_000  # most characters of all its messages together
 
 
 class ServiceError(InputError):

@@ -1,17 +1,30 @@
 """Loading served models: a :class:`~attnlm.web.service.model.ModelService` for a checkpoint
 or run folder, or for a named pretrained model / Hugging Face folder (``attnlm serve
---model``). Checkpoints are read through :func:`attnlm.sources.load_model_ref`; the family
+--model``). Every SPEC is read through :func:`attnlm.sources.resolve`; the family
 and its capabilities come from the model-family registry.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnlm.web.service.limits import DEFAULT_MAX_CHARS
 from attnlm.web.service.model import ModelService
+
+
+@dataclass
+class _Loaded:
+    """What a service needs of a model that is not an attnlm run (the run's own record has
+    the same fields)."""
+
+    model: Any
+    tokenizer: Any
+    family: Any
+    path: Path
+    pair_tokenizers: Any = None
 
 
 def _service_name(path: Path) -> str:
@@ -39,14 +52,21 @@ def load_service(
     model / Hugging Face folder ``model`` (``attnlm serve --model minilm``); errors:
     InputError.
 
-    The one place that loads served models (through
-    :func:`attnlm.sources.load_model_ref`): the family and its capabilities come from the
-    registry entry the checkpoint names (``fill-mask`` only where the model has its masked-LM
-    head); a translation checkpoint is served with its pair tokenizers.
+    The one place that loads served models (through :func:`attnlm.sources.resolve`, which
+    also finds the chat template and the ids that end a turn): the family and its
+    capabilities come from the registry entry the checkpoint names (``fill-mask`` only where
+    the model has its masked-LM head); a translation checkpoint is served with its pair tokenizers.
     """
-    from attnlm.sources import load_model_ref
+    from attnlm.errors import InputError
+    from attnlm.sources import resolve
 
-    ck = load_model_ref(path, model, device)
+    if (path is None) == (model is None):
+        raise InputError("give exactly one of --model SPEC and --checkpoint SPEC")
+    spec = model if model is not None else path
+    m, tok, found = resolve(spec, device)
+    ck = found.checkpoint  # an attnlm run: its record (pair tokenizers of translation runs)
+    if ck is None:
+        ck = _Loaded(model=m, tokenizer=tok, family=found.family, path=found.path)
     capabilities = set(ck.family.capabilities)
     if getattr(ck.model, "head", True) is None:  # a BertModel folder (minilm): no masked-LM head
         capabilities.discard("fill-mask")
@@ -58,6 +78,8 @@ def load_service(
         capabilities=frozenset(capabilities),
         max_chars=max_chars,
         source=str(ck.path),
+        chat_template=found.chat_template,
+        stop_ids=tuple(found.stop_ids),
     )
 
 

@@ -90,7 +90,11 @@ class ModelService:
     # generate and translate through the compiled decode step (attnlm serve --compile): the
     # graphs are kept per model, so a long-running server compiles each shape once
     compile: bool = False
+    # chat (a ChatTemplate and the ids that end a turn; sources.resolve finds them)
+    chat_template: Any = None
+    stop_ids: tuple[int, ...] = ()
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _chat_session: Any = field(default=None, repr=False)  # its KV cache outlives one request
 
     def __post_init__(self) -> None:
         self.model.eval()
@@ -107,6 +111,20 @@ class ModelService:
     @property
     def device(self) -> Any:
         return next(self.model.parameters()).device
+
+    @property
+    def chats(self) -> bool:
+        """A language model with a chat template: the page shows the chat panel."""
+        return self.chat_template is not None and "generate" in self.capabilities
+
+    @property
+    def lenses(self) -> bool:
+        """A causal decoder the logit lens reads (a final norm and an LM head)."""
+        from attnlm.web.service.llm import lens_supported
+
+        return (
+            "generate" in self.capabilities and not self.translates and (lens_supported(self.model))
+        )
 
     @property
     def translates(self) -> bool:
@@ -140,6 +158,8 @@ class ModelService:
             "max_chars": self.max_chars,
             "parameters": count_params(self.model),
             "source": self.source,
+            "chat": self.chats,
+            "lens": self.lenses,
             "sample": self.sample(),
         }
 
@@ -348,6 +368,18 @@ class ModelService:
                 compile=self._compiled(),
             )
         return {"prompt": text, "continuation": cont, "text": text + cont}
+
+    def lens(self, text: str, k: int = 5) -> dict[str, Any]:
+        """The logit lens of ``text`` (:func:`attnlm.web.service.llm.lens`)."""
+        from attnlm.web.service.llm import lens
+
+        return lens(self, text, k)
+
+    def chat(self, messages: Sequence[Any], sampling: SamplingConfig) -> dict[str, Any]:
+        """The reply to a conversation (:func:`attnlm.web.service.llm.chat`)."""
+        from attnlm.web.service.llm import chat
+
+        return chat(self, messages, sampling)
 
     def embeddings(self, word: str, sentences: Sequence[str]) -> dict[str, Any]:
         """Cosine similarity of ``word``'s contextual vectors in two sentences, per layer.

@@ -4,6 +4,7 @@
   var $ = function (id) { return document.getElementById(id); };
   var models = {}, current = null, view = null, lastRecord = null, runs = 0;
   var sampleText = null, sampleNote = ""; // the text box holds the sample until edited
+  var chatPanel = null;
 
   function api(path, body) {
     var opts = body === undefined ? {} : {
@@ -39,6 +40,9 @@
     $("fillmask").classList.toggle("hidden", !has("fill-mask"));
     $("translate").classList.toggle("hidden", !has("translate"));
     $("embed").classList.toggle("hidden", has("translate"));
+    $("lens").classList.toggle("hidden", !m.lens);
+    $("chat").classList.toggle("hidden", !m.chat);
+    if (chatPanel) chatPanel.reset(); // a conversation belongs to the model that had it
   }
 
   /* The model's own sample text (trimmed by the server to fit its window), and why. */
@@ -156,6 +160,7 @@
       jobs.push(api("attention", { text: text, model: model }).then(latest(showRecord)));
     }
     if (has("generate")) jobs.push(nextTokens());
+    if (current.lens) jobs.push(lens(latest));
     var note = text === sampleText ? sampleNote : "";
     Promise.all(jobs).then(latest(function () { status(note); }), latest(function (e) { status(e.message, true); }));
   }
@@ -189,6 +194,19 @@
         t.appendChild(candidateRow(i, AttnViews.label(tok), r.next[i]));
       });
     });
+  }
+
+  /* The lens's own errors (a text too long for it) stay in its panel: the other views draw. */
+  function lens(latest) {
+    var k = parseInt($("lens-k").value, 10) || 5;
+    $("lens-note").textContent = "";
+    return api("lens", { text: $("text").value, model: current.name, k: k }).then(latest(function (r) {
+      AttnLLM.drawLens($("lens-grid"), r);
+    }), latest(function (e) {
+      $("lens-grid").innerHTML = "";
+      $("lens-note").textContent = e.message;
+      $("lens-note").className = "status error";
+    }));
   }
 
   function num(id) {
@@ -310,6 +328,14 @@
     $("fm-run").addEventListener("click", fillMask);
     $("e-run").addEventListener("click", embeddings);
     $("save-html").addEventListener("click", saveHTML);
+    $("lens-k").addEventListener("change", function () {
+      if (lastRecord) lens(function (fn) { return fn; });
+    });
+    chatPanel = AttnLLM.chat({
+      log: $("c-log"), input: $("c-input"), send: $("c-send"), reset: $("c-reset"),
+      system: $("c-system"), temperature: $("c-temperature"), max: $("c-max"), seed: $("c-seed"),
+      status: $("c-status"),
+    }, api, function () { return current.name; });
     $("model").addEventListener("change", function () {
       showModel($("model").value);
       // the sample follows the model until the user edits the text; either way it redraws
