@@ -359,8 +359,9 @@ def test_page_fill_mask_and_translation_panels(family_server, driver):
     assert driver.find_element(By.CSS_SELECTOR, "#fm-out .filled").text == api["filled"]
     driver.find_element(By.ID, "run").click()
     _wait(driver, lambda d: _lines(d))
-    tokens = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#tokens span")]
-    assert tokens[0] == "[CLS]0" and tokens[-1].startswith("[SEP]")
+    # read in one round trip: a redraw of an earlier run cannot leave a stale element
+    tokens = _wait(driver, lambda d: (t := _token_texts(d)) and t[0] == "[CLS]0" and t)
+    assert tokens[-1].startswith("[SEP]")
 
     # translation: the page shows the API's translation and its cross-attention
     for model, layers in (("mt", 2), ("rnn", 1)):
