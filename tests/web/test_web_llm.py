@@ -171,6 +171,8 @@ def test_chat_sampling_with_a_seed_repeats(server):
         ({"model": "llama", "messages": "hi"}, 400, "field messages must be a list"),
         ({"model": "llama", "messages": [{"role": "user", "content": "a" * 2001}]}, 413,
          "messages[0] is 2001 characters long; the limit is 2000"),
+        ({"model": "llama", "messages": [{"role": "user", "content": "a" * 2000}] * 9}, 413,
+         "the conversation is 18000 characters long; the limit is 16000"),
         ({"model": "llama", "messages": [{"role": "user", "content": "hi"}] * 65}, 413,
          f"the limit is {MAX_CHAT_MESSAGES}"),
         ({"model": "llama", "messages": [{"role": "user", "content": "hi"}],
