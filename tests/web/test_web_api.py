@@ -443,7 +443,7 @@ def test_cli_errors(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "unknown model 'gpt2'" in err and err.count("\n") == 1
     assert main(["serve", "--checkpoint", str(tmp_path / "none")]) == 2
-    assert "no such checkpoint" in capsys.readouterr().err
+    assert "no such file or folder" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # a subprocess that imports torch: about 6 s on 2 cores
