@@ -73,6 +73,9 @@ def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
     path = Path(text).expanduser()
     if path.exists():
         return _load_path(path, text, device)
+    if path.is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
+        raise InputError(f"{path}: no such file or folder (expected a model: a run or "
+                         "checkpoint folder, a Hugging Face folder or a .gguf file)")  # fmt: skip
     from attnlm.data.pretrained import pretrained_names, pretrained_path
 
     if text in pretrained_names():

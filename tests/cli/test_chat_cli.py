@@ -122,11 +122,12 @@ def test_templates_and_errors(folder, tmp_path):
 
 @pytest.mark.slow
 def test_generate_model_and_available(folder, tmp_path):
-    from attnlm.generate import generate_text
+    from attnlm.generate import SamplingConfig, generate_text
     from attnlm.sources import resolve
 
     model, tok, _ = resolve(folder)
-    expected = generate_text(model, tok, ["the capital"], max_new_tokens=5, temperature=0)[0]
+    greedy = SamplingConfig(max_new_tokens=5, temperature=0)
+    expected = generate_text(model, tok, ["the capital"], greedy)[0]
     for flag in ("--model", "--checkpoint"):
         r = attnlm_process("generate", flag, folder, "--prompt", "the capital",
                            "--max-new-tokens", 5, "--temperature", 0)  # fmt: skip

@@ -154,3 +154,37 @@ def test_smollm2_on_generate_eval_attention_params(tmp_path):
     assert r.returncode == 0, r.stderr
     r = attnlm_process("params", "--model", name, timeout=300)
     assert r.returncode == 0 and "134,515,008" in r.stdout, r.stderr
+
+
+def test_damaged_or_unsupported_gguf_files_are_one_line_on_every_command(gguf_path, cli, tmp_path):
+    """A truncated file, a flipped magic, an absurd array length and an architecture attnlm does
+    not hold: exit 2 and one line naming the file, for each command that loads a model, and
+    nothing written."""
+    data = gguf_path.read_bytes()
+    bad = {
+        "truncated.gguf": data[: len(data) // 3],
+        "magic.gguf": b"GGUX" + data[4:],
+        "header.gguf": data[:40],
+    }
+    import gguf
+
+    w = gguf.GGUFWriter(str(tmp_path / "arch.gguf"), "mamba")
+    w.add_block_count(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for name, raw in bad.items():
+        (tmp_path / name).write_bytes(raw)
+    out = tmp_path / "out.png"
+    for name in [*bad, "arch.gguf"]:
+        path = tmp_path / name
+        for args in (["generate", "--model", path, "--max-new-tokens", "2"],
+                     ["chat", "--model", path, "--message", "hi"],
+                     ["lens", "--model", path, "hi"],
+                     ["attention", "--model", path, "--text", "hi", "--out", out],
+                     ["params", "--model", path]):  # fmt: skip
+            r = cli(*args)
+            assert r.code == 2, (name, args[0], r.err)
+            assert r.err.count("\n") == 1 and str(path) in r.err, (name, args[0], r.err)
+    assert not out.exists()

@@ -146,7 +146,7 @@ def test_eval_and_generate_bad_input(corpus, tmp_path, capsys):
     assert main(argv) == 2
     assert "cannot encode" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(tmp_path / "missing")]) == 2
-    assert "no such checkpoint" in capsys.readouterr().err
+    assert "no such file or folder" in capsys.readouterr().err
     (out / "checkpoint" / "model.safetensors").write_bytes(b"garbage")
     assert main(["eval", "--checkpoint", str(out)]) == 2
     assert "corrupt" in capsys.readouterr().err

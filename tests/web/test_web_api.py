@@ -444,7 +444,7 @@ def test_cli_errors(capsys, tmp_path):
     assert "unknown model 'gpt2'" in err and err.count("\n") == 1
     assert main(["serve", "--checkpoint", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
-    assert f"unknown model {str(tmp_path / 'none')!r}" in err and err.count("\n") == 1
+    assert "no such file or folder" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow  # a subprocess that imports torch: about 6 s on 2 cores

@@ -13,9 +13,12 @@ import argparse
 import sys
 
 from attnlm.cli.common import (
+    add_command,
     add_model_spec_argument,
     add_runtime_arguments,
     add_sampling_arguments,
+    add_stop_argument,
+    sampling_config,
     text_file,
     text_value,
 )
@@ -25,13 +28,7 @@ HELP_LINE = "/reset: forget the conversation  /system TEXT: set the system messa
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "chat",
-        help="chat with an instruction-tuned model (its chat template, KV cache across turns)",
-        description="Chat with a model through its chat template (GGUF tokenizer.chat_template, "
-        "tokenizer_config.json's chat_template or chat_template.jinja, or --template FILE). "
-        "Without --message/--messages: interactive, one user turn per line; " + HELP_LINE + ".",
-    )
+    p = add_command(sub, "chat", _chat)
     add_model_spec_argument(p)
     p.add_argument(
         "--message",
@@ -62,16 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sampling_arguments(
         p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="default 256, per reply"
     )
-    p.add_argument(
-        "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
-    )
+    add_stop_argument(p)
     p.add_argument(
         "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
     )
     add_runtime_arguments(p)
     # interactive turns are read from stdin line by line; a bad line is refused and the
     # conversation goes on (not a document read at once: no reads_stdin)
-    p.set_defaults(func=_chat)
 
 
 def scripted_messages(args: argparse.Namespace) -> list[dict[str, str]] | None:
@@ -113,26 +107,24 @@ def scripted_messages(args: argparse.Namespace) -> list[dict[str, str]] | None:
 
 
 def _chat(args: argparse.Namespace) -> int:
+    """chat with an instruction-tuned model (its chat template, KV cache across turns)
+
+    Chat with a model through its chat template (GGUF tokenizer.chat_template,
+    tokenizer_config.json's chat_template or chat_template.jinja, or --template FILE). Without
+    --message/--messages: interactive, one user turn per line; /reset: forget the conversation,
+    /system TEXT: set the system message, Ctrl-D: end."""
     import torch
 
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.generate.chat import ChatSession
-    from attnlm.generate.sampling import SamplingConfig
     from attnlm.sources import resolve
     from attnlm.tokenizers.chat_template import from_file
 
     if args.threads:
         torch.set_num_threads(args.threads)
     msgs = scripted_messages(args)  # fail early, before loading the model
-    sampling = SamplingConfig(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        stop=tuple(args.stop),
-        seed=args.seed,
-    )
+    sampling = sampling_config(args)
     model, tok, info = resolve(args.model, resolve_device(args.device))
     if "generate" not in info.family.capabilities:
         raise InputError(f"{args.model}: a {info.family.type} model does not generate text")

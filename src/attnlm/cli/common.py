@@ -274,6 +274,28 @@ def add_sampling_arguments(
     add_seed_argument(p)
 
 
+def add_stop_argument(p: argparse.ArgumentParser) -> None:
+    """``--stop STR`` (repeatable): stop strings of :class:`SamplingConfig`."""
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
+    )
+
+
+def sampling_config(args: argparse.Namespace) -> Any:
+    """The :class:`attnlm.generate.sampling.SamplingConfig` of the shared sampling options
+    (:func:`add_sampling_arguments`, and ``--stop`` where the command has it)."""
+    from attnlm.generate.sampling import SamplingConfig
+
+    return SamplingConfig(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        stop=tuple(getattr(args, "stop", ())),
+        seed=args.seed,
+    )
+
+
 def as_given(value: str, name: str | None = None) -> str:
     """A path left as given (the reader says what is wrong with it, e.g. "no such file")."""
     return value

@@ -10,7 +10,9 @@ from attnlm.cli.common import (
     add_pairs_argument,
     add_runtime_arguments,
     add_sampling_arguments,
+    add_stop_argument,
     arg,
+    sampling_config,
     text_value,
 )
 from attnlm.validate import finite_float, int_in_range, positive_int
@@ -24,9 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_sampling_arguments(p)
     p.add_argument("--num-samples", type=arg(int_in_range, lo=1, hi=10_000), default=1)
-    p.add_argument(
-        "--stop", action="append", default=[], metavar="STR", help="stop string (repeatable)"
-    )
+    add_stop_argument(p)
     p.add_argument("--stream", action="store_true", help="print tokens as they arrive")
     p.add_argument(
         "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
@@ -79,22 +79,12 @@ def _generate(args: argparse.Namespace) -> int:
 
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
-    from attnlm.generate.sampling import SamplingConfig
     from attnlm.generate.text import encode_prompt, generate_text
     from attnlm.sources import resolve
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.num_samples < 1:
-        raise InputError("--num-samples must be >= 1")
-    sampling = SamplingConfig(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        stop=tuple(args.stop),
-        seed=args.seed,
-    )
+    sampling = sampling_config(args)
     spec = args.model if args.model is not None else args.checkpoint
     model, tokenizer, info = resolve(spec, resolve_device(args.device))
     if "generate" not in info.family.capabilities:
@@ -149,12 +139,6 @@ def _translate(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.beam < 1:
-        raise InputError(f"--beam must be >= 1, got {args.beam}")
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     sampling = SamplingConfig(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
     )

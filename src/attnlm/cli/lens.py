@@ -5,52 +5,43 @@ from __future__ import annotations
 
 import argparse
 
-from attnlm.cli.common import (
-    add_model_spec_argument,
-    add_runtime_arguments,
-    arg,
-    text_file,
-    text_value,
-    use_threads,
-)
+from attnlm.cli import common
 from attnlm.validate import int_in_range, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "lens",
-        help="the logit lens: each layer's next-token predictions (table, JSON, PNG grid)",
-        description="Run a decoder on a text and read every layer's hidden state through the "
-        "model's final norm and LM head: the top next-token predictions per layer and "
-        "position, the last layer being the model's own output. Prints a table (last layer "
-        "on top), or --json; --out draws a layer x position grid coloured by probability.",
-    )
-    p.add_argument("text", nargs="?", default=None, type=text_value, help="the text")
-    add_model_spec_argument(p)
+    p = common.add_command(sub, "lens", _lens)
+    p.add_argument("text", nargs="?", default=None, type=common.text_value, help="the text")
+    common.add_model_spec_argument(p)
     p.add_argument(
         "--text",
         dest="text_file",
         default=None,
         metavar="PATH",
-        type=text_file(),
+        type=common.text_file(),
         help="read the text from a file instead",
     )
     p.add_argument(
         "--top",
-        type=arg(int_in_range, lo=1, hi=100),
+        type=common.arg(int_in_range, lo=1, hi=100),
         default=5,
         metavar="K",
         help="predictions kept per cell in --json (5)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
-        "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
+        "--out", default=None, metavar="FILE.png", type=common.arg(output_file), help="PNG to write"
     )
-    add_runtime_arguments(p, device="cpu")
-    p.set_defaults(func=_lens)
+    common.add_runtime_arguments(p, device="cpu")
 
 
 def _lens(args: argparse.Namespace) -> int:
+    """the logit lens: each layer's next-token predictions (table, JSON, PNG grid)
+
+    Run a decoder on a text and read every layer's hidden state through the model's final norm
+    and LM head: the top next-token predictions per layer and position, the last layer being
+    the model's own output. Prints a table (last layer on top), or --json; --out draws a layer
+    x position grid coloured by probability."""
     import json
 
     from attnlm.device import resolve_device
@@ -66,7 +57,7 @@ def _lens(args: argparse.Namespace) -> int:
         text = read_file_text(args.text_file, "text file", InputError).rstrip("\n")
     else:
         text = args.text
-    use_threads(args)
+    common.use_threads(args)
     model, tok, info = resolve(args.model, resolve_device(args.device))
     lens = logit_lens(model, tok, text, k=args.top)
     if args.out:

@@ -172,6 +172,11 @@ class Decoding:
         return self.fixed_state and self.scheme(config) != "alibi"
 
 
+#: A model whose decoding state carries any length (recurrent, n-gram and HMM states): no
+#: positions, no window.
+RECURRENT = Decoding(positions="none", window=False)
+
+
 @dataclass(frozen=True)
 class Family:
     """A model family as the registry knows it (see :mod:`attnlm.models.registry`).

@@ -297,11 +297,6 @@ def _describe(c: BertConfig) -> str:
 
 
 FAMILY = Family(
-    type="bert",
-    config=BertConfig,
-    model=Bert,
-    objective="masked",
-    capabilities=frozenset({"fill-mask", "embed"}),
+    "bert", BertConfig, Bert, "masked", frozenset({"fill-mask", "embed"}), describe=_describe,
     description="bidirectional transformer encoder, masked LM (Devlin et al. 2019)",
-    describe=_describe,
-)
+)  # fmt: skip

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.models.base import Decoding, Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.base import RECURRENT, Family, ModelOutput, check_ids, count_params, token_loss
 from attnlm.validate import at_least, fraction, positive
 
 
@@ -163,12 +163,6 @@ def _describe(c: FFNNConfig) -> str:
 
 
 FAMILY = Family(
-    type="ffnn",
-    config=FFNNConfig,
-    model=FFNNLM,
-    objective="causal",
-    capabilities=frozenset({"generate"}),
-    description="feed-forward n-gram neural LM (Bengio et al. 2003)",
-    describe=_describe,
-    decoding=Decoding(positions="none", window=False),
-)
+    "ffnn", FFNNConfig, FFNNLM, "causal", frozenset({"generate"}), describe=_describe,
+    description="feed-forward n-gram neural LM (Bengio et al. 2003)", decoding=RECURRENT,
+)  # fmt: skip

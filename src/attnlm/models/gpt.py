@@ -165,12 +165,7 @@ def _positions(config: GPTConfig) -> str:
 
 
 FAMILY = Family(
-    type="gpt",
-    config=GPTConfig,
-    model=GPT,
-    objective="causal",
-    capabilities=frozenset({"generate"}),
+    "gpt", GPTConfig, GPT, "causal", frozenset({"generate"}), describe=_describe,
     description="decoder-only transformer LM (Radford et al. 2018, 2019)",
-    describe=_describe,
     decoding=Decoding(positions=_positions, static_state=True, fixed_state=True, prefix_step=True),
-)
+)  # fmt: skip

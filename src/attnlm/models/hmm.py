@@ -63,7 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
-from attnlm.models.base import Decoding, Family, ModelOutput, check_ids, count_params, token_loss
+from attnlm.models.base import RECURRENT, Family, ModelOutput, check_ids, count_params, token_loss
 from attnlm.validate import above_zero, at_least_zero, positive
 
 LOG_FLOOR = -69.0  # log(1e-30): the smallest log-probability EM stores (finite logits)
@@ -406,13 +406,7 @@ def _describe(c: HMMConfig) -> str:
 
 
 FAMILY = Family(
-    type="hmm",
-    config=HMMConfig,
-    model=HMMLM,
-    objective="causal",
-    capabilities=frozenset({"generate"}),
+    "hmm", HMMConfig, HMMLM, "causal", frozenset({"generate"}), describe=_describe,
     description="hidden Markov model LM: forward algorithm, Viterbi, Baum-Welch EM "
-    "(Baum et al. 1970, Rabiner 1989)",
-    describe=_describe,
-    decoding=Decoding(positions="none", window=False),
-)
+    "(Baum et al. 1970, Rabiner 1989)", decoding=RECURRENT,
+)  # fmt: skip

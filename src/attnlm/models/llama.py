@@ -180,13 +180,7 @@ def _describe(c: LlamaConfig) -> str:
 
 
 FAMILY = Family(
-    type="llama",
-    config=LlamaConfig,
-    model=Llama,
-    objective="causal",
-    capabilities=frozenset({"generate"}),
+    "llama", LlamaConfig, Llama, "causal", frozenset({"generate"}), describe=_describe,
     description="Llama decoder: RMSNorm, SwiGLU, RoPE, grouped-query attention "
-    "(Touvron et al. 2023)",
-    describe=_describe,
-    decoding=Decoding(positions="rope", static_state=True, fixed_state=True, prefix_step=True),
-)
+    "(Touvron et al. 2023)", decoding=Decoding("rope", True, True, True, True),
+)  # fmt: skip

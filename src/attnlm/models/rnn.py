@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
-    Decoding,
+    RECURRENT,
     Family,
     ModelOutput,
     check_ids,
@@ -381,12 +381,7 @@ def _describe(c: RNNConfig) -> str:
 
 
 FAMILY = Family(
-    type="rnn",
-    config=RNNConfig,
-    model=RNNLM,
-    objective="causal-stream",
-    capabilities=frozenset({"generate"}),
+    "rnn", RNNConfig, RNNLM, "causal-stream", frozenset({"generate"}), describe=_describe,
     description="recurrent LM: Elman RNN, LSTM or GRU, truncated BPTT over carried streams",
-    describe=_describe,
-    decoding=Decoding(positions="none", window=False),
-)
+    decoding=RECURRENT,
+)  # fmt: skip

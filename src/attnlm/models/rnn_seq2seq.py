@@ -56,7 +56,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import (
-    Decoding,
+    RECURRENT,
     DecodingSetup,
     Family,
     ModelOutput,
@@ -437,13 +437,7 @@ def _describe(c: RNNSeq2SeqConfig) -> str:
 
 
 FAMILY = Family(
-    type="rnn-seq2seq",
-    config=RNNSeq2SeqConfig,
-    model=RNNSeq2Seq,
-    objective="seq2seq",
-    capabilities=frozenset({"translate"}),
+    "rnn-seq2seq", RNNSeq2SeqConfig, RNNSeq2Seq, "seq2seq", frozenset({"translate"}),
     description="RNN encoder-decoder with Bahdanau or Luong attention (Bahdanau et al. 2015, "
-    "Luong et al. 2015)",
-    describe=_describe,
-    decoding=Decoding(positions="none", window=False),
-)
+    "Luong et al. 2015)", describe=_describe, decoding=RECURRENT,
+)  # fmt: skip

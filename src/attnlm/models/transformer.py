@@ -409,12 +409,7 @@ def _describe(c: TransformerConfig) -> str:
 
 
 FAMILY = Family(
-    type="transformer",
-    config=TransformerConfig,
-    model=Transformer,
-    objective="seq2seq",
-    capabilities=frozenset({"translate"}),
+    "transformer", TransformerConfig, Transformer, "seq2seq", frozenset({"translate"}),
     description="encoder-decoder Transformer for translation (Vaswani et al. 2017; Marian)",
-    describe=_describe,
-    decoding=Decoding(positions="sinusoidal", window=False, static_state=True, fixed_state=True),
-)
+    describe=_describe, decoding=Decoding("sinusoidal", False, static_state=True, fixed_state=True),
+)  # fmt: skip
