@@ -18,6 +18,7 @@ from selenium.webdriver.support.ui import Select  # noqa: E402
 from web_helpers import request, tiny_checkpoint  # noqa: E402
 
 from attnlm.web.server import make_server, serve_in_thread  # noqa: E402
+from attnlm.web.service import MAX_ATTENTION_VALUES as S_MAX  # noqa: E402
 from attnlm.web.service import load_service  # noqa: E402
 from support_chat import tiny_chat_llama  # noqa: E402
 
@@ -84,11 +85,32 @@ def test_lens_grid_chat_and_switching_models(server, driver):
     assert [e.text.split("\n")[0] for e in driver.find_elements(By.CSS_SELECTOR, "#c-log .msg")] \
         == ["user", "assistant"]  # fmt: skip
 
+    # an attention answer over the limit: one line, the old record hidden, the rest still drawn
+    service = server.explorer.services["llama"]
+    service.max_attention_values = 100
+    try:
+        box = driver.find_element(By.ID, "text")
+        box.clear()
+        box.send_keys("the capital of France")
+        driver.find_element(By.ID, "run").click()
+        _wait(driver, lambda d: "the limit is 100 " in d.find_element(By.ID, "status").text)
+        assert not driver.find_element(By.ID, "attention").is_displayed()
+        toks = request(server.url + "api/tokens", {"text": "the capital of France"})[1]["tokens"]
+        _wait(
+            driver,
+            lambda d: len(_token_texts(d)) == len(toks) and len(_grid(d)[0]) == 1 + len(toks),
+        )
+    finally:
+        service.max_attention_values = S_MAX
+    box.clear()
+    box.send_keys(text)
+
     Select(driver.find_element(By.ID, "model")).select_by_value("gpt")
     n = len(request(server.url + "api/tokens", {"text": text, "model": "gpt"})[1]["tokens"])
     _wait(driver, lambda d: len(_token_texts(d)) == n and len(_grid(d)[0]) == 1 + n)  # redrawn
     assert not driver.find_element(By.ID, "chat").is_displayed()  # no chat template
     Select(driver.find_element(By.ID, "model")).select_by_value("llama")
+    assert driver.find_element(By.ID, "attention").is_displayed()
     t = len(lens["tokens"])
     _wait(driver, lambda d: len(_token_texts(d)) == t and len(_grid(d)[0]) == 1 + t)
     assert _grid(driver) == want

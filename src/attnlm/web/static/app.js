@@ -140,6 +140,16 @@
     return true;
   }
 
+  /* The attention was refused (a text too long for its answer): hide the old record and show
+     the new text's tokens, so the page never shows another text's attention. */
+  function noRecord(text, model, latest) {
+    return api("tokens", { text: text, model: model }).then(latest(function (r) {
+      lastRecord = null;
+      $("attention").classList.add("hidden");
+      renderTokens(r.tokens);
+    }), function () {});
+  }
+
   /* Answers of an older run (the model was switched, or the button pressed again) are
      dropped, so the page always shows the latest request's record. */
   function run() {
@@ -157,7 +167,9 @@
         showRecord(r);
       })));
     } else {
-      jobs.push(api("attention", { text: text, model: model }).then(latest(showRecord)));
+      jobs.push(api("attention", { text: text, model: model }).then(latest(showRecord), function (e) {
+        return noRecord(text, model, latest).then(function () { throw e; });
+      }));
     }
     if (has("generate")) jobs.push(nextTokens());
     if (current.lens) jobs.push(lens(latest));
