@@ -72,8 +72,6 @@ def test_config_errors_name_the_field():
         load_spec("tiny-test", ["lr=-1"])
     with pytest.raises(ConfigError, match="time budget"):
         load_spec("tiny-test", ['time_budget="soon"'])
-    with pytest.raises(ConfigError, match="vocab_size is set from the tokenizer"):
-        load_spec("tiny-test", ["model.vocab_size=5"])
     with pytest.raises(ConfigError, match="unknown preset"):
         load_spec("no-such-preset")
     assert parse_duration("120s") == 120 and parse_duration("2m") == 120
@@ -300,3 +298,24 @@ def test_pair_files_on_a_text_model_are_refused(cli, corpus, tmp_path):
     )
     assert r.code == 2 and r.err.count("\n") == 1 and "--valid-pairs" in r.err, r.err
     assert not (out / "checkpoint").exists()
+
+
+def test_gpt2_presets_train_with_their_tokenizer_and_refuse_another(corpus, tmp_path, capsys):
+    """The gpt2-* presets state vocab_size = 50257: training takes it with GPT-2's tokenizer
+    (their own [train] tokenizer) and refuses, in one line naming both sizes, a tokenizer of
+    another size."""
+    small = ["--set", "model.n_layer=1", "--set", "model.n_head=2", "--set", "model.n_embd=16",
+             "--set", "model.block_size=16", "--set", "model.dropout=0.0", "--max-iters", "2",
+             "--set", "train.eval_interval=1", "--set", "train.eval_iters=1",
+             "--set", "train.batch_size=2", "--no-progress"]  # fmt: skip
+    out = tmp_path / "g"
+    argv = ["train", "--preset", "gpt2-small", "--text", str(corpus), "--out", str(out)]
+    assert main([*argv, *small]) == 0, capsys.readouterr().err
+    from attnlm.checkpoint import load_checkpoint
+
+    assert load_checkpoint(out).model.config.vocab_size == 50257
+    capsys.readouterr()
+    bad = [*argv[:-1], str(tmp_path / "c"), *small, "--set", 'train.tokenizer="char"']
+    assert main(bad) == 2
+    err = capsys.readouterr().err
+    assert "model.vocab_size = 50257" in err and err.count("\n") == 1

@@ -185,8 +185,6 @@ def spec_from_tables(tables: dict[str, Any], preset: str = "") -> RunSpec:
     if unknown:
         raise ConfigError(f"unknown preset table [{unknown[0]}] (known: [model], [train])")
     model = dict(tables.get("model", {}))
-    if "vocab_size" in model:
-        raise ConfigError("model.vocab_size is set from the tokenizer; remove it from the preset")
     table = dict(tables.get("train", {}))
     for alias, name in TRAIN_ALIASES.items():
         if alias in table:

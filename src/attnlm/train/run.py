@@ -70,6 +70,19 @@ def _model_fields(data: Any) -> dict[str, Any]:
     return fields() if fields else {"vocab_size": data.tokenizer.vocab_size}
 
 
+def _data_fields(model: dict[str, Any], data: Any) -> dict[str, Any]:
+    """:func:`_model_fields`, checked against a preset that states them (``gpt2-small`` says
+    ``vocab_size = 50257``: right for GPT-2's tokenizer, refused for any other)."""
+    fields = _model_fields(data)
+    for name, value in fields.items():
+        if name in model and model[name] != value:
+            raise ConfigError(
+                f"model.{name} = {model[name]!r} in the preset, but the data gives {value!r} "
+                f"(the tokenizer decides it): remove model.{name} or use a matching tokenizer"
+            )
+    return fields
+
+
 def _sources(objective: Any, data: Any, kind: str) -> tuple[Any, Any]:
     """Training and validation batch sources of the objective over the prepared data."""
     if kind == "pairs":
@@ -170,7 +183,7 @@ def train_run(
         if dist.is_main:
             log(data.stats_line())
         torch.manual_seed(cfg.seed)
-        table = registry.complete_table(spec.model, **_model_fields(data))
+        table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
         model, model_cfg, family = registry.build(table)
         if dist.rank:
             torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
