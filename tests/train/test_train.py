@@ -319,3 +319,22 @@ def test_gpt2_presets_train_with_their_tokenizer_and_refuse_another(corpus, tmp_
     assert main(bad) == 2
     err = capsys.readouterr().err
     assert "model.vocab_size = 50257" in err and err.count("\n") == 1
+
+
+def test_resume_after_the_time_budget_says_which_flag_gives_it_time(corpus, tmp_path, capsys):
+    """A run stopped by its wall-clock budget, resumed with a higher --max-iters only, would
+    stop at once: refused in one line naming --time-budget; with a larger budget it goes on."""
+    out = tmp_path / "r"
+    assert train_cli(corpus, out, "--time-budget", "0.5s", "--max-iters", "100000") == 0
+    done = capsys.readouterr().out
+    assert "time_budget" in done
+    from attnlm.checkpoint import load_checkpoint
+
+    step = load_checkpoint(out).step
+    resume = ["train", "--resume", str(out), "--no-progress"]
+    assert main([*resume, "--max-iters", str(step + 200)]) == 2
+    err = capsys.readouterr().err
+    assert "--time-budget" in err and "spent" in err and err.count("\n") == 1
+    assert load_checkpoint(out).step == step  # nothing changed
+    assert main([*resume, "--max-iters", str(step + 3), "--time-budget", "10m"]) == 0
+    assert load_checkpoint(out).step == step + 3

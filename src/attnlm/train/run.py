@@ -10,6 +10,7 @@ then load it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,20 @@ def checkpoint_config(spec: RunSpec, family: Any, model_cfg: Any) -> dict[str, A
 
 def _with_type(table: dict[str, Any]) -> dict[str, Any]:
     return {"type": registry.DEFAULT_TYPE, **table}
+
+
+def _check_time_left(run_dir: Path, cfg: TrainConfig, state: Any) -> None:
+    """A resume whose wall-clock budget the earlier sessions already spent would stop at once
+    (the budget counts over all sessions, as the learning-rate schedule does): refuse it in one
+    line saying which flag gives it time."""
+    budget = cfg.time_budget_s
+    if budget and state.elapsed >= budget and state.step < cfg.max_iters:
+        more = math.ceil(state.elapsed + max(60.0, 0.5 * budget))
+        raise ConfigError(
+            f"cannot resume {run_dir}: its time budget ({budget:g} s) is spent "
+            f"({state.elapsed:.0f} s over its sessions, step {state.step} of {cfg.max_iters}); "
+            f"the budget counts over all sessions: raise it, e.g. --time-budget {more}s"
+        )
 
 
 def resume_spec(run_dir: Path, requested: RunSpec | None) -> RunSpec:
@@ -226,6 +241,7 @@ def train_run(
             except Exception as e:  # noqa: BLE001 - a state.pt of another shape
                 raise InputError(f"{ckpt}/state.pt: does not fit this run ({e})") from None
             keep_until = trainer.state.step
+            _check_time_left(run_dir, cfg, trainer.state)
             if dist.is_main:
                 log(f"resuming {run_dir} from step {trainer.state.step}")
         else:
