@@ -138,3 +138,34 @@ def test_fast_arpa_reader_equals_line_parser(tmp_path, fixture_sentences, monkey
     for k in range(fast.order):
         for a, b in ((fast.keys, slow.keys), (fast.logp, slow.logp), (fast.bo, slow.bo)):
             assert np.array_equal(a[k], b[k])
+
+
+@pytest.mark.filterwarnings("ignore::attnlm.ngram.DiscountWarning")
+def test_block_writer_threaded_and_plain_paths_agree(tmp_path, monkeypatch):
+    """The look-ahead path (worker threads, per-chunk word column widths) and the plain path
+    write the same bytes as the per-value reference; an order without blocks keeps its header."""
+    import attnlm.ngram.arpa_write as aw
+
+    monkeypatch.setattr(aw, "CHUNK", 5)  # chunks with and without the long word
+    rng = np.random.default_rng(2)
+    vocab = ["a", "b", "c", "d", "y" * 30, "e", "f", "g"]
+    weights = np.array([8, 8, 8, 8, 1, 8, 8, 8]) / 57
+    sents = [[vocab[i] for i in rng.choice(len(vocab), 7, p=weights)] for _ in range(40)]
+    model, _ = modified_kneser_ney(count_ngrams(sents, 3))
+    reference_write_arpa(model, tmp_path / "ref.arpa")
+    ref = (tmp_path / "ref.arpa").read_bytes()
+
+    def sections():
+        for k in range(1, 4):
+            ids = aw.ngram_word_ids(model, k) if k > 1 else model.keys[0][:, None]
+            bo = model.bo[k - 1] if k < 3 else None
+            yield [(ids, model.logp[k - 1], bo)]
+
+    sizes = [len(k) for k in model.keys]
+    for ahead in (False, True):
+        out = tmp_path / f"ahead{ahead}.arpa"
+        aw.write_sections(out, model.vocab.words, sizes, sections(), ahead=ahead)
+        assert out.read_bytes() == ref
+    aw.write_sections(tmp_path / "empty.arpa", ["<s>", "a"], [2, 0], iter([]), ahead=True)
+    text = (tmp_path / "empty.arpa").read_text()
+    assert text == "\\data\\\nngram 1=2\nngram 2=0\n\n\\1-grams:\n\n\\2-grams:\n\n\\end\\\n"
