@@ -7,7 +7,7 @@ written one sentence per line to a temporary file; then, alternating (harness.py
 * ours: ``attnlm ngram train --order 5 --text corpus.txt --arpa ours.arpa`` (the command a
   user runs: interpreter start-up, imports, reading, count + estimate, the ARPA write);
 * peer: ``lmplz -o 5 -S 1G -T TMP < corpus.txt > kenlm.arpa`` (KenLM's builder is not in the
-  PyPI ``kenlm`` wheel; build it from that sdist: ``cmake .. && make lmplz``, and pass
+  PyPI ``kenlm`` wheel; build it from KenLM's sources as ``docs/benchmarks.md`` says, and pass
   ``--lmplz PATH`` or put it on PATH). Without it the peer is skipped with a line.
 
 Target: ours <= 2x lmplz (time ratio, wall clock). The two ARPA files must have the same
