@@ -350,7 +350,9 @@ def test_random_unicode_matches(uncased) -> None:
     ``regex``'s, so a character whose category changed between versions is split differently
     (U+111C9 SHARADA SANDHI MARK was punctuation, Po, and is a non-spacing mark, Mn, since
     Unicode 12). The strings are drawn from characters whose category is the same in Unicode
-    3.2 (``unicodedata.ucd_3_2_0``) and in the current table; see docs/bert.md."""
+    3.2 (``unicodedata.ucd_3_2_0``) and in the current table, and assigned in the current table
+    (U+1ACF, unassigned in Python's Unicode 14, is a mark in the newer tables of ``regex``);
+    see docs/bert.md."""
     import unicodedata
 
     from hypothesis import HealthCheck, given, settings
@@ -359,7 +361,9 @@ def test_random_unicode_matches(uncased) -> None:
     ours, hf = uncased
 
     def stable(c: str) -> bool:
-        return unicodedata.ucd_3_2_0.category(c) == unicodedata.category(c)
+        # unassigned in Python's table: a newer Unicode (the regex module's) may assign it
+        current = unicodedata.category(c)
+        return current != "Cn" and unicodedata.ucd_3_2_0.category(c) == current
 
     alphabet = st.characters(blacklist_categories=("Cs",)).filter(stable)
     mixed = st.lists(
