@@ -265,9 +265,9 @@ def _load_run(path: Path, spec: str, device: Any) -> Resolved:
 
 def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:
     """A ``.gguf`` file through :mod:`attnlm.models.gguf` (the model and the tokenizer of one
-    parsed header). The chat template is the metadata's ``tokenizer.chat_template``; its
-    ``bos_token``/``eos_token`` are the strings of ``tokenizer.ggml.tokens`` at the BOS/EOS
-    ids."""
+    parsed header). The chat template and the special tokens are the tokenizer's (the file's
+    ``tokenizer.*`` metadata as llama.cpp reads it, defaults included); a reply ends at its EOS
+    or end-of-turn id."""
     from attnlm.ggufio import GGUFFile
     from attnlm.models import gguf
     from attnlm.tokenizers.chat_template import from_string
@@ -275,21 +275,15 @@ def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:
     header = GGUFFile(path)
     model, tok = gguf.load_model(header), gguf.load_tokenizer(header)
     model.to(device)
-    tokens = header.get("tokenizer.ggml.tokens") or []
-    special = {}
-    for name, key in (("bos", "bos"), ("eos", "eos"), ("unknown", "unk"), ("padding", "pad")):
-        i = header.get(f"tokenizer.ggml.{name}_token_id")
-        if isinstance(i, int) and 0 <= i < len(tokens):
-            special[f"{key}_token"] = str(tokens[i])
+    ids = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "unk_token": tok.unk_id,
+           "pad_token": tok.pad_id}  # fmt: skip
+    special = {key: tok.tokens[i] for key, i in ids.items() if i is not None}
     template = None
-    source = header.get("tokenizer.chat_template")
-    if isinstance(source, str) and source.strip():
-        template = from_string(source, **special)
+    if isinstance(tok.chat_template, str) and tok.chat_template.strip():
+        template = from_string(tok.chat_template, **special)
         template.origin = f"{path}: tokenizer.chat_template"
     info = ModelInfo(spec, "gguf", path, _family(model), chat_template=template)
-    eos = header.get("tokenizer.ggml.eos_token_id")
-    eot = header.get("tokenizer.ggml.eot_token_id")  # llama.cpp's end-of-turn id
-    named = tuple(i for i in (eos, eot) if isinstance(i, int))
+    named = tuple(i for i in (tok.eos_id, tok.eot_id) if i is not None)
     info.stop_ids = tuple(dict.fromkeys(named + stop_ids(tok, special, None)))
     return Resolved(model, tok, info)
 

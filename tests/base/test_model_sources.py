@@ -160,9 +160,9 @@ def test_bad_specs(tmp_path):
 
 def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
     """The resolver's side of a ``.gguf`` file, with stand-ins for ``attnlm.models.gguf``'s
-    ``load_model``/``load_tokenizer`` (of a parsed header) and ``attnlm.ggufio.GGUFFile``
-    (metadata by key): the template comes from ``tokenizer.chat_template`` with the BOS/EOS
-    strings of ``tokenizer.ggml.tokens``; EOS and EOT ids end a reply."""
+    ``load_model``/``load_tokenizer`` (of a parsed header, ``attnlm.ggufio.GGUFFile``): the
+    template is the tokenizer's ``chat_template`` with the strings of its BOS/EOS ids; its EOS
+    and EOT ids end a reply."""
     from attnlm import ggufio, models, tokenizers
     from attnlm.models import gguf
     from support_chat import CHATML
@@ -170,20 +170,15 @@ def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
     tok = tokenizers.load(hf_folder)
     vocab = [tok.decode([i]) for i in range(tok.vocab_size)]
     end = tok.special_tokens["<|im_end|>"]
-    meta = {"tokenizer.chat_template": CHATML + "{{ bos_token }}|{{ eos_token }}",
-            "tokenizer.ggml.tokens": vocab, "tokenizer.ggml.bos_token_id": 1,
-            "tokenizer.ggml.eos_token_id": end, "tokenizer.ggml.eot_token_id": 0}  # fmt: skip
-
-    class Header:
-        def __init__(self, path):
-            self.path = path
-
-        def get(self, key, default=None):
-            return meta.get(key, default)
-
+    # what a GGUFTokenizer answers (tokenizers/gguf.py)
+    template = CHATML + "{{ bos_token }}|{{ eos_token }}"
+    answers = {"tokens": vocab, "bos_id": 1, "eos_id": end, "eot_id": 0, "unk_id": None,
+               "pad_id": None, "chat_template": template}  # fmt: skip
+    for name, value in answers.items():
+        monkeypatch.setattr(tok, name, value, raising=False)
     monkeypatch.setattr(gguf, "load_model", lambda header: models.from_hf(hf_folder))
     monkeypatch.setattr(gguf, "load_tokenizer", lambda header: tok)
-    monkeypatch.setattr(ggufio, "GGUFFile", Header)
+    monkeypatch.setattr(ggufio, "GGUFFile", lambda path: path)
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
     _, _, info = resolve(f)

@@ -148,8 +148,8 @@ class GGUFTokenizer(Tokenizer):
     file reproduces it exactly).
 
     Attributes beyond the protocol: ``model`` (``gpt2`` / ``llama``), ``pre``, ``bos_id``,
-    ``eos_id``, ``eot_id``, ``unk_id``, ``eog_ids`` (ids that end generation), ``add_bos``,
-    ``add_eos``, ``chat_template`` (or None)."""
+    ``eos_id``, ``eot_id``, ``unk_id``, ``pad_id``, ``eog_ids`` (ids that end generation),
+    ``add_bos``, ``add_eos``, ``chat_template`` (or None)."""
 
     kind = "gguf"
 
@@ -209,6 +209,7 @@ class GGUFTokenizer(Tokenizer):
                 value = given
             found[key] = value
         self.bos_id, self.eos_id, self.unk_id = found["bos"], found["eos"], found["unknown"]
+        self.pad_id = found["padding"]
         self.eot_id = found["eot"]
         if self.eot_id is None:  # llama.cpp finds an end-of-turn token by its name (which one
             # when several are present is unspecified there: here the first in EOT_NAMES)
