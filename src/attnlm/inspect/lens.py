@@ -91,10 +91,14 @@ class Lens:
         return "\n".join(line.rstrip() for line in lines)
 
 
+def supports_lens(model: Any) -> bool:
+    """Whether the lens reads ``model``: a decoder with blocks, a final norm and an LM head."""
+    return all(getattr(model, a, None) is not None for a in ("blocks", "ln_f", "lm_head"))
+
+
 def _readout(model: Any) -> tuple[Any, Any]:
     """The final norm and the LM head the lens reads through, or a one-line InputError."""
-    norm, head = getattr(model, "ln_f", None), getattr(model, "lm_head", None)
-    if head is None or norm is None or not hasattr(model, "blocks"):
+    if not supports_lens(model):
         from attnlm.models.registry import family_of
 
         kind = family_of(model).type
@@ -102,7 +106,7 @@ def _readout(model: Any) -> tuple[Any, Any]:
             f"the logit lens reads a decoder's layers through its final norm and LM head; "
             f"a {kind} model has none"
         )
-    return norm, head
+    return model.ln_f, model.lm_head
 
 
 @torch.inference_mode()

@@ -20,6 +20,7 @@ from typing import Any
 
 from attnlm.errors import InputError
 from attnlm.generate.sampling import SamplingConfig
+from attnlm.inspect.lens import supports_lens
 from attnlm.web.service.limits import (
     MAX_CHAT_CHARS,
     MAX_CHAT_MESSAGES,
@@ -32,10 +33,8 @@ from attnlm.web.service.limits import (
 CHAT_ROLES = ("system", "user", "assistant")
 
 
-def lens_supported(model: Any) -> bool:
-    """Whether the logit lens reads ``model``: a causal decoder with blocks, a final norm and
-    an LM head (what :func:`attnlm.inspect.lens.logit_lens` reads through)."""
-    return all(getattr(model, a, None) is not None for a in ("blocks", "ln_f", "lm_head"))
+# whether the logit lens reads a model (the predicate attnlm.inspect.lens applies itself)
+lens_supported = supports_lens
 
 
 def lens(service: Any, text: str, k: int = 5) -> dict[str, Any]:
