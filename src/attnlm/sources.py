@@ -95,14 +95,18 @@ def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
 def load_as_checkpoint(spec: str | os.PathLike[str], device: Any = "cpu") -> Any:
     """:func:`resolve`, returned as the :class:`~attnlm.checkpoint.Checkpoint` record the
     commands already read (``model``, ``tokenizer``, ``family``, ``path``,
-    ``pair_tokenizers``...): an attnlm run's own record, else one with step 0, no training
-    config and ``config["source"]`` saying what SPEC was. A command moves from
-    ``load_model_ref(args.checkpoint, args.model, device)`` to ``--model SPEC`` with
-    ``load_as_checkpoint(args.model or args.checkpoint, device)``."""
+    ``pair_tokenizers``...): see :func:`as_checkpoint`."""
+    return as_checkpoint(resolve(spec, device))
+
+
+def as_checkpoint(found: Resolved) -> Any:
+    """What :func:`resolve` found as a :class:`~attnlm.checkpoint.Checkpoint` record: an
+    attnlm run's own record, else one with step 0, no training config and
+    ``config["source"]`` saying what SPEC was."""
     from attnlm.checkpoint import Checkpoint
     from attnlm.models import registry
 
-    model, tok, info = resolve(spec, device)
+    model, tok, info = found
     if info.checkpoint is not None:
         return info.checkpoint
     return Checkpoint(

@@ -7,24 +7,11 @@ and its capabilities come from the model-family registry.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from attnlm.web.service.limits import DEFAULT_MAX_CHARS
 from attnlm.web.service.model import ModelService
-
-
-@dataclass
-class _Loaded:
-    """What a service needs of a model that is not an attnlm run (the run's own record has
-    the same fields)."""
-
-    model: Any
-    tokenizer: Any
-    family: Any
-    path: Path
-    pair_tokenizers: Any = None
 
 
 def _service_name(path: Path) -> str:
@@ -58,15 +45,13 @@ def load_service(
     the model has its masked-LM head); a translation checkpoint is served with its pair tokenizers.
     """
     from attnlm.errors import InputError
-    from attnlm.sources import resolve
+    from attnlm.sources import as_checkpoint, resolve
 
     if (path is None) == (model is None):
         raise InputError("give exactly one of --model SPEC and --checkpoint SPEC")
-    spec = model if model is not None else path
-    m, tok, found = resolve(spec, device)
-    ck = found.checkpoint  # an attnlm run: its record (pair tokenizers of translation runs)
-    if ck is None:
-        ck = _Loaded(model=m, tokenizer=tok, family=found.family, path=found.path)
+    resolved = resolve(model if model is not None else path, device)
+    found = resolved.info
+    ck = as_checkpoint(resolved)  # an attnlm run's own record: pair tokenizers of translation
     capabilities = set(ck.family.capabilities)
     if getattr(ck.model, "head", True) is None:  # a BertModel folder (minilm): no masked-LM head
         capabilities.discard("fill-mask")
