@@ -21,6 +21,7 @@ from attnlm.cli.common import (
     sampling_config,
     text_file,
     text_value,
+    use_threads,
 )
 from attnlm.validate import existing_path
 
@@ -113,7 +114,6 @@ def _chat(args: argparse.Namespace) -> int:
     tokenizer_config.json's chat_template or chat_template.jinja, or --template FILE). Without
     --message/--messages: interactive, one user turn per line; /reset: forget the conversation,
     /system TEXT: set the system message, Ctrl-D: end."""
-    import torch
 
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
@@ -121,8 +121,7 @@ def _chat(args: argparse.Namespace) -> int:
     from attnlm.sources import resolve
     from attnlm.tokenizers.chat_template import from_file
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     msgs = scripted_messages(args)  # fail early, before loading the model
     sampling = sampling_config(args)
     model, tok, info = resolve(args.model, resolve_device(args.device))

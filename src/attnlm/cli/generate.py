@@ -14,6 +14,7 @@ from attnlm.cli.common import (
     arg,
     sampling_config,
     text_value,
+    use_threads,
 )
 from attnlm.validate import finite_float, int_in_range, positive_int
 
@@ -75,15 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    import torch
 
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.generate.text import encode_prompt, generate_text
     from attnlm.sources import resolve
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     sampling = sampling_config(args)
     spec = args.model if args.model is not None else args.checkpoint
     model, tokenizer, info = resolve(spec, resolve_device(args.device))
@@ -128,7 +127,6 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    import torch
 
     from attnlm.data.pairs import PairTokenizers
     from attnlm.device import resolve_device
@@ -137,8 +135,7 @@ def _translate(args: argparse.Namespace) -> int:
     from attnlm.generate.translate import translate
     from attnlm.sources import load_model_ref
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     sampling = SamplingConfig(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed
     )

@@ -21,6 +21,7 @@ from attnlm.cli.common import (
     arg,
     as_given,
     text_file,
+    use_threads,
 )
 from attnlm.errors import InputError
 from attnlm.validate import (
@@ -300,12 +301,10 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     """loss, perplexity and bits per character of a checkpoint (BLEU and chrF for translation
     models)"""
-    import torch
 
     from attnlm.evaluation import evaluate_checkpoint
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args)
     spec = args.model if args.model is not None else args.checkpoint
     # an attnlm run keeps its own data (the validation split, the pairs' test split); any
     # other model (a Hugging Face folder, a .gguf file, a name) is evaluated on --text
