@@ -109,6 +109,7 @@ def _params(args: argparse.Namespace) -> int:
 
     from attnlm.config import load_preset
     from attnlm.errors import ConfigError
+    from attnlm.models import registry
 
     if args.model is not None:
         return _model_params(args.model)
@@ -128,18 +129,12 @@ def _params(args: argparse.Namespace) -> int:
             f"(model.vocab_size is not in the preset; using {size} from "
             f"{source}, pass --vocab-size to change it)"
         )
-        data["vocab_size"] = size
-    family, config = _make(data)
+        data = registry.complete_table(data, vocab_size=size)
+    family, config = registry.make_config(data)
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
         model = family.model(config)
     _print_params(f"preset {args.preset}", family, config, model, note)
     return 0
-
-
-def _make(table: dict) -> tuple:
-    from attnlm.models import registry
-
-    return registry.make_config(registry.complete_table(table))
 
 
 def _model_params(spec: str) -> int:
@@ -154,9 +149,9 @@ def _model_params(spec: str) -> int:
         ck = load_as_checkpoint(spec)
         _print_params(f"model {spec}", ck.family, ck.model.config, ck.model)
         return 0
-    from attnlm.models import gguf
+    from attnlm.models import gguf, registry
 
-    family, config = _make(gguf.read_config(path))
+    family, config = registry.make_config(gguf.read_config(path))
     with torch.device("meta"):
         model = family.model(config)
     _print_params(f"model {path}", family, config, model)
