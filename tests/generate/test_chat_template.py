@@ -11,19 +11,12 @@ import pytest
 
 from attnlm.errors import InputError
 from attnlm.tokenizers.chat_template import ChatTemplate, from_file, from_hf_folder, from_string
+from support_chat import CHATML  # SmolLM2-Instruct's template (ChatML, default system prompt)
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 transformers.logging.set_verbosity_error()
 
-# SmolLM2-Instruct's template (ChatML with a default system prompt)
-CHATML = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
-    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 # Llama 3 Instruct's template
 LLAMA3 = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
