@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from web_helpers import request, tiny_checkpoint
+from web_helpers import request, serving, tiny_checkpoint
 
 from attnlm.web import server as S
 from attnlm.web.service import load_service
@@ -42,11 +42,7 @@ FIELDS = list(_string_fields())
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     run = tiny_checkpoint(tmp_path_factory.mktemp("fuzz") / "gpt", words=True)
-    srv = S.make_server([load_service(run, name="gpt")], "127.0.0.1", 0)
-    S.serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    yield from serving([load_service(run, name="gpt")])
 
 
 def _body(endpoint: str, field: str, value, is_str: bool) -> dict:

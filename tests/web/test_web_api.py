@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from web_helpers import ALPHABET, request, tiny_checkpoint
+from web_helpers import ALPHABET, post, request, serving, tiny_checkpoint
 
 from attnlm.checkpoint import load_checkpoint
 from attnlm.cli import main
@@ -43,20 +43,12 @@ def server(runs):
         load_service(runs[0], name="char", max_chars=200),
         load_service(runs[1], name="words"),
     ]
-    srv = S.make_server(services, "127.0.0.1", 0)
-    S.serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    yield from serving(services)
 
 
 @pytest.fixture(scope="module")
 def char_model(runs):
     return load_checkpoint(runs[0]).model.eval()
-
-
-def post(server, endpoint, body):
-    return request(server.url + "api/" + endpoint, body)
 
 
 def char_ids(text: str) -> list[int]:

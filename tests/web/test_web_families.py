@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 import torch
-from web_helpers import WORDS, request, tiny_checkpoint
+from web_helpers import WORDS, post, request, serving, tiny_checkpoint
 
 from attnlm.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.cli import main
@@ -20,7 +20,6 @@ from attnlm.inspect.contextual import fill_mask
 from attnlm.inspect.record import inspect
 from attnlm.models import registry
 from attnlm.tokenizers import WordPieceTokenizer
-from attnlm.web import server as S
 from attnlm.web.service import load_service
 
 PAIRS = [
@@ -92,15 +91,7 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(runs):
     services = [load_service(path, name=name) for name, path in runs.items()]
-    srv = S.make_server(services, "127.0.0.1", 0)
-    S.serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def post(server, endpoint, body):
-    return request(server.url + "api/" + endpoint, body)
+    yield from serving(services)
 
 
 def assert_one_line_400(status, data, *words):

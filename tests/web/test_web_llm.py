@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from web_helpers import request, tiny_checkpoint
+from web_helpers import post, request, serving, tiny_checkpoint
 
 from attnlm.generate.chat import ChatSession
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.sources import resolve
-from attnlm.web import server as S
 from attnlm.web.service import MAX_CHAT_MESSAGES, load_service
 
 transformers = pytest.importorskip("transformers")
@@ -43,15 +42,7 @@ def hf(folder):
 def server(folder, tmp_path_factory):
     gpt = tiny_checkpoint(tmp_path_factory.mktemp("web-llm-gpt") / "gpt", words=True)
     services = [load_service(model=str(folder), name="llama"), load_service(gpt, name="gpt")]
-    srv = S.make_server(services, "127.0.0.1", 0)
-    S.serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def post(server, endpoint, body):
-    return request(server.url + "api/" + endpoint, body)
+    yield from serving(services)
 
 
 def test_info_says_chat_and_lens(server):

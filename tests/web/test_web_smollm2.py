@@ -6,10 +6,9 @@ and a long text refused in one line. Slow; skipped when the file is not in attnl
 from __future__ import annotations
 
 import pytest
-from web_helpers import request
+from web_helpers import post, request, serving
 
 pytest.importorskip("gguf")
-from attnlm.web import server as S  # noqa: E402
 from attnlm.web.service import MAX_ATTENTION_VALUES, load_service  # noqa: E402
 from gguf_support import smollm2_file  # noqa: E402
 
@@ -19,15 +18,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server():
     path = smollm2_file(fetch=False)
-    srv = S.make_server([load_service(model=str(path), name="smollm2")], "127.0.0.1", 0)
-    S.serve_in_thread(srv)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def post(server, endpoint, body):
-    return request(server.url + "api/" + endpoint, body)
+    yield from serving([load_service(model=str(path), name="smollm2")])
 
 
 def test_smollm2_attention_lens_and_chat(server):

@@ -63,3 +63,20 @@ def request(url: str, body: object = None, raw: bytes | None = None, method: str
     except urllib.error.HTTPError as e:
         text = e.read()
         return e.code, json.loads(text)
+
+
+def serving(services):
+    """A server of ``services`` on a free loopback port, in a thread, for a ``yield``-fixture
+    (``yield from serving([...])``); shut down afterwards."""
+    from attnlm.web import server as S
+
+    srv = S.make_server(services, "127.0.0.1", 0)
+    S.serve_in_thread(srv)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def post(server, endpoint: str, body: object):
+    """(status, parsed JSON) of ``POST /api/ENDPOINT``."""
+    return request(server.url + "api/" + endpoint, body)
