@@ -67,3 +67,14 @@ def model_device(model: torch.nn.Module) -> torch.device:
     for p in model.parameters():
         return p.device
     return torch.device("cpu")
+
+
+def default_threads() -> int:
+    """Threads a command runs on when ``--threads`` is not given: every core this process may
+    use — torch's own default (the machine's physical cores), but no more than the CPUs the
+    process is allowed on (``os.sched_getaffinity``: a container or ``taskset`` limit), where
+    more threads than CPUs would only take turns."""
+    n = torch.get_num_threads()
+    if hasattr(os, "sched_getaffinity"):
+        n = min(n, len(os.sched_getaffinity(0)))
+    return max(1, n)

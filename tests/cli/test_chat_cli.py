@@ -55,6 +55,8 @@ def test_scripted_reply_equals_transformers(folder, tmp_path):
     ids2, text2 = reference(folder, [{"role": "system", "content": "Be brief."}] + msgs)
     assert doc["tokens"] == ids2 and doc["reply"] == text2
     assert doc["prompt_tokens"] > 0 and doc["timings"]["decode_s"] >= 0
+    assert doc["new_tokens"] == len(ids2) and doc["prefill_seconds"] > 0
+    assert doc["decode_tokens_per_second"] > 0 and 20 < doc["peak_rss_mb"] < 100_000
     turns = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
              {"role": "user", "content": "the capital of France?"}]  # fmt: skip
     f = tmp_path / "m.json"
@@ -85,6 +87,15 @@ def test_interactive(folder):
                        input=b"caf\xe9\nhello\n", text=False)  # fmt: skip
     assert r.returncode == 0 and r.stderr.decode().startswith("attnlm: error: stdin: not valid")
     assert r.stdout.decode().count("\n") == 1
+    # --json: the replies as they stream, then the session's totals on the last line
+    r = attnlm_process("chat", "--model", folder, "--max-new-tokens", N, "--json",
+                       input="hello\nhello\n")  # fmt: skip
+    *texts, last, end = r.stdout.split("\n")
+    totals = json.loads(last)
+    assert texts == [first, first] and end == "" and totals["turns"] == 2
+    hello = reference(folder, [{"role": "user", "content": "hello"}])[0]
+    assert totals["new_tokens"] == 2 * len(hello)
+    assert totals["prefill_seconds"] > 0 and totals["peak_rss_mb"] > 0
 
 
 @pytest.mark.slow
@@ -133,6 +144,14 @@ def test_generate_model_and_available(folder, tmp_path):
                            "--max-new-tokens", 5, "--temperature", 0)  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert r.stdout == "the capital" + expected + "\n"
+    r = attnlm_process("generate", "--model", folder, "--prompt", "the capital", "--json",
+                       "--max-new-tokens", 5, "--temperature", 0, "--threads", 1)  # fmt: skip
+    *text, last, end = r.stdout.split("\n")
+    doc = json.loads(last)
+    assert "\n".join(text) == "the capital" + expected and end == ""
+    assert doc["texts"] == [expected] and doc["new_tokens"] == 5 and doc["threads"] == 1
+    assert doc["prompt_tokens"] == len(tok.encode("the capital"))
+    assert doc["prefill_seconds"] > 0 and doc["decode_tokens_per_second"] > 0
     env = {"ATTNLM_CACHE": str(tmp_path / "cache"), "HF_HUB_CACHE": str(tmp_path / "hub")}
     r = attnlm_process("models", "--available", "--json", env=env)
     rows = {row["name"]: row for row in json.loads(r.stdout)["available"]}

@@ -55,7 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=text_file(existing_path),
         help="a Jinja chat template to use instead of the model's",
     )
-    p.add_argument("--json", action="store_true", help="scripted: print the reply as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="scripted: print the reply as one JSON object (its tokens, new_tokens, "
+        "prefill_seconds, decode_tokens_per_second, peak_rss_mb); interactive: after the "
+        "session, one JSON object with the totals on the last line",
+    )
     # greedy by default: a scripted question gets one reproducible answer
     add_sampling_arguments(
         p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="default 256, per reply"
@@ -141,7 +147,7 @@ def _chat(args: argparse.Namespace) -> int:
     )
     if msgs is not None:
         return _scripted(session, msgs, args.json)
-    return _interactive(session, args.system)
+    return _interactive(session, args.system, args.json)
 
 
 def _scripted(session, msgs: list[dict[str, str]], as_json: bool) -> int:
@@ -170,8 +176,13 @@ def _read_turn(stream) -> str | None:
     return decode_text(raw, "stdin", empty_ok=True, name_line=False).rstrip("\r\n")
 
 
-def _interactive(session, system: str | None) -> int:
+def _interactive(session, system: str | None, as_json: bool = False) -> int:
+    import json
+
     from attnlm.errors import InputError
+    from attnlm.generate.stats import DecodeStats
+
+    totals = DecodeStats()
 
     session.reset(system)
     out, err = sys.stdout, sys.stderr
@@ -191,6 +202,8 @@ def _interactive(session, system: str | None) -> int:
         if line is None:  # Ctrl-D (end of input)
             if tty:
                 err.write("\n")
+            if as_json:
+                out.write(json.dumps({"turns": totals.rows, **totals.to_json()}) + "\n")
             return 0
         if not line.strip():
             continue
@@ -209,10 +222,15 @@ def _interactive(session, system: str | None) -> int:
             out.flush()
 
         try:
-            session.reply(line, on_text=stream_piece)
+            reply = session.reply(line, on_text=stream_piece)
         except InputError as e:  # a template that refuses this turn, a full window
             out.write("\n")
             err.write("attnlm: error: " + " ".join(str(e).split()) + "\n")
             continue
         out.write("\n")
         out.flush()
+        totals.prompt_tokens += reply.prefilled
+        totals.new_tokens += len(reply.ids)
+        totals.rows += 1
+        totals.prefill_seconds += reply.prefill_s
+        totals.decode_seconds += reply.decode_s

@@ -211,7 +211,7 @@ def add_device_argument(p: argparse.ArgumentParser, default: str | None = "auto"
 def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None) -> None:
     """``--threads N``: torch's intra-op threads, 1 to 4 per core; set by :func:`use_threads`.
     With a ``default``, 0 means torch's own choice."""
-    said = "torch's choice" if default is None else f"{default}; 0: torch's choice"
+    said = "every core" if default is None else f"{default}; 0: torch's choice"
     p.add_argument(
         "--threads",
         type=arg(threads) if default is None else arg(int_in_range, lo=0, hi=MAX_THREADS),
@@ -235,11 +235,13 @@ def add_runtime_arguments(p: argparse.ArgumentParser, device: str | None = "auto
 
 
 def use_threads(args: argparse.Namespace) -> None:
-    """Apply ``--threads`` (if given) before any model runs."""
-    if getattr(args, "threads", None):
-        import torch
+    """Apply ``--threads`` before any model runs; without it, every core the process may use
+    (:func:`attnlm.device.default_threads`)."""
+    import torch
 
-        torch.set_num_threads(args.threads)
+    from attnlm.device import default_threads
+
+    torch.set_num_threads(getattr(args, "threads", None) or default_threads())
 
 
 def add_sampling_arguments(

@@ -38,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compile the one-token decode step once (torch.compile, fullgraph; CUDA graphs on "
         "a GPU): faster steps after a warm-up of seconds to a minute",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="after the text, print one JSON object on the last line: the texts, "
+        "prompt_tokens, new_tokens, prefill_seconds, decode_seconds, "
+        "decode_tokens_per_second, peak_rss_mb, threads",
+    )
     add_runtime_arguments(p)
     p.set_defaults(func=_generate)
 
@@ -79,6 +86,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
+    from attnlm.generate.stats import DecodeStats
     from attnlm.generate.text import encode_prompt, generate_text
     from attnlm.sources import resolve
 
@@ -90,6 +98,7 @@ def _generate(args: argparse.Namespace) -> int:
         raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
     encode_prompt(tokenizer, args.prompt)  # fail early, before any output
     out = sys.stdout
+    stats = DecodeStats()
     if not args.stream:  # all samples in one batch
         texts = generate_text(
             model,
@@ -98,9 +107,11 @@ def _generate(args: argparse.Namespace) -> int:
             sampling=sampling,
             use_cache=args.use_cache,
             compile=args.compile,
+            stats=stats,
         )
         out.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
-        return 0
+        return _report(args, stats, texts)
+    texts = []
     for i in range(args.num_samples):  # streaming: one sample after the other
         if i:
             out.write("\n" + "-" * 40 + "\n")
@@ -112,7 +123,7 @@ def _generate(args: argparse.Namespace) -> int:
             out.flush()
 
         seed = None if args.seed is None else args.seed + i
-        generate_text(
+        texts += generate_text(
             model,
             tokenizer,
             [args.prompt],
@@ -120,9 +131,22 @@ def _generate(args: argparse.Namespace) -> int:
             use_cache=args.use_cache,
             on_text=on_text,
             compile=args.compile,
+            stats=stats,
         )
         out.write("\n")
         out.flush()
+    return _report(args, stats, texts)
+
+
+def _report(args: argparse.Namespace, stats, texts: list[str]) -> int:
+    """With ``--json``: the timings and the texts as one JSON object, the last line of stdout."""
+    if args.json:
+        import json
+
+        import torch
+
+        record = {"texts": texts, **stats.to_json(), "threads": torch.get_num_threads()}
+        sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
     return 0
 
 

@@ -29,6 +29,7 @@ from attnlm.errors import InputError
 from attnlm.generate.filters import sampling_filters
 from attnlm.generate.loop import pick
 from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.stats import peak_rss_mb
 from attnlm.generate.text import _RowText, encode_prompt
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
@@ -53,7 +54,11 @@ class ChatReply:
     token_texts: list[str] = field(default_factory=list)  # each token's label (its bytes)
 
     def to_json(self) -> dict[str, Any]:
+        """The reply, its tokens and what it cost: the keys of ``generate --json``
+        (``new_tokens``, ``prefill_seconds``, ``decode_tokens_per_second``, ``peak_rss_mb``)
+        and ``timings`` (the same in the first form)."""
         n = len(self.ids)
+        rate = round(n / self.decode_s, 3) if self.decode_s > 0 and n else None
         return {
             "reply": self.text,
             "tokens": self.ids,
@@ -62,10 +67,15 @@ class ChatReply:
             "prompt_tokens": self.prompt_tokens,
             "reused_tokens": self.reused,
             "prefilled_tokens": self.prefilled,
+            "new_tokens": n,
+            "prefill_seconds": round(self.prefill_s, 6),
+            "decode_seconds": round(self.decode_s, 6),
+            "decode_tokens_per_second": rate,
+            "peak_rss_mb": round(peak_rss_mb(), 1),
             "timings": {
                 "prefill_s": round(self.prefill_s, 6),
                 "decode_s": round(self.decode_s, 6),
-                "tokens_per_s": round(n / self.decode_s, 3) if self.decode_s > 0 else None,
+                "tokens_per_s": rate,
             },
         }
 

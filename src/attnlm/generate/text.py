@@ -18,6 +18,7 @@ import torch
 from attnlm.errors import AttnlmError, InputError
 from attnlm.generate.loop import check_sampling, decode
 from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.stats import DecodeStats, Timer
 
 TextCallback = Callable[[int, str], None]  # on_text(row, new_text)
 
@@ -146,24 +147,31 @@ def generate_text(
     on_text: TextCallback | None = None,
     use_cache: bool = True,
     compile: bool = False,
+    stats: DecodeStats | None = None,
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
     ``sampling`` says how tokens are picked, how many, with which seed and which ``stop``
     strings end a row (not included); ``on_text(row, piece)`` receives text as it is generated
     (streaming). ``use_cache`` and ``compile``: see :func:`~attnlm.generate.decode`.
+    ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the decode's prefill and decode
+    times and token counts are added to.
     """
     sampling = check_sampling(sampling)
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     rows = [_RowText(tokenizer, sampling.stop, context=row) for row in ids]
+    timer = Timer(stats, sum(len(row) for row in ids), len(ids))
 
     def on_token(r: int, token: int) -> bool:
+        timer.token()
         piece, stopped = rows[r].push(token)
         if on_text and piece:
             on_text(r, piece)
         return stopped
 
-    decode(model, ids, sampling, on_token=on_token, use_cache=use_cache, compile=compile)
+    timer.start()
+    new = decode(model, ids, sampling, on_token=on_token, use_cache=use_cache, compile=compile)
+    timer.stop(sum(len(row) for row in new))
     for r, row in enumerate(rows):
         rest = row.flush()
         if on_text and rest:
