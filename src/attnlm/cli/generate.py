@@ -39,6 +39,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "a GPU): faster steps after a warm-up of seconds to a minute",
     )
     p.add_argument(
+        "--lookahead",
+        type=arg(int_in_range, lo=0, hi=64),
+        default=8,
+        metavar="N",
+        help="greedy decoding of one prompt checks up to N draft tokens copied from the "
+        "context per forward pass (the same tokens, fewer passes when text repeats); 0: one "
+        "token per pass (default 8)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="after the text, print one JSON object on the last line: the texts, "
@@ -108,6 +117,7 @@ def _generate(args: argparse.Namespace) -> int:
             use_cache=args.use_cache,
             compile=args.compile,
             stats=stats,
+            lookahead=args.lookahead,
         )
         out.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
         return _report(args, stats, texts)
@@ -132,6 +142,7 @@ def _generate(args: argparse.Namespace) -> int:
             on_text=on_text,
             compile=args.compile,
             stats=stats,
+            lookahead=args.lookahead,
         )
         out.write("\n")
         out.flush()

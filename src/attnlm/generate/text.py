@@ -148,12 +148,14 @@ def generate_text(
     use_cache: bool = True,
     compile: bool = False,
     stats: DecodeStats | None = None,
+    lookahead: int = 8,
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
     ``sampling`` says how tokens are picked, how many, with which seed and which ``stop``
     strings end a row (not included); ``on_text(row, piece)`` receives text as it is generated
-    (streaming). ``use_cache`` and ``compile``: see :func:`~attnlm.generate.decode`.
+    (streaming). ``use_cache``, ``compile`` and ``lookahead``: see
+    :func:`~attnlm.generate.decode`.
     ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the decode's prefill and decode
     times and token counts are added to.
     """
@@ -170,7 +172,15 @@ def generate_text(
         return stopped
 
     timer.start()
-    new = decode(model, ids, sampling, on_token=on_token, use_cache=use_cache, compile=compile)
+    new = decode(
+        model,
+        ids,
+        sampling,
+        on_token=on_token,
+        use_cache=use_cache,
+        compile=compile,
+        lookahead=lookahead,
+    )
     timer.stop(sum(len(row) for row in new))
     for r, row in enumerate(rows):
         rest = row.flush()

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import InputError
 from attnlm.models.base import ModelOutput, check_ids, check_targets, count_params, token_loss
+from attnlm.models.decode_step import flat_step, flat_step_applies
 from attnlm.nn.blocks import dropout_layer
 from attnlm.nn.cache import KVCache, NoCache
 from attnlm.nn.masks import causal_mask, combine_masks, padding_mask
@@ -191,7 +192,11 @@ class Decoder(nn.Module):
         return self.new_cache()
 
     def step(self, tokens: Tensor, state: KVCache) -> Tensor:
-        """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``."""
+        """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``.
+        One token per row in evaluation goes through :func:`~attnlm.models.decode_step.
+        flat_step` (the same numbers without the modules' generality) where it applies."""
+        if flat_step_applies(self, tokens, state):
+            return flat_step(self, tokens, state)
         return self(tokens, cache=state).logits
 
     # -- utilities -----------------------------------------------------------------------------

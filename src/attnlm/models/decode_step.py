@@ -1,0 +1,162 @@
+"""One decoding step of a causal decoder written flat: one new token per row through every
+block in one loop of tensor calls, for the case that dominates generation on a CPU.
+
+A one-token step multiplies one row per sequence by every weight matrix, which is bound by
+how fast the weights stream from memory; everything else in the step is small tensor calls.
+Through the modules (:class:`~attnlm.models.decoder.Decoder` -> block -> attention -> ...)
+each of those calls also pays for its module's generality — masks, padding, packing, cross
+attention, the training kernels, hooks — and on a small model that overhead is as large as
+the matrix products themselves. :func:`flat_step` does the same arithmetic in one function:
+per block a norm, the fused q/k/v product, the rotation of q and k, the cache write, attention
+(the module's own :meth:`~attnlm.nn.attention.MultiHeadAttention._mix`), the output product,
+a norm, the feed-forward (GELU or SwiGLU) and the two residual adds.
+
+The numbers are the forward's, up to float rounding of a different summation order
+(tested: logits within 1e-5 and the same greedy tokens for gpt and llama models, every
+position scheme it serves, both caches). Linear layers that are not plain float
+``nn.Linear`` (quantized weights, LoRA) are called as modules, so the step serves every
+weight format. :func:`flat_step_applies` says when it may run: evaluation, one token per
+row, a key/value cache in prefix mode (not a compiled step's fixed buffers), pre-norm blocks
+without cross-attention, positions that are learned, sinusoidal, rotary or none (ALiBi
+takes the forward).
+
+Shape legend
+    B  rows           C  model width       H / Hkv  query / key-value heads
+    D  head width     S  positions held    V  vocabulary
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlm.models.base import check_ids
+from attnlm.nn import fused
+from attnlm.nn.attention import MultiHeadAttention
+from attnlm.nn.blocks import FeedForward, SwiGLU, TransformerBlock
+from attnlm.nn.cache import KVCache
+
+__all__ = ["flat_step", "flat_step_applies"]
+
+
+def flat_step_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
+    """Whether :func:`flat_step` gives ``model.step(tokens, state)``'s logits."""
+    return (
+        tokens.dim() == 2
+        and tokens.shape[1] == 1
+        and not model.training
+        and not torch.is_grad_enabled()
+        and isinstance(state, KVCache)
+        and not getattr(state, "fixed", False)
+        and getattr(model, "alibi", None) is None
+        and all(_plain_block(b) for b in model.blocks)
+    )
+
+
+def _plain_block(block: nn.Module) -> bool:
+    """A pre-norm block (exactly :class:`TransformerBlock`) of self-attention with a fused
+    q/k/v projection and a kernel score, and a GELU or SwiGLU feed-forward."""
+    attn = block.attn
+    return (
+        type(block) is TransformerBlock
+        and block.cross_attn is None
+        and isinstance(attn, MultiHeadAttention)
+        and not attn.cross
+        and attn.score.supports_sdpa
+        and isinstance(block.mlp, (FeedForward, SwiGLU))
+        and isinstance(block.ln_1, (nn.LayerNorm, nn.RMSNorm))
+        and isinstance(block.ln_2, (nn.LayerNorm, nn.RMSNorm))
+    )
+
+
+def _norm(norm: nn.Module) -> Callable[[Tensor], Tensor]:
+    """The norm as functional calls on ``(B, C)`` rows. RMSNorm in float32 is written out
+    (``x / sqrt(mean(x²) + ε) γ``, the order of Hugging Face's ``LlamaRMSNorm``): five small
+    calls cost less here than ``F.rms_norm``'s general kernel, between matrix products that
+    have just pushed everything else out of the caches."""
+    if isinstance(norm, nn.LayerNorm):
+        shape, w, b, eps = norm.normalized_shape, norm.weight, norm.bias, norm.eps
+        return lambda x: F.layer_norm(x, shape, w, b, eps)
+    if isinstance(norm, nn.RMSNorm):
+        shape, w = norm.normalized_shape, norm.weight
+        eps = norm.eps if norm.eps is not None else torch.finfo(torch.float32).eps
+
+        def rms(x: Tensor) -> Tensor:
+            if x.dtype != torch.float32 or w is None:
+                return F.rms_norm(x, shape, w, eps)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(eps)) * w
+
+        return rms
+    return norm  # an identity (post-norm models end their blocks in a norm)
+
+
+Linear = Callable[..., Tensor]  # (x (B, in), residual (B, out) or None) -> (B, out)
+
+
+def _linear(layer: nn.Module) -> Linear:
+    """``(x (B, in), residual=None) -> residual + x Wᵀ (+ b)`` ``(B, out)``: a plain float
+    ``nn.Linear`` as one BLAS call on its weight (as :func:`~attnlm.nn.layout.
+    decoding_layout` stored it, the residual added by the same call), anything else
+    (quantized or adapted weights) through its own forward."""
+    if isinstance(layer, nn.Linear) and type(layer).forward in _PLAIN_FORWARDS:
+        wt, b = layer.weight.t(), layer.bias  # (in, out) view
+
+        def plain(x: Tensor, residual: Tensor | None = None) -> Tensor:
+            if residual is not None:
+                out = torch.addmm(residual, x, wt)
+                return out if b is None else out.add_(b)
+            return torch.mm(x, wt) if b is None else torch.addmm(b, x, wt)
+
+        return plain
+
+    def module(x: Tensor, residual: Tensor | None = None) -> Tensor:
+        out = layer.forward(x)
+        return out if residual is None else residual + out
+
+    return module
+
+
+_PLAIN_FORWARDS = (nn.Linear.forward, fused.Linear.forward)
+
+
+def flat_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
+    """Logits ``(B, 1, V)`` of one new token per row ``tokens`` ``(B, 1)`` after what
+    ``state`` holds; ``state`` takes the new keys and values (as ``model.step`` does)."""
+    check_ids(tokens, model.config.vocab_size, "tokens")
+    B = tokens.shape[0]
+    positions = state.positions(1, tokens.device)  # (1,)
+    x = model.tok_emb(tokens[:, 0])  # (B, C)
+    if model.pos_emb is not None:
+        x = x + model.pos_emb(positions).to(x.dtype)  # (1, C) broadcast over rows
+    turn = None
+    if model.rotary is not None:
+        cos, sin = model.rotary(positions)  # (1, D), the two halves equal
+        half = cos.shape[-1] // 2
+        c, s = cos[0, :half].to(x.dtype), sin[0, :half].to(x.dtype)
+        # rotate-half pairs (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on (.., 2, D/2)
+        turn = (torch.stack([c, c]), torch.stack([-s, s]))  # (2, D/2) each
+    for layer, block in enumerate(model.blocks):
+        attn = block.attn
+        H, Hkv, D = attn.n_head, attn.n_kv_head, attn.d_head
+        qkv = _linear(attn.qkv_proj)(_norm(block.ln_1)(x))  # (B, (H + 2 Hkv) D)
+        qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, 2, D // 2)
+        if turn is not None:
+            qk = torch.addcmul(qk * turn[0], qk.flip(2), turn[1])  # q and k rotated
+        qk = qk.view(B, H + Hkv, 1, D)
+        v = qkv[:, (H + Hkv) * D :].view(B, Hkv, 1, D)
+        k_all, v_all = state.append(layer, qk[:, H:], v)  # (B, Hkv, S, D)
+        y, _ = attn._mix(qk[:, :H], k_all, v_all, None, False, False)  # (B, H, 1, D)
+        x = _linear(attn.out_proj)(y.reshape(B, H * D), x)
+        h = _norm(block.ln_2)(x)
+        mlp = block.mlp
+        if isinstance(mlp, SwiGLU):
+            gate, up = _linear(mlp.fc)(h).chunk(2, dim=-1)  # (B, F) each
+            h = F.silu(gate) * up
+        else:
+            h = mlp.act(_linear(mlp.fc)(h))
+        x = _linear(mlp.proj)(h, x)
+    state.advance(1)
+    return _linear(model.lm_head)(_norm(model.ln_f)(x)).unsqueeze(1)  # (B, 1, V)
