@@ -155,8 +155,9 @@ def compare_processes(label: str, cmds: dict[str, list[str]], rounds: int) -> di
           f"{'new tokens':>10}")  # fmt: skip
     summary = {}
     for name, ds in docs.items():
-        m = {k: median_of(ds, k) for k in ("decode_tokens_per_second", "prefill_seconds",
-                                            "peak_rss_mb", "new_tokens", "prompt_tokens")}  # fmt: skip
+        keys = ("decode_tokens_per_second", "prefill_seconds", "peak_rss_mb", "new_tokens",
+                "prompt_tokens")  # fmt: skip
+        m = {k: median_of(ds, k) for k in keys}
         summary[name] = m
         rate = m["decode_tokens_per_second"]
         print(f"   {name:<22} {rate or 0:12.1f} {m['prefill_seconds']:10.3f} "
@@ -198,17 +199,17 @@ def ceiling_rows(path: str, threads: int, new: int, rounds: int, batches: list[i
         decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=4), lookahead=0)
         xs = {m.in_features: torch.randn(batch, m.in_features) for m in linears}
 
-        def ceiling() -> None:
+        def ceiling(xs=xs) -> None:
             with torch.inference_mode():
                 weights = [m.weight.t() for m in linears]  # the layout decoding uses
                 for _ in range(new - 1):  # one product per step after the prefill's token
                     for w in weights:
                         torch.mm(xs[w.shape[0]], w)
 
-        def plain() -> None:
+        def plain(prompts=prompts) -> None:
             decode(model, prompts, greedy, lookahead=0)
 
-        def prefill() -> None:
+        def prefill(prompts=prompts) -> None:
             decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=1), lookahead=0)
 
         times: dict[str, list[float]] = {"plain": [], "ceiling": [], "prefill": []}
