@@ -1,12 +1,20 @@
 """What every command shares: one-line usage errors, validators as ``argparse`` types, and the
-``--text`` / ``--pairs`` options.
+options whose name and meaning are the same in every command (``--text``, ``--pairs``,
+``--model``, ``--device``, ``--threads``, ``--seed``, the sampling options, ``--top-k``,
+``--num-samples``, ``--prompt``, ``--time-budget``).
 
-:func:`arg` turns a validator of :mod:`attnlm.validate` into an ``argparse`` ``type=``, so bad
-values are refused at parse time with exit code 2 and one line (with
-:class:`OneLineArgumentParser`)::
+The argument layer: every option that takes a value parses it with a type made here, from
+:func:`arg` (a validator of :mod:`attnlm.validate`: integers in ASCII digits only, finite
+floats, sizes, durations, thread counts, devices, non-empty paths), :func:`text_value` or
+:func:`text_file`, or it lists its ``choices``; ``tests/cli/test_argument_layer.py`` walks every
+command and fails on an option that does not. Bad values are refused at parse time with exit
+code 2 and one line (with :class:`OneLineArgumentParser`)::
 
     p.add_argument("--threads", type=arg(threads))
     p.add_argument("--temperature", type=arg(finite_float, lo=0, lo_open=True))
+
+An option renamed for one vocabulary keeps its old spelling as a hidden alias
+(:func:`add_option`): scripts keep working, ``--help`` shows the one name.
 """
 
 from __future__ import annotations
@@ -23,10 +31,13 @@ from attnlm.validate import (
     DEVICE_FORMS,
     MAX_THREADS,
     device,
+    duration,
     existing_dir,
+    existing_file,
     existing_path,
     finite_float,
     int_in_range,
+    name_or_path,
     positive_int,
     seed,
     threads,
@@ -47,7 +58,30 @@ def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
         except AttnlmError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 
+    convert.checks = check.__name__  # type: ignore[attr-defined]  # the argument layer's mark
     return convert
+
+
+def add_option(
+    p: argparse.ArgumentParser | argparse._ActionsContainer,
+    *names: str,
+    aliases: tuple[str, ...] = (),
+    **options: Any,
+) -> argparse.Action:
+    """``p.add_argument(*names, **options)``, and each old spelling in ``aliases`` accepted
+    with the same meaning (the same ``dest`` and type) but left out of ``--help``, so that
+    scripts written against an older name keep working. A required option and its aliases
+    become a required group (any one spelling, not two)."""
+    required = options.pop("required", False)
+    where = p.add_mutually_exclusive_group(required=True) if required and aliases else p
+    action = where.add_argument(*names, required=required and not aliases, **options)
+    copied = ("type", "action", "choices", "nargs", "const", "metavar")
+    same = {k: v for k, v in options.items() if k in copied}
+    for alias in aliases:
+        where.add_argument(
+            alias, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **same
+        )
+    return action
 
 
 def add_command(
@@ -85,12 +119,14 @@ def text_value(value: str) -> str:
 
 
 text_value.text_input = "value"  # type: ignore[attr-defined]  # found by the fuzz test
+text_value.checks = "text_value"  # type: ignore[attr-defined]
 
 
 def text_file(check: Callable[..., T] = existing_path) -> Callable[[str], T]:
     """``type=text_file()``: a path whose *contents* are text the command reads (a corpus, a
     pairs file, a preset); the reader (:mod:`attnlm.textio`) checks them when it reads."""
     convert = arg(check)
+    convert.checks = f"text_file({convert.checks})"  # type: ignore[attr-defined]
     convert.text_input = "file"  # type: ignore[attr-defined]  # found by the fuzz test
     return convert
 
@@ -176,6 +212,54 @@ def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
         help="characters of the training split a trained tokenizer learns on (64000000; "
         "whole chunks spread evenly over a larger split)",
     )
+
+
+def _text_path(value: str, name: str | None = None) -> Any:
+    """A readable file for ``--text PATH`` where the text can also be given literally: a value
+    that is no file is refused with the hint, never read as the literal text itself."""
+    try:
+        return existing_file(value, name)
+    except InputError as e:
+        raise InputError(f"{e}; --text names a file: give a literal text as an argument, "
+                         "without --text (quote it)") from None  # fmt: skip
+
+
+def add_literal_text_arguments(
+    p: argparse.ArgumentParser,
+    name: str = "text",
+    *,
+    flag: str = "--text",
+    what: str = "the text",
+) -> None:
+    """A text given literally as the positional ``name`` (``attnlm lens --model M "To be, or
+    not to be"``) or read from the file ``flag PATH`` (dest ``NAME_file``), as every command
+    spells them: ``--text`` is a file everywhere. Read it with :func:`literal_or_file`."""
+    p.add_argument(name, nargs="?", default=None, type=text_value, metavar=name.upper(), help=what)
+    p.add_argument(
+        flag,
+        dest=f"{name}_file",
+        default=None,
+        metavar="PATH",
+        type=text_file(_text_path),
+        help=f"a UTF-8 file to read instead of the {name.upper()} argument",
+    )
+
+
+def literal_or_file(
+    args: argparse.Namespace, name: str = "text", flag: str = "--text", required: bool = True
+) -> str | None:
+    """The text of :func:`add_literal_text_arguments`: the positional value, or the file's
+    contents (trailing newlines dropped); one of the two (or neither, unless ``required``)."""
+    literal, path = getattr(args, name), getattr(args, f"{name}_file")
+    if literal is not None and path is not None:
+        raise InputError(f"give {name.upper()} or {flag} PATH, not both")
+    if path is not None:
+        from attnlm.fileio import read_file_text
+
+        return read_file_text(path, f"{flag} file", InputError).rstrip("\n")
+    if literal is None and required:
+        raise InputError(f"give the {name} as {name.upper()} (quoted) or {flag} PATH")
+    return literal
 
 
 def add_data_dir_argument(p: argparse.ArgumentParser) -> None:
@@ -267,11 +351,97 @@ def add_sampling_arguments(
         default=temperature,
         help=f"0 means greedy (default {temperature:g})",
     )
-    p.add_argument("--top-k", type=arg(positive_int), default=None, metavar="K")
     p.add_argument(
-        "--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None, metavar="P"
+        "--top-k",
+        type=arg(positive_int),
+        default=None,
+        metavar="K",
+        help="sample from the K most likely tokens only (default: all)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True),
+        default=None,
+        metavar="P",
+        help="sample from the most likely tokens whose probabilities sum to P (default: all)",
     )
     add_seed_argument(p)
+
+
+# ---------------------------------------------------------------- one name per meaning
+# Each option below is spelt the same in every command that has it; the old spellings some
+# commands had stay accepted as hidden aliases.
+
+
+def add_top_k_argument(
+    p: argparse.ArgumentParser, default: int, what: str, hi: int | None = None
+) -> None:
+    """``--top-k K``: how many of the best results a command lists (``what``: "predictions
+    per mask"); formerly ``--top`` in ``word2vec similar``/``analogy`` and ``lens``."""
+    add_option(
+        p,
+        "--top-k",
+        aliases=("--top",),
+        type=arg(int_in_range, lo=1, hi=hi),
+        default=default,
+        metavar="K",
+        help=f"list the K best: {what} (default {default})",
+    )
+
+
+def add_num_samples_argument(
+    p: argparse.ArgumentParser, default: int, what: str = "samples", hi: int = 10_000
+) -> None:
+    """``-n N, --num-samples N``: how many independent samples to draw (``what``: "sentences");
+    formerly ``-n`` alone in ``ngram sample``."""
+    p.add_argument(
+        "-n",
+        "--num-samples",
+        type=arg(int_in_range, lo=1, hi=hi),
+        default=default,
+        metavar="N",
+        help=f"how many {what} to draw, each from the start (default {default})",
+    )
+
+
+def add_prompt_argument(
+    p: argparse.ArgumentParser, default: str | None, what: str, aliases: tuple[str, ...] = ()
+) -> None:
+    """``--prompt TEXT``: the text every sample continues (``what``: "a newline"); formerly
+    ``--prefix`` in ``ngram sample``."""
+    add_option(
+        p,
+        "--prompt",
+        aliases=aliases,
+        type=text_value,
+        default=default,
+        metavar="TEXT",
+        help=f"the text each sample continues (default {what})",
+    )
+
+
+def add_time_budget_argument(
+    p: argparse.ArgumentParser,
+    default: str | None,
+    what: str = "training",
+    *,
+    zero_ok: bool = False,
+    aliases: tuple[str, ...] = (),
+    name: str = "--time-budget",
+) -> None:
+    """``--time-budget T``: a wall-clock limit (``120s``, ``5m``, ``1h``; at most a year), the
+    learning-rate schedule follows it; formerly ``--budget`` in ``compare``."""
+    said = "none" if default is None else default
+    skip = "; 0 skips it" if zero_ok else ""
+    add_option(
+        p,
+        name,
+        aliases=aliases,
+        type=arg(duration, zero_ok=zero_ok),
+        default=default,
+        metavar="T",
+        help=f"wall-clock limit of {what}, e.g. 120s, 5m, 1h (default {said}{skip})",
+    )
 
 
 def add_stop_argument(p: argparse.ArgumentParser) -> None:
@@ -297,8 +467,9 @@ def sampling_config(args: argparse.Namespace) -> Any:
 
 
 def as_given(value: str, name: str | None = None) -> str:
-    """A path left as given (the reader says what is wrong with it, e.g. "no such file")."""
-    return value
+    """A path (or name) left as given (the reader says what is wrong with it, e.g. "no such
+    file"); only an empty one, which would mean the current folder, is refused here."""
+    return name_or_path(value, name)
 
 
 def add_model_spec_argument(
@@ -313,9 +484,10 @@ def add_model_spec_argument(
         "run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
         "(attnlm models --available) or Hub id org/name"
     )
+    spec = arg(name_or_path)
     if not checkpoint_synonym:
-        p.add_argument("--model", metavar="SPEC", required=required, help=what)
+        p.add_argument("--model", metavar="SPEC", required=required, type=spec, help=what)
         return
     g = p.add_mutually_exclusive_group(required=required)
-    g.add_argument("--model", metavar="SPEC", help=what)
-    g.add_argument("--checkpoint", metavar="SPEC", help="the same as --model")
+    g.add_argument("--model", metavar="SPEC", type=spec, help=what)
+    g.add_argument("--checkpoint", metavar="SPEC", type=spec, help="the same as --model")

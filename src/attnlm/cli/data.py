@@ -8,6 +8,7 @@ from attnlm.cli.common import (
     add_command,
     add_command_group,
     add_corpus_arguments,
+    add_option,
     add_pairs_argument,
     add_seed_argument,
     add_text_argument,
@@ -16,7 +17,14 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.validate import finite_float, non_negative_int, output_dir, positive_int, probability
+from attnlm.validate import (
+    finite_float,
+    non_negative_int,
+    output_dir,
+    output_file_or_stdout,
+    positive_int,
+    probability,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,9 +55,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     prep.add_argument("--no-progress", dest="progress", action="store_false")
 
     task = add_command(dsub, "task", _task)
-    task.add_argument("--out", required=True, metavar="FILE", help="output .tsv file ('-': stdout)")
     task.add_argument(
-        "--n", type=arg(positive_int), default=None, help="number of pairs (default 5000)"
+        "--out",
+        required=True,
+        metavar="FILE",
+        type=arg(output_file_or_stdout),
+        help="output .tsv file ('-': stdout)",
+    )
+    add_option(
+        task,
+        "-n",
+        "--num-pairs",
+        aliases=("--n",),
+        type=arg(positive_int),
+        default=None,
+        metavar="N",
+        help="number of pairs (default 5000)",
     )
     add_seed_argument(task, help="random seed (default 0)")
 
@@ -128,7 +149,7 @@ def _task(args: argparse.Namespace) -> int:
 
     from attnlm.data.tasks import DEFAULT_N, DEFAULT_SEED, TASK_NAME, task_rows, write_task
 
-    n = DEFAULT_N if args.n is None else args.n
+    n = DEFAULT_N if args.num_pairs is None else args.num_pairs
     seed = DEFAULT_SEED if args.seed is None else args.seed
     if args.out == "-":
         for row in task_rows(n, seed):

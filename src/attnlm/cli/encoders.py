@@ -8,10 +8,11 @@ from attnlm.cli.common import (
     add_command,
     add_device_argument,
     add_model_spec_argument,
+    add_top_k_argument,
     arg,
     text_value,
 )
-from attnlm.validate import existing_file, positive_int
+from attnlm.validate import existing_file, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,9 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument(
         "text", type=text_value, help='a text with [MASK], e.g. "the capital of france is [MASK]."'
     )
-    f.add_argument(
-        "--top-k", type=arg(positive_int), default=5, help="predictions per mask (default 5)"
-    )
+    add_top_k_argument(f, 5, "predictions per mask")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     add_device_argument(f, "cpu")
 
@@ -38,7 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "sentences", nargs="+", metavar="SENTENCE", type=text_value, help="at least two sentences"
     )
-    c.add_argument("--out", default=None, metavar="FILE.png", help="plot of cosine vs layer")
+    c.add_argument(
+        "--out", default=None, metavar="FILE.png", type=arg(output_file),
+        help="plot of cosine vs layer",
+    )  # fmt: skip
     c.add_argument("--json", action="store_true", help='print {"word", "layers": [...]}')
     c.add_argument(
         "--vectors", metavar="F", type=arg(existing_file), default=None,

@@ -7,7 +7,9 @@ import sys
 
 from attnlm.cli.common import (
     add_model_spec_argument,
+    add_num_samples_argument,
     add_pairs_argument,
+    add_prompt_argument,
     add_runtime_arguments,
     add_sampling_arguments,
     add_stop_argument,
@@ -16,17 +18,15 @@ from attnlm.cli.common import (
     text_value,
     use_threads,
 )
-from attnlm.validate import finite_float, int_in_range, positive_int
+from attnlm.validate import finite_float, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="sample text from a model (KV cache, streaming)")
     add_model_spec_argument(p, checkpoint_synonym=True)
-    p.add_argument(
-        "--prompt", default="\n", type=text_value, help="text to continue (default: a newline)"
-    )
+    add_prompt_argument(p, "\n", "a newline")
     add_sampling_arguments(p)
-    p.add_argument("--num-samples", type=arg(int_in_range, lo=1, hi=10_000), default=1)
+    add_num_samples_argument(p, 1)
     add_stop_argument(p)
     p.add_argument("--stream", action="store_true", help="print tokens as they arrive")
     p.add_argument(
