@@ -13,7 +13,8 @@ Kinds: :func:`positive_int`, :func:`non_negative_int`, :func:`int_in_range`,
 :func:`finite_float` (optionally in a range), :func:`probability`, :func:`seed`,
 :func:`threads`, :func:`device`, :func:`existing_file`, :func:`existing_dir`,
 :func:`existing_path`, :func:`output_file`, :func:`output_dir`, :func:`name_or_path`,
-:func:`duration`, :func:`memory_size`, :func:`utf8_text` / :func:`read_stdin_text`.
+:func:`non_empty`, :func:`duration`, :func:`memory_size`, :func:`utf8_text` /
+:func:`read_stdin_text`.
 
 Config dataclasses check their fields with :func:`positive`, :func:`non_negative`,
 :func:`at_least`, :func:`fraction`, :func:`above_zero`, :func:`at_least_zero` and
@@ -308,6 +309,14 @@ def _path(value: Any, name: str | None) -> Path:
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise InputError(f"{_what(name)}must be a path, got {_show(value)}")
     return Path(value).expanduser()
+
+
+def non_empty(value: Any, name: str | None = None) -> str:
+    """A setting given as text (a field name, a pattern, ``KEY=VALUE``, a stop string, a host):
+    anything but empty or blank, which no such option means."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{_what(name)}must not be empty, got {_show(value)}")
+    return value
 
 
 def name_or_path(value: Any, name: str | None = None) -> str:

@@ -12,11 +12,10 @@ from attnlm.cli.common import (
     add_threads_argument,
     add_time_budget_argument,
     arg,
-    text_value,
 )
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
-from attnlm.validate import name_or_path, output_dir, positive_int
+from attnlm.validate import name_or_path, non_empty, output_dir, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="MODEL:KEY=VALUE",
-        type=text_value,
+        type=arg(non_empty),
         help="override a preset value of one model, e.g. lstm:model.n_layer=1 (repeatable)",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false")

@@ -27,7 +27,7 @@ from attnlm.cli.common import (
     literal_or_file,
     text_file,
 )
-from attnlm.validate import existing_dir, finite_float, output_dir, positive_int
+from attnlm.validate import existing_dir, finite_float, non_empty, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
 
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_runtime_arguments(fit, device=None)
     add_seed_argument(fit, help="seed of the initial values")
     fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
-    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=arg(non_empty),
                      help="override a preset value, e.g. model.init_std=0.5")  # fmt: skip
     fit.set_defaults(func=_fit)
 

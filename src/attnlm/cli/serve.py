@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from attnlm.cli.common import add_command, add_runtime_arguments, arg, text_file, use_threads
-from attnlm.validate import existing_file, int_in_range, positive_int
+from attnlm.validate import existing_file, int_in_range, name_or_path, non_empty, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,11 +16,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="SPEC",
+        type=arg(name_or_path),
         help="a model to serve (repeatable; choose it in the page): run or checkpoint folder, "
         "Hugging Face folder, .gguf file, registered name or Hub id org/name",
     )
     p.add_argument(
-        "--checkpoint", action="append", default=[], metavar="SPEC", help="the same as --model"
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        type=arg(name_or_path),
+        help="the same as --model",
     )
     p.add_argument(
         "--port",
@@ -31,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host",
         default="127.0.0.1",
+        type=arg(non_empty),
         help="address to bind (default 127.0.0.1; the page has no authentication)",
     )
     p.add_argument(

@@ -25,7 +25,9 @@ from attnlm.cli.common import (
 )
 from attnlm.errors import InputError
 from attnlm.validate import (
+    existing_dir,
     int_in_range,
+    non_empty,
     non_negative_int,
     output_dir,
     positive_float,
@@ -112,7 +114,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=arg(output_dir),
         help="run folder (default runs/PRESET)",
     )
-    p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        type=arg(existing_dir),
+        help="continue the run in DIR",
+    )
     p.add_argument(
         "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
     )
@@ -165,6 +173,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
+        type=arg(non_empty),
         help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
 
@@ -201,7 +210,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     x = add_command(sub, "export-checkpoint", _export)
-    x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    x.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        type=arg(existing_dir),
+        help="run or checkpoint folder",
+    )
     x.add_argument(
         "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
     )
