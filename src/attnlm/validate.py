@@ -32,6 +32,7 @@ from typing import Any
 from attnlm.errors import ConfigError, InputError
 
 SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63 (torch and numpy both accept them)
+INT_LIMIT = 2**63  # every integer fits in int64, as torch and numpy need
 # threads beyond a few per core only slow torch down (and each one costs the process a slot of
 # the machine's process limit): 4 per core, never more than 1024; 512 where the count is unknown
 MAX_THREADS = min(4 * os.cpu_count(), 1024) if os.cpu_count() else 512
@@ -64,12 +65,16 @@ def _to_int(value: Any, name: str | None, need: str) -> int:
     if isinstance(value, bool):
         raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and _INT_TEXT.fullmatch(value):
-        return int(value)
-    raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+        v = value
+    elif isinstance(value, float) and value.is_integer():
+        v = int(value)
+    elif isinstance(value, str) and _INT_TEXT.fullmatch(value) and len(value) <= 40:
+        v = int(value)
+    else:
+        raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+    if not -INT_LIMIT <= v < INT_LIMIT:  # what no tensor size, count or seed can hold
+        raise ConfigError(f"{_what(name)}must be {need} (and below 2**63), got {_show(value)}")
+    return v
 
 
 def int_in_range(
@@ -188,7 +193,8 @@ def memory_size(value: Any, name: str | None = None, lo: int = 1 << 10) -> int:
         m = _SIZE_TEXT.fullmatch(value) if isinstance(value, str) else None
         if m is None:
             raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
-        n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+        number = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+        n = int(number) if math.isfinite(number) else MAX_BYTES + 1
     if not lo <= n <= MAX_BYTES:
         limits = f"from {lo:,} bytes to 1P"
         raise ConfigError(f"{_what(name)}must be {need}, {limits}, got {_show(value)}")

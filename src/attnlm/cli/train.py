@@ -18,6 +18,7 @@ from attnlm.cli.common import (
     add_seed_argument,
     add_text_argument,
     add_threads_argument,
+    add_time_budget_argument,
     arg,
     as_given,
     text_file,
@@ -38,14 +39,6 @@ if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when
     from attnlm.train.config import RunSpec
 
 DEFAULT_PRESET = "shakespeare-char"
-
-
-def _duration(value: str, name: str | None = None) -> str:
-    """A time budget such as ``120s``, ``5m`` or ``1h`` (checked, returned as typed)."""
-    from attnlm.train.config import parse_duration
-
-    parse_duration(value)
-    return value
 
 
 # CLI flag (argparse dest) -> TrainConfig field
@@ -125,13 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
     )
     p.add_argument("--max-iters", type=arg(positive_int), default=None)
-    p.add_argument(
-        "--time-budget",
-        default=None,
-        metavar="T",
-        type=arg(_duration),
-        help="wall-clock limit, e.g. 120s, 5m",
-    )
+    add_time_budget_argument(p, None)
     p.add_argument("--batch-size", type=arg(positive_int), default=None)
     p.add_argument(
         "--grad-accum",
