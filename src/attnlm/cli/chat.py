@@ -55,10 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=text_file(existing_path),
         help="a Jinja chat template to use instead of the model's",
     )
-    p.add_argument("--json", action="store_true", help="scripted: print the reply as JSON")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object: the reply (scripted)"
+    )
     # greedy by default: a scripted question gets one reproducible answer
     add_sampling_arguments(
-        p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="default 256, per reply"
+        p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="256, per reply"
     )
     add_stop_argument(p)
     p.add_argument(

@@ -48,7 +48,7 @@ CORPUS_FORMATS = (
 def add_text_argument(p: argparse.ArgumentParser, default: str = "the built-in corpus") -> None:
     """The shared ``--text PATH`` option: a corpus in any format :mod:`attnlm.data.sources`
     reads; ``default`` says what is read without it."""
-    help = f"{CORPUS_FORMATS} (default: {default})"
+    help = f"the text to read: {CORPUS_FORMATS} (default: {default})"
     p.add_argument("--text", metavar="PATH", default=None, type=text_file(), help=help)
 
 
@@ -75,8 +75,8 @@ def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
         type=arg(positive_int),
         default=None,
         metavar="N",
-        help="processes encoding the corpus (default: the machine's cores for corpora over 32 "
-        "MiB, else 1); the token files are the same for any N",
+        help="parallel workers: processes encoding the corpus (default: the machine's cores for "
+        "corpora over 32 MiB, else 1); the token files are the same for any N",
     )
     p.add_argument(
         "--tokenizer-sample",
@@ -115,7 +115,7 @@ def add_literal_text_arguments(
         default=None,
         metavar="PATH",
         type=text_file(_text_path),
-        help=f"a UTF-8 file to read instead of the {name.upper()} argument",
+        help=f"the text to read: a UTF-8 file, instead of the {name.upper()} argument",
     )
 
 
@@ -180,10 +180,11 @@ def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None)
 
 
 def add_seed_argument(
-    p: argparse.ArgumentParser, default: int | None = None, help: str = "random seed"
+    p: argparse.ArgumentParser, default: int | None = None, help: str = ""
 ) -> None:
-    """``--seed``: an integer 0 <= seed < 2**63."""
-    p.add_argument("--seed", type=arg(seed), default=default, help=f"{help}, 0..2**63-1")
+    """``--seed``: an integer 0 <= seed < 2**63; ``help`` says what it draws."""
+    what = f": {help}" if help else ""
+    p.add_argument("--seed", type=arg(seed), default=default, help=f"random seed, 0..2**63-1{what}")
 
 
 def add_runtime_arguments(p: argparse.ArgumentParser, device: str | None = "auto") -> None:
@@ -211,19 +212,19 @@ def add_sampling_arguments(
     ``--max-new-tokens --temperature --top-k --top-p --seed``."""
     from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
 
-    default = "" if max_new_tokens is None else f"default {max_new_tokens}; "
+    said = max_new_tokens_help or str(max_new_tokens)
     p.add_argument(
         "--max-new-tokens",
         type=arg(int_in_range, lo=0 if max_new_tokens is not None else 1, hi=MAX_NEW_TOKENS_LIMIT),
         default=max_new_tokens,
         metavar="N",
-        help=max_new_tokens_help or f"{default}at most {MAX_NEW_TOKENS_LIMIT:,}",
+        help=f"the most tokens to generate (default {said}; at most {MAX_NEW_TOKENS_LIMIT:,})",
     )
     p.add_argument(
         "--temperature",
         type=arg(finite_float, lo=0.0),
         default=temperature,
-        help=f"0 means greedy (default {temperature:g})",
+        help=f"sampling temperature: 0 means greedy (default {temperature:g})",
     )
     p.add_argument(
         "--top-k",
@@ -264,17 +265,18 @@ def add_top_k_argument(
 
 
 def add_num_samples_argument(
-    p: argparse.ArgumentParser, default: int, what: str = "samples", hi: int = 10_000
+    p: argparse.ArgumentParser, default: int, what: str = "", hi: int = 10_000
 ) -> None:
     """``-n N, --num-samples N``: how many independent samples to draw (``what``: "sentences");
     formerly ``-n`` alone in ``ngram sample``."""
+    what = f"{what}, " if what else ""
     p.add_argument(
         "-n",
         "--num-samples",
         type=arg(int_in_range, lo=1, hi=hi),
         default=default,
         metavar="N",
-        help=f"how many {what} to draw, each from the start (default {default})",
+        help=f"how many samples to draw ({what}each from the start; default {default})",
     )
 
 
@@ -297,7 +299,7 @@ def add_prompt_argument(
 def add_time_budget_argument(
     p: argparse.ArgumentParser,
     default: str | None,
-    what: str = "training",
+    what: str = "",
     *,
     zero_ok: bool = False,
     aliases: tuple[str, ...] = (),
@@ -306,6 +308,7 @@ def add_time_budget_argument(
     """``--time-budget T``: a wall-clock limit (``120s``, ``5m``, ``1h``; at most a year), the
     learning-rate schedule follows it; formerly ``--budget`` in ``compare``."""
     said = "none" if default is None else default
+    what = f"{what}; " if what else ""
     skip = "; 0 skips it" if zero_ok else ""
     add_option(
         p,
@@ -314,7 +317,7 @@ def add_time_budget_argument(
         type=arg(duration, zero_ok=zero_ok),
         default=default,
         metavar="T",
-        help=f"wall-clock limit of {what}, e.g. 120s, 5m, 1h (default {said}{skip})",
+        help=f"wall-clock limit of training, e.g. 120s, 5m, 1h ({what}default {said}{skip})",
     )
 
 

@@ -21,8 +21,11 @@ from attnlm.validate import name_or_path, non_empty, output_dir, positive_int
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "compare", _compare)
     add_text_argument(p, default="Shakespeare")
-    p.add_argument("--tokenizer", default="char", choices=("char", "bpe"))
-    add_time_budget_argument(p, "90s", "each model's training", aliases=("--budget",))
+    p.add_argument(
+        "--tokenizer", default="char", choices=("char", "bpe"),
+        help="the tokenizer: char or bpe (default char)",
+    )  # fmt: skip
+    add_time_budget_argument(p, "90s", "each model", aliases=("--budget",))
     p.add_argument(
         "--models", default=",".join(MODELS), type=arg(name_or_path), help="comma-separated subset"
     )
@@ -31,9 +34,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the comparison's folder (default runs/compare)",
     )  # fmt: skip
     p.add_argument("--val-chars", type=arg(positive_int), default=100_000, help="characters scored")
-    p.add_argument("--bpe-vocab-size", type=arg(positive_int), default=512)
     p.add_argument(
-        "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
+        "--bpe-vocab-size", type=arg(positive_int), default=512,
+        help="vocabulary size of the trained bpe tokenizer (default 512)",
+    )  # fmt: skip
+    p.add_argument(
+        "--eval-interval",
+        type=arg(positive_int),
+        default=100,
+        help="steps between evaluations (default 100)",
     )
     add_device_argument(p)
     add_threads_argument(p, default=1)  # per model
@@ -43,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="MODEL:KEY=VALUE",
         type=arg(non_empty),
-        help="override a preset value of one model, e.g. lstm:model.n_layer=1 (repeatable)",
+        help="override a preset value: of one model, e.g. lstm:model.n_layer=1 (repeatable)",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false")
 

@@ -39,10 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         default="char",
         type=text_file(as_given),
-        help="char, bpe, gpt2, or a saved tokenizer JSON (char)",
+        help="the tokenizer: char, bpe, gpt2, or a saved tokenizer JSON (default char)",
     )
     prep.add_argument(
-        "--bpe-vocab-size", type=arg(positive_int), default=512, help="trained vocabulary (512)"
+        "--bpe-vocab-size",
+        type=arg(positive_int),
+        default=512,
+        help="vocabulary size of the trained bpe tokenizer (default 512)",
     )
     prep.add_argument(
         "--val-fraction",
@@ -70,9 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=arg(positive_int),
         default=None,
         metavar="N",
-        help="number of pairs (default 5000)",
+        help="how many samples to draw (pairs of the task; default 5000)",
     )
-    add_seed_argument(task, help="random seed (default 0)")
+    add_seed_argument(task, help="the pairs drawn (default 0)")
 
     pairs = add_command(dsub, "pairs", _pairs)
     add_pairs_argument(pairs)
@@ -97,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.1,
         help="test fraction (0.1)",
     )
-    add_seed_argument(pairs, default=0, help="split seed (0)")
+    add_seed_argument(pairs, default=0, help="the split")
     pairs.add_argument(
         "--examples", type=arg(non_negative_int), default=5, help="example pairs to print (5)"
     )

@@ -24,13 +24,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", default="runs/demo", metavar="DIR", type=arg(output_dir),
         help="the demo's folder (default runs/demo)",
     )  # fmt: skip
-    p.add_argument("--preset", default="shakespeare-char", type=text_file(as_given))
-    add_time_budget_argument(p, "100s", "the language model's training")
+    p.add_argument(
+        "--preset", default="shakespeare-char", type=text_file(as_given),
+        help="a built-in preset name or a TOML file (default shakespeare-char)",
+    )  # fmt: skip
+    add_time_budget_argument(p, "100s", "the language model")
     add_time_budget_argument(
-        p, "40s", "the translation model's training", zero_ok=True, name="--translate-budget"
+        p, "40s", "the translation model", zero_ok=True, name="--translate-budget"
     )
     add_time_budget_argument(
-        p, "10s", "each model's training in the compare table", zero_ok=True,
+        p, "10s", "each model of the compare table", zero_ok=True,
         name="--compare-budget",
     )  # fmt: skip
     p.add_argument(
@@ -44,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the run in --out even if it is not a demo folder",
+        help="start over: replace the run in --out even if it is not a demo folder",
     )
 
 

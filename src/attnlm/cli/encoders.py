@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = add_command(sub, "embed", _embed)
     add_model_spec_argument(e, checkpoint_synonym=True)
     e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
-    e.add_argument("--json", action="store_true", help='print {"cosine": [[...]]}')
+    e.add_argument("--json", action="store_true", help='print one JSON object: {"cosine": [[...]]}')
     add_device_argument(e, "cpu")
 
     c = add_command(sub, "contextual", _contextual)
@@ -41,11 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", default=None, metavar="FILE.png", type=arg(output_file),
         help="plot of cosine vs layer",
     )  # fmt: skip
-    c.add_argument("--json", action="store_true", help='print {"word", "layers": [...]}')
+    c.add_argument(
+        "--json", action="store_true", help='print one JSON object: {"word", "layers": [...]}'
+    )
     c.add_argument(
         "--vectors", metavar="F", type=arg(existing_file), default=None,
-        help="also show the word's static word2vec vector from this file (text, or binary if "
-        "named *.bin): the same vector in every sentence, and its nearest words",
+        help="a word2vec vectors file (text, or binary if named *.bin): also show the word's "
+        "static vector, the same in every sentence, and its nearest words",
     )  # fmt: skip
     add_device_argument(c, "cpu")
 

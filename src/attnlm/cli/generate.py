@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="compile the one-token decode step once (torch.compile, fullgraph; CUDA graphs on "
-        "a GPU): faster steps after a warm-up of seconds to a minute",
+        help="compile with torch.compile: the one-token decode step, once (fullgraph; CUDA graphs "
+        "on a GPU): faster steps after a warm-up of seconds to a minute",
     )
     add_runtime_arguments(p)
     p.set_defaults(func=_generate)
@@ -61,13 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="beam search stopping rule, as transformers' early_stopping",
     )  # fmt: skip
     add_sampling_arguments(
-        t, temperature=0.0, max_new_tokens=None, max_new_tokens_help="default: 2 x source + 10"
+        t, temperature=0.0, max_new_tokens=None, max_new_tokens_help="2 x source + 10"
     )
     t.add_argument("--batch-size", type=arg(positive_int), default=64)
     t.add_argument(
         "--compile",
         action="store_true",
-        help="compile the one-token decoder step (torch.compile, fullgraph; CUDA graphs on a "
+        help="compile with torch.compile: the one-token decoder step (fullgraph; CUDA graphs on a "
         "GPU), once per batch size and length bucket: faster steps after a warm-up of seconds "
         "to a minute; greedy and sampling (beams stay uncompiled)",
     )

@@ -55,13 +55,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--pseudocount", type=arg(finite_float, lo=0), default=None,
                      help="added to every expected count (model.em_pseudocount)")  # fmt: skip
     fit.add_argument("--tokenizer", default=None, type=text_file(as_given),
-                     help="char, bpe, or a saved tokenizer JSON")  # fmt: skip
+                     help="the tokenizer: char, bpe, or a saved tokenizer JSON")  # fmt: skip
     add_time_budget_argument(fit, None)
     add_runtime_arguments(fit, device=None)
-    add_seed_argument(fit, help="seed of the initial values")
+    add_seed_argument(fit, help="the initial values")
     fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
-    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=arg(non_empty),
-                     help="override a preset value, e.g. model.init_std=0.5")  # fmt: skip
+    fit.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=arg(non_empty),
+        help="override a preset value: e.g. model.init_std=0.5 (repeatable)",
+    )
     fit.set_defaults(func=_fit)
 
     vit = add_command(hsub, "viterbi", _viterbi)

@@ -58,7 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_text_argument(tr)
     tr.add_argument(
-        "--arpa", metavar="OUT", type=arg(output_file), help="write an ARPA file (.gz to compress)"
+        "--arpa",
+        metavar="OUT",
+        type=arg(output_file),
+        help="an ARPA file: to write (.gz to compress)",
     )
     tr.add_argument(
         "--out", metavar="MODEL", type=arg(output_file), help="write attnlm's binary format (.npz)"
@@ -106,7 +109,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_text_argument(sc)
     sc.add_argument("--json", action="store_true", help="print one JSON object")
     sc.add_argument(
-        "--pad", choices=["kenlm", "nltk"], default=None, help="padding (default: the model's)"
+        "--pad",
+        choices=["kenlm", "nltk"],
+        default=None,
+        help="sentence padding: kenlm or nltk (default: the model's)",
     )
     _add_convention(sc)
 
@@ -115,7 +121,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_num_samples_argument(sa, 5, "sentences")
     add_seed_argument(sa, default=0)
     sa.add_argument(
-        "--temperature", type=arg(positive_float), default=1.0, help="temperature > 0 (default 1)"
+        "--temperature",
+        type=arg(positive_float),
+        default=1.0,
+        help="sampling temperature: > 0 (default 1)",
     )
     sa.add_argument(
         "--max-len", type=arg(positive_int), default=50, help="words per sentence at most"
@@ -134,7 +143,10 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
         help="the n-gram model file: attnlm binary (.npz) or ARPA",
     )
     g.add_argument(
-        "--arpa", metavar="FILE", type=text_file(existing_file), help="an ARPA file (plain or .gz)"
+        "--arpa",
+        metavar="FILE",
+        type=text_file(existing_file),
+        help="an ARPA file: to read (plain or .gz)",
     )
 
 

@@ -17,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="SPEC",
         type=arg(name_or_path),
-        help="a model to serve (repeatable; choose it in the page): run or checkpoint folder, "
-        "Hugging Face folder, .gguf file, registered name or Hub id org/name",
+        help="run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
+        "(attnlm models --available) or Hub id org/name (repeatable: choose one in the page)",
     )
     p.add_argument(
         "--checkpoint",
@@ -42,19 +42,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--vectors", metavar="F", type=text_file(existing_file), default=None,
-        help="word2vec vectors (attnlm word2vec train): the embeddings panel shows the word's "
-        "one static vector beside the contextual ones",
+        help="a word2vec vectors file (attnlm word2vec train): the embeddings panel shows the "
+        "word's one static vector beside the contextual ones",
     )  # fmt: skip
     add_runtime_arguments(p, device="cpu")
     p.add_argument(
-        "--max-chars", type=arg(positive_int), default=None, help="longest text accepted"
+        "--max-chars",
+        type=arg(positive_int),
+        default=None,
+        help="at most this many characters: the longest text accepted",
     )
     p.add_argument(
         "--compile",
         action="store_true",
-        help="generate and translate through the compiled decode step (torch.compile; CUDA "
-        "graphs on a GPU): the first request of each shape waits for a compile, later ones "
-        "reuse it for as long as the server runs",
+        help="compile with torch.compile: generate and translate through the compiled decode "
+        "step (CUDA graphs on a GPU): the first request of each shape waits for a compile, "
+        "later ones reuse it for as long as the server runs",
     )
 
 

@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pattern",
         default="gpt2",
         type=arg(non_empty),
-        help="bpe pre-tokenization: gpt2, cl100k or a regex (default: gpt2)",
+        help="pre-tokenization pattern: gpt2, cl100k or a regex (bpe; default: gpt2)",
     )
     tr.add_argument(
         "--min-freq",
@@ -123,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-chars",
         type=arg(non_negative_int),
         default=2000,
-        help="show at most this many characters (0: all)",
+        help="at most this many characters: shown (0: all)",
     )
 
     info = add_command(tsub, "info", _info)
@@ -136,14 +136,14 @@ def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         metavar="PATH",
         type=text_file(as_given),
-        help="tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT vocab.txt / "
-        "tokenizer.json / folder holding them, or a pretrained model name (minilm)",
+        help="the tokenizer: a tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT "
+        "vocab.txt / tokenizer.json / folder holding them, or a pretrained model name (minilm)",
     )
     p.add_argument(
         "--pattern",
         default=None,
         type=arg(non_empty),
-        help="pattern for a .tiktoken file: gpt2, cl100k or a regex",
+        help="pre-tokenization pattern: gpt2, cl100k or a regex (for a .tiktoken file)",
     )
     p.add_argument(
         "--engine",

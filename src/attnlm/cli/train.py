@@ -78,8 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset",
         default=None,
         type=text_file(as_given),
-        help=f"preset name or TOML path (default {DEFAULT_PRESET}; with --text and no preset, "
-        "a tokenizer and model size chosen for the corpus, printed)",
+        help=f"a built-in preset name or a TOML file (default {DEFAULT_PRESET}; with --text and "
+        "no preset, a tokenizer and model size chosen for the corpus, printed)",
     )
     add_text_argument(p)
     add_data_dir_argument(p)
@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         default=None,
         type=text_file(as_given),
-        help="char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
+        help="the tokenizer: char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
     )
     add_corpus_arguments(p)
     p.add_argument(
@@ -115,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="continue the run in DIR",
     )
     p.add_argument(
-        "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
+        "--overwrite", action="store_true", help="start over: in a folder with a checkpoint"
     )
     p.add_argument("--max-iters", type=arg(positive_int), default=None)
     add_time_budget_argument(p, None)
@@ -127,7 +127,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="micro-steps per step (all ranks)",
     )
     p.add_argument("--lr", type=arg(positive_float), default=None)
-    p.add_argument("--eval-interval", type=arg(positive_int), default=None)
+    p.add_argument(
+        "--eval-interval", type=arg(positive_int), default=None,
+        help="steps between evaluations (default: the preset's)",
+    )  # fmt: skip
     p.add_argument("--eval-iters", type=arg(positive_int), default=None)
     p.add_argument(
         "--early-stop",
@@ -141,7 +144,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
     )
     p.add_argument(
-        "--compile", action="store_const", const=True, default=None, help="torch.compile"
+        "--compile",
+        action="store_const",
+        const=True,
+        default=None,
+        help="compile with torch.compile: the model's forward and backward",
     )
     add_threads_argument(p)
     p.add_argument(
@@ -161,7 +168,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="KEY=VALUE",
         type=arg(non_empty),
-        help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
+        help="override a preset value: e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
 
     e = add_command(sub, "eval", _eval)
@@ -169,7 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_text_argument(e)
     add_pairs_argument(e)
     e.add_argument(
-        "--beam", type=arg(positive_int), default=1, metavar="K", help="translation: beam size"
+        "--beam", type=arg(positive_int), default=1, metavar="K", help="beam size (translation)"
     )
     e.add_argument(
         "--limit",

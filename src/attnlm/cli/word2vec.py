@@ -38,7 +38,7 @@ FORMAT_HELP = "word2vec file format: text, binary, or auto (default: binary if t
 def _add_vectors(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--vectors", metavar="F", required=True, type=text_file(existing_file),
-        help="word2vec text or binary file (ours, gensim's or word2vec.c's)",
+        help="a word2vec vectors file: text or binary (ours, gensim's or word2vec.c's)",
     )  # fmt: skip
     p.add_argument("--format", choices=["auto", "text", "binary"], default="auto", help=FORMAT_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kind.add_argument("--sg", dest="sg", action="store_true", default=True,
                       help="skip-gram (default)")  # fmt: skip
     kind.add_argument("--cbow", dest="sg", action="store_false", help="CBOW (mean of context)")
-    tr.add_argument("--workers", type=arg(threads), default=1, help="worker threads (1)")
+    tr.add_argument("--workers", type=arg(threads), default=1, help="parallel workers: threads (1)")
     tr.add_argument(
         "--sample", type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True), default=1e-3,
         help="subsampling threshold (1e-3; 0: off)",
