@@ -319,8 +319,8 @@ def _path(value: Any, name: str | None) -> Path:
 
 def non_empty(value: Any, name: str | None = None) -> str:
     """A setting given as text (a field name, a pattern, ``KEY=VALUE``, a stop string, a host):
-    anything but empty or blank, which no such option means."""
-    if not isinstance(value, str) or not value.strip():
+    anything but empty, which no such option means (blanks can: a stop string ``"\\n\\n"``)."""
+    if not isinstance(value, str) or not value:
         raise ConfigError(f"{_what(name)}must not be empty, got {_show(value)}")
     return value
 
