@@ -185,3 +185,15 @@ def test_attention_reads_text_and_target_from_files_as_from_arguments(files, tmp
     both = ["attention", "--checkpoint", files["mt"], "one", "--text", str(source)]
     assert main([*both, "--html", str(tmp_path / "x.html")]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_every_command_that_runs_a_model_takes_the_same_runtime_options():
+    """--model, --device and --threads go together: a command that loads a model lets the user
+    choose where it runs and on how many threads (attention, fill-mask, embed, contextual and
+    hmm viterbi had --device alone)."""
+    for command, parser in commands():
+        if command == "params" or command.startswith("ngram"):  # a header read; no torch model
+            continue
+        options = {o for a in parser._actions for o in a.option_strings}
+        if options & {"--device", "--model"}:
+            assert {"--device", "--threads"} <= options, command

@@ -6,11 +6,12 @@ import argparse
 
 from attnlm.cli.common import (
     add_command,
-    add_device_argument,
     add_model_spec_argument,
+    add_runtime_arguments,
     add_top_k_argument,
     arg,
     text_value,
+    use_threads,
 )
 from attnlm.validate import existing_file, output_file
 
@@ -23,13 +24,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_top_k_argument(f, 5, "predictions per mask")
     f.add_argument("--json", action="store_true", help="print one JSON object")
-    add_device_argument(f, "cpu")
+    add_runtime_arguments(f, device="cpu")
 
     e = add_command(sub, "embed", _embed)
     add_model_spec_argument(e, checkpoint_synonym=True)
     e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
     e.add_argument("--json", action="store_true", help='print one JSON object: {"cosine": [[...]]}')
-    add_device_argument(e, "cpu")
+    add_runtime_arguments(e, device="cpu")
 
     c = add_command(sub, "contextual", _contextual)
     add_model_spec_argument(c, checkpoint_synonym=True)
@@ -49,13 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a word2vec vectors file (text, or binary if named *.bin): also show the word's "
         "static vector, the same in every sentence, and its nearest words",
     )  # fmt: skip
-    add_device_argument(c, "cpu")
+    add_runtime_arguments(c, device="cpu")
 
 
 def _load(args: argparse.Namespace):
     from attnlm.device import resolve_device
     from attnlm.sources import load_model_ref
 
+    use_threads(args)
     return load_model_ref(args.checkpoint, args.model, resolve_device(args.device))
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from attnlm.cli.common import (
     add_command,
     add_command_group,
-    add_device_argument,
     add_literal_text_arguments,
     add_runtime_arguments,
     add_seed_argument,
@@ -26,6 +25,7 @@ from attnlm.cli.common import (
     as_given,
     literal_or_file,
     text_file,
+    use_threads,
 )
 from attnlm.validate import existing_dir, finite_float, non_empty, output_dir, positive_int
 
@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add_literal_text_arguments(vit, what="the text to decode")
     vit.add_argument("--json", action="store_true", help="print one JSON object")
-    add_device_argument(vit, "cpu")
+    add_runtime_arguments(vit, device="cpu")
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -121,6 +121,7 @@ def _viterbi(args: argparse.Namespace) -> int:
     from attnlm.tokenizers import encode_text, token_label
 
     text = literal_or_file(args)
+    use_threads(args)
     ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
     if not callable(getattr(ck.model, "viterbi", None)):
         raise InputError(f"{args.checkpoint}: a {ck.family.type} model has no hidden states "

@@ -6,11 +6,12 @@ import argparse
 
 from attnlm.cli.common import (
     add_command,
-    add_device_argument,
     add_literal_text_arguments,
     add_model_spec_argument,
+    add_runtime_arguments,
     arg,
     literal_or_file,
+    use_threads,
 )
 from attnlm.validate import non_negative_int, output_file
 
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="which attention: auto = cross for translation models, else self",
     )
-    add_device_argument(p, "cpu")
+    add_runtime_arguments(p, device="cpu")
 
 
 def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[str, object]]]:
@@ -85,6 +86,7 @@ def _attention(args: argparse.Namespace) -> int:
             from attnlm.web.html import write_standalone
         except ImportError:
             raise InputError("--html needs attnlm.web, which this installation lacks") from None
+    use_threads(args)
     ck = load_model_ref(args.checkpoint, args.model, resolve_device(args.device))
     tokenizer = ck.pair_tokenizers or ck.tokenizer  # both sides for a translation model
     record = inspect(ck.model, tokenizer, text, target=target)
