@@ -169,7 +169,7 @@ def duration(value: Any, name: str | None = None, *, zero_ok: bool = False) -> s
     """A wall-clock budget as typed, ``120s``, ``2m``, ``1.5h`` or a number of seconds: more
     than 0 (``zero_ok``: or 0, "skip") and at most a year. Returned as given (configs keep
     the text)."""
-    need = "a duration such as 120s, 2m or 1h" + (" (0: skip)" if zero_ok else "")
+    need = "a time budget such as 120s, 2m or 1h" + (" (0: skip)" if zero_ok else "")
     m = _DURATION_TEXT.fullmatch(value) if isinstance(value, str) else None
     if m is None:
         raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
