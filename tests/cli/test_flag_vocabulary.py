@@ -69,6 +69,22 @@ def test_every_shared_option_says_the_same_in_every_command():
     assert not differ, json.dumps(differ, indent=1)
 
 
+def test_every_setting_has_one_name_in_every_command():
+    """The other way round: a setting (argparse dest) is spelt the same in every command that
+    has it (``top_k`` is ``--top-k`` everywhere, ``num_samples`` is ``-n/--num-samples``)."""
+    names: dict[str, dict[frozenset[str], list[str]]] = {}
+    for command, parser in commands():
+        per_dest: dict[str, set[str]] = {}
+        for a in parser._actions:
+            if a.option_strings and a.help != argparse.SUPPRESS:
+                per_dest.setdefault(a.dest, set()).update(a.option_strings)
+        for dest, options in per_dest.items():
+            names.setdefault(dest, {}).setdefault(frozenset(options), []).append(command)
+    # ngram train's progress bars are off unless asked for (--progress); elsewhere on
+    differ = {d: v for d, v in names.items() if len(v) > 1 and d != "progress"}
+    assert not differ, differ
+
+
 def test_the_shared_options_have_help_and_are_shared():
     seen = meanings()
     for option in ("--model", "--device", "--threads", "--seed", "--text", "--json",
