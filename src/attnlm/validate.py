@@ -12,7 +12,9 @@ The command line (:mod:`attnlm.cli.common`) turns a validator into an ``argparse
 Kinds: :func:`positive_int`, :func:`non_negative_int`, :func:`int_in_range`,
 :func:`finite_float` (optionally in a range), :func:`probability`, :func:`seed`,
 :func:`threads`, :func:`device`, :func:`existing_file`, :func:`existing_dir`,
-:func:`existing_path`, :func:`output_file`, :func:`utf8_text` / :func:`read_stdin_text`.
+:func:`existing_path`, :func:`output_file`, :func:`output_dir`, :func:`name_or_path`,
+:func:`non_empty`, :func:`duration`, :func:`memory_size`, :func:`utf8_text` /
+:func:`read_stdin_text`.
 
 Config dataclasses check their fields with :func:`positive`, :func:`non_negative`,
 :func:`at_least`, :func:`fraction`, :func:`above_zero`, :func:`at_least_zero` and
@@ -30,8 +32,12 @@ from typing import Any
 from attnlm.errors import ConfigError, InputError
 
 SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63 (torch and numpy both accept them)
-# threads beyond a few per core only slow torch down; 512 where the core count is unknown
-MAX_THREADS = 4 * os.cpu_count() if os.cpu_count() else 512
+INT_LIMIT = 2**63  # every integer fits in int64, as torch and numpy need
+# threads beyond a few per core only slow torch down (and each one costs the process a slot of
+# the machine's process limit): 4 per core, never more than 1024; 512 where the count is unknown
+MAX_THREADS = min(4 * os.cpu_count(), 1024) if os.cpu_count() else 512
+MAX_SECONDS = 366 * 24 * 3600  # a time budget beyond a year is a typo, not a plan
+MAX_BYTES = 1 << 50  # a memory size beyond 1 PiB is a typo (and overflows the int64 sizes)
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N or mps"
 
 
@@ -59,12 +65,16 @@ def _to_int(value: Any, name: str | None, need: str) -> int:
     if isinstance(value, bool):
         raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and _INT_TEXT.fullmatch(value):
-        return int(value)
-    raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+        v = value
+    elif isinstance(value, float) and value.is_integer():
+        v = int(value)
+    elif isinstance(value, str) and _INT_TEXT.fullmatch(value) and len(value) <= 40:
+        v = int(value)
+    else:
+        raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+    if not -INT_LIMIT <= v < INT_LIMIT:  # what no tensor size, count or seed can hold
+        raise ConfigError(f"{_what(name)}must be {need} (and below 2**63), got {_show(value)}")
+    return v
 
 
 def int_in_range(
@@ -149,6 +159,46 @@ def seed(value: Any, name: str | None = "seed") -> int:
 def threads(value: Any, name: str | None = "threads") -> int:
     """A thread count: an integer from 1 to :data:`MAX_THREADS` (4 per core)."""
     return int_in_range(value, name, lo=1, hi=MAX_THREADS)
+
+
+_DURATION_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?)(s|sec|m|min|h)?")
+_DURATION_SCALE = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def duration(value: Any, name: str | None = None, *, zero_ok: bool = False) -> str:
+    """A wall-clock budget as typed, ``120s``, ``2m``, ``1.5h`` or a number of seconds: more
+    than 0 (``zero_ok``: or 0, "skip") and at most a year. Returned as given (configs keep
+    the text)."""
+    need = "a time budget such as 120s, 2m or 1h" + (" (0: skip)" if zero_ok else "")
+    m = _DURATION_TEXT.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+    seconds = float(m.group(1)) * _DURATION_SCALE[m.group(2)]
+    if not (seconds > 0 or (zero_ok and seconds == 0)) or seconds > MAX_SECONDS:
+        raise ConfigError(f"{_what(name)}must be {need}, at most a year, got {_show(value)}")
+    return value
+
+
+_SIZE_TEXT = re.compile(r"([0-9]+(?:\.[0-9]+)?)([KMGT]?)(?:i?B)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def memory_size(value: Any, name: str | None = None, lo: int = 1 << 10) -> int:
+    """Bytes of a size: an integer, or a number with a K, M, G or T suffix (powers of 1024:
+    ``2G``, ``512M``, ``1.5G``; ``B``/``iB`` after it allowed), from ``lo`` to 1 PiB."""
+    need = "a size such as 2G, 512M or 100K"
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = _SIZE_TEXT.fullmatch(value) if isinstance(value, str) else None
+        if m is None:
+            raise ConfigError(f"{_what(name)}must be {need}, got {_show(value)}")
+        number = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+        n = int(number) if math.isfinite(number) else MAX_BYTES + 1
+    if not lo <= n <= MAX_BYTES:
+        limits = f"from {lo:,} bytes to 1P"
+        raise ConfigError(f"{_what(name)}must be {need}, {limits}, got {_show(value)}")
+    return n
 
 
 # ---------------------------------------------------------------- config fields
@@ -262,9 +312,31 @@ def device(value: Any, name: str | None = "device", *, check_available: bool = T
 
 
 def _path(value: Any, name: str | None) -> Path:
-    if not isinstance(value, (str, os.PathLike)) or not str(value):
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         raise InputError(f"{_what(name)}must be a path, got {_show(value)}")
     return Path(value).expanduser()
+
+
+def non_empty(value: Any, name: str | None = None) -> str:
+    """A setting given as text (a field name, a pattern, ``KEY=VALUE``, a stop string, a host):
+    anything but empty, which no such option means (blanks can: a stop string ``"\\n\\n"``)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{_what(name)}must not be empty, got {_show(value)}")
+    return value
+
+
+def name_or_path(value: Any, name: str | None = None) -> str:
+    """A name or a path, left as given for the command to resolve (``--model SPEC``,
+    ``--tokenizer char|FILE``): not empty, not blank (an empty path would mean the current
+    folder)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{_what(name)}must be a name or a path, got {_show(value)}")
+    return value
+
+
+def output_file_or_stdout(value: Any, name: str | None = None) -> Path | str:
+    """``-`` (standard output) or an :func:`output_file` path."""
+    return value if value == "-" else output_file(value, name)
 
 
 def existing_file(value: Any, name: str | None = None) -> Path:

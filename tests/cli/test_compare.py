@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 def run(tmp_path, models, budget="1s", extra=()):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(TEXT, encoding="utf-8")
-    argv = ["compare", "--text", str(corpus), "--budget", budget, "--models", models, *extra]
+    argv = ["compare", "--text", str(corpus), "--time-budget", budget, "--models", models, *extra]
     argv += ["--out", str(tmp_path / "cmp"), "--eval-interval", "5", "--no-progress", *TINY]
     return main(argv)
 

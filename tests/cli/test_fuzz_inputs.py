@@ -64,14 +64,14 @@ RUNNABLE: dict[str, dict[str, str]] = {
     "demo": {"--preset": "tiny-test", "--text": "{text}", "--time-budget": "1s",
              "--translate-budget": "0", "--compare-budget": "0", "--out": "{outdir}"},
     "ngram train": {"--order": "2", "--arpa": "{out}"},
-    "ngram score": {"--model": "{model}"},
-    "ngram sample": {"--model": "{model}"},
+    "ngram score": {"--lm": "{model}"},
+    "ngram sample": {"--lm": "{model}"},
     "params": {"--preset": "tiny-test"},
     "attention": {"--checkpoint": "{ckpt}"},
     "fill-mask": {"--checkpoint": "{ckpt}"},
     "embed": {"--checkpoint": "{ckpt}"},
     "contextual": {"--checkpoint": "{ckpt}"},
-    "compare": {"--out": "{outdir}", "--budget": "1s"},
+    "compare": {"--out": "{outdir}", "--time-budget": "1s"},
     "data prepare": {"--out": "{outdir}"},
     "serve": {"--checkpoint": "{ckpt}", "--port": "0"},
     "hmm fit": {"--text": "{text}", "--iters": "1", "--out": "{outdir}"},
@@ -95,8 +95,13 @@ OVERRIDES = {
         "--text": None,
         "--pairs": "{pairs}",
     },
-    ("ngram score", "--arpa"): {"--model": None},
-    ("ngram sample", "--arpa"): {"--model": None},
+    ("ngram score", "--arpa"): {"--lm": None},
+    ("ngram sample", "--arpa"): {"--lm": None},
+}
+# Literal texts a command needs before the input under test (attention's TEXT before TARGET).
+BEFORE: dict[tuple[str, str], list[str]] = {
+    ("attention", "target"): ["the cat"],
+    ("attention", "--target"): ["the cat"],
 }
 GOOD = {"text": "the cat", "input": "the cat", "word": "cat", "sentences": "the cat sat"}
 GOOD["words"] = "cat"
@@ -182,7 +187,7 @@ def _argv(command, parser, name, kind, bad_path, files):
             (positional if is_positional else argv).extend(
                 ([] if is_positional else [_flag(action)]) + [good] * count
             )
-    return argv + positional
+    return argv + BEFORE.get((command, name), []) + positional
 
 
 @pytest.mark.parametrize(("command", "name", "kind", "bad"), CASES)

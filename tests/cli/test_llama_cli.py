@@ -65,10 +65,10 @@ def test_generate_and_attention_commands(hf_run, tmp_path, capsys):
     assert capsys.readouterr().out.rstrip("\n") == PROMPT + tok.decode(expected)
 
     grid, one = tmp_path / "grid.png", tmp_path / "one.png"
-    assert main(["attention", "--checkpoint", str(run), "--text", PROMPT, "--out",
+    assert main(["attention", "--checkpoint", str(run), PROMPT, "--out",
                  str(grid)]) == 0  # fmt: skip
     assert "2 layer(s) x 4 head(s)" in capsys.readouterr().out  # query heads, not kv heads
-    assert main(["attention", "--checkpoint", str(run), "--text", PROMPT, "--out", str(one),
+    assert main(["attention", "--checkpoint", str(run), PROMPT, "--out", str(one),
                  "--layer", "1", "--head", "3"]) == 0  # fmt: skip
     assert grid.read_bytes()[:4] == b"\x89PNG" and one.read_bytes()[:4] == b"\x89PNG"
     rec = inspect(model, tok, PROMPT)

@@ -94,7 +94,7 @@ def test_eval_bits_per_char_equal_the_library(which, request, cli, text_file):
 def test_attention_and_lens_run_on_real_models(which, request, cli, tmp_path):
     spec = request.getfixturevalue(which)
     png = tmp_path / "attn.png"
-    r = cli("attention", "--model", spec, "--text", "the capital of France", "--out", png)
+    r = cli("attention", "--model", spec, "the capital of France", "--out", png)
     assert r.code == 0, r.err
     assert png.read_bytes()[:4] == b"\x89PNG"
     r = cli("lens", "--model", spec, "the capital of France", "--json")
@@ -149,7 +149,7 @@ def test_smollm2_on_generate_eval_attention_params(tmp_path):
     assert r.returncode == 0, r.stderr
     assert 0 < json.loads(r.stdout.strip().splitlines()[-1])["bpc"] < 3
     png = tmp_path / "a.png"
-    r = attnlm_process("attention", "--model", name, "--text", "The capital of France",
+    r = attnlm_process("attention", "--model", name, "The capital of France",
                        "--layer", "29", "--out", png, threads=2, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stderr
     r = attnlm_process("params", "--model", name, timeout=300)
@@ -182,7 +182,7 @@ def test_damaged_or_unsupported_gguf_files_are_one_line_on_every_command(gguf_pa
         for args in (["generate", "--model", path, "--max-new-tokens", "2"],
                      ["chat", "--model", path, "--message", "hi"],
                      ["lens", "--model", path, "hi"],
-                     ["attention", "--model", path, "--text", "hi", "--out", out],
+                     ["attention", "--model", path, "hi", "--out", out],
                      ["params", "--model", path]):  # fmt: skip
             r = cli(*args)
             assert r.code == 2, (name, args[0], r.err)

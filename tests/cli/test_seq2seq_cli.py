@@ -150,12 +150,12 @@ def test_attention_plots_cross_attention_per_layer_and_head(run, tmp_path, capsy
     out, _ = run
     png = tmp_path / "align.png"
     capsys.readouterr()
-    assert main(["attention", "--checkpoint", str(out), "--text", "one two three",
+    assert main(["attention", "--checkpoint", str(out), "one two three",
                  "--out", str(png)]) == 0  # fmt: skip
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "1 layer(s) x 2 head(s), cross" in capsys.readouterr().out
     one = tmp_path / "one.png"
-    assert main(["attention", "--checkpoint", str(out), "--text", "one two", "--target",
+    assert main(["attention", "--checkpoint", str(out), "one two",
                  "zwei eins", "--layer", "0", "--head", "1", "--out", str(one)]) == 0  # fmt: skip
     ck = load_checkpoint(out)
     rec = inspect(ck.model, ck.pair_tokenizers, "one two", target="zwei eins")
@@ -235,6 +235,6 @@ def test_rnn_encoder_decoder_through_the_commands(tmp_path, capsys, shared):
     report = json.loads(capsys.readouterr().out)
     assert 0 <= report["bleu"] <= 100
     png = tmp_path / "align.png"
-    assert main(["attention", "--checkpoint", str(out), "--text", "one two", "--kind", "cross",
+    assert main(["attention", "--checkpoint", str(out), "one two", "--kind", "cross",
                  "--out", str(png)]) == 0  # fmt: skip
     assert png.stat().st_size > 0

@@ -62,14 +62,14 @@ def vectors_file(tmp_path):
 def test_similar_and_analogy_print_gensims_most_similar(cli, vectors_file):
     kv_mod = pytest.importorskip("gensim.models.keyedvectors")
     kv = kv_mod.KeyedVectors.load_word2vec_format(str(vectors_file), binary=True)
-    r = cli("word2vec", "similar", "--vectors", str(vectors_file), "bank", "--top", "4", "--json")
+    r = cli("word2vec", "similar", "--vectors", str(vectors_file), "bank", "--top-k", "4", "--json")
     assert r.code == 0, r.err
     got = [(x["word"], x["cosine"]) for x in json.loads(r.out)["results"]]
     want = kv.most_similar("bank", topn=4)
     assert [w for w, _ in got] == [w for w, _ in want]
     np.testing.assert_allclose([c for _, c in got], [c for _, c in want], atol=1e-6)
     r = cli("word2vec", "analogy", "--vectors", str(vectors_file), "king", "man", "woman",
-            "--top", "3", "--json")  # fmt: skip
+            "--top-k", "3", "--json")  # fmt: skip
     got = [x["word"] for x in json.loads(r.out)["results"]]
     want = kv.most_similar(positive=["king", "woman"], negative=["man"], topn=3)
     assert got == [w for w, _ in want]

@@ -155,14 +155,14 @@ def test_bad_arguments():
 
 def test_cli_task_writes_a_pairs_file(tmp_path, capsys):
     out = tmp_path / "task.tsv"
-    assert main(["data", "task", "--out", str(out), "--n", "300", "--seed", "4"]) == 0
+    assert main(["data", "task", "--out", str(out), "-n", "300", "--seed", "4"]) == 0
     assert "wrote 300 pairs" in capsys.readouterr().out
     pairs, report = read_pairs(out)
     assert report.kept == 300 and report.extra_columns == 300  # the template column
     assert [(p.source, p.target) for p in pairs] == [r[:2] for r in task_rows(300, seed=4)]
-    assert main(["data", "task", "--out", "-", "--n", "2"]) == 0
+    assert main(["data", "task", "--out", "-", "--num-pairs", "2"]) == 0
     assert capsys.readouterr().out.count("\n") == 2
-    assert main(["data", "task", "--out", str(out), "--n", "-1"]) == 2
+    assert main(["data", "task", "--out", str(out), "-n", "-1"]) == 2
 
 
 def test_default_pairs_are_the_cached_task(tmp_path, monkeypatch, capsys):

@@ -356,10 +356,10 @@ def test_attention_on_a_bert_sentence_pair(encoder_folder, tmp_path, capsys):
     for a, b in zip(rec.attentions, ref):
         assert (a - b[0]).abs().max() < 1e-5
     png = tmp_path / "att.png"
-    argv = ["attention", "--model", str(encoder_folder), "--text", text, "--out", str(png)]
+    argv = ["attention", "--model", str(encoder_folder), text, "--out", str(png)]
     assert main(argv + ["--layer", "1", "--head", "0"]) == 0
     assert png.is_file()
-    assert main(["attention", "--model", "nosuch", "--text", "x", "--out", str(png)]) == 2
+    assert main(["attention", "--model", "nosuch", "x", "--out", str(png)]) == 2
     assert "unknown model" in capsys.readouterr().err
 
 

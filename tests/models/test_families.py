@@ -500,18 +500,18 @@ def test_attention_command_draws_the_grid_and_one_head(tmp_path, corpus, capsys)
     assert main(["train", "--preset", "tiny-test", "--text", str(corpus), "--out", str(out),
                  "--max-iters", "2", "--no-progress", "--threads", "1"]) == 0  # fmt: skip
     grid, one = tmp_path / "grid.png", tmp_path / "one.png"
-    assert main(["attention", "--checkpoint", str(out), "--text", "the fox", "--out",
+    assert main(["attention", "--checkpoint", str(out), "the fox", "--out",
                  str(grid)]) == 0  # fmt: skip
-    assert main(["attention", "--checkpoint", str(out), "--text", "the fox", "--out", str(one),
+    assert main(["attention", "--checkpoint", str(out), "the fox", "--out", str(one),
                  "--layer", "1", "--head", "0"]) == 0  # fmt: skip
     assert grid.read_bytes()[:4] == b"\x89PNG" and one.read_bytes()[:4] == b"\x89PNG"
     assert "2 layer(s) x 2 head(s)" in capsys.readouterr().out
     page = tmp_path / "views.html"
-    assert main(["attention", "--checkpoint", str(out), "--text", "the fox", "--html",
+    assert main(["attention", "--checkpoint", str(out), "the fox", "--html",
                  str(page)]) == 0  # fmt: skip
     html = page.read_text(encoding="utf-8")
     assert '"attention"' in html and "<script src=" not in html  # one offline file
-    assert main(["attention", "--checkpoint", str(out), "--text", "x", "--out", str(one),
+    assert main(["attention", "--checkpoint", str(out), "x", "--out", str(one),
                  "--layer", "7"]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--layer 7 is out of range" in err[0]

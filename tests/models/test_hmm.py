@@ -282,7 +282,7 @@ def test_fit_eval_generate_and_viterbi_from_the_command_line(cli, corpus, tmp_pa
             "--seed", "1")  # fmt: skip
     assert r.code == 0 and r.out.startswith("First")
 
-    r = cli("hmm", "viterbi", "--checkpoint", run, "--text", "Speak, speak.", "--json")
+    r = cli("hmm", "viterbi", "--checkpoint", run, "Speak, speak.", "--json")
     assert r.code == 0, r.err
     got = json.loads(r.out)
     from attnlm.checkpoint import load_checkpoint
@@ -291,11 +291,11 @@ def test_fit_eval_generate_and_viterbi_from_the_command_line(cli, corpus, tmp_pa
     log_prob, path = ck.model.viterbi(torch.tensor([got["ids"]]))
     assert got["states"] == path[0].tolist() and len(got["tokens"]) == 13
     assert got["log_prob"] == pytest.approx(float(log_prob[0]))
-    r = cli("hmm", "viterbi", "--checkpoint", run, "--text", "Speak")
+    r = cli("hmm", "viterbi", "--checkpoint", run, "Speak")
     assert r.code == 0 and "best path" in r.out
 
     # no attention: one line, no traceback
-    r = cli("attention", "--checkpoint", run, "--text", "Speak", "--out", tmp_path / "a.png")
+    r = cli("attention", "--checkpoint", run, "Speak", "--out", tmp_path / "a.png")
     assert r.code == 2 and r.err.strip().count("\n") == 0
     assert "hmm models return no attention weights" in r.err
     from attnlm.web.service import load_service
@@ -328,7 +328,7 @@ def test_command_line_errors_are_one_line(cli, corpus, tmp_path):
     gpt = tmp_path / "g2"
     assert cli("train", "--preset", "tiny-test", "--text", corpus, "--out", gpt,
                "--max-iters", "1", "--no-progress").code == 0  # fmt: skip
-    r = cli("hmm", "viterbi", "--checkpoint", gpt, "--text", "x")
+    r = cli("hmm", "viterbi", "--checkpoint", gpt, "x")
     assert r.code == 2 and "has no hidden states" in r.err and r.err.count("\n") == 1
     r = cli("hmm", "fit", "--states", "0")
     assert r.code == 2 and "--states" in r.err

@@ -411,12 +411,12 @@ def test_cli_train_score_sample(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert {"ppl", "ppl_excl_oov", "oov", "tokens"} <= d.keys()
     assert d["oov"] == 0 and d["tokens"] == sum(len(s) + 1 for s in corpus(11, n=300))
-    assert main(["ngram", "score", "--model", str(binary), "--text", str(text), "--json"]) == 0
+    assert main(["ngram", "score", "--lm", str(binary), "--text", str(text), "--json"]) == 0
     d2 = json.loads(capsys.readouterr().out)
     assert d2["ppl"] == pytest.approx(d["ppl"], rel=1e-6)
-    assert main(["ngram", "score", "--model", str(binary), "--text", str(text)]) == 0
+    assert main(["ngram", "score", "--lm", str(binary), "--text", str(text)]) == 0
     assert "Perplexity including OOVs" in capsys.readouterr().out
-    assert main(["ngram", "sample", "--model", str(binary), "-n", "3", "--seed", "0"]) == 0
+    assert main(["ngram", "sample", "--lm", str(binary), "-n", "3", "--seed", "0"]) == 0
     out = capsys.readouterr().out
     assert len(out.splitlines()) == 3
 
@@ -432,7 +432,7 @@ def test_cli_smoothings(tmp_path, capsys):
                 [
                     "ngram",
                     "score",
-                    "--model",
+                    "--lm",
                     str(tmp_path / f"{sm}.npz"),
                     "--text",
                     str(text),
@@ -539,7 +539,7 @@ def test_cli_json_is_strict_when_perplexity_is_infinite(tmp_path, capsys):
     args = ["--order", "2", "--text", str(train_txt), "--out", str(model)]
     assert main(["ngram", "train", *args, "--smoothing", "mle"]) == 0
     capsys.readouterr()
-    assert main(["ngram", "score", "--model", str(model), "--text", str(test_txt), "--json"]) == 0
+    assert main(["ngram", "score", "--lm", str(model), "--text", str(test_txt), "--json"]) == 0
 
     def reject(name):
         raise AssertionError(f"non-standard JSON constant {name}")

@@ -108,7 +108,7 @@ def test_npz_missing_key_is_one_line_error(tmp_path, drop, capsys):
     assert "\n" not in str(e.value)
     text = tmp_path / "t.txt"
     text.write_text("a b\n")
-    assert main(["ngram", "score", "--model", str(p), "--text", str(text)]) == 2
+    assert main(["ngram", "score", "--lm", str(p), "--text", str(text)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
 

@@ -58,13 +58,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="scripted: print the reply as one JSON object (its tokens, new_tokens, "
-        "prefill_seconds, decode_tokens_per_second, peak_rss_mb); interactive: after the "
-        "session, one JSON object with the totals on the last line",
+        help="print one JSON object: the reply with its tokens, new_tokens, prefill_seconds, "
+        "decode_tokens_per_second and peak_rss_mb (scripted); the totals on the last line "
+        "after an interactive session",
     )
     # greedy by default: a scripted question gets one reproducible answer
     add_sampling_arguments(
-        p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="default 256, per reply"
+        p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="256, per reply"
     )
     add_stop_argument(p)
     p.add_argument(

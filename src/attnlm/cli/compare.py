@@ -10,24 +10,39 @@ from attnlm.cli.common import (
     add_device_argument,
     add_text_argument,
     add_threads_argument,
+    add_time_budget_argument,
     arg,
 )
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
-from attnlm.validate import positive_int
+from attnlm.validate import name_or_path, non_empty, output_dir, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "compare", _compare)
     add_text_argument(p, default="Shakespeare")
-    p.add_argument("--tokenizer", default="char", choices=("char", "bpe"))
-    p.add_argument("--budget", default="90s", help="training time per model (90s, 2m)")
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
-    p.add_argument("--out", default="runs/compare", metavar="DIR")
-    p.add_argument("--val-chars", type=arg(positive_int), default=100_000, help="characters scored")
-    p.add_argument("--bpe-vocab-size", type=arg(positive_int), default=512)
     p.add_argument(
-        "--eval-interval", type=arg(positive_int), default=100, help="steps between estimates"
+        "--tokenizer", default="char", choices=("char", "bpe"),
+        help="the tokenizer: char or bpe (default char)",
+    )  # fmt: skip
+    add_time_budget_argument(p, "90s", "each model", aliases=("--budget",))
+    p.add_argument(
+        "--models", default=",".join(MODELS), type=arg(name_or_path), help="comma-separated subset"
+    )
+    p.add_argument(
+        "--out", default="runs/compare", metavar="DIR", type=arg(output_dir),
+        help="the comparison's folder (default runs/compare)",
+    )  # fmt: skip
+    p.add_argument("--val-chars", type=arg(positive_int), default=100_000, help="characters scored")
+    p.add_argument(
+        "--bpe-vocab-size", type=arg(positive_int), default=512,
+        help="vocabulary size of the trained bpe tokenizer (default 512)",
+    )  # fmt: skip
+    p.add_argument(
+        "--eval-interval",
+        type=arg(positive_int),
+        default=100,
+        help="steps between evaluations (default 100)",
     )
     add_device_argument(p)
     add_threads_argument(p, default=1)  # per model
@@ -36,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="MODEL:KEY=VALUE",
-        help="override a preset value of one model, e.g. lstm:model.n_layer=1 (repeatable)",
+        type=arg(non_empty),
+        help="override a preset value: of one model, e.g. lstm:model.n_layer=1 (repeatable)",
     )
     p.add_argument("--no-progress", dest="progress", action="store_false")
 
@@ -62,9 +78,9 @@ def _compare(args: argparse.Namespace) -> int:
     cfg = CompareConfig(
         text=str(args.text) if args.text is not None else None,
         tokenizer=args.tokenizer,
-        budget=args.budget,
+        budget=args.time_budget,
         models=models,
-        out=args.out,
+        out=str(args.out),
         val_chars=args.val_chars,
         bpe_vocab_size=args.bpe_vocab_size,
         eval_interval=args.eval_interval,

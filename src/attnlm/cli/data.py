@@ -8,6 +8,7 @@ from attnlm.cli.common import (
     add_command,
     add_command_group,
     add_corpus_arguments,
+    add_option,
     add_pairs_argument,
     add_seed_argument,
     add_text_argument,
@@ -16,7 +17,14 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.validate import finite_float, non_negative_int, output_dir, positive_int, probability
+from attnlm.validate import (
+    finite_float,
+    non_negative_int,
+    output_dir,
+    output_file_or_stdout,
+    positive_int,
+    probability,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,10 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         default="char",
         type=text_file(as_given),
-        help="char, bpe, gpt2, or a saved tokenizer JSON (char)",
+        help="the tokenizer: char, bpe, gpt2, or a saved tokenizer JSON (default char)",
     )
     prep.add_argument(
-        "--bpe-vocab-size", type=arg(positive_int), default=512, help="trained vocabulary (512)"
+        "--bpe-vocab-size",
+        type=arg(positive_int),
+        default=512,
+        help="vocabulary size of the trained bpe tokenizer (default 512)",
     )
     prep.add_argument(
         "--val-fraction",
@@ -47,11 +58,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     prep.add_argument("--no-progress", dest="progress", action="store_false")
 
     task = add_command(dsub, "task", _task)
-    task.add_argument("--out", required=True, metavar="FILE", help="output .tsv file ('-': stdout)")
     task.add_argument(
-        "--n", type=arg(positive_int), default=None, help="number of pairs (default 5000)"
+        "--out",
+        required=True,
+        metavar="FILE",
+        type=arg(output_file_or_stdout),
+        help="output .tsv file ('-': stdout)",
     )
-    add_seed_argument(task, help="random seed (default 0)")
+    add_option(
+        task,
+        "-n",
+        "--num-pairs",
+        aliases=("--n",),
+        type=arg(positive_int),
+        default=None,
+        metavar="N",
+        help="how many samples to draw (pairs of the task; default 5000)",
+    )
+    add_seed_argument(task, help="the pairs drawn (default 0)")
 
     pairs = add_command(dsub, "pairs", _pairs)
     add_pairs_argument(pairs)
@@ -76,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=0.1,
         help="test fraction (0.1)",
     )
-    add_seed_argument(pairs, default=0, help="split seed (0)")
+    add_seed_argument(pairs, default=0, help="the split")
     pairs.add_argument(
         "--examples", type=arg(non_negative_int), default=5, help="example pairs to print (5)"
     )
@@ -128,7 +152,7 @@ def _task(args: argparse.Namespace) -> int:
 
     from attnlm.data.tasks import DEFAULT_N, DEFAULT_SEED, TASK_NAME, task_rows, write_task
 
-    n = DEFAULT_N if args.n is None else args.n
+    n = DEFAULT_N if args.num_pairs is None else args.num_pairs
     seed = DEFAULT_SEED if args.seed is None else args.seed
     if args.out == "-":
         for row in task_rows(n, seed):

@@ -9,27 +9,33 @@ from attnlm.cli.common import (
     add_command,
     add_text_argument,
     add_threads_argument,
+    add_time_budget_argument,
+    arg,
     as_given,
     text_file,
 )
 from attnlm.demo import run_demo
+from attnlm.validate import output_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "demo", _demo)
-    p.add_argument("--out", default="runs/demo", metavar="DIR")
-    p.add_argument("--preset", default="shakespeare-char", type=text_file(as_given))
-    p.add_argument("--time-budget", default="100s", help="training wall-clock budget")
     p.add_argument(
-        "--translate-budget",
-        default="40s",
-        help="training budget of the translation model (0 skips that part)",
-    )
+        "--out", default="runs/demo", metavar="DIR", type=arg(output_dir),
+        help="the demo's folder (default runs/demo)",
+    )  # fmt: skip
     p.add_argument(
-        "--compare-budget",
-        default="10s",
-        help="training budget per model of the compare table (0 skips that part)",
+        "--preset", default="shakespeare-char", type=text_file(as_given),
+        help="a built-in preset name or a TOML file (default shakespeare-char)",
+    )  # fmt: skip
+    add_time_budget_argument(p, "100s", "the language model")
+    add_time_budget_argument(
+        p, "40s", "the translation model", zero_ok=True, name="--translate-budget"
     )
+    add_time_budget_argument(
+        p, "10s", "each model of the compare table", zero_ok=True,
+        name="--compare-budget",
+    )  # fmt: skip
     p.add_argument(
         "--no-llm",
         dest="llm",
@@ -41,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the run in --out even if it is not a demo folder",
+        help="start over: replace the run in --out even if it is not a demo folder",
     )
 
 

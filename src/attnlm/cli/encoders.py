@@ -6,12 +6,14 @@ import argparse
 
 from attnlm.cli.common import (
     add_command,
-    add_device_argument,
     add_model_spec_argument,
+    add_runtime_arguments,
+    add_top_k_argument,
     arg,
     text_value,
+    use_threads,
 )
-from attnlm.validate import existing_file, positive_int
+from attnlm.validate import existing_file, output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,17 +22,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument(
         "text", type=text_value, help='a text with [MASK], e.g. "the capital of france is [MASK]."'
     )
-    f.add_argument(
-        "--top-k", type=arg(positive_int), default=5, help="predictions per mask (default 5)"
-    )
+    add_top_k_argument(f, 5, "predictions per mask")
     f.add_argument("--json", action="store_true", help="print one JSON object")
-    add_device_argument(f, "cpu")
+    add_runtime_arguments(f, device="cpu")
 
     e = add_command(sub, "embed", _embed)
     add_model_spec_argument(e, checkpoint_synonym=True)
     e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
-    e.add_argument("--json", action="store_true", help='print {"cosine": [[...]]}')
-    add_device_argument(e, "cpu")
+    e.add_argument("--json", action="store_true", help='print one JSON object: {"cosine": [[...]]}')
+    add_runtime_arguments(e, device="cpu")
 
     c = add_command(sub, "contextual", _contextual)
     add_model_spec_argument(c, checkpoint_synonym=True)
@@ -38,20 +38,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "sentences", nargs="+", metavar="SENTENCE", type=text_value, help="at least two sentences"
     )
-    c.add_argument("--out", default=None, metavar="FILE.png", help="plot of cosine vs layer")
-    c.add_argument("--json", action="store_true", help='print {"word", "layers": [...]}')
+    c.add_argument(
+        "--out", default=None, metavar="FILE.png", type=arg(output_file),
+        help="plot of cosine vs layer",
+    )  # fmt: skip
+    c.add_argument(
+        "--json", action="store_true", help='print one JSON object: {"word", "layers": [...]}'
+    )
     c.add_argument(
         "--vectors", metavar="F", type=arg(existing_file), default=None,
-        help="also show the word's static word2vec vector from this file (text, or binary if "
-        "named *.bin): the same vector in every sentence, and its nearest words",
+        help="a word2vec vectors file (text, or binary if named *.bin): also show the word's "
+        "static vector, the same in every sentence, and its nearest words",
     )  # fmt: skip
-    add_device_argument(c, "cpu")
+    add_runtime_arguments(c, device="cpu")
 
 
 def _load(args: argparse.Namespace):
     from attnlm.device import resolve_device
     from attnlm.sources import load_model_ref
 
+    use_threads(args)
     return load_model_ref(args.checkpoint, args.model, resolve_device(args.device))
 
 

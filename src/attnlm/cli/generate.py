@@ -7,7 +7,9 @@ import sys
 
 from attnlm.cli.common import (
     add_model_spec_argument,
+    add_num_samples_argument,
     add_pairs_argument,
+    add_prompt_argument,
     add_runtime_arguments,
     add_sampling_arguments,
     add_stop_argument,
@@ -16,17 +18,15 @@ from attnlm.cli.common import (
     text_value,
     use_threads,
 )
-from attnlm.validate import finite_float, int_in_range, positive_int
+from attnlm.validate import finite_float, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="sample text from a model (KV cache, streaming)")
     add_model_spec_argument(p, checkpoint_synonym=True)
-    p.add_argument(
-        "--prompt", default="\n", type=text_value, help="text to continue (default: a newline)"
-    )
+    add_prompt_argument(p, "\n", "a newline")
     add_sampling_arguments(p)
-    p.add_argument("--num-samples", type=arg(int_in_range, lo=1, hi=10_000), default=1)
+    add_num_samples_argument(p, 1)
     add_stop_argument(p)
     p.add_argument("--stream", action="store_true", help="print tokens as they arrive")
     p.add_argument(
@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="compile the one-token decode step once (torch.compile, fullgraph; CUDA graphs on "
-        "a GPU): faster steps after a warm-up of seconds to a minute",
+        help="compile with torch.compile: the one-token decode step, once (fullgraph; CUDA graphs "
+        "on a GPU): faster steps after a warm-up of seconds to a minute",
     )
     p.add_argument(
         "--lookahead",
@@ -50,9 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help="after the text, print one JSON object on the last line: the texts, "
+        help="print one JSON object: after the text, on the last line, with the texts, "
         "prompt_tokens, new_tokens, prefill_seconds, decode_seconds, "
-        "decode_tokens_per_second, peak_rss_mb, threads",
+        "decode_tokens_per_second, peak_rss_mb and threads",
     )
     add_runtime_arguments(p)
     p.set_defaults(func=_generate)
@@ -77,13 +77,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="beam search stopping rule, as transformers' early_stopping",
     )  # fmt: skip
     add_sampling_arguments(
-        t, temperature=0.0, max_new_tokens=None, max_new_tokens_help="default: 2 x source + 10"
+        t, temperature=0.0, max_new_tokens=None, max_new_tokens_help="2 x source + 10"
     )
     t.add_argument("--batch-size", type=arg(positive_int), default=64)
     t.add_argument(
         "--compile",
         action="store_true",
-        help="compile the one-token decoder step (torch.compile, fullgraph; CUDA graphs on a "
+        help="compile with torch.compile: the one-token decoder step (fullgraph; CUDA graphs on a "
         "GPU), once per batch size and length bucket: faster steps after a warm-up of seconds "
         "to a minute; greedy and sampling (beams stay uncompiled)",
     )

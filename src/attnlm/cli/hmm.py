@@ -3,8 +3,8 @@
 * ``attnlm hmm fit [--text PATH] [--states K] [--iters N] --out DIR``: Baum-Welch EM (the
   ``hmm-char`` preset with ``train.hmm_em = true``), a run folder like ``attnlm train``'s, so
   ``attnlm eval`` and ``attnlm generate`` read it;
-* ``attnlm hmm viterbi --checkpoint DIR --text "..." [--json]``: the most probable state of
-  every token.
+* ``attnlm hmm viterbi --checkpoint DIR "TEXT" [--json]`` (or ``--text PATH``): the most
+  probable state of every token.
 """
 
 from __future__ import annotations
@@ -16,16 +16,18 @@ from pathlib import Path
 from attnlm.cli.common import (
     add_command,
     add_command_group,
-    add_device_argument,
+    add_literal_text_arguments,
     add_runtime_arguments,
     add_seed_argument,
     add_text_argument,
+    add_time_budget_argument,
     arg,
     as_given,
+    literal_or_file,
     text_file,
-    text_value,
+    use_threads,
 )
-from attnlm.validate import finite_float, output_dir, positive_int
+from attnlm.validate import existing_dir, finite_float, non_empty, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
 
@@ -53,20 +55,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--pseudocount", type=arg(finite_float, lo=0), default=None,
                      help="added to every expected count (model.em_pseudocount)")  # fmt: skip
     fit.add_argument("--tokenizer", default=None, type=text_file(as_given),
-                     help="char, bpe, or a saved tokenizer JSON")  # fmt: skip
-    fit.add_argument("--time-budget", default=None, metavar="T", help="wall-clock limit, e.g. 5m")
+                     help="the tokenizer: char, bpe, or a saved tokenizer JSON")  # fmt: skip
+    add_time_budget_argument(fit, None)
     add_runtime_arguments(fit, device=None)
-    add_seed_argument(fit, help="seed of the initial values")
+    add_seed_argument(fit, help="the initial values")
     fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
-    fit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a preset value, e.g. model.init_std=0.5")  # fmt: skip
+    fit.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=arg(non_empty),
+        help="override a preset value: e.g. model.init_std=0.5 (repeatable)",
+    )
     fit.set_defaults(func=_fit)
 
     vit = add_command(hsub, "viterbi", _viterbi)
-    vit.add_argument("--checkpoint", required=True, metavar="DIR", help="an hmm run folder")
-    vit.add_argument("--text", required=True, type=text_value, help="the text to decode")
+    vit.add_argument(
+        "--checkpoint", required=True, metavar="DIR", type=arg(existing_dir),
+        help="an hmm run folder",
+    )  # fmt: skip
+    add_literal_text_arguments(vit, what="the text to decode")
     vit.add_argument("--json", action="store_true", help="print one JSON object")
-    add_device_argument(vit, "cpu")
+    add_runtime_arguments(vit, device="cpu")
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -109,13 +120,15 @@ def _viterbi(args: argparse.Namespace) -> int:
     from attnlm.errors import InputError
     from attnlm.tokenizers import encode_text, token_label
 
+    text = literal_or_file(args)
+    use_threads(args)
     ck = load_checkpoint(args.checkpoint, resolve_device(args.device))
     if not callable(getattr(ck.model, "viterbi", None)):
         raise InputError(f"{args.checkpoint}: a {ck.family.type} model has no hidden states "
                          "to decode; give an hmm checkpoint")  # fmt: skip
-    ids = encode_text(ck.tokenizer, args.text, "--text")
+    ids = encode_text(ck.tokenizer, text, "the text")
     if not ids:
-        raise InputError("--text is empty after tokenization")
+        raise InputError("the text is empty after tokenization")
     x = torch.tensor([ids], device=next(ck.model.parameters()).device)
     log_prob, path = ck.model.viterbi(x)
     tokens = [token_label(ck.tokenizer, i) for i in ids]

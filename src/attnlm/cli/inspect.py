@@ -6,10 +6,12 @@ import argparse
 
 from attnlm.cli.common import (
     add_command,
-    add_device_argument,
+    add_literal_text_arguments,
     add_model_spec_argument,
+    add_runtime_arguments,
     arg,
-    text_value,
+    literal_or_file,
+    use_threads,
 )
 from attnlm.validate import non_negative_int, output_file
 
@@ -17,14 +19,11 @@ from attnlm.validate import non_negative_int, output_file
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "attention", _attention)
     add_model_spec_argument(p, checkpoint_synonym=True)
-    p.add_argument(
-        "--text",
-        required=True,
-        type=text_value,
-        help="the text (a source sentence for translation; 'A [SEP] B' for a BERT sentence pair)",
+    add_literal_text_arguments(
+        p, what="the text (a source sentence for translation; 'A [SEP] B' for a BERT pair)"
     )
-    p.add_argument(
-        "--target", default=None, type=text_value, help="translation models: the target sentence"
+    add_literal_text_arguments(
+        p, "target", flag="--target", what="translation models: the target sentence"
     )
     p.add_argument(
         "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
@@ -48,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="auto",
         help="which attention: auto = cross for translation models, else self",
     )
-    add_device_argument(p, "cpu")
+    add_runtime_arguments(p, device="cpu")
 
 
 def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[str, object]]]:
@@ -68,15 +67,18 @@ def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[
 def _attention(args: argparse.Namespace) -> int:
     """attention heatmaps (layer x head grid, or one head with values) of a checkpoint
 
-    Run a checkpoint on a text and draw its attention: every layer x head (self-attention; cross-
-    attention source x target for translation models), or one layer/head with the weights written in
-    the cells. Works for every model family."""
+    Run a checkpoint on a text (TEXT, quoted, or --text PATH; for a translation model the target
+    sentence as TARGET or --target PATH) and draw its attention: every layer x head
+    (self-attention; cross-attention source x target for translation models), or one layer/head
+    with the weights written in the cells. Works for every model family."""
     from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.inspect.heatmap import plot_attention_panels
     from attnlm.inspect.record import inspect
     from attnlm.sources import load_model_ref
 
+    text = literal_or_file(args)  # the inputs first: a bad file is named before anything else
+    target = literal_or_file(args, "target", "--target", required=False)
     if not args.out and not args.html:
         raise InputError("give --out FILE.png and/or --html FILE.html")
     if args.html:
@@ -84,9 +86,10 @@ def _attention(args: argparse.Namespace) -> int:
             from attnlm.web.html import write_standalone
         except ImportError:
             raise InputError("--html needs attnlm.web, which this installation lacks") from None
+    use_threads(args)
     ck = load_model_ref(args.checkpoint, args.model, resolve_device(args.device))
     tokenizer = ck.pair_tokenizers or ck.tokenizer  # both sides for a translation model
-    record = inspect(ck.model, tokenizer, args.text, target=args.target)
+    record = inspect(ck.model, tokenizer, text, target=target)
     kind = args.kind
     if kind == "auto":
         kind = "cross" if record.cross_attentions is not None else "self"
@@ -94,10 +97,10 @@ def _attention(args: argparse.Namespace) -> int:
     if args.out:
         panels = select_panels(maps, args.layer, args.head)
         one = len(panels) == 1 and len(panels[0]) == 1
-        title = f"{ck.family.type} {kind}-attention for {args.text!r} (rows: queries)"
+        title = f"{ck.family.type} {kind}-attention for {text!r} (rows: queries)"
         path = plot_attention_panels(panels, queries, keys, args.out, title, annotate=one)
         print(f"wrote {path} ({len(panels)} layer(s) x {len(panels[0])} head(s), {kind})")
     if args.html:
-        path = write_standalone(record.to_json(), args.html, title=f"attention: {args.text}")
+        path = write_standalone(record.to_json(), args.html, title=f"attention: {text}")
         print(f"wrote {path}")
     return 0

@@ -6,28 +6,14 @@ from __future__ import annotations
 import argparse
 
 from attnlm.cli import common
-from attnlm.validate import int_in_range, output_file
+from attnlm.validate import output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = common.add_command(sub, "lens", _lens)
-    p.add_argument("text", nargs="?", default=None, type=common.text_value, help="the text")
+    common.add_literal_text_arguments(p)
     common.add_model_spec_argument(p)
-    p.add_argument(
-        "--text",
-        dest="text_file",
-        default=None,
-        metavar="PATH",
-        type=common.text_file(),
-        help="read the text from a file instead",
-    )
-    p.add_argument(
-        "--top",
-        type=common.arg(int_in_range, lo=1, hi=100),
-        default=5,
-        metavar="K",
-        help="predictions kept per cell in --json (5)",
-    )
+    common.add_top_k_argument(p, 5, "predictions kept per cell in --json", hi=100)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--out", default=None, metavar="FILE.png", type=common.arg(output_file), help="PNG to write"
@@ -45,21 +31,13 @@ def _lens(args: argparse.Namespace) -> int:
     import json
 
     from attnlm.device import resolve_device
-    from attnlm.errors import InputError
     from attnlm.inspect.lens import logit_lens, plot_lens
     from attnlm.sources import resolve
 
-    if (args.text is None) == (args.text_file is None):
-        raise InputError("give the text, or --text PATH (one of them)")
-    if args.text_file is not None:
-        from attnlm.fileio import read_file_text
-
-        text = read_file_text(args.text_file, "text file", InputError).rstrip("\n")
-    else:
-        text = args.text
+    text = common.literal_or_file(args)
     common.use_threads(args)
     model, tok, info = resolve(args.model, resolve_device(args.device))
-    lens = logit_lens(model, tok, text, k=args.top)
+    lens = logit_lens(model, tok, text, k=args.top_k)
     if args.out:
         path = plot_lens(lens, args.out, f"logit lens, {info.family.type}: {args.model}")
     if args.json:

@@ -38,10 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument(
-        "--preset", type=text_file(as_given), help="built-in preset name or path to a TOML file"
+        "--preset", type=text_file(as_given), help="a built-in preset name or a TOML file"
     )
     add_model_spec_argument(which, required=False)
-    p.add_argument("--vocab-size", type=arg(positive_int), help="override model.vocab_size")
+    p.add_argument(
+        "--vocab-size", type=arg(positive_int), help="vocabulary size: overrides model.vocab_size"
+    )
     p.set_defaults(func=_params)
 
 

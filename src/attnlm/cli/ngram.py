@@ -1,8 +1,11 @@
 """``attnlm ngram ...`` subcommands, shaped after KenLM's ``lmplz`` and ``query``:
 
 * ``attnlm ngram train --order N --text train.txt --arpa out.arpa [--out model.npz]``
-* ``attnlm ngram score --arpa|--model M --text test.txt [--json]``
-* ``attnlm ngram sample --model M -n 5 --seed 0``
+* ``attnlm ngram score --arpa|--lm FILE --text test.txt [--json]``
+* ``attnlm ngram sample --lm FILE -n 5 --seed 0``
+
+(``--lm`` is the n-gram model file; ``--model`` names a neural model in every other command, so
+here it stays only as a hidden old spelling, like ``--prefix`` for ``--prompt``.)
 """
 
 from __future__ import annotations
@@ -19,27 +22,23 @@ from collections.abc import Iterator
 from attnlm.cli.common import (
     add_command,
     add_command_group,
+    add_num_samples_argument,
+    add_option,
+    add_prompt_argument,
     add_seed_argument,
     add_text_argument,
     arg,
     text_file,
-    text_value,
 )
 from attnlm.errors import ConfigError
 from attnlm.validate import (
     existing_file,
     finite_float,
-    non_negative_int,
+    memory_size,
     output_file,
     positive_float,
     positive_int,
 )
-
-
-def _memory(value: str, name: str | None = None) -> int:
-    from attnlm.ngram.bounded import parse_memory  # lazy: `attnlm --help` loads no numpy
-
-    return parse_memory(value, name)
 
 
 def _add_convention(p: argparse.ArgumentParser) -> None:
@@ -59,7 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_text_argument(tr)
     tr.add_argument(
-        "--arpa", metavar="OUT", type=arg(output_file), help="write an ARPA file (.gz to compress)"
+        "--arpa",
+        metavar="OUT",
+        type=arg(output_file),
+        help="an ARPA file: to write (.gz to compress)",
     )
     tr.add_argument(
         "--out", metavar="MODEL", type=arg(output_file), help="write attnlm's binary format (.npz)"
@@ -90,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--memory",
         "-S",
         metavar="SIZE",
-        type=arg(_memory),
+        type=arg(memory_size),
         default=None,
         help="bounded memory (like lmplz -S): count, sort and estimate in about SIZE bytes "
         "(2G, 512M, 100K), spilling sorted shards to $TMPDIR; mkn and --arpa only",
@@ -107,34 +109,44 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_text_argument(sc)
     sc.add_argument("--json", action="store_true", help="print one JSON object")
     sc.add_argument(
-        "--pad", choices=["kenlm", "nltk"], default=None, help="padding (default: the model's)"
+        "--pad",
+        choices=["kenlm", "nltk"],
+        default=None,
+        help="sentence padding: kenlm or nltk (default: the model's)",
     )
     _add_convention(sc)
 
     sa = add_command(nsub, "sample", _sample)
     _add_model_arguments(sa)
-    sa.add_argument(
-        "-n", type=arg(non_negative_int), default=5, help="number of sentences (default 5)"
-    )
+    add_num_samples_argument(sa, 5, "sentences")
     add_seed_argument(sa, default=0)
     sa.add_argument(
-        "--temperature", type=arg(positive_float), default=1.0, help="temperature > 0 (default 1)"
+        "--temperature",
+        type=arg(positive_float),
+        default=1.0,
+        help="sampling temperature: > 0 (default 1)",
     )
     sa.add_argument(
         "--max-len", type=arg(positive_int), default=50, help="words per sentence at most"
     )
-    sa.add_argument(
-        "--prefix", default=None, type=text_value, help="words to start every sentence with"
-    )
+    add_prompt_argument(sa, None, "none: from <s>", aliases=("--prefix",))
 
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument(
-        "--model", metavar="M", type=arg(existing_file), help="attnlm binary (.npz) or ARPA"
+    add_option(
+        g,
+        "--lm",
+        aliases=("--model",),
+        metavar="FILE",
+        type=arg(existing_file),
+        help="the n-gram model file: attnlm binary (.npz) or ARPA",
     )
     g.add_argument(
-        "--arpa", metavar="M", type=text_file(existing_file), help="an ARPA file (plain or .gz)"
+        "--arpa",
+        metavar="FILE",
+        type=text_file(existing_file),
+        help="an ARPA file: to read (plain or .gz)",
     )
 
 
@@ -142,7 +154,7 @@ def _load(args: argparse.Namespace):
     from attnlm.ngram.arpa import read_arpa
     from attnlm.ngram.files import load_model
 
-    return read_arpa(args.arpa) if args.arpa else load_model(args.model)
+    return read_arpa(args.arpa) if args.arpa else load_model(args.lm)
 
 
 def _sentences(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
@@ -280,15 +292,13 @@ def _score(args: argparse.Namespace) -> int:
 
 def _sample(args: argparse.Namespace) -> int:
     """generate sentences from a model"""
-    if args.n < 0:
-        raise ConfigError(f"-n must be >= 0, got {args.n}")
     model = _load(args)
     for s in model.sample(
-        args.n,
+        args.num_samples,
         seed=args.seed,
         temperature=args.temperature,
         max_len=args.max_len,
-        prefix=(args.prefix or "").split(),
+        prefix=(args.prompt or "").split(),
     ):
         print(" ".join(s))
     return 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from attnlm.cli.common import add_command, add_runtime_arguments, arg, text_file, use_threads
-from attnlm.validate import existing_file, int_in_range, positive_int
+from attnlm.validate import existing_file, int_in_range, name_or_path, non_empty, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,11 +16,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="SPEC",
-        help="a model to serve (repeatable; choose it in the page): run or checkpoint folder, "
-        "Hugging Face folder, .gguf file, registered name or Hub id org/name",
+        type=arg(name_or_path),
+        help="run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
+        "(attnlm models --available) or Hub id org/name (repeatable: choose one in the page)",
     )
     p.add_argument(
-        "--checkpoint", action="append", default=[], metavar="SPEC", help="the same as --model"
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        type=arg(name_or_path),
+        help="the same as --model",
     )
     p.add_argument(
         "--port",
@@ -31,23 +37,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host",
         default="127.0.0.1",
+        type=arg(non_empty),
         help="address to bind (default 127.0.0.1; the page has no authentication)",
     )
     p.add_argument(
         "--vectors", metavar="F", type=text_file(existing_file), default=None,
-        help="word2vec vectors (attnlm word2vec train): the embeddings panel shows the word's "
-        "one static vector beside the contextual ones",
+        help="a word2vec vectors file (attnlm word2vec train): the embeddings panel shows the "
+        "word's one static vector beside the contextual ones",
     )  # fmt: skip
     add_runtime_arguments(p, device="cpu")
     p.add_argument(
-        "--max-chars", type=arg(positive_int), default=None, help="longest text accepted"
+        "--max-chars",
+        type=arg(positive_int),
+        default=None,
+        help="at most this many characters: the longest text accepted",
     )
     p.add_argument(
         "--compile",
         action="store_true",
-        help="generate and translate through the compiled decode step (torch.compile; CUDA "
-        "graphs on a GPU): the first request of each shape waits for a compile, later ones "
-        "reuse it for as long as the server runs",
+        help="compile with torch.compile: generate and translate through the compiled decode "
+        "step (CUDA graphs on a GPU): the first request of each shape waits for a compile, "
+        "later ones reuse it for as long as the server runs",
     )
 
 

@@ -15,8 +15,14 @@ from attnlm.cli.common import (
     text_file,
     text_value,
 )
-from attnlm.errors import InputError
-from attnlm.validate import non_negative_int, output_file, positive_int, read_stdin_text
+from attnlm.errors import ConfigError, InputError
+from attnlm.validate import (
+    non_empty,
+    non_negative_int,
+    output_file,
+    positive_int,
+    read_stdin_text,
+)
 
 KINDS = ("char", "word", "bpe", "classic-bpe", "wordpiece")
 _COLOURS = ("\x1b[30;48;5;153m", "\x1b[30;48;5;223m")
@@ -42,12 +48,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "as BERT uncased)",
     )
     tr.add_argument(
-        "--vocab-out", metavar="PATH", default=None, help="wordpiece: also write a BERT vocab.txt"
+        "--vocab-out",
+        metavar="PATH",
+        default=None,
+        type=arg(output_file),
+        help="wordpiece: also write a BERT vocab.txt",
     )
     tr.add_argument(
         "--pattern",
         default="gpt2",
-        help="bpe pre-tokenization: gpt2, cl100k or a regex (default: gpt2)",
+        type=arg(non_empty),
+        help="pre-tokenization pattern: gpt2, cl100k or a regex (bpe; default: gpt2)",
     )
     tr.add_argument(
         "--min-freq",
@@ -61,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="TOKEN",
+        type=arg(non_empty),
         help="bpe: add a special token (repeatable), ids after the merges",
     )
     add_text_argument(tr)
@@ -87,7 +99,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     de = add_command(tsub, "decode", _decode)
     _add_tokenizer_arguments(de)
-    de.add_argument("ids", nargs="*", help="token ids (default: read from stdin)")
+    de.add_argument(
+        "ids",
+        nargs="*",
+        type=arg(non_negative_int),
+        help="token ids (default: read from stdin)",
+    )
     de.set_defaults(reads_stdin=True)
 
     sh = add_command(tsub, "show", _show)
@@ -106,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-chars",
         type=arg(non_negative_int),
         default=2000,
-        help="show at most this many characters (0: all)",
+        help="at most this many characters: shown (0: all)",
     )
 
     info = add_command(tsub, "info", _info)
@@ -119,11 +136,14 @@ def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         metavar="PATH",
         type=text_file(as_given),
-        help="tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT vocab.txt / "
-        "tokenizer.json / folder holding them, or a pretrained model name (minilm)",
+        help="the tokenizer: a tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT "
+        "vocab.txt / tokenizer.json / folder holding them, or a pretrained model name (minilm)",
     )
     p.add_argument(
-        "--pattern", default=None, help="pattern for a .tiktoken file: gpt2, cl100k or a regex"
+        "--pattern",
+        default=None,
+        type=arg(non_empty),
+        help="pre-tokenization pattern: gpt2, cl100k or a regex (for a .tiktoken file)",
     )
     p.add_argument(
         "--engine",
@@ -211,14 +231,17 @@ def _encode(args: argparse.Namespace) -> int:
 def _decode(args: argparse.Namespace) -> int:
     """print the text of token ids"""
     tok = _load_tokenizer(args)
-    raw = args.ids or read_stdin_text().split()
-    try:
-        ids = [int(x) for x in raw]
-    except ValueError:
-        bad = next(x for x in raw if not x.lstrip("-").isdigit())
-        raise InputError(f"not a token id: {bad!r}") from None
+    ids = args.ids or [_token_id(x) for x in read_stdin_text().split()]
     sys.stdout.write(tok.decode(ids) + "\n")
     return 0
+
+
+def _token_id(text: str) -> int:
+    """A token id read from stdin, by the same rule as the command line's ids."""
+    try:
+        return non_negative_int(text)
+    except ConfigError:
+        raise InputError(f"not a token id: {text!r}") from None
 
 
 def token_pieces(tok, ids: list[int]) -> list[tuple[str, int]]:

@@ -18,6 +18,7 @@ from attnlm.cli.common import (
     add_seed_argument,
     add_text_argument,
     add_threads_argument,
+    add_time_budget_argument,
     arg,
     as_given,
     text_file,
@@ -25,7 +26,9 @@ from attnlm.cli.common import (
 )
 from attnlm.errors import InputError
 from attnlm.validate import (
+    existing_dir,
     int_in_range,
+    non_empty,
     non_negative_int,
     output_dir,
     positive_float,
@@ -36,14 +39,6 @@ if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when
     from attnlm.train.config import RunSpec
 
 DEFAULT_PRESET = "shakespeare-char"
-
-
-def _duration(value: str, name: str | None = None) -> str:
-    """A time budget such as ``120s``, ``5m`` or ``1h`` (checked, returned as typed)."""
-    from attnlm.train.config import parse_duration
-
-    parse_duration(value)
-    return value
 
 
 # CLI flag (argparse dest) -> TrainConfig field
@@ -83,8 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset",
         default=None,
         type=text_file(as_given),
-        help=f"preset name or TOML path (default {DEFAULT_PRESET}; with --text and no preset, "
-        "a tokenizer and model size chosen for the corpus, printed)",
+        help=f"a built-in preset name or a TOML file (default {DEFAULT_PRESET}; with --text and "
+        "no preset, a tokenizer and model size chosen for the corpus, printed)",
     )
     add_text_argument(p)
     add_data_dir_argument(p)
@@ -102,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         default=None,
         type=text_file(as_given),
-        help="char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
+        help="the tokenizer: char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
     )
     add_corpus_arguments(p)
     p.add_argument(
@@ -112,18 +107,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=arg(output_dir),
         help="run folder (default runs/PRESET)",
     )
-    p.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR")
     p.add_argument(
-        "--overwrite", action="store_true", help="start over in a folder with a checkpoint"
+        "--resume",
+        default=None,
+        metavar="DIR",
+        type=arg(existing_dir),
+        help="continue the run in DIR",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="start over: in a folder with a checkpoint"
     )
     p.add_argument("--max-iters", type=arg(positive_int), default=None)
-    p.add_argument(
-        "--time-budget",
-        default=None,
-        metavar="T",
-        type=arg(_duration),
-        help="wall-clock limit, e.g. 120s, 5m",
-    )
+    add_time_budget_argument(p, None)
     p.add_argument("--batch-size", type=arg(positive_int), default=None)
     p.add_argument(
         "--grad-accum",
@@ -132,7 +127,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="micro-steps per step (all ranks)",
     )
     p.add_argument("--lr", type=arg(positive_float), default=None)
-    p.add_argument("--eval-interval", type=arg(positive_int), default=None)
+    p.add_argument(
+        "--eval-interval", type=arg(positive_int), default=None,
+        help="steps between evaluations (default: the preset's)",
+    )  # fmt: skip
     p.add_argument("--eval-iters", type=arg(positive_int), default=None)
     p.add_argument(
         "--early-stop",
@@ -146,7 +144,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
     )
     p.add_argument(
-        "--compile", action="store_const", const=True, default=None, help="torch.compile"
+        "--compile",
+        action="store_const",
+        const=True,
+        default=None,
+        help="compile with torch.compile: the model's forward and backward",
     )
     add_threads_argument(p)
     p.add_argument(
@@ -165,7 +167,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
+        type=arg(non_empty),
+        help="override a preset value: e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
 
     e = add_command(sub, "eval", _eval)
@@ -173,7 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_text_argument(e)
     add_pairs_argument(e)
     e.add_argument(
-        "--beam", type=arg(positive_int), default=1, metavar="K", help="translation: beam size"
+        "--beam", type=arg(positive_int), default=1, metavar="K", help="beam size (translation)"
     )
     e.add_argument(
         "--limit",
@@ -201,7 +204,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     x = add_command(sub, "export-checkpoint", _export)
-    x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
+    x.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        type=arg(existing_dir),
+        help="run or checkpoint folder",
+    )
     x.add_argument(
         "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
     )

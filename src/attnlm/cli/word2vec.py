@@ -2,7 +2,7 @@
 
 * ``attnlm word2vec train --text PATH --out vectors.txt [--dim 100 --window 5 --negative 5
   --min-count 5 --epochs 5 --sg/--cbow --workers N]``
-* ``attnlm word2vec similar --vectors F WORD [--top 10]``
+* ``attnlm word2vec similar --vectors F WORD [--top-k 10]``
 * ``attnlm word2vec analogy --vectors F king man woman``
 * ``attnlm word2vec evaluate --vectors F``
 """
@@ -17,6 +17,7 @@ from attnlm.cli.common import (
     add_command_group,
     add_seed_argument,
     add_text_argument,
+    add_top_k_argument,
     arg,
     text_file,
     text_value,
@@ -37,7 +38,7 @@ FORMAT_HELP = "word2vec file format: text, binary, or auto (default: binary if t
 def _add_vectors(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--vectors", metavar="F", required=True, type=text_file(existing_file),
-        help="word2vec text or binary file (ours, gensim's or word2vec.c's)",
+        help="a word2vec vectors file: text or binary (ours, gensim's or word2vec.c's)",
     )  # fmt: skip
     p.add_argument("--format", choices=["auto", "text", "binary"], default="auto", help=FORMAT_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -64,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kind.add_argument("--sg", dest="sg", action="store_true", default=True,
                       help="skip-gram (default)")  # fmt: skip
     kind.add_argument("--cbow", dest="sg", action="store_false", help="CBOW (mean of context)")
-    tr.add_argument("--workers", type=arg(threads), default=1, help="worker threads (1)")
+    tr.add_argument("--workers", type=arg(threads), default=1, help="parallel workers: threads (1)")
     tr.add_argument(
         "--sample", type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True), default=1e-3,
         help="subsampling threshold (1e-3; 0: off)",
@@ -82,12 +83,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     si = add_command(wsub, "similar", _similar)
     _add_vectors(si)
     si.add_argument("word", metavar="WORD", type=text_value)
-    si.add_argument("--top", type=arg(positive_int), default=10, help="how many (10)")
+    add_top_k_argument(si, 10, "nearest words")
 
     an = add_command(wsub, "analogy", _analogy)
     _add_vectors(an)
     an.add_argument("words", nargs=3, metavar="WORD", type=text_value, help="A B C")
-    an.add_argument("--top", type=arg(positive_int), default=10, help="how many (10)")
+    add_top_k_argument(an, 10, "answers")
 
     ev = add_command(wsub, "evaluate", _evaluate)
     _add_vectors(ev)
@@ -187,7 +188,7 @@ def _print_neighbours(args: argparse.Namespace, title: str, result: list[tuple[s
 def _similar(args: argparse.Namespace) -> int:
     """nearest words by cosine (gensim's most_similar)"""
     vectors = _load(args)
-    result = vectors.most_similar([args.word], top=args.top)
+    result = vectors.most_similar([args.word], top=args.top_k)
     return _print_neighbours(
         args, f"nearest to {args.word!r} (cosine):", result, {"word": args.word}
     )
@@ -200,7 +201,7 @@ def _analogy(args: argparse.Namespace) -> int:
     negative=[B])): analogy king man woman asks what is to woman as king is to man."""
     a, b, c = args.words
     vectors = _load(args)
-    result = vectors.analogy(a, b, c, top=args.top)
+    result = vectors.analogy(a, b, c, top=args.top_k)
     title = f"{a} - {b} + {c} (what is to {c!r} as {a!r} is to {b!r}):"
     return _print_neighbours(args, title, result, {"positive": [a, c], "negative": [b]})
 

@@ -20,14 +20,13 @@ Shape legend: V = vocabulary size, n_k = distinct order-k n-grams, b = entries o
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.errors import InputError
 from attnlm.ngram.counts import (
     Vocabulary,
     check_markers,
@@ -41,27 +40,17 @@ from attnlm.ngram.counts import (
 from attnlm.ngram.disk import Column, gather_sorted, merge_rounds
 from attnlm.ngram.progress import progress_bar
 from attnlm.textio import decode_text
+from attnlm.validate import memory_size
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 MIN_MEMORY = 1 << 10
 _MARKER = np.ones(1, dtype=np.int64)  # a word id that check_markers refuses (<s>)
 
 
 def parse_memory(value: str | int, name: str | None = None) -> int:
     """Bytes of a memory size: an integer, or a number with a K, M, G or T suffix (powers of
-    1024: ``2G``, ``512M``, ``1.5G``; ``B`` / ``iB`` after it allowed). At least 1K."""
-    what = name or "memory"
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    else:
-        m = _SIZE.match(str(value))
-        if not m:
-            raise ConfigError(f"{what} must be a size such as 2G, 512M or 100K, got {value!r}")
-        n = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-    if n < MIN_MEMORY:
-        raise ConfigError(f"{what} must be at least 1K, got {value!r}")
-    return n
+    1024: ``2G``, ``512M``, ``1.5G``; ``B`` / ``iB`` after it allowed). From 1K to 1P
+    (:func:`attnlm.validate.memory_size`)."""
+    return memory_size(value, name or "memory", lo=MIN_MEMORY)
 
 
 @dataclass(frozen=True)

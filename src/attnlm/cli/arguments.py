@@ -1,0 +1,157 @@
+"""The argument layer of the command line: one-line usage errors, validators as ``argparse``
+types, old spellings as hidden aliases.
+
+Every option of every command that takes a value parses it with a type made here, from
+:func:`arg` (a validator of :mod:`attnlm.validate`: integers in ASCII digits only, finite
+floats, sizes, durations, thread counts, devices, non-empty paths), :func:`text_value` or
+:func:`text_file`, or it lists its ``choices``; ``tests/cli/test_argument_layer.py`` walks every
+command and fails on an option that does not (the shared options built on these are in
+:mod:`attnlm.cli.common`). Bad values are refused at parse time with exit
+code 2 and one line (with :class:`OneLineArgumentParser`)::
+
+    p.add_argument("--threads", type=arg(threads))
+    p.add_argument("--temperature", type=arg(finite_float, lo=0, lo_open=True))
+
+An option renamed for one vocabulary keeps its old spelling as a hidden alias
+(:func:`add_option`): scripts keep working, ``--help`` shows the one name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+from attnlm.errors import AttnlmError, InputError
+from attnlm.textio import text_problem, value_problem
+from attnlm.validate import existing_path, name_or_path
+
+T = TypeVar("T")
+
+
+def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
+    """An ``argparse`` ``type=`` from a validator: ``type=arg(positive_int)``,
+    ``type=arg(finite_float, lo=0, lo_open=True)``. Errors become ``ArgumentTypeError``, so
+    argparse reports ``argument --name: must be ...`` and exits with code 2."""
+
+    @functools.wraps(check)
+    def convert(text: str) -> T:
+        try:
+            return check(text, None, **options)
+        except AttnlmError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.checks = check.__name__  # type: ignore[attr-defined]  # the argument layer's mark
+    return convert
+
+
+def add_option(
+    p: argparse.ArgumentParser | argparse._ActionsContainer,
+    *names: str,
+    aliases: tuple[str, ...] = (),
+    **options: Any,
+) -> argparse.Action:
+    """``p.add_argument(*names, **options)``, and each old spelling in ``aliases`` accepted
+    with the same meaning (the same ``dest`` and type) but left out of ``--help``, so that
+    scripts written against an older name keep working. A required option and its aliases
+    become a required group (any one spelling, not two)."""
+    required = options.pop("required", False)
+    where = p.add_mutually_exclusive_group(required=True) if required and aliases else p
+    action = where.add_argument(*names, required=required and not aliases, **options)
+    copied = ("type", "action", "choices", "nargs", "const", "metavar")
+    same = {k: v for k, v in options.items() if k in copied}
+    for alias in aliases:
+        where.add_argument(
+            alias, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **same
+        )
+    return action
+
+
+def add_command(
+    sub: argparse._SubParsersAction, name: str, func: Callable[..., int], **options: Any
+) -> argparse.ArgumentParser:
+    """The subcommand ``name`` run by ``func``: its ``--help`` line is the first paragraph of
+    ``func``'s docstring and its description the rest, so a command's prose is written once,
+    on the function that does it."""
+    doc = inspect.cleandoc(func.__doc__ or "")
+    first, _, rest = doc.partition("\n\n")
+    p = sub.add_parser(
+        name, help=" ".join(first.split()), description=" ".join(rest.split()) or None, **options
+    )
+    p.set_defaults(func=func)
+    return p
+
+
+def add_command_group(
+    sub: argparse._SubParsersAction, name: str, help: str
+) -> argparse._SubParsersAction:
+    """``attnlm NAME ACTION ...``: a command made of actions; returns where they are added."""
+    group = sub.add_parser(name, help=help)
+    return group.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
+
+
+def text_value(value: str) -> str:
+    """``type=text_value``: a text given on the command line (a prompt, a sentence, a word):
+    refused at parse time, as ``argument --prompt: not valid UTF-8 (bad byte 0xff at offset
+    3)``, when the shell passed bytes that are not UTF-8, or it holds a lone surrogate, a NUL,
+    a line over :data:`attnlm.textio.MAX_LINE`, or nothing (see :mod:`attnlm.textio`)."""
+    problem = text_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+text_value.text_input = "value"  # type: ignore[attr-defined]  # found by the fuzz test
+text_value.checks = "text_value"  # type: ignore[attr-defined]
+
+
+def text_file(check: Callable[..., T] = existing_path) -> Callable[[str], T]:
+    """``type=text_file()``: a path whose *contents* are text the command reads (a corpus, a
+    pairs file, a preset); the reader (:mod:`attnlm.textio`) checks them when it reads."""
+    convert = arg(check)
+    convert.checks = f"text_file({convert.checks})"  # type: ignore[attr-defined]
+    convert.text_input = "file"  # type: ignore[attr-defined]  # found by the fuzz test
+    return convert
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every string argument of the command that ran, checked by the one text reader: bytes
+    the shell passed that are not UTF-8 (and lone surrogates, NULs, huge lines) are one line
+    naming the option, ``argument --checkpoint: not valid UTF-8 (...)``, never a
+    "not in the vocabulary" or a file-not-found further on."""
+    for action in _actions(parser, args):
+        problem = value_problem(getattr(args, action.dest, None))
+        if problem:
+            raise InputError(f"argument {argparse._get_action_name(action)}: {problem}")
+
+
+def _actions(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The actions of ``parser`` and of the subcommand parsers ``args`` went through."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                yield from _actions(chosen, args)
+        else:
+            yield action
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr and exit code 2, in the
+    same form as every other error:
+    ``attnlm: error: tokenize train: argument --min-freq: must be an integer >= 1, got 0 (see
+    attnlm tokenize train --help)`` (the usage text is left to ``--help``)."""
+
+    def error(self, message: str) -> NoReturn:
+        line = " ".join(message.split())
+        program, _, command = self.prog.partition(" ")
+        where = f"{command}: " if command else ""
+        self.exit(2, f"{program}: error: {where}{line} (see {self.prog} --help)\n")
+
+
+def as_given(value: str, name: str | None = None) -> str:
+    """A path (or name) left as given (the reader says what is wrong with it, e.g. "no such
+    file"); only an empty one, which would mean the current folder, is refused here."""
+    return name_or_path(value, name)
