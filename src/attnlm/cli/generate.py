@@ -18,7 +18,7 @@ from attnlm.cli.common import (
     text_value,
     use_threads,
 )
-from attnlm.validate import finite_float, positive_int
+from attnlm.validate import finite_float, int_in_range, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
