@@ -129,8 +129,14 @@ def tensor_type(name: str, w: Tensor, kind: str) -> str:
     return kind
 
 
-def export_gguf(model: Any, tokenizer: Any, path: str | Path, kind: str = "f32",
-                chat_template: str | None = None, name: str | None = None) -> dict[str, Any]:  # fmt: skip
+def export_gguf(
+    model: Any,
+    tokenizer: Any,
+    path: str | Path,
+    kind: str = "f32",
+    chat_template: str | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
     """Write ``model`` (our Llama or GPT) and ``tokenizer`` (byte-level BPE) to ``path`` with
     matrices in ``kind`` (``f32``, ``f16``, ``q8_0``, ``q4_0``); returns ``{"architecture",
     "tensors", "types": {type: count}, "bytes"}``. InputError for what cannot be exported."""
