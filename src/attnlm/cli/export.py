@@ -61,6 +61,8 @@ def _export(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         detail = ", ".join(f"{n} {t}" for t, n in summary.get("types", {}).items())
+        if target == "hf" and not summary["tokenizer"]:
+            detail = "no tokenizer.json: only GPT-2-style byte-level BPE tokenizers are written"
         print(f"wrote {out} ({summary['format']}{': ' + detail if detail else ''})")
     return 0
 
