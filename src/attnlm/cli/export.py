@@ -1,0 +1,97 @@
+"""``attnlm export``: a model (an attnlm run, a Hugging Face folder, a GGUF file ...) written
+in another format: a GGUF file llama.cpp runs (``--gguf``) or a Hugging Face folder
+(``--out``). One function per target (:data:`TARGETS`), each given the resolved model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from attnlm.cli.common import add_command, add_model_spec_argument, arg
+from attnlm.errors import InputError
+from attnlm.validate import output_dir, output_file
+
+GGUF_TYPES = ("f32", "f16", "q8_0", "q4_0")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = add_command(sub, "export", _export)
+    add_model_spec_argument(p)
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--gguf",
+        metavar="OUT.gguf",
+        type=arg(output_file),
+        help="write a GGUF file (llama and gpt models, byte-level BPE tokenizers)",
+    )
+    where.add_argument(
+        "--out", metavar="DIR", type=arg(output_dir), help="write a Hugging Face folder"
+    )
+    p.add_argument(
+        "--type",
+        choices=GGUF_TYPES,
+        default=None,
+        help="GGUF matrix type (default f32; 1-D tensors stay f32, and matrices whose rows are "
+        "not a multiple of 32 long are stored f16 under q8_0 / q4_0)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _export(args: argparse.Namespace) -> int:
+    """write a model as a GGUF file (llama.cpp) or a Hugging Face folder
+
+    --gguf OUT.gguf writes a llama or gpt model and its byte-level BPE tokenizer (and chat
+    template) in the layout llama.cpp reads, with matrices in --type (f32, f16, q8_0, q4_0);
+    --out DIR writes a Hugging Face folder (config.json, safetensors and, for byte-level BPE,
+    tokenizer.json). An existing output is kept unless --overwrite is given."""
+    from attnlm.sources import resolve
+
+    target = "gguf" if args.gguf is not None else "hf"
+    if args.type is not None and target != "gguf":
+        raise InputError("--type applies to --gguf only")
+    out = Path(args.gguf if target == "gguf" else args.out)
+    _check_overwrite(out, target, args.overwrite)
+    found = resolve(args.model)
+    summary = TARGETS[target](found, out, args)
+    summary = {"model": args.model, "out": str(out), **summary}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        detail = ", ".join(f"{n} {t}" for t, n in summary.get("types", {}).items())
+        if target == "hf" and not summary["tokenizer"]:
+            detail = "no tokenizer.json: only GPT-2-style byte-level BPE tokenizers are written"
+        print(f"wrote {out} ({summary['format']}{': ' + detail if detail else ''})")
+    return 0
+
+
+def _check_overwrite(out: Path, target: str, overwrite: bool) -> None:
+    exists = out.exists() if target == "gguf" else (out / "config.json").exists()
+    if exists and not overwrite:
+        raise InputError(f"{out}: already exists (pass --overwrite to replace it)")
+
+
+def _to_gguf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from attnlm.models.gguf.writer import export_gguf
+
+    model, tok, info = found
+    template = info.chat_template.source if info.chat_template is not None else None
+    kind = args.type or "f32"
+    done = export_gguf(model, tok, out, kind, chat_template=template, name=Path(args.model).stem)
+    return {"format": f"gguf {done['architecture']} {kind}", **done}
+
+
+def _to_hf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from attnlm.models import save_hf
+    from attnlm.models.gguf.vocab import write_tokenizer_json
+
+    model, tok, info = found
+    save_hf(model.cpu(), out)
+    wrote = write_tokenizer_json(tok, out, model.config)
+    return {"format": "huggingface", "tokenizer": wrote}
+
+
+#: ``--gguf`` / ``--out`` -> the function that writes it ``(resolved, out, args) -> summary``
+TARGETS = {"gguf": _to_gguf, "hf": _to_hf}

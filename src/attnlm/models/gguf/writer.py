@@ -1,0 +1,207 @@
+"""Our Llama and GPT -> a GGUF file llama.cpp runs (``general.architecture`` ``llama`` /
+``gpt2``): the inverse of :mod:`.llama` and :mod:`.gpt2`, laid out as llama.cpp's converter
+(``convert_hf_to_gguf.py``) lays out a Hugging Face model.
+
+* Metadata: ``<arch>.context_length`` (``block_size``), ``embedding_length``, ``block_count``,
+  ``feed_forward_length``, ``attention.head_count`` (and ``head_count_kv``,
+  ``rope.freq_base``, ``rope.dimension_count``, ``attention.layer_norm_rms_epsilon`` for
+  llama; ``attention.layer_norm_epsilon`` for gpt2), ``vocab_size``, ``general.file_type``,
+  and the tokenizer (:mod:`.vocab`).
+* Tensors: our fused ``qkv_proj`` is split into ``attn_q/k/v`` for llama, whose q and k rows
+  go to llama.cpp's interleaved rotary order (:func:`permute_rows`, the inverse of
+  :func:`~attnlm.models.gguf.loader.unpermute_rows`); ``mlp.fc`` is split into
+  ``ffn_gate/up``. gpt2's fused ``attn_qkv`` is stored as is. A tied LM head is not stored
+  (llama.cpp then uses ``token_embd``); a GPT without biases gets zero biases, which
+  llama.cpp's gpt2 graph requires.
+* Types: 1-D tensors (norms, biases) stay F32 as in llama.cpp's converter; matrices take
+  ``--type`` (F32, F16, Q8_0, Q4_0, :mod:`.quantize`). A matrix whose rows are not a multiple
+  of 32 long cannot be cut into Q8_0 / Q4_0 blocks and is stored F16 instead (the converter's
+  fallback).
+
+The file is written through ``gguf.GGUFWriter`` (the format's reference writer) into a
+temporary file renamed into place (:func:`attnlm.fileio.atomic_path`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnlm.errors import InputError
+from attnlm.models.gguf.quantize import BLOCK, TYPES, encode
+
+#: llama.cpp's ``general.file_type`` (``llama_ftype``) per --type
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
+
+
+def permute_rows(w: Tensor, heads: int) -> Tensor:
+    """q or k rows ``(heads · D, C)`` from our rotate-half order to llama.cpp's interleaved
+    one: file row ``(h, i, half)`` = our row ``(h, half, i)``."""
+    rows, width = w.shape
+    d = rows // heads
+    return w.reshape(heads, 2, d // 2, width).transpose(1, 2).reshape(rows, width)
+
+
+def _need(config: Any, field: str, want: Any, arch: str) -> None:
+    have = getattr(config, field)
+    if have != want:
+        raise InputError(
+            f"model.{field} = {have!r} cannot be exported to GGUF {arch} (llama.cpp's {arch} "
+            f"needs {want!r})"
+        )
+
+
+def _llama(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    c = model.config
+    if c.rope_scaling:
+        raise InputError("model.rope_scaling cannot be exported to GGUF (not supported)")
+    n, kv, f, hd = c.n_embd, c.n_kv_head * c.head_dim, c.ffn_width, c.head_dim
+    sd = model.state_dict()
+    meta = {
+        "context_length": c.block_size, "embedding_length": n, "block_count": c.n_layer,
+        "feed_forward_length": f, "attention.head_count": c.n_head,
+        "attention.head_count_kv": c.n_kv_head, "rope.freq_base": float(c.rope_theta),
+        "rope.dimension_count": hd, "attention.layer_norm_rms_epsilon": float(c.rms_norm_eps),
+        "vocab_size": c.vocab_size,
+    }  # fmt: skip
+    t = {"token_embd.weight": sd["tok_emb.weight"], "output_norm.weight": sd["ln_f.weight"]}
+    if not c.tie_embeddings:
+        t["output.weight"] = sd["lm_head.weight"]
+    for i in range(c.n_layer):
+        b, o = f"blk.{i}.", f"blocks.{i}."
+        qkv, fc = sd[o + "attn.qkv_proj.weight"], sd[o + "mlp.fc.weight"]
+        t[b + "attn_norm.weight"] = sd[o + "ln_1.weight"]
+        t[b + "attn_q.weight"] = permute_rows(qkv[:n], c.n_head)
+        t[b + "attn_k.weight"] = permute_rows(qkv[n : n + kv], c.n_kv_head)
+        t[b + "attn_v.weight"] = qkv[n + kv : n + 2 * kv]
+        t[b + "attn_output.weight"] = sd[o + "attn.out_proj.weight"]
+        t[b + "ffn_norm.weight"] = sd[o + "ln_2.weight"]
+        t[b + "ffn_gate.weight"] = fc[:f]
+        t[b + "ffn_up.weight"] = fc[f : 2 * f]
+        t[b + "ffn_down.weight"] = sd[o + "mlp.proj.weight"]
+    return meta, t
+
+
+def _gpt2(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    c = model.config
+    for field, want in (("positions", "learned"), ("norm", "pre"), ("activation", "gelu_tanh"),
+                        ("attention_score", "scaled_dot")):  # fmt: skip
+        _need(c, field, want, "gpt2")
+    sd = model.state_dict()
+    d_ff = c.d_ff or 4 * c.n_embd
+    meta = {
+        "context_length": c.block_size, "embedding_length": c.n_embd, "block_count": c.n_layer,
+        "feed_forward_length": d_ff, "attention.head_count": c.n_head,
+        "attention.layer_norm_epsilon": float(c.layer_norm_eps), "vocab_size": c.vocab_size,
+    }  # fmt: skip
+
+    def bias(name: str, rows: int) -> Tensor:
+        return sd[name] if name in sd else torch.zeros(rows)
+
+    t = {"token_embd.weight": sd["tok_emb.weight"], "position_embd.weight": sd["pos_emb.weight"]}
+    t["output_norm.weight"] = sd["ln_f.weight"]
+    t["output_norm.bias"] = bias("ln_f.bias", c.n_embd)
+    if not c.tie_embeddings:
+        t["output.weight"] = sd["lm_head.weight"]
+    names = {"attn_norm": "ln_1", "attn_qkv": "attn.qkv_proj", "attn_output": "attn.out_proj",
+             "ffn_norm": "ln_2", "ffn_up": "mlp.fc", "ffn_down": "mlp.proj"}  # fmt: skip
+    for i in range(c.n_layer):
+        for g, o in names.items():
+            w = sd[f"blocks.{i}.{o}.weight"]
+            t[f"blk.{i}.{g}.weight"] = w
+            t[f"blk.{i}.{g}.bias"] = bias(f"blocks.{i}.{o}.bias", w.shape[0])
+    return meta, t
+
+
+ARCHES = {"llama": ("llama", _llama), "gpt": ("gpt2", _gpt2)}
+
+
+def tensor_type(name: str, w: Tensor, kind: str) -> str:
+    """The type ``w`` is stored in for ``--type kind`` (see the module docstring)."""
+    if w.dim() == 1:
+        return "f32"
+    if kind in ("q8_0", "q4_0") and w.shape[-1] % BLOCK:
+        return "f16"
+    return kind
+
+
+def export_gguf(
+    model: Any,
+    tokenizer: Any,
+    path: str | Path,
+    kind: str = "f32",
+    chat_template: str | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """Write ``model`` (our Llama or GPT) and ``tokenizer`` (byte-level BPE) to ``path`` with
+    matrices in ``kind`` (``f32``, ``f16``, ``q8_0``, ``q4_0``); returns ``{"architecture",
+    "tensors", "types": {type: count}, "bytes"}``. InputError for what cannot be exported."""
+    import gguf
+
+    from attnlm.fileio import atomic_path
+    from attnlm.models.gguf.vocab import metadata
+    from attnlm.models.registry import family_of
+
+    if kind not in TYPES:
+        raise InputError(f"--type {kind!r} is not one of {', '.join(TYPES)}")
+    family = family_of(model).type
+    if family not in ARCHES:
+        raise InputError(
+            f"a {family} model cannot be exported to GGUF (supported families: llama, gpt)"
+        )
+    arch, tables = ARCHES[family]
+    meta, tensors = tables(model)
+    c = model.config
+    vocab = metadata(tokenizer, c.vocab_size, getattr(c, "bos_id", None),
+                     getattr(c, "eos_id", None), chat_template)  # fmt: skip
+    types: dict[str, int] = {}
+    with atomic_path(path) as tmp:
+        w = gguf.GGUFWriter(tmp, arch)
+        w.add_name(name or Path(path).stem)
+        w.add_file_type(FILE_TYPES[kind])
+        for key, value in meta.items():
+            full = f"{arch}.{key}"
+            if isinstance(value, float):
+                w.add_float32(full, value)
+            else:
+                w.add_uint32(full, int(value))
+        for key, value in vocab.items():
+            _add(w, key, value)
+        with torch.no_grad():
+            for tname, tensor in tensors.items():
+                ttype = tensor_type(tname, tensor, kind)
+                data = encode(tensor.detach().cpu(), ttype)
+                if ttype in ("q8_0", "q4_0"):
+                    qtype = gguf.GGMLQuantizationType[ttype.upper()]
+                    w.add_tensor(tname, data, raw_shape=data.shape, raw_dtype=qtype)
+                else:
+                    w.add_tensor(tname, data)
+                types[ttype.upper()] = types.get(ttype.upper(), 0) + 1
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    return {"architecture": arch, "tensors": len(tensors), "types": types,
+            "bytes": Path(path).stat().st_size}  # fmt: skip
+
+
+def _add(w: Any, key: str, value: Any) -> None:
+    """One metadata value in the type llama.cpp reads it as."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, bool):
+        w.add_bool(key, value)
+    elif isinstance(value, (int, np.integer)):
+        w.add_uint32(key, int(value)) if value >= 0 else w.add_int32(key, int(value))
+    elif isinstance(value, (float, np.floating)):
+        w.add_float32(key, float(value))
+    elif isinstance(value, str):
+        w.add_string(key, value)
+    elif isinstance(value, (list, tuple)):
+        w.add_array(key, [v.item() if isinstance(v, np.generic) else v for v in value])
+    else:
+        raise InputError(f"GGUF metadata {key}: cannot write a {type(value).__name__}")
