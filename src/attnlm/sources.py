@@ -290,8 +290,8 @@ def _load_lora_run(path: Path, spec: str, device: Any, merge: bool = True) -> Re
     ck = Checkpoint(path=ckpt, model=model, tokenizer=tok, model_config=model.config,
                     train_config=dict(config.get("train", {})), step=int(config.get("step", 0)),
                     config=config, family=base_info.family, source_tokenizer=tok)  # fmt: skip
-    info = ModelInfo(spec, "run", ckpt, base_info.family, checkpoint=ck,
-                     chat_template=base_info.chat_template, stop_ids=base_info.stop_ids)  # fmt: skip
+    info = ModelInfo(spec, "run", ckpt, base_info.family, checkpoint=ck)
+    info.chat_template, info.stop_ids = base_info.chat_template, base_info.stop_ids
     info.details["lora_base"] = base
     return Resolved(model, tok, info)
 
