@@ -65,7 +65,7 @@ def lora_finetune(model, ids, args) -> dict:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
         steps += 1
     merge_lora(model)
     return {"steps": steps, "seconds": time.perf_counter() - t0, "last_loss": losses[-1]}

@@ -187,3 +187,28 @@ def test_parse_targets():
     assert parse_targets("all") == ("q", "k", "v", "o", "gate", "up", "down")
     with pytest.raises(ConfigError):
         parse_targets(" , ")
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt"])
+def test_chunked_training_loss_equals_the_plain_head(family):
+    """An adapted decoder computes its training loss a chunk of rows at a time: the same loss
+    and adapter gradients as the full logits."""
+    model = build(family)
+    apply_lora(model, 4, targets="all")
+    randomize_b(model)
+    assert model.loss_chunk > 0
+    ids = torch.randint(0, V, (3, 41))
+    x, y = ids[:, :-1], ids[:, 1:].clone()
+    y[0, :5] = -100
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.loss_chunk = 7  # several chunks, the last one short
+    chunked = model(x, targets=y)
+    assert chunked.logits is None
+    got = torch.autograd.grad(chunked.loss, params)
+    model.loss_chunk = 0
+    plain = model(x, targets=y)
+    want = torch.autograd.grad(plain.loss, params)
+    assert torch.allclose(chunked.loss, plain.loss, atol=1e-6)
+    assert int(chunked.n_targets) == int(plain.n_targets) == 3 * 40 - 5
+    for a, b in zip(got, want, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
