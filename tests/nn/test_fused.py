@@ -217,3 +217,15 @@ def test_chunked_head_loss_is_cross_entropy(rows):
     frozen = fused.chunked_head_loss(h, w.detach(), t, rows=rows)
     (only,) = torch.autograd.grad(frozen, (h,))
     assert torch.allclose(only, gh / 2.5, atol=1e-5)
+
+
+def test_swiglu_matches_the_plain_ops():
+    torch.manual_seed(0)
+    gu = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(fused.swiglu, (gu,))
+    g, u = gu.chunk(2, dim=-1)
+    want = F.silu(g) * u
+    dy = torch.randn_like(want)
+    (ref,) = torch.autograd.grad(want, gu, dy)
+    (got,) = torch.autograd.grad(fused.swiglu(gu), gu, dy)
+    assert torch.allclose(got, ref, atol=1e-12)

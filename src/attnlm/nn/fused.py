@@ -50,6 +50,7 @@ __all__ = [
     "onednn_available",
     "rms_norm",
     "rotary_heads",
+    "swiglu",
     "use_onednn",
 ]
 
@@ -94,7 +95,8 @@ class _Linear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        ctx.save_for_backward(x, weight)
+        # x serves dW only: a frozen weight (fine-tuning, LoRA) does not keep its input alive
+        ctx.save_for_backward(x if weight.requires_grad else None, weight)
         ctx.has_bias = bias is not None
         return _gemm(x, weight, bias)
 
@@ -284,6 +286,43 @@ def rotary_heads(
     if not _needs_grad(qkv):
         return _rotary_heads(qkv, cos, sin, split)
     return _RotaryHeads.apply(qkv, cos, sin, split)
+
+
+# ---------------------------------------------------------------------------------------------
+# SwiGLU's gate
+
+
+class _SwiGLU(torch.autograd.Function):
+    """``y = SiLU(g) ⊙ u`` of ``gu = [g, u]`` ``(..., 2F)``; saves only ``gu``. With
+    ``s = σ(g)``: ``du = dy SiLU(g)``, ``dg = dy u s (1 + g (1 - s))``."""
+
+    @staticmethod
+    def forward(ctx, gu: Tensor) -> Tensor:
+        ctx.save_for_backward(gu)
+        g, u = gu.chunk(2, dim=-1)
+        return F.silu(g).mul_(u)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> Tensor:
+        (gu,) = ctx.saved_tensors
+        g, u = gu.chunk(2, dim=-1)
+        s = torch.sigmoid(g)  # (..., F)
+        dgu = torch.empty_like(gu)
+        dg, du = dgu.chunk(2, dim=-1)
+        torch.mul(g, s, out=du).mul_(dy)  # dy SiLU(g)
+        one = torch.ones((), dtype=g.dtype, device=g.device)
+        # s (1 + g (1 - s)) = s + g s - g s²
+        torch.mul(dy, u, out=dg).mul_(s * (one + g * (one - s)))
+        return dgu
+
+
+def swiglu(gu: Tensor) -> Tensor:
+    """``SiLU(gate) ⊙ up`` of a fused projection ``gu`` ``(..., 2F)`` (gate half first) ->
+    ``(..., F)``; under autograd the hand-written backward keeps only ``gu``."""
+    if not _needs_grad(gu) or torch.compiler.is_compiling():
+        gate, up = gu.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return _SwiGLU.apply(gu)
 
 
 # ---------------------------------------------------------------------------------------------
