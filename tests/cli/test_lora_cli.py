@@ -24,3 +24,25 @@ def test_export_merged_loads_in_transformers(tmp_path, capsys):
     ids = torch.tensor([tok.encode(TEXT)])
     with torch.no_grad():
         assert (hf(ids).logits - adapted(ids).logits).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--lora", "0"], "--lora"),
+        (["--lora", "2.5"], "--lora"),
+        (["--lora", "4", "--lora-alpha", "-1"], "--lora-alpha"),
+        (["--lora", "4", "--lora-dropout", "1"], "--lora-dropout"),
+        (["--lora", "4", "--lora-targets", "q,w"], "unknown target 'w'"),
+        (["--lora", "4", "--lora-targets", "qkv,v"], "qkv already covers"),
+        (["--lora", "4"], "--init-from"),
+    ],
+)
+def test_bad_lora_flags_exit_2(tmp_path, capsys, flags, match):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT * 20, encoding="utf-8")
+    got = run_cli(capsys, "train", "--text", text, "--max-iters", "1", "--out", tmp_path / "r",
+                  *flags)  # fmt: skip
+    assert got.code == 2 and match in got.err, got.err
+    assert len(got.err.strip().splitlines()) <= 2  # usage line + one error line at most
+    assert not (tmp_path / "r" / "checkpoint").exists()

@@ -30,6 +30,7 @@ from attnlm.validate import (
     output_dir,
     positive_float,
     positive_int,
+    probability,
 )
 
 if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
@@ -73,6 +74,10 @@ TRAIN_FLAGS = {
     "skip_bad": "skip_bad",
     "workers": "workers",
     "tokenizer_sample": "tokenizer_sample",
+    "lora": "lora",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "lora_targets": "lora_targets",
 }
 PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir")
 
@@ -160,6 +165,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_const", const=False, default=None
     )
+    add_lora_arguments(p)
     p.add_argument(
         "--set",
         action="append",
@@ -204,6 +210,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--checkpoint", required=True, metavar="DIR", help="run or checkpoint folder")
     x.add_argument(
         "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
+    )
+
+
+def _lora_targets(value: str, name: str | None = None) -> str:
+    from attnlm.nn.lora import parse_targets
+
+    return ",".join(parse_targets(value))
+
+
+def _lora_dropout(value: str, name: str | None = None) -> float:
+    p = probability(value, name)
+    if p >= 1:
+        raise InputError(f"must be below 1, got {value}")
+    return p
+
+
+def add_lora_arguments(p: argparse.ArgumentParser) -> None:
+    """``--lora R`` and its settings (:mod:`attnlm.nn.lora`; defaults are peft's)."""
+    g = p.add_argument_group("LoRA (with --init-from: adapters on the pretrained model)")
+    g.add_argument(
+        "--lora",
+        type=arg(positive_int),
+        default=None,
+        metavar="R",
+        help="train rank-R adapters beside the target layers, the base frozen",
+    )
+    g.add_argument(
+        "--lora-alpha",
+        type=arg(positive_float),
+        default=None,
+        metavar="A",
+        help="scale of the update is A/R (default 8, as peft)",
+    )
+    g.add_argument(
+        "--lora-dropout",
+        type=arg(_lora_dropout),
+        default=None,
+        metavar="P",
+        help="dropout on the adapters' input, 0 <= P < 1 (default 0)",
+    )
+    g.add_argument(
+        "--lora-targets",
+        type=arg(_lora_targets),
+        default=None,
+        metavar="LIST",
+        help="comma-separated: q,k,v,qkv,o,gate,up,down or all (default q,v)",
     )
 
 

@@ -180,6 +180,12 @@ def train_run(
             'train.parallel = "fsdp" shards the model across processes: start the run with '
             "torchrun --nproc_per_node N -m attnlm train ..."
         )
+    if cfg.lora and not getattr(cfg, "init_from", None):
+        raise ConfigError(
+            "--lora puts adapters on a pretrained model: give it with --init-from SPEC"
+        )
+    if cfg.lora and fsdp:
+        raise ConfigError("--lora trains the adapters without FSDP (use DDP or one process)")
     if cfg.hmm_em and (fsdp or dist.enabled):
         raise ConfigError("train.hmm_em runs in one process; start it without torchrun")
     device = resolve_device(cfg.device, dist.local_rank)
