@@ -111,14 +111,18 @@ def read_adapters(ckpt: Path) -> dict[str, torch.Tensor]:
         raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({first})") from None
 
 
-def attach(model: torch.nn.Module, table: dict[str, Any], ckpt: Path, merge: bool = True) -> Any:
+def attach(
+    model: torch.nn.Module, table: dict[str, Any], ckpt: Path, merge: bool = True, load: bool = True
+) -> Any:
     """Put the run's adapters (``table``: its ``"lora"`` table, ``ckpt``: its checkpoint folder)
-    on the base ``model`` and load their values; with ``merge``, fold them into the weights
-    (:func:`attnlm.nn.lora.merge_lora`: plain layers, every decoding fast path applies).
-    Returns ``model``."""
+    on the base ``model`` and, with ``load``, their values; with ``merge``, fold them into the
+    weights (:func:`attnlm.nn.lora.merge_lora`: plain layers, every decoding fast path
+    applies). Returns ``model``."""
     cfg = LoRAConfig.from_dict(table)
     device = next(model.parameters()).device
     apply_lora(model, cfg)
+    if not load:
+        return model
     state = {k: v.to(device) for k, v in read_adapters(ckpt).items()}
     load_lora_state_dict(model, state, where=f"{ckpt}/model.safetensors")
     if merge:

@@ -29,7 +29,7 @@ def test_run_holds_adapters_only_and_loads_with_its_base(tmp_path):
     assert tok2.encode(TEXT) == tok.encode(TEXT)
     with torch.no_grad():
         assert (loaded(ids).logits - want).abs().max() < 1e-5  # merged at load
-    unmerged, _, _ = sources._load_lora_run(run, str(run), "cpu", merge=False)
+    unmerged, _, _ = sources.load_lora_run(run, "cpu", merge=False)
     with torch.no_grad():
         assert torch.equal(unmerged(ids).logits, want)
     with pytest.raises(InputError, match="a LoRA run"):
