@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -46,3 +48,23 @@ def test_bad_lora_flags_exit_2(tmp_path, capsys, flags, match):
     assert got.code == 2 and match in got.err, got.err
     assert len(got.err.strip().splitlines()) <= 2  # usage line + one error line at most
     assert not (tmp_path / "r" / "checkpoint").exists()
+
+
+def test_generate_and_eval_take_a_lora_run(tmp_path, capsys):
+    """``--model RUN`` on generate and eval: the base loaded from its SPEC with the adapters;
+    eval's loss is the adapted model's own (computed here by hand from its logits)."""
+    run, adapted, tok = make_lora_run(tmp_path, make_base(tmp_path))
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    got = run_cli(capsys, "eval", "--model", run, "--text", text, "--json")
+    assert got.code == 0, got.err
+    loss = json.loads(got.out)["loss"]
+    ids = torch.tensor([tok.encode(TEXT)])
+    with torch.no_grad():
+        logits = adapted(ids[:, :-1]).logits[0]
+    want = torch.nn.functional.cross_entropy(logits, ids[0, 1:]).item()
+    assert abs(loss - want) < 1e-4
+    gen = run_cli(capsys, "generate", "--model", run, "--prompt", "to be", "--max-new-tokens",
+                  "5", "--temperature", "0", "--seed", "0")  # fmt: skip
+    assert gen.code == 0, gen.err
+    assert gen.out.startswith("to be")
