@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnlm.cli import finetune
 from attnlm.cli.common import (
     add_command,
     add_corpus_arguments,
@@ -31,6 +32,8 @@ from attnlm.validate import (
     positive_float,
     positive_int,
 )
+
+FINETUNE_FLAGS = finetune.FLAGS
 
 if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
     from attnlm.train.config import RunSpec
@@ -73,8 +76,9 @@ TRAIN_FLAGS = {
     "skip_bad": "skip_bad",
     "workers": "workers",
     "tokenizer_sample": "tokenizer_sample",
+    **FINETUNE_FLAGS,
 }
-PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir")
+PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir", "chat_data")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -167,6 +171,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
+    finetune.add_arguments(p)
 
     e = add_command(sub, "eval", _eval)
     add_model_spec_argument(e, checkpoint_synonym=True)
@@ -216,6 +221,8 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
             continue
         if dest in PATH_FLAGS:
             value = str(Path(value).expanduser().resolve())
+        elif dest == "init_from":
+            value = finetune.init_spec(value)
         out.append((field, value))
     return out
 
@@ -269,7 +276,10 @@ def _train(args: argparse.Namespace) -> int:
         spec = resume_spec(run_dir, _spec(args, base))
         resume = True
     else:
-        spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
+        if getattr(args, "init_from", None):
+            spec = _spec(args, finetune.base_tables(args, load_preset), args.preset or "init-from")
+        else:
+            spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
         run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
         if args.overwrite:
             import shutil
