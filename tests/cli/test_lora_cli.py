@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from attnlm import sources
 from support import run_cli
 from support_lora import TEXT, make_base, make_lora_run
 
@@ -68,3 +69,42 @@ def test_generate_and_eval_take_a_lora_run(tmp_path, capsys):
                   "5", "--temperature", "0", "--seed", "0")  # fmt: skip
     assert gen.code == 0, gen.err
     assert gen.out.startswith("to be")
+
+
+def test_train_lora_end_to_end(tmp_path, capsys):
+    """``attnlm train --init-from BASE --lora 4``: adapters only in the run folder, the base
+    untouched, ``--model RUN`` loads base + adapters, ``--resume`` continues, a changed base
+    is refused in one line."""
+    from attnlm.nn.lora import lora_state_dict
+
+    base_dir = make_base(tmp_path)
+    base_file = base_dir / "checkpoint" / "model.safetensors"
+    before = base_file.read_bytes()
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT * 40, encoding="utf-8")
+    run = tmp_path / "run"
+    common = ["--text", text, "--block-size", "32", "--batch-size", "2", "--eval-iters", "1",
+              "--no-progress", "--lr", "1e-2"]  # fmt: skip
+    got = run_cli(capsys, "train", "--init-from", base_dir, "--lora", "4", "--lora-targets",
+                  "q,v,down", "--max-iters", "3", "--out", run, *common)  # fmt: skip
+    assert got.code == 0, got.err
+    assert base_file.read_bytes() == before
+    config = json.loads((run / "checkpoint" / "config.json").read_text())
+    assert config["lora"]["targets"] == ["q", "v", "down"] and config["lora"]["r"] == 4
+    loaded, tok, _ = sources.resolve(run)
+    adapters = lora_state_dict(sources.load_lora_run(run, merge=False).model)
+    assert any(".lora_B." in k and v.abs().max() > 0 for k, v in adapters.items())
+    size = (run / "checkpoint" / "model.safetensors").stat().st_size
+    assert size < sum(v.numel() * 4 for v in adapters.values()) + 4096 < len(before) / 5
+
+    more = run_cli(capsys, "train", "--resume", run, "--max-iters", "5", "--no-progress")
+    assert more.code == 0, more.err
+    assert json.loads((run / "checkpoint" / "config.json").read_text())["step"] == 5
+    gen = run_cli(capsys, "generate", "--model", run, "--prompt", "to", "--max-new-tokens", "3")
+    assert gen.code == 0, gen.err
+
+    data = bytearray(before)
+    data[-7] ^= 0x55
+    base_file.write_bytes(bytes(data))
+    bad = run_cli(capsys, "generate", "--model", run, "--prompt", "to", "--max-new-tokens", "3")
+    assert bad.code == 2 and "not the one these adapters were trained on" in bad.err

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnlm.cli import finetune
 from attnlm.cli.common import (
     add_command,
     add_corpus_arguments,
@@ -32,6 +33,8 @@ from attnlm.validate import (
     positive_int,
     probability,
 )
+
+FINETUNE_FLAGS = finetune.FLAGS
 
 if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
     from attnlm.train.config import RunSpec
@@ -74,12 +77,13 @@ TRAIN_FLAGS = {
     "skip_bad": "skip_bad",
     "workers": "workers",
     "tokenizer_sample": "tokenizer_sample",
+    **FINETUNE_FLAGS,
     "lora": "lora",
     "lora_alpha": "lora_alpha",
     "lora_dropout": "lora_dropout",
     "lora_targets": "lora_targets",
 }
-PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir")
+PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir", "chat_data")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -173,6 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a preset value, e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
+    finetune.add_arguments(p)
 
     e = add_command(sub, "eval", _eval)
     add_model_spec_argument(e, checkpoint_synonym=True)
@@ -268,6 +273,8 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
             continue
         if dest in PATH_FLAGS:
             value = str(Path(value).expanduser().resolve())
+        elif dest == "init_from":
+            value = finetune.init_spec(value)
         out.append((field, value))
     return out
 
@@ -321,7 +328,10 @@ def _train(args: argparse.Namespace) -> int:
         spec = resume_spec(run_dir, _spec(args, base))
         resume = True
     else:
-        spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
+        if getattr(args, "init_from", None):
+            spec = _spec(args, finetune.base_tables(args, load_preset), args.preset or "init-from")
+        else:
+            spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
         run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
         if args.overwrite:
             import shutil

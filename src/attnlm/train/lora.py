@@ -40,6 +40,30 @@ def adapt(model: Any, cfg: TrainConfig, base_spec: str, base_path: Path) -> dict
     return table
 
 
+def lora_model(
+    model: Any, cfg: TrainConfig, init: Any, run_dir: Path, resume: bool
+) -> tuple[Any, dict]:
+    """The model a LoRA run trains and its ``"lora"`` table: a new run adapts ``model`` (the
+    ``--init-from`` source's weights, :class:`attnlm.train.finetune.InitSource` ``init``); a
+    resumed run loads the base again from the stored SPEC (:func:`resume_model`; the
+    checkpoint holds only the adapters) and keeps its stored table."""
+    if resume:
+        from attnlm.checkpoint import read_config, resolve_checkpoint
+
+        table = read_config(resolve_checkpoint(run_dir)).get("lora")
+        stored = {k: table.get(k) for k in ("r", "alpha", "dropout", "targets")} if table else {}
+        wanted = cfg.lora_config().to_dict()
+        if stored != wanted:
+            raise ConfigError(
+                f"cannot resume {run_dir}: its adapters are {stored or 'none'}, but "
+                f"{wanted} was requested; start a new run (--out)"
+            )
+        return resume_model(run_dir)[0], table
+    if init is None or init.path is None:
+        raise ConfigError("--lora puts adapters on a pretrained model: give --init-from SPEC")
+    return model, adapt(model, cfg, cfg.init_from, init.path)
+
+
 def resume_model(run_dir: Path, device: Any = "cpu") -> Any:
     """``(model, tokenizer, info)`` of a LoRA run to resume: its base from the stored SPEC
     (refused in one line if it changed) with the adapters applied, not merged and not yet

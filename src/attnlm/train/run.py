@@ -34,7 +34,9 @@ from attnlm.objectives import OBJECTIVES, make_objective
 from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare, prepare_pairs
+from attnlm.train.finetune import check_vocab, freeze, start_from
 from attnlm.train.fsdp import load_sharded, shard
+from attnlm.train.lora import lora_model
 from attnlm.train.optim import make_optimizer
 from attnlm.train.trainer import MetricsLog, Trainer, TrainJob, TrainResult, TrainState
 
@@ -84,24 +86,31 @@ def _data_fields(model: dict[str, Any], data: Any) -> dict[str, Any]:
     return fields
 
 
-def _sources(objective: Any, data: Any, kind: str) -> tuple[Any, Any]:
-    """Training and validation batch sources of the objective over the prepared data."""
+def _sources(objective: Any, data: Any, kind: str, block_size: int = 0) -> tuple[Any, Any]:
+    """Training and validation batch sources of the objective over the prepared data
+    (``block_size``: text windows of that many tokens; 0 = the model's)."""
     if kind == "pairs":
         return (
             objective.source(data.encoded("train"), data.target_chars("train")),
             objective.source(data.encoded("valid"), data.target_chars("valid")),
         )
+    window = block_size or None
     return (
-        objective.source(np.asarray(data.train.open()), data.train.chars_per_token),
-        objective.source(np.asarray(data.val.open()), data.val.chars_per_token),
+        objective.source(np.asarray(data.train.open()), data.train.chars_per_token, window),
+        objective.source(np.asarray(data.val.open()), data.val.chars_per_token, window),
     )
 
 
-def checkpoint_config(spec: RunSpec, family: Any, model_cfg: Any) -> dict[str, Any]:
+def checkpoint_config(
+    spec: RunSpec, family: Any, model_cfg: Any, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a checkpoint's ``config.json`` holds; ``extra``: more top-level entries (a
+    fine-tuned run's ``init_from`` record and ``chat_template``)."""
     return {
         "preset": spec.preset,
         "model": registry.config_table(family, model_cfg),
         "train": dataclasses.asdict(spec.train),
+        **(extra or {}),
     }
 
 
@@ -164,6 +173,10 @@ def train_run(
     every rank. ``on_step(step)`` is called after each optimizer step."""
     run_dir = Path(run_dir)
     cfg = spec.train
+    init, extra = None, {}
+    if cfg.init_from is not None:  # the architecture, weights and tokenizer of a pretrained model
+        spec, init, extra = start_from(spec, run_dir, resume, D.from_env().is_main, log)
+        cfg = spec.train
     # stand-ins for the fields the data decides, large enough for any special id
     registry.check_table(spec.model, vocab_size=1 << 16, src_vocab_size=1 << 16)
     family = registry.get(spec.model.get("type"))
@@ -204,8 +217,20 @@ def train_run(
         if dist.is_main:
             log(data.stats_line())
         torch.manual_seed(cfg.seed)
-        table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
+        if cfg.init_from is not None:
+            table = spec.model  # the source's: complete, checked against the tokenizer
+            check_vocab(data.tokenizer, table, cfg.init_from)
+        else:
+            table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
         model, model_cfg, family = registry.build(table)
+        if init is not None:
+            model.load_state_dict(init.state)
+            del init.state
+        if cfg.lora:  # adapters on the source model, the base frozen (train/lora.py)
+            model, extra["lora"] = lora_model(model, cfg, init, run_dir, resume)
+        frozen = freeze(model, cfg.freeze_embeddings, cfg.freeze_layers)
+        if frozen and dist.is_main:
+            log(f"frozen: {frozen / 1e6:.2f}M parameters (no gradients, no optimizer state)")
         if dist.rank:
             torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
         model.to(device)
@@ -215,7 +240,7 @@ def train_run(
         if cfg.hmm_em and fit_step is None:
             raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
-        train_src, val_src = _sources(objective, data, kind)
+        train_src, val_src = _sources(objective, data, kind, cfg.block_size)
         trainer = Trainer(
             TrainJob(
                 model=model,
@@ -224,7 +249,7 @@ def train_run(
                 train=train_src,
                 val=val_src,
                 run_dir=run_dir,
-                checkpoint_config=checkpoint_config(spec, family, model_cfg),
+                checkpoint_config=checkpoint_config(spec, family, model_cfg, extra),
                 tokenizer=data.tokenizer,
                 device=device,
                 dist=dist,
