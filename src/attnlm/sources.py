@@ -260,12 +260,19 @@ def vocab_merges_tokenizer(folder: Path) -> Any:
 
 def _load_run(path: Path, spec: str, device: Any) -> Resolved:
     from attnlm.checkpoint import load_checkpoint, read_config, resolve_checkpoint
+    from attnlm.tokenizers.chat_template import ChatTemplate
 
     if isinstance(read_config(resolve_checkpoint(path)).get("lora"), dict):
         return load_lora_run(path, device, spec=spec)
     ck = load_checkpoint(path, device)
     info = ModelInfo(spec, "run", ck.path, ck.family, checkpoint=ck)
-    info.stop_ids = stop_ids(ck.tokenizer, {}, None)
+    stored = ck.config.get("chat_template")  # a run fine-tuned from a chat model keeps its own
+    special: dict[str, str] = {}
+    if isinstance(stored, dict) and isinstance(stored.get("source"), str):
+        special = dict(stored.get("special_tokens") or {})
+        origin = f"{ck.path}/config.json: chat_template"
+        info.chat_template = ChatTemplate(stored["source"], special, origin=origin)
+    info.stop_ids = stop_ids(ck.tokenizer, special, None)
     return Resolved(ck.model, ck.tokenizer, info)
 
 

@@ -56,8 +56,15 @@ def objective_data(objective_name: str) -> str:
 
 
 def _prepare(
-    run_dir: Path, cfg: TrainConfig, kind: str, resume: bool = False, log: Any = None
+    run_dir: Path,
+    cfg: TrainConfig,
+    kind: str,
+    resume: bool = False,
+    log: Any = None,
+    extra: dict[str, Any] | None = None,
 ) -> Any:
+    if cfg.chat_data is not None:
+        return _prepare_chat(cfg, kind, extra or {})
     if kind == "pairs" and cfg.text is not None:
         raise ConfigError("this model family trains on sentence pairs: give --pairs, not --text")
     if kind != "pairs" and cfg.pairs is not None:
@@ -65,6 +72,25 @@ def _prepare(
     if kind == "pairs":
         return prepare_pairs(run_dir, cfg)
     return prepare(run_dir, cfg, resume=resume, log=log)
+
+
+def _prepare_chat(cfg: TrainConfig, kind: str, extra: dict[str, Any]) -> Any:
+    """Conversations (``--chat-data``) encoded with the ``--init-from`` model's tokenizer and
+    chat template (:mod:`attnlm.train.chat_data`)."""
+    from attnlm import tokenizers
+    from attnlm.tokenizers.chat_template import ChatTemplate
+    from attnlm.train.chat_data import prepare_chat
+
+    if cfg.init_from is None:
+        raise ConfigError("--chat-data fine-tunes a pretrained chat model: give --init-from SPEC")
+    if kind != "text":
+        raise ConfigError("--chat-data trains causal language models (gpt, llama)")
+    stored = extra.get("chat_template")
+    template = None
+    if stored:
+        origin = f"{cfg.init_from}: chat template"
+        template = ChatTemplate(stored["source"], stored.get("special_tokens"), origin=origin)
+    return prepare_chat(cfg, tokenizers.load(cfg.tokenizer), template)
 
 
 def _model_fields(data: Any) -> dict[str, Any]:
@@ -89,6 +115,8 @@ def _data_fields(model: dict[str, Any], data: Any) -> dict[str, Any]:
 def _sources(objective: Any, data: Any, kind: str, block_size: int = 0) -> tuple[Any, Any]:
     """Training and validation batch sources of the objective over the prepared data
     (``block_size``: text windows of that many tokens; 0 = the model's)."""
+    if hasattr(data, "sources"):  # conversations: their own batches
+        return data.sources(block_size)
     if kind == "pairs":
         return (
             objective.source(data.encoded("train"), data.target_chars("train")),
@@ -210,10 +238,10 @@ def train_run(
             torch.set_num_threads(cfg.threads)
         kind = objective_data(objective_name)
         if dist.is_main:
-            data = _prepare(run_dir, cfg, kind, resume, log)
+            data = _prepare(run_dir, cfg, kind, resume, log, extra)
         _barrier(dist)
         if not dist.is_main:
-            data = _prepare(run_dir, cfg, kind, resume)
+            data = _prepare(run_dir, cfg, kind, resume, extra=extra)
         if dist.is_main:
             log(data.stats_line())
         torch.manual_seed(cfg.seed)
