@@ -44,6 +44,7 @@ LAYERS = {
     "attnlm.evaluation": 4,
     "attnlm.checkpoint": 4,
     "attnlm.sources": 4,  # --model SPEC: the resolver over every model source
+    "attnlm.lora_run": 4,  # a LoRA run: adapters, base SPEC and fingerprint
     "attnlm.inspect": 4,
     "attnlm.generate": 4,
     "attnlm.train": 5,

@@ -44,6 +44,7 @@ import torch
 from attnlm.errors import AttnlmError, InputError
 from attnlm.fileio import atomic_write_text, fsync_dir
 from attnlm.nn.layout import standard_layout
+from attnlm.nn.lora import has_lora, load_lora_state_dict, lora_state_dict
 
 FORMAT = "attnlm-checkpoint-v1"
 CHECKPOINT_DIR = "checkpoint"
@@ -107,7 +108,7 @@ def save_checkpoint(
     ``move_in``: folders written beforehand (a sharded checkpoint's ``shards/``, already
     synced to disk), renamed into the new checkpoint under these names before it replaces
     the old one."""
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file, save_model
 
     final = Path(ckpt_dir)
     parent = final.parent
@@ -118,7 +119,13 @@ def save_checkpoint(
         shutil.rmtree(leftover, ignore_errors=True)
     try:
         tmp.mkdir()
-        save_model(standard_layout(model), str(tmp / "model.safetensors"))
+        if has_lora(model):  # a LoRA run keeps its adapters only: the base is its SPEC
+            save_file(
+                {k: v.contiguous() for k, v in lora_state_dict(model).items()},
+                str(tmp / "model.safetensors"),
+            )
+        else:
+            save_model(standard_layout(model), str(tmp / "model.safetensors"))
         _write_json(tmp / "config.json", {"format": FORMAT, **config})
         written = _save_tokenizer(tmp, tokenizer)
         torch.save(state, tmp / "state.pt")
@@ -199,9 +206,18 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def load_weights(model: torch.nn.Module, ckpt: Path, device: str | torch.device = "cpu") -> None:
-    """Load ``model.safetensors`` of ``ckpt`` into ``model`` (strict)."""
-    from safetensors.torch import load_model
+    """Load ``model.safetensors`` of ``ckpt`` into ``model`` (strict); a model with LoRA
+    adapters (:mod:`attnlm.nn.lora`) loads its adapters only, which is all a LoRA run saves."""
+    from safetensors.torch import load_file, load_model
 
+    if has_lora(model):
+        try:
+            state = load_file(str(ckpt / "model.safetensors"), device=str(device))
+        except Exception as e:  # noqa: BLE001 - safetensors raises several kinds
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({first})") from None
+        load_lora_state_dict(model, state, where=f"{ckpt}/model.safetensors")
+        return
     try:
         path = str(ckpt / "model.safetensors")
         load_model(standard_layout(model), path, strict=True, device=str(device))
@@ -246,6 +262,11 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
 
     ckpt = resolve_checkpoint(path)
     config = read_config(ckpt)
+    if isinstance(config.get("lora"), dict):
+        raise InputError(
+            f"{ckpt}: a LoRA run (adapters over {config['lora'].get('base')}); load it as "
+            "--model (attnlm.sources.resolve), which loads the base and applies them"
+        )
     model, model_cfg, family = registry.build(config["model"])
     load_weights(model, ckpt)
     tok, pairs = load_tokenizer(ckpt)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -60,6 +61,7 @@ MODELS: dict[str, str | None] = {
     "gpt": "shakespeare-char",
     "llama": "llama-char",
 }
+INIT_FROM = "init-from:"  # a --models entry "init-from:SPEC": SPEC fine-tuned on the text
 DATA_FILES = ("tokenizer.json", "train.bin", "train.json", "val.bin", "val.json", "data.json")
 RESULT_FILE = "result.json"
 MAX_ORDER = 10
@@ -93,11 +95,11 @@ class CompareConfig:
 
         if self.tokenizer not in ("char", "bpe"):
             raise ConfigError(f"--tokenizer must be char or bpe, got {self.tokenizer!r}")
-        unknown = [m for m in self.models if m not in MODELS]
+        unknown = [m for m in self.models if m not in MODELS and not init_spec(m)]
         if unknown or not self.models:
             raise ConfigError(
                 f"unknown model(s) {', '.join(unknown) or '(none given)'} in --models "
-                f"(known: {','.join(MODELS)})"
+                f"(known: {','.join(MODELS)}, and {INIT_FROM}SPEC for a pretrained model)"
             )
         if len(set(self.models)) != len(self.models):
             raise ConfigError("--models lists a model twice")
@@ -129,6 +131,18 @@ class CompareConfig:
         }
 
 
+def init_spec(name: str) -> str | None:
+    """The SPEC of a ``init-from:SPEC`` entry of ``--models`` (None for a family name)."""
+    if name.startswith(INIT_FROM) and name[len(INIT_FROM) :].strip():
+        return name[len(INIT_FROM) :].strip()
+    return None
+
+
+def model_folder(name: str) -> str:
+    """The folder of a model in ``OUT`` (``init-from:org/name`` -> ``init-from-org-name``)."""
+    return re.sub(r"[^\w.-]+", "-", name).strip("-")
+
+
 @dataclass
 class ModelResult:
     """One row of the table and its validation curve (``(seconds, bits/char)`` points)."""
@@ -156,6 +170,7 @@ class SharedData:
     val_ids: Any  # np.ndarray (N,)
     val_chars: int
     n_train_tokens: int
+    val_text: str = ""  # the scored characters (a pretrained model encodes them itself)
 
     @property
     def n_targets(self) -> int:
@@ -184,7 +199,7 @@ def prepare_shared(cfg: CompareConfig) -> SharedData:
     ids = np.asarray(encode_text(data.tokenizer, val_text, "validation text"), dtype=np.int64)
     if len(ids) < 2:
         raise ConfigError("the validation text is too short to score (need 2 tokens)")
-    return SharedData(folder, data.tokenizer, ids, len(val_text), data.train.n_tokens)
+    return SharedData(folder, data.tokenizer, ids, len(val_text), data.train.n_tokens, val_text)
 
 
 # -- the n-gram baseline ------------------------------------------------------------------------
@@ -248,13 +263,21 @@ def _run_spec(cfg: CompareConfig, name: str) -> Any:
 
     from attnlm.train.config import load_spec
 
-    preset = MODELS[name]
-    assert preset is not None
-    spec = load_spec(preset, cfg.overrides.get(name))
+    source = init_spec(name)
+    if source is not None:  # a pretrained model, fine-tuned with its own tokenizer
+        from attnlm.train.config import RunSpec, TrainConfig
+        from attnlm.train.finetune import FINETUNE_TRAIN
+
+        train0 = TrainConfig(**FINETUNE_TRAIN, init_from=source)  # type: ignore[arg-type]
+        spec = RunSpec(model={}, train=train0, preset=name)
+    else:
+        preset = MODELS[name]
+        assert preset is not None
+        spec = load_spec(preset, cfg.overrides.get(name))
     train = dataclasses.replace(
         spec.train,
         text=cfg.text,
-        tokenizer=cfg.tokenizer,
+        tokenizer=cfg.tokenizer if source is None else spec.train.tokenizer,
         bpe_vocab_size=cfg.bpe_vocab_size,
         time_budget=f"{cfg.budget_s}s",
         max_iters=10**9,
@@ -279,24 +302,33 @@ def run_neural(
     from attnlm.objectives import make_objective
     from attnlm.train.run import METRICS_FILE, train_run
 
-    run_dir = Path(cfg.out) / name
+    run_dir = Path(cfg.out) / model_folder(name)
     spec = _run_spec(cfg, name)
+    pretrained = init_spec(name) is not None
     resume = (run_dir / CHECKPOINT_DIR).is_dir()
     if not resume:
         if run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
-        for f in DATA_FILES:  # the shared tokenizer and split: prepare() reuses them
+        for f in DATA_FILES if not pretrained else ():  # the shared tokenizer and split
             shutil.copy2(shared.folder / f, run_dir / f)
     result = train_run(spec, run_dir, resume=resume, log=log)
     device = resolve_device(cfg.device)
     ck = load_checkpoint(run_dir, device)
     objective = make_objective(ck.family.objective, ck.tokenizer, ck.model_config)
+    val_ids, window = shared.val_ids, int(ck.model_config.block_size)
+    if pretrained:  # the same characters, in the model's own tokens and training window
+        import numpy as np
+
+        from attnlm.tokenizers import encode_text
+
+        val_ids = np.asarray(encode_text(ck.tokenizer, shared.val_text, "validation text"))
+        window = int(ck.train_config.get("block_size") or window)
     ev = evaluate_ids(
         ck.model,
-        shared.val_ids,
+        val_ids,
         shared.val_chars,
-        int(ck.model_config.block_size),
+        window,
         cfg.batch_size,
         device,
         objective=objective,
@@ -337,7 +369,7 @@ def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[Mod
 
     out = Path(cfg.out)
     signature = cfg.signature()
-    done = {n: _load_done(out / n / RESULT_FILE, signature) for n in cfg.models}
+    done = {n: _load_done(out / model_folder(n) / RESULT_FILE, signature) for n in cfg.models}
     # the corpus is read (and refused, one line) before any output or progress bar
     shared = prepare_shared(cfg) if None in done.values() else None
     out.mkdir(parents=True, exist_ok=True)
@@ -346,7 +378,7 @@ def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[Mod
     say = bar.write if cfg.progress else log
     try:
         for name in cfg.models:
-            done_file = out / name / RESULT_FILE
+            done_file = out / model_folder(name) / RESULT_FILE
             res = done[name]
             if res is not None:
                 say(f"{name}: already done in {done_file.parent} (val {res.val_bpc} bits/char)")
@@ -411,12 +443,13 @@ def plot_curves(results: list[ModelResult], path: Path, cfg: CompareConfig) -> P
 
 def format_table(results: list[ModelResult]) -> str:
     """The comparison as a fixed-width text table."""
-    head = f"{'model':<7}{'params':>12}{'train s':>10}{'tokens/s':>12}{'val bits/char':>15}"
+    width = max([7, *(len(r.model) + 1 for r in results)])
+    head = f"{'model':<{width}}{'params':>12}{'train s':>10}{'tokens/s':>12}{'val bits/char':>15}"
     head += f"{'ppl/token':>11}"
     lines = [head, "-" * len(head)]
     for r in results:
         lines.append(
-            f"{r.model:<7}{r.params:>12,}{r.train_seconds:>10.1f}{r.tokens_per_second:>12,.0f}"
+            f"{r.model:<{width}}{r.params:>12,}{r.train_seconds:>10.1f}{r.tokens_per_second:>12,.0f}"
             f"{r.val_bpc:>15.4f}{r.ppl:>11.3f}"
         )
     return "\n".join(lines)

@@ -259,12 +259,58 @@ def vocab_merges_tokenizer(folder: Path) -> Any:
 
 
 def _load_run(path: Path, spec: str, device: Any) -> Resolved:
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.checkpoint import load_checkpoint, read_config, resolve_checkpoint
+    from attnlm.tokenizers.chat_template import ChatTemplate
 
+    if isinstance(read_config(resolve_checkpoint(path)).get("lora"), dict):
+        return load_lora_run(path, device, spec=spec)
     ck = load_checkpoint(path, device)
     info = ModelInfo(spec, "run", ck.path, ck.family, checkpoint=ck)
-    info.stop_ids = stop_ids(ck.tokenizer, {}, None)
+    stored = ck.config.get("chat_template")  # a run fine-tuned from a chat model keeps its own
+    special: dict[str, str] = {}
+    if isinstance(stored, dict) and isinstance(stored.get("source"), str):
+        special = dict(stored.get("special_tokens") or {})
+        origin = f"{ck.path}/config.json: chat_template"
+        info.chat_template = ChatTemplate(stored["source"], special, origin=origin)
+    info.stop_ids = stop_ids(ck.tokenizer, special, None)
     return Resolved(ck.model, ck.tokenizer, info)
+
+
+def load_lora_run(
+    path: str | os.PathLike[str],
+    device: Any = "cpu",
+    merge: bool = True,
+    load: bool = True,
+    spec: str | None = None,
+) -> Resolved:
+    """A LoRA run (:mod:`attnlm.lora_run`): its base SPEC resolved and checked against the
+    fingerprint, the adapters applied with the run's values (``load``) and merged into the
+    weights (``merge``). The base's chat template and stop ids come along;
+    ``info.checkpoint`` is the run's record."""
+    from attnlm.checkpoint import Checkpoint, read_config, resolve_checkpoint
+    from attnlm.lora_run import attach, check_base
+    from attnlm.models import registry
+
+    ckpt = resolve_checkpoint(path)
+    spec = str(path) if spec is None else spec
+    config = read_config(ckpt)
+    table = config.get("lora")
+    if not isinstance(table, dict):
+        raise InputError(f"{ckpt}/config.json: not a LoRA run (no lora table)")
+    base = table.get("base")
+    if not isinstance(base, str) or not base:
+        raise InputError(f"{ckpt}/config.json: the lora table names no base model")
+    model, tok, base_info = resolve(base, device)
+    model_table = registry.config_table(base_info.family, model.config)
+    check_base(table, base_info.path, model_table, ckpt)
+    attach(model, table, ckpt, merge=merge, load=load)
+    ck = Checkpoint(path=ckpt, model=model, tokenizer=tok, model_config=model.config,
+                    train_config=dict(config.get("train", {})), step=int(config.get("step", 0)),
+                    config=config, family=base_info.family, source_tokenizer=tok)  # fmt: skip
+    info = ModelInfo(spec, "run", ckpt, base_info.family, checkpoint=ck)
+    info.chat_template, info.stop_ids = base_info.chat_template, base_info.stop_ids
+    info.details["lora_base"] = base
+    return Resolved(model, tok, info)
 
 
 def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:

@@ -197,3 +197,35 @@ def test_rotary_heads_equal_split_and_apply_rotary(per_row):
     assert_close(ours[0] + ours[1], ref[0] + ref[1])
     with torch.no_grad():  # inference: the same one-pass forward without the Function
         assert_close(fused.rotary_heads(qkv, cos, sin, H, Hkv), ref[0])
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_chunked_head_loss_is_cross_entropy(rows):
+    """Loss and gradients (hidden states and head weight) of the chunked head against
+    ``F.cross_entropy`` of the full logits, ignored targets included."""
+    torch.manual_seed(0)
+    h = torch.randn(50, 16, requires_grad=True)
+    w = torch.randn(37, 16, requires_grad=True)
+    t = torch.randint(0, 37, (50,))
+    t[::5] = -100
+    want = torch.nn.functional.cross_entropy(h @ w.T, t, reduction="sum")
+    gh, gw = torch.autograd.grad(2.5 * want, (h, w))
+    got = fused.chunked_head_loss(h, w, t, rows=rows)
+    dh, dw = torch.autograd.grad(2.5 * got, (h, w))
+    assert torch.allclose(got, want, rtol=1e-5)
+    assert torch.allclose(dh, gh, atol=1e-5) and torch.allclose(dw, gw, atol=1e-4)
+    frozen = fused.chunked_head_loss(h, w.detach(), t, rows=rows)
+    (only,) = torch.autograd.grad(frozen, (h,))
+    assert torch.allclose(only, gh / 2.5, atol=1e-5)
+
+
+def test_swiglu_matches_the_plain_ops():
+    torch.manual_seed(0)
+    gu = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(fused.swiglu, (gu,))
+    g, u = gu.chunk(2, dim=-1)
+    want = F.silu(g) * u
+    dy = torch.randn_like(want)
+    (ref,) = torch.autograd.grad(want, gu, dy)
+    (got,) = torch.autograd.grad(fused.swiglu(gu), gu, dy)
+    assert torch.allclose(got, ref, atol=1e-12)

@@ -27,7 +27,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add_time_budget_argument(p, "90s", "each model", aliases=("--budget",))
     p.add_argument(
-        "--models", default=",".join(MODELS), type=arg(name_or_path), help="comma-separated subset"
+        "--models",
+        default=",".join(MODELS),
+        type=arg(name_or_path),
+        help="comma-separated subset; init-from:SPEC adds a pretrained model (what --model "
+        "takes) fine-tuned on the text with its own tokenizer for the same budget",
+    )
+    p.add_argument(
+        "--init-from",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        type=arg(name_or_path),
+        help="add the row init-from:SPEC: a pretrained model fine-tuned on the text (repeatable)",
     )
     p.add_argument(
         "--out", default="runs/compare", metavar="DIR", type=arg(output_dir),
@@ -72,9 +84,17 @@ def _compare(args: argparse.Namespace) -> int:
     """train n-gram, feed-forward, RNN, LSTM, GRU and GPT on one text and compare
 
     Every family on one text, tokenizer and split, with the same wall-clock budget each; scored in
-    bits per character on the same validation text (docs/compare.md). Finished models in --out are
-    not trained again."""
-    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    bits per character on the same validation text (docs/compare.md). A pretrained model
+    (--init-from SPEC) is fine-tuned for the same budget with its own tokenizer and scored on the
+    same characters. Finished models in --out are not trained again."""
+    from attnlm.cli.finetune import init_spec as absolute_spec
+    from attnlm.compare import INIT_FROM
+    from attnlm.compare import init_spec as row_spec
+
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    names += [INIT_FROM + spec for spec in args.init_from]
+    # a pretrained model given by a path is named by its absolute path (runs are resumable)
+    models = tuple(INIT_FROM + absolute_spec(s) if (s := row_spec(m)) else m for m in names)
     cfg = CompareConfig(
         text=str(args.text) if args.text is not None else None,
         tokenizer=args.tokenizer,

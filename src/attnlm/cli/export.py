@@ -36,6 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="GGUF matrix type (default f32; 1-D tensors stay f32, and matrices whose rows are "
         "not a multiple of 32 long are stored f16 under q8_0 / q4_0)",
     )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA run (train --lora): fold the adapters into the base (W + scale B A) and "
+        "write the merged model",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -46,7 +52,9 @@ def _export(args: argparse.Namespace) -> int:
     --gguf OUT.gguf writes a llama or gpt model and its byte-level BPE tokenizer (and chat
     template) in the layout llama.cpp reads, with matrices in --type (f32, f16, q8_0, q4_0);
     --out DIR writes a Hugging Face folder (config.json, safetensors and, for byte-level BPE,
-    tokenizer.json). An existing output is kept unless --overwrite is given."""
+    tokenizer.json). A LoRA run needs --merge: its adapters are merged into the base model's
+    weights and the output holds a plain model. An existing output is kept unless --overwrite
+    is given."""
     from attnlm.sources import resolve
 
     target = "gguf" if args.gguf is not None else "hf"
@@ -54,17 +62,31 @@ def _export(args: argparse.Namespace) -> int:
         raise InputError("--type applies to --gguf only")
     out = Path(args.gguf if target == "gguf" else args.out)
     _check_overwrite(out, target, args.overwrite)
-    found = resolve(args.model)
+    lora = _is_lora_run(args.model)
+    if lora and not args.merge:
+        raise InputError(f"{args.model}: a LoRA run; add --merge to write the merged model")
+    found = resolve(args.model)  # a LoRA run comes back with its adapters merged
     summary = TARGETS[target](found, out, args)
-    summary = {"model": args.model, "out": str(out), **summary}
+    summary = {"model": args.model, "out": str(out), "lora_merged": lora, **summary}
     if args.json:
         print(json.dumps(summary))
     else:
         detail = ", ".join(f"{n} {t}" for t, n in summary.get("types", {}).items())
         if target == "hf" and not summary["tokenizer"]:
             detail = "no tokenizer.json: only GPT-2-style byte-level BPE tokenizers are written"
-        print(f"wrote {out} ({summary['format']}{': ' + detail if detail else ''})")
+        merged = ", LoRA adapters merged" if lora else ""
+        print(f"wrote {out} ({summary['format']}{merged}{': ' + detail if detail else ''})")
     return 0
+
+
+def _is_lora_run(spec: str) -> bool:
+    """Whether ``spec`` is an attnlm run that stores LoRA adapters only."""
+    from attnlm.checkpoint import read_config, resolve_checkpoint
+
+    try:
+        return isinstance(read_config(resolve_checkpoint(spec)).get("lora"), dict)
+    except (InputError, OSError):
+        return False  # not an attnlm run: resolve() names the problem
 
 
 def _check_overwrite(out: Path, target: str, overwrite: bool) -> None:

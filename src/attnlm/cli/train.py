@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnlm.cli import finetune
 from attnlm.cli.common import (
     add_command,
     add_corpus_arguments,
@@ -33,7 +34,10 @@ from attnlm.validate import (
     output_dir,
     positive_float,
     positive_int,
+    probability,
 )
+
+FINETUNE_FLAGS = finetune.FLAGS
 
 if TYPE_CHECKING:  # the train package imports torch; the CLI loads it only when used
     from attnlm.train.config import RunSpec
@@ -68,8 +72,13 @@ TRAIN_FLAGS = {
     "skip_bad": "skip_bad",
     "workers": "workers",
     "tokenizer_sample": "tokenizer_sample",
+    **FINETUNE_FLAGS,
+    "lora": "lora",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "lora_targets": "lora_targets",
 }
-PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir")
+PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir", "chat_data")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -162,6 +171,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_const", const=False, default=None
     )
+    add_lora_arguments(p)
     p.add_argument(
         "--set",
         action="append",
@@ -170,6 +180,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=arg(non_empty),
         help="override a preset value: e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
     )
+    finetune.add_arguments(p)
 
     e = add_command(sub, "eval", _eval)
     add_model_spec_argument(e, checkpoint_synonym=True)
@@ -216,6 +227,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
 
 
+def _lora_targets(value: str, name: str | None = None) -> str:
+    from attnlm.nn.lora import parse_targets
+
+    return ",".join(parse_targets(value))
+
+
+def _lora_dropout(value: str, name: str | None = None) -> float:
+    p = probability(value, name)
+    if p >= 1:
+        raise InputError(f"must be below 1, got {value}")
+    return p
+
+
+def add_lora_arguments(p: argparse.ArgumentParser) -> None:
+    """``--lora R`` and its settings (:mod:`attnlm.nn.lora`; defaults are peft's)."""
+    g = p.add_argument_group("LoRA (with --init-from: adapters on the pretrained model)")
+    g.add_argument(
+        "--lora",
+        type=arg(positive_int),
+        default=None,
+        metavar="R",
+        help="train rank-R adapters beside the target layers, the base frozen",
+    )
+    g.add_argument(
+        "--lora-alpha",
+        type=arg(positive_float),
+        default=None,
+        metavar="A",
+        help="scale of the update is A/R (default 8, as peft)",
+    )
+    g.add_argument(
+        "--lora-dropout",
+        type=arg(_lora_dropout),
+        default=None,
+        metavar="P",
+        help="dropout on the adapters' input, 0 <= P < 1 (default 0)",
+    )
+    g.add_argument(
+        "--lora-targets",
+        type=arg(_lora_targets),
+        default=None,
+        metavar="LIST",
+        help="comma-separated: q,k,v,qkv,o,gate,up,down or all (default q,v)",
+    )
+
+
 def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
     """CLI flags given on the command line, as (TrainConfig field, value) pairs."""
     out = []
@@ -225,6 +282,8 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
             continue
         if dest in PATH_FLAGS:
             value = str(Path(value).expanduser().resolve())
+        elif dest == "init_from":
+            value = finetune.init_spec(value)
         out.append((field, value))
     return out
 
@@ -278,7 +337,10 @@ def _train(args: argparse.Namespace) -> int:
         spec = resume_spec(run_dir, _spec(args, base))
         resume = True
     else:
-        spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
+        if getattr(args, "init_from", None):
+            spec = _spec(args, finetune.base_tables(args, load_preset), args.preset or "init-from")
+        else:
+            spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
         run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
         if args.overwrite:
             import shutil

@@ -36,13 +36,14 @@ IGNORE_INDEX = -100  # targets with this value are not predicted (padding, unmas
 class ModelOutput:
     """What a model family's ``forward`` returns.
 
-    ``logits`` ``(B, T, V)``; ``loss`` (mean cross-entropy over counted targets), ``loss_sum``
-    and ``n_targets`` when targets were given; ``attentions``: one ``(B, H, T, S)`` weight
-    tensor per layer of self-attention (encoder layers for an encoder-only model, decoder
-    layers for an encoder-decoder) when asked; ``hidden_states``: ``L + 1`` tensors
-    ``(B, T, C)`` (the embedding output, then each layer's output) when asked;
-    ``cross_attentions`` ``(B, H, T, S)`` per decoder layer and ``encoder_attentions`` for
-    encoder-decoder models.
+    ``logits`` ``(B, T, V)`` (None from a training forward that computed its loss a chunk of
+    rows at a time, ``Decoder.loss_chunk``); ``loss`` (mean cross-entropy over counted
+    targets), ``loss_sum`` and ``n_targets`` when targets were given; ``attentions``: one
+    ``(B, H, T, S)`` weight tensor per layer of self-attention (encoder layers for an
+    encoder-only model, decoder layers for an encoder-decoder) when asked; ``hidden_states``:
+    ``L + 1`` tensors ``(B, T, C)`` (the embedding output, then each layer's output) when
+    asked; ``cross_attentions`` ``(B, H, T, S)`` per decoder layer and ``encoder_attentions``
+    for encoder-decoder models.
     """
 
     logits: Tensor

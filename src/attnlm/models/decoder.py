@@ -28,8 +28,16 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
-from attnlm.models.base import ModelOutput, check_ids, check_targets, count_params, token_loss
+from attnlm.models.base import (
+    IGNORE_INDEX,
+    ModelOutput,
+    check_ids,
+    check_targets,
+    count_params,
+    token_loss,
+)
 from attnlm.models.decode_step import flat_step, flat_step_applies
+from attnlm.nn import fused
 from attnlm.nn.blocks import dropout_layer
 from attnlm.nn.cache import KVCache, NoCache
 from attnlm.nn.masks import causal_mask, combine_masks, padding_mask
@@ -121,6 +129,8 @@ class Decoder(nn.Module):
             attentions.append(weights)
             hidden.append(x)
         state.advance(T)
+        if targets is not None and self._chunked_loss(return_attention or return_hidden):
+            return self._loss_only(self.ln_f(x), targets, ids)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         out = ModelOutput(logits=logits)
         out.attentions = attentions if return_attention else None
@@ -129,6 +139,26 @@ class Decoder(nn.Module):
             check_targets(targets, ids)
             out.loss, out.loss_sum, out.n_targets = token_loss(logits, targets)
         return out
+
+    # Rows per chunk of the training loss, 0 for the plain head: LoRA training sets it
+    # (attnlm.nn.lora.apply_lora), where the logits are wanted for the loss alone
+    loss_chunk: int = 0
+
+    def _chunked_loss(self, wants_more: bool) -> bool:
+        return bool(self.loss_chunk) and torch.is_grad_enabled() and not wants_more
+
+    def _loss_only(self, h: Tensor, targets: Tensor, ids: Tensor) -> ModelOutput:
+        """The training loss of final hidden states ``h`` ``(B, T, C)`` computed
+        :attr:`loss_chunk` rows at a time (:func:`attnlm.nn.fused.chunked_head_loss`: the
+        ``(B T, V)`` logits are never held at once); ``logits`` is None."""
+        check_targets(targets, ids)
+        flat = targets.reshape(-1)  # (B T,)
+        total = fused.chunked_head_loss(
+            h.reshape(-1, h.shape[-1]), self.lm_head.weight, flat, self.loss_chunk, IGNORE_INDEX
+        )
+        count = (flat != IGNORE_INDEX).sum()
+        return ModelOutput(logits=None, loss=total / count.clamp(min=1), loss_sum=total,
+                           n_targets=count)  # fmt: skip
 
     def _check_inputs(
         self, ids: Tensor, state: NoCache, attention_mask: Tensor | None

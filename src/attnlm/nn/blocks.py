@@ -29,7 +29,7 @@ from attnlm.errors import ConfigError
 
 # RMSNorm (Zhang & Sennrich, 2019), ``x / sqrt(mean(x²) + eps) · γ``: no centring, no bias,
 # one reduction fewer than LayerNorm (Llama); ``nn.RMSNorm`` on the fused CPU kernel
-from attnlm.nn.fused import RMSNorm
+from attnlm.nn.fused import RMSNorm, swiglu
 from attnlm.nn.packing import Packing
 
 __all__ = [
@@ -100,8 +100,9 @@ class SwiGLU(nn.Module):
         self.drop = dropout_layer(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.fc(x).chunk(2, dim=-1)  # (B, T, F) each
-        return self.drop(self.proj(F.silu(gate) * up))
+        # SiLU(gate) ⊙ up of the fused (B, T, 2F) projection: fused.swiglu keeps only that
+        # projection for the backward (the plain ops keep SiLU(gate) as well)
+        return self.drop(self.proj(swiglu(self.fc(x))))
 
 
 class TransformerBlock(nn.Module):

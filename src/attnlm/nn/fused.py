@@ -45,10 +45,12 @@ __all__ = [
     "ONEDNN_MIN_ROWS",
     "Linear",
     "RMSNorm",
+    "chunked_head_loss",
     "linear",
     "onednn_available",
     "rms_norm",
     "rotary_heads",
+    "swiglu",
     "use_onednn",
 ]
 
@@ -93,7 +95,8 @@ class _Linear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        ctx.save_for_backward(x, weight)
+        # x serves dW only: a frozen weight (fine-tuning, LoRA) does not keep its input alive
+        ctx.save_for_backward(x if weight.requires_grad else None, weight)
         ctx.has_bias = bias is not None
         return _gemm(x, weight, bias)
 
@@ -283,3 +286,104 @@ def rotary_heads(
     if not _needs_grad(qkv):
         return _rotary_heads(qkv, cos, sin, split)
     return _RotaryHeads.apply(qkv, cos, sin, split)
+
+
+# ---------------------------------------------------------------------------------------------
+# SwiGLU's gate
+
+
+class _SwiGLU(torch.autograd.Function):
+    """``y = SiLU(g) ⊙ u`` of ``gu = [g, u]`` ``(..., 2F)``; saves only ``gu``. With
+    ``s = σ(g)``: ``du = dy SiLU(g)``, ``dg = dy u s (1 + g (1 - s))``."""
+
+    @staticmethod
+    def forward(ctx, gu: Tensor) -> Tensor:
+        ctx.save_for_backward(gu)
+        g, u = gu.chunk(2, dim=-1)
+        return F.silu(g).mul_(u)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor) -> Tensor:
+        (gu,) = ctx.saved_tensors
+        g, u = gu.chunk(2, dim=-1)
+        s = torch.sigmoid(g)  # (..., F)
+        dgu = torch.empty_like(gu)
+        dg, du = dgu.chunk(2, dim=-1)
+        torch.mul(g, s, out=du).mul_(dy)  # dy SiLU(g)
+        one = torch.ones((), dtype=g.dtype, device=g.device)
+        # s (1 + g (1 - s)) = s + g s - g s²
+        torch.mul(dy, u, out=dg).mul_(s * (one + g * (one - s)))
+        return dgu
+
+
+def swiglu(gu: Tensor) -> Tensor:
+    """``SiLU(gate) ⊙ up`` of a fused projection ``gu`` ``(..., 2F)`` (gate half first) ->
+    ``(..., F)``; under autograd the hand-written backward keeps only ``gu``."""
+    if not _needs_grad(gu) or torch.compiler.is_compiling():
+        gate, up = gu.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return _SwiGLU.apply(gu)
+
+
+# ---------------------------------------------------------------------------------------------
+# LM head and cross-entropy, a chunk of rows at a time
+
+
+def _mm(x: Tensor, w: Tensor) -> Tensor:
+    """``x wᵀ``: oneDNN where :func:`linear` would use it, else ``F.linear``."""
+    return _gemm(x, w) if _use_onednn(x, w) else F.linear(x, w)
+
+
+class _ChunkedHeadLoss(torch.autograd.Function):
+    """Summed cross-entropy of ``h Wᵀ`` against ``targets``, ``rows`` rows at a time: each
+    chunk's logits ``(rows, V)`` live only while its loss and gradients are computed, so the
+    ``(N, V)`` logits, their log-softmax and their gradient (three arrays of 50k columns for a
+    modern vocabulary) are never held at once. The gradient of the summed loss with respect to
+    a chunk's logits is ``softmax - onehot`` (zero on ignored rows); ``dh = G W`` and
+    ``dW = Gᵀ h`` are computed in the forward and scaled by the incoming gradient in the
+    backward."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, rows: int, ignore: int):
+        want_h, want_w = h.requires_grad, weight.requires_grad
+        dh = torch.empty_like(h) if want_h else None
+        dw = torch.zeros_like(weight) if want_w else None
+        total = h.new_zeros((), dtype=torch.float32)
+        for start in range(0, h.shape[0], rows):
+            hc, tc = h[start : start + rows], targets[start : start + rows]  # (n, C), (n,)
+            logits = _mm(hc, weight).float()  # (n, V)
+            keep = tc != ignore
+            safe = torch.where(keep, tc, 0).unsqueeze(1)  # (n, 1)
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n, 1)
+            picked = logits.gather(1, safe)
+            total += ((lse - picked).squeeze(1) * keep).sum()
+            if not (want_h or want_w):
+                continue
+            g = logits.sub_(lse).exp_()  # softmax, in the logits' memory
+            g.scatter_add_(1, safe, -torch.ones_like(picked))
+            g = g.mul_(keep.unsqueeze(1)).to(h.dtype)
+            if want_h:
+                dh[start : start + rows] = _mm(g, weight.t())  # (n, V) (V, C) -> (n, C)
+            if want_w:
+                dw.add_(_mm(g.t(), hc.t()))  # (V, n) (n, C) -> (V, C)
+        ctx.save_for_backward(dh, dw)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        dh, dw = ctx.saved_tensors
+        return (None if dh is None else dh * grad, None if dw is None else dw * grad,
+                None, None, None)  # fmt: skip
+
+
+def chunked_head_loss(
+    h: Tensor, weight: Tensor, targets: Tensor, rows: int = 1024, ignore_index: int = -100
+) -> Tensor:
+    """``F.cross_entropy(h Wᵀ, targets, reduction="sum")`` for ``h`` ``(N, C)``, ``weight``
+    ``(V, C)``, ``targets`` ``(N,)`` (``ignore_index`` not counted), computed ``rows`` rows at
+    a time without holding the ``(N, V)`` logits; the same gradients, for ``h`` and for
+    ``weight`` where they require one."""
+    if not torch.is_grad_enabled() or torch.compiler.is_compiling():
+        logits = F.linear(h, weight).float()
+        return F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="sum")
+    return _ChunkedHeadLoss.apply(h, weight, targets, rows, ignore_index)

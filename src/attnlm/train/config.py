@@ -114,12 +114,25 @@ class TrainConfig:
     shared_vocab: bool = True  # one tokenizer for both sides (else one per side)
     test_fraction: float = 0.1  # pairs held out for BLEU/chrF (valid: val_fraction); 0 = none
     max_pair_tokens: int = 0  # drop pairs with a side longer than this many tokens; 0 = keep
+    # fine-tuning (see train/finetune.py)
+    init_from: str | None = None  # start from this model (a --model SPEC): weights + tokenizer
+    block_size: int = 0  # training window in tokens; 0 = the model's block_size
+    freeze_embeddings: bool = False  # token/position embeddings get no gradient
+    freeze_layers: int = 0  # the first N blocks get no gradient
+    chat_data: str | None = None  # JSON Lines of {"messages": [...]}: loss on assistant turns
+    # LoRA (attnlm.nn.lora): adapters of rank `lora` on a pretrained model, the base frozen;
+    # 0 = off. Defaults are peft's LoraConfig: alpha 8, no dropout, q and v
+    lora: int = 0
+    lora_alpha: float = 8.0
+    lora_dropout: float = 0.0
+    lora_targets: str = "q,v"
 
     def __post_init__(self) -> None:
         counts = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
         positive(self, *counts, "log_interval", "tokenizer_sample", where="train")
         optional = ("warmup_iters", "early_stop", "threads", "workers", "bpe_vocab_size")
         non_negative(self, *optional, "max_pair_tokens", where="train")
+        non_negative(self, "block_size", "freeze_layers", where="train")
         at_least_zero(self, "weight_decay", "grad_clip", where="train")
         fraction(self, "beta1", "beta2", "test_fraction", where="train")
         if not self.text_field:
@@ -142,6 +155,17 @@ class TrainConfig:
         )
         if self.time_budget is not None:
             parse_duration(self.time_budget)
+        non_negative(self, "lora", where="train")
+        if self.lora:
+            self.lora_config()  # a bad rank, alpha, dropout or target: one line naming it
+
+    def lora_config(self) -> Any:
+        """The run's :class:`~attnlm.nn.lora.LoRAConfig`, or None without ``lora``."""
+        from attnlm.nn.lora import LoRAConfig
+
+        if not self.lora:
+            return None
+        return LoRAConfig(self.lora, self.lora_alpha, self.lora_dropout, self.lora_targets)
 
     @property
     def time_budget_s(self) -> float | None:

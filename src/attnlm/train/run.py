@@ -34,7 +34,9 @@ from attnlm.objectives import OBJECTIVES, make_objective
 from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare, prepare_pairs
+from attnlm.train.finetune import check_vocab, freeze, start_from
 from attnlm.train.fsdp import load_sharded, shard
+from attnlm.train.lora import lora_model
 from attnlm.train.optim import make_optimizer
 from attnlm.train.trainer import MetricsLog, Trainer, TrainJob, TrainResult, TrainState
 
@@ -54,8 +56,15 @@ def objective_data(objective_name: str) -> str:
 
 
 def _prepare(
-    run_dir: Path, cfg: TrainConfig, kind: str, resume: bool = False, log: Any = None
+    run_dir: Path,
+    cfg: TrainConfig,
+    kind: str,
+    resume: bool = False,
+    log: Any = None,
+    extra: dict[str, Any] | None = None,
 ) -> Any:
+    if cfg.chat_data is not None:
+        return _prepare_chat(cfg, kind, extra or {})
     if kind == "pairs" and cfg.text is not None:
         raise ConfigError("this model family trains on sentence pairs: give --pairs, not --text")
     if kind != "pairs" and cfg.pairs is not None:
@@ -63,6 +72,25 @@ def _prepare(
     if kind == "pairs":
         return prepare_pairs(run_dir, cfg)
     return prepare(run_dir, cfg, resume=resume, log=log)
+
+
+def _prepare_chat(cfg: TrainConfig, kind: str, extra: dict[str, Any]) -> Any:
+    """Conversations (``--chat-data``) encoded with the ``--init-from`` model's tokenizer and
+    chat template (:mod:`attnlm.train.chat_data`)."""
+    from attnlm import tokenizers
+    from attnlm.tokenizers.chat_template import ChatTemplate
+    from attnlm.train.chat_data import prepare_chat
+
+    if cfg.init_from is None:
+        raise ConfigError("--chat-data fine-tunes a pretrained chat model: give --init-from SPEC")
+    if kind != "text":
+        raise ConfigError("--chat-data trains causal language models (gpt, llama)")
+    stored = extra.get("chat_template")
+    template = None
+    if stored:
+        origin = f"{cfg.init_from}: chat template"
+        template = ChatTemplate(stored["source"], stored.get("special_tokens"), origin=origin)
+    return prepare_chat(cfg, tokenizers.load(cfg.tokenizer), template)
 
 
 def _model_fields(data: Any) -> dict[str, Any]:
@@ -84,24 +112,33 @@ def _data_fields(model: dict[str, Any], data: Any) -> dict[str, Any]:
     return fields
 
 
-def _sources(objective: Any, data: Any, kind: str) -> tuple[Any, Any]:
-    """Training and validation batch sources of the objective over the prepared data."""
+def _sources(objective: Any, data: Any, kind: str, block_size: int = 0) -> tuple[Any, Any]:
+    """Training and validation batch sources of the objective over the prepared data
+    (``block_size``: text windows of that many tokens; 0 = the model's)."""
+    if hasattr(data, "sources"):  # conversations: their own batches
+        return data.sources(block_size)
     if kind == "pairs":
         return (
             objective.source(data.encoded("train"), data.target_chars("train")),
             objective.source(data.encoded("valid"), data.target_chars("valid")),
         )
+    window = block_size or None
     return (
-        objective.source(np.asarray(data.train.open()), data.train.chars_per_token),
-        objective.source(np.asarray(data.val.open()), data.val.chars_per_token),
+        objective.source(np.asarray(data.train.open()), data.train.chars_per_token, window),
+        objective.source(np.asarray(data.val.open()), data.val.chars_per_token, window),
     )
 
 
-def checkpoint_config(spec: RunSpec, family: Any, model_cfg: Any) -> dict[str, Any]:
+def checkpoint_config(
+    spec: RunSpec, family: Any, model_cfg: Any, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a checkpoint's ``config.json`` holds; ``extra``: more top-level entries (a
+    fine-tuned run's ``init_from`` record and ``chat_template``)."""
     return {
         "preset": spec.preset,
         "model": registry.config_table(family, model_cfg),
         "train": dataclasses.asdict(spec.train),
+        **(extra or {}),
     }
 
 
@@ -164,6 +201,10 @@ def train_run(
     every rank. ``on_step(step)`` is called after each optimizer step."""
     run_dir = Path(run_dir)
     cfg = spec.train
+    init, extra = None, {}
+    if cfg.init_from is not None:  # the architecture, weights and tokenizer of a pretrained model
+        spec, init, extra = start_from(spec, run_dir, resume, D.from_env().is_main, log)
+        cfg = spec.train
     # stand-ins for the fields the data decides, large enough for any special id
     registry.check_table(spec.model, vocab_size=1 << 16, src_vocab_size=1 << 16)
     family = registry.get(spec.model.get("type"))
@@ -180,6 +221,12 @@ def train_run(
             'train.parallel = "fsdp" shards the model across processes: start the run with '
             "torchrun --nproc_per_node N -m attnlm train ..."
         )
+    if cfg.lora and not getattr(cfg, "init_from", None):
+        raise ConfigError(
+            "--lora puts adapters on a pretrained model: give it with --init-from SPEC"
+        )
+    if cfg.lora and fsdp:
+        raise ConfigError("--lora trains the adapters without FSDP (use DDP or one process)")
     if cfg.hmm_em and (fsdp or dist.enabled):
         raise ConfigError("train.hmm_em runs in one process; start it without torchrun")
     device = resolve_device(cfg.device, dist.local_rank)
@@ -191,15 +238,27 @@ def train_run(
             torch.set_num_threads(cfg.threads)
         kind = objective_data(objective_name)
         if dist.is_main:
-            data = _prepare(run_dir, cfg, kind, resume, log)
+            data = _prepare(run_dir, cfg, kind, resume, log, extra)
         _barrier(dist)
         if not dist.is_main:
-            data = _prepare(run_dir, cfg, kind, resume)
+            data = _prepare(run_dir, cfg, kind, resume, extra=extra)
         if dist.is_main:
             log(data.stats_line())
         torch.manual_seed(cfg.seed)
-        table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
+        if cfg.init_from is not None:
+            table = spec.model  # the source's: complete, checked against the tokenizer
+            check_vocab(data.tokenizer, table, cfg.init_from)
+        else:
+            table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
         model, model_cfg, family = registry.build(table)
+        if init is not None:
+            model.load_state_dict(init.state)
+            del init.state
+        if cfg.lora:  # adapters on the source model, the base frozen (train/lora.py)
+            model, extra["lora"] = lora_model(model, cfg, init, run_dir, resume)
+        frozen = freeze(model, cfg.freeze_embeddings, cfg.freeze_layers)
+        if frozen and dist.is_main:
+            log(f"frozen: {frozen / 1e6:.2f}M parameters (no gradients, no optimizer state)")
         if dist.rank:
             torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
         model.to(device)
@@ -209,7 +268,7 @@ def train_run(
         if cfg.hmm_em and fit_step is None:
             raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
-        train_src, val_src = _sources(objective, data, kind)
+        train_src, val_src = _sources(objective, data, kind, cfg.block_size)
         trainer = Trainer(
             TrainJob(
                 model=model,
@@ -218,7 +277,7 @@ def train_run(
                 train=train_src,
                 val=val_src,
                 run_dir=run_dir,
-                checkpoint_config=checkpoint_config(spec, family, model_cfg),
+                checkpoint_config=checkpoint_config(spec, family, model_cfg, extra),
                 tokenizer=data.tokenizer,
                 device=device,
                 dist=dist,

@@ -1,0 +1,87 @@
+"""The fine-tuning options of ``attnlm train`` (:mod:`attnlm.train.finetune`): registered by
+:func:`add_arguments`, turned into the run's starting tables by :func:`base_tables`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from attnlm.cli.common import arg, as_given, text_file
+from attnlm.errors import InputError
+from attnlm.validate import non_negative_int, positive_int
+
+# CLI flag (argparse dest) -> TrainConfig field
+FLAGS = {
+    "init_from": "init_from",
+    "block_size": "block_size",
+    "freeze_embeddings": "freeze_embeddings",
+    "freeze_layers": "freeze_layers",
+    "chat_data": "chat_data",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("fine-tuning")
+    g.add_argument(
+        "--init-from",
+        default=None,
+        metavar="SPEC",
+        type=text_file(as_given),
+        help="start from a pretrained model (what --model takes: a run, a Hugging Face folder, a "
+        ".gguf file, a name such as smollm2-135m-instruct, a Hub id): its architecture, weights "
+        "and tokenizer; the data is encoded with that tokenizer",
+    )
+    g.add_argument(
+        "--block-size",
+        type=arg(positive_int),
+        default=None,
+        metavar="N",
+        help="training window in tokens (default: the model's; 256 at most with --init-from)",
+    )
+    g.add_argument(
+        "--freeze-embeddings",
+        action="store_const",
+        const=True,
+        default=None,
+        help="train without updating the token and position embeddings (and a tied output head)",
+    )
+    g.add_argument(
+        "--freeze-layers",
+        type=arg(non_negative_int),
+        default=None,
+        metavar="N",
+        help="train without updating the first N blocks",
+    )
+    g.add_argument(
+        "--chat-data",
+        default=None,
+        metavar="FILE.jsonl",
+        type=text_file(as_given),
+        help='conversations, one {"messages": [{"role": ..., "content": ...}, ...]} per line, '
+        "rendered with the model's chat template; the loss counts assistant tokens only "
+        "(needs --init-from a model with a chat template)",
+    )
+
+
+def init_spec(value: str) -> str:
+    """An existing path as an absolute one (the run may be resumed from elsewhere); a name or
+    Hub id as given."""
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else value
+
+
+def base_tables(args: argparse.Namespace, load_preset: Any) -> dict[str, Any]:
+    """The preset tables a ``--init-from`` run starts with: the preset's when one is given
+    (its [model] fields are then checked against the pretrained model), else no model fields
+    and fine-tuning's training defaults."""
+    from attnlm.train.finetune import FINETUNE_TRAIN
+
+    if getattr(args, "tokenizer", None) is not None:
+        raise InputError("--init-from brings the model's own tokenizer; leave out --tokenizer")
+    if args.preset:
+        tables = load_preset(args.preset)
+        train = dict(tables.get("train", {}))
+        train.pop("tokenizer", None)  # the model's own replaces it
+        return {**tables, "train": train}
+    return {"model": {}, "train": dict(FINETUNE_TRAIN)}

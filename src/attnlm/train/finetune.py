@@ -1,0 +1,230 @@
+"""Fine-tuning: a run that starts from a pretrained model instead of random weights.
+
+``train.init_from`` names the model as ``--model`` does (an attnlm run, a Hugging Face folder,
+a ``.gguf`` file, a registered name, a Hub id; :func:`attnlm.sources.resolve`). The run takes
+from it:
+
+* the architecture: its ``[model]`` table (:func:`attnlm.models.registry.config_table`) becomes
+  the run's, so the run's ``config.json`` loads the run later without the source; a preset or
+  ``--set`` may state model fields only with the source's values (:func:`check_architecture`);
+* the weights, as float32 (a quantized GGUF file is dequantized; :func:`load_init_source` says
+  so in a note);
+* the tokenizer, written into the run folder as ``init_tokenizer.json`` (an attnlm tokenizer
+  file: byte-level BPE, WordPiece, a GGUF vocabulary) and used as the run's tokenizer file, so
+  the corpus is encoded with the model's own vocabulary and a resumed run reads it back;
+* its chat template (when it has one), kept in the run's config (``chat_template``) so ``chat``
+  works on the fine-tuned run.
+
+The run records ``init_from``: the SPEC, how it was read (``kind``) and a fingerprint of the
+starting weights (:func:`weights_fingerprint`, a SHA-256 over names, shapes and float32 bytes:
+the same for the same weights whatever file they came from).
+
+:func:`freeze` implements ``freeze_embeddings`` / ``freeze_layers``: frozen parameters have
+``requires_grad`` False, so they get no gradient and the optimizer holds no state for them
+(:func:`attnlm.train.optim.param_groups` skips them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlm.errors import ConfigError
+
+INIT_TOKENIZER = "init_tokenizer.json"  # in the run folder: the source model's tokenizer
+#: the ModuleList attributes that hold a family's blocks, in the order they run
+BLOCK_LISTS = ("blocks", "encoder", "decoder", "layers")
+#: a fine-tuning run's training settings when no preset is given (a pretrained model wants a
+#: small learning rate; windows of 256 tokens unless the model's context is shorter)
+FINETUNE_TRAIN = {
+    "lr": 1e-4,
+    "min_lr": 1e-5,
+    "warmup_iters": 10,
+    "weight_decay": 0.0,
+    "batch_size": 8,
+    "max_iters": 1000,
+    "eval_interval": 100,
+    "eval_iters": 10,
+}
+DEFAULT_WINDOW = 256
+
+
+@dataclass
+class InitSource:
+    """What a run takes from its ``init_from`` model (see the module docstring). ``table``:
+    the ``[model]`` table; ``state``: the float32 state dict; ``record``: what the run's
+    config stores as ``init_from``; ``chat_template``: ``{"source", "special_tokens"}`` or
+    None; ``notes``: lines to print (dequantization)."""
+
+    table: dict[str, Any]
+    state: dict[str, torch.Tensor]
+    tokenizer: Any
+    record: dict[str, Any]
+    chat_template: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    path: Path | None = None  # where the source's weights are (a LoRA run fingerprints them)
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """SHA-256 over the state dict in name order: each name, shape and float32 bytes."""
+    digest = hashlib.sha256()
+    for name, value in sorted(model.state_dict().items()):
+        t = value.detach().to("cpu", torch.float32).contiguous()
+        digest.update(f"{name}:{tuple(t.shape)};".encode())
+        digest.update(t.numpy().tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def _gguf_note(spec: str) -> str | None:
+    """One line saying which quantized types a GGUF source was dequantized from."""
+    from attnlm.models.gguf.loader import tensor_stats
+    from attnlm.sources import gguf_file
+
+    path = gguf_file(spec)
+    if path is None:
+        return None
+    types = [t for t in tensor_stats(path)["by_type"] if t != "F32"]
+    if not types:
+        return None
+    return f"init-from: {path.name} holds {', '.join(types)} tensors, dequantized to float32"
+
+
+def load_init_source(spec: str) -> InitSource:
+    """Resolve ``spec`` (on the CPU) into an :class:`InitSource`."""
+    from attnlm.models import registry
+    from attnlm.sources import resolve
+
+    model, tok, info = resolve(spec, "cpu")
+    table = registry.config_table(info.family, model.config)
+    model.float()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    record = {"spec": str(spec), "kind": info.kind, "fingerprint": weights_fingerprint(model)}
+    template = None
+    if info.chat_template is not None:
+        ct = info.chat_template
+        template = {"source": ct.source, "special_tokens": dict(ct.special_tokens)}
+    notes = [n for n in (_gguf_note(str(spec)),) if n]
+    return InitSource(table, state, tok, record, template, notes, info.path)
+
+
+def check_architecture(requested: dict[str, Any], source: dict[str, Any], spec: str) -> None:
+    """Refuse (one line naming the field) a ``[model]`` field that differs from the source."""
+    for key, value in requested.items():
+        if key not in source:
+            raise ConfigError(
+                f"model.{key}: the --init-from model ({spec}, {source.get('type')}) has no such "
+                "field; the architecture comes from it (leave model settings out)"
+            )
+        if source[key] != value:
+            raise ConfigError(
+                f"model.{key} = {value!r} was requested, but the --init-from model ({spec}) has "
+                f"{source[key]!r}; the architecture comes from it (leave model.{key} out)"
+            )
+
+
+def block_lists(model: nn.Module) -> list[nn.Module]:
+    """The model's blocks in the order they run (encoder before decoder)."""
+    out: list[nn.Module] = []
+    for name in BLOCK_LISTS:
+        blocks = getattr(model, name, None)
+        if isinstance(blocks, nn.ModuleList):
+            out.extend(blocks)
+    return out
+
+
+def embedding_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """Token and learned position embeddings (a tied output head shares the token one)."""
+    from attnlm.nn.positional import LearnedPositionalEmbedding
+
+    out: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        if isinstance(module, (nn.Embedding, LearnedPositionalEmbedding)):
+            for p in module.parameters(recurse=False):
+                out[id(p)] = p
+    return list(out.values())
+
+
+def freeze(model: nn.Module, embeddings: bool = False, layers: int = 0) -> int:
+    """Freeze the embeddings and/or the first ``layers`` blocks; returns the number of frozen
+    parameters (elements)."""
+    frozen: dict[int, nn.Parameter] = {}
+    if embeddings:
+        frozen.update((id(p), p) for p in embedding_parameters(model))
+    if layers:
+        blocks = block_lists(model)
+        if layers > len(blocks):
+            raise ConfigError(f"train.freeze_layers = {layers}, but the model has only "
+                              f"{len(blocks)} blocks")  # fmt: skip
+        for block in blocks[:layers]:
+            frozen.update((id(p), p) for p in block.parameters())
+    for p in frozen.values():
+        p.requires_grad_(False)
+    return sum(p.numel() for p in frozen.values())
+
+
+def training_window(model_table: dict[str, Any], requested: int) -> int:
+    """The training window: ``requested`` (0 = the model's ``block_size``), at most the
+    model's ``block_size``."""
+    context = int(model_table.get("block_size") or 0)
+    if requested and context and requested > context:
+        raise ConfigError(f"train.block_size = {requested} is longer than the model's context "
+                          f"({context} positions)")  # fmt: skip
+    return requested or context
+
+
+def save_init_tokenizer(run_dir: Path, tokenizer: Any) -> Path:
+    """Write the source's tokenizer into the run folder (atomic); returns its path."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / INIT_TOKENIZER
+    tokenizer.save(path)
+    return path
+
+
+def check_vocab(tokenizer: Any, table: dict[str, Any], spec: str) -> None:
+    """The source's tokenizer must fit its model's embedding (it may be smaller: padded
+    vocabularies)."""
+    size = table.get("vocab_size")
+    if isinstance(size, int) and tokenizer.vocab_size > size:
+        raise ConfigError(f"{spec}: the tokenizer has {tokenizer.vocab_size:,} ids but the "
+                          f"model only {size:,}")  # fmt: skip
+
+
+def start_from(
+    spec: Any, run_dir: Path, resume: bool, is_main: bool, log: Any
+) -> tuple[Any, InitSource | None, dict[str, Any]]:
+    """The run spec of a fine-tuning run, its :class:`InitSource` (None when resuming: the
+    weights come from the checkpoint) and the entries its checkpoints' ``config.json`` adds
+    (``init_from``, ``chat_template``)."""
+    import dataclasses
+
+    cfg = spec.train
+    if resume:
+        from attnlm.checkpoint import read_config, resolve_checkpoint
+
+        stored = read_config(resolve_checkpoint(run_dir))
+        extra = {k: stored[k] for k in ("init_from", "chat_template", "lora") if k in stored}
+        return spec, None, extra
+    init = load_init_source(cfg.init_from)
+    check_architecture(spec.model, init.table, cfg.init_from)
+    path = run_dir / INIT_TOKENIZER
+    if is_main:
+        save_init_tokenizer(run_dir, init.tokenizer)
+    window = training_window(init.table, cfg.block_size)
+    if not cfg.block_size:
+        window = min(window, DEFAULT_WINDOW) if window else DEFAULT_WINDOW
+    cfg = dataclasses.replace(cfg, tokenizer=str(path.resolve()), block_size=window)
+    if is_main:
+        for note in init.notes:
+            log(note)
+        fp = init.record["fingerprint"]
+        log(f"init-from: {cfg.init_from} ({init.record['kind']}, weights {fp[:19]}...); "
+            f"its tokenizer ({init.tokenizer.vocab_size:,} ids) encodes the data")  # fmt: skip
+    extra: dict[str, Any] = {"init_from": init.record}
+    if init.chat_template is not None:
+        extra["chat_template"] = init.chat_template
+    return dataclasses.replace(spec, model=dict(init.table), train=cfg), init, extra

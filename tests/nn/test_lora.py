@@ -1,0 +1,214 @@
+"""LoRA adapters (:mod:`attnlm.nn.lora`) against the formula written out by hand: a zero ``B``
+leaves the base model's logits untouched, merging gives the unmerged numbers, training moves the
+adapters only, and the target names land on the rows they name in each family."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attnlm.errors import ConfigError, InputError
+from attnlm.models import registry
+from attnlm.nn.lora import (
+    LoRAConfig,
+    LoRALinear,
+    apply_lora,
+    available_targets,
+    load_lora_state_dict,
+    lora_state_dict,
+    merge_lora,
+    parse_targets,
+)
+
+V = 40
+TABLES = {
+    "llama": dict(type="llama", vocab_size=V, block_size=48, n_layer=2, n_head=4, n_kv_head=2,
+                  n_embd=32, d_ff=48),
+    "gpt": dict(type="gpt", vocab_size=V, block_size=48, n_layer=2, n_head=4, n_embd=32),
+    "bert": dict(type="bert", vocab_size=V, block_size=48, n_layer=2, n_head=4, n_embd=32),
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def build(family):
+    model, _, _ = registry.build(dict(TABLES[family]))
+    return model.eval()
+
+
+def randomize_b(model):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0, 0.2)
+
+
+def logits(model, ids):
+    return model(ids).logits
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt"])
+def test_zero_b_gives_the_base_logits(family):
+    model = build(family)
+    ids = torch.randint(0, V, (2, 40))  # enough rows for the fused CPU kernel
+    with torch.no_grad():
+        base = logits(model, ids)
+        apply_lora(model, 4, targets="all")
+        assert torch.equal(logits(model, ids), base)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt", "bert"])
+def test_merged_equals_unmerged(family):
+    model = build(family)
+    apply_lora(model, 4, alpha=12, targets="all")
+    randomize_b(model)
+    ids = torch.randint(0, V, (2, 40))
+    with torch.no_grad():
+        unmerged = logits(model, ids)
+        merge_lora(model)
+        merged = logits(model, ids)
+    assert not any(isinstance(m, LoRALinear) for m in model.modules())
+    assert (merged - unmerged).abs().max() < 1e-5
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_layer_is_the_formula():
+    """``x Wᵀ + b + (α/r) x Aᵀ Bᵀ`` on each slice's rows, by hand."""
+    base = nn.Linear(6, 10)
+    layer = LoRALinear(base, {"a": (0, 4), "b": (7, 10)}, r=2, alpha=3.0)
+    randomize_b(nn.ModuleDict({"x": layer}))
+    x = torch.randn(5, 6)
+    want = x @ base.weight.T + base.bias
+    for name, (start, stop) in layer.slices.items():
+        a, b = layer.lora_A[name], layer.lora_B[name]
+        want[:, start:stop] += 1.5 * (x @ a.T @ b.T)
+    assert torch.allclose(layer(x), want, atol=1e-6)
+    assert torch.allclose(layer.merged()(x), want, atol=1e-6)
+
+
+def test_only_adapters_train():
+    model = build("llama")
+    model.train()
+    apply_lora(model, 4, targets="q,v,down")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-2)
+    ids = torch.randint(0, V, (4, 33))
+    for _ in range(3):
+        model(ids[:, :-1], targets=ids[:, 1:]).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    after = model.state_dict()
+    for key, value in before.items():
+        if ".lora_" in key and ".lora_A." not in key:  # B moved (A may too)
+            assert not torch.equal(after[key], value), key
+        elif ".lora_" not in key:
+            assert torch.equal(after[key], value), key  # bit-identical base
+    assert all(".lora_" in n for n, p in model.named_parameters() if p.requires_grad)
+    assert all(p.grad is None for n, p in model.named_parameters() if ".lora_" not in n)
+
+
+def test_targets_map_to_rows_per_family():
+    llama = build("llama")  # C = 32, Hkv = 2 of 4 heads: C_kv = 16; F = 48
+    assert available_targets(llama) == ("q", "k", "v", "qkv", "o", "gate", "up", "down")
+    apply_lora(llama, 2, targets="q,v,gate,down")
+    attn, mlp = llama.blocks[0].attn, llama.blocks[0].mlp
+    assert attn.qkv_proj.slices == {"q": (0, 32), "v": (48, 64)}
+    assert not isinstance(attn.out_proj, LoRALinear)
+    assert mlp.fc.slices == {"gate": (0, 48)} and mlp.proj.slices == {"down": (0, 32)}
+
+    gpt = build("gpt")  # no gate: "all" takes what there is
+    assert "gate" not in available_targets(gpt)
+    apply_lora(gpt, 2, targets="all")
+    block = gpt.blocks[1]
+    assert block.attn.qkv_proj.slices == {"q": (0, 32), "k": (32, 64), "v": (64, 96)}
+    assert block.mlp.fc.slices == {"up": (0, 128)} and block.attn.out_proj.slices == {"o": (0, 32)}
+    assert not isinstance(gpt.lm_head, LoRALinear)
+
+    gpt2 = build("gpt")
+    apply_lora(gpt2, 2, targets="qkv")
+    assert gpt2.blocks[0].attn.qkv_proj.slices == {"qkv": (0, 96)}
+    with pytest.raises(ConfigError, match="gate matches no layer"):
+        apply_lora(build("gpt"), 2, targets="gate")
+
+
+def test_cross_attention_targets():
+    model, _, _ = registry.build(dict(type="transformer", src_vocab_size=30, vocab_size=30,
+                                      d_model=32, n_head=4, n_encoder_layers=1,
+                                      n_decoder_layers=1, d_ff=40))  # fmt: skip
+    apply_lora(model, 2, targets="q,v")
+    cross = [m for m in model.modules() if getattr(m, "cross", False)]
+    assert cross and cross[0].q_proj.slices == {"q": (0, 32)}
+    assert cross[0].kv_proj.slices == {"v": (32, 64)}
+
+
+def test_state_dict_round_trip_and_refusals():
+    model = build("llama")
+    apply_lora(model, 4, targets="q,v")
+    randomize_b(model)
+    state = lora_state_dict(model)
+    assert state and all(".lora_A." in k or ".lora_B." in k for k in state)
+    other = build("llama")
+    apply_lora(other, 4, targets="q,v")
+    load_lora_state_dict(other, state)
+    for key, value in lora_state_dict(other).items():
+        assert torch.equal(value, state[key])
+    wrong = build("llama")
+    apply_lora(wrong, 4, targets="q,k")
+    with pytest.raises(InputError, match="do not fit"):
+        load_lora_state_dict(wrong, state)
+    with pytest.raises(ConfigError, match="already has"):
+        apply_lora(model, 4)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(r=0), "--lora must be a positive"),
+        (dict(r=2.5), "--lora must be a positive"),
+        (dict(r=4, alpha=0), "--lora-alpha"),
+        (dict(r=4, alpha=float("nan")), "--lora-alpha"),
+        (dict(r=4, dropout=1.0), "--lora-dropout"),
+        (dict(r=4, targets=("q", "w")), "unknown target 'w'"),
+        (dict(r=4, targets=("qkv", "q")), "qkv already covers"),
+    ],
+)
+def test_bad_values(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        LoRAConfig(**kwargs)
+
+
+def test_parse_targets():
+    assert parse_targets("q, v") == ("q", "v")
+    assert parse_targets("all") == ("q", "k", "v", "o", "gate", "up", "down")
+    with pytest.raises(ConfigError):
+        parse_targets(" , ")
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt"])
+def test_chunked_training_loss_equals_the_plain_head(family):
+    """An adapted decoder computes its training loss a chunk of rows at a time: the same loss
+    and adapter gradients as the full logits."""
+    model = build(family)
+    apply_lora(model, 4, targets="all")
+    randomize_b(model)
+    assert model.loss_chunk > 0
+    ids = torch.randint(0, V, (3, 41))
+    x, y = ids[:, :-1], ids[:, 1:].clone()
+    y[0, :5] = -100
+    params = [p for p in model.parameters() if p.requires_grad]
+    model.loss_chunk = 7  # several chunks, the last one short
+    chunked = model(x, targets=y)
+    assert chunked.logits is None
+    got = torch.autograd.grad(chunked.loss, params)
+    model.loss_chunk = 0
+    plain = model(x, targets=y)
+    want = torch.autograd.grad(plain.loss, params)
+    assert torch.allclose(chunked.loss, plain.loss, atol=1e-6)
+    assert int(chunked.n_targets) == int(plain.n_targets) == 3 * 40 - 5
+    for a, b in zip(got, want, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
