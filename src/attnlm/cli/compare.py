@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="SPEC",
         type=arg(name_or_path),
-        help="add the row init-from:SPEC: a pretrained model fine-tuned on the text (repeatable)",
+        help="start from a pretrained model: add the row init-from:SPEC, the model fine-tuned "
+        "on the text (repeatable)",
     )
     p.add_argument(
         "--out", default="runs/compare", metavar="DIR", type=arg(output_dir),

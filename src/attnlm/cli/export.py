@@ -9,7 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnlm.cli.common import add_command, add_model_spec_argument, arg
+from attnlm.cli.common import (
+    add_command,
+    add_model_spec_argument,
+    add_runtime_arguments,
+    arg,
+    use_threads,
+)
 from attnlm.errors import InputError
 from attnlm.validate import output_dir, output_file
 
@@ -42,8 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a LoRA run (train --lora): fold the adapters into the base (W + scale B A) and "
         "write the merged model",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument(
+        "--overwrite", action="store_true", help="start over: replace an existing output"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_runtime_arguments(p, device="cpu")
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -55,6 +64,7 @@ def _export(args: argparse.Namespace) -> int:
     tokenizer.json). A LoRA run needs --merge: its adapters are merged into the base model's
     weights and the output holds a plain model. An existing output is kept unless --overwrite
     is given."""
+    from attnlm.device import resolve_device
     from attnlm.sources import resolve
 
     target = "gguf" if args.gguf is not None else "hf"
@@ -65,7 +75,10 @@ def _export(args: argparse.Namespace) -> int:
     lora = _is_lora_run(args.model)
     if lora and not args.merge:
         raise InputError(f"{args.model}: a LoRA run; add --merge to write the merged model")
-    found = resolve(args.model)  # a LoRA run comes back with its adapters merged
+    use_threads(args)
+    found = resolve(
+        args.model, resolve_device(args.device)
+    )  # a LoRA run comes back with its adapters merged
     summary = TARGETS[target](found, out, args)
     summary = {"model": args.model, "out": str(out), "lora_merged": lora, **summary}
     if args.json:

@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--states", type=arg(positive_int), default=None, help="hidden states K")
     fit.add_argument("--iters", type=arg(positive_int), default=20, help="EM iterations (20)")
     fit.add_argument("--block-size", type=arg(positive_int), default=None,
-                     help="tokens per EM sequence and per evaluation window")  # fmt: skip
+                     help="training window in tokens: one EM sequence and one evaluation "
+                     "window")  # fmt: skip
     fit.add_argument("--pseudocount", type=arg(finite_float, lo=0), default=None,
                      help="added to every expected count (model.em_pseudocount)")  # fmt: skip
     fit.add_argument("--tokenizer", default=None, type=text_file(as_given),

@@ -28,13 +28,13 @@ from attnlm.cli.common import (
 from attnlm.errors import InputError
 from attnlm.validate import (
     existing_dir,
+    finite_float,
     int_in_range,
     non_empty,
     non_negative_int,
     output_dir,
     positive_float,
     positive_int,
-    probability,
 )
 
 FINETUNE_FLAGS = finetune.FLAGS
@@ -233,13 +233,6 @@ def _lora_targets(value: str, name: str | None = None) -> str:
     return ",".join(parse_targets(value))
 
 
-def _lora_dropout(value: str, name: str | None = None) -> float:
-    p = probability(value, name)
-    if p >= 1:
-        raise InputError(f"must be below 1, got {value}")
-    return p
-
-
 def add_lora_arguments(p: argparse.ArgumentParser) -> None:
     """``--lora R`` and its settings (:mod:`attnlm.nn.lora`; defaults are peft's)."""
     g = p.add_argument_group("LoRA (with --init-from: adapters on the pretrained model)")
@@ -259,7 +252,7 @@ def add_lora_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--lora-dropout",
-        type=arg(_lora_dropout),
+        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
         default=None,
         metavar="P",
         help="dropout on the adapters' input, 0 <= P < 1 (default 0)",
