@@ -159,9 +159,12 @@ def train_run(
     resume: bool = False,
     log: Callable[..., Any] = print,
     on_step: Callable[[int], Any] | None = None,
+    replace: bool = False,
 ) -> TrainResult:
     """Train (or resume) the model family of ``spec`` in ``run_dir``; returns the result on
-    every rank. ``on_step(step)`` is called after each optimizer step."""
+    every rank. ``on_step(step)`` is called after each optimizer step. ``replace``: a new run
+    over an old one; the old checkpoint is removed only after the data is prepared and the
+    model built (bad input leaves the old run as it was)."""
     run_dir = Path(run_dir)
     cfg = spec.train
     # stand-ins for the fields the data decides, large enough for any special id
@@ -210,6 +213,10 @@ def train_run(
             raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
         train_src, val_src = _sources(objective, data, kind)
+        if replace and not resume:
+            if dist.is_main:
+                _remove_old_checkpoints(run_dir)
+            _barrier(dist)
         trainer = Trainer(
             TrainJob(
                 model=model,
@@ -269,6 +276,13 @@ def _loss_curve(run_dir: Path, records: list[dict[str, Any]]) -> None:
 
     if records:
         plot_loss_curve(records, run_dir / LOSS_CURVE_FILE, title=f"{run_dir.name}: loss")
+
+
+def _remove_old_checkpoints(run_dir: Path) -> None:
+    import shutil
+
+    for name in (CHECKPOINT_DIR, f"{CHECKPOINT_DIR}.old"):
+        shutil.rmtree(run_dir / name, ignore_errors=True)
 
 
 def new_run_dir_check(run_dir: Path) -> None:
