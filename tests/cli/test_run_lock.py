@@ -26,7 +26,8 @@ HOLDER = (
 
 def hold(target, folder=True):
     """A child process holding the lock of ``target`` (a run folder, or an output file)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     p = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(target), "dir" if folder else "file"],
         stdout=subprocess.PIPE,
