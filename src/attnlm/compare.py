@@ -367,11 +367,13 @@ def _no_constant(name: str) -> Any:
 
 
 def corpus_content(cfg: CompareConfig) -> list[dict[str, Any]]:
-    """The SHA-256 of every corpus file, so a result is reused only for the same content."""
+    """Name, size and SHA-256 of every corpus file: a result is reused for the same content
+    (a file rewritten with the same bytes included), never for other content at that path."""
     from attnlm.train.config import TrainConfig
     from attnlm.train.data import _corpus, corpus_fingerprint
 
-    return corpus_fingerprint(_corpus(TrainConfig(text=cfg.text)), content=True)
+    files = corpus_fingerprint(_corpus(TrainConfig(text=cfg.text)), content=True)
+    return [{k: v for k, v in f.items() if k != "mtime_ns"} for f in files]  # content only
 
 
 def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[ModelResult]:
