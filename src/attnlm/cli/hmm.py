@@ -25,6 +25,7 @@ from attnlm.cli.common import (
     text_file,
     text_value,
 )
+from attnlm.fileio import output_lock
 from attnlm.validate import finite_float, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
@@ -88,7 +89,8 @@ def _fit(args: argparse.Namespace) -> int:
     spec = spec_from_tables(tables, preset=FIT_PRESET)
     run_dir = Path(args.out)
     new_run_dir_check(run_dir)
-    result = train_run(spec, run_dir)
+    with output_lock(run_dir):
+        result = train_run(spec, run_dir)
     ev = result.last_eval
     tail = f"; val {ev.bpc:.4f} bits/char" if ev is not None and ev.bpc is not None else ""
     print(f"done: {result.step} EM iterations ({result.stop_reason}) in {result.elapsed:.1f}s"
