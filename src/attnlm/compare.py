@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text, output_lock
+from attnlm.fileio import atomic_path, atomic_write_text, output_lock
 
 # model name in --models -> preset it trains (None: the n-gram baseline)
 MODELS: dict[str, str | None] = {
@@ -296,7 +296,8 @@ def run_neural(
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
         for f in DATA_FILES:  # the shared tokenizer and split: prepare() reuses them
-            shutil.copy2(shared.folder / f, run_dir / f)
+            with atomic_path(run_dir / f) as tmp:
+                shutil.copy2(shared.folder / f, tmp)
         atomic_write_text(started, sig_text)
     result = train_run(spec, run_dir, resume=resume, log=log)
     device = resolve_device(cfg.device)
