@@ -121,3 +121,4 @@ def test_overwrite_with_bad_input_keeps_the_old_checkpoint(tmp_path, corpus, cap
     other.write_text(CITIZENS.upper(), encoding="utf-8")
     assert run_cli(capsys, *base, "--text", other, "--overwrite").code == 0
     assert (out / "checkpoint" / "model.safetensors").read_bytes() != weights
+    assert not (out / "checkpoint.old").exists()  # retired, then removed by the new save

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -163,8 +164,9 @@ def train_run(
 ) -> TrainResult:
     """Train (or resume) the model family of ``spec`` in ``run_dir``; returns the result on
     every rank. ``on_step(step)`` is called after each optimizer step. ``replace``: a new run
-    over an old one; the old checkpoint is removed only after the data is prepared and the
-    model built (bad input leaves the old run as it was)."""
+    over an old one; the old checkpoint is retired only after the data is prepared and the
+    model built (bad input leaves the old run as it was), and deleted only once the new
+    checkpoint is in place."""
     run_dir = Path(run_dir)
     cfg = spec.train
     # stand-ins for the fields the data decides, large enough for any special id
@@ -215,7 +217,7 @@ def train_run(
         train_src, val_src = _sources(objective, data, kind)
         if replace and not resume:
             if dist.is_main:
-                _remove_old_checkpoints(run_dir)
+                _retire_old_checkpoint(run_dir)
             _barrier(dist)
         trainer = Trainer(
             TrainJob(
@@ -278,11 +280,19 @@ def _loss_curve(run_dir: Path, records: list[dict[str, Any]]) -> None:
         plot_loss_curve(records, run_dir / LOSS_CURVE_FILE, title=f"{run_dir.name}: loss")
 
 
-def _remove_old_checkpoints(run_dir: Path) -> None:
+def _retire_old_checkpoint(run_dir: Path) -> None:
+    """``--overwrite``: the old checkpoint becomes ``checkpoint.old``, which the new run's
+    first save removes once its own checkpoint is in place (a kill before that leaves the
+    old one, still found by :func:`attnlm.checkpoint.resolve_checkpoint`)."""
     import shutil
 
-    for name in (CHECKPOINT_DIR, f"{CHECKPOINT_DIR}.old"):
-        shutil.rmtree(run_dir / name, ignore_errors=True)
+    from attnlm.fileio import fsync_dir
+
+    ckpt, old = run_dir / CHECKPOINT_DIR, run_dir / f"{CHECKPOINT_DIR}.old"
+    if ckpt.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(ckpt, old)
+        fsync_dir(run_dir)
 
 
 def new_run_dir_check(run_dir: Path) -> None:
