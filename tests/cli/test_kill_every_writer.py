@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from attnlm.fileio import KILL_ENV, LOCK_NAME, TEMP_MARK
-from support import CITIZENS, ROMEO, attnlm_process
+from support import CITIZENS, ROMEO, attnlm_process, run_cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 OUTPUT_OPTIONS = {"--out", "--html", "--arpa", "--vocab-out", "--tiktoken-out"}
 READS_ARPA = {"ngram score", "ngram sample"}  # --arpa names their input
@@ -141,10 +143,10 @@ def check(outputs: list[Path], old: dict[Path, bytes], when: str) -> None:
         assert p in now or kept in now or p.name in MARKERS, f"{when}: {p} is gone"
 
 
-def kill_run(name: str, files, tmp_path, points) -> None:
+def kill_run(name: str, files, tmp_path, capsys, points) -> None:
     argv, outputs = _rows(files, tmp_path)[name]
-    first = attnlm_process(*argv(0), timeout=300)
-    assert first.returncode == 0, first.stderr
+    first = run_cli(capsys, *argv(0))  # in this process: no second start-up
+    assert first.code == 0, first.err
     old = snapshot(outputs)
     for k in points:
         r = attnlm_process(*argv(1), timeout=300, env={KILL_ENV: f"*:{k}"})
@@ -153,20 +155,20 @@ def kill_run(name: str, files, tmp_path, points) -> None:
             assert r.returncode == 0, r.stderr
             break
         old = {**old, **snapshot(outputs)}  # what survived is the state the next kill sees
-    again = attnlm_process(*argv(1), timeout=300)  # no lock, no leftover stops the next run
-    assert again.returncode == 0, again.stderr
+    again = run_cli(capsys, *argv(1))  # no lock and no leftover stops the next run
+    assert again.code == 0, again.err
     check(outputs, {}, f"{name} after the kills")
 
 
 @pytest.mark.parametrize("name", ROW_NAMES)
-def test_kill_at_the_first_writes(name, files, tmp_path):
-    kill_run(name, files, tmp_path, points=(1, 2))
+def test_kill_at_the_first_write(name, files, tmp_path, capsys):
+    kill_run(name, files, tmp_path, capsys, points=(1,))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ROW_NAMES)
-def test_kill_at_every_write(name, files, tmp_path):
-    kill_run(name, files, tmp_path, points=range(3, 40))
+def test_kill_at_every_write(name, files, tmp_path, capsys):
+    kill_run(name, files, tmp_path, capsys, points=range(2, 40))
 
 
 def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
