@@ -168,16 +168,20 @@ _held: dict[Path, list[int]] = {}  # lock file -> [fd, depth]: re-entrant within
 
 
 def lock_file_for(target: str | os.PathLike[str], folder: bool = True) -> Path:
-    """Where :func:`output_lock` keeps its lock: ``TARGET/.attnlm.lock`` for a run folder,
-    ``.NAME.attnlm.lock`` beside an output file."""
-    t = Path(target)
-    return t / LOCK_NAME if folder else t.with_name(f".{t.name}{LOCK_NAME}")
+    """Where :func:`output_lock` keeps its lock: ``.NAME.attnlm.lock`` beside the run folder
+    or output file ``NAME`` (beside, so that a command refused for bad input never creates
+    its output folder); inside the folder for a folder without a parent (``/``)."""
+    t = Path(target).absolute()
+    if t.parent == t:
+        return t / LOCK_NAME
+    return t.with_name(f".{t.name}{LOCK_NAME}")
 
 
 @contextlib.contextmanager
 def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator[Path]:
     """Hold an exclusive ``fcntl.flock`` on ``target``'s lock file (see :func:`lock_file_for`;
-    the folder is created) while the block runs: one writer per run folder or output file. A
+    missing parent folders are created) while the block runs: one writer per run folder or
+    output file (``folder`` says which ``target`` is; both lock the same way). A
     second process is refused with a one-line :class:`InputError` naming the holder's pid. The
     kernel releases the lock when the holder exits or is killed, so a stale lock file is
     harmless; it is never deleted (deleting it would let two processes lock two files).

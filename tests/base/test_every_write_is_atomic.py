@@ -79,6 +79,8 @@ ALLOWED = {
     ("attnlm/train/data_dir.py", "shutil.copyfile(target, tmp)"):
         "a temporary name beside the link, renamed into place below",
     ("attnlm/train/data_dir.py", "os.replace(tmp, link)"): "the link's atomic rename",
+    ("attnlm/train/run.py", "os.replace(ckpt, old)"):
+        "--overwrite retires the old checkpoint whole to checkpoint.old (still found on load)",
 }  # fmt: skip
 
 

@@ -89,7 +89,8 @@ def test_the_lock_is_released_when_the_holder_is_killed(tmp_path):
             pass
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    assert (out / LOCK_NAME).is_file()  # left behind, and harmless
+    assert lock_file_for(out).is_file()  # left behind, and harmless
+    assert not out.exists()  # the lock lives beside the folder: it creates nothing in it
     with output_lock(out) as lock:
         assert lock.read_text().strip() == str(os.getpid())
 
@@ -102,6 +103,7 @@ def test_the_lock_is_reentrant_in_one_process_and_free_after(tmp_path):
     holder.kill()
     holder.wait()
     assert lock_file_for(tmp_path / "v.txt", folder=False).name == ".v.txt" + LOCK_NAME
+    assert lock_file_for(tmp_path / "run").name == ".run" + LOCK_NAME
 
 
 def test_overwrite_with_bad_input_keeps_the_old_checkpoint(tmp_path, corpus, capsys):
