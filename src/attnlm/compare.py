@@ -312,7 +312,12 @@ def run_neural(
         device,
         objective=objective,
     )
-    records = [json.loads(x) for x in (run_dir / METRICS_FILE).read_text().splitlines() if x]
+    records = []
+    for line in (run_dir / METRICS_FILE).read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line cut by a kill (fileio.append_line): skipped
+            continue
     curve = [(r["elapsed"], r["val_bpc"]) for r in records if r.get("val_bpc") is not None]
     what = ck.family.describe(ck.model_config) if ck.family.describe else ck.family.type
     return ModelResult(
