@@ -124,3 +124,21 @@ def test_overwrite_with_bad_input_keeps_the_old_checkpoint(tmp_path, corpus, cap
     assert run_cli(capsys, *base, "--text", other, "--overwrite").code == 0
     assert (out / "checkpoint" / "model.safetensors").read_bytes() != weights
     assert not (out / "checkpoint.old").exists()  # retired, then removed by the new save
+
+
+def test_the_hugging_face_export_holds_the_folder_lock(tmp_path):
+    import torch
+
+    from attnlm.errors import InputError
+    from attnlm.models.hf.folder import write_hf_folder
+
+    out = tmp_path / "hf"
+    holder = hold(out)
+    try:
+        with pytest.raises(InputError, match=f"pid {holder.pid}"):
+            write_hf_folder(out, {"model_type": "gpt2"}, {"w": torch.zeros(2)})
+    finally:
+        holder.kill()
+        holder.wait()
+    write_hf_folder(out, {"model_type": "gpt2"}, {"w": torch.zeros(2)})
+    assert (out / "model.safetensors").stat().st_size > 0
