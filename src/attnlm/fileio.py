@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import IO, Any
 from attnlm.errors import InputError
 
 TEMP_MARK = ".tmp-"
+_OUR_TEMP = re.compile(r"\.tmp-[0-9a-f]{16}$")  # the names temp_path_for gives
 LOCK_NAME = ".attnlm.lock"
 KILL_ENV = "ATTNLM_TEST_KILL_AT"
 _kill_counts: dict[str, int] = {}
@@ -185,7 +187,9 @@ def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator
     second process is refused with a one-line :class:`InputError` naming the holder's pid. The
     kernel releases the lock when the holder exits or is killed, so a stale lock file is
     harmless; it is never deleted (deleting it would let two processes lock two files).
-    Re-entrant within one process. A no-op where ``fcntl`` does not exist (Windows)."""
+    Re-entrant within one process. Once the lock is taken, the ``.NAME.tmp-*`` files that
+    killed writers left in the folder (or beside the file) are deleted. A no-op where
+    ``fcntl`` does not exist (Windows)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
@@ -220,6 +224,7 @@ def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = [fd, 1]
+    _remove_temps_of_killed_writers(Path(target), folder)
     try:
         yield lock
     finally:
@@ -237,6 +242,20 @@ def output_locks(folders: tuple[Any, ...] = (), files: tuple[Any, ...] = ()) -> 
                 if t is not None and str(t) != "-":
                     stack.enter_context(output_lock(t, folder))
         yield
+
+
+def _remove_temps_of_killed_writers(target: Path, folder: bool) -> None:
+    """What killed writers of ``target`` left (``.NAME.tmp-<16 hex digits>`` files in the run
+    folder and its sub-folders, or beside the output file): safe to delete under its lock."""
+    if folder:
+        if target.is_dir():  # the folder and its sub-folders (a comparison's families)
+            for pattern in (f".*{TEMP_MARK}*", f"*/.*{TEMP_MARK}*"):
+                for p in target.glob(pattern):
+                    if _OUR_TEMP.search(p.name) and p.is_file():
+                        with contextlib.suppress(OSError):
+                            p.unlink()
+    else:
+        remove_stale_temps(target.parent, target.name)
 
 
 def remove_stale_temps(folder: str | os.PathLike[str], name: str | None = None) -> list[Path]:
