@@ -129,3 +129,42 @@ def test_the_scan_finds_each_kind_of_raw_write():
         assert any(p.search(line) for p in PATTERNS.values()), line
     for line in ['open(p, "rb")', 'open(p, encoding="utf-8")', "atomic_open(p, 'w')"]:
         assert not [k for k, p in PATTERNS.items() if p.search(line)], line
+
+
+def _child(code: str, env_value: str, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from attnlm.fileio import KILL_ENV
+
+    env = {**os.environ, KILL_ENV: env_value, "PYTHONPATH": str(SRC)}
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, timeout=60)
+
+
+def test_a_kill_mid_append_cuts_only_the_last_line(tmp_path):
+    import json
+
+    code = (
+        "from attnlm.fileio import append_line\n"
+        "for i in range(5):\n"
+        "    append_line('m.jsonl', '{\"step\": %d, \"pad\": \"%s\"}' % (i, 'x' * 20))\n"
+    )
+    r = _child(code, "append:3", tmp_path)
+    assert r.returncode == -9
+    lines = (tmp_path / "m.jsonl").read_text().split("\n")
+    assert [json.loads(x)["step"] for x in lines[:-1]] == [0, 1]
+    assert lines[-1] and not lines[-1].endswith("}")  # the third line, cut half-way
+
+
+def test_kill_points_count_by_label_and_all_together(tmp_path):
+    code = (
+        "from attnlm.fileio import atomic_write_text, kill_point\n"
+        "for i in range(4):\n"
+        "    atomic_write_text(f'f{i}.txt', 'x')\n"
+    )
+    r = _child(code, "*:3", tmp_path)
+    assert r.returncode == -9
+    assert sorted(p.name for p in tmp_path.glob("f*.txt")) == ["f0.txt", "f1.txt"]
+    assert len(list(tmp_path.glob(".f2.txt.tmp-*"))) == 1  # complete, never renamed
+    assert _child(code, "append:1", tmp_path).returncode == 0  # no append point: runs through
