@@ -111,10 +111,11 @@ def torchrun(args, killed=False, timeout=120):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def tiny_translation_run(path: Path, pairs_text) -> Path:
-    """A tiny random encoder-decoder (``transformer``, 1 + 1 layers, width 16) with character
-    pair tokenizers trained on ``pairs_text`` (``(source, target)`` strings), saved as the run
-    folder ``path``; returns ``path``."""
+def tiny_translation_run(path: Path, pairs_text, rnn: bool = False) -> Path:
+    """A tiny random encoder-decoder (``transformer``, 1 + 1 layers, width 16; with ``rnn``, a
+    GRU ``rnn-seq2seq`` with Bahdanau attention) with character pair tokenizers trained on
+    ``pairs_text`` (``(source, target)`` strings), saved as the run folder ``path``; returns
+    ``path``."""
     import torch
 
     from attnlm.checkpoint import save_checkpoint
@@ -128,6 +129,10 @@ def tiny_translation_run(path: Path, pairs_text) -> Path:
     table = dict(type="transformer", d_model=16, n_head=2, n_encoder_layers=1,
                  n_decoder_layers=1, d_ff=32, dropout=0.0, vocab_size=ids.vocab_size,
                  pad_id=ids.pad, bos_id=ids.bos, eos_id=ids.eos)  # fmt: skip
+    if rnn:
+        table = dict(type="rnn-seq2seq", cell="gru", d_emb=16, d_hidden=16, n_layer=1,
+                     dropout=0.0, vocab_size=ids.vocab_size, pad_id=ids.pad, bos_id=ids.bos,
+                     eos_id=ids.eos)  # fmt: skip
     torch.manual_seed(0)
     model, cfg, family = registry.build(table)
     config = {"step": 0, "model": registry.config_table(family, cfg), "train": {}}

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from attnlm.errors import AttnlmError, InputError
-from attnlm.fileio import atomic_write_text, fsync_dir
+from attnlm.fileio import atomic_write_text, fsync_dir, kill_point
 from attnlm.nn.layout import standard_layout
 from attnlm.nn.lora import has_lora, load_lora_state_dict, lora_state_dict
 
@@ -141,6 +141,7 @@ def save_checkpoint(
                 f"could not write the checkpoint ({e.strerror or e}); {kept}"
             ) from None
         raise
+    kill_point("replace")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)

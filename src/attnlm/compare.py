@@ -48,7 +48,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import ConfigError
+from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import atomic_path, atomic_write_text, output_lock
 
 # model name in --models -> preset it trains (None: the n-gram baseline)
 MODELS: dict[str, str | None] = {
@@ -64,6 +65,7 @@ MODELS: dict[str, str | None] = {
 INIT_FROM = "init-from:"  # a --models entry "init-from:SPEC": SPEC fine-tuned on the text
 DATA_FILES = ("tokenizer.json", "train.bin", "train.json", "val.bin", "val.json", "data.json")
 RESULT_FILE = "result.json"
+STARTED_FILE = "started.json"  # the signature a family's training was started with
 MAX_ORDER = 10
 
 
@@ -292,7 +294,11 @@ def _run_spec(cfg: CompareConfig, name: str) -> Any:
 
 
 def run_neural(
-    cfg: CompareConfig, name: str, shared: SharedData, log: Callable[..., Any]
+    cfg: CompareConfig,
+    name: str,
+    shared: SharedData,
+    log: Callable[..., Any],
+    signature: dict[str, Any] | None = None,
 ) -> ModelResult:
     """Train one family for the budget in ``OUT/name`` and score it on the shared text."""
     from attnlm.checkpoint import CHECKPOINT_DIR, load_checkpoint
@@ -305,13 +311,18 @@ def run_neural(
     run_dir = Path(cfg.out) / model_folder(name)
     spec = _run_spec(cfg, name)
     pretrained = init_spec(name) is not None
-    resume = (run_dir / CHECKPOINT_DIR).is_dir()
+    # a checkpoint is continued only if it was started with these settings on this content
+    started = run_dir / STARTED_FILE
+    sig_text = json.dumps(signature if signature is not None else cfg.signature(), sort_keys=True)
+    resume = (run_dir / CHECKPOINT_DIR).is_dir() and _read_or_none(started) == sig_text
     if not resume:
         if run_dir.exists():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
         for f in DATA_FILES if not pretrained else ():  # the shared tokenizer and split
-            shutil.copy2(shared.folder / f, run_dir / f)
+            with atomic_path(run_dir / f) as tmp:
+                shutil.copy2(shared.folder / f, tmp)
+        atomic_write_text(started, sig_text)
     result = train_run(spec, run_dir, resume=resume, log=log)
     device = resolve_device(cfg.device)
     ck = load_checkpoint(run_dir, device)
@@ -333,7 +344,12 @@ def run_neural(
         device,
         objective=objective,
     )
-    records = [json.loads(x) for x in (run_dir / METRICS_FILE).read_text().splitlines() if x]
+    records = []
+    for line in (run_dir / METRICS_FILE).read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line cut by a kill (fileio.append_line): skipped
+            continue
     curve = [(r["elapsed"], r["val_bpc"]) for r in records if r.get("val_bpc") is not None]
     what = ck.family.describe(ck.model_config) if ck.family.describe else ck.family.type
     return ModelResult(
@@ -351,28 +367,75 @@ def run_neural(
 # -- the whole comparison -----------------------------------------------------------------------
 
 
-def _load_done(path: Path, signature: dict[str, Any]) -> ModelResult | None:
+def _read_or_none(path: Path) -> str | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8")
     except (OSError, ValueError):
         return None
-    if data.get("signature") != signature:
+
+
+def _load_done(
+    path: Path, signature: dict[str, Any], log: Callable[..., Any] = print
+) -> ModelResult | None:
+    """A family's finished result when it was made with ``signature``; None (run it again)
+    when missing, made with other settings or content, or not a valid result (one line)."""
+    text = _read_or_none(path)
+    if text is None:
         return None
-    res = data["result"]
-    res["curve"] = [tuple(p) for p in res.get("curve", [])]
-    return ModelResult(**res)
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if data.get("signature") != signature:
+            return None
+        res = dict(data["result"])
+        res["curve"] = [(float(t), float(b)) for t, b in res.get("curve", [])]
+        done = ModelResult(**res)
+        numbers = [done.val_bpc, done.ppl, done.train_seconds, done.tokens_per_second]
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in numbers):
+            raise ValueError("a number is not finite")
+        return done
+    except (ValueError, TypeError, KeyError) as e:
+        log(f"{path}: not a valid result ({e}); running this model again")
+        return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def corpus_content(cfg: CompareConfig) -> list[dict[str, Any]]:
+    """Name, size and SHA-256 of every corpus file: a result is reused for the same content
+    (a file rewritten with the same bytes included), never for other content at that path."""
+    from attnlm.train.config import TrainConfig
+    from attnlm.train.data import _corpus, corpus_fingerprint
+
+    files = corpus_fingerprint(_corpus(TrainConfig(text=cfg.text)), content=True)
+    return [{k: v for k, v in f.items() if k != "mtime_ns"} for f in files]  # content only
 
 
 def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[ModelResult]:
-    """Run (or resume) the comparison; writes ``compare.json`` and ``compare.png``."""
+    """Run (or resume) the comparison; writes ``compare.json`` and ``compare.png``. A
+    family's earlier result is reused only when it was made with the same settings on the same
+    corpus content (SHA-256); the folder is locked against a second writer."""
+    out = Path(cfg.out)
+    if str(cfg.out) == "":
+        raise InputError("--out is empty: name the comparison's folder")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: is a file, expected the comparison's folder")
+    with output_lock(out):
+        return _run_compare_locked(cfg, out, log)
+
+
+def _run_compare_locked(
+    cfg: CompareConfig, out: Path, log: Callable[..., Any]
+) -> list[ModelResult]:
     from tqdm.auto import tqdm
 
-    out = Path(cfg.out)
-    signature = cfg.signature()
-    done = {n: _load_done(out / model_folder(n) / RESULT_FILE, signature) for n in cfg.models}
+    signature = {**cfg.signature(), "corpus": corpus_content(cfg)}
+    done = {n: _load_done(out / model_folder(n) / RESULT_FILE, signature, log) for n in cfg.models}
     # the corpus is read (and refused, one line) before any output or progress bar
     shared = prepare_shared(cfg) if None in done.values() else None
-    out.mkdir(parents=True, exist_ok=True)
     results: list[ModelResult] = []
     bar = tqdm(total=len(cfg.models), desc="compare", disable=not cfg.progress, unit="model")
     say = bar.write if cfg.progress else log
@@ -388,10 +451,10 @@ def run_compare(cfg: CompareConfig, log: Callable[..., Any] = print) -> list[Mod
                 if name == "ngram":
                     res = run_ngram(cfg, shared, say)
                 else:
-                    res = run_neural(cfg, name, shared, say)
+                    res = run_neural(cfg, name, shared, say, signature)
                 done_file.parent.mkdir(parents=True, exist_ok=True)
                 payload = {"signature": signature, "result": asdict(res)}
-                done_file.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+                atomic_write_text(done_file, json.dumps(payload, indent=1))
                 say(f"{name}: {res.val_bpc:.4f} bits/char in {res.train_seconds:.0f}s")
             results.append(res)
             bar.update(1)
@@ -411,7 +474,7 @@ def write_outputs(cfg: CompareConfig, results: list[ModelResult]) -> tuple[Path,
         "curves": {r.model: r.curve for r in results},
     }
     json_path = out / "compare.json"
-    json_path.write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    atomic_write_text(json_path, json.dumps(payload, indent=1))
     png = plot_curves(results, out / "compare.png", cfg)
     return json_path, png
 

@@ -13,6 +13,10 @@ the usual POSIX one:
 If anything fails (an exception, a full disk) the temporary file is removed and the target
 is untouched. A process killed with SIGKILL mid-write leaves the target untouched too; only a
 ``.NAME.tmp-*`` file may remain, which :func:`remove_stale_temps` deletes.
+
+:func:`output_lock` is the one lock every writer of a run folder (or output file) holds, so two
+processes never write into the same place; :func:`kill_point` marks the places a test may kill
+the process at (``ATTNLM_TEST_KILL_AT=LABEL:N``) to check that nothing is lost.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +33,28 @@ from typing import IO, Any
 from attnlm.errors import InputError
 
 TEMP_MARK = ".tmp-"
+_OUR_TEMP = re.compile(r"\.tmp-[0-9a-f]{16}$")  # the names temp_path_for gives
+LOCK_NAME = ".attnlm.lock"
+KILL_ENV = "ATTNLM_TEST_KILL_AT"
+_kill_counts: dict[str, int] = {}
+
+
+def kill_point(label: str) -> None:
+    """A place where a writer may be killed by the kill tests: with ``ATTNLM_TEST_KILL_AT`` set
+    to ``LABEL:N`` (or ``*:N``), the N-th call with that label (or the N-th of any label) sends
+    SIGKILL to this process. Labels: ``replace`` (a complete temporary file or folder, before
+    it is renamed over the target), ``append`` (an appended log line, half written). Without
+    the variable this is a dictionary look-up."""
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
+        return
+    want, _, n = spec.rpartition(":")
+    for key in (label, "*"):
+        _kill_counts[key] = _kill_counts.get(key, 0) + 1
+        if key == want and str(_kill_counts[key]) == n.strip():
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def temp_path_for(path: str | os.PathLike[str]) -> Path:
@@ -69,6 +96,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        kill_point("replace")
         os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(OSError):
@@ -124,6 +152,113 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:
     """Replace the file at ``path`` with ``text`` (``\\n`` line ends kept as is) atomically."""
     atomic_write_bytes(path, text.encode(encoding))
+
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Append one line (``\\n`` added) to a log such as ``metrics.jsonl``. A kill can cut only
+    this last line, never the lines before it; readers skip a last line that does not parse."""
+    data = (line + "\n").encode("utf-8")
+    with open(path, "ab") as f:  # the one appending writer (see the module docstring)
+        if os.environ.get(KILL_ENV):  # the kill tests: a kill point half-way through the line
+            half = len(data) // 2
+            f.write(data[:half])
+            f.flush()
+            kill_point("append")
+            f.write(data[half:])
+        else:
+            f.write(data)
+
+
+_held: dict[Path, list[int]] = {}  # lock file -> [fd, depth]: re-entrant within a process
+
+
+def lock_file_for(target: str | os.PathLike[str], folder: bool = True) -> Path:
+    """Where :func:`output_lock` keeps its lock: ``.NAME.attnlm.lock`` beside the run folder
+    or output file ``NAME`` (beside, so that a command refused for bad input never creates
+    its output folder); inside the folder for a folder without a parent (``/``)."""
+    t = Path(target).absolute()
+    if t.parent == t:
+        return t / LOCK_NAME
+    return t.with_name(f".{t.name}{LOCK_NAME}")
+
+
+@contextlib.contextmanager
+def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator[Path]:
+    """Hold an exclusive ``fcntl.flock`` on ``target``'s lock file (see :func:`lock_file_for`;
+    missing parent folders are created) while the block runs: one writer per run folder or
+    output file (``folder`` says which ``target`` is; both lock the same way). A
+    second process is refused with a one-line :class:`InputError` naming the holder's pid. The
+    kernel releases the lock when the holder exits or is killed, so a stale lock file is
+    harmless; it is never deleted (deleting it would let two processes lock two files).
+    Re-entrant within one process. Once the lock is taken, the ``.NAME.tmp-*`` files that
+    killed writers left in the folder (or beside the file) are deleted. A no-op where
+    ``fcntl`` does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield lock_file_for(target, folder)
+        return
+    lock = lock_file_for(target, folder)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        key = lock.resolve()
+    except OSError as e:
+        raise _cannot_write(Path(target), e) from None
+    if key in _held:
+        _held[key][1] += 1
+        try:
+            yield lock
+        finally:
+            _held[key][1] -= 1
+        return
+    try:
+        fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _cannot_write(lock, e) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise InputError(
+            f"{target}: another attnlm process (pid {holder}) is writing into it; "
+            "wait for it to finish or choose another output"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = [fd, 1]
+    _remove_temps_of_killed_writers(Path(target), folder)
+    try:
+        yield lock
+    finally:
+        del _held[key]
+        os.close(fd)  # releases the flock
+
+
+@contextlib.contextmanager
+def output_locks(folders: tuple[Any, ...] = (), files: tuple[Any, ...] = ()) -> Iterator[None]:
+    """:func:`output_lock` on each run folder and output file given (``None`` and ``"-"``,
+    standard output, are skipped)."""
+    with contextlib.ExitStack() as stack:
+        for targets, folder in ((folders, True), (files, False)):
+            for t in targets:
+                if t is not None and str(t) != "-":
+                    stack.enter_context(output_lock(t, folder))
+        yield
+
+
+def _remove_temps_of_killed_writers(target: Path, folder: bool) -> None:
+    """What killed writers of ``target`` left (``.NAME.tmp-<16 hex digits>`` files in the run
+    folder and its sub-folders, or beside the output file): safe to delete under its lock."""
+    if folder:
+        if target.is_dir():  # the folder and its sub-folders (a comparison's families)
+            for pattern in (f".*{TEMP_MARK}*", f"*/.*{TEMP_MARK}*"):
+                for p in target.glob(pattern):
+                    if _OUR_TEMP.search(p.name) and p.is_file():
+                        with contextlib.suppress(OSError):
+                            p.unlink()
+    else:
+        remove_stale_temps(target.parent, target.name)
 
 
 def remove_stale_temps(folder: str | os.PathLike[str], name: str | None = None) -> list[Path]:

@@ -17,6 +17,7 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
+from attnlm.fileio import output_lock
 from attnlm.validate import (
     finite_float,
     non_negative_int,
@@ -140,7 +141,8 @@ def _prepare(args: argparse.Namespace) -> int:
         progress=args.progress,
         **options,
     )
-    data = prepare(Path(args.out), cfg, log=print)
+    with output_lock(args.out):
+        data = prepare(Path(args.out), cfg, log=print)
     print(data.stats_line())
     print(f"prepared {args.out}: train on it with attnlm train --data-dir {args.out}")
     return 0

@@ -31,6 +31,7 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.errors import ConfigError
+from attnlm.fileio import output_locks
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -179,14 +180,20 @@ def _train(args: argparse.Namespace) -> int:
 
     Estimate an n-gram model from one sentence per line (whitespace-separated tokens, as lmplz reads
     them). Modified Kneser-Ney matches KenLM lmplz."""
-    from attnlm.ngram import train
 
     if not args.arpa and not args.out:
         raise ConfigError("say where to write the model: --arpa OUT and/or --out MODEL")
     if args.smoothing == "addk" and args.arpa:
         raise ConfigError("add-k smoothing has no ARPA form (not a back-off model); use --out")
-    if args.memory is not None:
-        return _train_bounded(args)
+    with output_locks(files=(args.arpa, args.out)):
+        if args.memory is not None:
+            return _train_bounded(args)
+        return _train_in_memory(args)
+
+
+def _train_in_memory(args: argparse.Namespace) -> int:
+    from attnlm.ngram import train
+
     t0 = time.perf_counter()
     _, sents = _sentences(args)
     t1 = time.perf_counter()

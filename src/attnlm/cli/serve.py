@@ -71,6 +71,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     if not args.checkpoint and not args.model:
         raise InputError("nothing to serve: give --model SPEC (repeatable)")
+    if not args.host.strip():  # "" would bind every interface, unlike what it looks like
+        raise InputError("--host is empty: give an address (127.0.0.1, or 0.0.0.0 for all)")
     max_chars = args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS
     use_threads(args)
     static = None

@@ -15,6 +15,7 @@ from attnlm.cli.common import (
     text_file,
     text_value,
 )
+from attnlm.fileio import output_locks
 from attnlm.errors import ConfigError, InputError
 from attnlm.validate import (
     non_empty,
@@ -176,7 +177,7 @@ def _load_tokenizer(args: argparse.Namespace):
 def _train(args: argparse.Namespace) -> int:
     """train a tokenizer on a text and save it as JSON"""
     from attnlm.data.corpus import load_text
-    from attnlm.tokenizers import TokenizerConfigError, train_tokenizer
+    from attnlm.tokenizers import TokenizerConfigError
     from attnlm.tokenizers.factory import SIZED_KINDS
 
     kind = args.kind
@@ -189,6 +190,13 @@ def _train(args: argparse.Namespace) -> int:
     if (args.cased or args.vocab_out) and kind != "wordpiece":
         raise TokenizerConfigError("--cased and --vocab-out are only for --kind wordpiece")
     text = load_text(args.text)
+    with output_locks(files=(args.out, args.vocab_out, args.tiktoken_out)):
+        return _train_and_save(args, kind, text)
+
+
+def _train_and_save(args: argparse.Namespace, kind: str, text: str) -> int:
+    from attnlm.tokenizers import train_tokenizer
+
     tok = train_tokenizer(
         kind,
         text,

@@ -26,6 +26,7 @@ from attnlm.cli.common import (
     use_threads,
 )
 from attnlm.errors import InputError
+from attnlm.fileio import output_lock
 from attnlm.validate import (
     existing_dir,
     finite_float,
@@ -313,6 +314,21 @@ def _train(args: argparse.Namespace) -> int:
     Train the model family of a preset ([model] type, gpt by default) on a text; writes checkpoint/,
     metrics.jsonl and loss_curve.png into --out. Runs unchanged under torchrun for several
     processes."""
+    from attnlm.train import distributed as D
+
+    if not D.from_env().is_main:  # the main process holds the run folder's lock
+        return _train_locked(args)
+    if args.resume:
+        folder = Path(args.resume)
+    else:
+        folder = Path(args.out) if args.out else None
+    if folder is None:  # the folder is named after the preset: found once the spec is read
+        return _train_locked(args)
+    with output_lock(folder):
+        return _train_locked(args)
+
+
+def _train_locked(args: argparse.Namespace) -> int:
     from attnlm.checkpoint import read_config, resolve_checkpoint
     from attnlm.config import load_preset
     from attnlm.train.run import new_run_dir_check, resume_spec, train_run
@@ -335,14 +351,12 @@ def _train(args: argparse.Namespace) -> int:
         else:
             spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
         run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
-        if args.overwrite:
-            import shutil
-
-            for name in ("checkpoint", "checkpoint.old"):
-                shutil.rmtree(run_dir / name, ignore_errors=True)
-        new_run_dir_check(run_dir)
+        if not args.overwrite:
+            new_run_dir_check(run_dir)
         resume = False
-    result = train_run(spec, run_dir, resume=resume)
+    with output_lock(run_dir):  # re-entrant: already held when --out or --resume named it
+        # --overwrite: the old checkpoint goes only once the new run's inputs are valid
+        result = train_run(spec, run_dir, resume=resume, replace=bool(args.overwrite))
     from attnlm.train import distributed as D
 
     if D.from_env().is_main:
@@ -412,7 +426,8 @@ def _export(args: argparse.Namespace) -> int:
     = ddp, so OUT resumes in one process or under DDP."""
     from attnlm.train.fsdp import export_checkpoint
 
-    path = export_checkpoint(args.checkpoint, args.out)
+    with output_lock(args.out):
+        path = export_checkpoint(args.checkpoint, args.out)
     print(f"exported {args.checkpoint} -> {path}")
     return 0
 

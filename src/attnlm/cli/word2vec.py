@@ -22,6 +22,7 @@ from attnlm.cli.common import (
     text_file,
     text_value,
 )
+from attnlm.fileio import output_locks
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -150,12 +151,13 @@ def _train(args: argparse.Namespace) -> int:
         )
         bar.update(p.words - bar.n)
 
-    try:
-        result = train_word2vec(text, cfg, progress)
-    finally:
-        for bar in bars:
-            bar.close()
-    path = result.vectors.save(args.out, _binary(args))
+    with output_locks(files=(args.out,)):
+        try:
+            result = train_word2vec(text, cfg, progress)
+        finally:
+            for bar in bars:
+                bar.close()
+        path = result.vectors.save(args.out, _binary(args))
     kind = "skip-gram" if cfg.sg else "CBOW"
     losses = ", ".join(f"{x:.4f}" for x in result.epoch_losses)
     print(f"{kind}: {len(result.vocab):,} words x {cfg.dim} from {result.words // cfg.epochs:,} "

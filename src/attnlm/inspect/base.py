@@ -56,11 +56,11 @@ class InspectionRecord:
     def maps(self, kind: str = "self") -> tuple[list[Tensor], list[str], list[str]]:
         """Attention maps of one kind with their query and key labels: ``self`` (the text's
         self-attention), ``cross`` (target queries over source keys) or ``encoder``."""
-        if kind == "self":
+        if kind == "self" and self.attentions:  # an RNN translation model has none
             return self.attentions, self.tokens, self.tokens
-        if kind == "cross" and self.cross_attentions is not None:
+        if kind == "cross" and self.cross_attentions:
             return self.cross_attentions, self.tokens, self.source_tokens or []
-        if kind == "encoder" and self.encoder_attentions is not None:
+        if kind == "encoder" and self.encoder_attentions:
             src = self.source_tokens or []
             return self.encoder_attentions, src, src
         raise InputError(f"this {self.family} model has no {kind} attention")

@@ -5,15 +5,18 @@ spilled to a temporary folder and merges the shards order by order (k-way);
 and writes the ARPA file from disk. The file is byte for byte the one
 :func:`attnlm.ngram.train` + :func:`attnlm.ngram.write_arpa` write in memory (tested).
 
-Temporary files go to ``tmp_dir`` (default: the system's, ``$TMPDIR``) and are removed at the
-end, also on error or interrupt; the ARPA file is written atomically.
+Temporary files go to ``.NAME.ngram-tmp`` beside the output file (or a fresh folder under
+``tmp_dir``) and are removed at the end, also on error or interrupt; what a killed run left
+beside the output is removed by the next run into it. The ARPA file is written atomically.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,12 +68,30 @@ def train_arpa(
         chunks = read_chunks(source, budget.text_bytes)
     else:
         chunks = iter(source)
-    with tempfile.TemporaryDirectory(prefix="attnlm-ngram-", dir=tmp_dir) as tmp:
+    with _work_dir(path, tmp_dir) as tmp:
         counted = count_streamed(chunks, order, pad, tokenize, Path(tmp), budget, progress)
         if order == 1:  # nothing but the vocabulary: the in-memory path
             return _unigram_model(counted, pad, path, progress)
         sizes, discounts = estimate_and_write(counted, order, path, Path(tmp), budget, progress)
     return BoundedResult(sizes, discounts, counted.sentences, len(counted.vocab), counted.shards)
+
+
+@contextlib.contextmanager
+def _work_dir(path, tmp_dir) -> Iterator[str]:
+    """The shards' folder: ``.NAME.ngram-tmp`` beside the output (one per output file, so the
+    next run into it removes what a killed run left), or a fresh one under ``tmp_dir``."""
+    if tmp_dir is not None:
+        with tempfile.TemporaryDirectory(prefix="attnlm-ngram-", dir=tmp_dir) as tmp:
+            yield tmp
+        return
+    p = Path(path)
+    work = p.with_name(f".{p.name}.ngram-tmp")
+    shutil.rmtree(work, ignore_errors=True)  # left by a killed run
+    work.mkdir(parents=True)
+    try:
+        yield str(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _unigram_model(counted: Counted, pad: str, path, progress: bool) -> BoundedResult:

@@ -16,7 +16,7 @@ import numpy as np
 
 from attnlm.data.windows import read_token_file, write_token_meta
 from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text, temp_path_for
+from attnlm.fileio import atomic_write_text, kill_point, temp_path_for
 from attnlm.tokenizers import make_tokenizer
 from attnlm.tokenizers.factory import TRAINABLE_KINDS
 from attnlm.train.config import TrainConfig
@@ -34,6 +34,7 @@ def _link(target: Path, link: Path) -> None:
         os.symlink(target.resolve(), tmp)
     except OSError:
         shutil.copyfile(target, tmp)
+    kill_point("replace")
     os.replace(tmp, link)
 
 

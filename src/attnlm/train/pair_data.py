@@ -10,6 +10,7 @@ from typing import Any
 
 from attnlm.data.pairs import RUN_PAIRS_DIR, RUN_SPLIT_SEED
 from attnlm.errors import InputError
+from attnlm.fileio import atomic_write_text
 from attnlm.train.config import TrainConfig
 from attnlm.train.run_files import file_fingerprint
 
@@ -163,5 +164,5 @@ def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
     for name, (rows, _) in zip(names, kept):
         write_pairs(folder / f"{name}.tsv", [(p.source, p.target) for p in rows])
     doc = {"signature": signature, "dropped": dropped}
-    sig_path.write_text(json.dumps(doc), encoding="utf-8")  # last: the data is complete
+    atomic_write_text(sig_path, json.dumps(doc))  # last: the data is complete
     return PairRunData(tok, *(rows for rows, _ in kept), dropped, time.perf_counter() - t0)

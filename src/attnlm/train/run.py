@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,9 +197,13 @@ def train_run(
     resume: bool = False,
     log: Callable[..., Any] = print,
     on_step: Callable[[int], Any] | None = None,
+    replace: bool = False,
 ) -> TrainResult:
     """Train (or resume) the model family of ``spec`` in ``run_dir``; returns the result on
-    every rank. ``on_step(step)`` is called after each optimizer step."""
+    every rank. ``on_step(step)`` is called after each optimizer step. ``replace``: a new run
+    over an old one; the old checkpoint is retired only after the data is prepared and the
+    model built (bad input leaves the old run as it was), and deleted only once the new
+    checkpoint is in place."""
     run_dir = Path(run_dir)
     cfg = spec.train
     init, extra = None, {}
@@ -269,6 +274,10 @@ def train_run(
             raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
         train_src, val_src = _sources(objective, data, kind, cfg.block_size)
+        if replace and not resume:
+            if dist.is_main:
+                _retire_old_checkpoint(run_dir)
+            _barrier(dist)
         trainer = Trainer(
             TrainJob(
                 model=model,
@@ -328,6 +337,21 @@ def _loss_curve(run_dir: Path, records: list[dict[str, Any]]) -> None:
 
     if records:
         plot_loss_curve(records, run_dir / LOSS_CURVE_FILE, title=f"{run_dir.name}: loss")
+
+
+def _retire_old_checkpoint(run_dir: Path) -> None:
+    """``--overwrite``: the old checkpoint becomes ``checkpoint.old``, which the new run's
+    first save removes once its own checkpoint is in place (a kill before that leaves the
+    old one, still found by :func:`attnlm.checkpoint.resolve_checkpoint`)."""
+    import shutil
+
+    from attnlm.fileio import fsync_dir
+
+    ckpt, old = run_dir / CHECKPOINT_DIR, run_dir / f"{CHECKPOINT_DIR}.old"
+    if ckpt.is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(ckpt, old)
+        fsync_dir(run_dir)
 
 
 def new_run_dir_check(run_dir: Path) -> None:

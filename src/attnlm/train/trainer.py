@@ -50,7 +50,7 @@ from attnlm.checkpoint import CHECKPOINT_DIR, save_checkpoint
 from attnlm.device import autocast
 from attnlm.errors import AttnlmError, ConfigError
 from attnlm.evaluation import EvalResult, estimate
-from attnlm.fileio import atomic_write_text
+from attnlm.fileio import append_line, atomic_write_text
 from attnlm.objectives import BatchSource, count_targets
 from attnlm.train import distributed as D
 from attnlm.train import fsdp
@@ -116,8 +116,7 @@ class MetricsLog:
         if not self.enabled:
             return
         self.records.append(record)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_line(self.path, json.dumps(record))
 
 
 def _silent(*_args: Any) -> None:

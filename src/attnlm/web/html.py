@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.errors import InputError
+from attnlm.fileio import atomic_write_text
 
 STATIC_DIR = Path(__file__).parent / "static"
 VIEW_STATE_KEYS = ("view", "kind", "layer", "heads", "layers_filter", "heads_filter")
@@ -142,9 +143,5 @@ def write_standalone(
     """Write :func:`render_standalone` to ``path`` (UTF-8, folders created); return the path."""
     doc = render_standalone(record, title, state)
     p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(doc, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{p}: cannot write the HTML file ({e.strerror or e})") from None
+    atomic_write_text(p, doc)  # OSError: a one-line InputError naming the file
     return p

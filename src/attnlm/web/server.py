@@ -255,7 +255,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, body, "application/json; charset=utf-8")
 
     def _error(self, status: int, message: str) -> None:
-        self._json(status, {"error": message})
+        # a message quoting the request may hold lone surrogates, which UTF-8 cannot encode:
+        # escape them, so that every error still gets its answer
+        safe = message.encode("utf-8", "backslashreplace").decode("utf-8")
+        self._json(status, {"error": safe})
 
     def _guard(self, fn: Callable[[], None]) -> None:
         try:

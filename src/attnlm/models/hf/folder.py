@@ -143,12 +143,19 @@ def write_hf_folder(
     and ``generation_config.json`` when ``generation`` is given. With ``max_shard_size``
     (bytes) and more weights than that, the weights go to ``model-0000i-of-0000n.safetensors``
     shards listed in ``model.safetensors.index.json`` instead (the other layout's files left
-    by an earlier save are removed)."""
+    by an earlier save are removed). The folder is locked against a second writer
+    (:func:`attnlm.fileio.output_lock`)."""
+    from attnlm.fileio import output_lock
+
+    with output_lock(path):
+        _write_hf_folder(Path(path), config, state, generation, max_shard_size)
+
+
+def _write_hf_folder(path, config, state, generation, max_shard_size) -> None:
     from safetensors.torch import save_file
 
     from attnlm.fileio import atomic_path, atomic_write_text
 
-    path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     shards = shard_tensors(tensors, max_shard_size) if max_shard_size else [tensors]
