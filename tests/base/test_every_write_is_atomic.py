@@ -45,6 +45,7 @@ ALLOWED = {
     ("attnlm/checkpoint.py", "save_model(standard_layout(model), str(tmp / "
      "\"model.safetensors\"))"): _CKPT,
     ("attnlm/checkpoint.py", "torch.save(state, tmp / \"state.pt\")"): _CKPT,
+    ("attnlm/checkpoint.py", "save_file("): _CKPT + " (a LoRA run's adapters)",
     ("attnlm/checkpoint.py", "os.replace(folder, tmp / name)"): _CKPT,
     ("attnlm/checkpoint.py", "os.replace(final, old)"):
         "the old checkpoint is kept as checkpoint.old until the new one is in place",

@@ -15,8 +15,8 @@ from attnlm.cli.common import (
     text_file,
     text_value,
 )
-from attnlm.fileio import output_locks
 from attnlm.errors import ConfigError, InputError
+from attnlm.fileio import output_locks
 from attnlm.validate import (
     non_empty,
     non_negative_int,
