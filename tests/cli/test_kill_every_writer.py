@@ -31,6 +31,9 @@ EXEMPT = {
     "demo": "runs train, compare and translate in a row (minutes); each is killed in its own row",
     "export-checkpoint": "needs an FSDP run (torchrun, two processes); its output is written by "
     "save_checkpoint, killed in the train row",
+    "export": "writes one GGUF file through attnlm.fileio.atomic_path or a Hugging Face folder "
+    "through write_hf_folder (the lock and atomic files of save_hf, tested in test_run_lock); "
+    "needs a byte-level BPE run, which the rows' tiny char run is not",
     "data task": "writes one .tsv through attnlm.fileio (write_pairs), like data prepare's files",
 }
 
@@ -74,7 +77,7 @@ def _rows(files: dict[str, str], t: Path) -> dict[str, tuple[Argv, list[Path]]]:
                                       60 + v, "--text", texts[v], "--out", f.with_suffix(".json"),
                                       "--vocab-out", f.with_suffix(".vocab")],
                            [f.with_suffix(".json"), f.with_suffix(".vocab")]),
-        "attention": (lambda v: ["attention", "--checkpoint", ck, "--text", sentences[v],
+        "attention": (lambda v: ["attention", "--checkpoint", ck, sentences[v],
                                  "--out", f.with_suffix(".png"), "--html",
                                  f.with_suffix(".html")],
                       [f.with_suffix(".png"), f.with_suffix(".html")]),

@@ -74,7 +74,7 @@ def test_attention_self_on_an_rnn_translation_model_is_one_line(tmp_path, capsys
 
     run = tiny_translation_run(tmp_path / "mt", [("ab", "ba"), ("abc", "cba")], rnn=True)
     png = tmp_path / "a.png"
-    argv = ["attention", "--checkpoint", run, "--text", "ab", "--out", png]
+    argv = ["attention", "--checkpoint", run, "ab", "--out", png]
     r = run_cli(capsys, *argv, "--kind", "self")
     assert r.code == 2 and "no self attention" in r.err and len(r.err.strip().splitlines()) == 1
     assert not png.exists()
