@@ -63,6 +63,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import RECURRENT, Family, ModelOutput, check_ids, count_params, token_loss
 from attnlm.validate import above_zero, at_least_zero, positive
 
@@ -84,6 +85,7 @@ class HMMConfig:
     em_pseudocount: float = 0.0
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "n_states", "block_size")
         above_zero(self, "init_std")
         at_least_zero(self, "em_pseudocount")
