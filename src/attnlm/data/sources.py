@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from attnlm.errors import InputError
-from attnlm.textio import MAX_LINE, decode_text
+from attnlm.foreign import register
+from attnlm.textio import MAX_LINE, decode_text, text_problem
 
 BLOCK_BYTES = 4 << 20
 DOC_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
@@ -203,9 +204,50 @@ def _open_jsonl(path: Path, raw: BinaryIO) -> BinaryIO:
             raise InputError(
                 f"{path}: reading .zst needs the zstandard package (pip install zstandard)"
             ) from None
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return io.BufferedReader(reader, BLOCK_BYTES)  # type: ignore[arg-type]
+        return io.BufferedReader(_ZstdFrames(zstandard, raw, path), BLOCK_BYTES)
     return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of every zstd frame of ``raw``, one after another. Unlike
+    ``zstandard``'s ``stream_reader``, a stream that ends inside a frame (a truncated download)
+    is an :class:`InputError`, not a silent early end of the text."""
+
+    def __init__(self, zstandard: Any, raw: BinaryIO, path: Path) -> None:
+        self._z, self._raw, self._path = zstandard, raw, path
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._started = False  # bytes of the current frame were fed
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = self._raw.read(BLOCK_BYTES)
+            if not chunk:
+                if self._started and not self._obj.eof:
+                    raise InputError(f"{self._path}: truncated zstd stream (the last frame is cut)")
+                return 0
+            self._pending = self._feed(chunk)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _feed(self, chunk: bytes) -> bytes:
+        out = []
+        while chunk:
+            if self._obj.eof:  # the previous frame ended: the next one starts here
+                self._obj = self._dctx.decompressobj()
+            self._started = True
+            try:
+                out.append(self._obj.decompress(chunk))
+            except self._z.ZstdError as e:
+                raise InputError(f"{self._path}: not a valid zstd stream ({e})") from None
+            chunk = self._obj.unused_data if self._obj.eof else b""
+        return b"".join(out)
 
 
 def _jsonl_docs(
@@ -227,8 +269,10 @@ def _jsonl_docs(
                     continue
                 try:
                     record = json.loads(line)
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:
                     msg = "not valid UTF-8" if isinstance(e, UnicodeDecodeError) else "not JSON"
+                    if isinstance(e, RecursionError):
+                        msg, e = "not JSON", ValueError("nested too deeply")  # type: ignore[assignment]
                     bad.add(f"{path}:{lineno}: {msg} ({e})", skip)
                     continue
                 text = _field(record, field, f"{path}:{lineno}", bad, skip)
@@ -249,6 +293,10 @@ def _field(record: Any, field: str, where: str, bad: BadRecords, skip: bool) -> 
     value = record[field]
     if not isinstance(value, str):
         bad.add(f"{where}: field {field!r} is {type(value).__name__}, not a string", skip)
+        return None
+    problem = text_problem(value, empty_ok=True)  # a lone surrogate (\ud800), a NUL
+    if problem:
+        bad.add(f"{where}: field {field!r} is {problem}", skip)
         return None
     return value
 
@@ -337,3 +385,7 @@ def _rows_with_progress(
             done = now
         yield doc
     advance(size - done)
+
+
+for _fmt, _fn in (("JSONL", _jsonl_docs), ("Parquet", _parquet_docs), ("Arrow", _arrow_docs)):
+    register(_fmt, f"{__name__}.{_fn.__name__}")
