@@ -73,8 +73,9 @@ def _parse_errors() -> tuple[type[BaseException], ...]:
         zipfile.BadZipFile,
     ]
     import pickle
+    import re
 
-    kinds.append(pickle.UnpicklingError)
+    kinds += [pickle.UnpicklingError, re.error]  # re.error: a bad regex in a tokenizer file
     for module, name in (
         ("safetensors", "SafetensorError"),
         ("zstandard", "ZstdError"),
@@ -83,6 +84,7 @@ def _parse_errors() -> tuple[type[BaseException], ...]:
         ("lzma", "LZMAError"),
         ("gzip", "BadGzipFile"),
         ("tomllib", "TOMLDecodeError"),
+        ("regex", "error"),
     ):
         mod = sys.modules.get(module)
         kind = getattr(mod, name, None) if mod else None
