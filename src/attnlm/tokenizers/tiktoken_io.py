@@ -20,7 +20,7 @@ from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerFileError
 def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
     """Ranks ``{token bytes: rank}`` from a ``.tiktoken`` file; one-line errors name the line."""
     p = Path(path)
-    data = read_file_bytes(p, "rank file", TokenizerFileError)
+    data = read_file_bytes(p, "rank file", TokenizerFileError, text=True)
     ranks: dict[bytes, int] = {}
     seen: set[int] = set()
     for lineno, line in enumerate(data.splitlines(), 1):

@@ -246,7 +246,7 @@ def read_pairs(
         raise InputError(f"{p}: is a folder; --pairs needs one tab-separated file")
     from attnlm.fileio import read_file_bytes
 
-    data = read_file_bytes(p)
+    data = read_file_bytes(p, text=True)
     return parse_pairs(
         decode_utf8(data, str(p)), name=str(p), strict=strict, header=header, reverse=reverse
     )
