@@ -44,6 +44,7 @@ import torch
 from attnlm.errors import AttnlmError, InputError
 from attnlm.fileio import atomic_write_text, fsync_dir
 from attnlm.foreign import check_finite, load_json, reading, register
+from attnlm.foreign import register as _register_reader
 from attnlm.nn.layout import standard_layout
 
 FORMAT = "attnlm-checkpoint-v1"
@@ -272,3 +273,8 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
 
 # ---------------------------------------------------------------------------------------------
 # One way to name a model: an attnlm checkpoint, a Hugging Face folder, or a pretrained name
+
+
+_register_reader("attnlm checkpoint", f"{__name__}.load_state")
+_register_reader("attnlm checkpoint", f"{__name__}.load_weights")
+_register_reader("attnlm checkpoint", f"{__name__}.read_config")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import register as _register_reader
 from attnlm.textio import decode_text
 
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -116,3 +117,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw
     return key.strip(), value
+
+
+_register_reader("preset", f"{__name__}.load_preset")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from attnlm.errors import AttnlmError, InputError
+from attnlm.foreign import register as _register_reader
 
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -410,3 +411,8 @@ def available() -> list[dict[str, Any]]:
                     "path": str(folder),
                 })  # fmt: skip
     return rows
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.is_hf_folder")
+_register_reader("Hugging Face model folder", f"{__name__}.vocab_merges_tokenizer")
+_register_reader("Hugging Face model folder", f"{__name__}.stop_ids")

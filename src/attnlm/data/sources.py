@@ -36,6 +36,7 @@ from typing import Any, BinaryIO
 
 from attnlm.errors import InputError
 from attnlm.foreign import register
+from attnlm.foreign import register as _register_reader
 from attnlm.textio import MAX_LINE, decode_text, text_problem
 
 BLOCK_BYTES = 4 << 20
@@ -389,3 +390,7 @@ def _rows_with_progress(
 
 for _fmt, _fn in (("JSONL", _jsonl_docs), ("Parquet", _parquet_docs), ("Arrow", _arrow_docs)):
     register(_fmt, f"{__name__}.{_fn.__name__}")
+
+
+_register_reader("Arrow", f"{__name__}._arrow_files")
+_register_reader("JSONL", f"{__name__}._open_jsonl")

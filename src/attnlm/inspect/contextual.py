@@ -19,7 +19,6 @@ Shapes: ``N`` sentences, ``C`` model width, ``L`` layers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from torch import Tensor, nn
 
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
+from attnlm.foreign import foreign_reader, load_json
 from attnlm.inspect.record import inspect, model_input
 from attnlm.tokenizers import token_label
 
@@ -128,6 +128,15 @@ def filled_text(tokenizer: Any, text: str, predictions: list[MaskPrediction]) ->
 # sentence embeddings
 
 
+@foreign_reader("sentence_bert_config.json")
+def sentence_bert_max_length(cfg: Path) -> int:
+    """``max_seq_length`` of a sentence-transformers ``sentence_bert_config.json``."""
+    value = load_json(cfg, "sentence_bert_config.json").get("max_seq_length", SENTENCE_MAX_LENGTH)
+    if type(value) is not int or value < 1:
+        raise InputError(f"{cfg}: max_seq_length must be a positive integer, got {value!r}")
+    return value
+
+
 def sentence_max_length(folder: str | Path | None, model: Any) -> int:
     """The sentence-embedding input limit: ``max_seq_length`` of a sentence-transformers
     ``sentence_bert_config.json`` in ``folder`` when present, else 256 (capped by the
@@ -135,10 +144,8 @@ def sentence_max_length(folder: str | Path | None, model: Any) -> int:
     limit = SENTENCE_MAX_LENGTH
     if folder is not None:
         cfg = Path(folder) / "sentence_bert_config.json"
-        try:
-            limit = int(json.loads(cfg.read_text(encoding="utf-8"))["max_seq_length"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        if cfg.is_file():  # present but damaged is refused, not silently replaced by 256
+            limit = sentence_bert_max_length(cfg)
     block = getattr(getattr(model, "config", None), "block_size", None)
     return min(limit, int(block)) if block else limit
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from attnlm.errors import InputError
 from attnlm.foreign import foreign_reader
+from attnlm.foreign import register as _register_reader
 from attnlm.ngram.arpa_write import ngram_word_ids, write_arpa
 from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
 from attnlm.ngram.model import BackoffModel
@@ -368,3 +369,6 @@ def _fill_added(model: BackoffModel, added: list[np.ndarray]) -> None:
         pos = np.tile(np.arange(m - 1), len(rows))
         lp = sub._logprob_positions(tokens, pos).reshape(-1, m - 1)[:, -1]
         model.logp[m - 1][todo] = lp + ctx_bo
+
+
+_register_reader("ARPA", f"{__name__}._parse_fast")

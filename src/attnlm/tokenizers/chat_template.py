@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.errors import InputError
+from attnlm.foreign import register as _register_reader
 
 #: The roles a message may have (others are passed through: templates decide).
 ROLES = ("system", "user", "assistant")
@@ -248,3 +249,6 @@ def _read(path: Path) -> str:
     from attnlm.fileio import read_file_text
 
     return read_file_text(path, "chat template", InputError)
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.hf_folder_config")

@@ -21,6 +21,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from attnlm.foreign import register as _register_reader
 from attnlm.tokenizers.base import TokenizerConfigError
 from attnlm.tokenizers.bpe import GPT2_BYTE_ORDER, BPETokenizer
 
@@ -80,3 +81,6 @@ def _gpt2() -> BPETokenizer:
 def gpt2_tokenizer() -> BPETokenizer:
     """GPT-2's tokenizer (50,257 ids; ``<|endoftext|>`` = 50256), read once per process."""
     return _gpt2()
+
+
+_register_reader("GPT-2 encoder.json", f"{__name__}._gpt2")

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from attnlm.fileio import atomic_write_bytes, read_file_bytes
+from attnlm.foreign import register as _register_reader
 from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerFileError
 
 
@@ -59,3 +60,6 @@ def write_tiktoken(path: str | os.PathLike[str], ranks: dict[bytes, int]) -> Non
         for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])
     ]
     atomic_write_bytes(p, b"\n".join(lines) + b"\n")  # one-line InputError on failure
+
+
+_register_reader("tiktoken ranks", f"{__name__}.read_tiktoken")

@@ -50,6 +50,7 @@ from attnlm.checkpoint import (
     save_checkpoint,
 )
 from attnlm.errors import InputError
+from attnlm.foreign import register as _register_reader
 from attnlm.nn.blocks import TransformerBlock
 
 SHARDS = "shards"  # the folder of a sharded checkpoint that holds the DCP files
@@ -211,3 +212,6 @@ def export_checkpoint(src: str | os.PathLike[str], out: str | os.PathLike[str]) 
     tokenizer = pairs if pairs is not None else tok  # what save_checkpoint writes back
     config = {k: v for k, v in config.items() if k != "format"}
     return save_checkpoint(dest, model, {**config, "train": train}, tokenizer, state)
+
+
+_register_reader("FSDP shards", f"{__name__}.load_sharded")

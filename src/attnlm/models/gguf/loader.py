@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
+from attnlm.foreign import register as _register_reader
 from attnlm.ggufio import GGUFFile, type_name
 from attnlm.models.gguf.quants import SUPPORTED, dequantize
 
@@ -209,3 +210,6 @@ def tensor_stats(path: str | Path | GGUFFile) -> dict[str, Any]:
         row["bytes"] += info.nbytes or 0
     ordered = dict(sorted(by_type.items(), key=lambda kv: -kv[1]["bytes"]))
     return {"parameters": sum(r["parameters"] for r in ordered.values()), "by_type": ordered}
+
+
+_register_reader("GGUF", f"{__name__}.load")

@@ -29,6 +29,7 @@ from typing import Any
 from attnlm._lazy import lazy_exports
 from attnlm.errors import ConfigError, InputError
 from attnlm.foreign import load_json, reading
+from attnlm.foreign import register as _register_reader
 
 # Hugging Face ``model_type`` -> the adapter module that loads and saves it. A new architecture
 # is one module with MODEL_TYPE, MODEL, load(path) and save(model, path, ...) and a row here.
@@ -101,3 +102,6 @@ def save_hf(model: Any, path: str | Path, **options: Any) -> None:
     adapter of its class; ``options`` go to that adapter's ``save`` (``max_shard_size`` for
     Llama, ``max_position_embeddings`` for Marian)."""
     adapter_for(model).save(model, path, **options)
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.from_hf")

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import InputError
 from attnlm.foreign import check_finite, foreign_reader, load_json
+from attnlm.foreign import register as _register_reader
 from attnlm.models.hf.mapping import Layout, to_ours
 
 
@@ -182,3 +183,8 @@ def write_hf_folder(
         single.unlink(missing_ok=True)
     if generation is not None:
         atomic_write_text(path / "generation_config.json", json.dumps(generation, indent=2) + "\n")
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.read_hf_weights")
+_register_reader("Hugging Face model folder", f"{__name__}.read_hf_config")
+_register_reader("Hugging Face model folder", f"{__name__}.read_generation_config")
