@@ -115,14 +115,25 @@ def as_input_error(e: BaseException, path: str | os.PathLike[str], fmt: str) -> 
     return InputError(f"{path}: not a valid {fmt} file ({_detail(e)})")
 
 
+def _with_path(e: AttnlmError, path: str | os.PathLike[str]) -> AttnlmError:
+    """``e`` with ``path`` in front of its message (same class where it can be rebuilt)."""
+    try:
+        return type(e)(f"{path}: {e}")
+    except TypeError:  # a subclass with another constructor
+        return InputError(f"{path}: {e}")
+
+
 @contextlib.contextmanager
 def reading(path: str | os.PathLike[str], fmt: str) -> Iterator[None]:
     """Run the block that parses ``path`` (a file of format ``fmt``); any parse error of the
     format becomes one :class:`InputError` line naming the file and the problem."""
     try:
         yield
-    except AttnlmError:
-        raise
+    except AttnlmError as e:
+        message = str(e)
+        if str(path) in message or Path(path).name in message:
+            raise
+        raise _with_path(e, path) from None
     except _parse_errors() as e:
         raise as_input_error(e, path, fmt) from None
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,7 +280,7 @@ def _jsonl_docs(
                 text = _field(record, field, f"{path}:{lineno}", bad, skip)
                 if text is not None:
                     yield text
-        except (OSError, EOFError) as e:  # a truncated or corrupt compressed file
+        except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt compressed file
             raise InputError(f"{path}: cannot decompress ({e})") from None
         advance(raw.tell() - done)
 
@@ -347,7 +348,7 @@ def _parquet_docs(
         batches = pf.iter_batches(batch_size=1024, columns=[field])
         yield from _rows_with_progress(path, pf.metadata.num_rows, batches, field, bad, skip,
                                        advance)  # fmt: skip
-    except pa.ArrowException as e:
+    except (pa.ArrowException, OSError) as e:  # OSError: corrupt compressed pages
         raise InputError(f"{path}: cannot read Parquet ({e})") from None
 
 
@@ -364,7 +365,7 @@ def _arrow_docs(
                 reader = pa.ipc.open_file(source)
                 reader = iter(reader.get_batch(i) for i in range(reader.num_record_batches))
             yield from _rows_with_progress(path, None, reader, field, bad, skip, advance)
-    except pa.ArrowException as e:
+    except (pa.ArrowException, OSError) as e:  # OSError: corrupt compressed pages
         raise InputError(f"{path}: cannot read Arrow data ({e})") from None
 
 

@@ -171,10 +171,14 @@ def load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ckpt:
             "trained"
         )
     state = _sharded_state(model, optimizer)
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         dcp.load(state, checkpoint_id=ckpt / SHARDS)
-    except Exception as e:  # noqa: BLE001 - missing or corrupt shard files
+    # CheckpointException derives from BaseException, so `except Exception` lets it through
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - missing or corrupt shards
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first.split(" Traceback")[0][:300]
         raise InputError(f"{ckpt}/{SHARDS}: missing, corrupt or not this model ({first})") from None
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
