@@ -92,8 +92,20 @@ def fill_mask(model: Any, tokenizer: Any, text: str, top_k: int = 5) -> list[Mas
         raise InputError(f"--top-k must be at least 1, got {top_k}")
     ids, extra = model_input(model, tokenizer, text)
     where = [i for i, t in enumerate(ids) if t == mask_id]
+    block = getattr(getattr(model, "config", None), "block_size", None)
+    cut = bool(block) and len(ids) >= int(block)  # model_input cut the text to the window
     if not where:
+        if cut and "[MASK]" in text:
+            raise InputError(
+                f"every [MASK] falls beyond the model's window of {len(ids)} tokens: "
+                "shorten the text before it"
+            )
         raise InputError("the text has no [MASK] token (write [MASK] where a word is missing)")
+    if cut and len(where) < text.count("[MASK]"):  # never drop the cut-off ones silently
+        raise InputError(
+            f"{text.count('[MASK]') - len(where)} of the {text.count('[MASK]')} [MASK] tokens "
+            f"fall beyond the model's window of {len(ids)} tokens: shorten the text"
+        )
     device = model_device(model)
     x = torch.tensor([ids], device=device)
     extra_t = {k: torch.tensor([v], device=device) for k, v in extra.items()}
