@@ -456,6 +456,31 @@ def _gguf(folder: Path) -> Path:
     return path
 
 
+def _gguf_model(folder: Path) -> Path:
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from gguf_support import write_gpt2
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=260, n_positions=16, n_embd=8, n_layer=1,
+                                     n_head=2)  # fmt: skip
+    path = folder / "m.gguf"
+    write_gpt2(path, transformers.GPT2LMHeadModel(config))
+    return path
+
+
+def _load_gguf_model(path: Path):
+    from attnlm.models.gguf.loader import load
+
+    return load(path)
+
+
+def _gguf_model_sane(result) -> None:
+    model, tok = result
+    _model_sane(model)
+    _tokenizer_sane(tok)
+
+
 def _sbert(folder: Path) -> Path:
     path = folder / "sentence_bert_config.json"
     path.write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
@@ -546,7 +571,9 @@ FORMATS = [
                   "nan": lambda d: d.replace(b"n_embd = 8", b"n_embd = nan")}),
     Format("sentence_bert_config.json", ("sentence_bert_config.json",), _sbert, _load_sbert,
            _positive_int, json=True),
-    Format("GGUF", ("GGUF",), _gguf, _load_tokenizer, _tokenizer_sane),
+    Format("GGUF vocabulary", ("GGUF",), _gguf, _load_tokenizer, _tokenizer_sane),
+    Format("GGUF model", ("GGUF",), _gguf_model, _load_gguf_model, _gguf_model_sane,
+           extra={"nan": lambda d: d[:-4] + b"\xff\xff\xff\xff"}),  # the last F32: a NaN
 ]  # fmt: skip
 
 # Registered formats read through another row's reader, or not fuzzed here (with why).
