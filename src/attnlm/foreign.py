@@ -402,8 +402,10 @@ def config_params(config: Any) -> int:
     total = 2 * vocab * (width + emb)  # embeddings and an untied output layer
     total += positions * width
     total += layers * (4 * width * width + 3 * width * ffn + 2 * emb * width + 4 * emb * emb)
-    total += states * (states + vocab)
-    total += order * _int_field(config, "n_embd") * ffn
+    total += states * (states + vocab + 2)  # transitions, emissions, start and end
+    if order:  # a feed-forward n-gram model: context -> hidden -> vocabulary, and direct links
+        context = order * _int_field(config, "n_embd")
+        total += context * (ffn + vocab) + ffn * vocab
     return total
 
 
