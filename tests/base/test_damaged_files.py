@@ -173,6 +173,23 @@ def _hf_bpe_tokenizer(folder: Path) -> Path:
     return path
 
 
+def _hf_wordpiece_tokenizer(folder: Path) -> Path:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "##s", "h"]
+    doc = {
+        "version": "1.0",
+        "added_tokens": [],
+        "normalizer": {"type": "BertNormalizer", "lowercase": True},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": "##"},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": {w: i for i, w in enumerate(vocab)}},
+    }  # fmt: skip
+    path = folder / "tokenizer.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def _bad_regex(data: bytes) -> bytes:
     doc = json.loads(data)
     split = {"type": "Split", "pattern": {"Regex": "(["}, "behavior": "Isolated", "invert": False}
@@ -532,6 +549,11 @@ FORMATS = [
            extra={"bad regex": _bad_regex,
                   "string ids": lambda d: d.replace(b'"he": 256', b'"he": "256"'),
                   "no byte tokens": lambda d: d.replace(b'"l": 108, ', b"")}),
+    Format("tokenizer.json (HF WordPiece)", ("tokenizer",), _hf_wordpiece_tokenizer,
+           _load_tokenizer, _tokenizer_sane, json=True,
+           extra={"string ids": lambda d: d.replace(b'"hello": 5', b'"hello": "5"'),
+                  "duplicate ids": lambda d: d.replace(b'"hello": 5', b'"hello": 6'),
+                  "huge id": lambda d: d.replace(b'"hello": 5', b'"hello": 1000000000000')}),
     Format("vocab.txt", ("vocab.txt",), _vocab_txt, _load_tokenizer, _tokenizer_sane),
     Format("tiktoken ranks", ("tiktoken ranks",), _tiktoken, _load_tiktoken, _ranks_sane),
     Format("ARPA", ("ARPA",), _arpa, _load_ngram, _ngram_sane),
