@@ -25,6 +25,7 @@ The same module holds the checks every loader shares:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import json
 import os
@@ -409,9 +410,28 @@ def config_params(config: Any) -> int:
     return total
 
 
+_SHAPES_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("shapes_only", default=False)
+
+#: What a model built for its shapes only (on the meta device) may ask for: no memory is
+#: allocated, but building still takes a step per layer, so absurd sizes are refused all the same.
+SHAPES_ONLY_BYTES = 1 << 50
+
+
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Configs made inside are built on the meta device (counted, never allocated): they are
+    checked against :data:`SHAPES_ONLY_BYTES` rather than the memory available."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
 def check_config_fits(config: Any, where: str = "model") -> None:
     """Refuse a config whose parameters (:func:`config_params`, 4 bytes each, as built) cannot
-    fit in the memory available, before a single layer is built."""
+    fit in the memory available, before a single layer is built (inside :func:`shapes_only`:
+    more than :data:`SHAPES_ONLY_BYTES`)."""
     n = config_params(config)
     if n * 4 > (1 << 28):  # below 256 MiB there is nothing to check: skip reading /proc
-        check_fits(n, where)
+        check_fits(n, where, available=SHAPES_ONLY_BYTES if _SHAPES_ONLY.get() else None)

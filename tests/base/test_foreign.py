@@ -140,3 +140,19 @@ def test_absurd_config_is_refused_before_building():
         registry.build(table)
     with pytest.raises(InputError, match="memory available"):
         registry.build({"type": "hmm", "vocab_size": 10**9, "n_states": 4096})
+
+
+def test_shapes_only_checks_against_a_fixed_budget(monkeypatch):
+    """``params`` builds on the meta device: a model larger than this machine's memory is
+    counted, an absurd one is still refused."""
+    from attnlm.models import registry
+
+    monkeypatch.setattr(foreign, "available_memory", lambda: 1 << 20)  # a 1 MiB machine
+    table = {"type": "gpt", "vocab_size": 50257, "block_size": 1024, "n_layer": 48,
+             "n_head": 25, "n_embd": 1600}  # fmt: skip  (GPT-2 XL: 1.5 billion parameters)
+    with pytest.raises(InputError, match="memory available"):
+        registry.make_config(table)
+    with foreign.shapes_only():
+        registry.make_config(table)
+        with pytest.raises(InputError, match="PiB"):
+            registry.make_config({**table, "n_layer": 10**12})
