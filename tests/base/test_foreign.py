@@ -148,8 +148,14 @@ def test_shapes_only_checks_against_a_fixed_budget(monkeypatch):
     from attnlm.models import registry
 
     monkeypatch.setattr(foreign, "available_memory", lambda: 1 << 20)  # a 1 MiB machine
-    table = {"type": "gpt", "vocab_size": 50257, "block_size": 1024, "n_layer": 48,
-             "n_head": 25, "n_embd": 1600}  # fmt: skip  (GPT-2 XL: 1.5 billion parameters)
+    table = {
+        "type": "gpt",
+        "vocab_size": 50257,
+        "block_size": 1024,
+        "n_layer": 48,
+        "n_head": 25,
+        "n_embd": 1600,
+    }  # fmt: skip  (GPT-2 XL: 1.5 billion parameters)
     with pytest.raises(InputError, match="memory available"):
         registry.make_config(table)
     with foreign.shapes_only():
