@@ -29,6 +29,7 @@ import contextvars
 import functools
 import json
 import os
+import re
 import struct
 import zipfile
 import zlib
@@ -190,6 +191,33 @@ def json_depth_problem(text: str, limit: int = MAX_JSON_DEPTH) -> str | None:
     return None
 
 
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def surrogate_problem(text: str, value: Any) -> str | None:
+    """``"a string holds a lone surrogate ..."`` when the JSON ``value`` parsed from ``text``
+    has a string with a lone surrogate (``"\\ud800"``: valid JSON, not valid text; it crashes
+    whatever prints or encodes it later), else None. Only walks ``value`` when ``text`` has
+    such an escape at all, so ordinary files cost one regex scan."""
+    if not _ESCAPED_SURROGATE.search(text):
+        return None
+    from attnlm.textio import text_problem
+
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            problem = text_problem(v, empty_ok=True)
+            if problem and "surrogate" in problem:
+                return f"a string is {problem}"
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
+
+
 def parse_json(text: str, where: str, fmt: str = "JSON") -> Any:
     """``text`` parsed as JSON; bad JSON, nesting over :data:`MAX_JSON_DEPTH` and lone
     surrogates in strings raise one :class:`InputError` line naming ``where``."""
@@ -200,6 +228,9 @@ def parse_json(text: str, where: str, fmt: str = "JSON") -> Any:
         value = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise as_input_error(e, where, fmt) from None
+    problem = surrogate_problem(text, value)
+    if problem:
+        raise InputError(f"{where}: not a valid {fmt} file ({problem})")
     return value
 
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text, read_file_text
-from attnlm.foreign import foreign_reader, json_depth_problem
+from attnlm.foreign import foreign_reader, json_depth_problem, surrogate_problem
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
@@ -149,6 +149,9 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
         raise TokenizerFileError(
             f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
         ) from None
+    problem = surrogate_problem(raw, doc)
+    if problem:
+        raise TokenizerFileError(f"{p}: not a tokenizer file ({problem})")
     if isinstance(doc, dict) and "format" not in doc and "model" in doc:
         return _load_hf_json(p, doc)  # a Hugging Face tokenizers tokenizer.json
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
