@@ -392,6 +392,26 @@ def _parquet(folder: Path) -> Path:
     return path
 
 
+def _arrow_folder(member: str) -> Callable[[Path], Path]:
+    """A ``datasets.save_to_disk`` folder (an Arrow IPC stream and its ``state.json``); the
+    file to damage is ``member``."""
+
+    def build(folder: Path) -> Path:
+        pa = pytest.importorskip("pyarrow")
+        ds = folder / "ds"
+        ds.mkdir()
+        table = pa.table({"text": [d["text"] for d in DOCS]})
+        with pa.OSFile(str(ds / "data-00000-of-00001.arrow"), "wb") as sink:
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+        state = {"_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_split": None}
+        (ds / "state.json").write_text(json.dumps(state))
+        (ds / "dataset_info.json").write_text("{}")
+        return ds / member
+
+    return build
+
+
 def _pairs(folder: Path) -> Path:
     path = folder / "pairs.tsv"
     path.write_text("".join(f"source {i}\ttarget {i}\n" for i in range(50)))
@@ -577,7 +597,12 @@ FORMATS = [
            empty_ok=True),
     Format("JSONL.zst", ("JSONL",), _jsonl(".zst"), _read_corpus(True), _corpus_sane,
            empty_ok=True),
-    Format("Parquet", ("Parquet", "Arrow"), _parquet, _read_corpus(True), _corpus_sane),
+    Format("Arrow dataset state.json", ("Arrow",), _arrow_folder("state.json"),
+           lambda p: _read_corpus(True)(p.parent), _corpus_sane, json=True,
+           extra={"path in a name": lambda d: d.replace(b"data-0", b"../data-0")}),
+    Format("Arrow dataset data", ("Arrow",), _arrow_folder("data-00000-of-00001.arrow"),
+           lambda p: _read_corpus(True)(p.parent), _corpus_sane, empty_ok=True),
+    Format("Parquet", ("Parquet",), _parquet, _read_corpus(True), _corpus_sane),
     Format("pairs", ("pairs",), _pairs, _load_pairs, _pairs_sane),
     Format("checkpoint config.json", ("attnlm checkpoint",), _checkpoint, _load_checkpoint,
            _checkpoint_sane, json=True),

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from attnlm.errors import InputError
-from attnlm.foreign import register
+from attnlm.foreign import load_json, register
 from attnlm.foreign import register as _register_reader
 from attnlm.textio import MAX_LINE, decode_text, text_problem
 
@@ -144,10 +144,12 @@ def open_corpus(
 
 
 def _arrow_files(folder: Path) -> list[Path]:
+    state = load_json(folder / "state.json", "datasets state.json")
     try:
-        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
         names = [d["filename"] for d in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        if not all(isinstance(n, str) and n and "/" not in n for n in names):
+            raise TypeError("a filename is not a plain file name")
+    except (KeyError, TypeError) as e:
         raise InputError(f"{folder / 'state.json'}: not a datasets state file ({e})") from None
     files = [folder / n for n in names]
     for f in files:
@@ -326,6 +328,9 @@ def _column_docs(
         column = batch.column(names.index(field))
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             raise InputError(f"{path}: column {field!r} is {column.type}, not a string column")
+        # Arrow trusts the offsets and lengths in the file: a damaged one would read out of
+        # bounds (a crash, not an error) or decode bytes that are not UTF-8. One checked pass.
+        column.validate(full=True)
         for value in column.to_pylist():
             row += 1
             if value is None:
@@ -357,7 +362,8 @@ def _arrow_docs(
 ) -> Iterator[str]:
     pa = _pyarrow()
     try:
-        with pa.memory_map(str(path), "r") as source:
+        # read, not memory-mapped: a file cut while mapped would be a bus error, not an error
+        with pa.OSFile(str(path), "rb") as source:
             try:
                 reader = pa.ipc.open_stream(source)
             except pa.ArrowInvalid:  # an Arrow IPC file rather than a stream
