@@ -207,7 +207,7 @@ def load_weights(model: torch.nn.Module, ckpt: Path, device: str | torch.device 
     except Exception as e:  # noqa: BLE001 - safetensors raises several kinds
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({first})") from None
-    check_finite(model.state_dict(), ckpt / "model.safetensors")
+    check_finite(dict(model.named_parameters()), ckpt / "model.safetensors")  # not buffers (masks)
 
 
 def check_vocab(tokenizer: Any, model_config: Any, where: str) -> None:

@@ -178,7 +178,7 @@ def load_model(path: str | Path | GGUFFile) -> nn.Module:
         with no_init():
             model, config, _ = build(table)
         fill(model, header, module.parts(config, header))
-    check_finite(model.state_dict(), where)
+    check_finite(dict(model.named_parameters()), where)  # weights; buffers may hold -inf masks
     return model.eval()
 
 
