@@ -114,7 +114,12 @@ def as_input_error(e: BaseException, path: str | os.PathLike[str], fmt: str) -> 
         return InputError(f"{path}: no such file")
     if isinstance(e, IsADirectoryError):
         return InputError(f"{path}: is a folder, expected a {fmt} file")
-    return InputError(f"{path}: not a valid {fmt} file ({_detail(e)})")
+    return InputError(f"{path}: not a valid {_noun(fmt)} ({_detail(e)})")
+
+
+def _noun(fmt: str) -> str:
+    """``"safetensors file"``; a format already naming what it is (``"... folder"``) as is."""
+    return fmt if fmt.endswith(("folder", "file", "shards", "checkpoint")) else f"{fmt} file"
 
 
 def _with_path(e: AttnlmError, path: str | os.PathLike[str]) -> AttnlmError:
@@ -223,14 +228,14 @@ def parse_json(text: str, where: str, fmt: str = "JSON") -> Any:
     surrogates in strings raise one :class:`InputError` line naming ``where``."""
     problem = json_depth_problem(text)
     if problem:
-        raise InputError(f"{where}: not a valid {fmt} file ({problem})")
+        raise InputError(f"{where}: not a valid {_noun(fmt)} ({problem})")
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as e:
         raise as_input_error(e, where, fmt) from None
     problem = surrogate_problem(text, value)
     if problem:
-        raise InputError(f"{where}: not a valid {fmt} file ({problem})")
+        raise InputError(f"{where}: not a valid {_noun(fmt)} ({problem})")
     return value
 
 
@@ -245,7 +250,7 @@ def load_json(
     value = parse_json(text, str(path), fmt)
     if expect is not None and not isinstance(value, expect):
         kind = "object" if expect is dict else "array" if expect is list else expect.__name__
-        raise InputError(f"{path}: not a valid {fmt} file (expected a JSON {kind})")
+        raise InputError(f"{path}: not a valid {_noun(fmt)} (expected a JSON {kind})")
     return value
 
 
