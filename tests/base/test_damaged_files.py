@@ -3,8 +3,8 @@ flipped bytes, JSON values of the wrong type, NaN/inf, sizes that lie, missing m
 refused with one line naming the file (an :class:`~attnlm.errors.AttnlmError`, exit 2 on the
 command line) or load into a sane result: never a traceback, never a silent wrong number.
 
-``FORMATS`` (in ``damaged_formats.py``) is the table. Each row builds a good file, reads it with the reader the commands
-call, and says what a sane result is. The readers register themselves in
+``FORMATS`` (in ``damaged_formats.py``) is the table. Each row builds a good file, reads it
+with the reader the commands call, and says what a sane result is. The readers register themselves in
 :data:`attnlm.foreign.READERS` (``@foreign_reader`` or ``register``); a registered format that is
 not in the table fails :func:`test_every_reader_is_in_the_table`, and a function that calls a
 parser (``json.loads``, ``np.load``, ``safetensors``, ``torch.load``, ``tomllib``, Parquet,

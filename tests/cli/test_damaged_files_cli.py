@@ -105,3 +105,62 @@ def _limit_memory() -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+# ---------------------------------------------------------------- inputs longer than a command uses
+
+
+def test_attention_target_is_bounded(files, capsys):
+    from attnlm.inspect.translation import MAX_INSPECT_TOKENS
+
+    target = "a " * (MAX_INSPECT_TOKENS + 10)
+    argv = ["attention", "--checkpoint", files["mt"], "--text", "hello", "--target", target,
+            "--out", files["png"]]  # fmt: skip
+    line = _one_line_error(capsys, argv, "target", f"{MAX_INSPECT_TOKENS:,}")
+    assert "tokens long" in line
+
+
+def test_hmm_limits(tmp_path, capsys):
+    from dataclasses import asdict
+
+    from attnlm.checkpoint import save_checkpoint
+    from attnlm.errors import ConfigError
+    from attnlm.models import registry
+    from attnlm.models.hmm import MAX_STATES, MAX_VITERBI_TOKENS, HMMConfig
+    from attnlm.tokenizers.char import CharTokenizer
+
+    with pytest.raises(ConfigError, match=f"n_states must be at most {MAX_STATES:,}"):
+        HMMConfig(vocab_size=10, n_states=20_000)
+    tok = CharTokenizer.train("ab")
+    model, cfg, family = registry.build({"type": "hmm", "vocab_size": tok.vocab_size,
+                                         "n_states": 3})  # fmt: skip
+    config = {"step": 1, "model": registry.config_table(family, cfg), "train": {}}
+    save_checkpoint(tmp_path / "run" / "checkpoint", model, config, tok, {"step": 1})
+    run = str(tmp_path / "run")
+    _one_line_error(
+        capsys,
+        ["hmm", "viterbi", "--checkpoint", run, "--text", "ab" * MAX_VITERBI_TOKENS],
+        f"{MAX_VITERBI_TOKENS:,}",
+    )
+    assert main(["hmm", "viterbi", "--checkpoint", run, "--text", "abba"]) == 0
+    assert asdict(cfg)["n_states"] == 3
+
+
+def test_fill_mask_never_drops_a_mask_beyond_the_window():
+    from pathlib import Path
+
+    from attnlm.errors import InputError
+    from attnlm.inspect.contextual import fill_mask
+    from attnlm.models import registry
+    from attnlm.tokenizers.wordpiece import load_bert_files
+
+    vocab = Path(__file__).resolve().parents[1] / "fixtures" / "bert-base-uncased-vocab.txt"
+    tok = load_bert_files(vocab)
+    model, _, _ = registry.build({"type": "bert", "vocab_size": tok.vocab_size, "block_size": 16,
+                                  "n_layer": 1, "n_head": 2, "n_embd": 8})  # fmt: skip
+    assert len(fill_mask(model, tok, "the [MASK] sat on the mat")) == 1  # within the window
+    long = "the [MASK] sat " + "on the mat " * 10 + "with a [MASK]"
+    with pytest.raises(InputError, match=r"1 of the 2 \[MASK\] tokens fall beyond"):
+        fill_mask(model, tok, long)
+    with pytest.raises(InputError, match="every \\[MASK\\] falls beyond"):
+        fill_mask(model, tok, "on the mat " * 10 + "with a [MASK]")
