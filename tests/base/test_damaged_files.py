@@ -4,13 +4,13 @@ refused with one line naming the file (an :class:`~attnlm.errors.AttnlmError`, e
 command line) or load into a sane result: never a traceback, never a silent wrong number.
 
 ``FORMATS`` (in ``damaged_formats.py``) is the table. Each row builds a good file, reads it
-with the reader the commands call, and says what a sane result is. The readers register themselves in
-:data:`attnlm.foreign.READERS` (``@foreign_reader`` or ``register``); a registered format that is
-not in the table fails :func:`test_every_reader_is_in_the_table`, and a function that calls a
-parser (``json.loads``, ``np.load``, ``safetensors``, ``torch.load``, ``tomllib``, Parquet,
-``dcp.load``) without being registered or listed in ``NOT_FOREIGN`` fails
-:func:`test_every_parser_call_is_a_registered_reader`. Mutations use a fixed seed; more of them
-run under ``-m slow``.
+with the reader the commands call, and says what a sane result is. The readers register
+themselves in :data:`attnlm.foreign.READERS` (``@foreign_reader`` or ``register``); a
+registered format that is not in the table fails :func:`test_every_reader_is_in_the_table`,
+and a function that calls a parser (``json.loads``, ``np.load``, ``safetensors``,
+``torch.load``, ``tomllib``, Parquet, ``dcp.load``) without being registered or listed in
+``NOT_FOREIGN`` fails :func:`test_every_parser_call_is_a_registered_reader`. Mutations use a
+fixed seed; more of them run under ``-m slow``.
 """
 
 from __future__ import annotations
