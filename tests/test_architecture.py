@@ -30,6 +30,7 @@ LAYERS = {
     "attnlm.fileio": 0,
     "attnlm.validate": 0,
     "attnlm.textio": 0,
+    "attnlm.foreign": 0,  # the foreign-file boundary: parse errors -> one line, size checks
     "attnlm.ggufio": 0,  # the GGUF header reader: tokenizers and model sources read it
     "attnlm.tokenizers": 1,
     "attnlm.data": 1,

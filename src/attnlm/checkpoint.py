@@ -43,6 +43,8 @@ import torch
 
 from attnlm.errors import AttnlmError, InputError
 from attnlm.fileio import atomic_write_text, fsync_dir, kill_point
+from attnlm.foreign import check_finite, load_json, reading, register
+from attnlm.foreign import register as _register_reader
 from attnlm.nn.layout import standard_layout
 from attnlm.nn.lora import has_lora, load_lora_state_dict, lora_state_dict
 
@@ -195,11 +197,8 @@ def _reason(e: BaseException) -> str:
 
 def read_config(path: Path) -> dict[str, Any]:
     """The ``config.json`` of a checkpoint folder (checked to be ours)."""
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}/config.json: missing or corrupt ({e})") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
+    config = load_json(path / "config.json", "checkpoint config.json")
+    if config.get("format") != FORMAT:
         raise InputError(f"{path}/config.json: not an attnlm checkpoint ({FORMAT})")
     if not isinstance(config.get("model"), dict):
         raise InputError(f"{path}/config.json: no model table")
@@ -225,6 +224,7 @@ def load_weights(model: torch.nn.Module, ckpt: Path, device: str | torch.device 
     except Exception as e:  # noqa: BLE001 - safetensors raises several kinds
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({first})") from None
+    check_finite(dict(model.named_parameters()), ckpt / "model.safetensors")  # not buffers (masks)
 
 
 def check_vocab(tokenizer: Any, model_config: Any, where: str) -> None:
@@ -257,6 +257,9 @@ def load_tokenizer(ckpt: Path) -> tuple[Any, Any]:
         raise InputError(f"{ckpt}/tokenizer.json: missing or corrupt ({e})") from None
 
 
+register("attnlm checkpoint", f"{__name__}.load_checkpoint")
+
+
 def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> Checkpoint:
     """Load a checkpoint or run folder; corrupt or missing files raise InputError."""
     from attnlm.models import registry
@@ -268,7 +271,10 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
             f"{ckpt}: a LoRA run (adapters over {config['lora'].get('base')}); load it as "
             "--model (attnlm.sources.resolve), which loads the base and applies them"
         )
-    model, model_cfg, family = registry.build(config["model"])
+    with reading(ckpt / "config.json", "attnlm checkpoint"):
+        model, model_cfg, family = registry.build(config["model"])
+        step = int(config.get("step", 0))
+        train_config = dict(config.get("train", {}))
     load_weights(model, ckpt)
     tok, pairs = load_tokenizer(ckpt)
     check_vocab(tok, model_cfg, str(ckpt))
@@ -278,8 +284,8 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
         model=model,
         tokenizer=tok,
         model_config=model_cfg,
-        train_config=dict(config.get("train", {})),
-        step=int(config.get("step", 0)),
+        train_config=train_config,
+        step=step,
         config=config,
         family=family,
         pair_tokenizers=pairs,
@@ -289,3 +295,8 @@ def load_checkpoint(path: str | os.PathLike[str], device: str | torch.device = "
 
 # ---------------------------------------------------------------------------------------------
 # One way to name a model: an attnlm checkpoint, a Hugging Face folder, or a pretrained name
+
+
+_register_reader("attnlm checkpoint", f"{__name__}.load_state")
+_register_reader("attnlm checkpoint", f"{__name__}.load_weights")
+_register_reader("attnlm checkpoint", f"{__name__}.read_config")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import register as _register_reader
 from attnlm.textio import decode_text
 
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -48,6 +49,8 @@ def load_preset(name_or_path: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML ({' '.join(str(e).split())})") from None
+    except RecursionError:  # arrays or inline tables nested thousands deep
+        raise ConfigError(f"{path}: invalid TOML (nested too deeply)") from None
 
 
 def _type_ok(value: Any, tp: Any) -> bool:
@@ -115,4 +118,9 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:
+        raise ConfigError(f"override {key.strip()!r}: the value is nested too deeply") from None
     return key.strip(), value
+
+
+_register_reader("preset", f"{__name__}.load_preset")

@@ -276,19 +276,62 @@ def remove_stale_temps(folder: str | os.PathLike[str], name: str | None = None) 
 
 
 def read_file_bytes(
-    path: str | os.PathLike[str], what: str = "file", error: type[Exception] = InputError
+    path: str | os.PathLike[str],
+    what: str = "file",
+    error: type[Exception] = InputError,
+    *,
+    text: bool = False,
 ) -> bytes:
     """The bytes of ``path``; a missing or unreadable file raises ``error`` with one line
-    naming the file and ``what`` it should have been."""
+    naming the file and ``what`` it should have been.
+
+    Reading is bounded: with ``text`` (the file should be text) it stops at the first NUL byte
+    or at a line longer than :data:`attnlm.textio.MAX_LINE`, so a path to ``/dev/zero`` or a
+    binary costs one block, not all memory; without it (a binary format) only regular files are
+    read (a device or a pipe has no end to trust)."""
     p = Path(path)
     try:
-        return p.read_bytes()
+        if not text:
+            if p.exists() and not p.is_dir() and not p.is_file():
+                raise error(f"{p}: not a regular file, expected a {what}")
+            return p.read_bytes()
+        with open(p, "rb") as f:
+            return _read_text_bytes(f, p, error)
     except FileNotFoundError:
         raise error(f"{p}: no such {what}") from None
     except IsADirectoryError:
         raise error(f"{p}: is a folder, expected a {what}") from None
     except OSError as e:
         raise error(f"{p}: cannot read {what} ({e.strerror or e})") from None
+
+
+def _read_text_bytes(f: IO[bytes], p: Path, error: type[Exception]) -> bytes:
+    from attnlm.textio import MAX_LINE
+
+    chunks: list[bytes] = []
+    line, line_start = 1, 0  # the current line's number and offset in the file
+    total = 0
+    while True:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        if not total and chunk.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise error(f"{p}: looks like UTF-16 (byte order mark); save it as UTF-8")
+        nul = chunk.find(b"\x00")
+        if nul >= 0:
+            line += chunk.count(b"\n", 0, nul)
+            raise error(f"{p}: contains a NUL character at line {line} (a binary file?)")
+        last_nl = chunk.rfind(b"\n")
+        if last_nl >= 0:
+            line += chunk.count(b"\n")
+            line_start = total + last_nl + 1
+        total += len(chunk)
+        if total - line_start > MAX_LINE + 3:  # + a byte-order mark and a CR
+            raise error(
+                f"{p}: line {line} is over {MAX_LINE:,} bytes long (the limit is "
+                f"{MAX_LINE:,}; is it a text file?)"
+            )
+        chunks.append(chunk)
 
 
 def read_file_text(
@@ -303,7 +346,7 @@ def read_file_text(
     ``error`` (one line, naming ``what`` unless it is a plain file)."""
     from attnlm.textio import decode_text
 
-    data = read_file_bytes(path, what, error)
+    data = read_file_bytes(path, what, error, text=True)
     try:
         return decode_text(data, str(path), empty_ok=empty_ok)
     except InputError as e:

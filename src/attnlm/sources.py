@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from attnlm.errors import AttnlmError, InputError
+from attnlm.foreign import load_json
+from attnlm.foreign import register as _register_reader
 
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -179,7 +181,7 @@ def is_hf_folder(path: Path) -> bool:
 
     try:
         data = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, RecursionError):  # not one: what it is gets named later
         return False
     return isinstance(data, dict) and "model_type" in data and data.get("format") != FORMAT
 
@@ -225,17 +227,11 @@ def vocab_merges_tokenizer(folder: Path) -> Any:
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"{folder / name}: cannot read ({e})") from None
 
-    try:
-        vocab = json.loads(read("vocab.json"))
-    except ValueError as e:
-        raise InputError(f"{folder / 'vocab.json'}: not valid JSON ({e})") from None
+    vocab = load_json(folder / "vocab.json", "vocab.json")
     merges = [ln for ln in read("merges.txt").splitlines() if ln and not ln.startswith("#version")]
     config: dict[str, Any] = {}
-    if (folder / "tokenizer_config.json").is_file():
-        try:
-            config = json.loads(read("tokenizer_config.json"))
-        except ValueError:
-            config = {}
+    if (folder / "tokenizer_config.json").is_file():  # damaged: refused, not ignored
+        config = load_json(folder / "tokenizer_config.json", "tokenizer_config.json")
     added = []
     decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
     if isinstance(decoder, dict):
@@ -348,10 +344,7 @@ def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[in
     if eos in specials:
         out.append(specials[eos])
     if folder is not None and (folder / "generation_config.json").is_file():
-        try:
-            gen = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            gen = {}
+        gen = load_json(folder / "generation_config.json", "generation_config.json")
         ids = gen.get("eos_token_id") if isinstance(gen, dict) else None
         ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else []
         out += [i for i in ids if isinstance(i, int)]
@@ -456,3 +449,8 @@ def available() -> list[dict[str, Any]]:
                     "path": str(folder),
                 })  # fmt: skip
     return rows
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.is_hf_folder")
+_register_reader("Hugging Face model folder", f"{__name__}.vocab_merges_tokenizer")
+_register_reader("Hugging Face model folder", f"{__name__}.stop_ids")

@@ -80,7 +80,7 @@ def test_missing_and_corrupt(tmp_path):
     m1, cfg = make(0)
     path = save(tmp_path / "checkpoint", m1, cfg, 1)
     (path / "config.json").write_text("{not json")
-    with pytest.raises(InputError, match="config.json: missing or corrupt"):
+    with pytest.raises(InputError, match="config.json: not a valid"):
         C.load_checkpoint(tmp_path)
     save(tmp_path / "checkpoint", m1, cfg, 1)
     data = (path / "model.safetensors").read_bytes()

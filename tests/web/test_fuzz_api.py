@@ -116,3 +116,12 @@ def test_bad_strings_inside_chat_messages(server, key, bad):
     msg = {"role": "user", "content": "the bank", key: BAD[bad]}
     status, data = request(server.url + "api/chat", {"messages": [msg]})
     assert _assert_one_line_4xx(status, data).startswith("field messages: ")
+
+
+@pytest.mark.parametrize("depth", [201, 100_000])
+def test_deeply_nested_body_is_a_400(server, depth):
+    """Nesting deep enough for Python's parser to hit its recursion limit was a 500."""
+    body = b'{"text": ' + b"[" * depth + b"]" * depth + b"}"
+    status, answer = request(server.url + "api/inspect", raw=body)
+    assert status == 400, answer
+    assert "nested" in answer["error"] and "\n" not in answer["error"]

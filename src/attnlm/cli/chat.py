@@ -78,7 +78,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def scripted_messages(args: argparse.Namespace) -> list[dict[str, str]] | None:
     """The conversation ``--message``/``--messages`` give (None: interactive), checked: it
     ends with a user turn."""
-    import json
 
     from attnlm.errors import InputError
     from attnlm.fileio import read_file_text
@@ -96,11 +95,9 @@ def scripted_messages(args: argparse.Namespace) -> list[dict[str, str]] | None:
             )
     elif args.messages:
         raw = read_file_text(args.messages, "messages file", InputError)
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as e:
-            where = f"line {e.lineno}, column {e.colno}"
-            raise InputError(f"{args.messages}: not valid JSON ({where})") from None
+        from attnlm.foreign import parse_json
+
+        data = parse_json(raw, str(args.messages), "messages JSON")
         msgs = check_messages(data, str(args.messages))
         if not msgs or msgs[-1]["role"] != "user":
             raise InputError(f"{args.messages}: the last message must be the user's")

@@ -132,6 +132,11 @@ def _viterbi(args: argparse.Namespace) -> int:
     ids = encode_text(ck.tokenizer, text, "the text")
     if not ids:
         raise InputError("the text is empty after tokenization")
+    from attnlm.models.hmm import MAX_VITERBI_TOKENS
+
+    if len(ids) > MAX_VITERBI_TOKENS:
+        raise InputError(f"the text is {len(ids):,} tokens long; viterbi decodes at most "
+                         f"{MAX_VITERBI_TOKENS:,} at once (split the text)")  # fmt: skip
     x = torch.tensor([ids], device=next(ck.model.parameters()).device)
     log_prob, path = ck.model.viterbi(x)
     tokens = [token_label(ck.tokenizer, i) for i in ids]

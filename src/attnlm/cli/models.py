@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from attnlm.cli.common import add_command, add_model_spec_argument, arg, as_given, text_file
+from attnlm.foreign import shapes_only
 from attnlm.validate import positive_int
 
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
@@ -132,8 +133,8 @@ def _params(args: argparse.Namespace) -> int:
             f"{source}, pass --vocab-size to change it)"
         )
         data = registry.complete_table(data, vocab_size=size)
-    family, config = registry.make_config(data)
-    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+    with shapes_only(), torch.device("meta"):  # shapes only: no memory, no initialisation
+        family, config = registry.make_config(data)
         model = family.model(config)
     _print_params(f"preset {args.preset}", family, config, model, note)
     return 0
@@ -153,8 +154,8 @@ def _model_params(spec: str) -> int:
         return 0
     from attnlm.models import gguf, registry
 
-    family, config = registry.make_config(gguf.read_config(path))
-    with torch.device("meta"):
+    with shapes_only(), torch.device("meta"):
+        family, config = registry.make_config(gguf.read_config(path))
         model = family.model(config)
     _print_params(f"model {path}", family, config, model)
     stats = gguf.tensor_stats(path)

@@ -29,13 +29,16 @@ from __future__ import annotations
 import io
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from attnlm.errors import InputError
-from attnlm.textio import MAX_LINE, decode_text
+from attnlm.foreign import load_json, register
+from attnlm.foreign import register as _register_reader
+from attnlm.textio import MAX_LINE, decode_text, text_problem
 
 BLOCK_BYTES = 4 << 20
 DOC_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
@@ -141,10 +144,12 @@ def open_corpus(
 
 
 def _arrow_files(folder: Path) -> list[Path]:
+    state = load_json(folder / "state.json", "datasets state.json")
     try:
-        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
         names = [d["filename"] for d in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        if not all(isinstance(n, str) and n and "/" not in n for n in names):
+            raise TypeError("a filename is not a plain file name")
+    except (KeyError, TypeError) as e:
         raise InputError(f"{folder / 'state.json'}: not a datasets state file ({e})") from None
     files = [folder / n for n in names]
     for f in files:
@@ -203,9 +208,50 @@ def _open_jsonl(path: Path, raw: BinaryIO) -> BinaryIO:
             raise InputError(
                 f"{path}: reading .zst needs the zstandard package (pip install zstandard)"
             ) from None
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return io.BufferedReader(reader, BLOCK_BYTES)  # type: ignore[arg-type]
+        return io.BufferedReader(_ZstdFrames(zstandard, raw, path), BLOCK_BYTES)
     return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of every zstd frame of ``raw``, one after another. Unlike
+    ``zstandard``'s ``stream_reader``, a stream that ends inside a frame (a truncated download)
+    is an :class:`InputError`, not a silent early end of the text."""
+
+    def __init__(self, zstandard: Any, raw: BinaryIO, path: Path) -> None:
+        self._z, self._raw, self._path = zstandard, raw, path
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._started = False  # bytes of the current frame were fed
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = self._raw.read(BLOCK_BYTES)
+            if not chunk:
+                if self._started and not self._obj.eof:
+                    raise InputError(f"{self._path}: truncated zstd stream (the last frame is cut)")
+                return 0
+            self._pending = self._feed(chunk)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def _feed(self, chunk: bytes) -> bytes:
+        out = []
+        while chunk:
+            if self._obj.eof:  # the previous frame ended: the next one starts here
+                self._obj = self._dctx.decompressobj()
+            self._started = True
+            try:
+                out.append(self._obj.decompress(chunk))
+            except self._z.ZstdError as e:
+                raise InputError(f"{self._path}: not a valid zstd stream ({e})") from None
+            chunk = self._obj.unused_data if self._obj.eof else b""
+        return b"".join(out)
 
 
 def _jsonl_docs(
@@ -227,14 +273,16 @@ def _jsonl_docs(
                     continue
                 try:
                     record = json.loads(line)
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:
                     msg = "not valid UTF-8" if isinstance(e, UnicodeDecodeError) else "not JSON"
+                    if isinstance(e, RecursionError):
+                        msg, e = "not JSON", ValueError("nested too deeply")  # type: ignore[assignment]
                     bad.add(f"{path}:{lineno}: {msg} ({e})", skip)
                     continue
                 text = _field(record, field, f"{path}:{lineno}", bad, skip)
                 if text is not None:
                     yield text
-        except (OSError, EOFError) as e:  # a truncated or corrupt compressed file
+        except (OSError, EOFError, zlib.error) as e:  # a truncated or corrupt compressed file
             raise InputError(f"{path}: cannot decompress ({e})") from None
         advance(raw.tell() - done)
 
@@ -249,6 +297,10 @@ def _field(record: Any, field: str, where: str, bad: BadRecords, skip: bool) -> 
     value = record[field]
     if not isinstance(value, str):
         bad.add(f"{where}: field {field!r} is {type(value).__name__}, not a string", skip)
+        return None
+    problem = text_problem(value, empty_ok=True)  # a lone surrogate (\ud800), a NUL
+    if problem:
+        bad.add(f"{where}: field {field!r} is {problem}", skip)
         return None
     return value
 
@@ -276,6 +328,9 @@ def _column_docs(
         column = batch.column(names.index(field))
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             raise InputError(f"{path}: column {field!r} is {column.type}, not a string column")
+        # Arrow trusts the offsets and lengths in the file: a damaged one would read out of
+        # bounds (a crash, not an error) or decode bytes that are not UTF-8. One checked pass.
+        column.validate(full=True)
         for value in column.to_pylist():
             row += 1
             if value is None:
@@ -298,7 +353,7 @@ def _parquet_docs(
         batches = pf.iter_batches(batch_size=1024, columns=[field])
         yield from _rows_with_progress(path, pf.metadata.num_rows, batches, field, bad, skip,
                                        advance)  # fmt: skip
-    except pa.ArrowException as e:
+    except (pa.ArrowException, OSError) as e:  # OSError: corrupt compressed pages
         raise InputError(f"{path}: cannot read Parquet ({e})") from None
 
 
@@ -307,7 +362,8 @@ def _arrow_docs(
 ) -> Iterator[str]:
     pa = _pyarrow()
     try:
-        with pa.memory_map(str(path), "r") as source:
+        # read, not memory-mapped: a file cut while mapped would be a bus error, not an error
+        with pa.OSFile(str(path), "rb") as source:
             try:
                 reader = pa.ipc.open_stream(source)
             except pa.ArrowInvalid:  # an Arrow IPC file rather than a stream
@@ -315,7 +371,7 @@ def _arrow_docs(
                 reader = pa.ipc.open_file(source)
                 reader = iter(reader.get_batch(i) for i in range(reader.num_record_batches))
             yield from _rows_with_progress(path, None, reader, field, bad, skip, advance)
-    except pa.ArrowException as e:
+    except (pa.ArrowException, OSError) as e:  # OSError: corrupt compressed pages
         raise InputError(f"{path}: cannot read Arrow data ({e})") from None
 
 
@@ -337,3 +393,11 @@ def _rows_with_progress(
             done = now
         yield doc
     advance(size - done)
+
+
+for _fmt, _fn in (("JSONL", _jsonl_docs), ("Parquet", _parquet_docs), ("Arrow", _arrow_docs)):
+    register(_fmt, f"{__name__}.{_fn.__name__}")
+
+
+_register_reader("Arrow", f"{__name__}._arrow_files")
+_register_reader("JSONL", f"{__name__}._open_jsonl")

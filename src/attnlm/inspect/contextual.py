@@ -19,7 +19,6 @@ Shapes: ``N`` sentences, ``C`` model width, ``L`` layers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from torch import Tensor, nn
 
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
+from attnlm.foreign import foreign_reader, load_json
 from attnlm.inspect.record import inspect, model_input
 from attnlm.tokenizers import token_label
 
@@ -92,8 +92,20 @@ def fill_mask(model: Any, tokenizer: Any, text: str, top_k: int = 5) -> list[Mas
         raise InputError(f"--top-k must be at least 1, got {top_k}")
     ids, extra = model_input(model, tokenizer, text)
     where = [i for i, t in enumerate(ids) if t == mask_id]
+    block = getattr(getattr(model, "config", None), "block_size", None)
+    cut = bool(block) and len(ids) >= int(block)  # model_input cut the text to the window
     if not where:
+        if cut and "[MASK]" in text:
+            raise InputError(
+                f"every [MASK] falls beyond the model's window of {len(ids)} tokens: "
+                "shorten the text before it"
+            )
         raise InputError("the text has no [MASK] token (write [MASK] where a word is missing)")
+    if cut and len(where) < text.count("[MASK]"):  # never drop the cut-off ones silently
+        raise InputError(
+            f"{text.count('[MASK]') - len(where)} of the {text.count('[MASK]')} [MASK] tokens "
+            f"fall beyond the model's window of {len(ids)} tokens: shorten the text"
+        )
     device = model_device(model)
     x = torch.tensor([ids], device=device)
     extra_t = {k: torch.tensor([v], device=device) for k, v in extra.items()}
@@ -128,6 +140,15 @@ def filled_text(tokenizer: Any, text: str, predictions: list[MaskPrediction]) ->
 # sentence embeddings
 
 
+@foreign_reader("sentence_bert_config.json")
+def sentence_bert_max_length(cfg: Path) -> int:
+    """``max_seq_length`` of a sentence-transformers ``sentence_bert_config.json``."""
+    value = load_json(cfg, "sentence_bert_config.json").get("max_seq_length", SENTENCE_MAX_LENGTH)
+    if type(value) is not int or value < 1:
+        raise InputError(f"{cfg}: max_seq_length must be a positive integer, got {value!r}")
+    return value
+
+
 def sentence_max_length(folder: str | Path | None, model: Any) -> int:
     """The sentence-embedding input limit: ``max_seq_length`` of a sentence-transformers
     ``sentence_bert_config.json`` in ``folder`` when present, else 256 (capped by the
@@ -135,10 +156,8 @@ def sentence_max_length(folder: str | Path | None, model: Any) -> int:
     limit = SENTENCE_MAX_LENGTH
     if folder is not None:
         cfg = Path(folder) / "sentence_bert_config.json"
-        try:
-            limit = int(json.loads(cfg.read_text(encoding="utf-8"))["max_seq_length"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        if cfg.is_file():  # present but damaged is refused, not silently replaced by 256
+            limit = sentence_bert_max_length(cfg)
     block = getattr(getattr(model, "config", None), "block_size", None)
     return min(limit, int(block)) if block else limit
 

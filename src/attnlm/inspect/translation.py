@@ -37,6 +37,20 @@ from attnlm.tokenizers import token_label
 DEFAULT_MAX_NEW_TOKENS = 128  # length limit of the greedy translation when the config has none
 
 
+#: The longest source or target an inspection takes, in tokens: the record keeps every layer's
+#: (H, T, T) attention, so memory grows with the square of the length (1,024 tokens: about
+#: 200 MB for a 6-layer, 8-head model); a longer text is refused, never cut silently.
+MAX_INSPECT_TOKENS = 1024
+
+
+def _check_length(n: int, side: str) -> None:
+    if n > MAX_INSPECT_TOKENS:
+        raise InputError(
+            f"the {side} text is {n:,} tokens long; inspecting attention takes at most "
+            f"{MAX_INSPECT_TOKENS:,} (the weights grow with the square of the length)"
+        )
+
+
 @torch.no_grad()
 def inspect_translation(
     model: Any, tokenizer: Any, text: str, target: str | Sequence[int] | None = None
@@ -58,6 +72,7 @@ def inspect_translation(
     if not pairs.tokens(text, "source"):
         raise InputError("the source text is empty after tokenization")
     source = pairs.encode_source(text)
+    _check_length(len(source), "source")
     with eval_mode(model):
         if target is None:  # as decoded: no end token when the length limit came first
             limit = getattr(c, "max_target_len", None) or DEFAULT_MAX_NEW_TOKENS
@@ -69,6 +84,7 @@ def inspect_translation(
                     raise InputError("the target text is empty after tokenization")
             else:  # target ids as decoding produced them (no start token)
                 out = [int(i) for i in target]
+            _check_length(len(out), "target")
             if not out or out[-1] != c.eos_id:
                 out.append(c.eos_id)
         device = model_device(model)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import (
     IGNORE_INDEX,
     Family,
@@ -69,6 +70,7 @@ class BertConfig:
     whole_word_masking: bool = False
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "type_vocab_size")
         positive(self, "d_ff", optional=True)
         if self.n_embd % self.n_head:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import RECURRENT, Family, ModelOutput, check_ids, count_params, token_loss
 from attnlm.validate import at_least, fraction, positive
 
@@ -55,6 +56,7 @@ class FFNNConfig:
     block_size: int = 64
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "n_embd", "n_hidden", "block_size")
         at_least(self, 2, "order")
         fraction(self, "dropout")

@@ -26,6 +26,7 @@ from typing import Any
 from torch import nn
 
 from attnlm.errors import ConfigError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import Decoding, Family, ModelOutput
 from attnlm.models.decoder import Decoder
 from attnlm.nn.attention import SCORES, MultiHeadAttention
@@ -62,6 +63,7 @@ class GPTConfig:
     attention_score: str = "scaled_dot"  # "scaled_dot" | "dot" | "bilinear" | "additive"
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd")
         positive(self, "d_ff", optional=True)
         if self.n_embd % self.n_head:

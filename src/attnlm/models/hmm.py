@@ -62,12 +62,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
+from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import RECURRENT, Family, ModelOutput, check_ids, count_params, token_loss
 from attnlm.validate import above_zero, at_least_zero, positive
 
 LOG_FLOOR = -69.0  # log(1e-30): the smallest log-probability EM stores (finite logits)
 EM_CHUNK = 1 << 24  # E-step chunk size in (rows x positions x states) values, ~64 MB float32
+
+
+#: The most hidden states: K x K transitions, and forward-backward costs K**2 per token, so
+#: 4,096 states already take 64 MB of transitions and seconds per EM step on a CPU.
+MAX_STATES = 4096
+
+#: The longest text Viterbi decodes at once, in tokens (a step per token, K**2 work each).
+MAX_VITERBI_TOKENS = 16_384
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,13 @@ class HMMConfig:
     em_pseudocount: float = 0.0
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "n_states", "block_size")
+        if self.n_states > MAX_STATES:
+            raise ConfigError(
+                f"model.n_states must be at most {MAX_STATES:,}, got {self.n_states:,} (the "
+                "transition table and every EM step grow with its square)"
+            )
         above_zero(self, "init_std")
         at_least_zero(self, "em_pseudocount")
 

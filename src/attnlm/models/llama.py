@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlm.errors import ConfigError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import Decoding, Family
 from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
@@ -81,6 +82,7 @@ class LlamaConfig:
     eos_id: int | None = None
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "multiple_of")
         positive(self, "n_kv_head", "d_ff", optional=True)
         if self.n_embd % self.n_head:

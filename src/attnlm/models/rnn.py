@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import (
     RECURRENT,
     Family,
@@ -66,6 +67,7 @@ class RNNConfig:
     tie_embeddings: bool = True
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "block_size", "n_layer", "n_embd")
         positive(self, "n_hidden", optional=True)
         one_of(self, "cell", CELLS)

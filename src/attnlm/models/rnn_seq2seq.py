@@ -55,6 +55,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import (
     RECURRENT,
     DecodingSetup,
@@ -108,6 +109,7 @@ class RNNSeq2SeqConfig:
     max_target_len: int = 128  # default length limit of greedy translation when inspecting
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "d_emb", "d_hidden", "n_layer", "max_target_len")
         positive(self, "src_vocab_size", "d_enc", "d_attn", optional=True)
         non_negative(self, "pad_id", "bos_id", "eos_id")

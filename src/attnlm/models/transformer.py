@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import check_config_fits
 from attnlm.models.base import (
     Decoding,
     DecodingSetup,
@@ -94,6 +95,7 @@ class TransformerConfig:
     forced_eos_id: int | None = None  # the token forced there; None: eos_id
 
     def __post_init__(self) -> None:
+        check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "d_model", "n_head", "n_encoder_layers", "n_decoder_layers")
         positive(self, "src_vocab_size", "d_ff", optional=True)
         if self.d_model % self.n_head:

@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from attnlm.errors import InputError
+from attnlm.foreign import foreign_reader
+from attnlm.foreign import register as _register_reader
 from attnlm.ngram.arpa_write import ngram_word_ids, write_arpa
 from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
 from attnlm.ngram.model import BackoffModel
@@ -57,6 +59,7 @@ def _open_text(p: Path) -> io.TextIOBase:
     return open(p, encoding="utf-8")
 
 
+@foreign_reader("ARPA")
 def read_arpa(path: str | Path) -> BackoffModel:
     """Read an ARPA file (plain or gzip) into a :class:`BackoffModel` that scores as KenLM's
     ``query`` does. Raises :class:`InputError` with the line number on malformed input."""
@@ -366,3 +369,6 @@ def _fill_added(model: BackoffModel, added: list[np.ndarray]) -> None:
         pos = np.tile(np.arange(m - 1), len(rows))
         lp = sub._logprob_positions(tokens, pos).reshape(-1, m - 1)[:, -1]
         model.logp[m - 1][todo] = lp + ctx_bo
+
+
+_register_reader("ARPA", f"{__name__}._parse_fast")

@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from attnlm.errors import InputError
+from attnlm.foreign import foreign_reader
 from attnlm.ngram.arpa import read_arpa
 from attnlm.ngram.binary import map_npz
 from attnlm.ngram.counts import Vocabulary
 from attnlm.ngram.model import FORMAT, AddKModel, BackoffModel, NgramModel
 
 
+@foreign_reader("n-gram model")
 def load_model(path: str | Path, mmap: bool = True) -> NgramModel:
     """Load a model saved by :meth:`NgramModel.save` (binary), or an ARPA file (``.arpa``,
     ``.arpa.gz`` or any file starting with ``\\data\\``). Binary arrays are memory-mapped
@@ -49,8 +51,42 @@ def load_model(path: str | Path, mmap: bool = True) -> NgramModel:
         raise InputError(f"{p}: corrupt n-gram model ({detail})") from None
 
 
+def _check_arrays(header: dict, V: int, data: dict) -> None:
+    """Refuse arrays that would load but give a wrong number: every array present, 1-D, of the
+    right kind and length, keys sorted and in range, no NaN, no probability above 1."""
+    N = header["order"]
+    if isinstance(N, bool) or not isinstance(N, int) or not 1 <= N <= 64:
+        raise ValueError(f"order {N!r} is not an integer in [1, 64]")
+    if header["kind"] not in ("addk", "backoff"):
+        raise ValueError(f"unknown kind {header['kind']!r}")
+    values = ("counts",) if header["kind"] == "addk" else ("logp", "bo")
+    parents = 1
+    for k in range(1, N + 1):
+        keys = np.asarray(data[f"keys{k}"])
+        if keys.ndim != 1 or keys.dtype.kind not in "iu":
+            raise ValueError(f"keys{k} is not a 1-D integer array")
+        if len(keys) and (keys[0] < 0 or keys[-1] >= parents * V or (np.diff(keys) <= 0).any()):
+            raise ValueError(f"keys{k} are not sorted ids below {parents * V:,}")
+        for name in values:
+            a = np.asarray(data[f"{name}{k}"])
+            if a.shape != keys.shape or a.dtype.kind not in "fiu":
+                raise ValueError(f"{name}{k} is not {len(keys):,} numbers, one per key")
+            if np.isnan(a).any() or np.isposinf(a).any():
+                raise ValueError(f"{name}{k} holds NaN or infinite values")
+            if name == "logp" and (a > 1e-6).any():
+                raise ValueError(f"logp{k} holds a log-probability above 0")
+            if name == "counts" and (a < 0).any():
+                raise ValueError(f"counts{k} holds a negative count")
+        parents = len(keys)
+    if header["kind"] == "addk":
+        k_val = header["k"]
+        if isinstance(k_val, bool) or not isinstance(k_val, (int, float)) or not k_val > 0:
+            raise ValueError(f"k {k_val!r} is not a positive number")
+
+
 def _from_arrays(header: dict, words: list[str], data: dict) -> NgramModel:
     vocab = Vocabulary(words)
+    _check_arrays(header, len(vocab), data)
     N = int(header["order"])
     keys = [data[f"keys{k}"] for k in range(1, N + 1)]
     if header["kind"] == "addk":

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text, read_file_text
+from attnlm.foreign import foreign_reader, json_depth_problem, surrogate_problem
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
@@ -118,6 +119,7 @@ class Tokenizer(ABC):
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
 
 
+@foreign_reader("tokenizer")
 def load(path: str | os.PathLike[str]) -> Tokenizer:
     """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
     a BERT ``vocab.txt``, a Hugging Face ``tokenizer.json`` (WordPiece or byte-level BPE), a
@@ -138,12 +140,18 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
     raw = read_file_text(p, "tokenizer file", TokenizerFileError)
     if not raw.lstrip().startswith("{") and p.suffix == ".txt":
         return _REGISTRY["wordpiece"].from_bert_files(p)  # a BERT vocab.txt
+    problem = json_depth_problem(raw)
+    if problem:
+        raise TokenizerFileError(f"{p}: not a tokenizer file ({problem})")
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
         raise TokenizerFileError(
             f"{p}: not a tokenizer file (invalid JSON at line {e.lineno}, column {e.colno})"
         ) from None
+    problem = surrogate_problem(raw, doc)
+    if problem:
+        raise TokenizerFileError(f"{p}: not a tokenizer file ({problem})")
     if isinstance(doc, dict) and "format" not in doc and "model" in doc:
         return _load_hf_json(p, doc)  # a Hugging Face tokenizers tokenizer.json
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:

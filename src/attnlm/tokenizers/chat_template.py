@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.errors import InputError
+from attnlm.foreign import load_json
+from attnlm.foreign import register as _register_reader
 
 #: The roles a message may have (others are passed through: templates decide).
 ROLES = ("system", "user", "assistant")
@@ -196,10 +198,7 @@ def hf_folder_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the latter wins
         p = Path(folder) / name
         if p.is_file():
-            try:
-                doc = json.loads(p.read_text(encoding="utf-8"))
-            except (ValueError, OSError, UnicodeDecodeError) as e:
-                raise InputError(f"{p}: not valid JSON ({e})") from None
+            doc = load_json(p, name, expect=None)
             if isinstance(doc, dict):
                 config.update(doc)
     return config
@@ -248,3 +247,6 @@ def _read(path: Path) -> str:
     from attnlm.fileio import read_file_text
 
     return read_file_text(path, "chat template", InputError)
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.hf_folder_config")

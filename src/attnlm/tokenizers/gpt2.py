@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 from pathlib import Path
 
+from attnlm.foreign import load_json
+from attnlm.foreign import register as _register_reader
 from attnlm.tokenizers.base import TokenizerConfigError
 from attnlm.tokenizers.bpe import GPT2_BYTE_ORDER, BPETokenizer
 
@@ -73,10 +74,13 @@ def ranks_from_encoder(encoder: dict[str, int]) -> tuple[dict[bytes, int], dict[
 @functools.lru_cache(maxsize=1)
 def _gpt2() -> BPETokenizer:
     encoder_path, _ = gpt2_files()
-    ranks, special = ranks_from_encoder(json.loads(encoder_path.read_text(encoding="utf-8")))
+    ranks, special = ranks_from_encoder(load_json(encoder_path, "encoder.json"))
     return BPETokenizer(ranks, pattern="gpt2", special_tokens=special)
 
 
 def gpt2_tokenizer() -> BPETokenizer:
     """GPT-2's tokenizer (50,257 ids; ``<|endoftext|>`` = 50256), read once per process."""
     return _gpt2()
+
+
+_register_reader("GPT-2 encoder.json", f"{__name__}._gpt2")

@@ -38,6 +38,7 @@ from typing import Any
 
 import regex
 
+from attnlm.errors import InputError
 from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,
@@ -193,11 +194,19 @@ class HFByteBPETokenizer(Tokenizer):
         vocab = model.get("vocab")
         if not isinstance(vocab, dict) or not vocab:
             raise _fail("BPE model has no vocab")
+        bad = next((t for t, i in vocab.items() if type(i) is not int or i < 0), None)
+        if bad is not None:
+            raise _fail(f"vocab id of {bad!r} is {vocab[bad]!r}, not a non-negative integer")
         self._vocab: dict[str, int] = dict(vocab)
         self._merges = _merges(model.get("merges") or [], self._vocab)
         self._ignore_merges = bool(model.get("ignore_merges", False))
         unk = model.get("unk_token")
         self._unk = self._vocab.get(unk) if unk is not None else None
+        for token in doc.get("added_tokens") or []:
+            if not isinstance(token, dict) or type(token.get("id")) is not int:
+                raise _fail(f"added token {token!r} has no integer 'id'")
+            if not isinstance(token.get("content"), str):
+                raise _fail(f"added token {token!r} has no string 'content'")
         self._normalize = _normalizer(doc.get("normalizer"))
         self._steps, byte_level = _pre_tokenizer(doc.get("pre_tokenizer"))
         if not byte_level:
@@ -346,8 +355,13 @@ class HFByteBPETokenizer(Tokenizer):
             i = vocab.get(s)
             if i is None:
                 i = self._unk
-            if i is not None:
-                out.append(i)
+            if i is None:  # no token and no unknown token: the text would vanish silently
+                raw = bytes(CHAR_TO_BYTE.get(c, 0x3F) for c in s)
+                raise InputError(
+                    f"the tokenizer's byte-level vocabulary has no token for {raw!r} and no "
+                    "unknown token: that text cannot be encoded (a damaged tokenizer.json?)"
+                )
+            out.append(i)
         return tuple(out)
 
     # -- decoding and the protocol -------------------------------------------------------------

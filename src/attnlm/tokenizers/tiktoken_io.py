@@ -14,13 +14,14 @@ import os
 from pathlib import Path
 
 from attnlm.fileio import atomic_write_bytes, read_file_bytes
+from attnlm.foreign import register as _register_reader
 from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerFileError
 
 
 def read_tiktoken(path: str | os.PathLike[str]) -> dict[bytes, int]:
     """Ranks ``{token bytes: rank}`` from a ``.tiktoken`` file; one-line errors name the line."""
     p = Path(path)
-    data = read_file_bytes(p, "rank file", TokenizerFileError)
+    data = read_file_bytes(p, "rank file", TokenizerFileError, text=True)
     ranks: dict[bytes, int] = {}
     seen: set[int] = set()
     for lineno, line in enumerate(data.splitlines(), 1):
@@ -59,3 +60,6 @@ def write_tiktoken(path: str | os.PathLike[str], ranks: dict[bytes, int]) -> Non
         for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])
     ]
     atomic_write_bytes(p, b"\n".join(lines) + b"\n")  # one-line InputError on failure
+
+
+_register_reader("tiktoken ranks", f"{__name__}.read_tiktoken")

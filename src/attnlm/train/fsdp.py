@@ -50,6 +50,7 @@ from attnlm.checkpoint import (
     save_checkpoint,
 )
 from attnlm.errors import InputError
+from attnlm.foreign import register as _register_reader
 from attnlm.nn.blocks import TransformerBlock
 
 SHARDS = "shards"  # the folder of a sharded checkpoint that holds the DCP files
@@ -170,10 +171,14 @@ def load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ckpt:
             "trained"
         )
     state = _sharded_state(model, optimizer)
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         dcp.load(state, checkpoint_id=ckpt / SHARDS)
-    except Exception as e:  # noqa: BLE001 - missing or corrupt shard files
+    # CheckpointException derives from BaseException, so `except Exception` lets it through
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - missing or corrupt shards
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first.split(" Traceback")[0][:300]
         raise InputError(f"{ckpt}/{SHARDS}: missing, corrupt or not this model ({first})") from None
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
@@ -211,3 +216,6 @@ def export_checkpoint(src: str | os.PathLike[str], out: str | os.PathLike[str]) 
     tokenizer = pairs if pairs is not None else tok  # what save_checkpoint writes back
     config = {k: v for k, v in config.items() if k != "format"}
     return save_checkpoint(dest, model, {**config, "train": train}, tokenizer, state)
+
+
+_register_reader("FSDP shards", f"{__name__}.load_sharded")

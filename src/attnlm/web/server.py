@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from attnlm.errors import AttnlmError, InputError
+from attnlm.foreign import json_depth_problem
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.textio import decode_text, value_problem
 from attnlm.web.service import (
@@ -342,9 +343,12 @@ class Handler(BaseHTTPRequestHandler):
             text = decode_text(raw, "request body", empty_ok=True, name_line=False)
         except InputError as e:
             raise HttpError(400, str(e)) from None
+        problem = json_depth_problem(text)  # Python's parser would hit its recursion limit
+        if problem:
+            raise HttpError(400, f"malformed JSON body ({problem})")
         try:
             body = json.loads(text)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise HttpError(400, f"malformed JSON body ({e})") from None
         self._json(200, self.server.explorer.post(path, body))
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from attnlm.errors import InputError
 from attnlm.fileio import atomic_open, read_file_bytes
+from attnlm.foreign import check_finite, foreign_reader
 
 
 class WordVectors:
@@ -114,6 +115,7 @@ class WordVectors:
         return path
 
     @classmethod
+    @foreign_reader("word2vec", path_arg=1)
     def load(cls, path: str | os.PathLike[str], binary: bool | None = None) -> WordVectors:
         """Read a word2vec text or binary file (ours, gensim's or word2vec.c's)."""
         path = Path(path)
@@ -129,7 +131,16 @@ class WordVectors:
                 f"{path}: not a word2vec file (the first line should be '<words> <dim>', "
                 f"got {head[:40]!r})"
             ) from None
+        # each number takes at least 4 bytes (binary) or 2 ("0 ", text): a header asking for
+        # far more than the file holds is refused before the table is allocated (small
+        # shortfalls are named by the readers, with the line)
+        if n * dim > len(body) + (1 << 20):
+            raise InputError(
+                f"{path}: the header says {n:,} words of {dim:,} numbers, more than the "
+                f"{len(data):,}-byte file can hold"
+            )
         words, vectors = (_read_binary if binary else _read_text)(path, body, n, dim)
+        check_finite(vectors, path, "vector")
         if len(set(words)) != len(words):
             seen: dict[str, int] = {}
             keep = [seen.setdefault(w, i) == i for i, w in enumerate(words)]  # first one wins

@@ -42,6 +42,7 @@ from typing import Any, Literal, NamedTuple
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text
+from attnlm.foreign import register as _register_reader
 from attnlm.textio import decode_text
 
 SKIP_REASONS = ("blank", "no_tab", "empty_source", "empty_target")
@@ -246,7 +247,7 @@ def read_pairs(
         raise InputError(f"{p}: is a folder; --pairs needs one tab-separated file")
     from attnlm.fileio import read_file_bytes
 
-    data = read_file_bytes(p)
+    data = read_file_bytes(p, text=True)
     return parse_pairs(
         decode_utf8(data, str(p)), name=str(p), strict=strict, header=header, reverse=reverse
     )
@@ -267,3 +268,6 @@ def write_pairs(
         rows.append("\t".join(row) + "\n")
     atomic_write_text(Path(path), "".join(rows))  # one-line InputError on failure
     return len(rows)
+
+
+_register_reader("pairs", f"{__name__}.read_pairs")

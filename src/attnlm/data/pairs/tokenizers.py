@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.fileio import atomic_write_text
+from attnlm.foreign import register as _register_reader
 from attnlm.validate import non_negative
 
 if TYPE_CHECKING:
@@ -288,3 +289,6 @@ def train_pair_tokenizers(
         tok = train(sources + targets)
         return PairTokenizers(tok, tok, replace(config, shared=True))
     return PairTokenizers(train(sources), train(targets), config)
+
+
+_register_reader("attnlm checkpoint", f"{__name__}.PairTokenizers.load")

@@ -27,6 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
+from attnlm.foreign import check_finite, reading
+from attnlm.foreign import register as _register_reader
 from attnlm.ggufio import GGUFFile, type_name
 from attnlm.models.gguf.quants import SUPPORTED, dequantize
 
@@ -167,13 +169,16 @@ def load_model(path: str | Path | GGUFFile) -> nn.Module:
     """Our model (eval mode, float32) from a GGUF file (a path or an opened header)."""
     from attnlm.models.registry import build
 
-    header = path if isinstance(path, GGUFFile) else GGUFFile(path)
-    module = arch_module(header)
-    check_types(header)
-    table = module.config_table(header)
-    with no_init():
-        model, config, _ = build(table)
-    fill(model, header, module.parts(config, header))
+    where = getattr(path, "path", path)
+    with reading(where, "GGUF"):
+        header = path if isinstance(path, GGUFFile) else GGUFFile(path)
+        module = arch_module(header)
+        check_types(header)
+        table = module.config_table(header)
+        with no_init():
+            model, config, _ = build(table)
+        fill(model, header, module.parts(config, header))
+    check_finite(dict(model.named_parameters()), where)  # weights; buffers may hold -inf masks
     return model.eval()
 
 
@@ -192,7 +197,8 @@ def load_tokenizer(path: str | Path | GGUFFile) -> Any:
 
 def load(path: str | Path) -> tuple[nn.Module, Any]:
     """``(model, tokenizer)`` from a GGUF file, its header parsed once."""
-    header = GGUFFile(path)
+    with reading(path, "GGUF"):
+        header = GGUFFile(path)
     return load_model(header), load_tokenizer(header)
 
 
@@ -209,3 +215,7 @@ def tensor_stats(path: str | Path | GGUFFile) -> dict[str, Any]:
         row["bytes"] += info.nbytes or 0
     ordered = dict(sorted(by_type.items(), key=lambda kv: -kv[1]["bytes"]))
     return {"parameters": sum(r["parameters"] for r in ordered.values()), "by_type": ordered}
+
+
+_register_reader("GGUF", f"{__name__}.load")
+_register_reader("GGUF", f"{__name__}.load_model")

@@ -22,13 +22,14 @@ from the model's class (both also ``attnlm.models.from_hf`` / ``attnlm.models.sa
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from attnlm._lazy import lazy_exports
 from attnlm.errors import ConfigError, InputError
+from attnlm.foreign import load_json, reading
+from attnlm.foreign import register as _register_reader
 
 # Hugging Face ``model_type`` -> the adapter module that loads and saves it. A new architecture
 # is one module with MODEL_TYPE, MODEL, load(path) and save(model, path, ...) and a row here.
@@ -85,16 +86,15 @@ def from_hf(path: str | Path) -> Any:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise InputError(f"{path}: no config.json (expected a Hugging Face model folder)")
-    try:
-        model_type = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
-    except (ValueError, AttributeError, UnicodeDecodeError) as e:
-        raise InputError(f"{config_file}: invalid JSON ({e})") from None
+    model_type = load_json(config_file, "config.json").get("model_type")
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise InputError(
             f"{config_file}: model_type {model_type!r} is not supported "
             f"(supported: {', '.join(sorted(ARCHITECTURES)) or 'none'})"
         )
-    return adapter(model_type).load(path)
+    # a config.json value of the wrong type, a weight file that lies: one line naming the folder
+    with reading(path, "Hugging Face model folder"):
+        return adapter(model_type).load(path)
 
 
 def save_hf(model: Any, path: str | Path, **options: Any) -> None:
@@ -102,3 +102,6 @@ def save_hf(model: Any, path: str | Path, **options: Any) -> None:
     adapter of its class; ``options`` go to that adapter's ``save`` (``max_shard_size`` for
     Llama, ``max_position_embeddings`` for Marian)."""
     adapter_for(model).save(model, path, **options)
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.from_hf")

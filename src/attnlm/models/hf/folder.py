@@ -21,14 +21,13 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
+from attnlm.foreign import check_finite, foreign_reader, load_json
+from attnlm.foreign import register as _register_reader
 from attnlm.models.hf.mapping import Layout, to_ours
 
 
 def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{file}: invalid JSON ({e})") from None
+    return load_json(file, file.name, expect=None)
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
@@ -58,10 +57,8 @@ def read_hf_weights(path: str | Path) -> dict[str, Tensor]:
     path = Path(path)
     single, index = path / "model.safetensors", path / "model.safetensors.index.json"
     if single.is_file() or index.is_file():
-        from safetensors.torch import load_file
-
         if single.is_file():
-            return load_file(single)
+            return _load_safetensors(single)
         doc = _read_json(index)
         weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
@@ -70,7 +67,7 @@ def read_hf_weights(path: str | Path) -> dict[str, Tensor]:
         for shard in sorted(set(weight_map.values())):
             if not isinstance(shard, str) or not (path / shard).is_file():
                 raise InputError(f"{index}: shard {shard!r} is missing from the folder")
-            state.update(load_file(path / shard))
+            state.update(_load_safetensors(path / shard))
         missing = sorted(set(weight_map) - set(state))
         if missing:
             raise InputError(f"{index}: {missing[0]!r} is not in its shard")
@@ -78,12 +75,27 @@ def read_hf_weights(path: str | Path) -> dict[str, Tensor]:
     pickled = path / "pytorch_model.bin"
     if pickled.is_file():
         try:
-            return torch.load(pickled, map_location="cpu", weights_only=True)
+            state = torch.load(pickled, map_location="cpu", weights_only=True)
         except Exception as e:  # noqa: BLE001 - any unpickling failure is bad input
             raise InputError(f"{pickled}: cannot read weights safely ({e})") from None
+        if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+            raise InputError(f"{pickled}: not a state dict of tensors")
+        check_finite(state, pickled)
+        return state
     raise InputError(
         f"{path}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin"
     )
+
+
+@foreign_reader("safetensors")
+def _load_safetensors(file: Path) -> dict[str, Tensor]:
+    """The tensors of one safetensors file, all finite; a 0-byte, truncated or lying file is
+    one InputError line naming it."""
+    from safetensors.torch import load_file
+
+    state = load_file(file)
+    check_finite(state, file)
+    return state
 
 
 def load_mapped_state(
@@ -178,3 +190,8 @@ def _write_hf_folder(path, config, state, generation, max_shard_size) -> None:
         single.unlink(missing_ok=True)
     if generation is not None:
         atomic_write_text(path / "generation_config.json", json.dumps(generation, indent=2) + "\n")
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.read_hf_weights")
+_register_reader("Hugging Face model folder", f"{__name__}.read_hf_config")
+_register_reader("Hugging Face model folder", f"{__name__}.read_generation_config")

@@ -16,13 +16,15 @@ when it is JSON. Our own JSON format is the tokenizer's ``to_dict`` (module
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attnlm.errors import InputError
 from attnlm.fileio import atomic_write_text, read_file_text
+from attnlm.foreign import load_json
+from attnlm.foreign import register as _register_reader
 from attnlm.tokenizers.base import TokenizerFileError
 from attnlm.tokenizers.wordpiece.basic import MAX_INPUT_CHARS_PER_WORD, PREFIX, UNK
 
@@ -112,9 +114,9 @@ def open_bert_file(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any] |
     if not is_json:
         return p, None
     try:
-        return p, json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TokenizerFileError(f"{p}: cannot read tokenizer file ({e})") from None
+        return p, load_json(p, "tokenizer", expect=None)
+    except InputError as e:
+        raise TokenizerFileError(str(e)) from None
 
 
 def config_options(p: Path) -> dict[str, Any]:
@@ -123,9 +125,9 @@ def config_options(p: Path) -> dict[str, Any]:
     cfg = p.with_name("tokenizer_config.json")
     if cfg.is_file():
         try:
-            conf = json.loads(cfg.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TokenizerFileError(f"{cfg}: cannot read tokenizer config ({e})") from None
+            conf = load_json(cfg, "tokenizer_config.json")
+        except InputError as e:
+            raise TokenizerFileError(str(e)) from None
         if "do_lower_case" in conf:
             options["lowercase"] = bool(conf["do_lower_case"])
         if "strip_accents" in conf:
@@ -136,3 +138,8 @@ def config_options(p: Path) -> dict[str, Any]:
         if isinstance(mml, int) and 2 <= mml < 1_000_000:
             options["model_max_length"] = mml
     return options
+
+
+_register_reader("vocab.txt", f"{__name__}.open_bert_file")
+_register_reader("vocab.txt", f"{__name__}.config_options")
+_register_reader("vocab.txt", f"{__name__}.read_vocab_txt")
