@@ -104,11 +104,15 @@ def read_adapters(ckpt: Path) -> dict[str, torch.Tensor]:
     """The adapter tensors of a LoRA checkpoint folder."""
     from safetensors.torch import load_file
 
+    from attnlm.foreign import check_finite
+
     try:
-        return load_file(str(ckpt / "model.safetensors"))
+        state = load_file(str(ckpt / "model.safetensors"))
     except Exception as e:  # noqa: BLE001 - safetensors raises several kinds
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise InputError(f"{ckpt}/model.safetensors: missing or corrupt ({first})") from None
+    check_finite(state, ckpt / "model.safetensors")
+    return state
 
 
 def attach(

@@ -161,6 +161,10 @@ def test_every_reader_is_in_the_table():
 
 # Functions that call a parser on something that is not a foreign file, with why.
 NOT_FOREIGN = {
+    "attnlm.data.chat._record": "one line of a --chat-data file, parsed by foreign.parse_json "
+    "(tests/train/test_chat_finetune.py: every bad record is one line naming FILE:LINE)",
+    "attnlm.lora_run.read_adapters": "a LoRA run's adapters: attnlm's own checkpoint file, "
+    "safetensors errors and NaN refused in one line like load_weights",
     "attnlm.cli.ngram._load": "calls attnlm.ngram.files.load_model (a registered reader)",
     "attnlm.cli.chat.scripted_messages": "a --messages file, parsed by foreign.parse_json",
     "attnlm.config.parse_override": "a --set argument, not a file",

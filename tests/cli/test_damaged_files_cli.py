@@ -114,7 +114,7 @@ def test_attention_target_is_bounded(files, capsys):
     from attnlm.inspect.translation import MAX_INSPECT_TOKENS
 
     target = "a " * (MAX_INSPECT_TOKENS + 10)
-    argv = ["attention", "--checkpoint", files["mt"], "--text", "hello", "--target", target,
+    argv = ["attention", "--checkpoint", files["mt"], "hello", target,
             "--out", files["png"]]  # fmt: skip
     line = _one_line_error(capsys, argv, "target", f"{MAX_INSPECT_TOKENS:,}")
     assert "tokens long" in line
@@ -139,10 +139,10 @@ def test_hmm_limits(tmp_path, capsys):
     run = str(tmp_path / "run")
     _one_line_error(
         capsys,
-        ["hmm", "viterbi", "--checkpoint", run, "--text", "ab" * MAX_VITERBI_TOKENS],
+        ["hmm", "viterbi", "--checkpoint", run, "ab" * MAX_VITERBI_TOKENS],
         f"{MAX_VITERBI_TOKENS:,}",
     )
-    assert main(["hmm", "viterbi", "--checkpoint", run, "--text", "abba"]) == 0
+    assert main(["hmm", "viterbi", "--checkpoint", run, "abba"]) == 0
     assert asdict(cfg)["n_states"] == 3
 
 

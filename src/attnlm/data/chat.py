@@ -37,6 +37,11 @@ class Conversation:
 
 
 def _record(raw: str, where: str) -> list[dict[str, str]]:
+    from attnlm.foreign import json_depth_problem
+
+    deep = json_depth_problem(raw)  # json.loads would recurse until the stack runs out
+    if deep:
+        raise InputError(f"{where}: not valid JSON ({deep})")
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
