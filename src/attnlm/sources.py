@@ -64,9 +64,19 @@ class Resolved(NamedTuple):
     info: ModelInfo
 
 
-def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
+def resolve(
+    spec: str | os.PathLike[str], device: Any = "cpu", weights: str | None = None
+) -> Resolved:
     """The model SPEC names, its tokenizer and a :class:`ModelInfo` (see the module
-    docstring), on ``device``."""
+    docstring), on ``device``, its weights in format ``weights`` (``f32|bf16|q8|q4``,
+    :mod:`attnlm.nn.quant`; None: a GGUF file's own precision class, else ``f32``;
+    ``info.details["weights"]`` says which)."""
+    from attnlm.sources_weights import apply_weights
+
+    return apply_weights(_resolve(spec, device), weights)
+
+
+def _resolve(spec: str | os.PathLike[str], device: Any) -> Resolved:
     text = str(spec)
     if not text.strip():
         raise InputError("--model: give a model (a folder, a .gguf file, a name or org/name)")
@@ -92,11 +102,13 @@ def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
     )
 
 
-def load_as_checkpoint(spec: str | os.PathLike[str], device: Any = "cpu") -> Any:
+def load_as_checkpoint(
+    spec: str | os.PathLike[str], device: Any = "cpu", weights: str | None = None
+) -> Any:
     """:func:`resolve`, returned as the :class:`~attnlm.checkpoint.Checkpoint` record the
     commands already read (``model``, ``tokenizer``, ``family``, ``path``,
     ``pair_tokenizers``...): see :func:`as_checkpoint`."""
-    return as_checkpoint(resolve(spec, device))
+    return as_checkpoint(resolve(spec, device, weights))
 
 
 def as_checkpoint(found: Resolved) -> Any:
@@ -145,12 +157,13 @@ def load_model_ref(
     checkpoint: str | os.PathLike[str] | None = None,
     model: str | os.PathLike[str] | None = None,
     device: Any = "cpu",
+    weights: str | None = None,
 ) -> Any:
     """:func:`load_as_checkpoint` of whichever of ``--checkpoint`` and ``--model`` a command
     was given (exactly one; the two are spellings of one SPEC)."""
     if (checkpoint is None) == (model is None):
         raise InputError("give exactly one of --model SPEC and --checkpoint SPEC")
-    return load_as_checkpoint(model if model is not None else checkpoint, device)
+    return load_as_checkpoint(model if model is not None else checkpoint, device, weights)
 
 
 def _load_path(path: Path, spec: str, device: Any) -> Resolved:

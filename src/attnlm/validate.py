@@ -33,6 +33,8 @@ SEED_LIMIT = 2**63  # seeds are 0 <= seed < 2**63 (torch and numpy both accept t
 # threads beyond a few per core only slow torch down; 512 where the core count is unknown
 MAX_THREADS = 4 * os.cpu_count() if os.cpu_count() else 512
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N or mps"
+#: decode-time weight formats (:mod:`attnlm.nn.quant`; ``--weights``)
+WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4")
 
 
 def _what(name: str | None) -> str:

@@ -18,6 +18,7 @@ from attnlm.cli.common import (
     add_seed_argument,
     add_text_argument,
     add_threads_argument,
+    add_weights_argument,
     arg,
     as_given,
     text_file,
@@ -198,6 +199,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="evaluate only the first N tokens (N >= 2)",
     )
     add_runtime_arguments(e)
+    add_weights_argument(e)
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     x = add_command(sub, "export-checkpoint", _export)
@@ -323,6 +325,7 @@ def _eval(args: argparse.Namespace) -> int:
         args.max_tokens,
         args.device,
         model=args.model,
+        weights=args.weights,
     )
     if args.json:
         print(json.dumps({**result.to_dict(), "data": what}))

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
+from attnlm.validate import WEIGHT_FORMATS
 
 __all__ = [
     "FORMATS",
@@ -61,7 +62,7 @@ __all__ = [
     "weights_format",
 ]
 
-FORMATS = ("f32", "bf16", "q8", "q4")
+FORMATS = WEIGHT_FORMATS
 GROUP = 32  # elements per scale (ggml's Q8_0, Q4_0 and Q4_1 blocks)
 BLOCK_N = 64  # output rows per block of the int4 CPU kernel's packed layout
 MANY_ROWS = 16  # from this many input rows on, dequantize and use one float32 GEMM

@@ -1,0 +1,83 @@
+"""The decode-time weight format of a resolved model (``--weights f32|bf16|q8|q4``).
+
+:func:`apply_weights` is the last step of :func:`attnlm.sources.resolve`: it picks the format
+(the one asked for; else a GGUF file's own precision class, :func:`gguf_default`; else
+``f32``), refuses families that cannot take one, and stores the weights with
+:func:`attnlm.nn.quant.quantize_weights`. ``info.details["weights"]`` records the format and
+``info.details["weights_note"]`` how the file's tensors got there.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from attnlm.errors import InputError
+
+#: families whose linear layers :func:`~attnlm.nn.quant.quantize_weights` may swap
+FAMILIES = ("gpt", "llama")
+#: ggml tensor type -> the format that keeps its precision
+GGUF_CLASS = {"F32": "f32", "F16": "bf16", "BF16": "bf16", "Q8_0": "q8", "Q6_K": "q8",
+              "Q5_K": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q4_K": "q4"}  # fmt: skip
+
+
+def gguf_default(path: Any) -> str:
+    """A GGUF file's precision class: the format of the type holding most of its matrix
+    elements (2-D tensors; the SmolLM2 file: Q4_1 -> ``q4``)."""
+    from attnlm.ggufio import GGUFFile
+
+    header = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    counts: dict[str, int] = {}
+    for info in header.tensors.values():
+        if len(info.shape) == 2:
+            counts[info.type_name] = counts.get(info.type_name, 0) + info.n_elements
+    if not counts:
+        return "f32"
+    return GGUF_CLASS.get(max(counts, key=counts.get), "f32")
+
+
+def apply_weights(found: Any, weights: str | None) -> Any:
+    """``found`` (a :class:`~attnlm.sources.Resolved`) with its weights in ``weights``."""
+    from attnlm.nn.quant import check_format, quantize_weights
+
+    model, _, info = found
+    if weights is not None:
+        check_format(weights)
+    family = getattr(info.family, "type", None)
+    if weights is None:
+        weights = (
+            gguf_default(info.path)
+            if info.kind == "gguf" or str(info.path).endswith(".gguf")
+            else "f32"
+        )
+        if family not in FAMILIES:
+            weights = "f32"
+    if weights != "f32" and family not in FAMILIES:
+        raise InputError(
+            f"--weights {weights}: only {' and '.join(FAMILIES)} models take a weights format "
+            f"(this is a {family} model)"
+        )
+    info.details["weights"] = weights
+    if weights != "f32":
+        note = _note(info, weights)
+        if note:
+            info.details["weights_note"] = note
+            print(f"attnlm: {note}", file=sys.stderr)
+        quantize_weights(model, weights)
+    return found
+
+
+def _note(info: Any, weights: str) -> str | None:
+    """One line saying which stored tensors were dequantized and re-quantized."""
+    if not str(info.path).endswith(".gguf"):
+        return None
+    from attnlm.ggufio import GGUFFile
+
+    header = GGUFFile(info.path)
+    kinds = sorted({t.type_name for t in header.tensors.values() if len(t.shape) == 2})
+    other = [k for k in kinds if GGUF_CLASS.get(k) != weights]
+    if not other:
+        return None
+    return (
+        f"{info.path.name}: {', '.join(other)} matrices dequantized and re-quantized to {weights}"
+    )
