@@ -114,7 +114,7 @@ class QuantLinear(nn.Module):
     def __init__(self, fmt: str, in_features: int, out_features: int) -> None:
         super().__init__()
         self.fmt, self.in_features, self.out_features = fmt, in_features, out_features
-        self.bias: Tensor | None = None
+        self.register_buffer("bias", None)
 
     # construction
 
@@ -163,8 +163,7 @@ class QuantLinear(nn.Module):
         return layer
 
     def set_bias(self, bias: Tensor | None) -> None:
-        if bias is not None:
-            self.register_buffer("bias", bias.detach().float().clone())
+        self.bias = None if bias is None else bias.detach().float().clone()
 
     # the weights
 
