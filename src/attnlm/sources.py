@@ -73,27 +73,31 @@ def resolve(
     ``info.details["weights"]`` says which)."""
     from attnlm.sources_weights import apply_weights
 
-    return apply_weights(_resolve(spec, device), weights)
+    if weights is not None:
+        from attnlm.nn.quant import check_format
+
+        check_format(weights)
+    return apply_weights(_resolve(spec, device, weights), weights)
 
 
-def _resolve(spec: str | os.PathLike[str], device: Any) -> Resolved:
+def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> Resolved:
     text = str(spec)
     if not text.strip():
         raise InputError("--model: give a model (a folder, a .gguf file, a name or org/name)")
     path = Path(text).expanduser()
     if path.exists():
-        return _load_path(path, text, device)
+        return _load_path(path, text, device, weights)
     if path.is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
         raise InputError(f"{path}: no such file or folder (expected a model: a run or "
                          "checkpoint folder, a Hugging Face folder or a .gguf file)")  # fmt: skip
     from attnlm.data.pretrained import pretrained_names, pretrained_path
 
     if text in pretrained_names():
-        found = _load_path(pretrained_path(text), text, device)
+        found = _load_path(pretrained_path(text), text, device, weights)
         found.info.kind, found.info.name = "name", text
         return found
     if HUB_ID.match(text):
-        found = _load_path(hub_folder(text), text, device)
+        found = _load_path(hub_folder(text), text, device, weights)
         found.info.kind, found.info.name = "hub", text
         return found
     raise InputError(
@@ -166,10 +170,10 @@ def load_model_ref(
     return load_as_checkpoint(model if model is not None else checkpoint, device, weights)
 
 
-def _load_path(path: Path, spec: str, device: Any) -> Resolved:
+def _load_path(path: Path, spec: str, device: Any, weights: str | None = None) -> Resolved:
     if path.is_file():
         if path.suffix.lower() == ".gguf":
-            return _load_gguf(path, spec, device)
+            return _load_gguf(path, spec, device, weights)
         raise InputError(f"{path}: not a model (expected a .gguf file or a model folder)")
     if is_hf_folder(path):
         return _load_hf(path, spec, device)
@@ -179,7 +183,7 @@ def _load_path(path: Path, spec: str, device: Any) -> Resolved:
         return _load_run(path, spec, device)
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:
-        return _load_gguf(ggufs[0], spec, device)
+        return _load_gguf(ggufs[0], spec, device, weights)
     if ggufs:
         names = ", ".join(p.name for p in ggufs[:5])
         raise InputError(f"{path}: holds several .gguf files ({names}); name one of them")
@@ -280,17 +284,22 @@ def _load_run(path: Path, spec: str, device: Any) -> Resolved:
     return Resolved(ck.model, ck.tokenizer, info)
 
 
-def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:
+def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -> Resolved:
     """A ``.gguf`` file through :mod:`attnlm.models.gguf` (the model and the tokenizer of one
     parsed header). The chat template and the special tokens are the tokenizer's (the file's
     ``tokenizer.*`` metadata as llama.cpp reads it, defaults included); a reply ends at its EOS
-    or end-of-turn id."""
+    or end-of-turn id. ``weights``: the format the matrices load into (None: the file's own
+    precision class, :func:`attnlm.sources_weights.gguf_default`)."""
     from attnlm.ggufio import GGUFFile
     from attnlm.models import gguf
+    from attnlm.sources_weights import gguf_default
     from attnlm.tokenizers.chat_template import from_string
 
     header = GGUFFile(path)
-    model, tok = gguf.load_model(header), gguf.load_tokenizer(header)
+    fmt = weights or gguf_default(header)
+    if gguf.read_config(header).get("type") not in ("gpt", "llama"):
+        fmt = "f32"  # refused by apply_weights when asked for
+    model, tok = gguf.load_model(header, fmt), gguf.load_tokenizer(header)
     model.to(device)
     ids = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "unk_token": tok.unk_id,
            "pad_token": tok.pad_id}  # fmt: skip

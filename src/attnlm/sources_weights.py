@@ -37,47 +37,25 @@ def gguf_default(path: Any) -> str:
 
 
 def apply_weights(found: Any, weights: str | None) -> Any:
-    """``found`` (a :class:`~attnlm.sources.Resolved`) with its weights in ``weights``."""
-    from attnlm.nn.quant import check_format, quantize_weights
+    """``found`` (a :class:`~attnlm.sources.Resolved`) with its weights in ``weights`` (None:
+    as loaded: a GGUF file's own precision class, else f32)."""
+    from attnlm.nn.quant import quantize_weights, weights_format
 
     model, _, info = found
-    if weights is not None:
-        check_format(weights)
     family = getattr(info.family, "type", None)
-    if weights is None:
-        weights = (
-            gguf_default(info.path)
-            if info.kind == "gguf" or str(info.path).endswith(".gguf")
-            else "f32"
-        )
-        if family not in FAMILIES:
-            weights = "f32"
-    if weights != "f32" and family not in FAMILIES:
+    if weights is not None and weights != "f32" and family not in FAMILIES:
         raise InputError(
             f"--weights {weights}: only {' and '.join(FAMILIES)} models take a weights format "
             f"(this is a {family} model)"
         )
-    info.details["weights"] = weights
-    if weights != "f32":
-        note = _note(info, weights)
-        if note:
-            info.details["weights_note"] = note
-            print(f"attnlm: {note}", file=sys.stderr)
+    have = weights_format(model)  # a GGUF file's matrices load straight into their format
+    weights = weights or have
+    if have != weights:
         quantize_weights(model, weights)
+    info.details["weights"] = weights
+    redone = getattr(model, "requantized", None)
+    if redone:
+        note = f"{info.path.name}: {', '.join(redone)} matrices dequantized and re-quantized"
+        info.details["weights_note"] = f"{note} to {weights}"
+        print(f"attnlm: {info.details['weights_note']}", file=sys.stderr)
     return found
-
-
-def _note(info: Any, weights: str) -> str | None:
-    """One line saying which stored tensors were dequantized and re-quantized."""
-    if not str(info.path).endswith(".gguf"):
-        return None
-    from attnlm.ggufio import GGUFFile
-
-    header = GGUFFile(info.path)
-    kinds = sorted({t.type_name for t in header.tensors.values() if len(t.shape) == 2})
-    other = [k for k in kinds if GGUF_CLASS.get(k) != weights]
-    if not other:
-        return None
-    return (
-        f"{info.path.name}: {', '.join(other)} matrices dequantized and re-quantized to {weights}"
-    )

@@ -65,6 +65,7 @@ __all__ = [
 FORMATS = WEIGHT_FORMATS
 GROUP = 32  # elements per scale (ggml's Q8_0, Q4_0 and Q4_1 blocks)
 BLOCK_N = 64  # output rows per block of the int4 CPU kernel's packed layout
+ROWS_AT_ONCE = 4096  # rows quantized per step
 MANY_ROWS = 16  # from this many input rows on, dequantize and use one float32 GEMM
 
 # (format, N, K) -> the kernel chosen for few rows; measured once per process
@@ -99,6 +100,21 @@ def unpack_int4(packed: Tensor) -> Tensor:
     return u.permute(0, 1, 3, 2).reshape(n, 2 * half)
 
 
+def quantize_rows(w: Tensor, fmt: str) -> dict[str, Tensor]:
+    """Float ``w`` ``(N, K)`` by the rule of ``fmt``: q8 ``{"q": (N, K) int8, "s": (N, G)}``;
+    q4 ``{"u": (N, K) uint8 0..15, "s": (N, G), "z": (N, G)}`` (see the module docstring)."""
+    n, k = w.shape
+    g = w.detach().float().reshape(n, k // GROUP, GROUP)
+    if fmt == "q8":
+        s = g.abs().amax(-1) / 127  # (N, G)
+        q = torch.round(g / torch.where(s > 0, s, 1).unsqueeze(-1)).clamp(-127, 127)
+        return {"q": q.to(torch.int8).view(n, k), "s": s}
+    lo, hi = g.amin(-1), g.amax(-1)
+    d = (hi - lo) / 15  # (N, G)
+    u = torch.round((g - lo.unsqueeze(-1)) / torch.where(d > 0, d, 1).unsqueeze(-1))
+    return {"u": u.clamp(0, 15).to(torch.uint8).view(n, k), "s": d, "z": lo + 8 * d}
+
+
 # -- the layers ------------------------------------------------------------------------------
 
 
@@ -122,23 +138,24 @@ class QuantLinear(nn.Module):
     def from_float(cls, weight: Tensor, bias: Tensor | None, fmt: str) -> QuantLinear:
         """Quantize float ``weight`` ``(N, K)`` (K a multiple of :data:`GROUP` for q8/q4)."""
         n, k = weight.shape
-        w = weight.detach().float()
         if fmt == "bf16":
             layer = cls("bf16", k, n)
-            layer.register_buffer("weight", w.to(torch.bfloat16))
-        elif fmt == "q8":
-            g = w.view(n, k // GROUP, GROUP)
-            s = g.abs().amax(-1) / 127  # (N, G)
-            q = torch.round(g / torch.where(s > 0, s, 1).unsqueeze(-1)).clamp(-127, 127)
-            layer = cls.from_q8(q.to(torch.int8).view(n, k), s)
+            layer.register_buffer("weight", weight.detach().to(torch.bfloat16).contiguous())
         else:
-            g = w.view(n, k // GROUP, GROUP)
-            lo, hi = g.amin(-1), g.amax(-1)
-            d = (hi - lo) / 15  # (N, G)
-            u = torch.round((g - lo.unsqueeze(-1)) / torch.where(d > 0, d, 1).unsqueeze(-1))
-            layer = cls.from_q4(u.clamp(0, 15).to(torch.uint8).view(n, k), d, lo + 8 * d)
+            # a few thousand rows at a time: the temporaries stay small beside an LM head
+            pieces = [quantize_rows(weight[i : i + ROWS_AT_ONCE], fmt)
+                      for i in range(0, n, ROWS_AT_ONCE)]  # fmt: skip
+            codes = {key: torch.cat([p[key] for p in pieces]) for key in pieces[0]}
+            layer = cls.from_codes(codes, fmt)
         layer.set_bias(bias)
         return layer
+
+    @classmethod
+    def from_codes(cls, codes: dict[str, Tensor], fmt: str) -> QuantLinear:
+        """From :func:`quantize_rows`' dictionary (``q``, ``s`` or ``u``, ``s``, ``z``)."""
+        if fmt == "q8":
+            return cls.from_q8(codes["q"], codes["s"])
+        return cls.from_q4(codes["u"], codes["s"], codes["z"])
 
     @classmethod
     def from_q8(cls, q: Tensor, scales: Tensor) -> QuantLinear:

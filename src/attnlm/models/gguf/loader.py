@@ -122,12 +122,15 @@ def unpermute_rows(src: Tensor, dest: Tensor, heads: int) -> None:
     dest.view(heads, 2, d // 2, width).copy_(src.view(heads, d // 2, 2, width).transpose(1, 2))
 
 
-def fill(model: nn.Module, header: GGUFFile, parts: list[Part]) -> None:
+def fill(
+    model: nn.Module, header: GGUFFile, parts: list[Part], consumed: set[str] | None = None
+) -> None:
     """Dequantize every tensor of ``parts`` into ``model``; missing, misshapen and unused
-    tensors, and parameters left unfilled, are InputErrors naming them."""
+    tensors (besides ``consumed``, read elsewhere), and parameters left unfilled, are
+    InputErrors naming them."""
     params = dict(model.named_parameters())  # a tied weight appears once
     filled: dict[str, int] = {}
-    used: set[str] = set()
+    used: set[str] = set(consumed or ())
     where = header.path
     with torch.no_grad(), one_thread():
         for part in parts:
@@ -163,18 +166,29 @@ def fill(model: nn.Module, header: GGUFFile, parts: list[Part]) -> None:
             raise InputError(f"{where}: nothing in the file fills parameter {name!r}")
 
 
-def load_model(path: str | Path | GGUFFile) -> nn.Module:
-    """Our model (eval mode, float32) from a GGUF file (a path or an opened header)."""
+def load_model(path: str | Path | GGUFFile, weights: str = "f32") -> nn.Module:
+    """Our model (eval mode) from a GGUF file (a path or an opened header), its weights in
+    ``weights`` (:mod:`attnlm.nn.quant`): ``f32`` dequantizes every tensor; ``q8``/``q4``
+    load the matrices straight into that format (:mod:`.quantized`; ``model.requantized``
+    names the ggml types that went through float32); ``bf16`` quantizes the float32 model."""
     from attnlm.models.registry import build
+    from attnlm.nn.quant import check_format, quantize_weights
 
+    check_format(weights)
     header = path if isinstance(path, GGUFFile) else GGUFFile(path)
     module = arch_module(header)
     check_types(header)
     table = module.config_table(header)
     with no_init():
         model, config, _ = build(table)
-    fill(model, header, module.parts(config, header))
-    return model.eval()
+    parts = module.parts(config, header)
+    if weights in ("q8", "q4"):
+        from attnlm.models.gguf.quantized import load_quantized
+
+        model.requantized = sorted(load_quantized(header, model, parts, weights))
+        return model.eval()
+    fill(model, header, parts)
+    return quantize_weights(model, weights).eval()
 
 
 def read_config(path: str | Path | GGUFFile) -> dict[str, Any]:
