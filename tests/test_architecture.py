@@ -44,6 +44,7 @@ LAYERS = {
     "attnlm.evaluation": 4,
     "attnlm.checkpoint": 4,
     "attnlm.sources": 4,  # --model SPEC: the resolver over every model source
+    "attnlm.sources_weights": 4,  # its weights format step (--weights)
     "attnlm.inspect": 4,
     "attnlm.generate": 4,
     "attnlm.train": 5,

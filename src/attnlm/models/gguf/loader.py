@@ -166,29 +166,25 @@ def fill(
             raise InputError(f"{where}: nothing in the file fills parameter {name!r}")
 
 
-def load_model(path: str | Path | GGUFFile, weights: str = "f32") -> nn.Module:
-    """Our model (eval mode) from a GGUF file (a path or an opened header), its weights in
-    ``weights`` (:mod:`attnlm.nn.quant`): ``f32`` dequantizes every tensor; ``q8``/``q4``
-    load the matrices straight into that format (:mod:`.quantized`; ``model.requantized``
-    names the ggml types that went through float32); ``bf16`` quantizes the float32 model."""
-    from attnlm.models.registry import build
-    from attnlm.nn.quant import check_format, quantize_weights
-
-    check_format(weights)
+def load_model(path: str | Path | GGUFFile) -> nn.Module:
+    """Our model (eval mode, float32) from a GGUF file (a path or an opened header); other
+    weight formats: :func:`attnlm.models.gguf.quantized.load_model`."""
     header = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    model, config, module = build_empty(header)
+    fill(model, header, module.parts(config, header))
+    return model.eval()
+
+
+def build_empty(header: GGUFFile) -> tuple[nn.Module, Any, Any]:
+    """``(model, config, architecture module)`` for the file, built without initialisation
+    (:func:`no_init`: allocated, never written), after the type checks."""
+    from attnlm.models.registry import build
+
     module = arch_module(header)
     check_types(header)
-    table = module.config_table(header)
     with no_init():
-        model, config, _ = build(table)
-    parts = module.parts(config, header)
-    if weights in ("q8", "q4"):
-        from attnlm.models.gguf.quantized import load_quantized
-
-        model.requantized = sorted(load_quantized(header, model, parts, weights))
-        return model.eval()
-    fill(model, header, parts)
-    return quantize_weights(model, weights).eval()
+        model, config, _ = build(module.config_table(header))
+    return model, config, module
 
 
 def read_config(path: str | Path | GGUFFile) -> dict[str, Any]:

@@ -18,11 +18,13 @@ Quantization works row by row, so the rows of q and k move back from llama.cpp's
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import Tensor, nn
 
 from attnlm.ggufio import GGUFFile
-from attnlm.models.gguf.loader import Part, unpermute_rows
+from attnlm.models.gguf.loader import Part, build_empty, fill, unpermute_rows
 from attnlm.models.gguf.quants import SUPPORTED, dequantize
 from attnlm.nn.quant import GROUP, ROWS_AT_ONCE, QuantEmbedding, QuantLinear, quantize_rows
 
@@ -86,8 +88,6 @@ def load_quantized(header: GGUFFile, model: nn.Module, parts: list[Part], fmt: s
     """Fill ``model`` (built under :func:`~attnlm.models.gguf.loader.no_init`) from
     ``header``, its linear layers and token embedding in ``fmt`` (``q8`` or ``q4``); returns
     the ggml types that were dequantized and re-quantized."""
-    from attnlm.models.gguf.loader import fill
-
     notes: set[str] = set()
     by_weight: dict[str, list[Part]] = {}
     for part in parts:
@@ -118,3 +118,21 @@ def load_quantized(header: GGUFFile, model: nn.Module, parts: list[Part], fmt: s
         fill(model, header, rest, consumed=done)
     model.weights_format = fmt
     return notes
+
+
+def load_model(path: str | Path | GGUFFile, weights: str = "f32") -> nn.Module:
+    """Our model (eval mode) from a GGUF file (a path or an opened header), its weights in
+    ``weights`` (:mod:`attnlm.nn.quant`): ``f32`` dequantizes every tensor
+    (:func:`~attnlm.models.gguf.loader.load_model`); ``q8``/``q4`` load the matrices straight
+    into that format (:func:`load_quantized`; ``model.requantized`` names the ggml types that
+    went through float32); ``bf16`` rounds the float32 model."""
+    from attnlm.models.gguf import loader
+    from attnlm.nn.quant import check_format, quantize_weights
+
+    check_format(weights)
+    header = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    if weights not in ("q8", "q4"):
+        return quantize_weights(loader.load_model(header), weights).eval()
+    model, config, module = build_empty(header)
+    model.requantized = sorted(load_quantized(header, model, module.parts(config, header), weights))
+    return model.eval()
