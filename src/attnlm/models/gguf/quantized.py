@@ -103,7 +103,9 @@ def load_quantized(header: GGUFFile, model: nn.Module, parts: list[Part], fmt: s
             layer_parts = sorted(by_weight.get(source, []), key=lambda p: (p.rows or (0,))[0])
             if not layer_parts:
                 continue
-            layer_fmt = "q8" if is_emb else fmt
+            stored = {header.tensors[p.gguf].type_name for p in layer_parts}
+            head_q8 = name == "lm_head" and not stored <= set(NATIVE["q4"])  # see quantize_weights
+            layer_fmt = "q8" if is_emb or (fmt == "q4" and head_q8) else fmt
             layer = _layer([_matrix(header, p, layer_fmt, notes) for p in layer_parts], layer_fmt)
             bias = by_weight.get(f"{name}.bias")
             if bias:
