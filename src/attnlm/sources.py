@@ -289,16 +289,13 @@ def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -
     parsed header). The chat template and the special tokens are the tokenizer's (the file's
     ``tokenizer.*`` metadata as llama.cpp reads it, defaults included); a reply ends at its EOS
     or end-of-turn id. ``weights``: the format the matrices load into (None: the file's own
-    precision class, :func:`attnlm.sources_weights.gguf_default`)."""
+    precision class, :func:`attnlm.models.gguf.quantized.precision_class`)."""
     from attnlm.ggufio import GGUFFile
     from attnlm.models import gguf
-    from attnlm.sources_weights import gguf_default
     from attnlm.tokenizers.chat_template import from_string
 
     header = GGUFFile(path)
-    fmt = weights or gguf_default(header)
-    if gguf.read_config(header).get("type") not in ("gpt", "llama"):
-        fmt = "f32"  # refused by apply_weights when asked for
+    fmt = weights or gguf.precision_class(header)  # GGUF files hold gpt and llama models
     model, tok = gguf.load_model(header, fmt), gguf.load_tokenizer(header)
     model.to(device)
     ids = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "unk_token": tok.unk_id,

@@ -1,9 +1,9 @@
 """The decode-time weight format of a resolved model (``--weights f32|bf16|q8|q4``).
 
 :func:`apply_weights` is the last step of :func:`attnlm.sources.resolve`: it picks the format
-(the one asked for; else a GGUF file's own precision class, :func:`gguf_default`; else
-``f32``), refuses families that cannot take one, and stores the weights with
-:func:`attnlm.nn.quant.quantize_weights`. ``info.details["weights"]`` records the format and
+(the one asked for; else the one the model loaded in: a GGUF file's own precision class,
+:func:`attnlm.models.gguf.quantized.precision_class`, else ``f32``), refuses families that
+cannot take one, and stores the weights with :func:`attnlm.nn.quant.quantize_weights`. ``info.details["weights"]`` records the format and
 ``info.details["weights_note"]`` how the file's tensors got there.
 """
 
@@ -16,24 +16,6 @@ from attnlm.errors import InputError
 
 #: families whose linear layers :func:`~attnlm.nn.quant.quantize_weights` may swap
 FAMILIES = ("gpt", "llama")
-#: ggml tensor type -> the format that keeps its precision
-GGUF_CLASS = {"F32": "f32", "F16": "bf16", "BF16": "bf16", "Q8_0": "q8", "Q6_K": "q8",
-              "Q5_K": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q4_K": "q4"}  # fmt: skip
-
-
-def gguf_default(path: Any) -> str:
-    """A GGUF file's precision class: the format of the type holding most of its matrix
-    elements (2-D tensors; the SmolLM2 file: Q4_1 -> ``q4``)."""
-    from attnlm.ggufio import GGUFFile
-
-    header = path if isinstance(path, GGUFFile) else GGUFFile(path)
-    counts: dict[str, int] = {}
-    for info in header.tensors.values():
-        if len(info.shape) == 2:
-            counts[info.type_name] = counts.get(info.type_name, 0) + info.n_elements
-    if not counts:
-        return "f32"
-    return GGUF_CLASS.get(max(counts, key=counts.get), "f32")
 
 
 def apply_weights(found: Any, weights: str | None) -> Any:

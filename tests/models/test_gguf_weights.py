@@ -12,7 +12,6 @@ from attnlm.cli import main
 from attnlm.models.gguf import load_model
 from attnlm.nn.quant import QuantEmbedding, QuantLinear
 from attnlm.sources import resolve
-from attnlm.sources_weights import gguf_default
 
 transformers = pytest.importorskip("transformers")
 from gguf_support import write_llama  # noqa: E402
@@ -90,8 +89,11 @@ def test_direct_load_keeps_the_files_values(files, name, fmt):
 
 
 def test_default_format_is_the_files_precision_class(files):
-    assert gguf_default(files["q8"]) == "q8"
-    assert gguf_default(files["q4"]) == "q4"
+    from attnlm.ggufio import GGUFFile
+    from attnlm.models.gguf import precision_class
+
+    assert precision_class(GGUFFile(files["q8"])) == "q8"
+    assert precision_class(GGUFFile(files["q4"])) == "q4"
     found = resolve(files["q4"])
     assert found.info.details["weights"] == "q4"
     assert isinstance(found.model.lm_head, QuantLinear)

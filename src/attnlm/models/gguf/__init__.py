@@ -24,7 +24,7 @@ __getattr__, __all__ = lazy_exports(
     __name__,
     {
         ".loader": "load load_tokenizer read_config tensor_stats",
-        ".quantized": "load_model",
+        ".quantized": "load_model precision_class",
         ".quants": "dequantize",
     },
 )

@@ -30,6 +30,19 @@ from attnlm.nn.quant import GROUP, ROWS_AT_ONCE, QuantEmbedding, QuantLinear, qu
 
 #: the ggml types each format takes as stored
 NATIVE = {"q8": ("Q8_0",), "q4": ("Q4_0", "Q4_1")}
+#: ggml tensor type -> the format that keeps its precision
+PRECISION = {"F32": "f32", "F16": "bf16", "BF16": "bf16", "Q8_0": "q8", "Q6_K": "q8",
+             "Q5_K": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q4_K": "q4"}  # fmt: skip
+
+
+def precision_class(header: GGUFFile) -> str:
+    """A GGUF file's own weights format: that of the ggml type holding most of its matrix
+    elements (2-D tensors; the SmolLM2 file: Q4_1 -> ``q4``)."""
+    counts: dict[str, int] = {}
+    for info in header.tensors.values():
+        if len(info.shape) == 2:
+            counts[info.type_name] = counts.get(info.type_name, 0) + info.n_elements
+    return PRECISION.get(max(counts, key=counts.get), "f32") if counts else "f32"
 
 
 def _codes(raw, type_id: int, shape: tuple[int, int]) -> dict[str, Tensor]:
