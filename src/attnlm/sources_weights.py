@@ -3,8 +3,9 @@
 :func:`apply_weights` is the last step of :func:`attnlm.sources.resolve`: it picks the format
 (the one asked for; else the one the model loaded in: a GGUF file's own precision class,
 :func:`attnlm.models.gguf.quantized.precision_class`, else ``f32``), refuses families that
-cannot take one, and stores the weights with :func:`attnlm.nn.quant.quantize_weights`. ``info.details["weights"]`` records the format and
-``info.details["weights_note"]`` how the file's tensors got there.
+cannot take one, and stores the weights with :func:`attnlm.nn.quant.quantize_weights`.
+``info.details["weights"]`` records the format and ``info.details["weights_note"]`` which
+of the file's tensor types were re-quantized.
 """
 
 from __future__ import annotations
