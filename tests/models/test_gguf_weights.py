@@ -134,3 +134,32 @@ def test_families_without_a_weights_format_are_refused_in_one_line(tmp_path):
     with pytest.raises(InputError, match="only gpt and llama"):
         apply_weights(found, "q8")
     assert apply_weights(found, None).info.details["weights"] == "f32"
+
+
+@pytest.mark.slow
+def test_smollm2_q4_default_keeps_the_files_values_and_q8_stays_close():
+    """The SmolLM2 file (Q4_1 matrices, a Q8_0 embedding and tied head) loads as q4 with every
+    value of the float32 load; its logits follow the float32 model's, q8's (Q4_1 re-quantized)
+    stay close, and the greedy answer is the same."""
+    from attnlm.generate import SamplingConfig
+    from attnlm.generate.text import generate_text
+    from gguf_support import smollm2_file
+
+    path = smollm2_file(fetch=True)
+    f32 = resolve(path, weights="f32")
+    q4 = resolve(path)
+    assert q4.info.details["weights"] == "q4" and "weights_note" not in q4.info.details
+    ref = dict(f32.model.named_parameters())
+    for name, layer in _quant_modules(q4.model):
+        source = "tok_emb.weight" if name == "lm_head.weight" else name
+        assert torch.equal(layer.dequantized(), ref[source].detach()), name
+    ids = torch.tensor([q4.tokenizer.encode("The capital of France is Paris, and the")])
+    with torch.no_grad():
+        base = f32.model(ids).logits
+        assert (q4.model(ids).logits - base).abs().max() < 1e-3
+        q8 = resolve(path, weights="q8").model
+        assert (q8(ids).logits - base).abs().max() < 1.0
+    prompt = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    answers = [generate_text(m.model, m.tokenizer, prompt, sampling=greedy)[0] for m in (f32, q4)]
+    assert answers[0] == answers[1] and "Paris" in answers[0]

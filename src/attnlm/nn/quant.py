@@ -25,9 +25,10 @@ Kernels (one per layer shape and row count, chosen by :func:`kernel_for`): for a
 (decoding) PyTorch's weight-only kernels where they exist (``aten._weight_int4pack_mm_for_cpu``
 reads the 4-bit weights in the layout ``aten._convert_weight_to_int4pack_for_cpu`` writes,
 which :class:`QuantLinear` stores), timed once per shape against "dequantize to float32, then
-``F.linear``" and the faster one kept; for many rows (prefill) always the dequantizing path,
-because the weight-only kernels do not tile for many rows and run tens of times slower than
-one float32 GEMM. ``aten._weight_int8pack_mm`` takes one scale per output row only, so 8-bit
+``F.linear``" and the faster one kept; for many rows (prefill) the dequantizing path, because
+the weight-only kernels do not tile for many rows and run tens of times slower than one float32
+GEMM (bf16: its bfloat16 GEMM, about three times faster than float32 at 512 rows where the CPU
+has AMX). ``aten._weight_int8pack_mm`` takes one scale per output row only, so 8-bit
 groups of 32 (ggml's Q8_0, loaded without a round trip) go through the dequantizing path.
 
 In q4 the LM head ``lm_head`` is stored q8 (unless a GGUF file stores it in 4 bits).
@@ -235,12 +236,17 @@ CANDIDATES = {"bf16": ("dequant", "bf16"), "q8": ("dequant",), "q4": ("dequant",
 
 
 def kernel_for(layer: QuantLinear, rows: int) -> str:
-    """The kernel for ``rows`` input rows: ``dequant`` from :data:`MANY_ROWS` on (and off the
-    CPU), else the fastest of the format's :data:`CANDIDATES` at one row, timed once per
-    ``(format, N, K)`` (alternating, best of 5) and remembered for the process."""
+    """The kernel for ``rows`` input rows: from :data:`MANY_ROWS` on ``dequant`` (bf16: its
+    bfloat16 GEMM); off the CPU ``dequant``; else the fastest of the format's
+    :data:`CANDIDATES` at one row, timed once per ``(format, N, K)`` (alternating, best of 5)
+    and remembered for the process."""
     options = CANDIDATES[layer.fmt]
-    if rows >= MANY_ROWS or len(options) == 1 or layer.device_type() != "cpu":
+    if layer.device_type() != "cpu":
         return "dequant"
+    if rows >= MANY_ROWS:  # bf16: the bfloat16 GEMM (AMX, AVX512-BF16) beats float32 here
+        return "bf16" if layer.fmt == "bf16" else "dequant"
+    if len(options) == 1:
+        return options[0]
     key = (layer.fmt, layer.out_features, layer.in_features)
     if key not in _CHOICE:
         _CHOICE[key] = _measure(layer, options)
