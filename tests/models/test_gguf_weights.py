@@ -163,3 +163,22 @@ def test_smollm2_q4_default_keeps_the_files_values_and_q8_stays_close():
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
     answers = [generate_text(m.model, m.tokenizer, prompt, sampling=greedy)[0] for m in (f32, q4)]
     assert answers[0] == answers[1] and "Paris" in answers[0]
+
+
+def test_served_and_evaluated_with_a_format(files, tmp_path, capsys):
+    from attnlm.web.service import load_service
+
+    service = load_service(model=str(files["q4"]), weights="q8")
+    assert service.model.lm_head.fmt == "q8"
+    text = tmp_path / "t.txt"
+    text.write_text("the bank of the river " * 20, encoding="utf-8")
+    outs = {}
+    for fmt in ("f32", "q4"):
+        rc = main(["eval", "--model", str(files["q4"]), "--text", str(text), "--weights", fmt,
+                   "--json", "--device", "cpu"])  # fmt: skip
+        assert rc == 0
+        import json
+
+        outs[fmt] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # the Q4_x embedding is re-quantized to q8 rows: close, not equal
+    assert outs["f32"]["loss"] == pytest.approx(outs["q4"]["loss"], abs=1e-2)
