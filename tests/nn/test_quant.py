@@ -147,3 +147,16 @@ def test_f32_is_a_no_op_and_bad_formats_are_one_line_errors():
     quantize_weights(model, "q8")
     with pytest.raises(InputError, match="already q8"):
         quantize_weights(model, "q4")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "q8", "q4"])
+def test_dequantizing_kernel_in_row_pieces_equals_the_whole_product(fmt, monkeypatch):
+    """The dequantizing kernel works a few thousand output rows at a time (an LM head's float32
+    copy is never whole): with pieces of 64 rows, the same product as the whole matrix."""
+    torch.manual_seed(3)
+    layer = QuantLinear.from_float(torch.randn(200, 64), None, fmt)
+    x = torch.randn(5, 64)
+    whole = F.linear(x, layer.dequantized())
+    monkeypatch.setattr(quant, "ROWS_AT_ONCE", 64)
+    torch.testing.assert_close(quant._dequant_gemm(layer, x), whole, atol=1e-5, rtol=1e-5)
+    assert torch.equal(layer.dequantized(64, 128), layer.dequantized()[64:128])

@@ -186,17 +186,22 @@ class QuantLinear(nn.Module):
 
     # the weights
 
-    def dequantized(self) -> Tensor:
-        """The float32 ``(N, K)`` matrix this layer multiplies by (the reference)."""
-        n, k = self.out_features, self.in_features
+    def dequantized(self, start: int = 0, stop: int | None = None) -> Tensor:
+        """The float32 ``(N, K)`` matrix this layer multiplies by (the reference), or its rows
+        ``start:stop`` (``start`` a multiple of 64)."""
+        k = self.in_features
+        stop = self.out_features if stop is None else min(stop, self.out_features)
+        n = stop - start
         if self.fmt == "bf16":
-            return self.weight.float()
+            return self.weight[start:stop].float()
         if self.fmt == "q8":
-            w = self.qweight.view(n, k // GROUP, GROUP).float() * self.scales.unsqueeze(-1)
-            return w.view(n, k)
-        u = unpack_int4(self.qweight)[:n].float().view(n, k // GROUP, GROUP)
-        s, z = self.scales_zeros[:, :n, 0].t(), self.scales_zeros[:, :n, 1].t()  # (N, G)
-        return ((u - 8) * s.unsqueeze(-1) + z.unsqueeze(-1)).view(n, k)
+            q = self.qweight[start:stop].view(n, k // GROUP, GROUP).float()
+            return (q * self.scales[start:stop].unsqueeze(-1)).view(n, k)
+        end = start + n + (-n % BLOCK_N)  # whole 64-row blocks of the packed layout
+        u = unpack_int4(self.qweight[start:end])[:n].float().view(n, k // GROUP, GROUP)
+        sz = self.scales_zeros[:, start:stop]  # (G, n, 2)
+        s, z = sz[..., 0].t().unsqueeze(-1), sz[..., 1].t().unsqueeze(-1)  # (n, G, 1)
+        return (u.sub_(8).mul_(s).add_(z)).view(n, k)
 
     # the products
 
@@ -216,7 +221,16 @@ class QuantLinear(nn.Module):
 
 
 def _dequant_gemm(layer: QuantLinear, x: Tensor) -> Tensor:
-    return F.linear(x.float(), layer.dequantized())
+    """Dequantize :data:`ROWS_AT_ONCE` output rows at a time (an LM head's float32 copy is
+    never whole: a cache-sized piece, then its product)."""
+    n, x = layer.out_features, x.float()
+    if n <= ROWS_AT_ONCE:
+        return F.linear(x, layer.dequantized())
+    y = x.new_empty(x.shape[0], n)
+    for start in range(0, n, ROWS_AT_ONCE):
+        w = layer.dequantized(start, start + ROWS_AT_ONCE)
+        torch.mm(x, w.t(), out=y[:, start : start + w.shape[0]])
+    return y
 
 
 def _bf16_gemm(layer: QuantLinear, x: Tensor) -> Tensor:
