@@ -7,12 +7,15 @@ The tokens are attnlm's encoding of the first ``--chars`` characters of the buil
 Shakespeare corpus (the tokenizer tests show they equal llama.cpp's), scored in one window of
 at most ``--ctx`` tokens: the negative log-likelihood of every token after the first. Each
 side also reports the wall time of that one forward pass (one process, alternating rounds).
-Target: attnlm's perplexity within 1% of llama.cpp's.
+Target: attnlm's perplexity within 1% of llama.cpp's. ``--weights f32,q8,q4`` adds a row per
+decode-time weight format (``attnlm-q8``...: the file's matrices loaded straight into that
+format, :mod:`attnlm.nn.quant`) beside the float32 one.
 
 llama.cpp is a bench-only peer: ``pip install -e '.[llamacpp]'`` (or the prebuilt wheel);
 without it the llama.cpp row is skipped with a line.
 
-Run: ``.venv/bin/python benchmarks/bench_smollm2_ppl.py [--chars 4000] [--threads 2]``.
+Run: ``.venv/bin/python benchmarks/bench_smollm2_ppl.py [--chars 4000] [--threads 2]
+[--weights f32,q8,q4]``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=2048, help="most tokens scored (one window)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--weights", default="f32", help="weight formats, comma-separated (f32,bf16,q8,q4)"
+    )
     args = harness.parse(ap, quick={"chars": 400, "rounds": 1})
     harness.set_threads(args.threads)
     harness.header("smollm2_ppl", chars=args.chars, threads=args.threads)
@@ -71,6 +77,20 @@ def main() -> None:
         results["attnlm"] = nll_from_logits(logits, ids)
 
     contenders = {"attnlm": ours}
+    from attnlm.models.gguf import load_model
+
+    def ours_in(fmt):
+        quantized = load_model(path, fmt)
+
+        def run():
+            with torch.no_grad():
+                logits = quantized(torch.tensor([ids])).logits[0].float().numpy()
+            results[f"attnlm-{fmt}"] = nll_from_logits(logits, ids)
+
+        return run
+
+    for fmt in [f.strip() for f in args.weights.split(",") if f.strip() not in ("", "f32")]:
+        contenders[f"attnlm-{fmt}"] = ours_in(fmt)
     if harness.have_module("llama_cpp"):
         from llama_cpp import Llama
 

@@ -46,6 +46,7 @@ LAYERS = {
     "attnlm.checkpoint": 4,
     "attnlm.sources": 4,  # --model SPEC: the resolver over every model source
     "attnlm.lora_run": 4,  # a LoRA run: adapters, base SPEC and fingerprint
+    "attnlm.sources_weights": 4,  # its weights format step (--weights)
     "attnlm.inspect": 4,
     "attnlm.generate": 4,
     "attnlm.train": 5,

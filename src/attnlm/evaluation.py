@@ -191,6 +191,7 @@ def evaluate_checkpoint(
     max_tokens: int | None = None,
     device: str = "auto",
     model: str | None = None,
+    weights: str | None = None,
 ) -> tuple[EvalResult, str]:
     """Evaluate a checkpoint on text; returns the result and a description of the data.
 
@@ -198,7 +199,8 @@ def evaluate_checkpoint(
     Without: the run's validation split (``val.bin`` beside the checkpoint when present,
     otherwise the training text named in the checkpoint's config, split again).
     ``model``: a pretrained name or Hugging Face folder instead of ``checkpoint``
-    (:func:`attnlm.sources.load_model_ref`).
+    (:func:`attnlm.sources.load_model_ref`); ``weights``: its weight format
+    (:mod:`attnlm.nn.quant`).
     """
     from attnlm.data.corpus import load_text, split_text
     from attnlm.data.windows import read_token_file
@@ -209,7 +211,7 @@ def evaluate_checkpoint(
     if max_tokens is not None and max_tokens < 2:
         raise InputError(f"--max-tokens must be at least 2, got {max_tokens}")
     dev = resolve_device(device)
-    ck = load_model_ref(checkpoint, model, dev)
+    ck = load_model_ref(checkpoint, model, dev, weights)
     objective = make_objective(ck.family.objective, ck.tokenizer, ck.model_config)
     if getattr(objective, "data", "text") != "text":
         raise InputError(

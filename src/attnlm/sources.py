@@ -66,26 +66,40 @@ class Resolved(NamedTuple):
     info: ModelInfo
 
 
-def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
+def resolve(
+    spec: str | os.PathLike[str], device: Any = "cpu", weights: str | None = None
+) -> Resolved:
     """The model SPEC names, its tokenizer and a :class:`ModelInfo` (see the module
-    docstring), on ``device``."""
+    docstring), on ``device``, its weights in format ``weights`` (``f32|bf16|q8|q4``,
+    :mod:`attnlm.nn.quant`; None: a GGUF file's own precision class, else ``f32``;
+    ``info.details["weights"]`` says which)."""
+    from attnlm.sources_weights import apply_weights
+
+    if weights is not None:
+        from attnlm.nn.quant import check_format
+
+        check_format(weights)
+    return apply_weights(_resolve(spec, device, weights), weights)
+
+
+def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> Resolved:
     text = str(spec)
     if not text.strip():
         raise InputError("--model: give a model (a folder, a .gguf file, a name or org/name)")
     path = Path(text).expanduser()
     if path.exists():
-        return _load_path(path, text, device)
+        return _load_path(path, text, device, weights)
     if path.is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
         raise InputError(f"{path}: no such file or folder (expected a model: a run or "
                          "checkpoint folder, a Hugging Face folder or a .gguf file)")  # fmt: skip
     from attnlm.data.pretrained import pretrained_names, pretrained_path
 
     if text in pretrained_names():
-        found = _load_path(pretrained_path(text), text, device)
+        found = _load_path(pretrained_path(text), text, device, weights)
         found.info.kind, found.info.name = "name", text
         return found
     if HUB_ID.match(text):
-        found = _load_path(hub_folder(text), text, device)
+        found = _load_path(hub_folder(text), text, device, weights)
         found.info.kind, found.info.name = "hub", text
         return found
     raise InputError(
@@ -94,11 +108,13 @@ def resolve(spec: str | os.PathLike[str], device: Any = "cpu") -> Resolved:
     )
 
 
-def load_as_checkpoint(spec: str | os.PathLike[str], device: Any = "cpu") -> Any:
+def load_as_checkpoint(
+    spec: str | os.PathLike[str], device: Any = "cpu", weights: str | None = None
+) -> Any:
     """:func:`resolve`, returned as the :class:`~attnlm.checkpoint.Checkpoint` record the
     commands already read (``model``, ``tokenizer``, ``family``, ``path``,
     ``pair_tokenizers``...): see :func:`as_checkpoint`."""
-    return as_checkpoint(resolve(spec, device))
+    return as_checkpoint(resolve(spec, device, weights))
 
 
 def as_checkpoint(found: Resolved) -> Any:
@@ -147,18 +163,19 @@ def load_model_ref(
     checkpoint: str | os.PathLike[str] | None = None,
     model: str | os.PathLike[str] | None = None,
     device: Any = "cpu",
+    weights: str | None = None,
 ) -> Any:
     """:func:`load_as_checkpoint` of whichever of ``--checkpoint`` and ``--model`` a command
     was given (exactly one; the two are spellings of one SPEC)."""
     if (checkpoint is None) == (model is None):
         raise InputError("give exactly one of --model SPEC and --checkpoint SPEC")
-    return load_as_checkpoint(model if model is not None else checkpoint, device)
+    return load_as_checkpoint(model if model is not None else checkpoint, device, weights)
 
 
-def _load_path(path: Path, spec: str, device: Any) -> Resolved:
+def _load_path(path: Path, spec: str, device: Any, weights: str | None = None) -> Resolved:
     if path.is_file():
         if path.suffix.lower() == ".gguf":
-            return _load_gguf(path, spec, device)
+            return _load_gguf(path, spec, device, weights)
         raise InputError(f"{path}: not a model (expected a .gguf file or a model folder)")
     if is_hf_folder(path):
         return _load_hf(path, spec, device)
@@ -168,7 +185,7 @@ def _load_path(path: Path, spec: str, device: Any) -> Resolved:
         return _load_run(path, spec, device)
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:
-        return _load_gguf(ggufs[0], spec, device)
+        return _load_gguf(ggufs[0], spec, device, weights)
     if ggufs:
         names = ", ".join(p.name for p in ggufs[:5])
         raise InputError(f"{path}: holds several .gguf files ({names}); name one of them")
@@ -296,7 +313,7 @@ def load_lora_run(
     base = table.get("base")
     if not isinstance(base, str) or not base:
         raise InputError(f"{ckpt}/config.json: the lora table names no base model")
-    model, tok, base_info = resolve(base, device)
+    model, tok, base_info = resolve(base, device, weights="f32")  # adapters need float weights
     model_table = registry.config_table(base_info.family, model.config)
     check_base(table, base_info.path, model_table, ckpt)
     attach(model, table, ckpt, merge=merge, load=load)
@@ -309,17 +326,19 @@ def load_lora_run(
     return Resolved(model, tok, info)
 
 
-def _load_gguf(path: Path, spec: str, device: Any) -> Resolved:
+def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -> Resolved:
     """A ``.gguf`` file through :mod:`attnlm.models.gguf` (the model and the tokenizer of one
     parsed header). The chat template and the special tokens are the tokenizer's (the file's
     ``tokenizer.*`` metadata as llama.cpp reads it, defaults included); a reply ends at its EOS
-    or end-of-turn id."""
+    or end-of-turn id. ``weights``: the format the matrices load into (None: the file's own
+    precision class, :func:`attnlm.models.gguf.quantized.precision_class`)."""
     from attnlm.ggufio import GGUFFile
     from attnlm.models import gguf
     from attnlm.tokenizers.chat_template import from_string
 
     header = GGUFFile(path)
-    model, tok = gguf.load_model(header), gguf.load_tokenizer(header)
+    fmt = weights or gguf.precision_class(header)  # GGUF files hold gpt and llama models
+    model, tok = gguf.load_model(header, fmt), gguf.load_tokenizer(header)
     model.to(device)
     ids = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "unk_token": tok.unk_id,
            "pad_token": tok.pad_id}  # fmt: skip

@@ -176,7 +176,8 @@ def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
                "pad_id": None, "chat_template": template}  # fmt: skip
     for name, value in answers.items():
         monkeypatch.setattr(tok, name, value, raising=False)
-    monkeypatch.setattr(gguf, "load_model", lambda header: models.from_hf(hf_folder))
+    monkeypatch.setattr(gguf, "load_model", lambda header, weights: models.from_hf(hf_folder))
+    monkeypatch.setattr(gguf, "precision_class", lambda header: "f32")
     monkeypatch.setattr(gguf, "load_tokenizer", lambda header: tok)
     monkeypatch.setattr(ggufio, "GGUFFile", lambda path: path)
     f = tmp_path / "m.gguf"

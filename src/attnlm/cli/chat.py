@@ -18,6 +18,7 @@ from attnlm.cli.common import (
     add_runtime_arguments,
     add_sampling_arguments,
     add_stop_argument,
+    add_weights_argument,
     sampling_config,
     text_file,
     text_value,
@@ -71,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
     )
     add_runtime_arguments(p)
+    add_weights_argument(p)
     # interactive turns are read from stdin line by line; a bad line is refused and the
     # conversation goes on (not a document read at once: no reads_stdin)
 
@@ -127,7 +129,7 @@ def _chat(args: argparse.Namespace) -> int:
     use_threads(args)
     msgs = scripted_messages(args)  # fail early, before loading the model
     sampling = sampling_config(args)
-    model, tok, info = resolve(args.model, resolve_device(args.device))
+    model, tok, info = resolve(args.model, resolve_device(args.device), args.weights)
     if "generate" not in info.family.capabilities:
         raise InputError(f"{args.model}: a {info.family.type} model does not generate text")
     template = info.chat_template

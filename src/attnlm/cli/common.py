@@ -26,6 +26,7 @@ from attnlm.errors import InputError
 from attnlm.validate import (
     DEVICE_FORMS,
     MAX_THREADS,
+    WEIGHT_FORMATS,
     device,
     duration,
     existing_dir,
@@ -176,6 +177,18 @@ def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None)
         default=default,
         metavar="N",
         help=f"torch threads, 1..{MAX_THREADS} (default: {said})",
+    )
+
+
+def add_weights_argument(p: argparse.ArgumentParser) -> None:
+    """``--weights f32|bf16|q8|q4``: the decode-time weight format (:mod:`attnlm.nn.quant`),
+    passed to :func:`attnlm.sources.resolve`; unset: a GGUF file's own precision, else f32."""
+    p.add_argument(
+        "--weights",
+        choices=WEIGHT_FORMATS,
+        default=None,
+        help="weights kept in this format while decoding, gpt and llama models "
+        "(default: a GGUF file's own precision class, else f32)",
     )
 
 

@@ -76,9 +76,8 @@ def _export(args: argparse.Namespace) -> int:
     if lora and not args.merge:
         raise InputError(f"{args.model}: a LoRA run; add --merge to write the merged model")
     use_threads(args)
-    found = resolve(
-        args.model, resolve_device(args.device)
-    )  # a LoRA run comes back with its adapters merged
+    # float32 weights (the writer quantizes itself); a LoRA run comes back merged
+    found = resolve(args.model, resolve_device(args.device), weights="f32")
     summary = TARGETS[target](found, out, args)
     summary = {"model": args.model, "out": str(out), "lora_merged": lora, **summary}
     if args.json:

@@ -13,6 +13,7 @@ from attnlm.cli.common import (
     add_runtime_arguments,
     add_sampling_arguments,
     add_stop_argument,
+    add_weights_argument,
     arg,
     sampling_config,
     text_value,
@@ -55,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "decode_tokens_per_second, peak_rss_mb and threads",
     )
     add_runtime_arguments(p)
+    add_weights_argument(p)
     p.set_defaults(func=_generate)
 
     t = sub.add_parser(
@@ -102,7 +104,7 @@ def _generate(args: argparse.Namespace) -> int:
     use_threads(args)
     sampling = sampling_config(args)
     spec = args.model if args.model is not None else args.checkpoint
-    model, tokenizer, info = resolve(spec, resolve_device(args.device))
+    model, tokenizer, info = resolve(spec, resolve_device(args.device), args.weights)
     if "generate" not in info.family.capabilities:
         raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
     encode_prompt(tokenizer, args.prompt)  # fail early, before any output

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlm.cli.common import add_command, add_runtime_arguments, arg, text_file, use_threads
+from attnlm.cli.common import (
+    add_command,
+    add_runtime_arguments,
+    add_weights_argument,
+    arg,
+    text_file,
+    use_threads,
+)
 from attnlm.validate import existing_file, int_in_range, name_or_path, non_empty, positive_int
 
 
@@ -46,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "word's one static vector beside the contextual ones",
     )  # fmt: skip
     add_runtime_arguments(p, device="cpu")
+    add_weights_argument(p)
     p.add_argument(
         "--max-chars",
         type=arg(positive_int),
@@ -80,10 +88,9 @@ def _serve(args: argparse.Namespace) -> int:
         from attnlm.word2vec.vectors import WordVectors
 
         static = WordVectors.load(args.vectors)
-    services = [load_service(d, device=args.device, max_chars=max_chars) for d in args.checkpoint]
-    services += [
-        resolve_named_model(n, device=args.device, max_chars=max_chars) for n in args.model
-    ]
+    load = dict(device=args.device, max_chars=max_chars, weights=args.weights)
+    services = [load_service(d, **load) for d in args.checkpoint]
+    services += [resolve_named_model(n, **load) for n in args.model]
     for s in services:
         s.static_vectors = static
         s.compile = args.compile

@@ -20,6 +20,7 @@ from attnlm.cli.common import (
     add_text_argument,
     add_threads_argument,
     add_time_budget_argument,
+    add_weights_argument,
     arg,
     as_given,
     text_file,
@@ -213,6 +214,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="evaluate only the first N tokens (N >= 2)",
     )
     add_runtime_arguments(e)
+    add_weights_argument(e)
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     x = add_command(sub, "export-checkpoint", _export)
@@ -401,6 +403,7 @@ def _eval(args: argparse.Namespace) -> int:
         args.max_tokens,
         args.device,
         model=args.model,
+        weights=args.weights,
     )
     if args.json:
         print(json.dumps({**result.to_dict(), "data": what}))

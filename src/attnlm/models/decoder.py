@@ -201,7 +201,8 @@ class Decoder(nn.Module):
         s = state.length + t
         bias = self.alibi(t, s).to(dtype) if self.alibi is not None else None
         pad = padding_mask(keep, dtype) if keep is not None else None
-        causal = causal_mask(t, s, device=self.tok_emb.weight.device, dtype=dtype)
+        device = (keep if keep is not None else bias).device  # (the embedding may be quantized)
+        causal = causal_mask(t, s, device=device, dtype=dtype)
         return combine_masks(bias, pad, causal)
 
     # -- decoding state (docs/architecture.md) ---------------------------------------------

@@ -99,7 +99,7 @@ def load_init_source(spec: str) -> InitSource:
     from attnlm.models import registry
     from attnlm.sources import resolve
 
-    model, tok, info = resolve(spec, "cpu")
+    model, tok, info = resolve(spec, "cpu", weights="f32")  # trained in float32
     table = registry.config_table(info.family, model.config)
     model.float()
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -124,12 +124,15 @@ def unpermute_rows(src: Tensor, dest: Tensor, heads: int) -> None:
     dest.view(heads, 2, d // 2, width).copy_(src.view(heads, d // 2, 2, width).transpose(1, 2))
 
 
-def fill(model: nn.Module, header: GGUFFile, parts: list[Part]) -> None:
+def fill(
+    model: nn.Module, header: GGUFFile, parts: list[Part], consumed: set[str] | None = None
+) -> None:
     """Dequantize every tensor of ``parts`` into ``model``; missing, misshapen and unused
-    tensors, and parameters left unfilled, are InputErrors naming them."""
+    tensors (besides ``consumed``, read elsewhere), and parameters left unfilled, are
+    InputErrors naming them."""
     params = dict(model.named_parameters())  # a tied weight appears once
     filled: dict[str, int] = {}
-    used: set[str] = set()
+    used: set[str] = set(consumed or ())
     where = header.path
     with torch.no_grad(), one_thread():
         for part in parts:
@@ -166,20 +169,27 @@ def fill(model: nn.Module, header: GGUFFile, parts: list[Part]) -> None:
 
 
 def load_model(path: str | Path | GGUFFile) -> nn.Module:
-    """Our model (eval mode, float32) from a GGUF file (a path or an opened header)."""
-    from attnlm.models.registry import build
-
+    """Our model (eval mode, float32) from a GGUF file (a path or an opened header); other
+    weight formats: :func:`attnlm.models.gguf.quantized.load_model`."""
     where = getattr(path, "path", path)
     with reading(where, "GGUF"):
         header = path if isinstance(path, GGUFFile) else GGUFFile(path)
-        module = arch_module(header)
-        check_types(header)
-        table = module.config_table(header)
-        with no_init():
-            model, config, _ = build(table)
+        model, config, module = build_empty(header)
         fill(model, header, module.parts(config, header))
     check_finite(dict(model.named_parameters()), where)  # weights; buffers may hold -inf masks
     return model.eval()
+
+
+def build_empty(header: GGUFFile) -> tuple[nn.Module, Any, Any]:
+    """``(model, config, architecture module)`` for the file, built without initialisation
+    (:func:`no_init`: allocated, never written), after the type checks."""
+    from attnlm.models.registry import build
+
+    module = arch_module(header)
+    check_types(header)
+    with no_init():
+        model, config, _ = build(module.config_table(header))
+    return model, config, module
 
 
 def read_config(path: str | Path | GGUFFile) -> dict[str, Any]:

@@ -34,6 +34,7 @@ def load_service(
     device: str = "cpu",
     max_chars: int = DEFAULT_MAX_CHARS,
     model: str | None = None,
+    weights: str | None = None,
 ) -> ModelService:
     """A :class:`ModelService` for a checkpoint or run folder ``path``, or a named pretrained
     model / Hugging Face folder ``model`` (``attnlm serve --model minilm``); errors:
@@ -49,7 +50,7 @@ def load_service(
 
     if (path is None) == (model is None):
         raise InputError("give exactly one of --model SPEC and --checkpoint SPEC")
-    resolved = resolve(model if model is not None else path, device)
+    resolved = resolve(model if model is not None else path, device, weights)
     found = resolved.info
     ck = as_checkpoint(resolved)  # an attnlm run's own record: pair tokenizers of translation
     capabilities = set(ck.family.capabilities)

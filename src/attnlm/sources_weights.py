@@ -1,0 +1,44 @@
+"""The decode-time weight format of a resolved model (``--weights f32|bf16|q8|q4``).
+
+:func:`apply_weights` is the last step of :func:`attnlm.sources.resolve`: it picks the format
+(the one asked for; else the one the model loaded in: a GGUF file's own precision class,
+:func:`attnlm.models.gguf.quantized.precision_class`, else ``f32``), refuses families that
+cannot take one, and stores the weights with :func:`attnlm.nn.quant.quantize_weights`.
+``info.details["weights"]`` records the format and ``info.details["weights_note"]`` which
+of the file's tensor types were re-quantized.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from attnlm.errors import InputError
+
+#: families whose linear layers :func:`~attnlm.nn.quant.quantize_weights` may swap
+FAMILIES = ("gpt", "llama")
+
+
+def apply_weights(found: Any, weights: str | None) -> Any:
+    """``found`` (a :class:`~attnlm.sources.Resolved`) with its weights in ``weights`` (None:
+    as loaded: a GGUF file's own precision class, else f32)."""
+    from attnlm.nn.quant import quantize_weights, weights_format
+
+    model, _, info = found
+    family = getattr(info.family, "type", None)
+    if weights is not None and weights != "f32" and family not in FAMILIES:
+        raise InputError(
+            f"--weights {weights}: only {' and '.join(FAMILIES)} models take a weights format "
+            f"(this is a {family} model)"
+        )
+    have = weights_format(model)  # a GGUF file's matrices load straight into their format
+    weights = weights or have
+    if have != weights:
+        quantize_weights(model, weights)
+    info.details["weights"] = weights
+    redone = getattr(model, "requantized", None)
+    if redone:
+        note = f"{info.path.name}: {', '.join(redone)} matrices dequantized and re-quantized"
+        info.details["weights_note"] = f"{note} to {weights}"
+        print(f"attnlm: {info.details['weights_note']}", file=sys.stderr)
+    return found
