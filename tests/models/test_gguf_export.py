@@ -81,7 +81,7 @@ def test_round_trip_through_our_loader(tmp_path, family, kind):
     model, tok = tiny_model(family)
     path = tmp_path / "m.gguf"
     summary = export_gguf(model, tok, path, kind)
-    loaded, tok2, info = resolve(path)
+    loaded, tok2, info = resolve(path, weights="f32")
     assert info.kind == "gguf" and family_of(loaded).type == family
     ids = tok.encode(PROMPT)
     assert tok2.encode(PROMPT) == ids
@@ -108,7 +108,7 @@ def test_rows_not_multiple_of_32_stay_f16(tmp_path):
     assert types["blk.0.ffn_down.weight"] == "Q8_0"  # rows of 64
     assert types["blk.0.attn_norm.weight"] == "F32"
     ids = tok.encode(PROMPT)
-    got = _logits(resolve(path).model, ids)
+    got = _logits(resolve(path, weights="f32").model, ids)
     assert torch.allclose(got, _logits(_reference(small, "q8_0"), ids), atol=1e-5, rtol=0)
 
 
@@ -152,7 +152,9 @@ def test_tied_gpt_stores_no_output_and_unbiased_gets_zero_biases(tmp_path):
     h = GGUFFile(path)
     assert "output.weight" not in h.tensors and "blk.0.attn_qkv.bias" in h.tensors
     ids = tok.encode(PROMPT)
-    assert torch.allclose(_logits(resolve(path).model, ids), _logits(tied, ids), atol=1e-5)
+    assert torch.allclose(
+        _logits(resolve(path, weights="f32").model, ids), _logits(tied, ids), atol=1e-5
+    )
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -174,14 +176,16 @@ def test_cli_run_to_gguf_and_hf_folder(tmp_path, capsys):
     assert run_cli(capsys, "export", "--model", str(run), "--out", str(hf)).code == 0
     assert (hf / "tokenizer.json").is_file() and (hf / "config.json").is_file()
     model, tok = tiny_model("llama")
-    loaded = resolve(hf)
+    loaded = resolve(hf, weights="f32")
     ids = tok.encode(PROMPT)
     assert loaded.tokenizer.encode(PROMPT) == ids
     assert torch.allclose(_logits(loaded.model, ids), _logits(model, ids), atol=1e-5)
     # and the Hugging Face folder exports on to GGUF with its tokenizer
     again = tmp_path / "from-hf.gguf"
     assert run_cli(capsys, "export", "--model", str(hf), "--gguf", str(again)).code == 0
-    assert torch.allclose(_logits(resolve(again).model, ids), _logits(model, ids), atol=1e-5)
+    assert torch.allclose(
+        _logits(resolve(again, weights="f32").model, ids), _logits(model, ids), atol=1e-5
+    )
 
 
 def test_cli_gguf_to_gguf_keeps_the_chat_template(tmp_path, capsys):
@@ -261,7 +265,7 @@ def test_exported_file_continues_as_llama_cpp_did(tmp_path, family):
     model, tok = tiny_model(family)
     path = tmp_path / "m.gguf"
     export_gguf(model, tok, path, "f32")
-    loaded, tok2, _ = resolve(path)
+    loaded, tok2, _ = resolve(path, weights="f32")
     ids = tok2.encode(fixture["prompt"])
     assert ids == expected["prompt_ids"]
     tokens, _ = greedy(loaded, ids, fixture["new_tokens"])

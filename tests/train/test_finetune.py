@@ -197,7 +197,7 @@ def test_quantized_gguf_source(cli, tmp_path):
     assert r.code == 0, r.err
     (note,) = [ln for ln in r.out.splitlines() if "dequantized" in ln]
     assert "Q8_0" in note and "Q4_1" in note and "float32" in note
-    src = resolve(path)
+    src = resolve(path, weights="f32")  # what the run started from
     ours = resolve(run)
     assert type(ours.tokenizer).__name__ == "GGUFTokenizer"
     np.testing.assert_array_equal(_train_ids(run)[:50], src.tokenizer.encode(text.read_text())[:50])
