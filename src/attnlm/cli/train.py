@@ -63,6 +63,7 @@ TRAIN_FLAGS = {
     "parallel": "parallel",
     "seed": "seed",
     "tokenizer": "tokenizer",
+    "unk": "unk",
     "text": "text",
     "pairs": "pairs",
     "valid_pairs": "valid_pairs",
@@ -103,6 +104,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         type=text_file(as_given),
         help="char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
+    )
+    p.add_argument(
+        "--unk",
+        action="store_const",
+        const=True,
+        default=None,
+        help="char tokenizer: add <unk> for characters the corpus lacks, so `eval --text` "
+        "works on other texts (also --set train.unk=true)",
     )
     add_corpus_arguments(p)
     p.add_argument(
@@ -337,6 +346,8 @@ def _eval(args: argparse.Namespace) -> int:
             print(f"accuracy: {result.accuracy:.2%}")
         chars = f"  characters: {result.chars:,}" if result.bpc is not None else ""
         print(f"tokens: {result.tokens:,}{chars}")
+        if result.unknown is not None:
+            print(f"unknown (<unk>): {result.unknown:,} of the text's tokens")
     return 0
 
 
