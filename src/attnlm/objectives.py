@@ -129,6 +129,9 @@ class CausalLM:
 # ---------------------------------------------------------------------------------------------
 # Causal LM over contiguous streams (truncated BPTT with a carried state)
 
+# Windows between two zeroings of a training stream's state (staggered over the streams).
+RESET_EVERY = 8
+
 
 class StreamBatches(BatchSource):
     """Stateful batches for truncated backpropagation through time, as in PyTorch's
@@ -137,10 +140,14 @@ class StreamBatches(BatchSource):
     processes, fixed by the first ``draw``) and each draw takes the next window of
     ``block_size`` targets of every stream. Batches hold ``ids``/``targets`` ``(B, T)``,
     ``stream`` ``(B,)`` (the stream each row continues; the model carries its hidden state
-    from the previous window) and ``reset`` ``(B,)`` (True where a stream starts again, at
-    its beginning, so the state is zeroed). Draws use no random numbers; the position is
-    the source's state (:meth:`state_dict`). The trainer's slicing of a draw by micro-step
-    and rank gives every micro-step and process a fixed set of streams.
+    from the previous window) and ``reset`` ``(B,)`` (True where the state is zeroed: where a
+    stream starts again at its beginning, and for each stream once every ``reset_every``
+    windows, staggered over the streams). The periodic resets are why generation works: a
+    prompt is read from a zero state, and a model whose streams were zeroed only once per
+    pass over the text never learnt to start from one (after a few thousand steps it
+    continued a short prompt such as "ROMEO:" with noise). Draws use no random numbers; the
+    position is the source's state (:meth:`state_dict`). The trainer's slicing of a draw by
+    micro-step and rank gives every micro-step and process a fixed set of streams.
 
     ``sample`` (quick estimates) draws independent random windows from a fresh state;
     ``sequential`` walks the split as up to ``batch_size`` contiguous evaluation streams
@@ -148,8 +155,15 @@ class StreamBatches(BatchSource):
     every target is predicted exactly once.
     """
 
-    def __init__(self, ids: np.ndarray, block_size: int, chars_per_token: float | None) -> None:
+    def __init__(
+        self,
+        ids: np.ndarray,
+        block_size: int,
+        chars_per_token: float | None,
+        reset_every: int = RESET_EVERY,
+    ) -> None:
         self.windows = Windows(ids, block_size)
+        self.reset_every = reset_every
         self.ids = ids
         self.block_size = self.windows.block_size
         self.chars_per_target = chars_per_token
@@ -174,11 +188,15 @@ class StreamBatches(BatchSource):
             )
         length = len(self.ids) // n  # ids per stream
         t = min(self.block_size, length - 1 - self.pos)
+        window = self.pos // self.block_size
+        # stream i is zeroed at windows w with (w + i) % reset_every == 0: 1/reset_every of
+        # the streams start from zeros in every window
+        periodic = (window + torch.arange(n)) % self.reset_every == 0
         out = {
             "starts": torch.arange(n) * length + self.pos,
             "length": torch.full((n,), t, dtype=torch.long),
             "stream": torch.arange(n),
-            "reset": torch.full((n,), self.pos == 0, dtype=torch.bool),
+            "reset": periodic | (self.pos == 0),
         }
         self.pos += t
         if self.pos >= length - 1:  # the streams are used up: start them again
