@@ -285,7 +285,7 @@ def _train(args: argparse.Namespace) -> int:
 
             for name in ("checkpoint", "checkpoint.old"):
                 shutil.rmtree(run_dir / name, ignore_errors=True)
-        new_run_dir_check(run_dir)
+        new_run_dir_check(run_dir, spec)
         resume = False
     result = train_run(spec, run_dir, resume=resume)
     from attnlm.train import distributed as D
