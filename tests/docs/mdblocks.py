@@ -6,12 +6,18 @@ Blocks
   plain fence (or ``text``) whose lines start with ``$ COMMAND`` is a transcript: each command
   runs and what it prints is compared with the lines shown under it (:func:`same_shape`).
 
+A transcript whose shown output has ``error:`` may exit non-zero (the page shows an error).
+
 Markers (an HTML comment on its own line(s), anywhere between the previous block and this one)
   ``<!-- doctest: slow -->``              runs only in the full suite (pytest marker ``slow``)
   ``<!-- doctest: skip (REASON) -->``     illustration only: not run (counted, see test_docs)
   ``<!-- doctest: cuda -->``              runs only where CUDA is available (counted apart)
   ``<!-- doctest: numbers 0.01 -->``      numbers in the transcript must agree within 1 %
   ``<!-- doctest: lines -->``             compare the number of lines only (generated text)
+  ``<!-- doctest: given\nPYTHON\n-->``    python run before a python block (names the page says
+                                          you have, e.g. ``text``)
+  ``<!-- doctest: continues -->``         python: run after the page's earlier python blocks
+                                          (the same names are defined)
   ``<!-- doctest: setup\\nCOMMANDS\\n-->``  shell commands run before the block (what the page
                                           says the user already has, e.g. a corpus file)
 """
@@ -36,6 +42,7 @@ class Block:
     code: str  # the script (for a transcript: the commands, one per entry of `shown`)
     marks: list[str] = field(default_factory=list)
     setup: str = ""
+    given: str = ""  # python run before a python block (the names the page says you have)
     shown: list[tuple[str, list[str]]] = field(default_factory=list)  # (command, lines)
 
     @property
@@ -73,15 +80,20 @@ def blocks(path: Path, name: str) -> list[Block]:
             )
             i += 1
         i += 1
-        marks, setup = [], ""
+        marks, setup, given = [], "", ""
         for text in _MARK.findall(pending):
             if text.startswith("setup"):
                 setup += text[len("setup") :].strip() + "\n"
+            elif text.startswith("given"):
+                given += text[len("given") :].strip() + "\n"
             else:
                 marks.append(text.strip())
         pending = ""
+        if info in CODE and body and body[0].startswith("$ "):
+            info = ""  # a shell block written as a transcript
         if info in CODE:
-            found.append(Block(name, start + 1, CODE[info], "\n".join(body) + "\n", marks, setup))
+            code = "\n".join(body) + "\n"
+            found.append(Block(name, start + 1, CODE[info], code, marks, setup, given=given))
         elif info in ("", "text") and body and body[0].startswith("$ "):
             shown = _transcript(body)
             code = "".join(cmd + "\n" for cmd, _ in shown)

@@ -100,7 +100,17 @@ def test_block(block: Block, page_dirs):
     if block.setup:
         _check(_run(["bash", "-e", "-c", block.setup], cwd, env, timeout), "setup")
     if block.kind == "python":
-        _check(_run([sys.executable, "-c", block.code], cwd, env, timeout), block.id)
+        code = block.code
+        if block.mark("continues"):
+            earlier = [
+                b.code
+                for b in ALL
+                if b.page == block.page and b.kind == "python" and b.line < block.line
+                and not b.mark("skip")
+            ]  # fmt: skip
+            code = "\n".join([*earlier, code])
+        code = block.given + code
+        _check(_run([sys.executable, "-c", code], cwd, env, timeout), block.id)
     elif block.kind == "bash":
         _check(
             _run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd, env, timeout), block.id
@@ -108,7 +118,8 @@ def test_block(block: Block, page_dirs):
     else:
         for cmd, shown in block.shown:
             proc = _run(["bash", "-e", "-o", "pipefail", "-c", cmd], cwd, env, timeout)
-            _check(proc, f"{block.id}: $ {cmd}")
+            if not any("error:" in line for line in shown):
+                _check(proc, f"{block.id}: $ {cmd}")
             diff = same_shape(
                 shown, proc.stdout + proc.stderr, block.tolerance, bool(block.mark("lines"))
             )
