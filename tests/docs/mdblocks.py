@@ -13,7 +13,7 @@ Markers (an HTML comment on its own line(s), anywhere between the previous block
   ``<!-- doctest: skip (REASON) -->``     illustration only: not run (counted, see test_docs)
   ``<!-- doctest: cuda -->``              runs only where CUDA is available (counted apart)
   ``<!-- doctest: numbers 0.01 -->``      numbers in the transcript must agree within 1 %
-  ``<!-- doctest: lines -->``             compare the number of lines only (generated text)
+  ``<!-- doctest: lines -->``             generated text: only that the command printed
   ``<!-- doctest: given\nPYTHON\n-->``    python run before a python block (names the page says
                                           you have, e.g. ``text``)
   ``<!-- doctest: continues -->``         python: run after the page's earlier python blocks
@@ -97,7 +97,7 @@ def blocks(path: Path, name: str) -> list[Block]:
         elif info in ("", "text") and body and body[0].startswith("$ "):
             shown = _transcript(body)
             code = "".join(cmd + "\n" for cmd, _ in shown)
-            found.append(Block(name, start + 1, "transcript", code, marks, setup, shown))
+            found.append(Block(name, start + 1, "transcript", code, marks, setup, shown=shown))
     return found
 
 
@@ -151,8 +151,8 @@ def _line_matches(shown: str, got: str, tol: float | None, free: bool) -> bool:
 def same_shape(shown: list[str], got: str, tol: float | None = None, free: bool = False) -> str:
     """Compare a shown output with what the command printed: the same lines with the same
     words, a number where a number is shown (within relative ``tol`` when given; any value
-    otherwise), ``...`` on its own line standing for any lines. ``free``: the number of lines
-    only (generated text). Returns "" when they agree, else the first difference."""
+    otherwise), ``...`` on its own line standing for any lines. ``free``: generated text,
+    only that there is output. Returns "" when they agree, else the first difference."""
     out = [ln.split("\r")[-1].rstrip() for ln in got.splitlines()]
     out = [ln for ln in out if ln.strip()]
     want = [ln.rstrip() for ln in shown if ln.strip()]
@@ -163,6 +163,8 @@ def same_shape(shown: list[str], got: str, tol: float | None = None, free: bool 
             segments.append([])
         else:
             segments[-1].append(ln)
+    if free:  # generated text: any lines, but something where the page shows something
+        return "" if out or not want else "printed nothing; the page shows output"
     pos = 0
     for k, seg in enumerate(segments):
         if not seg:
