@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BUDGET = "3"  # optimizer steps / epochs / EM iterations / seconds each training command gets
 MAX_SKIPPED = 14  # blocks marked `skip` in all pages together: illustration stays the exception
-FAST_TIMEOUT, SLOW_TIMEOUT = 120, 400
+FAST_TIMEOUT, SLOW_TIMEOUT = 240, 480
 
 ALL = [b for page in PAGES for b in blocks(page, page.relative_to(REPO).as_posix())]
 
