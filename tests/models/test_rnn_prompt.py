@@ -40,6 +40,7 @@ def _bits_per_char(model, text: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::attnlm.ngram.DiscountWarning")
 @pytest.mark.usefixtures("one_thread")
 def test_lstm_continues_a_short_prompt_like_its_corpus(cli, tmp_path):
     """The README's case on the built-in corpus: 1,000 steps of ``lstm-char`` (about 35 s on
