@@ -128,9 +128,7 @@ class CausalLM:
 
 # ---------------------------------------------------------------------------------------------
 # Causal LM over contiguous streams (truncated BPTT with a carried state)
-
-# Windows between two zeroings of a training stream's state (staggered over the streams).
-RESET_EVERY = 8
+RESET_EVERY = 8  # windows between two zeroings of a training stream's state
 
 
 class StreamBatches(BatchSource):
@@ -140,11 +138,9 @@ class StreamBatches(BatchSource):
     processes, fixed by the first ``draw``) and each draw takes the next window of
     ``block_size`` targets of every stream. Batches hold ``ids``/``targets`` ``(B, T)``,
     ``stream`` ``(B,)`` (the stream each row continues; the model carries its hidden state
-    from the previous window) and ``reset`` ``(B,)`` (True where the state is zeroed: where a
-    stream starts again at its beginning, and for each stream once every ``reset_every``
-    windows, staggered over the streams). The periodic resets are why generation works: a
-    prompt is read from a zero state, and a model whose streams were zeroed only once per
-    pass over the text never learnt to start from one (after a few thousand steps it
+    from the previous window) and ``reset`` ``(B,)`` (True where the state is zeroed: at a
+    stream's beginning, and once every ``reset_every`` windows, staggered over the streams,
+    because generation reads a prompt from a zero state: zeroed once per pass only, a model
     continued a short prompt such as "ROMEO:" with noise). Draws use no random numbers; the
     position is the source's state (:meth:`state_dict`). The trainer's slicing of a draw by
     micro-step and rank gives every micro-step and process a fixed set of streams.
@@ -155,13 +151,8 @@ class StreamBatches(BatchSource):
     every target is predicted exactly once.
     """
 
-    def __init__(
-        self,
-        ids: np.ndarray,
-        block_size: int,
-        chars_per_token: float | None,
-        reset_every: int = RESET_EVERY,
-    ) -> None:
+    def __init__(self, ids: np.ndarray, block_size: int, chars_per_token: float | None,
+                 reset_every: int = RESET_EVERY) -> None:  # fmt: skip
         self.windows = Windows(ids, block_size)
         self.reset_every = reset_every
         self.ids = ids
@@ -188,10 +179,8 @@ class StreamBatches(BatchSource):
             )
         length = len(self.ids) // n  # ids per stream
         t = min(self.block_size, length - 1 - self.pos)
-        window = self.pos // self.block_size
-        # stream i is zeroed at windows w with (w + i) % reset_every == 0: 1/reset_every of
-        # the streams start from zeros in every window
-        periodic = (window + torch.arange(n)) % self.reset_every == 0
+        # stream i is zeroed at windows w with (w + i) % reset_every == 0
+        periodic = (self.pos // self.block_size + torch.arange(n)) % self.reset_every == 0
         out = {
             "starts": torch.arange(n) * length + self.pos,
             "length": torch.full((n,), t, dtype=torch.long),
