@@ -14,7 +14,7 @@ averages a fixed set of random batches (the quick check during training).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ class EvalResult:
     chars: int
     bits_per_token: float = 0.0
     accuracy: float | None = None
+    # tokens of the text that are <unk> (characters the vocabulary lacks); None: no <unk> id
+    unknown: int | None = None
 
     def to_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -236,6 +238,8 @@ def evaluate_checkpoint(
         if split == "val":
             _, text = split_text(text, val_fraction)
             what = f"validation split of {text_path}"
+    if ids is None:
+        _check_alphabet(ck.tokenizer, text if max_tokens is None else text[: max_tokens + 1], what)
     if ids is None and max_tokens is not None:
         ids, n_chars = _encode_prefix(ck.tokenizer, text, what, max_tokens)
     elif ids is None:
@@ -250,7 +254,28 @@ def evaluate_checkpoint(
     if len(ids) < 2:
         raise InputError(f"{what}: too short to evaluate (need at least 2 tokens)")
     result = evaluate_ids(ck.model, ids, n_chars, block, batch_size, dev, objective=objective)
+    unk_id = getattr(ck.tokenizer, "unk_id", None)
+    if unk_id is not None:
+        result = replace(result, unknown=int(np.count_nonzero(ids == unk_id)))
     return result, what
+
+
+def _check_alphabet(tokenizer: Any, text: str, what: str) -> None:
+    """A character tokenizer without ``<unk>`` cannot encode characters its corpus lacked:
+    say how many the text has, which, and how to train a run that maps them to ``<unk>``."""
+    chars = getattr(tokenizer, "chars", None)
+    if chars is None or getattr(tokenizer, "unk", True):
+        return
+    known = set(chars)
+    unseen = [c for c in text if c not in known]
+    if unseen:
+        distinct = sorted(set(unseen))
+        shown = " ".join(repr(c) for c in distinct[:10]) + (" ..." if len(distinct) > 10 else "")
+        raise InputError(
+            f"{what}: {len(unseen):,} characters ({len(distinct)} distinct: {shown}) are not in "
+            "the run's character vocabulary; train with --unk (or --set train.unk=true) to "
+            "evaluate them as <unk>"
+        )
 
 
 PAIR_SPLITS = ("all", "val", "test")  # --split of a translation checkpoint

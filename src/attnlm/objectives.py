@@ -128,6 +128,7 @@ class CausalLM:
 
 # ---------------------------------------------------------------------------------------------
 # Causal LM over contiguous streams (truncated BPTT with a carried state)
+RESET_EVERY = 8  # windows between two zeroings of a training stream's state
 
 
 class StreamBatches(BatchSource):
@@ -137,10 +138,12 @@ class StreamBatches(BatchSource):
     processes, fixed by the first ``draw``) and each draw takes the next window of
     ``block_size`` targets of every stream. Batches hold ``ids``/``targets`` ``(B, T)``,
     ``stream`` ``(B,)`` (the stream each row continues; the model carries its hidden state
-    from the previous window) and ``reset`` ``(B,)`` (True where a stream starts again, at
-    its beginning, so the state is zeroed). Draws use no random numbers; the position is
-    the source's state (:meth:`state_dict`). The trainer's slicing of a draw by micro-step
-    and rank gives every micro-step and process a fixed set of streams.
+    from the previous window) and ``reset`` ``(B,)`` (True where the state is zeroed: at a
+    stream's beginning, and once every ``reset_every`` windows, staggered over the streams,
+    because generation reads a prompt from a zero state: zeroed once per pass only, a model
+    continued a short prompt such as "ROMEO:" with noise). Draws use no random numbers; the
+    position is the source's state (:meth:`state_dict`). The trainer's slicing of a draw by
+    micro-step and rank gives every micro-step and process a fixed set of streams.
 
     ``sample`` (quick estimates) draws independent random windows from a fresh state;
     ``sequential`` walks the split as up to ``batch_size`` contiguous evaluation streams
@@ -148,8 +151,10 @@ class StreamBatches(BatchSource):
     every target is predicted exactly once.
     """
 
-    def __init__(self, ids: np.ndarray, block_size: int, chars_per_token: float | None) -> None:
+    def __init__(self, ids: np.ndarray, block_size: int, chars_per_token: float | None,
+                 reset_every: int = RESET_EVERY) -> None:  # fmt: skip
         self.windows = Windows(ids, block_size)
+        self.reset_every = reset_every
         self.ids = ids
         self.block_size = self.windows.block_size
         self.chars_per_target = chars_per_token
@@ -174,11 +179,13 @@ class StreamBatches(BatchSource):
             )
         length = len(self.ids) // n  # ids per stream
         t = min(self.block_size, length - 1 - self.pos)
+        # stream i is zeroed at windows w with (w + i) % reset_every == 0
+        periodic = (self.pos // self.block_size + torch.arange(n)) % self.reset_every == 0
         out = {
             "starts": torch.arange(n) * length + self.pos,
             "length": torch.full((n,), t, dtype=torch.long),
             "stream": torch.arange(n),
-            "reset": torch.full((n,), self.pos == 0, dtype=torch.bool),
+            "reset": periodic | (self.pos == 0),
         }
         self.pos += t
         if self.pos >= length - 1:  # the streams are used up: start them again

@@ -415,3 +415,20 @@ def read_stdin_text(where: str = "stdin") -> str:
     from attnlm.textio import read_stdin
 
     return read_stdin(where)
+
+
+DOCS_BUDGET_ENV = "ATTNLM_DOCS_BUDGET"
+
+
+def docs_budget() -> int | None:
+    """``$ATTNLM_DOCS_BUDGET`` as a positive integer N, or None when unset or empty.
+
+    Set, it caps every training loop at N: optimizer steps, evaluation batches and interval,
+    warm-up steps (``train``, ``compare``, ``hmm fit``), and word2vec epochs at 1. It is how the
+    doc tests run the README's commands in seconds; a user never needs it."""
+    raw = os.environ.get(DOCS_BUDGET_ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{DOCS_BUDGET_ENV} must be an integer >= 1, got {raw!r}")
+    return int(raw)

@@ -64,6 +64,7 @@ TRAIN_FLAGS = {
     "parallel": "parallel",
     "seed": "seed",
     "tokenizer": "tokenizer",
+    "unk": "unk",
     "text": "text",
     "pairs": "pairs",
     "valid_pairs": "valid_pairs",
@@ -109,6 +110,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         type=text_file(as_given),
         help="the tokenizer: char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
+    )
+    p.add_argument(
+        "--unk",
+        action="store_const",
+        const=True,
+        default=None,
+        help="char tokenizer: add <unk> for characters the corpus lacks, so `eval --text` "
+        "works on other texts (also --set train.unk=true)",
     )
     add_corpus_arguments(p)
     p.add_argument(
@@ -354,7 +363,7 @@ def _train_locked(args: argparse.Namespace) -> int:
             spec = _auto_spec(args) if args.preset is None and args.text else _spec(args)
         run_dir = Path(args.out or Path("runs") / Path(spec.preset).stem)
         if not args.overwrite:
-            new_run_dir_check(run_dir)
+            new_run_dir_check(run_dir, spec)
         resume = False
     with output_lock(run_dir):  # re-entrant: already held when --out or --resume named it
         # --overwrite: the old checkpoint goes only once the new run's inputs are valid
@@ -418,6 +427,8 @@ def _eval(args: argparse.Namespace) -> int:
             print(f"accuracy: {result.accuracy:.2%}")
         chars = f"  characters: {result.chars:,}" if result.bpc is not None else ""
         print(f"tokens: {result.tokens:,}{chars}")
+        if result.unknown is not None:
+            print(f"unknown (<unk>): {result.unknown:,} of the text's tokens")
     return 0
 
 

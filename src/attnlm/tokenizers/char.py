@@ -77,7 +77,8 @@ class CharTokenizer(Tokenizer):
             pos = next(i for i, c in enumerate(text) if c not in stoi)
             raise UnknownTokenError(
                 f"character {describe_char(text[pos])} at position {pos} is not in the "
-                "vocabulary (build the tokenizer with unk=True to map it to <unk>)"
+                "vocabulary (a run trained with `attnlm train --unk`, or a tokenizer built with "
+                "unk=True, maps unseen characters to <unk>)"
             ) from None
 
     def decode(self, ids: Iterable[int]) -> str:

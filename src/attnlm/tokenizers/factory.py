@@ -64,12 +64,16 @@ def train_tokenizer(
     return BPETokenizer.train(text, vocab_size, **kwargs)
 
 
-def make_tokenizer(spec: str, text: str, train_text: str, vocab_size: int | None) -> Tokenizer:
+def make_tokenizer(
+    spec: str, text: str, train_text: str, vocab_size: int | None, *, unk: bool = False
+) -> Tokenizer:
     """A run's tokenizer from its spec: ``char`` (alphabet of the whole ``text``, so
-    validation characters are encodable), another trainable kind (trained on ``train_text``
-    only), ``gpt2`` (GPT-2's published tokenizer), or a path to a saved tokenizer file."""
+    validation characters are encodable; ``unk``: one more id, ``<unk>``, for characters
+    the text does not have, so other texts can be evaluated), another trainable kind (trained
+    on ``train_text`` only), ``gpt2`` (GPT-2's published tokenizer), or a path to a saved
+    tokenizer file."""
     if spec == "char":
-        return train_tokenizer("char", text)
+        return train_tokenizer("char", text, unk=unk)
     if spec in TRAINABLE_KINDS:
         return train_tokenizer(spec, train_text, vocab_size)
     if spec == "gpt2":

@@ -21,6 +21,7 @@ from attnlm.validate import (
     DTYPES,
     at_least_zero,
     device,
+    docs_budget,
     fraction,
     non_negative,
     one_of,
@@ -100,6 +101,7 @@ class TrainConfig:
     # data
     text: str | None = None  # corpus path (text, JSON Lines, Parquet, folder); None = built-in
     tokenizer: str = "char"  # char | bpe | wordpiece | gpt2 | path to a saved tokenizer JSON
+    unk: bool = False  # char: one more id, <unk>, for characters the corpus does not have
     bpe_vocab_size: int = 512  # trained vocabularies (bpe, wordpiece); 0 = sized from the data
     val_fraction: float = DEFAULT_VAL_FRACTION  # also spelled valid_fraction in a preset/--set
     text_field: str = "text"  # the document field of JSON Lines / column of Parquet and Arrow
@@ -155,6 +157,10 @@ class TrainConfig:
         )
         if self.time_budget is not None:
             parse_duration(self.time_budget)
+        cap = docs_budget()
+        if cap is not None:  # the doc tests: a few steps whatever the preset or flags say
+            for name in ("max_iters", "eval_iters", "eval_interval", "warmup_iters"):
+                object.__setattr__(self, name, min(getattr(self, name), cap))
         non_negative(self, "lora", where="train")
         if self.lora:
             self.lora_config()  # a bad rank, alpha, dropout or target: one line naming it

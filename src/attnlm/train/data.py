@@ -262,7 +262,7 @@ def _tokenizer(
     loaded by :func:`prepare` before reading): the character tokenizer from the scanned
     alphabet, or a trainable kind from a sample of the training split."""
     if cfg.tokenizer == "char":
-        return make_tokenizer("char", "".join(sorted(info.alphabet)), "", None)
+        return make_tokenizer("char", "".join(sorted(info.alphabet)), "", None, unk=cfg.unk)
     t0 = time.perf_counter()
     train_chars = point.at if not point.documents else int(info.chars * (1 - cfg.val_fraction))
     sample, whole = training_sample(corpus, point, cfg.tokenizer_sample, train_chars)

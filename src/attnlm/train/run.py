@@ -28,7 +28,7 @@ from attnlm.checkpoint import (
 )
 from attnlm.config import from_dict
 from attnlm.device import resolve_device
-from attnlm.errors import ConfigError, InputError
+from attnlm.errors import AttnlmError, ConfigError, InputError
 from attnlm.models import registry
 from attnlm.models.base import count_params
 from attnlm.objectives import OBJECTIVES, make_objective
@@ -354,10 +354,37 @@ def _retire_old_checkpoint(run_dir: Path) -> None:
         fsync_dir(run_dir)
 
 
-def new_run_dir_check(run_dir: Path) -> None:
-    """Refuse to start a new run over an existing checkpoint (use --resume instead)."""
-    if (run_dir / CHECKPOINT_DIR).exists() or (run_dir / f"{CHECKPOINT_DIR}.old").exists():
-        raise InputError(
-            f"{run_dir} already holds a checkpoint; continue it with --resume {run_dir} "
-            "or choose another --out"
-        )
+_DATA_FIELDS = ("text", "data_dir", "pairs")  # what a run trains on
+
+
+def _data_of(train: dict[str, Any]) -> str:
+    """The corpus a run's train table names, in words (the built-in one when none)."""
+    for name in _DATA_FIELDS:
+        if train.get(name):
+            return str(train[name])
+    return "the built-in corpus"
+
+
+def new_run_dir_check(run_dir: Path, spec: RunSpec | None = None) -> None:
+    """Refuse to start a new run over an existing checkpoint, with the way out that fits:
+    ``--resume`` only when the new run would train on the same data as the stored one,
+    otherwise another ``--out`` or ``--overwrite``."""
+    held = (run_dir / CHECKPOINT_DIR, run_dir / f"{CHECKPOINT_DIR}.old")
+    if not any(p.exists() for p in held):
+        return
+    others = "choose another folder with --out NEW, or start over there with --overwrite"
+    stored: dict[str, Any] | None = None
+    try:
+        stored = dict(read_config(resolve_checkpoint(run_dir)).get("train", {}))
+    except AttnlmError:
+        pass  # an unreadable checkpoint: the generic hint
+    if spec is not None and stored is not None:
+        new = dataclasses.asdict(spec.train)
+        if _data_of(stored) != _data_of(new):
+            raise InputError(
+                f"{run_dir} already holds a run trained on {_data_of(stored)}, not "
+                f"{_data_of(new)}: {others} (--resume continues a run on its own data)"
+            )
+    raise InputError(
+        f"{run_dir} already holds a checkpoint: continue it with --resume {run_dir}, or {others}"
+    )

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from attnlm.errors import ConfigError
-from attnlm.validate import fraction, positive
+from attnlm.validate import docs_budget, fraction, positive
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Word2VecConfig:
     def __post_init__(self) -> None:
         counts = ("dim", "window", "negative", "min_count", "epochs", "workers", "batch")
         positive(self, *counts, "noise_share", where="word2vec")
+        if docs_budget() is not None:  # the doc tests: one pass whatever --epochs says
+            object.__setattr__(self, "epochs", 1)
         fraction(self, "sample", where="word2vec")
         if not (0 <= self.min_alpha <= self.alpha) or not math.isfinite(self.alpha):
             raise ConfigError(
