@@ -120,7 +120,7 @@ def test_templates_and_errors(folder, tmp_path):
     cases = [
         (["--message", "a", "--message", "b"], "odd number"),
         (["--template", tmp_path / "bad.jinja", "--message", "a"], "no system messages"),
-        (["--messages", tmp_path / "t.jinja"], "not valid JSON"),
+        (["--messages", tmp_path / "t.jinja"], "not a valid messages JSON"),
     ]
     for extra, message in cases:
         r = attnlm_process("chat", "--model", folder, *extra)
