@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 TORCH_VERSION := 2.13.0
 VENV_OK := .venv/.installed
 
-.PHONY: setup demo test test-fast lint format bench bench-quick clean
+.PHONY: setup demo test test-docs test-fast lint format bench bench-quick clean
 
 $(VENV_OK): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -20,7 +20,11 @@ demo: $(VENV_OK)
 	$(PY) -m attnlm demo
 
 test: $(VENV_OK) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not docs"
+
+# every command block of README.md and docs/*.md, run as a user would (tests/docs; ~15 min)
+test-docs: $(VENV_OK)
+	$(PY) -m pytest -q -m docs
 
 test-fast: $(VENV_OK)
 	$(PY) -m pytest -q -m "not slow" -x

@@ -25,7 +25,7 @@ ALL = [b for page in PAGES for b in blocks(page, page.relative_to(REPO).as_posix
 
 
 def _param(b: Block):
-    marks = []
+    marks = [pytest.mark.docs]
     if b.mark("slow"):
         marks.append(pytest.mark.slow)
     return pytest.param(b, id=b.id, marks=marks)
