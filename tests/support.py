@@ -75,11 +75,11 @@ import os, signal, sys
 from attnlm.cli import main
 import attnlm.train.run as run
 real = run.train_run
-def killing(spec, run_dir, resume=False, log=print, on_step=None):
+def killing(spec, run_dir, resume=False, log=print, on_step=None, **kw):
     def hook(step):
         if step == 25:
             os.kill(os.getpid(), signal.SIGKILL)
-    return real(spec, run_dir, resume=resume, log=log, on_step=hook)
+    return real(spec, run_dir, resume=resume, log=log, on_step=hook, **kw)
 run.train_run = killing
 sys.exit(main(["train", *sys.argv[1:], "--no-progress", "--threads", "1"]))
 """

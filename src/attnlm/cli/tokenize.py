@@ -67,7 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="word: minimum count (default 1); wordpiece: minimum pair count to merge",
     )
-    tr.add_argument("--unk", action="store_true", help="char: map unseen characters to <unk>")
+    tr.add_argument(
+        "--unk", action="store_true", help="char tokenizer: add <unk> for characters the text lacks"
+    )
     tr.add_argument(
         "--special",
         action="append",

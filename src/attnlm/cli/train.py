@@ -365,10 +365,16 @@ def _train_locked(args: argparse.Namespace) -> int:
         if not args.overwrite:
             new_run_dir_check(run_dir, spec)
         resume = False
-    with output_lock(run_dir):  # re-entrant: already held when --out or --resume named it
+    from contextlib import nullcontext
+
+    from attnlm.train import distributed as D
+
+    # the main process locks the folder (re-entrant: already held when --out or --resume
+    # named it); the other ranks of a torchrun write nothing there themselves
+    lock = output_lock(run_dir) if D.from_env().is_main else nullcontext()
+    with lock:
         # --overwrite: the old checkpoint goes only once the new run's inputs are valid
         result = train_run(spec, run_dir, resume=resume, replace=bool(args.overwrite))
-    from attnlm.train import distributed as D
 
     if D.from_env().is_main:
         ev = result.last_eval

@@ -83,6 +83,9 @@ def _prepare_chat(cfg: TrainConfig, kind: str, extra: dict[str, Any]) -> Any:
     from attnlm.train.chat_data import prepare_chat
 
     if cfg.init_from is None:
+        from attnlm.data.chat import read_conversations
+
+        read_conversations(cfg.chat_data)  # a damaged file is named first
         raise ConfigError("--chat-data fine-tunes a pretrained chat model: give --init-from SPEC")
     if kind != "text":
         raise ConfigError("--chat-data trains causal language models (gpt, llama)")
