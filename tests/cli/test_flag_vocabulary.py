@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from test_argument_layer import commands  # every leaf command: (its words, its parser)
 
 from attnlm.cli import build_parser, main
 from attnlm.cli.arguments import OneLineArgumentParser, add_option, arg
@@ -25,16 +26,6 @@ ALLOWED = {
     "elsewhere (as transformers' generate and fill-mask pipeline)",
     "--compile": "what is compiled differs (the training step, the decode step)",
 }
-
-
-def commands(parser=None, prefix=()):
-    parser = parser or build_parser()
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield " ".join(prefix), parser
-        return
-    for name, child in subs[0].choices.items():
-        yield from commands(child, (*prefix, name))
 
 
 def meaning(help: str | None) -> str:
