@@ -52,6 +52,7 @@ LAYERS = {
     "attnlm.train": 5,
     "attnlm.demo": 5,
     "attnlm.compare": 5,
+    "attnlm.compare_report": 5,  # compare.json, the plot and the table
     "attnlm.web": 6,
     "attnlm.cli": 7,
     "attnlm.__main__": 7,

@@ -1,5 +1,6 @@
 """The fine-tuning options of ``attnlm train`` (:mod:`attnlm.train.finetune`): registered by
-:func:`add_arguments`, turned into the run's starting tables by :func:`base_tables`."""
+:func:`add_arguments` and :func:`add_lora_arguments`, turned into the run's starting tables
+by :func:`base_tables`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from attnlm.cli.common import arg, as_given, text_file
 from attnlm.errors import InputError
-from attnlm.validate import non_negative_int, positive_int
+from attnlm.validate import finite_float, non_negative_int, positive_float, positive_int
 
 # CLI flag (argparse dest) -> TrainConfig field
 FLAGS = {
@@ -18,6 +19,10 @@ FLAGS = {
     "freeze_embeddings": "freeze_embeddings",
     "freeze_layers": "freeze_layers",
     "chat_data": "chat_data",
+    "lora": "lora",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "lora_targets": "lora_targets",
 }
 
 
@@ -85,3 +90,42 @@ def base_tables(args: argparse.Namespace, load_preset: Any) -> dict[str, Any]:
         train.pop("tokenizer", None)  # the model's own replaces it
         return {**tables, "train": train}
     return {"model": {}, "train": dict(FINETUNE_TRAIN)}
+
+
+def _lora_targets(value: str, name: str | None = None) -> str:
+    from attnlm.nn.lora import parse_targets
+
+    return ",".join(parse_targets(value))
+
+
+def add_lora_arguments(p: argparse.ArgumentParser) -> None:
+    """``--lora R`` and its settings (:mod:`attnlm.nn.lora`; defaults are peft's)."""
+    g = p.add_argument_group("LoRA (with --init-from: adapters on the pretrained model)")
+    g.add_argument(
+        "--lora",
+        type=arg(positive_int),
+        default=None,
+        metavar="R",
+        help="train rank-R adapters beside the target layers, the base frozen",
+    )
+    g.add_argument(
+        "--lora-alpha",
+        type=arg(positive_float),
+        default=None,
+        metavar="A",
+        help="scale of the update is A/R (default 8, as peft)",
+    )
+    g.add_argument(
+        "--lora-dropout",
+        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
+        default=None,
+        metavar="P",
+        help="dropout on the adapters' input, 0 <= P < 1 (default 0)",
+    )
+    g.add_argument(
+        "--lora-targets",
+        type=arg(_lora_targets),
+        default=None,
+        metavar="LIST",
+        help="comma-separated: q,k,v,qkv,o,gate,up,down or all (default q,v)",
+    )

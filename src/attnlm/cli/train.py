@@ -30,7 +30,6 @@ from attnlm.errors import InputError
 from attnlm.fileio import output_lock
 from attnlm.validate import (
     existing_dir,
-    finite_float,
     int_in_range,
     non_empty,
     non_negative_int,
@@ -76,10 +75,6 @@ TRAIN_FLAGS = {
     "workers": "workers",
     "tokenizer_sample": "tokenizer_sample",
     **FINETUNE_FLAGS,
-    "lora": "lora",
-    "lora_alpha": "lora_alpha",
-    "lora_dropout": "lora_dropout",
-    "lora_targets": "lora_targets",
 }
 PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir", "chat_data")
 
@@ -182,7 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_const", const=False, default=None
     )
-    add_lora_arguments(p)
+    finetune.add_lora_arguments(p)
     p.add_argument(
         "--set",
         action="append",
@@ -236,45 +231,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     x.add_argument(
         "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
-    )
-
-
-def _lora_targets(value: str, name: str | None = None) -> str:
-    from attnlm.nn.lora import parse_targets
-
-    return ",".join(parse_targets(value))
-
-
-def add_lora_arguments(p: argparse.ArgumentParser) -> None:
-    """``--lora R`` and its settings (:mod:`attnlm.nn.lora`; defaults are peft's)."""
-    g = p.add_argument_group("LoRA (with --init-from: adapters on the pretrained model)")
-    g.add_argument(
-        "--lora",
-        type=arg(positive_int),
-        default=None,
-        metavar="R",
-        help="train rank-R adapters beside the target layers, the base frozen",
-    )
-    g.add_argument(
-        "--lora-alpha",
-        type=arg(positive_float),
-        default=None,
-        metavar="A",
-        help="scale of the update is A/R (default 8, as peft)",
-    )
-    g.add_argument(
-        "--lora-dropout",
-        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
-        default=None,
-        metavar="P",
-        help="dropout on the adapters' input, 0 <= P < 1 (default 0)",
-    )
-    g.add_argument(
-        "--lora-targets",
-        type=arg(_lora_targets),
-        default=None,
-        metavar="LIST",
-        help="comma-separated: q,k,v,qkv,o,gate,up,down or all (default q,v)",
     )
 
 
