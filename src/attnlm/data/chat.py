@@ -24,6 +24,7 @@ from typing import Any
 
 from attnlm.errors import InputError
 from attnlm.textio import decode_text, text_problem
+from attnlm.tokenizers.chat_template import check_messages
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -51,20 +52,14 @@ def _record(raw: str, where: str) -> list[dict[str, str]]:
     messages = doc["messages"]
     if not isinstance(messages, list) or not messages:
         raise InputError(f'{where}: "messages" must be a non-empty list of messages')
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise InputError(f"{where}: messages[{i}] must be an object with role and content")
-        role, content = m.get("role"), m.get("content")
-        if role not in ROLES:
-            raise InputError(f"{where}: messages[{i}] has role {role!r} (expected one of "
+    out = check_messages(messages, f"{where}: messages")  # objects with string fields
+    for i, m in enumerate(out):
+        if m["role"] not in ROLES:
+            raise InputError(f"{where}: messages[{i}] has role {m['role']!r} (expected one of "
                              f"{', '.join(ROLES)})")  # fmt: skip
-        if not isinstance(content, str):
-            raise InputError(f"{where}: messages[{i}] 'content' must be a string")
-        problem = text_problem(content, empty_ok=True)
+        problem = text_problem(m["content"], empty_ok=True)
         if problem:
             raise InputError(f"{where}: messages[{i}] 'content': {problem}")
-        out.append({"role": role, "content": content})
     if not any(m["role"] == "assistant" for m in out):
         raise InputError(f"{where}: no assistant message (nothing to learn from)")
     return out
