@@ -32,6 +32,7 @@ LAYERS = {
     "attnlm.textio": 0,
     "attnlm.foreign": 0,  # the foreign-file boundary: parse errors -> one line, size checks
     "attnlm.ggufio": 0,  # the GGUF header reader: tokenizers and model sources read it
+    "attnlm.native": 0,  # the C decode step's build and loading (no model code)
     "attnlm.tokenizers": 1,
     "attnlm.data": 1,
     "attnlm.nn": 1,

@@ -39,6 +39,14 @@ KILL_ENV = "ATTNLM_TEST_KILL_AT"
 _kill_counts: dict[str, int] = {}
 
 
+def cache_dir() -> Path:
+    """The attnlm cache directory: ``$ATTNLM_CACHE`` or ``~/.cache/attnlm`` (created on use)."""
+    env = os.environ.get("ATTNLM_CACHE")
+    path = Path(env).expanduser() if env else Path.home() / ".cache" / "attnlm"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def kill_point(label: str) -> None:
     """A place where a writer may be killed by the kill tests: with ``ATTNLM_TEST_KILL_AT`` set
     to ``LABEL:N`` (or ``*:N``), the N-th call with that label (or the N-th of any label) sends

@@ -19,6 +19,12 @@ from attnlm.nn.static_cache import StaticKVCache
 V = 50
 
 
+@pytest.fixture(autouse=True)
+def _pytorch_path(monkeypatch):
+    """The flat step is the PyTorch path: the C step (tests/models/test_native_step.py) off."""
+    monkeypatch.setenv("ATTNLM_NATIVE", "0")
+
+
 def gpt(**kw):
     torch.manual_seed(0)
     cfg = dict(vocab_size=V, block_size=96, n_layer=2, n_head=4, n_embd=32)

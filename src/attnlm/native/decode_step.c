@@ -1,0 +1,436 @@
+/* One decoding step of a pre-norm causal decoder (gpt, llama) in C: a few new tokens through
+ * every block and the LM head in one call, the weights read in the format they are stored in
+ * (float32, bfloat16, 8-bit or 4-bit groups; see attnlm/nn/quant.py for the formats).
+ *
+ * Why C: a one-token step multiplies one row by every weight matrix, so its time should be
+ * the time to stream the weights (about 100 MB in 4 bits for a 135M model). From Python each
+ * block is some sixty small tensor calls of a few microseconds each, as long as the products
+ * themselves once the weights are 4-bit; here the whole step is one call, one parallel region,
+ * and the products read the 4-bit codes directly (no float32 copy of a weight is ever made).
+ *
+ * The arithmetic is the forward's (attnlm/models/decoder.py), in float32, the weights'
+ * values defined by the formats' formulas; only the summation order differs (tested against
+ * the float32 model holding the dequantized weights). Activations are never quantized.
+ *
+ * Threads: one OpenMP parallel region per call; each matrix product splits its output rows
+ * among the threads (4-bit: blocks of 64 rows, the packed layout's unit), the small steps
+ * between products (norms, rotation, cache write) run on one thread.
+ *
+ * Shape legend: M rows (B sequences x T new tokens, row m = b T + t), C model width,
+ * H / Hkv query / key-value heads, D head width, F feed-forward width, V vocabulary,
+ * S positions held after the step, N / K output / input features of a product, G = K / 32.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(64), aligned(4)));      /* 16 floats */
+typedef int32_t vi __attribute__((vector_size(64), aligned(4)));     /* 16 int32 */
+typedef uint32_t vu __attribute__((vector_size(64), aligned(4)));    /* 16 uint32 */
+typedef uint8_t vu8 __attribute__((vector_size(16), aligned(1)));    /* 16 uint8 */
+typedef uint16_t vu16 __attribute__((vector_size(32), aligned(2)));  /* 16 bfloat16 bits */
+
+enum { FMT_F32 = 0, FMT_BF16 = 1, FMT_Q8 = 2, FMT_Q4 = 3, FMT_F32T = 4 };
+enum { NORM_RMS = 0, NORM_LAYER = 1 };
+enum { ACT_SWIGLU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_RELU = 3 };
+
+/* y = x W^T + b with W (N, K) stored in fmt:
+ *   f32   w: (N, K) float
+ *   f32t  w: (K, N) float (W^T row-major: attnlm/nn/layout.py's decoding layout)
+ *   bf16  w: (N, K) bfloat16 bits
+ *   q8    w: (N, K) int8, scales (N, G): W[n, k] = s[n, g] q[n, k]
+ *   q4    w: (n_pad / 64 blocks, K, 32) bytes, byte j of column k holding row j (low nibble)
+ *         and row j + 32 (high nibble) of the block; scales (G, n_pad, 2) = (s, z) per row and
+ *         group: W[n, k] = s (u - 8) + z                                                    */
+typedef struct {
+    int64_t fmt, n, k, n_pad;
+    const void *w;
+    const float *scales;
+    const float *bias; /* (N,) or NULL */
+} Linear;
+
+typedef struct {
+    const float *w, *b; /* (C,) each; b NULL for RMSNorm or a norm without bias */
+} Norm;
+
+typedef struct {
+    Norm ln_1, ln_2;
+    Linear qkv, out, fc, proj; /* qkv: (H + 2 Hkv) D rows, q then k then v */
+    float *k_cache, *v_cache;  /* (B, Hkv, cap, D) each */
+} Block;
+
+typedef struct {
+    int64_t n_layer, C, H, Hkv, D, F, V, cap;
+    int64_t norm, act, rotary; /* rotary: rotate-half pairs (i, i + D/2) of q and k */
+    float eps, scale;          /* norm epsilon; attention score scale */
+    const Block *blocks;
+    Norm ln_f;
+    Linear head;
+} Model;
+
+/* scratch, each at least the size named */
+typedef struct {
+    float *xn;     /* (M, C) */
+    float *qkv;    /* (M, (H + 2 Hkv) D) */
+    float *att;    /* (M, H D) */
+    float *hid;    /* (M, F) or (M, 2 F) for SwiGLU */
+    float *scores; /* (threads, cap) */
+} Scratch;
+
+static inline float hsum(vf v) {
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++) s += v[i];
+    return s;
+}
+
+/* Conversions go through 32-bit integers: GCC widens 8-bit lanes in one instruction
+ * (vpmovzxbd) only when unsigned, and only to integers (a direct int8 -> float conversion
+ * is compiled lane by lane). */
+
+/* 16 nibbles (bytes p[0..15] shifted right by `shift`, low 4 bits) as floats */
+static inline vf from_u4(const uint8_t *p, int shift) {
+    vu8 b = (*(const vu8 *)p >> shift) & 15;
+    return __builtin_convertvector(__builtin_convertvector(b, vi), vf);
+}
+
+/* 16 int8 as floats: flipped to unsigned (+128), widened, then -128 */
+static inline vf from_i8(const int8_t *p) {
+    vu8 b = *(const vu8 *)p ^ 0x80;
+    return __builtin_convertvector(__builtin_convertvector(b, vi) - 128, vf);
+}
+
+/* the half-open range [*lo, *hi) of `units` work units that thread `t` of `nt` takes */
+static inline void share(int64_t units, int t, int nt, int64_t *lo, int64_t *hi) {
+    int64_t base = units / nt, extra = units % nt;
+    *lo = t * base + (t < extra ? t : extra);
+    *hi = *lo + base + (t < extra ? 1 : 0);
+}
+
+/* -- the products: output rows [n0, n1) of y (M, ldy) = res + x (M, ldx) W^T + b ------------ */
+
+static void store(const Linear *L, float *y, int64_t ldy, const float *res, int64_t m,
+                  int64_t n, float v) {
+    if (n >= L->n) return;
+    if (L->bias) v += L->bias[n];
+    if (res) v += res[m * ldy + n];
+    y[m * ldy + n] = v;
+}
+
+static void rows_f32(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                     int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int64_t K = L->k, K16 = K & ~(int64_t)15;
+    const float *W = (const float *)L->w;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *w = W + n * K;
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * ldx;
+            vf a0 = {0}, a1 = {0};
+            int64_t k = 0;
+            for (; k + 32 <= K16; k += 32) {
+                a0 += *(const vf *)(w + k) * *(const vf *)(xm + k);
+                a1 += *(const vf *)(w + k + 16) * *(const vf *)(xm + k + 16);
+            }
+            for (; k < K16; k += 16) a0 += *(const vf *)(w + k) * *(const vf *)(xm + k);
+            float s = hsum(a0 + a1);
+            for (; k < K; k++) s += w[k] * xm[k];
+            store(L, y, ldy, res, m, n, s);
+        }
+    }
+}
+
+/* W^T (K, N) row-major: output columns [n0, n1) in tiles of 128, 16, then 1 */
+static void cols_f32t(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                      int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int64_t K = L->k, N = L->n;
+    const float *W = (const float *)L->w;
+    for (int64_t m = 0; m < M; m++) {
+        const float *xm = x + m * ldx;
+        int64_t n = n0;
+        for (; n + 128 <= n1; n += 128) {
+            vf a[8] = {{0}, {0}, {0}, {0}, {0}, {0}, {0}, {0}};
+            for (int64_t k = 0; k < K; k++) {
+                const float *w = W + k * N + n;
+                const float xk = xm[k];
+                for (int j = 0; j < 8; j++) a[j] += *(const vf *)(w + 16 * j) * xk;
+            }
+            for (int j = 0; j < 8; j++)
+                for (int i = 0; i < 16; i++) store(L, y, ldy, res, m, n + 16 * j + i, a[j][i]);
+        }
+        for (; n + 16 <= n1; n += 16) {
+            vf a = {0};
+            for (int64_t k = 0; k < K; k++) a += *(const vf *)(W + k * N + n) * xm[k];
+            for (int i = 0; i < 16; i++) store(L, y, ldy, res, m, n + i, a[i]);
+        }
+        for (; n < n1; n++) {
+            float s = 0.0f;
+            for (int64_t k = 0; k < K; k++) s += W[k * N + n] * xm[k];
+            store(L, y, ldy, res, m, n, s);
+        }
+    }
+}
+
+static void rows_bf16(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                      int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int64_t K = L->k, K16 = K & ~(int64_t)15;
+    const uint16_t *W = (const uint16_t *)L->w;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint16_t *w = W + n * K;
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * ldx;
+            vf a = {0};
+            int64_t k = 0;
+            for (; k < K16; k += 16) {
+                vu bits = __builtin_convertvector(*(const vu16 *)(w + k), vu) << 16;
+                a += (vf)bits * *(const vf *)(xm + k);
+            }
+            float s = hsum(a);
+            for (; k < K; k++) {
+                uint32_t b = (uint32_t)w[k] << 16;
+                float f;
+                memcpy(&f, &b, 4);
+                s += f * xm[k];
+            }
+            store(L, y, ldy, res, m, n, s);
+        }
+    }
+}
+
+static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                    int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int64_t K = L->k, G = K / 32;
+    const int8_t *W = (const int8_t *)L->w;
+    for (int64_t n = n0; n < n1; n++) {
+        const int8_t *w = W + n * K;
+        const float *s = L->scales + n * G;
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * ldx;
+            vf a = {0};
+            for (int64_t g = 0; g < G; g++) {
+                const int8_t *q = w + 32 * g;
+                const float *xg = xm + 32 * g;
+                vf t = from_i8(q) * *(const vf *)xg + from_i8(q + 16) * *(const vf *)(xg + 16);
+                a += t * s[g];
+            }
+            store(L, y, ldy, res, m, n, hsum(a));
+        }
+    }
+}
+
+/* 4-bit: blocks [b0, b1) of 64 rows. Per block and group, the four 16-row sums of u x are
+ * accumulated in float from the nibbles, then y += s (sum u x) + (z - 8 s) (sum x). */
+static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                    int64_t ldy, const float *res, int64_t b0, int64_t b1) {
+    const int64_t K = L->k, G = K / 32, NP = L->n_pad;
+    const uint8_t *W = (const uint8_t *)L->w;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        const uint8_t *wb = W + blk * K * 32;
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * ldx;
+            vf out[4] = {{0}, {0}, {0}, {0}};
+            for (int64_t g = 0; g < G; g++) {
+                const uint8_t *p = wb + g * 32 * 32;
+                const float *xg = xm + 32 * g;
+                vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                float xs = 0.0f;
+                for (int kk = 0; kk < 32; kk++, p += 32) {
+                    const float xk = xg[kk];
+                    xs += xk;
+                    a0 += from_u4(p, 0) * xk;       /* rows  0..15 */
+                    a1 += from_u4(p + 16, 0) * xk;  /* rows 16..31 */
+                    a2 += from_u4(p, 4) * xk;       /* rows 32..47 */
+                    a3 += from_u4(p + 16, 4) * xk;  /* rows 48..63 */
+                }
+                const float *sz = L->scales + (g * NP + blk * 64) * 2;
+                vf acc[4] = {a0, a1, a2, a3};
+                for (int q = 0; q < 4; q++) {
+                    vf lo = *(const vf *)(sz + 32 * q), hi = *(const vf *)(sz + 32 * q + 16);
+                    vf s = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
+                                                   20, 22, 24, 26, 28, 30);
+                    vf z = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19,
+                                                   21, 23, 25, 27, 29, 31);
+                    out[q] += s * acc[q] + (z - 8.0f * s) * xs;
+                }
+            }
+            for (int q = 0; q < 4; q++)
+                for (int j = 0; j < 16; j++) store(L, y, ldy, res, m, blk * 64 + 16 * q + j, out[q][j]);
+        }
+    }
+}
+
+/* thread t's share of y = res + x W^T + b (call from every thread of the region) */
+static void linear(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                   int64_t ldy, const float *res, int t, int nt) {
+    int64_t lo, hi;
+    if (L->fmt == FMT_Q4) {
+        share(L->n_pad / 64, t, nt, &lo, &hi);
+        rows_q4(L, x, M, ldx, y, ldy, res, lo, hi);
+        return;
+    }
+    if (L->fmt == FMT_F32T) { /* columns in units of 128 */
+        share((L->n + 127) / 128, t, nt, &lo, &hi);
+        cols_f32t(L, x, M, ldx, y, ldy, res, lo * 128, hi * 128 < L->n ? hi * 128 : L->n);
+        return;
+    }
+    share(L->n, t, nt, &lo, &hi);
+    if (L->fmt == FMT_F32) rows_f32(L, x, M, ldx, y, ldy, res, lo, hi);
+    else if (L->fmt == FMT_BF16) rows_bf16(L, x, M, ldx, y, ldy, res, lo, hi);
+    else rows_q8(L, x, M, ldx, y, ldy, res, lo, hi);
+}
+
+/* -- the small steps ----------------------------------------------------------------------- */
+
+static void norm_rows(const Model *md, const Norm *nm, const float *x, float *out, int64_t M) {
+    const int64_t C = md->C;
+    for (int64_t m = 0; m < M; m++) {
+        const float *xm = x + m * C;
+        float *om = out + m * C;
+        if (md->norm == NORM_RMS) {
+            float ss = 0.0f;
+            for (int64_t c = 0; c < C; c++) ss += xm[c] * xm[c];
+            const float r = 1.0f / sqrtf(ss / (float)C + md->eps);
+            for (int64_t c = 0; c < C; c++) om[c] = nm->w ? xm[c] * r * nm->w[c] : xm[c] * r;
+        } else {
+            float mean = 0.0f, var = 0.0f;
+            for (int64_t c = 0; c < C; c++) mean += xm[c];
+            mean /= (float)C;
+            for (int64_t c = 0; c < C; c++) var += (xm[c] - mean) * (xm[c] - mean);
+            const float r = 1.0f / sqrtf(var / (float)C + md->eps);
+            for (int64_t c = 0; c < C; c++) {
+                float v = (xm[c] - mean) * r;
+                if (nm->w) v *= nm->w[c];
+                if (nm->b) v += nm->b[c];
+                om[c] = v;
+            }
+        }
+    }
+}
+
+/* rotate-half of one head's (D,) vector by cos, sin (D/2,) */
+static inline void rotate(float *v, const float *cs, const float *sn, int64_t D) {
+    const int64_t h = D / 2;
+    for (int64_t i = 0; i < h; i++) {
+        const float a = v[i], b = v[i + h];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + h] = b * cs[i] + a * sn[i];
+    }
+}
+
+static inline float act(int64_t kind, float v) {
+    if (kind == ACT_GELU) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    if (kind == ACT_GELU_TANH) {
+        const float c = 0.79788456080286536f; /* sqrt(2 / pi) */
+        return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+    }
+    return v > 0.0f ? v : 0.0f;
+}
+
+/* one query row (D,) against S keys/values (S, D) of one head: out (D,) */
+static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
+                   float *scores, float *out) {
+    const int64_t D = md->D;
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < S; s++) {
+        const float *ks = k + s * D;
+        float d = 0.0f;
+        for (int64_t i = 0; i < D; i++) d += q[i] * ks[i];
+        d *= md->scale;
+        scores[s] = d;
+        if (d > mx) mx = d;
+    }
+    float sum = 0.0f;
+    for (int64_t s = 0; s < S; s++) {
+        scores[s] = expf(scores[s] - mx);
+        sum += scores[s];
+    }
+    for (int64_t i = 0; i < D; i++) out[i] = 0.0f;
+    for (int64_t s = 0; s < S; s++) {
+        const float p = scores[s] / sum, *vs = v + s * D;
+        for (int64_t i = 0; i < D; i++) out[i] += p * vs[i];
+    }
+}
+
+/* -- the step ------------------------------------------------------------------------------ */
+
+/* x (M = B T, C) holds the new tokens' input embeddings (positions added) and is overwritten
+ * by the residual stream; `held` positions are in the caches already (written at
+ * [held, held + T)); cos, sin (T, D/2) for the new positions; logits (M, V). */
+void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B, int64_t T,
+                        int64_t held, const float *cos_t, const float *sin_t, float *logits,
+                        int threads) {
+    const int64_t M = B * T, C = md->C, H = md->H, Hkv = md->Hkv, D = md->D, F = md->F;
+    const int64_t NQ = (H + 2 * Hkv) * D, groups = H / Hkv, cap = md->cap;
+    const int64_t NF = md->act == ACT_SWIGLU ? 2 * F : F;
+#pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *scores = sc->scores + t * cap;
+        for (int64_t l = 0; l < md->n_layer; l++) {
+            const Block *bk = md->blocks + l;
+#pragma omp single
+            norm_rows(md, &bk->ln_1, x, sc->xn, M);
+            linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, t, nt);
+#pragma omp barrier
+#pragma omp single
+            for (int64_t m = 0; m < M; m++) { /* rotate q and k, write k and v to the cache */
+                const int64_t b = m / T, tt = m % T;
+                float *row = sc->qkv + m * NQ;
+                if (md->rotary)
+                    for (int64_t h = 0; h < H + Hkv; h++)
+                        rotate(row + h * D, cos_t + tt * (D / 2), sin_t + tt * (D / 2), D);
+                for (int64_t h = 0; h < Hkv; h++) {
+                    const int64_t at = ((b * Hkv + h) * cap + held + tt) * D;
+                    memcpy(bk->k_cache + at, row + (H + h) * D, D * sizeof(float));
+                    memcpy(bk->v_cache + at, row + (H + Hkv + h) * D, D * sizeof(float));
+                }
+            }
+            int64_t lo, hi;
+            share(M * H, t, nt, &lo, &hi);
+            for (int64_t i = lo; i < hi; i++) { /* (row, head) pairs; a row sees its own past */
+                const int64_t m = i / H, h = i % H, b = m / T, tt = m % T, kv = h / groups;
+                const int64_t at = (b * Hkv + kv) * cap * D;
+                attend(md, sc->qkv + m * NQ + h * D, bk->k_cache + at, bk->v_cache + at,
+                       held + tt + 1, scores, sc->att + m * H * D + h * D);
+            }
+#pragma omp barrier
+            linear(&bk->out, sc->att, M, H * D, x, C, x, t, nt);
+#pragma omp barrier
+#pragma omp single
+            norm_rows(md, &bk->ln_2, x, sc->xn, M);
+            linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, t, nt);
+#pragma omp barrier
+            share(M, t, nt, &lo, &hi);
+            for (int64_t m = lo; m < hi; m++) {
+                float *hm = sc->hid + m * NF;
+                if (md->act == ACT_SWIGLU) /* SiLU(gate) * up, into the gate's half */
+                    for (int64_t j = 0; j < F; j++) hm[j] = hm[j] / (1.0f + expf(-hm[j])) * hm[F + j];
+                else
+                    for (int64_t j = 0; j < F; j++) hm[j] = act(md->act, hm[j]);
+            }
+#pragma omp barrier
+            linear(&bk->proj, sc->hid, M, NF, x, C, x, t, nt);
+#pragma omp barrier
+        }
+#pragma omp single
+        norm_rows(md, &md->ln_f, x, sc->xn, M);
+        linear(&md->head, sc->xn, M, C, logits, md->V, NULL, t, nt);
+    }
+}
+
+/* y (M, N) = x (M, K) W^T + b alone (the products' own tests) */
+void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, int threads) {
+#pragma omp parallel num_threads(threads)
+    linear(L, x, M, L->k, y, L->n, NULL, omp_get_thread_num(), omp_get_num_threads());
+}
+
+/* the struct sizes, so the Python side can check its mirror */
+int64_t attnlm_sizes(int64_t which) {
+    switch (which) {
+    case 0: return sizeof(Linear);
+    case 1: return sizeof(Norm);
+    case 2: return sizeof(Block);
+    case 3: return sizeof(Model);
+    case 4: return sizeof(Scratch);
+    default: return -1;
+    }
+}

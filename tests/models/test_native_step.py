@@ -1,0 +1,231 @@
+"""The C decode step (attnlm.models.native_step) against the PyTorch forward: the same logits
+(within float rounding) for every weight format, one and several rows and new tokens, and the
+cache left as the forward would leave it."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+
+import pytest
+import torch
+
+from attnlm import native
+from attnlm.generate import SamplingConfig, decode
+from attnlm.generate.lookahead import drop_newest
+from attnlm.models import native_step as ns
+from attnlm.models.gpt import GPT, GPTConfig
+from attnlm.models.llama import Llama, LlamaConfig
+from attnlm.nn.cache import KVCache
+from attnlm.nn.layout import decoding_layout
+from attnlm.nn.lora import apply_lora
+from attnlm.nn.quant import QuantEmbedding, QuantLinear, quantize_weights
+from attnlm.nn.static_cache import StaticKVCache
+
+pytestmark = pytest.mark.skipif(native.library() is None, reason=f"no C step: {native.why_not}")
+
+V = 300  # > 64 rows of LM head, not a multiple of 64 (the q4 layout pads)
+
+
+def gpt(**kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=V, block_size=96, n_layer=2, n_head=3, n_embd=96)
+    return GPT(GPTConfig(**{**cfg, **kw})).eval()
+
+
+def llama(**kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=V, block_size=96, n_layer=2, n_head=6, n_embd=96, d_ff=160)
+    model = Llama(LlamaConfig(**{**cfg, **kw})).eval()
+    with torch.no_grad():  # norms away from 1 so a wrong gain shows
+        for name, p in model.named_parameters():
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.uniform_(0.5, 1.5)
+    return model
+
+
+MODELS = {
+    "gpt learned": lambda: gpt(),
+    "gpt rope, no bias, relu": lambda: gpt(positions="rope", bias=False, activation="relu"),
+    "gpt sinusoidal, gelu_tanh": lambda: gpt(positions="sinusoidal", activation="gelu_tanh"),
+    "llama GQA": lambda: llama(n_kv_head=2),
+    "llama MQA, tied": lambda: llama(n_kv_head=1, tie_embeddings=True),
+}
+FORMATS = ["f32", "f32 column-major", "bf16", "q8", "q4"]
+
+
+def in_format(model, fmt):
+    if fmt == "f32 column-major":
+        return decoding_layout(model)
+    return quantize_weights(model, fmt.split()[0])
+
+
+def with_reference(model, fmt):
+    """``model`` in ``fmt`` and the float32 model holding its dequantized weights (the
+    PyTorch path's own bf16 kernel rounds activations too, so it is no reference)."""
+    ref = copy.deepcopy(model)
+    model = in_format(model, fmt)
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, QuantLinear) and not name.endswith("tok_emb.table"):
+                ref.get_submodule(name).weight = torch.nn.Parameter(module.dequantized())
+            elif isinstance(module, QuantEmbedding):
+                ref.get_submodule(name).weight = torch.nn.Parameter(module.table.dequantized())
+    return model, ref
+
+
+def torch_path(monkeypatch):
+    monkeypatch.setenv("ATTNLM_NATIVE", "0")
+
+
+def c_path(monkeypatch):
+    monkeypatch.setenv("ATTNLM_NATIVE", "1")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", [(64, 64), (70, 96), (300, 160), (40, 33)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_product_equals_the_dequantized_one(fmt, shape, threads):
+    """Each kernel alone (``attnlm_linear``): one block, padded rows, several groups, a width
+    that is not a multiple of 16 (float formats only; 8 and 4 bits need groups of 32)."""
+    n, k = shape
+    if k % 32 and fmt in ("q8", "q4"):
+        pytest.skip("8- and 4-bit weights come in groups of 32")
+    torch.manual_seed(n + k)
+    layer = torch.nn.Linear(k, n)
+    model = torch.nn.Sequential(layer)
+    quantized, reference = with_reference(model, fmt)
+    keep: list = []
+    described = ns._describe_linear(quantized[0], keep)
+    for rows in (1, 5):
+        x = torch.randn(rows, k)
+        y = torch.empty(rows, n)
+        ns._library().attnlm_linear(
+            ctypes.byref(described),
+            ctypes.c_void_p(x.data_ptr()),
+            ctypes.c_int64(rows),
+            ctypes.c_void_p(y.data_ptr()),
+            threads,
+        )
+        with torch.no_grad():
+            torch.testing.assert_close(y, reference(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_logits_equal_the_forward(name, fmt, monkeypatch):
+    model, reference = with_reference(MODELS[name](), fmt)
+    torch.manual_seed(1)
+    prompt, new = torch.randint(V, (3, 7)), torch.randint(V, (3, 12))
+    with torch.inference_mode():
+        ref, ours = KVCache(2), KVCache(2)
+        feeds = [prompt] + [new[:, t : t + 1] for t in range(8)] + [new[:, 8:]]  # 7, 1 x 8, 4
+        for ids in feeds:
+            torch_path(monkeypatch)
+            want = reference(ids, cache=ref).logits
+            c_path(monkeypatch)
+            assert ns.native_applies(model, ids, ours)
+            got = model.step(ids, ours) if ids.shape[1] == 1 else model(ids, cache=ours).logits
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert ours.length == ref.length == 19 and ours.position == ref.position
+        for a, b in zip(ours.keys + ours.values, ref.keys + ref.values):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["f32", "q4"])
+@pytest.mark.parametrize("name", ["gpt learned", "llama GQA"])
+def test_greedy_tokens_equal_over_64_steps(name, fmt, monkeypatch):
+    model = MODELS[name]()
+    with torch.no_grad():  # larger weights: the tokens depend on the context
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module is not model.lm_head:
+                module.weight.mul_(6)
+    model = in_format(model, fmt)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 6, 7, 8]]
+    greedy = SamplingConfig(temperature=0, max_new_tokens=64)
+    calls = []
+    real = ns.native_step
+    monkeypatch.setattr(ns, "native_step", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr("attnlm.models.decoder.native_step", ns.native_step)
+    for lookahead in (0, 4):  # the drafts' multi-token checks go through the C step too
+        c_path(monkeypatch)
+        calls.clear()
+        got = decode(model, prompts[:1] if lookahead else prompts, greedy, lookahead=lookahead)
+        assert len(calls) > 10
+        torch_path(monkeypatch)
+        want = decode(model, prompts[:1] if lookahead else prompts, greedy, lookahead=lookahead)
+        assert got == want
+        assert len(set(got[0])) > 3  # not one token repeated
+
+
+def test_the_cache_stays_an_ordinary_cache(monkeypatch):
+    """Steps of the C path and of the forward interleave on one cache; trimming (lookahead),
+    reordering (beam search) and a replaced tensor are all followed."""
+    model = llama(n_kv_head=2)
+    torch.manual_seed(2)
+    ids = torch.randint(V, (2, 30))
+    with torch.inference_mode():
+        ref, ours = KVCache(2), KVCache(2)
+        torch_path(monkeypatch)
+        model(ids[:, :20], cache=ref)
+        model(ids[:, :20], cache=ours)  # a prefill by the forward, then C steps
+        c_path(monkeypatch)
+        for t in range(20, 24):
+            model.step(ids[:, t : t + 1], ours)
+        drop_newest(ours, 2)  # rejected drafts: the C buffers are trimmed by a view
+        torch_path(monkeypatch)
+        model(ids[:, 20:22], cache=ref)
+        c_path(monkeypatch)
+        ours.reorder(torch.tensor([1, 0]))  # beam search: new tensors, copied in again
+        ref.reorder(torch.tensor([1, 0]))
+        ours.trim(15)
+        ref.trim(15)
+        got = model(ids[:, 22:25], cache=ours).logits
+        torch_path(monkeypatch)
+        want = model(ids[:, 22:25], cache=ref).logits
+        got2 = model(ids[:, 25:26], cache=ours).logits  # the forward after C steps
+        want2 = model(ids[:, 25:26], cache=ref).logits
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got2, want2, atol=1e-4, rtol=1e-4)
+
+
+def test_a_changed_model_is_described_again(monkeypatch):
+    model = llama()
+    tok = torch.tensor([[5]])
+    c_path(monkeypatch)
+    with torch.inference_mode():
+        model.step(tok, KVCache(2))
+        first = model.__dict__["_native_plan"]
+        decoding_layout(model)  # the weights move to new memory
+        model.step(tok, KVCache(2))
+        assert model.__dict__["_native_plan"] is not first
+        quantize_weights(model, "q8")  # the layers are replaced
+        got = model.step(tok, KVCache(2))
+        torch_path(monkeypatch)
+        want = model.step(tok, KVCache(2))
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_left_to_pytorch(monkeypatch):
+    model = llama()
+    tok = torch.tensor([[1]])
+    cache = KVCache(2)
+    c_path(monkeypatch)
+    with torch.inference_mode():
+        assert ns.native_applies(model, tok, cache)
+        assert ns.native_applies(model, torch.randint(V, (1, ns.MAX_TOKENS)), cache)
+        assert not ns.native_applies(model, torch.randint(V, (1, ns.MAX_TOKENS + 1)), cache)
+        fixed = StaticKVCache(2, 8)
+        fixed.fixed = True
+        assert not ns.native_applies(model, tok, fixed)  # a compiled step's buffers
+        model.train()
+        assert not ns.native_applies(model, tok, cache)
+        model.eval()
+        assert not ns.native_applies(gpt(positions="alibi"), tok, cache)
+        assert not ns.native_applies(gpt(norm="post"), tok, cache)
+        assert not ns.native_applies(llama().double(), tok, cache)
+        adapted = apply_lora(llama(), 4, targets=("q", "v"))
+        assert not ns.native_applies(adapted.eval(), tok, cache)
+        torch_path(monkeypatch)
+        assert not ns.native_applies(model, tok, cache)
+    assert not ns.native_applies(model, tok, cache)  # gradients on
