@@ -82,6 +82,23 @@ class _Scratch(ctypes.Structure):
 
 _STRUCTS = (_Linear, _Norm, _Block, _Model, _Scratch)
 
+# Counts every module, parameter and buffer assignment in the process (torch's global
+# registration hooks): a plan built at one count still describes the same layers if the count
+# has not moved (then only a weight moved to new memory, ``.data = ...``, is left to check).
+_ASSIGNMENTS = [0]
+
+
+def _count(*_args: object) -> None:
+    _ASSIGNMENTS[0] += 1
+
+
+for _register in (
+    torch.nn.modules.module.register_module_module_registration_hook,
+    torch.nn.modules.module.register_module_parameter_registration_hook,
+    torch.nn.modules.module.register_module_buffer_registration_hook,
+):
+    _register(_count)
+
 
 def _library() -> ctypes.CDLL | None:
     lib = native.library()
@@ -216,11 +233,11 @@ class _Plan:
     """The C description of one model (see the module docstring)."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.slots = _slots(model)
-        self.layers = [getattr(o, a) for o, a in self.slots]
+        self.assignments = _ASSIGNMENTS[0]
         self.supported = _supported(model)
-        self.weights = [getattr(m, "weight", None) for m in self.layers]
-        self.ptrs = [_ptr(w) for w in self.weights]
+        self.keep: list[Tensor] = []
+        self.movable: list[Tensor] = []
+        self.ptrs: list[int] = []
         self.scratch: dict[tuple[int, int, int], tuple[_Scratch, list[Tensor]]] = {}
         self.buffers: object = None  # the _Buffers whose pointers the blocks hold
         if not self.supported:
@@ -252,13 +269,14 @@ class _Plan:
             _describe_linear(model.lm_head, keep),
         )  # fmt: skip
         self.keep = keep
+        # parameters may be moved by ``.data = ...`` (attnlm.nn.layout does), which no hook sees
+        self.movable = [t for t in keep if isinstance(t, nn.Parameter)]
+        self.ptrs = [t.data_ptr() for t in self.movable]
 
     def current(self) -> bool:
-        """Whether the model still holds the layers and weight memory described."""
-        return all(
-            getattr(o, a) is m and _ptr(getattr(m, "weight", None)) == p
-            for (o, a), m, p in zip(self.slots, self.layers, self.ptrs)
-        )
+        """Whether the model still holds the layers and tensor memory described (tens of
+        microseconds: no layer was assigned anywhere, and the tensors are where they were)."""
+        return _ASSIGNMENTS[0] == self.assignments and [t.data_ptr() for t in self.movable] == self.ptrs
 
     def scratch_for(self, m: int, cap: int, threads: int) -> _Scratch:
         key = (m, cap, threads)

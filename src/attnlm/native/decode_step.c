@@ -100,6 +100,17 @@ static inline vf from_i8(const int8_t *p) {
     return __builtin_convertvector(__builtin_convertvector(b, vi) - 128, vf);
 }
 
+/* sum of a[i] b[i], i < n: 16 lanes at a time (a scalar loop would be one long chain of
+ * dependent additions: the compiler may not reorder a float sum) */
+static inline float dot(const float *a, const float *b, int64_t n) {
+    vf acc = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) acc += *(const vf *)(a + i) * *(const vf *)(b + i);
+    float s = hsum(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 /* the half-open range [*lo, *hi) of `units` work units that thread `t` of `nt` takes */
 static inline void share(int64_t units, int t, int nt, int64_t *lo, int64_t *hi) {
     int64_t base = units / nt, extra = units % nt;
@@ -286,8 +297,7 @@ static void norm_rows(const Model *md, const Norm *nm, const float *x, float *ou
         const float *xm = x + m * C;
         float *om = out + m * C;
         if (md->norm == NORM_RMS) {
-            float ss = 0.0f;
-            for (int64_t c = 0; c < C; c++) ss += xm[c] * xm[c];
+            const float ss = dot(xm, xm, C);
             const float r = 1.0f / sqrtf(ss / (float)C + md->eps);
             for (int64_t c = 0; c < C; c++) om[c] = nm->w ? xm[c] * r * nm->w[c] : xm[c] * r;
         } else {
@@ -331,10 +341,7 @@ static void attend(const Model *md, const float *q, const float *k, const float 
     const int64_t D = md->D;
     float mx = -INFINITY;
     for (int64_t s = 0; s < S; s++) {
-        const float *ks = k + s * D;
-        float d = 0.0f;
-        for (int64_t i = 0; i < D; i++) d += q[i] * ks[i];
-        d *= md->scale;
+        const float d = dot(q, k + s * D, D) * md->scale;
         scores[s] = d;
         if (d > mx) mx = d;
     }
