@@ -136,7 +136,7 @@ def _linear_parts(layer: nn.Module) -> tuple[int, Tensor, Tensor | None, int] | 
             return _BF16, layer.weight, None, layer.out_features
         if layer.fmt == "q8":
             return _Q8, layer.qweight, layer.scales, layer.out_features
-        return _Q4, layer.qweight, layer.scales_zeros, layer.qweight.shape[0]
+        return _Q4, layer.qweight, layer.scales_mins, layer.qweight.shape[0]
     if not (isinstance(layer, nn.Linear) and type(layer).forward in _PLAIN_FORWARDS):
         return None
     w = layer.weight
@@ -276,7 +276,8 @@ class _Plan:
     def current(self) -> bool:
         """Whether the model still holds the layers and tensor memory described (tens of
         microseconds: no layer was assigned anywhere, and the tensors are where they were)."""
-        return _ASSIGNMENTS[0] == self.assignments and [t.data_ptr() for t in self.movable] == self.ptrs
+        moved = [t.data_ptr() for t in self.movable] != self.ptrs
+        return _ASSIGNMENTS[0] == self.assignments and not moved
 
     def scratch_for(self, m: int, cap: int, threads: int) -> _Scratch:
         key = (m, cap, threads)

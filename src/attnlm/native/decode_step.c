@@ -39,14 +39,14 @@ enum { ACT_SWIGLU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_RELU = 3 };
  *   f32   w: (N, K) float
  *   f32t  w: (K, N) float (W^T row-major: attnlm/nn/layout.py's decoding layout)
  *   bf16  w: (N, K) bfloat16 bits
- *   q8    w: (N, K) int8, scales (N, G): W[n, k] = s[n, g] q[n, k]
+ *   q8    w: (N, K) int8, scales (N, G) float16: W[n, k] = s[n, g] q[n, k]
  *   q4    w: (n_pad / 64 blocks, K, 32) bytes, byte j of column k holding row j (low nibble)
- *         and row j + 32 (high nibble) of the block; scales (G, n_pad, 2) = (s, z) per row and
- *         group: W[n, k] = s (u - 8) + z                                                    */
+ *         and row j + 32 (high nibble) of the block; scales (G, n_pad, 2) float16 = (d, m)
+ *         per row and group: W[n, k] = d u + m                                              */
 typedef struct {
     int64_t fmt, n, k, n_pad;
     const void *w;
-    const float *scales;
+    const uint16_t *scales; /* float16 bits */
     const float *bias; /* (N,) or NULL */
 } Linear;
 
@@ -92,6 +92,26 @@ static inline float hsum(vf v) {
 static inline vf from_u4(const uint8_t *p, int shift) {
     vu8 b = (*(const vu8 *)p >> shift) & 15;
     return __builtin_convertvector(__builtin_convertvector(b, vi), vf);
+}
+
+/* one float16 (bits) as a float: the exponent re-biased by a multiplication (exact, subnormals
+ * included; scales are never infinite or NaN) */
+static inline float from_f16(uint16_t h) {
+    uint32_t mag = (uint32_t)(h & 0x7fff) << 13, bits;
+    float f;
+    memcpy(&f, &mag, 4);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, 4);
+    bits |= (uint32_t)(h & 0x8000) << 16;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* 16 float16 (bits) as floats, the same way */
+static inline vf from_f16x16(const uint16_t *p) {
+    vu h = __builtin_convertvector(*(const vu16 *)p, vu);
+    vf f = (vf)((h & 0x7fff) << 13) * 0x1p112f;
+    return (vf)((vu)f | ((h & 0x8000) << 16));
 }
 
 /* 16 int8 as floats: flipped to unsigned (+128), widened, then -128 */
@@ -213,7 +233,7 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
     const int8_t *W = (const int8_t *)L->w;
     for (int64_t n = n0; n < n1; n++) {
         const int8_t *w = W + n * K;
-        const float *s = L->scales + n * G;
+        const uint16_t *s = L->scales + n * G;
         for (int64_t m = 0; m < M; m++) {
             const float *xm = x + m * ldx;
             vf a = {0};
@@ -221,7 +241,7 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
                 const int8_t *q = w + 32 * g;
                 const float *xg = xm + 32 * g;
                 vf t = from_i8(q) * *(const vf *)xg + from_i8(q + 16) * *(const vf *)(xg + 16);
-                a += t * s[g];
+                a += t * from_f16(s[g]);
             }
             store(L, y, ldy, res, m, n, hsum(a));
         }
@@ -229,7 +249,7 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
 }
 
 /* 4-bit: blocks [b0, b1) of 64 rows. Per block and group, the four 16-row sums of u x are
- * accumulated in float from the nibbles, then y += s (sum u x) + (z - 8 s) (sum x). */
+ * accumulated in float from the nibbles, then y += d (sum u x) + m (sum x). */
 static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                     int64_t ldy, const float *res, int64_t b0, int64_t b1) {
     const int64_t K = L->k, G = K / 32, NP = L->n_pad;
@@ -252,15 +272,15 @@ static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
                     a2 += from_u4(p, 4) * xk;       /* rows 32..47 */
                     a3 += from_u4(p + 16, 4) * xk;  /* rows 48..63 */
                 }
-                const float *sz = L->scales + (g * NP + blk * 64) * 2;
+                const uint16_t *dm = L->scales + (g * NP + blk * 64) * 2;
                 vf acc[4] = {a0, a1, a2, a3};
-                for (int q = 0; q < 4; q++) {
-                    vf lo = *(const vf *)(sz + 32 * q), hi = *(const vf *)(sz + 32 * q + 16);
-                    vf s = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
+                for (int q = 0; q < 4; q++) { /* rows 16 q .. 16 q + 15: (d, m) pairs */
+                    vf lo = from_f16x16(dm + 32 * q), hi = from_f16x16(dm + 32 * q + 16);
+                    vf d = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
                                                    20, 22, 24, 26, 28, 30);
-                    vf z = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19,
+                    vf m = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19,
                                                    21, 23, 25, 27, 29, 31);
-                    out[q] += s * acc[q] + (z - 8.0f * s) * xs;
+                    out[q] += d * acc[q] + m * xs;
                 }
             }
             for (int q = 0; q < 4; q++)

@@ -11,10 +11,10 @@ format   what a weight ``w[n, k]`` is stored as (groups ``g`` of :data:`GROUP` a
 =======  =====================================================================================
 f32      unchanged (the float32 model)
 bf16     bfloat16
-q8       ``s[n, g] · q[n, k]``: ``q`` int8, ``s`` float32 (ggml's Q8_0: ``s = max|w| / 127``)
-q4       ``s[n, g] · (u[n, k] - 8) + z[n, g]``: ``u`` 4 bits, ``s`` and ``z`` float32 (ggml's
-         Q4_0 is ``z = 0``; Q4_1's ``d · u + m`` is ``s = d``, ``z = m + 8 d``; quantizing a
-         float matrix uses Q4_1's rule: ``s = (max - min) / 15``, ``u = round((w - min) / s)``)
+q8       ``s[n, g] · q[n, k]``: ``q`` int8, ``s`` float16 (ggml's Q8_0: ``s = max|w| / 127``)
+q4       ``d[n, g] · u[n, k] + m[n, g]``: ``u`` 4 bits, ``d`` and ``m`` float16 (ggml's Q4_1;
+         Q4_0's ``d · (u - 8)`` is ``m = -8 d``; quantizing a float matrix uses Q4_1's rule:
+         ``d = (max - min) / 15``, ``m = min``, ``u = round((w - min) / d)``)
 =======  =====================================================================================
 
 The value of every stored weight is defined by these formulas in float32:
@@ -81,6 +81,15 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def _half(scales: Tensor) -> Tensor:
+    """Scales stored as float16 (ggml's blocks store them so); a one-line error for a value
+    float16 cannot hold."""
+    h = scales.to(torch.float16)
+    if not torch.isfinite(h).all():
+        raise InputError("a weight is too large for float16 scales (|w| > 8e6): use f32 or bf16")
+    return h
+
+
 # -- packing ---------------------------------------------------------------------------------
 
 
@@ -105,7 +114,8 @@ def unpack_int4(packed: Tensor) -> Tensor:
 
 def quantize_rows(w: Tensor, fmt: str) -> dict[str, Tensor]:
     """Float ``w`` ``(N, K)`` by the rule of ``fmt``: q8 ``{"q": (N, K) int8, "s": (N, G)}``;
-    q4 ``{"u": (N, K) uint8 0..15, "s": (N, G), "z": (N, G)}`` (see the module docstring)."""
+    q4 ``{"u": (N, K) uint8 0..15, "d": (N, G), "m": (N, G)}`` (see the module docstring; the
+    scales float32 here, float16 once stored)."""
     n, k = w.shape
     g = w.detach().float().reshape(n, k // GROUP, GROUP)
     if fmt == "q8":
@@ -115,7 +125,7 @@ def quantize_rows(w: Tensor, fmt: str) -> dict[str, Tensor]:
     lo, hi = g.amin(-1), g.amax(-1)
     d = (hi - lo) / 15  # (N, G)
     u = torch.round((g - lo.unsqueeze(-1)) / torch.where(d > 0, d, 1).unsqueeze(-1))
-    return {"u": u.clamp(0, 15).to(torch.uint8).view(n, k), "s": d, "z": lo + 8 * d}
+    return {"u": u.clamp(0, 15).to(torch.uint8).view(n, k), "d": d, "m": lo}
 
 
 # -- the layers ------------------------------------------------------------------------------
@@ -126,9 +136,8 @@ class QuantLinear(nn.Module):
     see the module docstring); ``x`` ``(..., K)`` float32 -> ``y`` ``(..., N)`` float32.
 
     Buffers: bf16 ``weight`` ``(N, K)``; q8 ``qweight`` ``(N, K)`` int8 and ``scales``
-    ``(N, G)``; q4 ``qweight`` ``(N', K / 2)`` uint8 (rows padded to a multiple of 64, packed
-    by :func:`pack_int4`) and ``scales_zeros`` ``(G, N', 2)`` float32 (the int4 kernel's
-    layout). Build with :meth:`from_float` or :meth:`from_q8` / :meth:`from_q4`."""
+    ``(N, G)`` float16; q4 ``qweight`` ``(N', K / 2)`` uint8 (rows padded to a multiple of 64,
+    packed by :func:`pack_int4`) and ``scales_mins`` ``(G, N', 2)`` float16 (``d``, ``m``). Build with :meth:`from_float` or :meth:`from_q8` / :meth:`from_q4`."""
 
     def __init__(self, fmt: str, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -155,31 +164,30 @@ class QuantLinear(nn.Module):
 
     @classmethod
     def from_codes(cls, codes: dict[str, Tensor], fmt: str) -> QuantLinear:
-        """From :func:`quantize_rows`' dictionary (``q``, ``s`` or ``u``, ``s``, ``z``)."""
+        """From :func:`quantize_rows`' dictionary (``q``, ``s`` or ``u``, ``d``, ``m``)."""
         if fmt == "q8":
             return cls.from_q8(codes["q"], codes["s"])
-        return cls.from_q4(codes["u"], codes["s"], codes["z"])
+        return cls.from_q4(codes["u"], codes["d"], codes["m"])
 
     @classmethod
     def from_q8(cls, q: Tensor, scales: Tensor) -> QuantLinear:
         """From int8 ``q`` ``(N, K)`` and float ``scales`` ``(N, K / GROUP)``."""
         layer = cls("q8", q.shape[1], q.shape[0])
         layer.register_buffer("qweight", q.to(torch.int8).contiguous())
-        layer.register_buffer("scales", scales.float().contiguous())
+        layer.register_buffer("scales", _half(scales).contiguous())
         return layer
 
     @classmethod
-    def from_q4(cls, u: Tensor, scales: Tensor, zeros: Tensor) -> QuantLinear:
-        """From 4-bit values ``u`` ``(N, K)`` (0..15) with ``w = s (u - 8) + z`` per group;
-        ``scales`` and ``zeros`` ``(N, K / GROUP)``."""
+    def from_q4(cls, u: Tensor, d: Tensor, m: Tensor) -> QuantLinear:
+        """From 4-bit values ``u`` ``(N, K)`` (0..15) with ``w = d u + m`` per group; ``d`` and
+        ``m`` ``(N, K / GROUP)``."""
         n, k = u.shape
         pad = -n % BLOCK_N
         layer = cls("q4", k, n)
         u = F.pad(u.to(torch.uint8), (0, 0, 0, pad))
-        sz = torch.stack([scales.float(), zeros.float()], dim=-1)  # (N, G, 2)
-        sz = F.pad(sz, (0, 0, 0, 0, 0, pad))
+        dm = F.pad(torch.stack([_half(d), _half(m)], dim=-1), (0, 0, 0, 0, 0, pad))  # (N', G, 2)
         layer.register_buffer("qweight", pack_int4(u))
-        layer.register_buffer("scales_zeros", sz.transpose(0, 1).contiguous())  # (G, N', 2)
+        layer.register_buffer("scales_mins", dm.transpose(0, 1).contiguous())  # (G, N', 2)
         return layer
 
     def set_bias(self, bias: Tensor | None) -> None:
@@ -197,12 +205,12 @@ class QuantLinear(nn.Module):
             return self.weight[start:stop].float()
         if self.fmt == "q8":
             q = self.qweight[start:stop].view(n, k // GROUP, GROUP).float()
-            return (q * self.scales[start:stop].unsqueeze(-1)).view(n, k)
+            return (q * self.scales[start:stop].float().unsqueeze(-1)).view(n, k)
         end = start + n + (-n % BLOCK_N)  # whole 64-row blocks of the packed layout
         u = unpack_int4(self.qweight[start:end])[:n].float().view(n, k // GROUP, GROUP)
-        sz = self.scales_zeros[:, start:stop]  # (G, n, 2)
-        s, z = sz[..., 0].t().unsqueeze(-1), sz[..., 1].t().unsqueeze(-1)  # (n, G, 1)
-        return (u.sub_(8).mul_(s).add_(z)).view(n, k)
+        dm = self.scales_mins[:, start:stop].float()  # (G, n, 2)
+        d, m = dm[..., 0].t().unsqueeze(-1), dm[..., 1].t().unsqueeze(-1)  # (n, G, 1)
+        return (u.mul_(d).add_(m)).view(n, k)
 
     # the products
 
@@ -239,9 +247,10 @@ def _bf16_gemm(layer: QuantLinear, x: Tensor) -> Tensor:
 
 
 def _int4_kernel(layer: QuantLinear, x: Tensor) -> Tensor:
-    y = torch.ops.aten._weight_int4pack_mm_for_cpu(
-        x.float().contiguous(), layer.qweight, GROUP, layer.scales_zeros
-    )
+    # the kernel's (scale, zero) with w = scale (u - 8) + zero: d and m + 8 d, in float32
+    dm = layer.scales_mins.float()
+    sz = torch.stack([dm[..., 0], dm[..., 1] + 8 * dm[..., 0]], dim=-1)
+    y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.float().contiguous(), layer.qweight, GROUP, sz)
     return y[:, : layer.out_features]
 
 
@@ -299,7 +308,7 @@ class QuantEmbedding(nn.Module):
         if t.fmt == "bf16":
             return t.weight[ids].float()
         q = t.qweight[ids].view(*ids.shape, -1, GROUP).float()  # (..., G, GROUP)
-        return (q * t.scales[ids].unsqueeze(-1)).flatten(-2)
+        return (q * t.scales[ids].float().unsqueeze(-1)).flatten(-2)
 
 
 # -- the public call -------------------------------------------------------------------------

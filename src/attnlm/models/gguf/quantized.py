@@ -9,9 +9,8 @@ matrices), and only the small remaining parameters (norms, biases, positions) ar
 by :func:`~attnlm.models.gguf.loader.fill`. The peak is the quantized model plus one tensor.
 
 Each file matrix becomes rows of its layer: a matrix whose ggml type is the format's own
-(``Q8_0`` for q8; ``Q4_0`` and ``Q4_1`` for q4) is copied as codes and scales (Q4_0:
-``s = d``, ``z = 0``; Q4_1's ``d · u + m``: ``s = d``, ``z = m + 8 d``, the same float32
-value); any other type is dequantized (that tensor alone) and quantized by the format's rule.
+(``Q8_0`` for q8; ``Q4_0`` and ``Q4_1`` for q4) is copied as codes and float16 scales (Q4_1's
+``d · u + m`` as it is; Q4_0's ``d · (u - 8)`` as ``m = -8 d``, exact in float16); any other type is dequantized (that tensor alone) and quantized by the format's rule.
 Quantization works row by row, so the rows of q and k move back from llama.cpp's rotary order
 (:func:`~attnlm.models.gguf.loader.unpermute_rows`) as codes and scales.
 """
@@ -46,8 +45,8 @@ def precision_class(header: GGUFFile) -> str:
 
 
 def _codes(raw, type_id: int, shape: tuple[int, int]) -> dict[str, Tensor]:
-    """Codes and scales of a Q8_0 / Q4_0 / Q4_1 matrix ``(N, K)``: ``q`` int8 or ``u`` 0..15
-    ``(N, K)``, ``s`` (and ``z``) ``(N, K / 32)`` float32."""
+    """Codes and scales of a Q8_0 / Q4_0 / Q4_1 matrix ``(N, K)``: ``q`` int8 and ``s``, or
+    ``u`` 0..15 and ``d``, ``m``; codes ``(N, K)``, scales ``(N, K / 32)`` float32."""
     n, k = shape
     _, _, size = SUPPORTED[type_id]
     b = torch.from_numpy(raw).view(-1, size)  # (N K / 32, bytes)
@@ -58,9 +57,9 @@ def _codes(raw, type_id: int, shape: tuple[int, int]) -> dict[str, Tensor]:
     qs = b[:, 4:] if name == "Q4_1" else b[:, 2:]  # byte j: element j (low), j + 16 (high)
     u = torch.cat([qs & 0x0F, qs >> 4], dim=1).view(n, k)
     if name == "Q4_0":
-        return {"u": u, "s": d, "z": torch.zeros_like(d)}
+        return {"u": u, "d": d, "m": -8 * d}
     m = b[:, 2:4].contiguous().view(torch.float16).float().view(n, k // GROUP)
-    return {"u": u, "s": d, "z": m + 8 * d}
+    return {"u": u, "d": d, "m": m}
 
 
 def _float_codes(raw, info, fmt: str) -> dict[str, Tensor]:
