@@ -137,7 +137,8 @@ class QuantLinear(nn.Module):
 
     Buffers: bf16 ``weight`` ``(N, K)``; q8 ``qweight`` ``(N, K)`` int8 and ``scales``
     ``(N, G)`` float16; q4 ``qweight`` ``(N', K / 2)`` uint8 (rows padded to a multiple of 64,
-    packed by :func:`pack_int4`) and ``scales_mins`` ``(G, N', 2)`` float16 (``d``, ``m``). Build with :meth:`from_float` or :meth:`from_q8` / :meth:`from_q4`."""
+    packed by :func:`pack_int4`) and ``scales_mins`` ``(G, N', 2)`` float16 (``d``, ``m``).
+    Build with :meth:`from_float` or :meth:`from_q8` / :meth:`from_q4`."""
 
     def __init__(self, fmt: str, in_features: int, out_features: int) -> None:
         super().__init__()

@@ -10,7 +10,8 @@ by :func:`~attnlm.models.gguf.loader.fill`. The peak is the quantized model plus
 
 Each file matrix becomes rows of its layer: a matrix whose ggml type is the format's own
 (``Q8_0`` for q8; ``Q4_0`` and ``Q4_1`` for q4) is copied as codes and float16 scales (Q4_1's
-``d · u + m`` as it is; Q4_0's ``d · (u - 8)`` as ``m = -8 d``, exact in float16); any other type is dequantized (that tensor alone) and quantized by the format's rule.
+``d · u + m`` as it is; Q4_0's ``d · (u - 8)`` as ``m = -8 d``, exact in float16); any other
+type is dequantized (that tensor alone) and quantized by the format's rule.
 Quantization works row by row, so the rows of q and k move back from llama.cpp's rotary order
 (:func:`~attnlm.models.gguf.loader.unpermute_rows`) as codes and scales.
 """
