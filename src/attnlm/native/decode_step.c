@@ -41,8 +41,8 @@ enum { ACT_SWIGLU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_RELU = 3 };
  *   bf16  w: (N, K) bfloat16 bits
  *   q8    w: (N, K) int8, scales (N, G) float16: W[n, k] = s[n, g] q[n, k]
  *   q4    w: (n_pad / 64 blocks, K, 32) bytes, byte j of column k holding row j (low nibble)
- *         and row j + 32 (high nibble) of the block; scales (G, n_pad, 2) float16 = (d, m)
- *         per row and group: W[n, k] = d u + m                                              */
+ *         and row j + 32 (high nibble) of the block; scales (n_pad / 64, G, 64, 2) float16 =
+ *         (d, m) per row and group: W[n, k] = d u + m                                       */
 typedef struct {
     int64_t fmt, n, k, n_pad;
     const void *w;
@@ -252,7 +252,7 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
  * accumulated in float from the nibbles, then y += d (sum u x) + m (sum x). */
 static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                     int64_t ldy, const float *res, int64_t b0, int64_t b1) {
-    const int64_t K = L->k, G = K / 32, NP = L->n_pad;
+    const int64_t K = L->k, G = K / 32;
     const uint8_t *W = (const uint8_t *)L->w;
     for (int64_t blk = b0; blk < b1; blk++) {
         const uint8_t *wb = W + blk * K * 32;
@@ -272,7 +272,7 @@ static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
                     a2 += from_u4(p, 4) * xk;       /* rows 32..47 */
                     a3 += from_u4(p + 16, 4) * xk;  /* rows 48..63 */
                 }
-                const uint16_t *dm = L->scales + (g * NP + blk * 64) * 2;
+                const uint16_t *dm = L->scales + (blk * G + g) * 64 * 2;
                 vf acc[4] = {a0, a1, a2, a3};
                 for (int q = 0; q < 4; q++) { /* rows 16 q .. 16 q + 15: (d, m) pairs */
                     vf lo = from_f16x16(dm + 32 * q), hi = from_f16x16(dm + 32 * q + 16);

@@ -137,7 +137,9 @@ class QuantLinear(nn.Module):
 
     Buffers: bf16 ``weight`` ``(N, K)``; q8 ``qweight`` ``(N, K)`` int8 and ``scales``
     ``(N, G)`` float16; q4 ``qweight`` ``(N', K / 2)`` uint8 (rows padded to a multiple of 64,
-    packed by :func:`pack_int4`) and ``scales_mins`` ``(G, N', 2)`` float16 (``d``, ``m``).
+    packed by :func:`pack_int4`) and ``scales_mins`` ``(N' / 64, G, 64, 2)`` float16 (``d``,
+    ``m`` per row and group, each 64-row block's together: a product reads one block's codes
+    and scales as two sequential streams).
     Build with :meth:`from_float` or :meth:`from_q8` / :meth:`from_q4`."""
 
     def __init__(self, fmt: str, in_features: int, out_features: int) -> None:
@@ -188,7 +190,8 @@ class QuantLinear(nn.Module):
         u = F.pad(u.to(torch.uint8), (0, 0, 0, pad))
         dm = F.pad(torch.stack([_half(d), _half(m)], dim=-1), (0, 0, 0, 0, 0, pad))  # (N', G, 2)
         layer.register_buffer("qweight", pack_int4(u))
-        layer.register_buffer("scales_mins", dm.transpose(0, 1).contiguous())  # (G, N', 2)
+        blocks = dm.view(-1, BLOCK_N, k // GROUP, 2).transpose(1, 2)  # (N'/64, G, 64, 2)
+        layer.register_buffer("scales_mins", blocks.contiguous())
         return layer
 
     def set_bias(self, bias: Tensor | None) -> None:
@@ -209,8 +212,9 @@ class QuantLinear(nn.Module):
             return (q * self.scales[start:stop].float().unsqueeze(-1)).view(n, k)
         end = start + n + (-n % BLOCK_N)  # whole 64-row blocks of the packed layout
         u = unpack_int4(self.qweight[start:end])[:n].float().view(n, k // GROUP, GROUP)
-        dm = self.scales_mins[:, start:stop].float()  # (G, n, 2)
-        d, m = dm[..., 0].t().unsqueeze(-1), dm[..., 1].t().unsqueeze(-1)  # (n, G, 1)
+        dm = self.scales_mins[start // BLOCK_N : end // BLOCK_N].float()  # (n'/64, G, 64, 2)
+        dm = dm.transpose(1, 2).reshape(-1, k // GROUP, 2)[:n]  # (n, G, 2)
+        d, m = dm[..., :1], dm[..., 1:]  # (n, G, 1)
         return (u.mul_(d).add_(m)).view(n, k)
 
     # the products
@@ -249,7 +253,7 @@ def _bf16_gemm(layer: QuantLinear, x: Tensor) -> Tensor:
 
 def _int4_kernel(layer: QuantLinear, x: Tensor) -> Tensor:
     # the kernel's (scale, zero) with w = scale (u - 8) + zero: d and m + 8 d, in float32
-    dm = layer.scales_mins.float()
+    dm = layer.scales_mins.float().permute(1, 0, 2, 3).flatten(1, 2)  # (G, N', 2)
     sz = torch.stack([dm[..., 0], dm[..., 1] + 8 * dm[..., 0]], dim=-1)
     y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.float().contiguous(), layer.qweight, GROUP, sz)
     return y[:, : layer.out_features]
