@@ -131,6 +131,13 @@ static inline float dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+/* Ask for the cache lines of [p, p + bytes) ahead of use. The products stream their weights
+ * once per step, from memory: the hardware prefetcher alone leaves one core waiting on most
+ * lines (measured: the 4-bit products of a 135M model took 2.5 times as long without this). */
+static inline void prefetch(const void *p, int64_t bytes) {
+    for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i);
+}
+
 /* the half-open range [*lo, *hi) of `units` work units that thread `t` of `nt` takes */
 static inline void share(int64_t units, int t, int nt, int64_t *lo, int64_t *hi) {
     int64_t base = units / nt, extra = units % nt;
@@ -154,6 +161,7 @@ static void rows_f32(const Linear *L, const float *x, int64_t M, int64_t ldx, fl
     const float *W = (const float *)L->w;
     for (int64_t n = n0; n < n1; n++) {
         const float *w = W + n * K;
+        if (n + 2 < n1) prefetch(w + 2 * K, K * 4);
         for (int64_t m = 0; m < M; m++) {
             const float *xm = x + m * ldx;
             vf a0 = {0}, a1 = {0};
@@ -183,6 +191,7 @@ static void cols_f32t(const Linear *L, const float *x, int64_t M, int64_t ldx, f
             for (int64_t k = 0; k < K; k++) {
                 const float *w = W + k * N + n;
                 const float xk = xm[k];
+                if (k + 8 < K) prefetch(w + 8 * N, 512);
                 for (int j = 0; j < 8; j++) a[j] += *(const vf *)(w + 16 * j) * xk;
             }
             for (int j = 0; j < 8; j++)
@@ -207,6 +216,7 @@ static void rows_bf16(const Linear *L, const float *x, int64_t M, int64_t ldx, f
     const uint16_t *W = (const uint16_t *)L->w;
     for (int64_t n = n0; n < n1; n++) {
         const uint16_t *w = W + n * K;
+        if (n + 2 < n1) prefetch(w + 2 * K, K * 2);
         for (int64_t m = 0; m < M; m++) {
             const float *xm = x + m * ldx;
             vf a = {0};
@@ -234,6 +244,7 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
     for (int64_t n = n0; n < n1; n++) {
         const int8_t *w = W + n * K;
         const uint16_t *s = L->scales + n * G;
+        if (n + 4 < n1) prefetch(w + 4 * K, K), prefetch(s + 4 * G, G * 2);
         for (int64_t m = 0; m < M; m++) {
             const float *xm = x + m * ldx;
             vf a = {0};
@@ -264,6 +275,10 @@ static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
                 const float *xg = xm + 32 * g;
                 vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
                 float xs = 0.0f;
+                if (m == 0) { /* two groups ahead (the next block's follow its last group) */
+                    prefetch(p + 2 * 1024, 1024);
+                    prefetch(L->scales + (blk * G + g + 2) * 128, 256);
+                }
                 for (int kk = 0; kk < 32; kk++, p += 32) {
                     const float xk = xg[kk];
                     xs += xk;
