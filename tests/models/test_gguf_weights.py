@@ -41,7 +41,7 @@ def files(tmp_path_factory):
 
 
 def _quant_modules(model):
-    for name, m in model.named_modules():
+    for name, m in model.named_modules(remove_duplicate=False):  # a tied head too
         if isinstance(m, QuantEmbedding):
             yield name + ".weight", m.table
         elif isinstance(m, QuantLinear) and not name.endswith(".table"):

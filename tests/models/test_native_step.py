@@ -66,7 +66,7 @@ def with_reference(model, fmt):
     ref = copy.deepcopy(model)
     model = in_format(model, fmt)
     with torch.no_grad():
-        for name, module in model.named_modules():
+        for name, module in model.named_modules(remove_duplicate=False):  # a tied head too
             if isinstance(module, QuantLinear) and not name.endswith("tok_emb.table"):
                 ref.get_submodule(name).weight = torch.nn.Parameter(module.dequantized())
             elif isinstance(module, QuantEmbedding):

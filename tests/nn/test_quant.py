@@ -100,7 +100,7 @@ def _reference(quantized, float_model):
     """``float_model`` with every quantized weight replaced by its dequantized values."""
     ref = copy.deepcopy(float_model)
     with torch.no_grad():
-        for name, module in quantized.named_modules():
+        for name, module in quantized.named_modules(remove_duplicate=False):
             if isinstance(module, QuantLinear) and not name.endswith("tok_emb.table"):
                 ref.get_submodule(name).weight = torch.nn.Parameter(module.dequantized())
             elif isinstance(module, QuantEmbedding):
@@ -164,3 +164,20 @@ def test_dequantizing_kernel_in_row_pieces_equals_the_whole_product(fmt, monkeyp
     monkeypatch.setattr(quant, "ROWS_AT_ONCE", 64)
     torch.testing.assert_close(quant._dequant_gemm(layer, x), whole, atol=1e-5, rtol=1e-5)
     assert torch.equal(layer.dequantized(64, 128), layer.dequantized()[64:128])
+
+
+@pytest.mark.parametrize("fmt", ["q8", "q4"])
+def test_a_tied_head_shares_the_embeddings_codes(fmt):
+    """One q8 table serves the token lookup and the LM head (llama.cpp reads one tensor): the
+    codes are stored once, and both uses still equal the dequantized reference."""
+    model = _tiny("llama", 0)  # seed 0: tied
+    original = copy.deepcopy(model)
+    quantize_weights(model, fmt)
+    assert model.lm_head is model.tok_emb.table and model.lm_head.fmt == "q8"
+    ids = torch.randint(0, 70, (2, 12))
+    with torch.no_grad():
+        diff = (model(ids).logits - _reference(model, original)(ids).logits).abs().max()
+    assert diff < TOLERANCE[fmt]
+    untied = _tiny("llama", 1)
+    quantize_weights(untied, fmt)
+    assert untied.lm_head is not untied.tok_emb.table

@@ -33,8 +33,8 @@ groups of 32 (ggml's Q8_0, loaded without a round trip) go through the dequantiz
 
 In q4 the LM head ``lm_head`` is stored q8 (unless a GGUF file stores it in 4 bits).
 The token embedding is a row lookup, not a product: in q8 and q4 it is stored as q8 rows
-(as llama.cpp keeps Q8_0 embeddings), in bf16 as bfloat16; a tied LM head is quantized as a
-separate layer, so the two no longer share storage (llama.cpp does the same).
+(as llama.cpp keeps Q8_0 embeddings), in bf16 as bfloat16; a tied LM head in the same format
+shares those codes (one :class:`QuantLinear` serves both, as llama.cpp reads one tensor).
 
 Shape legend
     M  rows of the input (tokens: B T), K  input features, N  output features
@@ -340,6 +340,9 @@ def quantize_weights(model: nn.Module, fmt: str) -> nn.Module:
         return model
     if weights_format(model) != "f32":
         raise InputError(f"the model's weights are already {weights_format(model)}")
+    emb = getattr(model, "tok_emb", None)
+    head = getattr(model, "lm_head", None)
+    tied = isinstance(emb, nn.Embedding) and getattr(head, "weight", None) is emb.weight
     with torch.no_grad():
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
@@ -349,9 +352,12 @@ def quantize_weights(model: nn.Module, fmt: str) -> nn.Module:
                     head = fmt == "q4" and parent is model and name == "lm_head"
                     layer = QuantLinear.from_float(child.weight, child.bias, "q8" if head else fmt)
                     setattr(parent, name, layer.to(child.weight.device))
-        emb = getattr(model, "tok_emb", None)
         if isinstance(emb, nn.Embedding) and (fmt == "bf16" or emb.embedding_dim % GROUP == 0):
-            table = QuantLinear.from_float(emb.weight, None, "bf16" if fmt == "bf16" else "q8")
-            model.tok_emb = QuantEmbedding(table.to(emb.weight.device))
+            table_fmt = "bf16" if fmt == "bf16" else "q8"
+            if tied and getattr(model.lm_head, "fmt", None) == table_fmt:
+                table = model.lm_head  # the same codes: stored once, as llama.cpp does
+            else:
+                table = QuantLinear.from_float(emb.weight, None, table_fmt).to(emb.weight.device)
+            model.tok_emb = QuantEmbedding(table)
     model.weights_format = fmt
     return model.eval()

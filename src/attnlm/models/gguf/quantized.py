@@ -119,6 +119,11 @@ def load_quantized(header: GGUFFile, model: nn.Module, parts: list[Part], fmt: s
             stored = {header.tensors[p.gguf].type_name for p in layer_parts}
             head_q8 = name == "lm_head" and not stored <= set(NATIVE["q4"])  # see quantize_weights
             layer_fmt = "q8" if is_emb or (fmt == "q4" and head_q8) else fmt
+            emb = model.tok_emb
+            if source == "tok_emb.weight" and not is_emb and isinstance(emb, QuantEmbedding):
+                if emb.table.fmt == layer_fmt:  # a tied head: the embedding's codes, shared
+                    model.lm_head = emb.table
+                    continue
             layer = _layer([_matrix(header, p, layer_fmt, notes) for p in layer_parts], layer_fmt)
             bias = by_weight.get(f"{name}.bias")
             if bias:
