@@ -78,3 +78,17 @@ def default_threads() -> int:
     if hasattr(os, "sched_getaffinity"):
         n = min(n, len(os.sched_getaffinity(0)))
     return max(1, n)
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). Loading a quantized model frees many large temporaries that the allocator would
+    otherwise keep, counted in the process's resident memory."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from attnlm.device import release_free_memory
 from attnlm.errors import AttnlmError, InputError
 from attnlm.foreign import load_json
 from attnlm.foreign import register as _register_reader
@@ -338,8 +339,9 @@ def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -
 
     header = GGUFFile(path)
     fmt = weights or gguf.precision_class(header)  # GGUF files hold gpt and llama models
-    model, tok = gguf.load_model(header, fmt), gguf.load_tokenizer(header)
-    model.to(device)
+    model = gguf.load_model(header, fmt).to(device)
+    release_free_memory()  # the loading's temporaries, before the tokenizer's allocations
+    tok = gguf.load_tokenizer(header)
     ids = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "unk_token": tok.unk_id,
            "pad_token": tok.pad_id}  # fmt: skip
     special = {key: tok.tokens[i] for key, i in ids.items() if i is not None}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from attnlm.device import release_free_memory
 from attnlm.errors import InputError
 
 #: families whose linear layers :func:`~attnlm.nn.quant.quantize_weights` may swap
@@ -35,6 +36,7 @@ def apply_weights(found: Any, weights: str | None) -> Any:
     weights = weights or have
     if have != weights:
         quantize_weights(model, weights)
+        release_free_memory()  # the float32 matrices just dropped
     info.details["weights"] = weights
     redone = getattr(model, "requantized", None)
     if redone:

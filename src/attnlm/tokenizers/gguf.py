@@ -260,6 +260,7 @@ class GGUFTokenizer(Tokenizer):
             "pre_tokenizer": {"type": "Sequence", "pretokenizers": steps},
         }  # fmt: skip
         self._bpe = HFByteBPETokenizer(doc)
+        doc["model"]["merges"] = []  # held as ranks by the BPE now; the file's are in metadata
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str] | Any) -> GGUFTokenizer:

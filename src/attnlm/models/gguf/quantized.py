@@ -93,7 +93,8 @@ def _matrix(header: GGUFFile, part: Part, fmt: str, notes: set[str]) -> dict[str
 
 
 def _layer(pieces: list[dict[str, Tensor]], fmt: str) -> QuantLinear:
-    rows = {key: torch.cat([p[key] for p in pieces]) for key in pieces[0]}
+    rows = pieces[0] if len(pieces) == 1 else {key: torch.cat([p[key] for p in pieces])
+                                               for key in pieces[0]}  # fmt: skip
     return QuantLinear.from_codes(rows, fmt)
 
 
