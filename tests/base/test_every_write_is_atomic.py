@@ -31,6 +31,8 @@ _CKPT = "inside the checkpoint's temporary folder, renamed into place as a whole
 
 # (file under src/, the stripped line) -> why it is safe
 ALLOWED = {
+    ("attnlm/native/__init__.py", "os.replace(tmp, path)"):
+        "the C compiler wrote the temporary library beside it; renamed into place when whole",
     ("attnlm/fileio.py", "with open(tmp, \"wb\") as raw:"): "the atomic writer itself",
     ("attnlm/fileio.py", "os.replace(tmp, target)"): "the atomic writer's rename",
     ("attnlm/fileio.py", "3. ``os.replace(tmp, target)`` (atomic on POSIX and Windows);"):

@@ -229,3 +229,20 @@ def test_left_to_pytorch(monkeypatch):
         torch_path(monkeypatch)
         assert not ns.native_applies(model, tok, cache)
     assert not ns.native_applies(model, tok, cache)  # gradients on
+
+
+def test_without_a_compiler_decoding_says_so_once_and_takes_pytorch(monkeypatch, capsys):
+    model = llama()
+    monkeypatch.setattr(native, "_TRIED", False)
+    monkeypatch.setattr(native, "_LIBRARY", None)
+    monkeypatch.setattr(ns, "_NOTED", [False])
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with torch.inference_mode():
+        cache = KVCache(2)
+        assert not ns.native_applies(model, torch.tensor([[1]]), cache)
+        assert not ns.native_applies(model, torch.tensor([[1]]), cache)
+        logits = model.step(torch.tensor([[1]]), cache)  # the PyTorch path
+    assert logits.shape == (1, 1, V)
+    err = capsys.readouterr().err
+    assert err.count("PyTorch path") == 1 and "could not be built" in err
+    monkeypatch.setattr(native, "_TRIED", False)  # the next test builds (or loads) it again

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import sys
 
 import torch
 from torch import Tensor, nn
@@ -100,9 +101,16 @@ for _register in (
     _register(_count)
 
 
+_NOTED = [False]
+
+
 def _library() -> ctypes.CDLL | None:
     lib = native.library()
     if lib is None:
+        if not _NOTED[0] and native.why_not != "ATTNLM_NATIVE=0":  # say it once per process
+            _NOTED[0] = True
+            print(f"attnlm: {native.why_not}; decoding takes the slower PyTorch path",
+                  file=sys.stderr)  # fmt: skip
         return None
     if not getattr(lib, "attnlm_checked", False):
         sizes = [lib.attnlm_sizes(i) for i in range(len(_STRUCTS))]

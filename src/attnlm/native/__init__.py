@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from attnlm.fileio import atomic_path, cache_dir
+from attnlm.fileio import cache_dir, temp_path_for
 
 __all__ = ["library", "why_not"]
 
@@ -58,13 +58,19 @@ def _build(cc: str) -> Path:
                      _cpu_flags()])  # fmt: skip
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = cache_dir() / "native" / f"decode_step-{digest}.so"
-    if not path.is_file():
-        with atomic_path(path) as tmp:
-            cmd = [cc, *FLAGS, str(SOURCE), "-o", str(tmp), "-lm"]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_SECONDS)
-            if done.returncode != 0:
-                first = (done.stderr.strip().splitlines() or ["no message"])[0]
-                raise OSError(f"{Path(cc).name} failed: {first}")
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(path)  # beside it, renamed when whole: a killed build leaves no .so
+    try:
+        cmd = [cc, *FLAGS, str(SOURCE), "-o", str(tmp), "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_SECONDS)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no message"])[0]
+            raise OSError(f"{Path(cc).name} failed: {first}")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
