@@ -43,6 +43,10 @@ from attnlm.nn.quant import QuantLinear
 __all__ = ["MAX_TOKENS", "native_applies", "native_step"]
 
 MAX_TOKENS = 16  # new tokens per row from which the forward's GEMMs are faster (prefill)
+# rows (B T) beyond which float32 / bfloat16 weights go to the forward's GEMMs, which reuse
+# each weight across rows better than the C step's products (measured: batch 16 decodes faster
+# there); 8- and 4-bit weights have no fast GEMM there below MAX_TOKENS
+MAX_FLOAT_ROWS = 4
 GROW = 256  # cache buffers grow by at least this many positions
 
 _F32, _BF16, _Q8, _Q4, _F32T = 0, 1, 2, 3, 4
@@ -246,6 +250,7 @@ class _Plan:
         self.keep: list[Tensor] = []
         self.movable: list[Tensor] = []
         self.ptrs: list[int] = []
+        self.float_weights = False
         self.scratch: dict[tuple[int, int, int], tuple[_Scratch, list[Tensor]]] = {}
         self.buffers: object = None  # the _Buffers whose pointers the blocks hold
         if not self.supported:
@@ -277,6 +282,7 @@ class _Plan:
             _describe_linear(model.lm_head, keep),
         )  # fmt: skip
         self.keep = keep
+        self.float_weights = self.array[0].qkv.fmt in (_F32, _F32T, _BF16)
         # parameters may be moved by ``.data = ...`` (attnlm.nn.layout does), which no hook sees
         self.movable = [t for t in keep if isinstance(t, nn.Parameter)]
         self.ptrs = [t.data_ptr() for t in self.movable]
@@ -358,7 +364,8 @@ def native_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
     its blocks are what the C step computes (pre-norm, RMSNorm or LayerNorm, rotary, learned,
     sinusoidal or no positions, no ALiBi, GELU/ReLU or SwiGLU, every linear layer float32,
     bfloat16, q8 or q4), ``state`` is a dynamic :class:`~attnlm.nn.cache.KVCache` without
-    cross-attention, and each row brings 1 to :data:`MAX_TOKENS` tokens."""
+    cross-attention, and each row brings 1 to :data:`MAX_TOKENS` tokens (float weights: at
+    most :data:`MAX_FLOAT_ROWS` tokens in all)."""
     if not (
         isinstance(state, KVCache)
         and not getattr(state, "fixed", False)
@@ -374,7 +381,10 @@ def native_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
         return False
     if state.keys[0] is not None and state.keys[0].dtype != torch.float32:
         return False
-    return _plan(model).supported
+    plan = _plan(model)
+    if plan.supported and plan.float_weights and tokens.numel() > MAX_FLOAT_ROWS:
+        return False
+    return plan.supported
 
 
 def native_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
