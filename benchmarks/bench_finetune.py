@@ -1,10 +1,12 @@
 """Fine-tuning SmolLM2-135M on the CPU: ``attnlm train --init-from ... --lora ...`` against
 ``transformers`` + ``peft``, and full fine-tuning against a plain ``transformers`` loop.
 
-Final run (quiet machine; about 25 minutes with the defaults on 2 cores)::
+Final run (quiet machine; about 30 minutes with the defaults on 2 cores: 18 processes of
+about a minute and a half, the full fine-tuning ones longer)::
 
     .venv/bin/python benchmarks/bench_finetune.py
-    .venv/bin/python benchmarks/bench_finetune.py --quick      # checks that it runs (~3 min)
+    .venv/bin/python benchmarks/bench_finetune.py --setups lora-r8-qv    # one set-up (~9 min)
+    .venv/bin/python benchmarks/bench_finetune.py --quick   # checks that it runs (~3 min)
 
 Options: ``--batch 4 --seq 256 --steps 6 --rounds 3 --threads 2 --setups
 lora-r8-qv,lora-r16-all,full``.
@@ -24,6 +26,9 @@ What runs, one whole process per run, attnlm and the peer alternating round afte
   dropout 0)``, the training ids attnlm encoded (its ``train.bin`` from the untimed warm-up
   run) and the same windows (``torch.randint`` from a generator seeded as attnlm's trainer
   does), AdamW (fused CPU kernel on both sides, weight decay 0, same lr), clipping at 1.0.
+
+(attnlm picks oneDNN's or MKL's matrix product by CPU: ``ATTNLM_ONEDNN=1``/``0`` in the
+environment forces one, for an A/B on the same machine.)
 
 Reported per set-up: training tokens/s of each (steps 2..N+1 of the training loop, from
 attnlm's ``metrics.jsonl`` and the peer's own clock: model load, data and checkpoint writing
@@ -147,6 +152,17 @@ def peer_worker(args: argparse.Namespace) -> None:
                       "trainable": sum(p.numel() for p in params)}))  # fmt: skip
 
 
+def adapter_elements(checkpoint: Path) -> int:
+    """Elements of the LoRA tensors in a run's ``model.safetensors`` (from its header)."""
+    import math
+    import struct
+
+    with open(checkpoint / "model.safetensors", "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    return sum(math.prod(v["shape"]) for k, v in header.items() if ".lora_" in k)
+
+
 def training_rate(elapsed: list[float], tokens_per_step: int) -> float:
     """Tokens/s over steps 2..N (the first step warms up allocators and kernels)."""
     return (len(elapsed) - 1) * tokens_per_step / (elapsed[-1] - elapsed[0])
@@ -160,7 +176,7 @@ def run_side(side: str, setup: str, args: argparse.Namespace, found: dict) -> ha
         recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         recs = [r for r in recs if "loss" in r]
         losses, elapsed = [r["loss"] for r in recs], [r["elapsed"] for r in recs]
-        trainable = None
+        trainable = adapter_elements(out / "checkpoint") if SETUPS[setup][0] == "lora" else None
     else:
         done = harness.run_process(peer_cmd(setup, args, steps))
         rec = json.loads(done.stdout.strip().splitlines()[-1])
@@ -184,15 +200,20 @@ def main() -> None:
                     help="train on the first N characters of the corpus (0: all)")  # fmt: skip
     ap.add_argument("--setups", default=",".join(SETUPS), help="which set-ups, comma-separated")
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
-    ap.add_argument("--worker", choices=["peer"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["peer", "prepare"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", choices=list(SETUPS), help=argparse.SUPPRESS)
     args = harness.parse(
         ap, quick={"batch": 1, "seq": 32, "steps": 2, "rounds": 1, "chars": 200_000,
                    "setups": "lora-r8-qv,full"},
     )  # fmt: skip
+    if args.worker == "prepare":
+        return prepare(args)
     if args.worker:
         return peer_worker(args)
-    harness.set_threads(args.threads)
+    # This process stays small (no torch, no model): a forked child's peak RSS counts from
+    # the RSS of the process that forks it. The children set their own threads.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
     harness.header("finetune", batch=args.batch, seq=args.seq, steps=args.steps,
                    rounds=args.rounds, threads=args.threads)  # fmt: skip
     if not harness.require("finetune", "transformers", "peft"):
@@ -200,7 +221,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="attnlm-finetune-") as tmp:
         args.work = args.work or tmp
         Path(args.work).mkdir(parents=True, exist_ok=True)
-        prepare(args)
+        prep = [sys.executable, __file__, "--worker", "prepare", "--work", args.work,
+                "--chars", str(args.chars), "--setups", args.setups, "--batch", str(args.batch),
+                "--seq", str(args.seq), "--threads", str(args.threads)]  # fmt: skip
+        harness.run_process(prep)
+        differ = []
         for setup in args.setups.split(","):
             mode = SETUPS[setup][0]
             peer = "peft" if mode == "lora" else "transformers"
@@ -215,6 +240,8 @@ def main() -> None:
             rss = [harness.median(r["rss_mib"] for r in side) for side in (a, p)]
             diff = abs(a[0]["loss0"] - p[0]["loss0"])
             agree = "agree" if diff < 1e-4 else "DIFFER"
+            if diff >= 1e-4:
+                differ.append(setup)
             print(f"  {setup}: training tokens/s attnlm {tps[0]:.1f}, {peer} {tps[1]:.1f} "
                   f"({tps[0] / tps[1]:.2f}x); peak RSS {rss[0]:.0f} / {rss[1]:.0f} MiB "
                   f"({rss[0] / rss[1]:.2f}x); loss at step 0 {a[0]['loss0']:.6f} / "
@@ -228,8 +255,10 @@ def main() -> None:
                 rss_ratio=round(rss[0] / rss[1], 3),
                 loss0_attnlm=a[0]["loss0"], loss0_peer=p[0]["loss0"],
                 loss0_abs_diff=diff, loss0_agrees=diff < 1e-4,
-                trainable_peer=p[0]["trainable"],
+                trainable_attnlm=a[0]["trainable"], trainable_peer=p[0]["trainable"],
             )  # fmt: skip
+    if differ:  # not the same start: the figures compare different computations
+        sys.exit(f"finetune: the losses at step 0 differ by 1e-4 or more: {', '.join(differ)}")
 
 
 if __name__ == "__main__":

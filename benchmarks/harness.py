@@ -154,8 +154,10 @@ def run_process(
     cwd: str | os.PathLike[str] | None = None,
 ) -> ProcessRun:
     """Like :func:`time_process`, and the child's peak RSS and stdout too (``wait4`` reports
-    the resources of that one child, so alternating processes do not mix their peaks). A
-    failing command raises ``RuntimeError`` naming it and the last line of its stderr."""
+    the resources of that one child, so alternating processes do not mix their peaks). The
+    kernel counts a forked child's peak from the caller's RSS at the fork: measure from a
+    small process (no torch imported, no model loaded). A failing command raises
+    ``RuntimeError`` naming it and the last line of its stderr."""
     import tempfile
 
     with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
