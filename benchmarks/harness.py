@@ -13,7 +13,8 @@ Every script under ``benchmarks/`` uses it the same way::
   of load on the machine hits both sides alike; each contender is a callable returning a
   :class:`Sample` (wall and CPU seconds), usually from :func:`time_call` (an in-process call)
   or :func:`time_process` (a whole command, as a user runs it: ``attnlm ngram train ...``
-  against ``lmplz ...``; CPU time is the child's user + system time from ``wait4``).
+  against ``lmplz ...``; CPU time is the child's user + system time from ``wait4``;
+  :func:`run_process` adds the child's peak RSS and its output).
 * ``report`` prints one line for people and one JSON line (``{"bench": ...}``) per result:
   medians of wall and CPU seconds per side, ``time_ratio`` = ours / peer (lower is better)
   and ``speedup`` = peer / ours (higher is better), by wall clock and by CPU time.
@@ -134,6 +135,46 @@ def time_process(
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["(no message)"]
         raise RuntimeError(f"{' '.join(map(str, cmd))}: exit {proc.returncode}: {tail[0]}")
     return Sample(wall, usage.ru_utime + usage.ru_stime)
+
+
+@dataclass(frozen=True)
+class ProcessRun:
+    """One whole command, run by :func:`run_process`: its times, peak resident memory
+    (``ru_maxrss`` of that process alone, from ``wait4``) and its standard output."""
+
+    sample: Sample
+    peak_rss_mib: float
+    stdout: str
+
+
+def run_process(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> ProcessRun:
+    """Like :func:`time_process`, and the child's peak RSS and stdout too (``wait4`` reports
+    the resources of that one child, so alternating processes do not mix their peaks). The
+    kernel counts a forked child's peak from the caller's RSS at the fork: measure from a
+    small process (no torch imported, no model loaded). A failing command raises
+    ``RuntimeError`` naming it and the last line of its stderr."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=fout, stderr=ferr,
+                                env=env, cwd=cwd)  # fmt: skip
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        fout.seek(0)
+        ferr.seek(0)
+        out, err = fout.read().decode(errors="replace"), ferr.read().decode(errors="replace")
+    if proc.returncode != 0:
+        tail = err.strip().splitlines()[-1:] or ["(no message)"]
+        raise RuntimeError(f"{' '.join(map(str, cmd))}: exit {proc.returncode}: {tail[0]}")
+    rss_kib = usage.ru_maxrss  # KiB on Linux
+    return ProcessRun(Sample(wall, usage.ru_utime + usage.ru_stime), rss_kib / 1024, out)
 
 
 def alternate(

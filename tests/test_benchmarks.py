@@ -86,6 +86,25 @@ def test_time_process_times_a_child_and_names_a_failure(harness, tmp_path):
         harness.time_process([sys.executable, "-c", "raise SystemExit(3)"])
 
 
+def test_run_process_reports_the_childs_own_peak_rss(harness):
+    """The peak RSS is each child's own: a child holding 200 MiB more than this process ever
+    did reports at least that, a small one run after it less (getrusage(RUSAGE_CHILDREN)
+    would keep the larger). A forked child starts from this process's RSS, hence the
+    margin."""
+    import resource
+
+    mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # MiB
+    size = (mine + 200) * 2**20
+    big = f"b = bytearray({size}); b[::4096] = b'x' * len(b[::4096]); print('big', len(b))"
+    run = harness.run_process([sys.executable, "-c", big])
+    assert run.stdout.strip() == f"big {size}"
+    assert run.peak_rss_mib >= mine + 200 and run.sample.wall > 0
+    small = harness.run_process([sys.executable, "-c", "print('small')"])
+    assert small.stdout.strip() == "small" and small.peak_rss_mib < mine + 100
+    with pytest.raises(RuntimeError, match="exit 1: boom"):
+        harness.run_process([sys.executable, "-c", "import sys; sys.exit('boom')"])
+
+
 def test_quick_from_flag_or_environment(harness, monkeypatch):
     import argparse
 

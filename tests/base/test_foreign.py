@@ -162,3 +162,18 @@ def test_shapes_only_checks_against_a_fixed_budget(monkeypatch):
         registry.make_config(table)
         with pytest.raises(InputError, match="PiB"):
             registry.make_config({**table, "n_layer": 10**12})
+
+
+@pytest.mark.parametrize("where", [None, 0, "middle", -1])
+def test_check_finite_in_slices_agrees_with_isfinite(monkeypatch, where):
+    """The check goes a slice at a time: a bad value in any slice (the first, a middle one,
+    the last, shorter one) is found, as torch.isfinite over the whole tensor finds it."""
+    monkeypatch.setattr(foreign, "FINITE_CHUNK", 64)
+    t = torch.randn(7, 50)  # 350 values: slices of 64, the last one of 30
+    if where is not None:
+        t.view(-1)[175 if where == "middle" else where] = math.inf if where == -1 else math.nan
+    for view in (t, t.t()):  # a transposed (non-contiguous) view too
+        assert foreign._is_finite(view) == bool(torch.isfinite(view).all())
+    if where is not None:
+        with pytest.raises(InputError, match="holds NaN or infinite"):
+            foreign.check_finite({"w": t.t()}, "f")

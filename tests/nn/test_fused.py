@@ -52,19 +52,29 @@ def test_linear_backward_gradcheck(k, m, bias):
     assert gradcheck(fused._Linear.apply, (x, w, b))
 
 
+@pytest.fixture(params=[True, False], ids=["onednn", "mkl"])
+def onednn(request, monkeypatch):
+    """Run a test with oneDNN's kernel chosen (where this PyTorch has it) and without."""
+    if request.param and not fused.onednn_available():
+        pytest.skip("this PyTorch has no oneDNN float32 linear kernel")
+    monkeypatch.setattr(fused, "onednn_preferred", lambda: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("k, m", [(24, 56), (56, 24)])
 @pytest.mark.parametrize("x_grad", [True, False])
-def test_linear_equals_f_linear(k, m, x_grad):
-    x = torch.randn(4, 16, k, requires_grad=x_grad)  # 64 rows: the oneDNN path where present
+def test_linear_equals_f_linear(k, m, x_grad, onednn):
+    x = torch.randn(4, 16, k, requires_grad=x_grad)  # 64 rows: the oneDNN path where chosen
+    assert fused._use_onednn(x.detach(), torch.empty(m, k)) == onednn
     w, b = torch.randn(m, k, requires_grad=True), torch.randn(m, requires_grad=True)
     ours = grads(fused.linear, x, w, b)
     ref = grads(F.linear, x, w, b)
     assert_close(ours[0] + ours[1], ref[0] + ref[1])
 
 
-def test_linear_takes_onednn_only_where_it_applies():
+def test_linear_takes_onednn_only_where_it_applies(onednn):
     x, w = torch.randn(64, 24), torch.randn(40, 24)
-    assert fused._use_onednn(x, w) == fused.onednn_available()
+    assert fused._use_onednn(x, w) == onednn
     with torch.no_grad():  # inference: the kernel without the autograd Function
         assert_close([fused.linear(x, w)], [F.linear(x, w)])
     small = torch.randn(fused.ONEDNN_MIN_ROWS - 1, 24)
@@ -80,6 +90,28 @@ def test_linear_takes_onednn_only_where_it_applies():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fused._use_onednn(x, w)
         assert fused.linear(x, w).dtype == torch.bfloat16  # autocast still applies
+
+
+INTEL = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\n"
+
+
+def test_onednn_is_preferred_where_mkl_is_not_tuned(monkeypatch):
+    """MKL's tuned paths run on Intel CPUs: oneDNN only elsewhere (AMD), unless forced."""
+    assert fused.mkl_tuned(INTEL)
+    assert fused.mkl_tuned(INTEL * 2)
+    assert not fused.mkl_tuned(INTEL.replace("GenuineIntel", "AuthenticAMD"))
+    assert not fused.mkl_tuned("")  # no vendor line (ARM): not Intel
+    for value, want in (("1", fused.onednn_available()), ("0", False)):
+        monkeypatch.setenv(fused.ONEDNN_ENV, value)
+        fused.onednn_preferred.cache_clear()
+        try:
+            assert fused.onednn_preferred() == want
+        finally:
+            fused.onednn_preferred.cache_clear()
+    monkeypatch.delenv(fused.ONEDNN_ENV)
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        intel = fused.mkl_tuned(f.read())
+    assert fused.onednn_preferred() == (fused.onednn_available() and not intel)
 
 
 def test_linear_module_is_nn_linear():
@@ -121,7 +153,7 @@ def test_rms_norm_equals_the_formula_and_torch():
 # -- SwiGLU with oneDNN projections ------------------------------------------------------------
 
 
-def test_swiglu_with_onednn_linear_by_hand():
+def test_swiglu_with_onednn_linear_by_hand(onednn):
     ff = fused.use_onednn(SwiGLU(24, 40))
     assert type(ff.fc) is fused.Linear and type(ff.proj) is fused.Linear
     x = torch.randn(4, 16, 24, requires_grad=True)
@@ -134,7 +166,7 @@ def test_swiglu_with_onednn_linear_by_hand():
     assert_close(ours[0] + ours[1], ref[0] + ref[1])
 
 
-def test_use_onednn_keeps_parameters_ties_and_numbers():
+def test_use_onednn_keeps_parameters_ties_and_numbers(onednn):
     """use_onednn swaps the computation only: the same parameters (a tied head stays tied),
     the same state-dict keys, the same logits and gradients as nn.Linear."""
     from attnlm.models.gpt import GPT, GPTConfig
@@ -200,7 +232,7 @@ def test_rotary_heads_equal_split_and_apply_rotary(per_row):
 
 
 @pytest.mark.parametrize("rows", [1, 7, 64])
-def test_chunked_head_loss_is_cross_entropy(rows):
+def test_chunked_head_loss_is_cross_entropy(rows, onednn):
     """Loss and gradients (hidden states and head weight) of the chunked head against
     ``F.cross_entropy`` of the full logits, ignored targets included."""
     torch.manual_seed(0)

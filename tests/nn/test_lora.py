@@ -212,3 +212,89 @@ def test_chunked_training_loss_equals_the_plain_head(family):
     assert int(chunked.n_targets) == int(plain.n_targets) == 3 * 40 - 5
     for a, b in zip(got, want, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+SPANS = {  # layer shape and adapters: whole rows, one slice, several slices
+    "o": (24, 24, ["o"]),
+    "q": (24, 40, ["q"]),
+    "qkv": (24, 40, ["q", "k", "v"]),
+    "gate,up": (24, 64, ["gate", "up"]),
+}
+ROWS = {"o": (0, 24), "q": (0, 24), "k": (24, 32), "v": (32, 40), "gate": (0, 32), "up": (32, 64)}
+
+
+def lora_layer(case, bias, dtype=torch.float32):
+    from attnlm.nn import fused
+
+    k_in, out, names = SPANS[case]
+    base = fused.Linear(k_in, out, bias=bias, dtype=dtype)
+    layer = LoRALinear(base, {n: ROWS[n] for n in names}, r=3, alpha=6.0)
+    layer.requires_grad_(False)
+    with torch.no_grad():
+        for p in layer.lora_B.values():
+            p.normal_(0, 0.5)
+    for n in names:
+        layer.lora_A[n].requires_grad_(True), layer.lora_B[n].requires_grad_(True)
+    return layer
+
+
+@pytest.mark.parametrize("case", list(SPANS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_lora_path_equals_the_plain_path(case, bias, monkeypatch):
+    """The one-Function training path (lora_linear) against the plain path (stacked A,
+    zero-padded B, addmm; the formula test above checks that one): outputs and the gradients
+    of x and of every adapter within 1e-5."""
+    layer = lora_layer(case, bias)
+    x = torch.randn(2, 20, SPANS[case][0], requires_grad=True)  # 40 rows: the oneDNN sizes too
+    cot = torch.randn(2, 20, SPANS[case][1])
+    params = list(layer.lora_A.values()) + list(layer.lora_B.values())
+    runs = []
+    for fast in (True, False):
+        if not fast:  # the plain path: what runs with dropout, autocast or a trainable base
+            monkeypatch.setattr(layer, "_fast", lambda _x: False)
+        else:
+            assert layer._fast(x)
+        y = layer(x)
+        grads = torch.autograd.grad(y, [x, *params], cot)
+        runs.append((y.detach(), grads))
+    (y1, g1), (y2, g2) = runs
+    assert torch.allclose(y1, y2, atol=1e-5)
+    for a, b in zip(g1, g2, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["q", "qkv", "gate,up"])
+def test_fused_lora_backward_gradcheck(case):
+    from torch.autograd import gradcheck
+
+    from attnlm.nn.lora import lora_linear
+
+    layer = lora_layer(case, True, torch.float64)
+    names = list(layer.slices)
+    x = torch.randn(2, 5, SPANS[case][0], dtype=torch.float64, requires_grad=True)
+    a = [layer.lora_A[n].detach().clone().requires_grad_() for n in names]
+    b = [layer.lora_B[n].detach().clone().requires_grad_() for n in names]
+    spans = [layer.slices[n] for n in names]
+
+    def fn(x, *ab):
+        return lora_linear(x, layer.weight, layer.bias, list(ab[: len(a)]), list(ab[len(a) :]),
+                           spans, layer.scale)  # fmt: skip
+
+    assert gradcheck(fn, (x, *a, *b))
+
+
+def test_fused_lora_path_only_where_it_applies():
+    layer = lora_layer("qkv", True)
+    x = torch.randn(2, 20, 24)
+    assert layer._fast(x)
+    with torch.no_grad():
+        assert not layer._fast(x)
+    layer.weight.requires_grad_(True)  # a trainable base: the plain path
+    assert not layer._fast(x)
+    layer.weight.requires_grad_(False)
+    layer.lora_dropout = nn.Dropout(0.1)
+    assert not layer._fast(x)
+    layer.eval()  # dropout off
+    assert layer._fast(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not layer._fast(x)

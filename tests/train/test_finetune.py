@@ -207,3 +207,25 @@ def test_quantized_gguf_source(cli, tmp_path):
     torch.testing.assert_close(a, b, atol=1e-4, rtol=0)  # lr 1e-9: one negligible step
     r = cli("train", "--resume", run, "--max-iters", "2", "--no-progress")
     assert r.code == 0, r.err
+
+
+def test_the_source_model_is_handed_over_not_copied(gpt2_folder):
+    """The run trains the model read from the source (no second model, no copy of the
+    weights): take_model gives it once, in training mode, with the fingerprinted weights."""
+    transformers = pytest.importorskip("transformers")
+    from attnlm.errors import ConfigError
+    from attnlm.train.finetune import load_init_source, take_model, weights_fingerprint
+
+    init = load_init_source(str(gpt2_folder))
+    model = init.model
+    taken = take_model(init)
+    assert taken is model and taken.training and init.model is None
+    assert init.record["fingerprint"] == weights_fingerprint(taken)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).eval()
+    x = torch.randint(0, hf.config.vocab_size, (2, 20))
+    with torch.no_grad():
+        ours = taken.eval()(x).logits
+        want = hf(x).logits
+    assert torch.allclose(ours, want, atol=1e-4)
+    with pytest.raises(ConfigError, match="handed over already"):
+        take_model(init)

@@ -15,9 +15,11 @@ under ``torch.compile`` the callers use the plain ops too (the compiler fuses th
   :func:`onednn_available` checks it once against ``F.linear``); the backward's two products
   ``dx = dy W`` and ``dW = dyᵀ x`` go through it too.
   On x86 CPUs where MKL's float32 GEMM is not tuned for these shapes (AMD EPYC) this is
-  the largest saving; elsewhere, for fewer than
-  :data:`ONEDNN_MIN_ROWS` rows, under autocast, or with ``torch.backends.mkldnn.enabled =
-  False`` it is ``torch.nn.functional.linear``.
+  the largest saving; on Intel CPUs, whose tuned MKL code ``F.linear`` and ``torch.mm`` already
+  run, oneDNN is no faster (slower for the transposed products of the backward), so
+  :func:`onednn_preferred` keeps it off there (``ATTNLM_ONEDNN=1``/``0`` overrides the choice).
+  For fewer than :data:`ONEDNN_MIN_ROWS` rows, under autocast, or with
+  ``torch.backends.mkldnn.enabled = False`` it is ``torch.nn.functional.linear``.
 * :func:`rms_norm`: ``y = x / rms(x) · γ`` with ``rms(x) = sqrt(mean(x²) + ε)``; backward
   ``dx = (g - x̂ · mean(g ⊙ x̂)) / rms`` with ``g = dy ⊙ γ`` and ``x̂ = x / rms``, and
   ``dγ = Σ_rows dy ⊙ x̂``; the row sums are matrix-vector products.
@@ -47,7 +49,9 @@ __all__ = [
     "RMSNorm",
     "chunked_head_loss",
     "linear",
+    "mkl_tuned",
     "onednn_available",
+    "onednn_preferred",
     "rms_norm",
     "rotary_heads",
     "swiglu",
@@ -80,6 +84,37 @@ def onednn_available() -> bool:
         return bool(torch.allclose(op(x, w, None, "none", [], ""), F.linear(x, w), atol=1e-5))
     except (AttributeError, RuntimeError):
         return False
+
+
+ONEDNN_ENV = "ATTNLM_ONEDNN"  # 1: oneDNN's linear wherever it applies, 0: never
+
+
+def mkl_tuned(cpuinfo: str) -> bool:
+    """Whether ``cpuinfo`` (the text of ``/proc/cpuinfo``) names an Intel CPU, on which MKL,
+    PyTorch's float32 GEMM on x86, takes its tuned code paths."""
+    return any(
+        line.split(":", 1)[-1].strip() == "GenuineIntel"
+        for line in cpuinfo.splitlines()
+        if line.startswith("vendor_id")
+    )
+
+
+@functools.cache
+def onednn_preferred() -> bool:
+    """Whether :func:`linear` uses oneDNN's kernel (where it applies at all): it is available
+    (:func:`onednn_available`) and the CPU is not one MKL is tuned for (:func:`mkl_tuned`);
+    ``ATTNLM_ONEDNN=1`` or ``0`` decides instead. Read once per process."""
+    import os
+
+    forced = os.environ.get(ONEDNN_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1" and onednn_available()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            intel = mkl_tuned(f.read())
+    except OSError:
+        intel = False
+    return not intel and onednn_available()
 
 
 def _gemm(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
@@ -129,7 +164,7 @@ def _use_onednn(x: Tensor, weight: Tensor) -> bool:
         and torch.backends.mkldnn.enabled
         and not torch.is_autocast_enabled("cpu")
         and not torch.compiler.is_compiling()  # torch.compile picks its own kernels
-        and onednn_available()
+        and onednn_preferred()
     )
 
 

@@ -27,6 +27,13 @@ built from :mod:`attnlm.nn` parts (gpt, llama, bert, transformer):
 ``all``    every name above the model has except ``qkv`` (peft's ``all-linear``: not the LM head)
 =========  ===========================================================================
 
+Training (autograd recording, the base frozen, no dropout active) takes one
+:class:`torch.autograd.Function` per layer (:func:`lora_linear`): the base product, the
+adapters' ``x Aᵀ`` for all slices at once and each slice's ``z_i B_iᵀ`` added into its own rows
+of the output, and a hand-written backward that adds the adapters' share of ``dx`` into the
+base's in place; no zero-padded ``B``, no concatenation, and only ``x`` and ``z`` saved. The
+plain path above computes the same numbers (tested against it).
+
 An adapted causal decoder (gpt, llama) computes its training loss :data:`LOSS_CHUNK_ROWS`
 rows at a time (``Decoder.loss_chunk``, :func:`attnlm.nn.fused.chunked_head_loss`): the head
 is frozen and its logits serve the loss alone, so the ``(B T, V)`` logits, log-softmax and
@@ -58,6 +65,7 @@ __all__ = [
     "apply_lora",
     "has_lora",
     "load_lora_state_dict",
+    "lora_linear",
     "lora_state_dict",
     "merge_lora",
     "parse_targets",
@@ -200,7 +208,23 @@ class LoRALinear(nn.Linear):
             cols.append(F.pad(self.lora_B[name], (0, 0, start, self.out_features - stop)))
         return torch.cat(cols, dim=1)  # (out, K r)
 
+    def _fast(self, x: Tensor) -> bool:
+        """Whether :func:`lora_linear` computes this call: autograd records (not under
+        autocast or the compiler, which pick their own kernels), the base is frozen, and no
+        dropout is active on the adapters' input."""
+        frozen = not self.weight.requires_grad and (
+            self.bias is None or not self.bias.requires_grad
+        )
+        no_drop = isinstance(self.lora_dropout, nn.Identity) or not self.training
+        plain = not torch.is_autocast_enabled(x.device.type) and not torch.compiler.is_compiling()
+        return frozen and no_drop and plain and torch.is_grad_enabled()
+
     def forward(self, x: Tensor) -> Tensor:
+        if self._fast(x):
+            names = list(self.slices)
+            return lora_linear(x, self.weight, self.bias, [self.lora_A[n] for n in names],
+                               [self.lora_B[n] for n in names],
+                               [self.slices[n] for n in names], self.scale)  # fmt: skip
         y = self._base(x)  # (..., out)
         names = list(self.slices)
         if len(names) == 1:
@@ -230,6 +254,59 @@ class LoRALinear(nn.Linear):
         return (
             f"{self.in_features} -> {self.out_features}, r={self.r}, scale={self.scale:g}, {spans}"
         )
+
+
+class _LoRALinear(torch.autograd.Function):
+    """``y = x Wᵀ + b``, then ``y[:, slice_i] += scale · z_i B_iᵀ`` with ``z = x [A_1; ...]ᵀ``
+    ``(N, K r)``, ``W`` and ``b`` frozen. Backward, with ``dz_i = dy[:, slice_i] B_i``:
+    ``dx = dy W + scale · dz [A_1; ...]``, ``dA = scale · dzᵀ x`` (split per adapter),
+    ``dB_i = scale · dy[:, slice_i]ᵀ z_i``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, spans, scale, k, *ab):
+        a_list, b_list = ab[:k], ab[k:]
+        x2 = x.reshape(-1, x.shape[-1])  # (N, in)
+        y = fused.linear(x2, weight, bias)  # (N, out); autograd does not record in here
+        a = a_list[0] if k == 1 else torch.cat(a_list, dim=0)  # (K r, in)
+        z = F.linear(x2, a)  # (N, K r)
+        r = a_list[0].shape[0]
+        for i, (start, stop) in enumerate(spans):
+            y[:, start:stop].addmm_(z[:, i * r : (i + 1) * r], b_list[i].t(), alpha=scale)
+        ctx.save_for_backward(x2, weight, a, z, *b_list)
+        ctx.spans, ctx.scale, ctx.k, ctx.r, ctx.x_shape = spans, scale, k, r, x.shape
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, weight, a, z, *b_list = ctx.saved_tensors
+        spans, scale, k, r = ctx.spans, ctx.scale, ctx.k, ctx.r
+        dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
+        parts = [dy2[:, start:stop].mm(b) for (start, stop), b in zip(spans, b_list)]
+        dz = parts[0] if k == 1 else torch.cat(parts, dim=1)  # (N, K r)
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx = fused.linear(dy2, weight.t())  # dy W: (N, in)
+            dx = dx.addmm_(dz, a, alpha=scale).view(ctx.x_shape)  # the adapters' share
+        da = dz.t().mm(x2).mul_(scale)  # (K r, in)
+        db = [dy2[:, start:stop].t().mm(z[:, i * r : (i + 1) * r]).mul_(scale)
+              for i, (start, stop) in enumerate(spans)]  # fmt: skip
+        return (dx, None, None, None, None, None, *da.split(r, dim=0), *db)
+
+
+def lora_linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    a: list[Tensor],
+    b: list[Tensor],
+    spans: list[tuple[int, int]],
+    scale: float,
+) -> Tensor:
+    """A frozen linear layer with adapters, in one autograd step: ``x`` ``(..., in)``, the
+    base ``weight`` ``(out, in)`` and ``bias``, adapter ``i``'s ``a[i]`` ``(r, in)`` and
+    ``b[i]`` ``(stop - start, r)`` on output rows ``spans[i]``; returns ``(..., out)``, the
+    numbers of :meth:`LoRALinear.forward`'s plain path."""
+    return _LoRALinear.apply(x, weight, bias, tuple(spans), scale, len(a), *a, *b)
 
 
 # -- where the targets sit in each kind of module ---------------------------------------------

@@ -35,7 +35,7 @@ from attnlm.objectives import OBJECTIVES, make_objective
 from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare, prepare_pairs
-from attnlm.train.finetune import check_vocab, freeze, start_from
+from attnlm.train.finetune import check_vocab, freeze, start_from, take_model
 from attnlm.train.fsdp import load_sharded, shard
 from attnlm.train.lora import lora_model
 from attnlm.train.optim import make_optimizer
@@ -258,10 +258,11 @@ def train_run(
             check_vocab(data.tokenizer, table, cfg.init_from)
         else:
             table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
-        model, model_cfg, family = registry.build(table)
-        if init is not None:
-            model.load_state_dict(init.state)
-            del init.state
+        if init is not None:  # the source's own model: its weights are not copied
+            model = take_model(init)
+            model_cfg, family = model.config, registry.family_of(model)
+        else:
+            model, model_cfg, family = registry.build(table)
         if cfg.lora:  # adapters on the source model, the base frozen (train/lora.py)
             model, extra["lora"] = lora_model(model, cfg, init, run_dir, resume)
         frozen = freeze(model, cfg.freeze_embeddings, cfg.freeze_layers)
