@@ -259,13 +259,17 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
     }
 }
 
-/* 4-bit: blocks [b0, b1) of 64 rows. Per block and group, the four 16-row sums of u x are
- * accumulated in float from the nibbles, then y += d (sum u x) + m (sum x). */
+/* 4-bit: rows of the half-blocks [h0, h1) of 32 rows (a half-block is one nibble of each byte:
+ * work is shared in halves so that 9 blocks split evenly between two threads). Per block and
+ * group, the four 16-row sums of u x are accumulated in float from the nibbles, then
+ * y += d (sum u x) + m (sum x); a block whose other half belongs to another thread is read
+ * whole and only this thread's half stored. */
 static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
-                    int64_t ldy, const float *res, int64_t b0, int64_t b1) {
+                    int64_t ldy, const float *res, int64_t h0, int64_t h1) {
     const int64_t K = L->k, G = K / 32;
     const uint8_t *W = (const uint8_t *)L->w;
-    for (int64_t blk = b0; blk < b1; blk++) {
+    for (int64_t blk = h0 / 2; blk < (h1 + 1) / 2; blk++) {
+        const int q0 = 2 * blk < h0 ? 2 : 0, q1 = 2 * blk + 1 < h1 ? 4 : 2; /* 16-row quarters */
         const uint8_t *wb = W + blk * K * 32;
         for (int64_t m = 0; m < M; m++) {
             const float *xm = x + m * ldx;
@@ -298,7 +302,7 @@ static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
                     out[q] += d * acc[q] + m * xs;
                 }
             }
-            for (int q = 0; q < 4; q++)
+            for (int q = q0; q < q1; q++)
                 for (int j = 0; j < 16; j++) store(L, y, ldy, res, m, blk * 64 + 16 * q + j, out[q][j]);
         }
     }
@@ -309,7 +313,7 @@ static void linear(const Linear *L, const float *x, int64_t M, int64_t ldx, floa
                    int64_t ldy, const float *res, int t, int nt) {
     int64_t lo, hi;
     if (L->fmt == FMT_Q4) {
-        share(L->n_pad / 64, t, nt, &lo, &hi);
+        share(L->n_pad / 32, t, nt, &lo, &hi);
         rows_q4(L, x, M, ldx, y, ldy, res, lo, hi);
         return;
     }
