@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attnlm import native
+from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.lookahead import drop_newest
 from attnlm.models import native_step as ns
@@ -192,6 +193,34 @@ def test_the_cache_stays_an_ordinary_cache(monkeypatch):
         want2 = model(ids[:, 25:26], cache=ref).logits
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(got2, want2, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("max_len", [None, 40])
+def test_a_static_cache_keeps_its_own_buffers(max_len, monkeypatch):
+    """Decoding's default state: the C step writes into the static cache's buffers, so its own
+    appends (the forward's) continue them; past ``max_len`` it refuses as the forward does."""
+    model = llama(n_kv_head=2)
+    torch.manual_seed(3)
+    ids = torch.randint(V, (1, 45))
+    with torch.inference_mode():
+        ref, ours = KVCache(2), StaticKVCache(2, max_len)
+        torch_path(monkeypatch)
+        want = [model(ids[:, :20], cache=ref).logits]
+        want += [model(ids[:, t : t + 1], cache=ref).logits for t in range(20, 30)]
+        want.append(model(ids[:, 30:38], cache=ref).logits)
+        got = [model(ids[:, :20], cache=ours).logits]  # the prefill: the forward's append
+        c_path(monkeypatch)
+        got += [model.step(ids[:, t : t + 1], ours) for t in range(20, 30)]
+        assert ours.keys[0].data_ptr() == ours.k_buf[0].data_ptr()  # its buffers, not copies
+        torch_path(monkeypatch)
+        got.append(model(ids[:, 30:38], cache=ours).logits)  # its own append after C steps
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+        c_path(monkeypatch)
+        if max_len is not None:
+            with pytest.raises(InputError, match="holds 40 positions"):
+                for t in range(38, 45):
+                    model.step(ids[:, t : t + 1], ours)
 
 
 def test_a_changed_model_is_described_again(monkeypatch):

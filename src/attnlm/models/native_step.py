@@ -39,6 +39,7 @@ from attnlm.nn import fused
 from attnlm.nn.blocks import ACTIVATIONS, SwiGLU
 from attnlm.nn.cache import KVCache
 from attnlm.nn.quant import QuantLinear
+from attnlm.nn.static_cache import StaticKVCache
 
 __all__ = ["MAX_TOKENS", "native_applies", "native_step"]
 
@@ -253,6 +254,7 @@ class _Plan:
         self.float_weights = False
         self.scratch: dict[tuple[int, int, int], tuple[_Scratch, list[Tensor]]] = {}
         self.buffers: object = None  # the _Buffers whose pointers the blocks hold
+        self.pointers: tuple[int, int] = (0, 0)  # and its first key buffer and capacity
         if not self.supported:
             return
         keep: list[Tensor] = []
@@ -338,10 +340,36 @@ def _holds(buf: _Buffers, state: KVCache, held: int) -> bool:
     return True
 
 
+class _StaticBuffers(_Buffers):
+    """A :class:`~attnlm.nn.static_cache.StaticKVCache`'s own buffers (its ``k_buf`` /
+    ``v_buf``, grown or refused by its own rule), so that its prefix-mode appends and the C step
+    write to the same memory."""
+
+    def __init__(self, state: StaticKVCache, b: int, hkv: int, d: int, end: int) -> None:
+        like = torch.empty(b, hkv, 0, d)
+        for layer in range(len(state.keys)):
+            state._buffers(layer, like, end)
+        self.k, self.v = list(state.k_buf), list(state.v_buf)
+        self.cap, self.rows = self.k[0].shape[-2], b
+        self.views = ([None] * len(self.k), [None] * len(self.k))
+
+
 def _buffers(plan: _Plan, state: KVCache, b: int, t: int) -> _Buffers:
     """The buffers holding ``state``'s keys and values with room for ``t`` more positions:
-    the ones it already uses, or new ones with its tensors copied in."""
+    a static cache's own, else the ones it already uses, or new ones with its tensors copied
+    in."""
     held = state.length
+    if isinstance(state, StaticKVCache):
+        mine = state.__dict__.get("_native_buffers")
+        if not (
+            isinstance(mine, _StaticBuffers)
+            and mine.rows == b
+            and held + t <= mine.cap
+            and all(a is c for a, c in zip(mine.k + mine.v, state.k_buf + state.v_buf))
+        ):
+            mine = _StaticBuffers(state, b, plan.Hkv, plan.D, held + t)  # fmt: skip
+            state.__dict__["_native_buffers"] = mine
+        return mine
     buf = state.__dict__.get("_native_buffers")
     if buf is not None and buf.rows == b and held + t <= buf.cap and _holds(buf, state, held):
         return buf
@@ -398,11 +426,11 @@ def native_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
     m = b * t
     held = state.length
     buf = _buffers(plan, state, b, t)
-    if plan.buffers is not buf:
+    if plan.buffers is not buf or plan.pointers != (buf.k[0].data_ptr(), buf.cap):
         for i, block in enumerate(plan.array):
             block.k_cache, block.v_cache = buf.k[i].data_ptr(), buf.v[i].data_ptr()
         plan.struct.cap = buf.cap
-        plan.buffers = buf
+        plan.buffers, plan.pointers = buf, (buf.k[0].data_ptr(), buf.cap)
     positions = state.positions(t, tokens.device)  # (T,)
     x = model.tok_emb(tokens)  # (B, T, C)
     if model.pos_emb is not None:
