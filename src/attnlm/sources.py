@@ -89,7 +89,7 @@ def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> 
     path = Path(text).expanduser()
     if path.exists():
         return _load_path(path, text, device, weights)
-    if path.is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
+    if looks_like_path(text):
         raise InputError(f"{path}: no such file or folder (expected a model: a run or "
                          "checkpoint folder, a Hugging Face folder or a .gguf file)")  # fmt: skip
     from attnlm.data.pretrained import pretrained_names, pretrained_path
@@ -106,6 +106,17 @@ def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> 
         f"unknown model {text!r}: not a file or folder, not a registered name "
         f"({', '.join(pretrained_names())}) and not a Hugging Face Hub id (org/name)"
     )
+
+
+def looks_like_path(text: str) -> bool:
+    """Whether a SPEC that names nothing on disk was meant as a path rather than a registered
+    name or a Hub id: absolute, ``./``/``../``/``~``, a ``.gguf`` file, or ``runs/demo`` whose
+    first part (``runs``) exists here (a Hub id ``org/name`` whose ``org`` is no local
+    folder stays a Hub id)."""
+    if Path(text).is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
+        return True
+    first, slash, _ = text.partition("/")
+    return bool(slash) and Path(first).exists()
 
 
 def load_as_checkpoint(
