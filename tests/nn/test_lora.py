@@ -165,6 +165,21 @@ def test_state_dict_round_trip_and_refusals():
         apply_lora(model, 4)
 
 
+@pytest.mark.parametrize("fmt", ["q8", "q4", "bf16"])
+def test_a_model_with_decode_time_weights_is_refused_in_one_line(fmt):
+    """``--weights q4/q8``: the linear layers are QuantLinear (no float ``weight``), so
+    adapters have nothing to add to: one line saying so, not an AttributeError."""
+    from attnlm.nn.quant import quantize_weights
+
+    model = quantize_weights(build("llama"), fmt)
+    with pytest.raises(InputError, match=f"need float32 weights and this model's are {fmt}") as e:
+        apply_lora(model, 4)
+    assert "\n" not in str(e.value)
+    model.weights_format = "f32"  # a quantized layer is found even without the mark
+    with pytest.raises(InputError, match="are quantized"):
+        apply_lora(model, 4)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

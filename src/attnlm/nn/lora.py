@@ -279,6 +279,21 @@ def available_targets(model: nn.Module) -> tuple[str, ...]:
     return tuple(t for t in TARGETS if t in found)
 
 
+def _check_float_weights(model: nn.Module) -> None:
+    """Adapters add ``B A`` to float weights: a model stored in q8/q4/bf16 for decoding
+    (:mod:`attnlm.nn.quant`) has none to add to, or to merge into."""
+    from attnlm.nn.quant import QuantLinear, weights_format
+
+    fmt = weights_format(model)
+    if fmt == "f32" and any(isinstance(m, QuantLinear) for m in model.modules()):
+        fmt = "quantized"
+    if fmt != "f32":
+        raise InputError(
+            f"LoRA adapters need float32 weights and this model's are {fmt} (decode-time "
+            "weights): load it with --weights f32 (weights='f32')"
+        )
+
+
 def apply_lora(
     model: nn.Module,
     r: int | LoRAConfig,
@@ -297,6 +312,7 @@ def apply_lora(
         cfg = LoRAConfig(r, DEFAULT_ALPHA if alpha is None else alpha, dropout, targets)
     if has_lora(model):
         raise ConfigError("this model already has LoRA adapters")
+    _check_float_weights(model)
     have = available_targets(model)
     wanted = cfg.targets
     if isinstance(targets, str) and "all" in targets.split(",") or tuple(wanted) == ALL:
