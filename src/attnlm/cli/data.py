@@ -10,6 +10,7 @@ from attnlm.cli.common import (
     add_corpus_arguments,
     add_option,
     add_pairs_argument,
+    add_progress_argument,
     add_seed_argument,
     add_text_argument,
     arg,
@@ -56,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"({DEFAULT_VAL_FRACTION})",
     )
     add_corpus_arguments(prep)
-    prep.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_argument(prep)
 
     task = add_command(dsub, "task", _task)
     task.add_argument(

@@ -17,6 +17,7 @@ from attnlm.cli.common import (
     add_command,
     add_command_group,
     add_literal_text_arguments,
+    add_progress_argument,
     add_runtime_arguments,
     add_seed_argument,
     add_text_argument,
@@ -61,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_time_budget_argument(fit, None)
     add_runtime_arguments(fit, device=None)
     add_seed_argument(fit, help="the initial values")
-    fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
+    add_progress_argument(fit)
     fit.add_argument(
         "--set",
         action="append",

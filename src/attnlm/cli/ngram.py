@@ -24,6 +24,7 @@ from attnlm.cli.common import (
     add_command_group,
     add_num_samples_argument,
     add_option,
+    add_progress_argument,
     add_prompt_argument,
     add_seed_argument,
     add_text_argument,
@@ -98,11 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="bounded memory (like lmplz -S): count, sort and estimate in about SIZE bytes "
         "(2G, 512M, 100K), spilling sorted shards to $TMPDIR; mkn and --arpa only",
     )
-    tr.add_argument(
-        "--progress",
-        action="store_true",
-        help="progress bars with n-grams/s on stderr (count, estimate, write)",
-    )
+    add_progress_argument(tr, default=False)  # n-grams/s for count, estimate, write
     _add_convention(tr)
 
     sc = add_command(nsub, "score", _score)

@@ -15,6 +15,7 @@ from attnlm.cli.common import (
     add_device_argument,
     add_model_spec_argument,
     add_pairs_argument,
+    add_progress_argument,
     add_runtime_arguments,
     add_seed_argument,
     add_text_argument,
@@ -174,9 +175,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "parameters and optimizer state sharded, sharded checkpoints)",
     )
     add_seed_argument(p)
-    p.add_argument(
-        "--no-progress", dest="progress", action="store_const", const=False, default=None
-    )
+    add_progress_argument(p, default=None)
     finetune.add_lora_arguments(p)
     p.add_argument(
         "--set",

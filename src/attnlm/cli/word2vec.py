@@ -15,6 +15,7 @@ import json
 from attnlm.cli.common import (
     add_command,
     add_command_group,
+    add_progress_argument,
     add_seed_argument,
     add_text_argument,
     add_top_k_argument,
@@ -79,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--noise-share", type=arg(positive_int), default=8,
                     help="CBOW: centre words sharing their noise words (8)")  # fmt: skip
     add_seed_argument(tr, default=1)
-    tr.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_argument(tr)
 
     si = add_command(wsub, "similar", _similar)
     _add_vectors(si)
