@@ -14,8 +14,10 @@ import importlib
 import sys
 
 from attnlm import __version__
+from attnlm.cli.arguments import outputs_of
 from attnlm.cli.common import OneLineArgumentParser, check_arguments
 from attnlm.errors import AttnlmError
+from attnlm.fileio import output_locks
 
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
 COMMAND_MODULES = [
@@ -63,7 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         check_arguments(parser, args)
-        result = args.func(args)
+        # one writer per output: every run folder and file the command writes is locked
+        # while it runs (a command that locks by itself, as train under torchrun, opts out)
+        folders, files = (
+            outputs_of(parser, args) if getattr(args, "lock_outputs", True) else ([], [])
+        )
+        with output_locks(tuple(folders), tuple(files)):
+            result = args.func(args)
     except AttnlmError as e:
         print("attnlm: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
         return 2

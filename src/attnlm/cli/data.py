@@ -18,7 +18,6 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.fileio import output_lock
 from attnlm.validate import (
     finite_float,
     non_negative_int,
@@ -142,8 +141,7 @@ def _prepare(args: argparse.Namespace) -> int:
         progress=args.progress,
         **options,
     )
-    with output_lock(args.out):
-        data = prepare(Path(args.out), cfg, log=print)
+    data = prepare(Path(args.out), cfg, log=print)
     print(data.stats_line())
     print(f"prepared {args.out}: train on it with attnlm train --data-dir {args.out}")
     return 0

@@ -28,7 +28,6 @@ from attnlm.cli.common import (
     text_file,
     use_threads,
 )
-from attnlm.fileio import output_lock
 from attnlm.validate import existing_dir, finite_float, non_empty, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
@@ -102,8 +101,7 @@ def _fit(args: argparse.Namespace) -> int:
     spec = spec_from_tables(tables, preset=FIT_PRESET)
     run_dir = Path(args.out)
     new_run_dir_check(run_dir)
-    with output_lock(run_dir):
-        result = train_run(spec, run_dir)
+    result = train_run(spec, run_dir)
     ev = result.last_eval
     tail = f"; val {ev.bpc:.4f} bits/char" if ev is not None and ev.bpc is not None else ""
     print(f"done: {result.step} EM iterations ({result.stop_reason}) in {result.elapsed:.1f}s"

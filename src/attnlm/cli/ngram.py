@@ -32,7 +32,6 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.errors import ConfigError
-from attnlm.fileio import output_locks
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -182,10 +181,9 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("say where to write the model: --arpa OUT and/or --out MODEL")
     if args.smoothing == "addk" and args.arpa:
         raise ConfigError("add-k smoothing has no ARPA form (not a back-off model); use --out")
-    with output_locks(files=(args.arpa, args.out)):
-        if args.memory is not None:
-            return _train_bounded(args)
-        return _train_in_memory(args)
+    if args.memory is not None:
+        return _train_bounded(args)
+    return _train_in_memory(args)
 
 
 def _train_in_memory(args: argparse.Namespace) -> int:

@@ -82,6 +82,7 @@ PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir", "chat_da
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "train", _train)
+    p.set_defaults(lock_outputs=False)  # _train locks: on the main process of a torchrun only
     p.add_argument(
         "--preset",
         default=None,
@@ -401,8 +402,7 @@ def _export(args: argparse.Namespace) -> int:
     = ddp, so OUT resumes in one process or under DDP."""
     from attnlm.train.fsdp import export_checkpoint
 
-    with output_lock(args.out):
-        path = export_checkpoint(args.checkpoint, args.out)
+    path = export_checkpoint(args.checkpoint, args.out)
     print(f"exported {args.checkpoint} -> {path}")
     return 0
 

@@ -23,7 +23,6 @@ from attnlm.cli.common import (
     text_file,
     text_value,
 )
-from attnlm.fileio import output_locks
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -152,13 +151,12 @@ def _train(args: argparse.Namespace) -> int:
         )
         bar.update(p.words - bar.n)
 
-    with output_locks(files=(args.out,)):
-        try:
-            result = train_word2vec(text, cfg, progress)
-        finally:
-            for bar in bars:
-                bar.close()
-        path = result.vectors.save(args.out, _binary(args))
+    try:
+        result = train_word2vec(text, cfg, progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    path = result.vectors.save(args.out, _binary(args))
     kind = "skip-gram" if cfg.sg else "CBOW"
     losses = ", ".join(f"{x:.4f}" for x in result.epoch_losses)
     print(f"{kind}: {len(result.vocab):,} words x {cfg.dim} from {result.words // cfg.epochs:,} "
