@@ -87,6 +87,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     ``matplotlib``'s ``savefig`` or ``numpy.tofile``); on success it is fsynced and renamed to
     ``path``, on failure removed. ``OSError`` becomes a one-line :class:`InputError`."""
     target = Path(path)
+    if target.exists() and not target.is_file():  # renaming over it would replace a device
+        raise InputError(f"{target}: not a regular file, cannot replace it with one")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -213,8 +215,8 @@ def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator
         return
     try:
         fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise _cannot_write(lock, e) from None
+    except OSError as e:  # named as the output: the lock file is ours, not the user's
+        raise _cannot_write(Path(target), e) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -32,10 +32,6 @@ MARKERS = {"data.json": "a prepared data folder's record: present only when its 
 # rows whose command refuses an output that exists (no --overwrite): each try starts afresh
 NEW_FOLDER_ONLY = {"hmm fit", "export-checkpoint"}
 
-# rows whose command holds the output lock (every command that writes, see cli.main)
-LOCKED = {"train", "compare", "data prepare", "ngram train", "word2vec train", "tokenize train",
-          "hmm fit", "export-checkpoint", "export --out", "demo"}  # fmt: skip
-
 # the kill points the slow test tries (the demo is a minute of writes: every fourth)
 SLOW_POINTS = {"demo": range(2, 40, 4)}
 
@@ -238,10 +234,9 @@ def kill_run(name: str, files, tmp_path, capsys, points) -> None:
             shutil.rmtree(o, ignore_errors=True)
     again = run_cli(capsys, *argv(1))  # no lock and no leftover stops the next run
     assert again.code == 0, again.err
-    if name in LOCKED:  # the next run under the lock removed what the killed ones left
-        for o in outputs:
-            left = o.rglob(f".*{TEMP_MARK}*") if o.is_dir() else o.parent.glob(f".{o.name}.tmp-*")
-            assert not [p for p in left if p.is_file()], f"{name}: temporary files left"
+    for o in outputs:  # the next run, under the output lock, removed what the killed ones left
+        left = o.rglob(f".*{TEMP_MARK}*") if o.is_dir() else o.parent.glob(f".{o.name}.tmp-*")
+        assert not [p for p in left if p.is_file()], f"{name}: temporary files left"
     check(outputs, {}, f"{name} after the kills")
 
 

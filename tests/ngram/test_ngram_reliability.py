@@ -128,6 +128,20 @@ def test_sample_rejects_bad_settings(kw):
         _small_model().sample(2, **kw)
 
 
+def test_a_tiny_temperature_samples_the_likeliest_word():
+    """p ** (1 / t) for t = 1e-320 underflowed to 0 for every word, and sampling stopped at
+    once (empty sentences, exit 0); relative to the likeliest word it is greedy decoding:
+    every word drawn (and the end, when a sentence ends early) is a most likely one."""
+    m = _small_model()
+    for sent in m.sample(5, temperature=1e-320, max_len=4, seed=0):
+        assert sent, "an empty sentence"
+        ctx = ["<s>"]
+        for w in [*sent, "</s>"][:4]:
+            p = m.distribution(ctx)
+            assert p[m.vocab.encode([w])[0]] == p.max(), (sent, w)
+            ctx.append(w)
+
+
 def test_written_arpa_reads_back(tmp_path):
     m = _small_model()
     write_arpa(m, tmp_path / "m.arpa")
