@@ -79,3 +79,39 @@ def test_attention_self_on_an_rnn_translation_model_is_one_line(tmp_path, capsys
     assert r.code == 2 and "no self attention" in r.err and len(r.err.strip().splitlines()) == 1
     assert not png.exists()
     assert run_cli(capsys, *argv, "--kind", "cross").code == 0 and png.stat().st_size > 0
+
+
+def test_export_into_an_attnlm_run_is_refused(tmp_path, capsys):
+    """``export --out RUN``: the Hugging Face ``config.json`` written beside ``checkpoint/``
+    made the folder load as the exported model, hiding the run (with or without
+    ``--overwrite``); refused in one line, the run untouched."""
+    from attnlm.sources import resolve
+    from gguf_export_support import tiny_run
+
+    source = tiny_run(tmp_path / "llama", "llama")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(CITIZENS, encoding="utf-8")
+    run = tmp_path / "run"
+    argv = ["train", "--preset", "tiny-test", "--text", corpus, "--out", run, "--max-iters", 1]
+    assert run_cli(capsys, *argv, "--no-progress").code == 0
+    before = sorted(p.name for p in run.iterdir())
+    for extra in ([], ["--overwrite"]):
+        r = run_cli(capsys, "export", "--model", source, "--out", run, *extra)
+        assert r.code == 2 and "holds an attnlm run" in r.err, r.err
+        assert len(r.err.strip().splitlines()) == 1
+    assert sorted(p.name for p in run.iterdir()) == before
+    assert resolve(run).info.family.type == "gpt"  # still the run, not the llama
+
+
+def test_attention_layer_and_head_are_checked_with_html_too(files, tmp_path, capsys):
+    """``--layer 99 --html`` wrote the page (the page shows every layer, and --layer was
+    ignored unchecked); out of range is one line, and --layer without --out says what it is
+    for."""
+    page = tmp_path / "a.html"
+    base = ["attention", "--checkpoint", files["ckpt"], "the cat", "--html", page]
+    r = run_cli(capsys, *base, "--layer", 99)
+    assert r.code == 2 and "--layer 99 is out of range" in r.err, r.err
+    r = run_cli(capsys, *base, "--layer", 0)
+    assert r.code == 2 and "--layer/--head choose the panels of --out" in r.err, r.err
+    assert not page.exists()
+    assert run_cli(capsys, *base).code == 0 and page.stat().st_size > 0
