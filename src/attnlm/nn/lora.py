@@ -294,6 +294,25 @@ def _check_float_weights(model: nn.Module) -> None:
         )
 
 
+def _check_rank(model: nn.Module, r: int, wanted: tuple[str, ...]) -> None:
+    """A rank above ``min(d_in, rows)`` of an adapted span adds nothing (``B A`` cannot have a
+    higher rank than that) and only costs memory: ``--lora 99999999`` asked for 25 GB."""
+    limit = None
+    for module in model.modules():
+        for attr, names in (_slots(module) or {}).items():
+            base = getattr(module, attr)
+            for t in wanted:
+                if t in names:
+                    lo, hi = names[t]
+                    width = min(base.in_features, hi - lo)
+                    limit = width if limit is None else min(limit, width)
+    if limit is not None and r > limit:
+        raise ConfigError(
+            f"--lora {r}: the rank can be at most {limit} for this model (the smallest input "
+            "width or output rows of the layers it adapts; a higher rank adds nothing)"
+        )
+
+
 def apply_lora(
     model: nn.Module,
     r: int | LoRAConfig,
@@ -324,6 +343,7 @@ def apply_lora(
             f"--lora-targets: {','.join(missing) or 'nothing'} matches no layer of this "
             f"{family} model (its targets: {','.join(have) or 'none'})"
         )
+    _check_rank(model, cfg.r, wanted)
     model.requires_grad_(False)
     if hasattr(model, "loss_chunk"):  # the causal decoder: its training loss a chunk at a time
         model.loss_chunk = LOSS_CHUNK_ROWS
