@@ -10,7 +10,7 @@ import json
 import pytest
 
 import attnlm.compare as compare
-from support import CITIZENS, ROMEO, run_cli
+from support import CITIZENS, ROMEO, attnlm_process, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -115,3 +115,31 @@ def test_attention_layer_and_head_are_checked_with_html_too(files, tmp_path, cap
     assert r.code == 2 and "--layer/--head choose the panels of --out" in r.err, r.err
     assert not page.exists()
     assert run_cli(capsys, *base).code == 0 and page.stat().st_size > 0
+
+
+def test_an_allocation_beyond_the_machine_is_one_line(tmp_path):
+    """``train --batch-size 1000000000`` under a 6 GB address-space limit: the allocator's
+    RuntimeError (a 20-line traceback) becomes one line, exit 2."""
+    import resource
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(CITIZENS, encoding="utf-8")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+
+    r = attnlm_process("train", "--preset", "tiny-test", "--text", corpus, "--out",
+                       tmp_path / "run", "--batch-size", 10**9, "--max-iters", 1,
+                       "--no-progress", preexec_fn=limit)  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("attnlm: error: out of memory (tried")
+    assert "Traceback" not in r.stderr
+
+
+def test_only_allocation_failures_are_turned_into_one_line():
+    from attnlm.cli import out_of_memory
+
+    cuda = type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory. Tried to allocate")
+    assert out_of_memory(cuda).startswith("out of memory")
+    assert out_of_memory(MemoryError()) == "out of memory; ask for less"
+    assert out_of_memory(RuntimeError("shape mismatch")) is None  # a bug stays a traceback

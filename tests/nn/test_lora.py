@@ -186,9 +186,7 @@ def test_a_rank_above_the_layers_it_adapts_is_refused():
     keys and values: q and o have 32 rows, v has 16."""
     ok = build("llama")
     apply_lora(ok, 32, targets="q,o")
-    assert {tuple(v.shape) for k, v in lora_state_dict(ok).items() if ".lora_A." in k} == {
-        (32, 32)
-    }
+    assert {tuple(v.shape) for k, v in lora_state_dict(ok).items() if ".lora_A." in k} == {(32, 32)}
     for targets, limit in (("q,o", 32), ("q,v", 16)):
         model = build("llama")
         keys = set(model.state_dict())

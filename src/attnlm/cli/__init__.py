@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from attnlm import __version__
@@ -52,6 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def out_of_memory(e: BaseException) -> str | None:
+    """One line for an allocation that failed (sizes beyond this machine: ``--batch-size
+    1000000000``), or None when ``e`` is something else. The sizes themselves are checked where
+    they can be (a model's parameters before it is built, see :mod:`attnlm.foreign`); this is
+    the net under what cannot be estimated beforehand."""
+    text = " ".join(str(e).split())
+    if isinstance(e, MemoryError):
+        return "out of memory" + (f" ({text[:200]})" if text else "") + "; ask for less"
+    found = re.search(r"tried to allocate ([\d.]+ ?\w*)", text)
+    if type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
+        size = f" (tried to allocate {found.group(1)})" if found else ""
+        return (
+            f"out of memory{size}: lower the sizes asked for (batch size, model size, tokens, rank)"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -78,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnlm: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError
+        problem = out_of_memory(e)
+        if problem is None:
+            raise
+        print(f"attnlm: error: {problem}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader went away (e.g. `attnlm models --json | head`)
         import os
 
