@@ -206,10 +206,11 @@ def _load_path(path: Path, spec: str, device: Any, weights: str | None = None) -
 def is_hf_folder(path: Path) -> bool:
     """A folder whose ``config.json`` has ``model_type`` and is not an attnlm checkpoint."""
     from attnlm.checkpoint import FORMAT
+    from attnlm.fileio import read_file_text
 
-    try:
-        data = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # not one: what it is gets named later
+    try:  # bounded: a config.json that is /dev/zero costs one block
+        data = json.loads(read_file_text(path / "config.json"))
+    except (AttnlmError, OSError, ValueError, RecursionError):  # what it is is named later
         return False
     return isinstance(data, dict) and "model_type" in data and data.get("format") != FORMAT
 
