@@ -184,7 +184,7 @@ class NgramModel:
                 if not allow_unk:
                     p[self.vocab.unk] = 0.0
                 if temperature != 1.0:  # relative to the likeliest word: a tiny one is greedy
-                    with np.errstate(divide="ignore", invalid="ignore"):
+                    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                         logp = np.log(p)
                         p = np.exp((logp - logp.max()) / temperature)
                 s = p.sum()
