@@ -3,9 +3,10 @@ N-th write point (``ATTNLM_TEST_KILL_AT=*:N``, read by :func:`attnlm.fileio.kill
 complete temporary file before its rename, or an appended log line half written) while it
 replaces the outputs of an earlier run; every output file must then be the old file byte for
 byte or a complete new one (never 0 bytes, never torn), and the command must run again to
-the end. The table :data:`ROWS` holds one row per writing command; a command with an output
-option (``--out``, ``--html``, ...) that has no row and no reason in :data:`EXEMPT` fails
-:func:`test_every_writing_command_has_a_row`."""
+the end. :func:`_rows` holds one row per writing command (two for ``export``: ``--gguf`` and
+``--out``); a command with an option whose type names an output
+(:data:`attnlm.cli.arguments.OUTPUT_TYPES`) that has no row and no reason in :data:`EXEMPT`
+fails :func:`test_every_writing_command_has_a_row`."""
 
 from __future__ import annotations
 
@@ -31,9 +32,6 @@ MARKERS = {"data.json": "a prepared data folder's record: present only when its 
 
 # rows whose command refuses an output that exists (no --overwrite): each try starts afresh
 NEW_FOLDER_ONLY = {"hmm fit", "export-checkpoint"}
-
-# the kill points the slow test tries (the demo is a minute of writes: every fourth)
-SLOW_POINTS = {"demo": range(2, 40, 4)}
 
 Argv = Callable[[int], list]  # variant (0: the old run, 1: the new one) -> argv
 
@@ -248,7 +246,7 @@ def test_kill_at_the_first_write(name, files, tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ROW_NAMES)
 def test_kill_at_every_write(name, files, tmp_path, capsys):
-    kill_run(name, files, tmp_path, capsys, points=SLOW_POINTS.get(name, range(2, 40)))
+    kill_run(name, files, tmp_path, capsys, points=range(2, 40))
 
 
 def test_every_writing_command_has_a_row(files, tmp_path):

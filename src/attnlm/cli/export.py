@@ -129,8 +129,9 @@ def _to_hf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     from attnlm.models.gguf.vocab import write_tokenizer_json
 
     model, tok, info = found
-    save_hf(model.cpu(), out)
+    # the tokenizer first: save_hf writes config.json last, which makes the folder a model
     wrote = write_tokenizer_json(tok, out, model.config)
+    save_hf(model.cpu(), out)
     return {"format": "huggingface", "tokenizer": wrote}
 
 
