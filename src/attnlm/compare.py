@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.compare_report import format_table, write_outputs  # noqa: F401 - public here too
-from attnlm.errors import ConfigError, InputError
+from attnlm.errors import AttnlmError, ConfigError, InputError
 from attnlm.fileio import atomic_path, atomic_write_text, output_lock
 
 # model name in --models -> preset it trains (None: the n-gram baseline)
@@ -369,10 +369,16 @@ def run_neural(
 
 
 def _read_or_none(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, ValueError):
+    """The text of ``path`` (read by the bounded reader: ``/dev/zero`` costs one block), None
+    when it is missing, ``""`` when it is not text (both: a result to compute again)."""
+    from attnlm.fileio import read_file_text
+
+    if not path.exists():
         return None
+    try:
+        return read_file_text(path, empty_ok=True)
+    except AttnlmError:
+        return ""
 
 
 def _load_done(

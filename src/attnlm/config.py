@@ -16,9 +16,9 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.errors import ConfigError
+from attnlm.fileio import read_file_text
 from attnlm.foreign import register as _register_reader
-from attnlm.textio import decode_text
 
 PRESET_DIR = Path(__file__).parent / "configs"
 T = TypeVar("T")
@@ -37,14 +37,8 @@ def load_preset(name_or_path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         known = ", ".join(list_presets()) or "none"
         raise ConfigError(f"unknown preset {str(name_or_path)!r} (built-in presets: {known})")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read preset ({e.strerror or e})") from None
-    try:  # TOML files are UTF-8 by definition: the one strict reader (attnlm.textio)
-        text = decode_text(data, str(path))
-    except InputError as e:
-        raise ConfigError(f"{e} (a TOML preset)") from None
+    # TOML files are UTF-8 by definition: the one strict reader (bounded: /dev/zero is one block)
+    text = read_file_text(path, "TOML preset", ConfigError)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

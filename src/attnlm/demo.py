@@ -23,7 +23,7 @@ DEMO_PROMPTS = ("ROMEO:\n", "JULIET:\nO ", "KING HENRY:\nOnce more")
 HEATMAP_PROMPT = "To be, or not to be"
 EVAL_MAX_TOKENS = 200_000
 DEMO_MARKER = "demo.json"  # marks a folder the demo may clear
-#: what the demo deletes from its folder before training (and what marks another run)
+#: the files of a run: in a folder without the demo marker, they belong to another run
 RUN_FILES = ("checkpoint", "checkpoint.old", "train.bin", "val.bin", "data.json")
 
 
@@ -76,13 +76,9 @@ def run_demo(
     spec = spec_from_tables(tables, preset)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / DEMO_MARKER, json.dumps({"attnlm": "demo", "preset": preset}) + "\n")
-    for name in (*RUN_FILES, TRANSLATE_DIR, COMPARE_DIR):
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-    train_run(spec, out)
+    # the earlier run's files are replaced, not deleted first: its checkpoint goes only once
+    # the new one is saved (a killed demo leaves the old run or the new one)
+    train_run(spec, out, replace=True)
 
     ck = load_checkpoint(out)
     model, tok = ck.model, ck.tokenizer
@@ -122,6 +118,9 @@ def run_demo(
         paths["alignment plot"] = translation_demo(out / TRANSLATE_DIR, translate_s, log)
     if compare_s > 0:
         paths["compare table"] = compare_demo(out / COMPARE_DIR, compare_s, text, threads, log)
+    for name, seconds in ((TRANSLATE_DIR, translate_s), (COMPARE_DIR, compare_s)):
+        if not seconds:  # an earlier demo's part that this one skips
+            shutil.rmtree(out / name, ignore_errors=True)
     bank_drift(log, text=text, threads=threads, vectors=out / "vectors.txt")
     if llm:
         lens_png = llm_demo(out, log)
@@ -164,7 +163,7 @@ def translation_demo(out: Path, budget_s: float, log=print) -> Path:
     train = dataclasses.replace(
         spec.train, time_budget=f"{budget_s}s", max_iters=10**9, eval_interval=10**9
     )
-    train_run(dataclasses.replace(spec, train=train), out, log=lambda *a, **k: None)
+    train_run(dataclasses.replace(spec, train=train), out, log=lambda *a, **k: None, replace=True)
     ck = load_checkpoint(out)
     pairs, _ = held_out_pairs(ck)
     sources = [p.source for p in pairs[:TRANSLATE_EXAMPLES]]

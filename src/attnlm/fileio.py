@@ -89,12 +89,26 @@ def _cannot_write(path: Path, e: OSError) -> InputError:
     return InputError(f"{path}: cannot write ({e.strerror or e})")
 
 
+def _is_special(path: Path) -> bool:
+    """Whether ``path`` itself (not what a symlink points to: the rename replaces the link)
+    is a device, a FIFO or a socket."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for a writer that wants a file *name* (e.g.
     ``matplotlib``'s ``savefig`` or ``numpy.tofile``); on success it is fsynced and renamed to
     ``path``, on failure removed. ``OSError`` becomes a one-line :class:`InputError`."""
     target = Path(path)
+    if _is_special(target):  # renaming over it would replace a device node
+        raise InputError(f"{target}: not a regular file, cannot replace it with one")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -221,8 +235,8 @@ def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator
         return
     try:
         fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise _cannot_write(lock, e) from None
+    except OSError as e:  # named as the output: the lock file is ours, not the user's
+        raise _cannot_write(Path(target), e) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

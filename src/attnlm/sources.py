@@ -90,7 +90,7 @@ def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> 
     path = Path(text).expanduser()
     if path.exists():
         return _load_path(path, text, device, weights)
-    if path.is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
+    if looks_like_path(text):
         raise InputError(f"{path}: no such file or folder (expected a model: a run or "
                          "checkpoint folder, a Hugging Face folder or a .gguf file)")  # fmt: skip
     from attnlm.data.pretrained import pretrained_names, pretrained_path
@@ -107,6 +107,17 @@ def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> 
         f"unknown model {text!r}: not a file or folder, not a registered name "
         f"({', '.join(pretrained_names())}) and not a Hugging Face Hub id (org/name)"
     )
+
+
+def looks_like_path(text: str) -> bool:
+    """Whether a SPEC that names nothing on disk was meant as a path rather than a registered
+    name or a Hub id: absolute, ``./``/``../``/``~``, a ``.gguf`` file, or ``runs/demo`` whose
+    first part (``runs``) exists here (a Hub id ``org/name`` whose ``org`` is no local
+    folder stays a Hub id)."""
+    if Path(text).is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
+        return True
+    first, slash, _ = text.partition("/")
+    return bool(slash) and Path(first).exists()
 
 
 def load_as_checkpoint(
@@ -196,10 +207,11 @@ def _load_path(path: Path, spec: str, device: Any, weights: str | None = None) -
 def is_hf_folder(path: Path) -> bool:
     """A folder whose ``config.json`` has ``model_type`` and is not an attnlm checkpoint."""
     from attnlm.checkpoint import FORMAT
+    from attnlm.fileio import read_file_text
 
-    try:
-        data = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # not one: what it is gets named later
+    try:  # bounded: a config.json that is /dev/zero costs one block
+        data = json.loads(read_file_text(path / "config.json"))
+    except (AttnlmError, OSError, ValueError, RecursionError):  # what it is is named later
         return False
     return isinstance(data, dict) and "model_type" in data and data.get("format") != FORMAT
 

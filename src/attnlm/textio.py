@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 from attnlm.errors import InputError
 
@@ -148,4 +149,23 @@ def read_stdin(where: str = "stdin", *, empty_ok: bool = False) -> str:
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:  # replaced by a text stream (tests, embedding)
         return check_text(sys.stdin.read(), where, empty_ok=empty_ok)
-    return decode_text(stream.read(), where, empty_ok=empty_ok, name_line=False)
+    return decode_text(_read_bounded(stream), where, empty_ok=empty_ok, name_line=False)
+
+
+def _read_bounded(stream: Any) -> bytes:
+    """All of ``stream``, but no further than the block holding the first NUL byte or a line
+    longer than :data:`MAX_LINE` (nothing after them can make the input text, and
+    :func:`decode_text` names them): ``< /dev/zero`` costs one block, not all memory."""
+    chunks: list[bytes] = []
+    total = line_start = 0
+    while chunk := stream.read(1 << 20):
+        chunks.append(chunk)
+        if b"\0" in chunk:
+            break
+        last = chunk.rfind(b"\n")
+        if last >= 0:
+            line_start = total + last + 1
+        total += len(chunk)
+        if total - line_start > MAX_LINE + 3:  # + a byte-order mark and a CR
+            break
+    return b"".join(chunks)

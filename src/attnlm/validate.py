@@ -379,6 +379,8 @@ def output_file(value: Any, name: str | None = None) -> Path:
     p = _path(value, name)
     if p.is_dir():
         raise InputError(f"{_what(name)}{p}: is a folder, expected a file name")
+    if p.exists() and not p.is_file():  # a device or a pipe: the atomic rename would replace it
+        raise InputError(f"{_what(name)}{p}: not a regular file (a device or a pipe?)")
     return _creatable(p, name)
 
 

@@ -62,6 +62,28 @@ def test_unwritable_target_is_one_line_input_error(tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_a_device_or_a_pipe_is_never_replaced_by_a_file(tmp_path):
+    """The rename would swap a device node (``/dev/full``) or a FIFO for a regular file: refused
+    in one line, the node left as it was (a FIFO stands in for the device)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file") as e:
+        atomic_write_text(fifo, "x")
+    assert "\n" not in str(e.value) and fifo.is_fifo()
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file either
+
+
+def test_a_lock_that_cannot_be_made_names_the_output(tmp_path):
+    from attnlm.fileio import lock_file_for, output_lock
+
+    out = tmp_path / "out.png"
+    lock_file_for(out, folder=False).mkdir()  # the lock file cannot be opened (as in /proc)
+    with pytest.raises(InputError, match="cannot write") as e:
+        with output_lock(out, folder=False):
+            pass
+    assert str(e.value).startswith(f"{out}: "), e.value  # not the hidden lock file's name
+
+
 # ---------------------------------------------------------------- kill injection
 # The child writes the old file, installs a patch that calls stop() in the middle of the next
 # write (stop() announces itself with a marker file and sleeps), and starts that write; the

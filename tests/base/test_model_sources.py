@@ -158,6 +158,25 @@ def test_bad_specs(tmp_path):
         assert "\n" not in str(e.value)
 
 
+def test_a_missing_local_folder_is_not_looked_up_on_the_hub(tmp_path, monkeypatch):
+    """``--model runs/demo`` where ``runs/`` exists but ``runs/demo`` does not: the folder is
+    missing (said in one line), not "not in the Hugging Face cache"; ``org/name`` whose
+    ``org`` is no local folder stays a Hub id."""
+    from attnlm.sources import looks_like_path
+
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # were it looked up: the cache alone, no network
+    for spec in ("runs/demo", "./demo", "../demo", str(tmp_path / "demo"), "runs/demo/x"):
+        with pytest.raises(InputError, match="no such file or folder") as e:
+            resolve(spec)
+        assert "\n" not in str(e.value) and "cache" not in str(e.value), spec
+    assert looks_like_path("runs/demo") and not looks_like_path("someorg/tiny-llama")
+    with pytest.raises(InputError, match="not in the Hugging Face cache"):
+        resolve("someorg/tiny-llama")
+
+
 def test_gguf_contract(hf_folder, tmp_path, monkeypatch):
     """The resolver's side of a ``.gguf`` file, with stand-ins for ``attnlm.models.gguf``'s
     ``load_model``/``load_tokenizer`` (of a parsed header, ``attnlm.ggufio.GGUFFile``): the

@@ -143,6 +143,31 @@ def test_every_path_refuses_an_empty_one(command, option, capsys):
         assert f"argument {option}" in err, err
 
 
+def output_options():
+    from attnlm.cli.arguments import OUTPUT_TYPES
+
+    for command, parser in commands():
+        for a in parser._actions:
+            if checks(a) in OUTPUT_TYPES:
+                yield pytest.param(command, a.option_strings[-1], id=f"{command} {a.dest}")
+
+
+@pytest.mark.parametrize(("command", "option"), list(output_options()))
+def test_every_output_refuses_a_device_or_a_pipe(command, option, tmp_path, capsys):
+    """An output that exists and is no regular file (``--html /dev/full`` replaced the device
+    by the page, as root, through the atomic rename) is refused at parse time; here a FIFO
+    stands in for the device, and stays one."""
+    parser = dict(commands())[command]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args([f"{option}={fifo}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, (command, option, err)
+    assert f"argument {option}" in err and str(fifo) in err, err
+    assert fifo.is_fifo()
+
+
 def test_the_layer_reaches_the_cases_the_probe_found(capsys):
     """The invocations of the probe round: each is one line and exit 2 from main()."""
     cases = [

@@ -101,6 +101,32 @@ def test_pairs_path_to_dev_zero_is_bounded(tmp_path):
     assert len(lines) == 1 and "NUL" in lines[0], proc.stderr[-2000:]
 
 
+def test_files_inside_model_and_run_folders_that_are_dev_zero_cost_one_block(files, tmp_path):
+    """A Hugging Face folder whose ``config.json`` is a symlink to ``/dev/zero`` (read whole
+    to tell the folder's kind), and a compare family's ``result.json`` that is one (read whole
+    to reuse it): one line naming the folder, and a result run again, under 3 GB."""
+    from attnlm.cli import main as run_main
+    from gguf_export_support import tiny_run
+
+    source = tiny_run(tmp_path / "llama", "llama")
+    assert run_main(["export", "--model", str(source), "--out", str(tmp_path / "hf")]) == 0
+    (tmp_path / "hf" / "config.json").unlink()
+    (tmp_path / "hf" / "config.json").symlink_to("/dev/zero")
+    proc = attnlm_process("generate", "--model", tmp_path / "hf", "--prompt", "the",
+                          timeout=120, preexec_fn=_limit_memory)  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert str(tmp_path / "hf") in lines[0] and "out of memory" not in lines[0]
+    out = tmp_path / "cmp"
+    (out / "ngram").mkdir(parents=True)
+    (out / "ngram" / "result.json").symlink_to("/dev/zero")
+    proc = attnlm_process("compare", "--text", files["text"], "--time-budget", "1s", "--models",
+                          "ngram", "--out", out, "--no-progress", "--val-chars", "200",
+                          timeout=120, preexec_fn=_limit_memory)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "ngram" / "result.json").is_file()  # computed again, written as a file
+
+
 def _limit_memory() -> None:
     import resource
 

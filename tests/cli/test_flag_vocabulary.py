@@ -71,9 +71,24 @@ def test_every_setting_has_one_name_in_every_command():
                 per_dest.setdefault(a.dest, set()).update(a.option_strings)
         for dest, options in per_dest.items():
             names.setdefault(dest, {}).setdefault(frozenset(options), []).append(command)
-    # ngram train's progress bars are off unless asked for (--progress); elsewhere on
-    differ = {d: v for d, v in names.items() if len(v) > 1 and d != "progress"}
+    differ = {d: v for d, v in names.items() if len(v) > 1}
     assert not differ, differ
+
+
+def test_progress_bars_are_switched_the_same_way_everywhere():
+    """--progress and --no-progress in every command that draws bars (ngram train had only
+    --progress, the others only --no-progress); the last one given wins."""
+    having = {c: p for c, p in commands() if "progress" in {a.dest for a in p._actions}}
+    assert {"train", "compare", "data prepare", "ngram train", "hmm fit"} <= set(having)
+    for command, parser in having.items():
+        options = {o for a in parser._actions if a.dest == "progress" for o in a.option_strings}
+        assert options == {"--progress", "--no-progress"}, command
+    ngram = having["ngram train"]
+    assert ngram.get_default("progress") is False and having["compare"].get_default("progress")
+    args = build_parser().parse_args(["ngram", "train", "--order", "2", "--no-progress"])
+    assert args.progress is False
+    args = build_parser().parse_args(["compare", "--no-progress", "--progress"])
+    assert args.progress is True
 
 
 def test_the_shared_options_have_help_and_are_shared():

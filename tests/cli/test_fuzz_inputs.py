@@ -246,3 +246,68 @@ def test_any_argument_with_bytes_that_are_not_utf8_is_named(files):
         r.stderr
         == "attnlm: error: argument --checkpoint: not valid UTF-8 (bad byte 0xff at offset 3)\n"
     )
+
+
+ENDLESS_CHILD = """
+import contextlib, io, json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from attnlm.cli import main
+answers = []
+for argv, stdin in json.loads(sys.stdin.read()):
+    if stdin:
+        sys.stdin = io.TextIOWrapper(open(stdin, "rb"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            code = f"{type(e).__name__}: {e}"
+    answers.append([code, err.getvalue()])
+print(json.dumps(answers))
+"""
+
+
+def test_every_file_input_that_is_dev_zero_costs_one_block(files, tmp_path):
+    """Every file input (the table above) given a symlink to ``/dev/zero``, and every command
+    that reads standard input given ``< /dev/zero``: refused in one line (a NUL, or not a
+    regular file) by a reader that stops at the first block. All cases
+    run in one child process under 3 GB of address space, where a reader that reads the
+    whole file fails for memory (``--chat-data`` and ``--preset`` did), which does not count
+    as refused."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from support import SRC
+
+    zero = tmp_path / "zero.txt"
+    zero.symlink_to("/dev/zero")
+    cases = [(c, i, k) for c, i, k in INPUTS if k in ("file", "stdin")]
+    assert ("translate", "stdin", "stdin") in cases
+    leaves = dict(_leaves(build_parser()))
+    argvs = [
+        [_argv(c, leaves[c], i, k, str(zero), files), str(zero) if k == "stdin" else None]
+        for c, i, k in cases
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", ENDLESS_CHILD],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bad = {}
+    for (command, name, kind), (code, err) in zip(cases, json.loads(proc.stdout), strict=True):
+        lines = err.strip().splitlines()
+        named = str(zero) in err or "/dev/zero" in err or (kind == "stdin" and "stdin:" in err)
+        if code != 2 or len(lines) != 1 or "out of memory" in err or not named:
+            bad[f"{command} {name}"] = (code, err[-300:])
+    assert not bad, bad

@@ -3,13 +3,13 @@ N-th write point (``ATTNLM_TEST_KILL_AT=*:N``, read by :func:`attnlm.fileio.kill
 complete temporary file before its rename, or an appended log line half written) while it
 replaces the outputs of an earlier run; every output file must then be the old file byte for
 byte or a complete new one (never 0 bytes, never torn), and the command must run again to
-the end. The table :data:`ROWS` holds one row per writing command; a command with an output
-option (``--out``, ``--html``, ...) that has no row and no reason in :data:`EXEMPT` fails
-:func:`test_every_writing_command_has_a_row`."""
+the end. :func:`_rows` holds one row per writing command (two for ``export``: ``--gguf`` and
+``--out``); a command with an option whose type names an output
+(:data:`attnlm.cli.arguments.OUTPUT_TYPES`) that has no row and no reason in :data:`EXEMPT`
+fails :func:`test_every_writing_command_has_a_row`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import signal
@@ -20,32 +20,18 @@ import numpy as np
 import pytest
 
 from attnlm.fileio import KILL_ENV, LOCK_NAME, TEMP_MARK
+from gguf_export_support import tiny_run
 from support import CITIZENS, ROMEO, attnlm_process, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
-OUTPUT_OPTIONS = {"--out", "--html", "--arpa", "--vocab-out", "--tiktoken-out"}
-READS_ARPA = {"ngram score", "ngram sample"}  # --arpa names their input
-
-EXEMPT = {
-    "demo": "runs train, compare and translate in a row (minutes); each is killed in its own row",
-    "export-checkpoint": "needs an FSDP run (torchrun, two processes); its output is written by "
-    "save_checkpoint, killed in the train row",
-    "export": "writes one GGUF file through attnlm.fileio.atomic_path or a Hugging Face folder "
-    "through write_hf_folder (the lock and atomic files of save_hf, tested in test_run_lock); "
-    "needs a byte-level BPE run, which the rows' tiny char run is not",
-    "data task": "writes one .tsv through attnlm.fileio (write_pairs), like data prepare's files",
-}
+EXEMPT: dict[str, str] = {}  # command -> why it has no row (none today)
 
 # files removed on purpose before the files they describe are rewritten, and written last
 MARKERS = {"data.json": "a prepared data folder's record: present only when its files are complete"}
 
-# rows whose command refuses a folder holding a run (no --overwrite): each try starts afresh
-NEW_FOLDER_ONLY = {"hmm fit"}
-
-# rows whose command holds the output lock (the others write a single file atomically)
-LOCKED = {"train", "compare", "data prepare", "ngram train", "word2vec train", "tokenize train",
-          "hmm fit"}  # fmt: skip
+# rows whose command refuses an output that exists (no --overwrite): each try starts afresh
+NEW_FOLDER_ONLY = {"hmm fit", "export-checkpoint"}
 
 Argv = Callable[[int], list]  # variant (0: the old run, 1: the new one) -> argv
 
@@ -56,6 +42,10 @@ def _rows(files: dict[str, str], t: Path) -> dict[str, tuple[Argv, list[Path]]]:
     texts[1].write_text(ROMEO, encoding="utf-8")
     ck, out, f = files["ckpt"], t / "out", t / "out.file"
     sentences = ["the cat sat", "the dog sat on"]  # within the checkpoint's 16 characters
+    bpe = _once(lambda: [tiny_run(t / f"{family}-run", family) for family in ("llama", "gpt")])
+    sharded = _once(lambda: [sharded_run(t / f"fsdp{v}", steps=v + 1) for v in (0, 1)])
+    demo = ["--preset", "tiny-test", "--time-budget", "1s", "--translate-budget", 0,
+            "--compare-budget", 0, "--no-llm", "--threads", 1]  # fmt: skip
     return {
         "train": (lambda v: ["train", "--preset", "tiny-test", "--text", texts[v], "--out", out,
                              "--max-iters", 4, "--set", "train.eval_interval=2", "--overwrite",
@@ -89,12 +79,67 @@ def _rows(files: dict[str, str], t: Path) -> dict[str, tuple[Argv, list[Path]]]:
         "hmm fit": (lambda v: ["hmm", "fit", "--text", texts[v], "--out", t / f"hmm{v}",
                                "--states", 2, "--iters", 1, "--threads", 1, "--no-progress"],
                     [t / "hmm1"]),
+        "export --gguf": (lambda v: ["export", "--model", bpe()[0], "--gguf", f.with_suffix(
+                                     ".gguf"), "--type", ("f32", "q8_0")[v], "--overwrite"],
+                          [f.with_suffix(".gguf")]),
+        "export --out": (lambda v: ["export", "--model", bpe()[v], "--out", t / "hf",
+                                    "--overwrite"], [t / "hf"]),
+        "export-checkpoint": (lambda v: ["export-checkpoint", "--checkpoint", sharded()[v],
+                                         "--out", out], [out]),
+        "data task": (lambda v: ["data", "task", "--out", f.with_suffix(".tsv"), "--num-pairs",
+                                 40 + 10 * v, "--seed", v], [f.with_suffix(".tsv")]),
+        "demo": (lambda v: ["demo", "--text", texts[v], "--out", t / "demo", *demo],
+                 [t / "demo"]),
     }  # fmt: skip
+
+
+def _once(make: Callable[[], list]) -> Callable[[], list]:
+    """``make()``, called when a row first needs it (the others do not pay for it)."""
+    made: list = []
+    return lambda: made or made.extend(make()) or made
+
+
+def sharded_run(path: Path, steps: int) -> Path:
+    """A run folder holding a sharded (FSDP) checkpoint of a tiny GPT after ``steps`` AdamW
+    steps, saved by a gloo group of this one process (as tests/train/test_fsdp.py does)."""
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+
+    from attnlm.models import registry
+    from attnlm.tokenizers.char import CharTokenizer
+    from attnlm.train.config import TrainConfig
+    from attnlm.train.fsdp import save_sharded, shard
+    from attnlm.train.optim import make_optimizer
+
+    cfg = TrainConfig(parallel="fsdp")
+    table = {"type": "gpt", "vocab_size": 20, "block_size": 8, "n_layer": 2, "n_head": 2,
+             "n_embd": 8}  # fmt: skip
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model, model_cfg, family = registry.build(table)
+        config = {"preset": "", "train": dataclasses.asdict(cfg), "step": steps,
+                  "model": registry.config_table(family, model_cfg)}  # fmt: skip
+        shard(model, torch.device("cpu"))
+        opt = make_optimizer(model, cfg, "cpu")
+        for seed in range(steps):
+            ids = torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(seed))
+            model(ids=ids, targets=ids.roll(-1, 1)).loss.backward()
+            opt.step()
+            opt.zero_grad()
+        tok = CharTokenizer.train("abcdefghijklmnopqrs")
+        save_sharded(path / "checkpoint", model, opt, config, tok, {"trainer": {}})
+    finally:
+        dist.destroy_process_group()
+    return path
 
 
 ROW_NAMES = [
     "train", "compare", "data prepare", "ngram train", "word2vec train", "tokenize train",
-    "attention", "lens", "contextual", "hmm fit",
+    "attention", "lens", "contextual", "hmm fit", "export --gguf", "export --out",
+    "export-checkpoint", "data task", "demo",
 ]  # fmt: skip
 
 
@@ -135,6 +180,17 @@ def complete(p: Path, data: bytes) -> str | None:
 
         with np.load(io.BytesIO(data)) as z:
             [z[k] for k in z.files]
+    elif name.endswith(".gguf"):
+        import tempfile
+
+        from attnlm.ggufio import GGUFFile
+
+        with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            gguf = GGUFFile(tmp.name)
+            for t in gguf.tensors:  # every tensor's bytes are in the file
+                gguf.raw(t)
     elif name.endswith(".safetensors"):
         from safetensors.numpy import load
 
@@ -164,6 +220,7 @@ def kill_run(name: str, files, tmp_path, capsys, points) -> None:
         if name in NEW_FOLDER_ONLY:
             for o in outputs:
                 shutil.rmtree(o, ignore_errors=True)
+            old = {}
         r = attnlm_process(*argv(1), timeout=300, env={KILL_ENV: f"*:{k}"})
         check(outputs, old, f"{name} killed at write {k}")
         if r.returncode != -signal.SIGKILL:  # fewer write points than k: it finished
@@ -175,10 +232,9 @@ def kill_run(name: str, files, tmp_path, capsys, points) -> None:
             shutil.rmtree(o, ignore_errors=True)
     again = run_cli(capsys, *argv(1))  # no lock and no leftover stops the next run
     assert again.code == 0, again.err
-    if name in LOCKED:  # the next run under the lock removed what the killed ones left
-        for o in outputs:
-            left = o.rglob(f".*{TEMP_MARK}*") if o.is_dir() else o.parent.glob(f".{o.name}.tmp-*")
-            assert not [p for p in left if p.is_file()], f"{name}: temporary files left"
+    for o in outputs:  # the next run, under the output lock, removed what the killed ones left
+        left = o.rglob(f".*{TEMP_MARK}*") if o.is_dir() else o.parent.glob(f".{o.name}.tmp-*")
+        assert not [p for p in left if p.is_file()], f"{name}: temporary files left"
     check(outputs, {}, f"{name} after the kills")
 
 
@@ -193,25 +249,22 @@ def test_kill_at_every_write(name, files, tmp_path, capsys):
     kill_run(name, files, tmp_path, capsys, points=range(2, 40))
 
 
-def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
-    for a in parser._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            for name, sub in a.choices.items():
-                yield from _commands(sub, (*prefix, name))
-            return
-    yield " ".join(prefix), parser
-
-
 def test_every_writing_command_has_a_row(files, tmp_path):
-    from attnlm.cli import build_parser
+    """A command with an option whose type names an output (a folder or a file, see
+    :data:`attnlm.cli.arguments.OUTPUT_TYPES`) has a row (``export --gguf`` is a row of
+    ``export``) or a reason in :data:`EXEMPT`."""
+    from test_argument_layer import commands
 
-    writers = set()
-    for name, p in _commands(build_parser()):
-        options = {o for a in p._actions for o in a.option_strings}
-        if options & OUTPUT_OPTIONS and name not in READS_ARPA:
-            writers.add(name)
-    assert "train" in writers and "compare" in writers  # the discovery works
-    missing = writers - set(ROW_NAMES) - set(EXEMPT)
+    from attnlm.cli.arguments import OUTPUT_TYPES
+
+    writers = {
+        name
+        for name, p in commands()
+        if any(getattr(a.type, "checks", None) in OUTPUT_TYPES for a in p._actions)
+    }
+    assert {"train", "compare", "export"} <= writers  # the discovery works
+    covered = {row.split(" --")[0] for row in ROW_NAMES}
+    missing = writers - covered - set(EXEMPT)
     assert not missing, f"writing commands without a kill-test row: {sorted(missing)}"
-    assert not (set(ROW_NAMES) | set(EXEMPT)) - writers, "rows for commands that do not write"
+    assert not (covered | set(EXEMPT)) - writers, "rows for commands that do not write"
     assert sorted(_rows(files, tmp_path)) == sorted(ROW_NAMES)

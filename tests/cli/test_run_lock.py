@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -45,40 +46,79 @@ def corpus(tmp_path):
     return p
 
 
-def writers(tmp_path, corpus):
-    """(argv, target, is_folder) of every command that writes a run folder or output file."""
-    out = tmp_path / "out"
-    f = tmp_path / "out.file"
+def writers(tmp_path, corpus, files) -> dict[tuple[str, str], list]:
+    """(command, output option) -> an argv that writes there: one row for every option of
+    every command whose type names an output (:data:`attnlm.cli.arguments.OUTPUT_TYPES`)."""
+    out, f = tmp_path / "out", tmp_path / "out.file"
     fsdp = tmp_path / "fsdp"
     fsdp.mkdir(exist_ok=True)
-    return [
-        (["train", "--preset", "tiny-test", "--text", corpus, "--out", out, "--max-iters", 2],
-         out, True),
-        (["compare", "--text", corpus, "--budget", "1s", "--models", "ngram", "--out", out,
-          "--no-progress"], out, True),
-        (["data", "prepare", "--text", corpus, "--tokenizer", "char", "--out", out], out, True),
-        (["export-checkpoint", "--checkpoint", fsdp, "--out", out], out, True),
-        (["ngram", "train", "--order", 2, "--text", corpus, "--arpa", f], f, False),
-        (["ngram", "train", "--order", 2, "--text", corpus, "--out", f.with_suffix(".npz")],
-         f.with_suffix(".npz"), False),
-        (["word2vec", "train", "--text", corpus, "--out", f, "--epochs", 1, "--dim", 4],
-         f, False),
-        (["tokenize", "train", "--kind", "char", "--text", corpus, "--out", f], f, False),
-    ]  # fmt: skip
+    ck, text = files["ckpt"], ["--text", corpus]
+    ngram, tok = ["ngram", "train", "--order", 2, *text], ["tokenize", "train", *text]
+    return {
+        ("train", "--out"): ["train", "--preset", "tiny-test", *text, "--out", out,
+                             "--max-iters", 2],
+        ("compare", "--out"): ["compare", *text, "--budget", "1s", "--models", "ngram",
+                               "--out", out, "--no-progress"],
+        ("data prepare", "--out"): ["data", "prepare", *text, "--tokenizer", "char", "--out", out],
+        ("data task", "--out"): ["data", "task", "--out", f.with_suffix(".tsv")],
+        ("export-checkpoint", "--out"): ["export-checkpoint", "--checkpoint", fsdp, "--out", out],
+        ("demo", "--out"): ["demo", *text, "--out", out, "--no-llm"],
+        ("ngram train", "--arpa"): [*ngram, "--arpa", f],
+        ("ngram train", "--out"): [*ngram, "--out", f.with_suffix(".npz")],
+        ("word2vec train", "--out"): ["word2vec", "train", *text, "--out", f, "--epochs", 1],
+        ("tokenize train", "--out"): [*tok, "--kind", "char", "--out", f],
+        ("tokenize train", "--vocab-out"): [*tok, "--kind", "wordpiece", "--out", out,
+                                            "--vocab-out", f],
+        ("tokenize train", "--tiktoken-out"): [*tok, "--kind", "bpe", "--out", out,
+                                               "--tiktoken-out", f],
+        ("hmm fit", "--out"): ["hmm", "fit", *text, "--out", out, "--states", 2],
+        ("attention", "--out"): ["attention", "--checkpoint", ck, "the cat", "--out", f],
+        ("attention", "--html"): ["attention", "--checkpoint", ck, "the cat", "--html", f],
+        ("lens", "--out"): ["lens", "--model", ck, "the cat", "--out", f],
+        ("contextual", "--out"): ["contextual", "--checkpoint", ck, "--word", "cat", "the cat",
+                                  "a cat", "--out", f],
+        ("export", "--gguf"): ["export", "--model", ck, "--gguf", f],
+        ("export", "--out"): ["export", "--model", ck, "--out", out],
+    }  # fmt: skip
 
 
-def test_every_writer_is_refused_while_another_holds_its_folder(tmp_path, corpus, capsys):
-    for argv, target, folder in writers(tmp_path, corpus):
-        holder = hold(target, folder)
+def output_options() -> dict[tuple[str, str], bool]:
+    """Every (command, option) whose value is written: a folder (True) or a file (False)."""
+    from test_argument_layer import commands
+
+    from attnlm.cli.arguments import OUTPUT_TYPES
+
+    found = {}
+    for command, parser in commands():
+        for a in parser._actions:
+            kind = OUTPUT_TYPES.get(getattr(a.type, "checks", None))
+            if kind is not None:
+                found[(command, a.option_strings[0])] = kind
+    return found
+
+
+def test_every_output_of_every_command_has_a_row(tmp_path, corpus, files):
+    found = output_options()
+    assert ("train", "--out") in found and ("attention", "--html") in found  # the walk works
+    assert sorted(found) == sorted(writers(tmp_path, corpus, files))
+
+
+def test_every_writer_is_refused_while_another_holds_its_output(tmp_path, corpus, files, capsys):
+    """A second writer into the same output (a run folder or a file, whichever option names
+    it) is refused in one line naming the holder's pid, before it writes anything."""
+    kinds = output_options()
+    for (command, option), argv in writers(tmp_path, corpus, files).items():
+        target = Path(argv[argv.index(option) + 1])
+        holder = hold(target, kinds[(command, option)])
         try:
             r = run_cli(capsys, *argv)
         finally:
             holder.kill()
             holder.wait()
-        assert r.code == 2, (argv, r.err)
+        assert r.code == 2, (command, option, r.err)
         lines = r.err.strip().splitlines()
-        assert len(lines) == 1 and f"pid {holder.pid}" in lines[0], (argv, r.err)
-        assert "another attnlm process" in lines[0]
+        assert len(lines) == 1 and f"pid {holder.pid}" in lines[0], (command, option, r.err)
+        assert "another attnlm process" in lines[0] and str(target) in lines[0]
 
 
 def test_the_lock_is_released_when_the_holder_is_killed(tmp_path):

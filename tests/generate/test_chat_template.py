@@ -139,6 +139,16 @@ def test_bad_templates_and_messages():
         from_string("{{ messages.__class__.__mro__ }}").render([])
     with pytest.raises(InputError):
         from_string("{% set _ = messages.append(1) %}x").render([])
+    # what a template computes fails in one line: a range over the sandbox's limit, 1 / 0, a
+    # macro calling itself without end
+    for body, what in (
+        ("{% for i in range(10**9) %}x{% endfor %}", "OverflowError"),
+        ("{{ 1 // 0 }}", "ZeroDivisionError"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "RecursionError"),
+    ):
+        with pytest.raises(InputError, match=f"the template failed \\({what}") as e:
+            from_string(body).render([{"role": "user", "content": "x"}])
+        assert "\n" not in str(e.value)
 
 
 def test_template_from_hf_folder(tmp_path):

@@ -81,6 +81,23 @@ def test_filters_are_pure_and_compose():
         top_k(logits, 0)
 
 
+def test_temperature_gives_softmax_of_logits_over_t_even_when_t_is_tiny():
+    """softmax(temperature(l, t)) is softmax(l / t) written out by hand; a denormal ``t``
+    (``1e-320``: ``l / t`` overflows to ``inf`` and softmax to NaN) is greedy's one-hot, and
+    sampling with it draws the argmax instead of raising on NaN probabilities."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.5, 3.0, float("-inf"), 1.0]])
+    for t in (0.5, 1.0, 3.0):
+        by_hand = torch.exp(logits / t) / torch.exp(logits / t).sum(-1, keepdim=True)
+        torch.testing.assert_close(torch.softmax(temperature(logits, t), -1), by_hand)
+    probs = torch.softmax(temperature(logits, 1e-320), -1)
+    assert torch.equal(probs, torch.nn.functional.one_hot(logits.argmax(-1), 4).float())
+    tok = CharTok("abcdefghijklmnopqrstuvwxyz .\n")
+    model = tiny_gpt("rope", vocab=tok.vocab_size)
+    cfg = SamplingConfig(max_new_tokens=5, temperature=1e-320, seed=1)
+    greedy = SamplingConfig(max_new_tokens=5, temperature=0)
+    assert generate_text(model, tok, ["ab"], cfg) == generate_text(model, tok, ["ab"], greedy)
+
+
 def test_top_k_sampling_only_draws_allowed_tokens():
     model = tiny_gpt()
     gen = torch.Generator().manual_seed(0)

@@ -188,6 +188,21 @@ def test_cli_run_to_gguf_and_hf_folder(tmp_path, capsys):
     )
 
 
+def test_cli_gguf_to_hf_folder_writes_the_same_tokenizer_json(tmp_path, capsys):
+    """A GGUF file exported on to a Hugging Face folder: its tokenizer (read from the file,
+    numpy values) is written as the run's own export writes it (json refused numpy bools)."""
+    run = tiny_run(tmp_path / "run", "llama")
+    gguf = tmp_path / "m.gguf"
+    assert run_cli(capsys, "export", "--model", str(run), "--gguf", str(gguf)).code == 0
+    for source, hf in ((run, tmp_path / "hf-run"), (gguf, tmp_path / "hf-gguf")):
+        r = run_cli(capsys, "export", "--model", str(source), "--out", str(hf))
+        assert r.code == 0, r.err
+    doc = json.loads((tmp_path / "hf-gguf" / "tokenizer.json").read_text(encoding="utf-8"))
+    assert doc == json.loads((tmp_path / "hf-run" / "tokenizer.json").read_text(encoding="utf-8"))
+    ids = tiny_model("llama")[1].encode(PROMPT)
+    assert resolve(tmp_path / "hf-gguf", weights="f32").tokenizer.encode(PROMPT) == ids
+
+
 def test_cli_gguf_to_gguf_keeps_the_chat_template(tmp_path, capsys):
     model, tok = tiny_model("gpt")
     src = tmp_path / "src.gguf"

@@ -128,9 +128,52 @@ def test_sample_rejects_bad_settings(kw):
         _small_model().sample(2, **kw)
 
 
+def test_a_tiny_temperature_samples_the_likeliest_word():
+    """p ** (1 / t) for t = 1e-320 underflowed to 0 for every word, and sampling stopped at
+    once (empty sentences, exit 0); relative to the likeliest word it is greedy decoding:
+    every word drawn (and the end, when a sentence ends early) is a most likely one."""
+    import warnings
+
+    m = _small_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning on the way either
+        samples = m.sample(5, temperature=1e-320, max_len=4, seed=0)
+    for sent in samples:
+        assert sent, "an empty sentence"
+        ctx = ["<s>"]
+        for w in [*sent, "</s>"][:4]:
+            p = m.distribution(ctx)
+            assert p[m.vocab.encode([w])[0]] == p.max(), (sent, w)
+            ctx.append(w)
+
+
 def test_written_arpa_reads_back(tmp_path):
     m = _small_model()
     write_arpa(m, tmp_path / "m.arpa")
     back = read_arpa(tmp_path / "m.arpa")
     got = back.score_sentences([["a", "b"]]).logprob
     assert math.isclose(got, m.score_sentences([["a", "b"]]).logprob, abs_tol=1e-5)
+
+
+def test_an_order_beyond_max_order_is_refused_at_once(tmp_path, capsys):
+    """Counting and estimating loop over every order: ``--order 1000000`` ran past a minute on
+    a 2 KB text. Both trainers refuse orders above MAX_ORDER; MAX_ORDER itself trains."""
+    import time
+
+    from attnlm.ngram import train_arpa
+    from attnlm.ngram.counts import MAX_ORDER
+
+    sents = [["a", "b", "a"], ["b", "a"]]
+    assert train(sents, MAX_ORDER).order == MAX_ORDER
+    for bad in (MAX_ORDER + 1, 10**6):
+        with pytest.raises(ConfigError, match=f"order must be in 1..{MAX_ORDER}, got {bad}"):
+            train(sents, bad)
+        with pytest.raises(ConfigError, match=f"order must be in 1..{MAX_ORDER}"):
+            train_arpa(iter(["a b a\n"]), bad, tmp_path / "m.arpa", memory="1M")
+    text = tmp_path / "t.txt"
+    text.write_text("a b a\nb a\n", encoding="utf-8")
+    start = time.monotonic()
+    argv = ["ngram", "train", "--order", "1000000", "--text", str(text), "--arpa"]
+    argv.append(str(tmp_path / "x.arpa"))
+    assert main(argv) == 2 and time.monotonic() - start < 30
+    assert capsys.readouterr().err.count("\n") == 1

@@ -165,6 +165,38 @@ def test_state_dict_round_trip_and_refusals():
         apply_lora(model, 4)
 
 
+@pytest.mark.parametrize("fmt", ["q8", "q4", "bf16"])
+def test_a_model_with_decode_time_weights_is_refused_in_one_line(fmt):
+    """``--weights q4/q8``: the linear layers are QuantLinear (no float ``weight``), so
+    adapters have nothing to add to: one line saying so, not an AttributeError."""
+    from attnlm.nn.quant import quantize_weights
+
+    model = quantize_weights(build("llama"), fmt)
+    with pytest.raises(InputError, match=f"need float32 weights and this model's are {fmt}") as e:
+        apply_lora(model, 4)
+    assert "\n" not in str(e.value)
+    model.weights_format = "f32"  # a quantized layer is found even without the mark
+    with pytest.raises(InputError, match="are quantized"):
+        apply_lora(model, 4)
+
+
+def test_a_rank_above_the_layers_it_adapts_is_refused():
+    """r = min(d_in, rows) is the highest rank ``B A`` can have; above it the adapters only
+    cost memory (``--lora 99999999`` tried to allocate 25 GB). Width 32 with 2 of 4 heads for
+    keys and values: q and o have 32 rows, v has 16."""
+    ok = build("llama")
+    apply_lora(ok, 32, targets="q,o")
+    assert {tuple(v.shape) for k, v in lora_state_dict(ok).items() if ".lora_A." in k} == {(32, 32)}
+    for targets, limit in (("q,o", 32), ("q,v", 16)):
+        model = build("llama")
+        keys = set(model.state_dict())
+        with pytest.raises(ConfigError, match=f"--lora {limit + 1}: the rank can be at most "
+                           f"{limit} ") as e:  # fmt: skip
+            apply_lora(model, limit + 1, targets=targets)
+        assert "\n" not in str(e.value)
+        assert set(model.state_dict()) == keys  # untouched: no adapter was put on
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

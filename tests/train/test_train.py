@@ -78,6 +78,22 @@ def test_config_errors_name_the_field():
     assert parse_duration("1.5h") == 5400 and parse_duration("30") == 30
 
 
+def test_every_float_setting_refuses_nan_and_infinities():
+    """``--set train.lr=inf`` trained one step to NaN weights and saved them, exit 0: every
+    float field of TrainConfig (found from the dataclass, so a new one is covered) refuses
+    NaN and both infinities, naming the field."""
+    import dataclasses
+
+    from attnlm.train.config import TrainConfig
+
+    floats = [f.name for f in dataclasses.fields(TrainConfig) if f.type == "float"]
+    assert {"lr", "min_lr", "weight_decay", "grad_clip", "lora_alpha"} <= set(floats)
+    for name in floats:
+        for bad in ("nan", "inf", "-inf"):
+            with pytest.raises(ConfigError, match=f"train.{name} must be a finite number"):
+                load_spec("tiny-test", [f"train.{name}={bad}"])
+
+
 def test_cli_bad_values_are_one_line_errors(corpus, tmp_path, capsys):
     assert train_cli(corpus, tmp_path / "r", "--set", "model.n_head=3") == 2
     err = capsys.readouterr().err

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from attnlm import __version__
+from attnlm.cli.arguments import outputs_of
 from attnlm.cli.common import OneLineArgumentParser, check_arguments
 from attnlm.errors import AttnlmError
+from attnlm.fileio import output_locks
 
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
 COMMAND_MODULES = [
@@ -50,6 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def out_of_memory(e: BaseException) -> str | None:
+    """One line for an allocation that failed (sizes beyond this machine: ``--batch-size
+    1000000000``), or None when ``e`` is something else. The sizes themselves are checked where
+    they can be (a model's parameters before it is built, see :mod:`attnlm.foreign`); this is
+    the net under what cannot be estimated beforehand."""
+    text = " ".join(str(e).split())
+    if isinstance(e, MemoryError):
+        return "out of memory" + (f" ({text[:200]})" if text else "") + "; ask for less"
+    found = re.search(r"tried to allocate ([\d.]+ ?\w*)", text)
+    if type(e).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
+        size = f" (tried to allocate {found.group(1)})" if found else ""
+        return (
+            f"out of memory{size}: lower the sizes asked for (batch size, model size, tokens, rank)"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -63,13 +83,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None else 2
     try:
         check_arguments(parser, args)
-        result = args.func(args)
+        # one writer per output: every run folder and file the command writes is locked
+        # while it runs (a command that locks by itself, as train under torchrun, opts out)
+        folders, files = (
+            outputs_of(parser, args) if getattr(args, "lock_outputs", True) else ([], [])
+        )
+        with output_locks(tuple(folders), tuple(files)):
+            result = args.func(args)
     except AttnlmError as e:
         print("attnlm: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
         return 2
     except KeyboardInterrupt:
         print("attnlm: interrupted", file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError
+        problem = out_of_memory(e)
+        if problem is None:
+            raise
+        print(f"attnlm: error: {problem}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader went away (e.g. `attnlm models --json | head`)
         import os
 

@@ -127,6 +127,25 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             raise InputError(f"argument {argparse._get_action_name(action)}: {problem}")
 
 
+#: the argument types that name what a command writes: a folder (True) or a file (False)
+OUTPUT_TYPES = {"output_dir": True, "output_file": False, "output_file_or_stdout": False}
+
+
+def outputs_of(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[Any], list[Any]]:
+    """``(folders, files)``: what the command that ran writes, the values of its options whose
+    type is one of :data:`OUTPUT_TYPES` (``-``, standard output, included: the lock skips
+    it). ``main`` holds :func:`attnlm.fileio.output_lock` on each while the command runs."""
+    found: tuple[list[Any], list[Any]] = ([], [])
+    for action in _actions(parser, args):
+        folder = OUTPUT_TYPES.get(getattr(action.type, "checks", None))
+        value = getattr(args, action.dest, None)
+        if folder is not None and value is not None:
+            found[0 if folder else 1].append(value)
+    return found
+
+
 def _actions(parser: argparse.ArgumentParser, args: argparse.Namespace):
     """The actions of ``parser`` and of the subcommand parsers ``args`` went through."""
     for action in parser._actions:

@@ -336,6 +336,19 @@ def add_time_budget_argument(
     )
 
 
+def add_progress_argument(p: argparse.ArgumentParser, default: bool | None = True) -> None:
+    """``--progress`` / ``--no-progress``: progress bars on stderr, both spellings in every
+    command that draws bars (on by default; ``ngram train``'s are off unless asked for;
+    None: as the preset says)."""
+    where = {True: "on", False: "off", None: "as the preset says"}[default]
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=default,
+        help=f"progress bars on stderr ({where} by default)",
+    )
+
+
 def add_stop_argument(p: argparse.ArgumentParser) -> None:
     """``--stop STR`` (repeatable): stop strings of :class:`SamplingConfig`."""
     p.add_argument(

@@ -8,6 +8,7 @@ from pathlib import Path
 from attnlm.cli.common import (
     add_command,
     add_device_argument,
+    add_progress_argument,
     add_text_argument,
     add_threads_argument,
     add_time_budget_argument,
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=arg(non_empty),
         help="override a preset value: of one model, e.g. lstm:model.n_layer=1 (repeatable)",
     )
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_argument(p)
 
 
 def _parse_sets(items: list[str]) -> dict[str, list[str]]:

@@ -10,6 +10,7 @@ from attnlm.cli.common import (
     add_corpus_arguments,
     add_option,
     add_pairs_argument,
+    add_progress_argument,
     add_seed_argument,
     add_text_argument,
     arg,
@@ -17,7 +18,6 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.fileio import output_lock
 from attnlm.validate import (
     finite_float,
     non_negative_int,
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"({DEFAULT_VAL_FRACTION})",
     )
     add_corpus_arguments(prep)
-    prep.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_argument(prep)
 
     task = add_command(dsub, "task", _task)
     task.add_argument(
@@ -141,8 +141,7 @@ def _prepare(args: argparse.Namespace) -> int:
         progress=args.progress,
         **options,
     )
-    with output_lock(args.out):
-        data = prepare(Path(args.out), cfg, log=print)
+    data = prepare(Path(args.out), cfg, log=print)
     print(data.stats_line())
     print(f"prepared {args.out}: train on it with attnlm train --data-dir {args.out}")
     return 0

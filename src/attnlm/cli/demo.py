@@ -53,13 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     """train, sample and plot on Shakespeare, then the other families and a real LLM (~5 min)"""
-    from attnlm.fileio import output_lock
-
-    with output_lock(args.out):
-        return _run(args)
-
-
-def _run(args: argparse.Namespace) -> int:
     run_demo(
         Path(args.out),
         args.preset,

@@ -102,6 +102,13 @@ def _is_lora_run(spec: str) -> bool:
 
 
 def _check_overwrite(out: Path, target: str, overwrite: bool) -> None:
+    from attnlm.checkpoint import CHECKPOINT_DIR
+
+    if target == "hf" and (out / CHECKPOINT_DIR).is_dir():  # its config.json would win over it
+        raise InputError(
+            f"{out}: holds an attnlm run ({CHECKPOINT_DIR}/); a Hugging Face folder written "
+            "into it would hide the run: choose another --out"
+        )
     exists = out.exists() if target == "gguf" else (out / "config.json").exists()
     if exists and not overwrite:
         raise InputError(f"{out}: already exists (pass --overwrite to replace it)")
@@ -122,8 +129,9 @@ def _to_hf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     from attnlm.models.gguf.vocab import write_tokenizer_json
 
     model, tok, info = found
-    save_hf(model.cpu(), out)
+    # the tokenizer first: save_hf writes config.json last, which makes the folder a model
     wrote = write_tokenizer_json(tok, out, model.config)
+    save_hf(model.cpu(), out)
     return {"format": "huggingface", "tokenizer": wrote}
 
 

@@ -17,6 +17,7 @@ from attnlm.cli.common import (
     add_command,
     add_command_group,
     add_literal_text_arguments,
+    add_progress_argument,
     add_runtime_arguments,
     add_seed_argument,
     add_text_argument,
@@ -27,7 +28,6 @@ from attnlm.cli.common import (
     text_file,
     use_threads,
 )
-from attnlm.fileio import output_lock
 from attnlm.validate import existing_dir, finite_float, non_empty, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_time_budget_argument(fit, None)
     add_runtime_arguments(fit, device=None)
     add_seed_argument(fit, help="the initial values")
-    fit.add_argument("--no-progress", dest="progress", action="store_false", default=True)
+    add_progress_argument(fit)
     fit.add_argument(
         "--set",
         action="append",
@@ -101,8 +101,7 @@ def _fit(args: argparse.Namespace) -> int:
     spec = spec_from_tables(tables, preset=FIT_PRESET)
     run_dir = Path(args.out)
     new_run_dir_check(run_dir)
-    with output_lock(run_dir):
-        result = train_run(spec, run_dir)
+    result = train_run(spec, run_dir)
     ev = result.last_eval
     tail = f"; val {ev.bpc:.4f} bits/char" if ev is not None and ev.bpc is not None else ""
     print(f"done: {result.step} EM iterations ({result.stop_reason}) in {result.elapsed:.1f}s"

@@ -94,8 +94,13 @@ def _attention(args: argparse.Namespace) -> int:
     if kind == "auto":
         kind = "cross" if record.cross_attentions is not None else "self"
     maps, queries, keys = record.maps(kind)
+    panels = select_panels(maps, args.layer, args.head)  # out of range: refused, with --html too
+    if not args.out and (args.layer is not None or args.head is not None):
+        raise InputError(
+            "--layer/--head choose the panels of --out FILE.png; the --html page "
+            "shows every layer and head"
+        )
     if args.out:
-        panels = select_panels(maps, args.layer, args.head)
         one = len(panels) == 1 and len(panels[0]) == 1
         title = f"{ck.family.type} {kind}-attention for {text!r} (rows: queries)"
         path = plot_attention_panels(panels, queries, keys, args.out, title, annotate=one)

@@ -24,6 +24,7 @@ from attnlm.cli.common import (
     add_command_group,
     add_num_samples_argument,
     add_option,
+    add_progress_argument,
     add_prompt_argument,
     add_seed_argument,
     add_text_argument,
@@ -31,7 +32,6 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.errors import ConfigError
-from attnlm.fileio import output_locks
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -98,11 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="bounded memory (like lmplz -S): count, sort and estimate in about SIZE bytes "
         "(2G, 512M, 100K), spilling sorted shards to $TMPDIR; mkn and --arpa only",
     )
-    tr.add_argument(
-        "--progress",
-        action="store_true",
-        help="progress bars with n-grams/s on stderr (count, estimate, write)",
-    )
+    add_progress_argument(tr, default=False)  # n-grams/s for count, estimate, write
     _add_convention(tr)
 
     sc = add_command(nsub, "score", _score)
@@ -185,10 +181,9 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("say where to write the model: --arpa OUT and/or --out MODEL")
     if args.smoothing == "addk" and args.arpa:
         raise ConfigError("add-k smoothing has no ARPA form (not a back-off model); use --out")
-    with output_locks(files=(args.arpa, args.out)):
-        if args.memory is not None:
-            return _train_bounded(args)
-        return _train_in_memory(args)
+    if args.memory is not None:
+        return _train_bounded(args)
+    return _train_in_memory(args)
 
 
 def _train_in_memory(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ from attnlm.cli.common import (
     text_value,
 )
 from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import output_locks
 from attnlm.validate import (
     non_empty,
     non_negative_int,
@@ -192,8 +191,7 @@ def _train(args: argparse.Namespace) -> int:
     if (args.cased or args.vocab_out) and kind != "wordpiece":
         raise TokenizerConfigError("--cased and --vocab-out are only for --kind wordpiece")
     text = load_text(args.text)
-    with output_locks(files=(args.out, args.vocab_out, args.tiktoken_out)):
-        return _train_and_save(args, kind, text)
+    return _train_and_save(args, kind, text)
 
 
 def _train_and_save(args: argparse.Namespace, kind: str, text: str) -> int:

@@ -15,6 +15,7 @@ from attnlm.cli.common import (
     add_device_argument,
     add_model_spec_argument,
     add_pairs_argument,
+    add_progress_argument,
     add_runtime_arguments,
     add_seed_argument,
     add_text_argument,
@@ -81,6 +82,7 @@ PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir", "chat_da
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "train", _train)
+    p.set_defaults(lock_outputs=False)  # _train locks: on the main process of a torchrun only
     p.add_argument(
         "--preset",
         default=None,
@@ -174,9 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "parameters and optimizer state sharded, sharded checkpoints)",
     )
     add_seed_argument(p)
-    p.add_argument(
-        "--no-progress", dest="progress", action="store_const", const=False, default=None
-    )
+    add_progress_argument(p, default=None)
     finetune.add_lora_arguments(p)
     p.add_argument(
         "--set",
@@ -402,8 +402,7 @@ def _export(args: argparse.Namespace) -> int:
     = ddp, so OUT resumes in one process or under DDP."""
     from attnlm.train.fsdp import export_checkpoint
 
-    with output_lock(args.out):
-        path = export_checkpoint(args.checkpoint, args.out)
+    path = export_checkpoint(args.checkpoint, args.out)
     print(f"exported {args.checkpoint} -> {path}")
     return 0
 

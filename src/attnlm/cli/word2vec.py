@@ -15,6 +15,7 @@ import json
 from attnlm.cli.common import (
     add_command,
     add_command_group,
+    add_progress_argument,
     add_seed_argument,
     add_text_argument,
     add_top_k_argument,
@@ -22,7 +23,6 @@ from attnlm.cli.common import (
     text_file,
     text_value,
 )
-from attnlm.fileio import output_locks
 from attnlm.validate import (
     existing_file,
     finite_float,
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--noise-share", type=arg(positive_int), default=8,
                     help="CBOW: centre words sharing their noise words (8)")  # fmt: skip
     add_seed_argument(tr, default=1)
-    tr.add_argument("--no-progress", dest="progress", action="store_false")
+    add_progress_argument(tr)
 
     si = add_command(wsub, "similar", _similar)
     _add_vectors(si)
@@ -151,13 +151,12 @@ def _train(args: argparse.Namespace) -> int:
         )
         bar.update(p.words - bar.n)
 
-    with output_locks(files=(args.out,)):
-        try:
-            result = train_word2vec(text, cfg, progress)
-        finally:
-            for bar in bars:
-                bar.close()
-        path = result.vectors.save(args.out, _binary(args))
+    try:
+        result = train_word2vec(text, cfg, progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    path = result.vectors.save(args.out, _binary(args))
     kind = "skip-gram" if cfg.sg else "CBOW"
     losses = ", ".join(f"{x:.4f}" for x in result.epoch_losses)
     print(f"{kind}: {len(result.vocab):,} words x {cfg.dim} from {result.words // cfg.epochs:,} "

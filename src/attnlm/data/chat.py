@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.errors import InputError
-from attnlm.textio import decode_text, text_problem
+from attnlm.fileio import read_file_text
+from attnlm.textio import text_problem
 from attnlm.tokenizers.chat_template import check_messages
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -68,11 +69,7 @@ def _record(raw: str, where: str) -> list[dict[str, str]]:
 def read_conversations(path: str | Path) -> list[Conversation]:
     """Every conversation of a chat JSON Lines file (blank lines skipped)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-    text = decode_text(data, str(path))
+    text = read_file_text(path, "chat data file")  # bounded: /dev/zero costs one block
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():

@@ -24,10 +24,14 @@ Filter = Callable[[torch.Tensor, Any], torch.Tensor]
 
 
 def temperature(logits: torch.Tensor, t: float) -> torch.Tensor:
-    """Scale logits by ``1 / t``; higher ``t`` flattens the distribution."""
+    """Scale logits by ``1 / t``; higher ``t`` flattens the distribution. The row's largest
+    logit is subtracted first (softmax and the filters after this one do not change), so a
+    tiny ``t`` (``1e-320``) gives greedy's distribution, never ``inf - inf`` or ``0 / 0``."""
     if not t > 0:
         raise ConfigError(f"temperature must be > 0 for sampling, got {t}")
-    return logits / t
+    info = torch.finfo(logits.dtype)
+    top = logits.amax(dim=-1, keepdim=True).clamp(min=info.min)
+    return (logits - top) / max(t, info.tiny)  # a t the dtype cannot hold would be 0
 
 
 def top_k(logits: torch.Tensor, k: int) -> torch.Tensor:

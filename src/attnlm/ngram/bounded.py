@@ -26,7 +26,7 @@ from attnlm.errors import ConfigError
 from attnlm.ngram.arpa_write import write_arpa
 from attnlm.ngram.bounded_count import Budget, Counted, count_streamed, parse_memory, read_chunks
 from attnlm.ngram.bounded_kn import estimate_and_write
-from attnlm.ngram.counts import PADDINGS, NgramCounts
+from attnlm.ngram.counts import PADDINGS, NgramCounts, check_order
 from attnlm.ngram.smoothing import modified_kneser_ney
 
 __all__ = ["BoundedResult", "parse_memory", "train_arpa"]
@@ -59,8 +59,7 @@ def train_arpa(
     end), written as an ARPA file at ``path`` (``.gz`` compresses), with the arrays held under
     about ``memory`` (bytes, or a size such as ``"2G"``). The file is byte for byte what
     ``write_arpa(train(split_sentences(text), order, pad=pad), path)`` writes."""
-    if order < 1:
-        raise ConfigError(f"order must be >= 1, got {order}")
+    check_order(order)
     if pad not in PADDINGS:
         raise ConfigError(f"padding must be one of {', '.join(PADDINGS)}, got {pad!r}")
     budget = Budget(parse_memory(memory))

@@ -27,6 +27,9 @@ from attnlm.errors import ConfigError, InputError
 
 UNK = "<unk>"  # the ARPA / KenLM unknown word (the same string as attnlm.tokenizers.base.UNK)
 BOS = "<s>"
+#: the highest order counted (KenLM's lmplz is built for 6 by default): counting and
+#: estimating loop over every order, so ``--order 1000000`` ran without bound on any text
+MAX_ORDER = 32
 EOS = "</s>"
 PADDINGS = ("kenlm", "nltk")
 
@@ -198,6 +201,13 @@ def ngram_ids(tokens: np.ndarray, pos: np.ndarray, keys: list[np.ndarray], V: in
     return ids
 
 
+def check_order(order: int) -> int:
+    """``order`` if it is in 1..:data:`MAX_ORDER`, else a one-line ConfigError."""
+    if not 1 <= order <= MAX_ORDER:
+        raise ConfigError(f"order must be in 1..{MAX_ORDER}, got {order}")
+    return order
+
+
 def count_ngrams(
     sentences: Sequence[Sequence[str]],
     order: int,
@@ -209,8 +219,7 @@ def count_ngrams(
     The vocabulary is ``<unk> <s> </s>`` then the words in order of first appearance (plus
     ``vocab_words`` if given); ``<unk>`` has count 0 unless the text contains it literally.
     """
-    if order < 1:
-        raise ConfigError(f"order must be >= 1, got {order}")
+    check_order(order)
     if not sentences:
         raise InputError("no sentences to count (the text is empty)")
     index = word_index()

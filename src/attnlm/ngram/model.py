@@ -183,9 +183,10 @@ class NgramModel:
                 p = self.distribution(ctx)
                 if not allow_unk:
                     p[self.vocab.unk] = 0.0
-                if temperature != 1.0:
-                    with np.errstate(divide="ignore"):
-                        p = np.exp(np.log(p) / temperature)
+                if temperature != 1.0:  # relative to the likeliest word: a tiny one is greedy
+                    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                        logp = np.log(p)
+                        p = np.exp((logp - logp.max()) / temperature)
                 s = p.sum()
                 if not s > 0:
                     break

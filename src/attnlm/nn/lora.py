@@ -356,6 +356,40 @@ def available_targets(model: nn.Module) -> tuple[str, ...]:
     return tuple(t for t in TARGETS if t in found)
 
 
+def _check_float_weights(model: nn.Module) -> None:
+    """Adapters add ``B A`` to float weights: a model stored in q8/q4/bf16 for decoding
+    (:mod:`attnlm.nn.quant`) has none to add to, or to merge into."""
+    from attnlm.nn.quant import QuantLinear, weights_format
+
+    fmt = weights_format(model)
+    if fmt == "f32" and any(isinstance(m, QuantLinear) for m in model.modules()):
+        fmt = "quantized"
+    if fmt != "f32":
+        raise InputError(
+            f"LoRA adapters need float32 weights and this model's are {fmt} (decode-time "
+            "weights): load it with --weights f32 (weights='f32')"
+        )
+
+
+def _check_rank(model: nn.Module, r: int, wanted: tuple[str, ...]) -> None:
+    """A rank above ``min(d_in, rows)`` of an adapted span adds nothing (``B A`` cannot have a
+    higher rank than that) and only costs memory: ``--lora 99999999`` asked for 25 GB."""
+    limit = None
+    for module in model.modules():
+        for attr, names in (_slots(module) or {}).items():
+            base = getattr(module, attr)
+            for t in wanted:
+                if t in names:
+                    lo, hi = names[t]
+                    width = min(base.in_features, hi - lo)
+                    limit = width if limit is None else min(limit, width)
+    if limit is not None and r > limit:
+        raise ConfigError(
+            f"--lora {r}: the rank can be at most {limit} for this model (the smallest input "
+            "width or output rows of the layers it adapts; a higher rank adds nothing)"
+        )
+
+
 def apply_lora(
     model: nn.Module,
     r: int | LoRAConfig,
@@ -374,6 +408,7 @@ def apply_lora(
         cfg = LoRAConfig(r, DEFAULT_ALPHA if alpha is None else alpha, dropout, targets)
     if has_lora(model):
         raise ConfigError("this model already has LoRA adapters")
+    _check_float_weights(model)
     have = available_targets(model)
     wanted = cfg.targets
     if isinstance(targets, str) and "all" in targets.split(",") or tuple(wanted) == ALL:
@@ -385,6 +420,7 @@ def apply_lora(
             f"--lora-targets: {','.join(missing) or 'nothing'} matches no layer of this "
             f"{family} model (its targets: {','.join(have) or 'none'})"
         )
+    _check_rank(model, cfg.r, wanted)
     model.requires_grad_(False)
     if hasattr(model, "loss_chunk"):  # the causal decoder: its training loss a chunk at a time
         model.loss_chunk = LOSS_CHUNK_ROWS

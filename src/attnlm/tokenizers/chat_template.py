@@ -160,7 +160,15 @@ class ChatTemplate:
             )
         except jinja2.TemplateError as e:
             raise InputError(f"{self.origin}: the template refused the conversation: {e}") from None
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        except (
+            TypeError,
+            ValueError,
+            KeyError,
+            AttributeError,
+            IndexError,
+            ArithmeticError,
+            RecursionError,
+        ) as e:  # the sandbox's "Range too big" is an OverflowError
             what = f"{type(e).__name__}: {e}"
             raise InputError(f"{self.origin}: the template failed ({what})") from None
 

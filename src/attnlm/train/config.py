@@ -10,6 +10,7 @@ CLI flags and ``--set table.key=value`` override single values; unknown keys and
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -130,6 +131,10 @@ class TrainConfig:
     lora_targets: str = "q,v"
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # lr = inf trained to NaN weights, exit 0
+            value = getattr(self, f.name)
+            if f.type == "float" and isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"train.{f.name} must be a finite number, got {value}")
         counts = ("batch_size", "grad_accum", "max_iters", "eval_interval", "eval_iters")
         positive(self, *counts, "log_interval", "tokenizer_sample", where="train")
         optional = ("warmup_iters", "early_stop", "threads", "workers", "bpe_vocab_size")

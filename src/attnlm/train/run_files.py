@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ def file_fingerprint(path: Path, content: bool = True) -> dict[str, Any]:
     ``content``, no SHA-256)."""
     try:
         st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # /dev/zero would be hashed without end
+            raise InputError(f"{path}: not a regular file (a device or a pipe?)")
         out = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
         if content:
             digest = hashlib.sha256()

@@ -159,7 +159,10 @@ def write_tokenizer_json(tok: Any, folder: str | Path, config: Any) -> str | Non
         return None
     if meta.get("tokenizer.ggml.pre") not in ("gpt-2", "gpt2"):
         return None
-    tokens, types = meta["tokenizer.ggml.tokens"], list(meta["tokenizer.ggml.token_type"])
+    # plain Python values: a tokenizer read from a GGUF file holds numpy integers, which
+    # json cannot write (nor the numpy bools their comparisons give)
+    tokens = [str(t) for t in meta["tokenizer.ggml.tokens"]]
+    types = [int(k) for k in meta["tokenizer.ggml.token_type"]]
     vocab = {t: i for i, (t, k) in enumerate(zip(tokens, types, strict=True)) if k == NORMAL}
     added = [
         {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
@@ -183,7 +186,7 @@ def write_tokenizer_json(tok: Any, folder: str | Path, config: Any) -> str | Non
             "byte_fallback": False,
             "ignore_merges": False,
             "vocab": vocab,
-            "merges": list(meta["tokenizer.ggml.merges"]),
+            "merges": [str(m) for m in meta["tokenizer.ggml.merges"]],
         },  # fmt: skip
     }
     atomic_write_text(Path(folder) / "tokenizer.json", json.dumps(doc, ensure_ascii=False))

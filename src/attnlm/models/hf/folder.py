@@ -171,7 +171,6 @@ def _write_hf_folder(path, config, state, generation, max_shard_size) -> None:
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     shards = shard_tensors(tensors, max_shard_size) if max_shard_size else [tensors]
-    atomic_write_text(path / "config.json", json.dumps(config, indent=2) + "\n")
     single, index = path / "model.safetensors", path / "model.safetensors.index.json"
     if len(shards) == 1:
         with atomic_path(single) as tmp:
@@ -190,6 +189,9 @@ def _write_hf_folder(path, config, state, generation, max_shard_size) -> None:
         single.unlink(missing_ok=True)
     if generation is not None:
         atomic_write_text(path / "generation_config.json", json.dumps(generation, indent=2) + "\n")
+    # last: config.json makes the folder a model folder, so a writer killed before it leaves
+    # a new folder that is not taken for a model (and an old one with its old config)
+    atomic_write_text(path / "config.json", json.dumps(config, indent=2) + "\n")
 
 
 _register_reader("Hugging Face model folder", f"{__name__}.read_hf_weights")
