@@ -394,6 +394,8 @@ def native_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
     bfloat16, q8 or q4), ``state`` is a dynamic :class:`~attnlm.nn.cache.KVCache` without
     cross-attention, and each row brings 1 to :data:`MAX_TOKENS` tokens (float weights: at
     most :data:`MAX_FLOAT_ROWS` tokens in all)."""
+    if torch.compiler.is_compiling():  # a compiled step traces the PyTorch path
+        return False
     if not (
         isinstance(state, KVCache)
         and not getattr(state, "fixed", False)
