@@ -43,10 +43,11 @@ from attnlm.nn.static_cache import StaticKVCache
 
 __all__ = ["MAX_TOKENS", "native_applies", "native_step"]
 
-MAX_TOKENS = 16  # new tokens per row from which the forward's GEMMs are faster (prefill)
+MAX_TOKENS = 64  # new tokens per row from which the forward's GEMMs are faster (prefill)
 # rows (B T) beyond which float32 / bfloat16 weights go to the forward's GEMMs, which reuse
 # each weight across rows better than the C step's products (measured: batch 16 decodes faster
-# there); 8- and 4-bit weights have no fast GEMM there below MAX_TOKENS
+# there); 8- and 4-bit weights are widened once for 4 rows at a time, as fast up to about
+# MAX_TOKENS rows as dequantizing them for one GEMM (measured)
 MAX_FLOAT_ROWS = 4
 GROW = 256  # cache buffers grow by at least this many positions
 

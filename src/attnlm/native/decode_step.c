@@ -245,7 +245,20 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
         const int8_t *w = W + n * K;
         const uint16_t *s = L->scales + n * G;
         if (n + 4 < n1) prefetch(w + 4 * K, K), prefetch(s + 4 * G, G * 2);
-        for (int64_t m = 0; m < M; m++) {
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4) { /* four rows of x per widening of the weights */
+            vf a[4] = {{0}, {0}, {0}, {0}};
+            for (int64_t g = 0; g < G; g++) {
+                const vf w0 = from_i8(w + 32 * g), w1 = from_i8(w + 32 * g + 16);
+                const float sg = from_f16(s[g]);
+                for (int r = 0; r < 4; r++) {
+                    const float *xg = x + (m + r) * ldx + 32 * g;
+                    a[r] += (w0 * *(const vf *)xg + w1 * *(const vf *)(xg + 16)) * sg;
+                }
+            }
+            for (int r = 0; r < 4; r++) store(L, y, ldy, res, m + r, n, hsum(a[r]));
+        }
+        for (; m < M; m++) {
             const float *xm = x + m * ldx;
             vf a = {0};
             for (int64_t g = 0; g < G; g++) {
@@ -259,51 +272,79 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
     }
 }
 
+/* rows of x taken together by the 4-bit product: each nibble is widened once and multiplied
+ * into every row (the widening, not the multiply, is the cost); as many as the vector
+ * registers hold the 4 x R sums */
+#ifdef __AVX512F__
+#define Q4_ROWS 4
+#else
+#define Q4_ROWS 2
+#endif
+
+/* The 64 sums of one 4-bit block (rows blk * 64 ..) for R rows of x (R a constant once
+ * inlined): out[r][q] = sum over k of W[16 q + j, k] x[r, k] for j < 16. Per group of 32
+ * columns the sums of u x are accumulated in float from the nibbles, then
+ * out += d (sum u x) + m (sum x). */
+static inline __attribute__((always_inline)) void q4_block(const Linear *L, int64_t blk,
+                                                           const float *x, int64_t ldx, int R,
+                                                           int ahead, vf out[][4]) {
+    const int64_t G = L->k / 32;
+    const uint8_t *wb = (const uint8_t *)L->w + blk * L->k * 32;
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < 4; q++) out[r][q] = (vf){0};
+    for (int64_t g = 0; g < G; g++) {
+        const uint8_t *p = wb + g * 32 * 32;
+        vf a[Q4_ROWS][4];
+        float xs[Q4_ROWS];
+        for (int r = 0; r < R; r++) {
+            xs[r] = 0.0f;
+            for (int q = 0; q < 4; q++) a[r][q] = (vf){0};
+        }
+        if (ahead) { /* two groups ahead (the next block's follow its last group) */
+            prefetch(p + 2 * 1024, 1024);
+            prefetch(L->scales + (blk * G + g + 2) * 128, 256);
+        }
+        for (int kk = 0; kk < 32; kk++, p += 32) {
+            const vf w0 = from_u4(p, 0), w1 = from_u4(p + 16, 0); /* rows  0..15, 16..31 */
+            const vf w2 = from_u4(p, 4), w3 = from_u4(p + 16, 4); /* rows 32..47, 48..63 */
+            for (int r = 0; r < R; r++) {
+                const float xk = x[r * ldx + 32 * g + kk];
+                xs[r] += xk;
+                a[r][0] += w0 * xk;
+                a[r][1] += w1 * xk;
+                a[r][2] += w2 * xk;
+                a[r][3] += w3 * xk;
+            }
+        }
+        const uint16_t *dm = L->scales + (blk * G + g) * 64 * 2;
+        for (int q = 0; q < 4; q++) { /* rows 16 q .. 16 q + 15: (d, m) pairs */
+            vf lo = from_f16x16(dm + 32 * q), hi = from_f16x16(dm + 32 * q + 16);
+            vf d = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                           24, 26, 28, 30);
+            vf m = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                           25, 27, 29, 31);
+            for (int r = 0; r < R; r++) out[r][q] += d * a[r][q] + m * xs[r];
+        }
+    }
+}
+
 /* 4-bit: rows of the half-blocks [h0, h1) of 32 rows (a half-block is one nibble of each byte:
- * work is shared in halves so that 9 blocks split evenly between two threads). Per block and
- * group, the four 16-row sums of u x are accumulated in float from the nibbles, then
- * y += d (sum u x) + m (sum x); a block whose other half belongs to another thread is read
- * whole and only this thread's half stored. */
+ * work is shared in halves so that 9 blocks split evenly between two threads); a block whose
+ * other half belongs to another thread is read whole and only this thread's half stored. */
 static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                     int64_t ldy, const float *res, int64_t h0, int64_t h1) {
-    const int64_t K = L->k, G = K / 32;
-    const uint8_t *W = (const uint8_t *)L->w;
     for (int64_t blk = h0 / 2; blk < (h1 + 1) / 2; blk++) {
         const int q0 = 2 * blk < h0 ? 2 : 0, q1 = 2 * blk + 1 < h1 ? 4 : 2; /* 16-row quarters */
-        const uint8_t *wb = W + blk * K * 32;
-        for (int64_t m = 0; m < M; m++) {
-            const float *xm = x + m * ldx;
-            vf out[4] = {{0}, {0}, {0}, {0}};
-            for (int64_t g = 0; g < G; g++) {
-                const uint8_t *p = wb + g * 32 * 32;
-                const float *xg = xm + 32 * g;
-                vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-                float xs = 0.0f;
-                if (m == 0) { /* two groups ahead (the next block's follow its last group) */
-                    prefetch(p + 2 * 1024, 1024);
-                    prefetch(L->scales + (blk * G + g + 2) * 128, 256);
-                }
-                for (int kk = 0; kk < 32; kk++, p += 32) {
-                    const float xk = xg[kk];
-                    xs += xk;
-                    a0 += from_u4(p, 0) * xk;       /* rows  0..15 */
-                    a1 += from_u4(p + 16, 0) * xk;  /* rows 16..31 */
-                    a2 += from_u4(p, 4) * xk;       /* rows 32..47 */
-                    a3 += from_u4(p + 16, 4) * xk;  /* rows 48..63 */
-                }
-                const uint16_t *dm = L->scales + (blk * G + g) * 64 * 2;
-                vf acc[4] = {a0, a1, a2, a3};
-                for (int q = 0; q < 4; q++) { /* rows 16 q .. 16 q + 15: (d, m) pairs */
-                    vf lo = from_f16x16(dm + 32 * q), hi = from_f16x16(dm + 32 * q + 16);
-                    vf d = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18,
-                                                   20, 22, 24, 26, 28, 30);
-                    vf m = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19,
-                                                   21, 23, 25, 27, 29, 31);
-                    out[q] += d * acc[q] + m * xs;
-                }
-            }
-            for (int q = q0; q < q1; q++)
-                for (int j = 0; j < 16; j++) store(L, y, ldy, res, m, blk * 64 + 16 * q + j, out[q][j]);
+        for (int64_t m = 0; m < M;) {
+            vf out[Q4_ROWS][4];
+            const int R = M - m >= Q4_ROWS ? Q4_ROWS : 1;
+            if (R == Q4_ROWS) q4_block(L, blk, x + m * ldx, ldx, Q4_ROWS, m == 0, out);
+            else q4_block(L, blk, x + m * ldx, ldx, 1, m == 0, out);
+            for (int r = 0; r < R; r++)
+                for (int q = q0; q < q1; q++)
+                    for (int j = 0; j < 16; j++)
+                        store(L, y, ldy, res, m + r, blk * 64 + 16 * q + j, out[r][q][j]);
+            m += R;
         }
     }
 }
