@@ -252,6 +252,20 @@ def check_pair_fields(fields: dict[str, Any], table: dict[str, Any], spec: str) 
                               f"{have!r}; they do not belong together")  # fmt: skip
 
 
+def check_data_kind(init: InitSource, cfg: Any) -> None:
+    """Refuse, before anything is written, data the source model does not train on: a
+    translation model takes ``--pairs``, a text model ``--text``."""
+    name, spec = init.table.get("type"), cfg.init_from
+    if init.pairs is not None and getattr(cfg, "text", None) is not None:
+        raise ConfigError(f"--init-from {spec} is a translation model ({name}): give --pairs "
+                          "FILE, not --text")  # fmt: skip
+    if init.pairs is None and getattr(cfg, "pairs", None) is not None:
+        raise ConfigError(
+            f"--init-from {spec} is a {name} model that trains on text: give --text FILE, "
+            "not --pairs (a translation model takes them)"
+        )
+
+
 def start_from(
     spec: Any, run_dir: Path, resume: bool, is_main: bool, log: Any
 ) -> tuple[Any, InitSource | None, dict[str, Any]]:
@@ -269,6 +283,7 @@ def start_from(
         return spec, None, extra
     init = load_init_source(cfg.init_from)
     check_architecture(spec.model, init.table, cfg.init_from)
+    check_data_kind(init, cfg)
     if init.pairs is not None:
         return _start_pairs(spec, init, run_dir, is_main, log)
     path = run_dir / INIT_TOKENIZER
