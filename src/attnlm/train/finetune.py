@@ -12,6 +12,13 @@ from it:
 * the tokenizer, written into the run folder as ``init_tokenizer.json`` (an attnlm tokenizer
   file: byte-level BPE, WordPiece, a GGUF vocabulary) and used as the run's tokenizer file, so
   the corpus is encoded with the model's own vocabulary and a resumed run reads it back;
+* a translation model's tokenizers instead (an attnlm pairs run's source and target
+  tokenizers, or one shared; a Hugging Face Marian folder's ``tokenizer.json`` for both sides,
+  its special tokens at the model's ``pad_id``/``bos_id``/``eos_id``): written into the run
+  folder as ``init_tokenizers/`` (:meth:`attnlm.data.pairs.PairTokenizers.save`), which
+  ``train.tokenizer`` names, so the pairs are encoded with them, never trained anew
+  (:func:`attnlm.train.pair_data.prepare_pairs`), and their special ids are the model's
+  (:func:`check_pair_fields`);
 * its chat template (when it has one), kept in the run's config (``chat_template``) so ``chat``
   works on the fine-tuned run.
 
@@ -37,6 +44,7 @@ from torch import nn
 from attnlm.errors import ConfigError
 
 INIT_TOKENIZER = "init_tokenizer.json"  # in the run folder: the source model's tokenizer
+INIT_PAIR_TOKENIZERS = "init_tokenizers"  # in the run folder: a translation model's tokenizers
 #: the ModuleList attributes that hold a family's blocks, in the order they run
 BLOCK_LISTS = ("blocks", "encoder", "decoder", "layers")
 #: a fine-tuning run's training settings when no preset is given (a pretrained model wants a
@@ -70,6 +78,7 @@ class InitSource:
     chat_template: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     path: Path | None = None  # where the source's weights are (a LoRA run fingerprints them)
+    pairs: Any = None  # a translation model's PairTokenizers (None: a text model)
 
 
 def weights_fingerprint(model: nn.Module) -> str:
@@ -110,7 +119,30 @@ def load_init_source(spec: str) -> InitSource:
         ct = info.chat_template
         template = {"source": ct.source, "special_tokens": dict(ct.special_tokens)}
     notes = [n for n in (_gguf_note(str(spec)),) if n]
-    return InitSource(table, model, tok, record, template, notes, info.path)
+    pairs = None
+    if info.family.objective == "seq2seq":  # a translation model: both sides' tokenizers
+        pairs = _pair_tokenizers(tok, info, table, str(spec))
+    return InitSource(table, model, tok, record, template, notes, info.path, pairs)
+
+
+def _pair_tokenizers(tok: Any, info: Any, table: dict[str, Any], spec: str) -> Any:
+    """The source and target tokenizers of a translation model: an attnlm run's own, else
+    (a Hugging Face folder) its one tokenizer for both sides, with the special token strings
+    found at the model's ``pad_id``/``bos_id``/``eos_id``."""
+    from attnlm.data.pairs import PairTokenizers
+
+    stored = getattr(info.checkpoint, "pair_tokenizers", None)
+    if stored is not None:
+        return stored
+    by_id = {i: s for s, i in (getattr(tok, "special_tokens", None) or {}).items()}
+    names: dict[str, str] = {}
+    for what in ("pad", "bos", "eos"):
+        i = table.get(f"{what}_id")
+        if i not in by_id:
+            raise ConfigError(f"{spec}: the model's {what}_id ({i}) is not a special token of "
+                              "its tokenizer; cannot encode pairs for it")  # fmt: skip
+        names[what] = by_id[i]
+    return PairTokenizers.from_tokenizers(tok, **names)
 
 
 def take_model(init: InitSource) -> nn.Module:
@@ -204,6 +236,36 @@ def check_vocab(tokenizer: Any, table: dict[str, Any], spec: str) -> None:
                           f"model only {size:,}")  # fmt: skip
 
 
+def check_pair_fields(fields: dict[str, Any], table: dict[str, Any], spec: str) -> None:
+    """A translation model's tokenizers must give its own special ids and fit its embeddings
+    (``fields``: what the prepared pairs decide, ``PairRunData.model_fields``)."""
+    for key, value in fields.items():
+        if key not in table:
+            continue  # a family without that field (rnn-seq2seq: no share_embeddings)
+        have = table[key]
+        if key == "src_vocab_size" and have is None:
+            have = table.get("vocab_size")
+        fits = value <= have if key.endswith("vocab_size") and isinstance(have, int) else (
+            value == have)  # fmt: skip
+        if not fits:
+            raise ConfigError(f"{spec}: its tokenizers give {key} = {value!r} but the model has "
+                              f"{have!r}; they do not belong together")  # fmt: skip
+
+
+def check_data_kind(init: InitSource, cfg: Any) -> None:
+    """Refuse, before anything is written, data the source model does not train on: a
+    translation model takes ``--pairs``, a text model ``--text``."""
+    name, spec = init.table.get("type"), cfg.init_from
+    if init.pairs is not None and getattr(cfg, "text", None) is not None:
+        raise ConfigError(f"--init-from {spec} is a translation model ({name}): give --pairs "
+                          "FILE, not --text")  # fmt: skip
+    if init.pairs is None and getattr(cfg, "pairs", None) is not None:
+        raise ConfigError(
+            f"--init-from {spec} is a {name} model that trains on text: give --text FILE, "
+            "not --pairs (a translation model takes them)"
+        )
+
+
 def start_from(
     spec: Any, run_dir: Path, resume: bool, is_main: bool, log: Any
 ) -> tuple[Any, InitSource | None, dict[str, Any]]:
@@ -221,6 +283,9 @@ def start_from(
         return spec, None, extra
     init = load_init_source(cfg.init_from)
     check_architecture(spec.model, init.table, cfg.init_from)
+    check_data_kind(init, cfg)
+    if init.pairs is not None:
+        return _start_pairs(spec, init, run_dir, is_main, log)
     path = run_dir / INIT_TOKENIZER
     if is_main:
         save_init_tokenizer(run_dir, init.tokenizer)
@@ -238,3 +303,29 @@ def start_from(
     if init.chat_template is not None:
         extra["chat_template"] = init.chat_template
     return dataclasses.replace(spec, model=dict(init.table), train=cfg), init, extra
+
+
+def _start_pairs(
+    spec: Any, init: InitSource, run_dir: Path, is_main: bool, log: Any
+) -> tuple[Any, InitSource, dict[str, Any]]:
+    """:func:`start_from` for a translation model: its tokenizers into ``init_tokenizers/``,
+    named by ``train.tokenizer`` (the pairs are encoded with them, never trained anew)."""
+    import dataclasses
+
+    cfg, pairs = spec.train, init.pairs
+    folder = run_dir / INIT_PAIR_TOKENIZERS
+    if is_main:
+        pairs.save(folder)
+    cfg = dataclasses.replace(cfg, tokenizer=str(folder.resolve()), shared_vocab=pairs.shared)
+    if is_main:
+        fp = init.record["fingerprint"]
+        sizes = (f"{pairs.target_ids.vocab_size:,} ids, shared" if pairs.shared else
+                 f"{pairs.source_ids.vocab_size:,} source / {pairs.target_ids.vocab_size:,} "
+                 "target ids")  # fmt: skip
+        log(f"init-from: {cfg.init_from} ({init.record['kind']}, weights {fp[:19]}...); "
+            f"its tokenizers ({sizes}) encode the pairs")  # fmt: skip
+    return (
+        dataclasses.replace(spec, model=dict(init.table), train=cfg),
+        init,
+        {"init_from": init.record},
+    )

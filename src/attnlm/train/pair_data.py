@@ -79,7 +79,9 @@ def _resolved(path: str | None) -> str | None:
 def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
     """Read the pairs (``cfg.pairs`` or the built-in task), split them (train / valid / test,
     grouped by source, :func:`attnlm.data.pairs.split_pairs`), train the tokenizers on the
-    training split, drop pairs over ``cfg.max_pair_tokens``, and store everything in
+    training split (a fine-tuning run, ``cfg.init_from``, loads the pretrained model's from
+    the folder ``cfg.tokenizer`` instead), drop pairs over ``cfg.max_pair_tokens``, and
+    store everything in
     ``run_dir/pairs/`` (a resumed run, and ``attnlm eval``, reuse it).
 
     ``cfg.valid_pairs`` / ``cfg.test_pairs`` name files that are the validation / test split
@@ -118,6 +120,11 @@ def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
         "test_fraction": cfg.test_fraction,
         "max_pair_tokens": cfg.max_pair_tokens,
     }
+    if cfg.init_from is not None:  # the same folder name whatever the source: its content
+        init = Path(cfg.tokenizer)
+        signature["init_tokenizers"] = [
+            file_fingerprint(f)["sha256"] for f in sorted(init.glob("*.json"))
+        ]
     names = ("train", "valid", "test")
     if sig_path.is_file():
         try:
@@ -148,10 +155,13 @@ def prepare_pairs(run_dir: Path, cfg: TrainConfig) -> PairRunData:
     split = PairSplits(split.train, given.get("valid", split.valid), given.get("test", split.test))
     if not split.valid:
         raise InputError("too few pairs to hold out a validation split")
-    tok_cfg = PairTokenizerConfig(
-        kind=cfg.tokenizer, shared=cfg.shared_vocab, vocab_size=cfg.bpe_vocab_size
-    )
-    tok = train_pair_tokenizers(split.train, tok_cfg)
+    if cfg.init_from is not None:  # the pretrained model's own tokenizers (train/finetune.py)
+        tok = PairTokenizers.load(cfg.tokenizer)
+    else:
+        tok_cfg = PairTokenizerConfig(
+            kind=cfg.tokenizer, shared=cfg.shared_vocab, vocab_size=cfg.bpe_vocab_size
+        )
+        tok = train_pair_tokenizers(split.train, tok_cfg)
     limit = cfg.max_pair_tokens or None
     kept = [filter_pairs(s, max_tokens=limit, tokenizers=tok) if limit else (list(s), 0)
             for s in (split.train, split.valid, split.test)]  # fmt: skip

@@ -35,7 +35,13 @@ from attnlm.objectives import OBJECTIVES, make_objective
 from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare, prepare_pairs
-from attnlm.train.finetune import check_vocab, freeze, start_from, take_model
+from attnlm.train.finetune import (
+    check_pair_fields,
+    check_vocab,
+    freeze,
+    start_from,
+    take_model,
+)
 from attnlm.train.fsdp import load_sharded, shard
 from attnlm.train.lora import lora_model
 from attnlm.train.optim import make_optimizer
@@ -255,7 +261,10 @@ def train_run(
         torch.manual_seed(cfg.seed)
         if cfg.init_from is not None:
             table = spec.model  # the source's: complete, checked against the tokenizer
-            check_vocab(data.tokenizer, table, cfg.init_from)
+            if kind == "pairs":  # the special ids and vocabulary sizes are the model's
+                check_pair_fields(_model_fields(data), table, cfg.init_from)
+            else:
+                check_vocab(data.tokenizer, table, cfg.init_from)
         else:
             table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
         if init is not None:  # the source's own model: its weights are not copied
