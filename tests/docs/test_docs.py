@@ -8,12 +8,15 @@ Markers and their meaning: mdblocks.py. New pages are picked up by the glob belo
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from mdblocks import Block, blocks, same_shape
+from shell import Ran, run_here, run_script
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -68,27 +71,61 @@ def _env(shims: Path) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], cwd: Path, env: dict, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
+def _bash(cwd: Path, env: dict, timeout: int):
+    def run(script: str, stdin: str) -> Ran:
+        proc = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=stdin,
+        )
+        return Ran(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+def _check(ran: Ran, what: str) -> None:
+    assert ran.code == 0, (
+        f"{what} exited {ran.code}\n--- stdout\n{ran.out[-3000:]}\n--- stderr\n{ran.err[-3000:]}"
     )
 
 
-def _check(proc: subprocess.CompletedProcess, what: str) -> None:
-    assert proc.returncode == 0, (
-        f"{what} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
-        f"\n--- stderr\n{proc.stderr[-3000:]}"
-    )
+def _files(folder: Path) -> dict[Path, int]:
+    return {p.relative_to(folder): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+# a setup marker used by several blocks (e.g. one tiny trained run) runs once; later blocks get
+# a copy of the files it wrote
+SHARED_SETUPS = {s for s, n in Counter(s for b in ALL for s in b.setups).items() if n > 1}
+
+
+@pytest.fixture(scope="session")
+def setup_cache(tmp_path_factory) -> dict[str, Path]:
+    return {}
+
+
+def _setup(block: Block, cwd: Path, run, setup_cache: dict[str, Path], tmp: Path) -> None:
+    for setup in block.setups:
+        if setup in setup_cache:
+            shutil.copytree(setup_cache[setup], cwd, dirs_exist_ok=True)
+            continue
+        before = _files(cwd)
+        _check(run(setup), "setup")
+        after = _files(cwd)
+        if setup in SHARED_SETUPS and set(before) <= set(after):
+            cache = tmp / f"setup{len(setup_cache)}"
+            for rel, mtime in after.items():
+                if before.get(rel) != mtime:
+                    (cache / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(cwd / rel, cache / rel)
+            setup_cache[setup] = cache
 
 
 @pytest.mark.parametrize("block", [_param(b) for b in ALL])
-def test_block(block: Block, page_dirs):
+def test_block(block: Block, page_dirs, setup_cache, tmp_path_factory, capfd):
     if block.mark("skip"):
         pytest.skip(block.mark("skip"))
     if block.mark("cuda"):
@@ -99,8 +136,14 @@ def test_block(block: Block, page_dirs):
     cwd = page_dirs(block.page)
     env = _env(page_dirs.shims)
     timeout = SLOW_TIMEOUT if block.mark("slow") else FAST_TIMEOUT
-    if block.setup:
-        _check(_run(["bash", "-e", "-c", block.setup], cwd, env, timeout), "setup")
+    bash = _bash(cwd, env, timeout)
+
+    def run(script: str) -> Ran:
+        if block.mark("process"):
+            return bash(script, "")
+        return run_script(script, cwd, env, timeout, capfd, bash)
+
+    _setup(block, cwd, run, setup_cache, tmp_path_factory.mktemp("setup"))
     if block.kind == "python":
         code = block.code
         if block.mark("continues"):
@@ -112,19 +155,15 @@ def test_block(block: Block, page_dirs):
             ]  # fmt: skip
             code = "\n".join([*earlier, code])
         code = block.given + code
-        _check(_run([sys.executable, "-c", code], cwd, env, timeout), block.id)
+        _check(run_here(["python", "-c", code], "", cwd, env, timeout, capfd), block.id)
     elif block.kind == "bash":
-        _check(
-            _run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd, env, timeout), block.id
-        )
+        _check(run(block.code), block.id)
     else:
         for cmd, shown in block.shown:
-            proc = _run(["bash", "-e", "-o", "pipefail", "-c", cmd], cwd, env, timeout)
+            ran = run(cmd)
             if not any("error:" in line for line in shown):
-                _check(proc, f"{block.id}: $ {cmd}")
-            diff = same_shape(
-                shown, proc.stdout + proc.stderr, block.tolerance, bool(block.mark("lines"))
-            )
+                _check(ran, f"{block.id}: $ {cmd}")
+            diff = same_shape(shown, ran.out + ran.err, block.tolerance, bool(block.mark("lines")))
             assert not diff, f"{block.id}: $ {cmd}\n{diff}"
 
 
