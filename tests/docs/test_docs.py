@@ -3,10 +3,17 @@ docs/*.md is executed, in page order, in one temporary folder per page (later bl
 earlier ones wrote), with ``ATTNLM_DOCS_BUDGET`` set so that training commands stop after a few
 steps. Transcripts are compared in shape with what the commands print (mdblocks.same_shape).
 Markers and their meaning: mdblocks.py. New pages are picked up by the glob below.
+
+``attnlm`` and ``python -c`` lines and python blocks run in this process (shell.py: no
+interpreter start-up and torch import per command); other lines, and whole scripts that need a
+shell, run through bash with ``attnlm``/``python`` shims. A setup marker that several blocks
+share runs once (its files are copied into the next page's folder). Blocks marked ``slow`` run
+in ``make test-docs`` / ``make test-full``; the others also in ``make test``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -23,7 +30,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BUDGET = "3"  # optimizer steps / epochs / EM iterations / seconds each training command gets
 # blocks marked `skip` in all pages together: a ratchet at today's count (each with its reason;
 # make targets, servers, torchrun, files a user brings); converting them lowers it
-MAX_SKIPPED = 21
+MAX_SKIPPED = 14
 FAST_TIMEOUT, SLOW_TIMEOUT = 240, 480
 
 ALL = [b for page in PAGES for b in blocks(page, page.relative_to(REPO).as_posix())]
@@ -177,3 +184,63 @@ def test_collector_finds_blocks():
     kinds = {b.kind for b in ALL}
     assert {"bash", "python", "transcript"} <= kinds
     assert any(b.page == "README.md" for b in ALL)
+
+
+# -- shown outputs are compared -------------------------------------------------------------
+
+SHOWN = [
+    pytest.param(b, cmd, shown, id=f"{b.id}:{k}")
+    for b in ALL
+    if b.kind == "transcript" and not b.mark("skip")
+    for k, (cmd, shown) in enumerate(b.shown)
+    if shown
+]
+# transcripts of generated text (`lines`: only that the command printed), a ratchet
+MAX_FREE = 7
+
+
+def _mutations(shown: list[str]):
+    """The shown output with one column less, one more, or one word changed, in each line
+    (lines with `...` stand for any words and are left alone)."""
+    for i, line in enumerate(shown):
+        words = line.split()
+        if not words or "..." in words:
+            continue
+        if len(words) > 1:
+            yield i, [*shown[:i], " ".join(words[:-1]), *shown[i + 1 :]]
+        yield i, [*shown[:i], line + " extra", *shown[i + 1 :]]
+        if any(not w[0].isdigit() for w in words):
+            k = next(k for k, w in enumerate(words) if not w[0].isdigit())
+            changed = " ".join([*words[:k], words[k] + "_x", *words[k + 1 :]])
+            yield i, [*shown[:i], changed, *shown[i + 1 :]]
+
+
+@pytest.mark.parametrize(("block", "cmd", "shown"), SHOWN)
+def test_every_shown_output_is_compared_in_shape(block: Block, cmd: str, shown: list[str]):
+    """What the page shows agrees with itself, and a printed output that differs from it in
+    one column (a word less, a word more, another word) fails the doc test."""
+    tol, free = block.tolerance, bool(block.mark("lines"))
+    printed = "\n".join(shown)
+    assert same_shape(shown, printed, tol, free) == ""
+    if free:
+        return
+    for i, mutated in _mutations(shown):
+        assert same_shape(shown, "\n".join(mutated), tol) != "", (block.id, cmd, shown[i])
+        assert same_shape(mutated, printed, tol) != "", (block.id, cmd, shown[i])
+
+
+def test_free_text_transcripts_stay_the_exception():
+    free = [b.id for b in ALL if b.kind == "transcript" and b.mark("lines")]
+    assert len(free) <= MAX_FREE, f"{len(free)} transcripts marked lines: {free}"
+
+
+def test_a_changed_column_fails_the_doc_test(page_dirs, setup_cache, tmp_path_factory, capfd):
+    """End to end: `attnlm models` as docs/architecture.md shows it, with one column of one
+    line changed, fails test_block."""
+    block = next(b for b in ALL if b.kind == "transcript" and b.code == "attnlm models\n")
+    (cmd, shown), = block.shown  # fmt: skip
+    test_block(block, page_dirs, setup_cache, tmp_path_factory, capfd)  # as shown: passes
+    for _, mutated in list(_mutations(shown))[:3]:
+        changed = dataclasses.replace(block, shown=[(cmd, mutated)])
+        with pytest.raises(AssertionError, match="shown"):
+            test_block(changed, page_dirs, setup_cache, tmp_path_factory, capfd)
