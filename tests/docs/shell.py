@@ -8,7 +8,7 @@ planned line by line (:func:`plan`): a line that is a plain command (words, quot
 runs in-process when that command is ``attnlm`` or ``python -c``; consecutive other lines run
 together through one ``bash``. A script with anything else (variables, globs, loops, ``cd``,
 here-documents, ``torchrun``) runs whole through ``bash``, with ``attnlm`` and ``python`` on
-its PATH as the checkout's (the caller's ``shell`` callback). The result is what a shell
+its PATH as the checkout's (the caller's ``bash`` callback). The result is what a shell
 would give: the exit status of the first command that failed (``bash -e``), and everything
 printed up to there.
 """
@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _SHELL_ONLY = set("*?[]~{}()<`$&!")  # unquoted: a glob, subshell, variable, ... -> bash
-_KEYWORDS = {"cd", "export", "source", ".", "set", "unset", "alias", "pushd", "popd", "shopt"}
-_KEYWORDS |= {"for", "while", "until", "if", "then", "else", "fi", "do", "done", "case", "esac"}
-_KEYWORDS |= {"function", "time", "exec", "eval", "torchrun", "xargs", "env", "nohup"}
+# first words that need the script whole in bash: state kept between lines, control flow, and
+# programs that run another command
+_NEEDS_BASH = {"cd", "export", "source", ".", "set", "unset", "alias", "pushd", "popd", "shopt"}
+_NEEDS_BASH |= {"for", "while", "until", "if", "then", "else", "fi", "do", "done", "case", "esac"}
+_NEEDS_BASH |= {"function", "time", "exec", "eval", "torchrun", "xargs", "env", "nohup"}
 
 
 @dataclass
@@ -136,7 +138,7 @@ def _command(tokens: list[tuple[str, bool]]) -> Step | str | None:
             stages[-1].append(text)
     if any(not s for s in stages):
         return None
-    if any(s[0] in _KEYWORDS or "=" in s[0] for s in stages):
+    if any(s[0] in _NEEDS_BASH or "=" in s[0] for s in stages):
         return None
     mine = [_in_process(s) for s in stages]
     if not any(mine):
