@@ -425,7 +425,7 @@ def docs_budget() -> int | None:
 
     Set, it caps every training loop at N: optimizer steps, evaluation batches and interval,
     warm-up steps (``train``, ``compare``, ``hmm fit``), word2vec epochs at 1, and what
-    ``attnlm eval`` scores at N x 1,000 tokens or N x 10 sentence pairs. It is how the
+    ``attnlm eval`` scores of a text at N x 1,000 tokens. It is how the
     doc tests run the README's commands in seconds; a user never needs it."""
     raw = os.environ.get(DOCS_BUDGET_ENV, "").strip()
     if not raw:

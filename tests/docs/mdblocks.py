@@ -14,6 +14,7 @@ Markers (an HTML comment on its own line(s), anywhere between the previous block
   ``<!-- doctest: cuda -->``              runs only where CUDA is available (counted apart)
   ``<!-- doctest: numbers 0.01 -->``      numbers in the transcript must agree within 1 %
   ``<!-- doctest: lines -->``             generated text: only that the command printed
+  ``<!-- doctest: lines translate -->``   the same for the commands with one of the words
   ``<!-- doctest: given\nPYTHON\n-->``    python run before a python block (names the page says
                                           you have, e.g. ``text``)
   ``<!-- doctest: process -->``           run in a fresh process (commands otherwise run in the
@@ -58,6 +59,13 @@ class Block:
     @property
     def setup(self) -> str:
         return "".join(self.setups)
+
+    def free(self, command: str) -> bool:
+        """Whether ``command``'s shown output is generated text (``lines``, or ``lines WORD...``
+        for the commands that have one of the words)."""
+        m = self.mark("lines")
+        words = m.split()[1:] if m else []
+        return m is not None and (not words or any(w in command.split() for w in words))
 
     @property
     def tolerance(self) -> float | None:

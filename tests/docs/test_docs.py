@@ -171,7 +171,7 @@ def test_block(block: Block, page_dirs, setup_cache, tmp_path_factory, capfd):
             ran = run(cmd)
             if not any("error:" in line for line in shown):
                 _check(ran, f"{block.id}: $ {cmd}")
-            diff = same_shape(shown, ran.out + ran.err, block.tolerance, bool(block.mark("lines")))
+            diff = same_shape(shown, ran.out + ran.err, block.tolerance, block.free(cmd))
             assert not diff, f"{block.id}: $ {cmd}\n{diff}"
 
 
@@ -220,7 +220,7 @@ def _mutations(shown: list[str]):
 def test_every_shown_output_is_compared_in_shape(block: Block, cmd: str, shown: list[str]):
     """What the page shows agrees with itself, and a printed output that differs from it in
     one column (a word less, a word more, another word) fails the doc test."""
-    tol, free = block.tolerance, bool(block.mark("lines"))
+    tol, free = block.tolerance, block.free(cmd)
     printed = "\n".join(shown)
     assert same_shape(shown, printed, tol, free) == ""
     if free:

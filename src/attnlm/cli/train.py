@@ -410,7 +410,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _docs_capped(n: int | None, per_step: int) -> int | None:
     """``n`` (None: all), at most ``per_step`` x $ATTNLM_DOCS_BUDGET when that is set (the doc
-    tests score a slice of a split, not all of it)."""
+    tests score a slice of a text, not all of it; the output says "first N tokens")."""
     from attnlm.validate import docs_budget
 
     cap = docs_budget()
@@ -455,7 +455,7 @@ def _eval_pairs(args: argparse.Namespace) -> int:
         args.batch_size,
         None,
         args.device,
-        _docs_capped(args.limit, 10),
+        args.limit,
         split=args.split,
     )
     if args.json:
