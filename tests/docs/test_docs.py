@@ -111,11 +111,12 @@ SHARED_SETUPS = {s for s, n in Counter(s for b in ALL for s in b.setups).items()
 
 
 @pytest.fixture(scope="session")
-def setup_cache(tmp_path_factory) -> dict[str, Path]:
+def setup_cache() -> dict[str, Path]:
+    """Setup text -> a folder holding the files that setup wrote."""
     return {}
 
 
-def _setup(block: Block, cwd: Path, run, setup_cache: dict[str, Path], tmp: Path) -> None:
+def _setup(block: Block, cwd: Path, run, setup_cache: dict[str, Path], tmp_path_factory) -> None:
     for setup in block.setups:
         if setup in setup_cache:
             shutil.copytree(setup_cache[setup], cwd, dirs_exist_ok=True)
@@ -124,7 +125,7 @@ def _setup(block: Block, cwd: Path, run, setup_cache: dict[str, Path], tmp: Path
         _check(run(setup), "setup")
         after = _files(cwd)
         if setup in SHARED_SETUPS and set(before) <= set(after):
-            cache = tmp / f"setup{len(setup_cache)}"
+            cache = tmp_path_factory.mktemp("setup")
             for rel, mtime in after.items():
                 if before.get(rel) != mtime:
                     (cache / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +152,7 @@ def test_block(block: Block, page_dirs, setup_cache, tmp_path_factory, capfd):
             return bash(script, "")
         return run_script(script, cwd, env, timeout, capfd, bash)
 
-    _setup(block, cwd, run, setup_cache, tmp_path_factory.mktemp("setup"))
+    _setup(block, cwd, run, setup_cache, tmp_path_factory)
     if block.kind == "python":
         code = block.code
         if block.mark("continues"):
