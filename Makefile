@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 TORCH_VERSION := 2.13.0
 VENV_OK := .venv/.installed
 
-.PHONY: setup demo test test-docs test-fast lint format bench bench-quick clean
+.PHONY: setup demo test test-docs test-full test-fast lint format bench bench-quick clean
 
 $(VENV_OK): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -19,12 +19,18 @@ setup: $(VENV_OK)
 demo: $(VENV_OK)
 	$(PY) -m attnlm demo
 
+# the whole suite with the doc blocks that run in seconds (tests/docs: ~2 CPU minutes of them);
+# the doc blocks marked slow (long trainings, the 135M model's chats) are left to test-full
 test: $(VENV_OK) lint
-	$(PY) -m pytest -q -m "not docs"
+	$(PY) -m pytest -q -m "not (docs and slow)"
 
-# every command block of README.md and docs/*.md, run as a user would (tests/docs; ~15 min)
+# every command block of README.md and docs/*.md, slow ones included, run as a user would
 test-docs: $(VENV_OK)
 	$(PY) -m pytest -q -m docs
+
+# everything: `make test` plus the slow doc blocks
+test-full: $(VENV_OK) lint
+	$(PY) -m pytest -q
 
 test-fast: $(VENV_OK)
 	$(PY) -m pytest -q -m "not slow" -x

@@ -118,8 +118,11 @@ class CompareConfig:
 
         return parse_duration(self.budget)
 
-    def signature(self) -> dict[str, Any]:
-        """What a finished model's result depends on (resume reuses it only if equal)."""
+    def signature(self, name: str | None = None) -> dict[str, Any]:
+        """What model ``name``'s finished result depends on (resume reuses it only if equal):
+        the shared settings and that model's own ``--set`` overrides (all of them without
+        ``name``), so changing one model's preset value trains that model again, and only it."""
+        overrides = self.overrides if name is None else {name: self.overrides.get(name, [])}
         return {
             "text": self.text,
             "tokenizer": self.tokenizer,
@@ -130,7 +133,7 @@ class CompareConfig:
             "threads": self.threads,
             "eval_interval": self.eval_interval,
             "eval_iters": self.eval_iters,
-            "overrides": {k: list(v) for k, v in sorted(self.overrides.items())},
+            "overrides": {k: list(v) for k, v in sorted(overrides.items())},
         }
 
 
@@ -314,7 +317,8 @@ def run_neural(
     pretrained = init_spec(name) is not None
     # a checkpoint is continued only if it was started with these settings on this content
     started = run_dir / STARTED_FILE
-    sig_text = json.dumps(signature if signature is not None else cfg.signature(), sort_keys=True)
+    sig = signature if signature is not None else cfg.signature(name)
+    sig_text = json.dumps(sig, sort_keys=True)
     resume = (run_dir / CHECKPOINT_DIR).is_dir() and _read_or_none(started) == sig_text
     if not resume:
         if run_dir.exists():
@@ -439,8 +443,11 @@ def _run_compare_locked(
 ) -> list[ModelResult]:
     from tqdm.auto import tqdm
 
-    signature = {**cfg.signature(), "corpus": corpus_content(cfg)}
-    done = {n: _load_done(out / model_folder(n) / RESULT_FILE, signature, log) for n in cfg.models}
+    corpus = corpus_content(cfg)
+    signature = {n: {**cfg.signature(n), "corpus": corpus} for n in cfg.models}
+    done = {
+        n: _load_done(out / model_folder(n) / RESULT_FILE, signature[n], log) for n in cfg.models
+    }
     # the corpus is read (and refused, one line) before any output or progress bar
     shared = prepare_shared(cfg) if None in done.values() else None
     results: list[ModelResult] = []
@@ -458,9 +465,9 @@ def _run_compare_locked(
                 if name == "ngram":
                     res = run_ngram(cfg, shared, say)
                 else:
-                    res = run_neural(cfg, name, shared, say, signature)
+                    res = run_neural(cfg, name, shared, say, signature[name])
                 done_file.parent.mkdir(parents=True, exist_ok=True)
-                payload = {"signature": signature, "result": asdict(res)}
+                payload = {"signature": signature[name], "result": asdict(res)}
                 atomic_write_text(done_file, json.dumps(payload, indent=1))
                 say(f"{name}: {res.val_bpc:.4f} bits/char in {res.train_seconds:.0f}s")
             results.append(res)

@@ -426,7 +426,8 @@ def docs_budget() -> int | None:
     """``$ATTNLM_DOCS_BUDGET`` as a positive integer N, or None when unset or empty.
 
     Set, it caps every training loop at N: optimizer steps, evaluation batches and interval,
-    warm-up steps (``train``, ``compare``, ``hmm fit``), and word2vec epochs at 1. It is how the
+    warm-up steps (``train``, ``compare``, ``hmm fit``), word2vec epochs at 1, and what
+    ``attnlm eval`` scores of a text at N x 1,000 tokens. It is how the
     doc tests run the README's commands in seconds; a user never needs it."""
     raw = os.environ.get(DOCS_BUDGET_ENV, "").strip()
     if not raw:

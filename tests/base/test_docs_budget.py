@@ -3,6 +3,8 @@ commands with it); unset, nothing changes; a bad value is a one-line ConfigError
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from attnlm.errors import ConfigError
@@ -42,3 +44,23 @@ def test_bad_value_is_one_line(monkeypatch, value):
     monkeypatch.setenv(DOCS_BUDGET_ENV, value)
     with pytest.raises(ConfigError, match=DOCS_BUDGET_ENV):
         TrainConfig()
+
+
+def test_eval_scores_a_slice(cli, corpus, tmp_path, monkeypatch):
+    """`attnlm eval` under the budget scores at most N x 1,000 tokens (--max-tokens lower still
+    applies); unset, the whole split."""
+    monkeypatch.setenv(DOCS_BUDGET_ENV, "1")
+    run = tmp_path / "run"
+    r = cli("train", "--preset", "tiny-test", "--text", corpus, "--no-progress", "--out", run)
+    assert r.code == 0, r.err
+    text = tmp_path / "long.txt"
+    text.write_text(corpus.read_text() * 3, encoding="utf-8")  # ~9,000 characters
+
+    def tokens(*extra):
+        r = cli("eval", "--checkpoint", run, "--text", text, "--json", *extra)
+        assert r.code == 0, r.err
+        return json.loads(r.out)["tokens"]
+
+    assert tokens() <= 1000 and tokens("--max-tokens", "300") <= 300
+    monkeypatch.delenv(DOCS_BUDGET_ENV)
+    assert tokens() > 5000

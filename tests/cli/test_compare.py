@@ -116,3 +116,28 @@ def test_compare_bpe_scores_every_model_on_the_same_characters(tmp_path):
     ratios = [math.log2(r["ppl"]) / r["val_bpc"] for r in data["rows"]]
     # (rows are rounded to 4 decimals: a near-zero n-gram bits/char leaves ~1% error)
     assert ratios[0] > 1.2 and abs(ratios[0] - ratios[1]) < 0.02 * ratios[0]
+
+
+def test_a_changed_set_trains_that_model_again_and_only_it(tmp_path, capsys):
+    """A family's earlier result is keyed by its own ``--set`` values: after
+    ``--set lstm:model.n_layer=1`` the LSTM is trained again (and has one layer), the GRU,
+    whose settings did not change, is reused."""
+
+    def lstm_params():
+        rows = json.loads((tmp_path / "cmp" / "compare.json").read_text())["rows"]
+        return next(r["params"] for r in rows if r["model"] == "lstm")
+
+    assert run(tmp_path, "lstm,gru") == 0
+    layers = json.loads((tmp_path / "cmp" / "lstm" / "checkpoint" / "config.json").read_text())
+    assert layers["model"]["n_layer"] == 2
+    two_layers = lstm_params()
+    capsys.readouterr()
+    assert run(tmp_path, "lstm,gru", extra=["--set", "lstm:model.n_layer=1"]) == 0
+    out = capsys.readouterr().out
+    assert "gru: already done" in out and "lstm: already done" not in out
+    config = json.loads((tmp_path / "cmp" / "lstm" / "checkpoint" / "config.json").read_text())
+    assert config["model"]["n_layer"] == 1
+    assert lstm_params() < two_layers
+    # back to the first settings: trained again, not the one-layer result
+    assert run(tmp_path, "lstm,gru") == 0
+    assert "lstm: already done" not in capsys.readouterr().out

@@ -14,8 +14,11 @@ Markers (an HTML comment on its own line(s), anywhere between the previous block
   ``<!-- doctest: cuda -->``              runs only where CUDA is available (counted apart)
   ``<!-- doctest: numbers 0.01 -->``      numbers in the transcript must agree within 1 %
   ``<!-- doctest: lines -->``             generated text: only that the command printed
+  ``<!-- doctest: lines translate -->``   the same for the commands with one of the words
   ``<!-- doctest: given\nPYTHON\n-->``    python run before a python block (names the page says
                                           you have, e.g. ``text``)
+  ``<!-- doctest: process -->``           run in a fresh process (commands otherwise run in the
+                                          test's process where they can: shell.py)
   ``<!-- doctest: continues -->``         python: run after the page's earlier python blocks
                                           (the same names are defined)
   ``<!-- doctest: setup\\nCOMMANDS\\n-->``  shell commands run before the block (what the page
@@ -41,7 +44,7 @@ class Block:
     kind: str  # bash | python | transcript
     code: str  # the script (for a transcript: the commands, one per entry of `shown`)
     marks: list[str] = field(default_factory=list)
-    setup: str = ""
+    setups: list[str] = field(default_factory=list)  # one entry per setup marker, in order
     given: str = ""  # python run before a python block (the names the page says you have)
     shown: list[tuple[str, list[str]]] = field(default_factory=list)  # (command, lines)
 
@@ -52,6 +55,17 @@ class Block:
     def mark(self, name: str) -> str | None:
         """The marker starting with ``name`` (its full text), or None."""
         return next((m for m in self.marks if m.split()[0] == name), None)
+
+    @property
+    def setup(self) -> str:
+        return "".join(self.setups)
+
+    def free(self, command: str) -> bool:
+        """Whether ``command``'s shown output is generated text (``lines``, or ``lines WORD...``
+        for the commands that have one of the words)."""
+        m = self.mark("lines")
+        words = m.split()[1:] if m else []
+        return m is not None and (not words or any(w in command.split() for w in words))
 
     @property
     def tolerance(self) -> float | None:
@@ -80,10 +94,10 @@ def blocks(path: Path, name: str) -> list[Block]:
             )
             i += 1
         i += 1
-        marks, setup, given = [], "", ""
+        marks, setups, given = [], [], ""
         for text in _MARK.findall(pending):
             if text.startswith("setup"):
-                setup += text[len("setup") :].strip() + "\n"
+                setups.append(text[len("setup") :].strip() + "\n")
             elif text.startswith("given"):
                 given += text[len("given") :].strip() + "\n"
             else:
@@ -93,11 +107,11 @@ def blocks(path: Path, name: str) -> list[Block]:
             info = ""  # a shell block written as a transcript
         if info in CODE:
             code = "\n".join(body) + "\n"
-            found.append(Block(name, start + 1, CODE[info], code, marks, setup, given=given))
+            found.append(Block(name, start + 1, CODE[info], code, marks, setups, given=given))
         elif info in ("", "text") and body and body[0].startswith("$ "):
             shown = _transcript(body)
             code = "".join(cmd + "\n" for cmd, _ in shown)
-            found.append(Block(name, start + 1, "transcript", code, marks, setup, shown=shown))
+            found.append(Block(name, start + 1, "transcript", code, marks, setups, shown=shown))
     return found
 
 

@@ -43,3 +43,33 @@ def test_demo_duration_agrees_between_help_and_readme(cli):
     readme = README.read_text(encoding="utf-8")
     readme_says = _minutes(" ".join(re.findall(r"`?make demo`?[^.]*", readme)))
     assert help_says and readme_says and help_says == readme_says, (help_says, readme_says)
+
+
+def _pytest_marks(target: str) -> str:
+    """The ``-m`` expression of the pytest line `make -n TARGET` prints ('' for none)."""
+    import shlex
+    import subprocess
+
+    root = README.parent
+    lines = subprocess.run(
+        ["make", "-n", "-C", str(root), target, "VENV_OK="], capture_output=True, text=True
+    ).stdout.splitlines()
+    (line,) = [ln for ln in lines if "-m pytest" in ln]
+    words = shlex.split(line)
+    return words[words.index("-m", words.index("pytest")) + 1] if words.count("-m") > 1 else ""
+
+
+def test_make_test_runs_every_quick_doc_block_and_test_full_the_slow_ones_too():
+    from _pytest.mark.expression import Expression
+    from test_docs import ALL
+
+    def selected(target: str, marks: set[str]) -> bool:
+        expr = _pytest_marks(target)
+        return not expr or Expression.compile(expr).evaluate(lambda m: m in marks)
+
+    for b in ALL:
+        marks = {"docs", "slow"} if b.mark("slow") else {"docs"}
+        assert selected("test", marks) == (not b.mark("slow")), b.id
+        assert selected("test-full", marks) and selected("test-docs", marks), b.id
+    assert selected("test", {"slow"}) and selected("test", set())  # the rest of the suite
+    assert "make test" in README.read_text(encoding="utf-8")

@@ -74,3 +74,13 @@ def test_same_shape_tolerance_and_free_text():
     assert same_shape(["cos 0.755"], "cos 0.800\n", tol=0.01) != ""
     assert same_shape(["ROMEO: text"], "anything\nat all\n", free=True) == ""
     assert same_shape(["ROMEO: text"], "", free=True) != ""
+
+
+def test_lines_marker_with_words_frees_only_those_commands(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("<!-- doctest: lines translate -->\n```\n$ attnlm eval\nx\n"
+                    "$ attnlm translate a\ny\n```\n")  # fmt: skip
+    (b,) = blocks(page, "p.md")
+    assert not b.free("attnlm eval") and b.free("attnlm translate a")
+    page.write_text("<!-- doctest: lines -->\n```\n$ attnlm eval\nx\n```\n")
+    assert blocks(page, "p.md")[0].free("attnlm eval")

@@ -371,7 +371,7 @@ def _eval(args: argparse.Namespace) -> int:
         args.text,
         args.split,
         args.batch_size,
-        args.max_tokens,
+        _docs_capped(args.max_tokens, 1000),
         args.device,
         model=args.model,
         weights=args.weights,
@@ -405,6 +405,15 @@ def _export(args: argparse.Namespace) -> int:
     path = export_checkpoint(args.checkpoint, args.out)
     print(f"exported {args.checkpoint} -> {path}")
     return 0
+
+
+def _docs_capped(n: int | None, per_step: int) -> int | None:
+    """``n`` (None: all), at most ``per_step`` x $ATTNLM_DOCS_BUDGET when that is set (the doc
+    tests score a slice of a text, not all of it; the output says "first N tokens")."""
+    from attnlm.validate import docs_budget
+
+    cap = docs_budget()
+    return n if cap is None else min(n or cap * per_step, cap * per_step)
 
 
 def _is_run(spec: str) -> bool:
