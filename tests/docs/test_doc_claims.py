@@ -60,6 +60,7 @@ def _pytest_marks(target: str) -> str:
 
 
 def test_make_test_runs_every_quick_doc_block_and_test_full_the_slow_ones_too():
+    """`make test` (CI) runs every test and doc block not marked slow; `make test-full` all."""
     from _pytest.mark.expression import Expression
     from test_docs import ALL
 
@@ -71,5 +72,6 @@ def test_make_test_runs_every_quick_doc_block_and_test_full_the_slow_ones_too():
         marks = {"docs", "slow"} if b.mark("slow") else {"docs"}
         assert selected("test", marks) == (not b.mark("slow")), b.id
         assert selected("test-full", marks) and selected("test-docs", marks), b.id
-    assert selected("test", {"slow"}) and selected("test", set())  # the rest of the suite
+    assert selected("test", set()) and not selected("test", {"slow"})  # the rest of the suite
+    assert selected("test-full", {"slow"}) and selected("test-full", set())
     assert "make test" in README.read_text(encoding="utf-8")
