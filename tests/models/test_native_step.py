@@ -8,6 +8,7 @@ import copy
 import ctypes
 
 import pytest
+import test_decode_step as decode_step_tests  # the tiny gpt and llama builders
 import torch
 
 from attnlm import native
@@ -15,8 +16,6 @@ from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.lookahead import drop_newest
 from attnlm.models import native_step as ns
-from attnlm.models.gpt import GPT, GPTConfig
-from attnlm.models.llama import Llama, LlamaConfig
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
 from attnlm.nn.lora import apply_lora
@@ -29,20 +28,12 @@ V = 300  # > 64 rows of LM head, not a multiple of 64 (the q4 layout pads)
 
 
 def gpt(**kw):
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=V, block_size=96, n_layer=2, n_head=3, n_embd=96)
-    return GPT(GPTConfig(**{**cfg, **kw})).eval()
+    return decode_step_tests.gpt(**{"vocab_size": V, "n_head": 3, "n_embd": 96, **kw})
 
 
-def llama(**kw):
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=V, block_size=96, n_layer=2, n_head=6, n_embd=96, d_ff=160)
-    model = Llama(LlamaConfig(**{**cfg, **kw})).eval()
-    with torch.no_grad():  # norms away from 1 so a wrong gain shows
-        for name, p in model.named_parameters():
-            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-                p.uniform_(0.5, 1.5)
-    return model
+def llama(**kw):  # its norms' gains away from 1, so a wrong gain shows
+    cfg = {"vocab_size": V, "n_head": 6, "n_embd": 96, "d_ff": 160}
+    return decode_step_tests.llama(**{**cfg, **kw})
 
 
 MODELS = {
