@@ -205,14 +205,12 @@ def _act(mlp: nn.Module) -> int | None:
     return _ACTS.get(id(mlp.act))
 
 
-def _slots(model: nn.Module) -> list[tuple[nn.Module, str]]:
-    """(owner, attribute) of every layer the description points into."""
-    slots = [(model, "lm_head"), (model, "ln_f")]
+def _linears(model: nn.Module) -> list[nn.Module]:
+    """Every linear layer the C step multiplies by: four per block and the LM head."""
+    layers = [model.lm_head]
     for block in model.blocks:
-        attn, mlp = block.attn, block.mlp
-        slots += [(block, "ln_1"), (block, "ln_2"), (attn, "qkv_proj"), (attn, "out_proj"),
-                  (mlp, "fc"), (mlp, "proj")]  # fmt: skip
-    return slots
+        layers += [block.attn.qkv_proj, block.attn.out_proj, block.mlp.fc, block.mlp.proj]
+    return layers
 
 
 def _supported(model: nn.Module) -> bool:
@@ -237,8 +235,7 @@ def _supported(model: nn.Module) -> bool:
             return False
         if not (_norm_ok(block.ln_1) and _norm_ok(block.ln_2)):
             return False
-    layers = [getattr(o, a) for o, a in _slots(model) if a not in ("ln_1", "ln_2", "ln_f")]
-    if not all(_linear_parts(layer) is not None and _bias_ok(layer) for layer in layers):
+    if not all(_linear_parts(layer) is not None and _bias_ok(layer) for layer in _linears(model)):
         return False
     return _norm_ok(model.ln_f)
 
@@ -255,7 +252,6 @@ class _Plan:
         self.float_weights = False
         self.scratch: dict[tuple[int, int, int], tuple[_Scratch, list[Tensor]]] = {}
         self.buffers: object = None  # the _Buffers whose pointers the blocks hold
-        self.pointers: tuple[int, int] = (0, 0)  # and its first key buffer and capacity
         if not self.supported:
             return
         keep: list[Tensor] = []
@@ -318,13 +314,28 @@ def _plan(model: nn.Module) -> _Plan:
 
 
 class _Buffers:
-    """Keys and values ``(B, Hkv, cap, D)`` per layer, ``cap`` positions of room."""
+    """Keys and values ``(B, Hkv, cap, D)`` per layer (``k``, ``v``), ``cap`` positions of
+    room, and the views of them last given to the cache. Never changed once made: other
+    tensors make other buffers."""
 
-    def __init__(self, n_layer: int, b: int, hkv: int, cap: int, d: int) -> None:
-        self.cap, self.rows = cap, b
-        self.k = [torch.empty(b, hkv, cap, d) for _ in range(n_layer)]
-        self.v = [torch.empty(b, hkv, cap, d) for _ in range(n_layer)]
-        self.views: tuple[list, list] = ([None] * n_layer, [None] * n_layer)
+    def __init__(self, k: list[Tensor], v: list[Tensor]) -> None:
+        self.k, self.v = k, v
+        self.rows, _, self.cap, _ = k[0].shape
+        self.views: tuple[list, list] = ([None] * len(k), [None] * len(k))
+
+    @classmethod
+    def empty(cls, n_layer: int, b: int, hkv: int, cap: int, d: int) -> _Buffers:
+        return cls(*[[torch.empty(b, hkv, cap, d) for _ in range(n_layer)] for _ in "kv"])
+
+    @classmethod
+    def of_static(cls, state: StaticKVCache, b: int, hkv: int, d: int, end: int) -> _Buffers:
+        """A :class:`~attnlm.nn.static_cache.StaticKVCache`'s own buffers (its ``k_buf`` /
+        ``v_buf``, grown or refused by its own rule), so that its prefix-mode appends and the
+        C step write to the same memory."""
+        like = torch.empty(b, hkv, 0, d)
+        for layer in range(len(state.keys)):
+            state._buffers(layer, like, end)
+        return cls(list(state.k_buf), list(state.v_buf))
 
 
 def _holds(buf: _Buffers, state: KVCache, held: int) -> bool:
@@ -341,20 +352,6 @@ def _holds(buf: _Buffers, state: KVCache, held: int) -> bool:
     return True
 
 
-class _StaticBuffers(_Buffers):
-    """A :class:`~attnlm.nn.static_cache.StaticKVCache`'s own buffers (its ``k_buf`` /
-    ``v_buf``, grown or refused by its own rule), so that its prefix-mode appends and the C step
-    write to the same memory."""
-
-    def __init__(self, state: StaticKVCache, b: int, hkv: int, d: int, end: int) -> None:
-        like = torch.empty(b, hkv, 0, d)
-        for layer in range(len(state.keys)):
-            state._buffers(layer, like, end)
-        self.k, self.v = list(state.k_buf), list(state.v_buf)
-        self.cap, self.rows = self.k[0].shape[-2], b
-        self.views = ([None] * len(self.k), [None] * len(self.k))
-
-
 def _buffers(plan: _Plan, state: KVCache, b: int, t: int) -> _Buffers:
     """The buffers holding ``state``'s keys and values with room for ``t`` more positions:
     a static cache's own, else the ones it already uses, or new ones with its tensors copied
@@ -363,19 +360,19 @@ def _buffers(plan: _Plan, state: KVCache, b: int, t: int) -> _Buffers:
     if isinstance(state, StaticKVCache):
         mine = state.__dict__.get("_native_buffers")
         if not (
-            isinstance(mine, _StaticBuffers)
+            isinstance(mine, _Buffers)
             and mine.rows == b
             and held + t <= mine.cap
             and all(a is c for a, c in zip(mine.k + mine.v, state.k_buf + state.v_buf))
         ):
-            mine = _StaticBuffers(state, b, plan.Hkv, plan.D, held + t)  # fmt: skip
+            mine = _Buffers.of_static(state, b, plan.Hkv, plan.D, held + t)
             state.__dict__["_native_buffers"] = mine
         return mine
     buf = state.__dict__.get("_native_buffers")
     if buf is not None and buf.rows == b and held + t <= buf.cap and _holds(buf, state, held):
         return buf
     cap = max(2 * (held + t), held + t + GROW)
-    new = _Buffers(len(state.keys), b, plan.Hkv, cap, plan.D)
+    new = _Buffers.empty(len(state.keys), b, plan.Hkv, cap, plan.D)
     if held:
         for mine, theirs in ((new.k, state.keys), (new.v, state.values)):
             for dest, src in zip(mine, theirs):
@@ -429,11 +426,11 @@ def native_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
     m = b * t
     held = state.length
     buf = _buffers(plan, state, b, t)
-    if plan.buffers is not buf or plan.pointers != (buf.k[0].data_ptr(), buf.cap):
+    if plan.buffers is not buf:  # buffers never change, so the same object: the same pointers
         for i, block in enumerate(plan.array):
             block.k_cache, block.v_cache = buf.k[i].data_ptr(), buf.v[i].data_ptr()
         plan.struct.cap = buf.cap
-        plan.buffers, plan.pointers = buf, (buf.k[0].data_ptr(), buf.cap)
+        plan.buffers = buf
     positions = state.positions(t, tokens.device)  # (T,)
     x = model.tok_emb(tokens)  # (B, T, C)
     if model.pos_emb is not None:
