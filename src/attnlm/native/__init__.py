@@ -6,8 +6,8 @@ It is built once per machine into the attnlm cache (``$ATTNLM_CACHE`` or ``~/.ca
 folder ``native/``) with ``cc -O3 -march=native -fopenmp``: no build step at install time, and
 the code is compiled for the CPU it runs on. Without a compiler (or with ``ATTNLM_NATIVE=0``)
 :func:`library` returns None and decoding takes the PyTorch path, which gives the same numbers
-up to float rounding; the reason is kept in :data:`why_not` (``attnlm generate --json``
-reports which path ran).
+up to float rounding; the reason is kept in :data:`why_not`, and decoding says it once on
+stderr (:mod:`attnlm.models.native_step`).
 
 The library's compile command and the CPU's flags are part of the cached file's name, so a
 home folder shared by different machines holds one build per kind of CPU.
