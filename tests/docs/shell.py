@@ -21,6 +21,7 @@ import io
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable
@@ -196,6 +197,25 @@ def plan(script: str) -> list[Step] | None:
 class TimedOut(BaseException):
     """An in-process command ran past its time (BaseException: no handler of the program's
     catches it)."""
+
+
+def bash_runner(cwd: Path, env: dict[str, str], timeout: int | None = None):
+    """``run(script, stdin) -> Ran``: shell text through ``bash -e -o pipefail`` in ``cwd``
+    (the ``bash`` that :func:`run_script` takes)."""
+
+    def run(script: str, stdin: str) -> Ran:
+        proc = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=stdin,
+        )
+        return Ran(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
 
 
 def run_script(

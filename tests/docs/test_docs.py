@@ -16,14 +16,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from mdblocks import Block, blocks, same_shape
-from shell import Ran, run_here, run_script
+from shell import Ran, bash_runner, run_here, run_script
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -79,22 +78,6 @@ def _env(shims: Path) -> dict[str, str]:
     return env
 
 
-def _bash(cwd: Path, env: dict, timeout: int):
-    def run(script: str, stdin: str) -> Ran:
-        proc = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", script],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            input=stdin,
-        )
-        return Ran(proc.returncode, proc.stdout, proc.stderr)
-
-    return run
-
-
 def _check(ran: Ran, what: str) -> None:
     assert ran.code == 0, (
         f"{what} exited {ran.code}\n--- stdout\n{ran.out[-3000:]}\n--- stderr\n{ran.err[-3000:]}"
@@ -145,7 +128,7 @@ def test_block(block: Block, page_dirs, setup_cache, tmp_path_factory, capfd):
     cwd = page_dirs(block.page)
     env = _env(page_dirs.shims)
     timeout = SLOW_TIMEOUT if block.mark("slow") else FAST_TIMEOUT
-    bash = _bash(cwd, env, timeout)
+    bash = bash_runner(cwd, env, timeout)
 
     def run(script: str) -> Ran:
         if block.mark("process"):

@@ -3,16 +3,15 @@ what the same line gives in a shell (output, exit status, files)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-from shell import Ran, Step, plan, run_script
+from shell import Step, bash_runner, plan, run_script
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-def test_plain_attnlm_and_python_lines_run_here_the_rest_in_bash():
+def test_plain_attnlm_and_python_lines_run_here_the_rest_inbash_runner():
     steps = plan(
         "attnlm data info --text 'my file.txt'   # a comment\n"
         "cp a.txt b.txt; mkdir -p out\n"
@@ -32,7 +31,7 @@ def test_plain_attnlm_and_python_lines_run_here_the_rest_in_bash():
     ]
 
 
-def test_what_needs_a_shell_runs_whole_in_bash():
+def test_what_needs_a_shell_runs_whole_inbash_runner():
     for script in [
         'f=x.txt\nattnlm data info --text "$f"',  # variables
         "attnlm data info --text *.txt",  # a glob
@@ -44,21 +43,6 @@ def test_what_needs_a_shell_runs_whole_in_bash():
         "attnlm eval --checkpoint 'unclosed",
     ]:
         assert plan(script) is None, script
-
-
-def _bash(cwd, env):
-    def run(script: str, stdin: str) -> Ran:
-        p = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", script],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            input=stdin,
-        )
-        return Ran(p.returncode, p.stdout, p.stderr)
-
-    return run
 
 
 SCRIPT = """printf 'the cat sat\\n' > t.txt
@@ -82,16 +66,18 @@ def test_a_script_run_here_gives_what_bash_gives(tmp_path, capfd):
     here, there = tmp_path / "here", tmp_path / "there"
     here.mkdir(), there.mkdir()
     assert plan(SCRIPT) is not None  # runs here, not through bash
-    got = run_script(SCRIPT, here, env, 60, capfd, _bash(here, env))
-    want = _bash(there, env)(SCRIPT, "")
+    got = run_script(SCRIPT, here, env, 60, capfd, bash_runner(here, env))
+    want = bash_runner(there, env)(SCRIPT, "")
     assert got == want and want.code == 0 and "['one', 'two words']" in want.out
     for name in ("tok.json", "ids.txt"):
         assert (here / name).read_bytes() == (there / name).read_bytes()
     # a failing command stops the script with its status, as `bash -e`: the next line never runs
     bad = "attnlm data info --text missing.txt\ntouch after"
-    got = run_script(bad, here, env, 60, capfd, _bash(here, env))
-    assert got == _bash(there, env)(bad, "")
+    got = run_script(bad, here, env, 60, capfd, bash_runner(here, env))
+    assert got == bash_runner(there, env)(bad, "")
     assert got.code == 2 and got.err.startswith("attnlm: error:") and got.err.count("\n") == 1
     assert not (here / "after").exists()
-    crash = run_script("python -c 'raise ValueError(7)'", here, env, 60, capfd, _bash(here, env))
+    crash = run_script(
+        "python -c 'raise ValueError(7)'", here, env, 60, capfd, bash_runner(here, env)
+    )
     assert crash.code == 1 and "ValueError: 7" in crash.err
