@@ -129,6 +129,31 @@ def test_logits_equal_the_forward(name, fmt, monkeypatch):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["gpt learned", "llama MQA, tied"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("native", [True, False])
+def test_last_only_gives_the_last_positions_logits(name, fmt, native, monkeypatch):
+    """``step(..., last_only=True)`` (a prompt's prefill): each row's last logits alone, as the
+    whole forward gives them, and the same cache after it (the C step and PyTorch's)."""
+    model, reference = with_reference(MODELS[name](), fmt)
+    torch.manual_seed(2)
+    ids = torch.randint(V, (2, 7 if fmt in ("q8", "q4") else 2))  # float: at most 4 rows
+    with torch.inference_mode():
+        ref, ours = KVCache(2), KVCache(2)
+        torch_path(monkeypatch)
+        want = reference(ids, cache=ref).logits[:, -1:]
+        if native:
+            c_path(monkeypatch)
+            assert ns.native_applies(model, ids, ours)
+        got = model.step(ids, ours, last_only=True)
+        assert got.shape == (2, 1, V)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        for a, b in zip(ours.keys + ours.values, ref.keys + ref.values):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        with pytest.raises(InputError, match="last_only"):
+            model(ids, targets=ids, last_only=True)
+
+
 @pytest.mark.parametrize("fmt", ["f32", "q4"])
 @pytest.mark.parametrize("name", ["gpt learned", "llama GQA"])
 def test_greedy_tokens_equal_over_64_steps(name, fmt, monkeypatch):

@@ -27,7 +27,7 @@ import torch
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.generate.filters import sampling_filters
-from attnlm.generate.loop import pick
+from attnlm.generate.loop import last_logits, pick
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.stats import peak_rss_mb
 from attnlm.generate.text import _RowText, encode_prompt
@@ -163,9 +163,9 @@ class ChatSession:
             x = torch.tensor([self.cached], device=device)
             return self.model(ids=x).logits[0, -1]
         x = torch.tensor([ids], device=device)  # (1, T)
-        logits = self.model.step(x, self.state)  # (1, T, V)
+        logits = last_logits(self.model, x, self.state)  # (1, V)
         self.cached = self.cached + ids
-        return logits[0, -1]
+        return logits[0]
 
     def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, int]:
         """Bring the state to ``ids`` (the rendered prompt); returns the last logits and how

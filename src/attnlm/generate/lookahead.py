@@ -68,7 +68,8 @@ def greedy_lookahead(
     device = next(model.parameters()).device
     seq = list(prompt)
     cache = model.new_cache()
-    logits = model(torch.tensor([seq], device=device), cache=cache).logits[0, -1]  # (V,)
+    last = {"last_only": True} if getattr(model, "step_last_only", False) else {}  # see loop
+    logits = model(torch.tensor([seq], device=device), cache=cache, **last).logits[0, -1]
     out: list[int] = []
     while True:
         nxt = int(torch.argmax(logits))

@@ -89,13 +89,22 @@ class _Context:
         elif window is not None and self.state.length + n > window:
             self.state.trim(window - n)
         if step is not None and n == 1 and step.ready(self.state):
-            logits = step(new, self.state)  # after the prompt: one graph per step
+            logits = step(new, self.state)[:, -1]  # after the prompt: one graph per step
         else:
             if step is not None and self.state.fixed:
                 self.state.unfix()  # an uncompiled call reads and writes the prefix
-            logits = self.model.step(new, self.state)
+            logits = last_logits(self.model, new, self.state)
         self.fed = pos
-        return logits[:, -1]
+        return logits
+
+
+def last_logits(model: torch.nn.Module, tokens: torch.Tensor, state: Any) -> torch.Tensor:
+    """``model.step(tokens, state)``'s logits at the last position, ``(B, V)``. A model whose
+    ``step`` takes ``last_only`` (``step_last_only``: the decoders) runs its LM head on that
+    position alone, so a prompt's prefill makes no ``(B, T, V)`` logits."""
+    if getattr(model, "step_last_only", False):
+        return model.step(tokens, state, last_only=True)[:, -1]
+    return model.step(tokens, state)[:, -1]
 
 
 def pick(

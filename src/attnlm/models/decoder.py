@@ -103,6 +103,7 @@ class Decoder(nn.Module):
         return_hidden: bool = False,
         cache: KVCache | None = None,
         attention_mask: Tensor | None = None,
+        last_only: bool = False,
     ) -> ModelOutput:
         """Logits ``(B, T, V)`` for every position of ``ids`` ``(B, T)``, and the loss against
         ``targets`` ``(B, T)`` (the next token at each position; -100 is not predicted).
@@ -112,11 +113,15 @@ class Decoder(nn.Module):
         tokens too: each row's positions count only its real tokens, so a left-padded row
         gives the same logits as the row alone. ``return_attention`` / ``return_hidden`` fill
         ``attentions`` (this takes the explicit attention path) / ``hidden_states``.
+        ``last_only``: logits ``(B, 1, V)`` of the last position alone (the LM head, the
+        largest product, runs on nothing else), as decoding a prompt needs.
         """
+        if last_only and targets is not None:
+            raise InputError("last_only gives no loss: the targets need every position")
         if cache is not None and not (targets is not None or return_attention or return_hidden
                                       or attention_mask is not None):  # fmt: skip
             if native_applies(self, ids, cache):  # a few new tokens: one C call
-                return ModelOutput(logits=native_step(self, ids, cache))
+                return ModelOutput(logits=native_step(self, ids, cache, last_only))
         state = NoCache() if cache is None else cache
         keep = self._check_inputs(ids, state, attention_mask)  # (B, S) bool or None
         T = ids.shape[1]
@@ -136,7 +141,7 @@ class Decoder(nn.Module):
         state.advance(T)
         if targets is not None and self._chunked_loss(return_attention or return_hidden):
             return self._loss_only(self.ln_f(x), targets, ids)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        logits = self.lm_head(self.ln_f(x[:, -1:] if last_only else x))  # (B, T or 1, V)
         out = ModelOutput(logits=logits)
         out.attentions = attentions if return_attention else None
         out.hidden_states = hidden if return_hidden else None
@@ -227,17 +232,21 @@ class Decoder(nn.Module):
             return StaticKVCache(self.config.n_layer, max_len)
         return self.new_cache()
 
-    def step(self, tokens: Tensor, state: KVCache) -> Tensor:
-        """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``.
+    # step() takes last_only (attnlm.generate.loop.last_logits asks for it)
+    step_last_only = True
+
+    def step(self, tokens: Tensor, state: KVCache, last_only: bool = False) -> Tensor:
+        """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``,
+        or ``(B, 1, V)`` of the last token with ``last_only`` (a prompt's prefill).
         One token per row in evaluation goes through :func:`~attnlm.models.decode_step.
         flat_step` (the same numbers without the modules' generality) where it applies, and
         a few tokens per row on the CPU through :func:`~attnlm.models.native_step.native_step`
         (the same in one C call) before that."""
         if native_applies(self, tokens, state):
-            return native_step(self, tokens, state)
+            return native_step(self, tokens, state, last_only)
         if flat_step_applies(self, tokens, state):
-            return flat_step(self, tokens, state)
-        return self(tokens, cache=state).logits
+            return flat_step(self, tokens, state)  # one token: its logits are the last
+        return self(tokens, cache=state, last_only=last_only).logits
 
     # -- utilities -----------------------------------------------------------------------------
 

@@ -126,7 +126,7 @@ def _library() -> ctypes.CDLL | None:
         f = lib.attnlm_decode_step
         f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                      ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_int]  # fmt: skip
         lib.attnlm_linear.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                       ctypes.c_void_p, ctypes.c_int]  # fmt: skip
         lib.attnlm_checked = True
@@ -415,10 +415,11 @@ def native_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
     return plan.supported
 
 
-def native_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
+def native_step(model: nn.Module, tokens: Tensor, state: KVCache, last_only: bool = False
+                ) -> Tensor:  # fmt: skip
     """Logits ``(B, T, V)`` of ``tokens`` ``(B, T)`` after what ``state`` holds (which takes
-    their keys and values), as ``model(tokens, cache=state).logits``; call only where
-    :func:`native_applies`."""
+    their keys and values), as ``model(tokens, cache=state).logits``, or ``(B, 1, V)`` of each
+    row's last token with ``last_only``; call only where :func:`native_applies`."""
     lib = _library()
     plan = _plan(model)
     check_ids(tokens, model.config.vocab_size, "tokens")
@@ -441,14 +442,15 @@ def native_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
         cos, sin = angles.cos(), angles.sin()
     else:
         cos = sin = x  # not read
-    logits = torch.empty(m, plan.V)
+    logits = torch.empty(b if last_only else m, plan.V)
     threads = torch.get_num_threads()
     scratch = plan.scratch_for(m, buf.cap, threads)
     pointers = (x.data_ptr(), b, t, held, cos.data_ptr(), sin.data_ptr(), logits.data_ptr())
-    lib.attnlm_decode_step(ctypes.byref(plan.struct), ctypes.byref(scratch), *pointers, threads)
+    lib.attnlm_decode_step(ctypes.byref(plan.struct), ctypes.byref(scratch), *pointers,
+                           int(last_only), threads)  # fmt: skip
     for i in range(len(buf.k)):
         k, v = buf.k[i][:, :, : held + t], buf.v[i][:, :, : held + t]
         buf.views[0][i], buf.views[1][i] = k, v
         state.keys[i], state.values[i] = k, v
     state.advance(t)
-    return logits.view(b, t, plan.V)
+    return logits.view(b, 1 if last_only else t, plan.V)

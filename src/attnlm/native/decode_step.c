@@ -441,10 +441,12 @@ static void attend(const Model *md, const float *q, const float *k, const float 
 
 /* x (M = B T, C) holds the new tokens' input embeddings (positions added) and is overwritten
  * by the residual stream; `held` positions are in the caches already (written at
- * [held, held + T)); cos, sin (T, D/2) for the new positions; logits (M, V). */
+ * [held, held + T)); cos, sin (T, D/2) for the new positions; logits (M, V), or with
+ * `last_only` (B, V): each row's last position alone (a prompt needs no more, and its head
+ * is the largest product: V C per position). */
 void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B, int64_t T,
                         int64_t held, const float *cos_t, const float *sin_t, float *logits,
-                        int threads) {
+                        int last_only, int threads) {
     const int64_t M = B * T, C = md->C, H = md->H, Hkv = md->Hkv, D = md->D, F = md->F;
     const int64_t NQ = (H + 2 * Hkv) * D, groups = H / Hkv, cap = md->cap;
     const int64_t NF = md->act == ACT_SWIGLU ? 2 * F : F;
@@ -498,9 +500,15 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
             linear(&bk->proj, sc->hid, M, NF, x, C, x, t, nt);
 #pragma omp barrier
         }
+        const int64_t MH = last_only ? B : M; /* rows the head runs on */
 #pragma omp single
-        norm_rows(md, &md->ln_f, x, sc->xn, M);
-        linear(&md->head, sc->xn, M, C, logits, md->V, NULL, t, nt);
+        {
+            if (last_only) /* row b's last position to row b (b <= b T + T - 1: no overlap) */
+                for (int64_t b = 0; b < B; b++)
+                    memmove(x + b * C, x + (b * T + T - 1) * C, C * sizeof(float));
+            norm_rows(md, &md->ln_f, x, sc->xn, MH);
+        }
+        linear(&md->head, sc->xn, MH, C, logits, md->V, NULL, t, nt);
     }
 }
 

@@ -141,6 +141,13 @@ def _ints(value: Any, n: int, key: str) -> list[int]:
     return values[:n]
 
 
+def _llama_cpp_split(merge: str) -> list[str]:
+    """A GGUF merge string cut as llama.cpp cuts it: at the first space after the first
+    character (no such space: an empty pair, refused as making no token)."""
+    cut = merge.find(" ", 1)
+    return [merge[:cut], merge[cut + 1 :]] if cut > 0 else ["", ""]
+
+
 @register_kind
 class GGUFTokenizer(Tokenizer):
     """The tokenizer of a GGUF file (see the module docstring), from its ``tokenizer.*``
@@ -247,19 +254,15 @@ class GGUFTokenizer(Tokenizer):
         merges = meta.get("tokenizer.ggml.merges")
         if not isinstance(merges, list):
             raise _fail("tokenizer.ggml.merges is missing (a gpt2 tokenizer needs its merges)")
-        pairs = []
-        for m in merges:  # llama.cpp splits at the first space after the first character
-            cut = m.find(" ", 1)
-            pairs.append([m[:cut], m[cut + 1 :]] if cut > 0 else ["", ""])
         steps = [{"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated"}
                  for r in PRE_TOKENIZERS[kind]]  # fmt: skip
         steps.append({"type": "ByteLevel", "add_prefix_space": False, "use_regex": False})
         doc = {
-            "model": {"type": "BPE", "vocab": self.ids, "merges": pairs,
+            "model": {"type": "BPE", "vocab": self.ids, "merges": merges,
                       "ignore_merges": flags.get("ignore_merges", False)},
             "pre_tokenizer": {"type": "Sequence", "pretokenizers": steps},
         }  # fmt: skip
-        self._bpe = HFByteBPETokenizer(doc)
+        self._bpe = HFByteBPETokenizer(doc, merge_split=_llama_cpp_split)
         doc["model"]["merges"] = []  # held as ranks by the BPE now; the file's are in metadata
 
     @classmethod

@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import re
 import unicodedata
+from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -151,18 +152,51 @@ def _pre_tokenizer(spec: dict | None) -> tuple[list[Callable[[str], list[str]]],
     raise _fail(f"pre_tokenizer {kind!r} is not supported (ByteLevel, Split, Digits, Sequence)")
 
 
-def _merges(raw: list, vocab: dict[str, int]) -> dict[tuple[str, str], tuple[int, int]]:
-    """``{(left, right): (rank, id of left + right)}`` from ``"a b"`` or ``["a", "b"]``."""
-    out: dict[tuple[str, str], tuple[int, int]] = {}
+def _merges(raw: Iterable, vocab: dict[str, int], split: Callable[[str], list[str]] | None = None
+            ) -> dict[str, int]:  # fmt: skip
+    """``{"left right": rank}`` from ``"a b"`` strings or ``["a", "b"]`` pairs (``split``: how a
+    string is cut, by default at its first space).
+
+    Keyed by the one string rather than by a pair: a file's own ``"a b"`` is the key, so the
+    table holds no strings of its own (a 49k-merge vocabulary costs a third of the memory).
+    Byte-level symbols never hold a space (byte 0x20 is ``Ġ``), so ``left + " " + right`` of
+    two symbols names one pair; a merge whose parts hold a space could never apply anyway."""
+    out: dict[str, int] = {}
     for rank, item in enumerate(raw):
-        pair = tuple(item.split(" ", 1)) if isinstance(item, str) else tuple(item)
+        if isinstance(item, str):
+            pair = split(item) if split else item.split(" ", 1)
+        else:
+            pair = item
         if len(pair) != 2 or not all(isinstance(p, str) for p in pair):
             raise _fail(f"merge {rank} {item!r} is not a pair of tokens")
-        merged = pair[0] + pair[1]
-        if merged not in vocab:
-            raise _fail(f"merge {rank} {item!r} makes {merged!r}, which is not in the vocab")
-        out.setdefault(pair, (rank, vocab[merged]))  # type: ignore[arg-type]
+        if pair[0] + pair[1] not in vocab:
+            raise _fail(f"merge {rank} {item!r} makes {pair[0] + pair[1]!r}, which is not in "
+                        "the vocab")  # fmt: skip
+        key = f"{pair[0]} {pair[1]}"
+        out.setdefault(item if isinstance(item, str) and item == key else key, rank)
     return out
+
+
+class _ByteTable:
+    """``{id: bytes}`` as one buffer and offsets (a dict of 49k ``bytes`` objects costs five
+    times the memory): ``get(i)`` the bytes of id ``i`` or None; ``size`` the largest id + 1."""
+
+    def __init__(self, table: dict[int, bytes]) -> None:
+        self.size = max(table) + 1
+        self._start = array("q", [0]) * self.size
+        self._len = array("i", [-1]) * self.size  # -1: no token has this id
+        buf, pos = bytearray(), 0
+        for i, b in table.items():
+            self._start[i], self._len[i] = pos, len(b)
+            buf += b
+            pos += len(b)
+        self._buf = bytes(buf)
+
+    def get(self, i: int) -> bytes | None:
+        if not 0 <= i < self.size or self._len[i] < 0:
+            return None
+        start = self._start[i]
+        return self._buf[start : start + self._len[i]]
 
 
 # -- the tokenizer ----------------------------------------------------------------------------
@@ -179,7 +213,11 @@ class HFByteBPETokenizer(Tokenizer):
 
     kind = "hf-bpe"
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(
+        self, doc: dict[str, Any], merge_split: Callable[[str], list[str]] | None = None
+    ) -> None:
+        """``merge_split``: how a ``"a b"`` merge string is cut (default: at its first space;
+        llama.cpp's GGUF reader cuts at the first space after the first character)."""
         if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
             raise _fail("tokenizer.json has no 'model' object")
         model = doc["model"]
@@ -197,8 +235,8 @@ class HFByteBPETokenizer(Tokenizer):
         bad = next((t for t, i in vocab.items() if type(i) is not int or i < 0), None)
         if bad is not None:
             raise _fail(f"vocab id of {bad!r} is {vocab[bad]!r}, not a non-negative integer")
-        self._vocab: dict[str, int] = dict(vocab)
-        self._merges = _merges(model.get("merges") or [], self._vocab)
+        self._vocab: dict[str, int] = vocab  # not a copy: a 49k vocabulary is megabytes
+        self._merges = _merges(model.get("merges") or [], vocab, merge_split)
         self._ignore_merges = bool(model.get("ignore_merges", False))
         unk = model.get("unk_token")
         self._unk = self._vocab.get(unk) if unk is not None else None
@@ -212,12 +250,13 @@ class HFByteBPETokenizer(Tokenizer):
         if not byte_level:
             raise _fail("the pre_tokenizer has no ByteLevel step: not byte-level BPE")
         self._added = {t["content"]: t for t in doc.get("added_tokens") or []}
-        self._decoder: dict[int, bytes] = {}
+        decoder: dict[int, bytes] = {}
         for token, i in self._vocab.items():
             alphabet = all(c in CHAR_TO_BYTE for c in token)
-            self._decoder[i] = bytes(map(CHAR_TO_BYTE.get, token)) if alphabet else token.encode()
+            decoder[i] = bytes(map(CHAR_TO_BYTE.get, token)) if alphabet else token.encode()
         for token in self._added.values():
-            self._decoder[int(token["id"])] = token["content"].encode("utf-8")
+            decoder[int(token["id"])] = token["content"].encode("utf-8")
+        self._decoder = _ByteTable(decoder)
         self._raw_re = self._added_regex(normalized=False)
         self._norm_re = self._added_regex(normalized=True)
         self._template = self._single_template(doc.get("post_processor"))
@@ -330,9 +369,9 @@ class HFByteBPETokenizer(Tokenizer):
         merges = self._merges
         heap = []
         for i in range(n - 1):
-            m = merges.get((symbols[i], symbols[i + 1]))
-            if m is not None:
-                heap.append((m[0], i, symbols[i], symbols[i + 1]))
+            rank = merges.get(f"{symbols[i]} {symbols[i + 1]}")
+            if rank is not None:
+                heap.append((rank, i, symbols[i], symbols[i + 1]))
         heapq.heapify(heap)
         while heap:
             rank, i, left, right = heapq.heappop(heap)
@@ -345,9 +384,9 @@ class HFByteBPETokenizer(Tokenizer):
                 prv[nxt[j]] = i
             for a, b in ((prv[i], i), (i, nxt[i])):
                 if a >= 0 and b < n:
-                    m = merges.get((symbols[a], symbols[b]))
-                    if m is not None:
-                        heapq.heappush(heap, (m[0], a, symbols[a], symbols[b]))
+                    rank = merges.get(f"{symbols[a]} {symbols[b]}")
+                    if rank is not None:
+                        heapq.heappush(heap, (rank, a, symbols[a], symbols[b]))
         out = []
         for s in symbols:
             if s is None:
@@ -393,7 +432,7 @@ class HFByteBPETokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
-        return max(self._decoder) + 1
+        return self._decoder.size
 
     @property
     def special_tokens(self) -> dict[str, int]:
