@@ -44,11 +44,14 @@ from attnlm.nn.static_cache import StaticKVCache
 __all__ = ["MAX_TOKENS", "native_applies", "native_step"]
 
 MAX_TOKENS = 64  # new tokens per row from which the forward's GEMMs are faster (prefill)
-# rows (B T) beyond which float32 / bfloat16 weights go to the forward's GEMMs, which reuse
-# each weight across rows better than the C step's products (measured: batch 16 decodes faster
-# there); 8- and 4-bit weights are widened once for 4 rows at a time, as fast up to about
-# MAX_TOKENS rows as dequantizing them for one GEMM (measured)
+# rows (B T) beyond which float weights go to the forward's GEMMs, which reuse each weight
+# across rows better than the C step's products (measured): row-major float32 and bfloat16
+# weights from 5 rows on; column-major float32 (the decoding layout), whose product applies
+# each 4 x 16 weights to every row from registers, from MAX_FLOAT_ROWS_T + 1 (batch 16 decodes
+# as fast as MKL's GEMMs multiply); 8- and 4-bit weights are widened once for 4 rows at a
+# time, as fast up to about MAX_TOKENS rows as dequantizing them for one GEMM (measured)
 MAX_FLOAT_ROWS = 4
+MAX_FLOAT_ROWS_T = 16
 GROW = 256  # cache buffers grow by at least this many positions
 
 _F32, _BF16, _Q8, _Q4, _F32T = 0, 1, 2, 3, 4
@@ -84,7 +87,7 @@ class _Model(ctypes.Structure):
 
 
 class _Scratch(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in ("xn", "qkv", "att", "hid", "scores")]
+    _fields_ = [(name, ctypes.c_void_p) for name in ("xn", "qkv", "att", "hid", "scores", "part")]
 
 
 _STRUCTS = (_Linear, _Norm, _Block, _Model, _Scratch)
@@ -128,7 +131,7 @@ def _library() -> ctypes.CDLL | None:
                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                       ctypes.c_void_p, ctypes.c_int, ctypes.c_int]  # fmt: skip
         lib.attnlm_linear.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                      ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
         lib.attnlm_checked = True
     return lib
 
@@ -250,6 +253,7 @@ class _Plan:
         self.movable: list[Tensor] = []
         self.ptrs: list[int] = []
         self.float_weights = False
+        self.max_rows = MAX_FLOAT_ROWS
         self.scratch: dict[tuple[int, int, int], tuple[_Scratch, list[Tensor]]] = {}
         self.buffers: object = None  # the _Buffers whose pointers the blocks hold
         if not self.supported:
@@ -282,6 +286,7 @@ class _Plan:
         )  # fmt: skip
         self.keep = keep
         self.float_weights = self.array[0].qkv.fmt in (_F32, _F32T, _BF16)
+        self.max_rows = MAX_FLOAT_ROWS_T if self.array[0].qkv.fmt == _F32T else MAX_FLOAT_ROWS
         # parameters may be moved by ``.data = ...`` (attnlm.nn.layout does), which no hook sees
         self.movable = [t for t in keep if isinstance(t, nn.Parameter)]
         self.ptrs = [t.data_ptr() for t in self.movable]
@@ -296,7 +301,9 @@ class _Plan:
         key = (m, cap, threads)
         if key not in self.scratch:
             q = (self.H + 2 * self.Hkv) * self.D
-            sizes = (m * self.C, m * q, m * self.H * self.D, m * self.NF, threads * cap)
+            widest = max(q, self.C, self.NF, self.V)  # a column-major product's partial sums
+            sizes = (m * self.C, m * q, m * self.H * self.D, m * self.NF, threads * cap,
+                     threads * m * widest)  # fmt: skip
             tensors = [torch.empty(n) for n in sizes]
             self.scratch = {key: (_Scratch(*[t.data_ptr() for t in tensors]), tensors)}
         return self.scratch[key][0]
@@ -391,7 +398,8 @@ def native_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
     sinusoidal or no positions, no ALiBi, GELU/ReLU or SwiGLU, every linear layer float32,
     bfloat16, q8 or q4), ``state`` is a dynamic :class:`~attnlm.nn.cache.KVCache` without
     cross-attention, and each row brings 1 to :data:`MAX_TOKENS` tokens (float weights: at
-    most :data:`MAX_FLOAT_ROWS` tokens in all)."""
+    most :data:`MAX_FLOAT_ROWS` tokens in all, :data:`MAX_FLOAT_ROWS_T` in the decoding
+    layout)."""
     if torch.compiler.is_compiling():  # a compiled step traces the PyTorch path
         return False
     if not (
@@ -410,7 +418,7 @@ def native_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
     if state.keys[0] is not None and state.keys[0].dtype != torch.float32:
         return False
     plan = _plan(model)
-    if plan.supported and plan.float_weights and tokens.numel() > MAX_FLOAT_ROWS:
+    if plan.supported and plan.float_weights and tokens.numel() > plan.max_rows:
         return False
     return plan.supported
 
