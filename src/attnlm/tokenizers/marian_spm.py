@@ -135,7 +135,8 @@ class MarianSPMTokenizer(Tokenizer):
         for name in (unk, eos, pad):
             if name not in self._vocab:
                 raise TokenizerFileError(f"{where}/vocab.json: has no {name!r} token")
-        # the added tokens, cut out of the text whole: {content: (id, special, lstrip, rstrip)}
+        # the added tokens, cut out of the text whole: {content: (id, special, lstrip, rstrip)};
+        # the special ones are dropped when decoding
         self._added: dict[str, tuple[int, bool, bool, bool]] = {
             t: (self._vocab[t], True, False, False) for t in (eos, unk, pad)
         }
@@ -148,7 +149,7 @@ class MarianSPMTokenizer(Tokenizer):
             if entry.get("single_word"):
                 raise TokenizerFileError(f"{where}: added token {content!r}: single_word "
                                          "tokens are not supported")  # fmt: skip
-            special = bool(entry.get("special", True)) or content in (eos, unk, pad)
+            special = bool(entry.get("special", False)) or content in (eos, unk, pad)
             self._added[content] = (i, special, bool(entry.get("lstrip")),
                                     bool(entry.get("rstrip")))  # fmt: skip
         self._added_ids = {v[0]: t for t, v in self._added.items()}
@@ -309,16 +310,18 @@ def read_marian_folder(folder: Path) -> MarianSPMTokenizer:
     specials = {k: _token_string(config.get(f"{k}_token"), v, where) for k, v in
                 DEFAULT_SPECIALS.items()}  # fmt: skip
     vocab = load_json(folder / "vocab.json", "vocab.json")
+    extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or []
+    extra = [_token_string(t, "", where) for t in (extra if isinstance(extra, list) else [])]
+    # transformers drops only the named special tokens when decoding (eos, unk, pad and the
+    # additional ones), not every added token marked "special"
     added = []
     decoder = config.get("added_tokens_decoder")
     if isinstance(decoder, dict):
         for i, t in decoder.items():
             if not isinstance(t, dict) or not str(i).isdigit():
                 raise TokenizerFileError(f"{where}: added_tokens_decoder entry {i!r} is damaged")
-            added.append({**t, "id": int(i)})
-    extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or []
-    for t in extra if isinstance(extra, list) else []:
-        t = _token_string(t, "", where)
+            added.append({**t, "id": int(i), "special": t.get("content") in extra})
+    for t in extra:
         if t not in (e["content"] for e in added):
             if not isinstance(vocab, dict) or t not in vocab:
                 raise TokenizerFileError(f"{where}: special token {t!r} is not in vocab.json")
