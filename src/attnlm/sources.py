@@ -312,8 +312,9 @@ def load_lora_run(
     """A LoRA run (:mod:`attnlm.lora_run`): its base SPEC resolved and checked against the
     fingerprint, the adapters applied with the run's values (``load``) and merged into the
     weights (``merge``). The base's chat template and stop ids come along;
-    ``info.checkpoint`` is the run's record."""
-    from attnlm.checkpoint import Checkpoint, read_config, resolve_checkpoint
+    ``info.checkpoint`` is the run's record (with the run's own pair tokenizers when it trained
+    on sentence pairs)."""
+    from attnlm.checkpoint import Checkpoint, load_tokenizer, read_config, resolve_checkpoint
     from attnlm.lora_run import attach, check_base
     from attnlm.models import registry
 
@@ -330,9 +331,13 @@ def load_lora_run(
     model_table = registry.config_table(base_info.family, model.config)
     check_base(table, base_info.path, model_table, ckpt)
     attach(model, table, ckpt, merge=merge, load=load)
+    pairs = None  # a translation run keeps both sides' tokenizers (the base may give one side)
+    if (ckpt / "pair_tokenizers.json").is_file():
+        tok, pairs = load_tokenizer(ckpt)
     ck = Checkpoint(path=ckpt, model=model, tokenizer=tok, model_config=model.config,
                     train_config=dict(config.get("train", {})), step=int(config.get("step", 0)),
-                    config=config, family=base_info.family, source_tokenizer=tok)  # fmt: skip
+                    config=config, family=base_info.family, pair_tokenizers=pairs,
+                    source_tokenizer=pairs.source if pairs is not None else tok)  # fmt: skip
     info = ModelInfo(spec, "run", ckpt, base_info.family, checkpoint=ck)
     info.chat_template, info.stop_ids = base_info.chat_template, base_info.stop_ids
     info.details["lora_base"] = base
