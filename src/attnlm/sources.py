@@ -6,7 +6,8 @@
   - a ``.gguf`` file (llama.cpp's format: weights, tokenizer and chat template in one file,
     read by :mod:`attnlm.models.gguf`);
   - a Hugging Face model folder (``config.json`` with ``model_type``, safetensors weights and
-    ``tokenizer.json``, ``vocab.txt`` or ``vocab.json`` + ``merges.txt``), loaded by
+    ``tokenizer.json``, ``vocab.txt``, ``vocab.json`` + ``merges.txt``, or an OPUS-MT
+    folder's ``source.spm`` + ``target.spm`` + ``vocab.json``), loaded by
     :func:`attnlm.models.from_hf` and :func:`attnlm.tokenizers.load`;
   - an attnlm run or checkpoint folder (:func:`attnlm.checkpoint.load_checkpoint`);
   - a folder holding one ``.gguf`` file;
@@ -37,7 +38,7 @@ from attnlm.foreign import register as _register_reader
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 #: Files fetched for a Hub id: what a Hugging Face folder needs, not every weight format.
-HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model")
+HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.spm")
 #: Tokens that end an assistant turn in popular chat formats (besides the EOS token).
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
