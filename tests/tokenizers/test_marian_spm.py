@@ -69,6 +69,17 @@ def test_ids_of_both_sides_match_marian_tokenizer(folder):
     assert pairs.encode_source(f"{CODES[0]} Go.")[0] == code != unk
 
 
+def test_random_texts_match_marian_tokenizer(folder):
+    """Seeded random strings of special tokens, language codes, their fragments, white space
+    of several kinds, combining and wide characters."""
+    atoms = ["</s>", "<pad>", "<unk>", ">>fra<<", ">>", "<<", " ", "  ", "\t", "\n", "a", "é",
+             "e\u0301", "ß", "東", "Go", ".", "!", "'", "ｆ", "\u00a0", "\u200b", "\U0001f600",
+             "I", "see", "<", ">", "s>", "</", "\x00"]  # fmt: skip
+    rng = random.Random(1)
+    texts = ["".join(rng.choice(atoms) for _ in range(rng.randint(0, 10))) for _ in range(500)]
+    _check_ids(PairTokenizers.from_tokenizers(tokenizers.load(folder)), _reference(folder), texts)
+
+
 def test_decoding_matches_marian_tokenizer(folder):
     tok = tokenizers.load(folder)
     ref = _reference(folder)
