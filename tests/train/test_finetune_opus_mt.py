@@ -1,7 +1,8 @@
 """An OPUS-MT folder as published (``source.spm``, ``target.spm``, ``vocab.json``, no
 ``tokenizer.json``; built offline by ``tests/opus_mt.py``) wherever a Marian folder goes:
 ``translate --model DIR`` gives ``transformers``' greedy ``generate`` output (ids and text),
-``attention --model DIR`` draws it, ``train --init-from DIR --pairs FILE`` starts from its loss
+``attention --model DIR`` draws it, ``eval --model DIR --pairs FILE`` gives its loss,
+``train --init-from DIR --pairs FILE`` starts from its loss
 (``MarianMTModel``'s on the same pair) and the run reloads, resumes, translates and evaluates
 without the folder; with ``--lora 4`` only adapters train, only adapters are stored, and the run
 reloads (translate, eval)."""
@@ -92,6 +93,25 @@ def test_translate_an_opus_folder_as_generate_does(cli, opus, tmp_path):
     r = cli("attention", "--model", folder, SENTENCES[2], "--html", page)
     assert r.code == 0, r.err
     assert "fra" in page.read_text(encoding="utf-8")  # the language code's token label
+
+
+def test_eval_an_opus_folder_on_pairs(cli, opus, tmp_path):
+    """``eval --model DIR --pairs FILE``: the loss per target token is ``MarianMTModel``'s over
+    the same pairs (the target and ``</s>``); without ``--pairs`` one line says to give it."""
+    folder, tok, model = opus
+    rows = tatoeba_pairs()[300:312]
+    pairs = _write(tmp_path / "pairs.tsv", rows)
+    r = cli("eval", "--model", folder, "--pairs", pairs, "--json")
+    assert r.code == 0, r.err
+    scores = json.loads(r.out)
+    total = count = 0.0
+    for source, target in rows:
+        n = len(tok(text_target=target)["input_ids"])
+        total += _hf_loss(tok, model, (source, target)) * n
+        count += n
+    assert scores["pairs"] == len(rows) and scores["loss"] == pytest.approx(total / count, abs=1e-4)
+    r = cli("eval", "--model", folder)
+    assert r.code == 2 and "--pairs FILE" in r.err and len(r.err.strip().splitlines()) == 1
 
 
 def test_init_from_an_opus_folder(cli, opus, tmp_path):
