@@ -113,41 +113,42 @@ class MarianSPMTokenizer(Tokenizer):
         pad: str = "<pad>",
         added: list[dict[str, Any]] | None = None,
         clean_up_tokenization_spaces: bool = False,
-        where: str = "marian tokenizer",
+        where: str | None = None,
     ) -> None:
+        def at(file: str, field: str) -> str:  # errors name the folder's file, or the field
+            return f"{where}/{file}" if where else field
+
         self._bytes = {"source": bytes(source_spm), "target": bytes(target_spm)}
-        self._spm = {
-            "source": _processor(self._bytes["source"], f"{where}/source.spm"),
-            "target": _processor(self._bytes["target"], f"{where}/target.spm"),
-        }
+        self._spm = {side: _processor(self._bytes[side], at(SPM_FILES[side], f"{side}_spm"))
+                     for side in SIDES}  # fmt: skip
+        in_vocab = at("vocab.json", "vocab")
         if not isinstance(vocab, dict) or not vocab:
-            raise TokenizerFileError(f"{where}/vocab.json: not a {{piece: id}} object")
+            raise TokenizerFileError(f"{in_vocab}: not a {{piece: id}} object")
         bad = next((p for p, i in vocab.items() if type(i) is not int or not
                     0 <= i < MAX_VOCAB_SIZE), None)  # fmt: skip
         if bad is not None:
-            raise TokenizerFileError(
-                f"{where}/vocab.json: the id of {bad!r} is {vocab[bad]!r}, not an id below "
-                f"{MAX_VOCAB_SIZE:,}"
-            )
+            raise TokenizerFileError(f"{in_vocab}: the id of {bad!r} is {vocab[bad]!r}, not an "
+                                     f"id below {MAX_VOCAB_SIZE:,}")  # fmt: skip
         self._vocab = dict(vocab)
         self._pieces = {i: p for p, i in self._vocab.items()}  # the last piece of an id wins
         self.unk, self.eos, self.pad = unk, eos, pad
         for name in (unk, eos, pad):
             if name not in self._vocab:
-                raise TokenizerFileError(f"{where}/vocab.json: has no {name!r} token")
+                raise TokenizerFileError(f"{in_vocab}: has no {name!r} token")
         # the added tokens, cut out of the text whole: {content: (id, special, lstrip, rstrip)};
         # the special ones are dropped when decoding
         self._added: dict[str, tuple[int, bool, bool, bool]] = {
             t: (self._vocab[t], True, False, False) for t in (eos, unk, pad)
         }
+        config = at("tokenizer_config.json", "added")
         for entry in added or []:
             if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
-                raise TokenizerFileError(f"{where}: added token {entry!r} has no content")
+                raise TokenizerFileError(f"{config}: added token {entry!r} has no content")
             i, content = entry.get("id"), entry["content"]
             if type(i) is not int or not 0 <= i < MAX_VOCAB_SIZE or not content:
-                raise TokenizerFileError(f"{where}: added token {content!r} has id {i!r}")
+                raise TokenizerFileError(f"{config}: added token {content!r} has id {i!r}")
             if entry.get("single_word"):
-                raise TokenizerFileError(f"{where}: added token {content!r}: single_word "
+                raise TokenizerFileError(f"{config}: added token {content!r}: single_word "
                                          "tokens are not supported")  # fmt: skip
             special = bool(entry.get("special", False)) or content in (eos, unk, pad)
             self._added[content] = (i, special, bool(entry.get("lstrip")),
@@ -269,14 +270,14 @@ class MarianSPMTokenizer(Tokenizer):
                 models.append(base64.b64decode(raw.encode("ascii"), validate=True))
             except (ValueError, UnicodeEncodeError):
                 raise TokenizerFileError(f"{side}_spm is not valid base64") from None
-        specials = {k: _token_string(data.get(k), v, "marian-spm") for k, v in
+        specials = {k: _token_string(data.get(k), v, k) for k, v in
                     DEFAULT_SPECIALS.items()}  # fmt: skip
         added = data.get("added") or []
         if not isinstance(added, list):
             raise TokenizerFileError("added is not a list")
+        clean_up = bool(data.get("clean_up_tokenization_spaces"))
         return cls(*models, data["vocab"], **specials, added=added,
-                   clean_up_tokenization_spaces=bool(data.get("clean_up_tokenization_spaces")),
-                   where="marian-spm")  # fmt: skip
+                   clean_up_tokenization_spaces=clean_up)  # fmt: skip
 
 
 def _clean_up(text: str) -> str:
