@@ -188,3 +188,19 @@ def test_lora_on_a_pairs_run(cli, opus, tmp_path):
     r = cli("eval", "--model", run, "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["pairs"] == 4
+
+
+def test_a_damaged_spm_file_is_one_line_on_the_command_line(cli, opus, tmp_path):
+    import shutil
+
+    folder, _, _ = opus
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    (bad / "target.spm").write_bytes((folder / "target.spm").read_bytes()[:300])
+    pairs = _write(tmp_path / "pairs.tsv", [PAIR] * 4)
+    train = ["train", "--init-from", bad, "--pairs", pairs, "--out", tmp_path / "run"]
+    for argv in (["translate", "--model", bad, "Go."], train):
+        r = cli(*argv)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+        assert "target.spm" in r.err and "SentencePiece" in r.err
+    assert not (tmp_path / "run").exists()
