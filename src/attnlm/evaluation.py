@@ -339,7 +339,6 @@ def evaluate_translation(
     them) and the teacher-forced loss per target token, on every pair of ``pairs_path`` or
     the run's test split (``split`` as :func:`held_out_pairs`); ``limit``: the first ``limit``
     distinct sources only. Returns ``(scores, description)``."""
-    from attnlm.checkpoint import load_checkpoint
     from attnlm.data.pairs import PairTokenizers, group_references
     from attnlm.device import resolve_device
     from attnlm.generate.translate import translate
@@ -348,7 +347,9 @@ def evaluate_translation(
     if limit is not None and limit < 1:
         raise InputError(f"--limit must be >= 1, got {limit}")
     dev = resolve_device(device)
-    ck = load_checkpoint(checkpoint, dev)
+    from attnlm.sources import load_as_checkpoint  # a LoRA run too: its base + adapters
+
+    ck = load_as_checkpoint(checkpoint, dev)
     if "translate" not in ck.family.capabilities:
         raise InputError(f"{ck.path}: a {ck.family.type} model does not translate")
     tok = ck.pair_tokenizers or PairTokenizers.from_tokenizers(ck.tokenizer)

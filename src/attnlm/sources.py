@@ -6,7 +6,8 @@
   - a ``.gguf`` file (llama.cpp's format: weights, tokenizer and chat template in one file,
     read by :mod:`attnlm.models.gguf`);
   - a Hugging Face model folder (``config.json`` with ``model_type``, safetensors weights and
-    ``tokenizer.json``, ``vocab.txt`` or ``vocab.json`` + ``merges.txt``), loaded by
+    ``tokenizer.json``, ``vocab.txt``, ``vocab.json`` + ``merges.txt``, or an OPUS-MT
+    folder's ``source.spm`` + ``target.spm`` + ``vocab.json``), loaded by
     :func:`attnlm.models.from_hf` and :func:`attnlm.tokenizers.load`;
   - an attnlm run or checkpoint folder (:func:`attnlm.checkpoint.load_checkpoint`);
   - a folder holding one ``.gguf`` file;
@@ -37,7 +38,7 @@ from attnlm.foreign import register as _register_reader
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 #: Files fetched for a Hub id: what a Hugging Face folder needs, not every weight format.
-HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model")
+HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.spm")
 #: Tokens that end an assistant turn in popular chat formats (besides the EOS token).
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
@@ -312,8 +313,9 @@ def load_lora_run(
     """A LoRA run (:mod:`attnlm.lora_run`): its base SPEC resolved and checked against the
     fingerprint, the adapters applied with the run's values (``load``) and merged into the
     weights (``merge``). The base's chat template and stop ids come along;
-    ``info.checkpoint`` is the run's record."""
-    from attnlm.checkpoint import Checkpoint, read_config, resolve_checkpoint
+    ``info.checkpoint`` is the run's record (with the run's own pair tokenizers when it trained
+    on sentence pairs)."""
+    from attnlm.checkpoint import Checkpoint, load_tokenizer, read_config, resolve_checkpoint
     from attnlm.lora_run import attach, check_base
     from attnlm.models import registry
 
@@ -330,9 +332,13 @@ def load_lora_run(
     model_table = registry.config_table(base_info.family, model.config)
     check_base(table, base_info.path, model_table, ckpt)
     attach(model, table, ckpt, merge=merge, load=load)
+    pairs = None  # a translation run keeps both sides' tokenizers (the base may give one side)
+    if (ckpt / "pair_tokenizers.json").is_file():
+        tok, pairs = load_tokenizer(ckpt)
     ck = Checkpoint(path=ckpt, model=model, tokenizer=tok, model_config=model.config,
                     train_config=dict(config.get("train", {})), step=int(config.get("step", 0)),
-                    config=config, family=base_info.family, source_tokenizer=tok)  # fmt: skip
+                    config=config, family=base_info.family, pair_tokenizers=pairs,
+                    source_tokenizer=pairs.source if pairs is not None else tok)  # fmt: skip
     info = ModelInfo(spec, "run", ckpt, base_info.family, checkpoint=ck)
     info.chat_template, info.stop_ids = base_info.chat_template, base_info.stop_ids
     info.details["lora_base"] = base

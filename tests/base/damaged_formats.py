@@ -532,6 +532,26 @@ def _load_fsdp(path: Path):
     return fsdp.load_sharded(model, optimizer, path.parents[1])
 
 
+def _opus_folder(name: str):
+    """An OPUS-MT folder's tokenizer files (``tests/opus_mt.py``); the file to damage."""
+
+    def build(folder: Path) -> Path:
+        from tests.opus_mt import build_opus_folder
+
+        return build_opus_folder(folder / "opus", model=False) / name
+
+    return build
+
+
+def _marian_spm_file(folder: Path) -> Path:
+    """The attnlm tokenizer file a fine-tuned run stores for an OPUS-MT folder."""
+    from attnlm import tokenizers
+
+    tok = tokenizers.load(_opus_folder("vocab.json")(folder).parent)
+    tok.save(folder / "tokenizer.json")
+    return folder / "tokenizer.json"
+
+
 FORMATS = [
     Format("safetensors", ("safetensors",), _safetensors, _load_safetensors, _finite_state,
            extra={"header lies": _safetensors_header_lies, "nan": _safetensors_nan,
@@ -555,6 +575,12 @@ FORMATS = [
                   "duplicate ids": lambda d: d.replace(b'"hello": 5', b'"hello": 6'),
                   "huge id": lambda d: d.replace(b'"hello": 5', b'"hello": 1000000000000')}),
     Format("vocab.txt", ("vocab.txt",), _vocab_txt, _load_tokenizer, _tokenizer_sane),
+    Format("source.spm (OPUS-MT folder)", ("SentencePiece model",), _opus_folder("source.spm"),
+           _load_tokenizer, _tokenizer_sane, target=lambda p: p.parent),
+    Format("vocab.json (OPUS-MT folder)", ("SentencePiece model",), _opus_folder("vocab.json"),
+           _load_tokenizer, _tokenizer_sane, json=True, target=lambda p: p.parent),
+    Format("tokenizer.json (marian-spm)", ("tokenizer",), _marian_spm_file, _load_tokenizer,
+           _tokenizer_sane, json=True),
     Format("tiktoken ranks", ("tiktoken ranks",), _tiktoken, _load_tiktoken, _ranks_sane),
     Format("ARPA", ("ARPA",), _arpa, _load_ngram, _ngram_sane),
     Format(".npz n-gram (backoff)", ("n-gram model",), _ngram("mkn"), _load_ngram,

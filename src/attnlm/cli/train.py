@@ -362,6 +362,11 @@ def _eval(args: argparse.Namespace) -> int:
     args.checkpoint, args.model = (spec, None) if _is_run(spec) else (None, spec)
     if args.checkpoint is not None and _trains_on_pairs(args.checkpoint):
         return _eval_pairs(args)
+    if args.model is not None and _is_translation_folder(args.model):
+        if args.pairs is None:  # no run of its own: no stored test split
+            raise InputError(f"{args.model}: a translation model is evaluated on --pairs FILE")
+        args.checkpoint, args.model = args.model, None
+        return _eval_pairs(args)
     if args.pairs is not None:
         raise InputError("--pairs applies to translation checkpoints; this one is a text model")
     if args.split == "test":
@@ -429,6 +434,17 @@ def _is_run(spec: str) -> bool:
     except InputError:
         return False
     return True
+
+
+def _is_translation_folder(spec: str) -> bool:
+    """Whether SPEC is a Hugging Face folder of a translation model (Marian)."""
+    from attnlm.models.hf.folder import read_hf_config
+    from attnlm.models.hf.marian import MODEL_TYPE
+    from attnlm.sources import is_hf_folder
+
+    path = Path(spec).expanduser()
+    return path.is_dir() and is_hf_folder(path) and (
+        read_hf_config(path).get("model_type") == MODEL_TYPE)  # fmt: skip
 
 
 def _trains_on_pairs(checkpoint: str) -> bool:

@@ -1,5 +1,6 @@
 """Tokenizers: character, word, classic BPE, byte-level BPE, tiktoken rank files, WordPiece,
-Hugging Face ``tokenizer.json`` (byte-level BPE, WordPiece), the vocabulary of a GGUF file.
+Hugging Face ``tokenizer.json`` (byte-level BPE, WordPiece), the vocabulary of a GGUF file, the
+SentencePiece files of an OPUS-MT (Marian) folder.
 
 All kinds follow one protocol (:class:`Tokenizer`): ``encode``, ``decode``, ``encode_batch``,
 ``vocab_size``, ``special_tokens``, ``save(path)`` (one JSON file); :func:`load` restores any
@@ -28,6 +29,7 @@ from attnlm.tokenizers.factory import (
 )
 from attnlm.tokenizers.gguf import GGUFTokenizer
 from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
+from attnlm.tokenizers.marian_spm import MarianSPMTokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
 from attnlm.tokenizers.wordpiece import WordPieceTokenizer
@@ -41,6 +43,7 @@ __all__ = [
     "GGUFTokenizer",
     "HFByteBPETokenizer",
     "InvalidTokenIdError",
+    "MarianSPMTokenizer",
     "Tokenizer",
     "TokenizerConfigError",
     "TokenizerFileError",

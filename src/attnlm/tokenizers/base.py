@@ -123,12 +123,15 @@ class Tokenizer(ABC):
 def load(path: str | os.PathLike[str]) -> Tokenizer:
     """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
     a BERT ``vocab.txt``, a Hugging Face ``tokenizer.json`` (WordPiece or byte-level BPE), a
-    GGUF model file's vocabulary (``*.gguf``) or a folder holding one of them. (The
+    GGUF model file's vocabulary (``*.gguf``), a folder holding one of them, or an OPUS-MT
+    folder's SentencePiece files (``source.spm``, ``target.spm``, ``vocab.json``). (The
     kinds register themselves when :mod:`attnlm.tokenizers` is imported, which importing this
     module always does first.)"""
     p = Path(path)
     if p.is_dir():
         ggufs = sorted(p.glob("*.gguf"))
+        if not (p / "tokenizer.json").is_file() and (p / "source.spm").is_file():
+            return _REGISTRY["marian-spm"].from_folder(p)  # an OPUS-MT (Marian) folder
         if not (p / "tokenizer.json").is_file() and len(ggufs) == 1:
             p = ggufs[0]  # a folder holding one GGUF model file (a pretrained name's)
         elif not (p / "tokenizer.json").is_file():

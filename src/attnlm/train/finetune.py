@@ -14,8 +14,10 @@ from it:
   the corpus is encoded with the model's own vocabulary and a resumed run reads it back;
 * a translation model's tokenizers instead (an attnlm pairs run's source and target
   tokenizers, or one shared; a Hugging Face Marian folder's ``tokenizer.json`` for both sides,
-  its special tokens at the model's ``pad_id``/``bos_id``/``eos_id``): written into the run
-  folder as ``init_tokenizers/`` (:meth:`attnlm.data.pairs.PairTokenizers.save`), which
+  or an OPUS-MT folder's SentencePiece models, :mod:`attnlm.tokenizers.marian_spm`, one per side
+  over one vocabulary; the special tokens at the model's ``pad_id``/``bos_id``/``eos_id``):
+  written into the run folder as ``init_tokenizers/``
+  (:meth:`attnlm.data.pairs.PairTokenizers.save`), which
   ``train.tokenizer`` names, so the pairs are encoded with them, never trained anew
   (:func:`attnlm.train.pair_data.prepare_pairs`), and their special ids are the model's
   (:func:`check_pair_fields`);

@@ -186,8 +186,13 @@ class PairTokenizers:
 
     def tokens(self, text: str, side: str) -> list[int]:
         """Token ids of ``text`` on ``side`` without start / end tokens; special token
-        strings in the text are ordinary text."""
+        strings in the text are ordinary text. A tokenizer that cuts each side its own way
+        over one vocabulary (an OPUS-MT folder's) encodes through its ``encode_side``, and
+        there special token strings are its ids, as in ``transformers.MarianTokenizer``."""
         tok = self._side(side)[0]
+        by_side = getattr(tok, "encode_side", None)
+        if by_side is not None:
+            return list(by_side(text, side))
         enc = getattr(tok, "encode_ordinary", None)
         return list(enc(text) if enc is not None else tok.encode(text))
 
