@@ -4,6 +4,9 @@ tokens after each row's first over the decode time."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -52,3 +55,19 @@ def test_peak_rss_grows():
     block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB touched
     assert peak_rss_mb() >= before and peak_rss_mb() > 64
     del block
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="VmHWM is Linux's")
+def test_a_started_process_reports_its_own_peak_not_its_parents():
+    """``ru_maxrss`` of a process started by a large one reports the parent's copy (the
+    benchmark's peers started by it would all show its size); ``VmHWM`` is the child's own."""
+    big = bytearray(300 * 2**20)  # touched: 300 MB resident in this process
+    big[::4096] = b"x" * len(big[::4096])
+    code = (
+        "import resource; from attnlm.generate.stats import peak_rss_mb; "
+        "print(peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    ours, maxrss = map(float, out.stdout.split())
+    assert ours < 150 < 300 < maxrss  # the child's own few tens of MB; ru_maxrss: the parent's
+    del big

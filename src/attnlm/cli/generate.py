@@ -95,18 +95,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
 
-    from attnlm.device import resolve_device
     from attnlm.errors import InputError
     from attnlm.generate.stats import DecodeStats
     from attnlm.generate.text import encode_prompt, generate_text
-    from attnlm.sources import resolve
 
-    use_threads(args)
     sampling = sampling_config(args)
     spec = args.model if args.model is not None else args.checkpoint
-    model, tokenizer, info = resolve(spec, resolve_device(args.device), args.weights)
-    if "generate" not in info.family.capabilities:
-        raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
+    found = _engine(args, spec, sampling)  # without PyTorch where it applies
+    if found is not None:
+        model, tokenizer, threads = found
+    else:
+        from attnlm.device import resolve_device
+        from attnlm.sources import resolve
+
+        use_threads(args)
+        model, tokenizer, info = resolve(spec, resolve_device(args.device), args.weights)
+        if "generate" not in info.family.capabilities:
+            raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
+        threads = None
     encode_prompt(tokenizer, args.prompt)  # fail early, before any output
     out = sys.stdout
     stats = DecodeStats()
@@ -122,7 +128,7 @@ def _generate(args: argparse.Namespace) -> int:
             lookahead=args.lookahead,
         )
         out.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
-        return _report(args, stats, texts)
+        return _report(args, stats, texts, threads)
     texts = []
     for i in range(args.num_samples):  # streaming: one sample after the other
         if i:
@@ -148,19 +154,70 @@ def _generate(args: argparse.Namespace) -> int:
         )
         out.write("\n")
         out.flush()
-    return _report(args, stats, texts)
+    return _report(args, stats, texts, threads)
 
 
-def _report(args: argparse.Namespace, stats, texts: list[str]) -> int:
-    """With ``--json``: the timings and the texts as one JSON object, the last line of stdout."""
+def _report(args: argparse.Namespace, stats, texts: list[str], threads: int | None) -> int:
+    """With ``--json``: the timings and the texts as one JSON object, the last line of stdout
+    (``threads``: the engine's, else PyTorch's)."""
     if args.json:
         import json
 
-        import torch
+        if threads is None:
+            import torch
 
-        record = {"texts": texts, **stats.to_json(), "threads": torch.get_num_threads()}
+            threads = torch.get_num_threads()
+        record = {"texts": texts, **stats.to_json(), "threads": threads}
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
     return 0
+
+
+def _engine(args: argparse.Namespace, spec: str, sampling) -> tuple | None:
+    """``(engine, tokenizer, threads)`` where this decode runs on the C decode step without
+    PyTorch (:mod:`attnlm.native.engine`): a local Llama GGUF file (or a registered name's) in
+    its own 8- or 4-bit format, on the CPU, with the KV cache, uncompiled, its window holding
+    prompt and new tokens; None sends it down the PyTorch path (also with ``ATTNLM_ENGINE=0``).
+    """
+    import os
+
+    if os.environ.get("ATTNLM_ENGINE", "1") == "0" or not args.use_cache or args.compile:
+        return None
+    if args.device not in ("cpu", "auto") or (args.device == "auto" and _gpu_visible()):
+        return None
+    from attnlm.models.gguf.engine import gguf_file
+
+    path = gguf_file(spec)
+    if path is None:
+        return None
+    from attnlm import native
+
+    if native.library() is None:
+        return None  # the PyTorch path says why, once
+    from attnlm.generate import engine_decode
+    from attnlm.generate.text import encode_prompt
+    from attnlm.ggufio import GGUFFile
+    from attnlm.models.gguf.engine import open_engine
+    from attnlm.native.engine import default_threads
+    from attnlm.tokenizers.gguf import GGUFTokenizer
+
+    header = GGUFFile(path)
+    threads = args.threads or default_threads()
+    engine = open_engine(header, args.weights, threads)
+    if engine is None:
+        return None
+    tokenizer = GGUFTokenizer.from_gguf(header)
+    prompts = [encode_prompt(tokenizer, args.prompt)] * args.num_samples
+    if not engine_decode.applies(engine, prompts, sampling):
+        return None
+    return engine, tokenizer, threads
+
+
+def _gpu_visible() -> bool:
+    """Whether ``--device auto`` could pick a GPU (an NVIDIA driver, or macOS's MPS), told
+    without importing PyTorch."""
+    import os
+
+    return sys.platform == "darwin" or os.path.exists("/dev/nvidiactl")
 
 
 def _translate(args: argparse.Namespace) -> int:

@@ -18,8 +18,10 @@ Shapes: ``T`` tokens fed in one call, ``V`` vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 MIN_NGRAM, MAX_NGRAM = 2, 4
 
@@ -65,21 +67,43 @@ def greedy_lookahead(
     on_token: Callable[[int], bool] | None = None,
 ) -> list[int]:
     """Greedy continuation of one prompt; ``on_token(id) -> True`` stops early."""
+    import torch
+
     device = next(model.parameters()).device
-    seq = list(prompt)
     cache = model.new_cache()
     last = {"last_only": True} if getattr(model, "step_last_only", False) else {}  # see loop
-    logits = model(torch.tensor([seq], device=device), cache=cache, **last).logits[0, -1]
+
+    def feed(tokens: list[int], every: bool) -> list[int]:
+        with torch.inference_mode():
+            x = torch.tensor([tokens], device=device)
+            logits = model(x, cache=cache, **({} if every else last)).logits[0]  # (T, V)
+        return torch.argmax(logits if every else logits[-1:], dim=-1).tolist()
+
+    return lookahead_loop(feed, lambda n: drop_newest(cache, n), prompt, max_new_tokens,
+                          lookahead, on_token)  # fmt: skip
+
+
+def lookahead_loop(
+    feed: Callable[[list[int], bool], list[int]],
+    drop: Callable[[int], None],
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    lookahead: int,
+    on_token: Callable[[int], bool] | None = None,
+) -> list[int]:
+    """The greedy loop with drafts over any model: ``feed(tokens, every)`` feeds tokens after
+    what the model holds and returns the argmax after each of them (``every``) or after the
+    last alone; ``drop(n)`` forgets the ``n`` newest positions."""
+    seq = list(prompt)
+    nxt = feed(seq, False)[-1]
     out: list[int] = []
     while True:
-        nxt = int(torch.argmax(logits))
         out.append(nxt)
         if (on_token and on_token(nxt)) or len(out) >= max_new_tokens:
             return out
         draft = lookup_draft(seq + [nxt], min(lookahead, max_new_tokens - len(out)))
         fed = [nxt, *draft]
-        step_logits = model(torch.tensor([fed], device=device), cache=cache).logits[0]  # (T, V)
-        preds = torch.argmax(step_logits, dim=-1).tolist()  # preds[j]: the token after fed[j]
+        preds = feed(fed, True)  # preds[j]: the token after fed[j]
         accepted = 0
         while accepted < len(draft) and draft[accepted] == preds[accepted]:
             accepted += 1
@@ -88,5 +112,5 @@ def greedy_lookahead(
             out.append(tok)
             if (on_token and on_token(tok)) or len(out) >= max_new_tokens:
                 return out
-        drop_newest(cache, len(draft) - accepted)
-        logits = step_logits[accepted]
+        drop(len(draft) - accepted)
+        nxt = preds[accepted]

@@ -49,7 +49,7 @@ from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.generate.filters import apply_filters, sampling_filters
 from attnlm.generate.plan import NO_STATE, STATIC, Plan, plan_decode
-from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.sampling import SamplingConfig, check_sampling  # noqa: F401 - its home before
 from attnlm.nn.layout import decoding_layout
 
 BUFFER_CHUNK = 1024  # token buffer growth step (positions)
@@ -194,16 +194,6 @@ class _Rows:
                 new = new[: new.index(self.eos_id) + 1]
             out.append(new)
         return out
-
-
-def check_sampling(sampling: SamplingConfig | None) -> SamplingConfig:
-    """``sampling``, or the default :class:`SamplingConfig` for None; anything else is a
-    one-line InputError (the decoders take one config, not loose fields)."""
-    if sampling is None:
-        return SamplingConfig()
-    if not isinstance(sampling, SamplingConfig):
-        raise InputError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-    return sampling
 
 
 @torch.inference_mode()

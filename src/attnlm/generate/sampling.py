@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from attnlm.errors import ConfigError
+from attnlm.errors import ConfigError, InputError
 
 # Above this, a request for new tokens is refused rather than allocated (buffers grow in chunks
 # anyway; this bounds a typo such as 10**12).
@@ -62,3 +62,13 @@ class SamplingConfig:
     def with_(self, **changes: Any) -> SamplingConfig:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
+
+
+def check_sampling(sampling: SamplingConfig | None) -> SamplingConfig:
+    """``sampling``, or the default :class:`SamplingConfig` for None; anything else is a
+    one-line InputError (the decoders take one config, not loose fields)."""
+    if sampling is None:
+        return SamplingConfig()
+    if not isinstance(sampling, SamplingConfig):
+        raise InputError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    return sampling

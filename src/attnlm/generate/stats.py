@@ -16,8 +16,18 @@ from typing import Any
 
 
 def peak_rss_mb() -> float:
-    """The process's peak resident memory so far, in MiB (``getrusage``'s ``ru_maxrss``:
-    KiB on Linux, bytes on macOS)."""
+    """The process's peak resident memory so far, in MiB: on Linux its address space's
+    high-water mark (``VmHWM`` in ``/proc/self/status``); elsewhere ``getrusage``'s
+    ``ru_maxrss`` (bytes on macOS). Not ``ru_maxrss`` on Linux: it keeps the largest of the
+    process's address spaces, and a started process's first one is its parent's copy, so a
+    command started by a large process (a benchmark, a test runner) would report the parent."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 

@@ -13,12 +13,10 @@ import codecs
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
 from attnlm.errors import AttnlmError, InputError
-from attnlm.generate.loop import check_sampling, decode
-from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.sampling import SamplingConfig, check_sampling
 from attnlm.generate.stats import DecodeStats, Timer
+from attnlm.native.engine import Engine
 
 TextCallback = Callable[[int, str], None]  # on_text(row, new_text)
 
@@ -139,7 +137,7 @@ class _RowText:
 
 
 def generate_text(
-    model: torch.nn.Module,
+    model: Any,
     tokenizer: Any,
     prompts: Sequence[str],
     sampling: SamplingConfig | None = None,
@@ -157,7 +155,9 @@ def generate_text(
     (streaming). ``use_cache``, ``compile`` and ``lookahead``: see
     :func:`~attnlm.generate.decode`.
     ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the decode's prefill and decode
-    times and token counts are added to.
+    times and token counts are added to. ``model``: a PyTorch model, or an
+    :class:`~attnlm.native.engine.Engine` (decoded by :mod:`attnlm.generate.engine_decode`,
+    which needs no PyTorch).
     """
     sampling = check_sampling(sampling)
     ids = [encode_prompt(tokenizer, p) for p in prompts]
@@ -172,15 +172,15 @@ def generate_text(
         return stopped
 
     timer.start()
-    new = decode(
-        model,
-        ids,
-        sampling,
-        on_token=on_token,
-        use_cache=use_cache,
-        compile=compile,
-        lookahead=lookahead,
-    )
+    if isinstance(model, Engine):
+        from attnlm.generate import engine_decode
+
+        new = engine_decode.decode(model, ids, sampling, on_token=on_token, lookahead=lookahead)
+    else:
+        from attnlm.generate.loop import decode
+
+        new = decode(model, ids, sampling, on_token=on_token, use_cache=use_cache,
+                     compile=compile, lookahead=lookahead)  # fmt: skip
     timer.stop(sum(len(row) for row in new))
     for r, row in enumerate(rows):
         rest = row.flush()

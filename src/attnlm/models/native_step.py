@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from attnlm import native
 from attnlm.models.base import check_ids
 from attnlm.models.decode_step import _plain_block
+from attnlm.native import structs
 from attnlm.nn import fused
 from attnlm.nn.blocks import ACTIVATIONS, SwiGLU
 from attnlm.nn.cache import KVCache
@@ -54,43 +55,9 @@ MAX_FLOAT_ROWS = 4
 MAX_FLOAT_ROWS_T = 16
 GROW = 256  # cache buffers grow by at least this many positions
 
-_F32, _BF16, _Q8, _Q4, _F32T = 0, 1, 2, 3, 4
+_F32, _BF16, _Q8, _Q4, _F32T = structs.F32, structs.BF16, structs.Q8, structs.Q4, structs.F32T
 _ACTS = {id(ACTIVATIONS["gelu"]): 1, id(ACTIVATIONS["gelu_tanh"]): 2, id(ACTIVATIONS["relu"]): 3}
-
-
-# -- the C structs (decode_step.c), field for field ----------------------------------------
-
-
-class _Linear(ctypes.Structure):
-    _fields_ = [("fmt", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-                ("n_pad", ctypes.c_int64), ("w", ctypes.c_void_p), ("scales", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p)]  # fmt: skip
-
-
-class _Norm(ctypes.Structure):
-    _fields_ = [("w", ctypes.c_void_p), ("b", ctypes.c_void_p)]
-
-
-class _Block(ctypes.Structure):
-    _fields_ = [("ln_1", _Norm), ("ln_2", _Norm), ("qkv", _Linear), ("out", _Linear),
-                ("fc", _Linear), ("proj", _Linear), ("k_cache", ctypes.c_void_p),
-                ("v_cache", ctypes.c_void_p)]  # fmt: skip
-
-
-class _Model(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_int64)
-        for name in ("n_layer", "C", "H", "Hkv", "D", "F", "V", "cap", "norm", "act", "rotary")
-    ]
-    _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float),
-                 ("blocks", ctypes.c_void_p), ("ln_f", _Norm), ("head", _Linear)]  # fmt: skip
-
-
-class _Scratch(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in ("xn", "qkv", "att", "hid", "scores", "part")]
-
-
-_STRUCTS = (_Linear, _Norm, _Block, _Model, _Scratch)
+_Linear, _Norm, _Block, _Model, _Scratch = structs.STRUCTS
 
 # Counts every module, parameter and buffer assignment in the process (torch's global
 # registration hooks): a plan built at one count still describes the same layers if the count
@@ -121,18 +88,6 @@ def _library() -> ctypes.CDLL | None:
             print(f"attnlm: {native.why_not}; decoding takes the slower PyTorch path",
                   file=sys.stderr)  # fmt: skip
         return None
-    if not getattr(lib, "attnlm_checked", False):
-        sizes = [lib.attnlm_sizes(i) for i in range(len(_STRUCTS))]
-        if sizes != [ctypes.sizeof(s) for s in _STRUCTS]:  # a stale or foreign build
-            native.why_not = "the C decode step's structs do not match (rebuild)"
-            return None
-        f = lib.attnlm_decode_step
-        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                      ctypes.c_void_p, ctypes.c_int, ctypes.c_int]  # fmt: skip
-        lib.attnlm_linear.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
-        lib.attnlm_checked = True
     return lib
 
 
@@ -301,9 +256,8 @@ class _Plan:
         key = (m, cap, threads)
         if key not in self.scratch:
             q = (self.H + 2 * self.Hkv) * self.D
-            widest = max(q, self.C, self.NF, self.V)  # a column-major product's partial sums
-            sizes = (m * self.C, m * q, m * self.H * self.D, m * self.NF, threads * cap,
-                     threads * m * widest)  # fmt: skip
+            sizes = structs.scratch_sizes(m, cap, threads, self.C, q, self.H * self.D, self.NF,
+                                          self.V)  # fmt: skip
             tensors = [torch.empty(n) for n in sizes]
             self.scratch = {key: (_Scratch(*[t.data_ptr() for t in tensors]), tensors)}
         return self.scratch[key][0]

@@ -96,5 +96,11 @@ def library() -> ctypes.CDLL | None:
     lib.attnlm_sizes.restype = ctypes.c_int64
     lib.attnlm_sizes.argtypes = [ctypes.c_int64]
     lib.attnlm_decode_step.restype = None
+    from attnlm.native import structs
+
+    mismatch = structs.configure(lib)
+    if mismatch is not None:  # a stale or foreign build
+        why_not = mismatch
+        return None
     _LIBRARY = lib
     return lib

@@ -22,7 +22,7 @@ import numpy as np
 from attnlm.errors import InputError
 from attnlm.ggufio import GGUFFile
 from attnlm.models.gguf.llama import vocab_size
-from attnlm.models.gguf.loader import Part
+from attnlm.models.gguf.parts import Part
 
 ARCH = "gpt2"
 READ = {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",

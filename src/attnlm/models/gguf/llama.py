@@ -36,7 +36,7 @@ import numpy as np
 
 from attnlm.errors import InputError
 from attnlm.ggufio import GGUFFile
-from attnlm.models.gguf.loader import Part
+from attnlm.models.gguf.parts import Part
 
 ARCH = "llama"
 # keys read into the config, and keys that carry nothing we need (checked where noted)

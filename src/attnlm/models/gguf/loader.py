@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from attnlm.errors import InputError
 from attnlm.foreign import check_finite, reading
 from attnlm.foreign import register as _register_reader
 from attnlm.ggufio import GGUFFile, type_name
+from attnlm.models.gguf.parts import Part  # noqa: F401 - the adapters' import before
 from attnlm.models.gguf.quants import SUPPORTED, dequantize
 
 #: GGUF ``general.architecture`` -> the module that maps it to one of our families
@@ -40,19 +40,6 @@ REFUSED = {
     "which attnlm's Llama does not have",
     "mistral": "Mistral files with their own architecture name use sliding-window attention",
 }
-
-
-@dataclass(frozen=True)
-class Part:
-    """File tensor ``gguf`` -> our parameter ``ours`` (``""``: a tensor the architecture module
-    has checked and that loads nothing, e.g. a stored copy of a tied matrix); ``rows``: the
-    ``(start, stop)`` rows of ``ours`` it fills (fused q/k/v or gate/up), else all of it;
-    ``heads``: undo llama.cpp's rotary row interleaving with this many heads (0: as stored)."""
-
-    gguf: str
-    ours: str
-    rows: tuple[int, int] | None = None
-    heads: int = 0
 
 
 def arch_module(header: GGUFFile) -> Any:

@@ -1,0 +1,66 @@
+"""The C decode step's structs (``decode_step.c``), field for field, its weight-format ids and
+the argument types of its functions: shared by the PyTorch glue
+(:mod:`attnlm.models.native_step`) and the engine without PyTorch (:mod:`attnlm.native.engine`).
+Numbers only: no tensors, no PyTorch."""
+
+from __future__ import annotations
+
+import ctypes
+
+F32, BF16, Q8, Q4, F32T = 0, 1, 2, 3, 4  # Linear.fmt
+RMS, LAYER = 0, 1  # Model.norm
+SWIGLU, GELU, GELU_TANH, RELU = 0, 1, 2, 3  # Model.act
+
+
+class Linear(ctypes.Structure):
+    _fields_ = [("fmt", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
+                ("n_pad", ctypes.c_int64), ("w", ctypes.c_void_p), ("scales", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p)]  # fmt: skip
+
+
+class Norm(ctypes.Structure):
+    _fields_ = [("w", ctypes.c_void_p), ("b", ctypes.c_void_p)]
+
+
+class Block(ctypes.Structure):
+    _fields_ = [("ln_1", Norm), ("ln_2", Norm), ("qkv", Linear), ("out", Linear),
+                ("fc", Linear), ("proj", Linear), ("k_cache", ctypes.c_void_p),
+                ("v_cache", ctypes.c_void_p)]  # fmt: skip
+
+
+class Model(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_int64)
+        for name in ("n_layer", "C", "H", "Hkv", "D", "F", "V", "cap", "norm", "act", "rotary")
+    ]
+    _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float),
+                 ("blocks", ctypes.c_void_p), ("ln_f", Norm), ("head", Linear)]  # fmt: skip
+
+
+class Scratch(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in ("xn", "qkv", "att", "hid", "scores", "part")]
+
+
+STRUCTS = (Linear, Norm, Block, Model, Scratch)
+
+
+def scratch_sizes(m: int, cap: int, threads: int, c: int, q: int, hd: int, nf: int, v: int
+                  ) -> tuple[int, ...]:  # fmt: skip
+    """Floats of each :class:`Scratch` buffer for ``m`` rows, ``cap`` positions and
+    ``threads``: widths ``c`` (model), ``q`` ((H + 2 Hkv) D), ``hd`` (H D), ``nf`` (the
+    feed-forward's first product), ``v`` (vocabulary; a column-major product's partial sums
+    take the widest)."""
+    return m * c, m * q, m * hd, m * nf, threads * cap, threads * m * max(q, c, nf, v)
+
+
+def configure(lib: ctypes.CDLL) -> str | None:
+    """Set the argument types of the library's functions; the reason it cannot be used (a
+    stale or foreign build whose structs differ), or None."""
+    sizes = [lib.attnlm_sizes(i) for i in range(len(STRUCTS))]
+    if sizes != [ctypes.sizeof(s) for s in STRUCTS]:
+        return "the C decode step's structs do not match (rebuild)"
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    lib.attnlm_decode_step.argtypes = [p, p, p, i64, i64, i64, p, p, p, ctypes.c_int,
+                                       ctypes.c_int]  # fmt: skip
+    lib.attnlm_linear.argtypes = [p, p, i64, p, p, ctypes.c_int]
+    return None

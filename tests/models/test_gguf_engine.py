@@ -1,0 +1,235 @@
+"""The decode engine without PyTorch (:mod:`attnlm.native.engine`, built from a GGUF file by
+:mod:`attnlm.models.gguf.engine`, decoded by :mod:`attnlm.generate.engine_decode`), against
+``transformers`` on the weights the file holds, against attnlm's PyTorch loader and decoder,
+and through ``attnlm generate``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from attnlm import native
+from attnlm.generate import SamplingConfig, apply_filters, decode, engine_decode, sampling_filters
+from attnlm.ggufio import GGUFFile
+from attnlm.models import gguf
+from attnlm.models.gguf.engine import engine_format, gguf_file, open_engine
+from attnlm.native import structs
+from gguf_support import write_gpt2, write_llama
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")
+
+V = 300
+Q4_BODY = ("Q8_0",) + ("Q4_1", "Q4_0") * 20  # token_embd Q8_0, every other matrix 4-bit
+FILES = {  # name: (matrix types in file order, tied embeddings, format)
+    "q4 tied": (Q4_BODY, True, "q4"),
+    "q4 head q4": (Q4_BODY, False, "q4"),
+    "q4 head q8": (("Q8_0", "Q8_0") + ("Q4_1",) * 20, False, "q4"),
+    "q8 tied": (("Q8_0",), True, "q8"),
+}
+
+
+def hf_llama(tied: bool):
+    torch.manual_seed(5)
+    cfg = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """name -> (path, transformers model holding what the file holds)"""
+    out = {}
+    for name, (types, tied, _fmt) in FILES.items():
+        path = tmp_path_factory.mktemp("gguf") / f"{name.replace(' ', '-')}.gguf"
+        model = hf_llama(tied)
+        held = write_llama(path, model, types=types)
+        state = {k: torch.from_numpy(np.array(v)) for k, v in held.items()}
+        if tied:
+            state["lm_head.weight"] = state["model.embed_tokens.weight"]
+        model.load_state_dict(state, strict=False)
+        out[name] = (path, model)
+    return out
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_engine_holds_the_pytorch_loaders_bytes(files, name):
+    """Every product's codes and scales, and the embedding's, are the bytes the PyTorch loader
+    gives its q8 / q4 layers (so the C step reads the same weights on both paths)."""
+    path, _ = files[name]
+    header = GGUFFile(path)
+    fmt = FILES[name][2]
+    assert engine_format(header, None) == fmt
+    engine = open_engine(header, None, 1)
+    model = gguf.load_model(header, fmt)
+
+    def same(ours, layer):
+        assert ours.n == layer.out_features and ours.k == layer.in_features
+        if ours.fmt == structs.Q8:
+            theirs = (layer.qweight, layer.scales)
+        else:
+            theirs = (layer.qweight, layer.scales_mins)
+        for a, b in zip((ours.w, ours.scales), theirs):
+            assert a.shape == tuple(b.shape) and a.dtype.itemsize == b.element_size()
+            assert a.tobytes() == b.numpy().tobytes()
+
+    for mine, block in zip(engine.blocks, model.blocks):
+        same(mine.qkv, block.attn.qkv_proj)
+        same(mine.out, block.attn.out_proj)
+        same(mine.fc, block.mlp.fc)
+        same(mine.proj, block.mlp.proj)
+        assert mine.ln_1.tobytes() == block.ln_1.weight.detach().numpy().tobytes()
+    table = model.tok_emb.table
+    assert engine.embedding.tobytes() == table.qweight.numpy().tobytes()
+    assert engine.emb_scales.tobytes() == table.scales.numpy().tobytes()
+    same(engine.head, model.lm_head)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_logits_equal_transformers_on_the_weights_the_file_holds(files, name):
+    """Prompts of 2 rows (a prefill of 70 tokens: two calls of the step), then single tokens,
+    and the last position alone, against ``LlamaForCausalLM`` with the dequantized weights."""
+    path, hf = files[name]
+    engine = open_engine(GGUFFile(path), None, 2)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, V, size=(2, 75))
+    engine.reset(2)
+    got = np.concatenate([
+        engine_decode._feed(engine, ids[:, :70], last_only=False),
+        engine.feed(ids[:, 70:72]), engine.feed(ids[:, 72:73]),
+        engine.feed(ids[:, 73:75], last_only=True),
+    ], axis=1)  # fmt: skip
+    with torch.no_grad():
+        want = hf(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(got[:, :73], want[:, :73], atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got[:, 73], want[:, 74], atol=1e-4, rtol=1e-4)
+    assert engine.length == 75
+
+
+@pytest.mark.parametrize("name", ["q4 tied", "q8 tied"])
+@pytest.mark.parametrize("lookahead", [0, 8])
+def test_greedy_tokens_equal_the_pytorch_paths(files, name, lookahead):
+    path, _ = files[name]
+    header = GGUFFile(path)
+    engine = open_engine(header, None, 2)
+    model = gguf.load_model(header, FILES[name][2]).eval()
+    prompt = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]]
+    greedy = SamplingConfig(temperature=0, max_new_tokens=64)
+    ours = engine_decode.decode(engine, prompt, greedy, lookahead=lookahead)
+    assert ours == decode(model, prompt, greedy, lookahead=lookahead)
+    assert len(ours[0]) == 64
+    # two rows, and a callback that ends one row early
+    seen: list[tuple[int, int]] = []
+
+    def on_token(row, token):
+        seen.append((row, token))
+        return row == 1 and sum(r == 1 for r, _ in seen) == 5
+
+    two = engine_decode.decode(engine, prompt * 2, greedy, on_token=on_token)
+    assert two[0] == ours[0] and two[1] == ours[0][:5]
+
+
+def test_sampling_draws_from_the_filtered_distribution():
+    """The numpy filters and draw against :mod:`attnlm.generate.filters` (PyTorch): 40,000
+    draws per setting, frequencies within 0.01 of the filtered softmax; nothing filtered out is
+    ever drawn; a seed repeats its draws."""
+    logits = np.random.default_rng(1).normal(size=40).astype(np.float32) * 2
+    settings = [
+        dict(temperature=0.7),
+        dict(temperature=1.0, top_k=5),
+        dict(temperature=1.3, top_p=0.8),
+        dict(temperature=0.9, top_k=12, top_p=0.6),
+    ]
+    for s in settings:
+        sampling = SamplingConfig(**s)
+        specs = sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
+        want = torch.softmax(apply_filters(torch.from_numpy(logits)[None], specs), -1)[0]
+        batch = np.repeat(logits[None], 40_000, axis=0)
+        drawn = engine_decode._sample(batch, sampling, np.random.default_rng(7))
+        freq = np.bincount(drawn, minlength=len(logits)) / len(drawn)
+        assert np.abs(freq - want.numpy()).max() < 0.01, s
+        assert (freq[want.numpy() == 0] == 0).all(), s
+        again = engine_decode._sample(batch[:50], sampling, np.random.default_rng(7))
+        assert (again == drawn[:50]).all()
+
+
+def test_where_the_engine_does_not_apply(files, tmp_path):
+    path, _ = files["q4 tied"]
+    header = GGUFFile(path)
+    assert engine_format(header, "q8") is None  # re-quantizing is the PyTorch path's
+    assert engine_format(header, "q4") == "q4"
+    mixed = tmp_path / "mixed.gguf"
+    write_llama(mixed, hf_llama(True), types=("Q8_0", "Q4_1", "F32"))
+    assert engine_format(GGUFFile(mixed), None) is None
+    gpt = tmp_path / "gpt.gguf"
+    cfg = transformers.GPT2Config(vocab_size=V, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+    write_gpt2(gpt, transformers.GPT2LMHeadModel(cfg).eval())
+    assert engine_format(GGUFFile(gpt), None) is None
+    assert gguf_file(str(path)) == path
+    assert gguf_file(str(path.parent)) == path  # a folder holding one .gguf file
+    (path.parent / "config.json").write_text("{}")
+    assert gguf_file(str(path.parent)) is None  # a run or a Hugging Face folder
+    (path.parent / "config.json").unlink()
+    assert gguf_file("org/name") is None
+    from attnlm.checkpoint import CHECKPOINT_DIR
+
+    assert CHECKPOINT_DIR == "checkpoint"  # the name gguf_file looks for
+
+
+def _generate(path, *extra, engine=True):
+    cmd = [
+        sys.executable,
+        "-c",
+        (
+            "import sys; from attnlm.cli import main; code = main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr); "
+            "sys.exit(code)"
+        ),
+        "generate",
+        "--model",
+        str(path),
+        "--prompt",
+        "Hello there",
+        "--threads",
+        "1",
+        *extra,
+    ]
+    env = {**os.environ, "ATTNLM_ENGINE": "1" if engine else "0"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("extra", [
+    ("--temperature", "0", "--max-new-tokens", "40", "--json"),
+    ("--temperature", "0", "--max-new-tokens", "40", "--stream", "--stop", "e", "--lookahead", "0"),
+])  # fmt: skip
+def test_generate_runs_without_pytorch_and_prints_the_pytorch_paths_text(files, extra):
+    path, _ = files["q4 tied"]
+    ours, theirs = _generate(path, *extra), _generate(path, *extra, engine=False)
+    assert ours.returncode == 0 and theirs.returncode == 0, ours.stderr + theirs.stderr
+    assert ours.stderr.strip().endswith("no torch")
+    assert theirs.stderr.strip().endswith("torch imported")
+    if "--json" in extra:
+        a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (ours, theirs))
+        assert a["texts"] == b["texts"] and a["new_tokens"] == b["new_tokens"] == 40
+        assert a["threads"] == 1 and a["peak_rss_mb"] < b["peak_rss_mb"] - 100  # no torch
+    else:
+        assert ours.stdout == theirs.stdout
+
+
+def test_a_seed_repeats_its_samples_on_the_engine(files):
+    path, _ = files["q4 tied"]
+    args = ("--max-new-tokens", "20", "--seed", "11", "--top-k", "30", "--num-samples", "2")
+    first, again = _generate(path, *args), _generate(path, *args)
+    other = _generate(path, "--max-new-tokens", "20", "--seed", "12", "--top-k", "30")
+    assert first.returncode == 0 and first.stdout == again.stdout
+    assert first.stdout.split("\n" + "-" * 40 + "\n")[0] != other.stdout.strip()
+    assert first.stderr.strip().endswith("no torch")
