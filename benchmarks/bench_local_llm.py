@@ -15,7 +15,9 @@ file, greedy, the same prompt text and thread count, printing the same keys. Med
   (targets: q4 >= 1.0x llama.cpp, q8 >= 0.6x); attnlm ``f32`` against ``transformers``'
   ``generate`` on the same dequantized weights (target >= 2x);
 * prefill of a 512-token prompt (the GGUF default weights) against llama.cpp (>= 1.0x);
-* peak RSS of the whole process (attnlm q4 <= 1.3x llama.cpp);
+* peak RSS of the whole process (attnlm q4 <= 1.3x llama.cpp); ``attnlm generate`` on this file
+  runs without PyTorch (:mod:`attnlm.native.engine`), and the row ``attnlm q4 torch path``
+  (``ATTNLM_ENGINE=0``) is the same decode through PyTorch;
 * in this process: attnlm ``f32`` plain greedy decoding at batch 1 and 16 against the
   weight-matmul ceiling measured in the same rounds (every linear layer's product alone, one
   token per row; target >= 80%).
@@ -23,7 +25,8 @@ file, greedy, the same prompt text and thread count, printing the same keys. Med
 llama.cpp is a bench-only peer (``pip install -e '.[llamacpp]'``); a peer that is not
 installed is skipped with a line. Greedy decoding ignores the end-of-sequence token on every
 side (256 tokens are made whatever they say); attnlm's lookahead drafts are off (``
---lookahead 0``, one token per forward pass, as llama.cpp) except in the row that says so.
+--lookahead 0``, one token per forward pass, as llama.cpp) except in the rows that say
+``drafts`` (``--lookahead 8``, greedy's default: the same tokens, fewer passes).
 
     .venv/bin/python benchmarks/bench_local_llm.py [--rounds 3] [--threads 2]
         [--weights q4 q8 f32] [--quick]
@@ -261,6 +264,11 @@ def main() -> None:
             for w in args.weights}  # fmt: skip
     cmds["attnlm default"] = attnlm_cmd(path, prompt, args.new, args.threads, None)
     cmds["attnlm default+drafts"] = attnlm_cmd(path, prompt, args.new, args.threads, None, 8)
+    # the same decode on the PyTorch path (the default takes the engine without PyTorch)
+    cmds["attnlm q4 torch path"] = ["env", "ATTNLM_ENGINE=0"] + attnlm_cmd(
+        path, prompt, args.new, args.threads, "q4")  # fmt: skip
+    if "f32" in args.weights:
+        cmds["attnlm f32+drafts"] = attnlm_cmd(path, prompt, args.new, args.threads, "f32", 8)
     if have_llama:
         cmds["llama.cpp"] = peer_cmd("llamacpp", path, prompt, args.new, args.threads)
     if have_hf:
@@ -275,9 +283,13 @@ def main() -> None:
                     target or "none")  # fmt: skip
         say("peak RSS attnlm q4 / llama.cpp",
             ratio(dec, "attnlm q4", "llama.cpp", "peak_rss_mb"), "<= 1.3x")  # fmt: skip
+        say("peak RSS attnlm q4 on the PyTorch path / llama.cpp",
+            ratio(dec, "attnlm q4 torch path", "llama.cpp", "peak_rss_mb"), "none")  # fmt: skip
     if have_hf and "attnlm f32" in dec:
         say("decode attnlm f32 / transformers f32",
             ratio(dec, "attnlm f32", "transformers f32", rate), ">= 2x")  # fmt: skip
+        say("decode attnlm f32 with drafts (greedy's default) / transformers f32",
+            ratio(dec, "attnlm f32+drafts", "transformers f32", rate), "none")  # fmt: skip
 
     # prefill of a long prompt: the GGUF default weights against llama.cpp
     long_prompt = prompt_text(args.prefill_tokens)
