@@ -233,3 +233,22 @@ def test_a_seed_repeats_its_samples_on_the_engine(files):
     assert first.returncode == 0 and first.stdout == again.stdout
     assert first.stdout.split("\n" + "-" * 40 + "\n")[0] != other.stdout.strip()
     assert first.stderr.strip().endswith("no torch")
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_a_vocabulary_limit_is_kept(files, temperature):
+    """Ids past the tokenizer's are never picked on the engine (greedy: the PyTorch loop's
+    tokens with the same logits processor)."""
+    from attnlm.generate.text import mask_from
+
+    path, _ = files["q8 tied"]
+    header = GGUFFile(path)
+    engine = open_engine(header, None, 1)
+    prompt = [[3, 1, 4, 1, 5]]
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=40, seed=2)
+    ours = engine_decode.decode(engine, prompt, sampling, vocab_limit=150)
+    assert max(ours[0]) < 150 and len(ours[0]) == 40
+    if temperature == 0:
+        model = gguf.load_model(header, "q8").eval()
+        theirs = decode(model, prompt, sampling, process=lambda x, _p, _t: mask_from(x, 150))
+        assert ours == theirs

@@ -30,7 +30,7 @@ from attnlm.generate.filters import sampling_filters
 from attnlm.generate.loop import last_logits, pick
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.stats import peak_rss_mb
-from attnlm.generate.text import _RowText, encode_prompt
+from attnlm.generate.text import _RowText, encode_prompt, mask_from, token_limit
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
 from attnlm.tokenizers import token_label
@@ -128,6 +128,7 @@ class ChatSession:
         self.use_cache = use_cache and hasattr(model, "new_state")
         cfg = getattr(model, "config", None)
         self.window = getattr(cfg, "block_size", None)
+        self.limit = token_limit(model, tokenizer)  # ids past the tokenizer's are never picked
         self.generator = None
         if self.sampling.seed is not None:
             self.generator = torch.Generator(device=model_device(model))
@@ -216,6 +217,8 @@ class ChatSession:
             logits, reused = self._prefill(ids)
             t1 = time.perf_counter()
             for _ in range(room):
+                if self.limit is not None:
+                    logits = mask_from(logits, self.limit)
                 tok = int(pick(logits[None], specs, greedy, self.generator)[0])
                 if tok in self.stop_ids:
                     finish = "end of turn"

@@ -37,13 +37,16 @@ def decode(
     sampling: SamplingConfig,
     on_token: TokenCallback | None = None,
     lookahead: int = 8,
+    vocab_limit: int | None = None,
 ) -> list[list[int]]:
-    """New token ids for each prompt (see the module docstring and :func:`applies`)."""
+    """New token ids for each prompt (see the module docstring and :func:`applies`);
+    ``vocab_limit``: ids from there on are never picked (no drafts then, as the PyTorch loop
+    with a logits processor)."""
     n_new, rows = sampling.max_new_tokens, len(prompts)
     if n_new == 0:
         return [[] for _ in prompts]
     engine.reset(rows, room=len(prompts[0]) + n_new + (lookahead if rows == 1 else 0))
-    if sampling.greedy and rows == 1 and lookahead > 0:
+    if sampling.greedy and rows == 1 and lookahead > 0 and vocab_limit is None:
         callback = (lambda tok: on_token(0, tok)) if on_token else None
 
         def feed(tokens: list[int], every: bool) -> list[int]:
@@ -56,6 +59,9 @@ def decode(
     out: list[list[int]] = [[] for _ in range(rows)]
     ended = [False] * rows
     while True:
+        if vocab_limit is not None:
+            logits = logits.copy()
+            logits[:, vocab_limit:] = -np.inf
         nxt = _argmax(logits) if sampling.greedy else _sample(logits, sampling, rng)
         for r, token in enumerate(nxt.tolist()):
             if not ended[r]:

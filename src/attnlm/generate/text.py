@@ -37,6 +37,26 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     return ids
 
 
+def token_limit(model: Any, tokenizer: Any) -> int | None:
+    """The tokenizer's id count where the model's output rows outnumber it (an embedding padded
+    to a round size, Qwen's 151,936 rows for 151,665 tokens), else None: ids from there on name
+    no text, so decoding never picks them (their logits are set to -inf)."""
+    config = getattr(model, "config", None)
+    rows = getattr(config, "vocab_size", None)
+    try:
+        ids = int(tokenizer.vocab_size)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return ids if isinstance(rows, int) and 0 < ids < rows else None
+
+
+def mask_from(logits: Any, limit: int) -> Any:
+    """``logits`` ``(..., V)`` (a tensor or a numpy array) with ids ``>= limit`` at -inf."""
+    logits = logits.clone() if hasattr(logits, "clone") else logits.copy()
+    logits[..., limit:] = float("-inf")
+    return logits
+
+
 def _encodable(tokenizer: Any, ch: str) -> bool:
     try:
         tokenizer.encode(ch)
@@ -171,16 +191,19 @@ def generate_text(
             on_text(r, piece)
         return stopped
 
+    limit = token_limit(model, tokenizer)
     timer.start()
     if isinstance(model, Engine):
         from attnlm.generate import engine_decode
 
-        new = engine_decode.decode(model, ids, sampling, on_token=on_token, lookahead=lookahead)
+        new = engine_decode.decode(model, ids, sampling, on_token=on_token, lookahead=lookahead,
+                                   vocab_limit=limit)  # fmt: skip
     else:
         from attnlm.generate.loop import decode
 
+        process = None if limit is None else (lambda logits, _pos, _total: mask_from(logits, limit))
         new = decode(model, ids, sampling, on_token=on_token, use_cache=use_cache,
-                     compile=compile, lookahead=lookahead)  # fmt: skip
+                     compile=compile, lookahead=lookahead, process=process)  # fmt: skip
     timer.stop(sum(len(row) for row in new))
     for r, row in enumerate(rows):
         rest = row.flush()
