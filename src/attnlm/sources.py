@@ -34,13 +34,12 @@ from attnlm.device import release_free_memory
 from attnlm.errors import AttnlmError, InputError
 from attnlm.foreign import load_json
 from attnlm.foreign import register as _register_reader
+from attnlm.tokenizers.chat_template import END_OF_TURN, stop_ids  # noqa: F401 - their home before
 
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 #: Files fetched for a Hub id: what a Hugging Face folder needs, not every weight format.
 HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.spm")
-#: Tokens that end an assistant turn in popular chat formats (besides the EOS token).
-END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
 @dataclass
@@ -353,43 +352,17 @@ def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -
     precision class, :func:`attnlm.models.gguf.quantized.precision_class`)."""
     from attnlm.ggufio import GGUFFile
     from attnlm.models import gguf
-    from attnlm.tokenizers.chat_template import from_string
+    from attnlm.tokenizers.gguf import gguf_chat_setup
 
     header = GGUFFile(path)
     fmt = weights or gguf.precision_class(header)  # GGUF files hold gpt and llama models
     model = gguf.load_model(header, fmt).to(device)
     release_free_memory()  # the loading's temporaries, before the tokenizer's allocations
     tok = gguf.load_tokenizer(header)
-    ids = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "unk_token": tok.unk_id,
-           "pad_token": tok.pad_id}  # fmt: skip
-    special = {key: tok.tokens[i] for key, i in ids.items() if i is not None}
-    template = None
-    if isinstance(tok.chat_template, str) and tok.chat_template.strip():
-        template = from_string(tok.chat_template, **special)
-        template.origin = f"{path}: tokenizer.chat_template"
+    template, stops = gguf_chat_setup(tok, f"{path}: tokenizer.chat_template")
     info = ModelInfo(spec, "gguf", path, _family(model), chat_template=template)
-    named = tuple(i for i in (tok.eos_id, tok.eot_id) if i is not None)
-    info.stop_ids = tuple(dict.fromkeys(named + stop_ids(tok, special, None)))
+    info.stop_ids = stops
     return Resolved(model, tok, info)
-
-
-def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[int, ...]:
-    """The ids that end a reply: the EOS token (from the special token strings, or the
-    model's ``generation_config.json`` ``eos_token_id``) and the end-of-turn tokens of
-    :data:`END_OF_TURN` that the vocabulary has as special tokens."""
-    specials = dict(getattr(tok, "special_tokens", {}) or {})
-    out: list[int] = []
-    eos = special.get("eos_token")
-    if eos in specials:
-        out.append(specials[eos])
-    if folder is not None and (folder / "generation_config.json").is_file():
-        gen = load_json(folder / "generation_config.json", "generation_config.json")
-        ids = gen.get("eos_token_id") if isinstance(gen, dict) else None
-        ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else []
-        out += [i for i in ids if isinstance(i, int)]
-    out += [specials[t] for t in END_OF_TURN if t in specials]
-    size = getattr(tok, "vocab_size", None)  # a generation_config may name an id not in it
-    return tuple(i for i in dict.fromkeys(out) if size is None or 0 <= i < size)
 
 
 # -- the Hugging Face Hub, through huggingface_hub's cache --------------------------------------
@@ -492,4 +465,3 @@ def available() -> list[dict[str, Any]]:
 
 _register_reader("Hugging Face model folder", f"{__name__}.is_hf_folder")
 _register_reader("Hugging Face model folder", f"{__name__}.vocab_merges_tokenizer")
-_register_reader("Hugging Face model folder", f"{__name__}.stop_ids")

@@ -39,7 +39,7 @@ def hf_llama(tied: bool):
     torch.manual_seed(5)
     cfg = transformers.LlamaConfig(
         vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
     )  # fmt: skip
     return transformers.LlamaForCausalLM(cfg).eval()
@@ -252,3 +252,82 @@ def test_a_vocabulary_limit_is_kept(files, temperature):
         model = gguf.load_model(header, "q8").eval()
         theirs = decode(model, prompt, sampling, process=lambda x, _p, _t: mask_from(x, 150))
         assert ours == theirs
+
+
+TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<assistant>{% endif %}")  # fmt: skip
+
+
+@pytest.mark.parametrize("temperature", [0, 0.8])
+def test_chat_on_the_engine_follows_the_pytorch_session(files, temperature):
+    """Three turns, an edited history (the engine's positions cut back to the common prefix),
+    a reset: greedy replies equal the PyTorch ChatSession's; sampled ones repeat with a seed."""
+    from attnlm.generate.chat import ChatSession
+    from attnlm.generate.engine_decode import EngineChatSession
+    from attnlm.tokenizers.chat_template import from_string
+    from attnlm.tokenizers.gguf import GGUFTokenizer
+
+    path, _ = files["q4 tied"]
+    header = GGUFFile(path)
+    tok = GGUFTokenizer.from_gguf(header)
+    template = from_string(TEMPLATE)
+    sampling = SamplingConfig(temperature=temperature, max_new_tokens=12, seed=4)
+    stops = (7,)
+
+    def conversation(session):
+        out = [session.reply(u).ids for u in ("hello", "and then?")]
+        session.messages[-1]["content"] = "an edited reply"
+        out.append(session.reply("again").ids)
+        reply = session.reply("more")
+        assert 0 < reply.reused < reply.prompt_tokens  # the cache served the common prefix
+        out.append(reply.ids)
+        session.reset()
+        out.append(session.reply("hello").ids)
+        return out
+
+    ours = conversation(EngineChatSession(open_engine(header, None, 1), tok, template, stops,
+                                          sampling=sampling))  # fmt: skip
+    if temperature == 0:
+        model = gguf.load_model(header, "q4").eval()
+        assert ours == conversation(ChatSession(model, tok, template, stops, sampling=sampling))
+        assert ours[0] == ours[-1]  # after reset() the first turn again
+    else:
+        again = conversation(EngineChatSession(open_engine(header, None, 1), tok, template,
+                                               stops, sampling=sampling))  # fmt: skip
+        assert ours == again
+
+
+def test_chat_command_runs_without_pytorch(files, tmp_path):
+    path, _ = files["q4 tied"]
+    template = tmp_path / "t.jinja"
+    template.write_text(TEMPLATE)
+    cmd = [
+        sys.executable,
+        "-c",
+        (
+            "import sys; from attnlm.cli import main; code = main(sys.argv[1:]); "
+            "print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr); "
+            "sys.exit(code)"
+        ),
+        "chat",
+        "--model",
+        str(path),
+        "--template",
+        str(template),
+        "--message",
+        "hello",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--threads",
+        "1",
+        "--json",
+    ]
+    runs = [subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "ATTNLM_ENGINE": e}) for e in ("1", "0")]  # fmt: skip
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    assert runs[0].stderr.strip().endswith("no torch")
+    assert runs[1].stderr.strip().endswith("torch imported")
+    a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert a["tokens"] == b["tokens"] and a["reply"] == b["reply"]

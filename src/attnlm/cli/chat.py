@@ -120,19 +120,32 @@ def _chat(args: argparse.Namespace) -> int:
     --message/--messages: interactive, one user turn per line; /reset: forget the conversation,
     /system TEXT: set the system message, Ctrl-D: end."""
 
-    from attnlm.device import resolve_device
     from attnlm.errors import InputError
-    from attnlm.generate.chat import ChatSession
-    from attnlm.sources import resolve
+    from attnlm.models.gguf.engine import engine_for
     from attnlm.tokenizers.chat_template import from_file
 
-    use_threads(args)
     msgs = scripted_messages(args)  # fail early, before loading the model
     sampling = sampling_config(args)
-    model, tok, info = resolve(args.model, resolve_device(args.device), args.weights)
-    if "generate" not in info.family.capabilities:
-        raise InputError(f"{args.model}: a {info.family.type} model does not generate text")
-    template = info.chat_template
+    # a local Llama GGUF file in its own 8- or 4-bit format: the C step without PyTorch
+    found = (
+        engine_for(args.model, args.weights, args.device, args.threads) if args.use_cache else None
+    )
+    if found is not None:
+        from attnlm.generate.engine_decode import EngineChatSession as Session
+        from attnlm.tokenizers.gguf import gguf_chat_setup
+
+        model, tok, path = found
+        template, stops = gguf_chat_setup(tok, f"{path}: tokenizer.chat_template")
+    else:
+        from attnlm.device import resolve_device
+        from attnlm.generate.chat import ChatSession as Session
+        from attnlm.sources import resolve
+
+        use_threads(args)
+        model, tok, info = resolve(args.model, resolve_device(args.device), args.weights)
+        if "generate" not in info.family.capabilities:
+            raise InputError(f"{args.model}: a {info.family.type} model does not generate text")
+        template, stops = info.chat_template, info.stop_ids
     if args.template is not None:
         special = template.special_tokens if template is not None else {}
         template = from_file(args.template, special)
@@ -141,9 +154,7 @@ def _chat(args: argparse.Namespace) -> int:
             f"{args.model}: the model has no chat template (not a chat model?); "
             "give one with --template FILE"
         )
-    session = ChatSession(
-        model, tok, template, info.stop_ids, sampling=sampling, use_cache=args.use_cache
-    )
+    session = Session(model, tok, template, stops, sampling=sampling, use_cache=args.use_cache)
     if msgs is not None:
         return _scripted(session, msgs, args.json)
     return _interactive(session, args.system, args.json)

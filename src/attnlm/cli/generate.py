@@ -174,50 +174,23 @@ def _report(args: argparse.Namespace, stats, texts: list[str], threads: int | No
 
 def _engine(args: argparse.Namespace, spec: str, sampling) -> tuple | None:
     """``(engine, tokenizer, threads)`` where this decode runs on the C decode step without
-    PyTorch (:mod:`attnlm.native.engine`): a local Llama GGUF file (or a registered name's) in
-    its own 8- or 4-bit format, on the CPU, with the KV cache, uncompiled, its window holding
-    prompt and new tokens; None sends it down the PyTorch path (also with ``ATTNLM_ENGINE=0``).
-    """
-    import os
-
-    if os.environ.get("ATTNLM_ENGINE", "1") == "0" or not args.use_cache or args.compile:
+    PyTorch (:func:`attnlm.models.gguf.engine.engine_for`), with the KV cache, uncompiled, its
+    window holding prompt and new tokens; None sends it down the PyTorch path."""
+    if not args.use_cache or args.compile:
         return None
-    if args.device not in ("cpu", "auto") or (args.device == "auto" and _gpu_visible()):
-        return None
-    from attnlm.models.gguf.engine import gguf_file
+    from attnlm.models.gguf.engine import engine_for
 
-    path = gguf_file(spec)
-    if path is None:
+    found = engine_for(spec, args.weights, args.device, args.threads)
+    if found is None:
         return None
-    from attnlm import native
-
-    if native.library() is None:
-        return None  # the PyTorch path says why, once
     from attnlm.generate import engine_decode
     from attnlm.generate.text import encode_prompt
-    from attnlm.ggufio import GGUFFile
-    from attnlm.models.gguf.engine import open_engine
-    from attnlm.native.engine import default_threads
-    from attnlm.tokenizers.gguf import GGUFTokenizer
 
-    header = GGUFFile(path)
-    threads = args.threads or default_threads()
-    engine = open_engine(header, args.weights, threads)
-    if engine is None:
-        return None
-    tokenizer = GGUFTokenizer.from_gguf(header)
+    engine, tokenizer, _path = found
     prompts = [encode_prompt(tokenizer, args.prompt)] * args.num_samples
     if not engine_decode.applies(engine, prompts, sampling):
         return None
-    return engine, tokenizer, threads
-
-
-def _gpu_visible() -> bool:
-    """Whether ``--device auto`` could pick a GPU (an NVIDIA driver, or macOS's MPS), told
-    without importing PyTorch."""
-    import os
-
-    return sys.platform == "darwin" or os.path.exists("/dev/nvidiactl")
+    return engine, tokenizer, engine.threads
 
 
 def _translate(args: argparse.Namespace) -> int:

@@ -22,17 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
-from attnlm.generate.filters import sampling_filters
-from attnlm.generate.loop import last_logits, pick
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.stats import peak_rss_mb
 from attnlm.generate.text import _RowText, encode_prompt, mask_from, token_limit
-from attnlm.nn.cache import KVCache
-from attnlm.nn.layout import decoding_layout
 from attnlm.tokenizers import token_label
 
 
@@ -91,6 +84,8 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def _cut(state: Any, n: int) -> bool:
     """Cut a KV cache back to its first ``n`` positions; False when it cannot be (a trimmed
     sliding window, or another kind of state)."""
+    from attnlm.nn.cache import KVCache
+
     if not isinstance(state, KVCache) or getattr(state, "fixed", False):
         return False
     if type(state) is not KVCache or state.position != state.length:
@@ -110,7 +105,7 @@ class ChatSession:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: Any,
         tokenizer: Any,
         template: Any,
         stop_ids: Sequence[int] = (),
@@ -122,19 +117,51 @@ class ChatSession:
         if template is None:
             raise InputError("this model has no chat template; give one with --template FILE")
         self.model, self.tokenizer, self.template = model, tokenizer, template
-        decoding_layout(model)  # as the other decoders: one-row products run faster (CPU)
         self.stop_ids = set(stop_ids)
         self.sampling = sampling or SamplingConfig(temperature=0.0)
         self.use_cache = use_cache and hasattr(model, "new_state")
         cfg = getattr(model, "config", None)
         self.window = getattr(cfg, "block_size", None)
         self.limit = token_limit(model, tokenizer)  # ids past the tokenizer's are never picked
-        self.generator = None
-        if self.sampling.seed is not None:
-            self.generator = torch.Generator(device=model_device(model))
-            self.generator.manual_seed(self.sampling.seed)
+        self._setup()
         self.messages: list[dict[str, str]] = []
         self.reset(system)
+
+    # -- what depends on the model (PyTorch here; EngineChatSession: the C step alone) ---------
+
+    def _setup(self) -> None:
+        import torch
+
+        from attnlm.device import model_device
+        from attnlm.nn.layout import decoding_layout
+
+        decoding_layout(self.model)  # as the other decoders: one-row products run faster (CPU)
+        self.generator = None
+        if self.sampling.seed is not None:
+            self.generator = torch.Generator(device=model_device(self.model))
+            self.generator.manual_seed(self.sampling.seed)
+
+    def _running(self) -> Any:
+        """The context a reply is decoded in."""
+        import contextlib
+
+        import torch
+
+        from attnlm.device import eval_mode
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(eval_mode(self.model))
+        return stack
+
+    def _pick(self, logits: Any) -> int:
+        """The next token from the last logits ``(V,)``."""
+        from attnlm.generate.filters import sampling_filters
+        from attnlm.generate.loop import pick
+
+        s = self.sampling
+        specs = [] if s.greedy else sampling_filters(s.temperature, s.top_k, s.top_p)
+        return int(pick(logits[None], specs, s.greedy, self.generator)[0])
 
     # -- the conversation ----------------------------------------------------------------------
 
@@ -156,8 +183,13 @@ class ChatSession:
 
     # -- decoding ------------------------------------------------------------------------------
 
-    def _feed(self, ids: list[int]) -> torch.Tensor:
+    def _feed(self, ids: list[int]) -> Any:
         """Feed ``ids`` after what the state holds; next-token logits (V,)."""
+        import torch
+
+        from attnlm.device import model_device
+        from attnlm.generate.loop import last_logits
+
         device = model_device(self.model)
         if not self.use_cache:
             self.cached = self.cached + ids
@@ -168,7 +200,7 @@ class ChatSession:
         self.cached = self.cached + ids
         return logits[0]
 
-    def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, int]:
+    def _prefill(self, ids: list[int]) -> tuple[Any, int]:
         """Bring the state to ``ids`` (the rendered prompt); returns the last logits and how
         many ids came from the cache."""
         keep = _common_prefix(self.cached, ids)
@@ -182,7 +214,6 @@ class ChatSession:
         self.cached = self.cached[:keep]
         return self._feed(ids[keep:]), keep
 
-    @torch.inference_mode()
     def reply(self, user: str | None, on_text: Callable[[str], None] | None = None) -> ChatReply:
         """Add the user's message (None: the conversation already ends with it), decode the
         assistant's reply (``on_text(piece)`` streams it) and add it to the conversation."""
@@ -205,21 +236,17 @@ class ChatSession:
                     f"{self.window:,}; start again (/reset) or shorten it"
                 )
             room = min(room, self.window - len(ids))
-        greedy = self.sampling.greedy
-        specs = [] if greedy else sampling_filters(
-            self.sampling.temperature, self.sampling.top_k, self.sampling.top_p
-        )  # fmt: skip
         row = _RowText(self.tokenizer, self.sampling.stop, context=ids)
         new: list[int] = []
         finish = "length" if room == self.sampling.max_new_tokens else "window"
-        with eval_mode(self.model):
+        with self._running():
             t0 = time.perf_counter()
             logits, reused = self._prefill(ids)
             t1 = time.perf_counter()
             for _ in range(room):
                 if self.limit is not None:
                     logits = mask_from(logits, self.limit)
-                tok = int(pick(logits[None], specs, greedy, self.generator)[0])
+                tok = self._pick(logits)
                 if tok in self.stop_ids:
                     finish = "end of turn"
                     break

@@ -258,3 +258,31 @@ def _read(path: Path) -> str:
 
 
 _register_reader("Hugging Face model folder", f"{__name__}.hf_folder_config")
+
+
+# -- what ends a reply -----------------------------------------------------------------------
+
+#: Tokens that end an assistant turn in popular chat formats (besides the EOS token).
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[int, ...]:
+    """The ids that end a reply: the EOS token (from the special token strings, or the
+    model's ``generation_config.json`` ``eos_token_id``) and the end-of-turn tokens of
+    :data:`END_OF_TURN` that the vocabulary has as special tokens."""
+    specials = dict(getattr(tok, "special_tokens", {}) or {})
+    out: list[int] = []
+    eos = special.get("eos_token")
+    if eos in specials:
+        out.append(specials[eos])
+    if folder is not None and (folder / "generation_config.json").is_file():
+        gen = load_json(folder / "generation_config.json", "generation_config.json")
+        ids = gen.get("eos_token_id") if isinstance(gen, dict) else None
+        ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else []
+        out += [i for i in ids if isinstance(i, int)]
+    out += [specials[t] for t in END_OF_TURN if t in specials]
+    size = getattr(tok, "vocab_size", None)  # a generation_config may name an id not in it
+    return tuple(i for i in dict.fromkeys(out) if size is None or 0 <= i < size)
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.stop_ids")

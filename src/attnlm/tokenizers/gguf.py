@@ -440,3 +440,20 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+def gguf_chat_setup(tok: GGUFTokenizer, origin: str) -> tuple[Any, tuple[int, ...]]:
+    """The chat template of a GGUF tokenizer (its ``tokenizer.chat_template`` with the file's
+    special tokens; None without one; ``origin`` names it in errors) and the ids that end a
+    reply (EOS, the end-of-turn token, :data:`~attnlm.tokenizers.chat_template.END_OF_TURN`)."""
+    from attnlm.tokenizers.chat_template import from_string, stop_ids
+
+    ids = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "unk_token": tok.unk_id,
+           "pad_token": tok.pad_id}  # fmt: skip
+    special = {key: tok.tokens[i] for key, i in ids.items() if i is not None}
+    template = None
+    if isinstance(tok.chat_template, str) and tok.chat_template.strip():
+        template = from_string(tok.chat_template, **special)
+        template.origin = origin
+    named = tuple(i for i in (tok.eos_id, tok.eot_id) if i is not None)
+    return template, tuple(dict.fromkeys(named + stop_ids(tok, special, None)))

@@ -10,21 +10,59 @@ matrices of other ggml types (re-quantized there), a format other than the file'
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
+from attnlm import native
 from attnlm.ggufio import GGUFFile
 from attnlm.models.gguf import llama
 from attnlm.models.gguf.parts import Part
 from attnlm.native import structs
-from attnlm.native.engine import BlockWeights, Engine, EngineConfig, LinearWeights
+from attnlm.native.engine import (
+    BlockWeights,
+    Engine,
+    EngineConfig,
+    LinearWeights,
+    default_threads,
+)
+from attnlm.tokenizers.gguf import GGUFTokenizer
 
 GROUP, BLOCK_N = 32, 64  # elements per scale; rows per block of the q4 layout
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes per 32 elements
 NATIVE = {"q8": {"Q8_0"}, "q4": {"Q4_0", "Q4_1"}}
 PRECISION = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
+
+
+def engine_for(spec: str, weights: str | None, device: str | None, threads: int | None
+               ) -> tuple[Engine, GGUFTokenizer, Path] | None:  # fmt: skip
+    """``(engine, tokenizer, the file)`` where a command can decode ``spec`` without PyTorch:
+    a local Llama GGUF file (:func:`gguf_file`) in its own 8- or 4-bit format
+    (:func:`engine_format`), on the CPU (``device`` ``cpu``, or ``auto`` where no GPU is
+    visible), the C step available, ``ATTNLM_ENGINE`` not ``0``; None sends the command down
+    the PyTorch path.
+    ``threads``: None for every physical core."""
+    if os.environ.get("ATTNLM_ENGINE", "1") == "0":
+        return None
+    if device not in (None, "cpu", "auto") or (device != "cpu" and _gpu_visible()):
+        return None
+    path = gguf_file(spec)
+    if path is None or native.library() is None:
+        return None  # (the PyTorch path says once why there is no C step)
+    header = GGUFFile(path)
+    engine = open_engine(header, weights, threads or default_threads())
+    if engine is None:
+        return None
+    return engine, GGUFTokenizer.from_gguf(header), path
+
+
+def _gpu_visible() -> bool:
+    """Whether ``--device auto`` could pick a GPU (an NVIDIA driver, or macOS's MPS), told
+    without importing PyTorch."""
+    return sys.platform == "darwin" or os.path.exists("/dev/nvidiactl")
 
 
 def gguf_file(spec: str) -> Path | None:
