@@ -263,7 +263,7 @@ def test_chat_on_the_engine_follows_the_pytorch_session(files, temperature):
     """Three turns, an edited history (the engine's positions cut back to the common prefix),
     a reset: greedy replies equal the PyTorch ChatSession's; sampled ones repeat with a seed."""
     from attnlm.generate.chat import ChatSession
-    from attnlm.generate.engine_decode import EngineChatSession
+    from attnlm.generate.engine_chat import EngineChatSession
     from attnlm.tokenizers.chat_template import from_string
     from attnlm.tokenizers.gguf import GGUFTokenizer
 

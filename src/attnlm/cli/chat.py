@@ -131,7 +131,7 @@ def _chat(args: argparse.Namespace) -> int:
         engine_for(args.model, args.weights, args.device, args.threads) if args.use_cache else None
     )
     if found is not None:
-        from attnlm.generate.engine_decode import EngineChatSession as Session
+        from attnlm.generate.engine_chat import EngineChatSession as Session
         from attnlm.tokenizers.gguf import gguf_chat_setup
 
         model, tok, path = found

@@ -12,12 +12,10 @@ with ``seed``: a seed gives the same text every time on this path, not the PyTor
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from attnlm.generate.chat import ChatSession, _common_prefix
 from attnlm.generate.lookahead import lookahead_loop
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.native.engine import MAX_TOKENS, Engine
@@ -113,34 +111,3 @@ def _sample(logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generat
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
-
-
-class EngineChatSession(ChatSession):
-    """:class:`~attnlm.generate.chat.ChatSession` over an engine: the same conversation,
-    template, stop ids and streaming; the engine's positions cut back to the common prefix of
-    each turn's rendered prompt; tokens picked as :func:`decode` picks them."""
-
-    def _setup(self) -> None:
-        self.rng = np.random.default_rng(self.sampling.seed)
-
-    def _running(self) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def _pick(self, logits: np.ndarray) -> int:
-        if self.sampling.greedy:
-            return int(np.argmax(logits))
-        return int(_sample(logits[None], self.sampling, self.rng)[0])
-
-    def _feed(self, ids: list[int]) -> np.ndarray:
-        logits = _feed(self.model, np.array([ids]), last_only=True)[0, -1]  # (V,)
-        self.cached = self.cached + ids
-        return logits
-
-    def _prefill(self, ids: list[int]) -> tuple[np.ndarray, int]:
-        keep = min(_common_prefix(self.cached, ids), len(ids) - 1)  # at least one fed
-        if self.state is None:  # the first turn, or after reset()
-            self.model.reset(1, room=len(ids) + self.sampling.max_new_tokens)
-            self.state, keep = self.model, 0
-        self.model.length = keep  # the positions after the common prefix are forgotten
-        self.cached = self.cached[:keep]
-        return self._feed(ids[keep:]), keep
