@@ -185,26 +185,20 @@ def test_where_the_engine_does_not_apply(files, tmp_path):
     assert CHECKPOINT_DIR == "checkpoint"  # the name gguf_file looks for
 
 
-def _generate(path, *extra, engine=True):
-    cmd = [
-        sys.executable,
-        "-c",
-        (
-            "import sys; from attnlm.cli import main; code = main(sys.argv[1:]); "
+def _attnlm(*args, engine=True):
+    """``attnlm ARGS`` in a fresh process, which says on its last stderr line whether it
+    imported torch."""
+    code = ("import sys; from attnlm.cli import main; code = main(sys.argv[1:]); "
             "print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr); "
-            "sys.exit(code)"
-        ),
-        "generate",
-        "--model",
-        str(path),
-        "--prompt",
-        "Hello there",
-        "--threads",
-        "1",
-        *extra,
-    ]
+            "sys.exit(code)")  # fmt: skip
     env = {**os.environ, "ATTNLM_ENGINE": "1" if engine else "0"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                          text=True, timeout=300, env=env)  # fmt: skip
+
+
+def _generate(path, *extra, engine=True):
+    return _attnlm("generate", "--model", path, "--prompt", "Hello there", "--threads", "1",
+                   *extra, engine=engine)  # fmt: skip
 
 
 @pytest.mark.parametrize("extra", [
@@ -301,31 +295,9 @@ def test_chat_command_runs_without_pytorch(files, tmp_path):
     path, _ = files["q4 tied"]
     template = tmp_path / "t.jinja"
     template.write_text(TEMPLATE)
-    cmd = [
-        sys.executable,
-        "-c",
-        (
-            "import sys; from attnlm.cli import main; code = main(sys.argv[1:]); "
-            "print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr); "
-            "sys.exit(code)"
-        ),
-        "chat",
-        "--model",
-        str(path),
-        "--template",
-        str(template),
-        "--message",
-        "hello",
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "8",
-        "--threads",
-        "1",
-        "--json",
-    ]
-    runs = [subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "ATTNLM_ENGINE": e}) for e in ("1", "0")]  # fmt: skip
+    args = ("chat", "--model", path, "--template", template, "--message", "hello",
+            "--temperature", "0", "--max-new-tokens", "8", "--threads", "1", "--json")  # fmt: skip
+    runs = [_attnlm(*args, engine=e) for e in (True, False)]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
     assert runs[0].stderr.strip().endswith("no torch")
     assert runs[1].stderr.strip().endswith("torch imported")
