@@ -13,7 +13,7 @@ import io
 import json
 from pathlib import Path
 
-from tests.support import FIXTURES
+from tests.support import FIXTURES, randomize_marian
 
 TATOEBA = FIXTURES / "pairs" / "tatoeba-eng-fra-500.tsv"
 CODES = (">>fra<<", ">>deu<<")  # a multilingual model's target-language tokens
@@ -75,11 +75,7 @@ def _write_model(folder: Path, vocab: int, pad: int, seed: int) -> None:
         forced_eos_token_id=0, dropout=0.0, share_encoder_decoder_embeddings=True,
     )  # fmt: skip
     model = MarianMTModel(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn_like(p) * (0.5 if "norm" not in name else 0.3))
-            if "layer_norm" in name and name.endswith("weight"):
-                p.add_(1.0)
+    randomize_marian(model)
     model.generation_config = GenerationConfig(
         decoder_start_token_id=pad, pad_token_id=pad, eos_token_id=0, forced_eos_token_id=0,
         bad_words_ids=[[pad]], max_length=64, num_beams=1,

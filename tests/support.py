@@ -138,3 +138,15 @@ def tiny_translation_run(path: Path, pairs_text, rnn: bool = False) -> Path:
     config = {"step": 0, "model": registry.config_table(family, cfg), "train": {}}
     save_checkpoint(path / "checkpoint", model, config, pairs, {"step": 0})
     return path
+
+
+def randomize_marian(model) -> None:
+    """Spread a tiny ``MarianMTModel``'s weights (its initialisation is near zero, which hides
+    wrong layouts): N(0, 0.5) weights, layer-norm gains around 1."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.5 if "norm" not in name else 0.3))
+            if "layer_norm" in name and name.endswith("weight"):
+                p.add_(1.0)

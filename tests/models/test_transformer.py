@@ -15,6 +15,7 @@ from attnlm.errors import ConfigError, InputError
 from attnlm.models import from_hf, save_hf
 from attnlm.models.hf import marian as hf_marian
 from attnlm.models.transformer import Transformer, TransformerConfig
+from support import randomize_marian
 
 transformers = pytest.importorskip("transformers")
 
@@ -48,11 +49,8 @@ def _marian(
         dropout=0.0,
     )
     model = MarianMTModel(cfg).eval()
+    randomize_marian(model)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn_like(p) * (0.5 if "norm" not in name else 0.3))
-            if "layer_norm" in name and name.endswith("weight"):
-                p.add_(1.0)
         model.final_logits_bias.copy_(torch.randn_like(model.final_logits_bias))
     model.generation_config = GenerationConfig(
         decoder_start_token_id=PAD,
