@@ -303,3 +303,22 @@ def test_chat_command_runs_without_pytorch(files, tmp_path):
     assert runs[1].stderr.strip().endswith("torch imported")
     a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert a["tokens"] == b["tokens"] and a["reply"] == b["reply"]
+
+
+@pytest.mark.parametrize("where", ["scale", "norm"])
+def test_a_damaged_file_is_refused_in_one_line(files, tmp_path, where):
+    """A NaN block scale or norm gain: the engine refuses the file as the PyTorch loader does
+    (exit 2, one line naming the tensor), instead of decoding NaN logits."""
+    path, _ = files["q4 tied"]
+    header = GGUFFile(path)
+    name = "blk.1.attn_v.weight" if where == "scale" else "blk.0.ffn_norm.weight"
+    info = header.tensors[name]
+    data = bytearray(path.read_bytes())
+    nan = np.array([np.nan], np.float16 if where == "scale" else np.float32).tobytes()
+    data[info.offset : info.offset + len(nan)] = nan  # the first block's d, or the first gain
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    run = _generate(bad, "--temperature", "0", "--max-new-tokens", "4")
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.splitlines() if line != "no torch"]
+    assert len(lines) == 1 and name in lines[0] and "NaN" in lines[0], run.stderr

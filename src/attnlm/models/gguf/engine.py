@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from attnlm import native
+from attnlm.foreign import check_finite
 from attnlm.ggufio import GGUFFile
 from attnlm.models.gguf import llama
 from attnlm.models.gguf.parts import Part
@@ -89,6 +90,9 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
     if header.get("general.architecture") != "llama":
         return None
     matrices = {n: i.type_name for n, i in header.tensors.items() if len(i.shape) == 2}
+    vectors = {i.type_name for i in header.tensors.values() if len(i.shape) == 1}
+    if not vectors <= {"F32", "F16"}:
+        return None
     body = {t for n, t in matrices.items() if n not in ("token_embd.weight", "output.weight")}
     classes = {PRECISION.get(t) for t in body}
     if len(classes) != 1 or None in classes:
@@ -128,12 +132,10 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int) -> Engine |
 
     def norm(name: str) -> np.ndarray:
         info = header.tensors[by_ours[name][0].gguf]
-        raw = header.raw(info)
-        if info.type_name == "F32":
-            return raw.view(np.float32).copy()
-        if info.type_name == "F16":
-            return raw.view(np.float16).astype(np.float32)
-        raise ValueError(f"{info.name}: a norm of type {info.type_name}")
+        raw = header.raw(info)  # F32 or F16 (engine_format)
+        out = raw.view(np.float32 if info.type_name == "F32" else np.float16).astype(np.float32)
+        check_finite({info.name: out}, header.path)
+        return out
 
     blocks = []
     for i in range(config.n_layer):
@@ -169,6 +171,8 @@ def _codes(header: GGUFFile, part: Part) -> tuple[np.ndarray, ...]:
         else:  # -8 d is exact in float16 (a power-of-two multiple)
             m = (-8 * d.astype(np.float32)).astype(np.float16)
         codes = (u, d, m)
+    for scales in codes[1:]:  # as the PyTorch loader: a damaged file is refused, not decoded
+        check_finite({info.name: scales}, header.path, "scales of")
     if part.heads:
         codes = tuple(_unpermute(c, part.heads) for c in codes)
     return codes
