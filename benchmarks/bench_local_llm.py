@@ -20,7 +20,8 @@ file, greedy, the same prompt text and thread count, printing the same keys. Med
   (``ATTNLM_ENGINE=0``) is the same decode through PyTorch;
 * in this process: attnlm ``f32`` plain greedy decoding at batch 1 and 16 against the
   weight-matmul ceiling measured in the same rounds (every linear layer's product alone, one
-  token per row; target >= 80%).
+  token per row; target >= 80%), and beside it the bound memory itself sets (``torch.sum``
+  over as many bytes as the float32 weights, once per step).
 
 llama.cpp is a bench-only peer (``pip install -e '.[llamacpp]'``); a peer that is not
 installed is skipped with a line. Greedy decoding ignores the end-of-sequence token on every
@@ -215,9 +216,17 @@ def ceiling_rows(path: str, threads: int, new: int, rounds: int, batches: list[i
         def prefill(prompts=prompts) -> None:
             decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=1), lookahead=0)
 
-        times: dict[str, list[float]] = {"plain": [], "ceiling": [], "prefill": []}
+        weight_bytes = sum(m.weight.numel() * 4 for m in linears)  # read once per step
+        buffer = torch.ones(weight_bytes // 4)
+
+        def read(buffer=buffer) -> None:  # memory's own speed: one pass per step, summed
+            for _ in range(new - 1):
+                buffer.sum()
+
+        times: dict[str, list[float]] = {"plain": [], "ceiling": [], "prefill": [], "read": []}
         for _ in range(rounds):
-            for key, fn in (("plain", plain), ("ceiling", ceiling), ("prefill", prefill)):
+            for key, fn in (("plain", plain), ("ceiling", ceiling), ("prefill", prefill),
+                            ("read", read)):  # fmt: skip
                 t0 = time.perf_counter()
                 fn()
                 times[key].append(time.perf_counter() - t0)
@@ -228,7 +237,11 @@ def ceiling_rows(path: str, threads: int, new: int, rounds: int, batches: list[i
         print(f"\n== f32 plain greedy, batch {batch}: {rate:.1f} tok/s decode, "
               f"{share:.0%} of the weight-matmul ceiling ({batch * (new - 1) / med['ceiling']:.1f}"
               f" tok/s); target >= 80%")  # fmt: skip
+        bound = (new - 1) / med["read"]
+        print(f"   reading the {weight_bytes / 1e6:.0f} MB of float32 weights once per step "
+              f"(torch.sum over as many bytes): at most {batch * bound:.1f} tok/s")  # fmt: skip
         harness.emit({"bench": f"local_llm f32 ceiling batch {batch}", "decode_s": decode_s,
+                      "read_bound_tokens_per_second": batch * bound,
                       "ceiling_s": med["ceiling"], "share_of_ceiling": share,
                       "tokens_per_second": rate})  # fmt: skip
 
