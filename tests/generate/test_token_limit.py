@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnlm.generate import SamplingConfig, generate_text
-from attnlm.generate.text import mask_from, token_limit
+from attnlm.generate.sampling import mask_from, token_limit
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.tokenizers import CharTokenizer
 from attnlm.tokenizers.base import InvalidTokenIdError

@@ -233,7 +233,7 @@ def test_a_seed_repeats_its_samples_on_the_engine(files):
 def test_a_vocabulary_limit_is_kept(files, temperature):
     """Ids past the tokenizer's are never picked on the engine (greedy: the PyTorch loop's
     tokens with the same logits processor)."""
-    from attnlm.generate.text import mask_from
+    from attnlm.generate.sampling import mask_from
 
     path, _ = files["q8 tied"]
     header = GGUFFile(path)

@@ -113,7 +113,7 @@ def _generate(args: argparse.Namespace) -> int:
         if "generate" not in info.family.capabilities:
             raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
         threads = None
-    encode_prompt(tokenizer, args.prompt)  # fail early, before any output
+        encode_prompt(tokenizer, args.prompt)  # fail early, before any output (_engine did)
     out = sys.stdout
     stats = DecodeStats()
     if not args.stream:  # all samples in one batch

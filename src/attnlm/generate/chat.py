@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnlm.errors import InputError
-from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.sampling import SamplingConfig, mask_from, token_limit
 from attnlm.generate.stats import peak_rss_mb
-from attnlm.generate.text import _RowText, encode_prompt, mask_from, token_limit
+from attnlm.generate.text import _RowText, encode_prompt
 from attnlm.tokenizers import token_label
 
 

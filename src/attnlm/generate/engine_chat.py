@@ -9,7 +9,7 @@ import contextlib
 import numpy as np
 
 from attnlm.generate.chat import ChatSession, _common_prefix
-from attnlm.generate.engine_decode import _feed, _sample
+from attnlm.generate.engine_decode import _feed, pick
 
 
 class EngineChatSession(ChatSession):
@@ -24,9 +24,7 @@ class EngineChatSession(ChatSession):
         return contextlib.nullcontext()
 
     def _pick(self, logits: np.ndarray) -> int:
-        if self.sampling.greedy:
-            return int(np.argmax(logits))
-        return int(_sample(logits[None], self.sampling, self.rng)[0])
+        return int(pick(logits[None], self.sampling, self.rng)[0])
 
     def _feed(self, ids: list[int]) -> np.ndarray:
         logits = _feed(self.model, np.array([ids]), last_only=True)[0, -1]  # (V,)

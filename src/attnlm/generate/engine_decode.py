@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from attnlm.generate.lookahead import lookahead_loop
-from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.sampling import SamplingConfig, mask_from
 from attnlm.native.engine import MAX_TOKENS, Engine
 
 TokenCallback = Callable[[int, int], bool]
@@ -60,9 +60,8 @@ def decode(
     ended = [False] * rows
     while True:
         if vocab_limit is not None:
-            logits = logits.copy()
-            logits[:, vocab_limit:] = -np.inf
-        nxt = _argmax(logits) if sampling.greedy else _sample(logits, sampling, rng)
+            logits = mask_from(logits, vocab_limit)
+        nxt = pick(logits, sampling, rng)
         for r, token in enumerate(nxt.tolist()):
             if not ended[r]:
                 out[r].append(token)
@@ -82,6 +81,11 @@ def _feed(engine: Engine, tokens: np.ndarray, last_only: bool) -> np.ndarray:
 
 def _argmax(logits: np.ndarray) -> np.ndarray:
     return np.argmax(logits, axis=-1)
+
+
+def pick(logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator) -> np.ndarray:
+    """The next token of each row of ``logits`` ``(B, V)``: argmax, or a draw after the filters."""
+    return _argmax(logits) if sampling.greedy else _sample(logits, sampling, rng)
 
 
 def _sample(logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator) -> np.ndarray:

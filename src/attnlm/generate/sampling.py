@@ -72,3 +72,23 @@ def check_sampling(sampling: SamplingConfig | None) -> SamplingConfig:
     if not isinstance(sampling, SamplingConfig):
         raise InputError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
     return sampling
+
+
+def token_limit(model: Any, tokenizer: Any) -> int | None:
+    """The tokenizer's id count where the model's output rows outnumber it (an embedding padded
+    to a round size, Qwen's 151,936 rows for 151,665 tokens), else None: ids from there on name
+    no text, so decoding never picks them (their logits are set to -inf)."""
+    config = getattr(model, "config", None)
+    rows = getattr(config, "vocab_size", None)
+    try:
+        ids = int(tokenizer.vocab_size)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return ids if isinstance(rows, int) and 0 < ids < rows else None
+
+
+def mask_from(logits: Any, limit: int) -> Any:
+    """``logits`` ``(..., V)`` (a tensor or a numpy array) with ids ``>= limit`` at -inf."""
+    logits = logits.clone() if hasattr(logits, "clone") else logits.copy()
+    logits[..., limit:] = float("-inf")
+    return logits

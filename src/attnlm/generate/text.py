@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from attnlm.errors import AttnlmError, InputError
-from attnlm.generate.sampling import SamplingConfig, check_sampling
+from attnlm.generate.sampling import SamplingConfig, check_sampling, mask_from, token_limit
 from attnlm.generate.stats import DecodeStats, Timer
 from attnlm.native.engine import Engine
 
@@ -35,26 +35,6 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     if not ids:
         raise InputError("the prompt is empty after tokenization; give at least one character")
     return ids
-
-
-def token_limit(model: Any, tokenizer: Any) -> int | None:
-    """The tokenizer's id count where the model's output rows outnumber it (an embedding padded
-    to a round size, Qwen's 151,936 rows for 151,665 tokens), else None: ids from there on name
-    no text, so decoding never picks them (their logits are set to -inf)."""
-    config = getattr(model, "config", None)
-    rows = getattr(config, "vocab_size", None)
-    try:
-        ids = int(tokenizer.vocab_size)
-    except (AttributeError, TypeError, ValueError):
-        return None
-    return ids if isinstance(rows, int) and 0 < ids < rows else None
-
-
-def mask_from(logits: Any, limit: int) -> Any:
-    """``logits`` ``(..., V)`` (a tensor or a numpy array) with ids ``>= limit`` at -inf."""
-    logits = logits.clone() if hasattr(logits, "clone") else logits.copy()
-    logits[..., limit:] = float("-inf")
-    return logits
 
 
 def _encodable(tokenizer: Any, ch: str) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +94,6 @@ class Engine:
     emb_scales: np.ndarray
     head: LinearWeights
     threads: int = 1
-    _state: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         lib = native.library()
