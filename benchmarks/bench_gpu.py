@@ -24,6 +24,7 @@ without a GPU. ``--json PATH`` writes the results.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import tempfile
@@ -78,10 +79,12 @@ def gpt2_pair(shape: dict, dev: torch.device, tmp: str):
 def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
     from attnlm.generate import SamplingConfig, generate
     from attnlm.generate.compiled import compiled_step
+    from attnlm.nn.quant import quantize_weights
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ours, ref = gpt2_pair(shape, dev, tmp)
+    quantized = {f"ours_{fmt}": quantize_weights(copy.deepcopy(ours), fmt) for fmt in args.weights}
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     ours, ref = ours.to(dtype), ref.to(dtype)
     step = compiled_step(ours, backend="eager" if args.smoke else None)
@@ -112,6 +115,10 @@ def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
             ),
             "hf_dynamic": hf(ref),
         }
+        for key, model in quantized.items():  # weight-only formats: float32 activations
+            runners[key] = lambda p=prompt, m=model: generate(
+                m, p, SamplingConfig(temperature=0, max_new_tokens=n), lookahead=0
+            )
         if ref_static is not None:
             runners["hf_static_compiled"] = hf(ref_static, cache_implementation="static")
         med = alternate(runners, args.runs, dev)
@@ -201,6 +208,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument(
+        "--weights",
+        nargs="*",
+        default=["q8", "q4"],
+        help="weight-only formats decoded beside bf16 (ours plain, batch 1 and 16)",
+    )
+    ap.add_argument("--rows", default="decode,train", help="which of decode,train to run")
     ap.add_argument("--preset-seconds", type=float, default=0, help="0: skip the preset row")
     ap.add_argument("--text", default=None, help="corpus of the preset row")
     args = harness.parse(
@@ -220,14 +234,19 @@ def main() -> None:
         shape = dict(vocab_size=64, n_positions=64, n_embd=32, n_layer=2, n_head=2)
     else:
         shape = dict(vocab_size=50304, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
-    rows = decode_rows(args, dev, shape) + train_rows(args, dev, shape)
-    if args.preset_seconds:
-        rows.append(preset_row(args))
+    wanted = set(args.rows.split(",")) - {""}
     device = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
+    sections = [lambda: decode_rows(args, dev, shape)] if "decode" in wanted else []
+    sections += [lambda: train_rows(args, dev, shape)] if "train" in wanted else []
+    sections += [lambda: [preset_row(args)]] if args.preset_seconds else []
+    rows = []
+    for section in sections:  # each section's rows printed as soon as it ends
+        new = section()
+        for r in new:
+            harness.emit({"bench": "gpu", "device": device, "smoke": args.smoke, **r})
+        rows += new
     result = {"device": device, "torch": torch.__version__, "smoke": args.smoke,
               "nanogpt_h100_reference": NANOGPT_H100, "rows": rows}  # fmt: skip
-    for r in rows:
-        harness.emit({"bench": "gpu", "device": device, "smoke": args.smoke, **r})
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

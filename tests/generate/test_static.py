@@ -295,3 +295,22 @@ def test_cli_generate_compile_on_a_family_without_a_compiled_step(cli, corpus, t
     res = cli("generate", "--checkpoint", str(run), "--max-new-tokens", "3", "--compile")
     assert res.code == 2 and "no compiled decode step" in res.err
     assert "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_recompile_limit_falls_back_on_pytorch_without_the_keyword(monkeypatch):
+    """PyTorch before 2.12 has no ``recompile_limit`` keyword on ``torch.compile`` (an H100
+    image with 2.11 failed on it): the process-wide dynamo limit is raised instead."""
+    import torch._dynamo.config as dynamo_config
+
+    from attnlm.generate import compiled
+
+    assert compiled._recompile_options(40) == {"recompile_limit": 40, "isolate_recompiles": True}
+
+    def old_compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor",
+                    mode=None, options=None, disable=False):  # fmt: skip
+        return model
+
+    monkeypatch.setattr(torch, "compile", old_compile)
+    monkeypatch.setattr(dynamo_config, "recompile_limit", 8)
+    assert compiled._recompile_options(40) == {}
+    assert dynamo_config.recompile_limit == 40

@@ -32,6 +32,7 @@ Which families have a step: ``Decoding.fixed_state`` without ALiBi
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from typing import Any
 
@@ -59,6 +60,17 @@ def has_compiled_step(model: torch.nn.Module) -> bool:
 def _one_step(model: torch.nn.Module, tokens: torch.Tensor, state: Any) -> torch.Tensor:
     """What is compiled: the family's own ``step`` (the decoding-state protocol)."""
     return model.step(tokens, state)[:, -1]  # (B, V)
+
+
+def _recompile_options(limit: int) -> dict:
+    """This function's own recompile limit (``torch.compile``'s keywords from PyTorch 2.12;
+    before that only the process-wide dynamo setting exists, raised to at least ``limit``)."""
+    if "recompile_limit" in inspect.signature(torch.compile).parameters:
+        return {"recompile_limit": limit, "isolate_recompiles": True}
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, limit)
+    return {}
 
 
 class CompiledStep:
@@ -108,8 +120,7 @@ class CompiledStep:
             backend=backend or "inductor",
             mode=mode,
             options=options,
-            recompile_limit=MAX_GRAPHS + 8,  # guards other than shapes (never past MAX_GRAPHS)
-            isolate_recompiles=True,
+            **_recompile_options(MAX_GRAPHS + 8),  # guards other than shapes
         )
         self._states: dict[tuple, Any] = {}
         self._graphs: set[tuple] = set()  # shapes compiled (or being compiled) so far
