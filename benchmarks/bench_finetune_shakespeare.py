@@ -14,7 +14,8 @@ trained on. Every row is what a user runs: ``attnlm train`` for ``--budget`` sec
 
 * ``smollm2 base``: the GGUF dequantized to float32, as it is;
 * ``smollm2 + LoRA``: ``--init-from smollm2-135m-instruct --lora R --lora-targets all``
-  (alpha 2R, lr ``--lr``, batch ``--batch`` windows of ``--seq`` tokens);
+  (alpha 2R, lr ``--lr``, batch ``--batch`` windows of ``--seq`` tokens), once per
+  ``--backward-precision`` value (``float32 bfloat16``: both, the same text and time);
 * ``llama from scratch``: ``--preset llama-char`` on the same text for the same time.
 
 Target (issue of record): the fine-tuned model clearly below the base and below the
@@ -66,6 +67,9 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--eval-batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backward-precision", nargs="+", default=["float32"],
+                    choices=["float32", "bfloat16"],
+                    help="one LoRA row per value (attnlm train --backward-precision)")  # fmt: skip
     args = harness.parse(
         ap, quick={"budget": 3.0, "val_chars": 600, "train_chars": 20_000, "seq": 32,
                    "batch": 1, "rank": 2, "eval_batch": 1},
@@ -89,18 +93,26 @@ def main() -> None:
         (work / "train.txt").write_text(train, encoding="utf-8")
         (work / "val.txt").write_text(val, encoding="utf-8")
         rows["smollm2 base"] = bpc(NAME, work / "val.txt", args)
-        attnlm("train", "--init-from", NAME, "--text", work / "train.txt", "--out",
-               work / "lora", "--lora", args.rank, "--lora-alpha", 2 * args.rank,
-               "--lora-targets", "all", "--lr", args.lr, "--batch-size", args.batch,
-               "--block-size", args.seq, *common)  # fmt: skip
-        rows[f"smollm2 + LoRA r{args.rank} all"] = bpc(work / "lora", work / "val.txt", args)
+        runs = []  # the LoRA run folders
+        for precision in args.backward_precision:
+            name = "lora" if precision == "float32" else f"lora-{precision}-backward"
+            attnlm("train", "--init-from", NAME, "--text", work / "train.txt", "--out",
+                   work / name, "--lora", args.rank, "--lora-alpha", 2 * args.rank,
+                   "--lora-targets", "all", "--lr", args.lr, "--batch-size", args.batch,
+                   "--block-size", args.seq, "--backward-precision", precision,
+                   *common)  # fmt: skip
+            label = f"smollm2 + LoRA r{args.rank} all" + (
+                "" if precision == "float32" else f" ({precision} backward)"
+            )
+            rows[label] = bpc(work / name, work / "val.txt", args)
+            runs.append(name)
         attnlm("train", "--preset", "llama-char", "--text", work / "train.txt", "--out",
                work / "scratch", *common)  # fmt: skip
         rows["llama-char from scratch"] = bpc(work / "scratch", work / "val.txt", args)
         steps = {name: json.loads((work / name / "checkpoint" / "config.json").read_text())["step"]
-                 for name in ("lora", "scratch")}  # fmt: skip
+                 for name in (*runs, "scratch")}  # fmt: skip
     for name, value in rows.items():
-        print(f"  {name:<28} {value:.4f} bits/char")
+        print(f"  {name:<44} {value:.4f} bits/char")
     harness.emit({"bench": "finetune_shakespeare", "bpc": rows, "steps": steps,
                   "val_chars": len(val), "train_chars": len(train), "budget_s": args.budget,
                   "target": "LoRA clearly below the base and below from scratch"})  # fmt: skip

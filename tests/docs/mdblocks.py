@@ -12,6 +12,8 @@ Markers (an HTML comment on its own line(s), anywhere between the previous block
   ``<!-- doctest: slow -->``              runs only in the full suite (pytest marker ``slow``)
   ``<!-- doctest: skip (REASON) -->``     illustration only: not run (counted, see test_docs)
   ``<!-- doctest: cuda -->``              runs only where CUDA is available (counted apart)
+  ``<!-- doctest: bf16 -->``              runs only where ``--backward-precision bfloat16``
+                                          can (a CPU with AMX or AVX512-BF16)
   ``<!-- doctest: numbers 0.01 -->``      numbers in the transcript must agree within 1 %
   ``<!-- doctest: lines -->``             generated text: only that the command printed
   ``<!-- doctest: lines translate -->``   the same for the commands with one of the words

@@ -125,6 +125,11 @@ def test_block(block: Block, page_dirs, setup_cache, tmp_path_factory, capfd):
 
         if not torch.cuda.is_available():
             pytest.skip("needs CUDA")
+    if block.mark("bf16"):
+        from attnlm.nn.fused import bf16_backward_support
+
+        if (why := bf16_backward_support()) is not None:
+            pytest.skip(f"needs bfloat16 products: {why}")
     cwd = page_dirs(block.page)
     env = _env(page_dirs.shims)
     timeout = SLOW_TIMEOUT if block.mark("slow") else FAST_TIMEOUT

@@ -45,11 +45,12 @@ def assert_close(a, b, tol=1e-5):
 
 @pytest.mark.parametrize("k, m", [(6, 10), (10, 6)])  # both branches of the weight gradient
 @pytest.mark.parametrize("bias", [True, False])
-def test_linear_backward_gradcheck(k, m, bias):
+@pytest.mark.parametrize("onednn", [True, False])
+def test_linear_backward_gradcheck(k, m, bias, onednn):
     x = torch.randn(3, 5, k, dtype=torch.float64, requires_grad=True)
     w = torch.randn(m, k, dtype=torch.float64, requires_grad=True)
     b = torch.randn(m, dtype=torch.float64, requires_grad=True) if bias else None
-    assert gradcheck(fused._Linear.apply, (x, w, b))
+    assert gradcheck(lambda *t: fused._Linear.apply(*t, onednn), (x, w, b))
 
 
 @pytest.fixture(params=[True, False], ids=["onednn", "mkl"])

@@ -59,6 +59,7 @@ TRAIN_FLAGS = {
     "early_stop": "early_stop",
     "device": "device",
     "dtype": "dtype",
+    "backward_precision": "backward_precision",
     "compile": "compile",
     "threads": "threads",
     "parallel": "parallel",
@@ -159,6 +160,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_device_argument(p, None)
     p.add_argument(
         "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
+    )
+    p.add_argument(
+        "--backward-precision",
+        default=None,
+        choices=["float32", "bfloat16"],
+        help="bfloat16: the backward's matrix products of linear layers and the LM head on "
+        "bfloat16 inputs (CPU with AMX or AVX512-BF16); the forward and the loss stay float32",
     )
     p.add_argument(
         "--compile",

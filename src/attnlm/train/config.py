@@ -44,6 +44,7 @@ RESUMABLE_CHANGES = frozenset(
         "early_stop",
         "device",
         "dtype",
+        "backward_precision",
         "compile",
         "threads",
         "fused",
@@ -93,6 +94,9 @@ class TrainConfig:
     # device
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "float32"  # float32 | bfloat16 (autocast)
+    # float32 | bfloat16: the backward's products of linear layers and the LM head on
+    # bfloat16 inputs (float32 forward and loss; CPU with AMX/AVX512-BF16; nn.fused.bf16_backward)
+    backward_precision: str = "float32"
     compile: bool = False  # torch.compile the model
     threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
     # how the processes that torchrun starts share the work: "ddp" (each holds the whole
@@ -157,6 +161,12 @@ class TrainConfig:
             raise ConfigError(f"train.val_fraction must be in (0, 1), got {self.val_fraction}")
         one_of(self, "parallel", PARALLEL, where="train")
         one_of(self, "dtype", DTYPES, where="train")
+        one_of(self, "backward_precision", DTYPES, where="train")
+        if self.backward_precision == "bfloat16" and self.dtype == "bfloat16":
+            raise ConfigError(
+                "train.backward_precision bfloat16 is for float32 training: dtype bfloat16 "
+                "(autocast) runs the backward's products in bfloat16 already"
+            )
         object.__setattr__(
             self, "device", device(self.device, "train.device", check_available=False)
         )

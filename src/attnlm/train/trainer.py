@@ -51,6 +51,7 @@ from attnlm.device import autocast
 from attnlm.errors import AttnlmError, ConfigError
 from attnlm.evaluation import EvalResult, estimate
 from attnlm.fileio import append_line, atomic_write_text
+from attnlm.nn import fused
 from attnlm.objectives import BatchSource, count_targets
 from attnlm.train import distributed as D
 from attnlm.train import fsdp
@@ -164,6 +165,21 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
+def _setup_bf16_backward(model: torch.nn.Module, device: torch.device) -> None:
+    """Check that ``--backward-precision bfloat16`` can run here (one line if not) and route
+    every plain ``nn.Linear`` of ``model`` through :func:`attnlm.nn.fused.linear`, whose
+    backward takes the setting (same parameters and state-dict keys)."""
+    if device.type != "cpu":
+        raise ConfigError(
+            "--backward-precision bfloat16 is for training on the CPU; on a GPU use "
+            "--dtype bfloat16 (autocast)"
+        )
+    why = fused.bf16_backward_support()
+    if why is not None:
+        raise ConfigError(f"--backward-precision bfloat16: {why}")
+    fused.use_onednn(model)
+
+
 class Trainer:
     """Runs the loop for one :class:`TrainJob`; see the module docstring."""
 
@@ -181,6 +197,9 @@ class Trainer:
         if self.device.type == "cuda":  # TF32 tensor cores for float32 matmuls (A100 and later)
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+        self.bf16_backward = cfg.backward_precision == "bfloat16"
+        if self.bf16_backward:
+            _setup_bf16_backward(self.raw_model, self.device)
         self.dist = job.dist
         self.data_gen = job.data_gen or torch.Generator().manual_seed(cfg.seed)
         self.state = TrainState()
@@ -329,7 +348,7 @@ class Trainer:
             last = m == self.micro - 1
             sync = nullcontext() if last or not d.enabled else self._no_sync()
             with sync:
-                with autocast(self.device, cfg.dtype):
+                with autocast(self.device, cfg.dtype), fused.bf16_backward(self.bf16_backward):
                     loss_sum = self.model(**batch).loss_sum
                 (loss_sum * scale).backward()
             summed += loss_sum.detach().float()
