@@ -37,11 +37,12 @@ difference must be below 1e-4) and each process's peak RSS (``wait4``'s ``ru_max
 Targets: LoRA tokens/s >= 1.3x peft and peak RSS <= 0.8x peft's; full fine-tuning tokens/s
 >= 1.2x transformers'.
 
-attnlm runs twice per round by default (``--backward-precision both``): as it trains by
-default (float32 throughout) and with ``--backward-precision bfloat16`` (float32 forward and
-loss, the backward's products on bfloat16 inputs), each against the same peer runs.
-``--peer-autocast`` runs the peer's forward under ``torch.autocast("cpu", torch.bfloat16)``,
-the mixed precision a ``transformers`` user would reach for (its loss at step 0 then differs).
+attnlm runs twice per round by default (``--sides attnlm,attnlm-bf16-backward``): as it trains
+by default (float32 throughout) and with ``--backward-precision bfloat16`` (float32 forward
+and loss, the backward's products on bfloat16 inputs), each against the same peer runs; the
+side ``attnlm-bf16-autocast`` adds ``--dtype bfloat16`` (autocast: forward and backward in
+bfloat16). ``--peer-autocast`` runs the peer's forward under ``torch.autocast("cpu",
+torch.bfloat16)``, the mixed precision a ``transformers`` user would reach for.
 """
 
 from __future__ import annotations
@@ -68,14 +69,18 @@ SETUPS = {  # name -> (mode, rank, attnlm --lora-targets, peft target_modules)
 LR = {"lora": 2e-4, "full": 3e-5}
 
 
-SIDES = {"attnlm": "float32", "attnlm-bf16-backward": "bfloat16"}  # side -> --backward-precision
+SIDES = {  # attnlm's sides: their flags
+    "attnlm": [],
+    "attnlm-bf16-backward": ["--backward-precision", "bfloat16"],
+    "attnlm-bf16-autocast": ["--dtype", "bfloat16"],
+}
 
 
 def attnlm_cmd(
-    setup: str, args: argparse.Namespace, out: Path, steps: int, precision: str = "float32"
+    setup: str, args: argparse.Namespace, out: Path, steps: int, side: str = "attnlm"
 ) -> list[str]:
-    """The user's command for one set-up: ``attnlm train --init-from ...`` (with
-    ``--backward-precision bfloat16`` for that side)."""
+    """The user's command for one set-up: ``attnlm train --init-from ...`` (with the
+    :data:`SIDES` flags of ``side``)."""
     mode, r, targets, _ = SETUPS[setup]
     lr = LR[mode]
     cmd = ["train", "--init-from", NAME, "--text", str(Path(args.work) / "train.txt"),
@@ -87,8 +92,7 @@ def attnlm_cmd(
            "--seed", str(SEED), "--no-progress"]  # fmt: skip
     if mode == "lora":
         cmd += ["--lora", str(r), "--lora-alpha", str(2 * r), "--lora-targets", targets]
-    if precision != "float32":
-        cmd += ["--backward-precision", precision]
+    cmd += SIDES[side]
     return harness.attnlm_command(*cmd)
 
 
@@ -188,7 +192,7 @@ def run_side(side: str, setup: str, args: argparse.Namespace, found: dict) -> ha
     steps = args.steps + 1
     if side in SIDES:
         out = Path(args.work) / f"run-{setup}-{side}"
-        done = harness.run_process(attnlm_cmd(setup, args, out, steps, SIDES[side]))
+        done = harness.run_process(attnlm_cmd(setup, args, out, steps, side))
         recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         recs = [r for r in recs if "loss" in r]
         losses, elapsed = [r["loss"] for r in recs], [r["elapsed"] for r in recs]
@@ -218,9 +222,8 @@ def main() -> None:
     ap.add_argument("--peer-autocast", action="store_true",
                     help="the peer's forward under bfloat16 autocast (its loss at step 0 then "
                     "differs: reported, not a failure)")  # fmt: skip
-    ap.add_argument("--backward-precision", default="both",
-                    choices=["float32", "bfloat16", "both"],
-                    help="attnlm's --backward-precision (both: two attnlm sides)")  # fmt: skip
+    ap.add_argument("--sides", default="attnlm,attnlm-bf16-backward",
+                    help=f"attnlm's sides, comma-separated, of {', '.join(SIDES)}")  # fmt: skip
     ap.add_argument("--work", default=None, help="working folder (default: a temporary one)")
     ap.add_argument("--worker", choices=["peer", "prepare"], help=argparse.SUPPRESS)
     ap.add_argument("--setup", choices=list(SETUPS), help=argparse.SUPPRESS)
@@ -228,6 +231,9 @@ def main() -> None:
         ap, quick={"batch": 1, "seq": 32, "steps": 2, "rounds": 1, "chars": 200_000,
                    "setups": "lora-r8-qv,full"},
     )  # fmt: skip
+    unknown = set(args.sides.split(",")) - set(SIDES)
+    if unknown:
+        ap.error(f"--sides: unknown {', '.join(sorted(unknown))} (known: {', '.join(SIDES)})")
     if args.worker == "prepare":
         return prepare(args)
     if args.worker:
@@ -254,7 +260,7 @@ def main() -> None:
                 "-bf16-autocast" if args.peer_autocast else ""
             )
             found: dict[str, list] = {}
-            ours = [k for k, v in SIDES.items() if args.backward_precision in (v, "both")]
+            ours = args.sides.split(",")
             sides = {k: lambda s=setup, f=found, k=k: run_side(k, s, args, f) for k in ours}
             sides[peer] = lambda s=setup, f=found: run_side("peer", s, args, f)
             runs_all = harness.alternate(sides, rounds=args.rounds, swap=True)
@@ -281,7 +287,7 @@ def report(setup: str, side: str, peer: str, a: list, p: list, runs: dict, diffe
     target = ">= 1.3x tokens/s, <= 0.8x RSS" if mode == "lora" else ">= 1.2x tokens/s"
     harness.report(
         f"finetune {setup} {side}", runs, ours=side, peer=peer, target=target,
-        backward_precision=SIDES[side],
+        flags=" ".join(SIDES[side]),
         tokens_per_s_attnlm=round(tps[0], 2), tokens_per_s_peer=round(tps[1], 2),
         tokens_per_s_ratio=round(tps[0] / tps[1], 3),
         rss_mib_attnlm=round(rss[0]), rss_mib_peer=round(rss[1]),

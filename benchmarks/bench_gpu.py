@@ -27,6 +27,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,13 +54,16 @@ def timed(fn, dev: torch.device) -> float:
 
 
 def alternate(runners: dict, runs: int, dev: torch.device) -> dict[str, float]:
-    """Median seconds per runner, one warm-up call each, then ``runs`` alternating rounds."""
-    for f in runners.values():
-        f()
+    """Median seconds per runner, one warm-up call each, then ``runs`` alternating rounds.
+    Each call's time goes to stderr as it ends, so a run cut short still shows where its
+    time went."""
+    for key, f in runners.items():
+        print(f"  warm-up {key}: {timed(f, dev):.2f} s", file=sys.stderr, flush=True)
     times: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(runs):
         for key, f in runners.items():
             times[key].append(timed(f, dev))
+            print(f"  {key}: {times[key][-1]:.3f} s", file=sys.stderr, flush=True)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -109,6 +109,8 @@ def test_config_refusals(cli, tmp_path):
     r = cli(*common, "--backward-precision", "bfloat16", "--dtype", "bfloat16")
     assert r.code == 2 and "backward_precision bfloat16 is for float32" in r.err
     assert len(r.err.strip().splitlines()) == 1
+    r = cli(*common, "--backward-precision", "bfloat16", "--compile")
+    assert r.code == 2 and "does not apply to a compiled model" in r.err
     r = cli(*common, "--set", 'train.backward_precision="f16"')
     assert r.code == 2 and "train.backward_precision must be one of float32, bfloat16" in r.err
 

@@ -167,6 +167,11 @@ class TrainConfig:
                 "train.backward_precision bfloat16 is for float32 training: dtype bfloat16 "
                 "(autocast) runs the backward's products in bfloat16 already"
             )
+        if self.backward_precision == "bfloat16" and self.compile:
+            raise ConfigError(
+                "train.backward_precision bfloat16 does not apply to a compiled model "
+                "(torch.compile picks its own kernels): drop --compile or the setting"
+            )
         object.__setattr__(
             self, "device", device(self.device, "train.device", check_available=False)
         )
