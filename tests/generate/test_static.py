@@ -311,6 +311,6 @@ def test_recompile_limit_falls_back_on_pytorch_without_the_keyword(monkeypatch):
         return model
 
     monkeypatch.setattr(torch, "compile", old_compile)
-    monkeypatch.setattr(dynamo_config, "recompile_limit", 8)
-    assert compiled._recompile_options(40) == {}
-    assert dynamo_config.recompile_limit == 40
+    with dynamo_config.patch(recompile_limit=8):  # restored afterwards, whatever happens
+        assert compiled._recompile_options(40) == {}
+        assert dynamo_config.recompile_limit == 40
