@@ -38,7 +38,7 @@ Shape legend
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -106,6 +106,18 @@ def bf16_backward(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _BF16_BACKWARD = before
+
+
+def _bf16_grads(x: Tensor) -> bool:
+    """Whether a product recorded now on ``x`` takes bfloat16 inputs in its backward (inside
+    :func:`bf16_backward`, on the CPU); a Function's forward keeps this in its ``ctx``."""
+    return _BF16_BACKWARD and x.device.type == "cpu"
+
+
+def _grad_mm(bf16: bool) -> Callable[[Tensor, Tensor], Tensor]:
+    """The product ``prod(a, w) = a wᵀ`` for a backward: ``F.linear`` in bfloat16 mode (the
+    mode applies to its kernel, not to :func:`_gemm`'s oneDNN primitive), else :func:`_mm`."""
+    return F.linear if bf16 else _mm
 
 
 @contextmanager
@@ -187,7 +199,7 @@ class _Linear(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, onednn: bool) -> Tensor:
         # x serves dW only: a frozen weight (fine-tuning, LoRA) does not keep its input alive
         ctx.save_for_backward(x if weight.requires_grad else None, weight)
-        ctx.has_bias, ctx.bf16 = bias is not None, _BF16_BACKWARD
+        ctx.has_bias, ctx.bf16 = bias is not None, _bf16_grads(x)
         ctx.onednn = onednn and not ctx.bf16
         return _gemm(x, weight, bias) if onednn else F.linear(x, weight, bias)
 
@@ -448,8 +460,8 @@ class _ChunkedHeadLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, rows: int, ignore: int):
         want_h, want_w = h.requires_grad, weight.requires_grad
-        bf16 = _BF16_BACKWARD and h.device.type == "cpu"  # the gradients' products only
-        grad_mm = F.linear if bf16 else _mm
+        bf16 = _bf16_grads(h)  # the gradients' products only
+        grad_mm = _grad_mm(bf16)
         dh = torch.empty_like(h) if want_h else None
         dw = torch.zeros_like(weight) if want_w else None
         total = h.new_zeros((), dtype=torch.float32)
@@ -468,7 +480,8 @@ class _ChunkedHeadLoss(torch.autograd.Function):
                 continue
             g = logits.mul_(sums.reciprocal_())  # softmax
             g.scatter_add_(1, safe, -torch.ones_like(picked))
-            if not bool(keep.all()):
+            # the check is free on the CPU; elsewhere it would wait for the device each chunk
+            if h.device.type != "cpu" or not bool(keep.all()):
                 g.mul_(keep.unsqueeze(1))
             g = g.to(h.dtype)
             with _products_in_bf16(bf16):

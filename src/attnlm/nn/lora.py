@@ -274,7 +274,7 @@ class _LoRALinear(torch.autograd.Function):
             y[:, start:stop].addmm_(z[:, i * r : (i + 1) * r], b_list[i].t(), alpha=scale)
         ctx.save_for_backward(x2, weight, a, z, *b_list)
         ctx.spans, ctx.scale, ctx.k, ctx.r, ctx.x_shape = spans, scale, k, r, x.shape
-        ctx.bf16 = fused._BF16_BACKWARD and x.device.type == "cpu"  # fused.bf16_backward
+        ctx.bf16 = fused._bf16_grads(x)  # inside fused.bf16_backward
         return y.view(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
@@ -291,7 +291,7 @@ class _LoRALinear(torch.autograd.Function):
         dz = parts[0] if k == 1 else torch.cat(parts, dim=1)  # (N, K r)
         dx = None
         if ctx.needs_input_grad[0]:
-            dx = (F.linear if ctx.bf16 else fused.linear)(dy2, weight.t())  # dy W: (N, in)
+            dx = fused._grad_mm(ctx.bf16)(dy2, weight.t())  # dy W: (N, in)
             dx = dx.addmm_(dz, a, alpha=scale).view(ctx.x_shape)  # the adapters' share
         da = dz.t().mm(x2).mul_(scale)  # (K r, in)
         db = [dy2[:, start:stop].t().mm(z[:, i * r : (i + 1) * r]).mul_(scale)
