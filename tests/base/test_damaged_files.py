@@ -177,7 +177,7 @@ NOT_FOREIGN = {
     "attnlm.train.pair_data.prepare_pairs": "attnlm's own prepared-data signature",
     "attnlm.train.run_files.may_reuse": "attnlm's own prepared-data signature",
     "attnlm.train.run_files.reuse_run_data": "attnlm's own prepared-data signature",
-    "attnlm.train.trainer.MetricsLog.__init__": "attnlm's own metrics.jsonl (resume)",
+    "attnlm.train.job.MetricsLog.__init__": "attnlm's own metrics.jsonl (resume)",
     "attnlm.ngram.arpa_write.write_sections.gz": "a writer",
     "attnlm.models.hf.folder._read_json": "goes through foreign.load_json",
 }

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tests.support import ROMEO, loss_curve
 
 from attnlm.models import registry
-from attnlm.nn import fused
+from attnlm.nn import fused, grad_precision
 from attnlm.nn.lora import apply_lora
 
 WHY = fused.bf16_backward_support()
@@ -95,7 +95,7 @@ def test_setting_is_scoped_and_pytorchs_flag_restored():
     ids = torch.randint(V, (2, 17))
     with fused.bf16_backward():
         loss = model(ids[:, :-1], ids[:, 1:]).loss
-    assert not fused._BF16_BACKWARD  # the block ended: new forwards are float32 again
+    assert not grad_precision._BF16_BACKWARD  # the block ended: new forwards are float32 again
     loss.backward()  # the products recorded inside it still run in bfloat16
     assert mm.fp32_precision == before
 
@@ -116,7 +116,9 @@ def test_config_refusals(cli, tmp_path):
 
 
 def test_unsupported_machine_is_one_line(cli, tmp_path, monkeypatch):
-    monkeypatch.setattr(fused, "bf16_backward_support", lambda: "this CPU has no bfloat16 x")
+    monkeypatch.setattr(
+        grad_precision, "bf16_backward_support", lambda: "this CPU has no bfloat16 x"
+    )
     text = tmp_path / "t.txt"
     text.write_text(ROMEO, encoding="utf-8")
     r = cli("train", "--text", text, "--out", tmp_path / "r", "--max-iters", "1",

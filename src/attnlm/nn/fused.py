@@ -38,12 +38,15 @@ Shape legend
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from attnlm.nn.grad_precision import bf16_backward, bf16_backward_support
+from attnlm.nn.grad_precision import bf16_grads as _bf16_grads
+from attnlm.nn.grad_precision import products_in_bf16 as _products_in_bf16
 
 __all__ = [
     "ONEDNN_MIN_ROWS",
@@ -74,64 +77,13 @@ def _needs_grad(*tensors: Tensor | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# The backward's float32 products on bfloat16 inputs (opt-in)
-
-_BF16_BACKWARD = False  # set by bf16_backward(); read when a product's forward runs
-
-
-def bf16_backward_support() -> str | None:
-    """None where :func:`bf16_backward` can run, else why not (one line): it needs PyTorch's
-    ``torch.backends.mkldnn.matmul.fp32_precision`` (2.9 and later) and a CPU with bfloat16
-    matrix instructions (AMX or AVX512-BF16), where oneDNN's products are several times
-    float32's speed rather than emulated."""
-    mm = getattr(torch.backends.mkldnn, "matmul", None)
-    if mm is None or not hasattr(mm, "fp32_precision") or not torch.backends.mkldnn.is_available():
-        return f"this PyTorch ({torch.__version__}) cannot run float32 products in bfloat16"
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return "this CPU has no bfloat16 matrix instructions (AMX or AVX512-BF16)"
-    return None
-
-
-@contextmanager
-def bf16_backward(enabled: bool = True) -> Iterator[None]:
-    """Inside this block, the products that :func:`linear`, :class:`~attnlm.nn.lora.LoRALinear`
-    and :func:`chunked_head_loss` record for the backward (``dx = dy W``, ``dW = dyᵀ x``, the
-    head's ``G W`` and ``Gᵀ h``) round their float32 inputs to bfloat16 and accumulate in
-    float32 (oneDNN's bf16 math mode: AMX on CPUs that have it). The forward pass, and so the
-    loss, stays float32; only the gradients carry bfloat16's input rounding (relative error
-    about 2⁻⁸ per product). Attention's own kernel and element-wise gradients are unchanged."""
-    global _BF16_BACKWARD
-    before, _BF16_BACKWARD = _BF16_BACKWARD, bool(enabled)
-    try:
-        yield
-    finally:
-        _BF16_BACKWARD = before
-
-
-def _bf16_grads(x: Tensor) -> bool:
-    """Whether a product recorded now on ``x`` takes bfloat16 inputs in its backward (inside
-    :func:`bf16_backward`, on the CPU); a Function's forward keeps this in its ``ctx``."""
-    return _BF16_BACKWARD and x.device.type == "cpu"
+# The backward's products in bfloat16 (the mode itself: attnlm.nn.grad_precision)
 
 
 def _grad_mm(bf16: bool) -> Callable[[Tensor, Tensor], Tensor]:
     """The product ``prod(a, w) = a wᵀ`` for a backward: ``F.linear`` in bfloat16 mode (the
     mode applies to its kernel, not to :func:`_gemm`'s oneDNN primitive), else :func:`_mm`."""
     return F.linear if bf16 else _mm
-
-
-@contextmanager
-def _products_in_bf16(enabled: bool) -> Iterator[None]:
-    """oneDNN's float32 products take bfloat16 inputs while active (when ``enabled``)."""
-    if not enabled:
-        yield
-        return
-    mm = torch.backends.mkldnn.matmul
-    before, mm.fp32_precision = mm.fp32_precision, "bf16"
-    try:
-        yield
-    finally:
-        mm.fp32_precision = before
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +203,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if not _fusable(x, weight):
         return F.linear(x, weight, bias)
     onednn = onednn_preferred()
-    if _needs_grad(x, weight, bias) and (onednn or _BF16_BACKWARD):
+    if _needs_grad(x, weight, bias) and (onednn or _bf16_grads(x)):
         return _Linear.apply(x, weight, bias, onednn)
     return _gemm(x, weight, bias) if onednn else F.linear(x, weight, bias)
 

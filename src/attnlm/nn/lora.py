@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import ConfigError, InputError
-from attnlm.nn import fused
+from attnlm.nn import fused, grad_precision
 from attnlm.nn.attention import MultiHeadAttention
 from attnlm.nn.blocks import FeedForward, SwiGLU
 
@@ -274,12 +274,12 @@ class _LoRALinear(torch.autograd.Function):
             y[:, start:stop].addmm_(z[:, i * r : (i + 1) * r], b_list[i].t(), alpha=scale)
         ctx.save_for_backward(x2, weight, a, z, *b_list)
         ctx.spans, ctx.scale, ctx.k, ctx.r, ctx.x_shape = spans, scale, k, r, x.shape
-        ctx.bf16 = fused._bf16_grads(x)  # inside fused.bf16_backward
+        ctx.bf16 = grad_precision.bf16_grads(x)  # inside grad_precision.bf16_backward
         return y.view(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
     def backward(ctx, dy):
-        with fused._products_in_bf16(ctx.bf16):
+        with grad_precision.products_in_bf16(ctx.bf16):
             return _LoRALinear._backward(ctx, dy)
 
     @staticmethod

@@ -95,7 +95,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     dtype: str = "float32"  # float32 | bfloat16 (autocast)
     # float32 | bfloat16: the backward's products of linear layers and the LM head on
-    # bfloat16 inputs (float32 forward and loss; CPU with AMX/AVX512-BF16; nn.fused.bf16_backward)
+    # bfloat16 inputs (float32 forward and loss; CPU with AMX/AVX512-BF16; nn.grad_precision)
     backward_precision: str = "float32"
     compile: bool = False  # torch.compile the model
     threads: int = 0  # torch.set_num_threads; 0 leaves torch's default

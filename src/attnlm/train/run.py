@@ -43,9 +43,10 @@ from attnlm.train.finetune import (
     take_model,
 )
 from attnlm.train.fsdp import load_sharded, shard
+from attnlm.train.job import MetricsLog, TrainJob, TrainResult, TrainState
 from attnlm.train.lora import lora_model
 from attnlm.train.optim import make_optimizer
-from attnlm.train.trainer import MetricsLog, Trainer, TrainJob, TrainResult, TrainState
+from attnlm.train.trainer import Trainer
 
 METRICS_FILE = "metrics.jsonl"
 LOSS_CURVE_FILE = "loss_curve.png"

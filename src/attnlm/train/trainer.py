@@ -35,12 +35,9 @@ resume, records after the checkpoint's step are dropped so the log matches an un
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,76 +45,17 @@ import torch
 
 from attnlm.checkpoint import CHECKPOINT_DIR, save_checkpoint
 from attnlm.device import autocast
-from attnlm.errors import AttnlmError, ConfigError
+from attnlm.errors import ConfigError
 from attnlm.evaluation import EvalResult, estimate
-from attnlm.fileio import append_line, atomic_write_text
-from attnlm.nn import fused
-from attnlm.objectives import BatchSource, count_targets
+from attnlm.nn import fused, grad_precision
+from attnlm.objectives import count_targets
 from attnlm.train import distributed as D
 from attnlm.train import fsdp
-from attnlm.train.config import TrainConfig
+from attnlm.train.job import MetricsLog, TrainingError, TrainJob, TrainResult, TrainState
 from attnlm.train.optim import lr_at
 
-
-class TrainingError(AttnlmError):
-    """Training cannot go on (e.g. the loss became NaN); the message names the last checkpoint."""
-
-
-@dataclass
-class TrainState:
-    """What a checkpoint needs beyond the weights to continue exactly where it stopped."""
-
-    step: int = 0
-    elapsed: float = 0.0  # seconds of training so far, over all sessions
-    best_val: float = math.inf
-    bad_evals: int = 0  # evaluations since the best one (early stopping)
-    tokens: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class TrainResult:
-    step: int
-    stop_reason: str
-    elapsed: float
-    tokens_per_s: float
-    last_eval: EvalResult | None
-    checkpoint: Path | None
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-
-class MetricsLog:
-    """``metrics.jsonl``: one JSON object per line; rank 0 only.
-
-    Starting (and the resume trim to ``keep_until``) replaces the file atomically
-    (:mod:`attnlm.fileio`): a kill there leaves the old log whole. Records are then appended one
-    line at a time; a kill mid-append cuts at most the last line, which a resume skips."""
-
-    def __init__(self, path: Path, enabled: bool, keep_until: int | None) -> None:
-        self.path = path
-        self.enabled = enabled
-        self.records: list[dict[str, Any]] = []
-        if enabled and keep_until is not None and path.is_file():
-            kept = []
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill
-                if rec.get("step", 0) <= keep_until:
-                    kept.append(rec)
-            self.records = kept
-            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
-        elif enabled:
-            atomic_write_text(path, "")
-
-    def write(self, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        self.records.append(record)
-        append_line(self.path, json.dumps(record))
+# the run's records live in attnlm.train.job; importing them from here keeps working
+__all__ = ["MetricsLog", "Trainer", "TrainJob", "TrainResult", "TrainState", "TrainingError"]
 
 
 def _silent(*_args: Any) -> None:
@@ -127,31 +65,6 @@ def _silent(*_args: Any) -> None:
 def _fmt_time(seconds: float) -> str:
     seconds = max(int(seconds), 0)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-@dataclass
-class TrainJob:
-    """Everything one training loop needs: the model and its optimizer, the settings, the
-    training and validation batch sources of the objective, where and what to save, and the
-    device. ``on_step(step)`` is called after every optimizer step (progress hooks, tests
-    that interrupt a run); ``data_gen`` is the generator of the training batches' random
-    choices (seeded from ``config.seed`` when None); ``fit_step(windows) -> (loss, tokens)``
-    replaces the gradient step for models fitted in closed form (module docstring)."""
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    config: TrainConfig
-    train: BatchSource
-    val: BatchSource
-    run_dir: Path
-    checkpoint_config: dict[str, Any]
-    tokenizer: Any
-    device: torch.device
-    dist: D.DistInfo = field(default_factory=D.DistInfo)
-    data_gen: torch.Generator | None = None
-    log: Callable[..., Any] = print
-    on_step: Callable[[int], Any] | None = None
-    fit_step: Callable[[Any], tuple[float, int]] | None = None
 
 
 RNG_KEYS = ("rng_torch", "rng_cuda")  # a process's random state in a checkpoint
@@ -174,7 +87,7 @@ def _setup_bf16_backward(model: torch.nn.Module, device: torch.device) -> None:
             "--backward-precision bfloat16 is for training on the CPU; on a GPU use "
             "--dtype bfloat16 (autocast)"
         )
-    why = fused.bf16_backward_support()
+    why = grad_precision.bf16_backward_support()
     if why is not None:
         raise ConfigError(f"--backward-precision bfloat16: {why}")
     fused.use_onednn(model)
@@ -348,7 +261,10 @@ class Trainer:
             last = m == self.micro - 1
             sync = nullcontext() if last or not d.enabled else self._no_sync()
             with sync:
-                with autocast(self.device, cfg.dtype), fused.bf16_backward(self.bf16_backward):
+                with (
+                    autocast(self.device, cfg.dtype),
+                    grad_precision.bf16_backward(self.bf16_backward),
+                ):
                     loss_sum = self.model(**batch).loss_sum
                 (loss_sum * scale).backward()
             summed += loss_sum.detach().float()
