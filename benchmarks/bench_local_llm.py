@@ -14,6 +14,13 @@ file, greedy, the same prompt text and thread count, printing the same keys. Med
   ``q8``, ``bf16``, ``f32`` and the GGUF default, and llama.cpp on the file's own blocks
   (targets: q4 >= 1.0x llama.cpp, q8 >= 0.6x); attnlm ``f32`` against ``transformers``'
   ``generate`` on the same dequantized weights (target >= 2x);
+* attnlm ``f32`` with ``--draft q4`` (speculative decoding: a 4-bit copy of the model guesses,
+  the float32 model checks; the float32 model's greedy tokens) against ``transformers`` f32;
+* a chat turn, as a user asks the instruction-tuned model a question: ``attnlm chat --message Q
+  --weights f32`` (greedy, with its default lookahead drafts, ``--lookahead 0`` and ``--draft
+  q4``) against
+  ``transformers``' ``generate`` on the same rendered prompt, float32, until the end-of-turn
+  token, plain and with its own prompt-lookup drafts (``prompt_lookup_num_tokens=8``);
 * prefill of a 512-token prompt (the GGUF default weights) against llama.cpp (>= 1.0x);
 * peak RSS of the whole process (attnlm q4 <= 1.3x llama.cpp); ``attnlm generate`` on this file
   runs without PyTorch (:mod:`attnlm.native.engine`), and the row ``attnlm q4 torch path``
@@ -46,6 +53,8 @@ import time
 import harness  # benchmarks/harness.py: alternating runs, medians, JSON lines
 
 NAME = "smollm2-135m-instruct"
+EOT = 2  # SmolLM2's end-of-turn token, <|im_end|>
+QUESTION = "Explain how attention works in a transformer language model, step by step."
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 
@@ -86,7 +95,8 @@ def peer_llamacpp(path: str, prompt: str, new: int, threads: int) -> dict:
     return record(len(tokens), made, t1 - t0, t2 - t1)
 
 
-def peer_transformers(path: str, prompt: str, new: int, threads: int) -> dict:
+def peer_transformers(path: str, prompt: str, new: int, threads: int, lookup: int = 0,
+                      until_eos: bool = False) -> dict:  # fmt: skip
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,10 +109,12 @@ def peer_transformers(path: str, prompt: str, new: int, threads: int) -> dict:
         t0 = time.perf_counter()
         model(x)  # the prefill alone
         t1 = time.perf_counter()
+        stop = {"eos_token_id": EOT} if until_eos else {"min_new_tokens": new}
+        drafts = {"prompt_lookup_num_tokens": lookup} if lookup else {}
         out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
-                             max_new_tokens=new, min_new_tokens=new, pad_token_id=0)  # fmt: skip
+                             max_new_tokens=new, pad_token_id=0, **stop, **drafts)  # fmt: skip
         t2 = time.perf_counter()
-    made = out.shape[1] - x.shape[1]
+    made = out.shape[1] - x.shape[1] - int(until_eos and out[0, -1].item() == EOT)
     return record(x.shape[1], made, t1 - t0, (t2 - t1) - (t1 - t0))
 
 
@@ -130,18 +142,36 @@ def run_json(cmd: list[str]) -> dict:
 
 
 def attnlm_cmd(path: str, prompt: str, new: int, threads: int, weights: str | None,
-               lookahead: int = 0) -> list[str]:  # fmt: skip
+               lookahead: int = 0, *more: str) -> list[str]:  # fmt: skip
     cmd = harness.attnlm_command(
         "generate", "--model", path, "--prompt", prompt, "--max-new-tokens", str(new),
         "--temperature", "0", "--lookahead", str(lookahead), "--threads", str(threads),
-        "--json",
+        "--json", *more,
     )  # fmt: skip
     return cmd + (["--weights", weights] if weights else [])
 
 
-def peer_cmd(peer: str, path: str, prompt: str, new: int, threads: int) -> list[str]:
+def chat_cmd(path: str, question: str, new: int, threads: int, weights: str,
+             lookahead: int, *more: str) -> list[str]:  # fmt: skip
+    return harness.attnlm_command(
+        "chat", "--model", path, "--message", question, "--max-new-tokens", str(new),
+        "--lookahead", str(lookahead), "--threads", str(threads), "--weights", weights, "--json",
+        *more,
+    )  # fmt: skip
+
+
+def chat_prompt(question: str) -> str:
+    """The question rendered by the file's chat template, as ``attnlm chat`` renders it."""
+    from attnlm.models.gguf import load_tokenizer
+    from attnlm.tokenizers.gguf import gguf_chat_setup
+
+    template, _ = gguf_chat_setup(load_tokenizer(gguf_path()), "chat template")
+    return template.render([{"role": "user", "content": question}], add_generation_prompt=True)
+
+
+def peer_cmd(peer: str, path: str, prompt: str, new: int, threads: int, *more: str) -> list[str]:
     return [sys.executable, __file__, "--peer", peer, "--path", path, "--prompt", prompt,
-            "--new", str(new), "--threads", str(threads)]  # fmt: skip
+            "--new", str(new), "--threads", str(threads), *more]  # fmt: skip
 
 
 def median_of(docs: list[dict], key: str) -> float | None:
@@ -155,17 +185,18 @@ def compare_processes(label: str, cmds: dict[str, list[str]], rounds: int) -> di
         for name, cmd in cmds.items():
             docs[name].append(run_json(cmd))
     print(f"\n== {label}: median of {rounds}")
-    print(f"   {'':22} {'decode tok/s':>12} {'prefill s':>10} {'peak RSS MB':>12} "
-          f"{'new tokens':>10}")  # fmt: skip
+    print(f"   {'':26} {'decode tok/s':>12} {'prefill s':>10} {'peak RSS MB':>12} "
+          f"{'new tokens':>10} {'process s':>10}")  # fmt: skip
     summary = {}
     for name, ds in docs.items():
         keys = ("decode_tokens_per_second", "prefill_seconds", "peak_rss_mb", "new_tokens",
-                "prompt_tokens")  # fmt: skip
+                "prompt_tokens", "process_seconds")  # fmt: skip
         m = {k: median_of(ds, k) for k in keys}
         summary[name] = m
         rate = m["decode_tokens_per_second"]
-        print(f"   {name:<22} {rate or 0:12.1f} {m['prefill_seconds']:10.3f} "
-              f"{m['peak_rss_mb']:12.0f} {m['new_tokens']:10.0f}")  # fmt: skip
+        print(f"   {name:<26} {rate or 0:12.1f} {m['prefill_seconds']:10.3f} "
+              f"{m['peak_rss_mb']:12.0f} {m['new_tokens']:10.0f} "
+              f"{m['process_seconds']:10.2f}")  # fmt: skip
     harness.emit({"bench": f"local_llm {label}", "rounds": rounds, **summary})
     return summary
 
@@ -246,6 +277,36 @@ def ceiling_rows(path: str, threads: int, new: int, rounds: int, batches: list[i
                       "tokens_per_second": rate})  # fmt: skip
 
 
+def chat_rows(path: str, args: argparse.Namespace) -> None:
+    """A chat turn in float32: ``attnlm chat`` (drafts on and off) against ``transformers``
+    (plain and with prompt lookup) on the same rendered prompt, until the end of the turn."""
+    prompt = chat_prompt(args.question)
+    cmds = {
+        "attnlm chat f32": chat_cmd(path, args.question, args.new, args.threads, "f32", 8),
+        "attnlm chat f32 lookahead 0": chat_cmd(path, args.question, args.new, args.threads,
+                                                "f32", 0),
+        "attnlm chat f32 --draft q4": chat_cmd(path, args.question, args.new, args.threads,
+                                               "f32", 8, "--draft", "q4"),
+        "transformers f32": peer_cmd("transformers", path, prompt, args.new, args.threads,
+                                     "--until-eos"),
+        "transformers f32+lookup": peer_cmd("transformers", path, prompt, args.new,
+                                            args.threads, "--until-eos", "--lookup", "8"),
+    }  # fmt: skip
+    got = compare_processes(f"chat turn, f32, up to {args.new} new tokens", cmds, args.rounds)
+    rate = "decode_tokens_per_second"
+    say("chat attnlm f32 --draft q4 (speculative) / transformers f32",
+        ratio(got, "attnlm chat f32 --draft q4", "transformers f32", rate), ">= 2x")  # fmt: skip
+    say("chat attnlm f32 (drafts from the context, the default) / transformers f32",
+        ratio(got, "attnlm chat f32", "transformers f32", rate), "none")  # fmt: skip
+    say("chat attnlm f32 (drafts) / transformers f32 with prompt lookup",
+        ratio(got, "attnlm chat f32", "transformers f32+lookup", rate), "none")  # fmt: skip
+    say("chat attnlm f32 one token per pass / transformers f32",
+        ratio(got, "attnlm chat f32 lookahead 0", "transformers f32", rate), "none")  # fmt: skip
+    say("chat whole process attnlm f32 / transformers f32",
+        ratio(got, "attnlm chat f32", "transformers f32", "process_seconds", inverse=True),
+        "none")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -255,15 +316,22 @@ def main() -> None:
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--weights", nargs="+", default=["q4", "q8", "bf16", "f32"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--question", default=QUESTION, help="the chat rows' question")
     ap.add_argument("--peer", choices=["llamacpp", "transformers"], help=argparse.SUPPRESS)
+    ap.add_argument("--lookup", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--until-eos", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--prompt", help=argparse.SUPPRESS)
     args = harness.parse(ap, quick={"rounds": 1, "new": 8, "prompt_tokens": 16,
                                     "prefill_tokens": 32, "weights": ["f32"],
                                     "batches": [1]})  # fmt: skip
     if args.peer:  # one peer process: print its JSON line
-        fn = peer_llamacpp if args.peer == "llamacpp" else peer_transformers
-        print(json.dumps(fn(args.path, args.prompt, args.new, args.threads)))
+        if args.peer == "llamacpp":
+            doc = peer_llamacpp(args.path, args.prompt, args.new, args.threads)
+        else:
+            doc = peer_transformers(args.path, args.prompt, args.new, args.threads, args.lookup,
+                                    args.until_eos)  # fmt: skip
+        print(json.dumps(doc))
         return
     harness.set_threads(args.threads)
     harness.header("local_llm", threads=args.threads, new=args.new, rounds=args.rounds)
@@ -282,10 +350,14 @@ def main() -> None:
         path, prompt, args.new, args.threads, "q4")  # fmt: skip
     if "f32" in args.weights:
         cmds["attnlm f32+drafts"] = attnlm_cmd(path, prompt, args.new, args.threads, "f32", 8)
+        cmds["attnlm f32 --draft q4"] = attnlm_cmd(path, prompt, args.new, args.threads, "f32",
+                                                   8, "--draft", "q4")  # fmt: skip
     if have_llama:
         cmds["llama.cpp"] = peer_cmd("llamacpp", path, prompt, args.new, args.threads)
     if have_hf:
         cmds["transformers f32"] = peer_cmd("transformers", path, prompt, args.new, args.threads)
+        cmds["transformers f32+lookup"] = peer_cmd("transformers", path, prompt, args.new,
+                                                   args.threads, "--lookup", "8")  # fmt: skip
     dec = compare_processes(f"decode, prompt {args.prompt_tokens}, {args.new} new tokens", cmds,
                             args.rounds)  # fmt: skip
     rate = "decode_tokens_per_second"
@@ -303,6 +375,16 @@ def main() -> None:
             ratio(dec, "attnlm f32", "transformers f32", rate), ">= 2x")  # fmt: skip
         say("decode attnlm f32 with drafts (greedy's default) / transformers f32",
             ratio(dec, "attnlm f32+drafts", "transformers f32", rate), "none")  # fmt: skip
+        say("decode attnlm f32 --draft q4 (speculative) / transformers f32",
+            ratio(dec, "attnlm f32 --draft q4", "transformers f32", rate), ">= 2x")  # fmt: skip
+        say("decode attnlm f32 with drafts / transformers f32 with prompt lookup",
+            ratio(dec, "attnlm f32+drafts", "transformers f32+lookup", rate),
+            "none")  # fmt: skip
+        say("whole process attnlm f32 / transformers f32",
+            ratio(dec, "attnlm f32", "transformers f32", "process_seconds", inverse=True),
+            "none")  # fmt: skip
+    if have_hf and "f32" in args.weights:
+        chat_rows(path, args)
 
     # prefill of a long prompt: the GGUF default weights against llama.cpp
     long_prompt = prompt_text(args.prefill_tokens)

@@ -1,7 +1,7 @@
 """``ChatSession``: greedy replies equal ``transformers``' ``generate`` on the prompt
 ``apply_chat_template`` renders, turn after turn; the cache is reused (only the new suffix is
 prefilled) and cut back when the re-rendered conversation differs from what it holds; the
-replies with and without the cache are the same."""
+replies with and without the cache, and with and without lookahead drafts, are the same."""
 
 from __future__ import annotations
 
@@ -48,12 +48,13 @@ def reference_reply(ref, ref_tok, messages, stop_ids):
     return new
 
 
-@pytest.mark.parametrize("use_cache", [True, False])
-def test_turns_equal_transformers_generate(chat_model, use_cache):
+@pytest.mark.parametrize(("use_cache", "lookahead"), [(True, 8), (True, 0), (False, 8)])
+def test_turns_equal_transformers_generate(chat_model, use_cache, lookahead):
     model, tok, info, ref, ref_tok = chat_model
     session = ChatSession(model, tok, info.chat_template, info.stop_ids,
                           sampling=SamplingConfig(temperature=0, max_new_tokens=N),
-                          system="You are terse.", use_cache=use_cache)  # fmt: skip
+                          system="You are terse.", use_cache=use_cache,
+                          lookahead=lookahead)  # fmt: skip
     for turn, user in enumerate(["hello", "the capital of France?", "Paris"]):
         before = list(session.messages)
         reply = session.reply(user)
@@ -65,6 +66,34 @@ def test_turns_equal_transformers_generate(chat_model, use_cache):
         if use_cache and turn > 0:
             assert 0 < reply.reused < reply.prompt_tokens
             assert reply.prefilled == reply.prompt_tokens - reply.reused
+
+
+def test_drafts_give_the_same_replies_in_fewer_passes(chat_model):
+    """Greedy replies with lookahead drafts equal one-token-per-pass replies over three turns
+    (the last one ended by the window), each turn reusing the cache the drafts left (a reply
+    may end inside an accepted draft); the random model repeats itself, so drafts are taken."""
+    model, tok, info, _, _ = chat_model
+    sampling = SamplingConfig(temperature=0, max_new_tokens=40)
+    replies, passes = {}, {}
+    for lookahead in (0, 8):
+        session = ChatSession(model, tok, info.chat_template, info.stop_ids, sampling=sampling,
+                              lookahead=lookahead)  # fmt: skip
+        feed, count = session._feed_every, [0]
+
+        def counted(ids, feed=feed, count=count):
+            count[0] += 1
+            return feed(ids)
+
+        session._feed_every = counted
+        replies[lookahead] = [session.reply(u) for u in ("hello", "the capital?", "Paris")]
+        passes[lookahead] = count[0]
+        assert len(session.cached) == session.state.length  # the ids the state holds
+    plain, drafted = replies[0], replies[8]
+    assert [r.ids for r in drafted] == [r.ids for r in plain]
+    assert [r.finish for r in drafted] == [r.finish for r in plain]
+    assert plain[-1].finish == "window" and drafted[1].reused > 0
+    assert passes[0] == 0  # one token per pass never checks drafts
+    assert 0 < passes[8] < sum(len(r.ids) for r in drafted) - 3  # fewer passes than tokens
 
 
 def test_cache_is_cut_back_when_the_history_changes(chat_model):

@@ -284,6 +284,9 @@ def test_chat_on_the_engine_follows_the_pytorch_session(files, temperature):
     if temperature == 0:
         model = gguf.load_model(header, "q4").eval()
         assert ours == conversation(ChatSession(model, tok, template, stops, sampling=sampling))
+        plain = EngineChatSession(open_engine(header, None, 1), tok, template, stops,
+                                  sampling=sampling, lookahead=0)  # fmt: skip
+        assert ours == conversation(plain)  # drafts (the default) change no reply
         assert ours[0] == ours[-1]  # after reset() the first turn again
     else:
         again = conversation(EngineChatSession(open_engine(header, None, 1), tok, template,
@@ -298,11 +301,23 @@ def test_chat_command_runs_without_pytorch(files, tmp_path):
     args = ("chat", "--model", path, "--template", template, "--message", "hello",
             "--temperature", "0", "--max-new-tokens", "8", "--threads", "1", "--json")  # fmt: skip
     runs = [_attnlm(*args, engine=e) for e in (True, False)]
-    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    runs.append(_attnlm(*args, "--lookahead", "0", engine=True))
+    assert all(r.returncode == 0 for r in runs), "".join(r.stderr for r in runs)
     assert runs[0].stderr.strip().endswith("no torch")
     assert runs[1].stderr.strip().endswith("torch imported")
-    a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
-    assert a["tokens"] == b["tokens"] and a["reply"] == b["reply"]
+    a, b, c = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert a["tokens"] == b["tokens"] == c["tokens"] and a["reply"] == b["reply"] == c["reply"]
+
+
+def test_a_draft_for_the_files_own_4_bit_weights_is_refused(files):
+    """``--draft`` speeds up float32 weights; on the engine (the file's q4) it is one line."""
+    path, _ = files["q4 tied"]
+    run = _generate(path, "--temperature", "0", "--draft", "q4")
+    lines = [line for line in run.stderr.splitlines() if line != "no torch"]
+    assert run.returncode == 2 and len(lines) == 1 and "--weights f32" in lines[0], run.stderr
+    ok = _generate(path, "--temperature", "0", "--draft", "q4", "--weights", "f32",
+                   "--max-new-tokens", "8")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
 
 
 @pytest.mark.parametrize("where", ["scale", "norm"])

@@ -14,11 +14,14 @@ import sys
 
 from attnlm.cli.common import (
     add_command,
+    add_draft_argument,
+    add_lookahead_argument,
     add_model_spec_argument,
     add_runtime_arguments,
     add_sampling_arguments,
     add_stop_argument,
     add_weights_argument,
+    draft_from_args,
     sampling_config,
     text_file,
     text_value,
@@ -68,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p, temperature=0.0, max_new_tokens=256, max_new_tokens_help="256, per reply"
     )
     add_stop_argument(p)
+    add_lookahead_argument(p)
+    add_draft_argument(p)
     p.add_argument(
         "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
     )
@@ -154,7 +159,9 @@ def _chat(args: argparse.Namespace) -> int:
             f"{args.model}: the model has no chat template (not a chat model?); "
             "give one with --template FILE"
         )
-    session = Session(model, tok, template, stops, sampling=sampling, use_cache=args.use_cache)
+    session = Session(model, tok, template, stops, sampling=sampling, use_cache=args.use_cache,
+                      lookahead=args.lookahead,
+                      draft=draft_from_args(args, model, sampling))  # fmt: skip
     if msgs is not None:
         return _scripted(session, msgs, args.json)
     return _interactive(session, args.system, args.json)

@@ -192,6 +192,56 @@ def add_weights_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_lookahead_argument(p: argparse.ArgumentParser) -> None:
+    """``--lookahead N``: greedy decoding checks up to N drafts from the context per pass
+    (:mod:`attnlm.generate.lookahead`)."""
+    p.add_argument(
+        "--lookahead",
+        type=arg(int_in_range, lo=0, hi=64),
+        default=8,
+        metavar="N",
+        help="greedy decoding of one prompt checks up to N draft tokens copied from the "
+        "context per forward pass (the same tokens, fewer passes when text repeats); 0: one "
+        "token per pass (default 8)",
+    )
+
+
+def add_draft_argument(p: argparse.ArgumentParser) -> None:
+    """``--draft q8|q4``: speculative decoding with a quantized copy of the model
+    (:mod:`attnlm.generate.speculative`); :func:`draft_from_args` builds it."""
+    p.add_argument(
+        "--draft",
+        choices=["q8", "q4"],
+        default=None,
+        help="greedy decoding of float32 weights checks drafts made by a q8 or q4 copy of the "
+        "model (speculative decoding; --lookahead N drafts per pass): the same tokens, fewer "
+        "float32 passes",
+    )
+
+
+def draft_from_args(args: argparse.Namespace, model: Any, sampling: Any) -> Any:
+    """The draft model ``--draft`` asks for (None without it), after checking that drafts
+    apply: greedy, with the cache, uncompiled, lookahead above 0, float32 weights."""
+    if args.draft is None:
+        return None
+    if not sampling.greedy:
+        raise InputError("--draft checks drafts of greedy decoding: give --temperature 0")
+    for off, flag in ((args.lookahead == 0, "--lookahead 0"), (not args.use_cache, "--no-cache"),
+                      (getattr(args, "compile", False), "--compile")):  # fmt: skip
+        if off:
+            raise InputError(f"--draft does not combine with {flag}")
+    from attnlm.native.engine import Engine
+
+    if isinstance(model, Engine):
+        raise InputError(
+            "--draft speeds up float32 weights; this model decodes with the GGUF file's own "
+            "8- or 4-bit weights (give --weights f32)"
+        )
+    from attnlm.generate.speculative import draft_model
+
+    return draft_model(model, args.draft)
+
+
 def add_seed_argument(
     p: argparse.ArgumentParser, default: int | None = None, help: str = ""
 ) -> None:

@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from attnlm.cli.common import (
+    add_draft_argument,
+    add_lookahead_argument,
     add_model_spec_argument,
     add_num_samples_argument,
     add_pairs_argument,
@@ -15,11 +17,12 @@ from attnlm.cli.common import (
     add_stop_argument,
     add_weights_argument,
     arg,
+    draft_from_args,
     sampling_config,
     text_value,
     use_threads,
 )
-from attnlm.validate import finite_float, int_in_range, positive_int
+from attnlm.validate import finite_float, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,15 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compile with torch.compile: the one-token decode step, once (fullgraph; CUDA graphs "
         "on a GPU): faster steps after a warm-up of seconds to a minute",
     )
-    p.add_argument(
-        "--lookahead",
-        type=arg(int_in_range, lo=0, hi=64),
-        default=8,
-        metavar="N",
-        help="greedy decoding of one prompt checks up to N draft tokens copied from the "
-        "context per forward pass (the same tokens, fewer passes when text repeats); 0: one "
-        "token per pass (default 8)",
-    )
+    add_lookahead_argument(p)
+    add_draft_argument(p)
     p.add_argument(
         "--json",
         action="store_true",
@@ -114,6 +110,7 @@ def _generate(args: argparse.Namespace) -> int:
             raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
         threads = None
         encode_prompt(tokenizer, args.prompt)  # fail early, before any output (_engine did)
+    draft = draft_from_args(args, model, sampling)
     out = sys.stdout
     stats = DecodeStats()
     if not args.stream:  # all samples in one batch
@@ -126,6 +123,7 @@ def _generate(args: argparse.Namespace) -> int:
             compile=args.compile,
             stats=stats,
             lookahead=args.lookahead,
+            draft=draft,
         )
         out.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
         return _report(args, stats, texts, threads)
@@ -151,6 +149,7 @@ def _generate(args: argparse.Namespace) -> int:
             compile=args.compile,
             stats=stats,
             lookahead=args.lookahead,
+            draft=draft,
         )
         out.write("\n")
         out.flush()

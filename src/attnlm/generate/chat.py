@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnlm.errors import InputError
+from attnlm.generate.lookahead import common_prefix as _common_prefix
 from attnlm.generate.sampling import SamplingConfig, mask_from, token_limit
 from attnlm.generate.stats import peak_rss_mb
 from attnlm.generate.text import _RowText, encode_prompt
@@ -73,14 +74,6 @@ class ChatReply:
         }
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def _cut(state: Any, n: int) -> bool:
     """Cut a KV cache back to its first ``n`` positions; False when it cannot be (a trimmed
     sliding window, or another kind of state)."""
@@ -101,7 +94,11 @@ class ChatSession:
     """A conversation with ``model``: ``template`` (a
     :class:`~attnlm.tokenizers.chat_template.ChatTemplate`) renders it, ``stop_ids`` end a
     reply, ``sampling`` picks tokens (greedy when ``temperature == 0``; ``stop`` strings and
-    ``max_new_tokens`` apply to each reply). ``messages`` is the conversation so far."""
+    ``max_new_tokens`` apply to each reply). ``lookahead``: a greedy reply checks up to this many
+    draft tokens copied from the conversation per forward pass (:mod:`attnlm.generate.lookahead`:
+    the same reply, fewer passes); 0: one token per pass. ``draft``: a cheaper model whose
+    greedy tokens are the drafts (:mod:`attnlm.generate.speculative`; its cache follows the
+    conversation too). ``messages`` is the conversation so far."""
 
     def __init__(
         self,
@@ -113,6 +110,8 @@ class ChatSession:
         sampling: SamplingConfig | None = None,
         system: str | None = None,
         use_cache: bool = True,
+        lookahead: int = 8,
+        draft: Any = None,
     ) -> None:
         if template is None:
             raise InputError("this model has no chat template; give one with --template FILE")
@@ -120,6 +119,12 @@ class ChatSession:
         self.stop_ids = set(stop_ids)
         self.sampling = sampling or SamplingConfig(temperature=0.0)
         self.use_cache = use_cache and hasattr(model, "new_state")
+        self.lookahead = lookahead
+        self.propose = None  # drafts copied from the conversation
+        if draft is not None:
+            from attnlm.generate.speculative import ModelDrafter
+
+            self.propose = ModelDrafter(draft)
         cfg = getattr(model, "config", None)
         self.window = getattr(cfg, "block_size", None)
         self.limit = token_limit(model, tokenizer)  # ids past the tokenizer's are never picked
@@ -153,6 +158,34 @@ class ChatSession:
         stack.enter_context(torch.inference_mode())
         stack.enter_context(eval_mode(self.model))
         return stack
+
+    def _drafts_apply(self) -> bool:
+        """Whether a greedy reply may check drafts: a plain KV cache, whose newest positions
+        can be dropped."""
+        from attnlm.nn.cache import KVCache
+
+        state = self.state
+        return type(state) is KVCache and not getattr(state, "fixed", False)
+
+    def _feed_every(self, ids: list[int]) -> list[int]:
+        """Feed ``ids`` after what the state holds; the greedy token after each of them."""
+        import torch
+
+        from attnlm.device import model_device
+
+        x = torch.tensor([ids], device=model_device(self.model))  # (1, T)
+        logits = self.model.step(x, self.state)[0]  # (T, V)
+        self.cached = self.cached + ids
+        if self.limit is not None:
+            logits = logits[:, : self.limit]
+        return torch.argmax(logits, dim=-1).tolist()
+
+    def _drop(self, n: int) -> None:
+        """Forget the ``n`` newest positions of the state (rejected drafts)."""
+        from attnlm.generate.lookahead import drop_newest
+
+        drop_newest(self.state, n)
+        self.cached = self.cached[: len(self.cached) - n]
 
     def _pick(self, logits: Any) -> int:
         """The next token from the last logits ``(V,)``."""
@@ -226,6 +259,10 @@ class ChatSession:
                 self.messages.pop()
             raise
 
+    def _allowed(self, logits: Any) -> Any:
+        """``logits`` without the ids past the tokenizer's (never picked)."""
+        return logits if self.limit is None else mask_from(logits, self.limit)
+
     def _reply(self, on_text: Callable[[str], None] | None) -> ChatReply:
         ids = self.prompt_ids()
         room = self.sampling.max_new_tokens
@@ -239,26 +276,34 @@ class ChatSession:
         row = _RowText(self.tokenizer, self.sampling.stop, context=ids)
         new: list[int] = []
         finish = "length" if room == self.sampling.max_new_tokens else "window"
+
+        def take(tok: int) -> bool:
+            """Add ``tok`` to the reply; True when the reply ends here."""
+            nonlocal finish
+            if tok in self.stop_ids:
+                finish = "end of turn"
+                return True
+            new.append(tok)
+            piece, stopped = row.push(tok)
+            if piece and on_text:
+                on_text(piece)
+            if stopped:
+                finish = "stop string"
+            return stopped or len(new) >= room
+
         with self._running():
             t0 = time.perf_counter()
             logits, reused = self._prefill(ids)
             t1 = time.perf_counter()
-            for _ in range(room):
-                if self.limit is not None:
-                    logits = mask_from(logits, self.limit)
-                tok = self._pick(logits)
-                if tok in self.stop_ids:
-                    finish = "end of turn"
-                    break
-                new.append(tok)
-                piece, stopped = row.push(tok)
-                if piece and on_text:
-                    on_text(piece)
-                if stopped:
-                    finish = "stop string"
-                    break
-                if len(new) < room:
-                    logits = self._feed([tok])
+            tok = self._pick(self._allowed(logits))
+            if self.sampling.greedy and self.lookahead > 0 and self._drafts_apply():
+                from attnlm.generate.lookahead import lookahead_loop
+
+                lookahead_loop(lambda fed, _: self._feed_every(fed), self._drop, ids, room,
+                               self.lookahead, take, first=tok, propose=self.propose)  # fmt: skip
+            else:
+                while not take(tok):
+                    tok = self._pick(self._allowed(self._feed([tok])))
             t2 = time.perf_counter()
         rest = row.flush()
         if rest and on_text:

@@ -48,6 +48,15 @@ def lookup_draft(seq: Sequence[int], k: int, max_ngram: int = MAX_NGRAM) -> list
     return []
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many ids ``a`` and ``b`` share from the start."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 def drop_newest(cache, n: int) -> None:
     """Remove the ``n`` most recent entries of a KV cache (undo rejected draft tokens)."""
     if n <= 0:
@@ -65,8 +74,10 @@ def greedy_lookahead(
     max_new_tokens: int,
     lookahead: int,
     on_token: Callable[[int], bool] | None = None,
+    propose: Callable[[list[int], int], list[int]] | None = None,
 ) -> list[int]:
-    """Greedy continuation of one prompt; ``on_token(id) -> True`` stops early."""
+    """Greedy continuation of one prompt; ``on_token(id) -> True`` stops early; ``propose``:
+    where the drafts come from (default: the context, :func:`lookup_draft`)."""
     import torch
 
     device = next(model.parameters()).device
@@ -80,7 +91,7 @@ def greedy_lookahead(
         return torch.argmax(logits if every else logits[-1:], dim=-1).tolist()
 
     return lookahead_loop(feed, lambda n: drop_newest(cache, n), prompt, max_new_tokens,
-                          lookahead, on_token)  # fmt: skip
+                          lookahead, on_token, propose=propose)  # fmt: skip
 
 
 def lookahead_loop(
@@ -90,18 +101,25 @@ def lookahead_loop(
     max_new_tokens: int,
     lookahead: int,
     on_token: Callable[[int], bool] | None = None,
+    first: int | None = None,
+    propose: Callable[[list[int], int], list[int]] | None = None,
 ) -> list[int]:
     """The greedy loop with drafts over any model: ``feed(tokens, every)`` feeds tokens after
     what the model holds and returns the argmax after each of them (``every``) or after the
-    last alone; ``drop(n)`` forgets the ``n`` newest positions."""
+    last alone; ``drop(n)`` forgets the ``n`` newest positions. ``first``: the model already
+    holds ``prompt`` and this is its argmax (a chat turn's prefill); otherwise the prompt is
+    fed first. The model may hold a few positions past the last token returned (accepted
+    drafts after the one that ended the loop). ``propose(seq, k)``: up to ``k`` guesses of the
+    tokens after ``seq`` (default: :func:`lookup_draft`, copies from the context)."""
+    propose = propose or lookup_draft
     seq = list(prompt)
-    nxt = feed(seq, False)[-1]
+    nxt = feed(seq, False)[-1] if first is None else first
     out: list[int] = []
     while True:
         out.append(nxt)
         if (on_token and on_token(nxt)) or len(out) >= max_new_tokens:
             return out
-        draft = lookup_draft(seq + [nxt], min(lookahead, max_new_tokens - len(out)))
+        draft = propose(seq + [nxt], min(lookahead, max_new_tokens - len(out)))
         fed = [nxt, *draft]
         preds = feed(fed, True)  # preds[j]: the token after fed[j]
         accepted = 0

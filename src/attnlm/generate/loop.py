@@ -41,6 +41,7 @@ Shapes: ``B`` rows, ``T`` tokens, ``V`` vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -211,6 +212,7 @@ def decode(
     static: bool = True,
     compile: bool | Any = False,
     lookahead: int = 8,
+    draft: torch.nn.Module | None = None,
 ) -> list[list[int]]:
     """Continue each prompt (a list of ids, lengths may differ); return the new ids of each row
     (without its prompt).
@@ -232,7 +234,9 @@ def decode(
     :class:`~attnlm.generate.compiled.CompiledStep`) while prompt + new tokens fit in the
     window; ``lookahead``: greedy decoding of one prompt that fits the window checks up to this
     many draft tokens per pass (:mod:`attnlm.generate.lookahead`; the same tokens, fewer
-    passes), 0 turns it off.
+    passes), 0 turns it off; ``draft``: a cheaper model whose greedy tokens are those drafts
+    instead of copies from the context (speculative decoding,
+    :func:`~attnlm.generate.speculative.draft_model`: a quantized copy of ``model``).
     """
     sampling = check_sampling(sampling)
     if not prompts or any(len(p) == 0 for p in prompts):
@@ -252,7 +256,7 @@ def decode(
         lookahead=lookahead,
     )
     if plan.lookahead:
-        return [_lookahead(model, prompts[0], n_new, plan.lookahead, on_token)]
+        return [_lookahead(model, prompts[0], n_new, plan.lookahead, on_token, draft)]
     specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
     device = model_device(model)
     if generator is None and sampling.seed is not None and not greedy:
@@ -273,12 +277,14 @@ def decode(
     return rows.new_tokens(pos)
 
 
-def _lookahead(model, prompt, max_new_tokens, lookahead, on_token) -> list[int]:
+def _lookahead(model, prompt, max_new_tokens, lookahead, on_token, draft) -> list[int]:
     from attnlm.generate.lookahead import greedy_lookahead
+    from attnlm.generate.speculative import ModelDrafter
 
-    with eval_mode(model):
+    propose = None if draft is None else ModelDrafter(draft)
+    with eval_mode(model), eval_mode(draft) if draft is not None else nullcontext():
         callback = (lambda tok: on_token(0, tok)) if on_token else None
-        return greedy_lookahead(model, prompt, max_new_tokens, lookahead, callback)
+        return greedy_lookahead(model, prompt, max_new_tokens, lookahead, callback, propose)
 
 
 def generate(
@@ -291,6 +297,7 @@ def generate(
     static: bool = True,
     compile: bool | Any = False,
     lookahead: int = 8,
+    draft: torch.nn.Module | None = None,
 ) -> torch.Tensor:
     """Extend a batch of equal-length prompts ``ids`` (B, T) to (B, T + max_new_tokens):
     :func:`decode` on tensors (``sampling`` and the other arguments as there)."""
@@ -305,6 +312,7 @@ def generate(
         static=static,
         compile=compile,
         lookahead=lookahead,
+        draft=draft,
     )
     tail = torch.tensor(new, dtype=torch.long, device=ids.device).view(ids.size(0), -1)
     return torch.cat([ids, tail], dim=1)

@@ -147,12 +147,13 @@ def generate_text(
     compile: bool = False,
     stats: DecodeStats | None = None,
     lookahead: int = 8,
+    draft: Any = None,
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
     ``sampling`` says how tokens are picked, how many, with which seed and which ``stop``
     strings end a row (not included); ``on_text(row, piece)`` receives text as it is generated
-    (streaming). ``use_cache``, ``compile`` and ``lookahead``: see
+    (streaming). ``use_cache``, ``compile``, ``lookahead`` and ``draft``: see
     :func:`~attnlm.generate.decode`.
     ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the decode's prefill and decode
     times and token counts are added to. ``model``: a PyTorch model, or an
@@ -176,6 +177,8 @@ def generate_text(
     if isinstance(model, Engine):
         from attnlm.generate import engine_decode
 
+        if draft is not None:
+            raise InputError("a draft model speeds up float32 weights, not the 8- or 4-bit engine")
         new = engine_decode.decode(model, ids, sampling, on_token=on_token, lookahead=lookahead,
                                    vocab_limit=limit)  # fmt: skip
     else:
@@ -183,7 +186,8 @@ def generate_text(
 
         process = None if limit is None else (lambda logits, _pos, _total: mask_from(logits, limit))
         new = decode(model, ids, sampling, on_token=on_token, use_cache=use_cache,
-                     compile=compile, lookahead=lookahead, process=process)  # fmt: skip
+                     compile=compile, lookahead=lookahead, process=process,
+                     draft=draft)  # fmt: skip
     timer.stop(sum(len(row) for row in new))
     for r, row in enumerate(rows):
         rest = row.flush()
