@@ -214,6 +214,13 @@ def say(what: str, value: float | None, target: str) -> None:
     harness.emit({"bench": "local_llm ratio", "what": what, "ratio": value, "target": target})
 
 
+def say_ratios(summary: dict, rows: list[tuple[str, str, str, str, str]]) -> None:
+    """``say`` each ``(what, ours, peer, key, target)``: the ratio of ``key``'s medians, ours
+    over the peer's (a ``*_seconds`` key: the peer's over ours, so higher is faster)."""
+    for what, ours, peer, key, target in rows:
+        say(what, ratio(summary, ours, peer, key, inverse=key.endswith("_seconds")), target)
+
+
 # -- the float32 path against its weight-matmul ceiling (in this process) --------------------
 
 
@@ -293,18 +300,19 @@ def chat_rows(path: str, args: argparse.Namespace) -> None:
                                             args.threads, "--until-eos", "--lookup", "8"),
     }  # fmt: skip
     got = compare_processes(f"chat turn, f32, up to {args.new} new tokens", cmds, args.rounds)
-    rate = "decode_tokens_per_second"
-    say("chat attnlm f32 --draft q4 (speculative) / transformers f32",
-        ratio(got, "attnlm chat f32 --draft q4", "transformers f32", rate), ">= 2x")  # fmt: skip
-    say("chat attnlm f32 (drafts from the context, the default) / transformers f32",
-        ratio(got, "attnlm chat f32", "transformers f32", rate), "none")  # fmt: skip
-    say("chat attnlm f32 (drafts) / transformers f32 with prompt lookup",
-        ratio(got, "attnlm chat f32", "transformers f32+lookup", rate), "none")  # fmt: skip
-    say("chat attnlm f32 one token per pass / transformers f32",
-        ratio(got, "attnlm chat f32 lookahead 0", "transformers f32", rate), "none")  # fmt: skip
-    say("chat whole process attnlm f32 / transformers f32",
-        ratio(got, "attnlm chat f32", "transformers f32", "process_seconds", inverse=True),
-        "none")  # fmt: skip
+    rate, hf = "decode_tokens_per_second", "transformers f32"
+    say_ratios(got, [
+        ("chat attnlm f32 --draft q4 (speculative) / transformers f32",
+         "attnlm chat f32 --draft q4", hf, rate, ">= 2x"),
+        ("chat attnlm f32 (drafts from the context, the default) / transformers f32",
+         "attnlm chat f32", hf, rate, "none"),
+        ("chat attnlm f32 (drafts) / transformers f32 with prompt lookup",
+         "attnlm chat f32", "transformers f32+lookup", rate, "none"),
+        ("chat attnlm f32 one token per pass / transformers f32",
+         "attnlm chat f32 lookahead 0", hf, rate, "none"),
+        ("chat whole process attnlm f32 / transformers f32",
+         "attnlm chat f32", hf, "process_seconds", "none"),
+    ])  # fmt: skip
 
 
 def main() -> None:
@@ -371,18 +379,19 @@ def main() -> None:
         say("peak RSS attnlm q4 on the PyTorch path / llama.cpp",
             ratio(dec, "attnlm q4 torch path", "llama.cpp", "peak_rss_mb"), "none")  # fmt: skip
     if have_hf and "attnlm f32" in dec:
-        say("decode attnlm f32 / transformers f32",
-            ratio(dec, "attnlm f32", "transformers f32", rate), ">= 2x")  # fmt: skip
-        say("decode attnlm f32 with drafts (greedy's default) / transformers f32",
-            ratio(dec, "attnlm f32+drafts", "transformers f32", rate), "none")  # fmt: skip
-        say("decode attnlm f32 --draft q4 (speculative) / transformers f32",
-            ratio(dec, "attnlm f32 --draft q4", "transformers f32", rate), ">= 2x")  # fmt: skip
-        say("decode attnlm f32 with drafts / transformers f32 with prompt lookup",
-            ratio(dec, "attnlm f32+drafts", "transformers f32+lookup", rate),
-            "none")  # fmt: skip
-        say("whole process attnlm f32 / transformers f32",
-            ratio(dec, "attnlm f32", "transformers f32", "process_seconds", inverse=True),
-            "none")  # fmt: skip
+        hf = "transformers f32"
+        say_ratios(dec, [
+            ("decode attnlm f32 one token per pass / transformers f32", "attnlm f32", hf, rate,
+             "none"),
+            ("decode attnlm f32 with drafts (greedy's default) / transformers f32",
+             "attnlm f32+drafts", hf, rate, "none"),
+            ("decode attnlm f32 --draft q4 (speculative) / transformers f32",
+             "attnlm f32 --draft q4", hf, rate, ">= 2x"),
+            ("decode attnlm f32 with drafts / transformers f32 with prompt lookup",
+             "attnlm f32+drafts", "transformers f32+lookup", rate, "none"),
+            ("whole process attnlm f32 / transformers f32", "attnlm f32", hf,
+             "process_seconds", "none"),
+        ])  # fmt: skip
     if have_hf and "f32" in args.weights:
         chat_rows(path, args)
 
