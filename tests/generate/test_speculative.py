@@ -68,6 +68,16 @@ def test_greedy_with_a_quantized_draft_equals_plain_greedy(family, fmt, lookahea
     assert recording.right(prompt + plain) > made // 2  # most guesses are right
 
 
+def test_a_draft_of_a_model_that_already_decoded():
+    """The C step keeps its plan (pointers into the model) on the model: the copy makes its
+    own instead of sharing or copying it."""
+    model = _tiny("llama", seed=6)
+    plain = decode(model, [[1, 2, 3]], GREEDY, lookahead=0)  # the C step plans for model
+    draft = draft_model(model, "q4")
+    assert decode(model, [[1, 2, 3]], GREEDY, draft=draft) == plain
+    assert decode(model, [[1, 2, 3]], GREEDY, lookahead=0) == plain  # model's plan still works
+
+
 def test_a_wrong_draft_model_changes_no_token(monkeypatch):
     """Another random model as the draft: its guesses are mostly rejected and undone."""
     import attnlm.generate.speculative as spec

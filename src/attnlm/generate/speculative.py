@@ -52,6 +52,9 @@ def draft_model(model: nn.Module, fmt: str = "q4") -> nn.Module:
             f"{weights_format(model)} weights (give --weights f32)"
         )
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    plan = model.__dict__.get("_native_plan")  # the C step's pointers into model: not copied
+    if plan is not None:
+        shared[id(plan)] = None
     return quantize_weights(copy.deepcopy(model, shared), fmt)
 
 
