@@ -182,3 +182,26 @@ def test_draft_refusals_on_the_command_line(cli, hf_folder, extra, message):
     r = cli("generate", "--model", str(hf_folder), "--prompt", "hello", "--draft", "q4",
             "--max-new-tokens", "4", *extra)  # fmt: skip
     assert r.code == 2 and message in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+@pytest.mark.slow
+def test_smollm2_float32_tokens_with_a_4_bit_draft():
+    """The real model: 96 greedy float32 tokens of a chat prompt, one per pass and with a q4
+    copy drafting, are the same, and most of the q4 copy's guesses are kept."""
+    import attnlm.generate.speculative as spec
+    from attnlm.sources import resolve
+    from gguf_support import smollm2_file
+
+    model, tok, info = resolve(smollm2_file(fetch=True), weights="f32")
+    text = info.chat_template.render([{"role": "user", "content": "Explain attention."}],
+                                     add_generation_prompt=True)  # fmt: skip
+    prompt = tok.encode(text)
+    greedy = SamplingConfig(temperature=0, max_new_tokens=96)
+    plain = decode(model, [prompt], greedy, lookahead=0)[0]
+    recording = Recording(draft_model(model, "q4"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spec, "ModelDrafter", lambda d: recording)
+        fast = decode(model, [prompt], greedy, draft=recording.model)[0]
+    assert fast == plain
+    made = sum(len(g) for _, g in recording.guessed)
+    assert recording.right(prompt + plain) > 0.9 * made
