@@ -87,8 +87,8 @@ def c_path(monkeypatch):
 def test_every_product_equals_the_dequantized_one(fmt, shape, threads):
     """Each kernel alone (``attnlm_linear``): one block, padded rows, several groups, a width
     that is not a multiple of 16 (float formats only; 8 and 4 bits need groups of 32); the
-    column-major product with 1, 5 and 16 rows of x and more columns than one tile of its
-    sums holds (8300 > 8192 columns at one row, several tiles at 5 and 16)."""
+    column-major product with 1, 5, 16 and 32 rows of x and more columns than one tile of its
+    sums holds (8300 > 8192 columns at one row, several tiles at 5 and more)."""
     n, k = shape
     if k % 32 and fmt in ("q8", "q4"):
         pytest.skip("8- and 4-bit weights come in groups of 32")
@@ -100,7 +100,7 @@ def test_every_product_equals_the_dequantized_one(fmt, shape, threads):
     quantized, reference = with_reference(model, fmt)
     keep: list = []
     described = ns._describe_linear(quantized[0], keep)
-    for rows in (1, 5, 16) if fmt == "f32 column-major" else (1, 5):
+    for rows in (1, 5, 16, 32) if fmt == "f32 column-major" else (1, 5):
         x = torch.randn(rows, k)
         y = torch.empty(rows, n)
         part = torch.empty(threads, rows, n)  # the column-major product's partial sums
@@ -143,22 +143,22 @@ def test_logits_equal_the_forward(name, fmt, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["gpt rope, no bias, relu", "llama GQA"])
-def test_sixteen_rows_of_column_major_weights(name, monkeypatch):
-    """The decoding layout's float32 weights take up to MAX_FLOAT_ROWS_T rows (batch 16 at one
-    token, or 4 rows of 4): the same logits as the forward, and 17 rows go to PyTorch."""
+def test_thirty_two_rows_of_column_major_weights(name, monkeypatch):
+    """The decoding layout's float32 weights take up to MAX_FLOAT_ROWS_T rows (batch 32 at one
+    token, or 4 rows of 8): the same logits as the forward, and 33 rows go to PyTorch."""
     model, reference = with_reference(MODELS[name](), "f32 column-major")
     torch.manual_seed(3)
     with torch.inference_mode():
         ref, ours = KVCache(2), KVCache(2)
-        for ids in (torch.randint(V, (4, 4)), torch.randint(V, (4, 1)), torch.randint(V, (4, 4))):
+        for ids in (torch.randint(V, (4, 8)), torch.randint(V, (4, 1)), torch.randint(V, (4, 7))):
             torch_path(monkeypatch)
             want = reference(ids, cache=ref).logits
             c_path(monkeypatch)
             assert ns.native_applies(model, ids, ours)
             torch.testing.assert_close(model.step(ids, ours), want, atol=1e-4, rtol=1e-4)
-        assert ns.MAX_FLOAT_ROWS_T == 16
-        assert not ns.native_applies(model, torch.randint(V, (17, 1)), KVCache(2))
-        assert ns.native_applies(model, torch.randint(V, (16, 1)), KVCache(2))
+        assert ns.MAX_FLOAT_ROWS_T == 32
+        assert not ns.native_applies(model, torch.randint(V, (33, 1)), KVCache(2))
+        assert ns.native_applies(model, torch.randint(V, (32, 1)), KVCache(2))
 
 
 @pytest.mark.parametrize("name", ["gpt learned", "llama MQA, tied"])

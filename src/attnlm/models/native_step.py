@@ -49,10 +49,11 @@ MAX_TOKENS = 64  # new tokens per row from which the forward's GEMMs are faster 
 # across rows better than the C step's products (measured): row-major float32 and bfloat16
 # weights from 5 rows on; column-major float32 (the decoding layout), whose product applies
 # each 8 x 16 weights to two rows at a time from registers, from MAX_FLOAT_ROWS_T + 1 (at 4 to
-# 16 rows the whole step takes 0.7 times the time MKL's GEMMs take for its products alone); 8- and 4-bit weights are widened once for 4 rows at a
-# time, as fast up to about MAX_TOKENS rows as dequantizing them for one GEMM (measured)
+# 16 rows the whole step takes 0.7 times what MKL's GEMMs take for its products alone, and 32
+# rows 0.83 times the forward); 8- and 4-bit weights are widened once for 4 rows at a time, as
+# fast up to about MAX_TOKENS rows as dequantizing them for one GEMM (measured)
 MAX_FLOAT_ROWS = 4
-MAX_FLOAT_ROWS_T = 16
+MAX_FLOAT_ROWS_T = 32
 GROW = 256  # cache buffers grow by at least this many positions
 
 _F32, _BF16, _Q8, _Q4, _F32T = structs.F32, structs.BF16, structs.Q8, structs.Q4, structs.F32T
