@@ -116,6 +116,30 @@ def test_every_product_equals_the_dequantized_one(fmt, shape, threads):
             torch.testing.assert_close(y, reference(x), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("kind", "name"), [(0, "swiglu"), (1, "gelu"), (2, "gelu_tanh"),
+                                            (3, "relu")])  # fmt: skip
+def test_each_activation_equals_pytorchs(kind, name, monkeypatch):
+    """The step's activations alone (``attnlm_activate``; SiLU and GELU's tanh form 16 lanes
+    at a time through the step's own e^x), over -100..100, zeros and tiny values, 16-lane
+    pieces and a scalar tail: within 2e-6 of PyTorch's (relative to the value's size)."""
+    c_path(monkeypatch)
+    torch.manual_seed(0)
+    edges = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-7, 87.5, -87.5, 88.5, -88.5])
+    x = torch.cat([torch.linspace(-100, 100, 4001), torch.randn(1000) * 4, edges])
+    up = torch.randn(x.numel())
+    h = torch.cat([x, up]) if name == "swiglu" else x.clone()
+    ns._library().attnlm_activate(kind, ctypes.c_void_p(h.data_ptr()), x.numel())
+    if name == "swiglu":
+        want = torch.nn.functional.silu(x.double()) * up.double()
+    elif name == "gelu_tanh":
+        want = torch.nn.functional.gelu(x.double(), approximate="tanh")
+    else:
+        want = {"gelu": torch.nn.functional.gelu, "relu": torch.relu}[name](x.double())
+    got = h[: x.numel()].double()
+    assert torch.isfinite(got).all()
+    assert ((got - want).abs() <= 2e-6 * (1 + want.abs())).all(), (got - want).abs().max()
+
+
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_logits_equal_the_forward(name, fmt, monkeypatch):

@@ -499,6 +499,28 @@ static inline void rotate(float *v, const float *cs, const float *sn, int64_t D)
     }
 }
 
+/* e^x in 16 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so that n ln2 is exact
+ * in float), e^r by Cephes' polynomial for expf (within about 1 ulp), 2^n written into the
+ * exponent bits; x clamped to [-87, 88], where e^x stays a normal float */
+static inline vf vexp(vf x) {
+    const vf zero = {0}, lo = zero - 87.0f, hi = zero + 88.0f, magic = zero + 12582912.0f;
+    vi m = x < lo;
+    x = (vf)(((vi)x & ~m) | ((vi)lo & m));
+    m = x > hi;
+    x = (vf)(((vi)x & ~m) | ((vi)hi & m));
+    const vf t = x * 1.44269504088896341f + magic; /* 1.5 2^23: round to the nearest integer */
+    const vf n = t - magic;
+    const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const vi e = ((vi)t - (vi)magic + 127) << 23; /* 2^n */
+    return p * (vf)e;
+}
+
 static inline float act(int64_t kind, float v) {
     if (kind == ACT_GELU) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
     if (kind == ACT_GELU_TANH) {
@@ -506,6 +528,28 @@ static inline float act(int64_t kind, float v) {
         return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
     }
     return v > 0.0f ? v : 0.0f;
+}
+
+/* the feed-forward's activation over one row h: SwiGLU's SiLU(gate) * up into the gate's half
+ * h[0, F) (h[F, 2F): up), or act() over h[0, F); SiLU and GELU's tanh form 16 lanes at a time
+ * (tanh u = 1 - 2 / (e^2u + 1)) */
+static void activate(int64_t kind, float *h, int64_t F) {
+    int64_t j = 0;
+    if (kind == ACT_SWIGLU) {
+        for (; j + 16 <= F; j += 16) {
+            const vf g = *(const vf *)(h + j);
+            *(vf *)(h + j) = g / (1.0f + vexp(-g)) * *(const vf *)(h + F + j);
+        }
+        for (; j < F; j++) h[j] = h[j] / (1.0f + expf(-h[j])) * h[F + j];
+        return;
+    }
+    if (kind == ACT_GELU_TANH)
+        for (; j + 16 <= F; j += 16) {
+            const vf v = *(const vf *)(h + j);
+            const vf u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+            *(vf *)(h + j) = 0.5f * v * (2.0f - 2.0f / (vexp(u + u) + 1.0f));
+        }
+    for (; j < F; j++) h[j] = act(kind, h[j]);
 }
 
 /* one query row (D,) against S keys/values (S, D) of one head: out (D,) */
@@ -583,11 +627,7 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
 #pragma omp barrier
             share(M, t, nt, &lo, &hi);
             for (int64_t m = lo; m < hi; m++) {
-                float *hm = sc->hid + m * NF;
-                if (md->act == ACT_SWIGLU) /* SiLU(gate) * up, into the gate's half */
-                    for (int64_t j = 0; j < F; j++) hm[j] = hm[j] / (1.0f + expf(-hm[j])) * hm[F + j];
-                else
-                    for (int64_t j = 0; j < F; j++) hm[j] = act(md->act, hm[j]);
+                activate(md->act, sc->hid + m * NF, F);
             }
 #pragma omp barrier
             linear(&bk->proj, sc->hid, M, NF, x, C, x, sc->part, t, nt);
@@ -604,6 +644,10 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
         linear(&md->head, sc->xn, MH, C, logits, md->V, NULL, sc->part, t, nt);
     }
 }
+
+/* the feed-forward's activation over h alone (its own tests): kind as Model.act, h (F,) or
+ * (2F,) for SwiGLU */
+void attnlm_activate(int64_t kind, float *h, int64_t F) { activate(kind, h, F); }
 
 /* y (M, N) = x (M, K) W^T + b alone (the products' own tests); part (threads, M, N) */
 void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, float *part,

@@ -63,4 +63,5 @@ def configure(lib: ctypes.CDLL) -> str | None:
     lib.attnlm_decode_step.argtypes = [p, p, p, i64, i64, i64, p, p, p, ctypes.c_int,
                                        ctypes.c_int]  # fmt: skip
     lib.attnlm_linear.argtypes = [p, p, i64, p, p, ctypes.c_int]
+    lib.attnlm_activate.argtypes = [i64, p, i64]
     return None
