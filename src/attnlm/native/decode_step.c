@@ -552,10 +552,60 @@ static void activate(int64_t kind, float *h, int64_t F) {
     for (; j < F; j++) h[j] = act(kind, h[j]);
 }
 
+/* one query row (D,) against S keys/values (S, D) of one head, D a multiple of 16 and at most
+ * 128 (DV lanes of 16): the scores of 4 keys at a time (4 independent sums), e^x of 16 scores
+ * at a time, and the weighted values summed in registers, scaled by 1 / sum once */
+static inline __attribute__((always_inline)) void attend16(const float *q, const float *k,
+                                                           const float *v, int64_t S, float scale,
+                                                           float *scores, float *out,
+                                                           const int DV) {
+    const int64_t D = 16 * DV;
+    vf qv[8];
+    for (int c = 0; c < DV; c++) qv[c] = *(const vf *)(q + 16 * c) * scale;
+    float mx = -INFINITY;
+    int64_t s = 0;
+    for (; s + 4 <= S; s += 4) {
+        const float *k0 = k + s * D;
+        vf a0 = qv[0] * *(const vf *)k0, a1 = qv[0] * *(const vf *)(k0 + D);
+        vf a2 = qv[0] * *(const vf *)(k0 + 2 * D), a3 = qv[0] * *(const vf *)(k0 + 3 * D);
+        for (int c = 1; c < DV; c++) {
+            a0 += qv[c] * *(const vf *)(k0 + 16 * c);
+            a1 += qv[c] * *(const vf *)(k0 + D + 16 * c);
+            a2 += qv[c] * *(const vf *)(k0 + 2 * D + 16 * c);
+            a3 += qv[c] * *(const vf *)(k0 + 3 * D + 16 * c);
+        }
+        scores[s] = hsum(a0), scores[s + 1] = hsum(a1);
+        scores[s + 2] = hsum(a2), scores[s + 3] = hsum(a3);
+    }
+    for (; s < S; s++) {
+        vf a = qv[0] * *(const vf *)(k + s * D);
+        for (int c = 1; c < DV; c++) a += qv[c] * *(const vf *)(k + s * D + 16 * c);
+        scores[s] = hsum(a);
+    }
+    for (s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
+    float sum = 0.0f;
+    for (s = 0; s + 16 <= S; s += 16) {
+        const vf e = vexp(*(const vf *)(scores + s) - mx);
+        *(vf *)(scores + s) = e;
+        sum += hsum(e);
+    }
+    for (; s < S; s++) sum += scores[s] = expf(scores[s] - mx);
+    vf acc[8];
+    for (int c = 0; c < DV; c++) acc[c] = (vf){0};
+    for (s = 0; s < S; s++) {
+        const float p = scores[s], *vs = v + s * D;
+        for (int c = 0; c < DV; c++) acc[c] += *(const vf *)(vs + 16 * c) * p;
+    }
+    for (int c = 0; c < DV; c++) *(vf *)(out + 16 * c) = acc[c] * (1.0f / sum);
+}
+
 /* one query row (D,) against S keys/values (S, D) of one head: out (D,) */
 static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
                    float *scores, float *out) {
     const int64_t D = md->D;
+    if (D == 64) return attend16(q, k, v, S, md->scale, scores, out, 4);
+    if (D == 128) return attend16(q, k, v, S, md->scale, scores, out, 8);
+    if (D == 32) return attend16(q, k, v, S, md->scale, scores, out, 2);
     float mx = -INFINITY;
     for (int64_t s = 0; s < S; s++) {
         const float d = dot(q, k + s * D, D) * md->scale;
