@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--compile",
         action="store_true",
         help="compile with torch.compile: the one-token decode step, once (fullgraph; CUDA graphs "
-        "on a GPU): faster steps after a warm-up of seconds to a minute",
+        "on a GPU): faster steps on a GPU after a warm-up of seconds to a minute (on the CPU "
+        "the default C step is faster)",
     )
     add_lookahead_argument(p)
     add_draft_argument(p)
