@@ -24,6 +24,7 @@ from typing import Any
 
 from attnlm.errors import InputError
 from attnlm.generate.lookahead import common_prefix as _common_prefix
+from attnlm.generate.lookahead import drop_newest
 from attnlm.generate.sampling import SamplingConfig, mask_from, token_limit
 from attnlm.generate.stats import peak_rss_mb
 from attnlm.generate.text import _RowText, encode_prompt
@@ -74,19 +75,19 @@ class ChatReply:
         }
 
 
+def _droppable(state: Any) -> bool:
+    """Whether ``state`` is a plain KV cache, whose newest positions can be dropped."""
+    from attnlm.nn.cache import KVCache
+
+    return type(state) is KVCache and not getattr(state, "fixed", False)
+
+
 def _cut(state: Any, n: int) -> bool:
     """Cut a KV cache back to its first ``n`` positions; False when it cannot be (a trimmed
     sliding window, or another kind of state)."""
-    from attnlm.nn.cache import KVCache
-
-    if not isinstance(state, KVCache) or getattr(state, "fixed", False):
+    if not _droppable(state) or state.position != state.length:
         return False
-    if type(state) is not KVCache or state.position != state.length:
-        return False
-    for i, (k, v) in enumerate(zip(state.keys, state.values)):
-        if k is not None:
-            state.keys[i], state.values[i] = k[..., :n, :], v[..., :n, :]  # (B, H, n, D)
-    state.position = n
+    drop_newest(state, state.length - n)
     return True
 
 
@@ -160,32 +161,21 @@ class ChatSession:
         return stack
 
     def _drafts_apply(self) -> bool:
-        """Whether a greedy reply may check drafts: a plain KV cache, whose newest positions
-        can be dropped."""
-        from attnlm.nn.cache import KVCache
+        """Whether a greedy reply may check drafts: the state can drop its newest positions."""
+        return _droppable(self.state)
 
-        state = self.state
-        return type(state) is KVCache and not getattr(state, "fixed", False)
-
-    def _feed_every(self, ids: list[int]) -> list[int]:
-        """Feed ``ids`` after what the state holds; the greedy token after each of them."""
+    def _logits_every(self, ids: list[int]) -> Any:
+        """Feed ``ids`` after what the state holds; the logits after each of them ``(T, V)``."""
         import torch
 
         from attnlm.device import model_device
 
         x = torch.tensor([ids], device=model_device(self.model))  # (1, T)
-        logits = self.model.step(x, self.state)[0]  # (T, V)
-        self.cached = self.cached + ids
-        if self.limit is not None:
-            logits = logits[:, : self.limit]
-        return torch.argmax(logits, dim=-1).tolist()
+        return self.model.step(x, self.state)[0]
 
-    def _drop(self, n: int) -> None:
-        """Forget the ``n`` newest positions of the state (rejected drafts)."""
-        from attnlm.generate.lookahead import drop_newest
-
+    def _drop_state(self, n: int) -> None:
+        """Forget the ``n`` newest positions of the state."""
         drop_newest(self.state, n)
-        self.cached = self.cached[: len(self.cached) - n]
 
     def _pick(self, logits: Any) -> int:
         """The next token from the last logits ``(V,)``."""
@@ -258,6 +248,19 @@ class ChatSession:
             if user is not None:
                 self.messages.pop()
             raise
+
+    def _feed_every(self, ids: list[int]) -> list[int]:
+        """Feed ``ids`` after what the state holds; the greedy token after each of them."""
+        logits = self._logits_every(ids)  # (T, V)
+        self.cached = self.cached + ids
+        if self.limit is not None:
+            logits = logits[:, : self.limit]
+        return logits.argmax(-1).tolist()
+
+    def _drop(self, n: int) -> None:
+        """Forget the ``n`` newest positions (rejected drafts)."""
+        self._drop_state(n)
+        self.cached = self.cached[: len(self.cached) - n]
 
     def _allowed(self, logits: Any) -> Any:
         """``logits`` without the ids past the tokenizer's (never picked)."""

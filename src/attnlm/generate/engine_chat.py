@@ -26,16 +26,11 @@ class EngineChatSession(ChatSession):
     def _drafts_apply(self) -> bool:
         return True  # the engine drops its newest positions (drop_newest)
 
-    def _feed_every(self, ids: list[int]) -> list[int]:
-        logits = _feed(self.model, np.array([ids]), last_only=False)[0]  # (T, V)
-        self.cached = self.cached + ids
-        if self.limit is not None:
-            logits = logits[:, : self.limit]
-        return np.argmax(logits, axis=-1).tolist()
+    def _logits_every(self, ids: list[int]) -> np.ndarray:
+        return _feed(self.model, np.array([ids]), last_only=False)[0]  # (T, V)
 
-    def _drop(self, n: int) -> None:
+    def _drop_state(self, n: int) -> None:
         self.model.drop_newest(n)
-        self.cached = self.cached[: len(self.cached) - n]
 
     def _pick(self, logits: np.ndarray) -> int:
         return int(pick(logits[None], self.sampling, self.rng)[0])

@@ -73,23 +73,28 @@ class ModelDrafter:
     def __call__(self, seq: Sequence[int], k: int) -> list[int]:
         import torch
 
-        from attnlm.generate.lookahead import common_prefix, drop_newest, lookup_draft
+        from attnlm.generate.lookahead import common_prefix, lookup_draft
 
         guess = lookup_draft(seq, k)
         if len(guess) == k or k <= 0:
             return guess
         keep = min(common_prefix(self.seen, seq), len(seq) - 1)  # feed one id at least
-        drop_newest(self.cache, len(self.seen) - keep)
-        self.seen = self.seen[:keep]
+        self._cut(keep)
         with torch.inference_mode():
             preds = self._feed([*seq[keep:], *guess], len(guess) + 1)  # after seq, guess[j]
             taken = common_prefix(guess, preds)
-            drop_newest(self.cache, len(guess) - taken)
-            self.seen = self.seen[: len(self.seen) - (len(guess) - taken)]
+            self._cut(len(seq) + taken)  # the rejected part of the copy
             out = [*guess[:taken], preds[taken]]
             while len(out) < k:
                 out += self._feed(out[-1:], 1)
         return out
+
+    def _cut(self, keep: int) -> None:
+        """Keep the draft model's first ``keep`` positions."""
+        from attnlm.generate.lookahead import drop_newest
+
+        drop_newest(self.cache, len(self.seen) - keep)
+        self.seen = self.seen[:keep]
 
     def _feed(self, ids: list[int], last: int) -> list[int]:
         """Feed ``ids``; the draft model's argmax after each of the ``last`` newest."""
