@@ -175,6 +175,24 @@ def prepare(
             pass  # the passes below fail too, naming the split the text is in
     if not _hashed(signature):
         signature = data_signature(cfg, corpus)
+    return _prepare_in_passes(run_dir, cfg, corpus, given, signature, chunk_chars, t0, total, say)
+
+
+def _prepare_in_passes(
+    run_dir: Path,
+    cfg: TrainConfig,
+    corpus: Corpus,
+    given: Any,
+    signature: dict[str, Any],
+    chunk_chars: int,
+    t0: float,
+    total: int,
+    say: Callable[[str], Any],
+) -> RunData:
+    """:func:`prepare` for any corpus and tokenizer (``given``: one known before reading, else
+    None; ``total``: the corpus's size in bytes): a pass scans the corpus, the tokenizer is
+    made from it when not given, the last pass encodes it in chunks and writes the two
+    splits."""
     with progress_bar(total, "scanning corpus", cfg.progress) as bar:
         info = scan(corpus, alphabet=cfg.tokenizer == "char", progress=bar)
     if not info.nonspace:

@@ -201,20 +201,12 @@ def resume_spec(run_dir: Path, requested: RunSpec | None) -> RunSpec:
     return RunSpec(model=stored_model, train=requested.train, preset=stored.get("preset", ""))
 
 
-def train_run(
-    spec: RunSpec,
-    run_dir: str | Path,
-    resume: bool = False,
-    log: Callable[..., Any] = print,
-    on_step: Callable[[int], Any] | None = None,
-    replace: bool = False,
-) -> TrainResult:
-    """Train (or resume) the model family of ``spec`` in ``run_dir``; returns the result on
-    every rank. ``on_step(step)`` is called after each optimizer step. ``replace``: a new run
-    over an old one; the old checkpoint is retired only after the data is prepared and the
-    model built (bad input leaves the old run as it was), and deleted only once the new
-    checkpoint is in place."""
-    run_dir = Path(run_dir)
+def _checked_spec(
+    spec: RunSpec, run_dir: Path, resume: bool, log: Callable[..., Any]
+) -> tuple[RunSpec, Any, dict[str, Any], Any]:
+    """``(spec, init, extra, family)``: the spec to train, taken from the ``--init-from``
+    source when there is one (``init``: the source, ``extra``: its ``config.json`` records),
+    its ``[model]`` table checked and its family's data matching the files given."""
     cfg = spec.train
     init, extra = None, {}
     if cfg.init_from is not None:  # the architecture, weights and tokenizer of a pretrained model
@@ -223,13 +215,16 @@ def train_run(
     # stand-ins for the fields the data decides, large enough for any special id
     registry.check_table(spec.model, vocab_size=1 << 16, src_vocab_size=1 << 16)
     family = registry.get(spec.model.get("type"))
-    objective_name = family.objective
-    if objective_data(objective_name) != "pairs" and (cfg.valid_pairs or cfg.test_pairs):
+    if objective_data(family.objective) != "pairs" and (cfg.valid_pairs or cfg.test_pairs):
         raise ConfigError(
             f"--valid-pairs/--test-pairs apply to translation families; {family.type} trains "
             "on text (its validation split is the last val_fraction of --text)"
         )
-    dist = D.from_env()
+    return spec, init, extra, family
+
+
+def _check_parallel(cfg: TrainConfig, dist: D.DistInfo) -> None:
+    """Refuse the combinations of FSDP, LoRA and HMM EM with the launch that cannot run."""
     fsdp = cfg.parallel == "fsdp"
     if fsdp and not dist.launched:
         raise ConfigError(
@@ -244,54 +239,178 @@ def train_run(
         raise ConfigError("--lora trains the adapters without FSDP (use DDP or one process)")
     if cfg.hmm_em and (fsdp or dist.enabled):
         raise ConfigError("train.hmm_em runs in one process; start it without torchrun")
+
+
+def _start_device(cfg: TrainConfig, dist: D.DistInfo) -> torch.device:
+    """The run's device, made current, with the process group joined (FSDP always joins)."""
     device = resolve_device(cfg.device, dist.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    D.init(dist, device.type, always=fsdp)
+    D.init(dist, device.type, always=cfg.parallel == "fsdp")
+    return device
+
+
+def _prepare_on_ranks(
+    run_dir: Path,
+    cfg: TrainConfig,
+    kind: str,
+    resume: bool,
+    log: Callable[..., Any],
+    extra: dict[str, Any],
+    dist: D.DistInfo,
+) -> Any:
+    """The prepared data on every rank: rank 0 prepares it, the others wait and then load it."""
+    if dist.is_main:
+        data = _prepare(run_dir, cfg, kind, resume, log, extra)
+    _barrier(dist)
+    if not dist.is_main:
+        data = _prepare(run_dir, cfg, kind, resume, extra=extra)
+    if dist.is_main:
+        log(data.stats_line())
+    return data
+
+
+def _build_model(
+    spec: RunSpec,
+    data: Any,
+    kind: str,
+    init: Any,
+    extra: dict[str, Any],
+    run_dir: Path,
+    resume: bool,
+    dist: D.DistInfo,
+    log: Callable[..., Any],
+) -> tuple[Any, Any, Any]:
+    """``(model, model_cfg, family)``: the model built from the completed ``[model]`` table
+    (or the ``--init-from`` source's own), with LoRA adapters when asked and layers frozen;
+    the LoRA record goes into ``extra``."""
+    cfg = spec.train
+    if cfg.init_from is not None:
+        table = spec.model  # the source's: complete, checked against the tokenizer
+        if kind == "pairs":  # the special ids and vocabulary sizes are the model's
+            check_pair_fields(_model_fields(data), table, cfg.init_from)
+        else:
+            check_vocab(data.tokenizer, table, cfg.init_from)
+    else:
+        table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
+    if init is not None:  # the source's own model: its weights are not copied
+        model = take_model(init)
+        model_cfg, family = model.config, registry.family_of(model)
+    else:
+        model, model_cfg, family = registry.build(table)
+    if cfg.lora:  # adapters on the source model, the base frozen (train/lora.py)
+        model, extra["lora"] = lora_model(model, cfg, init, run_dir, resume)
+    frozen = freeze(model, cfg.freeze_embeddings, cfg.freeze_layers)
+    if frozen and dist.is_main:
+        log(f"frozen: {frozen / 1e6:.2f}M parameters (no gradients, no optimizer state)")
+    return model, model_cfg, family
+
+
+def _place_model(
+    model: Any, cfg: TrainConfig, device: torch.device, dist: D.DistInfo
+) -> int | None:
+    """Seed dropout per rank and move the model to ``device``, sharded under FSDP; returns
+    the number of FSDP units (None without FSDP)."""
+    if dist.rank:
+        torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
+    model.to(device)
+    if cfg.parallel == "fsdp":
+        return shard(model, device)  # before the optimizer sees the parameters
+    return None
+
+
+def _em_fit_step(model: Any, cfg: TrainConfig) -> Any:
+    """The model's own EM step under ``train.hmm_em`` (None otherwise)."""
+    fit_step = getattr(model, "fit_step", None) if cfg.hmm_em else None
+    if cfg.hmm_em and fit_step is None:
+        raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
+    return fit_step
+
+
+def _start_state(trainer: Trainer, resume: bool) -> int | None:
+    """Set the trainer's starting state: a fresh one, or on ``resume`` the checkpoint's
+    weights (sharded under FSDP) and trainer state; returns the step the metrics log is kept
+    up to (None for a new run)."""
+    if not resume:
+        trainer.state = TrainState()
+        return None
+    run_dir, cfg, dist = trainer.run_dir, trainer.cfg, trainer.dist
+    ckpt = resolve_checkpoint(run_dir)
+    if cfg.parallel == "fsdp":
+        load_sharded(trainer.raw_model, trainer.opt, ckpt)
+    else:
+        load_weights(trainer.raw_model, ckpt, trainer.device)
+    try:
+        trainer.load_state_dict(load_state(ckpt))
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a state.pt of another shape
+        raise InputError(f"{ckpt}/state.pt: does not fit this run ({e})") from None
+    _check_time_left(run_dir, cfg, trainer.state)
+    if dist.is_main:
+        trainer.log(f"resuming {run_dir} from step {trainer.state.step}")
+    return trainer.state.step
+
+
+def _model_line(trainer: Trainer, model_cfg: Any, family: Any, units: int | None) -> str:
+    """The log line that describes the trainer's model, its device and its parallelism
+    (``units``: FSDP units, None without FSDP)."""
+    what = family.describe(model_cfg) if family.describe else family.type
+    n, device, dist = count_params(trainer.raw_model), trainer.device, trainer.dist
+    return (
+        f"model: {n / 1e6:.2f}M parameters, {what}; device {device}"
+        + (f", {dist.world_size} processes" if dist.enabled else "")
+        + (f", FSDP over {units} blocks + root" if units is not None else "")
+    )
+
+
+def _fit(trainer: Trainer, keep_until: int | None) -> TrainResult:
+    """Run the trainer's loop (under DDP or FSDP, compiled when asked), then draw the loss
+    curve; every rank leaves together."""
+    run_dir, cfg, dist = trainer.run_dir, trainer.cfg, trainer.dist
+    metrics = MetricsLog(run_dir / METRICS_FILE, dist.is_main, keep_until)
+    trainer.wrap(ddp=cfg.parallel != "fsdp", compile=cfg.compile)
+    result = trainer.fit(metrics)
+    if dist.is_main:
+        _loss_curve(run_dir, metrics.records)
+    _barrier(dist)  # leave together: no rank tears the group down under another
+    return result
+
+
+def train_run(
+    spec: RunSpec,
+    run_dir: str | Path,
+    resume: bool = False,
+    log: Callable[..., Any] = print,
+    on_step: Callable[[int], Any] | None = None,
+    replace: bool = False,
+) -> TrainResult:
+    """Train (or resume) the model family of ``spec`` in ``run_dir``; returns the result on
+    every rank. ``on_step(step)`` is called after each optimizer step. ``replace``: a new run
+    over an old one; the old checkpoint is retired only after the data is prepared and the
+    model built (bad input leaves the old run as it was), and deleted only once the new
+    checkpoint is in place."""
+    run_dir = Path(run_dir)
+    spec, init, extra, family = _checked_spec(spec, run_dir, resume, log)
+    cfg, objective_name = spec.train, family.objective
+    dist = D.from_env()
+    _check_parallel(cfg, dist)
+    device = _start_device(cfg, dist)
     try:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         kind = objective_data(objective_name)
-        if dist.is_main:
-            data = _prepare(run_dir, cfg, kind, resume, log, extra)
-        _barrier(dist)
-        if not dist.is_main:
-            data = _prepare(run_dir, cfg, kind, resume, extra=extra)
-        if dist.is_main:
-            log(data.stats_line())
+        data = _prepare_on_ranks(run_dir, cfg, kind, resume, log, extra, dist)
         torch.manual_seed(cfg.seed)
-        if cfg.init_from is not None:
-            table = spec.model  # the source's: complete, checked against the tokenizer
-            if kind == "pairs":  # the special ids and vocabulary sizes are the model's
-                check_pair_fields(_model_fields(data), table, cfg.init_from)
-            else:
-                check_vocab(data.tokenizer, table, cfg.init_from)
-        else:
-            table = registry.complete_table(spec.model, **_data_fields(spec.model, data))
-        if init is not None:  # the source's own model: its weights are not copied
-            model = take_model(init)
-            model_cfg, family = model.config, registry.family_of(model)
-        else:
-            model, model_cfg, family = registry.build(table)
-        if cfg.lora:  # adapters on the source model, the base frozen (train/lora.py)
-            model, extra["lora"] = lora_model(model, cfg, init, run_dir, resume)
-        frozen = freeze(model, cfg.freeze_embeddings, cfg.freeze_layers)
-        if frozen and dist.is_main:
-            log(f"frozen: {frozen / 1e6:.2f}M parameters (no gradients, no optimizer state)")
-        if dist.rank:
-            torch.manual_seed(cfg.seed + dist.rank)  # dropout differs per rank
-        model.to(device)
-        if fsdp:
-            fsdp_units = shard(model, device)  # before the optimizer sees the parameters
-        fit_step = getattr(model, "fit_step", None) if cfg.hmm_em else None
-        if cfg.hmm_em and fit_step is None:
-            raise ConfigError('train.hmm_em needs a model fitted by EM (model.type = "hmm")')
+        model, model_cfg, family = _build_model(
+            spec, data, kind, init, extra, run_dir, resume, dist, log
+        )
+        fsdp_units = _place_model(model, cfg, device, dist)
+        fit_step = _em_fit_step(model, cfg)
         objective = make_objective(objective_name, data.tokenizer, model_cfg)
         train_src, val_src = _sources(objective, data, kind, cfg.block_size)
         if replace and not resume:
-            if dist.is_main:
-                _retire_old_checkpoint(run_dir)
-            _barrier(dist)
+            _retire_old_checkpoint(run_dir, dist)
         trainer = Trainer(
             TrainJob(
                 model=model,
@@ -309,39 +428,10 @@ def train_run(
                 fit_step=fit_step,
             )
         )
-        keep_until = None
-        if resume:
-            ckpt = resolve_checkpoint(run_dir)
-            if fsdp:
-                load_sharded(model, trainer.opt, ckpt)
-            else:
-                load_weights(model, ckpt, device)
-            try:
-                trainer.load_state_dict(load_state(ckpt))
-            except InputError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a state.pt of another shape
-                raise InputError(f"{ckpt}/state.pt: does not fit this run ({e})") from None
-            keep_until = trainer.state.step
-            _check_time_left(run_dir, cfg, trainer.state)
-            if dist.is_main:
-                log(f"resuming {run_dir} from step {trainer.state.step}")
-        else:
-            trainer.state = TrainState()
+        keep_until = _start_state(trainer, resume)
         if dist.is_main:
-            what = family.describe(model_cfg) if family.describe else family.type
-            log(
-                f"model: {count_params(model) / 1e6:.2f}M parameters, {what}; device {device}"
-                + (f", {dist.world_size} processes" if dist.enabled else "")
-                + (f", FSDP over {fsdp_units} blocks + root" if fsdp else "")
-            )
-        metrics = MetricsLog(run_dir / METRICS_FILE, dist.is_main, keep_until)
-        trainer.wrap(ddp=not fsdp, compile=cfg.compile)
-        result = trainer.fit(metrics)
-        if dist.is_main:
-            _loss_curve(run_dir, metrics.records)
-        _barrier(dist)  # leave together: no rank tears the group down under another
-        return result
+            log(_model_line(trainer, model_cfg, family, fsdp_units))
+        return _fit(trainer, keep_until)
     finally:
         D.shutdown(dist)
 
@@ -353,19 +443,21 @@ def _loss_curve(run_dir: Path, records: list[dict[str, Any]]) -> None:
         plot_loss_curve(records, run_dir / LOSS_CURVE_FILE, title=f"{run_dir.name}: loss")
 
 
-def _retire_old_checkpoint(run_dir: Path) -> None:
-    """``--overwrite``: the old checkpoint becomes ``checkpoint.old``, which the new run's
-    first save removes once its own checkpoint is in place (a kill before that leaves the
-    old one, still found by :func:`attnlm.checkpoint.resolve_checkpoint`)."""
+def _retire_old_checkpoint(run_dir: Path, dist: D.DistInfo) -> None:
+    """``--overwrite``: the old checkpoint becomes ``checkpoint.old`` (rank 0 moves it, the
+    others wait), which the new run's first save removes once its own checkpoint is in place
+    (a kill before that leaves the old one, still found by
+    :func:`attnlm.checkpoint.resolve_checkpoint`)."""
     import shutil
 
     from attnlm.fileio import fsync_dir
 
     ckpt, old = run_dir / CHECKPOINT_DIR, run_dir / f"{CHECKPOINT_DIR}.old"
-    if ckpt.is_dir():
+    if dist.is_main and ckpt.is_dir():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(ckpt, old)
         fsync_dir(run_dir)
+    _barrier(dist)
 
 
 _DATA_FIELDS = ("text", "data_dir", "pairs")  # what a run trains on

@@ -305,13 +305,12 @@ class Trainer:
         return D.from_main([frac], self.dist, self.device)[0]
 
     # -- the loop --------------------------------------------------------------------------
-    def fit(self, metrics: MetricsLog) -> TrainResult:
+    def _progress_bar(self) -> tuple[Any, Any]:
+        """``(bar, write)``: the progress bar (rank 0 with ``progress``) and the function that
+        prints a line beside it (silent on the other ranks)."""
         from tqdm.auto import tqdm
 
         cfg, st, d = self.cfg, self.state, self.dist
-        budget = cfg.time_budget_s
-        per_example = self.train_src.tokens_per_example()
-        self.step_tokens = cfg.batch_size * self.micro * d.world_size * per_example
         # The bar shows the run's progress in percent: the larger of the step and time fractions.
         bar = tqdm(
             total=100.0,
@@ -326,6 +325,72 @@ class Trainer:
             write = _silent
         else:
             write = bar.write if not bar.disable else self.log
+        return bar, write
+
+    def _show_progress(self, bar: Any, loss_ema: float, tok_s: float) -> None:
+        """Move the bar to the run's progress and show the step, smoothed loss, speed and ETA."""
+        cfg, st = self.cfg, self.state
+        budget = cfg.time_budget_s
+        left = (cfg.max_iters - st.step) * (st.elapsed / max(st.step, 1))
+        if budget:
+            left = min(left, budget - st.elapsed)
+        bar.set_postfix_str(
+            f"step {st.step}, loss {loss_ema:.4f}, {tok_s:,.0f} tok/s, ETA {_fmt_time(left)}",
+            refresh=False,
+        )
+        progress = 100.0 * max(st.step / cfg.max_iters, st.elapsed / budget if budget else 0)
+        bar.update(min(progress, 100.0) - bar.n)
+
+    def _evaluate_and_save(
+        self, loss: float, lr: float, t0: float, metrics: MetricsLog, write: Any
+    ) -> tuple[EvalResult, bool]:
+        """``(result, early)``: one evaluation, logged, with its checkpoint (with early stopping
+        only when validation improved) and whether early stopping ends the run now."""
+        cfg, st, d = self.cfg, self.state, self.dist
+        last_eval = self.evaluate()
+        improved = last_eval.loss < st.best_val
+        if improved:
+            st.best_val, st.bad_evals = last_eval.loss, 0
+        else:
+            st.bad_evals += 1
+        metrics.write(
+            {
+                "step": st.step,
+                "val_loss": last_eval.loss,
+                "val_bpc": last_eval.bpc,
+                "val_ppl": last_eval.ppl,
+                "val_accuracy": last_eval.accuracy,
+                "train_loss": loss,
+                "elapsed": round(st.elapsed, 3),
+            }
+        )
+        per_char = (
+            f"val {last_eval.bpc:.4f} bits/char"
+            if last_eval.bpc is not None
+            else f"val accuracy {last_eval.accuracy or 0:.2%}"
+        )
+        write(
+            f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
+            f"{per_char}" + ("" if self.job.fit_step else f", lr {lr:.2e}")
+        )
+        st.elapsed = time.perf_counter() - t0
+        keep = improved or not cfg.early_stop  # with early stopping: the best
+        if D.from_main([float(keep)], d, self.device)[0]:  # saving is collective
+            self.save()
+        early = cfg.early_stop and st.bad_evals >= cfg.early_stop
+        if D.from_main([float(bool(early))], d, self.device)[0]:
+            write(f"early stop: no improvement in {cfg.early_stop} evaluations")
+            return last_eval, True
+        return last_eval, False
+
+    def fit(self, metrics: MetricsLog) -> TrainResult:
+        """Run the loop until ``max_iters``, the time budget or early stopping, logging to
+        ``metrics``; returns the run's result."""
+        cfg, st, d = self.cfg, self.state, self.dist
+        budget = cfg.time_budget_s
+        per_example = self.train_src.tokens_per_example()
+        self.step_tokens = cfg.batch_size * self.micro * d.world_size * per_example
+        bar, write = self._progress_bar()
         t0 = time.perf_counter() - st.elapsed
         session_t0, session_steps = time.perf_counter(), 0
         last_eval: EvalResult | None = None
@@ -343,18 +408,7 @@ class Trainer:
                 st.elapsed = time.perf_counter() - t0
                 loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
                 tok_s = session_steps * self.step_tokens / (time.perf_counter() - session_t0)
-                left = (cfg.max_iters - st.step) * (st.elapsed / max(st.step, 1))
-                if budget:
-                    left = min(left, budget - st.elapsed)
-                bar.set_postfix_str(
-                    f"step {st.step}, loss {loss_ema:.4f}, {tok_s:,.0f} tok/s, "
-                    f"ETA {_fmt_time(left)}",
-                    refresh=False,
-                )
-                progress = 100.0 * max(
-                    st.step / cfg.max_iters, st.elapsed / budget if budget else 0
-                )
-                bar.update(min(progress, 100.0) - bar.n)
+                self._show_progress(bar, loss_ema, tok_s)
                 if st.step % cfg.log_interval == 0 or st.step == 1:
                     metrics.write(
                         {
@@ -368,40 +422,9 @@ class Trainer:
                 frac = self._time_fraction(t0, budget)
                 final = st.step >= cfg.max_iters or (budget is not None and frac >= 1.0)
                 if st.step % cfg.eval_interval == 0 or final:
-                    last_eval = self.evaluate()
-                    improved = last_eval.loss < st.best_val
-                    if improved:
-                        st.best_val, st.bad_evals = last_eval.loss, 0
-                    else:
-                        st.bad_evals += 1
-                    metrics.write(
-                        {
-                            "step": st.step,
-                            "val_loss": last_eval.loss,
-                            "val_bpc": last_eval.bpc,
-                            "val_ppl": last_eval.ppl,
-                            "val_accuracy": last_eval.accuracy,
-                            "train_loss": loss,
-                            "elapsed": round(st.elapsed, 3),
-                        }
-                    )
-                    per_char = (
-                        f"val {last_eval.bpc:.4f} bits/char"
-                        if last_eval.bpc is not None
-                        else f"val accuracy {last_eval.accuracy or 0:.2%}"
-                    )
-                    write(
-                        f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
-                        f"{per_char}" + ("" if self.job.fit_step else f", lr {lr:.2e}")
-                    )
-                    st.elapsed = time.perf_counter() - t0
-                    keep = improved or not cfg.early_stop  # with early stopping: the best
-                    if D.from_main([float(keep)], d, self.device)[0]:  # saving is collective
-                        self.save()
-                    early = cfg.early_stop and st.bad_evals >= cfg.early_stop
-                    if D.from_main([float(bool(early))], d, self.device)[0]:
+                    last_eval, early = self._evaluate_and_save(loss, lr, t0, metrics, write)
+                    if early:
                         stop_reason = "early_stop"
-                        write(f"early stop: no improvement in {cfg.early_stop} evaluations")
                         break
                 if self.job.on_step is not None:
                     self.job.on_step(st.step)
