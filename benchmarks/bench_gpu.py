@@ -82,8 +82,8 @@ def gpt2_pair(shape: dict, dev: torch.device, tmp: str):
 
 def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
     from attnlm.generate import SamplingConfig, generate
-    from attnlm.generate.compiled import compiled_step
     from attnlm.nn.quant import quantize_weights
+    from attnlm.runtime.compiled import compiled_step
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,7 +23,7 @@ file, greedy, the same prompt text and thread count, printing the same keys. Med
   token, plain and with its own prompt-lookup drafts (``prompt_lookup_num_tokens=8``);
 * prefill of a 512-token prompt (the GGUF default weights) against llama.cpp (>= 1.0x);
 * peak RSS of the whole process (attnlm q4 <= 1.3x llama.cpp); ``attnlm generate`` on this file
-  runs without PyTorch (:mod:`attnlm.native.engine`), and the row ``attnlm q4 torch path``
+  runs without PyTorch (:mod:`attnlm.runtime.engine`), and the row ``attnlm q4 torch path``
   (``ATTNLM_ENGINE=0``) is the same decode through PyTorch;
 * in this process: attnlm ``f32`` plain greedy decoding at batch 1 and 16 against the
   weight-matmul ceiling measured in the same rounds (every linear layer's product alone, one

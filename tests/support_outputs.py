@@ -267,16 +267,19 @@ def source(row: Row, folder: Path) -> torch.nn.Module | Path:
 # -- the calls -------------------------------------------------------------------------------
 
 
-def run_case(model: torch.nn.Module, case: Case, compile: bool = False, process=None) -> list:
+def run_case(model: torch.nn.Module, case: Case, compile: bool = False, process=None,
+             runner=None) -> list:  # fmt: skip
     """``case`` through the PyTorch decoders' public API: the new ids of each row (translation:
-    each output from the start token on, as :func:`translate_ids` returns it)."""
+    each output from the start token on, as :func:`translate_ids` returns it); ``runner``: the
+    backend of a language model's decode (None: the planner's choice)."""
     from attnlm.generate import decode
     from attnlm.generate.translate import translate_ids
 
     prompts = [list(p) for p in case.prompts]
     if case.kind == "decode":
+        extra = {} if runner is None else {"runner": runner}  # (the pristine API had none)
         return decode(model, prompts, case.sampling(), lookahead=case.lookahead,
-                      compile=compile, process=process)  # fmt: skip
+                      compile=compile, process=process, **extra)  # fmt: skip
     if case.kind == "beam":
         return translate_ids(model, prompts, num_beams=3, max_new_tokens=case.max_new_tokens)
     sampling = case.sampling()
@@ -284,9 +287,10 @@ def run_case(model: torch.nn.Module, case: Case, compile: bool = False, process=
                          compile=compile)  # fmt: skip
 
 
-def run_cli(path: Path, case: Case) -> dict:
+def run_cli(path: Path, case: Case, backend: list | None = None) -> dict:
     """``attnlm generate --model FILE --prompt "Hello there" --json`` in this process (the
-    command picks the engine or PyTorch itself): the texts and the number of new tokens."""
+    command picks the engine or PyTorch itself): the texts and the number of new tokens;
+    ``backend`` (a list) receives the backend ``--json`` names."""
     from attnlm.cli import main
 
     argv = ["generate", "--model", str(path), "--prompt", CLI_PROMPT, "--json",
@@ -297,6 +301,8 @@ def run_cli(path: Path, case: Case) -> dict:
         code = main(argv)
     assert code == 0, f"attnlm {' '.join(argv)} exited {code}"
     record = json.loads(out.getvalue().strip().splitlines()[-1])
+    if backend is not None:
+        backend.append(record.get("backend"))
     return {"texts": record["texts"], "new_tokens": record["new_tokens"]}
 
 

@@ -4,6 +4,7 @@
     base (errors, textio, fileio, config, device, validate)
       -> tokenizers, data, nn -> models, ngram, word2vec
       -> model sources (models.hf, models.gguf: adapters import the models, never the reverse)
+      -> runtime (the backends a model runs on, and the planner that picks one)
       -> objectives, evaluation, checkpoint, inspect, generate (decoding)
       -> train, demo, compare -> web -> cli (the command line, the only place argparse appears)
 """
@@ -42,21 +43,23 @@ LAYERS = {
     "attnlm.word2vec": 2,
     "attnlm.models.hf": 3,  # model sources: file formats, adapters over the models
     "attnlm.models.gguf": 3,
-    "attnlm.objectives": 4,
-    "attnlm.evaluation": 4,
-    "attnlm.checkpoint": 4,
-    "attnlm.sources": 4,  # --model SPEC: the resolver over every model source
-    "attnlm.lora_run": 4,  # a LoRA run: adapters, base SPEC and fingerprint
-    "attnlm.sources_weights": 4,  # its weights format step (--weights)
-    "attnlm.inspect": 4,
-    "attnlm.generate": 4,
-    "attnlm.train": 5,
-    "attnlm.demo": 5,
-    "attnlm.compare": 5,
-    "attnlm.compare_report": 5,  # compare.json, the plot and the table
-    "attnlm.web": 6,
-    "attnlm.cli": 7,
-    "attnlm.__main__": 7,
+    "attnlm.runtime": 4,  # the backends: eager, compiled, the C step, the C engine (planner)
+    "attnlm.objectives": 5,
+    "attnlm.evaluation": 5,
+    "attnlm.checkpoint": 5,
+    "attnlm.sources": 5,  # --model SPEC: the resolver over every model source
+    "attnlm.lora_run": 5,  # a LoRA run: adapters, base SPEC and fingerprint
+    "attnlm.sources_weights": 5,  # its weights format step (--weights)
+    "attnlm.sources_engine": 5,  # its way to the C engine backend
+    "attnlm.inspect": 5,
+    "attnlm.generate": 5,
+    "attnlm.train": 6,
+    "attnlm.demo": 6,
+    "attnlm.compare": 6,
+    "attnlm.compare_report": 6,  # compare.json, the plot and the table
+    "attnlm.web": 7,
+    "attnlm.cli": 8,
+    "attnlm.__main__": 8,
 }
 
 

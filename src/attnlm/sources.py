@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from attnlm.device import release_free_memory
 from attnlm.errors import AttnlmError, InputError
 from attnlm.foreign import load_json
 from attnlm.foreign import register as _register_reader
@@ -68,19 +67,53 @@ class Resolved(NamedTuple):
 
 
 def resolve(
-    spec: str | os.PathLike[str], device: Any = "cpu", weights: str | None = None
+    spec: str | os.PathLike[str],
+    device: Any = "cpu",
+    weights: str | None = None,
+    *,
+    engine_ok: bool = False,
+    threads: int | None = None,
 ) -> Resolved:
     """The model SPEC names, its tokenizer and a :class:`ModelInfo` (see the module
-    docstring), on ``device``, its weights in format ``weights`` (``f32|bf16|q8|q4``,
-    :mod:`attnlm.nn.quant`; None: a GGUF file's own precision class, else ``f32``;
-    ``info.details["weights"]`` says which)."""
-    from attnlm.sources_weights import apply_weights
+    docstring), on ``device`` (a torch device, or a ``--device`` string), its weights in
+    format ``weights`` (``f32|bf16|q8|q4``, :mod:`attnlm.nn.quant`; None: a GGUF file's own
+    precision class, else ``f32``; ``info.details["weights"]`` says which).
+
+    ``engine_ok``: the caller decodes with the KV cache, uncompiled, and takes an
+    :class:`~attnlm.runtime.engine.Engine` (the ``c-engine`` backend, ``threads`` of them,
+    None: every core) where the planner chooses it for this file
+    (:mod:`attnlm.sources_engine`: no PyTorch is imported then); ``info.details["backend"]``
+    and ``["backend_reason"]`` say so."""
+    from attnlm.validate import weights_format
 
     if weights is not None:
-        from attnlm.nn.quant import check_format
+        weights_format(weights)
+    found = _engine(str(spec), device, weights, threads) if engine_ok else None
+    if found is not None:
+        return found
+    if isinstance(device, str) or device is None:
+        from attnlm.device import resolve_device
 
-        check_format(weights)
+        device = resolve_device(device or "auto")
+    from attnlm.sources_weights import apply_weights
+
     return apply_weights(_resolve(spec, device, weights), weights)
+
+
+def _engine(spec: str, device: Any, weights: str | None, threads: int | None) -> Resolved | None:
+    """SPEC on the C engine (:mod:`attnlm.sources_engine`), or None."""
+    from attnlm.sources_engine import engine_for
+
+    path = gguf_file(spec)
+    found = None if path is None else engine_for(path, device, weights, threads)
+    if found is None:
+        return None
+    engine, tok, template, stops = found
+    named = not Path(spec).expanduser().exists()
+    info = ModelInfo(spec, "name" if named else "gguf", path, None, template, stops,
+                     name=spec if named else None)  # fmt: skip
+    info.details.update(backend=engine.name, backend_reason=engine.reason)
+    return Resolved(engine, tok, info)
 
 
 def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> Resolved:
@@ -165,7 +198,8 @@ def gguf_file(spec: str | os.PathLike[str]) -> Path | None:
         path = pretrained_path(text)
     if path.is_file():
         return path if path.suffix.lower() == ".gguf" else None
-    if is_hf_folder(path) or (path / "config.json").is_file():
+    # a Hugging Face folder or an attnlm run (config.json or checkpoint/, CHECKPOINT_DIR)
+    if (path / "config.json").is_file() or (path / "checkpoint").is_dir():
         return None
     ggufs = sorted(path.glob("*.gguf"))
     return ggufs[0] if len(ggufs) == 1 else None
@@ -350,6 +384,7 @@ def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -
     ``tokenizer.*`` metadata as llama.cpp reads it, defaults included); a reply ends at its EOS
     or end-of-turn id. ``weights``: the format the matrices load into (None: the file's own
     precision class, :func:`attnlm.models.gguf.quantized.precision_class`)."""
+    from attnlm.device import release_free_memory
     from attnlm.ggufio import GGUFFile
     from attnlm.models import gguf
     from attnlm.tokenizers.gguf import gguf_chat_setup

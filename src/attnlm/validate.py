@@ -43,6 +43,13 @@ DEVICE_FORMS = "auto, cpu, cuda, cuda:N or mps"
 WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4")
 
 
+def weights_format(fmt: str) -> str:
+    """``fmt`` if it is one of :data:`WEIGHT_FORMATS`, else a one-line InputError."""
+    if fmt not in WEIGHT_FORMATS:
+        raise InputError(f"weights format {fmt!r} is not one of {', '.join(WEIGHT_FORMATS)}")
+    return fmt
+
+
 def _what(name: str | None) -> str:
     return f"{name} " if name else ""
 

@@ -1,4 +1,4 @@
-"""The compiled decode step of the encoder-decoder ``transformer`` (attnlm.generate.compiled,
+"""The compiled decode step of the encoder-decoder ``transformer`` (attnlm.runtime.compiled,
 attnlm.models.transformer_state): the tokens of the eager static state and of the growing
 cache, one graph per (batch size, buffer bucket, source bucket) reused across calls, no
 recompilation over 64 steps, and the paths that use it (translate_ids, ``attnlm translate
@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from attnlm.errors import InputError
-from attnlm.generate import compiled as C
 from attnlm.generate.beam import beam_search
-from attnlm.generate.compiled import CompiledStep
 from attnlm.generate.loop import decode
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.translate import translate_ids
 from attnlm.models.transformer import Transformer, TransformerConfig
 from attnlm.nn.static_cache import padded_length
+from attnlm.runtime import compiled as C
+from attnlm.runtime.compiled import CompiledStep
 from support import tiny_translation_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -287,42 +287,54 @@ def test_drop_newest_undoes_cache_entries():
     model = tiny_gpt("learned")
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.no_grad():
-        cache = model.new_cache()
+        cache = model.new_state()
         model(ids, cache=cache)
         drop_newest(cache, 2)
         assert cache.length == 3 and cache.position == 3
         a = model(torch.tensor([[9]]), cache=cache).logits
-        fresh = model.new_cache()
+        fresh = model.new_state()
         model(ids[:, :3], cache=fresh)
         b = model(torch.tensor([[9]]), cache=fresh).logits
     torch.testing.assert_close(a, b)
 
 
-class CountingGPT(torch.nn.Module):
+class Counting:
+    """A backend (attnlm.runtime) that counts the passes of the one it wraps and records the
+    state's length before each."""
+
+    name, reason = "counting", "a test"
+
     def __init__(self, model):
-        super().__init__()
-        self.inner, self.config, self.calls = model, model.config, 0
+        from attnlm.runtime.planner import runner_for
 
-    def new_cache(self):
-        return self.inner.new_cache()
+        self.model, self.inner, self.calls, self.held = model, runner_for(model), 0, []
 
-    def forward(self, *args, **kwargs):
+    def new_state(self, *args, **kwargs):
+        return self.inner.new_state(*args, **kwargs)
+
+    def step(self, tokens, state, last_only=False):
         self.calls += 1
-        return self.inner(*args, **kwargs)
+        self.held.append(state.length)
+        return self.inner.step(tokens, state, last_only)
+
+    def last_logits(self, tokens, state):
+        return self.step(tokens, state, last_only=True)[:, -1]
 
 
 @pytest.mark.parametrize("positions", ["learned", "rope", "alibi"])
 @pytest.mark.parametrize("sharpen", [25.0, 1.0])
 def test_lookahead_gives_the_greedy_tokens_with_fewer_passes(positions, sharpen):
-    model = CountingGPT(tiny_gpt(positions, block=64, sharpen=sharpen))
+    model = tiny_gpt(positions, block=64, sharpen=sharpen)
     prompt = [[3, 1, 4, 1, 5, 9, 2, 6]]
-    fast = decode(model, prompt, SamplingConfig(temperature=0, max_new_tokens=50), lookahead=8)
-    passes = model.calls
-    model.calls = 0
-    slow = decode(model, prompt, SamplingConfig(temperature=0, max_new_tokens=50), lookahead=0)
+    greedy = SamplingConfig(temperature=0, max_new_tokens=50)
+    counting = Counting(model)
+    fast = decode(model, prompt, greedy, lookahead=8, runner=counting)
+    passes = counting.calls
+    counting = Counting(model)
+    slow = decode(model, prompt, greedy, lookahead=0, runner=counting)
     assert fast == slow and len(fast[0]) == 50
-    assert model.calls == 50  # one pass per token: the prefill gives the first
-    ref = reference_greedy(model.inner, torch.tensor(prompt), 50)[0, 8:].tolist()
+    assert counting.calls == 50  # one pass per token: the prefill gives the first
+    ref = reference_greedy(model, torch.tensor(prompt), 50)[0, 8:].tolist()
     assert fast[0] == ref
     if sharpen > 1:  # a sharp random model repeats itself, so drafts get accepted
         assert passes < 40
@@ -343,7 +355,7 @@ def test_lookahead_respects_stop_callback():
 def test_lookahead_rejected_drafts_are_undone(monkeypatch):
     import attnlm.generate.lookahead as la
 
-    model = CountingGPT(tiny_gpt("rope", block=64, sharpen=1.0))
+    model = tiny_gpt("rope", block=64, sharpen=1.0)
     prompt = [3, 1, 4, 1, 5]
     truth = decode(model, [prompt], SamplingConfig(temperature=0, max_new_tokens=40), lookahead=0)[
         0
@@ -356,18 +368,10 @@ def test_lookahead_rejected_drafts_are_undone(monkeypatch):
         return nxt[:2] + [(t + 1) % 40 for t in nxt[2:]]
 
     monkeypatch.setattr(la, "lookup_draft", half_right)
-    held = []  # cache length before each pass
-    inner = model.forward
-
-    def recording(ids, cache=None, **kw):
-        held.append(cache.length)
-        return inner(ids, cache=cache, **kw)
-
-    monkeypatch.setattr(model, "forward", recording)
-    assert (
-        decode(model, [prompt], SamplingConfig(temperature=0, max_new_tokens=40), lookahead=6)[0]
-        == truth
-    )
+    counting = Counting(model)  # records the cache's length before each pass
+    greedy = SamplingConfig(temperature=0, max_new_tokens=40)
+    assert decode(model, [prompt], greedy, lookahead=6, runner=counting)[0] == truth
+    held = counting.held
     # prefill, then each pass commits the next token and two accepted guesses; the four wrong
     # guesses are fed too but dropped from the cache again
     assert held[:5] == [0, 5, 8, 11, 14]

@@ -30,26 +30,30 @@ from support_outputs import (
     source,
 )
 
+BACKENDS = {"eager": "eager", "cstep": "c-step", "compiled": "compiled", "engine": "c-engine"}
+
 
 def run_on_backend(name: str, model: object, case: Case) -> list | dict:
     """``case`` decoded by ``model`` (a PyTorch model, or the path of a GGUF file) on backend
-    ``name``: ``eager`` (PyTorch, the C step off: ``ATTNLM_NATIVE=0``), ``cstep`` (the C step
-    inside the PyTorch model, the CPU default), ``compiled`` (``compile=True``, the C step
-    off), ``engine`` (the C engine without PyTorch, GGUF files only). ``attnlm generate``
-    cases take the engine where ``ATTNLM_ENGINE`` allows (``engine``), else PyTorch."""
+    ``name`` (:mod:`attnlm.runtime`): ``eager`` (PyTorch), ``cstep`` (the C step inside the
+    PyTorch model, the CPU default), ``compiled`` (``compile=True``, its prompt eager),
+    ``engine`` (the C engine without PyTorch, GGUF files only). ``attnlm generate`` cases run
+    the command with ``ATTNLM_NATIVE`` / ``ATTNLM_ENGINE`` steering the planner, and check
+    that ``--json`` names the backend."""
+    from attnlm.runtime.planner import runner_for
+
     env = {"ATTNLM_NATIVE": "0" if name in ("eager", "compiled") else "1",
            "ATTNLM_ENGINE": "1" if name == "engine" else "0"}  # fmt: skip
     with environment(env):
         if case.kind == "cli":
-            return run_cli(model, case)
+            said: list = []
+            out = run_cli(model, case, said)
+            assert said == [BACKENDS[name]], said
+            return out
         if name == "engine":
             from attnlm.generate import engine_decode
             from attnlm.ggufio import GGUFFile
-
-            try:  # where the runtime rewrite puts it, else where it was
-                from attnlm.runtime.engine_gguf import open_engine
-            except ImportError:
-                from attnlm.models.gguf.engine import open_engine
+            from attnlm.runtime.engine_gguf import open_engine
 
             engine = open_engine(GGUFFile(model), None, 1)
             assert engine is not None, f"{model}: not a file the engine decodes"
@@ -57,7 +61,11 @@ def run_on_backend(name: str, model: object, case: Case) -> list | dict:
             return engine_decode.decode(engine, prompts, case.sampling(), lookahead=case.lookahead)
         if isinstance(model, Path):
             model = load_gguf(model)
-        return run_case(model, case, compile=name == "compiled")
+        if case.kind != "decode":  # translation: every family but gpt and llama is eager
+            return run_case(model, case, compile=name == "compiled")
+        runner = runner_for(model, backend=BACKENDS[name])
+        assert runner.name == BACKENDS[name], runner.reason
+        return run_case(model, case, runner=runner)
 
 
 TABLE_PATH = FIXTURES / "outputs" / "decode_outputs.json"

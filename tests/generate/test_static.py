@@ -1,5 +1,5 @@
 """The static decoding state (attnlm.nn.static_cache) and the compiled decode step
-(attnlm.generate.compiled): the same tokens as the growing KV cache, fixed buffers, one graph
+(attnlm.runtime.compiled): the same tokens as the growing KV cache, fixed buffers, one graph
 for every step."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import torch
 
 from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode, generate
-from attnlm.generate.compiled import CompiledStep
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.transformer import Transformer, TransformerConfig
 from attnlm.nn.cache import KVCache
 from attnlm.nn.static_cache import StaticKVCache
+from attnlm.runtime.compiled import CompiledStep
 
 RAGGED = [[1, 2, 3], [4, 5, 6, 7, 8], [9], [10, 11]]
 
@@ -239,7 +239,7 @@ def test_compiled_step_reads_weights_changed_between_decodes(prefix, tmp_path):
 
 
 def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window():
-    from attnlm.generate.compiled import compiled_step
+    from attnlm.runtime.compiled import compiled_step
 
     model = _gpt(block_size=16)
     assert compiled_step(model, backend="eager") is compiled_step(model, backend="eager")
@@ -302,7 +302,7 @@ def test_recompile_limit_falls_back_on_pytorch_without_the_keyword(monkeypatch):
     image with 2.11 failed on it): the process-wide dynamo limit is raised instead."""
     import torch._dynamo.config as dynamo_config
 
-    from attnlm.generate import compiled
+    from attnlm.runtime import compiled
 
     assert compiled._recompile_options(40) == {"recompile_limit": 40, "isolate_recompiles": True}
 

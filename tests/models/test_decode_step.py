@@ -1,4 +1,4 @@
-"""The flat one-token decoding step (:mod:`attnlm.models.decode_step`) against the model's
+"""The flat one-token decoding step (:mod:`attnlm.runtime.eager`) against the model's
 forward: logits within 1e-5 at every position and the same greedy tokens over 64 steps, for
 gpt (every position scheme it serves, biases or not) and llama (MHA and GQA), with the
 growing and the static cache; and the cases it must leave to the forward."""
@@ -9,19 +9,19 @@ import pytest
 import torch
 
 from attnlm.generate import SamplingConfig, decode
-from attnlm.models import decode_step
-from attnlm.models.decode_step import flat_step, flat_step_applies
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.llama import Llama, LlamaConfig
 from attnlm.nn.cache import KVCache
 from attnlm.nn.static_cache import StaticKVCache
+from attnlm.runtime import eager
+from attnlm.runtime.eager import flat_step, flat_step_applies
 
 V = 50
 
 
 @pytest.fixture(autouse=True)
 def _pytorch_path(monkeypatch):
-    """The flat step is the PyTorch path: the C step (tests/models/test_native_step.py) off."""
+    """The flat step is the eager backend's: the C step (tests/models/test_native_step.py) off."""
     monkeypatch.setenv("ATTNLM_NATIVE", "0")
 
 
@@ -87,20 +87,20 @@ def test_greedy_tokens_equal_over_64_steps(name, monkeypatch):
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
     greedy = SamplingConfig(temperature=0, max_new_tokens=64)
     calls = []
-    real = decode_step.flat_step
+    real = eager.flat_step
 
     def counted(*args):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr("attnlm.models.decoder.flat_step", counted)
+    monkeypatch.setattr(eager, "flat_step", counted)
     for static in (True, False):
-        got = decode(model, prompts, greedy, static=static, lookahead=0)
+        runner = eager.EagerRunner(model)
+        got = decode(model, prompts, greedy, static=static, lookahead=0, runner=runner)
         assert calls, "the flat step did not run"
-        monkeypatch.setattr("attnlm.models.decoder.flat_step_applies", lambda *a: False)
-        want = decode(model, prompts, greedy, static=static, lookahead=0)
-        monkeypatch.undo()
-        monkeypatch.setattr("attnlm.models.decoder.flat_step", counted)
+        plain = eager.EagerRunner(model)
+        plain.flat = False  # the forward at every step
+        want = decode(model, prompts, greedy, static=static, lookahead=0, runner=plain)
         assert got == want
         assert len(set(got[0])) > 3  # not one token repeated
 

@@ -1,5 +1,5 @@
-"""The decode engine without PyTorch (:mod:`attnlm.native.engine`, built from a GGUF file by
-:mod:`attnlm.models.gguf.engine`, decoded by :mod:`attnlm.generate.engine_decode`), against
+"""The decode engine without PyTorch (:mod:`attnlm.runtime.engine`, built from a GGUF file by
+:mod:`attnlm.runtime.engine_gguf`, decoded by :mod:`attnlm.generate.engine_decode`), against
 ``transformers`` on the weights the file holds, against attnlm's PyTorch loader and decoder,
 and through ``attnlm generate``."""
 
@@ -18,8 +18,9 @@ from attnlm import native
 from attnlm.generate import SamplingConfig, apply_filters, decode, engine_decode, sampling_filters
 from attnlm.ggufio import GGUFFile
 from attnlm.models import gguf
-from attnlm.models.gguf.engine import engine_format, gguf_file, open_engine
 from attnlm.native import structs
+from attnlm.runtime.engine_gguf import engine_format, open_engine
+from attnlm.sources import gguf_file
 from gguf_support import write_gpt2, write_llama
 
 transformers = pytest.importorskip("transformers")

@@ -153,7 +153,7 @@ def test_kv_cache_equals_full_recompute(positions):
     model = GPT(tiny(positions=positions)).eval()
     ids = torch.randint(0, 37, (2, 12))
     full = model(ids).logits
-    cache = model.new_cache()
+    cache = model.new_state()
     chunks = [model(ids[:, :5], cache=cache).logits]  # prefill
     assert cache.length == 5 and cache.position == 5
     chunks.append(model(ids[:, 5:8], cache=cache).logits)  # a chunk on top of a cache
@@ -164,7 +164,7 @@ def test_kv_cache_equals_full_recompute(positions):
 
 
 def _greedy(model, prompt, steps, use_cache):
-    ids, cache = prompt, model.new_cache() if use_cache else None
+    ids, cache = prompt, model.new_state() if use_cache else None
     logits = model(ids, cache=cache).logits[:, -1]
     for _ in range(steps):
         nxt = logits.argmax(-1, keepdim=True)
@@ -191,7 +191,7 @@ def test_trimmed_cache_equals_window_recompute_for_one_layer(positions):
     for n_layer in (1, 2):
         model = GPT(tiny(positions=positions, block_size=block, n_layer=n_layer)).eval()
         ids = torch.randint(0, 37, (2, 20))
-        cache = model.new_cache()
+        cache = model.new_state()
         model(ids[:, :block], cache=cache)
         diffs = []
         for t in range(block, 20):
@@ -219,7 +219,7 @@ def test_left_padding_equals_one_at_a_time(positions):
     assert (out[0] - model(long).logits[0]).abs().max() < 1e-5
     assert (out[1, pad:] - model(short).logits[0]).abs().max() < 1e-5
     # and incremental decoding of the padded batch
-    cache = model.new_cache()
+    cache = model.new_state()
     model(batch, cache=cache, attention_mask=mask)
     nxt = torch.tensor([[5], [6]])
     mask = torch.cat([mask, torch.ones(2, 1, dtype=torch.bool)], 1)
@@ -232,7 +232,7 @@ def test_left_padding_equals_one_at_a_time(positions):
 
 def test_cache_and_learned_positions_limit():
     model = GPT(tiny(block_size=6)).eval()
-    cache = model.new_cache()
+    cache = model.new_state()
     model(torch.zeros(1, 6, dtype=torch.long), cache=cache)
     with pytest.raises(InputError, match="block_size"):
         model(torch.zeros(1, 1, dtype=torch.long), cache=cache)

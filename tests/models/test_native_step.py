@@ -1,6 +1,6 @@
-"""The C decode step (attnlm.models.native_step) against the PyTorch forward: the same logits
-(within float rounding) for every weight format, one and several rows and new tokens, and the
-cache left as the forward would leave it."""
+"""The C decode step (attnlm.runtime.cstep, the ``c-step`` backend) against the PyTorch
+forward: the same logits (within float rounding) for every weight format, one and several rows
+and new tokens, and the cache left as the forward would leave it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from attnlm import native
 from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.lookahead import drop_newest
-from attnlm.models import native_step as ns
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
 from attnlm.nn.lora import apply_lora
 from attnlm.nn.quant import QuantEmbedding, QuantLinear, quantize_weights
 from attnlm.nn.static_cache import StaticKVCache
+from attnlm.runtime import cstep as ns
+from attnlm.runtime.eager import EagerRunner
+from attnlm.runtime.planner import runner_for
 
 # only a machine without a C compiler skips these: a source that does not compile fails them
 pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")
@@ -74,10 +76,6 @@ def with_reference(model, fmt):
             elif isinstance(module, QuantEmbedding):
                 ref.get_submodule(name).weight = torch.nn.Parameter(module.table.dequantized())
     return model, ref
-
-
-def torch_path(monkeypatch):
-    monkeypatch.setenv("ATTNLM_NATIVE", "0")
 
 
 def c_path(monkeypatch):
@@ -157,12 +155,11 @@ def test_logits_equal_the_forward(name, fmt, monkeypatch):
         whole = fmt in ("q8", "q4")
         feeds = [prompt] if whole else [prompt[:, i : i + 2] for i in range(0, 7, 2)]
         feeds += [new[:, t : t + 1] for t in range(8)] + [new[:, 8:]]
+        runner = ns.CStepRunner(model)
         for ids in feeds:
-            torch_path(monkeypatch)
             want = reference(ids, cache=ref).logits
-            c_path(monkeypatch)
-            assert ns.native_applies(model, ids, ours)
-            got = model.step(ids, ours) if ids.shape[1] == 1 else model(ids, cache=ours).logits
+            assert runner.covers(ids, ours)
+            got = runner.step(ids, ours)
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         assert ours.length == ref.length == 17 and ours.position == ref.position
         for a, b in zip(ours.keys + ours.values, ref.keys + ref.values):
@@ -177,15 +174,14 @@ def test_thirty_two_rows_of_column_major_weights(name, monkeypatch):
     torch.manual_seed(3)
     with torch.inference_mode():
         ref, ours = KVCache(2), KVCache(2)
+        runner = ns.CStepRunner(model)
         for ids in (torch.randint(V, (4, 8)), torch.randint(V, (4, 1)), torch.randint(V, (4, 7))):
-            torch_path(monkeypatch)
             want = reference(ids, cache=ref).logits
-            c_path(monkeypatch)
-            assert ns.native_applies(model, ids, ours)
-            torch.testing.assert_close(model.step(ids, ours), want, atol=1e-4, rtol=1e-4)
+            assert runner.covers(ids, ours)
+            torch.testing.assert_close(runner.step(ids, ours), want, atol=1e-4, rtol=1e-4)
         assert ns.MAX_FLOAT_ROWS_T == 32
-        assert not ns.native_applies(model, torch.randint(V, (33, 1)), KVCache(2))
-        assert ns.native_applies(model, torch.randint(V, (32, 1)), KVCache(2))
+        assert not runner.covers(torch.randint(V, (33, 1)), KVCache(2))
+        assert runner.covers(torch.randint(V, (32, 1)), KVCache(2))
 
 
 @pytest.mark.parametrize("name", ["gpt learned", "llama MQA, tied"])
@@ -201,12 +197,10 @@ def test_last_only_gives_the_last_positions_logits(name, fmt, native, monkeypatc
     ids = torch.randint(V, (2, 7 if fmt in ("q8", "q4") else 2))  # float: at most 4 rows
     with torch.inference_mode():
         ref, ours = KVCache(2), KVCache(2)
-        torch_path(monkeypatch)
         want = reference(ids, cache=ref).logits[:, -1:]
-        if native:
-            c_path(monkeypatch)
-            assert ns.native_applies(model, ids, ours)
-        got = model.step(ids, ours, last_only=True)
+        runner = ns.CStepRunner(model) if native else EagerRunner(model)
+        assert runner.covers(ids, ours) if native else True
+        got = runner.step(ids, ours, last_only=True)
         assert got.shape == (2, 1, V)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         for a, b in zip(ours.keys + ours.values, ref.keys + ref.values):
@@ -227,16 +221,15 @@ def test_greedy_tokens_equal_over_64_steps(name, fmt, monkeypatch):
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 6, 7, 8]]
     greedy = SamplingConfig(temperature=0, max_new_tokens=64)
     calls = []
-    real = ns.native_step
-    monkeypatch.setattr(ns, "native_step", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr("attnlm.models.decoder.native_step", ns.native_step)
+    real = ns.CStepRunner.c_step
+    monkeypatch.setattr(ns.CStepRunner, "c_step", lambda *a: calls.append(1) or real(*a))
     for lookahead in (0, 4):  # the drafts' multi-token checks go through the C step too
-        c_path(monkeypatch)
         calls.clear()
-        got = decode(model, prompts[:1] if lookahead else prompts, greedy, lookahead=lookahead)
+        rows = prompts[:1] if lookahead else prompts
+        runner = ns.CStepRunner(model)
+        got = decode(model, rows, greedy, lookahead=lookahead, runner=runner)
         assert len(calls) > 10
-        torch_path(monkeypatch)
-        want = decode(model, prompts[:1] if lookahead else prompts, greedy, lookahead=lookahead)
+        want = decode(model, rows, greedy, lookahead=lookahead, runner=EagerRunner(model))
         assert got == want
         assert len(set(got[0])) > 3  # not one token repeated
 
@@ -247,24 +240,20 @@ def test_the_cache_stays_an_ordinary_cache(monkeypatch):
     model = llama(n_kv_head=2)
     torch.manual_seed(2)
     ids = torch.randint(V, (2, 30))
+    runner = ns.CStepRunner(model)
     with torch.inference_mode():
         ref, ours = KVCache(2), KVCache(2)
-        torch_path(monkeypatch)
         model(ids[:, :20], cache=ref)
         model(ids[:, :20], cache=ours)  # a prefill by the forward, then C steps
-        c_path(monkeypatch)
         for t in range(20, 24):
-            model.step(ids[:, t : t + 1], ours)
+            runner.step(ids[:, t : t + 1], ours)
         drop_newest(ours, 2)  # rejected drafts: the C buffers are trimmed by a view
-        torch_path(monkeypatch)
         model(ids[:, 20:22], cache=ref)
-        c_path(monkeypatch)
         ours.reorder(torch.tensor([1, 0]))  # beam search: new tensors, copied in again
         ref.reorder(torch.tensor([1, 0]))
         ours.trim(15)
         ref.trim(15)
-        got = model(ids[:, 22:25], cache=ours).logits
-        torch_path(monkeypatch)
+        got = runner.step(ids[:, 22:25], ours)
         want = model(ids[:, 22:25], cache=ref).logits
         got2 = model(ids[:, 25:26], cache=ours).logits  # the forward after C steps
         want2 = model(ids[:, 25:26], cache=ref).logits
@@ -279,70 +268,84 @@ def test_a_static_cache_keeps_its_own_buffers(max_len, monkeypatch):
     model = llama(n_kv_head=2)
     torch.manual_seed(3)
     ids = torch.randint(V, (1, 45))
+    runner = ns.CStepRunner(model)
     with torch.inference_mode():
         ref, ours = KVCache(2), StaticKVCache(2, max_len)
-        torch_path(monkeypatch)
         want = [model(ids[:, :20], cache=ref).logits]
         want += [model(ids[:, t : t + 1], cache=ref).logits for t in range(20, 30)]
         want.append(model(ids[:, 30:38], cache=ref).logits)
         got = [model(ids[:, :20], cache=ours).logits]  # the prefill: the forward's append
-        c_path(monkeypatch)
-        got += [model.step(ids[:, t : t + 1], ours) for t in range(20, 30)]
+        got += [runner.step(ids[:, t : t + 1], ours) for t in range(20, 30)]
         assert ours.keys[0].data_ptr() == ours.k_buf[0].data_ptr()  # its buffers, not copies
-        torch_path(monkeypatch)
         got.append(model(ids[:, 30:38], cache=ours).logits)  # its own append after C steps
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
-        c_path(monkeypatch)
         if max_len is not None:
             with pytest.raises(InputError, match="holds 40 positions"):
                 for t in range(38, 45):
-                    model.step(ids[:, t : t + 1], ours)
+                    runner.step(ids[:, t : t + 1], ours)
 
 
-def test_a_changed_model_is_described_again(monkeypatch):
+def test_each_runner_describes_its_model_once():
+    """The C description belongs to the runner (no state on the model): a model changed after
+    one runner was built gets a new runner with a new description, and the same logits."""
     model = llama()
     tok = torch.tensor([[5]])
-    c_path(monkeypatch)
     with torch.inference_mode():
-        model.step(tok, KVCache(2))
-        first = model.__dict__["_native_plan"]
+        first = ns.CStepRunner(model)
+        first.step(tok, KVCache(2))
+        assert "_native_plan" not in vars(model)
         decoding_layout(model)  # the weights move to new memory
-        model.step(tok, KVCache(2))
-        assert model.__dict__["_native_plan"] is not first
         quantize_weights(model, "q8")  # the layers are replaced
-        got = model.step(tok, KVCache(2))
-        torch_path(monkeypatch)
-        want = model.step(tok, KVCache(2))
+        second = ns.CStepRunner(model)
+        assert second.c is not first.c
+        got = second.step(tok, KVCache(2))
+        want = EagerRunner(model).step(tok, KVCache(2))
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
-def test_left_to_pytorch(monkeypatch):
+def test_left_to_pytorch():
+    """What the C step does not cover goes to the eager backend: per call (too many rows, a
+    compiled step's fixed buffers, training, gradients) and per model (the planner's
+    reasons)."""
     model = llama()
     tok = torch.tensor([[1]])
     cache = KVCache(2)
-    c_path(monkeypatch)
+    runner = ns.CStepRunner(model)
     with torch.inference_mode():
-        assert ns.native_applies(model, tok, cache)
-        assert ns.native_applies(model, torch.randint(V, (1, ns.MAX_FLOAT_ROWS)), cache)
-        assert not ns.native_applies(model, torch.randint(V, (1, ns.MAX_FLOAT_ROWS + 1)), cache)
-        q4 = quantize_weights(llama(), "q4")
-        assert ns.native_applies(q4, torch.randint(V, (1, ns.MAX_TOKENS)), cache)
-        assert not ns.native_applies(q4, torch.randint(V, (1, ns.MAX_TOKENS + 1)), cache)
+        assert runner.covers(tok, cache)
+        assert runner.covers(torch.randint(V, (1, ns.MAX_FLOAT_ROWS)), cache)
+        assert not runner.covers(torch.randint(V, (1, ns.MAX_FLOAT_ROWS + 1)), cache)
+        q4 = ns.CStepRunner(quantize_weights(llama(), "q4"))
+        assert q4.covers(torch.randint(V, (1, ns.MAX_TOKENS)), cache)
+        assert not q4.covers(torch.randint(V, (1, ns.MAX_TOKENS + 1)), cache)
         fixed = StaticKVCache(2, 8)
         fixed.fixed = True
-        assert not ns.native_applies(model, tok, fixed)  # a compiled step's buffers
+        assert not runner.covers(tok, fixed)  # a compiled step's buffers
         model.train()
-        assert not ns.native_applies(model, tok, cache)
+        assert not runner.covers(tok, cache)
         model.eval()
-        assert not ns.native_applies(gpt(positions="alibi"), tok, cache)
-        assert not ns.native_applies(gpt(norm="post"), tok, cache)
-        assert not ns.native_applies(llama().double(), tok, cache)
-        adapted = apply_lora(llama(), 4, targets=("q", "v"))
-        assert not ns.native_applies(adapted.eval(), tok, cache)
-        torch_path(monkeypatch)
-        assert not ns.native_applies(model, tok, cache)
-    assert not ns.native_applies(model, tok, cache)  # gradients on
+    assert not runner.covers(tok, cache)  # gradients on
+    assert "ALiBi" in ns.why_not_supported(gpt(positions="alibi"))
+    assert ns.why_not_supported(gpt(norm="post")) is not None
+    assert ns.why_not_supported(llama().double()) is not None
+    adapted = apply_lora(llama(), 4, targets=("q", "v"))
+    assert "adapters" in ns.why_not_supported(adapted.eval())
+    assert ns.why_not_supported(model) is None
+    for name, why in ((gpt(positions="alibi"), "ALiBi"), (llama(), "weights on the CPU")):
+        chosen = runner_for(name)
+        assert why in chosen.reason, chosen.reason
+
+
+def test_the_planner_names_the_backend_and_why(monkeypatch):
+    model = llama()
+    assert runner_for(model).name == "c-step"
+    assert runner_for(model, backend="eager").name == "eager"
+    monkeypatch.setenv("ATTNLM_NATIVE", "0")
+    chosen = runner_for(model)
+    assert (chosen.name, chosen.reason) == ("eager", "ATTNLM_NATIVE=0")
+    with pytest.raises(RuntimeError, match="c-step"):
+        runner_for(model, backend="c-step")
 
 
 def test_without_a_compiler_decoding_says_so_once_and_takes_pytorch(monkeypatch, capsys):
@@ -353,10 +356,10 @@ def test_without_a_compiler_decoding_says_so_once_and_takes_pytorch(monkeypatch,
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with torch.inference_mode():
         cache = KVCache(2)
-        assert not ns.native_applies(model, torch.tensor([[1]]), cache)
-        assert not ns.native_applies(model, torch.tensor([[1]]), cache)
-        logits = model.step(torch.tensor([[1]]), cache)  # the PyTorch path
+        first, second = runner_for(model), runner_for(model)
+        assert first.name == second.name == "eager" and "could not be built" in first.reason
+        logits = first.step(torch.tensor([[1]]), cache)  # the PyTorch path
     assert logits.shape == (1, 1, V)
     err = capsys.readouterr().err
-    assert err.count("PyTorch path") == 1 and "could not be built" in err
+    assert err.count("eager path") == 1 and "could not be built" in err
     monkeypatch.setattr(native, "_TRIED", False)  # the next test builds (or loads) it again

@@ -427,7 +427,7 @@ def test_plain_causal_forward_builds_no_mask(monkeypatch):
     monkeypatch.setattr(attention_module, "causal_mask", forbidden)
     monkeypatch.setattr(decoder_module, "causal_mask", forbidden)
     assert torch.equal(model(ids).logits, expected)
-    cache = model.new_cache()
+    cache = model.new_state()
     model(ids[:, :11], cache=cache)  # prefill: is_causal=True
     model(ids[:, 11:], cache=cache)  # one new token: no mask at all
     with pytest.raises(AssertionError, match="mask was built"):

@@ -126,31 +126,24 @@ def _chat(args: argparse.Namespace) -> int:
     /system TEXT: set the system message, Ctrl-D: end."""
 
     from attnlm.errors import InputError
-    from attnlm.models.gguf.engine import engine_for
+    from attnlm.sources import resolve
     from attnlm.tokenizers.chat_template import from_file
 
     msgs = scripted_messages(args)  # fail early, before loading the model
     sampling = sampling_config(args)
-    # a local Llama GGUF file in its own 8- or 4-bit format: the C step without PyTorch
-    found = (
-        engine_for(args.model, args.weights, args.device, args.threads) if args.use_cache else None
-    )
-    if found is not None:
+    # the resolver's planner may pick the C engine (a local Llama GGUF file in its own 8- or
+    # 4-bit format: the C step without PyTorch)
+    model, tok, info = resolve(args.model, args.device, args.weights, engine_ok=args.use_cache,
+                               threads=args.threads)  # fmt: skip
+    if info.details.get("backend") == "c-engine":
         from attnlm.generate.engine_chat import EngineChatSession as Session
-        from attnlm.tokenizers.gguf import gguf_chat_setup
-
-        model, tok, path = found
-        template, stops = gguf_chat_setup(tok, f"{path}: tokenizer.chat_template")
     else:
-        from attnlm.device import resolve_device
         from attnlm.generate.chat import ChatSession as Session
-        from attnlm.sources import resolve
 
         use_threads(args)
-        model, tok, info = resolve(args.model, resolve_device(args.device), args.weights)
         if "generate" not in info.family.capabilities:
             raise InputError(f"{args.model}: a {info.family.type} model does not generate text")
-        template, stops = info.chat_template, info.stop_ids
+    template, stops = info.chat_template, info.stop_ids
     if args.template is not None:
         special = template.special_tokens if template is not None else {}
         template = from_file(args.template, special)

@@ -92,25 +92,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
 
-    from attnlm.errors import InputError
     from attnlm.generate.stats import DecodeStats
-    from attnlm.generate.text import encode_prompt, generate_text
+    from attnlm.generate.text import generate_text
 
     sampling = sampling_config(args)
     spec = args.model if args.model is not None else args.checkpoint
-    found = _engine(args, spec, sampling)  # without PyTorch where it applies
-    if found is not None:
-        model, tokenizer, threads = found
-    else:
-        from attnlm.device import resolve_device
-        from attnlm.sources import resolve
-
-        use_threads(args)
-        model, tokenizer, info = resolve(spec, resolve_device(args.device), args.weights)
-        if "generate" not in info.family.capabilities:
-            raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
-        threads = None
-        encode_prompt(tokenizer, args.prompt)  # fail early, before any output (_engine did)
+    model, tokenizer, threads = _load(args, spec, sampling)
     draft = draft_from_args(args, model, sampling)
     out = sys.stdout
     stats = DecodeStats()
@@ -172,25 +159,29 @@ def _report(args: argparse.Namespace, stats, texts: list[str], threads: int | No
     return 0
 
 
-def _engine(args: argparse.Namespace, spec: str, sampling) -> tuple | None:
-    """``(engine, tokenizer, threads)`` where this decode runs on the C decode step without
-    PyTorch (:func:`attnlm.models.gguf.engine.engine_for`), with the KV cache, uncompiled, its
-    window holding prompt and new tokens; None sends it down the PyTorch path."""
-    if not args.use_cache or args.compile:
-        return None
-    from attnlm.models.gguf.engine import engine_for
-
-    found = engine_for(spec, args.weights, args.device, args.threads)
-    if found is None:
-        return None
-    from attnlm.generate import engine_decode
+def _load(args: argparse.Namespace, spec: str, sampling) -> tuple:
+    """``(model, tokenizer, threads)`` through :func:`attnlm.sources.resolve`: the C engine
+    (``c-engine``, no PyTorch) where the resolver's planner picks it for this decode (with the
+    KV cache, uncompiled, the window holding prompt and new tokens) and ``threads`` its
+    threads; else a PyTorch model (threads None: PyTorch's)."""
+    from attnlm.errors import InputError
     from attnlm.generate.text import encode_prompt
+    from attnlm.sources import resolve
 
-    engine, tokenizer, _path = found
-    prompts = [encode_prompt(tokenizer, args.prompt)] * args.num_samples
-    if not engine_decode.applies(engine, prompts, sampling):
-        return None
-    return engine, tokenizer, engine.threads
+    engine_ok = args.use_cache and not args.compile
+    model, tokenizer, info = resolve(spec, args.device, args.weights, engine_ok=engine_ok,
+                                     threads=args.threads)  # fmt: skip
+    prompts = [encode_prompt(tokenizer, args.prompt)] * args.num_samples  # fail early
+    if info.details.get("backend") == "c-engine":
+        from attnlm.generate import engine_decode
+
+        if engine_decode.applies(model, prompts, sampling):
+            return model, tokenizer, model.threads
+        model, tokenizer, info = resolve(spec, args.device, args.weights)  # too long for it
+    use_threads(args)
+    if "generate" not in info.family.capabilities:
+        raise InputError(f"{info.path}: a {info.family.type} model does not generate text")
+    return model, tokenizer, None
 
 
 def _translate(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ Shapes: ``B`` sources, ``K`` beams, ``V`` vocabulary, ``L`` tokens so far.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -37,7 +38,6 @@ from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.models.base import DecodingSetup
-from attnlm.nn.layout import decoding_layout
 
 NEG = -1.0e9  # the score of an impossible hypothesis (as transformers uses)
 EARLY_STOPPING = (True, False, "never")
@@ -83,7 +83,9 @@ def beam_search(
     setup = _setup(model, sources, eos_id)
     if num_beams == 1:
         return _greedy(model, setup, max_new_tokens)
-    decoding_layout(model)  # see attnlm.nn.layout
+    from attnlm.runtime.planner import runner_for
+
+    runner = runner_for(model)  # the backend (attnlm.runtime), chosen once
     results: list[list[int] | None] = [None] * len(sources)
     # rows with equal prompt lengths search together (no padding inside a prompt)
     groups: dict[int, list[int]] = {}
@@ -92,7 +94,9 @@ def beam_search(
     with eval_mode(model):
         for _, rows in sorted(groups.items()):
             batch = setup.select(rows)
-            found = _search(model, batch, num_beams, length_penalty, early_stopping, max_new_tokens)
+            found = _search(
+                runner, batch, num_beams, length_penalty, early_stopping, max_new_tokens
+            )
             for i, hyp in zip(rows, found):
                 results[i] = hyp
     return [r for r in results if r is not None]
@@ -117,21 +121,21 @@ def _greedy(model: torch.nn.Module, setup: DecodingSetup, max_new_tokens: int) -
 
 
 def _search(
-    model: torch.nn.Module,
+    runner: Any,
     setup: DecodingSetup,
     K: int,
     length_penalty: float,
     early_stopping: bool | str,
     max_new_tokens: int,
 ) -> list[list[int]]:
-    device = model_device(model)
+    device = model_device(runner.model)
     prompts = torch.tensor(setup.prompts, dtype=torch.long, device=device)  # (B, P)
     B, P = prompts.shape
     max_len = P + max_new_tokens
     eos = setup.eos_id
-    state = model.new_state(setup.state_batch)
+    state = runner.new_state(setup.state_batch)
     expand = torch.arange(B, device=device).repeat_interleave(K)  # row b*K + k <- source b
-    logits = model.step(prompts, state)[:, -1]  # (B, V): the prompt once per source
+    logits = runner.step(prompts, state)[:, -1]  # (B, V): the prompt once per source
     state.reorder(expand)  # every beam of a source starts from the source's state
     logits = logits.index_select(0, expand)  # (B*K, V)
     V = logits.shape[-1]
@@ -215,7 +219,7 @@ def _search(
             B = len(ids)
         flat = (rows[:, None] * K + parents).view(-1)
         state.reorder(flat)
-        logits = model.step(running[:, :, -1].reshape(B * K, 1), state)[:, -1]
+        logits = runner.step(running[:, :, -1].reshape(B * K, 1), state)[:, -1]
 
     for b in range(B):
         results[ids[b]] = pool[b, 0]

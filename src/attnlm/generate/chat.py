@@ -47,6 +47,8 @@ class ChatReply:
     prefill_s: float
     decode_s: float
     token_texts: list[str] = field(default_factory=list)  # each token's label (its bytes)
+    backend: str | None = None  # the runtime backend that decoded it, and why
+    backend_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The reply, its tokens and what it cost: the keys of ``generate --json``
@@ -67,6 +69,8 @@ class ChatReply:
             "decode_seconds": round(self.decode_s, 6),
             "decode_tokens_per_second": rate,
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "backend": self.backend,
+            "backend_reason": self.backend_reason,
             "timings": {
                 "prefill_s": round(self.prefill_s, 6),
                 "decode_s": round(self.decode_s, 6),
@@ -139,9 +143,10 @@ class ChatSession:
         import torch
 
         from attnlm.device import model_device
-        from attnlm.nn.layout import decoding_layout
+        from attnlm.runtime.planner import runner_for
 
-        decoding_layout(self.model)  # as the other decoders: one-row products run faster (CPU)
+        self.runner = runner_for(self.model)  # the backend, chosen once for the conversation
+        self.backend = (self.runner.name, self.runner.reason)
         self.generator = None
         if self.sampling.seed is not None:
             self.generator = torch.Generator(device=model_device(self.model))
@@ -171,7 +176,7 @@ class ChatSession:
         from attnlm.device import model_device
 
         x = torch.tensor([ids], device=model_device(self.model))  # (1, T)
-        return self.model.step(x, self.state)[0]
+        return self.runner.step(x, self.state)[0]
 
     def _drop_state(self, n: int) -> None:
         """Forget the ``n`` newest positions of the state."""
@@ -211,7 +216,6 @@ class ChatSession:
         import torch
 
         from attnlm.device import model_device
-        from attnlm.generate.loop import last_logits
 
         device = model_device(self.model)
         if not self.use_cache:
@@ -219,7 +223,7 @@ class ChatSession:
             x = torch.tensor([self.cached], device=device)
             return self.model(ids=x).logits[0, -1]
         x = torch.tensor([ids], device=device)  # (1, T)
-        logits = last_logits(self.model, x, self.state)  # (1, V)
+        logits = self.runner.last_logits(x, self.state)  # (1, V)
         self.cached = self.cached + ids
         return logits[0]
 
@@ -233,7 +237,7 @@ class ChatSession:
             if not _cut(self.state, keep):
                 self.state, keep = None, 0
         if self.state is None and self.use_cache:
-            self.state, keep = self.model.new_state(None), 0
+            self.state, keep = self.runner.new_state(None), 0
         self.cached = self.cached[:keep]
         return self._feed(ids[keep:]), keep
 
@@ -323,4 +327,6 @@ class ChatSession:
             prefill_s=t1 - t0,
             decode_s=t2 - t1,
             token_texts=[token_label(self.tokenizer, i) for i in new],
+            backend=self.backend[0],
+            backend_reason=self.backend[1],
         )

@@ -1,4 +1,4 @@
-"""Chat on an :class:`~attnlm.native.engine.Engine` (the C decode step without PyTorch): the
+"""Chat on an :class:`~attnlm.runtime.engine.Engine` (the C decode step without PyTorch): the
 same :class:`~attnlm.generate.chat.ChatSession`, its model-dependent steps done by the engine
 and :mod:`attnlm.generate.engine_decode`'s pick."""
 
@@ -19,6 +19,7 @@ class EngineChatSession(ChatSession):
 
     def _setup(self) -> None:
         self.rng = np.random.default_rng(self.sampling.seed)
+        self.backend = (self.model.name, self.model.reason)
 
     def _running(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()

@@ -1,4 +1,4 @@
-"""Decoding with an :class:`~attnlm.native.engine.Engine` (the C decode step without PyTorch):
+"""Decoding with an :class:`~attnlm.runtime.engine.Engine` (the C decode step without PyTorch):
 :func:`decode` keeps :func:`attnlm.generate.decode`'s contract (new token ids per prompt,
 ``on_token(row, id) -> True`` ends a row, greedy with lookahead drafts for one prompt), with
 the logits filters and the draw in numpy.
@@ -18,7 +18,7 @@ import numpy as np
 
 from attnlm.generate.lookahead import lookahead_loop
 from attnlm.generate.sampling import SamplingConfig, mask_from
-from attnlm.native.engine import MAX_TOKENS, Engine
+from attnlm.runtime.engine import MAX_TOKENS, Engine
 
 TokenCallback = Callable[[int, int], bool]
 

@@ -18,10 +18,7 @@ Shapes: ``T`` tokens fed in one call, ``V`` vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import torch
+from typing import Any
 
 MIN_NGRAM, MAX_NGRAM = 2, 4
 
@@ -69,25 +66,27 @@ def drop_newest(cache, n: int) -> None:
 
 
 def greedy_lookahead(
-    model: torch.nn.Module,
+    runner: Any,
     prompt: Sequence[int],
     max_new_tokens: int,
     lookahead: int,
     on_token: Callable[[int], bool] | None = None,
     propose: Callable[[list[int], int], list[int]] | None = None,
 ) -> list[int]:
-    """Greedy continuation of one prompt; ``on_token(id) -> True`` stops early; ``propose``:
-    where the drafts come from (default: the context, :func:`lookup_draft`)."""
+    """Greedy continuation of one prompt by ``runner`` (a backend of :mod:`attnlm.runtime`
+    over a causal decoder); ``on_token(id) -> True`` stops early; ``propose``: where the
+    drafts come from (default: the context, :func:`lookup_draft`)."""
     import torch
 
-    device = next(model.parameters()).device
-    cache = model.new_cache()
-    last = {"last_only": True} if getattr(model, "step_last_only", False) else {}  # see loop
+    from attnlm.device import model_device
+
+    device = model_device(runner.model)
+    cache = runner.new_state()
 
     def feed(tokens: list[int], every: bool) -> list[int]:
         with torch.inference_mode():
             x = torch.tensor([tokens], device=device)
-            logits = model(x, cache=cache, **({} if every else last)).logits[0]  # (T, V)
+            logits = runner.step(x, cache, last_only=not every)[0]  # (T or 1, V)
         return torch.argmax(logits if every else logits[-1:], dim=-1).tolist()
 
     return lookahead_loop(feed, lambda n: drop_newest(cache, n), prompt, max_new_tokens,

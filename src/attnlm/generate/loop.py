@@ -10,9 +10,10 @@ recurrent state), for every family that implements the decoding-state protocol:
 A model without ``new_state`` is decoded by recomputing ``model(ids=...)`` on the context.
 How tokens are picked is one :class:`~attnlm.generate.sampling.SamplingConfig`.
 
-What state, step, window and drafts a decode uses is decided once, before the first step
+What backend, state, window and drafts a decode uses is decided once, before the first step
 (:func:`~attnlm.generate.plan.plan_decode`, from the family's
-:class:`~attnlm.models.base.Decoding` record); then one loop serves every case. Prompts of
+:class:`~attnlm.models.base.Decoding` record and :func:`attnlm.runtime.planner.runner_for`);
+then one loop serves every case, every step through the backend's ``step``. Prompts of
 different lengths share a batch the way Meta's LLaMA reference decoder does it: all rows
 advance one position per step from the shortest prompt on; while a row is still inside its
 prompt, the prompt's token replaces the sampled one. Each row's computation is causal and
@@ -50,8 +51,7 @@ from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.generate.filters import apply_filters, sampling_filters
 from attnlm.generate.plan import NO_STATE, STATIC, Plan, plan_decode
-from attnlm.generate.sampling import SamplingConfig, check_sampling  # noqa: F401 - its home before
-from attnlm.nn.layout import decoding_layout
+from attnlm.generate.sampling import SamplingConfig, check_sampling
 
 BUFFER_CHUNK = 1024  # token buffer growth step (positions)
 
@@ -65,6 +65,7 @@ class _Context:
 
     def __init__(self, model: torch.nn.Module, plan: Plan, state_batch: Any) -> None:
         self.model, self.plan, self.state_batch = model, plan, state_batch
+        self.runner = plan.runner
         self.state = None if plan.state == NO_STATE else self._new_state()
         self.fed = 0  # positions already in the state (absolute count)
 
@@ -73,8 +74,8 @@ class _Context:
         if plan.step is not None:
             return plan.step.state(self.state_batch, plan.max_len)
         if plan.state == STATIC:
-            return self.model.new_state(self.state_batch, max_len=plan.max_len)
-        return self.model.new_state(self.state_batch)
+            return self.runner.new_state(self.state_batch, max_len=plan.max_len)
+        return self.runner.new_state(self.state_batch)
 
     def logits(self, tokens: torch.Tensor, pos: int) -> torch.Tensor:
         """Logits for position ``pos`` given ``tokens[:, :pos]`` (B, pos)."""
@@ -94,18 +95,9 @@ class _Context:
         else:
             if step is not None and self.state.fixed:
                 self.state.unfix()  # an uncompiled call reads and writes the prefix
-            logits = last_logits(self.model, new, self.state)
+            logits = self.runner.last_logits(new, self.state)
         self.fed = pos
         return logits
-
-
-def last_logits(model: torch.nn.Module, tokens: torch.Tensor, state: Any) -> torch.Tensor:
-    """``model.step(tokens, state)``'s logits at the last position, ``(B, V)``. A model whose
-    ``step`` takes ``last_only`` (``step_last_only``: the decoders) runs its LM head on that
-    position alone, so a prompt's prefill makes no ``(B, T, V)`` logits."""
-    if getattr(model, "step_last_only", False):
-        return model.step(tokens, state, last_only=True)[:, -1]
-    return model.step(tokens, state)[:, -1]
 
 
 def pick(
@@ -213,6 +205,7 @@ def decode(
     compile: bool | Any = False,
     lookahead: int = 8,
     draft: torch.nn.Module | None = None,
+    runner: Any = None,
 ) -> list[list[int]]:
     """Continue each prompt (a list of ids, lengths may differ); return the new ids of each row
     (without its prompt).
@@ -230,19 +223,20 @@ def decode(
     same tokens); ``static`` lets families with a static state (``gpt``, ``llama``,
     ``transformer``) decode into buffers allocated once (:mod:`attnlm.nn.static_cache`; the
     same tokens as the growing cache); ``compile`` runs every one-token step after the prompt
-    through one compiled graph (:mod:`attnlm.generate.compiled`; True or a
-    :class:`~attnlm.generate.compiled.CompiledStep`) while prompt + new tokens fit in the
+    through one compiled graph (:mod:`attnlm.runtime.compiled`; True or a
+    :class:`~attnlm.runtime.compiled.CompiledStep`) while prompt + new tokens fit in the
     window; ``lookahead``: greedy decoding of one prompt that fits the window checks up to this
     many draft tokens per pass (:mod:`attnlm.generate.lookahead`; the same tokens, fewer
     passes), 0 turns it off; ``draft``: a cheaper model whose greedy tokens are those drafts
     instead of copies from the context (speculative decoding,
-    :func:`~attnlm.generate.speculative.draft_model`: a quantized copy of ``model``).
+    :func:`~attnlm.generate.speculative.draft_model`: a quantized copy of ``model``);
+    ``runner``: the backend every step goes through (:mod:`attnlm.runtime`; default: chosen
+    once by :func:`~attnlm.runtime.planner.runner_for`, ``compile`` included).
     """
     sampling = check_sampling(sampling)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token")
     n_new, greedy = sampling.max_new_tokens, sampling.greedy
-    decoding_layout(model)  # one-row products stream column-major weights faster (CPU)
     plan = plan_decode(
         model,
         prompts,
@@ -254,9 +248,10 @@ def decode(
         static=static,
         compile=compile,
         lookahead=lookahead,
+        runner=runner,
     )
     if plan.lookahead:
-        return [_lookahead(model, prompts[0], n_new, plan.lookahead, on_token, draft)]
+        return [_lookahead(plan.runner, prompts[0], n_new, plan.lookahead, on_token, draft)]
     specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
     device = model_device(model)
     if generator is None and sampling.seed is not None and not greedy:
@@ -277,14 +272,14 @@ def decode(
     return rows.new_tokens(pos)
 
 
-def _lookahead(model, prompt, max_new_tokens, lookahead, on_token, draft) -> list[int]:
+def _lookahead(runner, prompt, max_new_tokens, lookahead, on_token, draft) -> list[int]:
     from attnlm.generate.lookahead import greedy_lookahead
     from attnlm.generate.speculative import ModelDrafter
 
     propose = None if draft is None else ModelDrafter(draft)
-    with eval_mode(model), eval_mode(draft) if draft is not None else nullcontext():
+    with eval_mode(runner.model), eval_mode(draft) if draft is not None else nullcontext():
         callback = (lambda tok: on_token(0, tok)) if on_token else None
-        return greedy_lookahead(model, prompt, max_new_tokens, lookahead, callback, propose)
+        return greedy_lookahead(runner, prompt, max_new_tokens, lookahead, callback, propose)
 
 
 def generate(

@@ -1,6 +1,7 @@
-"""The decisions of one decode, taken once before its first step: which decoding state (none,
-growing, static), which step (eager or compiled), the window (crop or slide past it) and
-whether greedy drafts from the context check several tokens per pass (lookahead).
+"""The decisions of one decode, taken once before its first step: which backend runs it
+(:func:`attnlm.runtime.planner.runner_for`: eager, compiled or the C step), which decoding
+state (none, growing, static), the window (crop or slide past it) and whether greedy drafts
+from the context check several tokens per pass (lookahead).
 
 They depend on the model's family (its :class:`~attnlm.models.base.Decoding` record: position
 scheme, window, static state, compiled step), on the call (one prompt or many, greedy or
@@ -12,7 +13,7 @@ that follows the plan.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,7 +23,7 @@ from attnlm.models.registry import decoding_of
 from attnlm.nn.static_cache import padded_length
 
 if TYPE_CHECKING:
-    from attnlm.generate.compiled import CompiledStep
+    from attnlm.runtime.compiled import CompiledStep
 
 NO_STATE, GROWING, STATIC = "none", "growing", "static"
 
@@ -38,6 +39,7 @@ class Plan:
     :data:`STATIC` (buffers of ``max_len`` positions allocated once). ``step``: the compiled
     one-token step, or None for the model's eager ``step``. ``lookahead``: draft tokens checked
     per pass by :mod:`attnlm.generate.lookahead` (greedy, one prompt), 0 for one token a pass.
+    ``runner``: the backend (:mod:`attnlm.runtime`) every step goes through.
     """
 
     window: int | None
@@ -46,6 +48,7 @@ class Plan:
     max_len: int | None = None
     step: CompiledStep | None = None
     lookahead: int = 0
+    runner: Any = None
 
 
 def plan_decode(
@@ -60,10 +63,23 @@ def plan_decode(
     static: bool = True,
     compile: bool | CompiledStep = False,
     lookahead: int = 0,
+    runner: Any = None,
 ) -> Plan:
     """The :class:`Plan` of decoding ``prompts`` by ``max_new_tokens``. ``conditioned``: the
     decode starts from a state batch (an encoder-decoder's sources); ``watched``: an end token
-    or a logits processor looks at every step (no drafts then)."""
+    or a logits processor looks at every step (no drafts then); ``runner``: the backend
+    (default: :func:`~attnlm.runtime.planner.runner_for` chooses it)."""
+    if runner is None:
+        from attnlm.runtime.planner import runner_for
+
+        runner = runner_for(model, compile=compile)
+    plan = _plan(model, prompts, max_new_tokens, greedy, conditioned, watched, use_cache, static,
+                 runner, lookahead)  # fmt: skip
+    return replace(plan, runner=runner)
+
+
+def _plan(model, prompts, max_new_tokens, greedy, conditioned, watched, use_cache, static,
+          runner, lookahead) -> Plan:  # fmt: skip
     decoding = decoding_of(model)
     window = decoding.context(model.config) if decoding.window else None
     slide = window is None or decoding.slides(model.config)
@@ -72,7 +88,7 @@ def plan_decode(
     has_state = use_cache and hasattr(model, "new_state")
     if conditioned and not has_state:
         raise InputError("decoding with a source needs the model's decoding state")
-    step = _compiled(model, compile) if compile else None
+    step = getattr(runner, "compiled", None)
     drafts = (
         step is None
         and greedy
@@ -83,7 +99,7 @@ def plan_decode(
         and not (conditioned or watched)
         and window is not None
         and fits
-        and hasattr(model, "new_cache")
+        and decoding.drafts
     )
     if drafts:
         return Plan(window, slide, NO_STATE, lookahead=lookahead)
@@ -95,9 +111,3 @@ def plan_decode(
         max_len = padded_length(total) if window is None else window
         return Plan(window, slide, STATIC, max_len, step)
     return Plan(window, slide, STATIC, total if window is None else min(total, window))
-
-
-def _compiled(model: torch.nn.Module, compile: Any) -> CompiledStep:
-    from attnlm.generate.compiled import CompiledStep, compiled_step
-
-    return compile if isinstance(compile, CompiledStep) else compiled_step(model)

@@ -42,7 +42,9 @@ def draft_model(model: nn.Module, fmt: str = "q4") -> nn.Module:
 
     if fmt not in DRAFT_FORMATS:
         raise InputError(f"a draft model is q8 or q4, not {fmt!r}")
-    if not hasattr(model, "new_cache"):
+    from attnlm.models.registry import decoding_of
+
+    if not decoding_of(model).drafts:
         raise InputError(
             f"drafts need a decoder with a KV cache (gpt, llama), not {type(model).__name__}"
         )
@@ -52,9 +54,6 @@ def draft_model(model: nn.Module, fmt: str = "q4") -> nn.Module:
             f"{weights_format(model)} weights (give --weights f32)"
         )
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
-    plan = model.__dict__.get("_native_plan")  # the C step's pointers into model: not copied
-    if plan is not None:
-        shared[id(plan)] = None
     return quantize_weights(copy.deepcopy(model, shared), fmt)
 
 
@@ -66,8 +65,11 @@ class ModelDrafter:
     while it equals the draft's argmax, then one cached step per token."""
 
     def __init__(self, draft: nn.Module) -> None:
+        from attnlm.runtime.planner import runner_for
+
         self.model = draft
-        self.cache = draft.new_cache()
+        self.runner = runner_for(draft)  # the draft's own backend (the C step on the CPU)
+        self.cache = self.runner.new_state()
         self.seen: list[int] = []  # the ids whose keys and values the cache holds
 
     def __call__(self, seq: Sequence[int], k: int) -> list[int]:
@@ -103,6 +105,6 @@ class ModelDrafter:
         from attnlm.device import model_device
 
         x = torch.tensor([ids], device=model_device(self.model))
-        logits = self.model.step(x, self.cache, last_only=last == 1)[0, -last:]  # (last, V)
+        logits = self.runner.step(x, self.cache, last_only=last == 1)[0, -last:]  # (last, V)
         self.seen += ids
         return torch.argmax(logits, dim=-1).tolist()

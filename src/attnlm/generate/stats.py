@@ -38,13 +38,16 @@ class DecodeStats:
     new token of every row (the prompt's forward pass and the first pick); ``decode_seconds``:
     from there to the last token; ``new_tokens``: all rows' new tokens; ``rows``: how many
     rows (each row's first token comes out of the prefill, so the decode phase made
-    ``new_tokens - rows`` of them)."""
+    ``new_tokens - rows`` of them). ``backend`` / ``backend_reason``: the runtime backend that
+    ran the decodes and why it was chosen (:mod:`attnlm.runtime`)."""
 
     prompt_tokens: int = 0
     new_tokens: int = 0
     rows: int = 0
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    backend: str | None = None
+    backend_reason: str | None = None
 
     @property
     def decode_tokens_per_second(self) -> float | None:
@@ -60,6 +63,8 @@ class DecodeStats:
             "decode_seconds": round(self.decode_seconds, 6),
             "decode_tokens_per_second": None if rate is None else round(rate, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "backend": self.backend,
+            "backend_reason": self.backend_reason,
         }
 
 

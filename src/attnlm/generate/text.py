@@ -16,7 +16,7 @@ from typing import Any
 from attnlm.errors import AttnlmError, InputError
 from attnlm.generate.sampling import SamplingConfig, check_sampling, mask_from, token_limit
 from attnlm.generate.stats import DecodeStats, Timer
-from attnlm.native.engine import Engine
+from attnlm.runtime.engine import Engine
 
 TextCallback = Callable[[int, str], None]  # on_text(row, new_text)
 
@@ -157,7 +157,7 @@ def generate_text(
     :func:`~attnlm.generate.decode`.
     ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the decode's prefill and decode
     times and token counts are added to. ``model``: a PyTorch model, or an
-    :class:`~attnlm.native.engine.Engine` (decoded by :mod:`attnlm.generate.engine_decode`,
+    :class:`~attnlm.runtime.engine.Engine` (decoded by :mod:`attnlm.generate.engine_decode`,
     which needs no PyTorch).
     """
     sampling = check_sampling(sampling)
@@ -173,24 +173,35 @@ def generate_text(
         return stopped
 
     limit = token_limit(model, tokenizer)
-    timer.start()
     if isinstance(model, Engine):
         from attnlm.generate import engine_decode
 
         if draft is not None:
             raise InputError("a draft model speeds up float32 weights, not the 8- or 4-bit engine")
+        _note_backend(stats, model)
+        timer.start()
         new = engine_decode.decode(model, ids, sampling, on_token=on_token, lookahead=lookahead,
                                    vocab_limit=limit)  # fmt: skip
     else:
         from attnlm.generate.loop import decode
+        from attnlm.runtime.planner import runner_for
 
+        runner = runner_for(model, compile=compile)  # the backend, chosen once
+        _note_backend(stats, runner)
         process = None if limit is None else (lambda logits, _pos, _total: mask_from(logits, limit))
+        timer.start()
         new = decode(model, ids, sampling, on_token=on_token, use_cache=use_cache,
                      compile=compile, lookahead=lookahead, process=process,
-                     draft=draft)  # fmt: skip
+                     draft=draft, runner=runner)  # fmt: skip
     timer.stop(sum(len(row) for row in new))
     for r, row in enumerate(rows):
         rest = row.flush()
         if on_text and rest:
             on_text(r, rest)
     return [row.text() for row in rows]
+
+
+def _note_backend(stats: DecodeStats | None, runner: Any) -> None:
+    """Record the backend that decodes (its name and why it was chosen) in ``stats``."""
+    if stats is not None:
+        stats.backend, stats.backend_reason = runner.name, runner.reason

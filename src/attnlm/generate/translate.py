@@ -44,8 +44,8 @@ def translate_ids(
     greedy (``sampling=None`` or temperature 0) or sampling. ``max_new_tokens`` defaults to
     :func:`default_max_new_tokens` per batch. ``compile``: greedy and sampled decoding run
     every step after the start token through the compiled step
-    (:mod:`attnlm.generate.compiled`; True, or a
-    :class:`~attnlm.generate.compiled.CompiledStep`), the same tokens; beam search stays
+    (:mod:`attnlm.runtime.compiled`; True, or a
+    :class:`~attnlm.runtime.compiled.CompiledStep`), the same tokens; beam search stays
     uncompiled (its rows and their cross-attention grouping change from step to step).
     """
     if not hasattr(model, "prepare_decoding"):

@@ -145,8 +145,10 @@ class Decoding:
     ``static_state``: ``new_state`` takes ``max_len`` and allocates its buffers once
     (:mod:`attnlm.nn.static_cache`).
     ``fixed_state``: ``forward`` honours a static state in fixed mode, so a one-token step
-    compiles into one graph (:mod:`attnlm.generate.compiled`). ``prefix_step``: that step also
-    compiles over the filled prefix with dynamic shapes (the CPU default).
+    compiles into one graph (:mod:`attnlm.runtime.compiled`). ``prefix_step``: that step also
+    compiles over the filled prefix with dynamic shapes (the CPU default). ``drafts``: the
+    state is a plain key/value cache whose newest positions can be dropped, so greedy
+    decoding may check draft tokens (:mod:`attnlm.generate.lookahead`).
     """
 
     positions: str | Callable[[Any], str] = "learned"
@@ -154,6 +156,7 @@ class Decoding:
     static_state: bool = False
     fixed_state: bool = False
     prefix_step: bool = False
+    drafts: bool = False
 
     def scheme(self, config: Any) -> str:
         """The position scheme of ``config``."""

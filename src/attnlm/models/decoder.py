@@ -36,8 +36,6 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
-from attnlm.models.decode_step import flat_step, flat_step_applies
-from attnlm.models.native_step import native_applies, native_step
 from attnlm.nn import fused
 from attnlm.nn.blocks import dropout_layer
 from attnlm.nn.cache import KVCache, NoCache
@@ -118,10 +116,6 @@ class Decoder(nn.Module):
         """
         if last_only and targets is not None:
             raise InputError("last_only gives no loss: the targets need every position")
-        if cache is not None and not (targets is not None or return_attention or return_hidden
-                                      or attention_mask is not None):  # fmt: skip
-            if native_applies(self, ids, cache):  # a few new tokens: one C call
-                return ModelOutput(logits=native_step(self, ids, cache, last_only))
         state = NoCache() if cache is None else cache
         keep = self._check_inputs(ids, state, attention_mask)  # (B, S) bool or None
         T = ids.shape[1]
@@ -217,10 +211,6 @@ class Decoder(nn.Module):
 
     # -- decoding state (docs/architecture.md) ---------------------------------------------
 
-    def new_cache(self) -> KVCache:
-        """An empty :class:`~attnlm.nn.cache.KVCache` with one slot per layer."""
-        return KVCache(self.config.n_layer)
-
     def new_state(
         self, batch: dict[str, Tensor] | None = None, *, max_len: int | None = None
     ) -> KVCache:
@@ -230,22 +220,16 @@ class Decoder(nn.Module):
         positions, written in place."""
         if max_len is not None:
             return StaticKVCache(self.config.n_layer, max_len)
-        return self.new_cache()
+        return KVCache(self.config.n_layer)
 
     # step() takes last_only (attnlm.generate.loop.last_logits asks for it)
     step_last_only = True
 
     def step(self, tokens: Tensor, state: KVCache, last_only: bool = False) -> Tensor:
         """Feed new ``tokens`` ``(B, n)`` after what ``state`` holds; logits ``(B, n, V)``,
-        or ``(B, 1, V)`` of the last token with ``last_only`` (a prompt's prefill).
-        One token per row in evaluation goes through :func:`~attnlm.models.decode_step.
-        flat_step` (the same numbers without the modules' generality) where it applies, and
-        a few tokens per row on the CPU through :func:`~attnlm.models.native_step.native_step`
-        (the same in one C call) before that."""
-        if native_applies(self, tokens, state):
-            return native_step(self, tokens, state, last_only)
-        if flat_step_applies(self, tokens, state):
-            return flat_step(self, tokens, state)  # one token: its logits are the last
+        or ``(B, 1, V)`` of the last token with ``last_only`` (a prompt's prefill): the
+        forward. Faster ways to run the same step (the flat one-token step, the C step, a
+        compiled graph) are backends of :mod:`attnlm.runtime`, chosen once per decode."""
         return self(tokens, cache=state, last_only=last_only).logits
 
     # -- utilities -----------------------------------------------------------------------------

@@ -169,5 +169,6 @@ def _positions(config: GPTConfig) -> str:
 FAMILY = Family(
     "gpt", GPTConfig, GPT, "causal", frozenset({"generate"}), describe=_describe,
     description="decoder-only transformer LM (Radford et al. 2018, 2019)",
-    decoding=Decoding(positions=_positions, static_state=True, fixed_state=True, prefix_step=True),
+    decoding=Decoding(positions=_positions, static_state=True, fixed_state=True, prefix_step=True,
+                      drafts=True),
 )  # fmt: skip

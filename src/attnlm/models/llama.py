@@ -184,5 +184,5 @@ def _describe(c: LlamaConfig) -> str:
 FAMILY = Family(
     "llama", LlamaConfig, Llama, "causal", frozenset({"generate"}), describe=_describe,
     description="Llama decoder: RMSNorm, SwiGLU, RoPE, grouped-query attention "
-    "(Touvron et al. 2023)", decoding=Decoding("rope", True, True, True, True),
+    "(Touvron et al. 2023)", decoding=Decoding("rope", True, True, True, True, drafts=True),
 )  # fmt: skip

@@ -4,7 +4,7 @@ in preallocated buffers (of a fixed length, or growing by doubling), whose cross
 keys/values are computed once per source, and whose beam reordering copies only the rows that
 move (docs/seq2seq.md).
 
-In fixed mode (a compiled decode step, :mod:`attnlm.generate.compiled`) the cross-attention
+In fixed mode (a compiled decode step, :mod:`attnlm.runtime.compiled`) the cross-attention
 keys/values and the source mask are copied into buffers padded to a bucket of the source
 length (:func:`~attnlm.nn.static_cache.padded_length`; the padding is masked), kept per bucket
 from call to call: the compiled graph sees the same shapes for every source length of a bucket,

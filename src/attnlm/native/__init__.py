@@ -7,7 +7,7 @@ folder ``native/``) with ``cc -O3 -march=native -fopenmp``: no build step at ins
 the code is compiled for the CPU it runs on. Without a compiler (or with ``ATTNLM_NATIVE=0``)
 :func:`library` returns None and decoding takes the PyTorch path, which gives the same numbers
 up to float rounding; the reason is kept in :data:`why_not`, and decoding says it once on
-stderr (:mod:`attnlm.models.native_step`).
+stderr (:mod:`attnlm.runtime.cstep`).
 
 The library's compile command and the CPU's flags are part of the cached file's name, so a
 home folder shared by different machines holds one build per kind of CPU.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from attnlm.fileio import cache_dir, temp_path_for
 
-__all__ = ["library", "why_not"]
+__all__ = ["default_threads", "library", "why_not"]
 
 SOURCE = Path(__file__).with_name("decode_step.c")
 FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fopenmp", "-shared", "-fPIC")
@@ -104,3 +104,21 @@ def library() -> ctypes.CDLL | None:
         return None
     _LIBRARY = lib
     return lib
+
+
+def default_threads() -> int:
+    """Threads a command runs on when ``--threads`` is not given, for PyTorch and the C step
+    alike: every physical core this process may run on (what PyTorch's default would be,
+    told without importing it), within the CPUs of the affinity mask (a container or
+    ``taskset`` limit), SMT siblings counted once."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not cpus:
+        return max(1, (os.cpu_count() or 2) // 2)
+    cores = set()
+    for cpu in cpus:
+        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            cores.add(siblings.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))

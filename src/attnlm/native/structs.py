@@ -1,6 +1,6 @@
 """The C decode step's structs (``decode_step.c``), field for field, its weight-format ids and
 the argument types of its functions: shared by the PyTorch glue
-(:mod:`attnlm.models.native_step`) and the engine without PyTorch (:mod:`attnlm.native.engine`).
+(:mod:`attnlm.runtime.cstep`) and the engine without PyTorch (:mod:`attnlm.runtime.engine`).
 Numbers only: no tensors, no PyTorch."""
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from attnlm.errors import InputError
 from attnlm.validate import WEIGHT_FORMATS
+from attnlm.validate import weights_format as check_format
 
 __all__ = [
     "FORMATS",
@@ -72,13 +73,6 @@ MANY_ROWS = 16  # from this many input rows on, dequantize and use one float32 G
 
 # (format, N, K) -> the kernel chosen for few rows; measured once per process
 _CHOICE: dict[tuple[str, int, int], str] = {}
-
-
-def check_format(fmt: str) -> str:
-    """``fmt`` if it is one of :data:`FORMATS`, else a one-line InputError."""
-    if fmt not in FORMATS:
-        raise InputError(f"weights format {fmt!r} is not one of {', '.join(FORMATS)}")
-    return fmt
 
 
 def _half(scales: Tensor) -> Tensor:

@@ -148,7 +148,8 @@ def load_model(path: str | Path | GGUFFile, weights: str = "f32") -> nn.Module:
     into that format (:func:`load_quantized`; ``model.requantized`` names the ggml types that
     went through float32); ``bf16`` rounds the float32 model."""
     from attnlm.models.gguf import loader
-    from attnlm.nn.quant import check_format, quantize_weights
+    from attnlm.nn.quant import quantize_weights
+    from attnlm.validate import weights_format as check_format
 
     check_format(weights)
     header = path if isinstance(path, GGUFFile) else GGUFFile(path)

@@ -194,7 +194,7 @@ class ModelService:
     def _compiled(self) -> bool:
         """Whether to decode through the compiled step: asked for (``serve --compile``) and
         the model has one (other families are served uncompiled)."""
-        from attnlm.generate.compiled import has_compiled_step
+        from attnlm.runtime.compiled import has_compiled_step
 
         return self.compile and has_compiled_step(self.model)
 

@@ -1,87 +1,31 @@
-"""A Llama GGUF file as an :class:`~attnlm.native.engine.Engine` (the C decode step without
-PyTorch), its Q8_0 / Q4_0 / Q4_1 blocks moved into the step's layouts with numpy: the same
-bytes the PyTorch loader (:mod:`.quantized`, :mod:`attnlm.nn.quant`) gives its q8 / q4
-layers (tested), without a float32 copy of any matrix.
+"""A Llama GGUF file as an :class:`~attnlm.runtime.engine.Engine` (the ``c-engine`` backend: the
+C decode step without PyTorch), its Q8_0 / Q4_0 / Q4_1 blocks moved into the step's layouts
+with numpy: the same bytes the PyTorch loader (:mod:`attnlm.models.gguf.quantized`,
+:mod:`attnlm.nn.quant`) gives its q8 / q4 layers (tested), without a float32 copy of any
+matrix. The file is read by :mod:`attnlm.ggufio` (the one GGUF parser) and its tensors are
+placed by the Llama module's own table (:func:`attnlm.models.gguf.llama.parts`).
 
-:func:`open_engine` returns None where the engine does not apply, and the caller takes the
-PyTorch path, which handles (or refuses in one line) everything else: other architectures,
-matrices of other ggml types (re-quantized there), a format other than the file's own.
+:func:`engine_format` says whether the engine holds a file's model (None sends the resolver
+down the PyTorch path, which handles, or refuses in one line, everything else: other
+architectures, matrices of other ggml types, a format other than the file's own);
+:func:`open_engine` builds it. :func:`attnlm.sources.resolve` is the only caller.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-from types import SimpleNamespace
-
 import numpy as np
 
-from attnlm import native
 from attnlm.foreign import check_finite
 from attnlm.ggufio import GGUFFile
 from attnlm.models.gguf import llama
 from attnlm.models.gguf.parts import Part
 from attnlm.native import structs
-from attnlm.native.engine import (
-    BlockWeights,
-    Engine,
-    EngineConfig,
-    LinearWeights,
-    default_threads,
-)
-from attnlm.tokenizers.gguf import GGUFTokenizer
+from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
 
 GROUP, BLOCK_N = 32, 64  # elements per scale; rows per block of the q4 layout
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes per 32 elements
 NATIVE = {"q8": {"Q8_0"}, "q4": {"Q4_0", "Q4_1"}}
 PRECISION = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
-
-
-def engine_for(spec: str, weights: str | None, device: str | None, threads: int | None
-               ) -> tuple[Engine, GGUFTokenizer, Path] | None:  # fmt: skip
-    """``(engine, tokenizer, the file)`` where a command can decode ``spec`` without PyTorch:
-    a local Llama GGUF file (:func:`gguf_file`) in its own 8- or 4-bit format
-    (:func:`engine_format`), on the CPU (``device`` ``cpu``, or ``auto`` where no GPU is
-    visible), the C step available, ``ATTNLM_ENGINE`` not ``0``; None sends the command down
-    the PyTorch path.
-    ``threads``: None for every physical core."""
-    if os.environ.get("ATTNLM_ENGINE", "1") == "0":
-        return None
-    if device not in (None, "cpu", "auto") or (device != "cpu" and _gpu_visible()):
-        return None
-    path = gguf_file(spec)
-    if path is None or native.library() is None:
-        return None  # (the PyTorch path says once why there is no C step)
-    header = GGUFFile(path)
-    engine = open_engine(header, weights, threads or default_threads())
-    if engine is None:
-        return None
-    return engine, GGUFTokenizer.from_gguf(header), path
-
-
-def _gpu_visible() -> bool:
-    """Whether ``--device auto`` could pick a GPU (an NVIDIA driver, or macOS's MPS), told
-    without importing PyTorch."""
-    return sys.platform == "darwin" or os.path.exists("/dev/nvidiactl")
-
-
-def gguf_file(spec: str) -> Path | None:
-    """The local ``.gguf`` file ``spec`` names: the file, a folder holding one (not a run or
-    Hugging Face folder), or a registered name's folder; None for anything else (Hub ids,
-    runs: the PyTorch path resolves them)."""
-    from attnlm.data.pretrained import pretrained_names, pretrained_path
-
-    path = Path(str(spec)).expanduser()
-    if not path.exists() and str(spec) in pretrained_names():
-        path = pretrained_path(str(spec))
-    if path.is_file():
-        return path if path.suffix.lower() == ".gguf" else None
-    # a run has config.json or checkpoint/ (attnlm.checkpoint.CHECKPOINT_DIR), as a HF folder
-    if not path.is_dir() or (path / "config.json").exists() or (path / "checkpoint").exists():
-        return None
-    found = sorted(path.glob("*.gguf"))
-    return found[0] if len(found) == 1 else None
 
 
 def engine_format(header: GGUFFile, weights: str | None) -> str | None:
@@ -106,48 +50,58 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
     return fmt
 
 
-def open_engine(header: GGUFFile, weights: str | None, threads: int) -> Engine | None:
-    """The engine of ``header`` (see :func:`engine_format`), or None."""
-    fmt = engine_format(header, weights)
-    if fmt is None:
+def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str = ""
+                ) -> Engine | None:  # fmt: skip
+    """The engine of ``header`` (see :func:`engine_format`), or None where it does not hold
+    the file's model; ``reason``: why the planner chose it."""
+    if engine_format(header, weights) is None:
         return None
     table = llama.config_table(header)  # checks the keys as the PyTorch loader does
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],
+        table["tie_embeddings"],
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:
         return None
-    shape = SimpleNamespace(**table, head_dim=config.head_dim, ffn_width=config.d_ff)
     by_ours: dict[str, list[Part]] = {}
-    for part in llama.parts(shape, header):
+    for part in llama.parts(config, header):
         by_ours.setdefault(part.ours, []).append(part)
     if any(p.gguf not in header.tensors for ps in by_ours.values() for p in ps):
         return None
+    weights = _Weights(header, by_ours)
+    blocks = [weights.block(i) for i in range(config.n_layer)]
+    q, s = _codes(header, by_ours["tok_emb.weight"][0])[:2]
+    head = _linear((q, s)) if config.tie_embeddings else weights.matrix("lm_head.weight")
+    return Engine(config, blocks, weights.norm("ln_f.weight"), q, s, head, threads, reason)
 
-    def matrix(name: str) -> LinearWeights:
-        pieces = [_codes(header, p) for p in sorted(by_ours[name], key=lambda p: p.rows or (0,))]
+
+class _Weights:
+    """Reads our parameters' values out of ``header`` by the Llama table ``by_ours``."""
+
+    def __init__(self, header: GGUFFile, by_ours: dict[str, list[Part]]) -> None:
+        self.header, self.by_ours = header, by_ours
+
+    def matrix(self, name: str) -> LinearWeights:
+        parts = sorted(self.by_ours[name], key=lambda p: p.rows or (0,))
+        pieces = [_codes(self.header, p) for p in parts]
         codes = tuple(np.concatenate(c) for c in zip(*pieces)) if len(pieces) > 1 else pieces[0]
         return _linear(codes)
 
-    def norm(name: str) -> np.ndarray:
-        info = header.tensors[by_ours[name][0].gguf]
-        raw = header.raw(info)  # F32 or F16 (engine_format)
+    def norm(self, name: str) -> np.ndarray:
+        info = self.header.tensors[self.by_ours[name][0].gguf]
+        raw = self.header.raw(info)  # F32 or F16 (engine_format)
         out = raw.view(np.float32 if info.type_name == "F32" else np.float16).astype(np.float32)
-        check_finite({info.name: out}, header.path)
+        check_finite({info.name: out}, self.header.path)
         return out
 
-    blocks = []
-    for i in range(config.n_layer):
+    def block(self, i: int) -> BlockWeights:
         ours = f"blocks.{i}."
-        blocks.append(BlockWeights(
-            norm(ours + "ln_1.weight"), norm(ours + "ln_2.weight"),
-            matrix(ours + "attn.qkv_proj.weight"), matrix(ours + "attn.out_proj.weight"),
-            matrix(ours + "mlp.fc.weight"), matrix(ours + "mlp.proj.weight"),
-        ))  # fmt: skip
-    q, s = _codes(header, by_ours["tok_emb.weight"][0])[:2]
-    head = _linear((q, s)) if table["tie_embeddings"] else matrix("lm_head.weight")
-    return Engine(config, blocks, norm("ln_f.weight"), q, s, head, threads)
+        return BlockWeights(
+            self.norm(ours + "ln_1.weight"), self.norm(ours + "ln_2.weight"),
+            self.matrix(ours + "attn.qkv_proj.weight"), self.matrix(ours + "attn.out_proj.weight"),
+            self.matrix(ours + "mlp.fc.weight"), self.matrix(ours + "mlp.proj.weight"),
+        )  # fmt: skip
 
 
 # -- the blocks ------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from torch.fx.experimental import _config as fx_config
 from attnlm.device import model_device
 from attnlm.errors import InputError
 from attnlm.models.registry import decoding_of
+from attnlm.runtime.eager import EagerRunner
 
 MAX_GRAPHS = 32  # graphs (shape combinations) one step object compiles
 
@@ -196,3 +197,19 @@ def compiled_step(
     if key not in steps:
         steps[key] = CompiledStep(model, backend=backend, mode=mode, prefix=prefix)
     return steps[key]
+
+
+class CompiledRunner(EagerRunner):
+    """The ``compiled`` backend: one-token steps after the prompt through the model's
+    :class:`CompiledStep` (the decode loop asks :attr:`compiled` for its state and readiness),
+    every other call through ``fallback`` (the uncompiled runner: the C step or eager)."""
+
+    name = "compiled"
+
+    def __init__(self, model: torch.nn.Module, compile: Any = True, fallback: Any = None) -> None:
+        super().__init__(model, "--compile: one torch.compile graph per one-token step")
+        self.compiled = compile if isinstance(compile, CompiledStep) else compiled_step(model)
+        self.fallback = fallback or EagerRunner(model)
+
+    def step(self, tokens: torch.Tensor, state: Any, last_only: bool = False) -> torch.Tensor:
+        return self.fallback.step(tokens, state, last_only)

@@ -1,13 +1,14 @@
-"""A causal decoder run by the C decode step alone, without PyTorch: its weights are numpy
-arrays in the step's formats (q8 / q4 codes, float32 norms), its keys and values numpy
-buffers, one :meth:`Engine.feed` one C call.
+"""The ``c-engine`` backend: a causal decoder run by the C decode step alone, without PyTorch:
+its weights are numpy arrays in the step's formats (q8 / q4 codes, float32 norms), its keys
+and values numpy buffers, one :meth:`Engine.feed` one C call.
 
-Why a second way in: the step does all of a decoding step's arithmetic, so what PyTorch adds to
-a local decode of a quantized GGUF model is its import (about 200 MB of resident memory, most
-of a small model's process, and a second of start-up). :mod:`attnlm.models.gguf.engine` builds
-an engine from a GGUF file, :mod:`attnlm.generate.engine_decode` decodes with it, and
-``attnlm generate`` takes that path where it applies (tested: the same logits as the PyTorch
-path within 1e-4, the same greedy tokens).
+Why a backend without PyTorch: the step does all of a decoding step's arithmetic, so what
+PyTorch adds to a local decode of a quantized GGUF model is its import (about 200 MB of
+resident memory, most of a small model's process, and a second of start-up).
+:mod:`attnlm.runtime.engine_gguf` builds an engine from a GGUF file,
+:func:`attnlm.sources.resolve` returns it where :func:`attnlm.runtime.planner.engine_reason`
+says so, and :mod:`attnlm.generate.engine_decode` decodes with it (tested: the same logits as
+the PyTorch path within 1e-4, the same greedy tokens).
 
 Shape legend
     B rows    T new tokens per row    C width    V vocabulary    D head width
@@ -18,9 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -76,16 +75,22 @@ class EngineConfig:
     rope_theta: float
     rms_norm_eps: float
     block_size: int
+    tie_embeddings: bool = False
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def ffn_width(self) -> int:
+        return self.d_ff
+
 
 @dataclass
 class Engine:
     """See the module docstring. ``embedding``: q8 codes ``(V, C)`` int8 and ``emb_scales``
-    ``(V, G)`` float16; ``head``: the LM head (a tied one is the embedding's codes)."""
+    ``(V, G)`` float16; ``head``: the LM head (a tied one is the embedding's codes);
+    ``reason``: why the planner chose this backend."""
 
     config: EngineConfig
     blocks: list[BlockWeights]
@@ -94,6 +99,8 @@ class Engine:
     emb_scales: np.ndarray
     head: LinearWeights
     threads: int = 1
+    reason: str = ""
+    name = "c-engine"  # the backend's name (a class attribute, not a field)
 
     def __post_init__(self) -> None:
         lib = native.library()
@@ -199,19 +206,3 @@ def _inv_freq(d: int, theta: float) -> np.ndarray:
     """Rotary frequencies ``theta ** (-2i / D)`` (float32, as the PyTorch model's)."""
     exps = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
     return (np.float32(1.0) / np.power(np.float32(theta), exps)).astype(np.float32)
-
-
-def default_threads() -> int:
-    """Every physical core this process may run on (what PyTorch's default would be, without
-    importing it): CPUs of the affinity mask, SMT siblings counted once."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus:
-        return max(1, (os.cpu_count() or 2) // 2)
-    cores = set()
-    for cpu in cpus:
-        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
-        try:
-            cores.add(siblings.read_text().strip())
-        except OSError:
-            cores.add(str(cpu))
-    return max(1, len(cores))

@@ -1,5 +1,7 @@
-"""One decoding step of a causal decoder written flat: one new token per row through every
-block in one loop of tensor calls, for the case that dominates generation on a CPU.
+"""The ``eager`` backend: every family's own ``step`` in PyTorch (:class:`EagerRunner`), with one
+fast path for the causal decoders: a decoding step written flat, one new token per row
+through every block in one loop of tensor calls, for the case that dominates generation on a
+CPU.
 
 A one-token step multiplies one row per sequence by every weight matrix, which is bound by
 how fast the weights stream from memory; everything else in the step is small tensor calls.
@@ -15,10 +17,10 @@ The numbers are the forward's, up to float rounding of a different summation ord
 (tested: logits within 1e-5 and the same greedy tokens for gpt and llama models, every
 position scheme it serves, both caches). Linear layers that are not plain float
 ``nn.Linear`` (quantized weights, LoRA) are called as modules, so the step serves every
-weight format. :func:`flat_step_applies` says when it may run: evaluation, one token per
-row, a key/value cache in prefix mode (not a compiled step's fixed buffers), pre-norm blocks
-without cross-attention, positions that are learned, sinusoidal, rotary or none (ALiBi
-takes the forward).
+weight format. It runs where the model's blocks allow it (:func:`flat_model`: pre-norm blocks
+without cross-attention, positions that are learned, sinusoidal, rotary or none; ALiBi takes
+the forward) and the call does (:meth:`EagerRunner.step`: evaluation, one token per row, a
+key/value cache in prefix mode, not a compiled step's fixed buffers).
 
 Shape legend
     B  rows           C  model width       H / Hkv  query / key-value heads
@@ -39,24 +41,71 @@ from attnlm.nn.attention import MultiHeadAttention
 from attnlm.nn.blocks import FeedForward, SwiGLU, TransformerBlock
 from attnlm.nn.cache import KVCache
 
-__all__ = ["flat_step", "flat_step_applies"]
+__all__ = ["EagerRunner", "flat_model", "flat_step", "flat_step_applies", "plain_block"]
 
 
-def flat_step_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
-    """Whether :func:`flat_step` gives ``model.step(tokens, state)``'s logits."""
+def flat_model(model: nn.Module) -> bool:
+    """Whether :func:`flat_step` computes ``model``'s one-token step: a causal decoder of
+    plain pre-norm blocks (:func:`plain_block`) without ALiBi."""
+    blocks = getattr(model, "blocks", None)
     return (
-        tokens.dim() == 2
-        and tokens.shape[1] == 1
-        and not model.training
-        and not torch.is_grad_enabled()
-        and isinstance(state, KVCache)
-        and not getattr(state, "fixed", False)
+        blocks is not None
+        and hasattr(model, "tok_emb")
         and getattr(model, "alibi", None) is None
-        and all(_plain_block(b) for b in model.blocks)
+        and all(plain_block(b) for b in blocks)
     )
 
 
-def _plain_block(block: nn.Module) -> bool:
+def flat_step_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
+    """Whether :func:`flat_step` gives ``model.step(tokens, state)``'s logits (the model's
+    blocks and this call, in evaluation)."""
+    return flat_model(model) and not model.training and _flat_call(tokens, state)
+
+
+def _flat_call(tokens: Tensor, state: object) -> bool:
+    """Whether this call is one :func:`flat_step` takes: one token per row, a prefix-mode
+    key/value cache, evaluation without gradients."""
+    return (
+        tokens.dim() == 2
+        and tokens.shape[1] == 1
+        and isinstance(state, KVCache)
+        and not getattr(state, "fixed", False)
+        and not torch.is_grad_enabled()
+    )
+
+
+class EagerRunner:
+    """The ``eager`` backend (:mod:`attnlm.runtime`): the decoding-state protocol of one model
+    in PyTorch. ``new_state(batch, max_len=)`` is the model's; ``step(tokens (B, T), state,
+    last_only)`` -> logits ``(B, T, V)`` (``(B, 1, V)`` with ``last_only``, where the model's
+    step takes it) feeds new tokens. ``reason``: why the planner chose it."""
+
+    name = "eager"
+
+    def __init__(self, model: nn.Module, reason: str = "") -> None:
+        self.model, self.reason = model, reason
+        self.flat = flat_model(model)  # decided once: the blocks do not change during a decode
+        self.takes_last_only = bool(getattr(model, "step_last_only", False))
+
+    def new_state(self, batch: object = None, *, max_len: int | None = None) -> object:
+        if max_len is None:
+            return self.model.new_state(batch)
+        return self.model.new_state(batch, max_len=max_len)
+
+    def step(self, tokens: Tensor, state: object, last_only: bool = False) -> Tensor:
+        if self.flat and not self.model.training and _flat_call(tokens, state):
+            return flat_step(self.model, tokens, state)  # one token: its logits are the last
+        if self.takes_last_only:
+            return self.model.step(tokens, state, last_only=last_only)
+        return self.model.step(tokens, state)
+
+    def last_logits(self, tokens: Tensor, state: object) -> Tensor:
+        """Logits ``(B, V)`` after the last of ``tokens``: a decoder's LM head runs on that
+        position alone (a prompt's prefill makes no ``(B, T, V)`` logits)."""
+        return self.step(tokens, state, last_only=True)[:, -1]
+
+
+def plain_block(block: nn.Module) -> bool:
     """A pre-norm block (exactly :class:`TransformerBlock`) of self-attention with a fused
     q/k/v projection and a kernel score, and a GELU or SwiGLU feed-forward."""
     attn = block.attn
