@@ -216,14 +216,25 @@ class Linear(nn.Linear):
 
 
 def use_onednn(model: nn.Module) -> nn.Module:
-    """Compute every ``nn.Linear`` of ``model`` by :func:`linear` (each becomes a
-    :class:`Linear`: the same parameters, tied weights and state-dict keys), in place; returns
-    ``model``. A family applies it once to the model it built, so its block parts stay the
-    plain ``nn.Linear`` layers of the lecture."""
-    for module in model.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = Linear
+    """Compute every ``nn.Linear`` of ``model`` by :func:`linear`: each is replaced by a
+    :class:`Linear` holding the same parameter objects (so tied weights stay tied, optimisers
+    and state-dict keys see the same tensors), in place; returns ``model``. A family applies it
+    once to the model it built, so its block parts stay the plain ``nn.Linear`` layers of the
+    lecture."""
+    made: dict[int, Linear] = {}  # a layer shared by two parents stays one layer
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, made.setdefault(id(child), _as_fused(child)))
     return model
+
+
+def _as_fused(layer: nn.Linear) -> Linear:
+    """A :class:`Linear` over ``layer``'s own parameters (nothing allocated)."""
+    fused = Linear(layer.in_features, layer.out_features, bias=False, device="meta")
+    fused.weight, fused.bias = layer.weight, layer.bias
+    fused.train(layer.training)
+    return fused
 
 
 # ---------------------------------------------------------------------------------------------
