@@ -14,6 +14,14 @@ code 2 and one line (with :class:`OneLineArgumentParser`)::
 
 An option renamed for one vocabulary keeps its old spelling as a hidden alias
 (:func:`add_option`): scripts keep working, ``--help`` shows the one name.
+
+A command's options are a table: a sequence of *builders*, functions that add options to a
+parser, applied in order by :func:`add_options` (or given to :func:`add_command`). An option
+of one command is :func:`option` (``add_argument``'s arguments, as data) or :func:`flag`; a
+shared one is its ``add_..._argument`` function of :mod:`attnlm.cli.common`, itself a builder;
+:func:`one_of` and :func:`section` group options::
+
+    add_command(sub, "info", _info, add_text_argument, flag("--json", "print one JSON object"))
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ from attnlm.textio import text_problem, value_problem
 from attnlm.validate import existing_path, name_or_path
 
 T = TypeVar("T")
+
+#: a piece of a command's options: adds them to a parser (or a group of one) when called
+Builder = Callable[[Any], Any]
 
 
 def arg(check: Callable[..., T], **options: Any) -> Callable[[str], T]:
@@ -57,9 +68,11 @@ def add_option(
     with the same meaning (the same ``dest`` and type) but left out of ``--help``, so that
     scripts written against an older name keep working. A required option and its aliases
     become a required group (any one spelling, not two)."""
+    if not aliases:
+        return p.add_argument(*names, **options)
     required = options.pop("required", False)
-    where = p.add_mutually_exclusive_group(required=True) if required and aliases else p
-    action = where.add_argument(*names, required=required and not aliases, **options)
+    where = p.add_mutually_exclusive_group(required=True) if required else p
+    action = where.add_argument(*names, **options)
     copied = ("type", "action", "choices", "nargs", "const", "metavar")
     same = {k: v for k, v in options.items() if k in copied}
     for alias in aliases:
@@ -70,18 +83,61 @@ def add_option(
 
 
 def add_command(
-    sub: argparse._SubParsersAction, name: str, func: Callable[..., int], **options: Any
+    sub: argparse._SubParsersAction,
+    name: str,
+    func: Callable[..., int],
+    *builders: Builder,
+    **options: Any,
 ) -> argparse.ArgumentParser:
-    """The subcommand ``name`` run by ``func``: its ``--help`` line is the first paragraph of
-    ``func``'s docstring and its description the rest, so a command's prose is written once,
-    on the function that does it."""
+    """The subcommand ``name`` run by ``func``, with the options of ``builders`` (see
+    :func:`add_options`): its ``--help`` line is the first paragraph of ``func``'s docstring and
+    its description the rest, so a command's prose is written once, on the function that does
+    it."""
     doc = inspect.cleandoc(func.__doc__ or "")
     first, _, rest = doc.partition("\n\n")
     p = sub.add_parser(
         name, help=" ".join(first.split()), description=" ".join(rest.split()) or None, **options
     )
     p.set_defaults(func=func)
+    return add_options(p, *builders)
+
+
+def add_options(p: Any, *builders: Builder) -> Any:
+    """Apply a table of options to ``p`` (a parser or a group), in order: ``--help`` lists them
+    so. Returns ``p``."""
+    for build in builders:
+        build(p)
     return p
+
+
+def option(*names: str, **options: Any) -> Builder:
+    """One option as data: the arguments of :func:`add_option` (``add_argument``'s, and
+    ``aliases``), added when the table is applied."""
+    return lambda p: add_option(p, *names, **options)
+
+
+def flag(name: str, help: str, default: bool | None = False, **options: Any) -> Builder:
+    """A switch that sets True; with ``default=None`` an absent switch leaves None (a preset or
+    a later default decides), with ``default=True`` it is on already (the other spelling of a
+    pair turns it off)."""
+    if default is None:
+        return option(name, action="store_const", const=True, default=None, help=help, **options)
+    return option(name, action="store_true", default=default, help=help, **options)
+
+
+def one_of(*builders: Builder, required: bool = False) -> Builder:
+    """Options of which at most one may be given (exactly one when ``required``)."""
+    return lambda p: add_options(p.add_mutually_exclusive_group(required=required), *builders)
+
+
+def section(title: str, *builders: Builder) -> Builder:
+    """Options listed under their own heading in ``--help``."""
+    return lambda p: add_options(p.add_argument_group(title), *builders)
+
+
+def defaults(**values: Any) -> Builder:
+    """Values set on the command's namespace without an option (``reads_stdin=True``)."""
+    return lambda p: p.set_defaults(**values)
 
 
 def add_command_group(

@@ -3,7 +3,10 @@
 options, ``--top-k``, ``-n/--num-samples``, ``--prompt``, ``--time-budget``), each defined once
 here, and (re-exported from :mod:`attnlm.cli.arguments`) the argument layer they are built on:
 :func:`arg`, :func:`add_option`, :func:`text_value`, :func:`text_file`,
-:class:`OneLineArgumentParser`.
+:class:`OneLineArgumentParser`, and the option tables (:func:`add_options`, :func:`option`,
+:func:`flag`, :func:`one_of`, :func:`section`, :func:`defaults`). Each ``add_..._argument``
+here is a builder: it sits in a command's table as it is, or with its settings bound
+(``partial(add_runtime_arguments, device="cpu")``).
 """
 
 from __future__ import annotations
@@ -16,9 +19,15 @@ from attnlm.cli.arguments import (  # re-exported: commands import them from her
     add_command,
     add_command_group,
     add_option,
+    add_options,
     arg,
     as_given,
     check_arguments,
+    defaults,
+    flag,
+    one_of,
+    option,
+    section,
     text_file,
     text_value,
 )
@@ -56,37 +65,19 @@ def add_text_argument(p: argparse.ArgumentParser, default: str = "the built-in c
 def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
     """How a corpus is read and encoded (``attnlm train`` and ``attnlm data prepare``):
     ``--text-field``, ``--skip-bad``, ``--workers``, ``--tokenizer-sample``."""
-    p.add_argument(
-        "--text-field",
-        default=None,
-        type=arg(non_empty),
-        metavar="NAME",
-        help="the document field of .jsonl records / column of .parquet and Arrow (text)",
-    )
-    p.add_argument(
-        "--skip-bad",
-        action="store_const",
-        const=True,
-        default=None,
-        help="skip bad records (not JSON, no field, not a string) and count them, instead of "
-        "stopping at the first",
-    )
-    p.add_argument(
-        "--workers",
-        type=arg(positive_int),
-        default=None,
-        metavar="N",
-        help="parallel workers: processes encoding the corpus (default: the machine's cores for "
-        "corpora over 32 MiB, else 1); the token files are the same for any N",
-    )
-    p.add_argument(
-        "--tokenizer-sample",
-        type=arg(positive_int),
-        default=None,
-        metavar="CHARS",
-        help="characters of the training split a trained tokenizer learns on (64000000; "
-        "whole chunks spread evenly over a larger split)",
-    )
+    add_options(
+        p,
+        option("--text-field", default=None, type=arg(non_empty), metavar="NAME",
+               help="the document field of .jsonl records / column of .parquet and Arrow (text)"),
+        flag("--skip-bad", "skip bad records (not JSON, no field, not a string) and count them, "
+             "instead of stopping at the first", default=None),
+        option("--workers", type=arg(positive_int), default=None, metavar="N",
+               help="parallel workers: processes encoding the corpus (default: the machine's "
+               "cores for corpora over 32 MiB, else 1); the token files are the same for any N"),
+        option("--tokenizer-sample", type=arg(positive_int), default=None, metavar="CHARS",
+               help="characters of the training split a trained tokenizer learns on (64000000; "
+               "whole chunks spread evenly over a larger split)"),
+    )  # fmt: skip
 
 
 def _text_path(value: str, name: str | None = None) -> Any:
@@ -171,52 +162,35 @@ def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None)
     """``--threads N``: torch's intra-op threads, 1 to 4 per core; set by :func:`use_threads`.
     With a ``default``, 0 means torch's own choice."""
     said = "every core" if default is None else f"{default}; 0: torch's choice"
-    p.add_argument(
-        "--threads",
-        type=arg(threads) if default is None else arg(int_in_range, lo=0, hi=MAX_THREADS),
-        default=default,
-        metavar="N",
-        help=f"torch threads, 1..{MAX_THREADS} (default: {said})",
-    )
+    check = arg(threads) if default is None else arg(int_in_range, lo=0, hi=MAX_THREADS)
+    p.add_argument("--threads", type=check, default=default, metavar="N",
+                   help=f"torch threads, 1..{MAX_THREADS} (default: {said})")  # fmt: skip
 
 
 def add_weights_argument(p: argparse.ArgumentParser) -> None:
     """``--weights f32|bf16|q8|q4``: the decode-time weight format (:mod:`attnlm.nn.quant`),
     passed to :func:`attnlm.sources.resolve`; unset: a GGUF file's own precision, else f32."""
-    p.add_argument(
-        "--weights",
-        choices=WEIGHT_FORMATS,
-        default=None,
-        help="weights kept in this format while decoding, gpt and llama models "
-        "(default: a GGUF file's own precision class, else f32)",
-    )
+    p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None,
+                   help="weights kept in this format while decoding, gpt and llama models "
+                   "(default: a GGUF file's own precision class, else f32)")  # fmt: skip
 
 
 def add_lookahead_argument(p: argparse.ArgumentParser) -> None:
     """``--lookahead N``: greedy decoding checks up to N drafts from the context per pass
     (:mod:`attnlm.generate.lookahead`)."""
-    p.add_argument(
-        "--lookahead",
-        type=arg(int_in_range, lo=0, hi=64),
-        default=8,
-        metavar="N",
-        help="greedy decoding of one prompt checks up to N draft tokens copied from the "
-        "context per forward pass (the same tokens, fewer passes when text repeats); 0: one "
-        "token per pass (default 8)",
-    )
+    p.add_argument("--lookahead", type=arg(int_in_range, lo=0, hi=64), default=8, metavar="N",
+                   help="greedy decoding of one prompt checks up to N draft tokens copied from "
+                   "the context per forward pass (the same tokens, fewer passes when text "
+                   "repeats); 0: one token per pass (default 8)")  # fmt: skip
 
 
 def add_draft_argument(p: argparse.ArgumentParser) -> None:
     """``--draft q8|q4``: speculative decoding with a quantized copy of the model
     (:mod:`attnlm.generate.speculative`); :func:`draft_from_args` builds it."""
-    p.add_argument(
-        "--draft",
-        choices=["q8", "q4"],
-        default=None,
-        help="greedy decoding of float32 weights checks drafts made by a q8 or q4 copy of the "
-        "model (speculative decoding; --lookahead N drafts per pass): the same tokens, fewer "
-        "float32 passes",
-    )
+    p.add_argument("--draft", choices=["q8", "q4"], default=None,
+                   help="greedy decoding of float32 weights checks drafts made by a q8 or q4 copy "
+                   "of the model (speculative decoding; --lookahead N drafts per pass): the same "
+                   "tokens, fewer float32 passes")  # fmt: skip
 
 
 def draft_from_args(args: argparse.Namespace, model: Any, sampling: Any) -> Any:
@@ -226,11 +200,11 @@ def draft_from_args(args: argparse.Namespace, model: Any, sampling: Any) -> Any:
         return None
     if not sampling.greedy:
         raise InputError("--draft checks drafts of greedy decoding: give --temperature 0")
-    for off, flag in ((args.lookahead == 0, "--lookahead 0"), (not args.use_cache, "--no-cache"),
-                      (getattr(args, "compile", False), "--compile")):  # fmt: skip
+    for off, given in ((args.lookahead == 0, "--lookahead 0"), (not args.use_cache, "--no-cache"),
+                       (getattr(args, "compile", False), "--compile")):  # fmt: skip
         if off:
-            raise InputError(f"--draft does not combine with {flag}")
-    from attnlm.native.engine import Engine
+            raise InputError(f"--draft does not combine with {given}")
+    from attnlm.runtime.engine import Engine
 
     if isinstance(model, Engine):
         raise InputError(
@@ -278,33 +252,22 @@ def add_sampling_arguments(
     from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT
 
     said = max_new_tokens_help or str(max_new_tokens)
-    p.add_argument(
-        "--max-new-tokens",
-        type=arg(int_in_range, lo=0 if max_new_tokens is not None else 1, hi=MAX_NEW_TOKENS_LIMIT),
-        default=max_new_tokens,
-        metavar="N",
-        help=f"the most tokens to generate (default {said}; at most {MAX_NEW_TOKENS_LIMIT:,})",
-    )
-    p.add_argument(
-        "--temperature",
-        type=arg(finite_float, lo=0.0),
-        default=temperature,
-        help=f"sampling temperature: 0 means greedy (default {temperature:g})",
-    )
-    p.add_argument(
-        "--top-k",
-        type=arg(positive_int),
-        default=None,
-        metavar="K",
-        help="sample from the K most likely tokens only (default: all)",
-    )
-    p.add_argument(
-        "--top-p",
-        type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True),
-        default=None,
-        metavar="P",
-        help="sample from the most likely tokens whose probabilities sum to P (default: all)",
-    )
+    lo = 0 if max_new_tokens is not None else 1
+    add_options(
+        p,
+        option("--max-new-tokens", type=arg(int_in_range, lo=lo, hi=MAX_NEW_TOKENS_LIMIT),
+               default=max_new_tokens, metavar="N",
+               help=f"the most tokens to generate (default {said}; at most "
+               f"{MAX_NEW_TOKENS_LIMIT:,})"),
+        option("--temperature", type=arg(finite_float, lo=0.0), default=temperature,
+               help=f"sampling temperature: 0 means greedy (default {temperature:g})"),
+        option("--top-k", type=arg(positive_int), default=None, metavar="K",
+               help="sample from the K most likely tokens only (default: all)"),
+        option("--top-p", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=None,
+               metavar="P",
+               help="sample from the most likely tokens whose probabilities sum to P (default: "
+               "all)"),
+    )  # fmt: skip
     add_seed_argument(p)
 
 
@@ -318,15 +281,9 @@ def add_top_k_argument(
 ) -> None:
     """``--top-k K``: how many of the best results a command lists (``what``: "predictions
     per mask"); formerly ``--top`` in ``word2vec similar``/``analogy`` and ``lens``."""
-    add_option(
-        p,
-        "--top-k",
-        aliases=("--top",),
-        type=arg(int_in_range, lo=1, hi=hi),
-        default=default,
-        metavar="K",
-        help=f"list the K best: {what} (default {default})",
-    )
+    add_option(p, "--top-k", aliases=("--top",), type=arg(int_in_range, lo=1, hi=hi),
+               default=default, metavar="K",
+               help=f"list the K best: {what} (default {default})")  # fmt: skip
 
 
 def add_num_samples_argument(
@@ -335,14 +292,9 @@ def add_num_samples_argument(
     """``-n N, --num-samples N``: how many independent samples to draw (``what``: "sentences");
     formerly ``-n`` alone in ``ngram sample``."""
     what = f"{what}, " if what else ""
-    p.add_argument(
-        "-n",
-        "--num-samples",
-        type=arg(int_in_range, lo=1, hi=hi),
-        default=default,
-        metavar="N",
-        help=f"how many samples to draw ({what}each from the start; default {default})",
-    )
+    help = f"how many samples to draw ({what}each from the start; default {default})"
+    p.add_argument("-n", "--num-samples", type=arg(int_in_range, lo=1, hi=hi), default=default,
+                   metavar="N", help=help)  # fmt: skip
 
 
 def add_prompt_argument(
@@ -350,15 +302,8 @@ def add_prompt_argument(
 ) -> None:
     """``--prompt TEXT``: the text every sample continues (``what``: "a newline"); formerly
     ``--prefix`` in ``ngram sample``."""
-    add_option(
-        p,
-        "--prompt",
-        aliases=aliases,
-        type=text_value,
-        default=default,
-        metavar="TEXT",
-        help=f"the text each sample continues (default {what})",
-    )
+    add_option(p, "--prompt", aliases=aliases, type=text_value, default=default, metavar="TEXT",
+               help=f"the text each sample continues (default {what})")  # fmt: skip
 
 
 def add_time_budget_argument(
@@ -375,15 +320,9 @@ def add_time_budget_argument(
     said = "none" if default is None else default
     what = f"{what}; " if what else ""
     skip = "; 0 skips it" if zero_ok else ""
-    add_option(
-        p,
-        name,
-        aliases=aliases,
-        type=arg(duration, zero_ok=zero_ok),
-        default=default,
-        metavar="T",
-        help=f"wall-clock limit of training, e.g. 120s, 5m, 1h ({what}default {said}{skip})",
-    )
+    help = f"wall-clock limit of training, e.g. 120s, 5m, 1h ({what}default {said}{skip})"
+    add_option(p, name, aliases=aliases, type=arg(duration, zero_ok=zero_ok), default=default,
+               metavar="T", help=help)  # fmt: skip
 
 
 def add_progress_argument(p: argparse.ArgumentParser, default: bool | None = True) -> None:
@@ -391,24 +330,46 @@ def add_progress_argument(p: argparse.ArgumentParser, default: bool | None = Tru
     command that draws bars (on by default; ``ngram train``'s are off unless asked for;
     None: as the preset says)."""
     where = {True: "on", False: "off", None: "as the preset says"}[default]
-    p.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=default,
-        help=f"progress bars on stderr ({where} by default)",
-    )
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=default,
+                   help=f"progress bars on stderr ({where} by default)")  # fmt: skip
 
 
 def add_stop_argument(p: argparse.ArgumentParser) -> None:
     """``--stop STR`` (repeatable): stop strings of :class:`SamplingConfig`."""
-    p.add_argument(
-        "--stop",
-        action="append",
-        default=[],
-        metavar="STR",
-        type=arg(non_empty),
-        help="stop string (repeatable)",
-    )
+    p.add_argument("--stop", action="append", default=[], metavar="STR", type=arg(non_empty),
+                   help="stop string (repeatable)")  # fmt: skip
+
+
+def add_json_argument(p: argparse.ArgumentParser) -> None:
+    """``--json``: the command's report as one JSON object instead of lines of text."""
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_preset_argument(
+    p: argparse.ArgumentParser, default: str | None = None, note: str = ""
+) -> None:
+    """``--preset``: a built-in preset name or a TOML file (:func:`attnlm.config.load_preset`);
+    ``note`` says what is used without it."""
+    note = f" ({note})" if note else ""
+    p.add_argument("--preset", default=default, type=text_file(as_given),
+                   help=f"a built-in preset name or a TOML file{note}")  # fmt: skip
+
+
+def add_set_argument(p: argparse.ArgumentParser, example: str, metavar: str = "KEY=VALUE") -> None:
+    """``--set KEY=VALUE`` (repeatable): a preset value overridden (``example`` shows one)."""
+    p.add_argument("--set", action="append", default=[], metavar=metavar, type=arg(non_empty),
+                   help=f"override a preset value: {example} (repeatable)")  # fmt: skip
+
+
+def add_bpe_vocab_size_argument(p: argparse.ArgumentParser) -> None:
+    """``--bpe-vocab-size N``: the vocabulary of a bpe tokenizer trained on the corpus."""
+    p.add_argument("--bpe-vocab-size", type=arg(positive_int), default=512,
+                   help="vocabulary size of the trained bpe tokenizer (default 512)")  # fmt: skip
+
+
+def add_overwrite_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--overwrite``: replace what the command would otherwise refuse to (``what``)."""
+    p.add_argument("--overwrite", action="store_true", help=f"start over: {what}")
 
 
 def sampling_config(args: argparse.Namespace) -> Any:
@@ -452,9 +413,15 @@ __all__ = [
     "add_command",
     "add_command_group",
     "add_option",
+    "add_options",
     "arg",
     "as_given",
     "check_arguments",
+    "defaults",
+    "flag",
+    "one_of",
+    "option",
+    "section",
     "text_file",
     "text_value",
 ]

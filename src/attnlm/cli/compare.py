@@ -3,72 +3,53 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 
 from attnlm.cli.common import (
+    add_bpe_vocab_size_argument,
     add_command,
     add_device_argument,
     add_progress_argument,
+    add_set_argument,
     add_text_argument,
     add_threads_argument,
     add_time_budget_argument,
     arg,
+    option,
 )
 from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
 from attnlm.errors import ConfigError
-from attnlm.validate import name_or_path, non_empty, output_dir, positive_int
+from attnlm.validate import name_or_path, output_dir, positive_int
+
+# the text, the models and their budget, where the comparison is kept, the machine
+OPTIONS = (
+    partial(add_text_argument, default="Shakespeare"),
+    option("--tokenizer", default="char", choices=("char", "bpe"),
+           help="the tokenizer: char or bpe (default char)"),
+    partial(add_time_budget_argument, default="90s", what="each model", aliases=("--budget",)),
+    option("--models", default=",".join(MODELS), type=arg(name_or_path),
+           help="comma-separated subset; init-from:SPEC adds a pretrained model (what --model "
+           "takes) fine-tuned on the text with its own tokenizer for the same budget"),
+    option("--init-from", action="append", default=[], metavar="SPEC", type=arg(name_or_path),
+           help="start from a pretrained model: add the row init-from:SPEC, the model "
+           "fine-tuned on the text (repeatable)"),
+    option("--out", default="runs/compare", metavar="DIR", type=arg(output_dir),
+           help="the comparison's folder (default runs/compare)"),
+    option("--val-chars", type=arg(positive_int), default=100_000, help="characters scored"),
+    add_bpe_vocab_size_argument,
+    option("--eval-interval", type=arg(positive_int), default=100,
+           help="steps between evaluations (default 100)"),
+    add_device_argument,
+    partial(add_threads_argument, default=1),  # per model
+    partial(add_set_argument, example="of one model, e.g. lstm:model.n_layer=1",
+            metavar="MODEL:KEY=VALUE"),
+    add_progress_argument,
+)  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "compare", _compare)
-    add_text_argument(p, default="Shakespeare")
-    p.add_argument(
-        "--tokenizer", default="char", choices=("char", "bpe"),
-        help="the tokenizer: char or bpe (default char)",
-    )  # fmt: skip
-    add_time_budget_argument(p, "90s", "each model", aliases=("--budget",))
-    p.add_argument(
-        "--models",
-        default=",".join(MODELS),
-        type=arg(name_or_path),
-        help="comma-separated subset; init-from:SPEC adds a pretrained model (what --model "
-        "takes) fine-tuned on the text with its own tokenizer for the same budget",
-    )
-    p.add_argument(
-        "--init-from",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        type=arg(name_or_path),
-        help="start from a pretrained model: add the row init-from:SPEC, the model fine-tuned "
-        "on the text (repeatable)",
-    )
-    p.add_argument(
-        "--out", default="runs/compare", metavar="DIR", type=arg(output_dir),
-        help="the comparison's folder (default runs/compare)",
-    )  # fmt: skip
-    p.add_argument("--val-chars", type=arg(positive_int), default=100_000, help="characters scored")
-    p.add_argument(
-        "--bpe-vocab-size", type=arg(positive_int), default=512,
-        help="vocabulary size of the trained bpe tokenizer (default 512)",
-    )  # fmt: skip
-    p.add_argument(
-        "--eval-interval",
-        type=arg(positive_int),
-        default=100,
-        help="steps between evaluations (default 100)",
-    )
-    add_device_argument(p)
-    add_threads_argument(p, default=1)  # per model
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="MODEL:KEY=VALUE",
-        type=arg(non_empty),
-        help="override a preset value: of one model, e.g. lstm:model.n_layer=1 (repeatable)",
-    )
-    add_progress_argument(p)
+    add_command(sub, "compare", _compare, *OPTIONS)
 
 
 def _parse_sets(items: list[str]) -> dict[str, list[str]]:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from attnlm.cli.common import (
+    add_bpe_vocab_size_argument,
     add_command,
     add_command_group,
     add_corpus_arguments,
-    add_option,
     add_pairs_argument,
     add_progress_argument,
     add_seed_argument,
     add_text_argument,
     arg,
     as_given,
+    flag,
+    option,
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
@@ -27,84 +30,52 @@ from attnlm.validate import (
     probability,
 )
 
+_SPLIT_FRACTION = arg(finite_float, lo=0.0, hi=1.0, hi_open=True)
+
+# ``attnlm data prepare``: the corpus, its tokenizer and split, the token files' folder
+PREPARE_OPTIONS = (
+    add_text_argument,
+    option("--out", required=True, metavar="DIR", type=arg(output_dir)),
+    option("--tokenizer", default="char", type=text_file(as_given),
+           help="the tokenizer: char, bpe, gpt2, or a saved tokenizer JSON (default char)"),
+    add_bpe_vocab_size_argument,
+    option("--val-fraction", type=arg(probability), default=DEFAULT_VAL_FRACTION,
+           help="validation fraction: of characters for text, of documents otherwise "
+           f"({DEFAULT_VAL_FRACTION})"),
+    add_corpus_arguments,
+    add_progress_argument,
+)  # fmt: skip
+
+# ``attnlm data task``: the built-in task written as pairs
+TASK_OPTIONS = (
+    option("--out", required=True, metavar="FILE", type=arg(output_file_or_stdout),
+           help="output .tsv file ('-': stdout)"),
+    option("-n", "--num-pairs", aliases=("--n",), type=arg(positive_int), default=None,
+           metavar="N", help="how many samples to draw (pairs of the task; default 5000)"),
+    partial(add_seed_argument, help="the pairs drawn (default 0)"),
+)  # fmt: skip
+
+# ``attnlm data pairs``: how a pairs file is read and split
+PAIRS_OPTIONS = (
+    add_pairs_argument,
+    flag("--strict", "stop at the first malformed line instead of skipping"),
+    option("--header", choices=("auto", "yes", "no"), default="auto",
+           help="is the first line a header? (auto: when it names columns, e.g. source/target)"),
+    option("--valid", type=_SPLIT_FRACTION, default=DEFAULT_VAL_FRACTION,
+           help=f"validation fraction ({DEFAULT_VAL_FRACTION})"),
+    option("--test", type=_SPLIT_FRACTION, default=0.1, help="test fraction (0.1)"),
+    partial(add_seed_argument, default=0, help="the split"),
+    option("--examples", type=arg(non_negative_int), default=5,
+           help="example pairs to print (5)"),
+)  # fmt: skip
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     dsub = add_command_group(sub, "data", "inspect corpora and sentence pairs")
-    info = add_command(dsub, "info", _info)
-    add_text_argument(info)
-
-    prep = add_command(dsub, "prepare", _prepare)
-    add_text_argument(prep)
-    prep.add_argument("--out", required=True, metavar="DIR", type=arg(output_dir))
-    prep.add_argument(
-        "--tokenizer",
-        default="char",
-        type=text_file(as_given),
-        help="the tokenizer: char, bpe, gpt2, or a saved tokenizer JSON (default char)",
-    )
-    prep.add_argument(
-        "--bpe-vocab-size",
-        type=arg(positive_int),
-        default=512,
-        help="vocabulary size of the trained bpe tokenizer (default 512)",
-    )
-    prep.add_argument(
-        "--val-fraction",
-        type=arg(probability),
-        default=DEFAULT_VAL_FRACTION,
-        help=f"validation fraction: of characters for text, of documents otherwise "
-        f"({DEFAULT_VAL_FRACTION})",
-    )
-    add_corpus_arguments(prep)
-    add_progress_argument(prep)
-
-    task = add_command(dsub, "task", _task)
-    task.add_argument(
-        "--out",
-        required=True,
-        metavar="FILE",
-        type=arg(output_file_or_stdout),
-        help="output .tsv file ('-': stdout)",
-    )
-    add_option(
-        task,
-        "-n",
-        "--num-pairs",
-        aliases=("--n",),
-        type=arg(positive_int),
-        default=None,
-        metavar="N",
-        help="how many samples to draw (pairs of the task; default 5000)",
-    )
-    add_seed_argument(task, help="the pairs drawn (default 0)")
-
-    pairs = add_command(dsub, "pairs", _pairs)
-    add_pairs_argument(pairs)
-    pairs.add_argument(
-        "--strict", action="store_true", help="stop at the first malformed line instead of skipping"
-    )
-    pairs.add_argument(
-        "--header",
-        choices=("auto", "yes", "no"),
-        default="auto",
-        help="is the first line a header? (auto: when it names columns, e.g. source/target)",
-    )
-    pairs.add_argument(
-        "--valid",
-        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
-        default=DEFAULT_VAL_FRACTION,
-        help=f"validation fraction ({DEFAULT_VAL_FRACTION})",
-    )
-    pairs.add_argument(
-        "--test",
-        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
-        default=0.1,
-        help="test fraction (0.1)",
-    )
-    add_seed_argument(pairs, default=0, help="the split")
-    pairs.add_argument(
-        "--examples", type=arg(non_negative_int), default=5, help="example pairs to print (5)"
-    )
+    add_command(dsub, "info", _info, add_text_argument)
+    add_command(dsub, "prepare", _prepare, *PREPARE_OPTIONS)
+    add_command(dsub, "task", _task, *TASK_OPTIONS)
+    add_command(dsub, "pairs", _pairs, *PAIRS_OPTIONS)
 
 
 def _info(args: argparse.Namespace) -> int:

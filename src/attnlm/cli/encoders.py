@@ -3,54 +3,54 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from attnlm.cli.common import (
     add_command,
+    add_json_argument,
     add_model_spec_argument,
     add_runtime_arguments,
     add_top_k_argument,
     arg,
+    flag,
+    option,
     text_value,
     use_threads,
 )
 from attnlm.validate import existing_file, output_file
 
+MODEL = partial(add_model_spec_argument, checkpoint_synonym=True)
+RUNTIME = partial(add_runtime_arguments, device="cpu")
+SENTENCES = dict(nargs="+", metavar="SENTENCE", type=text_value)
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    f = add_command(sub, "fill-mask", _fill_mask)
-    add_model_spec_argument(f, checkpoint_synonym=True)
-    f.add_argument(
-        "text", type=text_value, help='a text with [MASK], e.g. "the capital of france is [MASK]."'
-    )
-    add_top_k_argument(f, 5, "predictions per mask")
-    f.add_argument("--json", action="store_true", help="print one JSON object")
-    add_runtime_arguments(f, device="cpu")
-
-    e = add_command(sub, "embed", _embed)
-    add_model_spec_argument(e, checkpoint_synonym=True)
-    e.add_argument("sentences", nargs="+", metavar="SENTENCE", type=text_value)
-    e.add_argument("--json", action="store_true", help='print one JSON object: {"cosine": [[...]]}')
-    add_runtime_arguments(e, device="cpu")
-
-    c = add_command(sub, "contextual", _contextual)
-    add_model_spec_argument(c, checkpoint_synonym=True)
-    c.add_argument("--word", required=True, type=text_value, help="the word to follow, e.g. bank")
-    c.add_argument(
-        "sentences", nargs="+", metavar="SENTENCE", type=text_value, help="at least two sentences"
-    )
-    c.add_argument(
-        "--out", default=None, metavar="FILE.png", type=arg(output_file),
-        help="plot of cosine vs layer",
+    add_command(
+        sub, "fill-mask", _fill_mask, MODEL,
+        option("text", type=text_value,
+               help='a text with [MASK], e.g. "the capital of france is [MASK]."'),
+        partial(add_top_k_argument, default=5, what="predictions per mask"),
+        add_json_argument,
+        RUNTIME,
     )  # fmt: skip
-    c.add_argument(
-        "--json", action="store_true", help='print one JSON object: {"word", "layers": [...]}'
-    )
-    c.add_argument(
-        "--vectors", metavar="F", type=arg(existing_file), default=None,
-        help="a word2vec vectors file (text, or binary if named *.bin): also show the word's "
-        "static vector, the same in every sentence, and its nearest words",
+    add_command(
+        sub, "embed", _embed, MODEL,
+        option("sentences", **SENTENCES),
+        flag("--json", 'print one JSON object: {"cosine": [[...]]}'),
+        RUNTIME,
     )  # fmt: skip
-    add_runtime_arguments(c, device="cpu")
+    add_command(
+        sub, "contextual", _contextual, MODEL,
+        option("--word", required=True, type=text_value, help="the word to follow, e.g. bank"),
+        option("sentences", **SENTENCES, help="at least two sentences"),
+        option("--out", default=None, metavar="FILE.png", type=arg(output_file),
+               help="plot of cosine vs layer"),
+        flag("--json", 'print one JSON object: {"word", "layers": [...]}'),
+        option("--vectors", metavar="F", type=arg(existing_file), default=None,
+               help="a word2vec vectors file (text, or binary if named *.bin): also show the "
+               "word's static vector, the same in every sentence, and its nearest words"),
+        RUNTIME,
+    )  # fmt: skip
 
 
 def _load(args: argparse.Namespace):

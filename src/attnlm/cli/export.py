@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from attnlm.cli.common import (
     add_command,
+    add_json_argument,
     add_model_spec_argument,
+    add_overwrite_argument,
     add_runtime_arguments,
     arg,
+    flag,
+    one_of,
+    option,
     use_threads,
 )
 from attnlm.errors import InputError
@@ -22,37 +28,28 @@ from attnlm.validate import output_dir, output_file
 GGUF_TYPES = ("f32", "f16", "q8_0", "q4_0")
 
 
+# the model, where it is written (one of two targets), how
+OPTIONS = (
+    add_model_spec_argument,
+    one_of(
+        option("--gguf", metavar="OUT.gguf", type=arg(output_file),
+               help="write a GGUF file (llama and gpt models, byte-level BPE tokenizers)"),
+        option("--out", metavar="DIR", type=arg(output_dir), help="write a Hugging Face folder"),
+        required=True,
+    ),
+    option("--type", choices=GGUF_TYPES, default=None,
+           help="GGUF matrix type (default f32; 1-D tensors stay f32, and matrices whose rows are "
+           "not a multiple of 32 long are stored f16 under q8_0 / q4_0)"),
+    flag("--merge", "a LoRA run (train --lora): fold the adapters into the base (W + scale B A) "
+         "and write the merged model"),
+    partial(add_overwrite_argument, what="replace an existing output"),
+    add_json_argument,
+    partial(add_runtime_arguments, device="cpu"),
+)  # fmt: skip
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "export", _export)
-    add_model_spec_argument(p)
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument(
-        "--gguf",
-        metavar="OUT.gguf",
-        type=arg(output_file),
-        help="write a GGUF file (llama and gpt models, byte-level BPE tokenizers)",
-    )
-    where.add_argument(
-        "--out", metavar="DIR", type=arg(output_dir), help="write a Hugging Face folder"
-    )
-    p.add_argument(
-        "--type",
-        choices=GGUF_TYPES,
-        default=None,
-        help="GGUF matrix type (default f32; 1-D tensors stay f32, and matrices whose rows are "
-        "not a multiple of 32 long are stored f16 under q8_0 / q4_0)",
-    )
-    p.add_argument(
-        "--merge",
-        action="store_true",
-        help="a LoRA run (train --lora): fold the adapters into the base (W + scale B A) and "
-        "write the merged model",
-    )
-    p.add_argument(
-        "--overwrite", action="store_true", help="start over: replace an existing output"
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    add_runtime_arguments(p, device="cpu")
+    add_command(sub, "export", _export, *OPTIONS)
 
 
 def _export(args: argparse.Namespace) -> int:

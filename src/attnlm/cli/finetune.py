@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from attnlm.cli.common import arg, as_given, text_file
+from attnlm.cli.common import arg, as_given, flag, option, section, text_file
 from attnlm.errors import InputError
 from attnlm.validate import finite_float, non_negative_int, positive_float, positive_int
 
@@ -27,46 +27,26 @@ FLAGS = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("fine-tuning")
-    g.add_argument(
-        "--init-from",
-        default=None,
-        metavar="SPEC",
-        type=text_file(as_given),
-        help="start from a pretrained model (what --model takes: a run, a Hugging Face folder, a "
-        ".gguf file, a name such as smollm2-135m-instruct, a Hub id): its architecture, weights "
-        "and tokenizer; the data is encoded with that tokenizer",
-    )
-    g.add_argument(
-        "--block-size",
-        type=arg(positive_int),
-        default=None,
-        metavar="N",
-        help="training window in tokens (default: the model's; 256 at most with --init-from)",
-    )
-    g.add_argument(
-        "--freeze-embeddings",
-        action="store_const",
-        const=True,
-        default=None,
-        help="train without updating the token and position embeddings (and a tied output head)",
-    )
-    g.add_argument(
-        "--freeze-layers",
-        type=arg(non_negative_int),
-        default=None,
-        metavar="N",
-        help="train without updating the first N blocks",
-    )
-    g.add_argument(
-        "--chat-data",
-        default=None,
-        metavar="FILE.jsonl",
-        type=text_file(as_given),
-        help='conversations, one {"messages": [{"role": ..., "content": ...}, ...]} per line, '
-        "rendered with the model's chat template; the loss counts assistant tokens only "
-        "(needs --init-from a model with a chat template)",
-    )
+    """The fine-tuning options: ``--init-from SPEC`` and what it trains (``--block-size``,
+    ``--freeze-embeddings``, ``--freeze-layers``, ``--chat-data``)."""
+    section(
+        "fine-tuning",
+        option("--init-from", default=None, metavar="SPEC", type=text_file(as_given),
+               help="start from a pretrained model (what --model takes: a run, a Hugging Face "
+               "folder, a .gguf file, a name such as smollm2-135m-instruct, a Hub id): its "
+               "architecture, weights and tokenizer; the data is encoded with that tokenizer"),
+        option("--block-size", type=arg(positive_int), default=None, metavar="N",
+               help="training window in tokens (default: the model's; 256 at most with "
+               "--init-from)"),
+        flag("--freeze-embeddings", "train without updating the token and position embeddings "
+             "(and a tied output head)", default=None),
+        option("--freeze-layers", type=arg(non_negative_int), default=None, metavar="N",
+               help="train without updating the first N blocks"),
+        option("--chat-data", default=None, metavar="FILE.jsonl", type=text_file(as_given),
+               help='conversations, one {"messages": [{"role": ..., "content": ...}, ...]} per '
+               "line, rendered with the model's chat template; the loss counts assistant tokens "
+               "only (needs --init-from a model with a chat template)"),
+    )(p)  # fmt: skip
 
 
 def init_spec(value: str) -> str:
@@ -100,32 +80,15 @@ def _lora_targets(value: str, name: str | None = None) -> str:
 
 def add_lora_arguments(p: argparse.ArgumentParser) -> None:
     """``--lora R`` and its settings (:mod:`attnlm.nn.lora`; defaults are peft's)."""
-    g = p.add_argument_group("LoRA (with --init-from: adapters on the pretrained model)")
-    g.add_argument(
-        "--lora",
-        type=arg(positive_int),
-        default=None,
-        metavar="R",
-        help="train rank-R adapters beside the target layers, the base frozen",
-    )
-    g.add_argument(
-        "--lora-alpha",
-        type=arg(positive_float),
-        default=None,
-        metavar="A",
-        help="scale of the update is A/R (default 8, as peft)",
-    )
-    g.add_argument(
-        "--lora-dropout",
-        type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
-        default=None,
-        metavar="P",
-        help="dropout on the adapters' input, 0 <= P < 1 (default 0)",
-    )
-    g.add_argument(
-        "--lora-targets",
-        type=arg(_lora_targets),
-        default=None,
-        metavar="LIST",
-        help="comma-separated: q,k,v,qkv,o,gate,up,down or all (default q,v)",
-    )
+    section(
+        "LoRA (with --init-from: adapters on the pretrained model)",
+        option("--lora", type=arg(positive_int), default=None, metavar="R",
+               help="train rank-R adapters beside the target layers, the base frozen"),
+        option("--lora-alpha", type=arg(positive_float), default=None, metavar="A",
+               help="scale of the update is A/R (default 8, as peft)"),
+        option("--lora-dropout", type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True),
+               default=None, metavar="P",
+               help="dropout on the adapters' input, 0 <= P < 1 (default 0)"),
+        option("--lora-targets", type=arg(_lora_targets), default=None, metavar="LIST",
+               help="comma-separated: q,k,v,qkv,o,gate,up,down or all (default q,v)"),
+    )(p)  # fmt: skip

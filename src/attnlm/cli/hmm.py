@@ -11,75 +11,79 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 
 from attnlm.cli.common import (
     add_command,
     add_command_group,
+    add_json_argument,
     add_literal_text_arguments,
+    add_options,
     add_progress_argument,
     add_runtime_arguments,
     add_seed_argument,
+    add_set_argument,
     add_text_argument,
     add_time_budget_argument,
     arg,
     as_given,
+    defaults,
     literal_or_file,
+    option,
     text_file,
     use_threads,
 )
-from attnlm.validate import existing_dir, finite_float, non_empty, output_dir, positive_int
+from attnlm.validate import existing_dir, finite_float, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
 
 
+FIT_HELP = "fit an HMM language model by Baum-Welch EM"
+FIT_DESCRIPTION = (
+    "Fit a hidden Markov model to a text by Baum-Welch EM: each iteration runs the "
+    "forward-backward algorithm over the whole training split (cut into sequences of "
+    "--block-size tokens, each from the start distribution) and re-estimates the start, "
+    f"transition and emission probabilities. Starts from the {FIT_PRESET} preset with "
+    "train.hmm_em = true and writes a run folder (checkpoint/, metrics.jsonl) that attnlm eval "
+    "and attnlm generate read."
+)
+
+# ``attnlm hmm fit``: the text, the model's size, EM's iterations, the machine
+FIT_OPTIONS = (
+    add_text_argument,
+    option("--out", default="runs/hmm", metavar="DIR", type=arg(output_dir),
+           help="run folder (default runs/hmm)"),
+    option("--states", type=arg(positive_int), default=None, help="hidden states K"),
+    option("--iters", type=arg(positive_int), default=20, help="EM iterations (20)"),
+    option("--block-size", type=arg(positive_int), default=None,
+           help="training window in tokens: one EM sequence and one evaluation window"),
+    option("--pseudocount", type=arg(finite_float, lo=0), default=None,
+           help="added to every expected count (model.em_pseudocount)"),
+    option("--tokenizer", default=None, type=text_file(as_given),
+           help="the tokenizer: char, bpe, or a saved tokenizer JSON"),
+    partial(add_time_budget_argument, default=None),
+    partial(add_runtime_arguments, device=None),
+    partial(add_seed_argument, help="the initial values"),
+    add_progress_argument,
+    partial(add_set_argument, example="e.g. model.init_std=0.5"),
+)  # fmt: skip
+
+# ``attnlm hmm viterbi``: the run and the text it decodes
+VITERBI_OPTIONS = (
+    option("--checkpoint", required=True, metavar="DIR", type=arg(existing_dir),
+           help="an hmm run folder"),
+    partial(add_literal_text_arguments, what="the text to decode"),
+    add_json_argument,
+    partial(add_runtime_arguments, device="cpu"),
+)  # fmt: skip
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     hsub = add_command_group(sub, "hmm", "hidden Markov model LM: Baum-Welch fit, Viterbi paths")
-
-    fit = hsub.add_parser(
-        "fit",
-        help="fit an HMM language model by Baum-Welch EM",
-        description="Fit a hidden Markov model to a text by Baum-Welch EM: each iteration runs "
-        "the forward-backward algorithm over the whole training split (cut into sequences of "
-        "--block-size tokens, each from the start distribution) and re-estimates the start, "
-        f"transition and emission probabilities. Starts from the {FIT_PRESET} preset with "
-        "train.hmm_em = true and writes a run folder (checkpoint/, metrics.jsonl) that "
-        "attnlm eval and attnlm generate read.",
-    )
-    add_text_argument(fit)
-    fit.add_argument("--out", default="runs/hmm", metavar="DIR", type=arg(output_dir),
-                     help="run folder (default runs/hmm)")  # fmt: skip
-    fit.add_argument("--states", type=arg(positive_int), default=None, help="hidden states K")
-    fit.add_argument("--iters", type=arg(positive_int), default=20, help="EM iterations (20)")
-    fit.add_argument("--block-size", type=arg(positive_int), default=None,
-                     help="training window in tokens: one EM sequence and one evaluation "
-                     "window")  # fmt: skip
-    fit.add_argument("--pseudocount", type=arg(finite_float, lo=0), default=None,
-                     help="added to every expected count (model.em_pseudocount)")  # fmt: skip
-    fit.add_argument("--tokenizer", default=None, type=text_file(as_given),
-                     help="the tokenizer: char, bpe, or a saved tokenizer JSON")  # fmt: skip
-    add_time_budget_argument(fit, None)
-    add_runtime_arguments(fit, device=None)
-    add_seed_argument(fit, help="the initial values")
-    add_progress_argument(fit)
-    fit.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        type=arg(non_empty),
-        help="override a preset value: e.g. model.init_std=0.5 (repeatable)",
-    )
-    fit.set_defaults(func=_fit)
-
-    vit = add_command(hsub, "viterbi", _viterbi)
-    vit.add_argument(
-        "--checkpoint", required=True, metavar="DIR", type=arg(existing_dir),
-        help="an hmm run folder",
-    )  # fmt: skip
-    add_literal_text_arguments(vit, what="the text to decode")
-    vit.add_argument("--json", action="store_true", help="print one JSON object")
-    add_runtime_arguments(vit, device="cpu")
+    fit = hsub.add_parser("fit", help=FIT_HELP, description=FIT_DESCRIPTION)
+    add_options(fit, *FIT_OPTIONS, defaults(func=_fit))
+    add_command(hsub, "viterbi", _viterbi, *VITERBI_OPTIONS)
 
 
 def _fit(args: argparse.Namespace) -> int:

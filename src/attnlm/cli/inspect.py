@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from attnlm.cli.common import (
     add_command,
@@ -11,43 +12,31 @@ from attnlm.cli.common import (
     add_runtime_arguments,
     arg,
     literal_or_file,
+    option,
     use_threads,
 )
 from attnlm.validate import non_negative_int, output_file
 
+# the model, the text (and a translation's target), what is drawn and where
+OPTIONS = (
+    partial(add_model_spec_argument, checkpoint_synonym=True),
+    partial(add_literal_text_arguments,
+            what="the text (a source sentence for translation; 'A [SEP] B' for a BERT pair)"),
+    partial(add_literal_text_arguments, name="target", flag="--target",
+            what="translation models: the target sentence"),
+    option("--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"),
+    option("--html", default=None, metavar="FILE.html", type=arg(output_file),
+           help="offline HTML views"),
+    option("--layer", type=arg(non_negative_int), default=None, help="only this layer (0-based)"),
+    option("--head", type=arg(non_negative_int), default=None, help="only this head (0-based)"),
+    option("--kind", choices=["auto", "self", "cross", "encoder"], default="auto",
+           help="which attention: auto = cross for translation models, else self"),
+    partial(add_runtime_arguments, device="cpu"),
+)  # fmt: skip
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "attention", _attention)
-    add_model_spec_argument(p, checkpoint_synonym=True)
-    add_literal_text_arguments(
-        p, what="the text (a source sentence for translation; 'A [SEP] B' for a BERT pair)"
-    )
-    add_literal_text_arguments(
-        p, "target", flag="--target", what="translation models: the target sentence"
-    )
-    p.add_argument(
-        "--out", default=None, metavar="FILE.png", type=arg(output_file), help="PNG to write"
-    )
-    p.add_argument(
-        "--html",
-        default=None,
-        metavar="FILE.html",
-        type=arg(output_file),
-        help="offline HTML views",
-    )
-    p.add_argument(
-        "--layer", type=arg(non_negative_int), default=None, help="only this layer (0-based)"
-    )
-    p.add_argument(
-        "--head", type=arg(non_negative_int), default=None, help="only this head (0-based)"
-    )
-    p.add_argument(
-        "--kind",
-        choices=["auto", "self", "cross", "encoder"],
-        default="auto",
-        help="which attention: auto = cross for translation models, else self",
-    )
-    add_runtime_arguments(p, device="cpu")
+    add_command(sub, "attention", _attention, *OPTIONS)
 
 
 def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[str, object]]]:

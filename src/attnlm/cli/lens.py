@@ -4,21 +4,24 @@ norm and the LM head)."""
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from attnlm.cli import common
 from attnlm.validate import output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = common.add_command(sub, "lens", _lens)
-    common.add_literal_text_arguments(p)
-    common.add_model_spec_argument(p)
-    common.add_top_k_argument(p, 5, "predictions kept per cell in --json", hi=100)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument(
-        "--out", default=None, metavar="FILE.png", type=common.arg(output_file), help="PNG to write"
-    )
-    common.add_runtime_arguments(p, device="cpu")
+    common.add_command(
+        sub, "lens", _lens,
+        common.add_literal_text_arguments,
+        common.add_model_spec_argument,
+        partial(common.add_top_k_argument, default=5,
+                what="predictions kept per cell in --json", hi=100),
+        common.add_json_argument,
+        common.option("--out", default=None, metavar="FILE.png",
+                      type=common.arg(output_file), help="PNG to write"),
+        partial(common.add_runtime_arguments, device="cpu"),
+    )  # fmt: skip
 
 
 def _lens(args: argparse.Namespace) -> int:

@@ -4,8 +4,20 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
-from attnlm.cli.common import add_command, add_model_spec_argument, arg, as_given, text_file
+from attnlm.cli.common import (
+    add_command,
+    add_json_argument,
+    add_model_spec_argument,
+    add_options,
+    add_preset_argument,
+    arg,
+    defaults,
+    flag,
+    one_of,
+    option,
+)
 from attnlm.foreign import shapes_only
 from attnlm.validate import positive_int
 
@@ -14,38 +26,33 @@ from attnlm.validate import positive_int
 DEFAULT_VOCAB_SIZE = 256
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    m = add_command(sub, "models", _models)
-    m.add_argument("--json", action="store_true", help="print one JSON object")
-    m.add_argument(
-        "--available",
-        action="store_true",
-        help="list the model names --model takes (registered names and Hub repositories in "
-        "the Hugging Face cache): where each comes from and whether it is cached",
-    )
+PARAMS_HELP = "parameter counts of a model preset or a model"
+PARAMS_DESCRIPTION = (
+    "Print a model's parameter count per module, the exact total and, for transformers, the "
+    "12·L·d² estimate (for Llama its own formula) and the KV-cache bytes per token of decoders. "
+    "--preset builds the preset's model without allocating weights; presets without "
+    "model.vocab_size (the tokenizer decides it) use --vocab-size, else train.bpe_vocab_size, "
+    f"else {DEFAULT_VOCAB_SIZE}. --model SPEC counts a real model; a GGUF file is counted from "
+    "its header (with the bytes each tensor type takes), without loading the weights."
+)
 
-    p = sub.add_parser(
-        "params",
-        help="parameter counts of a model preset or a model",
-        description=(
-            "Print a model's parameter count per module, the exact total and, for transformers, "
-            "the 12·L·d² estimate (for Llama its own formula) and the KV-cache bytes per token "
-            "of decoders. --preset builds the preset's model without allocating weights; "
-            "presets without model.vocab_size (the tokenizer decides it) use --vocab-size, else "
-            f"train.bpe_vocab_size, else {DEFAULT_VOCAB_SIZE}. --model SPEC counts a real model; "
-            "a GGUF file is counted from its header (with the bytes each tensor type takes), "
-            "without loading the weights."
-        ),
-    )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument(
-        "--preset", type=text_file(as_given), help="a built-in preset name or a TOML file"
-    )
-    add_model_spec_argument(which, required=False)
-    p.add_argument(
-        "--vocab-size", type=arg(positive_int), help="vocabulary size: overrides model.vocab_size"
-    )
-    p.set_defaults(func=_params)
+
+def register(sub: argparse._SubParsersAction) -> None:
+    add_command(
+        sub, "models", _models, add_json_argument,
+        flag("--available", "list the model names --model takes (registered names and Hub "
+             "repositories in the Hugging Face cache): where each comes from and whether it is "
+             "cached"),
+    )  # fmt: skip
+    p = sub.add_parser("params", help=PARAMS_HELP, description=PARAMS_DESCRIPTION)
+    add_options(
+        p,
+        one_of(add_preset_argument, partial(add_model_spec_argument, required=False),
+               required=True),
+        option("--vocab-size", type=arg(positive_int),
+               help="vocabulary size: overrides model.vocab_size"),
+        defaults(func=_params),
+    )  # fmt: skip
 
 
 def families_table() -> list[dict]:

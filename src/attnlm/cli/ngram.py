@@ -18,17 +18,21 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
+from functools import partial
 
 from attnlm.cli.common import (
     add_command,
     add_command_group,
+    add_json_argument,
     add_num_samples_argument,
-    add_option,
     add_progress_argument,
     add_prompt_argument,
     add_seed_argument,
     add_text_argument,
     arg,
+    flag,
+    one_of,
+    option,
     text_file,
 )
 from attnlm.errors import ConfigError
@@ -41,110 +45,71 @@ from attnlm.validate import (
     positive_int,
 )
 
+# how each line is split into words, the same when a model is trained and when it is used
+CONVENTION = flag(
+    "--tokenize", "split each line with attnlm's word tokenizer instead of on whitespace"
+)
+PAD_CHOICES = ["kenlm", "nltk"]
 
-def _add_convention(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--tokenize",
-        action="store_true",
-        help="split each line with attnlm's word tokenizer instead of on whitespace",
-    )
+# ``attnlm ngram train``: like lmplz
+TRAIN_OPTIONS = (
+    option("--order", "-o", type=arg(positive_int), required=True, help="n-gram order N >= 1"),
+    add_text_argument,
+    option("--arpa", metavar="OUT", type=arg(output_file),
+           help="an ARPA file: to write (.gz to compress)"),
+    option("--out", metavar="MODEL", type=arg(output_file),
+           help="write attnlm's binary format (.npz)"),
+    option("--smoothing", choices=["mkn", "mle", "addk", "stupid"], default="mkn",
+           help="mkn: interpolated modified Kneser-Ney (default); mle: maximum likelihood; "
+           "addk: add-k (Laplace with --k 1); stupid: stupid backoff (unnormalised)"),
+    option("--k", type=arg(positive_float), default=1.0, help="k for add-k smoothing (default 1)"),
+    option("--alpha", type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True), default=0.4,
+           help="stupid backoff factor in (0, 1] (default 0.4)"),
+    option("--pad", choices=PAD_CHOICES, default="kenlm",
+           help="sentence padding: kenlm (one <s>, one </s>) or nltk (n-1 of each)"),
+    option("--memory", "-S", metavar="SIZE", type=arg(memory_size), default=None,
+           help="bounded memory (like lmplz -S): count, sort and estimate in about SIZE bytes "
+           "(2G, 512M, 100K), spilling sorted shards to $TMPDIR; mkn and --arpa only"),
+    partial(add_progress_argument, default=False),  # n-grams/s for count, estimate, write
+    CONVENTION,
+)  # fmt: skip
+
+# the model ``score`` and ``sample`` read: attnlm's file or an ARPA file
+MODEL = one_of(
+    option("--lm", aliases=("--model",), metavar="FILE", type=arg(existing_file),
+           help="the n-gram model file: attnlm binary (.npz) or ARPA"),
+    option("--arpa", metavar="FILE", type=text_file(existing_file),
+           help="an ARPA file: to read (plain or .gz)"),
+    required=True,
+)  # fmt: skip
+
+# ``attnlm ngram score``: like KenLM's query
+SCORE_OPTIONS = (
+    MODEL,
+    add_text_argument,
+    add_json_argument,
+    option("--pad", choices=PAD_CHOICES, default=None,
+           help="sentence padding: kenlm or nltk (default: the model's)"),
+    CONVENTION,
+)  # fmt: skip
+
+# ``attnlm ngram sample``
+SAMPLE_OPTIONS = (
+    MODEL,
+    partial(add_num_samples_argument, default=5, what="sentences"),
+    partial(add_seed_argument, default=0),
+    option("--temperature", type=arg(positive_float), default=1.0,
+           help="sampling temperature: > 0 (default 1)"),
+    option("--max-len", type=arg(positive_int), default=50, help="words per sentence at most"),
+    partial(add_prompt_argument, default=None, what="none: from <s>", aliases=("--prefix",)),
+)  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     nsub = add_command_group(sub, "ngram", "count-based n-gram language models (KenLM-compatible)")
-
-    tr = add_command(nsub, "train", _train)
-    tr.add_argument(
-        "--order", "-o", type=arg(positive_int), required=True, help="n-gram order N >= 1"
-    )
-    add_text_argument(tr)
-    tr.add_argument(
-        "--arpa",
-        metavar="OUT",
-        type=arg(output_file),
-        help="an ARPA file: to write (.gz to compress)",
-    )
-    tr.add_argument(
-        "--out", metavar="MODEL", type=arg(output_file), help="write attnlm's binary format (.npz)"
-    )
-    tr.add_argument(
-        "--smoothing",
-        choices=["mkn", "mle", "addk", "stupid"],
-        default="mkn",
-        help="mkn: interpolated modified Kneser-Ney (default); mle: maximum likelihood; "
-        "addk: add-k (Laplace with --k 1); stupid: stupid backoff (unnormalised)",
-    )
-    tr.add_argument(
-        "--k", type=arg(positive_float), default=1.0, help="k for add-k smoothing (default 1)"
-    )
-    tr.add_argument(
-        "--alpha",
-        type=arg(finite_float, lo=0.0, hi=1.0, lo_open=True),
-        default=0.4,
-        help="stupid backoff factor in (0, 1] (default 0.4)",
-    )
-    tr.add_argument(
-        "--pad",
-        choices=["kenlm", "nltk"],
-        default="kenlm",
-        help="sentence padding: kenlm (one <s>, one </s>) or nltk (n-1 of each)",
-    )
-    tr.add_argument(
-        "--memory",
-        "-S",
-        metavar="SIZE",
-        type=arg(memory_size),
-        default=None,
-        help="bounded memory (like lmplz -S): count, sort and estimate in about SIZE bytes "
-        "(2G, 512M, 100K), spilling sorted shards to $TMPDIR; mkn and --arpa only",
-    )
-    add_progress_argument(tr, default=False)  # n-grams/s for count, estimate, write
-    _add_convention(tr)
-
-    sc = add_command(nsub, "score", _score)
-    _add_model_arguments(sc)
-    add_text_argument(sc)
-    sc.add_argument("--json", action="store_true", help="print one JSON object")
-    sc.add_argument(
-        "--pad",
-        choices=["kenlm", "nltk"],
-        default=None,
-        help="sentence padding: kenlm or nltk (default: the model's)",
-    )
-    _add_convention(sc)
-
-    sa = add_command(nsub, "sample", _sample)
-    _add_model_arguments(sa)
-    add_num_samples_argument(sa, 5, "sentences")
-    add_seed_argument(sa, default=0)
-    sa.add_argument(
-        "--temperature",
-        type=arg(positive_float),
-        default=1.0,
-        help="sampling temperature: > 0 (default 1)",
-    )
-    sa.add_argument(
-        "--max-len", type=arg(positive_int), default=50, help="words per sentence at most"
-    )
-    add_prompt_argument(sa, None, "none: from <s>", aliases=("--prefix",))
-
-
-def _add_model_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_mutually_exclusive_group(required=True)
-    add_option(
-        g,
-        "--lm",
-        aliases=("--model",),
-        metavar="FILE",
-        type=arg(existing_file),
-        help="the n-gram model file: attnlm binary (.npz) or ARPA",
-    )
-    g.add_argument(
-        "--arpa",
-        metavar="FILE",
-        type=text_file(existing_file),
-        help="an ARPA file: to read (plain or .gz)",
-    )
+    add_command(nsub, "train", _train, *TRAIN_OPTIONS)
+    add_command(nsub, "score", _score, *SCORE_OPTIONS)
+    add_command(nsub, "sample", _sample, *SAMPLE_OPTIONS)
 
 
 def _load(args: argparse.Namespace):

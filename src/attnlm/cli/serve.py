@@ -4,69 +4,46 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 from attnlm.cli.common import (
     add_command,
     add_runtime_arguments,
     add_weights_argument,
     arg,
+    flag,
+    option,
     text_file,
     use_threads,
 )
 from attnlm.validate import existing_file, int_in_range, name_or_path, non_empty, positive_int
 
+# the models (either spelling, repeatable), where the page is served, the machine
+OPTIONS = (
+    option("--model", action="append", default=[], metavar="SPEC", type=arg(name_or_path),
+           help="run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
+           "(attnlm models --available) or Hub id org/name (repeatable: choose one in the page)"),
+    option("--checkpoint", action="append", default=[], metavar="SPEC", type=arg(name_or_path),
+           help="the same as --model"),
+    option("--port", type=arg(int_in_range, lo=0, hi=65535), default=8000,
+           help="TCP port (0 picks a free one)"),
+    option("--host", default="127.0.0.1", type=arg(non_empty),
+           help="address to bind (default 127.0.0.1; the page has no authentication)"),
+    option("--vectors", metavar="F", type=text_file(existing_file), default=None,
+           help="a word2vec vectors file (attnlm word2vec train): the embeddings panel shows the "
+           "word's one static vector beside the contextual ones"),
+    partial(add_runtime_arguments, device="cpu"),
+    add_weights_argument,
+    option("--max-chars", type=arg(positive_int), default=None,
+           help="at most this many characters: the longest text accepted"),
+    flag("--compile", "compile with torch.compile: generate and translate through the compiled "
+         "decode step (CUDA graphs on a GPU): the first request of each shape waits for a "
+         "compile, later ones reuse it for as long as the server runs"),
+)  # fmt: skip
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "serve", _serve)
-    p.add_argument(
-        "--model",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        type=arg(name_or_path),
-        help="run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
-        "(attnlm models --available) or Hub id org/name (repeatable: choose one in the page)",
-    )
-    p.add_argument(
-        "--checkpoint",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        type=arg(name_or_path),
-        help="the same as --model",
-    )
-    p.add_argument(
-        "--port",
-        type=arg(int_in_range, lo=0, hi=65535),
-        default=8000,
-        help="TCP port (0 picks a free one)",
-    )
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        type=arg(non_empty),
-        help="address to bind (default 127.0.0.1; the page has no authentication)",
-    )
-    p.add_argument(
-        "--vectors", metavar="F", type=text_file(existing_file), default=None,
-        help="a word2vec vectors file (attnlm word2vec train): the embeddings panel shows the "
-        "word's one static vector beside the contextual ones",
-    )  # fmt: skip
-    add_runtime_arguments(p, device="cpu")
-    add_weights_argument(p)
-    p.add_argument(
-        "--max-chars",
-        type=arg(positive_int),
-        default=None,
-        help="at most this many characters: the longest text accepted",
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="compile with torch.compile: generate and translate through the compiled decode "
-        "step (CUDA graphs on a GPU): the first request of each shape waits for a compile, "
-        "later ones reuse it for as long as the server runs",
-    )
+    add_command(sub, "serve", _serve, *OPTIONS)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -12,6 +12,9 @@ from attnlm.cli.common import (
     add_text_argument,
     arg,
     as_given,
+    defaults,
+    flag,
+    option,
     text_file,
     text_value,
 )
@@ -29,130 +32,71 @@ _COLOURS = ("\x1b[30;48;5;153m", "\x1b[30;48;5;223m")
 _RESET = "\x1b[0m"
 
 
+# ``attnlm tokenize train``: the kind, its settings, the text and where it is saved
+TRAIN_OPTIONS = (
+    option("--kind", choices=KINDS, required=True, help="tokenizer kind"),
+    option("--vocab-size", type=arg(positive_int), default=None,
+           help="vocabulary size (bpe: 256 bytes + merges; classic-bpe: all symbols; word: "
+           "maximum size; wordpiece: specials + characters + merges; char: not used)"),
+    flag("--cased", "wordpiece: keep case and accents (default: lower-case and strip accents, "
+         "as BERT uncased)"),
+    option("--vocab-out", metavar="PATH", default=None, type=arg(output_file),
+           help="wordpiece: also write a BERT vocab.txt"),
+    option("--pattern", default="gpt2", type=arg(non_empty),
+           help="pre-tokenization pattern: gpt2, cl100k or a regex (bpe; default: gpt2)"),
+    option("--min-freq", type=arg(positive_int), default=None,
+           help="word: minimum count (default 1); wordpiece: minimum pair count to merge"),
+    flag("--unk", "char tokenizer: add <unk> for characters the text lacks"),
+    option("--special", action="append", default=[], metavar="TOKEN", type=arg(non_empty),
+           help="bpe: add a special token (repeatable), ids after the merges"),
+    add_text_argument,
+    option("--out", required=True, type=arg(output_file), metavar="PATH",
+           help="output JSON file"),
+    option("--tiktoken-out", type=arg(output_file), metavar="PATH", default=None,
+           help="bpe: also write a .tiktoken file"),
+)  # fmt: skip
+
+# the tokenizer every other ``attnlm tokenize`` action reads
+TOKENIZER_OPTIONS = (
+    option("--tokenizer", required=True, metavar="PATH", type=text_file(as_given),
+           help="the tokenizer: a tokenizer JSON file, a .tiktoken rank file with --pattern, a "
+           "BERT vocab.txt / tokenizer.json / folder holding them, or a pretrained model name "
+           "(minilm)"),
+    option("--pattern", default=None, type=arg(non_empty),
+           help="pre-tokenization pattern: gpt2, cl100k or a regex (for a .tiktoken file)"),
+    option("--engine", choices=("auto", "python", "tiktoken"), default="auto",
+           help="bpe encoding engine (default: auto)"),
+)  # fmt: skip
+
+SHOW_OPTIONS = (
+    *TOKENIZER_OPTIONS,
+    option("input", nargs="?", default=None, type=text_value, help="text to show (else --text)"),
+    add_text_argument,
+    option("--color", choices=("auto", "always", "never"), default="auto",
+           help="alternate background colours (auto: when stdout is a terminal), else brackets"),
+    option("--max-chars", type=arg(non_negative_int), default=2000,
+           help="at most this many characters: shown (0: all)"),
+)  # fmt: skip
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     tsub = add_command_group(sub, "tokenize", "train tokenizers, encode and inspect text")
-
-    tr = add_command(tsub, "train", _train)
-    tr.add_argument("--kind", choices=KINDS, required=True, help="tokenizer kind")
-    tr.add_argument(
-        "--vocab-size",
-        type=arg(positive_int),
-        default=None,
-        help="vocabulary size (bpe: 256 bytes + merges; classic-bpe: all symbols; "
-        "word: maximum size; wordpiece: specials + characters + merges; char: not used)",
-    )
-    tr.add_argument(
-        "--cased",
-        action="store_true",
-        help="wordpiece: keep case and accents (default: lower-case and strip accents, "
-        "as BERT uncased)",
-    )
-    tr.add_argument(
-        "--vocab-out",
-        metavar="PATH",
-        default=None,
-        type=arg(output_file),
-        help="wordpiece: also write a BERT vocab.txt",
-    )
-    tr.add_argument(
-        "--pattern",
-        default="gpt2",
-        type=arg(non_empty),
-        help="pre-tokenization pattern: gpt2, cl100k or a regex (bpe; default: gpt2)",
-    )
-    tr.add_argument(
-        "--min-freq",
-        type=arg(positive_int),
-        default=None,
-        help="word: minimum count (default 1); wordpiece: minimum pair count to merge",
-    )
-    tr.add_argument(
-        "--unk", action="store_true", help="char tokenizer: add <unk> for characters the text lacks"
-    )
-    tr.add_argument(
-        "--special",
-        action="append",
-        default=[],
-        metavar="TOKEN",
-        type=arg(non_empty),
-        help="bpe: add a special token (repeatable), ids after the merges",
-    )
-    add_text_argument(tr)
-    tr.add_argument(
-        "--out", required=True, type=arg(output_file), metavar="PATH", help="output JSON file"
-    )
-    tr.add_argument(
-        "--tiktoken-out",
-        type=arg(output_file),
-        metavar="PATH",
-        default=None,
-        help="bpe: also write a .tiktoken file",
-    )
-
-    en = add_command(tsub, "encode", _encode)
-    _add_tokenizer_arguments(en)
-    en.add_argument(
-        "input", nargs="?", default=None, type=text_value, help="text to encode (default: stdin)"
-    )
-    en.add_argument(
-        "--allow-special", action="store_true", help="bpe: encode special tokens in the text"
-    )
-    en.set_defaults(reads_stdin=True)
-
-    de = add_command(tsub, "decode", _decode)
-    _add_tokenizer_arguments(de)
-    de.add_argument(
-        "ids",
-        nargs="*",
-        type=arg(non_negative_int),
-        help="token ids (default: read from stdin)",
-    )
-    de.set_defaults(reads_stdin=True)
-
-    sh = add_command(tsub, "show", _show)
-    _add_tokenizer_arguments(sh)
-    sh.add_argument(
-        "input", nargs="?", default=None, type=text_value, help="text to show (else --text)"
-    )
-    add_text_argument(sh)
-    sh.add_argument(
-        "--color",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="alternate background colours (auto: when stdout is a terminal), else brackets",
-    )
-    sh.add_argument(
-        "--max-chars",
-        type=arg(non_negative_int),
-        default=2000,
-        help="at most this many characters: shown (0: all)",
-    )
-
-    info = add_command(tsub, "info", _info)
-    _add_tokenizer_arguments(info)
-
-
-def _add_tokenizer_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--tokenizer",
-        required=True,
-        metavar="PATH",
-        type=text_file(as_given),
-        help="the tokenizer: a tokenizer JSON file, a .tiktoken rank file with --pattern, a BERT "
-        "vocab.txt / tokenizer.json / folder holding them, or a pretrained model name (minilm)",
-    )
-    p.add_argument(
-        "--pattern",
-        default=None,
-        type=arg(non_empty),
-        help="pre-tokenization pattern: gpt2, cl100k or a regex (for a .tiktoken file)",
-    )
-    p.add_argument(
-        "--engine",
-        choices=("auto", "python", "tiktoken"),
-        default="auto",
-        help="bpe encoding engine (default: auto)",
-    )
+    add_command(tsub, "train", _train, *TRAIN_OPTIONS)
+    add_command(
+        tsub, "encode", _encode, *TOKENIZER_OPTIONS,
+        option("input", nargs="?", default=None, type=text_value,
+               help="text to encode (default: stdin)"),
+        flag("--allow-special", "bpe: encode special tokens in the text"),
+        defaults(reads_stdin=True),
+    )  # fmt: skip
+    add_command(
+        tsub, "decode", _decode, *TOKENIZER_OPTIONS,
+        option("ids", nargs="*", type=arg(non_negative_int),
+               help="token ids (default: read from stdin)"),
+        defaults(reads_stdin=True),
+    )  # fmt: skip
+    add_command(tsub, "show", _show, *SHOW_OPTIONS)
+    add_command(tsub, "info", _info, *TOKENIZER_OPTIONS)
 
 
 def _load_tokenizer(args: argparse.Namespace):

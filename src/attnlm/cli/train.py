@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,17 +14,24 @@ from attnlm.cli.common import (
     add_corpus_arguments,
     add_data_dir_argument,
     add_device_argument,
+    add_json_argument,
     add_model_spec_argument,
+    add_overwrite_argument,
     add_pairs_argument,
+    add_preset_argument,
     add_progress_argument,
     add_runtime_arguments,
     add_seed_argument,
+    add_set_argument,
     add_text_argument,
     add_threads_argument,
     add_time_budget_argument,
     add_weights_argument,
     arg,
     as_given,
+    defaults,
+    flag,
+    option,
     text_file,
     use_threads,
 )
@@ -32,7 +40,6 @@ from attnlm.fileio import output_lock
 from attnlm.validate import (
     existing_dir,
     int_in_range,
-    non_empty,
     non_negative_int,
     output_dir,
     positive_float,
@@ -80,166 +87,96 @@ TRAIN_FLAGS = {
 }
 PATH_FLAGS = ("text", "pairs", "valid_pairs", "test_pairs", "data_dir", "chat_data")
 
+_PRESET_NOTE = (
+    f"default {DEFAULT_PRESET}; with --text and no preset, a tokenizer and model size chosen for "
+    "the corpus, printed"
+)
+_FLOAT_TYPES = ["float32", "bfloat16"]
+
+# ``attnlm train``: where the data comes from, the run folder, the loop, the machine
+TRAIN_OPTIONS = (
+    partial(add_preset_argument, note=_PRESET_NOTE),
+    add_text_argument,
+    add_data_dir_argument,
+    add_pairs_argument,
+    *(option(f"--{which}-pairs", metavar="PATH", default=None, type=text_file(as_given),
+             help=f"a pairs file used as the {split} split as it is (then none is held out of "
+             "--pairs)")
+      for which, split in (("valid", "validation"), ("test", "test"))),
+    option("--tokenizer", default=None, type=text_file(as_given),
+           help="the tokenizer: char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file"),
+    flag("--unk", "char tokenizer: add <unk> for characters the corpus lacks, so `eval --text` "
+         "works on other texts (also --set train.unk=true)", default=None),
+    add_corpus_arguments,
+    option("--out", default=None, metavar="DIR", type=arg(output_dir),
+           help="run folder (default runs/PRESET)"),
+    option("--resume", default=None, metavar="DIR", type=arg(existing_dir),
+           help="continue the run in DIR"),
+    partial(add_overwrite_argument, what="in a folder with a checkpoint"),
+    option("--max-iters", type=arg(positive_int), default=None),
+    partial(add_time_budget_argument, default=None),
+    option("--batch-size", type=arg(positive_int), default=None),
+    option("--grad-accum", type=arg(positive_int), default=None,
+           help="micro-steps per step (all ranks)"),
+    option("--lr", type=arg(positive_float), default=None),
+    option("--eval-interval", type=arg(positive_int), default=None,
+           help="steps between evaluations (default: the preset's)"),
+    option("--eval-iters", type=arg(positive_int), default=None),
+    option("--early-stop", type=arg(non_negative_int), default=None, metavar="N",
+           help="stop after N evals without improvement"),
+    partial(add_device_argument, default=None),
+    option("--dtype", default=None, choices=_FLOAT_TYPES, help="bfloat16 = autocast"),
+    option("--backward-precision", default=None, choices=_FLOAT_TYPES,
+           help="bfloat16: the backward's matrix products of linear layers and the LM head on "
+           "bfloat16 inputs (CPU with AMX or AVX512-BF16); the forward and the loss stay "
+           "float32"),
+    flag("--compile", "compile with torch.compile: the model's forward and backward",
+         default=None),
+    add_threads_argument,
+    option("--parallel", default=None, choices=["ddp", "fsdp"],
+           help="under torchrun: ddp (default; every process holds the model) or fsdp (FSDP2: "
+           "parameters and optimizer state sharded, sharded checkpoints)"),
+    add_seed_argument,
+    partial(add_progress_argument, default=None),
+    finetune.add_lora_arguments,
+    partial(add_set_argument, example="e.g. model.n_layer=6 or train.min_lr=3e-4"),
+    finetune.add_arguments,
+)  # fmt: skip
+
+# ``attnlm eval``: a model, the text or pairs it is scored on
+EVAL_OPTIONS = (
+    partial(add_model_spec_argument, checkpoint_synonym=True),
+    add_text_argument,
+    add_pairs_argument,
+    option("--beam", type=arg(positive_int), default=1, metavar="K",
+           help="beam size (translation)"),
+    option("--limit", type=arg(positive_int), default=None, metavar="N",
+           help="translation: the first N distinct sources only"),
+    option("--split", choices=["all", "val", "test"], default=None,
+           help="text: the whole text (default with --text) or its validation split; "
+           "translation: every pair (default with --pairs) or the test / validation split "
+           "(default without --pairs: the run's own test split)"),
+    option("--batch-size", type=arg(positive_int), default=16),
+    option("--max-tokens", type=arg(int_in_range, lo=2), default=None,
+           help="evaluate only the first N tokens (N >= 2)"),
+    add_runtime_arguments,
+    add_weights_argument,
+    add_json_argument,
+)  # fmt: skip
+
+# ``attnlm export-checkpoint``: a sharded run written as an ordinary one
+EXPORT_OPTIONS = (
+    option("--checkpoint", required=True, metavar="DIR", type=arg(existing_dir),
+           help="run or checkpoint folder"),
+    option("--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"),
+)  # fmt: skip
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = add_command(sub, "train", _train)
-    p.set_defaults(lock_outputs=False)  # _train locks: on the main process of a torchrun only
-    p.add_argument(
-        "--preset",
-        default=None,
-        type=text_file(as_given),
-        help=f"a built-in preset name or a TOML file (default {DEFAULT_PRESET}; with --text and "
-        "no preset, a tokenizer and model size chosen for the corpus, printed)",
-    )
-    add_text_argument(p)
-    add_data_dir_argument(p)
-    add_pairs_argument(p)
-    for which, split in (("valid", "validation"), ("test", "test")):
-        p.add_argument(
-            f"--{which}-pairs",
-            metavar="PATH",
-            default=None,
-            type=text_file(as_given),
-            help=f"a pairs file used as the {split} split as it is (then none is held out of "
-            "--pairs)",
-        )
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        type=text_file(as_given),
-        help="the tokenizer: char, bpe, wordpiece, gpt2, or a saved tokenizer JSON file",
-    )
-    p.add_argument(
-        "--unk",
-        action="store_const",
-        const=True,
-        default=None,
-        help="char tokenizer: add <unk> for characters the corpus lacks, so `eval --text` "
-        "works on other texts (also --set train.unk=true)",
-    )
-    add_corpus_arguments(p)
-    p.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        type=arg(output_dir),
-        help="run folder (default runs/PRESET)",
-    )
-    p.add_argument(
-        "--resume",
-        default=None,
-        metavar="DIR",
-        type=arg(existing_dir),
-        help="continue the run in DIR",
-    )
-    p.add_argument(
-        "--overwrite", action="store_true", help="start over: in a folder with a checkpoint"
-    )
-    p.add_argument("--max-iters", type=arg(positive_int), default=None)
-    add_time_budget_argument(p, None)
-    p.add_argument("--batch-size", type=arg(positive_int), default=None)
-    p.add_argument(
-        "--grad-accum",
-        type=arg(positive_int),
-        default=None,
-        help="micro-steps per step (all ranks)",
-    )
-    p.add_argument("--lr", type=arg(positive_float), default=None)
-    p.add_argument(
-        "--eval-interval", type=arg(positive_int), default=None,
-        help="steps between evaluations (default: the preset's)",
-    )  # fmt: skip
-    p.add_argument("--eval-iters", type=arg(positive_int), default=None)
-    p.add_argument(
-        "--early-stop",
-        type=arg(non_negative_int),
-        default=None,
-        metavar="N",
-        help="stop after N evals without improvement",
-    )
-    add_device_argument(p, None)
-    p.add_argument(
-        "--dtype", default=None, choices=["float32", "bfloat16"], help="bfloat16 = autocast"
-    )
-    p.add_argument(
-        "--backward-precision",
-        default=None,
-        choices=["float32", "bfloat16"],
-        help="bfloat16: the backward's matrix products of linear layers and the LM head on "
-        "bfloat16 inputs (CPU with AMX or AVX512-BF16); the forward and the loss stay float32",
-    )
-    p.add_argument(
-        "--compile",
-        action="store_const",
-        const=True,
-        default=None,
-        help="compile with torch.compile: the model's forward and backward",
-    )
-    add_threads_argument(p)
-    p.add_argument(
-        "--parallel",
-        default=None,
-        choices=["ddp", "fsdp"],
-        help="under torchrun: ddp (default; every process holds the model) or fsdp (FSDP2: "
-        "parameters and optimizer state sharded, sharded checkpoints)",
-    )
-    add_seed_argument(p)
-    add_progress_argument(p, default=None)
-    finetune.add_lora_arguments(p)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        type=arg(non_empty),
-        help="override a preset value: e.g. model.n_layer=6 or train.min_lr=3e-4 (repeatable)",
-    )
-    finetune.add_arguments(p)
-
-    e = add_command(sub, "eval", _eval)
-    add_model_spec_argument(e, checkpoint_synonym=True)
-    add_text_argument(e)
-    add_pairs_argument(e)
-    e.add_argument(
-        "--beam", type=arg(positive_int), default=1, metavar="K", help="beam size (translation)"
-    )
-    e.add_argument(
-        "--limit",
-        type=arg(positive_int),
-        default=None,
-        metavar="N",
-        help="translation: the first N distinct sources only",
-    )
-    e.add_argument(
-        "--split",
-        choices=["all", "val", "test"],
-        default=None,
-        help="text: the whole text (default with --text) or its validation split; translation: "
-        "every pair (default with --pairs) or the test / validation split (default without "
-        "--pairs: the run's own test split)",
-    )
-    e.add_argument("--batch-size", type=arg(positive_int), default=16)
-    e.add_argument(
-        "--max-tokens",
-        type=arg(int_in_range, lo=2),
-        default=None,
-        help="evaluate only the first N tokens (N >= 2)",
-    )
-    add_runtime_arguments(e)
-    add_weights_argument(e)
-    e.add_argument("--json", action="store_true", help="print one JSON object")
-
-    x = add_command(sub, "export-checkpoint", _export)
-    x.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="DIR",
-        type=arg(existing_dir),
-        help="run or checkpoint folder",
-    )
-    x.add_argument(
-        "--out", required=True, metavar="DIR", type=arg(output_dir), help="new run folder"
-    )
+    # _train locks: on the main process of a torchrun only
+    add_command(sub, "train", _train, *TRAIN_OPTIONS, defaults(lock_outputs=False))
+    add_command(sub, "eval", _eval, *EVAL_OPTIONS)
+    add_command(sub, "export-checkpoint", _export, *EXPORT_OPTIONS)
 
 
 def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
@@ -380,15 +317,9 @@ def _eval(args: argparse.Namespace) -> int:
     if args.split == "test":
         raise InputError("--split test applies to translation checkpoints; a text has all, val")
     result, what = evaluate_checkpoint(
-        args.checkpoint,
-        args.text,
-        args.split,
-        args.batch_size,
-        _docs_capped(args.max_tokens, 1000),
-        args.device,
-        model=args.model,
-        weights=args.weights,
-    )
+        args.checkpoint, args.text, args.split, args.batch_size,
+        _docs_capped(args.max_tokens, 1000), args.device, model=args.model, weights=args.weights,
+    )  # fmt: skip
     if args.json:
         print(json.dumps({**result.to_dict(), "data": what}))
     else:
@@ -472,15 +403,9 @@ def _eval_pairs(args: argparse.Namespace) -> int:
     if args.text is not None or args.max_tokens is not None:
         raise InputError("a translation checkpoint is evaluated on --pairs, not --text")
     scores, what = evaluate_translation(
-        args.checkpoint,
-        args.pairs,
-        args.beam,
-        args.batch_size,
-        None,
-        args.device,
-        args.limit,
+        args.checkpoint, args.pairs, args.beam, args.batch_size, None, args.device, args.limit,
         split=args.split,
-    )
+    )  # fmt: skip
     if args.json:
         print(json.dumps({**scores, "data": what}))
         return 0

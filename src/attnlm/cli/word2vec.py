@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 
 from attnlm.cli.common import (
     add_command,
     add_command_group,
+    add_json_argument,
     add_progress_argument,
     add_seed_argument,
     add_text_argument,
     add_top_k_argument,
     arg,
+    flag,
+    one_of,
+    option,
     text_file,
     text_value,
 )
@@ -33,74 +38,71 @@ from attnlm.validate import (
     threads,
 )
 
-FORMAT_HELP = "word2vec file format: text, binary, or auto (default: binary if the name ends .bin)"
+FORMAT = option(
+    "--format", choices=["auto", "text", "binary"], default="auto",
+    help="word2vec file format: text, binary, or auto (default: binary if the name ends .bin)",
+)  # fmt: skip
 
+# the vectors file every action but train reads
+VECTORS_OPTIONS = (
+    option("--vectors", metavar="F", required=True, type=text_file(existing_file),
+           help="a word2vec vectors file: text or binary (ours, gensim's or word2vec.c's)"),
+    FORMAT,
+    add_json_argument,
+)  # fmt: skip
 
-def _add_vectors(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--vectors", metavar="F", required=True, type=text_file(existing_file),
-        help="a word2vec vectors file: text or binary (ours, gensim's or word2vec.c's)",
-    )  # fmt: skip
-    p.add_argument("--format", choices=["auto", "text", "binary"], default="auto", help=FORMAT_HELP)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+# ``attnlm word2vec train``: the text, the vectors file, word2vec.c's settings
+TRAIN_OPTIONS = (
+    add_text_argument,
+    option("--out", metavar="FILE", required=True, type=arg(output_file),
+           help="vectors file (.bin: binary format; else text)"),
+    FORMAT,
+    option("--dim", type=arg(positive_int), default=100, help="vector size (100)"),
+    option("--window", type=arg(positive_int), default=5, help="max window (5)"),
+    option("--negative", type=arg(positive_int), default=5, help="noise words (5)"),
+    option("--min-count", type=arg(positive_int), default=5, help="min count (5)"),
+    option("--epochs", type=arg(positive_int), default=5, help="passes (5)"),
+    one_of(flag("--sg", "skip-gram (default)", default=True, dest="sg"),
+           option("--cbow", dest="sg", action="store_false", help="CBOW (mean of context)")),
+    option("--workers", type=arg(threads), default=1, help="parallel workers: threads (1)"),
+    option("--sample", type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True), default=1e-3,
+           help="subsampling threshold (1e-3; 0: off)"),
+    option("--alpha", type=arg(positive_float), default=0.025, help="start rate"),
+    option("--min-alpha", type=arg(finite_float, lo=0.0), default=0.0001,
+           help="end rate (1e-4)"),
+    option("--batch", type=arg(positive_int), default=4096, help="centre words per step"),
+    option("--noise-share", type=arg(positive_int), default=8,
+           help="CBOW: centre words sharing their noise words (8)"),
+    partial(add_seed_argument, default=1),
+    add_progress_argument,
+)  # fmt: skip
+
+# ``attnlm word2vec evaluate``: the benchmark files (else gensim's copies)
+EVALUATE_OPTIONS = (
+    *VECTORS_OPTIONS,
+    *(option(spelling, dest=name.replace("-", "_"), metavar="PATH",
+             type=text_file(existing_file), help=f"the {name} file")
+      for name, spelling in (("wordsim353", "--wordsim"), ("simlex999", "--simlex"),
+                             ("google-analogies", "--analogies"))),
+    option("--restrict", type=arg(non_negative_int), default=300_000,
+           help="use the first N words only (300000, gensim's restrict_vocab)"),
+)  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     wsub = add_command_group(sub, "word2vec", "static word embeddings: train, neighbours, evaluate")
-
-    tr = add_command(wsub, "train", _train)
-    add_text_argument(tr)
-    tr.add_argument(
-        "--out", metavar="FILE", required=True, type=arg(output_file),
-        help="vectors file (.bin: binary format; else text)",
+    add_command(wsub, "train", _train, *TRAIN_OPTIONS)
+    add_command(
+        wsub, "similar", _similar, *VECTORS_OPTIONS,
+        option("word", metavar="WORD", type=text_value),
+        partial(add_top_k_argument, default=10, what="nearest words"),
     )  # fmt: skip
-    tr.add_argument(
-        "--format", choices=["auto", "text", "binary"], default="auto", help=FORMAT_HELP
-    )
-    tr.add_argument("--dim", type=arg(positive_int), default=100, help="vector size (100)")
-    tr.add_argument("--window", type=arg(positive_int), default=5, help="max window (5)")
-    tr.add_argument("--negative", type=arg(positive_int), default=5, help="noise words (5)")
-    tr.add_argument("--min-count", type=arg(positive_int), default=5, help="min count (5)")
-    tr.add_argument("--epochs", type=arg(positive_int), default=5, help="passes (5)")
-    kind = tr.add_mutually_exclusive_group()
-    kind.add_argument("--sg", dest="sg", action="store_true", default=True,
-                      help="skip-gram (default)")  # fmt: skip
-    kind.add_argument("--cbow", dest="sg", action="store_false", help="CBOW (mean of context)")
-    tr.add_argument("--workers", type=arg(threads), default=1, help="parallel workers: threads (1)")
-    tr.add_argument(
-        "--sample", type=arg(finite_float, lo=0.0, hi=1.0, hi_open=True), default=1e-3,
-        help="subsampling threshold (1e-3; 0: off)",
+    add_command(
+        wsub, "analogy", _analogy, *VECTORS_OPTIONS,
+        option("words", nargs=3, metavar="WORD", type=text_value, help="A B C"),
+        partial(add_top_k_argument, default=10, what="answers"),
     )  # fmt: skip
-    tr.add_argument("--alpha", type=arg(positive_float), default=0.025, help="start rate")
-    tr.add_argument(
-        "--min-alpha", type=arg(finite_float, lo=0.0), default=0.0001, help="end rate (1e-4)"
-    )
-    tr.add_argument("--batch", type=arg(positive_int), default=4096, help="centre words per step")
-    tr.add_argument("--noise-share", type=arg(positive_int), default=8,
-                    help="CBOW: centre words sharing their noise words (8)")  # fmt: skip
-    add_seed_argument(tr, default=1)
-    add_progress_argument(tr)
-
-    si = add_command(wsub, "similar", _similar)
-    _add_vectors(si)
-    si.add_argument("word", metavar="WORD", type=text_value)
-    add_top_k_argument(si, 10, "nearest words")
-
-    an = add_command(wsub, "analogy", _analogy)
-    _add_vectors(an)
-    an.add_argument("words", nargs=3, metavar="WORD", type=text_value, help="A B C")
-    add_top_k_argument(an, 10, "answers")
-
-    ev = add_command(wsub, "evaluate", _evaluate)
-    _add_vectors(ev)
-    for name, flag in (("wordsim353", "--wordsim"), ("simlex999", "--simlex"),
-                       ("google-analogies", "--analogies")):  # fmt: skip
-        ev.add_argument(flag, dest=name.replace("-", "_"), metavar="PATH",
-                        type=text_file(existing_file), help=f"the {name} file")  # fmt: skip
-    ev.add_argument(
-        "--restrict", type=arg(non_negative_int), default=300_000,
-        help="use the first N words only (300000, gensim's restrict_vocab)",
-    )  # fmt: skip
+    add_command(wsub, "evaluate", _evaluate, *EVALUATE_OPTIONS)
 
 
 def _binary(args: argparse.Namespace) -> bool | None:
