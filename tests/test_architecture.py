@@ -50,7 +50,6 @@ LAYERS = {
     "attnlm.sources": 5,  # --model SPEC: the resolver over every model source
     "attnlm.lora_run": 5,  # a LoRA run: adapters, base SPEC and fingerprint
     "attnlm.sources_weights": 5,  # its weights format step (--weights)
-    "attnlm.sources_engine": 5,  # its way to the C engine backend
     "attnlm.inspect": 5,
     "attnlm.generate": 5,
     "attnlm.train": 6,
@@ -250,3 +249,32 @@ def test_loading_and_using_models_does_not_import_training(module):
     code = f"import {module}, sys; print([m for m in sys.modules if m.startswith('attnlm.train')])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+HIDDEN_STATE = {
+    "__class__ =": "a class swapped after construction",
+    "registration_hook": "a process-wide module/parameter/buffer hook",
+    "__dict__[": "state kept in an object's __dict__ from outside",
+}
+
+
+def test_no_hidden_state_in_the_sources():
+    """No process-wide hooks, no class swapping after construction, no attributes kept in
+    another object's ``__dict__`` (docs/architecture.md, "The runtime"): a backend owns its
+    own description of a model."""
+    found = [
+        f"{path.relative_to(SRC)}:{i}: {why}"
+        for path in sorted(PKG.rglob("*.py"))
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for needle, why in HIDDEN_STATE.items()
+        if needle in line
+    ]
+    assert not found, found
+
+
+def test_the_model_files_know_no_backend():
+    """The runtime imports the models, never the reverse (docs/architecture.md)."""
+    edges = graph()
+    found = [(a, b) for a, deps in edges.items() if a.startswith("attnlm.models")
+             for b in deps if b.startswith("attnlm.runtime")]  # fmt: skip
+    assert not found, found

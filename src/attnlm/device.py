@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from attnlm.errors import ConfigError
-from attnlm.validate import DEVICE_PATTERN, DTYPES  # noqa: F401 - their home before
+from attnlm.validate import DTYPES
 
 
 def resolve_device(spec: str = "auto", local_rank: int | None = None) -> torch.device:

@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from attnlm.errors import AttnlmError, InputError
-from attnlm.foreign import load_json
 from attnlm.foreign import register as _register_reader
-from attnlm.tokenizers.chat_template import END_OF_TURN, stop_ids  # noqa: F401 - their home before
+from attnlm.tokenizers.chat_template import stop_ids
 
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -82,8 +81,8 @@ def resolve(
     ``engine_ok``: the caller decodes with the KV cache, uncompiled, and takes an
     :class:`~attnlm.runtime.engine.Engine` (the ``c-engine`` backend, ``threads`` of them,
     None: every core) where the planner chooses it for this file
-    (:mod:`attnlm.sources_engine`: no PyTorch is imported then); ``info.details["backend"]``
-    and ``["backend_reason"]`` say so."""
+    (:func:`attnlm.runtime.engine_gguf.engine_for`: no PyTorch is imported then);
+    ``info.details["backend"]`` and ``["backend_reason"]`` say so."""
     from attnlm.validate import weights_format
 
     if weights is not None:
@@ -101,8 +100,8 @@ def resolve(
 
 
 def _engine(spec: str, device: Any, weights: str | None, threads: int | None) -> Resolved | None:
-    """SPEC on the C engine (:mod:`attnlm.sources_engine`), or None."""
-    from attnlm.sources_engine import engine_for
+    """SPEC on the C engine (:func:`attnlm.runtime.engine_gguf.engine_for`), or None."""
+    from attnlm.runtime.engine_gguf import engine_for
 
     path = gguf_file(spec)
     found = None if path is None else engine_for(path, device, weights, threads)
@@ -264,6 +263,8 @@ def _load_hf(folder: Path, spec: str, device: Any) -> Resolved:
     model = models.from_hf(folder)
     try:
         if not (folder / "tokenizer.json").is_file() and (folder / "merges.txt").is_file():
+            from attnlm.tokenizers.gpt2 import vocab_merges_tokenizer
+
             tok = vocab_merges_tokenizer(folder)
         else:
             tok = tokenizers.load(folder)
@@ -275,47 +276,6 @@ def _load_hf(folder: Path, spec: str, device: Any) -> Resolved:
     info = ModelInfo(spec, "huggingface", folder, _family(model), chat_template=template)
     info.stop_ids = stop_ids(tok, hf_special_tokens(folder), folder)
     return Resolved(model, tok, info)
-
-
-def vocab_merges_tokenizer(folder: Path) -> Any:
-    """GPT-2's two-file byte-level BPE (``vocab.json``: token -> id, ``merges.txt``: one merge
-    per line after a ``#version`` header) as the ``tokenizer.json`` the ``tokenizers`` library
-    would build from them; the special tokens of ``tokenizer_config.json``
-    (``added_tokens_decoder``, or ``bos``/``eos``/``unk``/``pad`` strings found in the
-    vocabulary) are cut out of the text whole."""
-    from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
-
-    def read(name: str) -> str:
-        try:
-            return (folder / name).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"{folder / name}: cannot read ({e})") from None
-
-    vocab = load_json(folder / "vocab.json", "vocab.json")
-    merges = [ln for ln in read("merges.txt").splitlines() if ln and not ln.startswith("#version")]
-    config: dict[str, Any] = {}
-    if (folder / "tokenizer_config.json").is_file():  # damaged: refused, not ignored
-        config = load_json(folder / "tokenizer_config.json", "tokenizer_config.json")
-    added = []
-    decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
-    if isinstance(decoder, dict):
-        for i, t in decoder.items():
-            if isinstance(t, dict) and isinstance(t.get("content"), str):
-                added.append({"id": int(i), "content": t["content"], "special": True,
-                              "lstrip": bool(t.get("lstrip")), "rstrip": bool(t.get("rstrip")),
-                              "normalized": bool(t.get("normalized"))})  # fmt: skip
-    else:
-        for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
-            t = config.get(key) if isinstance(config, dict) else None
-            t = t.get("content") if isinstance(t, dict) else t
-            if isinstance(t, str) and t in vocab and all(a["content"] != t for a in added):
-                added.append({"id": vocab[t], "content": t, "special": True})
-    doc = {
-        "model": {"type": "BPE", "vocab": vocab, "merges": merges},
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-        "added_tokens": added,
-    }
-    return HFByteBPETokenizer(doc)
 
 
 def _load_run(path: Path, spec: str, device: Any) -> Resolved:
@@ -499,4 +459,3 @@ def available() -> list[dict[str, Any]]:
 
 
 _register_reader("Hugging Face model folder", f"{__name__}.is_hf_folder")
-_register_reader("Hugging Face model folder", f"{__name__}.vocab_merges_tokenizer")

@@ -10,6 +10,7 @@ backward's products inside :func:`products_in_bf16`. ``attnlm.nn.fused`` re-expo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,9 +28,26 @@ def bf16_backward_support() -> str | None:
     mm = getattr(torch.backends.mkldnn, "matmul", None)
     if mm is None or not hasattr(mm, "fp32_precision") or not torch.backends.mkldnn.is_available():
         return f"this PyTorch ({torch.__version__}) cannot run float32 products in bfloat16"
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return "this CPU has no bfloat16 matrix instructions (AMX or AVX512-BF16)"
+    if not _bf16_products_run():
+        return "oneDNN does not run bfloat16 products on this CPU (no AMX or AVX512-BF16 kernel)"
     return None
+
+
+@functools.cache
+def _bf16_products_run() -> bool:
+    """Whether oneDNN's bfloat16 math mode changes a product here: the capability is tried,
+    not read from a flag (``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` is true on CPUs
+    where the mode silently computes in float32). Inputs that bfloat16 cannot hold exactly
+    give a different product once their inputs are rounded."""
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    g = torch.Generator().manual_seed(0)
+    a, w = torch.randn(64, 128, generator=g), torch.randn(96, 128, generator=g)
+    with torch.no_grad():
+        want = torch.nn.functional.linear(a, w)
+        with products_in_bf16(True):
+            got = torch.nn.functional.linear(a, w)
+    return not torch.equal(got, want)
 
 
 @contextmanager

@@ -8,10 +8,14 @@ placed by the Llama module's own table (:func:`attnlm.models.gguf.llama.parts`).
 :func:`engine_format` says whether the engine holds a file's model (None sends the resolver
 down the PyTorch path, which handles, or refuses in one line, everything else: other
 architectures, matrices of other ggml types, a format other than the file's own);
-:func:`open_engine` builds it. :func:`attnlm.sources.resolve` is the only caller.
+:func:`open_engine` builds it; :func:`engine_for` is the resolver's way in
+(:func:`attnlm.sources.resolve` with ``engine_ok``), the planner deciding.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +30,29 @@ GROUP, BLOCK_N = 32, 64  # elements per scale; rows per block of the q4 layout
 BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes per 32 elements
 NATIVE = {"q8": {"Q8_0"}, "q4": {"Q4_0", "Q4_1"}}
 PRECISION = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
+
+
+def engine_for(path: Path, device: Any, weights: str | None, threads: int | None) -> Any:
+    """``(engine, tokenizer, chat template, stop ids)`` where the GGUF file ``path`` runs on
+    the C engine for a decode on ``device`` (a ``--device`` string) in ``weights``, as the
+    planner says (:func:`attnlm.runtime.planner.engine_reason`), else None; ``engine.reason``
+    says why it was chosen. :func:`attnlm.sources.resolve` calls it; no PyTorch is imported."""
+    if not isinstance(device, (str, type(None))):
+        return None
+    from attnlm.native import default_threads
+    from attnlm.runtime.planner import engine_reason
+    from attnlm.tokenizers.gguf import GGUFTokenizer, gguf_chat_setup
+
+    header = GGUFFile(path)
+    ok, reason = engine_reason(engine_format(header, weights), device)
+    if not ok:
+        return None
+    engine = open_engine(header, weights, threads or default_threads(), reason)
+    if engine is None:
+        return None
+    tok = GGUFTokenizer.from_gguf(header)
+    template, stops = gguf_chat_setup(tok, f"{path}: tokenizer.chat_template")
+    return engine, tok, template, stops
 
 
 def engine_format(header: GGUFFile, weights: str | None) -> str | None:

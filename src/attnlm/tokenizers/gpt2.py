@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from attnlm.foreign import load_json
 from attnlm.foreign import register as _register_reader
@@ -84,3 +85,47 @@ def gpt2_tokenizer() -> BPETokenizer:
 
 
 _register_reader("GPT-2 encoder.json", f"{__name__}._gpt2")
+
+
+def vocab_merges_tokenizer(folder: Path) -> Any:
+    """GPT-2's two-file byte-level BPE (``vocab.json``: token -> id, ``merges.txt``: one merge
+    per line after a ``#version`` header) as the ``tokenizer.json`` the ``tokenizers`` library
+    would build from them; the special tokens of ``tokenizer_config.json``
+    (``added_tokens_decoder``, or ``bos``/``eos``/``unk``/``pad`` strings found in the
+    vocabulary) are cut out of the text whole."""
+    from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
+
+    def read(name: str) -> str:
+        try:
+            return (folder / name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise TokenizerConfigError(f"{folder / name}: cannot read ({e})") from None
+
+    vocab = load_json(folder / "vocab.json", "vocab.json")
+    merges = [ln for ln in read("merges.txt").splitlines() if ln and not ln.startswith("#version")]
+    config: dict[str, Any] = {}
+    if (folder / "tokenizer_config.json").is_file():  # damaged: refused, not ignored
+        config = load_json(folder / "tokenizer_config.json", "tokenizer_config.json")
+    added = []
+    decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
+    if isinstance(decoder, dict):
+        for i, t in decoder.items():
+            if isinstance(t, dict) and isinstance(t.get("content"), str):
+                added.append({"id": int(i), "content": t["content"], "special": True,
+                              "lstrip": bool(t.get("lstrip")), "rstrip": bool(t.get("rstrip")),
+                              "normalized": bool(t.get("normalized"))})  # fmt: skip
+    else:
+        for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+            t = config.get(key) if isinstance(config, dict) else None
+            t = t.get("content") if isinstance(t, dict) else t
+            if isinstance(t, str) and t in vocab and all(a["content"] != t for a in added):
+                added.append({"id": vocab[t], "content": t, "special": True})
+    doc = {
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges},
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+        "added_tokens": added,
+    }
+    return HFByteBPETokenizer(doc)
+
+
+_register_reader("Hugging Face model folder", f"{__name__}.vocab_merges_tokenizer")

@@ -23,7 +23,7 @@ from attnlm.data.chat import encode_conversation, read_conversations
 from attnlm.errors import ConfigError, InputError
 from attnlm.models.base import IGNORE_INDEX
 from attnlm.objectives import Batch, BatchSource
-from attnlm.sources import END_OF_TURN
+from attnlm.tokenizers.chat_template import END_OF_TURN
 
 
 class ChatExamples(BatchSource):

@@ -29,7 +29,7 @@ from attnlm.errors import InputError
 from attnlm.foreign import check_finite, reading
 from attnlm.foreign import register as _register_reader
 from attnlm.ggufio import GGUFFile, type_name
-from attnlm.models.gguf.parts import Part  # noqa: F401 - the adapters' import before
+from attnlm.models.gguf.parts import Part
 from attnlm.models.gguf.quants import SUPPORTED, dequantize
 
 #: GGUF ``general.architecture`` -> the module that maps it to one of our families

@@ -24,7 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.ggufio import GGUFFile
-from attnlm.models.gguf.loader import Part, build_empty, fill, unpermute_rows
+from attnlm.models.gguf.loader import build_empty, fill, unpermute_rows
+from attnlm.models.gguf.parts import Part
 from attnlm.models.gguf.quants import SUPPORTED, dequantize
 from attnlm.nn.quant import GROUP, ROWS_AT_ONCE, QuantEmbedding, QuantLinear, quantize_rows
 

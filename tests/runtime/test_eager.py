@@ -21,7 +21,7 @@ V = 50
 
 @pytest.fixture(autouse=True)
 def _pytorch_path(monkeypatch):
-    """The flat step is the eager backend's: the C step (tests/models/test_native_step.py) off."""
+    """The flat step is the eager backend's: the C step (tests/runtime/test_cstep.py) off."""
     monkeypatch.setenv("ATTNLM_NATIVE", "0")
 
 

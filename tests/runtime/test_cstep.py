@@ -8,7 +8,7 @@ import copy
 import ctypes
 
 import pytest
-import test_decode_step as decode_step_tests  # the tiny gpt and llama builders
+import test_eager as decode_step_tests  # the tiny gpt and llama builders
 import torch
 
 from attnlm import native
