@@ -34,6 +34,136 @@ MASK = (1 << SHIFT) - 1
 MAX_SYMBOLS = 1 << SHIFT
 
 
+def _symbol_index(symbols: list[Any]) -> dict[Hashable, int]:
+    """Each distinct symbol's content -> its first id."""
+    index: dict[Hashable, int] = {}
+    for i, s in enumerate(symbols):
+        index.setdefault(s, i)
+    return index
+
+
+def _count_pairs(
+    words: list[list[int]], counts: Sequence[int]
+) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """``(pair_counts, where)`` of the words as they are: each adjacent pair's frequency
+    (``(left << SHIFT) | right`` -> count) and the indices of the words containing it."""
+    pair_counts: dict[int, int] = {}
+    # pair -> indices of the words containing it (appended in word order, so a word's
+    # repeated entries are adjacent and skipped; a stale entry only costs a no-op visit)
+    where: dict[int, list[int]] = {}
+    pc_get = pair_counts.get
+    for wi, w in enumerate(words):
+        n = counts[wi]
+        for x, y in zip(w, w[1:]):
+            p = (x << SHIFT) | y
+            pair_counts[p] = pc_get(p, 0) + n
+            lst = where.get(p)
+            if lst is None:
+                where[p] = [wi]
+            elif lst[-1] != wi:
+                lst.append(wi)
+    return pair_counts, where
+
+
+def _add_symbol(
+    content: Any,
+    symbols: list[Any],
+    index: dict[Hashable, int],
+    keys: list[Any] | None,
+    sort_key: Callable[[Any], Any] | None,
+) -> tuple[int, bool]:
+    """``(id, new)``: the id of a merged symbol's ``content``, added (with its tie-break key)
+    when it does not exist yet."""
+    old = index.get(content)
+    if old is not None:
+        return old, False
+    new = len(symbols)
+    symbols.append(content)
+    index[content] = new
+    if keys is not None:
+        keys.append(sort_key(content))  # type: ignore[misc]
+    return new, True
+
+
+def _move_count(
+    pair_counts: dict[int, int], gained: dict[int, list[int]], old: int, new: int, n: int, wi: int
+) -> None:
+    """One neighbour of a merged occurrence in word ``wi`` (count ``n``): its pair ``old``
+    loses the count, ``new`` (with the merged symbol) gains it and is indexed in ``gained``."""
+    pair_counts[old] = pair_counts.get(old, 0) - n
+    pair_counts[new] = pair_counts.get(new, 0) + n
+    lst = gained.get(new)
+    if lst is None:
+        gained[new] = [wi]
+    elif lst[-1] != wi:
+        lst.append(wi)
+
+
+def _merge_in_words(
+    p: int,
+    new: int,
+    words: list[list[int]],
+    counts: Sequence[int],
+    where: dict[int, list[int]],
+    pair_counts: dict[int, int],
+) -> dict[int, list[int]]:
+    """Replace the pair ``p`` by the symbol ``new`` in every word ``where`` lists for it (left
+    to right, non-overlapping), moving the neighbour pairs' counts; returns the pairs with
+    ``new`` that gained, each with the indices of its words (module docstring)."""
+    a = p >> SHIFT
+    b = p & MASK
+    gained: dict[int, list[int]] = {}
+    b_hi = b << SHIFT
+    new_hi = new << SHIFT
+    for wi in where.pop(p, ()):
+        w = words[wi]
+        if a not in w:
+            continue
+        L = len(w)
+        n = counts[wi]
+        out: list[int] = []
+        i = 0
+        while i < L:
+            x = w[i]
+            if x == a and i + 1 < L and w[i + 1] == b:
+                if out:
+                    prev = out[-1] << SHIFT
+                    _move_count(pair_counts, gained, prev | a, prev | new, n, wi)
+                if i + 2 < L:
+                    nxt = w[i + 2]
+                    _move_count(pair_counts, gained, b_hi | nxt, new_hi | nxt, n, wi)
+                out.append(new)
+                i += 2
+            else:
+                out.append(x)
+                i += 1
+        if len(out) != L:
+            words[wi] = out
+    return gained
+
+
+def _index_gained(
+    gained: dict[int, list[int]],
+    where: dict[int, list[int]],
+    pair_counts: dict[int, int],
+    heap: list[tuple],
+    keys: list[Any] | None,
+    entry: Callable[[int, int], tuple],
+) -> None:
+    """After a merge: add the words of each pair that ``gained`` to ``where`` and push the
+    pair on the heap with its current count (``entry`` makes a heap entry with ``keys``)."""
+    heappush = heapq.heappush
+    for q, ws in gained.items():
+        lst = where.get(q)
+        if lst is None:
+            where[q] = ws
+        else:
+            lst += ws
+        c = pair_counts[q]
+        if c > 0:
+            heappush(heap, (-c, q) if keys is None else entry(c, q))
+
+
 def learn_merges(
     words: list[list[int]],
     counts: Sequence[int],
@@ -54,26 +184,9 @@ def learn_merges(
     """
     if vocab_size > MAX_SYMBOLS:
         raise ValueError(f"vocab_size {vocab_size} above the supported maximum {MAX_SYMBOLS}")
-    index: dict[Hashable, int] = {}
-    for i, s in enumerate(symbols):
-        index.setdefault(s, i)
+    index = _symbol_index(symbols)
     n_distinct = len(index)
-
-    pair_counts: dict[int, int] = {}
-    # pair -> indices of the words containing it (appended in word order, so a word's
-    # repeated entries are adjacent and skipped; a stale entry only costs a no-op visit)
-    where: dict[int, list[int]] = {}
-    pc_get = pair_counts.get
-    for wi, w in enumerate(words):
-        n = counts[wi]
-        for x, y in zip(w, w[1:]):
-            p = (x << SHIFT) | y
-            pair_counts[p] = pc_get(p, 0) + n
-            lst = where.get(p)
-            if lst is None:
-                where[p] = [wi]
-            elif lst[-1] != wi:
-                lst.append(wi)
+    pair_counts, where = _count_pairs(words, counts)
 
     keys: list[Any] | None = None
     if sort_key is not None:
@@ -101,67 +214,10 @@ def learn_merges(
             break
         a = p >> SHIFT
         b = p & MASK
-        content = symbols[a] + symbols[b]
-        new = index.get(content)
-        if new is None:
-            new = len(symbols)
-            symbols.append(content)
-            index[content] = new
-            n_distinct += 1
-            if keys is not None:
-                keys.append(sort_key(content))  # type: ignore[misc]
+        new, added = _add_symbol(symbols[a] + symbols[b], symbols, index, keys, sort_key)
+        n_distinct += added
         merges.append((a, b, new, c))
-        gained: dict[int, list[int]] = {}
-        b_hi = b << SHIFT
-        new_hi = new << SHIFT
-        for wi in where.pop(p, ()):
-            w = words[wi]
-            if a not in w:
-                continue
-            L = len(w)
-            n = counts[wi]
-            out: list[int] = []
-            i = 0
-            while i < L:
-                x = w[i]
-                if x == a and i + 1 < L and w[i + 1] == b:
-                    if out:
-                        prev = out[-1] << SHIFT
-                        q = prev | a
-                        pair_counts[q] = pc_get(q, 0) - n
-                        q = prev | new
-                        pair_counts[q] = pc_get(q, 0) + n
-                        lst = gained.get(q)
-                        if lst is None:
-                            gained[q] = [wi]
-                        elif lst[-1] != wi:
-                            lst.append(wi)
-                    if i + 2 < L:
-                        nxt = w[i + 2]
-                        q = b_hi | nxt
-                        pair_counts[q] = pc_get(q, 0) - n
-                        q = new_hi | nxt
-                        pair_counts[q] = pc_get(q, 0) + n
-                        lst = gained.get(q)
-                        if lst is None:
-                            gained[q] = [wi]
-                        elif lst[-1] != wi:
-                            lst.append(wi)
-                    out.append(new)
-                    i += 2
-                else:
-                    out.append(x)
-                    i += 1
-            if len(out) != L:
-                words[wi] = out
+        gained = _merge_in_words(p, new, words, counts, where, pair_counts)
         pair_counts[p] = 0
-        for q, ws in gained.items():
-            lst = where.get(q)
-            if lst is None:
-                where[q] = ws
-            else:
-                lst += ws
-            c = pair_counts[q]
-            if c > 0:
-                heappush(heap, (-c, q) if keys is None else entry(c, q))
+        _index_gained(gained, where, pair_counts, heap, keys, entry)
     return merges
