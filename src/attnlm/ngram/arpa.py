@@ -33,6 +33,7 @@ import io
 import math
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -89,8 +90,41 @@ def _parse_fast(p: Path) -> BackoffModel | None:
         data = gzip.decompress(data)
     data.decode("utf-8")  # UnicodeDecodeError: refused by read_arpa
     head, sep, rest = data.partition(b"\n\n")
+    sizes = _fast_header(head) if sep else None
+    if sizes is None:
+        return None
+    sections = rest.split(b"\n\n")
+    if len(sections) != len(sizes) + 1 or sections[-1].rstrip(b"\n") != b"\\end\\":
+        return None
+    parsed = _fast_sections(sections, sizes)
+    if parsed is None:
+        return None
+    texts, probs, backs = parsed
+    words = [w.decode("utf-8") for w in texts[0]]
+    if any(" " in w or not w for w in words):
+        return None
+    by_bytes: dict[bytes, int] = {}
+
+    def ids(k: int, index: dict[str, int]) -> np.ndarray:
+        if not by_bytes:
+            by_bytes.update((w.encode("utf-8"), i) for w, i in index.items())
+        tokens = b" ".join(texts[k - 1]).split(b" ")
+        if len(tokens) != k * sizes[k - 1]:
+            raise _Irregular
+        get = by_bytes.__getitem__
+        return np.fromiter(map(get, tokens), np.int64, len(tokens)).reshape(-1, k)
+
+    try:
+        return _build(p, words, probs, backs, ids)
+    except (_Irregular, KeyError, InputError):
+        return None
+
+
+def _fast_header(head: bytes) -> list[int] | None:
+    """The n-gram counts of a regular ``\\data\\`` block, lowest order first (None if not
+    regular)."""
     header = head.decode("ascii", errors="replace").split("\n")
-    if not sep or header[0] != "\\data\\" or len(header) < 2:
+    if header[0] != "\\data\\" or len(header) < 2:
         return None
     sizes = []
     for k, line in enumerate(header[1:], 1):
@@ -98,10 +132,16 @@ def _parse_fast(p: Path) -> BackoffModel | None:
         if not m or int(m.group(1)) != k:
             return None
         sizes.append(int(m.group(2)))
+    return sizes
+
+
+def _fast_sections(
+    sections: list[bytes], sizes: list[int]
+) -> tuple[list[list[bytes]], list[np.ndarray], list[np.ndarray]] | None:
+    """``(texts, probs, backs)`` per order from regular sections, each parsed whole: the
+    n-grams' word fields (bytes) and their log10 probabilities and back-off weights (None as
+    soon as a section is not regular)."""
     N = len(sizes)
-    sections = rest.split(b"\n\n")
-    if len(sections) != N + 1 or sections[-1].rstrip(b"\n") != b"\\end\\":
-        return None
     texts: list[list[bytes]] = []
     probs, backs = [], []
     for k in range(1, N + 1):
@@ -122,24 +162,7 @@ def _parse_fast(p: Path) -> BackoffModel | None:
         probs.append(lp)
         backs.append(bo)
         texts.append(fields[1::n_fields])
-    words = [w.decode("utf-8") for w in texts[0]]
-    if any(" " in w or not w for w in words):
-        return None
-    by_bytes: dict[bytes, int] = {}
-
-    def ids(k: int, index: dict[str, int]) -> np.ndarray:
-        if not by_bytes:
-            by_bytes.update((w.encode("utf-8"), i) for w, i in index.items())
-        tokens = b" ".join(texts[k - 1]).split(b" ")
-        if len(tokens) != k * sizes[k - 1]:
-            raise _Irregular
-        get = by_bytes.__getitem__
-        return np.fromiter(map(get, tokens), np.int64, len(tokens)).reshape(-1, k)
-
-    try:
-        return _build(p, words, probs, backs, ids)
-    except (_Irregular, KeyError, InputError):
-        return None
+    return texts, probs, backs
 
 
 class _Irregular(Exception):
@@ -162,13 +185,11 @@ class _Lines:
                 yield s
 
 
-def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
-    lines = _Lines(f)
-
-    def err(msg: str) -> InputError:
-        return InputError(f"{p}: line {lines.lineno}: {msg}")
-
-    # header
+def _read_header(
+    lines: _Lines, p: Path, err: Callable[[str], InputError]
+) -> tuple[list[int], str | None]:
+    """``(sizes, section_line)``: the n-gram counts of the ``\\data\\`` block, lowest order
+    first, and the first line after them (None at the end of the file)."""
     for s in lines:
         if s == "\\data\\":
             break
@@ -188,6 +209,59 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
         break
     if not sizes:
         raise err("no 'ngram N=COUNT' lines after \\data\\")
+    return sizes, section_line
+
+
+def _read_section(
+    lines: _Lines, k: int, N: int, err: Callable[[str], InputError]
+) -> tuple[list[float], list[float], list[str], str | None]:
+    """``(logp, backoff, grams, next_line)``: the entries of the ``k``-grams section (of ``N``
+    orders), line by line, and the next section's line (None at the end of the file)."""
+    lp: list[float] = []
+    bo: list[float] = []
+    gr: list[str] = []
+    section_line = None
+    for s in lines:
+        if s.startswith("\\"):
+            section_line = s
+            break
+        parts = s.split("\t") if "\t" in s else None
+        if parts is None or len(parts) not in (2, 3) or len(parts[1].split()) != k:
+            ws = s.split()
+            if len(ws) == k + 1:
+                parts = [ws[0], " ".join(ws[1:])]
+            elif len(ws) == k + 2 and k < N:
+                parts = [ws[0], " ".join(ws[1:-1]), ws[-1]]
+            else:
+                raise err(
+                    f"expected a log10 probability, {k} word(s) and an optional "
+                    f"back-off weight, got {s!r}"
+                )
+        try:
+            logp = float(parts[0])
+            back = float(parts[2]) if len(parts) == 3 else 0.0
+        except ValueError:
+            raise err(f"not a number in {s!r}") from None
+        if not (math.isfinite(logp) and logp <= 0.0):
+            raise err(f"log10 probability must be finite and <= 0 (-99 for zero), got {s!r}")
+        if not math.isfinite(back):
+            raise err(f"back-off weight must be finite (-99 for zero), got {s!r}")
+        lp.append(logp)
+        bo.append(back)
+        if len(parts) == 3 and k == N:
+            raise err(f"highest-order entry with a back-off weight: {s!r}")
+        gr.append(parts[1] if "\t" not in s else " ".join(parts[1].split()))
+    return lp, bo, gr, section_line
+
+
+def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
+    """The careful line-by-line reader: any layout the format allows, errors naming the line."""
+    lines = _Lines(f)
+
+    def err(msg: str) -> InputError:
+        return InputError(f"{p}: line {lines.lineno}: {msg}")
+
+    sizes, section_line = _read_header(lines, p, err)
     N = len(sizes)
     probs: list[list[float]] = []
     backs: list[list[float]] = []
@@ -198,40 +272,7 @@ def _parse(p: Path, f: io.TextIOBase) -> BackoffModel:
         m = _SECTION.match(section_line)
         if not m or int(m.group(1)) != k:
             raise err(f"expected \\{k}-grams:, got {section_line!r}")
-        lp: list[float] = []
-        bo: list[float] = []
-        gr: list[str] = []
-        section_line = None
-        for s in lines:
-            if s.startswith("\\"):
-                section_line = s
-                break
-            parts = s.split("\t") if "\t" in s else None
-            if parts is None or len(parts) not in (2, 3) or len(parts[1].split()) != k:
-                ws = s.split()
-                if len(ws) == k + 1:
-                    parts = [ws[0], " ".join(ws[1:])]
-                elif len(ws) == k + 2 and k < N:
-                    parts = [ws[0], " ".join(ws[1:-1]), ws[-1]]
-                else:
-                    raise err(
-                        f"expected a log10 probability, {k} word(s) and an optional "
-                        f"back-off weight, got {s!r}"
-                    )
-            try:
-                logp = float(parts[0])
-                back = float(parts[2]) if len(parts) == 3 else 0.0
-            except ValueError:
-                raise err(f"not a number in {s!r}") from None
-            if not (math.isfinite(logp) and logp <= 0.0):
-                raise err(f"log10 probability must be finite and <= 0 (-99 for zero), got {s!r}")
-            if not math.isfinite(back):
-                raise err(f"back-off weight must be finite (-99 for zero), got {s!r}")
-            lp.append(logp)
-            bo.append(back)
-            if len(parts) == 3 and k == N:
-                raise err(f"highest-order entry with a back-off weight: {s!r}")
-            gr.append(parts[1] if "\t" not in s else " ".join(parts[1].split()))
+        lp, bo, gr, section_line = _read_section(lines, k, N, err)
         if len(gr) != sizes[k - 1]:
             raise err(f"the header announces {sizes[k - 1]} {k}-grams, the section has {len(gr)}")
         probs.append(lp)
