@@ -36,7 +36,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -82,6 +82,25 @@ def _starts_line(data: bytes, i: int) -> bool | None:
         return False
 
 
+def _open_file(path: Path) -> BinaryIO:
+    """One file of the corpus, open for reading bytes (an :class:`InputError` naming it)."""
+    try:
+        return open(path, "rb")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
+
+
+def _file_end(
+    path: Path, start: int, end: int, first: bytes, tail: bytes, several: bool
+) -> Segment:
+    """The last segment of a file (bytes ``start:end``; ``first`` / ``tail``: its first and
+    last bytes), with the line break a corpus of ``several`` files adds after a file with text
+    that does not end with one."""
+    empty = end == 0 or (end == 3 and first == BOM)  # no text: nothing to end
+    newline = several and not empty and tail[-1:] != b"\n"
+    return Segment(str(path), start, end, newline)
+
+
 def text_chunks(
     paths: Sequence[Path],
     chunk_bytes: int = CHUNK_BYTES,
@@ -103,11 +122,7 @@ def text_chunks(
         start = pos = 0  # where the range's part of this file begins; bytes read so far
         last_nl = -1  # offset of the last line break read
         tail = first = b""  # the last bytes read (a cut can straddle two blocks); the first
-        try:
-            f = open(path, "rb")
-        except OSError as e:
-            raise InputError(f"{path}: cannot read file ({e.strerror or e})") from None
-        with f:
+        with _open_file(path) as f:
             while block := f.read(block_bytes):
                 digest.update(block)
                 advance(len(block))
@@ -135,9 +150,7 @@ def text_chunks(
                     done, size, start = [], 0, pos
                 tail = data[-4:]
         if pos > start:
-            empty = pos == 0 or (pos == 3 and first == BOM)  # no text: nothing to end
-            newline = several and not empty and tail[-1:] != b"\n"
-            done.append(Segment(str(path), start, pos, newline))
+            done.append(_file_end(path, start, pos, first, tail, several))
             size += pos - start
         if digests is not None:
             digests.append(digest.hexdigest())

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +138,42 @@ class TrainResult:
 # the loop
 
 
+def _worker(
+    items: Iterator[Batch],
+    lock: threading.Lock,
+    syn0: torch.Tensor,
+    syn1: torch.Tensor,
+    sums: np.ndarray,
+    progress: Callable[[Progress], None] | None,
+    total_words: int,
+    t0: float,
+) -> Callable[[], None]:
+    """The loop of one worker thread: take the next batch (under ``lock``) until there is none,
+    step on it, add its loss and predicted words to its epoch's row of ``sums`` (epochs, 2) and
+    report the progress (``total_words``: over all epochs; ``t0``: the start time)."""
+
+    def work() -> None:
+        while True:
+            with lock:
+                b = next(items, None)
+            if b is None:
+                return
+            if b.work is None:
+                loss, n = 0.0, 0
+            elif isinstance(b.work, CbowBatch):
+                loss, n = cbow_step(syn0, syn1, b.work, b.alpha)
+            else:
+                loss, n = batched_step(syn0, syn1, b.work, b.alpha)
+            with lock:
+                sums[b.epoch] += (loss, n)
+                if progress is not None:
+                    mean = sums[b.epoch, 0] / max(sums[b.epoch, 1], 1)
+                    progress(Progress(round(b.words), total_words, b.epoch + 1,
+                                      b.alpha, time.perf_counter() - t0, mean))  # fmt: skip
+
+    return work
+
+
 def train_word2vec(
     text_or_sentences: str | Sequence[Sequence[str]],
     config: Word2VecConfig | None = None,
@@ -168,26 +204,7 @@ def train_word2vec(
         lock = threading.Lock()
         items = prefetch(batches(ids_all, sent_all, keep_p, raw_words, noise, cfg))
         t0, cpu0 = time.perf_counter(), time.process_time()
-
-        def work() -> None:
-            while True:
-                with lock:
-                    b = next(items, None)
-                if b is None:
-                    return
-                if b.work is None:
-                    loss, n = 0.0, 0
-                elif isinstance(b.work, CbowBatch):
-                    loss, n = cbow_step(syn0, syn1, b.work, b.alpha)
-                else:
-                    loss, n = batched_step(syn0, syn1, b.work, b.alpha)
-                with lock:
-                    sums[b.epoch] += (loss, n)
-                    if progress is not None:
-                        mean = sums[b.epoch, 0] / max(sums[b.epoch, 1], 1)
-                        progress(Progress(round(b.words), raw_words * cfg.epochs, b.epoch + 1,
-                                          b.alpha, time.perf_counter() - t0, mean))  # fmt: skip
-
+        work = _worker(items, lock, syn0, syn1, sums, progress, raw_words * cfg.epochs, t0)
         try:
             run_workers(work, cfg.workers)
         finally:

@@ -155,6 +155,22 @@ def looks_like_header(fields: Sequence[str]) -> bool:
     return a != b and a in HEADER_NAMES and b in HEADER_NAMES
 
 
+def _split_lines(text: str, report: PairsReport) -> list[str]:
+    """The lines of ``text``, its byte order mark removed and CRLF / CR line ends read as line
+    ends (both noted in ``report``, with the number of lines)."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+        report.bom = True
+    if "\r" in text:
+        report.crlf = text.count("\r")
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final line end
+    report.lines = len(lines)
+    return lines
+
+
 def parse_pairs(
     text: str,
     *,
@@ -174,16 +190,7 @@ def parse_pairs(
     if header not in (True, False, "auto"):
         raise ConfigError(f"header must be True, False or 'auto', got {header!r}")
     report = PairsReport(source=name)
-    if text.startswith("\ufeff"):
-        text = text[1:]
-        report.bom = True
-    if "\r" in text:
-        report.crlf = text.count("\r")
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final line end
-    report.lines = len(lines)
+    lines = _split_lines(text, report)
     pairs: list[Pair] = []
     first_content = True
     for lineno, line in enumerate(lines, 1):
