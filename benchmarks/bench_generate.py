@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
-from attnlm.generate import SamplingConfig, generate
+from attnlm.generate import DecodeOptions, SamplingConfig, generate
 from attnlm.models import from_hf, save_hf
 from attnlm.models.gpt import GPT
 
@@ -112,7 +112,7 @@ def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=
 
     def greedy(**kw):
         return lambda: generate(
-            ours, prompt, SamplingConfig(temperature=0, max_new_tokens=n), use_cache=True, **kw
+            ours, prompt, SamplingConfig(temperature=0, max_new_tokens=n), DecodeOptions(**kw)
         )
 
     def run_hf():

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
+from attnlm.generate.options import DecodeOptions
 
 PEAKS_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 NANOGPT_H100 = {"step_ms": 38.4, "mfu": 0.371, "preset_val": 1.2965, "preset_seconds": 190}
@@ -112,16 +113,19 @@ def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
 
         runners = {
             "ours_plain": lambda p=prompt: generate(
-                ours, p, SamplingConfig(temperature=0, max_new_tokens=n), lookahead=0
+                ours, p, SamplingConfig(temperature=0, max_new_tokens=n), DecodeOptions(lookahead=0)
             ),
             "ours_compiled": lambda p=prompt: generate(
-                ours, p, SamplingConfig(temperature=0, max_new_tokens=n), compile=step
+                ours,
+                p,
+                SamplingConfig(temperature=0, max_new_tokens=n),
+                DecodeOptions(compile=step),
             ),
             "hf_dynamic": hf(ref),
         }
         for key, model in quantized.items():  # weight-only formats: float32 activations
             runners[key] = lambda p=prompt, m=model: generate(
-                m, p, SamplingConfig(temperature=0, max_new_tokens=n), lookahead=0
+                m, p, SamplingConfig(temperature=0, max_new_tokens=n), DecodeOptions(lookahead=0)
             )
         if ref_static is not None:
             runners["hf_static_compiled"] = hf(ref_static, cache_implementation="static")

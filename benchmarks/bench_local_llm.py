@@ -51,6 +51,7 @@ import sys
 import time
 
 import harness  # benchmarks/harness.py: alternating runs, medians, JSON lines
+from attnlm.generate.options import DecodeOptions
 
 NAME = "smollm2-135m-instruct"
 EOT = 2  # SmolLM2's end-of-turn token, <|im_end|>
@@ -238,7 +239,12 @@ def ceiling_rows(path: str, threads: int, new: int, rounds: int, batches: list[i
     greedy = SamplingConfig(temperature=0, max_new_tokens=new)
     for batch in batches:
         prompts = [[(t + r) % model.config.vocab_size for t in ids] for r in range(batch)]
-        decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=4), lookahead=0)
+        decode(
+            model,
+            prompts,
+            SamplingConfig(temperature=0, max_new_tokens=4),
+            DecodeOptions(lookahead=0),
+        )
         xs = {m.in_features: torch.randn(batch, m.in_features) for m in linears}
 
         def ceiling(xs=xs) -> None:
@@ -249,10 +255,15 @@ def ceiling_rows(path: str, threads: int, new: int, rounds: int, batches: list[i
                         torch.mm(xs[w.shape[0]], w)
 
         def plain(prompts=prompts) -> None:
-            decode(model, prompts, greedy, lookahead=0)
+            decode(model, prompts, greedy, DecodeOptions(lookahead=0))
 
         def prefill(prompts=prompts) -> None:
-            decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=1), lookahead=0)
+            decode(
+                model,
+                prompts,
+                SamplingConfig(temperature=0, max_new_tokens=1),
+                DecodeOptions(lookahead=0),
+            )
 
         weight_bytes = sum(m.weight.numel() * 4 for m in linears)  # read once per step
         buffer = torch.ones(weight_bytes // 4)

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnlm.generate.options import DecodeOptions
+
 MIN_MARGIN = 1e-3  # top-1 minus top-2 logit at every greedy step, asserted by the script
 N_NEW = 24  # new tokens per row
 V = 100  # vocabulary of the language models
@@ -277,9 +279,8 @@ def run_case(model: torch.nn.Module, case: Case, compile: bool = False, process=
 
     prompts = [list(p) for p in case.prompts]
     if case.kind == "decode":
-        extra = {} if runner is None else {"runner": runner}  # (the pristine API had none)
-        return decode(model, prompts, case.sampling(), lookahead=case.lookahead,
-                      compile=compile, process=process, **extra)  # fmt: skip
+        options = DecodeOptions(lookahead=case.lookahead, compile=compile, runner=runner)
+        return decode(model, prompts, case.sampling(), options, process=process)
     if case.kind == "beam":
         return translate_ids(model, prompts, num_beams=3, max_new_tokens=case.max_new_tokens)
     sampling = case.sampling()

@@ -15,6 +15,7 @@ import torch
 from attnlm.errors import InputError
 from attnlm.generate.beam import beam_search
 from attnlm.generate.loop import decode
+from attnlm.generate.options import DecodeOptions
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.generate.translate import translate_ids
 from attnlm.models.transformer import Transformer, TransformerConfig
@@ -49,11 +50,10 @@ def _decode(model, sources, n, compile=False, static=True, temperature=0.0):
         model,
         setup.prompts,
         SamplingConfig(temperature=temperature, top_k=8, max_new_tokens=n),
+        DecodeOptions(static=static, compile=compile),
         generator=g,
         state_batch=setup.state_batch,
         process=setup.process,
-        static=static,
-        compile=compile,
     )
 
 

@@ -6,6 +6,7 @@ import torch
 from attnlm.errors import ConfigError, InputError
 from attnlm.generate import SamplingConfig, apply_filters, decode, generate, generate_text
 from attnlm.generate.filters import FILTERS, temperature, top_k, top_p
+from attnlm.generate.options import DecodeOptions
 from attnlm.models.gpt import GPT, GPTConfig
 
 
@@ -130,8 +131,12 @@ def reference_greedy(model, ids, n):
 def test_cache_equals_recompute_within_window(positions):
     model = tiny_gpt(positions)
     ids = torch.randint(40, (3, 4), generator=torch.Generator().manual_seed(1))
-    cached = generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=12), use_cache=True)
-    full = generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=12), use_cache=False)
+    cached = generate(
+        model, ids, SamplingConfig(temperature=0, max_new_tokens=12), DecodeOptions(use_cache=True)
+    )
+    full = generate(
+        model, ids, SamplingConfig(temperature=0, max_new_tokens=12), DecodeOptions(use_cache=False)
+    )
     assert torch.equal(cached, full)
     assert torch.equal(full, reference_greedy(model, ids, 12))
     # seeded sampling also agrees token for token
@@ -145,7 +150,7 @@ def test_cache_equals_recompute_within_window(positions):
         model,
         ids,
         SamplingConfig(temperature=0.9, top_p=0.9, max_new_tokens=12),
-        use_cache=False,
+        DecodeOptions(use_cache=False),
         generator=torch.Generator().manual_seed(3),
     )
     assert torch.equal(s1, s2)
@@ -155,13 +160,18 @@ def test_learned_positions_crop_beyond_the_window():
     model = tiny_gpt("learned", block=8)
     ids = torch.randint(40, (2, 5), generator=torch.Generator().manual_seed(2))
     cached = generate(
-        model, ids, SamplingConfig(temperature=0, max_new_tokens=20), use_cache=True
+        model, ids, SamplingConfig(temperature=0, max_new_tokens=20), DecodeOptions(use_cache=True)
     )  # 25 > block 8
     assert cached.shape == (2, 25)
     assert torch.equal(cached, reference_greedy(model, ids, 20))
     assert torch.equal(
         cached,
-        generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=20), use_cache=False),
+        generate(
+            model,
+            ids,
+            SamplingConfig(temperature=0, max_new_tokens=20),
+            DecodeOptions(use_cache=False),
+        ),
     )
 
 
@@ -169,7 +179,9 @@ def test_rope_sliding_window_equals_recompute_on_the_last_window():
     # One layer: a trimmed cache of RoPE keys is exactly the cropped window's keys.
     model = tiny_gpt("rope", n_layer=1, block=8)
     ids = torch.randint(40, (2, 6), generator=torch.Generator().manual_seed(4))
-    cached = generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=24), use_cache=True)
+    cached = generate(
+        model, ids, SamplingConfig(temperature=0, max_new_tokens=24), DecodeOptions(use_cache=True)
+    )
     assert torch.equal(cached, reference_greedy(model, ids, 24))
 
 
@@ -328,10 +340,10 @@ def test_lookahead_gives_the_greedy_tokens_with_fewer_passes(positions, sharpen)
     prompt = [[3, 1, 4, 1, 5, 9, 2, 6]]
     greedy = SamplingConfig(temperature=0, max_new_tokens=50)
     counting = Counting(model)
-    fast = decode(model, prompt, greedy, lookahead=8, runner=counting)
+    fast = decode(model, prompt, greedy, DecodeOptions(lookahead=8, runner=counting))
     passes = counting.calls
     counting = Counting(model)
-    slow = decode(model, prompt, greedy, lookahead=0, runner=counting)
+    slow = decode(model, prompt, greedy, DecodeOptions(lookahead=0, runner=counting))
     assert fast == slow and len(fast[0]) == 50
     assert counting.calls == 50  # one pass per token: the prefill gives the first
     ref = reference_greedy(model, torch.tensor(prompt), 50)[0, 8:].tolist()
@@ -357,9 +369,12 @@ def test_lookahead_rejected_drafts_are_undone(monkeypatch):
 
     model = tiny_gpt("rope", block=64, sharpen=1.0)
     prompt = [3, 1, 4, 1, 5]
-    truth = decode(model, [prompt], SamplingConfig(temperature=0, max_new_tokens=40), lookahead=0)[
-        0
-    ]
+    truth = decode(
+        model,
+        [prompt],
+        SamplingConfig(temperature=0, max_new_tokens=40),
+        DecodeOptions(lookahead=0),
+    )[0]
     full = prompt + truth
 
     def half_right(seq, k, max_ngram=4):
@@ -370,7 +385,7 @@ def test_lookahead_rejected_drafts_are_undone(monkeypatch):
     monkeypatch.setattr(la, "lookup_draft", half_right)
     counting = Counting(model)  # records the cache's length before each pass
     greedy = SamplingConfig(temperature=0, max_new_tokens=40)
-    assert decode(model, [prompt], greedy, lookahead=6, runner=counting)[0] == truth
+    assert decode(model, [prompt], greedy, DecodeOptions(lookahead=6, runner=counting))[0] == truth
     held = counting.held
     # prefill, then each pass commits the next token and two accepted guesses; the four wrong
     # guesses are fed too but dropped from the cache again

@@ -9,7 +9,7 @@ import torch
 
 from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode, generate, generate_text
-from attnlm.generate.plan import GROWING, NO_STATE, STATIC, plan_decode
+from attnlm.generate.plan import GROWING, NO_STATE, STATIC, DecodeOptions, plan_decode
 from attnlm.models import registry
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.llama import Llama, LlamaConfig
@@ -69,11 +69,11 @@ def test_each_family_says_what_its_models_do():
 
 def test_the_plan_is_decided_from_the_record_and_the_call():
     gpt = _gpt("rope")
-    greedy = dict(greedy=True, lookahead=8)
+    greedy = dict(greedy=True, options=DecodeOptions(lookahead=8))
     plan = plan_decode(gpt, PROMPTS, 10, False)
     assert (plan.state, plan.window, plan.slide, plan.max_len) == (STATIC, 16, True, 15)
-    assert plan_decode(gpt, PROMPTS, 10, False, static=False).state == GROWING
-    assert plan_decode(gpt, PROMPTS, 10, False, use_cache=False).state == NO_STATE
+    assert plan_decode(gpt, PROMPTS, 10, False, DecodeOptions(static=False)).state == GROWING
+    assert plan_decode(gpt, PROMPTS, 10, False, DecodeOptions(use_cache=False)).state == NO_STATE
     assert plan_decode(gpt, PROMPTS[:1], 10, **greedy).lookahead == 8  # one greedy prompt
     assert plan_decode(gpt, PROMPTS[:1], 20, **greedy).lookahead == 0  # past the window
     assert plan_decode(gpt, PROMPTS, 10, **greedy).lookahead == 0  # several prompts
@@ -82,9 +82,9 @@ def test_the_plan_is_decided_from_the_record_and_the_call():
     rnn = plan_decode(_rnn(), PROMPTS, 100, False)
     assert (rnn.state, rnn.window) == (GROWING, None)  # no static state, no window
     with pytest.raises(InputError, match="needs the model's decoding state"):
-        plan_decode(_rnn(), PROMPTS, 5, False, conditioned=True, use_cache=False)
+        plan_decode(_rnn(), PROMPTS, 5, False, DecodeOptions(use_cache=False), conditioned=True)
     with pytest.raises(InputError, match="no compiled decode step"):
-        plan_decode(_gpt("alibi"), PROMPTS, 5, False, compile=True)
+        plan_decode(_gpt("alibi"), PROMPTS, 5, False, DecodeOptions(compile=True))
 
 
 @pytest.mark.parametrize("make", [_gpt, _llama, _rnn], ids=["gpt", "llama", "rnn"])
@@ -96,7 +96,9 @@ def test_one_sampling_config_decodes_every_language_model(make, temperature):
     sampling = SamplingConfig(temperature=temperature, top_k=8, max_new_tokens=12, seed=5)
     cached = decode(model, PROMPTS, sampling)
     g = torch.Generator().manual_seed(5)
-    recomputed = decode(model, PROMPTS, sampling.with_(seed=None), generator=g, use_cache=False)
+    recomputed = decode(
+        model, PROMPTS, sampling.with_(seed=None), DecodeOptions(use_cache=False), generator=g
+    )
     assert cached == recomputed and all(len(row) == 12 for row in cached)
     if sampling.greedy:  # a batch gives each row the tokens it gets alone
         ids = torch.tensor([PROMPTS[1]])
@@ -111,7 +113,7 @@ def test_one_sampling_config_decodes_a_translation_model(temperature):
     sampling = SamplingConfig(temperature=temperature, max_new_tokens=10, seed=2)
     kw = dict(state_batch=setup.state_batch, eos_id=setup.eos_id, process=setup.process)
     static = decode(model, setup.prompts, sampling, **kw)
-    growing = decode(model, setup.prompts, sampling, static=False, **kw)
+    growing = decode(model, setup.prompts, sampling, DecodeOptions(static=False), **kw)
     assert static == growing and all(1 <= len(row) <= 10 for row in static)
 
 

@@ -12,6 +12,7 @@ import torch
 
 from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode
+from attnlm.generate.options import DecodeOptions
 from attnlm.generate.speculative import ModelDrafter, draft_model
 from attnlm.models import registry
 from attnlm.nn.quant import QuantLinear, quantize_weights
@@ -58,10 +59,10 @@ def test_greedy_with_a_quantized_draft_equals_plain_greedy(family, fmt, lookahea
     model = _tiny(family, seed=3)
     draft = draft_model(model, fmt)
     prompt = [5, 17, 3, 40, 9, 22, 61, 8]
-    plain = decode(model, [prompt], GREEDY, lookahead=0)[0]
+    plain = decode(model, [prompt], GREEDY, DecodeOptions(lookahead=0))[0]
     recording = Recording(draft)
     monkeypatch.setattr(spec, "ModelDrafter", lambda d: recording)
-    fast = decode(model, [prompt], GREEDY, lookahead=lookahead, draft=draft)[0]
+    fast = decode(model, [prompt], GREEDY, DecodeOptions(lookahead=lookahead, draft=draft))[0]
     assert fast == plain and len(fast) == 64
     made = sum(len(g) for _, g in recording.guessed)
     assert recording.seen, "the draft model never ran"
@@ -72,10 +73,14 @@ def test_a_draft_of_a_model_that_already_decoded():
     """The C step keeps its plan (pointers into the model) on the model: the copy makes its
     own instead of sharing or copying it."""
     model = _tiny("llama", seed=6)
-    plain = decode(model, [[1, 2, 3]], GREEDY, lookahead=0)  # the C step plans for model
+    plain = decode(
+        model, [[1, 2, 3]], GREEDY, DecodeOptions(lookahead=0)
+    )  # the C step plans for model
     draft = draft_model(model, "q4")
-    assert decode(model, [[1, 2, 3]], GREEDY, draft=draft) == plain
-    assert decode(model, [[1, 2, 3]], GREEDY, lookahead=0) == plain  # model's plan still works
+    assert decode(model, [[1, 2, 3]], GREEDY, DecodeOptions(draft=draft)) == plain
+    assert (
+        decode(model, [[1, 2, 3]], GREEDY, DecodeOptions(lookahead=0)) == plain
+    )  # model's plan still works
 
 
 def test_a_wrong_draft_model_changes_no_token(monkeypatch):
@@ -84,10 +89,10 @@ def test_a_wrong_draft_model_changes_no_token(monkeypatch):
 
     model, other = _tiny("llama", seed=1), _tiny("llama", seed=2)
     prompt = [4, 8, 15, 16, 23, 42]
-    plain = decode(model, [prompt], GREEDY, lookahead=0)[0]
+    plain = decode(model, [prompt], GREEDY, DecodeOptions(lookahead=0))[0]
     recording = Recording(other)
     monkeypatch.setattr(spec, "ModelDrafter", lambda d: recording)
-    assert decode(model, [prompt], GREEDY, lookahead=8, draft=other)[0] == plain
+    assert decode(model, [prompt], GREEDY, DecodeOptions(lookahead=8, draft=other))[0] == plain
     made = sum(len(g) for _, g in recording.guessed)
     assert recording.right(prompt + plain) < made // 2  # most guesses were wrong
 
@@ -96,10 +101,10 @@ def test_a_stop_inside_a_draft_ends_there():
     model = _tiny("gpt", seed=4)
     draft = draft_model(model, "q4")
     seen: list[int] = []
-    out = decode(model, [[1, 2, 3]], GREEDY, draft=draft,
+    out = decode(model, [[1, 2, 3]], GREEDY, DecodeOptions(draft=draft),
                  on_token=lambda r, t: seen.append(t) or len(seen) == 11)  # fmt: skip
     assert out[0] == seen and len(seen) == 11
-    assert out[0] == decode(model, [[1, 2, 3]], GREEDY, lookahead=0)[0][:11]
+    assert out[0] == decode(model, [[1, 2, 3]], GREEDY, DecodeOptions(lookahead=0))[0][:11]
 
 
 def test_the_draft_leaves_the_model_alone_and_shares_its_other_tensors():
@@ -197,11 +202,11 @@ def test_smollm2_float32_tokens_with_a_4_bit_draft():
                                      add_generation_prompt=True)  # fmt: skip
     prompt = tok.encode(text)
     greedy = SamplingConfig(temperature=0, max_new_tokens=96)
-    plain = decode(model, [prompt], greedy, lookahead=0)[0]
+    plain = decode(model, [prompt], greedy, DecodeOptions(lookahead=0))[0]
     recording = Recording(draft_model(model, "q4"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(spec, "ModelDrafter", lambda d: recording)
-        fast = decode(model, [prompt], greedy, draft=recording.model)[0]
+        fast = decode(model, [prompt], greedy, DecodeOptions(draft=recording.model))[0]
     assert fast == plain
     made = sum(len(g) for _, g in recording.guessed)
     assert recording.right(prompt + plain) > 0.9 * made

@@ -9,6 +9,7 @@ import torch
 
 from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode, generate
+from attnlm.generate.options import DecodeOptions
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.transformer import Transformer, TransformerConfig
 from attnlm.nn.cache import KVCache
@@ -33,7 +34,16 @@ def _both(model, prompts, sampling, **kw):
     out = []
     for static in (False, True):
         g = torch.Generator().manual_seed(7)
-        out.append(decode(model, prompts, sampling, generator=g, lookahead=0, static=static, **kw))
+        out.append(
+            decode(
+                model,
+                prompts,
+                sampling,
+                DecodeOptions(lookahead=0, static=static),
+                generator=g,
+                **kw,
+            )
+        )
     return out
 
 
@@ -166,8 +176,8 @@ def test_compiled_step_is_one_graph_without_recompiling(prefix, temperature=1.0)
         model,
         prompts,
         SamplingConfig(temperature=temperature, max_new_tokens=64),
+        DecodeOptions(lookahead=0),
         generator=g,
-        lookahead=0,
     )
     torch._dynamo.reset()
     with torch._dynamo.config.patch(error_on_recompile=True):
@@ -177,8 +187,8 @@ def test_compiled_step_is_one_graph_without_recompiling(prefix, temperature=1.0)
                 model,
                 prompts,
                 SamplingConfig(temperature=temperature, max_new_tokens=64),
+                DecodeOptions(compile=step),
                 generator=g,
-                compile=step,
             )
             assert got == want
 
@@ -194,11 +204,19 @@ def test_prefix_mode_serves_every_length_and_batch_size_with_one_graph():
     calls += [([[i, i + 1] for i in range(5)], 10), ([[7], [8, 9, 10]], 25)]
     torch._dynamo.reset()
     for i, (prompts, n) in enumerate(calls):
-        want = decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=n), lookahead=0)
+        want = decode(
+            model,
+            prompts,
+            SamplingConfig(temperature=0, max_new_tokens=n),
+            DecodeOptions(lookahead=0),
+        )
         with torch._dynamo.config.patch(error_on_recompile=i not in (0, 2)):
             assert (
                 decode(
-                    model, prompts, SamplingConfig(temperature=0, max_new_tokens=n), compile=step
+                    model,
+                    prompts,
+                    SamplingConfig(temperature=0, max_new_tokens=n),
+                    DecodeOptions(compile=step),
                 )
                 == want
             )
@@ -217,8 +235,13 @@ def test_compiled_step_reads_weights_changed_between_decodes(prefix, tmp_path):
     step = CompiledStep(model, backend="eager", prefix=prefix)
     prompts = _prompts(3)
     assert decode(
-        model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), compile=step
-    ) == decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), lookahead=0)
+        model,
+        prompts,
+        SamplingConfig(temperature=0, max_new_tokens=20),
+        DecodeOptions(compile=step),
+    ) == decode(
+        model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), DecodeOptions(lookahead=0)
+    )
     tok = CharTokenizer.train("abc")
     save_checkpoint(tmp_path / "ck", model, {"model": {"type": "gpt"}}, tok, {"step": 0})
     assert model.blocks[0].attn.qkv_proj.weight.is_contiguous()  # row-major again
@@ -230,10 +253,17 @@ def test_compiled_step_reads_weights_changed_between_decodes(prefix, tmp_path):
         model(ids, targets=ids).loss.backward()
         opt.step()
     model.eval()
-    want = decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), lookahead=0)
+    want = decode(
+        model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), DecodeOptions(lookahead=0)
+    )
     with torch._dynamo.config.patch(error_on_recompile=True):
         assert (
-            decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=20), compile=step)
+            decode(
+                model,
+                prompts,
+                SamplingConfig(temperature=0, max_new_tokens=20),
+                DecodeOptions(compile=step),
+            )
             == want
         )
 
@@ -247,10 +277,16 @@ def test_compile_true_reuses_one_step_per_model_and_falls_back_past_the_window()
     ids = torch.tensor([[1, 2, 3]])
     torch._dynamo.reset()
     want = generate(
-        model, ids, SamplingConfig(temperature=0, max_new_tokens=30), lookahead=0
+        model, ids, SamplingConfig(temperature=0, max_new_tokens=30), DecodeOptions(lookahead=0)
     )  # past the window
     assert torch.equal(
-        generate(model, ids, SamplingConfig(temperature=0, max_new_tokens=30), compile=step), want
+        generate(
+            model,
+            ids,
+            SamplingConfig(temperature=0, max_new_tokens=30),
+            DecodeOptions(compile=step),
+        ),
+        want,
     )
     with pytest.raises(InputError, match="no compiled decode step"):
         CompiledStep(_gpt(positions="alibi"))
@@ -263,7 +299,7 @@ def test_inductor_compiled_step_gives_the_eager_tokens():
         model,
         torch.tensor([[1, 2, 3], [4, 5, 6]]),
         SamplingConfig(temperature=0, max_new_tokens=40),
-        lookahead=0,
+        DecodeOptions(lookahead=0),
     )
     torch._dynamo.reset()
     with torch._dynamo.config.patch(error_on_recompile=True):
@@ -271,7 +307,7 @@ def test_inductor_compiled_step_gives_the_eager_tokens():
             model,
             torch.tensor([[1, 2, 3], [4, 5, 6]]),
             SamplingConfig(temperature=0, max_new_tokens=40),
-            compile=True,
+            DecodeOptions(compile=True),
         )
     assert torch.equal(got, want)
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from attnlm.cli import main
 from attnlm.errors import ConfigError, InputError
+from attnlm.generate.options import DecodeOptions
 from attnlm.models import from_hf, registry
 from attnlm.models.base import Family, ModelOutput, token_loss
 from attnlm.models.gpt import GPT, GPTConfig
@@ -375,9 +376,12 @@ def test_beam_search_equals_transformers_gpt2(tmp_path):
     prompts = [[5, 6, 7], [9, 1, 2]]
     from attnlm.generate import SamplingConfig, decode
 
-    eos = decode(ours, prompts[:1], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0)[
-        0
-    ][2]
+    eos = decode(
+        ours,
+        prompts[:1],
+        SamplingConfig(temperature=0, max_new_tokens=3),
+        DecodeOptions(lookahead=0),
+    )[0][2]
     ended_early = 0
     for k, lp, es in itertools.product([1, 2, 4], [1.0, 0.0, 2.0], [False, True, "never"]):
         with torch.no_grad():
@@ -399,7 +403,11 @@ def test_one_beam_is_greedy_decoding():
 
     model = tiny_gpt()
     greedy = decode(
-        model, [[1, 2, 3]], SamplingConfig(temperature=0, max_new_tokens=8), eos_id=4, lookahead=0
+        model,
+        [[1, 2, 3]],
+        SamplingConfig(temperature=0, max_new_tokens=8),
+        DecodeOptions(lookahead=0),
+        eos_id=4,
     )
     assert beam_search(model, [[1, 2, 3]], 1, max_new_tokens=8, eos_id=4) == greedy
 

@@ -14,6 +14,7 @@ import torch
 
 from attnlm.errors import ConfigError, InputError
 from attnlm.generate import SamplingConfig, decode
+from attnlm.generate.options import DecodeOptions
 from attnlm.models import hmm as hmm_module
 from attnlm.models import registry
 from attnlm.models.hmm import HMMLM, HMMConfig, split_sequences
@@ -222,8 +223,18 @@ def test_step_equals_forward_and_decoding_with_state_equals_recomputation():
     state.reorder(torch.tensor([1, 0]))
     torch.testing.assert_close(state.belief, model.filter(ids.flip(0))[0][:, -1])
     prompts = [[1, 2, 3], [4]]
-    a = decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=15), use_cache=True)
-    b = decode(model, prompts, SamplingConfig(temperature=0, max_new_tokens=15), use_cache=False)
+    a = decode(
+        model,
+        prompts,
+        SamplingConfig(temperature=0, max_new_tokens=15),
+        DecodeOptions(use_cache=True),
+    )
+    b = decode(
+        model,
+        prompts,
+        SamplingConfig(temperature=0, max_new_tokens=15),
+        DecodeOptions(use_cache=False),
+    )
     assert a == b and all(len(r) == 15 for r in a)
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlm.errors import ConfigError, InputError
+from attnlm.generate.options import DecodeOptions
 from attnlm.inspect.params import kv_cache_bytes_per_token
 from attnlm.models import from_hf, save_hf
 from attnlm.models.hf import llama as hf_llama
@@ -150,10 +151,18 @@ def test_greedy_decoding_equals_transformers_generate(tmp_path, name):
                           eos_token_id=None, pad_token_id=0)  # fmt: skip
     for lookahead in (0, 8):  # plain cached steps, and the draft-and-verify path
         mine = decode(
-            ours, prompts, SamplingConfig(temperature=0, max_new_tokens=30), lookahead=lookahead
+            ours,
+            prompts,
+            SamplingConfig(temperature=0, max_new_tokens=30),
+            DecodeOptions(lookahead=lookahead),
         )
         assert mine == [r[4:] for r in ref.tolist()]
-    one = decode(ours, prompts[:1], SamplingConfig(temperature=0, max_new_tokens=30), lookahead=8)
+    one = decode(
+        ours,
+        prompts[:1],
+        SamplingConfig(temperature=0, max_new_tokens=30),
+        DecodeOptions(lookahead=8),
+    )
     assert one[0] == ref[0, 4:].tolist()
 
 
@@ -168,9 +177,12 @@ def test_beam_search_equals_transformers(tmp_path, name):
     ours = hf_llama.load(tmp_path).double()
     hf = hf.double()
     prompts = [[5, 6, 7], [9, 3, 2]]
-    eos = decode(ours, prompts[:1], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0)[
-        0
-    ][2]
+    eos = decode(
+        ours,
+        prompts[:1],
+        SamplingConfig(temperature=0, max_new_tokens=3),
+        DecodeOptions(lookahead=0),
+    )[0][2]
     ended_early = 0
     for k, lp, es in itertools.product([2, 4], [1.0, 0.0], [False, True]):
         with torch.no_grad():

@@ -9,6 +9,7 @@ from torch import nn
 
 from attnlm.checkpoint import load_weights, save_checkpoint
 from attnlm.generate import SamplingConfig, decode
+from attnlm.generate.options import DecodeOptions
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.nn.layout import decoding_layout
 from attnlm.tokenizers.char import CharTokenizer
@@ -51,8 +52,8 @@ def test_logits_and_decoded_tokens_are_unchanged():
         _gpt(),
         prompts,
         SamplingConfig(temperature=0.8, max_new_tokens=20),
+        DecodeOptions(lookahead=0),
         generator=g,
-        lookahead=0,
     )
     decoding_layout(model)
     with torch.no_grad():
@@ -63,8 +64,8 @@ def test_logits_and_decoded_tokens_are_unchanged():
             model,
             prompts,
             SamplingConfig(temperature=0.8, max_new_tokens=20),
+            DecodeOptions(lookahead=0),
             generator=g,
-            lookahead=0,
         )
         == ref_tokens
     )
@@ -72,7 +73,9 @@ def test_logits_and_decoded_tokens_are_unchanged():
 
 def test_decoding_applies_it_and_leaves_other_dtypes_alone():
     model = _gpt()
-    decode(model, [[1, 2]], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0)
+    decode(
+        model, [[1, 2]], SamplingConfig(temperature=0, max_new_tokens=3), DecodeOptions(lookahead=0)
+    )
     assert model.blocks[0].attn.qkv_proj.weight.t().is_contiguous()
     double = _gpt().double()
     decoding_layout(double)
@@ -82,7 +85,7 @@ def test_decoding_applies_it_and_leaves_other_dtypes_alone():
 def test_save_load_and_training_after_decoding(tmp_path):
     model = _gpt()
     decode(
-        model, [[1, 2]], SamplingConfig(temperature=0, max_new_tokens=3), lookahead=0
+        model, [[1, 2]], SamplingConfig(temperature=0, max_new_tokens=3), DecodeOptions(lookahead=0)
     )  # moves them under inference_mode
     assert model.lm_head.weight.t().is_contiguous()
     tokenizer = CharTokenizer.train("abc")

@@ -15,6 +15,7 @@ from attnlm import native
 from attnlm.errors import InputError
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.lookahead import drop_newest
+from attnlm.generate.options import DecodeOptions
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
 from attnlm.nn.lora import apply_lora
@@ -227,9 +228,11 @@ def test_greedy_tokens_equal_over_64_steps(name, fmt, monkeypatch):
         calls.clear()
         rows = prompts[:1] if lookahead else prompts
         runner = ns.CStepRunner(model)
-        got = decode(model, rows, greedy, lookahead=lookahead, runner=runner)
+        got = decode(model, rows, greedy, DecodeOptions(lookahead=lookahead, runner=runner))
         assert len(calls) > 10
-        want = decode(model, rows, greedy, lookahead=lookahead, runner=EagerRunner(model))
+        want = decode(
+            model, rows, greedy, DecodeOptions(lookahead=lookahead, runner=EagerRunner(model))
+        )
         assert got == want
         assert len(set(got[0])) > 3  # not one token repeated
 

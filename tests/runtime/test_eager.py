@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attnlm.generate import SamplingConfig, decode
+from attnlm.generate.options import DecodeOptions
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.llama import Llama, LlamaConfig
 from attnlm.nn.cache import KVCache
@@ -96,11 +97,15 @@ def test_greedy_tokens_equal_over_64_steps(name, monkeypatch):
     monkeypatch.setattr(eager, "flat_step", counted)
     for static in (True, False):
         runner = eager.EagerRunner(model)
-        got = decode(model, prompts, greedy, static=static, lookahead=0, runner=runner)
+        got = decode(
+            model, prompts, greedy, DecodeOptions(static=static, lookahead=0, runner=runner)
+        )
         assert calls, "the flat step did not run"
         plain = eager.EagerRunner(model)
         plain.flat = False  # the forward at every step
-        want = decode(model, prompts, greedy, static=static, lookahead=0, runner=plain)
+        want = decode(
+            model, prompts, greedy, DecodeOptions(static=static, lookahead=0, runner=plain)
+        )
         assert got == want
         assert len(set(got[0])) > 3  # not one token repeated
 

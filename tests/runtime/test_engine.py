@@ -16,6 +16,7 @@ import torch
 
 from attnlm import native
 from attnlm.generate import SamplingConfig, apply_filters, decode, engine_decode, sampling_filters
+from attnlm.generate.options import DecodeOptions
 from attnlm.ggufio import GGUFFile
 from attnlm.models import gguf
 from attnlm.native import structs
@@ -126,7 +127,7 @@ def test_greedy_tokens_equal_the_pytorch_paths(files, name, lookahead):
     prompt = [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]]
     greedy = SamplingConfig(temperature=0, max_new_tokens=64)
     ours = engine_decode.decode(engine, prompt, greedy, lookahead=lookahead)
-    assert ours == decode(model, prompt, greedy, lookahead=lookahead)
+    assert ours == decode(model, prompt, greedy, DecodeOptions(lookahead=lookahead))
     assert len(ours[0]) == 64
     # two rows, and a callback that ends one row early
     seen: list[tuple[int, int]] = []

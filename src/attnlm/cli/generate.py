@@ -92,31 +92,36 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
 
+    from attnlm.generate.options import DecodeOptions
     from attnlm.generate.stats import DecodeStats
-    from attnlm.generate.text import generate_text
 
     sampling = sampling_config(args)
     spec = args.model if args.model is not None else args.checkpoint
     model, tokenizer, threads = _load(args, spec, sampling)
     draft = draft_from_args(args, model, sampling)
-    out = sys.stdout
+    options = DecodeOptions(use_cache=args.use_cache, compile=args.compile,
+                            lookahead=args.lookahead, draft=draft)  # fmt: skip
     stats = DecodeStats()
-    if not args.stream:  # all samples in one batch
-        texts = generate_text(
-            model,
-            tokenizer,
-            [args.prompt] * args.num_samples,
-            sampling=sampling,
-            use_cache=args.use_cache,
-            compile=args.compile,
-            stats=stats,
-            lookahead=args.lookahead,
-            draft=draft,
-        )
-        out.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
-        return _report(args, stats, texts, threads)
-    texts = []
-    for i in range(args.num_samples):  # streaming: one sample after the other
+    texts = (_stream if args.stream else _batch)(args, model, tokenizer, sampling, options, stats)
+    return _report(args, stats, texts, threads)
+
+
+def _batch(args, model, tokenizer, sampling, options, stats) -> list[str]:
+    """Every sample in one batch, printed when all are done."""
+    from attnlm.generate.text import generate_text
+
+    prompts = [args.prompt] * args.num_samples
+    texts = generate_text(model, tokenizer, prompts, sampling, options, stats=stats)
+    sys.stdout.write(("\n" + "-" * 40 + "\n").join(args.prompt + t for t in texts) + "\n")
+    return texts
+
+
+def _stream(args, model, tokenizer, sampling, options, stats) -> list[str]:
+    """One sample after the other, each printed as it is decoded."""
+    from attnlm.generate.text import generate_text
+
+    out, texts = sys.stdout, []
+    for i in range(args.num_samples):
         if i:
             out.write("\n" + "-" * 40 + "\n")
         out.write(args.prompt)
@@ -127,21 +132,11 @@ def _generate(args: argparse.Namespace) -> int:
             out.flush()
 
         seed = None if args.seed is None else args.seed + i
-        texts += generate_text(
-            model,
-            tokenizer,
-            [args.prompt],
-            sampling=sampling.with_(seed=seed),
-            use_cache=args.use_cache,
-            on_text=on_text,
-            compile=args.compile,
-            stats=stats,
-            lookahead=args.lookahead,
-            draft=draft,
-        )
+        texts += generate_text(model, tokenizer, [args.prompt], sampling.with_(seed=seed), options,
+                               on_text=on_text, stats=stats)  # fmt: skip
         out.write("\n")
         out.flush()
-    return _report(args, stats, texts, threads)
+    return texts
 
 
 def _report(args: argparse.Namespace, stats, texts: list[str], threads: int | None) -> int:

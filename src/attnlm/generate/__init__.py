@@ -13,6 +13,7 @@ __getattr__, __all__ = lazy_exports(
     {
         ".filters": "FILTERS apply_filters sampling_filters top_k top_p",
         ".loop": "decode generate",
+        ".options": "DecodeOptions",
         ".sampling": "SamplingConfig",
         ".beam": "beam_search",
         ".text": "encode_prompt generate_text",

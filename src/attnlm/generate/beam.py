@@ -105,14 +105,15 @@ def beam_search(
 def _greedy(model: torch.nn.Module, setup: DecodingSetup, max_new_tokens: int) -> list[list[int]]:
     """One beam: greedy decoding through the same decoding state."""
     from attnlm.generate.loop import decode
+    from attnlm.generate.options import DecodeOptions
 
     new = decode(
         model,
         setup.prompts,
         SamplingConfig(temperature=0, max_new_tokens=max_new_tokens),
+        DecodeOptions(lookahead=0),
         eos_id=setup.eos_id,
         state_batch=setup.state_batch,
-        lookahead=0,
         process=setup.process,
     )
     if setup.keep_prompt:

@@ -50,7 +50,7 @@ import torch
 from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
 from attnlm.generate.filters import apply_filters, sampling_filters
-from attnlm.generate.plan import NO_STATE, STATIC, Plan, plan_decode
+from attnlm.generate.plan import NO_STATE, STATIC, DecodeOptions, Plan, plan_decode
 from attnlm.generate.sampling import SamplingConfig, check_sampling
 
 BUFFER_CHUNK = 1024  # token buffer growth step (positions)
@@ -194,82 +194,63 @@ def decode(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
     sampling: SamplingConfig | None = None,
+    options: DecodeOptions | None = None,
     *,
     generator: torch.Generator | None = None,
     on_token: TokenCallback | None = None,
     eos_id: int | None = None,
     state_batch: dict[str, Any] | None = None,
     process: Callable[[torch.Tensor, int, int], torch.Tensor] | None = None,
-    use_cache: bool = True,
-    static: bool = True,
-    compile: bool | Any = False,
-    lookahead: int = 8,
-    draft: torch.nn.Module | None = None,
-    runner: Any = None,
 ) -> list[list[int]]:
     """Continue each prompt (a list of ids, lengths may differ); return the new ids of each row
     (without its prompt).
 
     ``sampling``: how tokens are picked and how many (``SamplingConfig()`` when None;
-    ``temperature == 0`` is greedy); ``generator``: the random numbers of sampling (else one
-    seeded by ``sampling.seed``, else torch's global one). ``on_token(row, id)`` is called
-    for every new token in order; returning True ends that row. ``eos_id`` ends a row after
-    that token (which is returned). ``state_batch`` is what the decoder conditions on
-    (``model.new_state``). ``process(logits (B, V), length, max_length) -> logits`` edits each
-    step's logits before the pick (``DecodingSetup.process``: a family's logits processors).
-
-    How it runs (:func:`~attnlm.generate.plan.plan_decode`, decided once): ``use_cache``
-    feeds only new tokens to the decoding state (False: recompute the context each step, the
-    same tokens); ``static`` lets families with a static state (``gpt``, ``llama``,
-    ``transformer``) decode into buffers allocated once (:mod:`attnlm.nn.static_cache`; the
-    same tokens as the growing cache); ``compile`` runs every one-token step after the prompt
-    through one compiled graph (:mod:`attnlm.runtime.compiled`; True or a
-    :class:`~attnlm.runtime.compiled.CompiledStep`) while prompt + new tokens fit in the
-    window; ``lookahead``: greedy decoding of one prompt that fits the window checks up to this
-    many draft tokens per pass (:mod:`attnlm.generate.lookahead`; the same tokens, fewer
-    passes), 0 turns it off; ``draft``: a cheaper model whose greedy tokens are those drafts
-    instead of copies from the context (speculative decoding,
-    :func:`~attnlm.generate.speculative.draft_model`: a quantized copy of ``model``);
-    ``runner``: the backend every step goes through (:mod:`attnlm.runtime`; default: chosen
-    once by :func:`~attnlm.runtime.planner.runner_for`, ``compile`` included).
+    ``temperature == 0`` is greedy); ``options``: how the decode runs
+    (:class:`~attnlm.generate.plan.DecodeOptions`: cache, static state, compiled step,
+    lookahead drafts, a draft model, the backend; the same tokens whatever they say).
+    ``generator``: the random numbers of sampling (else one seeded by ``sampling.seed``, else
+    torch's global one). ``on_token(row, id)`` is called for every new token in order;
+    returning True ends that row. ``eos_id`` ends a row after that token (which is returned).
+    ``state_batch`` is what the decoder conditions on (``model.new_state``).
+    ``process(logits (B, V), length, max_length) -> logits`` edits each step's logits before
+    the pick (``DecodingSetup.process``: a family's logits processors).
     """
     sampling = check_sampling(sampling)
+    options = options or DecodeOptions()
     if not prompts or any(len(p) == 0 for p in prompts):
         raise InputError("every prompt needs at least one token")
     n_new, greedy = sampling.max_new_tokens, sampling.greedy
-    plan = plan_decode(
-        model,
-        prompts,
-        n_new,
-        greedy,
-        conditioned=state_batch is not None,
-        watched=eos_id is not None or process is not None,
-        use_cache=use_cache,
-        static=static,
-        compile=compile,
-        lookahead=lookahead,
-        runner=runner,
-    )
+    watched = eos_id is not None or process is not None
+    plan = plan_decode(model, prompts, n_new, greedy, options,
+                       conditioned=state_batch is not None, watched=watched)  # fmt: skip
     if plan.lookahead:
-        return [_lookahead(plan.runner, prompts[0], n_new, plan.lookahead, on_token, draft)]
-    specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
+        return [_lookahead(plan.runner, prompts[0], n_new, plan.lookahead, on_token,
+                           options.draft)]  # fmt: skip
     device = model_device(model)
     if generator is None and sampling.seed is not None and not greedy:
         generator = torch.Generator(device=device).manual_seed(sampling.seed)
     rows = _Rows(prompts, n_new, device, on_token, eos_id)
     with eval_mode(model):
-        ctx = _Context(model, plan, state_batch)
-        pos = min(rows.lens)  # every row advances from the shortest prompt on
-        while pos < rows.total and n_new > 0:
-            logits = ctx.logits(rows.context(pos), pos)  # (B, V)
-            if process is not None:
-                logits = process(logits, pos, rows.total)
-            nxt = pick(logits, specs, greedy, generator)  # (B,)
-            ended = rows.put(pos, nxt)
-            pos += 1
-            if ended:
-                break
+        pos = _loop(_Context(model, plan, state_batch), rows, sampling, generator, process)
     return rows.new_tokens(pos)
+
+
+def _loop(ctx: _Context, rows: _Rows, sampling: SamplingConfig, generator, process) -> int:
+    """One token per row and step until every row has ended; the position it stopped at."""
+    greedy = sampling.greedy
+    specs = [] if greedy else sampling_filters(sampling.temperature, sampling.top_k, sampling.top_p)
+    pos = min(rows.lens)  # every row advances from the shortest prompt on
+    while pos < rows.total and sampling.max_new_tokens > 0:
+        logits = ctx.logits(rows.context(pos), pos)  # (B, V)
+        if process is not None:
+            logits = process(logits, pos, rows.total)
+        nxt = pick(logits, specs, greedy, generator)  # (B,)
+        ended = rows.put(pos, nxt)
+        pos += 1
+        if ended:
+            break
+    return pos
 
 
 def _lookahead(runner, prompt, max_new_tokens, lookahead, on_token, draft) -> list[int]:
@@ -286,28 +267,14 @@ def generate(
     model: torch.nn.Module,
     ids: torch.Tensor,
     sampling: SamplingConfig | None = None,
+    options: DecodeOptions | None = None,
     *,
     generator: torch.Generator | None = None,
-    use_cache: bool = True,
-    static: bool = True,
-    compile: bool | Any = False,
-    lookahead: int = 8,
-    draft: torch.nn.Module | None = None,
 ) -> torch.Tensor:
     """Extend a batch of equal-length prompts ``ids`` (B, T) to (B, T + max_new_tokens):
-    :func:`decode` on tensors (``sampling`` and the other arguments as there)."""
+    :func:`decode` on tensors (``sampling``, ``options`` and ``generator`` as there)."""
     if ids.dim() != 2:
         raise InputError(f"ids must have shape (B, T), got {tuple(ids.shape)}")
-    new = decode(
-        model,
-        ids.tolist(),
-        sampling,
-        generator=generator,
-        use_cache=use_cache,
-        static=static,
-        compile=compile,
-        lookahead=lookahead,
-        draft=draft,
-    )
+    new = decode(model, ids.tolist(), sampling, options, generator=generator)
     tail = torch.tensor(new, dtype=torch.long, device=ids.device).view(ids.size(0), -1)
     return torch.cat([ids, tail], dim=1)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnlm.errors import InputError
+from attnlm.generate.options import DecodeOptions
 from attnlm.models.registry import decoding_of
 from attnlm.nn.static_cache import padded_length
 
@@ -56,25 +57,24 @@ def plan_decode(
     prompts: Sequence[Sequence[int]],
     max_new_tokens: int,
     greedy: bool,
+    options: DecodeOptions | None = None,
     *,
     conditioned: bool = False,
     watched: bool = False,
-    use_cache: bool = True,
-    static: bool = True,
-    compile: bool | CompiledStep = False,
-    lookahead: int = 0,
-    runner: Any = None,
 ) -> Plan:
-    """The :class:`Plan` of decoding ``prompts`` by ``max_new_tokens``. ``conditioned``: the
-    decode starts from a state batch (an encoder-decoder's sources); ``watched``: an end token
-    or a logits processor looks at every step (no drafts then); ``runner``: the backend
-    (default: :func:`~attnlm.runtime.planner.runner_for` chooses it)."""
+    """The :class:`Plan` of decoding ``prompts`` by ``max_new_tokens`` as ``options`` say
+    (:class:`DecodeOptions`). ``conditioned``: the decode starts from a state batch (an
+    encoder-decoder's sources); ``watched``: an end token or a logits processor looks at every
+    step (no drafts then). The backend is ``options.runner``, else the one
+    :func:`~attnlm.runtime.planner.runner_for` chooses."""
+    o = options or DecodeOptions()
+    runner = o.runner
     if runner is None:
         from attnlm.runtime.planner import runner_for
 
-        runner = runner_for(model, compile=compile)
-    plan = _plan(model, prompts, max_new_tokens, greedy, conditioned, watched, use_cache, static,
-                 runner, lookahead)  # fmt: skip
+        runner = runner_for(model, compile=o.compile)
+    plan = _plan(model, prompts, max_new_tokens, greedy, conditioned, watched, o.use_cache,
+                 o.static, runner, o.lookahead)  # fmt: skip
     return replace(plan, runner=runner)
 
 

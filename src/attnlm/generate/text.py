@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from attnlm.errors import AttnlmError, InputError
+from attnlm.generate.options import DecodeOptions
 from attnlm.generate.sampling import SamplingConfig, check_sampling, mask_from, token_limit
 from attnlm.generate.stats import DecodeStats, Timer
 from attnlm.runtime.engine import Engine
@@ -141,26 +142,23 @@ def generate_text(
     tokenizer: Any,
     prompts: Sequence[str],
     sampling: SamplingConfig | None = None,
+    options: DecodeOptions | None = None,
     *,
     on_text: TextCallback | None = None,
-    use_cache: bool = True,
-    compile: bool = False,
     stats: DecodeStats | None = None,
-    lookahead: int = 8,
-    draft: Any = None,
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
     ``sampling`` says how tokens are picked, how many, with which seed and which ``stop``
-    strings end a row (not included); ``on_text(row, piece)`` receives text as it is generated
-    (streaming). ``use_cache``, ``compile``, ``lookahead`` and ``draft``: see
-    :func:`~attnlm.generate.decode`.
-    ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the decode's prefill and decode
-    times and token counts are added to. ``model``: a PyTorch model, or an
-    :class:`~attnlm.runtime.engine.Engine` (decoded by :mod:`attnlm.generate.engine_decode`,
-    which needs no PyTorch).
+    strings end a row (not included); ``options`` how the decode runs
+    (:class:`~attnlm.generate.plan.DecodeOptions`); ``on_text(row, piece)`` receives text as
+    it is generated (streaming). ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the
+    decode's prefill and decode times, token counts and backend are added to. ``model``: a
+    PyTorch model, or an :class:`~attnlm.runtime.engine.Engine` (decoded by
+    :mod:`attnlm.generate.engine_decode`, which needs no PyTorch).
     """
     sampling = check_sampling(sampling)
+    options = options or DecodeOptions()
     ids = [encode_prompt(tokenizer, p) for p in prompts]
     rows = [_RowText(tokenizer, sampling.stop, context=row) for row in ids]
     timer = Timer(stats, sum(len(row) for row in ids), len(ids))
@@ -172,33 +170,36 @@ def generate_text(
             on_text(r, piece)
         return stopped
 
-    limit = token_limit(model, tokenizer)
-    if isinstance(model, Engine):
-        from attnlm.generate import engine_decode
-
-        if draft is not None:
-            raise InputError("a draft model speeds up float32 weights, not the 8- or 4-bit engine")
-        _note_backend(stats, model)
-        timer.start()
-        new = engine_decode.decode(model, ids, sampling, on_token=on_token, lookahead=lookahead,
-                                   vocab_limit=limit)  # fmt: skip
-    else:
-        from attnlm.generate.loop import decode
-        from attnlm.runtime.planner import runner_for
-
-        runner = runner_for(model, compile=compile)  # the backend, chosen once
-        _note_backend(stats, runner)
-        process = None if limit is None else (lambda logits, _pos, _total: mask_from(logits, limit))
-        timer.start()
-        new = decode(model, ids, sampling, on_token=on_token, use_cache=use_cache,
-                     compile=compile, lookahead=lookahead, process=process,
-                     draft=draft, runner=runner)  # fmt: skip
+    timer.start()
+    new = _decode(model, tokenizer, ids, sampling, options, on_token, stats)
     timer.stop(sum(len(row) for row in new))
     for r, row in enumerate(rows):
         rest = row.flush()
         if on_text and rest:
             on_text(r, rest)
     return [row.text() for row in rows]
+
+
+def _decode(model, tokenizer, ids, sampling, options, on_token, stats) -> list[list[int]]:
+    """The new ids of each prompt, decoded on the engine or through :func:`decode` (the
+    backend chosen once and noted in ``stats``); ids past the tokenizer's are never picked."""
+    limit = token_limit(model, tokenizer)
+    if isinstance(model, Engine):
+        from attnlm.generate import engine_decode
+
+        if options.draft is not None:
+            raise InputError("a draft model speeds up float32 weights, not the 8- or 4-bit engine")
+        _note_backend(stats, model)
+        return engine_decode.decode(model, ids, sampling, on_token=on_token,
+                                    lookahead=options.lookahead, vocab_limit=limit)  # fmt: skip
+    from attnlm.generate.loop import decode
+    from attnlm.runtime.planner import runner_for
+
+    if options.runner is None:  # the backend, chosen once
+        options = options.with_(runner=runner_for(model, compile=options.compile))
+    _note_backend(stats, options.runner)
+    process = None if limit is None else (lambda logits, _pos, _total: mask_from(logits, limit))
+    return decode(model, ids, sampling, options, on_token=on_token, process=process)
 
 
 def _note_backend(stats: DecodeStats | None, runner: Any) -> None:

@@ -18,6 +18,7 @@ import torch
 from attnlm.errors import InputError
 from attnlm.generate.beam import EARLY_STOPPING, beam_search
 from attnlm.generate.loop import decode
+from attnlm.generate.options import DecodeOptions
 from attnlm.generate.sampling import SamplingConfig
 
 
@@ -76,7 +77,7 @@ def translate_ids(
             eos_id=setup.eos_id,
             state_batch=setup.state_batch,
             process=setup.process,
-            compile=compile,
+            options=DecodeOptions(compile=compile),
         )
         start = setup.prompts if setup.keep_prompt else [[] for _ in chunk]
         out += [list(p) + row for p, row in zip(start, new)]

@@ -355,6 +355,7 @@ class ModelService:
         return {"tokens": rec.tokens, "k": k, "next": nxt}
 
     def generate(self, text: str, sampling: SamplingConfig) -> dict[str, Any]:
+        from attnlm.generate.options import DecodeOptions
         from attnlm.generate.text import generate_text
 
         self.require("generate")
@@ -364,8 +365,8 @@ class ModelService:
                 self.model,
                 self.tokenizer,
                 [text],
-                sampling=sampling,
-                compile=self._compiled(),
+                sampling,
+                DecodeOptions(compile=self._compiled()),
             )
         return {"prompt": text, "continuation": cont, "text": text + cont}
 
