@@ -297,6 +297,38 @@ def _run_spec(cfg: CompareConfig, name: str) -> Any:
     return dataclasses.replace(spec, train=train)
 
 
+def _start_over(run_dir: Path, shared: SharedData, pretrained: bool, sig_text: str) -> None:
+    """Empty ``run_dir`` for a new run: copies of the shared tokenizer and split (a pretrained
+    model brings its own) and ``sig_text``, the settings it is started with."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    for f in DATA_FILES if not pretrained else ():  # the shared tokenizer and split
+        with atomic_path(run_dir / f) as tmp:
+            shutil.copy2(shared.folder / f, tmp)
+    atomic_write_text(run_dir / STARTED_FILE, sig_text)
+
+
+def _score(cfg: CompareConfig, ck: Any, shared: SharedData, device: Any, pretrained: bool) -> Any:
+    """The exact evaluation of a trained checkpoint on the shared validation text (a pretrained
+    model's in its own tokens and training window)."""
+    from attnlm.evaluation import evaluate_ids
+    from attnlm.objectives import make_objective
+
+    objective = make_objective(ck.family.objective, ck.tokenizer, ck.model_config)
+    val_ids, window = shared.val_ids, int(ck.model_config.block_size)
+    if pretrained:  # the same characters, in the model's own tokens and training window
+        import numpy as np
+
+        from attnlm.tokenizers import encode_text
+
+        val_ids = np.asarray(encode_text(ck.tokenizer, shared.val_text, "validation text"))
+        window = int(ck.train_config.get("block_size") or window)
+    return evaluate_ids(
+        ck.model, val_ids, shared.val_chars, window, cfg.batch_size, device, objective=objective
+    )
+
+
 def run_neural(
     cfg: CompareConfig,
     name: str,
@@ -307,9 +339,7 @@ def run_neural(
     """Train one family for the budget in ``OUT/name`` and score it on the shared text."""
     from attnlm.checkpoint import CHECKPOINT_DIR, load_checkpoint
     from attnlm.device import resolve_device
-    from attnlm.evaluation import evaluate_ids
     from attnlm.models.base import count_params
-    from attnlm.objectives import make_objective
     from attnlm.train.run import METRICS_FILE, train_run
 
     run_dir = Path(cfg.out) / model_folder(name)
@@ -321,34 +351,11 @@ def run_neural(
     sig_text = json.dumps(sig, sort_keys=True)
     resume = (run_dir / CHECKPOINT_DIR).is_dir() and _read_or_none(started) == sig_text
     if not resume:
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True)
-        for f in DATA_FILES if not pretrained else ():  # the shared tokenizer and split
-            with atomic_path(run_dir / f) as tmp:
-                shutil.copy2(shared.folder / f, tmp)
-        atomic_write_text(started, sig_text)
+        _start_over(run_dir, shared, pretrained, sig_text)
     result = train_run(spec, run_dir, resume=resume, log=log)
     device = resolve_device(cfg.device)
     ck = load_checkpoint(run_dir, device)
-    objective = make_objective(ck.family.objective, ck.tokenizer, ck.model_config)
-    val_ids, window = shared.val_ids, int(ck.model_config.block_size)
-    if pretrained:  # the same characters, in the model's own tokens and training window
-        import numpy as np
-
-        from attnlm.tokenizers import encode_text
-
-        val_ids = np.asarray(encode_text(ck.tokenizer, shared.val_text, "validation text"))
-        window = int(ck.train_config.get("block_size") or window)
-    ev = evaluate_ids(
-        ck.model,
-        val_ids,
-        shared.val_chars,
-        window,
-        cfg.batch_size,
-        device,
-        objective=objective,
-    )
+    ev = _score(cfg, ck, shared, device, pretrained)
     records = []
     for line in (run_dir / METRICS_FILE).read_text(encoding="utf-8").splitlines():
         try:

