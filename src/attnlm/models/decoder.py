@@ -144,12 +144,17 @@ class Decoder(nn.Module):
             out.loss, out.loss_sum, out.n_targets = token_loss(logits, targets)
         return out
 
-    # Rows per chunk of the training loss, 0 for the plain head: LoRA training sets it
-    # (attnlm.nn.lora.apply_lora), where the logits are wanted for the loss alone
-    loss_chunk: int = 0
+    # Rows per chunk of the training loss when the LM head is frozen (LoRA training,
+    # attnlm.nn.lora): its logits are wanted for the loss alone, so they are never held whole
+    loss_chunk: int = 1024
 
     def _chunked_loss(self, wants_more: bool) -> bool:
-        return bool(self.loss_chunk) and torch.is_grad_enabled() and not wants_more
+        """Whether the loss is computed :attr:`loss_chunk` rows at a time: under autograd,
+        with a frozen head (a float weight that takes no gradient), when nothing but the
+        loss is asked for."""
+        head = getattr(self.lm_head, "weight", None)
+        frozen = isinstance(head, torch.Tensor) and not head.requires_grad
+        return frozen and bool(self.loss_chunk) and torch.is_grad_enabled() and not wants_more
 
     def _loss_only(self, h: Tensor, targets: Tensor, ids: Tensor) -> ModelOutput:
         """The training loss of final hidden states ``h`` ``(B, T, C)`` computed

@@ -34,10 +34,10 @@ of the output, and a hand-written backward that adds the adapters' share of ``dx
 base's in place; no zero-padded ``B``, no concatenation, and only ``x`` and ``z`` saved. The
 plain path above computes the same numbers (tested against it).
 
-An adapted causal decoder (gpt, llama) computes its training loss :data:`LOSS_CHUNK_ROWS`
-rows at a time (``Decoder.loss_chunk``, :func:`attnlm.nn.fused.chunked_head_loss`): the head
-is frozen and its logits serve the loss alone, so the ``(B T, V)`` logits, log-softmax and
-gradient are never held at once (``ModelOutput.logits`` is then None under autograd).
+An adapted causal decoder (gpt, llama) computes its training loss ``Decoder.loss_chunk`` rows
+at a time (:func:`attnlm.nn.fused.chunked_head_loss`), because its head is frozen and its
+logits serve the loss alone: the ``(B T, V)`` logits, log-softmax and gradient are never held
+at once (``ModelOutput.logits`` is then None under autograd).
 
 Shape legend
     N  rows (tokens)
@@ -77,7 +77,6 @@ DEFAULT_TARGETS = ("q", "v")  # peft's default for Llama, BERT and Marian
 DEFAULT_ALPHA = 8.0  # peft's LoraConfig default (lora_alpha=8)
 # Rows of the training loss per chunk on an adapted causal decoder (its head is frozen and the
 # logits serve the loss alone): a (1024, V) block instead of three (B T, V) arrays
-LOSS_CHUNK_ROWS = 1024
 
 
 def parse_targets(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -427,9 +426,7 @@ def apply_lora(
             f"{family} model (its targets: {','.join(have) or 'none'})"
         )
     _check_rank(model, cfg.r, wanted)
-    model.requires_grad_(False)
-    if hasattr(model, "loss_chunk"):  # the causal decoder: its training loss a chunk at a time
-        model.loss_chunk = LOSS_CHUNK_ROWS
+    model.requires_grad_(False)  # (a causal decoder's frozen head: its loss in chunks)
     for module in list(model.modules()):
         for attr, names in (_slots(module) or {}).items():
             spans = {t: names[t] for t in wanted if t in names}
@@ -479,6 +476,4 @@ def merge_lora(model: nn.Module) -> nn.Module:
             if isinstance(child, LoRALinear):
                 setattr(module, name, child.merged())
     model.requires_grad_(True)
-    if hasattr(model, "loss_chunk"):
-        model.loss_chunk = 0
     return model
