@@ -309,6 +309,8 @@ def test_chat_command_runs_without_pytorch(files, tmp_path):
     assert runs[1].stderr.strip().endswith("torch imported")
     a, b, c = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert a["tokens"] == b["tokens"] == c["tokens"] and a["reply"] == b["reply"] == c["reply"]
+    assert (a["backend"], b["backend"]) == ("c-engine", "c-step")  # --json names the backend
+    assert "without PyTorch" in a["backend_reason"] and "C call" in b["backend_reason"]
 
 
 def test_a_draft_for_the_files_own_4_bit_weights_is_refused(files):

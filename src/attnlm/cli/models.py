@@ -164,7 +164,7 @@ def _model_params(spec: str) -> int:
     with shapes_only(), torch.device("meta"):
         family, config = registry.make_config(gguf.read_config(path))
         model = family.model(config)
-    _print_params(f"model {path}", family, config, model)
+    _print_params(f"model {path}", family, config, model, backend=_engine_backend(path))
     stats = gguf.tensor_stats(path)
     total = sum(r["bytes"] for r in stats["by_type"].values())
     print(
@@ -179,8 +179,23 @@ def _model_params(spec: str) -> int:
     return 0
 
 
-def _print_params(what: str, family, config, model, note: str = "") -> None:
+def _engine_backend(path) -> tuple[str, str] | None:
+    """``("c-engine", why)`` where ``generate``/``chat`` on this GGUF file run on the C engine
+    (the planner's rule, :func:`attnlm.runtime.planner.engine_reason`), else None."""
+    from attnlm.ggufio import GGUFFile
+    from attnlm.runtime.engine_gguf import engine_format
+    from attnlm.runtime.planner import engine_reason
+
+    ok, reason = engine_reason(engine_format(GGUFFile(path), None), "auto")
+    return ("c-engine", reason) if ok else None
+
+
+def _print_params(what: str, family, config, model, note: str = "", backend=None) -> None:
+    """The parameter table of ``model`` and, for a model that generates, the backend its
+    decoding runs on and why (``backend``: the resolver's choice where it is not the
+    planner's PyTorch one)."""
     from attnlm.inspect.params import format_kv_cache, format_llama_lines, format_param_table
+    from attnlm.runtime.planner import choose
 
     print(f"{what}: {family.describe(config) if family.describe else family.type}")
     if note:
@@ -196,3 +211,6 @@ def _print_params(what: str, family, config, model, note: str = "") -> None:
         print(format_llama_lines(config))
     if heads and "generate" in family.capabilities and hasattr(config, "n_layer"):
         print(format_kv_cache(config))
+    if "generate" in family.capabilities:
+        name, reason = backend or choose(model)
+        print(f"decoding backend: {name} ({reason})")

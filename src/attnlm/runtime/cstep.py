@@ -94,7 +94,7 @@ def _linear_parts(layer: nn.Module) -> tuple[int, Tensor, Tensor | None, int] | 
     if not (isinstance(layer, nn.Linear) and type(layer).forward in _PLAIN_FORWARDS):
         return None
     w = layer.weight
-    if w.dtype != torch.float32 or w.device.type != "cpu":
+    if w.dtype != torch.float32 or w.device.type not in ("cpu", "meta"):  # meta: shapes only
         return None
     if w.is_contiguous():
         return _F32, w, None, layer.out_features
@@ -300,6 +300,8 @@ class CStepRunner(EagerRunner):
 
     def __init__(self, model: nn.Module, reason: str = "") -> None:
         super().__init__(model, reason)
+        if next(model.parameters()).device.type != "cpu":
+            raise RuntimeError("the C step runs a model on the CPU")
         self.lib = _library()
         if self.lib is None:
             raise RuntimeError(f"no C decode step: {native.why_not}")

@@ -24,7 +24,7 @@ from attnlm import native
 
 # PyTorch is imported by runner_for alone: engine_reason serves a process that never imports it
 
-__all__ = ["BACKENDS", "engine_reason", "runner_for"]
+__all__ = ["BACKENDS", "choose", "engine_reason", "runner_for"]
 
 BACKENDS = ("eager", "compiled", "c-step", "c-engine")
 
@@ -46,21 +46,32 @@ def runner_for(model: Any, *, compile: Any = False, backend: str | None = None) 
     return _plain(model, backend)
 
 
-def _plain(model: Any, backend: str | None) -> Any:
-    """The uncompiled runner: the C step where nothing rules it out, else eager."""
-    from attnlm.nn.quant import weights_format
-    from attnlm.runtime.eager import EagerRunner
-
+def choose(model: Any, *, compile: Any = False, backend: str | None = None) -> tuple[str, str]:
+    """``(name, reason)`` of the backend :func:`runner_for` gives ``model``, without building
+    it (``attnlm params`` says it; a model on the ``meta`` device, shapes only, stands for
+    the CPU model it describes)."""
+    if compile or backend == "compiled":
+        return "compiled", "--compile: one torch.compile graph per one-token step"
     why = _why_not_c(model)
     if backend == "eager" or (why is not None and backend != "c-step"):
-        reason = "asked for" if backend == "eager" else why
-        return EagerRunner(model, reason)
+        return "eager", "asked for" if backend == "eager" else why
     if why is not None:
         raise RuntimeError(f"the c-step backend cannot run this model: {why}")
+    from attnlm.nn.quant import weights_format
+
+    return "c-step", f"{weights_format(model)} weights on the CPU: each step is one C call"
+
+
+def _plain(model: Any, backend: str | None) -> Any:
+    """The uncompiled runner: the C step where nothing rules it out, else eager."""
+    name, reason = choose(model, backend=backend)
+    if name == "eager":
+        from attnlm.runtime.eager import EagerRunner
+
+        return EagerRunner(model, reason)
     from attnlm.runtime.cstep import CStepRunner
 
-    fmt = weights_format(model)
-    return CStepRunner(model, f"{fmt} weights on the CPU: each step is one C call")
+    return CStepRunner(model, reason)
 
 
 def _why_not_c(model: Any) -> str | None:
@@ -68,7 +79,7 @@ def _why_not_c(model: Any) -> str | None:
     from attnlm.device import model_device
 
     device = model_device(model).type
-    if device != "cpu":
+    if device not in ("cpu", "meta"):
         return f"the model is on {device}; the C step runs on the CPU"
     from attnlm.runtime import cstep
 
