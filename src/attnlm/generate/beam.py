@@ -30,6 +30,7 @@ Shapes: ``B`` sources, ``K`` beams, ``V`` vocabulary, ``L`` tokens so far.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -121,6 +122,108 @@ def _greedy(model: torch.nn.Module, setup: DecodingSetup, max_new_tokens: int) -
     return new
 
 
+@dataclass
+class _Beams:
+    """The search's tensors for the ``B`` sources still searched (``ids``: the source of each
+    row): running hypotheses ``(B, K, L)`` and their scores ``(B, K)``, the finished pool
+    ``(B, K, max_len)`` (-1 past a hypothesis' end), its scores and which entries are filled,
+    and whether a running hypothesis may still enter the pool ``(B, 1)``."""
+
+    running: torch.Tensor
+    running_scores: torch.Tensor
+    pool: torch.Tensor
+    pool_scores: torch.Tensor
+    pool_done: torch.Tensor
+    can_improve: torch.Tensor
+    ids: list[int]
+
+    @classmethod
+    def start(cls, prompts: torch.Tensor, expand: torch.Tensor, K: int, max_len: int) -> _Beams:
+        """Every beam of a source its prompt; only beam 0 is live (no duplicate beams)."""
+        B, P = prompts.shape
+        device = prompts.device
+        scores = torch.zeros(B, K, device=device)
+        scores[:, 1:] = NEG
+        return cls(
+            prompts.index_select(0, expand).view(B, K, P), scores,
+            torch.full((B, K, max_len), -1, dtype=torch.long, device=device),
+            torch.full((B, K), NEG, device=device), torch.zeros(B, K, dtype=torch.bool,
+                                                                 device=device),
+            torch.ones(B, 1, dtype=torch.bool, device=device), list(range(B)),
+        )  # fmt: skip
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep the sources of ``rows`` ``(B',)`` alone."""
+        self.ids = [self.ids[b] for b in rows.tolist()]
+        self.running, self.running_scores = self.running[rows], self.running_scores[rows]
+        self.pool, self.pool_scores = self.pool[rows], self.pool_scores[rows]
+        self.pool_done, self.can_improve = self.pool_done[rows], self.can_improve[rows]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """What the search is asked: ``K`` beams, prompts of ``P`` tokens, at most ``max_len``
+    tokens, the end token, the length penalty and the stopping rule."""
+
+    K: int
+    P: int
+    max_len: int
+    eos: int | None
+    length_penalty: float
+    early_stopping: bool | str
+
+
+def _extend(beams: _Beams, logp: torch.Tensor, cur: int, rule: _Rule) -> tuple:
+    """One step of every source (the module docstring's steps 1-3) from log-probabilities
+    ``(B, K, V)``: the running hypotheses and the pool updated; returns whether each
+    candidate ended ``(B, 2K)`` and each new running hypothesis' parent beam ``(B, K)``."""
+    B, K, V = logp.shape
+    total = (logp + beams.running_scores[:, :, None]).view(B, K * V)
+    cand_scores, cand_idx = torch.topk(total, 2 * K)  # (B, 2K), best first
+    parent, token = cand_idx // V, cand_idx % V
+    gathered = beams.running.gather(1, parent[:, :, None].expand(B, 2 * K, cur))
+    cand = torch.cat([gathered, token[:, :, None]], dim=2)  # (B, 2K, cur + 1)
+    ends = torch.zeros_like(token, dtype=torch.bool) if rule.eos is None else token == rule.eos
+    ends = ends | (cur + 1 >= rule.max_len)
+    # the best K candidates that go on
+    live_scores = cand_scores + ends.float() * NEG
+    keep = torch.topk(live_scores, K).indices  # (B, K)
+    beams.running = cand.gather(1, keep[:, :, None].expand(B, K, cur + 1))
+    beams.running_scores = live_scores.gather(1, keep)
+    # candidates that end join the finished pool (among the best K only)
+    finished = cand_scores / float(cur + 1 - rule.P) ** rule.length_penalty
+    pool_full = beams.pool_done.all(dim=1, keepdim=True) & (rule.early_stopping is True)
+    finished = finished + pool_full.float() * NEG + (~beams.can_improve).float() * NEG
+    just = ends & (torch.arange(2 * K, device=ends.device) < K)[None, :]
+    finished = finished + (~just).float() * NEG
+    padded = torch.full((B, 2 * K, rule.max_len), -1, dtype=torch.long, device=cand.device)
+    padded[:, :, : cur + 1] = cand
+    merged = torch.cat([beams.pool_scores, finished], dim=1)  # (B, 3K)
+    best = torch.topk(merged, K).indices
+    pool = torch.cat([beams.pool, padded], dim=1)
+    beams.pool = pool.gather(1, best[:, :, None].expand(B, K, rule.max_len))
+    beams.pool_scores = merged.gather(1, best)
+    beams.pool_done = torch.cat([beams.pool_done, just], dim=1).gather(1, best)
+    return ends, parent.gather(1, keep)
+
+
+def _settled(beams: _Beams, cur: int, rule: _Rule) -> torch.Tensor:
+    """Which sources are settled ``(B,)`` after position ``cur`` (step 4): nothing can enter
+    their pool any more (no running hypothesis can beat the worst finished one, or
+    ``early_stopping=True`` and K have finished), so their pool never changes again."""
+    if rule.early_stopping == "never" and rule.length_penalty > 0:
+        best_len = rule.max_len - rule.P
+    else:
+        best_len = cur - rule.P
+    best_possible = beams.running_scores[:, :1] / float(best_len) ** rule.length_penalty
+    worst = torch.where(beams.pool_done, beams.pool_scores.min(dim=1, keepdim=True).values, NEG)
+    beams.can_improve = beams.can_improve & (best_possible > worst).any(dim=-1, keepdim=True)
+    settled = ~beams.can_improve[:, 0]
+    if rule.early_stopping is True:
+        settled = settled | beams.pool_done.all(dim=1)
+    return settled
+
+
 def _search(
     runner: Any,
     setup: DecodingSetup,
@@ -129,104 +232,37 @@ def _search(
     early_stopping: bool | str,
     max_new_tokens: int,
 ) -> list[list[int]]:
-    device = model_device(runner.model)
-    prompts = torch.tensor(setup.prompts, dtype=torch.long, device=device)  # (B, P)
-    B, P = prompts.shape
-    max_len = P + max_new_tokens
-    eos = setup.eos_id
+    prompts = torch.tensor(setup.prompts, dtype=torch.long, device=model_device(runner.model))
+    B, P = prompts.shape  # (B, P)
+    rule = _Rule(K, P, P + max_new_tokens, setup.eos_id, length_penalty, early_stopping)
     state = runner.new_state(setup.state_batch)
-    expand = torch.arange(B, device=device).repeat_interleave(K)  # row b*K + k <- source b
+    expand = torch.arange(B, device=prompts.device).repeat_interleave(K)  # row b*K+k <- b
     logits = runner.step(prompts, state)[:, -1]  # (B, V): the prompt once per source
     state.reorder(expand)  # every beam of a source starts from the source's state
     logits = logits.index_select(0, expand)  # (B*K, V)
-    V = logits.shape[-1]
-
-    running = prompts.index_select(0, expand).view(B, K, P)  # (B, K, L)
-    running_scores = torch.zeros(B, K, device=device)
-    running_scores[:, 1:] = NEG  # only beam 0 is live at the start (no duplicate beams)
-    pool = torch.full((B, K, max_len), -1, dtype=torch.long, device=device)
-    pool_scores = torch.full((B, K), NEG, device=device)
-    pool_done = torch.zeros(B, K, dtype=torch.bool, device=device)
-    can_improve = torch.ones(B, 1, dtype=torch.bool, device=device)
-    top_k_mask = torch.zeros(2 * K, dtype=torch.bool, device=device)
-    top_k_mask[:K] = True
+    beams = _Beams.start(prompts, expand, K, rule.max_len)
+    results: list[torch.Tensor] = [beams.pool[0, 0]] * B  # the best finished per source
     cur = P
-    ids = list(range(B))  # the source of each row of the per-source tensors below
-    results: list[torch.Tensor] = [pool[0, 0]] * B  # the best finished hypothesis per source
     while True:
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
         if setup.process is not None:  # as transformers: processors see log-probs
-            logp = setup.process(logp, cur, max_len)
-        logp = logp.view(B, K, V)
-        total = (logp + running_scores[:, :, None]).view(B, K * V)
-        cand_scores, cand_idx = torch.topk(total, 2 * K)  # (B, 2K), best first
-        parent, token = cand_idx // V, cand_idx % V
-        cand = torch.cat(
-            [running.gather(1, parent[:, :, None].expand(B, 2 * K, cur)), token[:, :, None]],
-            dim=2,
-        )  # (B, 2K, cur + 1)
-        ends = torch.zeros_like(token, dtype=torch.bool) if eos is None else token == eos
-        ends = ends | (cur + 1 >= max_len)
-
-        # the best K candidates that go on
-        live_scores = cand_scores + ends.float() * NEG
-        keep = torch.topk(live_scores, K).indices  # (B, K)
-        running = cand.gather(1, keep[:, :, None].expand(B, K, cur + 1))
-        running_scores = live_scores.gather(1, keep)
-        parents = parent.gather(1, keep)  # (B, K)
-
-        # candidates that end join the finished pool (among the best K only)
-        finished = cand_scores / float(cur + 1 - P) ** length_penalty
-        pool_full = pool_done.all(dim=1, keepdim=True) & (early_stopping is True)
-        finished = finished + pool_full.float() * NEG + (~can_improve).float() * NEG
-        just = ends & top_k_mask[None, :]
-        finished = finished + (~just).float() * NEG
-        padded = torch.full((B, 2 * K, max_len), -1, dtype=torch.long, device=device)
-        padded[:, :, : cur + 1] = cand
-        merged = torch.cat([pool_scores, finished], dim=1)  # (B, 3K)
-        best = torch.topk(merged, K).indices
-        pool = torch.cat([pool, padded], dim=1).gather(1, best[:, :, None].expand(B, K, max_len))
-        pool_scores = merged.gather(1, best)
-        pool_done = torch.cat([pool_done, just], dim=1).gather(1, best)
-
+            logp = setup.process(logp, cur, rule.max_len)
+        ends, parents = _extend(beams, logp.view(len(beams.ids), K, -1), cur, rule)
         cur += 1
-        # can a running hypothesis still beat the worst finished one?
-        if early_stopping == "never" and length_penalty > 0:
-            best_len = max_len - P
-        else:
-            best_len = cur - P
-        best_possible = running_scores[:, :1] / float(best_len) ** length_penalty
-        worst = torch.where(pool_done, pool_scores.min(dim=1, keepdim=True).values, NEG)
-        can_improve = can_improve & (best_possible > worst).any(dim=-1, keepdim=True)
-        # a source is settled when nothing can enter its pool any more (no running hypothesis
-        # can beat the worst finished one, or early_stopping=True and K have finished): from
-        # then on its pool never changes, so it leaves the batch (the hypotheses of the other
-        # sources are unaffected) instead of being decoded until every source is settled
-        settled = ~can_improve[:, 0]
-        if early_stopping is True:
-            settled = settled | pool_done.all(dim=1)
+        settled = _settled(beams, cur, rule)
         # every candidate ending (the length limit) fills the pools of unsettled sources
         if bool(ends.all()) or bool(settled.all()):
             break
-        rows = torch.arange(B, device=device)
-        if bool(settled.any()):
+        rows = torch.arange(len(beams.ids), device=prompts.device)
+        if bool(settled.any()):  # a settled source leaves the batch, its pool final
             for b in settled.nonzero()[:, 0].tolist():
-                results[ids[b]] = pool[b, 0]
+                results[beams.ids[b]] = beams.pool[b, 0]
             rows = (~settled).nonzero()[:, 0]  # (B',) the sources that go on
-            ids = [ids[b] for b in rows.tolist()]
-            running, running_scores = running.index_select(0, rows), running_scores[rows]
-            pool, pool_scores, pool_done = pool[rows], pool_scores[rows], pool_done[rows]
-            can_improve, parents = can_improve[rows], parents[rows]
-            B = len(ids)
-        flat = (rows[:, None] * K + parents).view(-1)
-        state.reorder(flat)
-        logits = runner.step(running[:, :, -1].reshape(B * K, 1), state)[:, -1]
-
-    for b in range(B):
-        results[ids[b]] = pool[b, 0]
+            beams.keep(rows)
+            parents = parents[rows]
+        state.reorder((rows[:, None] * K + parents).view(-1))
+        logits = runner.step(beams.running[:, :, -1].reshape(-1, 1), state)[:, -1]
+    for b, source in enumerate(beams.ids):
+        results[source] = beams.pool[b, 0]
     start = 0 if setup.keep_prompt else P
-    out = []
-    for seq in results:
-        seq = [t for t in seq.tolist() if t != -1]
-        out.append(seq[start:])
-    return out
+    return [[t for t in seq.tolist() if t != -1][start:] for seq in results]
