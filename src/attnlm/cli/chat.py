@@ -63,8 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json",
         action="store_true",
         help="print one JSON object: the reply with its tokens, new_tokens, prefill_seconds, "
-        "decode_tokens_per_second and peak_rss_mb (scripted); the totals on the last line "
-        "after an interactive session",
+        "decode_tokens_per_second, peak_rss_mb, backend and backend_reason (scripted); the "
+        "totals on the last line after an interactive session",
     )
     # greedy by default: a scripted question gets one reproducible answer
     add_sampling_arguments(

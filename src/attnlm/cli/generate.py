@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 from attnlm.cli.common import (
     add_draft_argument,
     add_lookahead_argument,
     add_model_spec_argument,
     add_num_samples_argument,
+    add_options,
     add_pairs_argument,
     add_prompt_argument,
     add_runtime_arguments,
@@ -17,77 +19,15 @@ from attnlm.cli.common import (
     add_stop_argument,
     add_weights_argument,
     arg,
+    defaults,
     draft_from_args,
+    flag,
+    option,
     sampling_config,
     text_value,
     use_threads,
 )
 from attnlm.validate import finite_float, positive_int
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="sample text from a model (KV cache, streaming)")
-    add_model_spec_argument(p, checkpoint_synonym=True)
-    add_prompt_argument(p, "\n", "a newline")
-    add_sampling_arguments(p)
-    add_num_samples_argument(p, 1)
-    add_stop_argument(p)
-    p.add_argument("--stream", action="store_true", help="print tokens as they arrive")
-    p.add_argument(
-        "--no-cache", dest="use_cache", action="store_false", help="recompute every step"
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="compile with torch.compile: the one-token decode step, once (fullgraph; CUDA graphs "
-        "on a GPU): faster steps on a GPU after a warm-up of seconds to a minute (on the CPU "
-        "the default C step is faster)",
-    )
-    add_lookahead_argument(p)
-    add_draft_argument(p)
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object: after the text, on the last line, with the texts, "
-        "prompt_tokens, new_tokens, prefill_seconds, decode_seconds, "
-        "decode_tokens_per_second, peak_rss_mb and threads",
-    )
-    add_runtime_arguments(p)
-    add_weights_argument(p)
-    p.set_defaults(func=_generate)
-
-    t = sub.add_parser(
-        "translate",
-        help="translate sentences with a translation checkpoint (greedy, sampling, beam)",
-        description="Translate the TEXT arguments, or one sentence per line of stdin (or the "
-        "sources of --pairs FILE); prints one translation per line.",
-    )
-    t.add_argument(
-        "text", nargs="*", type=text_value, help="sentences to translate (default: stdin lines)"
-    )
-    add_model_spec_argument(t, checkpoint_synonym=True)
-    add_pairs_argument(t)
-    t.add_argument(
-        "--beam", type=arg(positive_int), default=1, metavar="K", help="beam size (1: no beam)"
-    )
-    t.add_argument("--length-penalty", type=arg(finite_float), default=1.0)
-    t.add_argument(
-        "--early-stopping", choices=["true", "false", "never"], default="false",
-        help="beam search stopping rule, as transformers' early_stopping",
-    )  # fmt: skip
-    add_sampling_arguments(
-        t, temperature=0.0, max_new_tokens=None, max_new_tokens_help="2 x source + 10"
-    )
-    t.add_argument("--batch-size", type=arg(positive_int), default=64)
-    t.add_argument(
-        "--compile",
-        action="store_true",
-        help="compile with torch.compile: the one-token decoder step (fullgraph; CUDA graphs on a "
-        "GPU), once per batch size and length bucket: faster steps after a warm-up of seconds "
-        "to a minute; greedy and sampling (beams stay uncompiled)",
-    )
-    add_runtime_arguments(t)
-    t.set_defaults(func=_translate, reads_stdin=True)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -227,3 +167,58 @@ def _translate(args: argparse.Namespace) -> int:
     )
     sys.stdout.write("".join(line + "\n" for line in out))
     return 0
+
+
+# ``attnlm generate``: the model, the prompt, how tokens are picked, how the decode runs
+GENERATE_OPTIONS = (
+    partial(add_model_spec_argument, checkpoint_synonym=True),
+    partial(add_prompt_argument, default="\n", what="a newline"),
+    add_sampling_arguments,
+    partial(add_num_samples_argument, default=1),
+    add_stop_argument,
+    flag("--stream", "print tokens as they arrive"),
+    option("--no-cache", dest="use_cache", action="store_false", help="recompute every step"),
+    flag("--compile", "compile with torch.compile: the one-token decode step, once (fullgraph; "
+         "CUDA graphs on a GPU): faster steps on a GPU after a warm-up of seconds to a minute "
+         "(on the CPU the default C step is faster)"),
+    add_lookahead_argument,
+    add_draft_argument,
+    flag("--json", "print one JSON object: after the text, on the last line, with the texts, "
+         "prompt_tokens, new_tokens, prefill_seconds, decode_seconds, "
+         "decode_tokens_per_second, peak_rss_mb, threads, backend and backend_reason"),
+    add_runtime_arguments,
+    add_weights_argument,
+    defaults(func=_generate),
+)  # fmt: skip
+
+# ``attnlm translate``: the sentences, the model, the search and how it runs
+TRANSLATE_OPTIONS = (
+    option("text", nargs="*", type=text_value,
+           help="sentences to translate (default: stdin lines)"),
+    partial(add_model_spec_argument, checkpoint_synonym=True),
+    add_pairs_argument,
+    option("--beam", type=arg(positive_int), default=1, metavar="K", help="beam size (1: no beam)"),
+    option("--length-penalty", type=arg(finite_float), default=1.0),
+    option("--early-stopping", choices=["true", "false", "never"], default="false",
+           help="beam search stopping rule, as transformers' early_stopping"),
+    partial(add_sampling_arguments, temperature=0.0, max_new_tokens=None,
+            max_new_tokens_help="2 x source + 10"),
+    option("--batch-size", type=arg(positive_int), default=64),
+    flag("--compile", "compile with torch.compile: the one-token decoder step (fullgraph; CUDA "
+         "graphs on a GPU), once per batch size and length bucket: faster steps after a warm-up "
+         "of seconds to a minute; greedy and sampling (beams stay uncompiled)"),
+    add_runtime_arguments,
+    defaults(func=_translate, reads_stdin=True),
+)  # fmt: skip
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="sample text from a model (KV cache, streaming)")
+    add_options(p, *GENERATE_OPTIONS)
+    t = sub.add_parser(
+        "translate",
+        help="translate sentences with a translation checkpoint (greedy, sampling, beam)",
+        description="Translate the TEXT arguments, or one sentence per line of stdin (or the "
+        "sources of --pairs FILE); prints one translation per line.",
+    )
+    add_options(t, *TRANSLATE_OPTIONS)
