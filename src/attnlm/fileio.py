@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from attnlm.errors import InputError
+from attnlm.errors import InputError, file_read_errors
 
 TEMP_MARK = ".tmp-"
 _OUR_TEMP = re.compile(r"\.tmp-[0-9a-f]{16}$")  # the names temp_path_for gives
@@ -312,19 +312,13 @@ def read_file_bytes(
     binary costs one block, not all memory; without it (a binary format) only regular files are
     read (a device or a pipe has no end to trust)."""
     p = Path(path)
-    try:
+    with file_read_errors(p, what, error):
         if not text:
             if p.exists() and not p.is_dir() and not p.is_file():
                 raise error(f"{p}: not a regular file, expected a {what}")
             return p.read_bytes()
         with open(p, "rb") as f:
             return _read_text_bytes(f, p, error)
-    except FileNotFoundError:
-        raise error(f"{p}: no such {what}") from None
-    except IsADirectoryError:
-        raise error(f"{p}: is a folder, expected a {what}") from None
-    except OSError as e:
-        raise error(f"{p}: cannot read {what} ({e.strerror or e})") from None
 
 
 def _read_text_bytes(f: IO[bytes], p: Path, error: type[Exception]) -> bytes:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from attnlm.errors import AttnlmError, InputError
+from attnlm.errors import AttnlmError, InputError, file_read_errors
 
 #: format name -> qualified names of the functions that read it (filled by
 #: :func:`foreign_reader`, and by :func:`register` for readers that call :func:`reading`).
@@ -269,27 +269,20 @@ def read_bounded(
     p = Path(path)
     chunks: list[bytes] = []
     total = 0
-    try:
-        with open(p, "rb") as f:
-            while True:
-                chunk = f.read(min(1 << 20, limit + 1 - total))
-                if not chunk:
-                    break
-                if stop_at_nul and b"\x00" in chunk:
-                    raise InputError(f"{p}: contains a NUL byte (a binary file?)")
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > limit:
-                    raise InputError(
-                        f"{p}: longer than {limit:,} bytes, the limit for a {what} "
-                        "(is it the right file?)"
-                    )
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such {what}") from None
-    except IsADirectoryError:
-        raise InputError(f"{p}: is a folder, expected a {what}") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot read {what} ({e.strerror or e})") from None
+    with file_read_errors(p, what), open(p, "rb") as f:
+        while True:
+            chunk = f.read(min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            if stop_at_nul and b"\x00" in chunk:
+                raise InputError(f"{p}: contains a NUL byte (a binary file?)")
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise InputError(
+                    f"{p}: longer than {limit:,} bytes, the limit for a {what} "
+                    "(is it the right file?)"
+                )
     return b"".join(chunks)
 
 
