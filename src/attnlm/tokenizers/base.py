@@ -31,6 +31,15 @@ FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
 UNK = "<unk>"  # the unknown-token string of the char, word and classic BPE kinds (and n-grams)
 
+
+class UnkFirst:
+    """A vocabulary whose id 0 is :data:`UNK`, its one special token (the word and classic
+    BPE kinds)."""
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return {UNK: 0}
+
 #: No token id (rank, special token id) may reach this: 2**21 = 2,097,152, eight times the
 #: largest public vocabularies (about 262k). A file declaring larger ids is refused on load
 #: instead of making a model allocate an embedding of that many rows.

@@ -30,6 +30,7 @@ from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,
     TokenizerConfigError,
+    UnkFirst,
     check_text,
     register_kind,
 )
@@ -70,7 +71,7 @@ def _key(content: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @register_kind
-class ClassicBPETokenizer(Tokenizer):
+class ClassicBPETokenizer(UnkFirst, Tokenizer):
     """Classic word-internal BPE with ``</w>`` (see the module docstring).
 
     ``symbols``: the base symbols (without ``<unk>``); ``merges``: ordered ``(left id, right
@@ -136,10 +137,6 @@ class ClassicBPETokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return len(self._tokens)
-
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        return {UNK: 0}
 
     def token_text(self, i: int) -> str:
         """The symbols of token ``i`` joined, ``</w>`` included (e.g. ``est</w>``)."""

@@ -26,6 +26,7 @@ from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,
     TokenizerConfigError,
+    UnkFirst,
     check_text,
     register_kind,
 )
@@ -67,7 +68,7 @@ def join_words(words: Iterable[str]) -> str:
 
 
 @register_kind
-class WordTokenizer(Tokenizer):
+class WordTokenizer(UnkFirst, Tokenizer):
     """Word-level tokenizer (see the module docstring).
 
     JSON fields: ``words`` (the vocabulary, position = id, ``<unk>`` first).
@@ -111,10 +112,6 @@ class WordTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return len(self.words)
-
-    @property
-    def special_tokens(self) -> dict[str, int]:
-        return {UNK: 0}
 
     def encode(self, text: str) -> list[int]:
         check_text(text)
