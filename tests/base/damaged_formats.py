@@ -503,7 +503,7 @@ def _sbert(folder: Path) -> Path:
 
 
 def _load_sbert(path: Path):
-    from attnlm.inspect.contextual import sentence_max_length
+    from attnlm.inspect.embeddings import sentence_max_length
 
     return sentence_max_length(path.parent, None)
 

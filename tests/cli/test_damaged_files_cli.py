@@ -176,7 +176,7 @@ def test_fill_mask_never_drops_a_mask_beyond_the_window():
     from pathlib import Path
 
     from attnlm.errors import InputError
-    from attnlm.inspect.contextual import fill_mask
+    from attnlm.inspect.fill_mask import fill_mask
     from attnlm.models import registry
     from attnlm.tokenizers.wordpiece import load_bert_files
 

@@ -1,5 +1,5 @@
 """The explorer serves every model family: a tiny BERT (tokens with [CLS]/[SEP], attention,
-fill-mask against :func:`attnlm.inspect.contextual.fill_mask` called directly), a tiny
+fill-mask against :func:`attnlm.inspect.fill_mask.fill_mask` called directly), a tiny
 transformer and a tiny RNN encoder-decoder (translation against ``attnlm translate`` /
 :func:`attnlm.generate.translate.translate` called directly, cross-attention shapes), and the
 one-line 400 answers for capabilities a model lacks and for bad input."""
@@ -16,7 +16,7 @@ from attnlm.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.cli import main
 from attnlm.data.pairs import Pair, PairTokenizerConfig, train_pair_tokenizers
 from attnlm.errors import InputError
-from attnlm.inspect.contextual import fill_mask
+from attnlm.inspect.fill_mask import fill_mask
 from attnlm.inspect.record import inspect
 from attnlm.models import registry
 from attnlm.tokenizers import WordPieceTokenizer

@@ -68,7 +68,7 @@ def _fill_mask(args: argparse.Namespace) -> int:
     softmax probabilities."""
     import json
 
-    from attnlm.inspect.contextual import fill_mask, filled_text
+    from attnlm.inspect.fill_mask import fill_mask, filled_text
 
     ck = _load(args)
     preds = fill_mask(ck.model, ck.tokenizer, args.text, args.top_k)
@@ -93,7 +93,7 @@ def _embed(args: argparse.Namespace) -> int:
     sentence_bert_config.json max_seq_length); prints the cosine matrix."""
     import json
 
-    from attnlm.inspect.contextual import cosine_matrix, sentence_embeddings, sentence_max_length
+    from attnlm.inspect.embeddings import cosine_matrix, sentence_embeddings, sentence_max_length
 
     ck = _load(args)
     limit = sentence_max_length(ck.path, ck.model)

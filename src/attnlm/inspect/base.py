@@ -85,3 +85,21 @@ class InspectionRecord:
         if self.encoder_attentions is not None:
             out["encoder_attention"] = nest(self.encoder_attentions)
         return out
+
+
+def family_or_none(model: Any) -> Any:
+    """The registry family of ``model``, or None for a model of no family."""
+    from attnlm.models.registry import family_of
+
+    try:
+        return family_of(model)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def require(model: Any, capability: str, command: str) -> None:
+    """A one-line error unless ``model``'s family can do ``capability`` (for ``command``)."""
+    fam = family_or_none(model)
+    if fam is None or capability not in fam.capabilities:
+        name = fam.type if fam is not None else type(model).__name__
+        raise InputError(f"{command} needs a model that can {capability}; a {name} model cannot")

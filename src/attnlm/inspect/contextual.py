@@ -1,18 +1,14 @@
-"""What an encoder's vectors say: masked-token predictions, sentence embeddings, and how one
-word's vector changes with its context, layer by layer.
+"""How one word's vector changes with its context, layer by layer.
 
-* :func:`fill_mask`: the top-k tokens (softmax probabilities) at every ``[MASK]`` of a text
-  (masked-LM families such as BERT).
-* :func:`sentence_embeddings`: sentence-transformers' recipe (Reimers & Gurevych, 2019, as
-  all-MiniLM-L6-v2 is configured): the last hidden states averaged over non-padding tokens,
-  then L2-normalised; :func:`cosine_matrix` of the result.
-* :func:`contextual_word`: a word's vector at every layer (layer 0 = the embedding output) in
-  each sentence, read from the shared :func:`~attnlm.inspect.record.inspect` record's hidden
-  states; a word split into several pieces is represented by the **mean of its pieces'
-  vectors**. The cosine matrix between sentences per layer shows "bank" (river) and "bank"
-  (money) start alike and drift apart; the static input-embedding row (the same in every
-  sentence) is the reference each layer's vector is compared with. For a causal model (GPT)
-  each vector sees only the tokens to its left.
+:func:`contextual_word`: a word's vector at every layer (layer 0 = the embedding output) in
+each sentence, read from the shared :func:`~attnlm.inspect.record.inspect` record's hidden
+states; a word split into several pieces is represented by the **mean of its pieces'
+vectors**. The cosine matrix between sentences per layer shows "bank" (river) and "bank"
+(money) start alike and drift apart; the static input-embedding row (the same in every
+sentence) is the reference each layer's vector is compared with. For a causal model (GPT)
+each vector sees only the tokens to its left. :func:`static_word` gives word2vec's one vector
+per word beside it. Masked-token predictions are :mod:`attnlm.inspect.fill_mask`, sentence
+embeddings :mod:`attnlm.inspect.embeddings`.
 
 Shapes: ``N`` sentences, ``C`` model width, ``L`` layers.
 """
@@ -26,182 +22,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.device import eval_mode, model_device
 from attnlm.errors import InputError
-from attnlm.foreign import foreign_reader, load_json
-from attnlm.inspect.record import inspect, model_input
-from attnlm.tokenizers import token_label
-
-SENTENCE_MAX_LENGTH = 256  # sentence-transformers' max_seq_length of all-MiniLM-L6-v2
-
-
-def _family(model: Any) -> Any:
-    from attnlm.models.registry import family_of
-
-    try:
-        return family_of(model)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _require(model: Any, capability: str, command: str) -> None:
-    fam = _family(model)
-    if fam is None or capability not in fam.capabilities:
-        name = fam.type if fam is not None else type(model).__name__
-        raise InputError(f"{command} needs a model that can {capability}; a {name} model cannot")
-
-
-# ---------------------------------------------------------------------------------------------
-# fill-mask
-
-
-@dataclass
-class MaskPrediction:
-    """The top-k predictions at one ``[MASK]``: ``index`` (position in the model input,
-    ``[CLS]`` = 0), ``tokens``, ``ids``, ``probs`` (softmax over the vocabulary)."""
-
-    index: int
-    tokens: list[str]
-    ids: list[int]
-    probs: list[float]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "predictions": [
-                {"token": t, "id": i, "prob": round(p, 6)}
-                for t, i, p in zip(self.tokens, self.ids, self.probs)
-            ],
-        }
-
-
-@torch.no_grad()
-def fill_mask(model: Any, tokenizer: Any, text: str, top_k: int = 5) -> list[MaskPrediction]:
-    """Top-``top_k`` tokens for every ``[MASK]`` in ``text`` (as ``transformers``'
-    fill-mask pipeline: softmax of the MLM logits at the mask positions)."""
-    _require(model, "fill-mask", "fill-mask")
-    if getattr(model, "head", True) is None:
-        raise InputError(
-            "this model has no masked-LM head (a Hugging Face BertModel folder such as "
-            "minilm): fill-mask needs a BertForMaskedLM folder or an attnlm bert checkpoint"
-        )
-    mask_id = getattr(tokenizer, "mask_id", None)
-    if mask_id is None:
-        raise InputError("the tokenizer has no [MASK] token")
-    if top_k < 1:
-        raise InputError(f"--top-k must be at least 1, got {top_k}")
-    ids, extra = model_input(model, tokenizer, text)
-    where = [i for i, t in enumerate(ids) if t == mask_id]
-    block = getattr(getattr(model, "config", None), "block_size", None)
-    cut = bool(block) and len(ids) >= int(block)  # model_input cut the text to the window
-    if not where:
-        if cut and "[MASK]" in text:
-            raise InputError(
-                f"every [MASK] falls beyond the model's window of {len(ids)} tokens: "
-                "shorten the text before it"
-            )
-        raise InputError("the text has no [MASK] token (write [MASK] where a word is missing)")
-    if cut and len(where) < text.count("[MASK]"):  # never drop the cut-off ones silently
-        raise InputError(
-            f"{text.count('[MASK]') - len(where)} of the {text.count('[MASK]')} [MASK] tokens "
-            f"fall beyond the model's window of {len(ids)} tokens: shorten the text"
-        )
-    device = model_device(model)
-    x = torch.tensor([ids], device=device)
-    extra_t = {k: torch.tensor([v], device=device) for k, v in extra.items()}
-    with eval_mode(model):
-        logits = model(ids=x, **extra_t).logits[0]  # (T, V)
-    probs = torch.softmax(logits[where].float(), dim=-1)  # (M, V)
-    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-    out = []
-    for k, pos in enumerate(where):
-        top_ids = top.indices[k].tolist()
-        out.append(
-            MaskPrediction(
-                index=pos,
-                tokens=[token_label(tokenizer, i) for i in top_ids],
-                ids=top_ids,
-                probs=top.values[k].tolist(),
-            )
-        )
-    return out
-
-
-def filled_text(tokenizer: Any, text: str, predictions: list[MaskPrediction]) -> str:
-    """``text`` with each ``[MASK]`` replaced by its top prediction."""
-    parts = text.split("[MASK]")
-    out = [parts[0]]
-    for pred, rest in zip(predictions, parts[1:]):
-        out += [pred.tokens[0].removeprefix("##"), rest]
-    return "".join(out)
-
-
-# ---------------------------------------------------------------------------------------------
-# sentence embeddings
-
-
-@foreign_reader("sentence_bert_config.json")
-def sentence_bert_max_length(cfg: Path) -> int:
-    """``max_seq_length`` of a sentence-transformers ``sentence_bert_config.json``."""
-    value = load_json(cfg, "sentence_bert_config.json").get("max_seq_length", SENTENCE_MAX_LENGTH)
-    if type(value) is not int or value < 1:
-        raise InputError(f"{cfg}: max_seq_length must be a positive integer, got {value!r}")
-    return value
-
-
-def sentence_max_length(folder: str | Path | None, model: Any) -> int:
-    """The sentence-embedding input limit: ``max_seq_length`` of a sentence-transformers
-    ``sentence_bert_config.json`` in ``folder`` when present, else 256 (capped by the
-    model's positions)."""
-    limit = SENTENCE_MAX_LENGTH
-    if folder is not None:
-        cfg = Path(folder) / "sentence_bert_config.json"
-        if cfg.is_file():  # present but damaged is refused, not silently replaced by 256
-            limit = sentence_bert_max_length(cfg)
-    block = getattr(getattr(model, "config", None), "block_size", None)
-    return min(limit, int(block)) if block else limit
-
-
-@torch.no_grad()
-def sentence_embeddings(
-    model: Any,
-    tokenizer: Any,
-    sentences: list[str],
-    max_length: int = SENTENCE_MAX_LENGTH,
-    batch_size: int = 32,
-) -> Tensor:
-    """L2-normalised mean-pooled sentence embeddings ``(N, C)`` (see the module docstring):
-    each sentence as ``[CLS] s [SEP]`` cut to ``max_length`` tokens, the mean of the last
-    hidden states over its non-padding tokens, divided by its L2 norm."""
-    _require(model, "embed", "embed")
-    if not sentences:
-        raise InputError("give at least one sentence")
-    if not hasattr(tokenizer, "encode_batch_for_model") or not hasattr(model, "encode"):
-        raise InputError("embed needs an encoder with a BERT-style tokenizer")
-    device = model_device(model)
-    rows = []
-    with eval_mode(model):
-        for i in range(0, len(sentences), batch_size):
-            enc = tokenizer.encode_batch_for_model(sentences[i : i + batch_size], None, max_length)
-            ids, mask, types = (
-                torch.tensor(enc[k], device=device)
-                for k in ("input_ids", "attention_mask", "token_type_ids")
-            )
-            last, _, _ = model.encode(ids, mask, types)  # (B, T, C)
-            m = mask.unsqueeze(-1).to(last.dtype)  # (B, T, 1)
-            mean = (last * m).sum(1) / m.sum(1).clamp(min=1e-9)  # (B, C)
-            rows.append(nn.functional.normalize(mean.float(), p=2, dim=1, eps=1e-12))
-    return torch.cat(rows)
-
-
-def cosine_matrix(x: Tensor) -> Tensor:
-    """Cosine similarity ``(N, N)`` between the rows of ``x`` ``(N, C)``."""
-    x = nn.functional.normalize(x.float(), p=2, dim=-1, eps=1e-12)
-    return x @ x.T
-
-
-# ---------------------------------------------------------------------------------------------
-# a word's contextual vectors
+from attnlm.inspect.base import family_or_none
+from attnlm.inspect.embeddings import cosine_matrix
+from attnlm.inspect.record import inspect
 
 
 @dataclass
@@ -329,7 +153,7 @@ def contextual_word(
     if emb is not None and first_ids:
         idx = torch.tensor(first_ids, device=emb.weight.device)
         static = emb.weight.detach()[idx].mean(0).float().cpu()
-    fam = _family(model)
+    fam = family_or_none(model)
     causal = fam is not None and fam.objective == "causal"
     return ContextualResult(word, list(sentences), pieces, vectors, static, causal, family)
 

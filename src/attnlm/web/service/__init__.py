@@ -23,7 +23,7 @@ plain JSON-ready dicts:
 - ``chat(messages, sampling)`` (info ``chat: true``: a chat template): the assistant's reply
   to the conversation, its tokens and timings (:mod:`.llm`);
 - ``fill_mask(text, k)`` (capability ``fill-mask``): the top ``k`` tokens at every
-  ``[MASK]`` (:func:`attnlm.inspect.contextual.fill_mask`), ``{"text", "filled", "k",
+  ``[MASK]`` (:func:`attnlm.inspect.fill_mask.fill_mask`), ``{"text", "filled", "k",
   "tokens", "masks": [{"index", "predictions": [{"token", "id", "prob"}]}]}``;
 - ``translate(text, sampling, max_new_tokens)`` (capability ``translate``): the translation
   (:func:`attnlm.generate.translate.translate_ids`; greedy unless ``sampling`` samples) and the

@@ -439,9 +439,9 @@ class ModelService:
 
     def fill_mask(self, text: str, k: int = 5) -> dict[str, Any]:
         """The ``k`` most likely tokens at every ``[MASK]`` of ``text`` with their softmax
-        probabilities (:func:`attnlm.inspect.contextual.fill_mask`), and the text with each
+        probabilities (:func:`attnlm.inspect.fill_mask.fill_mask`), and the text with each
         mask replaced by its top token."""
-        from attnlm.inspect.contextual import fill_mask, filled_text
+        from attnlm.inspect.fill_mask import fill_mask, filled_text
 
         self.require("fill-mask")
         if not 1 <= k <= MAX_TOP_K:
