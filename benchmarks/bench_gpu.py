@@ -83,7 +83,7 @@ def gpt2_pair(shape: dict, dev: torch.device, tmp: str):
 
 def decode_rows(args, dev: torch.device, shape: dict) -> list[dict]:
     from attnlm.generate import SamplingConfig, generate
-    from attnlm.nn.quant import quantize_weights
+    from attnlm.quant.layers import quantize_weights
     from attnlm.runtime.compiled import compiled_step
 
     rows = []

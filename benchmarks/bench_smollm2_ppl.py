@@ -9,7 +9,7 @@ at most ``--ctx`` tokens: the negative log-likelihood of every token after the f
 side also reports the wall time of that one forward pass (one process, alternating rounds).
 Target: attnlm's perplexity within 1% of llama.cpp's. ``--weights f32,q8,q4`` adds a row per
 decode-time weight format (``attnlm-q8``...: the file's matrices loaded straight into that
-format, :mod:`attnlm.nn.quant`) beside the float32 one.
+format, :mod:`attnlm.quant`) beside the float32 one.
 
 llama.cpp is a bench-only peer: ``pip install -e '.[llamacpp]'`` (or the prebuilt wheel);
 without it the llama.cpp row is skipped with a line.

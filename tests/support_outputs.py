@@ -14,7 +14,7 @@ top-2 margin above :data:`MIN_MARGIN` at every greedy step).
 A row is ``family/weights/backend/case``:
 
 - families: ``gpt``, ``llama`` (weights ``f32``, ``q8``, ``q4``:
-  :func:`attnlm.nn.quant.quantize_weights`), ``rnn`` (LSTM), ``ffnn``, ``hmm`` (generate),
+  :func:`attnlm.quant.layers.quantize_weights`), ``rnn`` (LSTM), ``ffnn``, ``hmm`` (generate),
   ``transformer``, ``rnn-seq2seq`` (translate), and ``llama-gguf``: a Llama GGUF file written
   with ``gguf.GGUFWriter`` (:func:`gguf_support.write_llama`) in ``q8`` (every matrix Q8_0) or
   ``q4`` (token embedding Q8_0, tied head, other matrices Q4_0 / Q4_1), the file the C engine
@@ -203,7 +203,7 @@ def draw(named: list[tuple[str, tuple[int, ...]]], seed: int, std: float) -> dic
 def build(family: str, weights: str = "f32") -> torch.nn.Module:
     """A fresh model of ``family`` (eval mode), its weights in ``weights``."""
     from attnlm.models.registry import build as build_table
-    from attnlm.nn.quant import quantize_weights
+    from attnlm.quant.layers import quantize_weights
 
     torch.manual_seed(SEEDS[family])
     model, _, _ = build_table(TABLES[family])

@@ -2,7 +2,7 @@
 ``if TYPE_CHECKING:`` too) and no upward imports across layers (docs/architecture.md):
 
     base (errors, textio, fileio, config, device, validate)
-      -> tokenizers, data, nn -> models, ngram, word2vec
+      -> tokenizers, data, nn, quant -> models, ngram, word2vec
       -> model sources (models.hf, models.gguf: adapters import the models, never the reverse)
       -> runtime (the backends a model runs on, and the planner that picks one)
       -> objectives, evaluation, checkpoint, inspect, generate (decoding)
@@ -37,6 +37,7 @@ LAYERS = {
     "attnlm.tokenizers": 1,
     "attnlm.data": 1,
     "attnlm.nn": 1,
+    "attnlm.quant": 1,  # the block formats (numpy: the C engine's too) and the quantized layers
     "attnlm.scores": 1,
     "attnlm.models": 2,
     "attnlm.ngram": 2,

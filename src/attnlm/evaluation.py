@@ -262,7 +262,7 @@ def evaluate_checkpoint(
     otherwise the training text named in the checkpoint's config, split again).
     ``model``: a pretrained name or Hugging Face folder instead of ``checkpoint``
     (:func:`attnlm.sources.load_model_ref`); ``weights``: its weight format
-    (:mod:`attnlm.nn.quant`).
+    (:mod:`attnlm.quant`).
     """
     from attnlm.device import resolve_device
     from attnlm.sources import load_model_ref

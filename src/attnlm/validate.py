@@ -39,7 +39,7 @@ MAX_THREADS = min(4 * os.cpu_count(), 1024) if os.cpu_count() else 512
 MAX_SECONDS = 366 * 24 * 3600  # a time budget beyond a year is a typo, not a plan
 MAX_BYTES = 1 << 50  # a memory size beyond 1 PiB is a typo (and overflows the int64 sizes)
 DEVICE_FORMS = "auto, cpu, cuda, cuda:N or mps"
-#: decode-time weight formats (:mod:`attnlm.nn.quant`; ``--weights``)
+#: decode-time weight formats (:mod:`attnlm.quant`; ``--weights``)
 WEIGHT_FORMATS = ("f32", "bf16", "q8", "q4")
 
 

@@ -15,7 +15,7 @@ from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.options import DecodeOptions
 from attnlm.generate.speculative import ModelDrafter, draft_model
 from attnlm.models import registry
-from attnlm.nn.quant import QuantLinear, quantize_weights
+from attnlm.quant.layers import QuantLinear, quantize_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,7 +16,7 @@ import torch
 from attnlm.errors import InputError
 from attnlm.ggufio import GGUFFile
 from attnlm.models.gguf import load, load_model, read_config, tensor_stats
-from attnlm.models.gguf.quants import SUPPORTED, dequantize
+from attnlm.quant.blocks import SUPPORTED
 from gguf_support import (
     ALL_TYPES,
     MERGES,
@@ -24,9 +24,7 @@ from gguf_support import (
     Writer,
     add_bpe_tokenizer,
     byte_vocab,
-    encode_tensor,
     gguf,
-    random_k_blocks,
     smollm2_file,
     write_gpt2,
     write_llama,
@@ -36,50 +34,6 @@ from support import SRC
 transformers = pytest.importorskip("transformers", reason="transformers is the model reference")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-# -- dequantization -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("qtype", ALL_TYPES)
-def test_dequantize_equals_gguf_for_every_type(qtype):
-    """Bit-identical to ``gguf.quants.dequantize`` (quantized by ``gguf.quants.quantize``, or
-    random K-quant blocks, which that package cannot make)."""
-    rng = np.random.default_rng(1)
-    values = rng.normal(size=(6, 512)).astype(np.float32)
-    data, held = encode_tensor(values, qtype, rng)
-    raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-    ours = dequantize(raw.copy(), int(Q[qtype]), values.shape).numpy()
-    assert np.array_equal(ours, gguf.quants.dequantize(np.asarray(data), Q[qtype]).reshape(6, 512))
-    assert np.array_equal(ours, held)
-
-
-@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K", "Q4_1"])
-def test_dequantize_in_cache_sized_pieces_and_into_a_slice(qtype, monkeypatch):
-    """Many pieces (a tiny chunk size) and writing into rows of a larger tensor give the same
-    numbers as one piece."""
-    from attnlm.models.gguf import quants
-
-    rng = np.random.default_rng(2)
-    block, size = gguf.GGML_QUANT_SIZES[Q[qtype]]
-    raw = (
-        random_k_blocks(qtype, 40, rng).reshape(-1)
-        if qtype != "Q4_1"
-        else gguf.quants.quantize(rng.normal(size=(5, 256)).astype(np.float32), Q[qtype])
-    )
-    raw = np.ascontiguousarray(raw).reshape(-1)
-    shape = (raw.size // size * block // 256, 256)
-    whole = dequantize(raw.copy(), int(Q[qtype]), shape)
-    monkeypatch.setattr(quants, "CHUNK_ELEMENTS", 256)
-    big = torch.zeros(shape[0] + 2, 256)
-    dequantize(raw.copy(), int(Q[qtype]), shape, out=big[1:-1])
-    assert torch.equal(big[1:-1], whole)
-    assert big[0].abs().sum() == 0 and big[-1].abs().sum() == 0
-
-
-def test_unsupported_type_names_tensor_and_type():
-    with pytest.raises(InputError, match=r"w: tensor type Q5_0 is not supported"):
-        dequantize(np.zeros(22, np.uint8), int(Q.Q5_0), (32,), name="w")
 
 
 # -- the header reader ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""GGUF export (``attnlm export --gguf``, :mod:`attnlm.models.gguf.writer`): the quantizers
-against ``gguf.quants`` (the format's reference implementation), round trips through our own
-GGUF loader against independently dequantized reference models, the metadata llama.cpp
+"""GGUF export (``attnlm export --gguf``, :mod:`attnlm.models.gguf.writer`; its quantizers
+against ``gguf.quants`` are in ``tests/quant/test_quant_blocks.py``): round trips through our
+own GGUF loader against independently dequantized reference models, the metadata llama.cpp
 reads, refusals, and llama.cpp's greedy continuation (the committed fixture in every run; live
 in a ``slow`` test where ``llama_cpp`` imports)."""
 
@@ -17,7 +17,6 @@ import torch
 
 from attnlm.checkpoint import save_checkpoint
 from attnlm.ggufio import GGUFFile
-from attnlm.models.gguf.quantize import q4_0, q8_0
 from attnlm.models.gguf.writer import export_gguf
 from attnlm.models.registry import build, config_table, family_of
 from attnlm.sources import resolve
@@ -33,24 +32,6 @@ SCRIPT = FIXTURES / "make_export_fixtures.py"
 def _logits(model, ids):
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0]
-
-
-# -- quantizers ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("ours", "qtype"), [(q8_0, "Q8_0"), (q4_0, "Q4_0")])
-def test_quantizers_match_gguf_reference_bytes(ours, qtype):
-    x = torch.randn(16, 128, generator=torch.Generator().manual_seed(0)) * 3
-    x[0, :32] = 0  # an all-zero block: scale 0
-    x[1, :32] = torch.arange(32) / 2.0 - 8  # halves: rounding direction matters
-    x[2, :4] = torch.tensor([2.0, -2.0, 1.0, 0.5])  # equal magnitudes: the first one wins
-    expected = gguf.quants.quantize(x.numpy(), Q[qtype])
-    assert np.array_equal(ours(x), expected)
-
-
-def test_quantizers_refuse_rows_not_multiple_of_32():
-    with pytest.raises(ValueError, match="multiple of 32"):
-        q8_0(torch.zeros(2, 40))
 
 
 # -- round trips -----------------------------------------------------------------------------------

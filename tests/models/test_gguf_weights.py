@@ -10,7 +10,7 @@ import torch
 
 from attnlm.cli import main
 from attnlm.models.gguf import load_model
-from attnlm.nn.quant import QuantEmbedding, QuantLinear
+from attnlm.quant.layers import QuantEmbedding, QuantLinear
 from attnlm.sources import resolve
 
 transformers = pytest.importorskip("transformers")

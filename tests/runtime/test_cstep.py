@@ -19,8 +19,8 @@ from attnlm.generate.options import DecodeOptions
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
 from attnlm.nn.lora import apply_lora
-from attnlm.nn.quant import QuantEmbedding, QuantLinear, quantize_weights
 from attnlm.nn.static_cache import StaticKVCache
+from attnlm.quant.layers import QuantEmbedding, QuantLinear, quantize_weights
 from attnlm.runtime import cstep as ns
 from attnlm.runtime.eager import EagerRunner
 from attnlm.runtime.planner import runner_for

@@ -12,7 +12,7 @@ import torch
 from attnlm import native
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.rnn import RNNLM, RNNConfig
-from attnlm.nn.quant import quantize_weights
+from attnlm.quant.layers import quantize_weights
 from attnlm.runtime.planner import BACKENDS, choose, runner_for
 
 needs_c = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")

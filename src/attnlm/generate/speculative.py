@@ -38,7 +38,7 @@ def draft_model(model: nn.Module, fmt: str = "q4") -> nn.Module:
     """A copy of ``model`` (a gpt or llama decoder with float32 weights) whose linear layers and
     embedding hold ``fmt`` weights (:func:`attnlm.nn.quant.quantize_weights`), for drafting.
     ``model`` is not changed; the copy shares its other tensors."""
-    from attnlm.nn.quant import quantize_weights, weights_format
+    from attnlm.quant.layers import quantize_weights, weights_format
 
     if fmt not in DRAFT_FORMATS:
         raise InputError(f"a draft model is q8 or q4, not {fmt!r}")

@@ -1,6 +1,6 @@
 /* One decoding step of a pre-norm causal decoder (gpt, llama) in C: a few new tokens through
  * every block and the LM head in one call, the weights read in the format they are stored in
- * (float32, bfloat16, 8-bit or 4-bit groups; see attnlm/nn/quant.py for the formats).
+ * (float32, bfloat16, 8-bit or 4-bit groups; see attnlm/quant/ for the formats).
  *
  * Why C: a one-token step multiplies one row by every weight matrix, so its time should be
  * the time to stream the weights (about 100 MB in 4 bits for a 135M model). From Python each

@@ -363,12 +363,10 @@ def available_targets(model: nn.Module) -> tuple[str, ...]:
 
 def _check_float_weights(model: nn.Module) -> None:
     """Adapters add ``B A`` to float weights: a model stored in q8/q4/bf16 for decoding
-    (:mod:`attnlm.nn.quant`) has none to add to, or to merge into."""
-    from attnlm.nn.quant import QuantLinear, weights_format
+    (:mod:`attnlm.quant`) has none to add to, or to merge into."""
+    from attnlm.quant.layers import weights_format
 
-    fmt = weights_format(model)
-    if fmt == "f32" and any(isinstance(m, QuantLinear) for m in model.modules()):
-        fmt = "quantized"
+    fmt = weights_format(model)  # read off its layers
     if fmt != "f32":
         raise InputError(
             f"LoRA adapters need float32 weights and this model's are {fmt} (decode-time "

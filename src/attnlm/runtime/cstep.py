@@ -1,6 +1,6 @@
 """The C step inside a PyTorch model: a few new tokens through a causal decoder (gpt, llama) in
 one C call (:mod:`attnlm.native`), the weights read in the format they are stored in: float32
-(either layout), bfloat16, q8 or q4 (:mod:`attnlm.nn.quant`).
+(either layout), bfloat16, q8 or q4 (:mod:`attnlm.quant`: the layers and their byte layouts).
 
 :class:`CStepRunner` is the ``c-step`` backend (:mod:`attnlm.runtime`): the planner builds it
 once per decode where :func:`why_not_supported` finds nothing against the model. It owns the
@@ -37,8 +37,8 @@ from attnlm.native import structs
 from attnlm.nn import fused
 from attnlm.nn.blocks import ACTIVATIONS, SwiGLU
 from attnlm.nn.cache import KVCache
-from attnlm.nn.quant import QuantLinear
 from attnlm.nn.static_cache import StaticKVCache
+from attnlm.quant.layers import QuantLinear
 from attnlm.runtime.eager import EagerRunner, plain_block
 
 __all__ = ["MAX_TOKENS", "CModel", "CStepRunner", "why_not_supported"]

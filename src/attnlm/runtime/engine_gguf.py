@@ -1,9 +1,11 @@
 """A Llama GGUF file as an :class:`~attnlm.runtime.engine.Engine` (the ``c-engine`` backend: the
 C decode step without PyTorch), its Q8_0 / Q4_0 / Q4_1 blocks moved into the step's layouts
-with numpy: the same bytes the PyTorch loader (:mod:`attnlm.models.gguf.quantized`,
-:mod:`attnlm.nn.quant`) gives its q8 / q4 layers (tested), without a float32 copy of any
-matrix. The file is read by :mod:`attnlm.ggufio` (the one GGUF parser) and its tensors are
-placed by the Llama module's own table (:func:`attnlm.models.gguf.llama.parts`).
+by :mod:`attnlm.quant.blocks` (numpy; the functions the PyTorch loader,
+:mod:`attnlm.models.gguf.loader`, uses for its q8 / q4 layers, so both hold the same bytes:
+tested), without a float32 copy of any matrix. The file is read by :mod:`attnlm.ggufio` (the
+one GGUF parser) and its tensors are placed by the Llama module's own table
+(:func:`attnlm.models.gguf.llama.parts`), q and k rows back from llama.cpp's rotary order by
+:func:`attnlm.models.gguf.parts.unpermute_rows`.
 
 :func:`engine_format` says whether the engine holds a file's model (None sends the resolver
 down the PyTorch path, which handles, or refuses in one line, everything else: other
@@ -22,14 +24,10 @@ import numpy as np
 from attnlm.foreign import check_finite
 from attnlm.ggufio import GGUFFile
 from attnlm.models.gguf import llama
-from attnlm.models.gguf.parts import Part
+from attnlm.models.gguf.parts import Part, unpermute_rows
 from attnlm.native import structs
+from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, codes, pack_q4
 from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
-
-GROUP, BLOCK_N = 32, 64  # elements per scale; rows per block of the q4 layout
-BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20}  # bytes per 32 elements
-NATIVE = {"q8": {"Q8_0"}, "q4": {"Q4_0", "Q4_1"}}
-PRECISION = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
 
 
 def engine_for(path: Path, device: Any, weights: str | None, threads: int | None) -> Any:
@@ -65,14 +63,14 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
     if not vectors <= {"F32", "F16"}:
         return None
     body = {t for n, t in matrices.items() if n not in ("token_embd.weight", "output.weight")}
-    classes = {PRECISION.get(t) for t in body}
+    classes = {NATIVE_FORMAT.get(t) for t in body}
     if len(classes) != 1 or None in classes:
         return None
     fmt = classes.pop()
     head = matrices.get("output.weight")  # as the PyTorch loader: a q4 model's head may be q8
     if weights not in (None, fmt) or matrices.get("token_embd.weight") != "Q8_0":
         return None
-    if head is not None and head not in (NATIVE[fmt] | {"Q8_0"}):
+    if head is not None and NATIVE_FORMAT.get(head) not in (fmt, "q8"):
         return None
     return fmt
 
@@ -98,9 +96,10 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
         return None
     weights = _Weights(header, by_ours)
     blocks = [weights.block(i) for i in range(config.n_layer)]
-    q, s = _codes(header, by_ours["tok_emb.weight"][0])[:2]
-    head = _linear((q, s)) if config.tie_embeddings else weights.matrix("lm_head.weight")
-    return Engine(config, blocks, weights.norm("ln_f.weight"), q, s, head, threads, reason)
+    emb = _codes(header, by_ours["tok_emb.weight"][0])  # Q8_0 (engine_format)
+    head = _linear(emb) if config.tie_embeddings else weights.matrix("lm_head.weight")
+    norm = weights.norm("ln_f.weight")
+    return Engine(config, blocks, norm, emb["q"], emb["s"], head, threads, reason)
 
 
 class _Weights:
@@ -112,8 +111,7 @@ class _Weights:
     def matrix(self, name: str) -> LinearWeights:
         parts = sorted(self.by_ours[name], key=lambda p: p.rows or (0,))
         pieces = [_codes(self.header, p) for p in parts]
-        codes = tuple(np.concatenate(c) for c in zip(*pieces)) if len(pieces) > 1 else pieces[0]
-        return _linear(codes)
+        return _linear({key: np.concatenate([p[key] for p in pieces]) for key in pieces[0]})
 
     def norm(self, name: str) -> np.ndarray:
         info = self.header.tensors[self.by_ours[name][0].gguf]
@@ -134,52 +132,26 @@ class _Weights:
 # -- the blocks ------------------------------------------------------------------------------
 
 
-def _codes(header: GGUFFile, part: Part) -> tuple[np.ndarray, ...]:
-    """A Q8_0 matrix ``(N, K)`` as ``(q int8 (N, K), d float16 (N, G))``; a Q4_0 / Q4_1 one as
-    ``(u uint8 0..15 (N, K), d, m float16 (N, G))`` with ``w = d u + m`` (Q4_0: ``m = -8 d``);
-    llama.cpp's rotary row order undone for ``part.heads`` heads."""
+def _codes(header: GGUFFile, part: Part) -> dict[str, np.ndarray]:
+    """A Q8_0 / Q4_0 / Q4_1 matrix as its codes and float16 scales
+    (:func:`attnlm.quant.blocks.codes`), llama.cpp's rotary row order undone for ``part.heads``
+    heads; a scale that is NaN or infinite is refused, as the PyTorch loader refuses it."""
     info = header.tensors[part.gguf]
-    n, k = info.shape
-    b = header.raw(info).reshape(n * k // GROUP, BLOCK_BYTES[info.type_name])
-    d = b[:, :2].copy().view(np.float16).reshape(n, k // GROUP)
-    if info.type_name == "Q8_0":
-        codes: tuple[np.ndarray, ...] = (b[:, 2:].copy().view(np.int8).reshape(n, k), d)
-    else:
-        qs = b[:, 4:] if info.type_name == "Q4_1" else b[:, 2:]  # byte j: j (low), j + 16 (high)
-        u = np.concatenate([qs & 0x0F, qs >> 4], axis=1).reshape(n, k)
-        if info.type_name == "Q4_1":
-            m = b[:, 2:4].copy().view(np.float16).reshape(n, k // GROUP)
-        else:  # -8 d is exact in float16 (a power-of-two multiple)
-            m = (-8 * d.astype(np.float32)).astype(np.float16)
-        codes = (u, d, m)
-    for scales in codes[1:]:  # as the PyTorch loader: a damaged file is refused, not decoded
-        check_finite({info.name: scales}, header.path, "scales of")
+    found = codes(header.raw(info), info.type_name, tuple(info.shape))
+    for key in ("s", "d", "m"):  # a damaged file is refused, not decoded
+        if key in found:
+            check_finite({info.name: found[key]}, header.path, "scales of")
     if part.heads:
-        codes = tuple(_unpermute(c, part.heads) for c in codes)
-    return codes
+        found = {key: unpermute_rows(value, part.heads) for key, value in found.items()}
+    return found
 
 
-def _unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
-    """llama.cpp's rotary row order -> rotate-half (see :func:`.loader.unpermute_rows`)."""
-    n, width = rows.shape
-    d = n // heads
-    return np.ascontiguousarray(rows.reshape(heads, d // 2, 2, width).transpose(0, 2, 1, 3)
-                                ).reshape(n, width)  # fmt: skip
-
-
-def _linear(codes: tuple[np.ndarray, ...]) -> LinearWeights:
-    """q8 ``(q, d)`` or q4 ``(u, d, m)`` in the step's layout (:class:`attnlm.nn.quant.
-    QuantLinear`'s buffers)."""
-    if len(codes) == 2:
-        q, d = codes
-        n, k = q.shape
-        return LinearWeights(structs.Q8, n, k, np.ascontiguousarray(q), np.ascontiguousarray(d), n)
-    u, d, m = codes
-    n, k = u.shape
-    pad = -n % BLOCK_N
-    u = np.pad(u, ((0, pad), (0, 0)))
-    dm = np.pad(np.stack([d, m], axis=-1), ((0, pad), (0, 0), (0, 0)))  # (N', G, 2)
-    blocks = u.reshape(-1, 2, 32, k).transpose(0, 3, 1, 2)  # (N'/64, K, 2, 32)
-    packed = np.ascontiguousarray(blocks[:, :, 0] | (blocks[:, :, 1] << 4)).reshape(n + pad, k // 2)
-    scales = np.ascontiguousarray(dm.reshape(-1, BLOCK_N, k // GROUP, 2).transpose(0, 2, 1, 3))
-    return LinearWeights(structs.Q4, n, k, packed, scales, n + pad)
+def _linear(found: dict[str, np.ndarray]) -> LinearWeights:
+    """q8 ``{q, s}`` or q4 ``{u, d, m}`` codes in the step's layout (what
+    :class:`attnlm.quant.layers.QuantLinear` stores: :func:`attnlm.quant.blocks.pack_q4`)."""
+    if "q" in found:
+        q, s = (np.ascontiguousarray(found[key]) for key in ("q", "s"))
+        return LinearWeights(structs.Q8, q.shape[0], q.shape[1], q, s, q.shape[0])
+    n, k = found["u"].shape
+    packed, scales = pack_q4(found["u"], found["d"], found["m"])
+    return LinearWeights(structs.Q4, n, k, packed, scales, packed.shape[0])

@@ -57,7 +57,7 @@ def choose(model: Any, *, compile: Any = False, backend: str | None = None) -> t
         return "eager", "asked for" if backend == "eager" else why
     if why is not None:
         raise RuntimeError(f"the c-step backend cannot run this model: {why}")
-    from attnlm.nn.quant import weights_format
+    from attnlm.quant.layers import weights_format
 
     return "c-step", f"{weights_format(model)} weights on the CPU: each step is one C call"
 

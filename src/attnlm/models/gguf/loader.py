@@ -1,6 +1,6 @@
 """Build one of our models from a GGUF file: the architecture's config from the metadata, an
-uninitialised model from the registry, then each tensor dequantized straight into its
-parameter.
+uninitialised model from the registry, then each tensor straight into its parameter, in one of
+the decode-time weight formats (:mod:`attnlm.quant`).
 
 An architecture module (:mod:`.llama`, :mod:`.gpt2`) says two things: the ``[model]`` table
 (``config_table(header)``) and where every file tensor goes (``parts(config, header)``, a list
@@ -12,6 +12,19 @@ Memory: the model is built without its random initialisation (the parameters are
 the file anyway, and initialising 135M parameters costs about a second), and each tensor's
 bytes are read, dequantized into the parameter (or its rows of a fused parameter) and dropped,
 so the peak is the float32 model plus one tensor's bytes.
+
+In ``q8`` / ``q4`` (:func:`load_quantized`) the float32 model is never built: its matrices are
+allocated but never written (so the system gives them no memory), its linear layers and token
+embedding are replaced by :class:`~attnlm.quant.layers.QuantLinear` /
+:class:`~attnlm.quant.layers.QuantEmbedding` filled from the file (dropping those untouched
+matrices), and only the small remaining parameters (norms, biases, positions) are dequantized
+by :func:`fill`; the peak is the quantized model plus one tensor. A matrix whose ggml type is
+the format's own (:data:`~attnlm.quant.blocks.NATIVE_FORMAT`: ``Q8_0`` for q8; ``Q4_0`` and
+``Q4_1`` for q4) is copied as codes and float16 scales (:func:`attnlm.quant.blocks.codes`);
+any other type is dequantized (that tensor alone) and quantized by the format's rule
+(:func:`requantized` names those types). Quantization works row by row, so the rows of q and
+k move back from llama.cpp's rotary order (:func:`~attnlm.models.gguf.parts.unpermute_rows`)
+as codes and scales.
 """
 
 from __future__ import annotations
@@ -29,8 +42,16 @@ from attnlm.errors import InputError
 from attnlm.foreign import check_finite, reading
 from attnlm.foreign import register as _register_reader
 from attnlm.ggufio import GGUFFile, type_name
-from attnlm.models.gguf.parts import Part
-from attnlm.models.gguf.quants import SUPPORTED, dequantize
+from attnlm.models.gguf.parts import Part, unpermute_rows
+from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, dequantize
+from attnlm.quant.layers import (
+    ROWS_AT_ONCE,
+    QuantEmbedding,
+    QuantLinear,
+    quantize_rows,
+    quantize_weights,
+)
+from attnlm.validate import weights_format as check_format
 
 #: GGUF ``general.architecture`` -> the module that maps it to one of our families
 ARCHITECTURES = {"llama": "attnlm.models.gguf.llama", "gpt2": "attnlm.models.gguf.gpt2"}
@@ -40,6 +61,9 @@ REFUSED = {
     "which attnlm's Llama does not have",
     "mistral": "Mistral files with their own architecture name use sliding-window attention",
 }
+#: ggml tensor type -> the weights format that keeps its precision (a file's default format)
+PRECISION = {"F32": "f32", "F16": "bf16", "BF16": "bf16", "Q8_0": "q8", "Q6_K": "q8",
+             "Q5_K": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q4_K": "q4"}  # fmt: skip
 
 
 def arch_module(header: GGUFFile) -> Any:
@@ -87,7 +111,7 @@ def no_init() -> Iterator[None]:
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Run torch on one thread inside: dequantization works in cache-sized pieces
-    (:data:`~attnlm.models.gguf.quants.CHUNK_ELEMENTS`), too small to share between threads,
+    (:data:`~attnlm.quant.blocks.CHUNK_ELEMENTS`), too small to share between threads,
     and waking a thread pool for each piece costs more than the piece (many times more when
     the cores are busy with other work)."""
     n = torch.get_num_threads()
@@ -96,19 +120,6 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(n)
-
-
-def unpermute_rows(src: Tensor, dest: Tensor, heads: int) -> None:
-    """Copy q or k rows from llama.cpp's order into the rotate-half order of
-    :class:`~attnlm.nn.positional.RotaryEmbedding`.
-
-    Hugging Face's Llama rotates feature ``i`` with ``i + D/2`` of each head; llama.cpp rotates
-    adjacent pairs ``(2i, 2i + 1)`` (Meta's original layout), so its converter stores head
-    ``h``'s row ``half · D/2 + i`` at ``2i + half``. Here ``src`` ``(heads · D, C)`` in the
-    file's order is written to ``dest`` in ours: ``dest[h, half, i] = src[h, i, half]``."""
-    rows, width = src.shape
-    d = rows // heads
-    dest.view(heads, 2, d // 2, width).copy_(src.view(heads, d // 2, 2, width).transpose(1, 2))
 
 
 def fill(
@@ -139,9 +150,9 @@ def fill(
             raw = header.raw(info)
             if part.heads:
                 tmp = dequantize(raw, info.type, info.shape, name=part.gguf)
-                unpermute_rows(tmp, dest, part.heads)
-            else:
-                dequantize(raw, info.type, info.shape, out=dest, name=part.gguf)
+                dest.copy_(torch.from_numpy(unpermute_rows(tmp, part.heads)))
+            else:  # straight into the parameter's memory
+                dequantize(raw, info.type, info.shape, out=dest.numpy(), name=part.gguf)
             del raw
             filled[part.ours] = filled.get(part.ours, 0) + dest.numel()
     unused = [n for n in header.tensors if n not in used]
@@ -155,16 +166,132 @@ def fill(
             raise InputError(f"{where}: nothing in the file fills parameter {name!r}")
 
 
-def load_model(path: str | Path | GGUFFile) -> nn.Module:
-    """Our model (eval mode, float32) from a GGUF file (a path or an opened header); other
-    weight formats: :func:`attnlm.models.gguf.quantized.load_model`."""
+def load_model(path: str | Path | GGUFFile, weights: str = "f32") -> nn.Module:
+    """Our model (eval mode) from a GGUF file (a path or an opened header), its weights in
+    ``weights`` (:mod:`attnlm.quant`): ``f32`` dequantizes every tensor (:func:`fill`);
+    ``q8``/``q4`` load the matrices straight into that format (:func:`load_quantized`;
+    :func:`requantized` names the ggml types that went through float32); ``bf16`` rounds the
+    float32 model."""
+    check_format(weights)
+    if weights in ("q8", "q4"):
+        header = path if isinstance(path, GGUFFile) else GGUFFile(path)
+        model, config, module = build_empty(header)
+        load_quantized(header, model, module.parts(config, header), weights)
+        return model.eval()
     where = getattr(path, "path", path)
     with reading(where, "GGUF"):
         header = path if isinstance(path, GGUFFile) else GGUFFile(path)
         model, config, module = build_empty(header)
         fill(model, header, module.parts(config, header))
     check_finite(dict(model.named_parameters()), where)  # weights; buffers may hold -inf masks
-    return model.eval()
+    return quantize_weights(model, weights).eval()
+
+
+# -- matrices straight into q8 / q4 ---------------------------------------------------------
+
+
+def precision_class(header: GGUFFile) -> str:
+    """A GGUF file's own weights format: that of the ggml type holding most of its matrix
+    elements (2-D tensors; the SmolLM2 file: Q4_1 -> ``q4``)."""
+    counts: dict[str, int] = {}
+    for info in header.tensors.values():
+        if len(info.shape) == 2:
+            counts[info.type_name] = counts.get(info.type_name, 0) + info.n_elements
+    return PRECISION.get(max(counts, key=counts.get), "f32") if counts else "f32"
+
+
+def _float_codes(raw: Any, info: Any, fmt: str) -> dict[str, Tensor]:
+    """A matrix of another type dequantized and quantized by the format's rule, a few
+    thousand rows at a time (the float32 copy of an LM head is never whole)."""
+    n, k = info.shape
+    rows = raw.reshape(n, -1)  # bytes per row: whole blocks
+    pieces = []
+    for i in range(0, n, ROWS_AT_ONCE):
+        piece = rows[i : i + ROWS_AT_ONCE]
+        w = dequantize(piece.reshape(-1), info.type, (piece.shape[0], k), name=info.name)
+        pieces.append(quantize_rows(torch.from_numpy(w), fmt))
+    return {key: torch.cat([p[key] for p in pieces]) for key in pieces[0]}
+
+
+def _matrix(header: GGUFFile, part: Part, fmt: str) -> dict[str, Tensor]:
+    """One file matrix as ``fmt`` codes and scales (``q``, ``s`` or ``u``, ``d``, ``m``), in
+    our row order."""
+    info = header.tensors[part.gguf]
+    raw = header.raw(info)
+    if NATIVE_FORMAT.get(info.type_name) == fmt:
+        stored = codes(raw, info.type_name, tuple(info.shape))
+        found = {key: torch.from_numpy(value) for key, value in stored.items()}
+    else:
+        found = _float_codes(raw, info, fmt)
+    if part.heads:
+        found = {key: unpermute_rows(value, part.heads) for key, value in found.items()}
+    return found
+
+
+def _layer(pieces: list[dict[str, Tensor]], fmt: str) -> QuantLinear:
+    rows = pieces[0] if len(pieces) == 1 else {key: torch.cat([p[key] for p in pieces])
+                                               for key in pieces[0]}  # fmt: skip
+    return QuantLinear.from_codes(rows, fmt)
+
+
+def load_quantized(header: GGUFFile, model: nn.Module, parts: list[Part], fmt: str) -> None:
+    """Fill ``model`` (built under :func:`no_init`) from ``header``, its linear layers and
+    token embedding in ``fmt`` (``q8`` or ``q4``; the embedding q8, and in q4 the LM head q8
+    unless the file stores it in 4 bits, as :func:`attnlm.quant.layers.quantize_weights`)."""
+    by_weight: dict[str, list[Part]] = {}
+    for part in parts:
+        by_weight.setdefault(part.ours, []).append(part)
+    done: set[str] = set()
+    tied = getattr(model.config, "tie_embeddings", False)
+    native_q4 = {kind for kind, held in NATIVE_FORMAT.items() if held == "q4"}
+    with torch.no_grad():
+        for name, module in list(model.named_modules()):
+            is_emb = name == "tok_emb" and isinstance(module, nn.Embedding)
+            if not (isinstance(module, nn.Linear) or is_emb) or module.weight.shape[1] % GROUP:
+                continue
+            source = "tok_emb.weight" if name == "lm_head" and tied else f"{name}.weight"
+            layer_parts = sorted(by_weight.get(source, []), key=lambda p: (p.rows or (0,))[0])
+            if not layer_parts:
+                continue
+            stored = {header.tensors[p.gguf].type_name for p in layer_parts}
+            head_q8 = name == "lm_head" and not stored <= native_q4
+            layer_fmt = "q8" if is_emb or (fmt == "q4" and head_q8) else fmt
+            emb = model.tok_emb
+            if source == "tok_emb.weight" and not is_emb and isinstance(emb, QuantEmbedding):
+                if emb.table.fmt == layer_fmt:  # a tied head: the embedding's codes, shared
+                    model.lm_head = emb.table
+                    continue
+            layer = _layer([_matrix(header, p, layer_fmt) for p in layer_parts], layer_fmt)
+            bias = by_weight.get(f"{name}.bias")
+            if bias:
+                b = header.tensors[bias[0].gguf]
+                values = dequantize(header.raw(b), b.type, b.shape, name=bias[0].gguf)
+                layer.set_bias(torch.from_numpy(values))
+                done.add(bias[0].gguf)
+            parent, _, attr = name.rpartition(".")
+            owner = model.get_submodule(parent) if parent else model
+            setattr(owner, attr, QuantEmbedding(layer) if is_emb else layer)
+            done.update(p.gguf for p in layer_parts)
+        rest = [p for p in parts if p.gguf not in done]
+        fill(model, header, rest, consumed=done)
+
+
+def requantized(header: GGUFFile, model: nn.Module) -> list[str]:
+    """The ggml types of ``header``'s matrices that ``model`` (loaded from it in q8 or q4)
+    holds re-quantized, as its layers tell: those a :class:`QuantLinear` (or the embedding's
+    table) holds in a format whose codes they are not (:data:`NATIVE_FORMAT`)."""
+    tied = getattr(model.config, "tie_embeddings", False)
+    held: dict[str, set[str]] = {}  # our weight -> the formats holding it
+    for name, m in model.named_modules(remove_duplicate=False):  # a shared table twice
+        if isinstance(m, QuantLinear) and m.fmt in ("q8", "q4"):
+            shared = name == "tok_emb.table" or (name == "lm_head" and tied)
+            held.setdefault("tok_emb.weight" if shared else f"{name}.weight", set()).add(m.fmt)
+    found = set()
+    for part in arch_module(header).parts(model.config, header):
+        info = header.tensors.get(part.gguf)
+        if info and any(NATIVE_FORMAT.get(info.type_name) != f for f in held.get(part.ours, ())):
+            found.add(info.type_name)
+    return sorted(found)
 
 
 def build_empty(header: GGUFFile) -> tuple[nn.Module, Any, Any]:

@@ -8,15 +8,16 @@
   llama; ``attention.layer_norm_epsilon`` for gpt2), ``vocab_size``, ``general.file_type``,
   and the tokenizer (:mod:`.vocab`).
 * Tensors: our fused ``qkv_proj`` is split into ``attn_q/k/v`` for llama, whose q and k rows
-  go to llama.cpp's interleaved rotary order (:func:`permute_rows`, the inverse of
-  :func:`~attnlm.models.gguf.loader.unpermute_rows`); ``mlp.fc`` is split into
+  go to llama.cpp's interleaved rotary order (:func:`~attnlm.models.gguf.parts.permute_rows`,
+  the inverse of the loader's :func:`~attnlm.models.gguf.parts.unpermute_rows`); ``mlp.fc`` is
+  split into
   ``ffn_gate/up``. gpt2's fused ``attn_qkv`` is stored as is. A tied LM head is not stored
   (llama.cpp then uses ``token_embd``); a GPT without biases gets zero biases, which
   llama.cpp's gpt2 graph requires.
 * Types: 1-D tensors (norms, biases) stay F32 as in llama.cpp's converter; matrices take
-  ``--type`` (F32, F16, Q8_0, Q4_0, :mod:`.quantize`). A matrix whose rows are not a multiple
-  of 32 long cannot be cut into Q8_0 / Q4_0 blocks and is stored F16 instead (the converter's
-  fallback).
+  ``--type`` (F32, F16, Q8_0, Q4_0: :func:`encode`, with llama.cpp's reference quantizers
+  from :mod:`attnlm.quant.blocks`). A matrix whose rows are not a multiple of 32 long cannot be
+  cut into Q8_0 / Q4_0 blocks and is stored F16 instead (the converter's fallback).
 
 The file is written through ``gguf.GGUFWriter`` (the format's reference writer) into a
 temporary file renamed into place (:func:`attnlm.fileio.atomic_path`).
@@ -32,18 +33,22 @@ import torch
 from torch import Tensor
 
 from attnlm.errors import InputError
-from attnlm.models.gguf.quantize import BLOCK, TYPES, encode
+from attnlm.models.gguf.parts import permute_rows
+from attnlm.quant.blocks import GROUP, quantize_q4_0, quantize_q8_0
 
 #: llama.cpp's ``general.file_type`` (``llama_ftype``) per --type
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
 
 
-def permute_rows(w: Tensor, heads: int) -> Tensor:
-    """q or k rows ``(heads · D, C)`` from our rotate-half order to llama.cpp's interleaved
-    one: file row ``(h, i, half)`` = our row ``(h, half, i)``."""
-    rows, width = w.shape
-    d = rows // heads
-    return w.reshape(heads, 2, d // 2, width).transpose(1, 2).reshape(rows, width)
+def encode(x: Tensor, kind: str) -> np.ndarray:
+    """``x`` ``(rows, cols)`` or ``(n,)`` stored as ``kind`` (``f32``, ``f16``, ``q8_0``,
+    ``q4_0``): the floats, or the blocks' bytes ``(rows, bytes per row)``, a GGUF file holds."""
+    a = x.detach().to(torch.float32).contiguous().numpy()
+    if kind == "f32":
+        return a
+    if kind == "f16":
+        return a.astype(np.float16)
+    return {"q8_0": quantize_q8_0, "q4_0": quantize_q4_0}[kind](a)
 
 
 def _need(config: Any, field: str, want: Any, arch: str) -> None:
@@ -124,7 +129,7 @@ def tensor_type(name: str, w: Tensor, kind: str) -> str:
     """The type ``w`` is stored in for ``--type kind`` (see the module docstring)."""
     if w.dim() == 1:
         return "f32"
-    if kind in ("q8_0", "q4_0") and w.shape[-1] % BLOCK:
+    if kind in ("q8_0", "q4_0") and w.shape[-1] % GROUP:
         return "f16"
     return kind
 
@@ -146,8 +151,8 @@ def export_gguf(
     from attnlm.models.gguf.vocab import metadata
     from attnlm.models.registry import family_of
 
-    if kind not in TYPES:
-        raise InputError(f"--type {kind!r} is not one of {', '.join(TYPES)}")
+    if kind not in FILE_TYPES:
+        raise InputError(f"--type {kind!r} is not one of {', '.join(FILE_TYPES)}")
     family = family_of(model).type
     if family not in ARCHES:
         raise InputError(

@@ -17,24 +17,28 @@ q4       ``d[n, g] · u[n, k] + m[n, g]``: ``u`` 4 bits, ``d`` and ``m`` float16
          ``d = (max - min) / 15``, ``m = min``, ``u = round((w - min) / d)``)
 =======  =====================================================================================
 
-The value of every stored weight is defined by these formulas in float32:
+The byte layouts (the 4-bit codes packed per 64 rows, the scales beside them) are
+:mod:`attnlm.quant.blocks`', the one definition the C step and the C engine read too. The
+value of every stored weight is defined by these formulas in float32:
 :meth:`QuantLinear.dequantized` computes it, and that float32 matrix is the reference every
 kernel is tested against.
 
-Kernels (one per layer shape and row count, chosen by :func:`kernel_for`): for a few rows
-(decoding) PyTorch's weight-only kernels where they exist (``aten._weight_int4pack_mm_for_cpu``
-reads the 4-bit weights in the layout ``aten._convert_weight_to_int4pack_for_cpu`` writes,
-which :class:`QuantLinear` stores), timed once per shape against "dequantize to float32, then
-``F.linear``" and the faster one kept; for many rows (prefill) the dequantizing path, because
-the weight-only kernels do not tile for many rows and run tens of times slower than one float32
-GEMM (bf16: its bfloat16 GEMM, about three times faster than float32 at 512 rows where the CPU
-has AMX). ``aten._weight_int8pack_mm`` takes one scale per output row only, so 8-bit
-groups of 32 (ggml's Q8_0, loaded without a round trip) go through the dequantizing path.
+Kernels (:func:`kernel_for`, a rule on the format and the device, fixed for a layer): on the
+CPU bf16 runs its bfloat16 GEMM (with AMX or AVX512-BF16 about three times faster than float32
+at 512 rows, and faster than widening the weights at one row too); q8 and q4, and every format
+off the CPU, dequantize :data:`ROWS_AT_ONCE` output rows at a time to float32 and run one
+float32 GEMM. PyTorch's weight-only kernels lose to that here: ``aten._weight_int4pack_mm_for_cpu``
+(which reads this very 4-bit layout) measured 2.2 times slower at one row and 4 to 30 times
+slower at 4 to 12 rows on SmolLM2's shapes (torch 2.13, one and two threads), and
+``aten._weight_int8pack_mm`` takes one scale per output row only, not Q8_0's groups of 32.
+Decoding on the CPU runs the C step (:mod:`attnlm.runtime.cstep`) anyway, which reads these
+buffers as stored.
 
 In q4 the LM head ``lm_head`` is stored q8 (unless a GGUF file stores it in 4 bits).
 The token embedding is a row lookup, not a product: in q8 and q4 it is stored as q8 rows
 (as llama.cpp keeps Q8_0 embeddings), in bf16 as bfloat16; a tied LM head in the same format
 shares those codes (one :class:`QuantLinear` serves both, as llama.cpp reads one tensor).
+:func:`weights_format` reads a model's format off its layers.
 
 Shape legend
     M  rows of the input (tokens: B T), K  input features, N  output features
@@ -43,36 +47,30 @@ Shape legend
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlm.errors import InputError
+from attnlm.quant.blocks import BLOCK_N, GROUP, pack_q4
 from attnlm.validate import WEIGHT_FORMATS
 from attnlm.validate import weights_format as check_format
 
 __all__ = [
     "FORMATS",
     "GROUP",
+    "KERNELS",
     "QuantEmbedding",
     "QuantLinear",
     "kernel_for",
-    "pack_int4",
+    "quantize_rows",
     "quantize_weights",
     "unpack_int4",
     "weights_format",
 ]
 
 FORMATS = WEIGHT_FORMATS
-GROUP = 32  # elements per scale (ggml's Q8_0, Q4_0 and Q4_1 blocks)
-BLOCK_N = 64  # output rows per block of the int4 CPU kernel's packed layout
-ROWS_AT_ONCE = 4096  # rows quantized per step
-MANY_ROWS = 16  # from this many input rows on, dequantize and use one float32 GEMM
-
-# (format, N, K) -> the kernel chosen for few rows; measured once per process
-_CHOICE: dict[tuple[str, int, int], str] = {}
+ROWS_AT_ONCE = 4096  # rows quantized, or dequantized for a product, per step
 
 
 def _half(scales: Tensor) -> Tensor:
@@ -84,22 +82,9 @@ def _half(scales: Tensor) -> Tensor:
     return h
 
 
-# -- packing ---------------------------------------------------------------------------------
-
-
-def pack_int4(u: Tensor) -> Tensor:
-    """4-bit values ``u`` ``(N, K)`` (0..15, N a multiple of :data:`BLOCK_N`) -> the bytes
-    ``(N, K / 2)`` uint8 of ``aten._convert_weight_to_int4pack_for_cpu``'s layout: per block
-    of 64 rows and per column ``k``, 32 bytes; byte ``j`` holds row ``j`` (low nibble) and row
-    ``j + 32`` (high nibble)."""
-    n, k = u.shape
-    b = u.to(torch.uint8).view(n // BLOCK_N, 2, 32, k).permute(0, 3, 1, 2)  # (N/64, K, 2, 32)
-    # contiguous: the elementwise result may keep the permuted strides (a single block)
-    return (b[:, :, 0] | (b[:, :, 1] << 4)).reshape(n, k // 2).contiguous()
-
-
 def unpack_int4(packed: Tensor) -> Tensor:
-    """The inverse of :func:`pack_int4`: ``(N, K / 2)`` bytes -> ``(N, K)`` uint8 values."""
+    """The packed 4-bit codes (:func:`attnlm.quant.blocks.pack_int4`) read back: ``(N, K / 2)``
+    bytes -> ``(N, K)`` uint8 values, on the tensor's device (the dequantizing kernel)."""
     n, half = packed.shape
     p = packed.view(n // BLOCK_N, 2 * half, 32)  # (N/64, K, 32)
     u = torch.stack([p & 0x0F, p >> 4], dim=1)  # (N/64, 2, K, 32)
@@ -107,9 +92,9 @@ def unpack_int4(packed: Tensor) -> Tensor:
 
 
 def quantize_rows(w: Tensor, fmt: str) -> dict[str, Tensor]:
-    """Float ``w`` ``(N, K)`` by the rule of ``fmt``: q8 ``{"q": (N, K) int8, "s": (N, G)}``;
-    q4 ``{"u": (N, K) uint8 0..15, "d": (N, G), "m": (N, G)}`` (see the module docstring; the
-    scales float32 here, float16 once stored)."""
+    """Float ``w`` ``(N, K)`` by the rule of ``fmt``, on its device: q8 ``{"q": (N, K) int8,
+    "s": (N, G)}``; q4 ``{"u": (N, K) uint8 0..15, "d": (N, G), "m": (N, G)}`` (see the module
+    docstring; the scales float32 here, float16 once stored)."""
     n, k = w.shape
     g = w.detach().float().reshape(n, k // GROUP, GROUP)
     if fmt == "q8":
@@ -130,10 +115,10 @@ class QuantLinear(nn.Module):
     see the module docstring); ``x`` ``(..., K)`` float32 -> ``y`` ``(..., N)`` float32.
 
     Buffers: bf16 ``weight`` ``(N, K)``; q8 ``qweight`` ``(N, K)`` int8 and ``scales``
-    ``(N, G)`` float16; q4 ``qweight`` ``(N', K / 2)`` uint8 (rows padded to a multiple of 64,
-    packed by :func:`pack_int4`) and ``scales_mins`` ``(N' / 64, G, 64, 2)`` float16 (``d``,
-    ``m`` per row and group, each 64-row block's together: a product reads one block's codes
-    and scales as two sequential streams).
+    ``(N, G)`` float16; q4 ``qweight`` ``(N', K / 2)`` uint8 (rows padded to a multiple of 64)
+    and ``scales_mins`` ``(N' / 64, G, 64, 2)`` float16 (``d``, ``m`` per row and group, each
+    64-row block's together: a product reads one block's codes and scales as two sequential
+    streams), laid out by :func:`attnlm.quant.blocks.pack_q4`.
     Build with :meth:`from_float` or :meth:`from_q8` / :meth:`from_q4`."""
 
     def __init__(self, fmt: str, in_features: int, out_features: int) -> None:
@@ -179,13 +164,11 @@ class QuantLinear(nn.Module):
         """From 4-bit values ``u`` ``(N, K)`` (0..15) with ``w = d u + m`` per group; ``d`` and
         ``m`` ``(N, K / GROUP)``."""
         n, k = u.shape
-        pad = -n % BLOCK_N
         layer = cls("q4", k, n)
-        u = F.pad(u.to(torch.uint8), (0, 0, 0, pad))
-        dm = F.pad(torch.stack([_half(d), _half(m)], dim=-1), (0, 0, 0, 0, 0, pad))  # (N', G, 2)
-        layer.register_buffer("qweight", pack_int4(u))
-        blocks = dm.view(-1, BLOCK_N, k // GROUP, 2).transpose(1, 2)  # (N'/64, G, 64, 2)
-        layer.register_buffer("scales_mins", blocks.contiguous())
+        arrays = [t.cpu().numpy() for t in (u.to(torch.uint8), _half(d), _half(m))]
+        packed, scales = pack_q4(*arrays)  # (N', K / 2), (N'/64, G, 64, 2): the one layout
+        layer.register_buffer("qweight", torch.from_numpy(packed).to(u.device))
+        layer.register_buffer("scales_mins", torch.from_numpy(scales).to(u.device))
         return layer
 
     def set_bias(self, bias: Tensor | None) -> None:
@@ -216,7 +199,7 @@ class QuantLinear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])  # (M, K)
-        y = KERNELS[kernel_for(self, x2.shape[0])](self, x2)  # (M, N)
+        y = KERNELS[kernel_for(self)](self, x2)  # (M, N)
         if self.bias is not None:
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
@@ -245,52 +228,15 @@ def _bf16_gemm(layer: QuantLinear, x: Tensor) -> Tensor:
     return F.linear(x.to(torch.bfloat16), layer.weight).float()
 
 
-def _int4_kernel(layer: QuantLinear, x: Tensor) -> Tensor:
-    # the kernel's (scale, zero) with w = scale (u - 8) + zero: d and m + 8 d, in float32
-    dm = layer.scales_mins.float().permute(1, 0, 2, 3).flatten(1, 2)  # (G, N', 2)
-    sz = torch.stack([dm[..., 0], dm[..., 1] + 8 * dm[..., 0]], dim=-1)
-    y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.float().contiguous(), layer.qweight, GROUP, sz)
-    return y[:, : layer.out_features]
-
-
 #: name -> ``fn(layer, x (M, K)) -> (M, N)``
-KERNELS = {"dequant": _dequant_gemm, "bf16": _bf16_gemm, "int4pack": _int4_kernel}
-CANDIDATES = {"bf16": ("dequant", "bf16"), "q8": ("dequant",), "q4": ("dequant", "int4pack")}
+KERNELS = {"dequant": _dequant_gemm, "bf16": _bf16_gemm}
 
 
-def kernel_for(layer: QuantLinear, rows: int) -> str:
-    """The kernel for ``rows`` input rows: from :data:`MANY_ROWS` on ``dequant`` (bf16: its
-    bfloat16 GEMM); off the CPU ``dequant``; else the fastest of the format's
-    :data:`CANDIDATES` at one row, timed once per ``(format, N, K)`` (alternating, best of 5)
-    and remembered for the process."""
-    options = CANDIDATES[layer.fmt]
-    if layer.device_type() != "cpu":
-        return "dequant"
-    if rows >= MANY_ROWS:  # bf16: the bfloat16 GEMM (AMX, AVX512-BF16) beats float32 here
-        return "bf16" if layer.fmt == "bf16" else "dequant"
-    if len(options) == 1:
-        return options[0]
-    key = (layer.fmt, layer.out_features, layer.in_features)
-    if key not in _CHOICE:
-        _CHOICE[key] = _measure(layer, options)
-    return _CHOICE[key]
-
-
-def _measure(layer: QuantLinear, options: tuple[str, ...]) -> str:
-    x = torch.randn(1, layer.in_features)
-    best = dict.fromkeys(options, float("inf"))
-    with torch.no_grad():
-        for name in options:
-            try:
-                KERNELS[name](layer, x)  # warm up (and: does this build have it?)
-            except (RuntimeError, NotImplementedError):
-                best.pop(name)
-        for _ in range(5):
-            for name in best:
-                start = time.perf_counter()
-                KERNELS[name](layer, x)
-                best[name] = min(best[name], time.perf_counter() - start)
-    return min(best, key=best.get) if best else "dequant"
+def kernel_for(layer: QuantLinear) -> str:
+    """The kernel of ``layer``'s products, by its format and device alone (the same for every
+    row count; measurements in the module docstring): ``bf16`` for bfloat16 weights on the
+    CPU, else ``dequant``."""
+    return "bf16" if layer.fmt == "bf16" and layer.device_type() == "cpu" else "dequant"
 
 
 class QuantEmbedding(nn.Module):
@@ -314,8 +260,11 @@ class QuantEmbedding(nn.Module):
 
 
 def weights_format(model: nn.Module) -> str:
-    """The format :func:`quantize_weights` gave ``model`` (``f32`` if none)."""
-    return getattr(model, "weights_format", "f32")
+    """The format ``model``'s weights are stored in, as its layers tell: the narrowest format
+    among its :class:`QuantLinear` layers (in q4 the LM head and the embedding table are q8),
+    ``f32`` where it has none."""
+    held = {m.fmt for m in model.modules() if isinstance(m, QuantLinear)}
+    return next((fmt for fmt in ("q4", "q8", "bf16") if fmt in held), "f32")
 
 
 def quantize_weights(model: nn.Module, fmt: str) -> nn.Module:
@@ -353,5 +302,4 @@ def quantize_weights(model: nn.Module, fmt: str) -> nn.Module:
             else:
                 table = QuantLinear.from_float(emb.weight, None, table_fmt).to(emb.weight.device)
             model.tok_emb = QuantEmbedding(table)
-    model.weights_format = fmt
     return model.eval()

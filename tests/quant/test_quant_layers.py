@@ -1,7 +1,7 @@
-"""Decode-time weight formats (:mod:`attnlm.nn.quant`): every kernel against the dequantized
-float32 matrix, the 4-bit layout against PyTorch's own packer, and whole models (gpt, llama)
-against a float32 copy holding the dequantized weights: logits within a tolerance and the
-same greedy tokens over 64 steps."""
+"""Decode-time weight formats (:mod:`attnlm.quant.layers`): every kernel against the
+dequantized float32 matrix, the kernel rule, the format read off a model's layers, and whole
+models (gpt, llama) against a float32 copy holding the dequantized weights: logits within a
+tolerance and the same greedy tokens over 64 steps."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ import torch.nn.functional as F
 
 from attnlm.errors import InputError
 from attnlm.models import registry
-from attnlm.nn import quant
-from attnlm.nn.quant import (
+from attnlm.quant import layers as quant
+from attnlm.quant.blocks import pack_int4
+from attnlm.quant.layers import (
     GROUP,
     QuantEmbedding,
     QuantLinear,
-    pack_int4,
     quantize_weights,
     unpack_int4,
+    weights_format,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -34,7 +35,7 @@ TOLERANCE = {"bf16": 5e-2, "q8": 1e-4, "q4": 1e-4}
 def test_pack_int4_is_torchs_layout_and_unpacks(n, k):
     torch.manual_seed(0)
     u = torch.randint(0, 16, (n + (-n % 64), k))
-    packed = pack_int4(u)
+    packed = torch.from_numpy(pack_int4(u.numpy()))
     assert torch.equal(unpack_int4(packed), u.to(torch.uint8))
     torch_packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(u.int(), 8)
     assert torch.equal(packed, torch_packed)
@@ -70,13 +71,32 @@ def test_every_kernel_equals_the_dequantized_product(fmt, rows):
     layer = QuantLinear.from_float(w, b, fmt)
     x = torch.randn(rows, 64)
     ref = F.linear(x, layer.dequantized(), b)
-    for name in quant.CANDIDATES[fmt]:
+    for name in ("dequant", "bf16") if fmt == "bf16" else ("dequant",):
         got = quant.KERNELS[name](layer, x) + b
         atol = 0.1 if name == "bf16" else 1e-4
         torch.testing.assert_close(got, ref, atol=atol, rtol=1e-3, msg=f"{fmt}/{name}")
     got = layer(x.view(1, rows, 64))
     torch.testing.assert_close(got, ref.view(1, rows, 96), atol=0.1, rtol=1e-3)
-    assert quant.kernel_for(layer, rows) in quant.CANDIDATES[fmt]
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "q8", "q4"])
+def test_the_kernel_is_a_rule_of_format_and_device(fmt):
+    """No timing: bf16 on the CPU takes its bfloat16 GEMM, everything else dequantizes, for
+    one row as for many (the forward calls what :func:`kernel_for` names)."""
+    layer = QuantLinear.from_float(torch.randn(64, 64), None, fmt)
+    assert quant.kernel_for(layer) == ("bf16" if fmt == "bf16" else "dequant")
+    x = torch.randn(3, 64)
+    assert torch.equal(layer(x), quant.KERNELS[quant.kernel_for(layer)](layer, x))
+
+
+def test_the_weights_format_is_read_off_the_layers():
+    """Nothing is set on the model: its QuantLinear layers tell (in q4 the head and the
+    embedding are q8, the blocks q4)."""
+    for fmt in ("bf16", "q8", "q4"):
+        model = _tiny("llama", 1)
+        assert weights_format(model) == "f32"
+        quantize_weights(model, fmt)
+        assert weights_format(model) == fmt and "weights_format" not in vars(model)
 
 
 def test_embedding_rows_equal_the_dequantized_table():
