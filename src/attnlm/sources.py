@@ -75,7 +75,7 @@ def resolve(
 ) -> Resolved:
     """The model SPEC names, its tokenizer and a :class:`ModelInfo` (see the module
     docstring), on ``device`` (a torch device, or a ``--device`` string), its weights in
-    format ``weights`` (``f32|bf16|q8|q4``, :mod:`attnlm.nn.quant`; None: a GGUF file's own
+    format ``weights`` (``f32|bf16|q8|q4``, :mod:`attnlm.quant.layers`; None: a GGUF file's own
     precision class, else ``f32``; ``info.details["weights"]`` says which).
 
     ``engine_ok``: the caller decodes with the KV cache, uncompiled, and takes an
@@ -343,7 +343,7 @@ def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -
     parsed header). The chat template and the special tokens are the tokenizer's (the file's
     ``tokenizer.*`` metadata as llama.cpp reads it, defaults included); a reply ends at its EOS
     or end-of-turn id. ``weights``: the format the matrices load into (None: the file's own
-    precision class, :func:`attnlm.models.gguf.quantized.precision_class`)."""
+    precision class, :func:`attnlm.models.gguf.loader.precision_class`)."""
     from attnlm.device import release_free_memory
     from attnlm.ggufio import GGUFFile
     from attnlm.models import gguf

@@ -168,7 +168,7 @@ def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None)
 
 
 def add_weights_argument(p: argparse.ArgumentParser) -> None:
-    """``--weights f32|bf16|q8|q4``: the decode-time weight format (:mod:`attnlm.nn.quant`),
+    """``--weights f32|bf16|q8|q4``: the decode-time weight format (:mod:`attnlm.quant.layers`),
     passed to :func:`attnlm.sources.resolve`; unset: a GGUF file's own precision, else f32."""
     p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None,
                    help="weights kept in this format while decoding, gpt and llama models "

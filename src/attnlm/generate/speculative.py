@@ -36,7 +36,7 @@ DRAFT_FORMATS = ("q8", "q4")
 
 def draft_model(model: nn.Module, fmt: str = "q4") -> nn.Module:
     """A copy of ``model`` (a gpt or llama decoder with float32 weights) whose linear layers and
-    embedding hold ``fmt`` weights (:func:`attnlm.nn.quant.quantize_weights`), for drafting.
+    embedding hold ``fmt`` weights (:func:`attnlm.quant.layers.quantize_weights`), for drafting.
     ``model`` is not changed; the copy shares its other tensors."""
     from attnlm.quant.layers import quantize_weights, weights_format
 

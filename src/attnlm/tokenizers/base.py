@@ -40,6 +40,7 @@ class UnkFirst:
     def special_tokens(self) -> dict[str, int]:
         return {UNK: 0}
 
+
 #: No token id (rank, special token id) may reach this: 2**21 = 2,097,152, eight times the
 #: largest public vocabularies (about 262k). A file declaring larger ids is refused on load
 #: instead of making a model allocate an embedding of that many rows.
