@@ -39,8 +39,8 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 import harness  # noqa: E402  (benchmarks/harness.py: runs, medians, ratios, --quick)
+from attnlm.loading.objectives import MaskingConfig, mask_tokens  # noqa: E402
 from attnlm.models import from_hf  # noqa: E402
-from attnlm.objectives import MaskingConfig, mask_tokens  # noqa: E402
 
 V, T, B, L, H, C, F = 30522, 128, 8, 4, 4, 256, 1024
 VOCAB = (

@@ -49,7 +49,7 @@ clock = time.process_time
 def trained_pair(tmp: str, threads: int, seconds: str):
     from transformers import GPT2LMHeadModel
 
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
     from attnlm.train.config import spec_from_tables
     from attnlm.train.run import train_run
 

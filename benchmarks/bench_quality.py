@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 
 import harness  # benchmarks/harness.py: runs, medians, ratios, --quick
-from attnlm.checkpoint import load_checkpoint
 from attnlm.data.corpus import cache_dir
 from attnlm.data.windows import read_token_file
-from attnlm.evaluation import evaluate_ids as evaluate
+from attnlm.loading.checkpoint import load_checkpoint
+from attnlm.loading.evaluation import evaluate_ids as evaluate
 from attnlm.train.config import apply_overrides, load_preset, spec_from_tables
 from attnlm.train.run import train_run
 

@@ -178,7 +178,7 @@ def decode_marian(model, sources, pad, n_new, batch):
 
 def main() -> None:
     from attnlm.data.pairs import group_references
-    from attnlm.scores import corpus_bleu, corpus_chrf
+    from attnlm.loading.scores import corpus_bleu, corpus_chrf
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", default=None, help="pairs TSV (default: the built-in task)")

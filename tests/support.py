@@ -118,8 +118,8 @@ def tiny_translation_run(path: Path, pairs_text, rnn: bool = False) -> Path:
     ``path``."""
     import torch
 
-    from attnlm.checkpoint import save_checkpoint
     from attnlm.data.pairs import Pair, PairTokenizerConfig, train_pair_tokenizers
+    from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.models import registry
 
     pairs = train_pair_tokenizers(

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from attnlm import sources
-from attnlm.checkpoint import save_checkpoint
-from attnlm.lora_run import lora_table
+from attnlm.loading import sources
+from attnlm.loading.checkpoint import save_checkpoint
+from attnlm.lora.layers import LoRAConfig, apply_lora
+from attnlm.lora.run import lora_table
 from attnlm.models import registry
-from attnlm.nn.lora import LoRAConfig, apply_lora
 from attnlm.tokenizers.char import CharTokenizer
 
 TEXT = "to be or not to be, that is the question"

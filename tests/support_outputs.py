@@ -253,7 +253,7 @@ def write_gguf(folder: Path, weights: str) -> Path:
 
 def load_gguf(path: Path) -> torch.nn.Module:
     """The GGUF file as a PyTorch model, through the resolver (``attnlm --model FILE``)."""
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     return resolve(str(path), "cpu").model.eval()
 

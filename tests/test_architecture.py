@@ -5,8 +5,10 @@
       -> tokenizers, data, nn, quant -> models, ngram, word2vec
       -> model sources (models.hf, models.gguf: adapters import the models, never the reverse)
       -> runtime (the backends a model runs on, and the planner that picks one)
-      -> objectives, evaluation, checkpoint, inspect, generate (decoding)
-      -> train, demo, compare -> web -> cli (the command line, the only place argparse appears)
+      -> loading/ (sources, weights, checkpoint, objectives, evaluation), lora.run, inspect,
+         generate (decoding)
+      -> train, lora.training, apps/ (demo, compare) -> web -> cli (the command line, the only
+      place argparse appears)
 """
 
 from __future__ import annotations
@@ -24,39 +26,29 @@ PKG = SRC / "attnlm"
 # Lowest layer first. A module may import its own layer or any layer below it.
 LAYERS = {
     "attnlm": 0,
-    "attnlm.errors": 0,
     "attnlm._lazy": 0,
-    "attnlm.config": 0,
-    "attnlm.device": 0,
-    "attnlm.fileio": 0,
-    "attnlm.validate": 0,
-    "attnlm.textio": 0,
-    "attnlm.foreign": 0,  # the foreign-file boundary: parse errors -> one line, size checks
-    "attnlm.ggufio": 0,  # the GGUF header reader: tokenizers and model sources read it
+    "attnlm.base": 0,  # errors, config, device, validate; file formats read safely: fileio,
+    # textio, foreign (parse errors -> one line, size checks), ggufio (the one GGUF reader)
     "attnlm.native": 0,  # the C decode step's build and loading (no model code)
     "attnlm.tokenizers": 1,
     "attnlm.data": 1,
     "attnlm.nn": 1,
-    "attnlm.quant": 1,  # the block formats (numpy: the C engine's too) and the quantized layers
-    "attnlm.scores": 1,
+    "attnlm.quant": 1,  # quantization's one home: block formats (numpy), quantized layers
+    "attnlm.lora": 1,  # LoRA's one home: the adapter layers here, its run and training below
     "attnlm.models": 2,
     "attnlm.ngram": 2,
     "attnlm.word2vec": 2,
     "attnlm.models.hf": 3,  # model sources: file formats, adapters over the models
     "attnlm.models.gguf": 3,
     "attnlm.runtime": 4,  # the backends: eager, compiled, the C step, the C engine (planner)
-    "attnlm.objectives": 5,
-    "attnlm.evaluation": 5,
-    "attnlm.checkpoint": 5,
-    "attnlm.sources": 5,  # --model SPEC: the resolver over every model source
-    "attnlm.lora_run": 5,  # a LoRA run: adapters, base SPEC and fingerprint
-    "attnlm.sources_weights": 5,  # its weights format step (--weights)
+    "attnlm.loading": 5,  # --model SPEC, weights formats, runs and checkpoints, objectives,
+    # evaluation and its scores
+    "attnlm.lora.run": 5,  # a LoRA run: adapters, base SPEC and fingerprint
     "attnlm.inspect": 5,
     "attnlm.generate": 5,
     "attnlm.train": 6,
-    "attnlm.demo": 6,
-    "attnlm.compare": 6,
-    "attnlm.compare_report": 6,  # compare.json, the plot and the table
+    "attnlm.lora.training": 6,  # the training run's two LoRA calls
+    "attnlm.apps": 6,  # the demo and compare
     "attnlm.web": 7,
     "attnlm.cli": 8,
     "attnlm.__main__": 8,
@@ -244,7 +236,13 @@ def test_library_imports_nothing_from_cli_or_web():
 
 
 @pytest.mark.parametrize(
-    "module", ["attnlm.cli.generate", "attnlm.checkpoint", "attnlm.evaluation", "attnlm.inspect"]
+    "module",
+    [
+        "attnlm.cli.generate",
+        "attnlm.loading.checkpoint",
+        "attnlm.loading.evaluation",
+        "attnlm.inspect",
+    ],
 )
 def test_loading_and_using_models_does_not_import_training(module):
     code = f"import {module}, sys; print([m for m in sys.modules if m.startswith('attnlm.train')])"
@@ -279,3 +277,35 @@ def test_the_model_files_know_no_backend():
     found = [(a, b) for a, deps in edges.items() if a.startswith("attnlm.models")
              for b in deps if b.startswith("attnlm.runtime")]  # fmt: skip
     assert not found, found
+
+
+def _followed_files() -> list[list[tuple[str, str]]]:
+    """The numbered lists of docs/architecture.md's "Following `attnlm generate`" section: per
+    list, ``(path under src/attnlm, the first name it mentions)``."""
+    import re
+
+    page = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("### Following `attnlm generate", 1)[1].split("\n## ", 1)[0]
+    lists, current = [], []
+    for line in section.splitlines():
+        m = re.match(r"\d+\. `([^`]+)`: `([A-Za-z_]\w*)", line)
+        if m:
+            current.append((m.group(1), m.group(2)))
+        elif current and not line.startswith("   "):
+            lists.append(current)
+            current = []
+    return lists + ([current] if current else [])
+
+
+def test_the_generate_command_is_followed_through_at_most_eight_files():
+    """docs/architecture.md's claim: a newcomer follows ``attnlm generate`` (the C engine and
+    the PyTorch path) through at most eight files; each named file exists and defines the
+    name the page gives it."""
+    lists = _followed_files()
+    assert len(lists) == 2, lists
+    for steps in lists:
+        assert 0 < len(steps) <= 8, steps
+        for path, name in steps:
+            text = (PKG / path).read_text(encoding="utf-8")
+            defined = (f"def {name}(", f"class {name}", f"{name}(")
+            assert any(d in text for d in defined), f"{path} does not define {name}"

@@ -1,6 +1,6 @@
 """The table of file formats for ``test_damaged_files.py``: for each format attnlm reads, how to
 write a good file, read it as the commands do, what a sane result is, and the damage particular
-to the format. A new reader registered in ``attnlm.foreign.READERS`` needs a row here."""
+to the format. A new reader registered in ``attnlm.base.foreign.READERS`` needs a row here."""
 
 from __future__ import annotations
 
@@ -343,7 +343,7 @@ def _read_corpus(skip_bad: bool) -> Callable[[Path], Any]:
 
 
 def _corpus_sane(result) -> None:
-    from attnlm.textio import text_problem
+    from attnlm.base.textio import text_problem
 
     docs, bad = result
     for d in docs:
@@ -413,7 +413,7 @@ def _pairs_sane(result) -> None:
 def _checkpoint(folder: Path) -> Path:
     from dataclasses import asdict
 
-    from attnlm import checkpoint as C
+    from attnlm.loading import checkpoint as C
     from attnlm.tokenizers.char import CharTokenizer
 
     model, cfg = _tiny_gpt()
@@ -432,7 +432,7 @@ def _ckpt_member(name: str) -> Callable[[Path], Path]:
 
 
 def _load_checkpoint(path: Path):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     return load_checkpoint(path.parent)
 
@@ -457,7 +457,7 @@ def _preset(folder: Path) -> Path:
 
 
 def _load_preset(path: Path):
-    from attnlm.config import load_preset
+    from attnlm.base.config import load_preset
     from attnlm.models import registry
 
     config = load_preset(str(path))

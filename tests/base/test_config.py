@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from attnlm.config import from_dict, load_preset, parse_override
-from attnlm.errors import ConfigError
+from attnlm.base.config import from_dict, load_preset, parse_override
+from attnlm.base.errors import ConfigError
 
 
 @dataclass(frozen=True)

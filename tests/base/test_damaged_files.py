@@ -1,11 +1,11 @@
 """Every file format attnlm reads, damaged on purpose: each mutation (cut at several points,
 flipped bytes, JSON values of the wrong type, NaN/inf, sizes that lie, missing members) must be
-refused with one line naming the file (an :class:`~attnlm.errors.AttnlmError`, exit 2 on the
+refused with one line naming the file (an :class:`~attnlm.base.errors.AttnlmError`, exit 2 on the
 command line) or load into a sane result: never a traceback, never a silent wrong number.
 
 ``FORMATS`` (in ``damaged_formats.py``) is the table. Each row builds a good file, reads it
 with the reader the commands call, and says what a sane result is. The readers register
-themselves in :data:`attnlm.foreign.READERS` (``@foreign_reader`` or ``register``); a
+themselves in :data:`attnlm.base.foreign.READERS` (``@foreign_reader`` or ``register``); a
 registered format that is not in the table fails :func:`test_every_reader_is_in_the_table`,
 and a function that calls a parser (``json.loads``, ``np.load``, ``safetensors``,
 ``torch.load``, ``tomllib``, Parquet, ``dcp.load``) without being registered or listed in
@@ -29,8 +29,8 @@ import pytest
 from damaged_formats import COVERED_ELSEWHERE, FORMATS, Format
 
 import attnlm
-from attnlm.errors import AttnlmError
-from attnlm.foreign import READERS
+from attnlm.base.errors import AttnlmError
+from attnlm.base.foreign import READERS
 
 SRC = Path(attnlm.__file__).parent
 
@@ -163,16 +163,16 @@ def test_every_reader_is_in_the_table():
 NOT_FOREIGN = {
     "attnlm.data.chat._record": "one line of a --chat-data file, parsed by foreign.parse_json "
     "(tests/train/test_chat_finetune.py: every bad record is one line naming FILE:LINE)",
-    "attnlm.lora_run.read_adapters": "a LoRA run's adapters: attnlm's own checkpoint file, "
+    "attnlm.lora.run.read_adapters": "a LoRA run's adapters: attnlm's own checkpoint file, "
     "safetensors errors and NaN refused in one line like load_weights",
     "attnlm.cli.ngram._load": "calls attnlm.ngram.files.load_model (a registered reader)",
     "attnlm.cli.chat.scripted_messages": "a --messages file, parsed by foreign.parse_json",
-    "attnlm.config.parse_override": "a --set argument, not a file",
+    "attnlm.base.config.parse_override": "a --set argument, not a file",
     "attnlm.data.stream._init_worker": "pickled arguments between attnlm's own processes",
-    "attnlm.foreign.parse_json": "the boundary itself",
+    "attnlm.base.foreign.parse_json": "the boundary itself",
     "attnlm.web.server.Handler._post": "an HTTP body: depth-checked, 400 on any parse error",
-    "attnlm.compare.run_neural": "attnlm's own run bookkeeping (outputs, another invariant)",
-    "attnlm.compare._load_done": "attnlm's own run bookkeeping (outputs, another invariant)",
+    "attnlm.apps.compare.run_neural": "attnlm's own run bookkeeping (outputs, another invariant)",
+    "attnlm.apps.compare._load_done": "attnlm's own run bookkeeping (outputs, another invariant)",
     "attnlm.data.windows.read_token_file": "attnlm's own prepared token files",
     "attnlm.train.pair_data.prepare_pairs": "attnlm's own prepared-data signature",
     "attnlm.train.run_files.may_reuse": "attnlm's own prepared-data signature",
@@ -219,6 +219,7 @@ def test_every_parser_call_is_a_registered_reader():
     registered = {q for names in READERS.values() for q in names}
     loose = sorted(q for q in parser_calls() if q not in registered and q not in NOT_FOREIGN)
     assert not loose, (
-        "these functions parse files: register them (attnlm.foreign.foreign_reader / register) "
+        "these functions parse files: register them "
+        "(attnlm.base.foreign.foreign_reader / register) "
         f"and add their format to FORMATS, or list them in NOT_FOREIGN with why: {loose}"
     )

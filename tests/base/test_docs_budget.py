@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
+from attnlm.base.validate import DOCS_BUDGET_ENV, docs_budget
 from attnlm.train.config import TrainConfig
-from attnlm.validate import DOCS_BUDGET_ENV, docs_budget
 from attnlm.word2vec.config import Word2VecConfig
 
 

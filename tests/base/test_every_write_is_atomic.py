@@ -1,5 +1,5 @@
 """Nothing is lost (docs/reliability.md): every file attnlm writes goes through the atomic
-writer of :mod:`attnlm.fileio`. This test scans ``src/`` for the ways Python writes a file at
+writer of :mod:`attnlm.base.fileio`. This test scans ``src/`` for the ways Python writes a file at
 its final name (``open(..., "w")``, ``write_text``, ``np.save``, ``torch.save``, renames, ...)
 and fails on any line that is not in :data:`ALLOWED`, with the reason it is safe. A new
 writer either uses ``atomic_open``/``atomic_write_*``/``atomic_path`` or adds a reasoned entry
@@ -33,28 +33,30 @@ _CKPT = "inside the checkpoint's temporary folder, renamed into place as a whole
 ALLOWED = {
     ("attnlm/native/__init__.py", "os.replace(tmp, path)"):
         "the C compiler wrote the temporary library beside it; renamed into place when whole",
-    ("attnlm/fileio.py", "with open(tmp, \"wb\") as raw:"): "the atomic writer itself",
-    ("attnlm/fileio.py", "os.replace(tmp, target)"): "the atomic writer's rename",
-    ("attnlm/fileio.py", "3. ``os.replace(tmp, target)`` (atomic on POSIX and Windows);"):
+    ("attnlm/base/fileio.py", "with open(tmp, \"wb\") as raw:"): "the atomic writer itself",
+    ("attnlm/base/fileio.py", "os.replace(tmp, target)"): "the atomic writer's rename",
+    ("attnlm/base/fileio.py", "3. ``os.replace(tmp, target)`` (atomic on POSIX and Windows);"):
         "the module docstring",
-    ("attnlm/fileio.py", "with open(path, \"ab\") as f:  # the one appending writer (see the "
+    ("attnlm/base/fileio.py", "with open(path, \"ab\") as f:  # the one appending writer (see the "
      "module docstring)"): "append_line: appends one log line; a kill cuts only that line",
-    ("attnlm/fileio.py", "fd = os.open(folder, os.O_RDONLY | getattr(os, \"O_DIRECTORY\", 0))"):
+    ("attnlm/base/fileio.py",
+     "fd = os.open(folder, os.O_RDONLY | getattr(os, \"O_DIRECTORY\", 0))"):
         "fsync_dir opens a folder read-only",
-    ("attnlm/fileio.py", "fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)"):
+    ("attnlm/base/fileio.py", "fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)"):
         "the run-folder lock file (holds only the pid; never read for data)",
-    ("attnlm/checkpoint.py", "fd = os.open(path, os.O_RDONLY)"): "fsync of a written file",
-    ("attnlm/checkpoint.py", "save_model(standard_layout(model), str(tmp / "
+    ("attnlm/loading/checkpoint.py", "fd = os.open(path, os.O_RDONLY)"): "fsync of a written file",
+    ("attnlm/loading/checkpoint.py", "save_model(standard_layout(model), str(tmp / "
      "\"model.safetensors\"))"): _CKPT,
-    ("attnlm/checkpoint.py", "torch.save(state, tmp / \"state.pt\")"): _CKPT,
-    ("attnlm/checkpoint.py", "save_file("): _CKPT + " (a LoRA run's adapters)",
-    ("attnlm/checkpoint.py", "os.replace(folder, tmp / name)"): _CKPT,
-    ("attnlm/checkpoint.py", "os.replace(final, old)"):
+    ("attnlm/loading/checkpoint.py", "torch.save(state, tmp / \"state.pt\")"): _CKPT,
+    ("attnlm/loading/checkpoint.py", "save_file("): _CKPT + " (a LoRA run's adapters)",
+    ("attnlm/loading/checkpoint.py", "os.replace(folder, tmp / name)"): _CKPT,
+    ("attnlm/loading/checkpoint.py", "os.replace(final, old)"):
         "the old checkpoint is kept as checkpoint.old until the new one is in place",
-    ("attnlm/checkpoint.py", "os.replace(tmp, final)"): "the checkpoint folder's atomic rename",
+    ("attnlm/loading/checkpoint.py", "os.replace(tmp, final)"):
+        "the checkpoint folder's atomic rename",
     ("attnlm/cli/__init__.py", "os.dup2(os.open(os.devnull, os.O_WRONLY), "
      "sys.stdout.fileno())"): "standard output to /dev/null after a closed pipe",
-    ("attnlm/compare.py", "shutil.copy2(shared.folder / f, tmp)"): _TEMP,
+    ("attnlm/apps/compare.py", "shutil.copy2(shared.folder / f, tmp)"): _TEMP,
     ("attnlm/data/pretrained.py", "with zf.open(member) as src, open(out, \"wb\") as dst:"):
         "extracts into a temporary folder that is renamed into place as a whole",
     ("attnlm/data/pretrained.py", "shutil.copyfileobj(src, dst, 1 << 20)"):
@@ -102,7 +104,7 @@ def raw_writes() -> dict[tuple[str, str], str]:
 def test_every_raw_write_is_allowed_with_a_reason():
     found = raw_writes()
     new = [f"{f}: {kind}: {line}" for (f, line), kind in found.items() if (f, line) not in ALLOWED]
-    assert not new, "write these through attnlm.fileio (or allow them with a reason):\n" + (
+    assert not new, "write these through attnlm.base.fileio (or allow them with a reason):\n" + (
         "\n".join(new)
     )
     stale = [k for k in ALLOWED if k not in found]
@@ -139,7 +141,7 @@ def _child(code: str, env_value: str, tmp_path):
     import subprocess
     import sys
 
-    from attnlm.fileio import KILL_ENV
+    from attnlm.base.fileio import KILL_ENV
 
     env = {**os.environ, KILL_ENV: env_value, "PYTHONPATH": str(SRC)}
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, timeout=60)
@@ -149,7 +151,7 @@ def test_a_kill_mid_append_cuts_only_the_last_line(tmp_path):
     import json
 
     code = (
-        "from attnlm.fileio import append_line\n"
+        "from attnlm.base.fileio import append_line\n"
         "for i in range(5):\n"
         "    append_line('m.jsonl', '{\"step\": %d, \"pad\": \"%s\"}' % (i, 'x' * 20))\n"
     )
@@ -162,7 +164,7 @@ def test_a_kill_mid_append_cuts_only_the_last_line(tmp_path):
 
 def test_kill_points_count_by_label_and_all_together(tmp_path):
     code = (
-        "from attnlm.fileio import atomic_write_text, kill_point\n"
+        "from attnlm.base.fileio import atomic_write_text, kill_point\n"
         "for i in range(4):\n"
         "    atomic_write_text(f'f{i}.txt', 'x')\n"
     )

@@ -1,5 +1,5 @@
-"""Atomic writes (attnlm.fileio) and kill injection: a writer SIGKILLed mid-write leaves the old
-file intact, for every kind of file the project writes outside train/models/generate."""
+"""Atomic writes (attnlm.base.fileio) and kill injection: a writer SIGKILLed mid-write leaves the
+old file intact, for every kind of file the project writes outside train/models/generate."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlm.errors import InputError
-from attnlm.fileio import (
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import (
     atomic_open,
     atomic_path,
     atomic_write_bytes,
@@ -74,7 +74,7 @@ def test_a_device_or_a_pipe_is_never_replaced_by_a_file(tmp_path):
 
 
 def test_a_lock_that_cannot_be_made_names_the_output(tmp_path):
-    from attnlm.fileio import lock_file_for, output_lock
+    from attnlm.base.fileio import lock_file_for, output_lock
 
     out = tmp_path / "out.png"
     lock_file_for(out, folder=False).mkdir()  # the lock file cannot be opened (as in /proc)
@@ -120,7 +120,7 @@ arpa_write._chunk_bytes = chunk
 write_arpa(model2, out)
 """
 FSYNC_STOP = """
-import attnlm.fileio as fio
+import attnlm.base.fileio as fio
 fio.os.fsync = lambda fd: stop()  # the temp file is complete, the rename not yet done
 """
 # Stops in the middle of the write itself: the file object opened for writing writes half of

@@ -1,7 +1,7 @@
-"""The foreign-file boundary (``attnlm.foreign``): parse errors become one line naming the file,
-JSON nesting is bounded without recursion, reads are bounded, NaN/inf refused, and the parameter
-estimate every model config checks is an upper bound of the real count for every family and
-preset (so no real model is refused) and within a small factor of it (so it means something)."""
+"""The foreign-file boundary (``attnlm.base.foreign``): parse errors become one line naming the
+file, JSON nesting is bounded without recursion, reads are bounded, NaN/inf refused, and the
+parameter estimate every model config checks is an upper bound of the real count for every family
+and preset (so no real model is refused) and within a small factor of it (so it means something)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlm import foreign
-from attnlm.errors import ConfigError, InputError
+from attnlm.base import foreign
+from attnlm.base.errors import ConfigError, InputError
 
 
 def test_reading_names_the_file_and_the_problem(tmp_path):
@@ -104,7 +104,7 @@ def test_check_fits():
 
 
 def _family_configs():
-    from attnlm.config import load_preset
+    from attnlm.base.config import load_preset
     from attnlm.models import registry
 
     out = []

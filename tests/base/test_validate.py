@@ -1,4 +1,4 @@
-"""attnlm.validate: one validator per kind of value (issue 15)."""
+"""attnlm.base.validate: one validator per kind of value (issue 15)."""
 
 import argparse
 import math
@@ -6,9 +6,8 @@ import math
 import pytest
 import torch
 
-from attnlm.cli.common import arg
-from attnlm.errors import ConfigError, InputError
-from attnlm.validate import (
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.validate import (
     MAX_THREADS,
     above_zero,
     at_least,
@@ -29,6 +28,7 @@ from attnlm.validate import (
     threads,
     utf8_text,
 )
+from attnlm.cli.common import arg
 
 
 @pytest.mark.parametrize("value,want", [("3", 3), (3, 3), (3.0, 3), ("+7", 7)])

@@ -114,7 +114,7 @@ def _checkpoints(d: Path, text: Path, absurd_doc: dict) -> None:
 
     import torch
 
-    from attnlm.checkpoint import save_checkpoint
+    from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.models import registry
     from attnlm.tokenizers import CharTokenizer
     from attnlm.train.config import TrainConfig

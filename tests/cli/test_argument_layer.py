@@ -11,9 +11,9 @@ import os
 
 import pytest
 
+from attnlm.base.validate import MAX_THREADS, positive_int
 from attnlm.cli import build_parser, main
 from attnlm.cli.arguments import OneLineArgumentParser, arg, text_value
-from attnlm.validate import MAX_THREADS, positive_int
 
 # The validators that read a number, and those that read a path (or a name that may be one).
 NUMERIC = {

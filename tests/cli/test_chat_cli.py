@@ -134,7 +134,7 @@ def test_templates_and_errors(folder, tmp_path):
 @pytest.mark.slow
 def test_generate_model_and_available(folder, tmp_path):
     from attnlm.generate import SamplingConfig, generate_text
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     model, tok, _ = resolve(folder)
     greedy = SamplingConfig(max_new_tokens=5, temperature=0)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnlm.checkpoint import load_checkpoint
 from attnlm.cli import main
+from attnlm.loading.checkpoint import load_checkpoint
 from attnlm.models import registry
 from support import loss_curve, losses, torchrun, train, train_killed
 

@@ -9,9 +9,9 @@ import argparse
 
 import pytest
 
+from attnlm.base.validate import MAX_THREADS
 from attnlm.cli import build_parser
 from attnlm.cli.common import add_command
-from attnlm.validate import MAX_THREADS
 
 # (option, bad value, the words of the error)
 BAD = [

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+import attnlm.apps.compare as compare
 import attnlm.cli.compare as compare_cli
-import attnlm.compare as compare
+from attnlm.base.errors import ConfigError
 from attnlm.cli import main
-from attnlm.errors import ConfigError
 
 TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"

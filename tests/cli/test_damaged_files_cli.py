@@ -149,8 +149,8 @@ def test_attention_target_is_bounded(files, capsys):
 def test_hmm_limits(tmp_path, capsys):
     from dataclasses import asdict
 
-    from attnlm.checkpoint import save_checkpoint
-    from attnlm.errors import ConfigError
+    from attnlm.base.errors import ConfigError
+    from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.models import registry
     from attnlm.models.hmm import MAX_STATES, MAX_VITERBI_TOKENS, HMMConfig
     from attnlm.tokenizers.char import CharTokenizer
@@ -175,7 +175,7 @@ def test_hmm_limits(tmp_path, capsys):
 def test_fill_mask_never_drops_a_mask_beyond_the_window():
     from pathlib import Path
 
-    from attnlm.errors import InputError
+    from attnlm.base.errors import InputError
     from attnlm.inspect.fill_mask import fill_mask
     from attnlm.models import registry
     from attnlm.tokenizers.wordpiece import load_bert_files

@@ -47,7 +47,7 @@ def test_demo_writes_everything(romeo_file, tmp_path, capsys):
 
 
 def test_demo_static_bank_is_one_word2vec_vector(tmp_path):
-    from attnlm.demo import BANK_SENTENCES, static_bank
+    from attnlm.apps.demo import BANK_SENTENCES, static_bank
 
     words = "bank river money water cash shore the of".split()
     lines = [" ".join(words[(k + j) % len(words)] for j in range(12)) for k in range(400)]

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
+from attnlm.apps.demo import check_demo_folder
+from attnlm.base.errors import InputError
 from attnlm.cli import main
-from attnlm.demo import check_demo_folder
-from attnlm.errors import InputError
 from support import ROMEO
 
 

@@ -11,9 +11,9 @@ import re
 import pytest
 from test_argument_layer import commands  # every leaf command: (its words, its parser)
 
+from attnlm.base.validate import positive_int
 from attnlm.cli import build_parser, main
 from attnlm.cli.arguments import OneLineArgumentParser, add_option, arg
-from attnlm.validate import positive_int
 
 # Options whose name legitimately means different things in different commands, and why.
 ALLOWED = {

@@ -1,4 +1,4 @@
-"""Every text input of every command, fed what the one strict reader (``attnlm.textio``) must
+"""Every text input of every command, fed what the one strict reader (``attnlm.base.textio``) must
 refuse: bytes that are not UTF-8, a lone surrogate, a NUL, a 10 MB line and nothing at all
 (issue 26). Each case must exit 2 with one stderr line naming the input (the option, the file
 or ``stdin``), no traceback, and no output file left behind.

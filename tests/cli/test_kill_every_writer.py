@@ -1,5 +1,5 @@
 """Nothing is lost (docs/reliability.md): every command that writes files is SIGKILLed at its
-N-th write point (``ATTNLM_TEST_KILL_AT=*:N``, read by :func:`attnlm.fileio.kill_point`: a
+N-th write point (``ATTNLM_TEST_KILL_AT=*:N``, read by :func:`attnlm.base.fileio.kill_point`: a
 complete temporary file before its rename, or an appended log line half written) while it
 replaces the outputs of an earlier run; every output file must then be the old file byte for
 byte or a complete new one (never 0 bytes, never torn), and the command must run again to
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlm.fileio import KILL_ENV, LOCK_NAME, TEMP_MARK
+from attnlm.base.fileio import KILL_ENV, LOCK_NAME, TEMP_MARK
 from gguf_export_support import tiny_run
 from support import CITIZENS, ROMEO, attnlm_process, run_cli
 
@@ -183,7 +183,7 @@ def complete(p: Path, data: bytes) -> str | None:
     elif name.endswith(".gguf"):
         import tempfile
 
-        from attnlm.ggufio import GGUFFile
+        from attnlm.base.ggufio import GGUFFile
 
         with tempfile.NamedTemporaryFile(suffix=".gguf") as tmp:
             tmp.write(data)

@@ -10,10 +10,10 @@ import urllib.request
 import pytest
 import torch
 
-from attnlm.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.cli import main
 from attnlm.generate import SamplingConfig, decode
 from attnlm.inspect.record import inspect
+from attnlm.loading.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.models import from_hf, registry
 
 tokenizers = pytest.importorskip("tokenizers")

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from attnlm import sources
+from attnlm.loading import sources
 from support import run_cli
 from support_lora import TEXT, make_base, make_lora_run
 
@@ -75,7 +75,7 @@ def test_train_lora_end_to_end(tmp_path, capsys):
     """``attnlm train --init-from BASE --lora 4``: adapters only in the run folder, the base
     untouched, ``--model RUN`` loads base + adapters, ``--resume`` continues, a changed base
     is refused in one line."""
-    from attnlm.nn.lora import lora_state_dict
+    from attnlm.lora.layers import lora_state_dict
 
     base_dir = make_base(tmp_path)
     base_file = base_dir / "checkpoint" / "model.safetensors"

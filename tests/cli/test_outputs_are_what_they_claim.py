@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-import attnlm.compare as compare
+import attnlm.apps.compare as compare
 from support import CITIZENS, ROMEO, attnlm_process, run_cli
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -85,7 +85,7 @@ def test_export_into_an_attnlm_run_is_refused(tmp_path, capsys):
     """``export --out RUN``: the Hugging Face ``config.json`` written beside ``checkpoint/``
     made the folder load as the exported model, hiding the run (with or without
     ``--overwrite``); refused in one line, the run untouched."""
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
     from gguf_export_support import tiny_run
 
     source = tiny_run(tmp_path / "llama", "llama")

@@ -67,8 +67,8 @@ def test_explicit_valid_and_test_files_are_used_as_they_are(run, files):
 
 
 def test_eval_pairs_scores_every_pair_of_the_file(run, files, capsys):
-    from attnlm.checkpoint import load_checkpoint
     from attnlm.generate.translate import translate
+    from attnlm.loading.checkpoint import load_checkpoint
 
     capsys.readouterr()
     assert main(["eval", "--checkpoint", str(run), "--pairs", str(files["train"]), "--json"]) == 0
@@ -121,7 +121,7 @@ def test_bad_pair_file_options(files, cli, tmp_path):
 
 
 def test_an_edited_valid_file_is_read_again(files, tmp_path):
-    from attnlm.config import load_preset
+    from attnlm.base.config import load_preset
     from attnlm.train.config import spec_from_tables
     from attnlm.train.data import prepare_pairs
 

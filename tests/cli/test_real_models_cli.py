@@ -47,7 +47,7 @@ def text_file(tmp_path_factory):
 
 
 def _loaded(spec):
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     model, tok, _ = resolve(spec)
     return model.eval(), tok

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from attnlm.fileio import LOCK_NAME, lock_file_for, output_lock
+from attnlm.base.fileio import LOCK_NAME, lock_file_for, output_lock
 from support import CITIZENS, SRC, run_cli
 
 HOLDER = (
     "import sys, time\n"
-    "from attnlm.fileio import output_lock\n"
+    "from attnlm.base.fileio import output_lock\n"
     "with output_lock(sys.argv[1], sys.argv[2] == 'dir'):\n"
     "    print('held', flush=True)\n"
     "    time.sleep(120)\n"
@@ -169,7 +169,7 @@ def test_overwrite_with_bad_input_keeps_the_old_checkpoint(tmp_path, corpus, cap
 def test_the_hugging_face_export_holds_the_folder_lock(tmp_path):
     import torch
 
-    from attnlm.errors import InputError
+    from attnlm.base.errors import InputError
     from attnlm.models.hf.folder import write_hf_folder
 
     out = tmp_path / "hf"

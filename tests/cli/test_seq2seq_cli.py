@@ -46,7 +46,7 @@ def run(tmp_path_factory):
 
 
 def test_train_stores_pairs_and_tokenizers(run):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     out, _ = run
     for name in ("train.tsv", "valid.tsv", "test.tsv", "tokenizer.json", "pair_tokenizers.json"):
@@ -106,9 +106,9 @@ def test_translate_bad_input_is_one_line(run, capsys, monkeypatch, extra, messag
 def test_eval_scores_match_sacrebleu(run, capsys):
     import sacrebleu
 
-    from attnlm.checkpoint import load_checkpoint
     from attnlm.data.pairs import group_references, read_pairs
     from attnlm.generate.translate import translate
+    from attnlm.loading.checkpoint import load_checkpoint
 
     out, _ = run
     capsys.readouterr()
@@ -144,8 +144,8 @@ def test_eval_other_pairs_file_and_errors(run, tmp_path, capsys):
 
 @pytest.mark.slow  # matplotlib
 def test_attention_plots_cross_attention_per_layer_and_head(run, tmp_path, capsys):
-    from attnlm.checkpoint import load_checkpoint
     from attnlm.inspect.record import inspect
+    from attnlm.loading.checkpoint import load_checkpoint
 
     out, _ = run
     png = tmp_path / "align.png"
@@ -167,7 +167,7 @@ def test_attention_plots_cross_attention_per_layer_and_head(run, tmp_path, capsy
 
 
 def test_separate_vocabularies(tmp_path, capsys):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     pairs = _pairs_file(tmp_path / "p.tsv", 60)
     out = tmp_path / "sep"
@@ -185,7 +185,7 @@ def test_separate_vocabularies(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
 def test_other_tokenizer_kinds_through_the_commands(tmp_path, capsys, kind):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     pairs = _pairs_file(tmp_path / "p.tsv", 60)
     out = tmp_path / kind
@@ -215,7 +215,7 @@ def test_pairs_and_text_do_not_mix(tmp_path, capsys):
 def test_rnn_encoder_decoder_through_the_commands(tmp_path, capsys, shared):
     """The dates-rnn preset (Bahdanau GRU) trains, resumes, translates, evaluates and
     plots its alignment through the same commands as the transformer."""
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     pairs = _pairs_file(tmp_path / "p.tsv", 60)
     out = tmp_path / "rnn"

@@ -2,9 +2,9 @@
 
 import pytest
 
+from attnlm.base.errors import InputError
 from attnlm.cli import main
 from attnlm.data.corpus import markdown_play_to_text, read_text, split_text, text_info
-from attnlm.errors import InputError
 
 MD = """# Macbeth
 

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.cli import main
 from attnlm.data.pairs import (
     Pair,
@@ -24,7 +25,6 @@ from attnlm.data.pairs import (
     write_pairs,
 )
 from attnlm.data.tasks import load_pairs
-from attnlm.errors import ConfigError, InputError
 from attnlm.tokenizers import BPETokenizer, CharTokenizer, WordTokenizer
 from support import FIXTURES, SRC
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from attnlm.base.errors import InputError
 from attnlm.data import pretrained
 from attnlm.data.pretrained import PRETRAINED, PretrainedSpec, pretrained_path
-from attnlm.errors import InputError
 from support import FIXTURES
 
 SPEC = PRETRAINED["minilm"]

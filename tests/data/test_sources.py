@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from attnlm.base.errors import InputError
 from attnlm.data.corpus import read_text
 from attnlm.data.sources import open_corpus
-from attnlm.errors import InputError
 
 DOCS = [
     "First Citizen:\nBefore we proceed any further, hear me speak.",

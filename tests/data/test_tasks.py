@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("babel")
 pytest.importorskip("num2words")
 
+from attnlm.base.errors import ConfigError  # noqa: E402
 from attnlm.cli import main  # noqa: E402
 from attnlm.data.pairs import read_pairs  # noqa: E402
 from attnlm.data.tasks import (  # noqa: E402
@@ -19,7 +20,6 @@ from attnlm.data.tasks import (  # noqa: E402
     load_pairs,  # noqa: E402
     task_rows,
 )
-from attnlm.errors import ConfigError  # noqa: E402
 
 MONTHS = "Januar Februar März April Mai Juni Juli August September Oktober November Dezember"
 MONTHS_DE = MONTHS.split()

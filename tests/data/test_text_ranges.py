@@ -16,10 +16,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from attnlm.base.errors import InputError
 from attnlm.data.corpus import split_index
 from attnlm.data.sources import open_corpus
 from attnlm.data.text_ranges import read_chunk, split_position, text_chunks
-from attnlm.errors import InputError
 from attnlm.train.data import file_fingerprint
 
 # line breaks (LF, CRLF), ASCII and Unicode spaces (NBSP, NEL, U+3000, \x1c), 2-, 3- and

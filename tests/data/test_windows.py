@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlm.base.errors import InputError
 from attnlm.data.windows import (
     Windows,
     bits_per_char,
@@ -13,7 +14,6 @@ from attnlm.data.windows import (
     token_dtype,
     write_token_file,
 )
-from attnlm.errors import InputError
 
 
 def test_dtype_follows_vocabulary_size():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

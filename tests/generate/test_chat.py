@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate.chat import ChatSession, _common_prefix
 from attnlm.generate.sampling import SamplingConfig
 
@@ -24,7 +24,7 @@ N = 12
 
 @pytest.fixture(scope="module")
 def chat_model(tmp_path_factory):
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     folder = tiny_chat_llama(tmp_path_factory.mktemp("chat") / "llama")
     model, tok, info = resolve(folder)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.tokenizers.chat_template import ChatTemplate, from_file, from_hf_folder, from_string
 from support_chat import CHATML  # SmolLM2-Instruct's template (ChatML, default system prompt)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate.beam import beam_search
 from attnlm.generate.loop import decode
 from attnlm.generate.options import DecodeOptions

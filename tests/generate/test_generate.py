@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.generate import SamplingConfig, apply_filters, decode, generate, generate_text
 from attnlm.generate.filters import FILTERS, temperature, top_k, top_p
 from attnlm.generate.options import DecodeOptions

@@ -51,8 +51,8 @@ def run_on_backend(name: str, model: object, case: Case) -> list | dict:
             assert said == [BACKENDS[name]], said
             return out
         if name == "engine":
+            from attnlm.base.ggufio import GGUFFile
             from attnlm.generate import engine_decode
-            from attnlm.ggufio import GGUFFile
             from attnlm.runtime.engine_gguf import open_engine
 
             engine = open_engine(GGUFFile(model), None, 1)

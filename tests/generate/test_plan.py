@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate import SamplingConfig, decode, generate, generate_text
 from attnlm.generate.plan import GROWING, NO_STATE, STATIC, DecodeOptions, plan_decode
 from attnlm.models import registry

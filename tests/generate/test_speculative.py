@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.options import DecodeOptions
 from attnlm.generate.speculative import ModelDrafter, draft_model
@@ -134,7 +134,7 @@ def test_chat_with_a_draft_gives_the_same_turns(tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
     from attnlm.generate.chat import ChatSession
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
     from support_chat import tiny_chat_llama
 
     model, tok, info = resolve(tiny_chat_llama(tmp_path / "llama"))
@@ -194,7 +194,7 @@ def test_smollm2_float32_tokens_with_a_4_bit_draft():
     """The real model: 96 greedy float32 tokens of a chat prompt, one per pass and with a q4
     copy drafting, are the same, and most of the q4 copy's guesses are kept."""
     import attnlm.generate.speculative as spec
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
     from gguf_support import smollm2_file
 
     model, tok, info = resolve(smollm2_file(fetch=True), weights="f32")

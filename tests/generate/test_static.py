@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate import SamplingConfig, decode, generate
 from attnlm.generate.options import DecodeOptions
 from attnlm.models.gpt import GPT, GPTConfig
@@ -228,7 +228,7 @@ def test_compiled_step_reads_weights_changed_between_decodes(prefix, tmp_path):
     """The step skips dynamo's guards on the model's nn layers: weights trained in place, or
     moved back to the row-major layout by a checkpoint write, between two compiled decodes
     give the tokens the changed model gives eagerly."""
-    from attnlm.checkpoint import save_checkpoint
+    from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.tokenizers.char import CharTokenizer
 
     model = _gpt(block_size=64)

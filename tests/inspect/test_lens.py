@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
+from attnlm.base.errors import InputError
 from attnlm.cli import main
-from attnlm.errors import InputError
 from attnlm.inspect.lens import logit_lens, logit_lens_ids
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.models.llama import Llama, LlamaConfig
@@ -78,7 +78,7 @@ def test_rows_match_transformers_hidden_states(tmp_path):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("tokenizers")
     transformers.logging.set_verbosity_error()
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
     from support_chat import tiny_chat_llama
 
     folder = tiny_chat_llama(tmp_path / "llama")
@@ -97,7 +97,7 @@ def test_rows_match_transformers_hidden_states(tmp_path):
 
 def test_lens_command(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from attnlm.checkpoint import save_checkpoint
+    from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.models import registry
 
     tok = CharTokenizer.train(TEXT)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.inspect.contextual import static_word
 from attnlm.word2vec.vectors import WordVectors
 
@@ -26,7 +26,7 @@ def vectors():
 
 @pytest.fixture()
 def gpt_checkpoint(tmp_path):
-    from attnlm.checkpoint import save_checkpoint
+    from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.models import registry
     from attnlm.tokenizers import CharTokenizer
 

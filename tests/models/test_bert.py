@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.models import from_hf, registry, save_hf
 from attnlm.models.bert import Bert, BertConfig
 from attnlm.models.hf import bert as hf_bert

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.cli import main
-from attnlm.errors import ConfigError, InputError
-from attnlm.objectives import MaskedLM, MaskingConfig, mask_tokens, word_start_table
+from attnlm.loading.objectives import MaskedLM, MaskingConfig, mask_tokens, word_start_table
 from attnlm.tokenizers import WordPieceTokenizer
 from support import FIXTURES, torchrun, train
 
@@ -159,7 +159,7 @@ def encoder_folder(tmp_path_factory):
 
 
 def test_load_model_ref(mlm_folder):
-    from attnlm.sources import load_model_ref
+    from attnlm.loading.sources import load_model_ref
 
     ck = load_model_ref(model=str(mlm_folder))
     assert ck.family.type == "bert" and ck.tokenizer.kind == "wordpiece"
@@ -313,7 +313,7 @@ def test_contextual_bert_against_transformers_hidden_states(encoder_folder, tmp_
 
 
 def test_contextual_gpt_checkpoint_left_context(tmp_path, capsys):
-    from attnlm.checkpoint import save_checkpoint
+    from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.models import registry
     from attnlm.tokenizers import CharTokenizer
 
@@ -339,7 +339,7 @@ def test_contextual_gpt_checkpoint_left_context(tmp_path, capsys):
 
 def test_attention_on_a_bert_sentence_pair(encoder_folder, tmp_path, capsys):
     from attnlm.inspect.record import inspect
-    from attnlm.sources import load_model_ref
+    from attnlm.loading.sources import load_model_ref
 
     ck = load_model_ref(model=str(encoder_folder))
     text = "the animal didn't cross the street [SEP] because it was too tired."
@@ -365,9 +365,9 @@ def test_attention_on_a_bert_sentence_pair(encoder_folder, tmp_path, capsys):
 
 def test_masked_eval_counts_only_masked_positions():
     """evaluate() on a masked source: loss and accuracy over the chosen positions only."""
-    from attnlm.evaluation import evaluate
+    from attnlm.loading.evaluation import evaluate
+    from attnlm.loading.objectives import MaskedWindows
     from attnlm.models.bert import Bert, BertConfig
-    from attnlm.objectives import MaskedWindows
 
     torch.manual_seed(0)
     model = Bert(BertConfig(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16,

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.evaluation import evaluate
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.generate import SamplingConfig, beam_search, decode
 from attnlm.generate.options import DecodeOptions
+from attnlm.loading.evaluation import evaluate
+from attnlm.loading.objectives import StreamBatches, make_objective
 from attnlm.models import registry
 from attnlm.models.ffnn import FFNNLM, FFNNConfig
 from attnlm.models.rnn import RNNLM, RNNConfig
-from attnlm.objectives import StreamBatches, make_objective
 
 CELLS = ["rnn", "lstm", "gru"]
 

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.cli import main
-from attnlm.errors import ConfigError, InputError
 from attnlm.generate.options import DecodeOptions
 from attnlm.models import from_hf, registry
 from attnlm.models.base import Family, ModelOutput, token_loss
@@ -72,7 +72,7 @@ def corpus(tmp_path):
 def test_toy_family_trains_evaluates_saves_and_reloads_through_the_cli(
     toy_family, corpus, tmp_path, capsys
 ):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     preset = tmp_path / "toy.toml"
     preset.write_text(
@@ -138,7 +138,7 @@ def test_missing_type_means_gpt_and_unknown_type_is_a_one_line_error(tmp_path, c
 def test_old_checkpoints_without_a_type_still_load(tmp_path):
     from dataclasses import asdict
 
-    from attnlm.checkpoint import load_checkpoint, save_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint, save_checkpoint
     from attnlm.tokenizers import CharTokenizer
 
     cfg = GPTConfig(vocab_size=5, block_size=8, n_layer=1, n_head=1, n_embd=4)
@@ -151,7 +151,7 @@ def test_old_checkpoints_without_a_type_still_load(tmp_path):
 def test_a_tokenizer_that_does_not_fit_the_model_is_refused(tmp_path):
     from dataclasses import asdict
 
-    from attnlm.checkpoint import load_checkpoint, save_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint, save_checkpoint
     from attnlm.tokenizers import CharTokenizer
 
     cfg = GPTConfig(vocab_size=3, block_size=8, n_layer=1, n_head=1, n_embd=4)
@@ -179,7 +179,7 @@ def test_from_hf_dispatches_on_model_type(tmp_path):
 
 def test_causal_objective_is_the_shifted_window():
     from attnlm.data.windows import Windows
-    from attnlm.objectives import CausalLM
+    from attnlm.loading.objectives import CausalLM
 
     ids = np.arange(50, dtype=np.int64) % 7
     source = CausalLM(model_config=GPTConfig(7, 8, 1, 1, 4)).source(ids, 1.0)
@@ -191,8 +191,8 @@ def test_causal_objective_is_the_shifted_window():
 
 
 def test_masked_lm_masking_follows_bert():
+    from attnlm.loading.objectives import MaskingConfig, mask_tokens
     from attnlm.models.base import IGNORE_INDEX
-    from attnlm.objectives import MaskingConfig, mask_tokens
 
     torch.manual_seed(0)
     V, mask_id, specials = 100, 3, (0, 1, 2, 3)
@@ -213,8 +213,8 @@ def test_masked_lm_masking_follows_bert():
 
 
 def test_whole_word_masking_chooses_words_as_a_whole():
+    from attnlm.loading.objectives import MaskingConfig, mask_tokens
     from attnlm.models.base import IGNORE_INDEX
-    from attnlm.objectives import MaskingConfig, mask_tokens
 
     torch.manual_seed(1)
     ids = torch.randint(5, 50, (16, 64))
@@ -231,7 +231,7 @@ def test_whole_word_masking_chooses_words_as_a_whole():
 
 
 def test_seq2seq_batches_are_teacher_forced_and_padded():
-    from attnlm.objectives import SpecialIds, collate_pairs
+    from attnlm.loading.objectives import SpecialIds, collate_pairs
 
     b = collate_pairs([([5, 6, 7], [8]), ([9], [10, 11, 12])], SpecialIds(pad=0, bos=1, eos=2))
     assert b["src"].tolist() == [[5, 6, 7], [9, 0, 0]]
@@ -258,7 +258,7 @@ class ToySeq(nn.Module):
 
 
 def _one_step(tmp_path, batch_size, grad_accum):
-    from attnlm.objectives import PairBatches, SpecialIds
+    from attnlm.loading.objectives import PairBatches, SpecialIds
     from attnlm.train.config import TrainConfig
     from attnlm.train.optim import make_optimizer
     from attnlm.train.trainer import Trainer, TrainJob
@@ -287,8 +287,8 @@ def test_accumulating_variable_length_pairs_equals_one_big_batch(tmp_path):
 
 
 def test_evaluation_reports_bits_per_token_and_no_bpc_for_masked_lm():
-    from attnlm.evaluation import evaluate
-    from attnlm.objectives import MaskedWindows, MaskingConfig
+    from attnlm.loading.evaluation import evaluate
+    from attnlm.loading.objectives import MaskedWindows, MaskingConfig
 
     class Uniform(nn.Module):
         def __init__(self):
@@ -556,7 +556,7 @@ TINY = {
 
 
 def tiny_batch(family):
-    from attnlm.objectives import SpecialIds, collate_pairs
+    from attnlm.loading.objectives import SpecialIds, collate_pairs
 
     g = torch.Generator().manual_seed(0)
     if family.objective == "seq2seq":

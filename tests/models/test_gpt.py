@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlm.config import from_dict, load_preset
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.config import from_dict, load_preset
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.models.gpt import GPT, GPTConfig, GPTOutput
 
 SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "none"]

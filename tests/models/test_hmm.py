@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.options import DecodeOptions
 from attnlm.models import hmm as hmm_module
@@ -296,7 +296,7 @@ def test_fit_eval_generate_and_viterbi_from_the_command_line(cli, corpus, tmp_pa
     r = cli("hmm", "viterbi", "--checkpoint", run, "Speak, speak.", "--json")
     assert r.code == 0, r.err
     got = json.loads(r.out)
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     ck = load_checkpoint(run)
     log_prob, path = ck.model.viterbi(torch.tensor([got["ids"]]))

@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.generate.options import DecodeOptions
 from attnlm.inspect.params import kv_cache_bytes_per_token
 from attnlm.models import from_hf, save_hf

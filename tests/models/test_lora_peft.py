@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlm.lora.layers import apply_lora, merge_lora
 from attnlm.models import from_hf
-from attnlm.nn.lora import apply_lora, merge_lora
 
 transformers = pytest.importorskip("transformers", reason="transformers builds the base models")
 peft = pytest.importorskip("peft", reason="peft is the LoRA reference")

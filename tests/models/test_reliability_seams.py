@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.checkpoint import check_vocab, load_checkpoint, save_checkpoint
-from attnlm.device import resolve_device
-from attnlm.errors import AttnlmError, ConfigError, InputError
+from attnlm.base.device import resolve_device
+from attnlm.base.errors import AttnlmError, ConfigError, InputError
 from attnlm.generate import decode
 from attnlm.generate.sampling import MAX_NEW_TOKENS_LIMIT, SamplingConfig
+from attnlm.loading.checkpoint import check_vocab, load_checkpoint, save_checkpoint
 from attnlm.models import registry
 from attnlm.tokenizers import CharTokenizer
 
@@ -83,7 +83,7 @@ def test_tokenizer_bigger_than_model_is_refused(tmp_path):
 def test_crafted_state_pt_is_a_short_plain_line(tmp_path):
     from fractions import Fraction
 
-    from attnlm.checkpoint import load_state
+    from attnlm.loading.checkpoint import load_state
 
     torch.save({"step": Fraction(1, 3)}, tmp_path / "state.pt")
     with pytest.raises(InputError) as e:

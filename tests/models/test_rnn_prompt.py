@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from attnlm import ngram
-from attnlm.objectives import StreamBatches
+from attnlm.loading.objectives import StreamBatches
 
 
 def test_every_stream_starts_from_zeros_within_reset_every_windows():

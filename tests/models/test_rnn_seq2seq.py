@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.loading.objectives import SpecialIds, collate_pairs
 from attnlm.models import registry
 from attnlm.models.base import token_loss
 from attnlm.models.rnn_seq2seq import RNNSeq2Seq, RNNSeq2SeqConfig
-from attnlm.objectives import SpecialIds, collate_pairs
 
 IDS = SpecialIds(pad=0, bos=1, eos=2)
 
@@ -45,7 +45,7 @@ PAIRS = [
 
 
 def test_registry_entry_and_preset():
-    from attnlm.config import load_preset
+    from attnlm.base.config import load_preset
 
     family = registry.get("rnn-seq2seq")
     assert family.model is RNNSeq2Seq and family.objective == "seq2seq"
@@ -386,7 +386,7 @@ class _Capture(torch.optim.SGD):
 
 
 def test_gradient_accumulation_equals_one_large_batch(tmp_path):
-    from attnlm.objectives import make_objective
+    from attnlm.loading.objectives import make_objective
     from attnlm.train.trainer import MetricsLog
 
     # pairs of very different lengths: micro-batches pad differently from the full batch
@@ -431,8 +431,8 @@ def test_training_on_the_builtin_task_learns(tmp_path, monkeypatch):
         train_pair_tokenizers,
     )
     from attnlm.data.tasks import builtin_pairs
-    from attnlm.evaluation import estimate
-    from attnlm.objectives import make_objective
+    from attnlm.loading.evaluation import estimate
+    from attnlm.loading.objectives import make_objective
     from attnlm.train.trainer import MetricsLog
 
     torch.set_num_threads(1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.models import from_hf, save_hf
 from attnlm.models.hf import marian as hf_marian
 from attnlm.models.transformer import Transformer, TransformerConfig

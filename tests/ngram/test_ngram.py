@@ -12,8 +12,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.cli import main
-from attnlm.errors import ConfigError, InputError
 from attnlm.ngram import (
     BackoffModel,
     DiscountWarning,

@@ -9,7 +9,7 @@ import gzip
 import numpy as np
 import pytest
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.ngram import DiscountWarning, split_sentences, train, write_arpa
 from attnlm.ngram.bounded import parse_memory, train_arpa
 from attnlm.ngram.disk import Column, DenseWriter, ExternalSort, SortedLookup, gather_sorted

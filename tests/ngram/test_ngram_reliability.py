@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.cli import main
-from attnlm.errors import ConfigError, InputError
 from attnlm.ngram import train
 from attnlm.ngram.arpa import read_arpa, write_arpa
 from attnlm.ngram.files import load_model

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.nn.attention import (
     AdditiveScore,
     BilinearScore,

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from tests.support import ROMEO, loss_curve
 
+from attnlm.lora.layers import apply_lora
 from attnlm.models import registry
 from attnlm.nn import fused, grad_precision
-from attnlm.nn.lora import apply_lora
 
 WHY = fused.bf16_backward_support()
 needs_bf16 = pytest.mark.skipif(WHY is not None, reason=f"bf16 backward: {WHY}")

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 from attnlm.nn.attention import MultiHeadAttention, causal_mask, padding_mask
 from attnlm.nn.blocks import (
     ACTIVATIONS,

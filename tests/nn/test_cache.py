@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.nn.cache import KVCache, NoCache
 from attnlm.nn.masks import causal_mask
 from attnlm.nn.static_cache import StaticKVCache

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnlm.checkpoint import load_weights, save_checkpoint
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.options import DecodeOptions
+from attnlm.loading.checkpoint import load_weights, save_checkpoint
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.nn.layout import decoding_layout
 from attnlm.tokenizers.char import CharTokenizer

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.nn.attention import apply_rotary
 from attnlm.nn.positional import (
     ALiBi,

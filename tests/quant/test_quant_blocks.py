@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.quant import blocks
 from attnlm.quant.blocks import codes, dequantize, quantize_q4_0, quantize_q8_0
 from gguf_support import ALL_TYPES, Q, encode_tensor, gguf, random_k_blocks

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.models import registry
 from attnlm.quant import layers as quant
 from attnlm.quant.blocks import pack_int4

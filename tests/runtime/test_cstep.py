@@ -12,13 +12,13 @@ import test_eager as decode_step_tests  # the tiny gpt and llama builders
 import torch
 
 from attnlm import native
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.lookahead import drop_newest
 from attnlm.generate.options import DecodeOptions
+from attnlm.lora.layers import apply_lora
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
-from attnlm.nn.lora import apply_lora
 from attnlm.nn.static_cache import StaticKVCache
 from attnlm.quant.layers import QuantEmbedding, QuantLinear, quantize_weights
 from attnlm.runtime import cstep as ns

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from attnlm import native
+from attnlm.base.ggufio import GGUFFile
 from attnlm.generate import SamplingConfig, apply_filters, decode, engine_decode, sampling_filters
 from attnlm.generate.options import DecodeOptions
-from attnlm.ggufio import GGUFFile
+from attnlm.loading.sources import gguf_file
 from attnlm.models import gguf
 from attnlm.native import structs
 from attnlm.runtime.engine_gguf import engine_format, open_engine
-from attnlm.sources import gguf_file
 from gguf_support import write_gpt2, write_llama
 
 transformers = pytest.importorskip("transformers")
@@ -182,7 +182,7 @@ def test_where_the_engine_does_not_apply(files, tmp_path):
     assert gguf_file(str(path.parent)) is None  # a run or a Hugging Face folder
     (path.parent / "config.json").unlink()
     assert gguf_file("org/name") is None
-    from attnlm.checkpoint import CHECKPOINT_DIR
+    from attnlm.loading.checkpoint import CHECKPOINT_DIR
 
     assert CHECKPOINT_DIR == "checkpoint"  # the name gguf_file looks for
 

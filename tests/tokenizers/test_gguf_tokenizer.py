@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.tokenizers import GGUFTokenizer, load
 from attnlm.tokenizers.gguf import LLAMA3, QWEN2
 from gguf_support import Writer, smollm2_file

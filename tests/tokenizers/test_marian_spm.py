@@ -20,8 +20,8 @@ transformers = pytest.importorskip("transformers", reason="needs transformers (t
 from tests.opus_mt import CODES, build_opus_folder, tatoeba_pairs  # noqa: E402
 
 from attnlm import tokenizers  # noqa: E402
+from attnlm.base.errors import InputError  # noqa: E402
 from attnlm.data.pairs import PairTokenizers  # noqa: E402
-from attnlm.errors import InputError  # noqa: E402
 
 EDGE = [
     "", " ", "   two  spaces  ", "Zürich 東京 ½ !!", "ｆｕｌｌ　ｗｉｄｔｈ", "e\u0301 \u00e9",

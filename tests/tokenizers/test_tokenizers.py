@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.cli import main
-from attnlm.errors import ConfigError, InputError
 from attnlm.tokenizers import (
     BPETokenizer,
     CharTokenizer,

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from attnlm.base.config import load_preset
+from attnlm.base.errors import ConfigError
 from attnlm.cli import main
-from attnlm.config import load_preset
-from attnlm.errors import ConfigError
 from attnlm.tokenizers import BPETokenizer, CharTokenizer, load
 from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerConfigError, TokenizerFileError
 from attnlm.tokenizers.bpe import resolve_pattern, tiktoken_available

@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 
+from attnlm.base.errors import InputError
 from attnlm.cli import main
-from attnlm.errors import InputError
 from attnlm.tokenizers import TokenizerConfigError, TokenizerFileError, WordPieceTokenizer, load
 from support import FIXTURES
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from attnlm.config import load_preset
+from attnlm.base.config import load_preset
 from attnlm.train.auto import CHAR_LIMIT, SIZES, choose
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -41,7 +41,7 @@ def test_loss_mask_covers_exactly_the_assistant_turns(chat_model):
     are those of ``transformers``' ``apply_chat_template`` (the same rendered string)."""
     transformers = pytest.importorskip("transformers")
     from attnlm.data.chat import encode_conversation
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
     from attnlm.train.chat_data import end_tokens
 
     _, tok, info = resolve(chat_model)
@@ -59,8 +59,8 @@ def test_loss_mask_covers_exactly_the_assistant_turns(chat_model):
 
 def test_batches_predict_only_assistant_tokens(chat_model):
     from attnlm.data.chat import encode_conversation
+    from attnlm.loading.sources import resolve
     from attnlm.models.base import IGNORE_INDEX
-    from attnlm.sources import resolve
     from attnlm.train.chat_data import ChatExamples, end_tokens
 
     _, tok, info = resolve(chat_model)
@@ -123,7 +123,7 @@ def test_chat_fine_tune_learns_the_reply_style(cli, tmp_path, chat_model):
     """After 60 steps on ahoy.jsonl, the reply to a question it never saw starts with
     "Ahoy!" (greedy, through ``attnlm chat`` on the run: the template is kept in the run) and
     its log-probability rose clearly over the base model's; the run resumes."""
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     run = tmp_path / "run"
     r = cli("train", "--init-from", chat_model, "--chat-data", AHOY, "--out", run, "--lr",

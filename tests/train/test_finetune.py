@@ -80,8 +80,8 @@ def test_first_step_loss_is_the_pretrained_models_loss(cli, tmp_path, gpt2_folde
 def test_run_records_init_from_and_loads_without_the_source(cli, tmp_path, gpt2_folder):
     import shutil
 
-    from attnlm.checkpoint import load_checkpoint
-    from attnlm.sources import resolve
+    from attnlm.loading.checkpoint import load_checkpoint
+    from attnlm.loading.sources import resolve
     from attnlm.train.finetune import weights_fingerprint
 
     run = tmp_path / "run"
@@ -145,8 +145,8 @@ def test_unknown_source_is_one_line(cli, tmp_path):
 
 
 def test_freeze_embeddings_and_layers(cli, tmp_path, gpt2_folder):
-    from attnlm.checkpoint import load_checkpoint
-    from attnlm.sources import resolve
+    from attnlm.loading.checkpoint import load_checkpoint
+    from attnlm.loading.sources import resolve
 
     run = tmp_path / "run"
     r = cli("train", "--init-from", gpt2_folder, "--text", _text(tmp_path), "--out",
@@ -181,7 +181,7 @@ def test_quantized_gguf_source(cli, tmp_path):
     transformers = pytest.importorskip("transformers")
     from tests.gguf_support import write_llama
 
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64,
@@ -213,7 +213,7 @@ def test_the_source_model_is_handed_over_not_copied(gpt2_folder):
     """The run trains the model read from the source (no second model, no copy of the
     weights): take_model gives it once, in training mode, with the fingerprinted weights."""
     transformers = pytest.importorskip("transformers")
-    from attnlm.errors import ConfigError
+    from attnlm.base.errors import ConfigError
     from attnlm.train.finetune import load_init_source, take_model, weights_fingerprint
 
     init = load_init_source(str(gpt2_folder))

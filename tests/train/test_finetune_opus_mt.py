@@ -76,7 +76,7 @@ def _finetune(cli, folder, tmp_path, *extra, steps=2):
 def test_translate_an_opus_folder_as_generate_does(cli, opus, tmp_path):
     from attnlm.data.pairs import PairTokenizers
     from attnlm.generate.translate import translate_ids
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     folder, tok, model = opus
     ours, our_tok, info = resolve(folder)
@@ -115,7 +115,7 @@ def test_eval_an_opus_folder_on_pairs(cli, opus, tmp_path):
 
 
 def test_init_from_an_opus_folder(cli, opus, tmp_path):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     folder, tok, model = opus
     run = _finetune(cli, folder, tmp_path)
@@ -151,8 +151,8 @@ def test_lora_on_a_pairs_run(cli, opus, tmp_path):
     the checkpoint stores the adapters alone, and ``--model RUN`` reloads (base + adapters)."""
     from safetensors.torch import load_file
 
-    from attnlm import sources
-    from attnlm.checkpoint import CHECKPOINT_DIR
+    from attnlm.loading import sources
+    from attnlm.loading.checkpoint import CHECKPOINT_DIR
 
     folder, tok, model = opus
     lora = ["--lora", "4", "--lr", "0.05", "--set", "train.warmup_iters=0"]

@@ -80,7 +80,7 @@ def _finetune(cli, spec, tmp_path, files, out="ft", steps=1):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_init_from_a_translation_run(cli, tmp_path, family):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     files = _pairs(tmp_path)
     source = tmp_path / "source"
@@ -116,7 +116,7 @@ def test_init_from_a_translation_run(cli, tmp_path, family):
 
 
 def test_separate_source_and_target_tokenizers_are_kept(cli, tmp_path):
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     files = _pairs(tmp_path)
     source = tmp_path / "source"
@@ -159,8 +159,8 @@ def _marian_folder(folder, text):
 
 
 def test_init_from_a_marian_folder(cli, tmp_path):
-    from attnlm.checkpoint import load_checkpoint
-    from attnlm.sources import resolve
+    from attnlm.loading.checkpoint import load_checkpoint
+    from attnlm.loading.sources import resolve
 
     files = _pairs(tmp_path)
     text = files[0].read_text(encoding="utf-8").replace("\t", "\n")

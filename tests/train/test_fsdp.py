@@ -121,7 +121,7 @@ def test_sharded_checkpoint_round_trip_and_export(tmp_path):
         get_optimizer_state_dict,
     )
 
-    from attnlm.checkpoint import load_checkpoint, load_state
+    from attnlm.loading.checkpoint import load_checkpoint, load_state
     from attnlm.models import registry
     from attnlm.tokenizers.char import CharTokenizer
     from attnlm.train.config import TrainConfig
@@ -182,7 +182,7 @@ def test_a_failed_sharded_save_leaves_the_previous_checkpoint(tmp_path, monkeypa
     untouched and no temporary folder left (also none from an earlier killed save)."""
     import torch.distributed.checkpoint as dcp
 
-    from attnlm.checkpoint import CheckpointError, read_config
+    from attnlm.loading.checkpoint import CheckpointError, read_config
     from attnlm.models import registry
     from attnlm.tokenizers.char import CharTokenizer
     from attnlm.train.config import TrainConfig

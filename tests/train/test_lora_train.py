@@ -1,4 +1,4 @@
-"""LoRA through the trainer (:mod:`attnlm.train.lora`): the optimizer holds the adapters only,
+"""LoRA through the trainer (:mod:`attnlm.lora.training`): the optimizer holds the adapters only,
 the base's tensors stay bit-identical, the checkpoint holds the adapters alone, ``--model RUN``
 gives the trained model back, and a resumed run continues from the saved adapters."""
 
@@ -9,13 +9,13 @@ import dataclasses
 import numpy as np
 import torch
 
-from attnlm import sources
-from attnlm.checkpoint import CHECKPOINT_DIR, load_weights
+from attnlm.loading import sources
+from attnlm.loading.checkpoint import CHECKPOINT_DIR, load_weights
+from attnlm.loading.objectives import make_objective
+from attnlm.lora.layers import lora_state_dict
+from attnlm.lora.training import adapt, resume_model
 from attnlm.models import registry
-from attnlm.nn.lora import lora_state_dict
-from attnlm.objectives import make_objective
 from attnlm.train.config import TrainConfig
-from attnlm.train.lora import adapt, resume_model
 from attnlm.train.optim import make_optimizer
 from attnlm.train.trainer import MetricsLog, Trainer, TrainJob, TrainState
 from support_lora import TEXT, make_base

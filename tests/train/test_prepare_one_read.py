@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlm.errors import InputError
-from attnlm.textio import MAX_LINE
+from attnlm.base.errors import InputError
+from attnlm.base.textio import MAX_LINE
 from attnlm.tokenizers import BPETokenizer
 from attnlm.train.config import TrainConfig
 from attnlm.train.data import prepare

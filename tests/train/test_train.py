@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnlm.base.config import list_presets
+from attnlm.base.errors import ConfigError
 from attnlm.cli import main
-from attnlm.config import list_presets
-from attnlm.errors import ConfigError
 from attnlm.train.config import TrainConfig, load_spec, parse_duration
 from attnlm.train.optim import lr_at, param_groups
 
@@ -231,7 +231,7 @@ class ToyLM(torch.nn.Module):
 def toy_trainer(tmp_path, model, **cfg):
     import numpy as np
 
-    from attnlm.objectives import CausalWindows
+    from attnlm.loading.objectives import CausalWindows
     from attnlm.train.optim import make_optimizer
     from attnlm.train.trainer import Trainer, TrainJob
 
@@ -295,7 +295,7 @@ def test_gradient_accumulation_matches_a_bigger_batch(corpus, tmp_path):
 
 
 def test_bf16_autocast_and_device_choice(corpus, tmp_path):
-    from attnlm.device import resolve_device
+    from attnlm.base.device import resolve_device
 
     expected = "cuda" if torch.cuda.is_available() else None
     assert resolve_device("auto").type in {expected, "mps", "cpu"} - {None}
@@ -327,7 +327,7 @@ def test_gpt2_presets_train_with_their_tokenizer_and_refuse_another(corpus, tmp_
     out = tmp_path / "g"
     argv = ["train", "--preset", "gpt2-small", "--text", str(corpus), "--out", str(out)]
     assert main([*argv, *small]) == 0, capsys.readouterr().err
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     assert load_checkpoint(out).model.config.vocab_size == 50257
     capsys.readouterr()
@@ -344,7 +344,7 @@ def test_resume_after_the_time_budget_says_which_flag_gives_it_time(corpus, tmp_
     assert train_cli(corpus, out, "--time-budget", "0.5s", "--max-iters", "100000") == 0
     done = capsys.readouterr().out
     assert "time_budget" in done
-    from attnlm.checkpoint import load_checkpoint
+    from attnlm.loading.checkpoint import load_checkpoint
 
     step = load_checkpoint(out).step
     resume = ["train", "--resume", str(out), "--no-progress"]

@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
+from attnlm.base.errors import InputError
 from attnlm.cli import main
 from attnlm.data.corpus import split_text
-from attnlm.errors import InputError
 from attnlm.tokenizers import (
     BPETokenizer,
     CharTokenizer,

@@ -1,5 +1,5 @@
 """Every string field of every JSON endpoint of the explorer, fed what the one strict reader
-(``attnlm.textio``) refuses: bytes that are not UTF-8 in the body, a lone surrogate (the JSON
+(``attnlm.base.textio``) refuses: bytes that are not UTF-8 in the body, a lone surrogate (the JSON
 escape ``\\ud800``), a NUL, a 10 MB line and an empty string (issue 26). Each answer is a 4xx
 with a JSON object ``{"error": one line}``; the endpoints and fields come from the server's own
 ``SCHEMAS``, so a new endpoint is covered without editing this file.

@@ -19,8 +19,8 @@ import pytest
 import torch
 from web_helpers import ALPHABET, post, request, serving, tiny_checkpoint
 
-from attnlm.checkpoint import load_checkpoint
 from attnlm.cli import main
+from attnlm.loading.checkpoint import load_checkpoint
 from attnlm.web import server as S
 from attnlm.web.service import load_service
 from support import SRC

@@ -12,12 +12,12 @@ import pytest
 import torch
 from web_helpers import WORDS, post, request, serving, tiny_checkpoint
 
-from attnlm.checkpoint import load_checkpoint, save_checkpoint
+from attnlm.base.errors import InputError
 from attnlm.cli import main
 from attnlm.data.pairs import Pair, PairTokenizerConfig, train_pair_tokenizers
-from attnlm.errors import InputError
 from attnlm.inspect.fill_mask import fill_mask
 from attnlm.inspect.record import inspect
+from attnlm.loading.checkpoint import load_checkpoint, save_checkpoint
 from attnlm.models import registry
 from attnlm.tokenizers import WordPieceTokenizer
 from attnlm.web.service import load_service

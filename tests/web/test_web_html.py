@@ -10,7 +10,7 @@ import pytest
 import torch
 from web_helpers import tiny_checkpoint
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.web.html import check_record, render_standalone, write_standalone
 from attnlm.web.service import load_service
 

@@ -14,7 +14,7 @@ from web_helpers import post, request, serving, tiny_checkpoint
 
 from attnlm.generate.chat import ChatSession
 from attnlm.generate.sampling import SamplingConfig
-from attnlm.sources import resolve
+from attnlm.loading.sources import resolve
 from attnlm.web.service import MAX_CHAT_MESSAGES, load_service
 
 transformers = pytest.importorskip("transformers")

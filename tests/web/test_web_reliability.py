@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from web_helpers import post, serving, tiny_checkpoint
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.web.service import load_service
 from support import run_cli
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from attnlm.checkpoint import save_checkpoint
+from attnlm.loading.checkpoint import save_checkpoint
 from attnlm.models.gpt import GPT, GPTConfig
 from attnlm.tokenizers.char import CharTokenizer
 from attnlm.tokenizers.word import WordTokenizer

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.word2vec.train import (
     Group,
     NoiseSampler,

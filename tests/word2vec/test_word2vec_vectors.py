@@ -4,7 +4,7 @@ and most_similar / analogies on the same vectors."""
 import numpy as np
 import pytest
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.word2vec.vectors import WordVectors
 
 gensim_kv = pytest.importorskip("gensim.models.keyedvectors")

@@ -15,10 +15,10 @@ import re
 import sys
 
 from attnlm import __version__
+from attnlm.base.errors import AttnlmError
+from attnlm.base.fileio import output_locks
 from attnlm.cli.arguments import outputs_of
 from attnlm.cli.common import OneLineArgumentParser, check_arguments
-from attnlm.errors import AttnlmError
-from attnlm.fileio import output_locks
 
 # Modules with a ``register(subparsers)`` function, in the order their commands are listed.
 COMMAND_MODULES = [
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 def out_of_memory(e: BaseException) -> str | None:
     """One line for an allocation that failed (sizes beyond this machine: ``--batch-size
     1000000000``), or None when ``e`` is something else. The sizes themselves are checked where
-    they can be (a model's parameters before it is built, see :mod:`attnlm.foreign`); this is
+    they can be (a model's parameters before it is built, see :mod:`attnlm.base.foreign`); this is
     the net under what cannot be estimated beforehand."""
     text = " ".join(str(e).split())
     if isinstance(e, MemoryError):

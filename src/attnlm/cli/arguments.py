@@ -2,7 +2,7 @@
 types, old spellings as hidden aliases.
 
 Every option of every command that takes a value parses it with a type made here, from
-:func:`arg` (a validator of :mod:`attnlm.validate`: integers in ASCII digits only, finite
+:func:`arg` (a validator of :mod:`attnlm.base.validate`: integers in ASCII digits only, finite
 floats, sizes, durations, thread counts, devices, non-empty paths), :func:`text_value` or
 :func:`text_file`, or it lists its ``choices``; ``tests/cli/test_argument_layer.py`` walks every
 command and fails on an option that does not (the shared options built on these are in
@@ -32,9 +32,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from attnlm.errors import AttnlmError, InputError
-from attnlm.textio import text_problem, value_problem
-from attnlm.validate import existing_path, name_or_path
+from attnlm.base.errors import AttnlmError, InputError
+from attnlm.base.textio import text_problem, value_problem
+from attnlm.base.validate import existing_path, name_or_path
 
 T = TypeVar("T")
 
@@ -152,7 +152,7 @@ def text_value(value: str) -> str:
     """``type=text_value``: a text given on the command line (a prompt, a sentence, a word):
     refused at parse time, as ``argument --prompt: not valid UTF-8 (bad byte 0xff at offset
     3)``, when the shell passed bytes that are not UTF-8, or it holds a lone surrogate, a NUL,
-    a line over :data:`attnlm.textio.MAX_LINE`, or nothing (see :mod:`attnlm.textio`)."""
+    a line over :data:`attnlm.base.textio.MAX_LINE`, or nothing (see :mod:`attnlm.base.textio`)."""
     problem = text_problem(value)
     if problem:
         raise argparse.ArgumentTypeError(problem)
@@ -165,7 +165,7 @@ text_value.checks = "text_value"  # type: ignore[attr-defined]
 
 def text_file(check: Callable[..., T] = existing_path) -> Callable[[str], T]:
     """``type=text_file()``: a path whose *contents* are text the command reads (a corpus, a
-    pairs file, a preset); the reader (:mod:`attnlm.textio`) checks them when it reads."""
+    pairs file, a preset); the reader (:mod:`attnlm.base.textio`) checks them when it reads."""
     convert = arg(check)
     convert.checks = f"text_file({convert.checks})"  # type: ignore[attr-defined]
     convert.text_input = "file"  # type: ignore[attr-defined]  # found by the fuzz test
@@ -192,7 +192,7 @@ def outputs_of(
 ) -> tuple[list[Any], list[Any]]:
     """``(folders, files)``: what the command that ran writes, the values of its options whose
     type is one of :data:`OUTPUT_TYPES` (``-``, standard output, included: the lock skips
-    it). ``main`` holds :func:`attnlm.fileio.output_lock` on each while the command runs."""
+    it). ``main`` holds :func:`attnlm.base.fileio.output_lock` on each while the command runs."""
     found: tuple[list[Any], list[Any]] = ([], [])
     for action in _actions(parser, args):
         folder = OUTPUT_TYPES.get(getattr(action.type, "checks", None))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnlm.base.validate import existing_path
 from attnlm.cli.common import (
     add_command,
     add_draft_argument,
@@ -27,7 +28,6 @@ from attnlm.cli.common import (
     text_value,
     use_threads,
 )
-from attnlm.validate import existing_path
 
 HELP_LINE = "/reset: forget the conversation  /system TEXT: set the system message  Ctrl-D: end"
 
@@ -86,8 +86,8 @@ def scripted_messages(args: argparse.Namespace) -> list[dict[str, str]] | None:
     """The conversation ``--message``/``--messages`` give (None: interactive), checked: it
     ends with a user turn."""
 
-    from attnlm.errors import InputError
-    from attnlm.fileio import read_file_text
+    from attnlm.base.errors import InputError
+    from attnlm.base.fileio import read_file_text
     from attnlm.tokenizers.chat_template import check_messages
 
     if args.message and args.messages:
@@ -102,7 +102,7 @@ def scripted_messages(args: argparse.Namespace) -> list[dict[str, str]] | None:
             )
     elif args.messages:
         raw = read_file_text(args.messages, "messages file", InputError)
-        from attnlm.foreign import parse_json
+        from attnlm.base.foreign import parse_json
 
         data = parse_json(raw, str(args.messages), "messages JSON")
         msgs = check_messages(data, str(args.messages))
@@ -125,8 +125,8 @@ def _chat(args: argparse.Namespace) -> int:
     --message/--messages: interactive, one user turn per line; /reset: forget the conversation,
     /system TEXT: set the system message, Ctrl-D: end."""
 
-    from attnlm.errors import InputError
-    from attnlm.sources import resolve
+    from attnlm.base.errors import InputError
+    from attnlm.loading.sources import resolve
     from attnlm.tokenizers.chat_template import from_file
 
     msgs = scripted_messages(args)  # fail early, before loading the model
@@ -176,7 +176,7 @@ def _scripted(session, msgs: list[dict[str, str]], as_json: bool) -> int:
 def _read_turn(stream) -> str | None:
     """The next line of input as text (None at the end); a line that is not valid text raises a
     one-line InputError naming stdin."""
-    from attnlm.textio import decode_text
+    from attnlm.base.textio import decode_text
 
     raw = stream.readline()
     if not raw:
@@ -189,7 +189,7 @@ def _read_turn(stream) -> str | None:
 def _interactive(session, system: str | None, as_json: bool = False) -> int:
     import json
 
-    from attnlm.errors import InputError
+    from attnlm.base.errors import InputError
     from attnlm.generate.stats import DecodeStats
 
     totals = DecodeStats()

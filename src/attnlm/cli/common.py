@@ -14,6 +14,23 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from attnlm.base.errors import InputError
+from attnlm.base.validate import (
+    DEVICE_FORMS,
+    MAX_THREADS,
+    WEIGHT_FORMATS,
+    device,
+    duration,
+    existing_dir,
+    existing_file,
+    finite_float,
+    int_in_range,
+    name_or_path,
+    non_empty,
+    positive_int,
+    seed,
+    threads,
+)
 from attnlm.cli.arguments import (  # re-exported: commands import them from here
     OneLineArgumentParser,
     add_command,
@@ -30,23 +47,6 @@ from attnlm.cli.arguments import (  # re-exported: commands import them from her
     section,
     text_file,
     text_value,
-)
-from attnlm.errors import InputError
-from attnlm.validate import (
-    DEVICE_FORMS,
-    MAX_THREADS,
-    WEIGHT_FORMATS,
-    device,
-    duration,
-    existing_dir,
-    existing_file,
-    finite_float,
-    int_in_range,
-    name_or_path,
-    non_empty,
-    positive_int,
-    seed,
-    threads,
 )
 
 CORPUS_FORMATS = (
@@ -120,7 +120,7 @@ def literal_or_file(
     if literal is not None and path is not None:
         raise InputError(f"give {name.upper()} or {flag} PATH, not both")
     if path is not None:
-        from attnlm.fileio import read_file_text
+        from attnlm.base.fileio import read_file_text
 
         return read_file_text(path, f"{flag} file", InputError).rstrip("\n")
     if literal is None and required:
@@ -169,7 +169,8 @@ def add_threads_argument(p: argparse.ArgumentParser, default: int | None = None)
 
 def add_weights_argument(p: argparse.ArgumentParser) -> None:
     """``--weights f32|bf16|q8|q4``: the decode-time weight format (:mod:`attnlm.quant.layers`),
-    passed to :func:`attnlm.sources.resolve`; unset: a GGUF file's own precision, else f32."""
+    passed to :func:`attnlm.loading.sources.resolve`; unset: a GGUF file's own precision, else f32.
+    """
     p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None,
                    help="weights kept in this format while decoding, gpt and llama models "
                    "(default: a GGUF file's own precision class, else f32)")  # fmt: skip
@@ -232,10 +233,10 @@ def add_runtime_arguments(p: argparse.ArgumentParser, device: str | None = "auto
 
 def use_threads(args: argparse.Namespace) -> None:
     """Apply ``--threads`` before any model runs; without it, every core the process may use
-    (:func:`attnlm.device.default_threads`)."""
+    (:func:`attnlm.base.device.default_threads`)."""
     import torch
 
-    from attnlm.device import default_threads
+    from attnlm.base.device import default_threads
 
     torch.set_num_threads(getattr(args, "threads", None) or default_threads())
 
@@ -348,7 +349,7 @@ def add_json_argument(p: argparse.ArgumentParser) -> None:
 def add_preset_argument(
     p: argparse.ArgumentParser, default: str | None = None, note: str = ""
 ) -> None:
-    """``--preset``: a built-in preset name or a TOML file (:func:`attnlm.config.load_preset`);
+    """``--preset``: a built-in preset name or a TOML file (:func:`attnlm.base.config.load_preset`);
     ``note`` says what is used without it."""
     note = f" ({note})" if note else ""
     p.add_argument("--preset", default=default, type=text_file(as_given),
@@ -390,7 +391,7 @@ def sampling_config(args: argparse.Namespace) -> Any:
 def add_model_spec_argument(
     p: argparse.ArgumentParser, *, checkpoint_synonym: bool = False, required: bool = True
 ) -> None:
-    """``--model SPEC``: any model :func:`attnlm.sources.resolve` reads (an attnlm run or
+    """``--model SPEC``: any model :func:`attnlm.loading.sources.resolve` reads (an attnlm run or
     checkpoint folder, a Hugging Face folder, a ``.gguf`` file, a registered name, a Hub id
     ``org/name``), stored as ``args.model``. With ``checkpoint_synonym``, ``--checkpoint`` is
     kept as another spelling (one of the two; an error names the one given): the handler

@@ -1,4 +1,4 @@
-"""``attnlm compare``: several model families on one corpus (:mod:`attnlm.compare`)."""
+"""``attnlm compare``: several model families on one corpus (:mod:`attnlm.apps.compare`)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,10 @@ import argparse
 from functools import partial
 from pathlib import Path
 
+from attnlm.apps.compare import MODELS, CompareConfig, run_compare
+from attnlm.apps.compare_report import format_table
+from attnlm.base.errors import ConfigError
+from attnlm.base.validate import name_or_path, output_dir, positive_int
 from attnlm.cli.common import (
     add_bpe_vocab_size_argument,
     add_command,
@@ -18,9 +22,6 @@ from attnlm.cli.common import (
     arg,
     option,
 )
-from attnlm.compare import MODELS, CompareConfig, format_table, run_compare
-from attnlm.errors import ConfigError
-from attnlm.validate import name_or_path, output_dir, positive_int
 
 # the text, the models and their budget, where the comparison is kept, the machine
 OPTIONS = (
@@ -70,9 +71,9 @@ def _compare(args: argparse.Namespace) -> int:
     bits per character on the same validation text (docs/compare.md). A pretrained model
     (--init-from SPEC) is fine-tuned for the same budget with its own tokenizer and scored on the
     same characters. Finished models in --out are not trained again."""
+    from attnlm.apps.compare import INIT_FROM
+    from attnlm.apps.compare import init_spec as row_spec
     from attnlm.cli.finetune import init_spec as absolute_spec
-    from attnlm.compare import INIT_FROM
-    from attnlm.compare import init_spec as row_spec
 
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     names += [INIT_FROM + spec for spec in args.init_from]

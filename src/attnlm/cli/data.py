@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from attnlm.base.validate import (
+    finite_float,
+    non_negative_int,
+    output_dir,
+    output_file_or_stdout,
+    positive_int,
+    probability,
+)
 from attnlm.cli.common import (
     add_bpe_vocab_size_argument,
     add_command,
@@ -21,14 +29,6 @@ from attnlm.cli.common import (
     text_file,
 )
 from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.validate import (
-    finite_float,
-    non_negative_int,
-    output_dir,
-    output_file_or_stdout,
-    positive_int,
-    probability,
-)
 
 _SPLIT_FRACTION = arg(finite_float, lo=0.0, hi=1.0, hi_open=True)
 

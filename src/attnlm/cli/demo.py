@@ -1,4 +1,4 @@
-"""``attnlm demo``: the main job end to end (:func:`attnlm.demo.run_demo`)."""
+"""``attnlm demo``: the main job end to end (:func:`attnlm.apps.demo.run_demo`)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 from functools import partial
 from pathlib import Path
 
+from attnlm.apps.demo import run_demo
+from attnlm.base.validate import output_dir
 from attnlm.cli.common import (
     add_command,
     add_overwrite_argument,
@@ -16,8 +18,6 @@ from attnlm.cli.common import (
     arg,
     option,
 )
-from attnlm.demo import run_demo
-from attnlm.validate import output_dir
 
 # the demo's folder and preset, the budget of each part, the text, the machine
 OPTIONS = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from attnlm.base.validate import existing_file, output_file
 from attnlm.cli.common import (
     add_command,
     add_json_argument,
@@ -17,7 +18,6 @@ from attnlm.cli.common import (
     text_value,
     use_threads,
 )
-from attnlm.validate import existing_file, output_file
 
 MODEL = partial(add_model_spec_argument, checkpoint_synonym=True)
 RUNTIME = partial(add_runtime_arguments, device="cpu")
@@ -54,8 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from attnlm.device import resolve_device
-    from attnlm.sources import load_model_ref
+    from attnlm.base.device import resolve_device
+    from attnlm.loading.sources import load_model_ref
 
     use_threads(args)
     return load_model_ref(args.checkpoint, args.model, resolve_device(args.device))

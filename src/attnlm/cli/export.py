@@ -10,6 +10,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from attnlm.base.errors import InputError
+from attnlm.base.validate import output_dir, output_file
 from attnlm.cli.common import (
     add_command,
     add_json_argument,
@@ -22,8 +24,6 @@ from attnlm.cli.common import (
     option,
     use_threads,
 )
-from attnlm.errors import InputError
-from attnlm.validate import output_dir, output_file
 
 GGUF_TYPES = ("f32", "f16", "q8_0", "q4_0")
 
@@ -61,8 +61,8 @@ def _export(args: argparse.Namespace) -> int:
     tokenizer.json). A LoRA run needs --merge: its adapters are merged into the base model's
     weights and the output holds a plain model. An existing output is kept unless --overwrite
     is given."""
-    from attnlm.device import resolve_device
-    from attnlm.sources import resolve
+    from attnlm.base.device import resolve_device
+    from attnlm.loading.sources import resolve
 
     target = "gguf" if args.gguf is not None else "hf"
     if args.type is not None and target != "gguf":
@@ -90,7 +90,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _is_lora_run(spec: str) -> bool:
     """Whether ``spec`` is an attnlm run that stores LoRA adapters only."""
-    from attnlm.checkpoint import read_config, resolve_checkpoint
+    from attnlm.loading.checkpoint import read_config, resolve_checkpoint
 
     try:
         return isinstance(read_config(resolve_checkpoint(spec)).get("lora"), dict)
@@ -99,7 +99,7 @@ def _is_lora_run(spec: str) -> bool:
 
 
 def _check_overwrite(out: Path, target: str, overwrite: bool) -> None:
-    from attnlm.checkpoint import CHECKPOINT_DIR
+    from attnlm.loading.checkpoint import CHECKPOINT_DIR
 
     if target == "hf" and (out / CHECKPOINT_DIR).is_dir():  # its config.json would win over it
         raise InputError(

@@ -8,9 +8,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from attnlm.base.errors import InputError
+from attnlm.base.validate import finite_float, non_negative_int, positive_float, positive_int
 from attnlm.cli.common import arg, as_given, flag, option, section, text_file
-from attnlm.errors import InputError
-from attnlm.validate import finite_float, non_negative_int, positive_float, positive_int
 
 # CLI flag (argparse dest) -> TrainConfig field
 FLAGS = {
@@ -73,13 +73,13 @@ def base_tables(args: argparse.Namespace, load_preset: Any) -> dict[str, Any]:
 
 
 def _lora_targets(value: str, name: str | None = None) -> str:
-    from attnlm.nn.lora import parse_targets
+    from attnlm.lora.layers import parse_targets
 
     return ",".join(parse_targets(value))
 
 
 def add_lora_arguments(p: argparse.ArgumentParser) -> None:
-    """``--lora R`` and its settings (:mod:`attnlm.nn.lora`; defaults are peft's)."""
+    """``--lora R`` and its settings (:mod:`attnlm.lora.layers`; defaults are peft's)."""
     section(
         "LoRA (with --init-from: adapters on the pretrained model)",
         option("--lora", type=arg(positive_int), default=None, metavar="R",

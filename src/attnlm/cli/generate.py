@@ -6,6 +6,7 @@ import argparse
 import sys
 from functools import partial
 
+from attnlm.base.validate import finite_float, positive_int
 from attnlm.cli.common import (
     add_draft_argument,
     add_lookahead_argument,
@@ -27,7 +28,6 @@ from attnlm.cli.common import (
     text_value,
     use_threads,
 )
-from attnlm.validate import finite_float, positive_int
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -95,13 +95,13 @@ def _report(args: argparse.Namespace, stats, texts: list[str], threads: int | No
 
 
 def _load(args: argparse.Namespace, spec: str, sampling) -> tuple:
-    """``(model, tokenizer, threads)`` through :func:`attnlm.sources.resolve`: the C engine
+    """``(model, tokenizer, threads)`` through :func:`attnlm.loading.sources.resolve`: the C engine
     (``c-engine``, no PyTorch) where the resolver's planner picks it for this decode (with the
     KV cache, uncompiled, the window holding prompt and new tokens) and ``threads`` its
     threads; else a PyTorch model (threads None: PyTorch's)."""
-    from attnlm.errors import InputError
+    from attnlm.base.errors import InputError
     from attnlm.generate.text import encode_prompt
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     engine_ok = args.use_cache and not args.compile
     model, tokenizer, info = resolve(spec, args.device, args.weights, engine_ok=engine_ok,
@@ -121,12 +121,12 @@ def _load(args: argparse.Namespace, spec: str, sampling) -> tuple:
 
 def _translate(args: argparse.Namespace) -> int:
 
+    from attnlm.base.device import resolve_device
+    from attnlm.base.errors import InputError
     from attnlm.data.pairs import PairTokenizers
-    from attnlm.device import resolve_device
-    from attnlm.errors import InputError
     from attnlm.generate.sampling import SamplingConfig
     from attnlm.generate.translate import translate
-    from attnlm.sources import load_model_ref
+    from attnlm.loading.sources import load_model_ref
 
     use_threads(args)
     sampling = SamplingConfig(
@@ -143,7 +143,7 @@ def _translate(args: argparse.Namespace) -> int:
     elif args.text:
         texts = list(args.text)
     else:
-        from attnlm.textio import read_stdin
+        from attnlm.base.textio import read_stdin
 
         texts = [t for t in read_stdin(empty_ok=True).splitlines() if t.strip()]
     if not texts:

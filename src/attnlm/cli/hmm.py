@@ -14,6 +14,7 @@ import json
 from functools import partial
 from pathlib import Path
 
+from attnlm.base.validate import existing_dir, finite_float, output_dir, positive_int
 from attnlm.cli.common import (
     add_command,
     add_command_group,
@@ -34,7 +35,6 @@ from attnlm.cli.common import (
     text_file,
     use_threads,
 )
-from attnlm.validate import existing_dir, finite_float, output_dir, positive_int
 
 FIT_PRESET = "hmm-char"
 
@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from attnlm.config import load_preset
+    from attnlm.base.config import load_preset
     from attnlm.train.config import apply_overrides, spec_from_tables
     from attnlm.train.run import new_run_dir_check, train_run
 
@@ -121,9 +121,9 @@ def _viterbi(args: argparse.Namespace) -> int:
     z), and its log-probability."""
     import torch
 
-    from attnlm.checkpoint import load_checkpoint
-    from attnlm.device import resolve_device
-    from attnlm.errors import InputError
+    from attnlm.base.device import resolve_device
+    from attnlm.base.errors import InputError
+    from attnlm.loading.checkpoint import load_checkpoint
     from attnlm.tokenizers import encode_text, token_label
 
     text = literal_or_file(args)

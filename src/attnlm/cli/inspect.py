@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from attnlm.base.validate import non_negative_int, output_file
 from attnlm.cli.common import (
     add_command,
     add_literal_text_arguments,
@@ -15,7 +16,6 @@ from attnlm.cli.common import (
     option,
     use_threads,
 )
-from attnlm.validate import non_negative_int, output_file
 
 # the model, the text (and a translation's target), what is drawn and where
 OPTIONS = (
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[str, object]]]:
     """The (title, map) panels for ``--layer``/``--head`` (rows: layers, columns: heads)."""
-    from attnlm.errors import InputError
+    from attnlm.base.errors import InputError
 
     n_layer, n_head = len(maps), int(maps[0].shape[0])
     if layer is not None and not 0 <= layer < n_layer:
@@ -60,11 +60,11 @@ def _attention(args: argparse.Namespace) -> int:
     sentence as TARGET or --target PATH) and draw its attention: every layer x head
     (self-attention; cross-attention source x target for translation models), or one layer/head
     with the weights written in the cells. Works for every model family."""
-    from attnlm.device import resolve_device
-    from attnlm.errors import InputError
+    from attnlm.base.device import resolve_device
+    from attnlm.base.errors import InputError
     from attnlm.inspect.heatmap import plot_attention_panels
     from attnlm.inspect.record import inspect
-    from attnlm.sources import load_model_ref
+    from attnlm.loading.sources import load_model_ref
 
     text = literal_or_file(args)  # the inputs first: a bad file is named before anything else
     target = literal_or_file(args, "target", "--target", required=False)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from attnlm.base.validate import output_file
 from attnlm.cli import common
-from attnlm.validate import output_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,9 +33,9 @@ def _lens(args: argparse.Namespace) -> int:
     x position grid coloured by probability."""
     import json
 
-    from attnlm.device import resolve_device
+    from attnlm.base.device import resolve_device
     from attnlm.inspect.lens import logit_lens, plot_lens
-    from attnlm.sources import resolve
+    from attnlm.loading.sources import resolve
 
     text = common.literal_or_file(args)
     common.use_threads(args)

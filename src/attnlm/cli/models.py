@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from attnlm.base.foreign import shapes_only
+from attnlm.base.validate import positive_int
 from attnlm.cli.common import (
     add_command,
     add_json_argument,
@@ -18,8 +20,6 @@ from attnlm.cli.common import (
     one_of,
     option,
 )
-from attnlm.foreign import shapes_only
-from attnlm.validate import positive_int
 
 # Used when a preset leaves the vocabulary to its tokenizer (character presets), gives no
 # train.bpe_vocab_size, and no --vocab-size is given: a byte-sized vocabulary.
@@ -77,7 +77,7 @@ def families_table() -> list[dict]:
 def _available(as_json: bool) -> int:
     import json
 
-    from attnlm.sources import available
+    from attnlm.loading.sources import available
 
     rows = available()
     if as_json:
@@ -117,8 +117,8 @@ def _models(args: argparse.Namespace) -> int:
 def _params(args: argparse.Namespace) -> int:
     import torch
 
-    from attnlm.config import load_preset
-    from attnlm.errors import ConfigError
+    from attnlm.base.config import load_preset
+    from attnlm.base.errors import ConfigError
     from attnlm.models import registry
 
     if args.model is not None:
@@ -152,7 +152,7 @@ def _model_params(spec: str) -> int:
     device, no weights read), any other model loaded."""
     import torch
 
-    from attnlm.sources import gguf_file, load_as_checkpoint
+    from attnlm.loading.sources import gguf_file, load_as_checkpoint
 
     path = gguf_file(spec)
     if path is None:
@@ -182,7 +182,7 @@ def _model_params(spec: str) -> int:
 def _engine_backend(path) -> tuple[str, str] | None:
     """``("c-engine", why)`` where ``generate``/``chat`` on this GGUF file run on the C engine
     (the planner's rule, :func:`attnlm.runtime.planner.engine_reason`), else None."""
-    from attnlm.ggufio import GGUFFile
+    from attnlm.base.ggufio import GGUFFile
     from attnlm.runtime.engine_gguf import engine_format
     from attnlm.runtime.planner import engine_reason
 

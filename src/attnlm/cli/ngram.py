@@ -20,6 +20,15 @@ import warnings
 from collections.abc import Iterator
 from functools import partial
 
+from attnlm.base.errors import ConfigError
+from attnlm.base.validate import (
+    existing_file,
+    finite_float,
+    memory_size,
+    output_file,
+    positive_float,
+    positive_int,
+)
 from attnlm.cli.common import (
     add_command,
     add_command_group,
@@ -34,15 +43,6 @@ from attnlm.cli.common import (
     one_of,
     option,
     text_file,
-)
-from attnlm.errors import ConfigError
-from attnlm.validate import (
-    existing_file,
-    finite_float,
-    memory_size,
-    output_file,
-    positive_float,
-    positive_int,
 )
 
 # how each line is split into words, the same when a model is trained and when it is used
@@ -120,8 +120,8 @@ def _load(args: argparse.Namespace):
 
 
 def _sentences(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
+    from attnlm.base.errors import InputError
     from attnlm.data.corpus import load_text
-    from attnlm.errors import InputError
     from attnlm.ngram.counts import split_sentences
 
     text = load_text(args.text)

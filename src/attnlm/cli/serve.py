@@ -6,6 +6,7 @@ import argparse
 import sys
 from functools import partial
 
+from attnlm.base.validate import existing_file, int_in_range, name_or_path, non_empty, positive_int
 from attnlm.cli.common import (
     add_command,
     add_runtime_arguments,
@@ -16,7 +17,6 @@ from attnlm.cli.common import (
     text_file,
     use_threads,
 )
-from attnlm.validate import existing_file, int_in_range, name_or_path, non_empty, positive_int
 
 # the models (either spelling, repeatable), where the page is served, the machine
 OPTIONS = (
@@ -50,7 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
     """attention explorer in the browser (local server, works offline)"""
     import logging
 
-    from attnlm.errors import InputError
+    from attnlm.base.errors import InputError
     from attnlm.web.server import LOOPBACK_HOSTS, make_server
     from attnlm.web.service import DEFAULT_MAX_CHARS, load_service, resolve_named_model
 

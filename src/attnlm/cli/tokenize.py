@@ -6,6 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.validate import (
+    non_empty,
+    non_negative_int,
+    output_file,
+    positive_int,
+    read_stdin_text,
+)
 from attnlm.cli.common import (
     add_command,
     add_command_group,
@@ -17,14 +25,6 @@ from attnlm.cli.common import (
     option,
     text_file,
     text_value,
-)
-from attnlm.errors import ConfigError, InputError
-from attnlm.validate import (
-    non_empty,
-    non_negative_int,
-    output_file,
-    positive_int,
-    read_stdin_text,
 )
 
 KINDS = ("char", "word", "bpe", "classic-bpe", "wordpiece")

@@ -8,6 +8,16 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import output_lock
+from attnlm.base.validate import (
+    existing_dir,
+    int_in_range,
+    non_negative_int,
+    output_dir,
+    positive_float,
+    positive_int,
+)
 from attnlm.cli import finetune
 from attnlm.cli.common import (
     add_command,
@@ -34,16 +44,6 @@ from attnlm.cli.common import (
     option,
     text_file,
     use_threads,
-)
-from attnlm.errors import InputError
-from attnlm.fileio import output_lock
-from attnlm.validate import (
-    existing_dir,
-    int_in_range,
-    non_negative_int,
-    output_dir,
-    positive_float,
-    positive_int,
 )
 
 FINETUNE_FLAGS = finetune.FLAGS
@@ -197,7 +197,7 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
 def _spec(
     args: argparse.Namespace, base_tables: dict | None = None, preset: str | None = None
 ) -> RunSpec:
-    from attnlm.config import load_preset
+    from attnlm.base.config import load_preset
     from attnlm.train.config import apply_overrides, spec_from_tables
 
     if base_tables is None:
@@ -241,8 +241,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _train_locked(args: argparse.Namespace) -> int:
-    from attnlm.checkpoint import read_config, resolve_checkpoint
-    from attnlm.config import load_preset
+    from attnlm.base.config import load_preset
+    from attnlm.loading.checkpoint import read_config, resolve_checkpoint
     from attnlm.train.run import new_run_dir_check, resume_spec, train_run
 
     if args.resume:
@@ -298,7 +298,7 @@ def _eval(args: argparse.Namespace) -> int:
     """loss, perplexity and bits per character of a checkpoint (BLEU and chrF for translation
     models)"""
 
-    from attnlm.evaluation import evaluate_checkpoint
+    from attnlm.loading.evaluation import evaluate_checkpoint
 
     use_threads(args)
     spec = args.model if args.model is not None else args.checkpoint
@@ -354,7 +354,7 @@ def _export(args: argparse.Namespace) -> int:
 def _docs_capped(n: int | None, per_step: int) -> int | None:
     """``n`` (None: all), at most ``per_step`` x $ATTNLM_DOCS_BUDGET when that is set (the doc
     tests score a slice of a text, not all of it; the output says "first N tokens")."""
-    from attnlm.validate import docs_budget
+    from attnlm.base.validate import docs_budget
 
     cap = docs_budget()
     return n if cap is None else min(n or cap * per_step, cap * per_step)
@@ -362,8 +362,8 @@ def _docs_capped(n: int | None, per_step: int) -> int | None:
 
 def _is_run(spec: str) -> bool:
     """Whether SPEC is an attnlm run or checkpoint folder (not a Hugging Face folder)."""
-    from attnlm.checkpoint import resolve_checkpoint
-    from attnlm.sources import is_hf_folder
+    from attnlm.loading.checkpoint import resolve_checkpoint
+    from attnlm.loading.sources import is_hf_folder
 
     path = Path(spec).expanduser()
     if not path.is_dir() or is_hf_folder(path):
@@ -377,9 +377,9 @@ def _is_run(spec: str) -> bool:
 
 def _is_translation_folder(spec: str) -> bool:
     """Whether SPEC is a Hugging Face folder of a translation model (Marian)."""
+    from attnlm.loading.sources import is_hf_folder
     from attnlm.models.hf.folder import read_hf_config
     from attnlm.models.hf.marian import MODEL_TYPE
-    from attnlm.sources import is_hf_folder
 
     path = Path(spec).expanduser()
     return path.is_dir() and is_hf_folder(path) and (
@@ -388,9 +388,9 @@ def _is_translation_folder(spec: str) -> bool:
 
 def _trains_on_pairs(checkpoint: str) -> bool:
     """Whether the checkpoint's family trains on sentence pairs (its objective's data)."""
-    from attnlm.checkpoint import read_config, resolve_checkpoint
+    from attnlm.loading.checkpoint import read_config, resolve_checkpoint
+    from attnlm.loading.objectives import OBJECTIVES
     from attnlm.models import registry
-    from attnlm.objectives import OBJECTIVES
 
     config = read_config(resolve_checkpoint(checkpoint))
     family, _ = registry.split_type(config["model"])
@@ -398,7 +398,7 @@ def _trains_on_pairs(checkpoint: str) -> bool:
 
 
 def _eval_pairs(args: argparse.Namespace) -> int:
-    from attnlm.evaluation import evaluate_translation
+    from attnlm.loading.evaluation import evaluate_translation
 
     if args.text is not None or args.max_tokens is not None:
         raise InputError("a translation checkpoint is evaluated on --pairs, not --text")

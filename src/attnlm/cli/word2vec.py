@@ -13,6 +13,15 @@ import argparse
 import json
 from functools import partial
 
+from attnlm.base.validate import (
+    existing_file,
+    finite_float,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+    threads,
+)
 from attnlm.cli.common import (
     add_command,
     add_command_group,
@@ -27,15 +36,6 @@ from attnlm.cli.common import (
     option,
     text_file,
     text_value,
-)
-from attnlm.validate import (
-    existing_file,
-    finite_float,
-    non_negative_int,
-    output_file,
-    positive_float,
-    positive_int,
-    threads,
 )
 
 FORMAT = option(

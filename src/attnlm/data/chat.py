@@ -2,7 +2,7 @@
 
 A chat data file holds one conversation per line, ``{"messages": [{"role": ..., "content":
 ...}, ...]}`` (the format of TRL's conversational datasets and OpenAI's fine-tuning files).
-:func:`read_conversations` checks every record (one-line :class:`~attnlm.errors.InputError`
+:func:`read_conversations` checks every record (one-line :class:`~attnlm.base.errors.InputError`
 naming ``FILE:LINE``); :func:`encode_conversation` renders one with the model's chat template
 and marks which tokens count in the loss: as TRL's assistant-only loss, the tokens of each
 assistant message's content and of the end-of-turn token the template puts right after it;
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import InputError
-from attnlm.fileio import read_file_text
-from attnlm.textio import text_problem
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import read_file_text
+from attnlm.base.textio import text_problem
 from attnlm.tokenizers.chat_template import check_messages
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -39,7 +39,7 @@ class Conversation:
 
 
 def _record(raw: str, where: str) -> list[dict[str, str]]:
-    from attnlm.foreign import json_depth_problem
+    from attnlm.base.foreign import json_depth_problem
 
     deep = json_depth_problem(raw)  # json.loads would recurse until the stack runs out
     if deep:

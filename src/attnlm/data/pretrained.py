@@ -38,8 +38,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlm.base.errors import InputError
 from attnlm.data.corpus import cache_dir
-from attnlm.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from attnlm.errors import InputError
-from attnlm.foreign import load_json, register
-from attnlm.foreign import register as _register_reader
-from attnlm.textio import MAX_LINE, decode_text, text_problem
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import load_json, register
+from attnlm.base.foreign import register as _register_reader
+from attnlm.base.textio import MAX_LINE, decode_text, text_problem
 
 BLOCK_BYTES = 4 << 20
 DOC_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet")
@@ -163,7 +163,7 @@ def _arrow_files(folder: Path) -> list[Path]:
 
 def text_blocks(path: Path, advance: Progress) -> Iterator[str]:
     """Decoded blocks of a UTF-8 file, each ending at a line end, read by the one strict
-    reader (:func:`attnlm.textio.decode_text`: BOM dropped; a bad byte, a NUL or a line over
+    reader (:func:`attnlm.base.textio.decode_text`: BOM dropped; a bad byte, a NUL or a line over
     ``MAX_LINE`` stops with one line naming the file and line)."""
     try:
         f = open(path, "rb")

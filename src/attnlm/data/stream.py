@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from attnlm.base.errors import InputError
 from attnlm.data.sources import BadRecords, Corpus, Progress
 from attnlm.data.windows import token_dtype
-from attnlm.errors import InputError
 from attnlm.tokenizers import encode_text
 
 CHUNK_CHARS = 1 << 20

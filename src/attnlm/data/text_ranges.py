@@ -13,7 +13,7 @@ tokenizer is known before the corpus is read and encodes any text in pieces cut 
    :func:`attnlm.data.stream.chunks`, found on the bytes). It never decodes the text: the
    main process only hashes and searches for a few line breaks.
 2. :func:`encode_range` (in a worker, or in this process with one worker) reads its range by
-   offset, decodes it with the strict reader (:func:`attnlm.textio.decode_text`, whose errors
+   offset, decodes it with the strict reader (:func:`attnlm.base.textio.decode_text`, whose errors
    name the file and line), encodes it and returns its ids in the token files' dtype with its
    character count. No text goes through a pipe; ids come back as ``uint16`` arrays.
 3. The ids of every range are written in order into the temporary ``train.bin``. Then
@@ -40,12 +40,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from attnlm.base.errors import AttnlmError, InputError
+from attnlm.base.fileio import atomic_path
+from attnlm.base.textio import MAX_LINE, decode_text
 from attnlm.data.sources import BLOCK_BYTES, Progress
 from attnlm.data.stream import id_array, ordered_map
 from attnlm.data.windows import TokenFile, token_dtype, write_token_meta
-from attnlm.errors import AttnlmError, InputError
-from attnlm.fileio import atomic_path
-from attnlm.textio import MAX_LINE, decode_text
 
 CHUNK_BYTES = 1 << 20
 BOM = b"\xef\xbb\xbf"
@@ -111,7 +111,7 @@ def text_chunks(
     """The text files ``paths`` (one corpus, in this order) as ranges of about ``chunk_bytes``
     bytes cut at the first line start after that many (see the module); each file's SHA-256
     hex digest is appended to ``digests`` once it is read, ``progress(n)`` told of the bytes
-    read (``block_bytes`` at a time). A line over :data:`~attnlm.textio.MAX_LINE` ends a
+    read (``block_bytes`` at a time). A line over :data:`~attnlm.base.textio.MAX_LINE` ends a
     range early (its reader then names the line)."""
     advance = progress or (lambda n: None)
     several = len(paths) > 1

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_open, atomic_write_text
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import atomic_open, atomic_write_text
 
 if TYPE_CHECKING:  # torch is imported lazily so `attnlm data ...` stays quick
     import torch

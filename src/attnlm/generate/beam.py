@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from attnlm.device import eval_mode, model_device
-from attnlm.errors import InputError
+from attnlm.base.device import eval_mode, model_device
+from attnlm.base.errors import InputError
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.models.base import DecodingSetup
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate.lookahead import common_prefix as _common_prefix
 from attnlm.generate.lookahead import drop_newest
 from attnlm.generate.sampling import SamplingConfig, mask_from, token_limit
@@ -142,7 +142,7 @@ class ChatSession:
     def _setup(self) -> None:
         import torch
 
-        from attnlm.device import model_device
+        from attnlm.base.device import model_device
         from attnlm.runtime.planner import runner_for
 
         self.runner = runner_for(self.model)  # the backend, chosen once for the conversation
@@ -158,7 +158,7 @@ class ChatSession:
 
         import torch
 
-        from attnlm.device import eval_mode
+        from attnlm.base.device import eval_mode
 
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode())
@@ -173,7 +173,7 @@ class ChatSession:
         """Feed ``ids`` after what the state holds; the logits after each of them ``(T, V)``."""
         import torch
 
-        from attnlm.device import model_device
+        from attnlm.base.device import model_device
 
         x = torch.tensor([ids], device=model_device(self.model))  # (1, T)
         return self.runner.step(x, self.state)[0]
@@ -215,7 +215,7 @@ class ChatSession:
         """Feed ``ids`` after what the state holds; next-token logits (V,)."""
         import torch
 
-        from attnlm.device import model_device
+        from attnlm.base.device import model_device
 
         device = model_device(self.model)
         if not self.use_cache:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 
 Filter = Callable[[torch.Tensor, Any], torch.Tensor]
 

@@ -78,7 +78,7 @@ def greedy_lookahead(
     drafts come from (default: the context, :func:`lookup_draft`)."""
     import torch
 
-    from attnlm.device import model_device
+    from attnlm.base.device import model_device
 
     device = model_device(runner.model)
     cache = runner.new_state()

@@ -47,8 +47,8 @@ from typing import Any
 
 import torch
 
-from attnlm.device import eval_mode, model_device
-from attnlm.errors import InputError
+from attnlm.base.device import eval_mode, model_device
+from attnlm.base.errors import InputError
 from attnlm.generate.filters import apply_filters, sampling_filters
 from attnlm.generate.plan import NO_STATE, STATIC, DecodeOptions, Plan, plan_decode
 from attnlm.generate.sampling import SamplingConfig, check_sampling

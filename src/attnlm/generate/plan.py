@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate.options import DecodeOptions
 from attnlm.models.registry import decoding_of
 from attnlm.nn.static_cache import padded_length

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 
 # Above this, a request for new tokens is refused rather than allocated (buffers grow in chunks
 # anyway; this bounds a typo such as 10**12).
@@ -23,7 +23,7 @@ MAX_NEW_TOKENS_LIMIT = 1_000_000
 @dataclass(frozen=True)
 class SamplingConfig:
     """How to choose new tokens (see the module docstring). Invalid values raise
-    :class:`~attnlm.errors.ConfigError` naming the field."""
+    :class:`~attnlm.base.errors.ConfigError` naming the field."""
 
     temperature: float = 1.0
     top_k: int | None = None

@@ -26,7 +26,7 @@ import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -102,7 +102,7 @@ class ModelDrafter:
         """Feed ``ids``; the draft model's argmax after each of the ``last`` newest."""
         import torch
 
-        from attnlm.device import model_device
+        from attnlm.base.device import model_device
 
         x = torch.tensor([ids], device=model_device(self.model))
         logits = self.runner.step(x, self.cache, last_only=last == 1)[0, -last:]  # (last, V)

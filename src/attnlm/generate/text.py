@@ -13,7 +13,7 @@ import codecs
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from attnlm.errors import AttnlmError, InputError
+from attnlm.base.errors import AttnlmError, InputError
 from attnlm.generate.options import DecodeOptions
 from attnlm.generate.sampling import SamplingConfig, check_sampling, mask_from, token_limit
 from attnlm.generate.stats import DecodeStats, Timer

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate.beam import EARLY_STOPPING, beam_search
 from attnlm.generate.loop import decode
 from attnlm.generate.options import DecodeOptions

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 
 @dataclass

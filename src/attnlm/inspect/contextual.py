@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.inspect.base import family_or_none
 from attnlm.inspect.embeddings import cosine_matrix
 from attnlm.inspect.record import inspect

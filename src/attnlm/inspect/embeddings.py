@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.device import eval_mode, model_device
-from attnlm.errors import InputError
-from attnlm.foreign import foreign_reader, load_json
+from attnlm.base.device import eval_mode, model_device
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import foreign_reader, load_json
 from attnlm.inspect.base import require
 
 SENTENCE_MAX_LENGTH = 256  # sentence-transformers' max_seq_length of all-MiniLM-L6-v2

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from attnlm.device import eval_mode, model_device
-from attnlm.errors import InputError
+from attnlm.base.device import eval_mode, model_device
+from attnlm.base.errors import InputError
 from attnlm.inspect.base import require
 from attnlm.inspect.record import model_input
 from attnlm.tokenizers import token_label

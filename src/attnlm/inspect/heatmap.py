@@ -111,8 +111,8 @@ def plot_attention_panels(
 
 def _save(plt: Any, fig: Any, path: str | os.PathLike[str]) -> Path:
     """Lay out, write ``fig`` at ``path`` (creating folders) and close it: PNG, or the format
-    the suffix names when matplotlib knows it. Atomic (:mod:`attnlm.fileio`)."""
-    from attnlm.fileio import atomic_path
+    the suffix names when matplotlib knows it. Atomic (:mod:`attnlm.base.fileio`)."""
+    from attnlm.base.fileio import atomic_path
 
     fig.tight_layout()
     path = Path(path)

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnlm.device import eval_mode, model_device
-from attnlm.errors import InputError
+from attnlm.base.device import eval_mode, model_device
+from attnlm.base.errors import InputError
 from attnlm.tokenizers import encode_text, token_label
 
 

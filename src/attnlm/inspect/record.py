@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from attnlm.device import eval_mode, model_device
-from attnlm.errors import InputError
+from attnlm.base.device import eval_mode, model_device
+from attnlm.base.errors import InputError
 from attnlm.inspect.base import InspectionRecord
 from attnlm.inspect.translation import inspect_translation
 from attnlm.tokenizers import encode_text, token_label

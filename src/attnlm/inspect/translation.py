@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from attnlm.base.device import eval_mode, model_device
+from attnlm.base.errors import InputError
 from attnlm.data.pairs import PairTokenizers
-from attnlm.device import eval_mode, model_device
-from attnlm.errors import InputError
 from attnlm.generate.translate import translate_ids
 from attnlm.inspect.base import InspectionRecord
 from attnlm.tokenizers import token_label

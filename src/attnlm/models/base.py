@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 IGNORE_INDEX = -100  # targets with this value are not predicted (padding, unmasked positions)
 
@@ -188,10 +188,10 @@ class Family:
     ``type``: the name in ``[model] type = ...`` of presets and checkpoints. ``config``: its
     frozen config dataclass (``vocab_size`` is filled from the tokenizer). ``model``: the
     ``nn.Module`` class, built as ``model(config)``. ``objective``: the training objective's
-    name (``causal``, ``causal-stream``, ``masked`` or ``seq2seq``, see :mod:`attnlm.objectives`).
-    ``capabilities``: what the family can do (``generate``, ``fill-mask``, ``translate``,
-    ``embed``). ``describe``: one line about a config for logs and ``attnlm params``.
-    ``decoding``: what the decoders may do with its models (:class:`Decoding`).
+    name (``causal``, ``causal-stream``, ``masked`` or ``seq2seq``, see
+    :mod:`attnlm.loading.objectives`). ``capabilities``: what the family can do (``generate``,
+    ``fill-mask``, ``translate``, ``embed``). ``describe``: one line about a config for logs and
+    ``attnlm params``. ``decoding``: what the decoders may do with its models (:class:`Decoding`).
     """
 
     type: str

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.foreign import check_config_fits
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import above_zero, fraction, one_of, positive
 from attnlm.models.base import (
     IGNORE_INDEX,
     Family,
@@ -39,13 +40,12 @@ from attnlm.models.base import (
 )
 from attnlm.nn.attention import MultiHeadAttention, padding_mask
 from attnlm.nn.blocks import ACTIVATIONS, FeedForward, PostNormBlock, dropout_layer
-from attnlm.validate import above_zero, fraction, one_of, positive
 
 
 @dataclass(frozen=True)
 class BertConfig:
     """Shape and options of a :class:`Bert` encoder. Invalid values raise
-    :class:`~attnlm.errors.ConfigError` naming the field (``model.<field>``).
+    :class:`~attnlm.base.errors.ConfigError` naming the field (``model.<field>``).
 
     ``block_size`` is BERT's ``max_position_embeddings`` (the longest input); ``d_ff`` its
     ``intermediate_size`` (None: 4C); ``type_vocab_size`` the number of segment (token-type)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.models.base import (
     IGNORE_INDEX,
     ModelOutput,
@@ -145,7 +145,7 @@ class Decoder(nn.Module):
         return out
 
     # Rows per chunk of the training loss when the LM head is frozen (LoRA training,
-    # attnlm.nn.lora): its logits are wanted for the loss alone, so they are never held whole
+    # attnlm.lora.layers): its logits are wanted for the loss alone, so they are never held whole
     loss_chunk: int = 1024
 
     def _chunked_loss(self, wants_more: bool) -> bool:

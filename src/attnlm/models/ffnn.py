@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.foreign import check_config_fits
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import at_least, fraction, positive
 from attnlm.models.base import RECURRENT, Family, ModelOutput, check_ids, count_params, token_loss
-from attnlm.validate import at_least, fraction, positive
 
 
 @dataclass(frozen=True)

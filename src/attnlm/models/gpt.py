@@ -25,8 +25,9 @@ from typing import Any
 
 from torch import nn
 
-from attnlm.errors import ConfigError
-from attnlm.foreign import check_config_fits
+from attnlm.base.errors import ConfigError
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import above_zero, fraction, one_of, positive
 from attnlm.models.base import Decoding, Family, ModelOutput
 from attnlm.models.decoder import Decoder
 from attnlm.nn.attention import SCORES, MultiHeadAttention
@@ -38,13 +39,12 @@ from attnlm.nn.positional import (
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
 )
-from attnlm.validate import above_zero, fraction, one_of, positive
 
 
 @dataclass(frozen=True)
 class GPTConfig:
     """Shape and options of a :class:`GPT`. Invalid values raise
-    :class:`~attnlm.errors.ConfigError` naming the field (``model.<field>``)."""
+    :class:`~attnlm.base.errors.ConfigError` naming the field (``model.<field>``)."""
 
     vocab_size: int
     block_size: int  # context length: the most positions a learned embedding covers
@@ -145,7 +145,7 @@ class GPT(Decoder):
     @classmethod
     def from_config_dict(cls, data: dict[str, Any]) -> GPT:
         """A fresh model from a ``[model]`` table (unknown keys and bad types are errors)."""
-        from attnlm.config import from_dict
+        from attnlm.base.config import from_dict
 
         return cls(from_dict(GPTConfig, data, where="model"))
 

@@ -62,10 +62,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.foreign import check_config_fits
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import above_zero, at_least_zero, positive
 from attnlm.models.base import RECURRENT, Family, ModelOutput, check_ids, count_params, token_loss
-from attnlm.validate import above_zero, at_least_zero, positive
 
 LOG_FLOOR = -69.0  # log(1e-30): the smallest log-probability EM stores (finite logits)
 EM_CHUNK = 1 << 24  # E-step chunk size in (rows x positions x states) values, ~64 MB float32

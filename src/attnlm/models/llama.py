@@ -40,15 +40,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from attnlm.errors import ConfigError
-from attnlm.foreign import check_config_fits
+from attnlm.base.errors import ConfigError
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import above_zero, fraction, positive
 from attnlm.models.base import Decoding, Family
 from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
 from attnlm.nn.attention import MultiHeadAttention
 from attnlm.nn.blocks import RMSNorm, SwiGLU, TransformerBlock
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
-from attnlm.validate import above_zero, fraction, positive
 
 
 def llama_ffn_width(d_model: int, multiple_of: int = 256) -> int:
@@ -61,7 +61,7 @@ def llama_ffn_width(d_model: int, multiple_of: int = 256) -> int:
 @dataclass(frozen=True)
 class LlamaConfig:
     """Shape and options of a :class:`Llama`. Invalid values raise
-    :class:`~attnlm.errors.ConfigError` naming the field (``model.<field>``)."""
+    :class:`~attnlm.base.errors.ConfigError` naming the field (``model.<field>``)."""
 
     vocab_size: int
     block_size: int  # context length (max_position_embeddings)
@@ -164,7 +164,7 @@ class Llama(Decoder):
     @classmethod
     def from_config_dict(cls, data: dict[str, Any]) -> Llama:
         """A fresh model from a ``[model]`` table (unknown keys and bad types are errors)."""
-        from attnlm.config import from_dict
+        from attnlm.base.config import from_dict
 
         return cls(from_dict(LlamaConfig, data, where="model"))
 

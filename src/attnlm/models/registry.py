@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.models.base import Decoding, Family
 
 DEFAULT_TYPE = "gpt"
@@ -82,7 +82,7 @@ def split_type(model_table: dict[str, Any]) -> tuple[Family, dict[str, Any]]:
 
 def make_config(model_table: dict[str, Any]) -> tuple[Family, Any]:
     """The family and its config dataclass from a ``[model]`` table (with ``type``)."""
-    from attnlm.config import from_dict
+    from attnlm.base.config import from_dict
 
     family, fields = split_type(model_table)
     return family, from_dict(family.config, fields, where="model")
@@ -147,7 +147,7 @@ def decoding_of(model: Any) -> Decoding:
 
 def presets_of(type_name: str) -> list[str]:
     """Names of the built-in presets whose ``[model]`` table names this family."""
-    from attnlm.config import list_presets, load_preset
+    from attnlm.base.config import list_presets, load_preset
 
     out = []
     for name in list_presets():

@@ -5,7 +5,7 @@ Wolf, 2017; Inan et al., 2017), trained with truncated backpropagation through t
 token ids -> embedding -> dropout -> L recurrent layers (dropout between them) -> dropout ->
 linear head (tied to the embedding when ``tie_embeddings``) -> logits.
 
-Stateful training (the ``causal-stream`` objective, :mod:`attnlm.objectives`): a batch may
+Stateful training (the ``causal-stream`` objective, :mod:`attnlm.loading.objectives`): a batch may
 carry ``stream`` ``(B,)`` (which contiguous stream each row continues) and ``reset`` ``(B,)``
 (True where the stream starts again). The model then starts each row from the final hidden
 state it kept for that stream after the previous window (zeros where ``reset``) and keeps
@@ -35,8 +35,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.foreign import check_config_fits
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import fraction, one_of, positive
 from attnlm.models.base import (
     RECURRENT,
     Family,
@@ -46,7 +47,6 @@ from attnlm.models.base import (
     count_params,
     token_loss,
 )
-from attnlm.validate import fraction, one_of, positive
 
 CELLS = ("rnn", "lstm", "gru")
 

@@ -54,8 +54,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.foreign import check_config_fits
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import fraction, non_negative, one_of, positive
 from attnlm.models.base import (
     RECURRENT,
     DecodingSetup,
@@ -67,7 +68,6 @@ from attnlm.models.base import (
 )
 from attnlm.models.rnn_seq2seq_state import Hidden, RNNDecoderState
 from attnlm.nn.attention import SCORE_ALIASES, SCORES, attend, make_score, padding_mask
-from attnlm.validate import fraction, non_negative, one_of, positive
 
 # ---------------------------------------------------------------------------------------------
 # Config
@@ -80,7 +80,7 @@ DEFAULT_SCORE = {"bahdanau": "additive", "luong": "general"}
 @dataclass(frozen=True)
 class RNNSeq2SeqConfig:
     """Shape and options of an :class:`RNNSeq2Seq`. Invalid values raise
-    :class:`~attnlm.errors.ConfigError` naming the field (``model.<field>``).
+    :class:`~attnlm.base.errors.ConfigError` naming the field (``model.<field>``).
 
     ``vocab_size`` is the *target* vocabulary (the logits' width); ``src_vocab_size`` the
     source one (None: the same, a shared tokenizer). ``pad_id``, ``bos_id``, ``eos_id`` are

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.foreign import check_config_fits
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.foreign import check_config_fits
+from attnlm.base.validate import above_zero, fraction, non_negative, one_of, positive
 from attnlm.models.base import (
     Decoding,
     DecodingSetup,
@@ -53,7 +54,6 @@ from attnlm.nn.blocks import (
 )
 from attnlm.nn.cache import NoCache
 from attnlm.nn.positional import SinusoidalPositionalEncoding
-from attnlm.validate import above_zero, fraction, non_negative, one_of, positive
 
 LAYOUTS = ("interleaved", "split")
 
@@ -61,7 +61,7 @@ LAYOUTS = ("interleaved", "split")
 @dataclass(frozen=True)
 class TransformerConfig:
     """Shape and options of a :class:`Transformer` encoder-decoder. Invalid values raise
-    :class:`~attnlm.errors.ConfigError` naming the field (``model.<field>``).
+    :class:`~attnlm.base.errors.ConfigError` naming the field (``model.<field>``).
 
     ``vocab_size`` is the target vocabulary (and the source one unless ``src_vocab_size``
     says otherwise); ``pad_id``/``bos_id``/``eos_id`` come from the tokenizers (``bos_id``

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.nn.masks import padding_mask
 from attnlm.nn.static_cache import StaticKVCache, padded_length
 

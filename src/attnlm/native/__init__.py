@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from attnlm.fileio import cache_dir, temp_path_for
+from attnlm.base.fileio import cache_dir, temp_path_for
 
 __all__ = ["default_threads", "library", "why_not"]
 

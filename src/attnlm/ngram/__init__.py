@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 from attnlm.ngram.arpa import read_arpa, write_arpa
 from attnlm.ngram.counts import NgramCounts, Vocabulary, count_ngrams, split_sentences
 from attnlm.ngram.files import load_model

@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import InputError
-from attnlm.foreign import foreign_reader
-from attnlm.foreign import register as _register_reader
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import foreign_reader
+from attnlm.base.foreign import register as _register_reader
 from attnlm.ngram.arpa_write import ngram_word_ids, write_arpa
 from attnlm.ngram.counts import BOS, EOS, UNK, Vocabulary, lookup
 from attnlm.ngram.model import BackoffModel

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import ConfigError
-from attnlm.fileio import atomic_open
+from attnlm.base.errors import ConfigError
+from attnlm.base.fileio import atomic_open
 from attnlm.ngram.floatfmt import PAD, format_float32
 from attnlm.ngram.floatfmt import WIDTH as FLOAT_WIDTH
 from attnlm.ngram.model import BackoffModel, NgramModel

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 from attnlm.ngram.arpa_write import write_arpa
 from attnlm.ngram.bounded_count import Budget, Counted, count_streamed, parse_memory, read_chunks
 from attnlm.ngram.bounded_kn import estimate_and_write

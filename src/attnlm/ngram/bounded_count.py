@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
+from attnlm.base.textio import decode_text
+from attnlm.base.validate import memory_size
 from attnlm.ngram.counts import (
     Vocabulary,
     check_markers,
@@ -39,8 +41,6 @@ from attnlm.ngram.counts import (
 )
 from attnlm.ngram.disk import Column, gather_sorted, merge_rounds
 from attnlm.ngram.progress import progress_bar
-from attnlm.textio import decode_text
-from attnlm.validate import memory_size
 
 MIN_MEMORY = 1 << 10
 _MARKER = np.ones(1, dtype=np.int64)  # a word id that check_markers refuses (<s>)
@@ -49,7 +49,7 @@ _MARKER = np.ones(1, dtype=np.int64)  # a word id that check_markers refuses (<s
 def parse_memory(value: str | int, name: str | None = None) -> int:
     """Bytes of a memory size: an integer, or a number with a K, M, G or T suffix (powers of
     1024: ``2G``, ``512M``, ``1.5G``; ``B`` / ``iB`` after it allowed). From 1K to 1P
-    (:func:`attnlm.validate.memory_size`)."""
+    (:func:`attnlm.base.validate.memory_size`)."""
     return memory_size(value, name or "memory", lo=MIN_MEMORY)
 
 
@@ -73,7 +73,7 @@ class Budget:
 def read_chunks(path: str | os.PathLike[str] | None, chunk_bytes: int) -> Iterator[str]:
     """The text of a file (or of every ``*.txt`` file of a folder, sorted; None: the built-in
     corpus) in chunks of about ``chunk_bytes`` that end at a line end, checked as
-    :mod:`attnlm.textio` checks a whole file."""
+    :mod:`attnlm.base.textio` checks a whole file."""
     if path is None:
         from attnlm.data.corpus import default_corpus_path
 

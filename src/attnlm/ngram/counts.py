@@ -23,7 +23,7 @@ from itertools import chain, repeat
 
 import numpy as np
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 
 UNK = "<unk>"  # the ARPA / KenLM unknown word (the same string as attnlm.tokenizers.base.UNK)
 BOS = "<s>"

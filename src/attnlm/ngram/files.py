@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import InputError
-from attnlm.foreign import foreign_reader
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import foreign_reader
 from attnlm.ngram.arpa import read_arpa
 from attnlm.ngram.binary import map_npz
 from attnlm.ngram.counts import Vocabulary

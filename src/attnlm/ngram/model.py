@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_open
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.fileio import atomic_open
 from attnlm.ngram.counts import (
     BOS,
     Encoded,
@@ -167,7 +167,7 @@ class NgramModel:
         """Generate ``n`` sentences: start after ``<s>`` (and ``prefix``), draw each word from
         p(w | context) ** (1 / temperature) (renormalised), stop at ``</s>`` or after
         ``max_len`` words. ``<unk>`` is excluded unless ``allow_unk``."""
-        from attnlm import validate
+        from attnlm.base import validate
 
         n = validate.non_negative_int(n, "n")
         temperature = validate.positive_float(temperature, "temperature")  # no NaN / inf

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 from attnlm.ngram.counts import NgramCounts
 from attnlm.ngram.model import AddKModel, BackoffModel
 

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.nn import fused
 from attnlm.nn.cache import KVCache
 from attnlm.nn.masks import causal_mask, combine_masks, padding_mask

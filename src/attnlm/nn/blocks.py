@@ -25,7 +25,7 @@ import functools
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 
 # RMSNorm (Zhang & Sennrich, 2019), ``x / sqrt(mean(x²) + eps) · γ``: no centring, no bias,
 # one reduction fewer than LayerNorm (Llama); ``nn.RMSNorm`` on the fused CPU kernel

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 
 class NoCache:

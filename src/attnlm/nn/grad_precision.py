@@ -3,7 +3,7 @@
 
 :func:`bf16_backward` is the switch (a block around the forward pass); the kernels that honour
 it (:func:`attnlm.nn.fused.linear`, :func:`attnlm.nn.fused.chunked_head_loss`,
-:class:`attnlm.nn.lora.LoRALinear`) note :func:`bf16_grads` in their forward and run their
+:class:`attnlm.lora.layers.LoRALinear`) note :func:`bf16_grads` in their forward and run their
 backward's products inside :func:`products_in_bf16`. ``attnlm.nn.fused`` re-exports
 :func:`bf16_backward` and :func:`bf16_backward_support`.
 """
@@ -53,7 +53,7 @@ def _bf16_products_run() -> bool:
 @contextmanager
 def bf16_backward(enabled: bool = True) -> Iterator[None]:
     """Inside this block, the products that :func:`~attnlm.nn.fused.linear`,
-    :class:`~attnlm.nn.lora.LoRALinear` and :func:`~attnlm.nn.fused.chunked_head_loss` record
+    :class:`~attnlm.lora.layers.LoRALinear` and :func:`~attnlm.nn.fused.chunked_head_loss` record
     for the backward (``dx = dy W``, ``dW = dyᵀ x``, the head's ``G W`` and ``Gᵀ h``) round
     their float32 inputs to bfloat16 and accumulate in float32 (oneDNN's bf16 math mode: AMX
     on CPUs that have it). The forward pass, and so the loss, stays float32; only the

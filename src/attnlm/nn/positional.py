@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
@@ -86,7 +86,7 @@ class LearnedPositionalEmbedding(nn.Module):
     """One trained vector per position ``0 .. max_len-1`` (GPT, GPT-2: ``wpe``).
 
     ``forward(positions (...)) -> (..., C)``; a position ``>= max_len`` is an
-    :class:`~attnlm.errors.InputError` naming ``model.block_size``.
+    :class:`~attnlm.base.errors.InputError` naming ``model.block_size``.
     """
 
     def __init__(self, max_len: int, d_model: int) -> None:

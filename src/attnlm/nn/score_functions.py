@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 
 
 class DotScore(nn.Module):

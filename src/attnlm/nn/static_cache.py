@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.nn.cache import KVCache
 
 

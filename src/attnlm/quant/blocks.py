@@ -59,8 +59,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlm.errors import InputError
-from attnlm.ggufio import TENSOR_TYPES, type_name
+from attnlm.base.errors import InputError
+from attnlm.base.ggufio import TENSOR_TYPES, type_name
 
 GROUP = 32  # elements per scale (ggml's Q8_0, Q4_0 and Q4_1 blocks; attnlm's q8 and q4)
 BLOCK_N = 64  # rows per block of the packed q4 layout

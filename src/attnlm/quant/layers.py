@@ -51,10 +51,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
+from attnlm.base.validate import WEIGHT_FORMATS
+from attnlm.base.validate import weights_format as check_format
 from attnlm.quant.blocks import BLOCK_N, GROUP, pack_q4
-from attnlm.validate import WEIGHT_FORMATS
-from attnlm.validate import weights_format as check_format
 
 __all__ = [
     "FORMATS",

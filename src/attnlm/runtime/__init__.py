@@ -15,7 +15,7 @@ with ``last_only``); ``runner.name`` and ``runner.reason`` say which backend run
   without PyTorch, its weights numpy arrays.
 
 :func:`~attnlm.runtime.planner.runner_for` chooses among the first three once per decode;
-:func:`attnlm.sources.resolve` returns an engine where
+:func:`attnlm.loading.sources.resolve` returns an engine where
 :func:`~attnlm.runtime.planner.engine_reason` says so. The model files know none of this.
 Names load on first use.
 """

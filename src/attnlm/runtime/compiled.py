@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from torch.fx.experimental import _config as fx_config
 
-from attnlm.device import model_device
-from attnlm.errors import InputError
+from attnlm.base.device import model_device
+from attnlm.base.errors import InputError
 from attnlm.models.registry import decoding_of
 from attnlm.runtime.eager import EagerRunner
 

@@ -6,7 +6,7 @@ Why a backend without PyTorch: the step does all of a decoding step's arithmetic
 PyTorch adds to a local decode of a quantized GGUF model is its import (about 200 MB of
 resident memory, most of a small model's process, and a second of start-up).
 :mod:`attnlm.runtime.engine_gguf` builds an engine from a GGUF file,
-:func:`attnlm.sources.resolve` returns it where :func:`attnlm.runtime.planner.engine_reason`
+:func:`attnlm.loading.sources.resolve` returns it where :func:`attnlm.runtime.planner.engine_reason`
 says so, and :mod:`attnlm.generate.engine_decode` decodes with it (tested: the same logits as
 the PyTorch path within 1e-4, the same greedy tokens).
 

@@ -2,7 +2,7 @@
 C decode step without PyTorch), its Q8_0 / Q4_0 / Q4_1 blocks moved into the step's layouts
 by :mod:`attnlm.quant.blocks` (numpy; the functions the PyTorch loader,
 :mod:`attnlm.models.gguf.loader`, uses for its q8 / q4 layers, so both hold the same bytes:
-tested), without a float32 copy of any matrix. The file is read by :mod:`attnlm.ggufio` (the
+tested), without a float32 copy of any matrix. The file is read by :mod:`attnlm.base.ggufio` (the
 one GGUF parser) and its tensors are placed by the Llama module's own table
 (:func:`attnlm.models.gguf.llama.parts`), q and k rows back from llama.cpp's rotary order by
 :func:`attnlm.models.gguf.parts.unpermute_rows`.
@@ -11,7 +11,7 @@ one GGUF parser) and its tensors are placed by the Llama module's own table
 down the PyTorch path, which handles, or refuses in one line, everything else: other
 architectures, matrices of other ggml types, a format other than the file's own);
 :func:`open_engine` builds it; :func:`engine_for` is the resolver's way in
-(:func:`attnlm.sources.resolve` with ``engine_ok``), the planner deciding.
+(:func:`attnlm.loading.sources.resolve` with ``engine_ok``), the planner deciding.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from attnlm.foreign import check_finite
-from attnlm.ggufio import GGUFFile
+from attnlm.base.foreign import check_finite
+from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import llama
 from attnlm.models.gguf.parts import Part, unpermute_rows
 from attnlm.native import structs
@@ -34,7 +34,8 @@ def engine_for(path: Path, device: Any, weights: str | None, threads: int | None
     """``(engine, tokenizer, chat template, stop ids)`` where the GGUF file ``path`` runs on
     the C engine for a decode on ``device`` (a ``--device`` string) in ``weights``, as the
     planner says (:func:`attnlm.runtime.planner.engine_reason`), else None; ``engine.reason``
-    says why it was chosen. :func:`attnlm.sources.resolve` calls it; no PyTorch is imported."""
+    says why it was chosen. :func:`attnlm.loading.sources.resolve` calls it; no PyTorch is imported.
+    """
     if not isinstance(device, (str, type(None))):
         return None
     from attnlm.native import default_threads

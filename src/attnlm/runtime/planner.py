@@ -1,7 +1,7 @@
 """The one place that decides how a model runs: :func:`runner_for` picks the backend of a
 PyTorch model once, before a decode, from the model, its device and the caller's switches,
 and says why; :func:`engine_reason` says whether a GGUF file runs on the C engine without
-PyTorch (:func:`attnlm.sources.resolve` asks it).
+PyTorch (:func:`attnlm.loading.sources.resolve` asks it).
 
 =============  ==========================================================================
 backend        when
@@ -76,7 +76,7 @@ def _plain(model: Any, backend: str | None) -> Any:
 
 def _why_not_c(model: Any) -> str | None:
     """Why the C step does not run ``model`` (a phrase), or None."""
-    from attnlm.device import model_device
+    from attnlm.base.device import model_device
 
     device = model_device(model).type
     if device not in ("cpu", "meta"):

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text, read_file_text
-from attnlm.foreign import foreign_reader, json_depth_problem, surrogate_problem
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.fileio import atomic_write_text, read_file_text
+from attnlm.base.foreign import foreign_reader, json_depth_problem, surrogate_problem
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1

@@ -22,7 +22,7 @@ tokenize=False)`` renders it, so the strings are identical (tested):
   (``bos_token``, ``eos_token``, ``unk_token``, ``pad_token`` ... where known).
 
 A template that fails to compile or raises while rendering is a one-line
-:class:`~attnlm.errors.InputError` naming where it came from.
+:class:`~attnlm.base.errors.InputError` naming where it came from.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import InputError
-from attnlm.foreign import load_json
-from attnlm.foreign import register as _register_reader
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import load_json
+from attnlm.base.foreign import register as _register_reader
 
 #: The roles a message may have (others are passed through: templates decide).
 ROLES = ("system", "user", "assistant")
@@ -252,7 +252,7 @@ def from_file(path: str | os.PathLike[str], special: Mapping[str, str | None] | 
 
 
 def _read(path: Path) -> str:
-    from attnlm.fileio import read_file_text
+    from attnlm.base.fileio import read_file_text
 
     return read_file_text(path, "chat template", InputError)
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import AttnlmError, ConfigError, InputError
+from attnlm.base.errors import AttnlmError, ConfigError, InputError
 from attnlm.tokenizers.base import Tokenizer, TokenizerConfigError, load
 from attnlm.tokenizers.bpe import BPETokenizer, split_pattern
 from attnlm.tokenizers.char import CharTokenizer

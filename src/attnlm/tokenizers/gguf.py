@@ -267,8 +267,9 @@ class GGUFTokenizer(Tokenizer):
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str] | Any) -> GGUFTokenizer:
-        """The tokenizer of a GGUF file (a path or an opened :class:`attnlm.ggufio.GGUFFile`)."""
-        from attnlm.ggufio import GGUFFile
+        """The tokenizer of a GGUF file (a path or an opened
+        :class:`attnlm.base.ggufio.GGUFFile`)."""
+        from attnlm.base.ggufio import GGUFFile
 
         header = path if isinstance(path, GGUFFile) else GGUFFile(path)
         try:

@@ -21,8 +21,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from attnlm.foreign import load_json
-from attnlm.foreign import register as _register_reader
+from attnlm.base.foreign import load_json
+from attnlm.base.foreign import register as _register_reader
 from attnlm.tokenizers.base import TokenizerConfigError
 from attnlm.tokenizers.bpe import GPT2_BYTE_ORDER, BPETokenizer
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import regex
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,

@@ -44,8 +44,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import InputError
-from attnlm.foreign import foreign_reader, load_json
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import foreign_reader, load_json
 from attnlm.tokenizers.base import (
     MAX_VOCAB_SIZE,
     InvalidTokenIdError,
@@ -293,7 +293,7 @@ def _clean_up(text: str) -> str:
 @foreign_reader("SentencePiece model")
 def read_marian_folder(folder: Path) -> MarianSPMTokenizer:
     """:meth:`MarianSPMTokenizer.from_folder`."""
-    from attnlm.fileio import read_file_bytes
+    from attnlm.base.fileio import read_file_bytes
 
     config: dict[str, Any] = {}
     if (folder / "tokenizer_config.json").is_file():

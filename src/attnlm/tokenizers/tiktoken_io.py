@@ -13,8 +13,8 @@ import binascii
 import os
 from pathlib import Path
 
-from attnlm.fileio import atomic_write_bytes, read_file_bytes
-from attnlm.foreign import register as _register_reader
+from attnlm.base.fileio import atomic_write_bytes, read_file_bytes
+from attnlm.base.foreign import register as _register_reader
 from attnlm.tokenizers.base import MAX_VOCAB_SIZE, TokenizerFileError
 
 

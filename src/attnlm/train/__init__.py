@@ -1,9 +1,6 @@
-"""Training: configs, data preparation, the loop, DDP. (Checkpoint files live in
-:mod:`attnlm.checkpoint` and evaluation in :mod:`attnlm.evaluation`: using a model needs no
-training code.)
-
-Names are loaded on first use so that ``attnlm --help`` does not import torch.
-"""
+"""Training: configs, data preparation, the loop, DDP; names load on first use. Checkpoint
+files live in :mod:`attnlm.loading.checkpoint` and evaluation in
+:mod:`attnlm.loading.evaluation`: using a model needs no training code."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ class AutoSetup:
 
     def tables(self) -> dict[str, dict[str, Any]]:
         """The preset tables: the base recipe with this tokenizer and model size."""
-        from attnlm.config import load_preset
+        from attnlm.base.config import load_preset
 
         base = load_preset(BASE_PRESET)
         model = {**base.get("model", {}), **self.model}

@@ -19,15 +19,15 @@ from typing import Any
 
 import torch
 
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.data.chat import encode_conversation, read_conversations
-from attnlm.errors import ConfigError, InputError
+from attnlm.loading.objectives import Batch, BatchSource
 from attnlm.models.base import IGNORE_INDEX
-from attnlm.objectives import Batch, BatchSource
 from attnlm.tokenizers.chat_template import END_OF_TURN
 
 
 class ChatExamples(BatchSource):
-    """Encoded conversations as a :class:`~attnlm.objectives.BatchSource` (see the module
+    """Encoded conversations as a :class:`~attnlm.loading.objectives.BatchSource` (see the module
     docstring)."""
 
     def __init__(self, examples: list[tuple[list[int], list[bool]]], block_size: int) -> None:

@@ -4,7 +4,7 @@ A preset (``attnlm/configs/NAME.toml``) has a ``[model]`` table (``type``, the m
 ``gpt`` when absent, and that family's config fields except ``vocab_size``, which comes from the
 tokenizer) and a ``[train]`` table (:class:`TrainConfig`).
 CLI flags and ``--set table.key=value`` override single values; unknown keys and bad values raise
-:class:`~attnlm.errors.ConfigError` naming the field.
+:class:`~attnlm.base.errors.ConfigError` naming the field.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from attnlm.config import from_dict, load_preset, parse_override
-from attnlm.data.corpus import DEFAULT_VAL_FRACTION
-from attnlm.errors import ConfigError
-from attnlm.validate import (
+from attnlm.base.config import from_dict, load_preset, parse_override
+from attnlm.base.errors import ConfigError
+from attnlm.base.validate import (
     DTYPES,
     at_least_zero,
     device,
@@ -28,6 +27,7 @@ from attnlm.validate import (
     one_of,
     positive,
 )
+from attnlm.data.corpus import DEFAULT_VAL_FRACTION
 
 PARALLEL = ("ddp", "fsdp")  # the values of train.parallel
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$")
@@ -127,7 +127,7 @@ class TrainConfig:
     freeze_embeddings: bool = False  # token/position embeddings get no gradient
     freeze_layers: int = 0  # the first N blocks get no gradient
     chat_data: str | None = None  # JSON Lines of {"messages": [...]}: loss on assistant turns
-    # LoRA (attnlm.nn.lora): adapters of rank `lora` on a pretrained model, the base frozen;
+    # LoRA (attnlm.lora.layers): adapters of rank `lora` on a pretrained model, the base frozen;
     # 0 = off. Defaults are peft's LoraConfig: alpha 8, no dropout, q and v
     lora: int = 0
     lora_alpha: float = 8.0
@@ -186,8 +186,8 @@ class TrainConfig:
             self.lora_config()  # a bad rank, alpha, dropout or target: one line naming it
 
     def lora_config(self) -> Any:
-        """The run's :class:`~attnlm.nn.lora.LoRAConfig`, or None without ``lora``."""
-        from attnlm.nn.lora import LoRAConfig
+        """The run's :class:`~attnlm.lora.layers.LoRAConfig`, or None without ``lora``."""
+        from attnlm.lora.layers import LoRAConfig
 
         if not self.lora:
             return None

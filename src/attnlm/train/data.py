@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import atomic_write_text, remove_stale_temps
 from attnlm.data.corpus import default_corpus_path
 from attnlm.data.sources import Corpus, open_corpus
 from attnlm.data.stream import (
@@ -52,8 +54,6 @@ from attnlm.data.stream import (
 )
 from attnlm.data.text_ranges import UnencodableText, prepare_text_files
 from attnlm.data.windows import write_token_stream
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text, remove_stale_temps
 from attnlm.tokenizers import BPETokenizer, chunk_safe, make_tokenizer
 from attnlm.tokenizers.factory import TRAINABLE_KINDS
 from attnlm.train.config import TrainConfig
@@ -220,7 +220,7 @@ def _prepare_in_passes(
         ]
     if len(files) < 2 or files[0].n_tokens < 2 or files[1].n_tokens < 2:
         raise InputError("the text is too short: need at least 2 tokens in each split")
-    tok.save(run_dir / "tokenizer.json")  # atomic (attnlm.fileio)
+    tok.save(run_dir / "tokenizer.json")  # atomic (attnlm.base.fileio)
     atomic_write_text(sig_path, json.dumps(signature))  # last: the data is complete
     return RunData(tok, *files, seconds=time.perf_counter() - t0, corpus_bytes=total)
 
@@ -268,7 +268,7 @@ def _prepare_in_one_read(
         raise InputError("the text is too short: need at least 2 tokens in each split")
     for entry, digest in zip(signature["corpus"], out.sha256):
         entry["sha256"] = digest  # the files' content, hashed as they were read
-    tok.save(run_dir / "tokenizer.json")  # atomic (attnlm.fileio)
+    tok.save(run_dir / "tokenizer.json")  # atomic (attnlm.base.fileio)
     atomic_write_text(sig_path, json.dumps(signature))  # last: the data is complete
     return RunData(tok, out.train, out.val, seconds=time.perf_counter() - t0, corpus_bytes=total)
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.fileio import atomic_write_text, kill_point, temp_path_for
 from attnlm.data.windows import read_token_file, write_token_meta
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text, kill_point, temp_path_for
 from attnlm.tokenizers import make_tokenizer
 from attnlm.tokenizers.factory import TRAINABLE_KINDS
 from attnlm.train.config import TrainConfig

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Fine-tuning: a run that starts from a pretrained model instead of random weights.
 
 ``train.init_from`` names the model as ``--model`` does (an attnlm run, a Hugging Face folder,
-a ``.gguf`` file, a registered name, a Hub id; :func:`attnlm.sources.resolve`). The run takes
-from it:
+a ``.gguf`` file, a registered name, a Hub id; :func:`attnlm.loading.sources.resolve`). The run
+takes from it:
 
 * the architecture: its ``[model]`` table (:func:`attnlm.models.registry.config_table`) becomes
   the run's, so the run's ``config.json`` loads the run later without the source; a preset or
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 
 INIT_TOKENIZER = "init_tokenizer.json"  # in the run folder: the source model's tokenizer
 INIT_PAIR_TOKENIZERS = "init_tokenizers"  # in the run folder: a translation model's tokenizers
@@ -95,8 +95,8 @@ def weights_fingerprint(model: nn.Module) -> str:
 
 def _gguf_note(spec: str) -> str | None:
     """One line saying which quantized types a GGUF source was dequantized from."""
+    from attnlm.loading.sources import gguf_file
     from attnlm.models.gguf.loader import tensor_stats
-    from attnlm.sources import gguf_file
 
     path = gguf_file(spec)
     if path is None:
@@ -109,8 +109,8 @@ def _gguf_note(spec: str) -> str | None:
 
 def load_init_source(spec: str) -> InitSource:
     """Resolve ``spec`` (on the CPU) into an :class:`InitSource`."""
+    from attnlm.loading.sources import resolve
     from attnlm.models import registry
-    from attnlm.sources import resolve
 
     model, tok, info = resolve(spec, "cpu", weights="f32")  # trained in float32
     table = registry.config_table(info.family, model.config)
@@ -278,7 +278,7 @@ def start_from(
 
     cfg = spec.train
     if resume:
-        from attnlm.checkpoint import read_config, resolve_checkpoint
+        from attnlm.loading.checkpoint import read_config, resolve_checkpoint
 
         stored = read_config(resolve_checkpoint(run_dir))
         extra = {k: stored[k] for k in ("init_from", "chat_template", "lora") if k in stored}

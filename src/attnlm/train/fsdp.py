@@ -14,7 +14,7 @@ A family without transformer blocks (rnn, rnn-seq2seq, ffnn) is one unit, the ro
 parameters and optimizer state are still sharded, but all of them are gathered for each
 forward pass.
 
-A sharded checkpoint is the ordinary checkpoint folder (:mod:`attnlm.checkpoint`) plus
+A sharded checkpoint is the ordinary checkpoint folder (:mod:`attnlm.loading.checkpoint`) plus
 ``shards/``, written atomically as one folder::
 
     model.safetensors   the full weights, gathered on rank 0 (every ordinary reader works)
@@ -41,7 +41,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from attnlm.checkpoint import (
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import register as _register_reader
+from attnlm.loading.checkpoint import (
     CheckpointError,
     load_state,
     load_tokenizer,
@@ -49,8 +51,6 @@ from attnlm.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
-from attnlm.errors import InputError
-from attnlm.foreign import register as _register_reader
 from attnlm.nn.blocks import TransformerBlock
 
 SHARDS = "shards"  # the folder of a sharded checkpoint that holds the DCP files
@@ -122,7 +122,7 @@ def save_sharded(
 
     Every process writes its shards into a temporary sibling folder with DCP; the full
     weights are gathered to rank 0, which writes the ordinary files and moves the shards in
-    (:func:`attnlm.checkpoint.save_checkpoint`), so the old checkpoint is replaced by one
+    (:func:`attnlm.loading.checkpoint.save_checkpoint`), so the old checkpoint is replaced by one
     rename only when everything is on disk."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -190,8 +190,8 @@ def export_checkpoint(src: str | os.PathLike[str], out: str | os.PathLike[str]) 
     and the AdamW state read from the shards, ``train.parallel`` set to ``"ddp"``, so the
     exported run resumes with ``attnlm train --resume OUT`` in one process or under DDP.
     Returns the new checkpoint folder."""
-    from attnlm.checkpoint import CHECKPOINT_DIR
-    from attnlm.config import from_dict
+    from attnlm.base.config import from_dict
+    from attnlm.loading.checkpoint import CHECKPOINT_DIR
     from attnlm.models import registry
     from attnlm.train.config import TrainConfig
     from attnlm.train.optim import make_optimizer

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from attnlm.errors import AttnlmError
-from attnlm.evaluation import EvalResult
-from attnlm.fileio import append_line, atomic_write_text
-from attnlm.objectives import BatchSource
+from attnlm.base.errors import AttnlmError
+from attnlm.base.fileio import append_line, atomic_write_text
+from attnlm.loading.evaluation import EvalResult
+from attnlm.loading.objectives import BatchSource
 from attnlm.train import distributed as D
 from attnlm.train.config import TrainConfig
 
@@ -55,8 +55,8 @@ class MetricsLog:
     """``metrics.jsonl``: one JSON object per line; rank 0 only.
 
     Starting (and the resume trim to ``keep_until``) replaces the file atomically
-    (:mod:`attnlm.fileio`): a kill there leaves the old log whole. Records are then appended one
-    line at a time; a kill mid-append cuts at most the last line, which a resume skips."""
+    (:mod:`attnlm.base.fileio`): a kill there leaves the old log whole. Records are then appended
+    one line at a time; a kill mid-append cuts at most the last line, which a resume skips."""
 
     def __init__(self, path: Path, enabled: bool, keep_until: int | None) -> None:
         self.path = path

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import atomic_write_text
 from attnlm.data.pairs import RUN_PAIRS_DIR, RUN_SPLIT_SEED
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text
 from attnlm.train.config import TrainConfig
 from attnlm.train.run_files import file_fingerprint
 
@@ -25,7 +25,7 @@ class PairRunData:
     ``tokenizer`` is the :class:`~attnlm.data.pairs.PairTokenizers` (both sides; the
     checkpoint stores it); ``train``/``valid``/``test`` are :class:`~attnlm.data.pairs.Pair`
     lists after the length filter. ``encoded(split)`` gives ``(source ids with the end token,
-    target ids without start/end)``, what :class:`~attnlm.objectives.Seq2Seq` batches."""
+    target ids without start/end)``, what :class:`~attnlm.loading.objectives.Seq2Seq` batches."""
 
     tokenizer: Any
     train: list

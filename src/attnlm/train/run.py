@@ -2,7 +2,7 @@
 
 ``train_run`` is what ``attnlm train`` calls; it is also usable from Python. The model family
 comes from the preset's ``[model] type`` (:mod:`attnlm.models.registry`), the batches from that
-family's objective (:mod:`attnlm.objectives`); nothing here depends on a particular family.
+family's objective (:mod:`attnlm.loading.objectives`); nothing here depends on a particular family.
 Under ``torchrun`` each process calls it; rank 0 prepares the data first, the others wait and
 then load it.
 """
@@ -19,19 +19,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnlm.checkpoint import (
+from attnlm.base.config import from_dict
+from attnlm.base.device import resolve_device
+from attnlm.base.errors import AttnlmError, ConfigError, InputError
+from attnlm.loading.checkpoint import (
     CHECKPOINT_DIR,
     load_state,
     load_weights,
     read_config,
     resolve_checkpoint,
 )
-from attnlm.config import from_dict
-from attnlm.device import resolve_device
-from attnlm.errors import AttnlmError, ConfigError, InputError
+from attnlm.loading.objectives import OBJECTIVES, make_objective
+from attnlm.lora.training import lora_model
 from attnlm.models import registry
 from attnlm.models.base import count_params
-from attnlm.objectives import OBJECTIVES, make_objective
 from attnlm.train import distributed as D
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare, prepare_pairs
@@ -44,7 +45,6 @@ from attnlm.train.finetune import (
 )
 from attnlm.train.fsdp import load_sharded, shard
 from attnlm.train.job import MetricsLog, TrainJob, TrainResult, TrainState
-from attnlm.train.lora import lora_model
 from attnlm.train.optim import make_optimizer
 from attnlm.train.trainer import Trainer
 
@@ -298,7 +298,7 @@ def _build_model(
         model_cfg, family = model.config, registry.family_of(model)
     else:
         model, model_cfg, family = registry.build(table)
-    if cfg.lora:  # adapters on the source model, the base frozen (train/lora.py)
+    if cfg.lora:  # adapters on the source model, the base frozen (lora/training.py)
         model, extra["lora"] = lora_model(model, cfg, init, run_dir, resume)
     frozen = freeze(model, cfg.freeze_embeddings, cfg.freeze_layers)
     if frozen and dist.is_main:
@@ -447,10 +447,10 @@ def _retire_old_checkpoint(run_dir: Path, dist: D.DistInfo) -> None:
     """``--overwrite``: the old checkpoint becomes ``checkpoint.old`` (rank 0 moves it, the
     others wait), which the new run's first save removes once its own checkpoint is in place
     (a kill before that leaves the old one, still found by
-    :func:`attnlm.checkpoint.resolve_checkpoint`)."""
+    :func:`attnlm.loading.checkpoint.resolve_checkpoint`)."""
     import shutil
 
-    from attnlm.fileio import fsync_dir
+    from attnlm.base.fileio import fsync_dir
 
     ckpt, old = run_dir / CHECKPOINT_DIR, run_dir / f"{CHECKPOINT_DIR}.old"
     if dist.is_main and ckpt.is_dir():

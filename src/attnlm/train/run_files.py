@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnlm.base.errors import InputError
 from attnlm.data.windows import TokenFile, read_token_file
-from attnlm.errors import InputError
 
 SIGNATURE_VERSION = 2
 

@@ -1,7 +1,7 @@
 """The training loop: micro-batches, accumulation, clipping, schedule, evaluation, checkpoints.
 
 Works with any model family: batches come from the objective's
-:class:`~attnlm.objectives.BatchSource` (dicts of tensors the trainer never looks into) and
+:class:`~attnlm.loading.objectives.BatchSource` (dicts of tensors the trainer never looks into) and
 ``model(**batch)`` returns ``loss_sum`` and ``n_targets`` (:mod:`attnlm.models.base`). One
 optimizer step:
 
@@ -43,12 +43,12 @@ from typing import Any
 
 import torch
 
-from attnlm.checkpoint import CHECKPOINT_DIR, save_checkpoint
-from attnlm.device import autocast
-from attnlm.errors import ConfigError
-from attnlm.evaluation import EvalResult, estimate
+from attnlm.base.device import autocast
+from attnlm.base.errors import ConfigError
+from attnlm.loading.checkpoint import CHECKPOINT_DIR, save_checkpoint
+from attnlm.loading.evaluation import EvalResult, estimate
+from attnlm.loading.objectives import count_targets
 from attnlm.nn import fused, grad_precision
-from attnlm.objectives import count_targets
 from attnlm.train import distributed as D
 from attnlm.train import fsdp
 from attnlm.train.job import MetricsLog, TrainingError, TrainJob, TrainResult, TrainState

@@ -21,8 +21,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import atomic_write_text
 
 STATIC_DIR = Path(__file__).parent / "static"
 VIEW_STATE_KEYS = ("view", "kind", "layer", "heads", "layers_filter", "heads_filter")

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from attnlm.errors import AttnlmError, InputError
-from attnlm.foreign import json_depth_problem
+from attnlm.base.errors import AttnlmError, InputError
+from attnlm.base.foreign import json_depth_problem
+from attnlm.base.textio import decode_text, value_problem
 from attnlm.generate.sampling import SamplingConfig
-from attnlm.textio import decode_text, value_problem
 from attnlm.web.service import (
     ModelService,
     ServiceError,

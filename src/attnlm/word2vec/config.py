@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnlm.errors import ConfigError
-from attnlm.validate import docs_budget, fraction, positive
+from attnlm.base.errors import ConfigError
+from attnlm.base.validate import docs_budget, fraction, positive
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from attnlm.errors import InputError
-from attnlm.fileio import read_file_text
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import read_file_text
 from attnlm.word2vec.vectors import WordVectors
 
 RESTRICT = 300_000  # gensim's default restrict_vocab

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_open, read_file_bytes
-from attnlm.foreign import check_finite, foreign_reader
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import atomic_open, read_file_bytes
+from attnlm.base.foreign import check_finite, foreign_reader
 
 
 class WordVectors:

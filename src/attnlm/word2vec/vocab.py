@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 WORD = re.compile(r"\w+(?:'\w+)*")
 PARAGRAPH = re.compile(r"\n[ \t\r\f\v]*\n")

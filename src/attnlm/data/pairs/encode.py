@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 if TYPE_CHECKING:
     from attnlm.data.pairs.read import Pair
@@ -40,7 +40,7 @@ class EncodedPairs:
 def encode_pairs(pairs: Sequence[Pair], tokenizers: PairTokenizers) -> EncodedPairs:
     """Encode both sides of every pair with :meth:`PairTokenizers.encode`. A character a
     tokenizer cannot encode raises :class:`InputError` naming the pair."""
-    from attnlm.errors import AttnlmError
+    from attnlm.base.errors import AttnlmError
 
     src: list[list[int]] = []
     tgt: list[list[int]] = []

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from attnlm.errors import ConfigError
-from attnlm.validate import positive
+from attnlm.base.errors import ConfigError
+from attnlm.base.validate import positive
 
 if TYPE_CHECKING:
     from attnlm.data.pairs.read import Pair

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text
-from attnlm.foreign import register as _register_reader
-from attnlm.textio import decode_text
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.fileio import atomic_write_text
+from attnlm.base.foreign import register as _register_reader
+from attnlm.base.textio import decode_text
 
 SKIP_REASONS = ("blank", "no_tab", "empty_source", "empty_target")
 FIRST_LINES = 5  # line numbers remembered per skip reason
@@ -235,7 +235,7 @@ def _preview(line: str, n: int = 60) -> str:
 
 
 def decode_utf8(data: bytes, name: str) -> str:
-    """``data`` as text, read by the one strict reader (:func:`attnlm.textio.decode_text`): an
+    """``data`` as text, read by the one strict reader (:func:`attnlm.base.textio.decode_text`): an
     :class:`InputError` naming the file, line and byte otherwise."""
     text = decode_text(data, name, empty_ok=True)
     return "\ufeff" + text if data.startswith(b"\xef\xbb\xbf") else text  # the report notes it
@@ -252,7 +252,7 @@ def read_pairs(
     p = Path(path).expanduser()
     if p.is_dir():
         raise InputError(f"{p}: is a folder; --pairs needs one tab-separated file")
-    from attnlm.fileio import read_file_bytes
+    from attnlm.base.fileio import read_file_bytes
 
     data = read_file_bytes(p, text=True)
     return parse_pairs(

@@ -18,9 +18,9 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.validate import fraction
 from attnlm.data.pairs.read import Pair
-from attnlm.errors import ConfigError, InputError
-from attnlm.validate import fraction
 
 RUN_SPLIT_SEED = 0  # the split seed of training runs (``attnlm train``/``eval``): fixed, so
 RUN_PAIRS_DIR = "pairs"  # the test split never moves with the training seed; the run folder's

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attnlm.errors import ConfigError, InputError
-from attnlm.fileio import atomic_write_text
-from attnlm.foreign import register as _register_reader
-from attnlm.validate import non_negative
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.fileio import atomic_write_text
+from attnlm.base.foreign import register as _register_reader
+from attnlm.base.validate import non_negative
 
 if TYPE_CHECKING:
     from attnlm.data.pairs.read import Pair
@@ -236,7 +236,7 @@ class PairTokenizers:
         """Write the tokenizers and config into ``folder`` (see :meth:`load`)."""
         d = Path(folder)
         d.mkdir(parents=True, exist_ok=True)
-        from attnlm.config import to_dict
+        from attnlm.base.config import to_dict
 
         doc = {"format": "attnlm-pair-tokenizers", "version": 1, "shared": self.shared}
         doc["config"] = to_dict(self.config)
@@ -251,7 +251,7 @@ class PairTokenizers:
     def load(cls, folder: str | os.PathLike[str]) -> PairTokenizers:
         """Read what :meth:`save` wrote."""
         from attnlm import tokenizers
-        from attnlm.config import from_dict
+        from attnlm.base.config import from_dict
 
         d = Path(folder)
         meta = d / "pair_tokenizers.json"

@@ -12,7 +12,7 @@ model file knows that GGUF exists.
 - one module per architecture with its metadata -> config mapping and its tensor table:
   :mod:`.llama` (our Llama) and :mod:`.gpt2` (our GPT).
 
-The file's header is read by :mod:`attnlm.ggufio`, its tokenizer by
+The file's header is read by :mod:`attnlm.base.ggufio`, its tokenizer by
 :mod:`attnlm.tokenizers.gguf`, its tensors' blocks by :mod:`attnlm.quant.blocks`.
 """
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from attnlm.errors import InputError
-from attnlm.ggufio import GGUFFile
+from attnlm.base.errors import InputError
+from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf.parts import Part
 
 ARCH = "llama"

@@ -38,10 +38,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
-from attnlm.foreign import check_finite, reading
-from attnlm.foreign import register as _register_reader
-from attnlm.ggufio import GGUFFile, type_name
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import check_finite, reading
+from attnlm.base.foreign import register as _register_reader
+from attnlm.base.ggufio import GGUFFile, type_name
+from attnlm.base.validate import weights_format as check_format
 from attnlm.models.gguf.parts import Part, unpermute_rows
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, dequantize
 from attnlm.quant.layers import (
@@ -51,7 +52,6 @@ from attnlm.quant.layers import (
     quantize_rows,
     quantize_weights,
 )
-from attnlm.validate import weights_format as check_format
 
 #: GGUF ``general.architecture`` -> the module that maps it to one of our families
 ARCHITECTURES = {"llama": "attnlm.models.gguf.llama", "gpt2": "attnlm.models.gguf.gpt2"}

@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 NORMAL, CONTROL, UNUSED = 1, 3, 5
 #: special-token names taken as BOS / EOS when the model config does not say
@@ -151,7 +151,7 @@ def write_tokenizer_json(tok: Any, folder: str | Path, config: Any) -> str | Non
     with GPT-2's ``ByteLevel`` pre-tokenizer, special tokens as added tokens) when it is one
     :func:`metadata` can describe with llama.cpp's ``gpt-2`` pre-tokenizer; returns the file
     name, or None when the tokenizer cannot be written that way (the model is written anyway)."""
-    from attnlm.fileio import atomic_write_text
+    from attnlm.base.fileio import atomic_write_text
 
     try:
         meta = metadata(tok, config.vocab_size)

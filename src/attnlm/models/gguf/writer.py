@@ -20,7 +20,7 @@
   cut into Q8_0 / Q4_0 blocks and is stored F16 instead (the converter's fallback).
 
 The file is written through ``gguf.GGUFWriter`` (the format's reference writer) into a
-temporary file renamed into place (:func:`attnlm.fileio.atomic_path`).
+temporary file renamed into place (:func:`attnlm.base.fileio.atomic_path`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.models.gguf.parts import permute_rows
 from attnlm.quant.blocks import GROUP, quantize_q4_0, quantize_q8_0
 
@@ -147,7 +147,7 @@ def export_gguf(
     "tensors", "types": {type: count}, "bytes"}``. InputError for what cannot be exported."""
     import gguf
 
-    from attnlm.fileio import atomic_path
+    from attnlm.base.fileio import atomic_path
     from attnlm.models.gguf.vocab import metadata
     from attnlm.models.registry import family_of
 

@@ -27,9 +27,9 @@ from types import ModuleType
 from typing import Any
 
 from attnlm._lazy import lazy_exports
-from attnlm.errors import ConfigError, InputError
-from attnlm.foreign import load_json, reading
-from attnlm.foreign import register as _register_reader
+from attnlm.base.errors import ConfigError, InputError
+from attnlm.base.foreign import load_json, reading
+from attnlm.base.foreign import register as _register_reader
 
 # Hugging Face ``model_type`` -> the adapter module that loads and saves it. A new architecture
 # is one module with MODEL_TYPE, MODEL, load(path) and save(model, path, ...) and a row here.

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 from attnlm.models.bert import Bert, BertConfig
 from attnlm.models.hf.folder import (
     load_hf_weights,

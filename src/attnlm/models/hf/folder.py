@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlm.errors import InputError
-from attnlm.foreign import check_finite, foreign_reader, load_json
-from attnlm.foreign import register as _register_reader
+from attnlm.base.errors import InputError
+from attnlm.base.foreign import check_finite, foreign_reader, load_json
+from attnlm.base.foreign import register as _register_reader
 from attnlm.models.hf.mapping import Layout, to_ours
 
 
@@ -156,8 +156,8 @@ def write_hf_folder(
     (bytes) and more weights than that, the weights go to ``model-0000i-of-0000n.safetensors``
     shards listed in ``model.safetensors.index.json`` instead (the other layout's files left
     by an earlier save are removed). The folder is locked against a second writer
-    (:func:`attnlm.fileio.output_lock`)."""
-    from attnlm.fileio import output_lock
+    (:func:`attnlm.base.fileio.output_lock`)."""
+    from attnlm.base.fileio import output_lock
 
     with output_lock(path):
         _write_hf_folder(Path(path), config, state, generation, max_shard_size)
@@ -166,7 +166,7 @@ def write_hf_folder(
 def _write_hf_folder(path, config, state, generation, max_shard_size) -> None:
     from safetensors.torch import save_file
 
-    from attnlm.fileio import atomic_path, atomic_write_text
+    from attnlm.base.fileio import atomic_path, atomic_write_text
 
     path.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 from attnlm.models.hf.folder import (
     load_hf_weights,
     read_hf_config,

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 
 PARAMS = ("weight", "bias")  # a Linear's or LayerNorm's tensors
 WEIGHT = ("weight",)  # an embedding's

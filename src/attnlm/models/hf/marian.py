@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from attnlm.errors import ConfigError
+from attnlm.base.errors import ConfigError
 from attnlm.models.hf.folder import (
     load_hf_weights,
     read_generation_config,

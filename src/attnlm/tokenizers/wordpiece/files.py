@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import InputError
-from attnlm.fileio import atomic_write_text, read_file_text
-from attnlm.foreign import load_json
-from attnlm.foreign import register as _register_reader
+from attnlm.base.errors import InputError
+from attnlm.base.fileio import atomic_write_text, read_file_text
+from attnlm.base.foreign import load_json
+from attnlm.base.foreign import register as _register_reader
 from attnlm.tokenizers.base import TokenizerFileError
 from attnlm.tokenizers.wordpiece.basic import MAX_INPUT_CHARS_PER_WORD, PREFIX, UNK
 

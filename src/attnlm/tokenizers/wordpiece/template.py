@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 
 MODEL_INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 

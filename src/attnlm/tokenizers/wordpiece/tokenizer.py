@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.tokenizers.base import (
     InvalidTokenIdError,
     Tokenizer,

@@ -3,14 +3,14 @@ request can get (each with its HTTP status), and the sampling settings of a gene
 translation request checked against those limits.
 
 :mod:`attnlm.web.server` turns a :class:`ServiceError` into ``{"error": "one line"}`` with
-its ``status``; any other :class:`~attnlm.errors.AttnlmError` answers 400.
+its ``status``; any other :class:`~attnlm.base.errors.AttnlmError` answers 400.
 """
 
 from __future__ import annotations
 
 import math
 
-from attnlm.errors import ConfigError, InputError
+from attnlm.base.errors import ConfigError, InputError
 from attnlm.generate.sampling import SamplingConfig
 
 DEFAULT_MAX_CHARS = 2000  # longest text accepted by any endpoint

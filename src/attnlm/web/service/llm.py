@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from attnlm.errors import InputError
+from attnlm.base.errors import InputError
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.inspect.lens import supports_lens
 from attnlm.web.service.limits import (

@@ -1,6 +1,6 @@
 """Loading served models: a :class:`~attnlm.web.service.model.ModelService` for a checkpoint
 or run folder, or for a named pretrained model / Hugging Face folder (``attnlm serve
---model``). Every SPEC is read through :func:`attnlm.sources.resolve`; the family
+--model``). Every SPEC is read through :func:`attnlm.loading.sources.resolve`; the family
 and its capabilities come from the model-family registry.
 """
 
@@ -40,13 +40,13 @@ def load_service(
     model / Hugging Face folder ``model`` (``attnlm serve --model minilm``); errors:
     InputError.
 
-    The one place that loads served models (through :func:`attnlm.sources.resolve`, which
+    The one place that loads served models (through :func:`attnlm.loading.sources.resolve`, which
     also finds the chat template and the ids that end a turn): the family and its
     capabilities come from the registry entry the checkpoint names (``fill-mask`` only where
     the model has its masked-LM head); a translation checkpoint is served with its pair tokenizers.
     """
-    from attnlm.errors import InputError
-    from attnlm.sources import as_checkpoint, resolve
+    from attnlm.base.errors import InputError
+    from attnlm.loading.sources import as_checkpoint, resolve
 
     if (path is None) == (model is None):
         raise InputError("give exactly one of --model SPEC and --checkpoint SPEC")

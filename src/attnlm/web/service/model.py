@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlm.errors import AttnlmError, InputError
+from attnlm.base.errors import AttnlmError, InputError
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.models.base import count_params
 from attnlm.web.service.limits import (
@@ -424,7 +424,7 @@ class ModelService:
         """The word2vec half of the lesson: one vector per word type, so the cosine between
         its two "sentences" is 1 whatever the context; its nearest words (or why there are
         none)."""
-        from attnlm.errors import InputError
+        from attnlm.base.errors import InputError
         from attnlm.inspect.contextual import static_word
 
         try:
