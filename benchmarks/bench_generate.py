@@ -186,12 +186,29 @@ def compare(name, ours, ref, prompt, n, runs, tokenizer=None, batch=1, compiled=
 
 
 def _count_passes(model: torch.nn.Module, fn) -> int:
+    """Passes through the model's backend (its runner's ``step`` calls, :mod:`attnlm.runtime`)
+    while ``fn`` runs: the planner's runners are wrapped for the call."""
+    from attnlm.runtime import planner
+
     calls = [0]
-    handle = model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    real = planner.runner_for
+
+    def counting(*args, **kwargs):
+        runner = real(*args, **kwargs)
+        step = runner.step
+
+        def counted(*a, **k):
+            calls[0] += 1
+            return step(*a, **k)
+
+        runner.step = counted
+        return runner
+
+    planner.runner_for = counting
     try:
         fn()
     finally:
-        handle.remove()
+        planner.runner_for = real
     return calls[0]
 
 

@@ -4,13 +4,10 @@ and new tokens, and the cache left as the forward would leave it."""
 
 from __future__ import annotations
 
-import copy
-import ctypes
-
 import pytest
-import test_eager as decode_step_tests  # the tiny gpt and llama builders
 import torch
 
+import support_runtime
 from attnlm import native
 from attnlm.base.errors import InputError
 from attnlm.generate import SamplingConfig, decode
@@ -20,7 +17,7 @@ from attnlm.lora.layers import apply_lora
 from attnlm.nn.cache import KVCache
 from attnlm.nn.layout import decoding_layout
 from attnlm.nn.static_cache import StaticKVCache
-from attnlm.quant.layers import QuantEmbedding, QuantLinear, quantize_weights
+from attnlm.quant.layers import quantize_weights
 from attnlm.runtime import cstep as ns
 from attnlm.runtime.eager import EagerRunner
 from attnlm.runtime.planner import runner_for
@@ -29,21 +26,16 @@ from attnlm.runtime.planner import runner_for
 pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")
 
 
-def test_the_c_step_builds_where_there_is_a_compiler(monkeypatch):
-    c_path(monkeypatch)
-    assert native.library() is not None, native.why_not
-
-
 V = 300  # > 64 rows of LM head, not a multiple of 64 (the q4 layout pads)
 
 
 def gpt(**kw):
-    return decode_step_tests.gpt(**{"vocab_size": V, "n_head": 3, "n_embd": 96, **kw})
+    return support_runtime.gpt(V, **{"n_head": 3, "n_embd": 96, **kw})
 
 
 def llama(**kw):  # its norms' gains away from 1, so a wrong gain shows
-    cfg = {"vocab_size": V, "n_head": 6, "n_embd": 96, "d_ff": 160}
-    return decode_step_tests.llama(**{**cfg, **kw})
+    cfg = {"n_head": 6, "n_embd": 96, "d_ff": 160}
+    return support_runtime.llama(V, **{**cfg, **kw})
 
 
 MODELS = {
@@ -56,90 +48,12 @@ MODELS = {
     "gpt heads of 64": lambda: gpt(n_head=2, n_embd=128),
     "llama heads of 128, GQA": lambda: llama(n_head=2, n_kv_head=1, n_embd=256),
 }
-FORMATS = ["f32", "f32 column-major", "bf16", "q8", "q4"]
-
-
-def in_format(model, fmt):
-    if fmt == "f32 column-major":
-        return decoding_layout(model)
-    return quantize_weights(model, fmt.split()[0])
-
-
-def with_reference(model, fmt):
-    """``model`` in ``fmt`` and the float32 model holding its dequantized weights (the
-    PyTorch path's own bf16 kernel rounds activations too, so it is no reference)."""
-    ref = copy.deepcopy(model)
-    model = in_format(model, fmt)
-    with torch.no_grad():
-        for name, module in model.named_modules(remove_duplicate=False):  # a tied head too
-            if isinstance(module, QuantLinear) and not name.endswith("tok_emb.table"):
-                ref.get_submodule(name).weight = torch.nn.Parameter(module.dequantized())
-            elif isinstance(module, QuantEmbedding):
-                ref.get_submodule(name).weight = torch.nn.Parameter(module.table.dequantized())
-    return model, ref
+FORMATS, in_format, with_reference = (support_runtime.FORMATS, support_runtime.in_format,
+                                      support_runtime.with_reference)  # fmt: skip
 
 
 def c_path(monkeypatch):
     monkeypatch.setenv("ATTNLM_NATIVE", "1")
-
-
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("shape", [(64, 64), (70, 96), (300, 160), (40, 33), (8300, 35)])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_every_product_equals_the_dequantized_one(fmt, shape, threads):
-    """Each kernel alone (``attnlm_linear``): one block, padded rows, several groups, a width
-    that is not a multiple of 16 (float formats only; 8 and 4 bits need groups of 32); the
-    column-major product with 1, 5, 16 and 32 rows of x and more columns than one tile of its
-    sums holds (8300 > 8192 columns at one row, several tiles at 5 and more)."""
-    n, k = shape
-    if k % 32 and fmt in ("q8", "q4"):
-        pytest.skip("8- and 4-bit weights come in groups of 32")
-    if n > 300 and fmt != "f32 column-major":
-        pytest.skip("the tiles of partial sums are the column-major product's")
-    torch.manual_seed(n + k)
-    layer = torch.nn.Linear(k, n)
-    model = torch.nn.Sequential(layer)
-    quantized, reference = with_reference(model, fmt)
-    keep: list = []
-    described = ns._describe_linear(quantized[0], keep)
-    for rows in (1, 5, 16, 32) if fmt == "f32 column-major" else (1, 5):
-        x = torch.randn(rows, k)
-        y = torch.empty(rows, n)
-        part = torch.empty(threads, rows, n)  # the column-major product's partial sums
-        ns._library().attnlm_linear(
-            ctypes.byref(described),
-            ctypes.c_void_p(x.data_ptr()),
-            ctypes.c_int64(rows),
-            ctypes.c_void_p(y.data_ptr()),
-            ctypes.c_void_p(part.data_ptr()),
-            threads,
-        )
-        with torch.no_grad():
-            torch.testing.assert_close(y, reference(x), atol=1e-4, rtol=1e-4)
-
-
-@pytest.mark.parametrize(("kind", "name"), [(0, "swiglu"), (1, "gelu"), (2, "gelu_tanh"),
-                                            (3, "relu")])  # fmt: skip
-def test_each_activation_equals_pytorchs(kind, name, monkeypatch):
-    """The step's activations alone (``attnlm_activate``; SiLU and GELU's tanh form 16 lanes
-    at a time through the step's own e^x), over -100..100, zeros and tiny values, 16-lane
-    pieces and a scalar tail: within 2e-6 of PyTorch's (relative to the value's size)."""
-    c_path(monkeypatch)
-    torch.manual_seed(0)
-    edges = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-7, 87.5, -87.5, 88.5, -88.5])
-    x = torch.cat([torch.linspace(-100, 100, 4001), torch.randn(1000) * 4, edges])
-    up = torch.randn(x.numel())
-    h = torch.cat([x, up]) if name == "swiglu" else x.clone()
-    ns._library().attnlm_activate(kind, ctypes.c_void_p(h.data_ptr()), x.numel())
-    if name == "swiglu":
-        want = torch.nn.functional.silu(x.double()) * up.double()
-    elif name == "gelu_tanh":
-        want = torch.nn.functional.gelu(x.double(), approximate="tanh")
-    else:
-        want = {"gelu": torch.nn.functional.gelu, "relu": torch.relu}[name](x.double())
-    got = h[: x.numel()].double()
-    assert torch.isfinite(got).all()
-    assert ((got - want).abs() <= 2e-6 * (1 + want.abs())).all(), (got - want).abs().max()
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -349,20 +263,3 @@ def test_the_planner_names_the_backend_and_why(monkeypatch):
     assert (chosen.name, chosen.reason) == ("eager", "ATTNLM_NATIVE=0")
     with pytest.raises(RuntimeError, match="c-step"):
         runner_for(model, backend="c-step")
-
-
-def test_without_a_compiler_decoding_says_so_once_and_takes_pytorch(monkeypatch, capsys):
-    model = llama()
-    monkeypatch.setattr(native, "_TRIED", False)
-    monkeypatch.setattr(native, "_LIBRARY", None)
-    monkeypatch.setattr(ns, "_NOTED", [False])
-    monkeypatch.setenv("CC", "/nonexistent/cc")
-    with torch.inference_mode():
-        cache = KVCache(2)
-        first, second = runner_for(model), runner_for(model)
-        assert first.name == second.name == "eager" and "could not be built" in first.reason
-        logits = first.step(torch.tensor([[1]]), cache)  # the PyTorch path
-    assert logits.shape == (1, 1, V)
-    err = capsys.readouterr().err
-    assert err.count("eager path") == 1 and "could not be built" in err
-    monkeypatch.setattr(native, "_TRIED", False)  # the next test builds (or loads) it again

@@ -8,10 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import support_runtime
 from attnlm.generate import SamplingConfig, decode
 from attnlm.generate.options import DecodeOptions
-from attnlm.models.gpt import GPT, GPTConfig
-from attnlm.models.llama import Llama, LlamaConfig
 from attnlm.nn.cache import KVCache
 from attnlm.nn.static_cache import StaticKVCache
 from attnlm.runtime import eager
@@ -27,20 +26,11 @@ def _pytorch_path(monkeypatch):
 
 
 def gpt(**kw):
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=V, block_size=96, n_layer=2, n_head=4, n_embd=32)
-    return GPT(GPTConfig(**{**cfg, **kw})).eval()
+    return support_runtime.gpt(V, **kw)
 
 
 def llama(**kw):
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=V, block_size=96, n_layer=2, n_head=4, n_embd=32, d_ff=48)
-    model = Llama(LlamaConfig(**{**cfg, **kw})).eval()
-    with torch.no_grad():  # norms away from 1 so a wrong gain shows
-        for name, p in model.named_parameters():
-            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-                p.uniform_(0.5, 1.5)
-    return model
+    return support_runtime.llama(V, **kw)
 
 
 MODELS = {
