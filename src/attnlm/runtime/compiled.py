@@ -206,8 +206,9 @@ class CompiledRunner(EagerRunner):
 
     name = "compiled"
 
-    def __init__(self, model: torch.nn.Module, compile: Any = True, fallback: Any = None) -> None:
-        super().__init__(model, "--compile: one torch.compile graph per one-token step")
+    def __init__(self, model: torch.nn.Module, compile: Any = True, reason: str = "",
+                 fallback: Any = None) -> None:  # fmt: skip
+        super().__init__(model, reason)
         self.compiled = compile if isinstance(compile, CompiledStep) else compiled_step(model)
         self.fallback = fallback or EagerRunner(model)
 

@@ -39,11 +39,12 @@ def runner_for(model: Any, *, compile: Any = False, backend: str | None = None) 
     from attnlm.nn.layout import decoding_layout
 
     decoding_layout(model)
-    if compile or backend == "compiled":
+    name, reason = choose(model, compile=compile, backend=backend)
+    if name == "compiled":
         from attnlm.runtime.compiled import CompiledRunner
 
-        return CompiledRunner(model, compile, fallback=_plain(model, None))
-    return _plain(model, backend)
+        return CompiledRunner(model, compile, reason, fallback=_build(model, *choose(model)))
+    return _build(model, name, reason)
 
 
 def choose(model: Any, *, compile: Any = False, backend: str | None = None) -> tuple[str, str]:
@@ -62,9 +63,8 @@ def choose(model: Any, *, compile: Any = False, backend: str | None = None) -> t
     return "c-step", f"{weights_format(model)} weights on the CPU: each step is one C call"
 
 
-def _plain(model: Any, backend: str | None) -> Any:
-    """The uncompiled runner: the C step where nothing rules it out, else eager."""
-    name, reason = choose(model, backend=backend)
+def _build(model: Any, name: str, reason: str) -> Any:
+    """The uncompiled runner ``name`` (``eager`` or ``c-step``) of ``model``."""
     if name == "eager":
         from attnlm.runtime.eager import EagerRunner
 
