@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm import native
+from attnlm.base.device import model_device
 from attnlm.models.base import check_ids
 from attnlm.native import structs
 from attnlm.nn import fused
@@ -300,7 +301,7 @@ class CStepRunner(EagerRunner):
 
     def __init__(self, model: nn.Module, reason: str = "") -> None:
         super().__init__(model, reason)
-        if next(model.parameters()).device.type != "cpu":
+        if model_device(model).type != "cpu":
             raise RuntimeError("the C step runs a model on the CPU")
         self.lib = _library()
         if self.lib is None:
