@@ -129,10 +129,11 @@ def test_the_lock_is_released_when_the_holder_is_killed(tmp_path):
             pass
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    assert lock_file_for(out).is_file()  # left behind, and harmless
+    assert lock_file_for(out).is_file()  # a killed holder leaves it: harmless, and reused
     assert not out.exists()  # the lock lives beside the folder: it creates nothing in it
     with output_lock(out) as lock:
         assert lock.read_text().strip() == str(os.getpid())
+    assert not lock_file_for(out).exists()  # a holder that lets go deletes it
 
 
 def test_the_lock_is_reentrant_in_one_process_and_free_after(tmp_path):
@@ -182,3 +183,41 @@ def test_the_hugging_face_export_holds_the_folder_lock(tmp_path):
         holder.wait()
     write_hf_folder(out, {"model_type": "gpt2"}, {"w": torch.zeros(2)})
     assert (out / "model.safetensors").stat().st_size > 0
+
+
+def test_no_command_leaves_a_lock_file_behind(tmp_path, corpus, capsys):
+    """A command that writes, and one refused for bad input, leave no ``.NAME.attnlm.lock``."""
+    ok = run_cli(capsys, "tokenize", "train", "--kind", "char", "--text", corpus, "--out",
+                 tmp_path / "tok.json")  # fmt: skip
+    assert ok.code == 0, ok.err
+    refused = run_cli(capsys, "tokenize", "train", "--kind", "char", "--text",
+                      tmp_path / "missing.txt", "--out", tmp_path / "other.json")  # fmt: skip
+    assert refused.code == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if LOCK_NAME in p.name) == []
+
+
+def test_a_lock_file_deleted_under_a_waiting_process_is_not_held(tmp_path, monkeypatch):
+    """The race the deletion opens: a process that opened the lock file before its holder
+    deleted it must not hold that file (a second writer would lock a new one beside it). It
+    notices the path names another file and locks that one."""
+    import fcntl
+
+    from attnlm.base import fileio
+
+    key = lock_file_for(tmp_path / "run")
+    key.write_text("1\n")
+    stale = os.open(key, os.O_RDWR)  # opened before the holder let go...
+    key.unlink()  # ...which deletes the file as it lets go
+    real, opened = os.open, []
+
+    def first_the_stale_one(path, *args, **kwargs):
+        opened.append(path)
+        return stale if len(opened) == 1 else real(path, *args, **kwargs)
+
+    monkeypatch.setattr(fileio.os, "open", first_the_stale_one)
+    fd = fileio._lock_path(key, tmp_path / "run", fcntl)
+    try:
+        assert len(opened) == 2  # the stale file let go of, the path opened again
+        assert os.fstat(fd).st_ino == os.stat(key).st_ino  # the file the path names is held
+    finally:
+        os.close(fd)

@@ -210,8 +210,11 @@ def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator
     missing parent folders are created) while the block runs: one writer per run folder or
     output file (``folder`` says which ``target`` is; both lock the same way). A
     second process is refused with a one-line :class:`InputError` naming the holder's pid. The
-    kernel releases the lock when the holder exits or is killed, so a stale lock file is
-    harmless; it is never deleted (deleting it would let two processes lock two files).
+    holder deletes the lock file before it lets go, so a command leaves none behind; a process
+    that locked a file deleted under it (it opened the file before the holder deleted it)
+    sees that the path names another file now and takes the lock again from the path, so two
+    processes never hold two files of one output. The kernel releases the lock when the
+    holder is killed, so the file such a holder leaves is harmless and reused.
     Re-entrant within one process. Once the lock is taken, the ``.NAME.tmp-*`` files that
     killed writers left in the folder (or beside the file) are deleted. A no-op where
     ``fcntl`` does not exist (Windows)."""
@@ -233,19 +236,7 @@ def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator
         finally:
             _held[key][1] -= 1
         return
-    try:
-        fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:  # named as the output: the lock file is ours, not the user's
-        raise _cannot_write(Path(target), e) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
-        raise InputError(
-            f"{target}: another attnlm process (pid {holder}) is writing into it; "
-            "wait for it to finish or choose another output"
-        ) from None
+    fd = _lock_path(key, Path(target), fcntl)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = [fd, 1]
@@ -254,7 +245,37 @@ def output_lock(target: str | os.PathLike[str], folder: bool = True) -> Iterator
         yield lock
     finally:
         del _held[key]
+        with contextlib.suppress(OSError):  # still held: nobody can take this file meanwhile
+            os.unlink(key)
         os.close(fd)  # releases the flock
+
+
+def _lock_path(key: Path, target: Path, fcntl: Any) -> int:
+    """A descriptor of the lock file ``key`` holding its exclusive ``flock``: the file the path
+    names when the lock is taken (a file its holder deleted in between is let go and the path
+    opened again). Another holder: a one-line :class:`InputError` naming its pid."""
+    while True:
+        try:
+            fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:  # named as the output: the lock file is ours, not the user's
+            raise _cannot_write(target, e) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise InputError(
+                f"{target}: another attnlm process (pid {holder}) is writing into it; "
+                "wait for it to finish or choose another output"
+            ) from None
+        mine = os.fstat(fd)
+        try:
+            now = os.stat(key)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_ino, now.st_dev) == (mine.st_ino, mine.st_dev):
+            return fd
+        os.close(fd)  # the holder deleted this file as it let go: lock the one there now
 
 
 @contextlib.contextmanager
