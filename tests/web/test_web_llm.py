@@ -182,3 +182,14 @@ def test_chat_window_full_is_a_one_line_400(server):
     msgs = [{"role": "user", "content": "zqxj" * 100}]
     status, err = post(server, "chat", {"model": "llama", "messages": msgs})
     assert status == 400 and "window 256" in err["error"] and "\n" not in err["error"], err
+
+
+@pytest.mark.parametrize("weights", ["q8", "q4"])
+def test_the_parameter_count_is_the_models_whatever_holds_its_weights(folder, hf, weights, cli):
+    """The explorer's header counts the values the model stands for, as ``attnlm params``
+    and ``transformers`` do: 8- and 4-bit weights are buffers, not parameters, and were left
+    out (SmolLM2 showed 35,136 parameters, its float32 norms alone)."""
+    served = load_service(model=str(folder), name="llama", weights=weights).info()
+    want = sum(p.numel() for p in hf.parameters())  # a tied head once
+    assert served["parameters"] == want
+    assert f"{want:,}" in cli("params", "--model", folder).out

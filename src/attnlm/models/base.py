@@ -96,18 +96,35 @@ def count_params(
 ) -> int:
     """Number of distinct parameters of ``model`` (a tied matrix counted once), leaving out
     frozen ones when ``trainable_only`` and those of the modules or parameters in
-    ``exclude``. The one parameter counter of the package."""
+    ``exclude``. The one parameter counter of the package: weights kept in a decode-time
+    format (:class:`~attnlm.quant.layers.QuantLinear`: bfloat16, q8, q4 codes held as
+    buffers) count as the values they stand for, so a model counts the same whatever format
+    holds its weights."""
     skip = set()
     for item in exclude:
         if isinstance(item, nn.Parameter):
             skip.add(id(item))
         elif item is not None:
             skip.update(id(p) for p in item.parameters())
-    return sum(
+            skip.update(id(m) for m in item.modules())
+    n = sum(
         p.numel()
         for p in model.parameters()
         if id(p) not in skip and (p.requires_grad or not trainable_only)
     )
+    if trainable_only:
+        return n  # stored weights are buffers: never trained
+    return n + sum(_stored_values(m) for m in model.modules() if id(m) not in skip)
+
+
+def _stored_values(module: nn.Module) -> int:
+    """The weight and bias values a quantized layer stands for (0 for any other module)."""
+    from attnlm.quant.layers import QuantLinear
+
+    if not isinstance(module, QuantLinear):
+        return 0
+    bias = module.bias.numel() if module.bias is not None else 0
+    return module.out_features * module.in_features + bias
 
 
 def check_ids(ids: Tensor, vocab_size: int, name: str = "ids") -> None:
