@@ -73,13 +73,14 @@ def plan_decode(
         from attnlm.runtime.planner import runner_for
 
         runner = runner_for(model, compile=o.compile)
-    plan = _plan(model, prompts, max_new_tokens, greedy, conditioned, watched, o.use_cache,
-                 o.static, runner, o.lookahead)  # fmt: skip
+    plan = _plan(model, prompts, max_new_tokens, greedy, o, runner, conditioned, watched)
     return replace(plan, runner=runner)
 
 
-def _plan(model, prompts, max_new_tokens, greedy, conditioned, watched, use_cache, static,
-          runner, lookahead) -> Plan:  # fmt: skip
+def _plan(model, prompts, max_new_tokens, greedy, o: DecodeOptions, runner, conditioned, watched
+          ) -> Plan:  # fmt: skip
+    """The plan's state, window and drafts (:func:`plan_decode`), for ``runner``."""
+    use_cache, static, lookahead = o.use_cache, o.static, o.lookahead
     decoding = decoding_of(model)
     window = decoding.context(model.config) if decoding.window else None
     slide = window is None or decoding.slides(model.config)

@@ -227,7 +227,7 @@ class Decoder(nn.Module):
             return StaticKVCache(self.config.n_layer, max_len)
         return KVCache(self.config.n_layer)
 
-    # step() takes last_only (attnlm.generate.loop.last_logits asks for it)
+    # step() takes last_only (the runtime's runners ask for it: attnlm.runtime.eager)
     step_last_only = True
 
     def step(self, tokens: Tensor, state: KVCache, last_only: bool = False) -> Tensor:
