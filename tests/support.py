@@ -150,3 +150,13 @@ def randomize_marian(model) -> None:
             p.copy_(torch.randn_like(p) * (0.5 if "norm" not in name else 0.3))
             if "layer_norm" in name and name.endswith("weight"):
                 p.add_(1.0)
+
+
+def greedy_with_and_without_cache(model, prompts, n: int) -> tuple[list, list]:
+    """``n`` greedy tokens per prompt decoded with the decoding state and by recomputing the
+    context every step (the two must agree)."""
+    from attnlm.generate import SamplingConfig, decode
+    from attnlm.generate.options import DecodeOptions
+
+    greedy = SamplingConfig(temperature=0, max_new_tokens=n)
+    return tuple(decode(model, prompts, greedy, DecodeOptions(use_cache=c)) for c in (True, False))

@@ -16,6 +16,7 @@ from attnlm.loading.objectives import StreamBatches, make_objective
 from attnlm.models import registry
 from attnlm.models.ffnn import FFNNLM, FFNNConfig
 from attnlm.models.rnn import RNNLM, RNNConfig
+from support import greedy_with_and_without_cache
 
 CELLS = ["rnn", "lstm", "gru"]
 
@@ -73,18 +74,7 @@ def test_ffnn_step_equals_forward_and_decoding_with_state_equals_recomputation()
     parts = [model.step(ids[:, a:b], state) for a, b in ((0, 1), (1, 5), (5, 6), (6, 11))]
     torch.testing.assert_close(torch.cat(parts, 1), full)
     prompts = [[1, 2, 3], [4]]
-    a = decode(
-        model,
-        prompts,
-        SamplingConfig(temperature=0, max_new_tokens=20),
-        DecodeOptions(use_cache=True),
-    )
-    b = decode(
-        model,
-        prompts,
-        SamplingConfig(temperature=0, max_new_tokens=20),
-        DecodeOptions(use_cache=False),
-    )
+    a, b = greedy_with_and_without_cache(model, prompts, 20)
     assert a == b and all(len(r) == 20 for r in a)
 
 
@@ -216,18 +206,7 @@ def test_decoding_with_carried_state_equals_recomputation(cell):
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-5)
     assert state.length == 13
     prompts = [[1, 2, 3, 4, 5, 6], [7]]  # longer than block_size: never cropped
-    a = decode(
-        model,
-        prompts,
-        SamplingConfig(temperature=0, max_new_tokens=15),
-        DecodeOptions(use_cache=True),
-    )
-    b = decode(
-        model,
-        prompts,
-        SamplingConfig(temperature=0, max_new_tokens=15),
-        DecodeOptions(use_cache=False),
-    )
+    a, b = greedy_with_and_without_cache(model, prompts, 15)
     assert a == b
     sampling = SamplingConfig(temperature=0.9, top_k=4, top_p=0.9, max_new_tokens=10)
     sampled = [

@@ -13,11 +13,10 @@ import pytest
 import torch
 
 from attnlm.base.errors import ConfigError, InputError
-from attnlm.generate import SamplingConfig, decode
-from attnlm.generate.options import DecodeOptions
 from attnlm.models import hmm as hmm_module
 from attnlm.models import registry
 from attnlm.models.hmm import HMMLM, HMMConfig, split_sequences
+from support import greedy_with_and_without_cache
 
 hmmlearn_hmm = pytest.importorskip("hmmlearn.hmm")
 
@@ -223,18 +222,7 @@ def test_step_equals_forward_and_decoding_with_state_equals_recomputation():
     state.reorder(torch.tensor([1, 0]))
     torch.testing.assert_close(state.belief, model.filter(ids.flip(0))[0][:, -1])
     prompts = [[1, 2, 3], [4]]
-    a = decode(
-        model,
-        prompts,
-        SamplingConfig(temperature=0, max_new_tokens=15),
-        DecodeOptions(use_cache=True),
-    )
-    b = decode(
-        model,
-        prompts,
-        SamplingConfig(temperature=0, max_new_tokens=15),
-        DecodeOptions(use_cache=False),
-    )
+    a, b = greedy_with_and_without_cache(model, prompts, 15)
     assert a == b and all(len(r) == 15 for r in a)
 
 
