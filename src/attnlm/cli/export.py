@@ -57,10 +57,11 @@ def _export(args: argparse.Namespace) -> int:
 
     --gguf OUT.gguf writes a llama or gpt model and its byte-level BPE tokenizer (and chat
     template) in the layout llama.cpp reads, with matrices in --type (f32, f16, q8_0, q4_0);
-    --out DIR writes a Hugging Face folder (config.json, safetensors and, for byte-level BPE,
-    tokenizer.json). A LoRA run needs --merge: its adapters are merged into the base model's
-    weights and the output holds a plain model. An existing output is kept unless --overwrite
-    is given."""
+    --out DIR writes a Hugging Face folder (config.json, safetensors and, for byte-level BPE
+    and GGUF vocabularies, tokenizer.json, tokenizer_config.json with the chat template and
+    generation_config.json, which transformers' AutoTokenizer loads). A LoRA run needs
+    --merge: its adapters are merged into the base model's weights and the output holds a
+    plain model. An existing output is kept unless --overwrite is given."""
     from attnlm.base.device import resolve_device
     from attnlm.loading.sources import resolve
 
@@ -82,7 +83,8 @@ def _export(args: argparse.Namespace) -> int:
     else:
         detail = ", ".join(f"{n} {t}" for t, n in summary.get("types", {}).items())
         if target == "hf" and not summary["tokenizer"]:
-            detail = "no tokenizer.json: only GPT-2-style byte-level BPE tokenizers are written"
+            detail = ("no tokenizer files: only byte-level BPE and GGUF tokenizers are "
+                      "written")  # fmt: skip
         merged = ", LoRA adapters merged" if lora else ""
         print(f"wrote {out} ({summary['format']}{merged}{': ' + detail if detail else ''})")
     return 0
@@ -123,13 +125,15 @@ def _to_gguf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def _to_hf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     from attnlm.models import save_hf
-    from attnlm.models.gguf.vocab import write_tokenizer_json
+    from attnlm.models.hf.tokenizer_files import write_tokenizer_files
 
     model, tok, info = found
+    template = info.chat_template.source if info.chat_template is not None else None
     # the tokenizer first: save_hf writes config.json last, which makes the folder a model
-    wrote = write_tokenizer_json(tok, out, model.config)
+    wrote = write_tokenizer_files(tok, out, model.config, chat_template=template)
     save_hf(model.cpu(), out)
-    return {"format": "huggingface", "tokenizer": wrote}
+    return {"format": "huggingface", "tokenizer": "tokenizer.json" if wrote else None,
+            "files": wrote}  # fmt: skip
 
 
 #: ``--gguf`` / ``--out`` -> the function that writes it ``(resolved, out, args) -> summary``

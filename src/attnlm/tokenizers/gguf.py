@@ -125,6 +125,19 @@ FIM_EOG_NAMES = frozenset({"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[P
                            "<|file_sep|>"})  # fmt: skip
 ALWAYS_USER_DEFINED = frozenset({"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})
 
+
+def hf_pre_tokenizer(kind: str) -> dict[str, Any]:
+    """The pre-tokenizer of type ``kind`` (a key of :data:`PRE_TOKENIZERS`) as a Hugging Face
+    ``tokenizer.json`` ``pre_tokenizer``: a ``Sequence`` of one ``Split`` (``Isolated``) per
+    regex, then ``ByteLevel`` without its own regex (the form of Llama 3's and Qwen2's files)."""
+    steps = [{"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": False}
+             for r in PRE_TOKENIZERS[kind]]  # fmt: skip
+    steps.append(
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    )
+    return {"type": "Sequence", "pretokenizers": steps}
+
+
 ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding", "mask")
 
 
@@ -154,9 +167,10 @@ class GGUFTokenizer(Tokenizer):
     metadata. JSON fields: ``metadata``, those keys and values (so a checkpoint's tokenizer
     file reproduces it exactly).
 
-    Attributes beyond the protocol: ``model`` (``gpt2`` / ``llama``), ``pre``, ``bos_id``,
+    Attributes beyond the protocol: ``model`` (``gpt2`` / ``llama``), ``pre``,
+    ``ignore_merges`` (Llama 3's pre-tokenizers), ``tokens``, ``scores``, ``bos_id``,
     ``eos_id``, ``eot_id``, ``unk_id``, ``pad_id``, ``eog_ids`` (ids that end generation),
-    ``add_bos``, ``add_eos``, ``chat_template`` (or None)."""
+    ``add_bos``, ``add_eos``, ``add_space_prefix``, ``chat_template`` (or None)."""
 
     kind = "gguf"
 
@@ -189,7 +203,7 @@ class GGUFTokenizer(Tokenizer):
         if self.model == "gpt2":
             self._init_bpe(meta)
         else:
-            self.pre = "default"
+            self.pre, self.ignore_merges = "default", False
             self.add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", True))
             self.add_space_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
             byte_ids = (self.ids.get(f"<0x{b:02X}>", self.ids.get(chr(b))) for b in range(256))
@@ -249,18 +263,16 @@ class GGUFTokenizer(Tokenizer):
             )
         self.pre = pre
         kind, flags = PRE_NAMES[pre]
+        self.ignore_merges = flags.get("ignore_merges", False)
         self.add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", flags.get("add_bos", False)))
         self.add_space_prefix = False
         merges = meta.get("tokenizer.ggml.merges")
         if not isinstance(merges, list):
             raise _fail("tokenizer.ggml.merges is missing (a gpt2 tokenizer needs its merges)")
-        steps = [{"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated"}
-                 for r in PRE_TOKENIZERS[kind]]  # fmt: skip
-        steps.append({"type": "ByteLevel", "add_prefix_space": False, "use_regex": False})
         doc = {
             "model": {"type": "BPE", "vocab": self.ids, "merges": merges,
-                      "ignore_merges": flags.get("ignore_merges", False)},
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": steps},
+                      "ignore_merges": self.ignore_merges},
+            "pre_tokenizer": hf_pre_tokenizer(kind),
         }  # fmt: skip
         self._bpe = HFByteBPETokenizer(doc, merge_split=_llama_cpp_split)
         doc["model"]["merges"] = []  # held as ranks by the BPE now; the file's are in metadata
@@ -416,6 +428,13 @@ class GGUFTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return len(self.tokens)
+
+    @property
+    def token_types(self) -> list[int]:
+        """Each token's type as encoding uses it: the file's ``token_type`` with llama.cpp's
+        corrections by name (end-of-generation and fill-in-the-middle names are control tokens,
+        a few chat markers user-defined)."""
+        return list(self._types)
 
     @property
     def special_tokens(self) -> dict[str, int]:

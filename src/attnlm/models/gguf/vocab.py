@@ -23,8 +23,6 @@ attnlm's own encoders do not add them.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from attnlm.base.errors import InputError
@@ -144,50 +142,3 @@ def metadata(tok: Any, n_vocab: int, bos_id: int | None = None, eos_id: int | No
     if chat_template:
         meta["tokenizer.chat_template"] = chat_template
     return meta
-
-
-def write_tokenizer_json(tok: Any, folder: str | Path, config: Any) -> str | None:
-    """Write ``tok`` as ``folder/tokenizer.json`` (Hugging Face ``tokenizers``: byte-level BPE
-    with GPT-2's ``ByteLevel`` pre-tokenizer, special tokens as added tokens) when it is one
-    :func:`metadata` can describe with llama.cpp's ``gpt-2`` pre-tokenizer; returns the file
-    name, or None when the tokenizer cannot be written that way (the model is written anyway)."""
-    from attnlm.base.fileio import atomic_write_text
-
-    try:
-        meta = metadata(tok, config.vocab_size)
-    except InputError:
-        return None
-    if meta.get("tokenizer.ggml.pre") not in ("gpt-2", "gpt2"):
-        return None
-    # plain Python values: a tokenizer read from a GGUF file holds numpy integers, which
-    # json cannot write (nor the numpy bools their comparisons give)
-    tokens = [str(t) for t in meta["tokenizer.ggml.tokens"]]
-    types = [int(k) for k in meta["tokenizer.ggml.token_type"]]
-    vocab = {t: i for i, (t, k) in enumerate(zip(tokens, types, strict=True)) if k == NORMAL}
-    added = [
-        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": k == CONTROL}
-        for i, (t, k) in enumerate(zip(tokens, types, strict=True)) if k in (CONTROL, 4)
-    ]  # fmt: skip
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                  "use_regex": True}  # fmt: skip
-    doc = {
-        "version": "1.0",
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": byte_level,
-        "post_processor": None,
-        "decoder": byte_level,
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": False,
-            "vocab": vocab,
-            "merges": [str(m) for m in meta["tokenizer.ggml.merges"]],
-        },  # fmt: skip
-    }
-    atomic_write_text(Path(folder) / "tokenizer.json", json.dumps(doc, ensure_ascii=False))
-    return "tokenizer.json"
