@@ -35,6 +35,9 @@ LAYERS = {
     "attnlm.nn": 1,
     "attnlm.quant": 1,  # quantization's one home: block formats (numpy), quantized layers
     "attnlm.lora": 1,  # LoRA's one home: the adapter layers here, its run and training below
+    "attnlm.tasks": 1,  # task files, built-in tasks, few-shot prompts, metrics (no torch)
+    "attnlm.tasks.score": 5,  # log-likelihoods with the model (torch)
+    "attnlm.tasks.run": 5,  # one model on one task: scoring, generation
     "attnlm.models": 2,
     "attnlm.ngram": 2,
     "attnlm.word2vec": 2,

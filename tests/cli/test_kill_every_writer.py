@@ -42,6 +42,11 @@ def _rows(files: dict[str, str], t: Path) -> dict[str, tuple[Argv, list[Path]]]:
     texts[1].write_text(ROMEO, encoding="utf-8")
     ck, out, f = files["ckpt"], t / "out", t / "out.file"
     sentences = ["the cat sat", "the dog sat on"]  # within the checkpoint's 16 characters
+    task = t / "task.jsonl"  # eval --task: two examples in those characters
+    task.write_text(
+        '{"context": "the cat", "choices": [" sat", " dog"], "gold": 0}\n'
+        '{"context": "the dog", "choices": [" sat", " cat"], "gold": 0}\n'
+    )
     bpe = _once(lambda: [tiny_run(t / f"{family}-run", family) for family in ("llama", "gpt")])
     sharded = _once(lambda: [sharded_run(t / f"fsdp{v}", steps=v + 1) for v in (0, 1)])
     demo = ["--preset", "tiny-test", "--time-budget", "1s", "--translate-budget", 0,
@@ -79,6 +84,9 @@ def _rows(files: dict[str, str], t: Path) -> dict[str, tuple[Argv, list[Path]]]:
         "hmm fit": (lambda v: ["hmm", "fit", "--text", texts[v], "--out", t / f"hmm{v}",
                                "--states", 2, "--iters", 1, "--threads", 1, "--no-progress"],
                     [t / "hmm1"]),
+        "eval --out": (lambda v: ["eval", "--model", ck, "--task", task, "--num-fewshot", v,
+                                  "--out", f.with_suffix(".png"), "--no-progress",
+                                  "--threads", 1], [f.with_suffix(".png")]),
         "export --gguf": (lambda v: ["export", "--model", bpe()[0], "--gguf", f.with_suffix(
                                      ".gguf"), "--type", ("f32", "q8_0")[v], "--overwrite"],
                           [f.with_suffix(".gguf")]),
@@ -138,7 +146,7 @@ def sharded_run(path: Path, steps: int) -> Path:
 
 ROW_NAMES = [
     "train", "compare", "data prepare", "ngram train", "word2vec train", "tokenize train",
-    "attention", "lens", "contextual", "hmm fit", "export --gguf", "export --out",
+    "attention", "lens", "contextual", "hmm fit", "eval --out", "export --gguf", "export --out",
     "export-checkpoint", "data task", "demo",
 ]  # fmt: skip
 

@@ -77,9 +77,18 @@ def writers(tmp_path, corpus, files) -> dict[tuple[str, str], list]:
         ("lens", "--out"): ["lens", "--model", ck, "the cat", "--out", f],
         ("contextual", "--out"): ["contextual", "--checkpoint", ck, "--word", "cat", "the cat",
                                   "a cat", "--out", f],
+        ("eval", "--out"): ["eval", "--model", ck, "--task", _task_file(tmp_path), "--out", f],
         ("export", "--gguf"): ["export", "--model", ck, "--gguf", f],
         ("export", "--out"): ["export", "--model", ck, "--out", out],
     }  # fmt: skip
+
+
+def _task_file(folder: Path) -> Path:
+    """A two-example multiple-choice task in the characters the tiny checkpoint knows."""
+    path = folder / "task.jsonl"
+    rows = ['{"context": "the cat", "choices": [" sat", " dog"], "gold": 0}'] * 2
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
 
 
 def output_options() -> dict[tuple[str, str], bool]:

@@ -389,13 +389,18 @@ def sampling_config(args: argparse.Namespace) -> Any:
 
 
 def add_model_spec_argument(
-    p: argparse.ArgumentParser, *, checkpoint_synonym: bool = False, required: bool = True
+    p: argparse.ArgumentParser,
+    *,
+    checkpoint_synonym: bool = False,
+    required: bool = True,
+    repeatable: bool = False,
 ) -> None:
     """``--model SPEC``: any model :func:`attnlm.loading.sources.resolve` reads (an attnlm run or
     checkpoint folder, a Hugging Face folder, a ``.gguf`` file, a registered name, a Hub id
     ``org/name``), stored as ``args.model``. With ``checkpoint_synonym``, ``--checkpoint`` is
     kept as another spelling (one of the two; an error names the one given): the handler
-    resolves ``args.model or args.checkpoint``."""
+    resolves ``args.model or args.checkpoint``. ``repeatable``: ``--model`` may be given
+    several times (``args.model`` is then a list; ``--checkpoint`` stays one)."""
     what = (
         "run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
         "(attnlm models --available) or Hub id org/name"
@@ -405,7 +410,10 @@ def add_model_spec_argument(
         p.add_argument("--model", metavar="SPEC", required=required, type=spec, help=what)
         return
     g = p.add_mutually_exclusive_group(required=required)
-    g.add_argument("--model", metavar="SPEC", type=spec, help=what)
+    many = {"action": "append"} if repeatable else {}
+    if repeatable:
+        what += "; repeat it to compare models (eval --task)"
+    g.add_argument("--model", metavar="SPEC", type=spec, help=what, **many)
     g.add_argument("--checkpoint", metavar="SPEC", type=spec, help="the same as --model")
 
 

@@ -18,7 +18,7 @@ from attnlm.base.validate import (
     positive_float,
     positive_int,
 )
-from attnlm.cli import finetune
+from attnlm.cli import finetune, tasks
 from attnlm.cli.common import (
     add_command,
     add_corpus_arguments,
@@ -143,15 +143,17 @@ TRAIN_OPTIONS = (
     finetune.add_arguments,
 )  # fmt: skip
 
-# ``attnlm eval``: a model, the text or pairs it is scored on
+# ``attnlm eval``: a model, the text, pairs or task it is scored on
 EVAL_OPTIONS = (
-    partial(add_model_spec_argument, checkpoint_synonym=True),
+    partial(add_model_spec_argument, checkpoint_synonym=True, repeatable=True),
     add_text_argument,
     add_pairs_argument,
+    tasks.add_task_arguments,
     option("--beam", type=arg(positive_int), default=1, metavar="K",
            help="beam size (translation)"),
     option("--limit", type=arg(positive_int), default=None, metavar="N",
-           help="translation: the first N distinct sources only"),
+           help="translation: the first N distinct sources only; --task: the first N test "
+           "examples"),
     option("--split", choices=["all", "val", "test"], default=None,
            help="text: the whole text (default with --text) or its validation split; "
            "translation: every pair (default with --pairs) or the test / validation split "
@@ -301,7 +303,12 @@ def _eval(args: argparse.Namespace) -> int:
     from attnlm.loading.evaluation import evaluate_checkpoint
 
     use_threads(args)
-    spec = args.model if args.model is not None else args.checkpoint
+    if args.task is not None:
+        return tasks.eval_task(args)
+    tasks.refuse_task_options(args)
+    if args.model is not None and len(args.model) > 1:
+        raise InputError("several --model are compared on a --task; --text and --pairs take one")
+    spec = args.model[0] if args.model is not None else args.checkpoint
     # an attnlm run keeps its own data (the validation split, the pairs' test split); any
     # other model (a Hugging Face folder, a .gguf file, a name) is evaluated on --text
     args.checkpoint, args.model = (spec, None) if _is_run(spec) else (None, spec)

@@ -146,6 +146,7 @@ def generate_text(
     *,
     on_text: TextCallback | None = None,
     stats: DecodeStats | None = None,
+    stop_ids: Sequence[int] = (),
 ) -> list[str]:
     """Continue each prompt; return the generated text of each (without the prompt).
 
@@ -155,7 +156,8 @@ def generate_text(
     it is generated (streaming). ``stats``: a :class:`~attnlm.generate.stats.DecodeStats` the
     decode's prefill and decode times, token counts and backend are added to. ``model``: a
     PyTorch model, or an :class:`~attnlm.runtime.engine.Engine` (decoded by
-    :mod:`attnlm.generate.engine_decode`, which needs no PyTorch).
+    :mod:`attnlm.generate.engine_decode`, which needs no PyTorch). ``stop_ids``: tokens that
+    end a row (end of text, end of turn; not part of the text).
     """
     sampling = check_sampling(sampling)
     options = options or DecodeOptions()
@@ -163,8 +165,12 @@ def generate_text(
     rows = [_RowText(tokenizer, sampling.stop, context=row) for row in ids]
     timer = Timer(stats, sum(len(row) for row in ids), len(ids))
 
+    ends = frozenset(stop_ids)
+
     def on_token(r: int, token: int) -> bool:
         timer.token()
+        if token in ends:  # the row ends here; the token is not text
+            return True
         piece, stopped = rows[r].push(token)
         if on_text and piece:
             on_text(r, piece)

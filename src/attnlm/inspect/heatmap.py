@@ -145,3 +145,32 @@ def plot_loss_curve(
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(plt, fig, path)
+
+
+def plot_fewshot_curve(
+    curves: dict[str, Sequence[tuple[int, float, float | None]]],
+    path: str | os.PathLike[str],
+    metric: str = "acc",
+    title: str = "few-shot curve",
+    chance: float | None = None,
+) -> Path:
+    """A metric against the number of examples in the prompt: one line per model (``curves``:
+    model -> ``(shots, value, stderr or None)`` points), error bars of one standard error, and
+    the chance level as a dashed line when given."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, points in curves.items():
+        shots = [p[0] for p in points]
+        values = [p[1] for p in points]
+        errors = [p[2] or 0.0 for p in points]
+        ax.errorbar(shots, values, yerr=errors, marker="o", markersize=4, capsize=3, label=name)
+    if chance is not None:
+        ax.axhline(chance, color="gray", linestyle="--", linewidth=1, label="chance")
+    all_shots = sorted({p[0] for points in curves.values() for p in points})
+    ax.set_xticks(all_shots)
+    ax.set_xlabel("examples in the prompt (shots)")
+    ax.set_ylabel(metric)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(plt, fig, path)
