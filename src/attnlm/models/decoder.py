@@ -102,6 +102,7 @@ class Decoder(nn.Module):
         cache: KVCache | None = None,
         attention_mask: Tensor | None = None,
         last_only: bool = False,
+        trace: Any = None,
     ) -> ModelOutput:
         """Logits ``(B, T, V)`` for every position of ``ids`` ``(B, T)``, and the loss against
         ``targets`` ``(B, T)`` (the next token at each position; -100 is not predicted).
@@ -112,7 +113,9 @@ class Decoder(nn.Module):
         gives the same logits as the row alone. ``return_attention`` / ``return_hidden`` fill
         ``attentions`` (this takes the explicit attention path) / ``hidden_states``.
         ``last_only``: logits ``(B, 1, V)`` of the last position alone (the LM head, the
-        largest product, runs on nothing else), as decoding a prompt needs.
+        largest product, runs on nothing else), as decoding a prompt needs. ``trace``: an
+        :class:`attnlm.inspect.trace.Tracer` that names, captures and edits the activations of
+        this pass (the same modules run; without one nothing of it runs).
         """
         if last_only and targets is not None:
             raise InputError("last_only gives no loss: the targets need every position")
@@ -121,21 +124,31 @@ class Decoder(nn.Module):
         T = ids.shape[1]
         positions = state.positions(T, ids.device, keep)  # (T,), or (B, T) with padding
         x = self.tok_emb(ids)  # (B, T, C)
+        if trace is not None:
+            x = trace.point("hook_embed", x)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(positions).to(x.dtype)  # (T, C) or (B, T, C)
+            pos = self.pos_emb(positions).to(x.dtype)  # (T, C) or (B, T, C)
+            x = x + (pos if trace is None else trace.point("hook_pos_embed", pos.expand_as(x)))
         x = self.drop(x)
         rotary = self._rotations(positions, x.dtype)  # (cos, sin) or None
         mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
         attend = dict(mask=mask, is_causal=mask is None, rotary=rotary, cache=cache)
         attentions, hidden = [], [x]
         for layer, block in enumerate(self.blocks):
-            x, weights, _ = block(x, layer=layer, need_weights=return_attention, **attend)
+            if trace is not None:  # the same modules, their activations named
+                x, weights = trace.block(block, x, layer, {**attend, "layer": layer}), None
+            else:
+                x, weights, _ = block(x, layer=layer, need_weights=return_attention, **attend)
             attentions.append(weights)
             hidden.append(x)
         state.advance(T)
         if targets is not None and self._chunked_loss(return_attention or return_hidden):
             return self._loss_only(self.ln_f(x), targets, ids)
-        logits = self.lm_head(self.ln_f(x[:, -1:] if last_only else x))  # (B, T or 1, V)
+        if trace is not None:
+            h = trace.norm("ln_final", self.ln_f, x[:, -1:] if last_only else x)
+            logits = trace.point("hook_logits", self.lm_head(h))
+        else:
+            logits = self.lm_head(self.ln_f(x[:, -1:] if last_only else x))  # (B, T or 1, V)
         out = ModelOutput(logits=logits)
         out.attentions = attentions if return_attention else None
         out.hidden_states = hidden if return_hidden else None

@@ -1,0 +1,473 @@
+"""Every activation of a decoder by name, and interventions on them, in one forward pass.
+
+Names and layouts are TransformerLens's, so that its tutorials and users' code transfer::
+
+    hook_embed, hook_pos_embed                         (B, T, C)
+    blocks.{L}.hook_resid_pre / hook_resid_mid / hook_resid_post   (B, T, C)
+    blocks.{L}.ln1.hook_scale, ln2.hook_scale          (B, T, 1)  the norm's divisor
+    blocks.{L}.ln1.hook_normalized, ln2.hook_normalized (B, T, C)  before its weight and bias
+    blocks.{L}.attn.hook_q                             (B, T, H, D)   before rotary positions
+    blocks.{L}.attn.hook_k, hook_v                     (B, T, Hkv, D)  (Hkv: key/value heads)
+    blocks.{L}.attn.hook_rot_q, hook_rot_k             (B, T, H|Hkv, D)  after them (rotary only)
+    blocks.{L}.attn.hook_attn_scores                   (B, H, T, S)  scaled, masked (-inf)
+    blocks.{L}.attn.hook_pattern                       (B, H, T, S)  the softmax
+    blocks.{L}.attn.hook_z                             (B, T, H, D)  each head's mixed values
+    blocks.{L}.attn.hook_result                        (B, T, H, C)  each head's write into the
+                                                       residual (its slice of W_O, no bias)
+    blocks.{L}.hook_attn_out                           (B, T, C)
+    blocks.{L}.mlp.hook_pre                            (B, T, F)  before the activation (the
+                                                       gate, for a gated MLP)
+    blocks.{L}.mlp.hook_pre_linear                     (B, T, F)  a gated MLP's linear branch
+    blocks.{L}.mlp.hook_post                           (B, T, F)  after the activation (x up)
+    blocks.{L}.hook_mlp_out                            (B, T, C)
+    ln_final.hook_scale, ln_final.hook_normalized
+    hook_logits                                        (B, T, V)
+
+(``B`` batch, ``T`` positions, ``S`` keys, ``C`` width, ``H`` heads, ``D`` head width, ``F``
+the MLP's width, ``V`` the vocabulary.)
+
+**Nothing changes when no trace runs.** The decoder's forward takes ``trace=None``; with a
+:class:`Tracer` it runs its blocks through :meth:`Tracer.block`, which calls the same modules
+and kernels in the same order and only *reads* what lies on that path (the residual stream,
+q/k/v, ``z``, the MLP's inner activations). What the fast path does not form (the attention
+pattern under the fused kernel, a norm's scale, each head's result) is computed beside it, for
+the names asked only, so the logits of a trace that only captures are bit-identical to a plain
+forward (tested). An intervention on such a name switches that one sublayer to its explicit
+formula, whose output then carries the edit. The model is never modified.
+
+**Interventions** (:class:`Intervention`): ``set``, ``add``, ``scale``, ``zero``, ``mean``
+(the mean over the batch and positions of this run) or ``patch`` (the same activation from
+another run: a :class:`Trace`), on a whole activation, one ``head`` and/or one ``position``;
+or any function ``tensor -> tensor`` (a TransformerLens hook). They apply in the pass, before
+the activation is captured or used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnlm.base.errors import InputError
+
+OPS = ("set", "add", "scale", "zero", "mean", "patch", "fn")
+
+BLOCK_POINTS = (
+    "hook_resid_pre", "ln1.hook_scale", "ln1.hook_normalized", "attn.hook_q", "attn.hook_k",
+    "attn.hook_v", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_attn_scores",
+    "attn.hook_pattern", "attn.hook_z", "attn.hook_result", "hook_attn_out", "hook_resid_mid",
+    "ln2.hook_scale", "ln2.hook_normalized", "mlp.hook_pre", "mlp.hook_pre_linear",
+    "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
+)  # fmt: skip
+#: names whose tensors have a head axis, and where it is (in the layouts above)
+HEAD_AXIS = {"attn.hook_q": 2, "attn.hook_k": 2, "attn.hook_v": 2, "attn.hook_rot_q": 2,
+             "attn.hook_rot_k": 2, "attn.hook_z": 2, "attn.hook_result": 2,
+             "attn.hook_attn_scores": 1, "attn.hook_pattern": 1}  # fmt: skip
+#: the query-position axis where it is not 1
+POSITION_AXIS = {"attn.hook_attn_scores": 2, "attn.hook_pattern": 2}
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """An edit of activation ``name`` during the pass (see the module docstring): ``op`` one
+    of :data:`OPS`; ``value`` the tensor (``set``, ``add``), the factor (``scale``), the
+    :class:`Trace` to take the activation from (``patch``) or the function (``fn``);
+    ``head`` / ``position`` narrow it to one head or one (query) position."""
+
+    name: str
+    op: str
+    value: Any = None
+    head: int | None = None
+    position: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise InputError(f"intervention {self.op!r} is not one of {', '.join(OPS)}")
+
+
+def set_(name: str, value: Any, **where: int) -> Intervention:
+    return Intervention(name, "set", value, **where)
+
+
+def add(name: str, value: Any, **where: int) -> Intervention:
+    return Intervention(name, "add", value, **where)
+
+
+def scale(name: str, factor: float, **where: int) -> Intervention:
+    return Intervention(name, "scale", factor, **where)
+
+
+def zero(name: str, **where: int) -> Intervention:
+    return Intervention(name, "zero", None, **where)
+
+
+def mean_ablate(name: str, **where: int) -> Intervention:
+    return Intervention(name, "mean", None, **where)
+
+
+def patch(name: str, source: Mapping[str, Tensor], **where: int) -> Intervention:
+    return Intervention(name, "patch", source, **where)
+
+
+def hook(name: str, fn: Callable[[Tensor], Tensor]) -> Intervention:
+    return Intervention(name, "fn", fn)
+
+
+def _local(name: str) -> str:
+    """``blocks.3.attn.hook_z`` -> ``attn.hook_z`` (a block's own name)."""
+    parts = name.split(".")
+    return ".".join(parts[2:]) if parts[0] == "blocks" else name
+
+
+def _select(t: Tensor, name: str, head: int | None, position: int | None) -> tuple:
+    """The index of the slice of ``t`` (activation ``name``) at ``head`` / ``position``."""
+    index: list[Any] = [slice(None)] * t.dim()
+    local = _local(name)
+    if head is not None:
+        axis = HEAD_AXIS.get(local)
+        if axis is None:
+            raise InputError(f"{name} has no head axis (heads: {', '.join(HEAD_AXIS)})")
+        if not -t.shape[axis] <= head < t.shape[axis]:
+            raise InputError(f"head {head} is out of range for {name} ({t.shape[axis]} heads)")
+        index[axis] = head
+    if position is not None:
+        axis = POSITION_AXIS.get(local, 1)
+        if not -t.shape[axis] <= position < t.shape[axis]:
+            raise InputError(f"position {position} is out of range for {name} "
+                             f"({t.shape[axis]} positions)")  # fmt: skip
+        index[axis] = position
+    return tuple(index)
+
+
+def _apply(iv: Intervention, t: Tensor) -> Tensor:
+    """``t`` with the intervention applied (a new tensor; ``t`` is left as it was)."""
+    if iv.op == "fn":
+        out = iv.value(t)
+        if not isinstance(out, Tensor) or out.shape != t.shape:
+            raise InputError(f"a hook on {iv.name} must return a tensor of shape {tuple(t.shape)}")
+        return out
+    out = t.clone()
+    idx = _select(t, iv.name, iv.head, iv.position)
+    part = out[idx]
+    if iv.op == "zero":
+        new = torch.zeros_like(part)
+    elif iv.op == "scale":
+        new = part * float(iv.value)
+    elif iv.op == "mean":
+        dims = [0, POSITION_AXIS.get(_local(iv.name), 1)] if iv.position is None else [0]
+        dims = [d - sum(1 for a in _dropped(idx) if a < d) for d in dims]
+        new = part.mean(dim=dims, keepdim=True).expand_as(part)
+    else:
+        if iv.op == "patch" and iv.name not in iv.value:
+            raise InputError(f"patching {iv.name}: the source run did not capture it")
+        value = iv.value[iv.name] if iv.op == "patch" else iv.value
+        value = torch.as_tensor(value, dtype=t.dtype, device=t.device)
+        if iv.op == "patch":
+            if value.shape != t.shape:
+                raise InputError(f"patching {iv.name}: the source is {tuple(value.shape)}, this "
+                                 f"run {tuple(t.shape)} (the texts must tokenize to the same "
+                                 f"length)")  # fmt: skip
+            value = value[idx]
+        new = part + value if iv.op == "add" else value.expand_as(part)
+    out[idx] = new
+    return out
+
+
+def _dropped(idx: tuple) -> list[int]:
+    """Axes an integer index removes."""
+    return [a for a, i in enumerate(idx) if isinstance(i, int)]
+
+
+@dataclass
+class Tracer:
+    """What one traced pass captures (``names``: a set, or None for every name) and the
+    edits it applies (``interventions``); :attr:`captured` fills as the pass runs."""
+
+    names: set[str] | None = None
+    interventions: Sequence[Intervention] = ()
+    captured: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._edits: dict[str, list[Intervention]] = {}
+        for iv in self.interventions:
+            self._edits.setdefault(iv.name, []).append(iv)
+        self.applied: set[str] = set()
+
+    def wants(self, name: str) -> bool:
+        """Whether ``name`` is captured or edited (so worth computing off the fast path)."""
+        return name in self._edits or self.names is None or name in self.names
+
+    def edits(self, name: str) -> bool:
+        return name in self._edits
+
+    def point(self, name: str, t: Tensor) -> Tensor:
+        """Activation ``name``: edited (when asked), captured (when asked), returned."""
+        for iv in self._edits.get(name, ()):
+            t = _apply(iv, t)
+            self.applied.add(name)
+        if self.names is None or name in self.names:
+            self.captured[name] = t.detach().clone()
+        return t
+
+    # -- the decoder's parts -------------------------------------------------------------------
+
+    def norm(self, prefix: str, norm: Any, x: Tensor) -> Tensor:
+        """``norm(x)`` with ``PREFIX.hook_scale`` and ``PREFIX.hook_normalized``."""
+        s, n = f"{prefix}.hook_scale", f"{prefix}.hook_normalized"
+        if not (self.wants(s) or self.wants(n)):
+            return norm(x)
+        scale_, normalized = norm_parts(norm, x)
+        scale_ = self.point(s, scale_)
+        edited = self.edits(s) or self.edits(n)
+        if edited:
+            normalized = (x - norm_mean(norm, x)) / scale_ if self.edits(s) else normalized
+        normalized = self.point(n, normalized)
+        return norm_apply(norm, normalized) if edited else norm(x)
+
+    def block(self, block: Any, x: Tensor, layer: int, attend: dict[str, Any]) -> Tensor:
+        """One pre-norm block (:class:`attnlm.nn.blocks.TransformerBlock`) with every point."""
+        p = f"blocks.{layer}"
+        x = self.point(f"{p}.hook_resid_pre", x)
+        h = self.norm(f"{p}.ln1", block.ln_1, x)
+        h = self.attention(p, block.attn, h, layer, attend)
+        h = self.point(f"{p}.hook_attn_out", block.drop(h))
+        x = self.point(f"{p}.hook_resid_mid", x + h)
+        h = self.norm(f"{p}.ln2", block.ln_2, x)
+        h = self.point(f"{p}.hook_mlp_out", self.mlp(p, block.mlp, h))
+        return self.point(f"{p}.hook_resid_post", x + h)
+
+    def mlp(self, p: str, mlp: Any, h: Tensor) -> Tensor:
+        from attnlm.nn.blocks import SwiGLU
+        from attnlm.nn.fused import swiglu
+
+        pre = mlp.fc(h)
+        if isinstance(mlp, SwiGLU):
+            gate, up = pre.chunk(2, dim=-1)
+            g = self.point(f"{p}.mlp.hook_pre", gate)
+            u = self.point(f"{p}.mlp.hook_pre_linear", up)
+            if self.edits(f"{p}.mlp.hook_pre") or self.edits(f"{p}.mlp.hook_pre_linear"):
+                post = F.silu(g) * u
+            else:
+                post = swiglu(pre)
+        else:
+            pre = self.point(f"{p}.mlp.hook_pre", pre)
+            post = mlp.act(pre)
+        post = self.point(f"{p}.mlp.hook_post", post)
+        return mlp.drop(mlp.proj(post))
+
+    def attention(self, p: str, attn: Any, h: Tensor, layer: int, attend: dict[str, Any]):
+        """Self-attention of a block with its points (see :func:`attention`)."""
+        return attention(self, p, attn, h, layer, attend)
+
+
+# -- norms ------------------------------------------------------------------------------------
+
+
+def norm_mean(norm: Any, x: Tensor) -> Tensor | float:
+    return 0.0 if _is_rms(norm) else x.mean(-1, keepdim=True)
+
+
+def _is_rms(norm: Any) -> bool:
+    return isinstance(norm, torch.nn.RMSNorm)
+
+
+def _eps(norm: Any, x: Tensor) -> float:
+    eps = getattr(norm, "eps", None)
+    return float(eps) if eps is not None else float(torch.finfo(x.dtype).eps)
+
+
+def norm_parts(norm: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(scale (B, T, 1), normalized (B, T, C))`` of a LayerNorm or RMSNorm: ``x`` (centred
+    for LayerNorm) divided by ``scale = sqrt(mean of squares + eps)``."""
+    if not isinstance(norm, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+        raise InputError(f"tracing a {type(norm).__name__} norm is not supported")
+    centred = x - norm_mean(norm, x)
+    scale_ = (centred.pow(2).mean(-1, keepdim=True) + _eps(norm, x)).sqrt()
+    return scale_, centred / scale_
+
+
+def norm_apply(norm: Any, normalized: Tensor) -> Tensor:
+    """The norm's weight (and LayerNorm's bias) applied to ``normalized``."""
+    out = normalized if norm.weight is None else normalized * norm.weight
+    bias = getattr(norm, "bias", None)
+    return out if bias is None else out + bias
+
+
+# -- attention --------------------------------------------------------------------------------
+
+
+def attention(tr: Tracer, p: str, attn: Any, h: Tensor, layer: int, attend: dict[str, Any]):
+    """``attn(h)`` (``(B, T, C)`` -> ``(B, T, C)``) with its points: the fast path's own
+    q/k/v, ``z`` and output, and the scores, pattern and per-head results computed beside it
+    when asked; an edit of q/k (before rotary), the scores or the pattern takes the explicit
+    formula instead."""
+    from attnlm.nn import fused
+    from attnlm.nn.attention import apply_rotary
+
+    a = f"{p}.attn"
+    rotary, cache = attend.get("rotary"), attend.get("cache")
+    B, T, _ = h.shape
+    qkv = attn.qkv_proj(h)
+    q0, k0, v0 = (attn._heads(t) for t in attn._split_qkv(qkv))  # (B, H|Hkv, T, D)
+    pre_edit = any(tr.edits(f"{a}.hook_{n}") for n in ("q", "k", "v"))
+    q0, k0, v0 = (_bhtd(tr.point(f"{a}.hook_{n}", _bthd(t)))
+                  for n, t in (("q", q0), ("k", k0), ("v", v0)))  # fmt: skip
+    if rotary is None:
+        q, k, v = q0, k0, v0
+    elif pre_edit:
+        q, k, v = apply_rotary(q0, *rotary), apply_rotary(k0, *rotary), v0
+    elif torch.compiler.is_compiling():
+        q, k, v = apply_rotary(q0, *rotary), apply_rotary(k0, *rotary), v0
+    else:  # the fast path's own kernel, on the same projection
+        q, k, v = fused.rotary_heads(qkv, *rotary, attn.n_head, attn.n_kv_head)
+    if rotary is not None:
+        q = _bhtd(tr.point(f"{a}.hook_rot_q", _bthd(q)))
+        k = _bhtd(tr.point(f"{a}.hook_rot_k", _bthd(k)))
+    if cache is not None:
+        k, v = cache.append(layer, k, v)
+    explicit = tr.edits(f"{a}.hook_attn_scores") or tr.edits(f"{a}.hook_pattern")
+    if explicit or tr.wants(f"{a}.hook_attn_scores") or tr.wants(f"{a}.hook_pattern"):
+        pattern = _pattern(tr, a, attn, q, k, attend.get("mask"), attend.get("is_causal", False))
+    if explicit:
+        y = pattern @ attn._shared(v)  # (B, H, T, D)
+    else:
+        y, _ = attn._mix(q, k, v, attend.get("mask"), attend.get("is_causal", False), False)
+    z = tr.point(f"{a}.hook_z", _bthd(y))  # (B, T, H, D)
+    if tr.wants(f"{a}.hook_result"):
+        result = tr.point(f"{a}.hook_result", head_results(attn, z))
+        if tr.edits(f"{a}.hook_result"):
+            bias = attn.out_proj.bias
+            return result.sum(2) + (0 if bias is None else bias)
+    return attn.out_proj(z.reshape(B, T, -1))
+
+
+def _bthd(t: Tensor) -> Tensor:
+    return t.transpose(1, 2)  # (B, H, T, D) <-> (B, T, H, D)
+
+
+_bhtd = _bthd
+
+
+def _pattern(tr: Tracer, a: str, attn: Any, q: Tensor, k: Tensor, mask, is_causal) -> Tensor:
+    """Scores ``(B, H, T, S)`` (scaled, plus the additive mask, the causal rule as -inf) and
+    their softmax, through their points."""
+    from attnlm.nn.masks import causal_mask, combine_masks
+
+    T, S = q.shape[-2], k.shape[-2]
+    scores = attn.score(q, attn._shared(k))
+    if is_causal and T > 1:
+        mask = combine_masks(mask, causal_mask(T, S, device=q.device, dtype=q.dtype))
+    if mask is not None:
+        scores = scores + mask
+    scores = scores.masked_fill(scores <= torch.finfo(scores.dtype).min / 2, -math.inf)
+    scores = tr.point(f"{a}.hook_attn_scores", scores)
+    return tr.point(f"{a}.hook_pattern", scores.softmax(-1))
+
+
+def head_results(attn: Any, z: Tensor) -> Tensor:
+    """Each head's write into the residual stream ``(B, T, H, C)``: its ``z`` ``(B, T, H, D)``
+    through its slice of the output projection, without the bias (the sum over heads plus the
+    bias is the attention output)."""
+    B, T, H, D = z.shape
+    eye = torch.eye(H, dtype=z.dtype, device=z.device)  # each head alone, the others zero
+    alone = (z[:, :, None, :, :] * eye[None, None, :, :, None]).reshape(B, T, H, H * D)
+    out = attn.out_proj(alone)  # (B, T, H, C)
+    bias = attn.out_proj.bias
+    return out if bias is None else out - bias
+
+
+# -- the public call --------------------------------------------------------------------------
+
+
+class Trace(dict):
+    """The captured activations (name -> tensor, TransformerLens layouts) and ``logits``
+    ``(B, T, V)``, ``tokens`` (the ids) of one traced pass."""
+
+    logits: Tensor
+    tokens: Tensor
+
+
+def hook_names(model: Any) -> list[str]:
+    """Every name a trace of ``model`` can capture, in the order of the pass."""
+    _check_traceable(model)
+    names = ["hook_embed"]
+    if getattr(model, "pos_emb", None) is not None:
+        names.append("hook_pos_embed")
+    rotary = getattr(model, "rotary", None) is not None
+    for layer, block in enumerate(model.blocks):
+        from attnlm.nn.blocks import SwiGLU
+
+        for point in BLOCK_POINTS:
+            if point.startswith("attn.hook_rot") and not rotary:
+                continue
+            if point == "mlp.hook_pre_linear" and not isinstance(block.mlp, SwiGLU):
+                continue
+            names.append(f"blocks.{layer}.{point}")
+    return [*names, "ln_final.hook_scale", "ln_final.hook_normalized", "hook_logits"]
+
+
+def _check_traceable(model: Any) -> None:
+    from attnlm.nn.blocks import PostNormBlock, TransformerBlock
+
+    blocks = getattr(model, "blocks", None)
+    ok = (
+        blocks is not None and hasattr(model, "lm_head")
+        and all(type(b) is TransformerBlock or (isinstance(b, TransformerBlock)
+                and not isinstance(b, PostNormBlock)) for b in blocks)
+        and all(b.cross_attn is None for b in blocks)
+    )  # fmt: skip
+    if not ok:
+        raise InputError(
+            f"tracing needs a causal decoder (gpt, llama and the GGUF / Hugging Face models "
+            f"built on them); this is a {type(model).__name__}"
+        )
+
+
+def _ids(model: Any, inputs: Any, tokenizer: Any) -> Tensor:
+    if isinstance(inputs, str):
+        if tokenizer is None:
+            raise InputError("a text needs the tokenizer (trace(model, text, tokenizer=tok))")
+        ids = torch.tensor([list(tokenizer.encode(inputs))])
+    else:
+        ids = torch.as_tensor(inputs)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[1] == 0:
+        raise InputError(f"inputs must be a text or token ids (B, T), got shape {tuple(ids.shape)}")
+    device = next((t.device for t in (*model.parameters(), *model.buffers())), ids.device)
+    return ids.to(device)
+
+
+def trace(
+    model: Any,
+    inputs: Any,
+    names: Iterable[str] | None = None,
+    interventions: Iterable[Intervention] = (),
+    *,
+    tokenizer: Any = None,
+) -> Trace:
+    """Run ``model`` once on ``inputs`` (a text with ``tokenizer``, or token ids ``(T,)`` /
+    ``(B, T)``) and return the activations ``names`` (None: every name of
+    :func:`hook_names`) with the ``interventions`` applied in the same pass (see the module
+    docstring); ``result.logits`` are the pass's logits. Unknown names, heads or positions
+    out of range are refused in one line."""
+    _check_traceable(model)
+    known = set(hook_names(model))
+    wanted = None if names is None else set(names)
+    interventions = list(interventions)
+    for name in (wanted or set()) | {iv.name for iv in interventions}:
+        if name not in known:
+            raise InputError(f"unknown hook name {name!r} (attnlm trace --model M --names "
+                             f"lists them; e.g. blocks.0.attn.hook_pattern)")  # fmt: skip
+    tracer = Tracer(wanted, interventions)
+    ids = _ids(model, inputs, tokenizer)
+    with torch.inference_mode():
+        logits = model(ids, trace=tracer).logits
+    out = Trace(tracer.captured)
+    out.logits, out.tokens = logits, ids
+    return out
