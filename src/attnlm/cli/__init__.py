@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "attnlm.cli.models",
     "attnlm.cli.inspect",
     "attnlm.cli.lens",
+    "attnlm.cli.interp",
     "attnlm.cli.encoders",
     "attnlm.cli.serve",
     "attnlm.cli.compare",

@@ -32,6 +32,15 @@ def answer_id(tok: Any, text: str, what: str) -> int:
     return ids[0]
 
 
+def _token_text(tok: Any, i: int) -> str:
+    """Token ``i`` as text; an id past the tokenizer's vocabulary (a model's padding rows) as
+    ``<id N>``."""
+    try:
+        return tok.decode([i])
+    except (KeyError, IndexError, ValueError, InputError):
+        return f"<id {i}>"
+
+
 def _encode(tok: Any, text: str) -> list[int]:
     ids = list(tok.encode(text))
     if not ids:
@@ -133,12 +142,12 @@ def attribution(model: Any, tok: Any, text: str, answer: str) -> dict:
     mlps = [float(through(t[f"blocks.{i}.hook_mlp_out"][0, -1])) for i in range(L)]
     lm_bias = getattr(model.lm_head, "bias", None)
     norm_bias = getattr(model.ln_f, "bias", None)
-    bias = float(norm_bias.detach().double() @ _head_row(model, a)) if norm_bias is not None else 0.0
+    bias = 0.0 if norm_bias is None else float(norm_bias.detach().double() @ _head_row(model, a))
     bias += float(lm_bias[a]) if lm_bias is not None else 0.0
     logit = float(t.logits[0, -1, a])
+    total = float(embed) + sum(map(sum, heads)) + bias_terms + sum(mlps) + bias
     return {"answer_token": a, "logit": logit, "embed": float(embed), "heads": heads,
-            "attn_bias": bias_terms, "mlps": mlps, "bias": bias,
-            "total": float(embed) + sum(map(sum, heads)) + bias_terms + sum(mlps) + bias}  # fmt: skip
+            "attn_bias": bias_terms, "mlps": mlps, "bias": bias, "total": total}  # fmt: skip
 
 
 def _attn_bias(attn: Any) -> Tensor | None:
@@ -222,7 +231,7 @@ def ablation(
 
     def rows(lp: Tensor) -> list[dict]:
         top_ids = lp.topk(top).indices.tolist()
-        return [{"token": tok.decode([i]), "id": i, "p": float(plain[i].exp()),
+        return [{"token": _token_text(tok, i), "id": i, "p": float(plain[i].exp()),
                  "p_ablated": float(ablated[i].exp())} for i in top_ids]  # fmt: skip
 
     return {"heads": [f"{layer}.{h}" for layer, h in heads], "ablation": op, "kl": kl,

@@ -174,3 +174,42 @@ def plot_fewshot_curve(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(plt, fig, path)
+
+
+def plot_grid(
+    values: Sequence[Sequence[float]],
+    path: str | os.PathLike[str],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    xticks: Sequence[str] | None = None,
+    diverging: bool = False,
+    annotate: bool | None = None,
+) -> Path:
+    """A matrix as a colour grid (rows from the top: row 0 first), with a colour bar:
+    ``diverging`` centres a red-blue map on 0 (patching, attribution), else a sequential one
+    (scores in [0, 1]); values are written in the cells when the grid is small."""
+    plt = _pyplot()
+    m = np.asarray(values, dtype=float)
+    rows, cols = m.shape
+    fig, ax = plt.subplots(figsize=(min(14, 2.5 + 0.45 * cols), min(12, 1.5 + 0.32 * rows)))
+    if diverging:
+        bound = float(np.nanmax(np.abs(m))) or 1.0
+        image = ax.imshow(m, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    else:
+        image = ax.imshow(m, cmap="viridis", aspect="auto")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_yticks(range(rows))
+    ax.set_xticks(range(cols))
+    if xticks is not None:
+        ax.set_xticklabels(token_labels(list(xticks)), rotation=60, ha="right", fontsize=7)
+    ax.tick_params(labelsize=7)
+    if annotate if annotate is not None else rows * cols <= 200:
+        for i in range(rows):
+            for j in range(cols):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=6)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    return _save(plt, fig, path)

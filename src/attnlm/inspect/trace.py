@@ -9,7 +9,8 @@ Names and layouts are TransformerLens's, so that its tutorials and users' code t
     blocks.{L}.attn.hook_q                             (B, T, H, D)   before rotary positions
     blocks.{L}.attn.hook_k, hook_v                     (B, T, Hkv, D)  (Hkv: key/value heads)
     blocks.{L}.attn.hook_rot_q, hook_rot_k             (B, T, H|Hkv, D)  after them (rotary only)
-    blocks.{L}.attn.hook_attn_scores                   (B, H, T, S)  scaled, masked (-inf)
+    blocks.{L}.attn.hook_attn_scores                   (B, H, T, S)  scaled; masked keys hold
+                                                       the dtype's lowest value
     blocks.{L}.attn.hook_pattern                       (B, H, T, S)  the softmax
     blocks.{L}.attn.hook_z                             (B, T, H, D)  each head's mixed values
     blocks.{L}.attn.hook_result                        (B, T, H, C)  each head's write into the
@@ -44,7 +45,6 @@ the activation is captured or used.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -354,8 +354,8 @@ _bhtd = _bthd
 
 
 def _pattern(tr: Tracer, a: str, attn: Any, q: Tensor, k: Tensor, mask, is_causal) -> Tensor:
-    """Scores ``(B, H, T, S)`` (scaled, plus the additive mask, the causal rule as -inf) and
-    their softmax, through their points."""
+    """Scores ``(B, H, T, S)`` (scaled, plus the additive mask; a masked key holds the dtype's
+    lowest value, as in TransformerLens) and their softmax, through their points."""
     from attnlm.nn.masks import causal_mask, combine_masks
 
     T, S = q.shape[-2], k.shape[-2]
@@ -364,7 +364,8 @@ def _pattern(tr: Tracer, a: str, attn: Any, q: Tensor, k: Tensor, mask, is_causa
         mask = combine_masks(mask, causal_mask(T, S, device=q.device, dtype=q.dtype))
     if mask is not None:
         scores = scores + mask
-    scores = scores.masked_fill(scores <= torch.finfo(scores.dtype).min / 2, -math.inf)
+    lowest = torch.finfo(scores.dtype).min  # masked: the dtype's lowest (TransformerLens's)
+    scores = scores.masked_fill(scores <= lowest / 2, lowest)
     scores = tr.point(f"{a}.hook_attn_scores", scores)
     return tr.point(f"{a}.hook_pattern", scores.softmax(-1))
 
