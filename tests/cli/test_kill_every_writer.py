@@ -84,6 +84,21 @@ def _rows(files: dict[str, str], t: Path) -> dict[str, tuple[Argv, list[Path]]]:
         "hmm fit": (lambda v: ["hmm", "fit", "--text", texts[v], "--out", t / f"hmm{v}",
                                "--states", 2, "--iters", 1, "--threads", 1, "--no-progress"],
                     [t / "hmm1"]),
+        "trace": (lambda v: ["trace", "--model", ck, sentences[v], "--hook", "hook_embed",
+                             "--save", f.with_suffix(".npz"), "--threads", 1],
+                  [f.with_suffix(".npz")]),
+        "patch": (lambda v: ["patch", "--model", ck, "--clean", "the cat sat", "--corrupt",
+                             "the dog sat", "--answer", "so"[v], "--wrong", "d", "--out",
+                             f.with_suffix(".png"), "--threads", 1],
+                  [f.with_suffix(".png"), t / "out.file-heads.png"]),
+        "attribute": (lambda v: ["attribute", "--model", ck, sentences[v], "--answer", "s",
+                                 "--out", f.with_suffix(".png"), "--threads", 1],
+                      [f.with_suffix(".png")]),
+        "heads": (lambda v: ["heads", "--model", ck, "--induction", "--length", 3 + v, "--out",
+                             f.with_suffix(".png"), "--threads", 1], [f.with_suffix(".png")]),
+        "ablate": (lambda v: ["ablate", "--model", ck, sentences[v], "--head", "0.0",
+                              "--out", f.with_suffix(".png"), "--threads", 1],
+                   [f.with_suffix(".png")]),
         "eval --out": (lambda v: ["eval", "--model", ck, "--task", task, "--num-fewshot", v,
                                   "--out", f.with_suffix(".png"), "--no-progress",
                                   "--threads", 1], [f.with_suffix(".png")]),
@@ -146,7 +161,8 @@ def sharded_run(path: Path, steps: int) -> Path:
 
 ROW_NAMES = [
     "train", "compare", "data prepare", "ngram train", "word2vec train", "tokenize train",
-    "attention", "lens", "contextual", "hmm fit", "eval --out", "export --gguf", "export --out",
+    "attention", "lens", "contextual", "hmm fit", "eval --out", "trace", "patch", "attribute",
+    "heads", "ablate", "export --gguf", "export --out",
     "export-checkpoint", "data task", "demo",
 ]  # fmt: skip
 
