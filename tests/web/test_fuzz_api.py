@@ -20,6 +20,11 @@ GOOD = {
     "word": "bank",
     "sentences": ["the bank", "a river bank"],
     "messages": [{"role": "user", "content": "the bank"}],
+    "heads": ["0.0"],
+    "clean": "the bank",
+    "corrupt": "the river",
+    "answer": "bank",
+    "wrong": "river",
 }
 BAD = {
     "lone-surrogate": "a\ud800b",

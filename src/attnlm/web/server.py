@@ -19,6 +19,11 @@ Routes (all JSON answers are objects; errors are ``{"error": "one line"}``):
 - ``POST /api/translate`` ``{"text", "model"?, "num_beams"?, ...sampling}``: models with
   ``translate`` (greedy unless ``temperature`` > 0, beam search with ``num_beams`` > 1;
   ``max_new_tokens`` defaults to twice the source length plus 10).
+- ``POST /api/ablate`` ``{"text", "heads": ["L.H", ...], "mean"?, "k"?, "model"?}``,
+  ``POST /api/patch`` ``{"clean", "corrupt", "answer", "wrong", "model"?}``, ``POST
+  /api/heads`` ``{"kind"?, "length"?, "batch"?, "seed"?, "model"?}``: head ablation,
+  activation patching and head scores, for models whose info says ``interpret: true``
+  (:mod:`attnlm.web.service.interp`).
 
 Status codes: 400 malformed JSON, unknown or mistyped fields, unsupported capability; 404
 unknown model or path; 405 wrong method; 413 body or text too long; 500 unexpected failure
@@ -89,6 +94,8 @@ def _opt(check: _Check) -> _Check:
 
 
 _STR = (lambda v: isinstance(v, str), "a string")
+_INT = (_is_int, "an integer")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
 _OPT_INT = (_opt(_is_int), "an integer or null")
 _OPT_NUM = (_opt(_is_num), "a number or null")
 _SAMPLING = {
@@ -129,6 +136,18 @@ SCHEMAS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"text": _STR},
         {"model": _STR, "num_beams": (_is_int, "an integer"), **_SAMPLING},
     ),
+    "ablate": (
+        {
+            "text": _STR,
+            "heads": (
+                lambda v: isinstance(v, list) and all(isinstance(h, str) for h in v),
+                'a list of "LAYER.HEAD" strings',
+            ),
+        },
+        {"model": _STR, "mean": _BOOL, "k": _INT},
+    ),
+    "patch": ({"clean": _STR, "corrupt": _STR, "answer": _STR, "wrong": _STR}, {"model": _STR}),
+    "heads": ({}, {"model": _STR, "kind": _STR, "length": _INT, "batch": _INT, "seed": _INT}),
 }
 
 
@@ -219,6 +238,13 @@ class Explorer:
             return s.lens(b["text"], b.get("k", 5))
         if endpoint == "chat":
             return s.chat(b["messages"], _sampling(b, temperature=0, max_new_tokens=200))
+        if endpoint == "ablate":
+            return s.ablate(b["text"], b["heads"], b.get("mean", False), b.get("k", 10))
+        if endpoint == "patch":
+            return s.patch(b["clean"], b["corrupt"], b["answer"], b["wrong"])
+        if endpoint == "heads":
+            opts = {k: b[k] for k in ("kind", "length", "batch", "seed") if k in b}
+            return s.head_scores(**opts)
         return s.translate(
             b["text"], _sampling(b, temperature=0), b.get("max_new_tokens"), b.get("num_beams", 1)
         )

@@ -22,6 +22,10 @@ plain JSON-ready dicts:
   (:mod:`.llm`);
 - ``chat(messages, sampling)`` (info ``chat: true``: a chat template): the assistant's reply
   to the conversation, its tokens and timings (:mod:`.llm`);
+- ``ablate(text, heads, mean, k)``, ``patch(clean, corrupt, answer, wrong)``,
+  ``head_scores(kind, length, batch, seed)`` (info ``interpret: true``: causal decoders the
+  tracer reads): head ablation, activation patching and induction / previous-token /
+  duplicate-token head scores (:mod:`.interp`, through :mod:`attnlm.inspect.experiments`);
 - ``fill_mask(text, k)`` (capability ``fill-mask``): the top ``k`` tokens at every
   ``[MASK]`` (:func:`attnlm.inspect.fill_mask.fill_mask`), ``{"text", "filled", "k",
   "tokens", "masks": [{"index", "predictions": [{"token", "id", "prob"}]}]}``;
@@ -34,7 +38,7 @@ A request for a capability the model lacks answers :class:`NotSupportedError` (H
 
 The package keeps one job per file: the request limits, errors and sampling settings
 (:mod:`.limits`), the served model and its endpoints (:mod:`.model`), the logit lens and
-chat (:mod:`.llm`), character spans of words
+chat (:mod:`.llm`), the experiments inside a decoder (:mod:`.interp`), character spans of words
 and tokens (:mod:`.spans`) and model loading (:mod:`.loading`). Every name is importable from
 ``attnlm.web.service`` (loaded on first use).
 
@@ -65,7 +69,8 @@ __getattr__, __all__ = lazy_exports(
     __name__,
     {
         ".limits": "DECIMALS DEFAULT_MAX_CHARS MAX_ATTENTION_VALUES MAX_BEAMS MAX_CHAT_CHARS "
-        "MAX_CHAT_MESSAGES MAX_LENS_LOGITS MAX_NEW_TOKENS MAX_TOP_K NotSupportedError "
+        "MAX_CHAT_MESSAGES MAX_LENS_LOGITS MAX_NEW_TOKENS MAX_PATCH_LOGITS MAX_SCORE_BATCH "
+        "MAX_SCORE_LENGTH MAX_SCORE_WEIGHTS MAX_TOP_K NotSupportedError "
         "ServiceError TooLongError UnknownModelError sampling_config",
         ".model": "Inspection ModelService",
         ".spans": "find_word token_spans",

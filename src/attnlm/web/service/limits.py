@@ -28,6 +28,17 @@ MAX_ATTENTION_VALUES = 2_000_000
 MAX_LENS_LOGITS = 64_000_000
 MAX_CHAT_MESSAGES = 64  # most messages one chat request may carry
 MAX_CHAT_CHARS = 16_000  # most characters of all its messages together
+# Activation patching (POST /api/patch) runs one batch per sweep, a row per layer and position
+# (or per layer and head), each row the whole text: most logits such a batch may hold, rows x
+# tokens x vocabulary float32 (512 MB at the limit; GPT-2 small, 12 layers x 50,257 tokens:
+# up to 14 tokens; SmolLM2, 30 layers x 49,152 tokens: up to 9).
+MAX_PATCH_LOGITS = 128_000_000
+# Head scores (POST /api/heads): repeated random sequences of at most MAX_SCORE_LENGTH tokens,
+# repeated once, at most MAX_SCORE_BATCH of them; the attention patterns of every layer are
+# kept, layers x batch x heads x (2 length)^2 weights, at most MAX_SCORE_WEIGHTS (128 MB).
+MAX_SCORE_LENGTH = 128
+MAX_SCORE_BATCH = 16
+MAX_SCORE_WEIGHTS = 32_000_000
 
 
 class ServiceError(InputError):

@@ -1,7 +1,8 @@
 """One served model answering the explorer's JSON API: :class:`ModelService`.
 
 Its methods are the endpoints (``info``, ``tokens``, ``attention``, ``next_tokens``,
-``generate``, ``embeddings``, ``fill_mask``, ``translate``; the package docstring of
+``generate``, ``embeddings``, ``fill_mask``, ``translate``, ``lens``, ``chat``, ``ablate``,
+``patch``, ``head_scores``; the package docstring of
 :mod:`attnlm.web.service` lists what each answers). Every endpoint that needs the model's
 internals goes through one forward pass, :meth:`ModelService._inspect`, which reads the shared
 inspection record (:func:`attnlm.inspect.record.inspect`), so every family the registry knows
@@ -127,6 +128,14 @@ class ModelService:
         )
 
     @property
+    def interprets(self) -> bool:
+        """A causal decoder the experiments read (head ablation, activation patching, head
+        scores: :mod:`.interp`)."""
+        from attnlm.web.service.interp import supported
+
+        return not self.translates and supported(self.model)
+
+    @property
     def translates(self) -> bool:
         """A translation model: texts are source sentences, answers carry cross-attention."""
         return "translate" in self.capabilities
@@ -160,6 +169,7 @@ class ModelService:
             "source": self.source,
             "chat": self.chats,
             "lens": self.lenses,
+            "interpret": self.interprets,
             "sample": self.sample(),
         }
 
@@ -381,6 +391,28 @@ class ModelService:
         from attnlm.web.service.llm import chat
 
         return chat(self, messages, sampling)
+
+    def ablate(
+        self, text: str, heads: Sequence[str], mean: bool = False, k: int = 10
+    ) -> dict[str, Any]:
+        """The next tokens with and without some heads (:func:`.interp.ablate`)."""
+        from attnlm.web.service.interp import ablate
+
+        return ablate(self, text, heads, mean, k)
+
+    def patch(self, clean: str, corrupt: str, answer: str, wrong: str) -> dict[str, Any]:
+        """Activation patching from ``clean`` into ``corrupt`` (:func:`.interp.patch`)."""
+        from attnlm.web.service.interp import patch
+
+        return patch(self, clean, corrupt, answer, wrong)
+
+    def head_scores(
+        self, kind: str = "induction", length: int = 20, batch: int = 8, seed: int = 0
+    ) -> dict[str, Any]:
+        """Every head's induction (or other) score (:func:`.interp.head_scores`)."""
+        from attnlm.web.service.interp import head_scores
+
+        return head_scores(self, kind, length, batch, seed)
 
     def embeddings(self, word: str, sentences: Sequence[str]) -> dict[str, Any]:
         """Cosine similarity of ``word``'s contextual vectors in two sentences, per layer.

@@ -5,6 +5,8 @@
   var models = {}, current = null, view = null, lastRecord = null, runs = 0;
   var sampleText = null, sampleNote = ""; // the text box holds the sample until edited
   var chatPanel = null;
+  var ablation = null, patching = null, scores = null; // a causal decoder's experiments
+  var shownText = ""; // the text of the last run: the ablation is asked on it
 
   function api(path, body) {
     var opts = body === undefined ? {} : {
@@ -42,7 +44,13 @@
     $("embed").classList.toggle("hidden", has("translate"));
     $("lens").classList.toggle("hidden", !m.lens);
     $("chat").classList.toggle("hidden", !m.chat);
+    $("scores").classList.toggle("hidden", !m.interpret);
+    $("patching").classList.toggle("hidden", !m.interpret);
     if (chatPanel) chatPanel.reset(); // a conversation belongs to the model that had it
+    if (ablation) { ablation.reset(); patching.reset(); scores.reset(); } // so do heads
+    // the repeated random sequences (2 x length tokens) must fit the model's window
+    $("hs-length").value = m.window ? Math.max(1, Math.min(20, Math.floor(m.window / 2))) : 20;
+    if (scores && m.interpret) scores.run();
   }
 
   /* The model's own sample text (trimmed by the server to fit its window), and why. */
@@ -83,7 +91,8 @@
       view: keep.view, kind: keep.kind, layers_filter: keep.layers_filter, heads_filter: keep.heads_filter,
       layer: keep.layer, heads: keep.heads ? keep.heads.slice() : null,
     };
-    view = AttnViews.mount($("views"), rec, st, writeHash);
+    var extras = current.interpret ? { ablation: ablation } : null;
+    view = AttnViews.mount($("views"), rec, st, writeHash, extras);
     window.attnView = view;
   }
 
@@ -154,6 +163,7 @@
      dropped, so the page always shows the latest request's record. */
   function run() {
     var text = $("text").value, model = current.name, mine = ++runs;
+    shownText = text;
     var latest = function (fn) { return function (r) { if (mine === runs) fn(r); }; };
     status("computing\u2026");
     var jobs = [];
@@ -173,6 +183,7 @@
     }
     if (has("generate")) jobs.push(nextTokens());
     if (current.lens) jobs.push(lens(latest));
+    if (current.interpret) ablation.refresh(); // its errors stay in its panel
     var note = text === sampleText ? sampleNote : "";
     Promise.all(jobs).then(latest(function () { status(note); }), latest(function (e) { status(e.message, true); }));
   }
@@ -348,6 +359,27 @@
       system: $("c-system"), temperature: $("c-temperature"), max: $("c-max"), seed: $("c-seed"),
       status: $("c-status"),
     }, api, function () { return current.name; });
+    var ctx = {
+      model: function () { return current.name; },
+      text: function () { return shownText; },
+      onAblate: function () {
+        if (view && view.render) view.render(); // the head view's ablate buttons
+        scores.marks();
+      },
+    };
+    ablation = AttnInterp.ablation({
+      panel: $("ablation"), heads: $("ab-heads"), mean: $("ab-mean"), clear: $("ab-clear"),
+      kl: $("ab-kl"), table: $("ab-table"), status: $("ab-status"),
+    }, api, ctx);
+    patching = AttnInterp.patching({
+      clean: $("p-clean"), corrupt: $("p-corrupt"), answer: $("p-answer"), wrong: $("p-wrong"),
+      run: $("p-run"), status: $("p-status"), summary: $("p-summary"), resid: $("p-resid"),
+      heads: $("p-heads"), readout: $("p-readout"),
+    }, api, ctx);
+    scores = AttnInterp.scores({
+      kind: $("hs-kind"), length: $("hs-length"), seed: $("hs-seed"), run: $("hs-run"),
+      status: $("hs-status"), table: $("hs-grid"), readout: $("hs-readout"),
+    }, api, ctx, ablation);
     $("model").addEventListener("change", function () {
       showModel($("model").value);
       // the sample follows the model until the user edits the text; either way it redraws

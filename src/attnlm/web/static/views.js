@@ -5,10 +5,14 @@
  * keys), optionally with "source_tokens": [S] and "cross_attention": [L][H][T][S] (query =
  * target token, key = source token) for translation models.
  *
- * AttnViews.mount(root, record, state, onChange) builds the controls and the current view inside
- * root and returns {state, render, toPNG}; onChange(state), if given, is called after every
- * drawing (the explorer keeps its URL in step). state: {view: "head"|"model", kind: "self"|"cross",
- * layer, heads: [indices shown in the head view], layers_filter, heads_filter, focus, enlarged}.
+ * AttnViews.mount(root, record, state, onChange, extras) builds the controls and the current view
+ * inside root and returns {state, render, toPNG}; onChange(state), if given, is called after
+ * every drawing (the explorer keeps its URL in step). state: {view: "head"|"model", kind:
+ * "self"|"cross", layer, heads: [indices shown in the head view], layers_filter, heads_filter,
+ * focus, enlarged}. extras (the served page only; a standalone file has none): {ablation:
+ * {has(layer, head), toggle(layer, head)}} adds an "ablate" button per head of the head view's
+ * layer, on while that head is ablated (the page then shows the next-token distribution
+ * without it).
  */
 (function (global) {
   "use strict";
@@ -270,7 +274,25 @@
     return s;
   }
 
-  function mount(root, record, initial, onChange) {
+  /* The head view's ablation toggles: one button per head of the shown layer. */
+  function ablateButtons(ablation, layer, n, render) {
+    var box = el("span", { class: "ablate-heads", title: "ablate a head (zero its output): the " +
+      "next-token table shows the distribution without it; click again to restore it" });
+    box.appendChild(el("span", { class: "ablate-label" }, "ablate"));
+    for (var h = 0; h < n; h++) {
+      (function (h) {
+        var on = ablation.has(layer, h);
+        var b = el("button", { type: "button", class: "ablate-head" + (on ? " on" : ""),
+          "data-layer": layer, "data-head": h, "aria-pressed": on ? "true" : "false" }, String(h));
+        b.style.borderColor = headColor(h);
+        b.addEventListener("click", function () { ablation.toggle(layer, h); render(); });
+        box.appendChild(b);
+      })(h);
+    }
+    return box;
+  }
+
+  function mount(root, record, initial, onChange, extras) {
     var state = defaults(record, initial);
     root.innerHTML = "";
     var bar = el("div", { class: "view-bar" });
@@ -329,6 +351,9 @@
           b.addEventListener("click", function () { state.heads = a[1].slice(); render(); });
           bar.appendChild(b);
         });
+        if (extras && extras.ablation && state.kind === "self") {
+          bar.appendChild(ablateButtons(extras.ablation, state.layer, nHeads(p.maps), render));
+        }
       } else {
         [["layers", "layers_filter"], ["heads", "heads_filter"]].forEach(function (f) {
           var lab = el("label", {}, f[0] + " ");
