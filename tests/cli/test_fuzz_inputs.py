@@ -60,6 +60,10 @@ RUNNABLE: dict[str, dict[str, str]] = {
     "generate": {"--checkpoint": "{ckpt}", "--max-new-tokens": "1"},
     "chat": {"--model": "{ckpt}", "--max-new-tokens": "1"},
     "lens": {"--model": "{ckpt}"},
+    "trace": {"--model": "{ckpt}", "--hook": "hook_embed"},
+    "attribute": {"--model": "{ckpt}"},
+    "ablate": {"--model": "{ckpt}", "--head": "0.0"},
+    "patch": {"--model": "{ckpt}"},
     "translate": {"--checkpoint": "{mt}"},
     "demo": {"--preset": "tiny-test", "--text": "{text}", "--time-budget": "1s",
              "--translate-budget": "0", "--compare-budget": "0", "--out": "{outdir}"},
@@ -105,6 +109,8 @@ BEFORE: dict[tuple[str, str], list[str]] = {
 }
 GOOD = {"text": "the cat", "input": "the cat", "word": "cat", "sentences": "the cat sat"}
 GOOD["words"] = "cat"
+# patch and attribute: two texts of one length in tokens, answers starting with other tokens
+GOOD.update(clean="the cat", corrupt="the hat", answer=" s", wrong="d")
 
 
 def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         common.add_model_spec_argument,
         common.flag("--names", "list every activation name of the model and exit"),
         common.option("--hook", action="append", default=[], metavar="NAME",
+                      type=common.arg(non_empty),
                       help="an activation to capture (repeatable; TransformerLens names)"),
         common.option("--save", default=None, metavar="FILE.npz", type=common.arg(output_file),
                       help="write the captured activations as NumPy arrays"),
@@ -35,19 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_command(
         sub, "patch", _patch,
         common.add_model_spec_argument,
-        common.option("--clean", required=True, type=common.arg(non_empty), metavar="TEXT"),
-        common.option("--corrupt", required=True, type=common.arg(non_empty), metavar="TEXT",
+        common.option("--clean", required=True, type=common.text_value, metavar="TEXT"),
+        common.option("--corrupt", required=True, type=common.text_value, metavar="TEXT",
                       help="the same number of tokens as --clean"),
-        common.option("--answer", required=True, type=common.arg(non_empty), metavar="A",
+        common.option("--answer", required=True, type=common.text_value, metavar="A",
                       help="the clean run's answer (its first token is scored)"),
-        common.option("--wrong", required=True, type=common.arg(non_empty), metavar="B",
+        common.option("--wrong", required=True, type=common.text_value, metavar="B",
                       help="the corrupt run's answer"),
         common.add_json_argument, _OUT(), _RUNTIME,
     )  # fmt: skip
     common.add_command(
         sub, "attribute", _attribute,
         common.add_literal_text_arguments, common.add_model_spec_argument,
-        common.option("--answer", required=True, type=common.arg(non_empty), metavar="A"),
+        common.option("--answer", required=True, type=common.text_value, metavar="A"),
         common.add_json_argument, _OUT(), _RUNTIME,
     )  # fmt: skip
     common.add_command(
@@ -70,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         sub, "ablate", _ablate,
         common.add_literal_text_arguments, common.add_model_spec_argument,
         common.option("--head", action="append", required=True, metavar="L.H",
+                      type=common.arg(non_empty),
                       help="a head to ablate, LAYER.HEAD (repeatable)"),
         common.flag("--mean", "replace the heads' outputs by their mean over the positions "
                     "(default: zero them)"),

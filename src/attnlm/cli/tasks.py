@@ -10,8 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 from attnlm.base.errors import InputError
-from attnlm.base.validate import non_negative_int, output_file, seed
-from attnlm.cli.common import add_progress_argument, arg, flag, option
+from attnlm.base.validate import non_empty, non_negative_int, output_file, seed
+from attnlm.cli.common import add_progress_argument, arg, as_given, flag, option
 
 TASK_DEFAULTS = {"num_fewshot": None, "fewshot_delimiter": None, "seed": None, "chat": False,
                  "out": None}  # fmt: skip
@@ -24,6 +24,7 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
             "--task",
             default=None,
             metavar="FILE|NAME",
+            type=arg(as_given),
             help="score the model on a task: a JSON Lines file, a folder (test.jsonl, "
             "train.jsonl), or a built-in task (tatoeba-mc, shakespeare-cloze); "
             "docs/evaluation.md",
@@ -40,6 +41,7 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
             "--fewshot-delimiter",
             default=None,
             metavar="STR",
+            type=arg(non_empty),
             help="text between few-shot examples (default: the task's, a blank line); "
             r"\n and \t are read as newline and tab",
         ),
