@@ -448,7 +448,7 @@ def trace(
     model: Any,
     inputs: Any,
     names: Iterable[str] | None = None,
-    interventions: Iterable[Intervention] = (),
+    interventions: Iterable[Intervention] | None = None,
     *,
     tokenizer: Any = None,
 ) -> Trace:
@@ -460,7 +460,7 @@ def trace(
     _check_traceable(model)
     known = set(hook_names(model))
     wanted = None if names is None else set(names)
-    interventions = list(interventions)
+    interventions = list(interventions or ())
     for name in (wanted or set()) | {iv.name for iv in interventions}:
         if name not in known:
             raise InputError(f"unknown hook name {name!r} (attnlm trace --model M --names "
