@@ -106,3 +106,18 @@ def test_long_contexts_keep_their_last_tokens():
     assert kept.context == (4, 5, 6, 7, 8, 9) and len(kept.context) + 3 - 1 == 8
     with pytest.raises(InputError, match="longer than the model's 2 positions"):
         check_requests([Request((1,), ((1, 2, 3, 4),))], max_len=2)
+
+
+def test_a_model_without_the_cache_protocol_takes_the_full_forward():
+    from attnlm.models.registry import build
+
+    model, _, _ = build({"type": "rnn", "vocab_size": 20, "block_size": 32, "n_layer": 1,
+                         "n_embd": 8})  # fmt: skip
+    model.eval()
+    assert not takes_cache(model)
+    requests = [Request((1, 2, 3), ((4, 5), (6,))), Request((7,), ((8, 9, 10),))]
+    scores = loglikelihoods(model, requests)
+    with torch.no_grad():
+        logp = model(torch.tensor([[1, 2, 3, 4]])).logits[0].log_softmax(-1)
+    assert scores[0][0][0] == pytest.approx(float(logp[2, 4] + logp[3, 5]), abs=1e-5)
+    assert len(scores[1]) == 1
