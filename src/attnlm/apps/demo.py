@@ -10,7 +10,8 @@ trains an n-gram, an HMM, a feed-forward, an LSTM and a GPT model for the same f
 prints their bits per character (``runs/demo/compare/``), and MiniLM's real weights show the word
 "bank" drifting apart by context, layer by layer, beside the one static vector a small
 word2vec trained on the corpus gives it in every sentence. It ends with a real
-instruction-tuned LLM (SmolLM2-135M-Instruct, a GGUF file): one chat turn and the logit lens.
+instruction-tuned LLM (SmolLM2-135M-Instruct, a GGUF file): one chat turn, the logit lens, what
+activation patching finds inside it, and a few examples of a built-in task, zero- and two-shot.
 """
 
 from __future__ import annotations
@@ -355,7 +356,54 @@ def llm_demo(out: Path, log=print) -> Path | None:
     png = plot_lens(lens, out / "lens.png", title=f"logit lens of {LENS_TEXT!r} ({LLM_NAME})")
     log(f"{'more':>18}: attnlm chat --model {LLM_NAME}   |   attnlm lens --model {LLM_NAME} "
         f"'{LENS_TEXT}' --out lens.png")  # fmt: skip
+    _llm_inside(model, tok, log)
+    _llm_task(model, tok, log)
     return png
+
+
+PATCH_CORRUPT, PATCH_ANSWERS = "The capital of Italy is", (" Paris", " Rome")
+
+
+def _llm_inside(model, tok, log) -> None:
+    """Activation patching of the lens sentence against the same sentence about Italy: where
+    the answer sits, layer by layer, and the head that moves it (docs/interpretability.md)."""
+    from attnlm.inspect.experiments import patching
+
+    out = patching(model, tok, LENS_TEXT, PATCH_CORRUPT, *PATCH_ANSWERS)
+    last = len(out["tokens"]) - 1
+    moved = next((i for i, row in enumerate(out["resid"]) if row[last] > 0.5), None)
+    value, layer, head = max((v, i, j) for i, row in enumerate(out["heads"])
+                             for j, v in enumerate(row))  # fmt: skip
+    log(
+        f"\n== inside it: patching {LENS_TEXT!r} into {PATCH_CORRUPT!r} (logit difference "
+        f"' Paris' - ' Rome': {out['clean_logit_diff']:.1f} vs {out['corrupt_logit_diff']:.1f})"
+    )
+    where = f"up to layer {moved - 1}, then at the last position" if moved else "throughout"
+    log(f"the answer sits at ' France' {where}; head {layer}.{head} alone recovers "
+        f"{value:.0%} of it")  # fmt: skip
+    log(
+        f"{'more':>18}: attnlm patch / attribute / heads --induction / ablate "
+        "(docs/interpretability.md)"
+    )
+
+
+def _llm_task(model, tok, log, n: int = 40) -> None:
+    """A few examples of the built-in multiple-choice task, zero- and two-shot."""
+    from attnlm.tasks.builtin import tatoeba_mc
+    from attnlm.tasks.run import evaluate_task
+
+    task = tatoeba_mc().limited(n)
+    log(
+        f"\n== a task: {n} examples of tatoeba-mc (which French sentence translates the English "
+        "one; chance 25%)"
+    )
+    for shots in (0, 2):
+        m = evaluate_task(model, tok, task, shots)["metrics"]
+        log(f"{shots}-shot: acc {m['acc']:.2f} ± {m['acc_stderr']:.2f}")
+    log(
+        f"{'more':>18}: attnlm eval --model {LLM_NAME} --task tatoeba-mc --num-fewshot 0 1 2 4 "
+        "--out curve.png (docs/evaluation.md)"
+    )
 
 
 def check_demo_folder(out: Path, overwrite: bool = False) -> None:
