@@ -14,9 +14,8 @@ FRANCE, ITALY = "The capital of France is", "The capital of Italy is"
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from gguf_support import smollm2_file
-
     from attnlm.loading.sources import resolve
+    from gguf_support import smollm2_file
 
     smollm2_file(fetch=True)
     model, tok, _ = resolve("smollm2-135m-instruct", "cpu", "f32")
