@@ -33,8 +33,8 @@ def test_smollm2_chat_wraps_the_prompt_in_its_template(cli):
     from gguf_support import smollm2_file
 
     smollm2_file(fetch=True)
-    r = cli("eval", "--model", "smollm2-135m-instruct", "--task", "tatoeba-mc", "--limit",
-            "8", "--num-fewshot", "1", "--chat", "--json", "--no-progress", "--threads", "2")  # fmt: skip
+    argv = ["--task", "tatoeba-mc", "--limit", "8", "--num-fewshot", "1", "--chat", "--json"]
+    r = cli("eval", "--model", "smollm2-135m-instruct", *argv, "--no-progress", "--threads", "2")
     assert r.code == 0, r.err
     sample = json.loads(r.out)["results"][0]["samples"][0]
     context = sample["context"]
