@@ -161,6 +161,11 @@ def test_every_reader_is_in_the_table():
 
 # Functions that call a parser on something that is not a foreign file, with why.
 NOT_FOREIGN = {
+    "attnlm.tasks.files._read_lines": "one line of an eval --task file, parsed by "
+    "foreign.parse_json (tests/tasks/test_task_files.py: every bad line is one line naming "
+    "FILE:LINE)",
+    "attnlm.tasks.files._folder_header": "a task folder's task.json, parsed by "
+    "foreign.parse_json (tests/tasks/test_task_files.py)",
     "attnlm.data.chat._record": "one line of a --chat-data file, parsed by foreign.parse_json "
     "(tests/train/test_chat_finetune.py: every bad record is one line naming FILE:LINE)",
     "attnlm.lora.run.read_adapters": "a LoRA run's adapters: attnlm's own checkpoint file, "

@@ -81,6 +81,8 @@ ALLOWED = {
      ".tofile(self._out)"): "shard files in the n-gram work folder, never a final output",
     ("attnlm/ngram/model.py", "np.savez(f, header=head, vocab=vocab_blob, **arrays)"):
         "f is an atomic_open file",
+    ("attnlm/cli/interp.py", "np.savez(buffer, **{k: v.float().numpy() for k, v in "
+     "result.items()})"): "an in-memory buffer, written by atomic_write_bytes",
     ("attnlm/train/data_dir.py", "shutil.copyfile(target, tmp)"):
         "a temporary name beside the link, renamed into place below",
     ("attnlm/train/data_dir.py", "os.replace(tmp, link)"): "the link's atomic rename",

@@ -84,7 +84,7 @@ def test_non_utf8_invalid_json_and_header_problems(tmp_path):
     raw = json.dumps(MC).encode() + b"\n" + b'{"context": "caf\xe9", "target": "x"}\n'
     with pytest.raises(InputError, match=r"bad\.jsonl:2: not valid UTF-8"):
         read_task(_write(tmp_path / "bad.jsonl", raw=raw))
-    with pytest.raises(InputError, match=r"j\.jsonl:2: not valid JSON"):
+    with pytest.raises(InputError, match=r"j\.jsonl:2: not a valid JSON"):
         read_task(_write(tmp_path / "j.jsonl", raw=json.dumps(MC).encode() + b"\n{oops\n"))
     with pytest.raises(InputError, match=r"h\.jsonl:1: unknown task header key 'kinds'"):
         read_task(_write(tmp_path / "h.jsonl", {"task": {"kinds": "cloze"}}, MC))

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         common.option("--corrupt", required=True, type=common.text_value, metavar="TEXT",
                       help="the same number of tokens as --clean"),
         common.option("--answer", required=True, type=common.text_value, metavar="A",
-                      help="the clean run's answer (its first token is scored)"),
+                      help="the answer (the clean run's; its first token is scored)"),
         common.option("--wrong", required=True, type=common.text_value, metavar="B",
                       help="the corrupt run's answer"),
         common.add_json_argument, _OUT(), _RUNTIME,
@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     common.add_command(
         sub, "attribute", _attribute,
         common.add_literal_text_arguments, common.add_model_spec_argument,
-        common.option("--answer", required=True, type=common.text_value, metavar="A"),
+        common.option("--answer", required=True, type=common.text_value, metavar="A",
+                      help="the answer (its first token is scored)"),
         common.add_json_argument, _OUT(), _RUNTIME,
     )  # fmt: skip
     common.add_command(
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         common.option("--length", type=common.arg(int_in_range, lo=2, hi=512), default=20,
                       help="random tokens, repeated once (default 20)"),
-        common.option("--batch", type=common.arg(int_in_range, lo=1, hi=256), default=8,
+        common.option("--sequences", type=common.arg(int_in_range, lo=1, hi=256), default=8,
                       help="random sequences averaged (default 8)"),
         partial(common.add_seed_argument, default=0, help="the random tokens"),
         common.add_json_argument, _OUT(), _RUNTIME,
@@ -72,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         common.add_literal_text_arguments, common.add_model_spec_argument,
         common.option("--head", action="append", required=True, metavar="L.H",
                       type=common.arg(non_empty),
-                      help="a head to ablate, LAYER.HEAD (repeatable)"),
+                      help="a head: LAYER.HEAD, ablated (repeatable)"),
         common.flag("--mean", "replace the heads' outputs by their mean over the positions "
                     "(default: zero them)"),
         common.option("--top-k", type=common.arg(positive_int), default=10,
@@ -128,12 +129,15 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _save_npz(result: dict, path: Any) -> None:
+    import io
+
     import numpy as np
 
-    from attnlm.base.fileio import atomic_path
+    from attnlm.base.fileio import atomic_write_bytes
 
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **{k: v.float().numpy() for k, v in result.items()})
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: v.float().numpy() for k, v in result.items()})
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _patch(args: argparse.Namespace) -> int:
@@ -237,7 +241,7 @@ def _heads(args: argparse.Namespace) -> int:
     kind = ("induction" if args.induction else "previous-token" if args.previous_token
             else "duplicate-token")  # fmt: skip
     model, _, _ = _load(args)
-    out = head_scores(model, kind, length=args.length, batch=args.batch, seed=args.seed)
+    out = head_scores(model, kind, length=args.length, batch=args.sequences, seed=args.seed)
     if args.json:
         print(json.dumps(out))
     else:

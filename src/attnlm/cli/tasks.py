@@ -49,7 +49,8 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
             "--seed",
             type=arg(seed),
             default=None,
-            help="seed of the few-shot draws (default 1234, lm-evaluation-harness's)",
+            help="random seed, 0..2**63-1: the few-shot draws (default 1234, "
+            "lm-evaluation-harness's)",
         ),
         flag("--chat", "wrap each prompt in the model's chat template (one user message)"),
         option(

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.base.errors import InputError
+from attnlm.base.foreign import parse_json
 
 KINDS = ("multiple_choice", "cloze", "generation")
 #: the keys that make each kind (the first example's keys decide the kind when none is named)
@@ -122,10 +123,7 @@ def _folder_header(path: Path) -> dict[str, Any]:
         return {}
     from attnlm.base.fileio import read_file_text
 
-    try:
-        doc = json.loads(read_file_text(path))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    doc = parse_json(read_file_text(path), f"{path}")
     if isinstance(doc, dict) and isinstance(doc.get("task"), dict):
         doc = doc["task"]
     return _check_header(doc, f"{path}")
@@ -161,10 +159,7 @@ def _read_lines(path: Path, header: dict[str, Any]) -> tuple[dict[str, Any], lis
         if not raw.strip():
             continue
         where = f"{path}:{number}"
-        try:
-            doc = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where}: not valid JSON ({e.msg})") from None
+        doc = parse_json(raw, where)  # bad JSON, deep nesting, lone surrogates: one line
         if isinstance(doc, dict) and set(doc) == {"task"}:
             if examples or number != _first_line(text):
                 raise InputError(f"{where}: a task header belongs on the first line")
