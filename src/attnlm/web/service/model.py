@@ -39,7 +39,6 @@ from attnlm.web.service.limits import (
     ServiceError,
     TooLongError,
 )
-from attnlm.web.service.spans import find_word, token_spans
 
 # The sentence the page opens on (the lectures' "bank" example), trimmed per model to fit.
 SAMPLE_TEXT = "the central bank raised interest rates"
@@ -415,82 +414,16 @@ class ModelService:
         return head_scores(self, kind, length, batch, seed)
 
     def embeddings(self, word: str, sentences: Sequence[str]) -> dict[str, Any]:
-        """Cosine similarity of ``word``'s contextual vectors in two sentences, per layer.
+        """A word's contextual drift across layers (:func:`.encoders.embeddings`)."""
+        from attnlm.web.service.encoders import embeddings
 
-        The word's vector in a sentence is the mean hidden state of the tokens overlapping its
-        first whole-word occurrence; index 0 is the embedding layer, ``i`` the output of block
-        ``i`` (``L + 1`` values).
-        """
-        import torch
-
-        if self.translates:
-            raise NotSupportedError(
-                f"embeddings are not served for translation models ({self.name}, family "
-                f"{self.family})"
-            )
-        if not isinstance(word, str) or not word.strip():
-            raise ServiceError("word must be a non-empty string")
-        if len(sentences) != 2:
-            raise ServiceError("sentences must hold exactly two sentences")
-        vectors, found = [], []
-        for n, sentence in enumerate(sentences, 1):
-            self._check_text(sentence, f"sentence {n}")
-            start, end = find_word(sentence, word.strip(), n)
-            rec = self._inspect(sentence)
-            spans = token_spans(self.tokenizer, sentence, rec.ids)
-            pos = [i for i, (a, b) in enumerate(spans) if a < end and b > start]
-            if not pos:
-                raise ServiceError(f"no token of sentence {n} covers the word {word!r}")
-            vectors.append([h[pos].mean(0) for h in rec.hidden])  # (L + 1) x (C,)
-            found.append({"positions": pos, "tokens": [rec.tokens[i] for i in pos]})
-        cos = [
-            float(torch.nn.functional.cosine_similarity(a, b, dim=0))
-            for a, b in zip(vectors[0], vectors[1])
-        ]
-        out = {"word": word.strip(), "cosine": [round(c, 6) for c in cos], "found": found}
-        if self.static_vectors is not None:
-            out["static"] = self._static(word.strip(), sentences)
-        return out
-
-    def _static(self, word: str, sentences: Sequence[str]) -> dict[str, Any]:
-        """The word2vec half of the lesson: one vector per word type, so the cosine between
-        its two "sentences" is 1 whatever the context; its nearest words (or why there are
-        none)."""
-        from attnlm.base.errors import InputError
-        from attnlm.inspect.contextual import static_word
-
-        try:
-            st = static_word(self.static_vectors, word, list(sentences))
-        except InputError as e:
-            return {"word": word, "error": str(e)}
-        return {
-            "word": st.word,
-            "cosine": round(float(st.cosine()[0, 1]), 6),
-            "neighbours": [[w, round(float(c), 4)] for w, c in st.neighbours],
-        }
+        return embeddings(self, word, sentences)
 
     def fill_mask(self, text: str, k: int = 5) -> dict[str, Any]:
-        """The ``k`` most likely tokens at every ``[MASK]`` of ``text`` with their softmax
-        probabilities (:func:`attnlm.inspect.fill_mask.fill_mask`), and the text with each
-        mask replaced by its top token."""
-        from attnlm.inspect.fill_mask import fill_mask, filled_text
+        """The likeliest tokens at every ``[MASK]`` (:func:`.encoders.fill_mask`)."""
+        from attnlm.web.service.encoders import fill_mask
 
-        self.require("fill-mask")
-        if not 1 <= k <= MAX_TOP_K:
-            raise ServiceError(f"k must be between 1 and {MAX_TOP_K}")
-        ids = self.encode(text)
-        try:
-            with self._lock:
-                preds = fill_mask(self.model, self.tokenizer, text, k)
-        except InputError as e:  # no [MASK], no masked-LM head
-            raise ServiceError(str(e)) from None
-        return {
-            "text": text,
-            "filled": filled_text(self.tokenizer, text, preds),
-            "k": k,
-            "tokens": self.token_strings(ids),
-            "masks": [p.to_dict() for p in preds],
-        }
+        return fill_mask(self, text, k)
 
     def translate(
         self,
