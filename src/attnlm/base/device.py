@@ -63,9 +63,10 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of a model's first parameter (CPU for a model without parameters)."""
-    for p in model.parameters():
-        return p.device
+    """The device of a model's first parameter, else of its first buffer (a quantized model
+    keeps its weights as buffers); CPU for a model with neither."""
+    for t in (*model.parameters(), *model.buffers()):
+        return t.device
     return torch.device("cpu")
 
 

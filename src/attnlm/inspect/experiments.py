@@ -71,8 +71,8 @@ def patching(model: Any, tok: Any, clean: str, corrupt: str, answer: str, wrong:
     H = model.blocks[0].attn.n_head
     resid = [f"blocks.{i}.hook_resid_pre" for i in range(L)]
     z = [f"blocks.{i}.attn.hook_z" for i in range(L)]
-    src = trace(model, torch.tensor([c_ids]), names=resid + z)
-    base = trace(model, torch.tensor([x_ids]), names=["hook_logits"])
+    src = trace(model, torch.tensor([c_ids]), names=resid + z, last_only=True)
+    base = trace(model, torch.tensor([x_ids]), names=[], last_only=True)
     clean_d, corrupt_d = float(_diff(src.logits, a, w)[0]), float(_diff(base.logits, a, w)[0])
     span = clean_d - corrupt_d
     if abs(span) < 1e-6:
@@ -83,7 +83,8 @@ def patching(model: Any, tok: Any, clean: str, corrupt: str, answer: str, wrong:
         # one forward of L * per rows: row (l, j) patches item j of layer l, nothing else
         rows = torch.tensor([x_ids] * (L * per))
         hooks = [hook(n, _rows_hook(src[n], l * per, per, put)) for l, n in enumerate(names)]
-        d = _diff(trace(model, rows, names=["hook_logits"], interventions=hooks).logits, a, w)
+        out = trace(model, rows, names=[], interventions=hooks, last_only=True)
+        d = _diff(out.logits, a, w)
         return ((d - corrupt_d) / span).view(L, per).tolist()
 
     def put_position(t: Tensor, row: int, j: int, source: Tensor) -> None:

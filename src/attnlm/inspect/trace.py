@@ -440,8 +440,9 @@ def _ids(model: Any, inputs: Any, tokenizer: Any) -> Tensor:
         ids = ids[None]
     if ids.dim() != 2 or ids.shape[1] == 0:
         raise InputError(f"inputs must be a text or token ids (B, T), got shape {tuple(ids.shape)}")
-    device = next((t.device for t in (*model.parameters(), *model.buffers())), ids.device)
-    return ids.to(device)
+    from attnlm.base.device import model_device
+
+    return ids.to(model_device(model))
 
 
 def trace(
@@ -451,12 +452,14 @@ def trace(
     interventions: Iterable[Intervention] | None = None,
     *,
     tokenizer: Any = None,
+    last_only: bool = False,
 ) -> Trace:
     """Run ``model`` once on ``inputs`` (a text with ``tokenizer``, or token ids ``(T,)`` /
     ``(B, T)``) and return the activations ``names`` (None: every name of
     :func:`hook_names`) with the ``interventions`` applied in the same pass (see the module
-    docstring); ``result.logits`` are the pass's logits. Unknown names, heads or positions
-    out of range are refused in one line."""
+    docstring); ``result.logits`` are the pass's logits (the last position's only, ``(B, 1,
+    V)``, with ``last_only``: the LM head and the final norm run on nothing else). Unknown
+    names, heads or positions out of range are refused in one line."""
     _check_traceable(model)
     known = set(hook_names(model))
     wanted = None if names is None else set(names)
@@ -468,7 +471,7 @@ def trace(
     tracer = Tracer(wanted, interventions)
     ids = _ids(model, inputs, tokenizer)
     with torch.inference_mode():
-        logits = model(ids, trace=tracer).logits
+        logits = model(ids, trace=tracer, last_only=last_only).logits
     out = Trace(tracer.captured)
     out.logits, out.tokens = logits, ids
     return out

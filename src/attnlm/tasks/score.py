@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from attnlm.base.device import model_device
 from attnlm.base.errors import InputError
 
 #: logits held at once by the continuation forward: rows x positions x vocabulary (floats)
@@ -157,15 +158,9 @@ def _batches(requests: Sequence[Request], size: int, max_len: int | None) -> lis
     return batches
 
 
-def _device(model: Any) -> torch.device:
-    for t in (*model.parameters(), *model.buffers()):
-        return t.device
-    return torch.device("cpu")
-
-
 def _cached_batch(model: Any, reqs: Sequence[Request]) -> Scores:
     """One batch of the fast path: a left-padded prefill, then every continuation from it."""
-    device = _device(model)
+    device = model_device(model)
     width = max(len(r.context) for r in reqs)
     ids = torch.zeros(len(reqs), width, dtype=torch.long)
     keep = torch.zeros(len(reqs), width, dtype=torch.bool)
@@ -228,7 +223,7 @@ def loglikelihoods_full(
 ) -> Scores:
     """The same scores without a cache: one forward of ``context + continuation[:-1]`` per
     row, right-padded in batches (what lm-evaluation-harness runs)."""
-    device = _device(model)
+    device = model_device(model)
     out: Scores = []
     with torch.inference_mode():
         for start in range(0, len(requests), batch_size):
