@@ -452,8 +452,8 @@ def _attnlm_sweep(model, clean, corrupt, a: int, w: int, layers: int) -> list[li
 
     T = clean.shape[1]
     names = [f"blocks.{i}.hook_resid_pre" for i in range(layers)]
-    src = trace(model, clean, names=names)
-    base = trace(model, corrupt, names=["hook_logits"])
+    src = trace(model, clean, names=names, last_only=True)
+    base = trace(model, corrupt, names=[], last_only=True)
 
     def diff(logits):
         last = logits[:, -1].float()
@@ -474,7 +474,7 @@ def _attnlm_sweep(model, clean, corrupt, a: int, w: int, layers: int) -> list[li
 
     rows = corrupt.repeat(layers * T, 1)
     hooks = [hook(n, put(i)) for i, n in enumerate(names)]
-    d = diff(trace(model, rows, names=["hook_logits"], interventions=hooks).logits)
+    d = diff(trace(model, rows, names=[], interventions=hooks, last_only=True).logits)
     return ((d - corrupt_d) / (clean_d - corrupt_d)).view(layers, T).tolist()
 
 
