@@ -37,7 +37,7 @@ import torch
 
 from attnlm.base.device import eval_mode, model_device
 from attnlm.base.errors import InputError
-from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.sampling import SamplingConfig, masking
 from attnlm.models.base import DecodingSetup
 
 NEG = -1.0e9  # the score of an impossible hypothesis (as transformers uses)
@@ -64,12 +64,14 @@ def beam_search(
     max_new_tokens: int = 64,
     *,
     eos_id: int | None = None,
+    vocab_limit: int | None = None,
 ) -> list[list[int]]:
     """The best hypothesis for each source (a list of token ids), see the module docstring.
 
     For a decoder-only model the sources are prompts and the result is the continuation (the
     end token included when it was produced); a model's ``prepare_decoding`` may include its
-    start token (``keep_prompt``). ``eos_id`` overrides the model's end token.
+    start token (``keep_prompt``). ``eos_id`` overrides the model's end token; ids from
+    ``vocab_limit`` on are never chosen (a model with more rows than its tokenizer has ids).
     """
     if not isinstance(num_beams, int) or num_beams < 1:
         raise InputError(f"num_beams must be an integer >= 1, got {num_beams!r}")
@@ -82,6 +84,7 @@ def beam_search(
     if not hasattr(model, "new_state"):
         raise InputError(f"{type(model).__name__} has no decoding state (new_state/step)")
     setup = _setup(model, sources, eos_id)
+    setup.process = masking(setup.process, vocab_limit)
     if num_beams == 1:
         return _greedy(model, setup, max_new_tokens)
     from attnlm.runtime.planner import runner_for

@@ -92,3 +92,17 @@ def mask_from(logits: Any, limit: int) -> Any:
     logits = logits.clone() if hasattr(logits, "clone") else logits.copy()
     logits[..., limit:] = float("-inf")
     return logits
+
+
+def masking(process: Any, limit: int | None) -> Any:
+    """A logits processor ``(logits, length, max_length) -> logits`` that sets ids ``>= limit``
+    to -inf, then runs ``process`` (None: nothing more); ``process`` itself where ``limit``
+    is None."""
+    if limit is None:
+        return process
+
+    def masked(logits: Any, length: int, max_length: int) -> Any:
+        logits = mask_from(logits, limit)
+        return logits if process is None else process(logits, length, max_length)
+
+    return masked

@@ -19,7 +19,7 @@ from attnlm.base.errors import InputError
 from attnlm.generate.beam import EARLY_STOPPING, beam_search
 from attnlm.generate.loop import decode
 from attnlm.generate.options import DecodeOptions
-from attnlm.generate.sampling import SamplingConfig
+from attnlm.generate.sampling import SamplingConfig, masking, token_limit
 
 
 def default_max_new_tokens(sources: Sequence[Sequence[int]]) -> int:
@@ -38,6 +38,7 @@ def translate_ids(
     early_stopping: bool | str = False,
     batch_size: int = 64,
     compile: bool | Any = False,
+    vocab_limit: int | None = None,
 ) -> list[list[int]]:
     """Output ids of each source (start token first, end token last when produced).
 
@@ -48,6 +49,8 @@ def translate_ids(
     (:mod:`attnlm.runtime.compiled`; True, or a
     :class:`~attnlm.runtime.compiled.CompiledStep`), the same tokens; beam search stays
     uncompiled (its rows and their cross-attention grouping change from step to step).
+    ``vocab_limit``: ids from there on are never output (a model with more output rows than
+    its target tokenizer has ids: :func:`target_limit`).
     """
     if not hasattr(model, "prepare_decoding"):
         raise InputError(f"{type(model).__name__} is not a translation model")
@@ -64,9 +67,8 @@ def translate_ids(
         chunk = [list(s) for s in sources[i : i + batch_size]]
         n = max_new_tokens or default_max_new_tokens(chunk)
         if num_beams > 1:
-            out += beam_search(
-                model, chunk, num_beams, length_penalty, early_stopping, max_new_tokens=n
-            )
+            out += beam_search(model, chunk, num_beams, length_penalty, early_stopping,
+                               max_new_tokens=n, vocab_limit=vocab_limit)  # fmt: skip
             continue
         setup = model.prepare_decoding(chunk)
         cfg = (sampling or SamplingConfig(temperature=0)).with_(max_new_tokens=n)
@@ -76,7 +78,7 @@ def translate_ids(
             sampling=cfg,
             eos_id=setup.eos_id,
             state_batch=setup.state_batch,
-            process=setup.process,
+            process=masking(setup.process, vocab_limit),
             options=DecodeOptions(compile=compile),
         )
         start = setup.prompts if setup.keep_prompt else [[] for _ in chunk]
@@ -94,4 +96,11 @@ def translate(
         if not tokenizers.tokens(text, "source"):
             raise InputError(f"sentence {i + 1} is empty: nothing to translate")
         sources.append(tokenizers.encode_source(text))
+    options.setdefault("vocab_limit", target_limit(model, tokenizers))
     return [tokenizers.decode_target(ids) for ids in translate_ids(model, sources, **options)]
+
+
+def target_limit(model: Any, tokenizers: Any) -> int | None:
+    """The target side's id count (special ids included) where the model's output rows
+    outnumber it, else None: ids from there on name no target text and are never output."""
+    return token_limit(model, tokenizers.target_ids)

@@ -438,7 +438,7 @@ class ModelService:
         translate``, capped at :data:`MAX_NEW_TOKENS`) and record the attention of the model
         reading the ids it produced: target tokens (queries) over source tokens (keys). The
         decoder is causal, so these are the weights of the decoding steps themselves."""
-        from attnlm.generate.translate import default_max_new_tokens, translate_ids
+        from attnlm.generate.translate import default_max_new_tokens, target_limit, translate_ids
 
         self.require("translate")
         if max_new_tokens is not None and not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
@@ -457,6 +457,7 @@ class ModelService:
                     sampling=sampling,
                     max_new_tokens=n,
                     compile=self._compiled(),
+                    vocab_limit=target_limit(self.model, pairs),
                 )
         except InputError as e:
             raise ServiceError(str(e)) from None
