@@ -7,10 +7,14 @@ folder ``native/``) with ``cc -O3 -march=native -fopenmp``: no build step at ins
 the code is compiled for the CPU it runs on. Without a compiler (or with ``ATTNLM_NATIVE=0``)
 :func:`library` returns None and decoding takes the PyTorch path, which gives the same numbers
 up to float rounding; the reason is kept in :data:`why_not`, and decoding says it once on
-stderr (:mod:`attnlm.runtime.cstep`).
+stderr (:mod:`attnlm.runtime.cstep`). A compiler without OpenMP (Apple's clang) builds the
+step for one thread, and :func:`library` says so once on stderr (:data:`note`).
 
-The library's compile command and the CPU's flags are part of the cached file's name, so a
-home folder shared by different machines holds one build per kind of CPU.
+Build switches (environment): ``CC`` the compiler (a command line, default ``cc``),
+``ATTNLM_NATIVE_MARCH`` the target CPU (default ``native``; ``x86-64-v2`` is the baseline
+the CI also tests), ``ATTNLM_NATIVE_CFLAGS`` extra flags (test builds: the sanitizers').
+The compile command, the compiler and the CPU's flags are part of the cached file's name, so
+a home folder shared by different machines holds one build per kind of CPU and per switch.
 """
 
 from __future__ import annotations
@@ -19,22 +23,38 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from attnlm.base.fileio import cache_dir, temp_path_for
 
-__all__ = ["default_threads", "library", "why_not"]
+__all__ = ["build_flags", "default_threads", "library", "note", "why_not"]
 
 SOURCE = Path(__file__).with_name("decode_step.c")
-FLAGS = ("-O3", "-march=native", "-std=gnu11", "-fopenmp", "-shared", "-fPIC")
+MARCH_ENV, CFLAGS_ENV = "ATTNLM_NATIVE_MARCH", "ATTNLM_NATIVE_CFLAGS"
 BUILD_SECONDS = 120
 
 _LIBRARY: ctypes.CDLL | None = None
 _TRIED = False
 #: why :func:`library` returned None ("" while it has not, or when it did not)
 why_not = ""
+#: what the loaded library lacks (one line, said once on stderr), or ""
+note = ""
+#: the file :func:`library` loaded (None while none is)
+built: Path | None = None
+NO_OPENMP = "the C decode step runs on one thread: the compiler has no usable OpenMP"
+
+
+def build_flags(openmp: bool = True) -> list[str]:
+    """The compile flags: ``-march`` from ``ATTNLM_NATIVE_MARCH``, OpenMP when ``openmp``,
+    then ``ATTNLM_NATIVE_CFLAGS``."""
+    march = os.environ.get(MARCH_ENV, "").strip() or "native"
+    flags = ["-O3", f"-march={march}", "-std=gnu11", "-shared", "-fPIC"]
+    return flags + ["-fopenmp"] * openmp + shlex.split(os.environ.get(CFLAGS_ENV, ""))
 
 
 def _cpu_flags() -> str:
@@ -49,47 +69,78 @@ def _cpu_flags() -> str:
 
 
 def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    """The compiler's command line (``$CC``, else ``cc`` or ``gcc`` on the PATH), or None."""
+    return os.environ.get("CC", "").strip() or shutil.which("cc") or shutil.which("gcc")
 
 
-def _build(cc: str) -> Path:
-    """The compiled library for this source, compiler and CPU (compiled if not cached)."""
-    key = "\n".join([SOURCE.read_text(encoding="utf-8"), cc, " ".join(FLAGS), platform.machine(),
+def _cached(cc: str, flags: list[str]) -> Path:
+    """Where the build with these flags lives: a readable tag, then a digest of everything
+    the build depends on."""
+    key = "\n".join([SOURCE.read_text(encoding="utf-8"), cc, " ".join(flags), platform.machine(),
                      _cpu_flags()])  # fmt: skip
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    path = cache_dir() / "native" / f"decode_step-{digest}.so"
-    if path.is_file():
-        return path
+    march = flags[1].removeprefix("-march=")
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", march)[:32] + ("" if "-fopenmp" in flags else "-1t")
+    return cache_dir() / "native" / f"decode_step-{tag}-{digest}.so"
+
+
+def _compile(cc: str, flags: list[str], path: Path) -> None:
+    """Compile the source into ``path``; OSError with the compiler's first line if it fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path_for(path)  # beside it, renamed when whole: a killed build leaves no .so
     try:
-        cmd = [cc, *FLAGS, str(SOURCE), "-o", str(tmp), "-lm"]
+        cmd = [*shlex.split(cc), *flags, str(SOURCE), "-o", str(tmp), "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_SECONDS)
         if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or ["no message"])[0]
-            raise OSError(f"{Path(cc).name} failed: {first}")
+            lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
+            errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["no message"]
+            raise OSError(f"{Path(shlex.split(cc)[0]).name} failed: {errors[0]}")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return path
+
+
+def _build(cc: str) -> tuple[Path, str]:
+    """The compiled library for this source, compiler, flags and CPU (compiled if not cached),
+    and its note: a compiler that cannot build with OpenMP builds it for one thread."""
+    with_omp, without = build_flags(), build_flags(openmp=False)
+    path, single = _cached(cc, with_omp), _cached(cc, without)
+    if path.is_file():
+        return path, ""
+    if single.is_file():  # an earlier process found this compiler without OpenMP
+        return single, NO_OPENMP
+    try:
+        _compile(cc, with_omp, path)
+        return path, ""
+    except OSError as first:
+        try:
+            _compile(cc, without, single)
+        except OSError:
+            raise first from None
+        return single, f"{NO_OPENMP} ({str(first).split(': ', 1)[-1]})"
 
 
 def library() -> ctypes.CDLL | None:
     """The loaded C library, or None (the reason in :data:`why_not`); built once per
     process at most."""
-    global _LIBRARY, _TRIED, why_not
+    global _LIBRARY, _TRIED, why_not, note, built
     if os.environ.get("ATTNLM_NATIVE", "1") == "0":
         why_not = "ATTNLM_NATIVE=0"
         return None
     if _TRIED:
         return _LIBRARY
-    _TRIED = True
+    _TRIED, _LIBRARY, why_not, note, built = True, None, "", "", None
     cc = _compiler()
     if cc is None:
-        why_not = "no C compiler (cc) found"
+        why_not = "no C compiler found (no cc or gcc on the PATH, CC not set)"
+        return None
+    program = (shlex.split(cc) or [""])[0]
+    if shutil.which(program) is None:
+        why_not = f"no C compiler: CC names {program!r}, which is not a program found"
         return None
     try:
-        lib = ctypes.CDLL(str(_build(cc)))
+        path, said = _build(cc)
+        lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as e:
         why_not = f"the C decode step could not be built: {e}"
         return None
@@ -102,7 +153,10 @@ def library() -> ctypes.CDLL | None:
     if mismatch is not None:  # a stale or foreign build
         why_not = mismatch
         return None
-    _LIBRARY = lib
+    if said:
+        note = said
+        print(f"attnlm: {said}", file=sys.stderr)
+    _LIBRARY, built = lib, path
     return lib
 
 

@@ -21,7 +21,12 @@
  * S positions held after the step, N / K output / input features of a product, G = K / 32.
  */
 #include <math.h>
+#ifdef _OPENMP
 #include <omp.h>
+#else /* a compiler without OpenMP (Apple's clang): one thread, the pragmas ignored */
+static inline int omp_get_thread_num(void) { return 0; }
+static inline int omp_get_num_threads(void) { return 1; }
+#endif
 #include <stdint.h>
 #include <string.h>
 

@@ -1,0 +1,161 @@
+"""The C step on every CPU and compiler a user may have (docs/reliability.md, "CPU matrix"):
+built for the baseline x86-64-v2 as well as for this CPU, it gives the forward's logits; a
+compiler without OpenMP (Apple's clang, simulated by a ``cc`` that rejects ``-fopenmp``) builds
+it for one thread and says so in one line; no compiler at all, or a build that fails, takes
+PyTorch's path with one line saying why. The whole equivalence suite under x86-64-v2 is a run
+of .ci/run."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import stat
+
+import pytest
+import torch
+
+import support_runtime
+from attnlm import native
+from attnlm.nn.cache import KVCache
+from attnlm.runtime import cstep as ns
+from attnlm.runtime.planner import runner_for
+
+V = 300
+REAL_CC = native._compiler()
+needs_cc = pytest.mark.skipif(REAL_CC is None, reason="no C compiler (cc)")
+
+
+@pytest.fixture()
+def fresh(monkeypatch, tmp_path):
+    """A process that has not tried the library yet, with its own cache folder (so each build
+    here is a real one); the module's state comes back afterwards."""
+    for name, value in (("_TRIED", False), ("_LIBRARY", None), ("why_not", ""), ("note", ""),
+                        ("built", None)):  # fmt: skip
+        monkeypatch.setattr(native, name, value)
+    monkeypatch.setattr(ns, "_NOTED", [False])
+    monkeypatch.setenv("ATTNLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ATTNLM_NATIVE", "1")
+    for name in ("CC", native.MARCH_ENV, native.CFLAGS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def fake_cc(folder, body: str) -> str:
+    """A ``cc`` script: ``body`` (shell) runs first, then the real compiler; every call is
+    logged to ``calls`` beside it."""
+    path = folder / "cc"
+    log = folder / "calls"
+    path.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\n{body}\nexec {REAL_CC} "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+# Apple's clang without libomp: every command line with -fopenmp is refused
+CLANG_WITHOUT_OPENMP = """for a in "$@"; do case "$a" in -fopenmp*)
+  echo "clang: error: unsupported option '-fopenmp'" >&2; exit 1;; esac; done"""
+
+
+def calls(folder) -> list[str]:
+    log = folder / "calls"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def c_equals_forward(fmt: str) -> None:
+    """A GQA llama in ``fmt`` through the C step: a prompt, then single tokens, each within
+    1e-4 of the float32 forward holding the same weights."""
+    model, reference = support_runtime.with_reference(
+        support_runtime.llama(V, n_head=6, n_kv_head=2, n_embd=96, d_ff=160), fmt
+    )
+    torch.manual_seed(5)
+    ids = torch.randint(V, (2, 9))
+    feeds = [ids[:, :2], *(ids[:, t : t + 1] for t in range(2, 9))]
+    with torch.inference_mode():
+        runner, ref, ours = ns.CStepRunner(model), KVCache(2), KVCache(2)
+        for x in feeds:
+            assert runner.covers(x, ours)
+            want = reference(x, cache=ref).logits
+            torch.testing.assert_close(runner.step(x, ours), want, atol=1e-4, rtol=1e-4)
+
+
+@needs_cc
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86-64 target")
+def test_the_baseline_x86_64_v2_build_gives_the_forwards_logits(fresh, monkeypatch, capsys):
+    monkeypatch.setenv(native.MARCH_ENV, "x86-64-v2")
+    assert native.library() is not None, native.why_not
+    assert native.built.name.startswith("decode_step-x86-64-v2-"), native.built
+    assert "-march=x86-64-v2" in native.build_flags() and native.note == ""
+    for fmt in ("q4", "q8", "f32"):
+        c_equals_forward(fmt)
+    monkeypatch.delenv(native.MARCH_ENV)  # this CPU's build: a file of its own
+    mine = native._cached(REAL_CC, native.build_flags())
+    assert mine.name.startswith("decode_step-native-") and mine.parent == native.built.parent
+    assert capsys.readouterr().err == ""
+
+
+@needs_cc
+def test_a_compiler_without_openmp_builds_for_one_thread_and_says_so_once(fresh, monkeypatch,
+                                                                          capsys):  # fmt: skip
+    cc = fake_cc(fresh, CLANG_WITHOUT_OPENMP)
+    monkeypatch.setenv("CC", cc)
+    assert native.library() is not None, native.why_not
+    assert native.library() is not None  # once per process: no second build, no second line
+    assert len(calls(fresh)) == 2 and "-fopenmp" not in calls(fresh)[1]
+    assert native.built.name.startswith("decode_step-native-1t-")
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"attnlm: {native.note}"], err
+    assert "one thread" in native.note and "unsupported option '-fopenmp'" in native.note
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the step is asked for 2 threads and runs on one
+    try:
+        c_equals_forward("q4")
+    finally:
+        torch.set_num_threads(threads)
+    # the next process finds the one-thread build without trying OpenMP again, says it again
+    native._TRIED = False
+    assert native.library() is not None and len(calls(fresh)) == 2
+    assert capsys.readouterr().err.count("one thread") == 1
+
+
+def eager_with_one_line(capsys, why: str) -> None:
+    """Decoding takes the PyTorch path, says ``why`` once, and gives the forward's logits."""
+    model = support_runtime.llama(V, n_head=6, n_embd=96, d_ff=160)
+    ids = torch.randint(V, (1, 5))
+    with torch.inference_mode():
+        first, second = runner_for(model), runner_for(model)
+        assert first.name == second.name == "eager" and why in first.reason
+        got = first.step(ids, KVCache(2))
+        torch.testing.assert_close(got, model(ids).logits)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and why in err[0] and err[0].endswith("the slower eager path"), err
+
+
+def test_no_compiler_on_the_path_says_so_and_takes_pytorch(fresh, monkeypatch, capsys):
+    (fresh / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(fresh / "bin"))
+    assert shutil.which("cc") is None
+    eager_with_one_line(capsys, "no C compiler found")
+
+
+def test_cc_naming_a_missing_program_says_so_and_takes_pytorch(fresh, monkeypatch, capsys):
+    monkeypatch.setenv("CC", str(fresh / "no-such-cc"))
+    eager_with_one_line(capsys, "CC names")
+    assert "no-such-cc" in native.why_not
+
+
+@needs_cc
+def test_a_build_that_fails_says_the_compilers_error_and_takes_pytorch(fresh, monkeypatch,
+                                                                       capsys):  # fmt: skip
+    """A compiler that fails with and without OpenMP: its first error line, no one-thread
+    build in the cache."""
+    cc = fake_cc(fresh, 'echo "decode_step.c:1:1: error: this compiler is broken" >&2; exit 1')
+    monkeypatch.setenv("CC", cc)
+    eager_with_one_line(capsys, "could not be built: cc failed: decode_step.c:1:1: error: this")
+    assert len(calls(fresh)) == 2
+    assert not list((fresh / "cache" / "native").glob("*.so"))
+
+
+@needs_cc
+def test_an_unknown_target_cpu_says_so_and_takes_pytorch(fresh, monkeypatch, capsys):
+    monkeypatch.setenv(native.MARCH_ENV, "no-such-cpu")
+    eager_with_one_line(capsys, "could not be built")
+    assert "no-such-cpu" in native.why_not
