@@ -1,11 +1,13 @@
 """Chat templates render exactly as ``transformers``' ``apply_chat_template(..., tokenize=False)``
-on real templates (ChatML in SmolLM2's form, Llama 3's, Mistral's with ``raise_exception``, a
-multi-line one using ``tojson``, ``namespace`` and ``{% generation %}``), with and without the
-generation prompt; templates from a Hugging Face folder; one-line errors."""
+on real templates (ChatML in SmolLM2's form, Llama 3's, Mistral's and Gemma's with
+``raise_exception``, Qwen2.5's with tools, a multi-line one using ``tojson``, ``namespace`` and
+``{% generation %}``), with and without the generation prompt, inside the bounded sandbox
+(attnlm.tokenizers.template_bounds); templates from a Hugging Face folder; one-line errors."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,7 +91,10 @@ def hf_tokenizer(template: str):
     )
 
 
-TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "multiline": MULTILINE}
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "chat"
+QWEN25 = (FIXTURES / "qwen2.5-instruct.jinja").read_text()  # tools, tool calls and responses
+GEMMA = (FIXTURES / "gemma-instruct.jinja").read_text()  # no system role: it raises
+TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "multiline": MULTILINE, "qwen2.5": QWEN25}
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
@@ -109,6 +114,46 @@ def test_mistral_template_as_transformers(conv):
     ref = hf_tokenizer(MISTRAL).apply_chat_template(CONVERSATIONS[conv], tokenize=False)
     ours = from_string(MISTRAL, bos_token="<s>", eos_token="</s>")
     assert ours.render(CONVERSATIONS[conv]) == ref
+
+
+@pytest.mark.parametrize("conv", ["one user turn", "multi-turn"])
+def test_gemma_template_as_transformers(conv):
+    for gen in (False, True):
+        ref = hf_tokenizer(GEMMA).apply_chat_template(
+            CONVERSATIONS[conv], tokenize=False, add_generation_prompt=gen
+        )
+        assert from_string(GEMMA, bos_token="<s>").render(CONVERSATIONS[conv], gen) == ref
+    with pytest.raises(InputError, match="System role not supported"):
+        from_string(GEMMA).render(CONVERSATIONS["system"])
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city, today",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]  # fmt: skip
+TOOL_TURNS = [
+    {"role": "user", "content": "Weather in Paris and Lyon?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Lyon"}}},
+    ]},
+    {"role": "tool", "content": "18 C, sunny"},
+    {"role": "tool", "content": "21 C, café weather"},
+]  # fmt: skip
+
+
+def test_qwen25_with_tools_as_transformers():
+    """The bounded sandbox renders Qwen2.5's tool branch (tools as JSON, tool calls, grouped
+    tool responses) as ``transformers`` does."""
+    from attnlm.tokenizers.chat_template import _compile
+    from attnlm.tokenizers.template_bounds import bounded_render
+
+    ref = hf_tokenizer(QWEN25).apply_chat_template(
+        TOOL_TURNS, tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    ours = bounded_render(_compile(QWEN25), 0, messages=TOOL_TURNS, tools=TOOLS,
+                          documents=None, add_generation_prompt=True)  # fmt: skip
+    assert ours == ref and '"arguments": {"city": "Lyon"}' in ours
 
 
 def test_raise_exception_is_one_line_input_error():

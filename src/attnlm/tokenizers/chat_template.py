@@ -22,7 +22,9 @@ tokenize=False)`` renders it, so the strings are identical (tested):
   (``bos_token``, ``eos_token``, ``unk_token``, ``pad_token`` ... where known).
 
 A template that fails to compile or raises while rendering is a one-line
-:class:`~attnlm.base.errors.InputError` naming where it came from.
+:class:`~attnlm.base.errors.InputError` naming where it came from; so is one that runs too long,
+uses too much memory or writes too much (:mod:`attnlm.tokenizers.template_bounds`: a few
+seconds, 150 MB, 16 M characters).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ from typing import Any
 from attnlm.base.errors import InputError
 from attnlm.base.foreign import load_json
 from attnlm.base.foreign import register as _register_reader
+from attnlm.tokenizers.template_bounds import (
+    TemplateBudgetError,
+    bounded_filter,
+    bounded_render,
+    bounded_sandbox,
+)
 
 #: The roles a message may have (others are passed through: templates decide).
 ROLES = ("system", "user", "assistant")
@@ -67,7 +75,6 @@ def _compile(source: str) -> Any:
     try:
         import jinja2
         from jinja2.ext import Extension
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:  # pragma: no cover - jinja2 comes with torch
         raise InputError("chat templates need jinja2: pip install jinja2") from None
 
@@ -88,12 +95,13 @@ def _compile(source: str) -> Any:
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(
+    env = bounded_sandbox()(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[GenerationBlock, jinja2.ext.loopcontrols],
     )
     env.filters["tojson"] = _tojson
+    env.filters = {name: bounded_filter(f) for name, f in env.filters.items()}
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env.from_string(source)
@@ -150,14 +158,19 @@ class ChatTemplate:
         except jinja2.TemplateSyntaxError as e:
             where = f"{self.origin}: not a valid template"
             raise InputError(f"{where} (line {e.lineno}: {e})") from None
+        extra = 4 * sum(len(m["content"]) for m in msgs)  # a long conversation's own length
         try:
-            return template.render(
+            return bounded_render(
+                template,
+                extra,
                 messages=msgs,
                 tools=None,
                 documents=None,
                 add_generation_prompt=add_generation_prompt,
                 **self.special_tokens,
             )
+        except TemplateBudgetError as e:
+            raise InputError(f"{self.origin}: the template was stopped: {e}") from None
         except jinja2.TemplateError as e:
             raise InputError(f"{self.origin}: the template refused the conversation: {e}") from None
         except (
