@@ -244,9 +244,10 @@ def codes(raw: np.ndarray, type_name: str, shape: tuple[int, int]) -> dict[str, 
 
 def pack_int4(u: np.ndarray) -> np.ndarray:
     """4-bit values ``u`` ``(N, K)`` (0..15, N a multiple of :data:`BLOCK_N`) -> the bytes
-    ``(N, K / 2)`` uint8 of ``aten._convert_weight_to_int4pack_for_cpu``'s layout: per block
-    of 64 rows and per column ``k``, 32 bytes; byte ``j`` holds row ``j`` (low nibble) and row
-    ``j + 32`` (high nibble)."""
+    ``(N, K / 2)`` uint8 of ``aten._convert_weight_to_int4pack_for_cpu``'s layout on AVX-512
+    CPUs (PyTorch packs otherwise for its other kernels): per block of 64 rows and per column
+    ``k``, 32 bytes; byte ``j`` holds row ``j`` (low nibble) and row ``j + 32`` (high
+    nibble)."""
     n, k = u.shape
     b = u.astype(np.uint8).reshape(n // BLOCK_N, 2, 32, k)  # rows j and j + 32 of each block
     packed = b[:, 0] | (b[:, 1] << 4)  # (N/64, 32, K)
