@@ -130,11 +130,13 @@ TABLES: dict[str, dict[str, Any]] = {
                     "d_hidden": 32},
 }  # fmt: skip
 # numpy seed; std of matrices (and of the HMM's logits), chosen for clear greedy margins
-# and varied continuations (a random post-norm transformer with a tied head repeats one token)
+# and varied continuations (a random post-norm transformer with a tied head repeats one token),
+# and small enough that no model is chaotic: at 1.0 the GRU's state grew a 1e-5 rounding
+# difference (PyTorch's AVX2 kernels against its AVX-512 ones) to 14 logits in 22 steps
 SEEDS = {"gpt": 11, "llama": 12, "rnn": 13, "ffnn": 14, "hmm": 25, "transformer": 16,
          "rnn-seq2seq": 17, "llama-gguf": 18}  # fmt: skip
 STD = {"gpt": 0.3, "llama": 0.3, "rnn": 1.0, "ffnn": 1.0, "hmm": 2.0, "transformer": 0.3,
-       "rnn-seq2seq": 1.0, "llama-gguf": 0.3}  # fmt: skip
+       "rnn-seq2seq": 0.6, "llama-gguf": 0.3}  # fmt: skip
 GGUF_TYPES = {"q8": ("Q8_0",), "q4": ("Q8_0",) + ("Q4_0", "Q4_1") * 20}
 
 LM_FAMILIES = ("gpt", "llama", "rnn", "ffnn", "hmm")
