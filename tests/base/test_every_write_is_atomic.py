@@ -37,6 +37,12 @@ ALLOWED = {
     ("attnlm/base/fileio.py", "os.replace(tmp, target)"): "the atomic writer's rename",
     ("attnlm/base/fileio.py", "3. ``os.replace(tmp, target)`` (atomic on POSIX and Windows);"):
         "the module docstring",
+    ("attnlm/base/fileio.py", "os.replace(old, target)"):
+        "atomic_folder: a folder renamed aside by a killed writer goes back to its name",
+    ("attnlm/base/fileio.py", "os.replace(target, old)"):
+        "atomic_folder without renameat2: the complete old folder renamed aside",
+    ("attnlm/base/fileio.py", "os.replace(new, target)"):
+        "atomic_folder: the complete new folder renamed into place",
     ("attnlm/base/fileio.py", "with open(path, \"ab\") as f:  # the one appending writer (see the "
      "module docstring)"): "append_line: appends one log line; a kill cuts only that line",
     ("attnlm/base/fileio.py",

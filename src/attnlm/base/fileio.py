@@ -194,6 +194,80 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
 _held: dict[Path, list[int]] = {}  # lock file -> [fd, depth]: re-entrant within a process
 
 
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a fresh temporary folder beside ``path`` (``.NAME.tmp-<hex>``) to write a folder
+    of files into; when the block ends well, the files are fsynced and the folder replaces
+    ``path`` as a whole, so a reader (and a writer killed at any point) sees the old folder or
+    the complete new one. An existing ``path`` is swapped with the new folder in one rename
+    (Linux's ``renameat2(RENAME_EXCHANGE)``) and then removed; where that is missing it is
+    renamed to ``.NAME.old`` first, and a writer killed between the two renames leaves it
+    there, which the next writer renames back. On failure the temporary folder is removed and
+    ``path`` untouched. Held under :func:`output_lock`; what killed writers left beside
+    ``path`` (their temporary folders) is removed first."""
+    import shutil
+
+    target = Path(path)
+    old = target.with_name(f".{target.name}.old")
+    with output_lock(target):
+        try:
+            if old.is_dir() and not os.path.lexists(target):  # a kill between two renames
+                os.replace(old, target)
+            for left in target.parent.glob(f".{target.name}{TEMP_MARK}*"):
+                if _OUR_TEMP.search(left.name) and left.is_dir():
+                    shutil.rmtree(left, ignore_errors=True)
+            tmp = temp_path_for(target)
+            tmp.mkdir()
+        except OSError as e:
+            raise _cannot_write(target, e) from None
+        try:
+            yield tmp
+            for p in sorted(tmp.rglob("*")):
+                if p.is_file():
+                    with open(p, "rb") as f:
+                        os.fsync(f.fileno())
+            fsync_dir(tmp)
+            kill_point("replace")
+            _swap_into_place(tmp, target, old)
+        except BaseException as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(e, OSError):
+                raise _cannot_write(target, e) from None
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # the old folder, after an exchange
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_into_place(new: Path, target: Path, old: Path) -> None:
+    """Put the folder ``new`` at ``target``; the old ``target`` (if any) ends at ``new``
+    (exchanged) or ``old`` (renamed aside), to be removed by the caller."""
+    import shutil
+
+    if os.path.lexists(target):
+        if _exchange(new, target):
+            fsync_dir(target.parent)
+            return
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+        kill_point("replace")
+    os.replace(new, target)
+    fsync_dir(target.parent)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic rename (Linux 3.15+, glibc 2.28+); False where the system
+    or the file system cannot."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def lock_file_for(target: str | os.PathLike[str], folder: bool = True) -> Path:
     """Where :func:`output_lock` keeps its lock: ``.NAME.attnlm.lock`` beside the run folder
     or output file ``NAME`` (beside, so that a command refused for bad input never creates

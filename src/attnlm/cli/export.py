@@ -129,9 +129,12 @@ def _to_hf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     model, tok, info = found
     template = info.chat_template.source if info.chat_template is not None else None
-    # the tokenizer first: save_hf writes config.json last, which makes the folder a model
-    wrote = write_tokenizer_files(tok, out, model.config, chat_template=template)
-    save_hf(model.cpu(), out)
+    wrote: list[str] = []
+
+    def tokenizer_files(folder: Path) -> None:  # into the new folder, before it replaces out
+        wrote.extend(write_tokenizer_files(tok, folder, model.config, chat_template=template))
+
+    save_hf(model.cpu(), out, files=tokenizer_files)
     return {"format": "huggingface", "tokenizer": "tokenizer.json" if wrote else None,
             "files": wrote}  # fmt: skip
 

@@ -97,11 +97,26 @@ def from_hf(path: str | Path) -> Any:
         return adapter(model_type).load(path)
 
 
-def save_hf(model: Any, path: str | Path, **options: Any) -> None:
+def save_hf(model: Any, path: str | Path, *, files: Any = None, **options: Any) -> None:
     """Write ``model`` as a Hugging Face folder that ``transformers`` loads, through the
     adapter of its class; ``options`` go to that adapter's ``save`` (``max_shard_size`` for
-    Llama, ``max_position_embeddings`` for Marian)."""
-    adapter_for(model).save(model, path, **options)
+    Llama, ``max_position_embeddings`` for Marian). ``files(folder)``: writes more files (the
+    tokenizer's) into the new folder. The folder is written beside ``path`` and replaces it
+    as a whole (:func:`attnlm.base.fileio.atomic_folder`): a reader, or a writer killed at
+    any point, sees the old folder or the complete new one. A folder that holds files but no
+    ``config.json`` is not replaced (its files would be lost)."""
+    from attnlm.base.fileio import atomic_folder
+
+    target = Path(path)
+    if target.is_dir() and any(target.iterdir()) and not (target / "config.json").is_file():
+        raise InputError(
+            f"{target}: holds files but is not a Hugging Face folder (no config.json); "
+            "writing one there would replace them: choose a new or empty folder"
+        )
+    with atomic_folder(target) as folder:
+        if files is not None:
+            files(folder)
+        adapter_for(model).save(model, folder, **options)
 
 
 _register_reader("Hugging Face model folder", f"{__name__}.from_hf")
