@@ -121,6 +121,11 @@ def _load_hf(path: Path):
     return from_hf(path.parent)
 
 
+def _hf_weights(folder: Path) -> Path:
+    """A Hugging Face folder's model.safetensors, read into the model's own tensors."""
+    return _hf_folder(folder).parent / "model.safetensors"
+
+
 # -- tokenizers
 
 
@@ -554,6 +559,9 @@ def _marian_spm_file(folder: Path) -> Path:
 
 FORMATS = [
     Format("safetensors", ("safetensors",), _safetensors, _load_safetensors, _finite_state,
+           extra={"header lies": _safetensors_header_lies, "nan": _safetensors_nan,
+                  "huge header length": lambda d: struct.pack("<Q", 2**62) + d[8:]}),
+    Format("model.safetensors (streamed)", ("safetensors",), _hf_weights, _load_hf, _model_sane,
            extra={"header lies": _safetensors_header_lies, "nan": _safetensors_nan,
                   "huge header length": lambda d: struct.pack("<Q", 2**62) + d[8:]}),
     Format("config.json", ("Hugging Face model folder", "JSON"), _hf_folder, _load_hf,

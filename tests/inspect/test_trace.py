@@ -148,6 +148,24 @@ def test_interventions_set_add_scale_mean_patch_and_hooks():
     assert seen == [base.shape]
 
 
+def test_a_hook_that_edits_in_place_changes_only_what_follows():
+    """TransformerLens's idiom: a hook edits its tensor in place and returns it. The captured
+    activations before the hook (one tensor with the hooked one: the previous block's output)
+    keep their values; the hooked point and the logits change."""
+    model, tok, ids = _model("gpt")
+    post, pre = "blocks.0.hook_resid_post", "blocks.1.hook_resid_pre"
+    clean = trace(model, ids, names=[post, pre])
+
+    def edit(t):
+        t[:, 2] = 0.0
+        return t
+
+    got = trace(model, ids, names=[post, pre], interventions=[hook(pre, edit)])
+    assert torch.equal(got[post], clean[post])
+    assert torch.all(got[pre][:, 2] == 0) and torch.equal(got[pre][:, 3:], clean[pre][:, 3:])
+    assert not torch.equal(got.logits, clean.logits)
+
+
 def test_bad_names_heads_and_positions_are_one_line():
     model, tok, ids = _model("gpt")
     with pytest.raises(InputError, match="unknown hook name 'blocks.0.attn.hook_nope'"):

@@ -93,6 +93,20 @@ def test_linear_takes_onednn_only_where_it_applies(onednn):
         assert fused.linear(x, w).dtype == torch.bfloat16  # autocast still applies
 
 
+def test_a_short_input_takes_onednn_only_for_a_large_product(onednn):
+    """From ONEDNN_SMALL_ROWS rows a product of ONEDNN_MIN_WORK multiply-adds (a 16-token prompt
+    through a 768-wide layer) takes oneDNN where it is preferred, with F.linear's numbers; a
+    narrow layer or fewer rows stays on F.linear."""
+    rows, k = fused.ONEDNN_SMALL_ROWS, 256
+    m = fused.ONEDNN_MIN_WORK // (rows * k)
+    x, w, b = torch.randn(rows, k), torch.randn(m, k), torch.randn(m)
+    assert fused._use_onednn(x, w) == onednn
+    with torch.no_grad():
+        assert_close([fused.linear(x, w, b)], [F.linear(x, w, b)])
+    assert not fused._use_onednn(x, w[: m - 1])  # one multiply-add row short of the work
+    assert not fused._use_onednn(x[: rows - 1], w)
+
+
 INTEL = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)\n"
 
 

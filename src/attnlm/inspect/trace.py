@@ -146,8 +146,8 @@ def _select(t: Tensor, name: str, head: int | None, position: int | None) -> tup
 
 def _apply(iv: Intervention, t: Tensor) -> Tensor:
     """``t`` with the intervention applied (a new tensor; ``t`` is left as it was)."""
-    if iv.op == "fn":
-        out = iv.value(t)
+    if iv.op == "fn":  # its own copy: a function may edit it in place (TransformerLens's way)
+        out = iv.value(t.clone())
         if not isinstance(out, Tensor) or out.shape != t.shape:
             raise InputError(f"a hook on {iv.name} must return a tensor of shape {tuple(t.shape)}")
         return out
@@ -211,7 +211,9 @@ class Tracer:
             t = _apply(iv, t)
             self.applied.add(name)
         if self.names is None or name in self.names:
-            self.captured[name] = t.detach().clone()
+            # no copy of a fresh contiguous result: nothing in the pass edits one in place (an
+            # intervention edits a copy); a view into a larger tensor (q, k, v) is copied out
+            self.captured[name] = t.detach().contiguous()
         return t
 
     # -- the decoder's parts -------------------------------------------------------------------
@@ -372,14 +374,15 @@ def _pattern(tr: Tracer, a: str, attn: Any, q: Tensor, k: Tensor, mask, is_causa
 
 def head_results(attn: Any, z: Tensor) -> Tensor:
     """Each head's write into the residual stream ``(B, T, H, C)``: its ``z`` ``(B, T, H, D)``
-    through its slice of the output projection, without the bias (the sum over heads plus the
-    bias is the attention output)."""
-    B, T, H, D = z.shape
-    eye = torch.eye(H, dtype=z.dtype, device=z.device)  # each head alone, the others zero
-    alone = (z[:, :, None, :, :] * eye[None, None, :, :, None]).reshape(B, T, H, H * D)
-    out = attn.out_proj(alone)  # (B, T, H, C)
-    bias = attn.out_proj.bias
-    return out if bias is None else out - bias
+    through its slice of the output projection ``W_O[:, h D:(h + 1) D]``, without the bias
+    (the sum over heads plus the bias is the attention output); one batched product over the
+    heads, as many multiply-adds as the projection itself."""
+    H, D = z.shape[-2:]
+    proj = attn.out_proj
+    w = proj.dequantized() if hasattr(proj, "dequantized") else proj.weight  # (C, H D)
+    w_heads = w.view(w.shape[0], H, D).transpose(0, 1)  # (H, C, D)
+    out = torch.matmul(z.permute(0, 2, 1, 3), w_heads.transpose(1, 2))  # (B, H, T, C)
+    return out.permute(0, 2, 1, 3)  # (B, T, H, C)
 
 
 # -- the public call --------------------------------------------------------------------------

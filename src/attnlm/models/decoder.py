@@ -72,7 +72,9 @@ class Decoder(nn.Module):
         self.drop = dropout_layer(c.dropout)
         self.blocks = nn.ModuleList(blocks)
         self.ln_f = ln_f
-        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        # tied: a placeholder (no memory) that the embedding's matrix replaces at once
+        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False,
+                                 device="meta" if c.tie_embeddings else None)  # fmt: skip
         if c.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight  # (V, C), one matrix for both ends
         self.apply(self._init_weights)

@@ -30,6 +30,7 @@ from attnlm.base.foreign import check_config_fits
 from attnlm.base.validate import above_zero, fraction, one_of, positive
 from attnlm.models.base import Decoding, Family, ModelOutput
 from attnlm.models.decoder import Decoder
+from attnlm.nn import fused
 from attnlm.nn.attention import SCORES, MultiHeadAttention
 from attnlm.nn.blocks import ACTIVATIONS, NORMS, FeedForward, TransformerBlock, block_class
 from attnlm.nn.positional import (
@@ -141,6 +142,8 @@ class GPT(Decoder):
             ),
             **gpt_positions(c),
         )
+        # every projection and the head on the CPU's faster float32 kernel (as Llama's)
+        fused.use_onednn(self)
 
     @classmethod
     def from_config_dict(cls, data: dict[str, Any]) -> GPT:

@@ -52,25 +52,45 @@ def read_generation_config(path: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def safetensors_files(path: Path) -> list[Path]:
+    """The folder's safetensors files: ``model.safetensors``, or the shards its
+    ``model.safetensors.index.json`` names (checked to exist); [] when it has neither."""
+    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
+    if single.is_file():
+        return [single]
+    if not index.is_file():
+        return []
+    doc = _read_json(index)
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InputError(f"{index}: no 'weight_map' of tensor names to shard files")
+    shards = sorted(set(weight_map.values()), key=str)
+    for shard in shards:
+        if isinstance(shard, str) and Path(shard).name != shard:  # a file of the folder only
+            raise InputError(f"{index}: shard {shard!r} is not a file name in the folder")
+        if not isinstance(shard, str) or not (path / shard).is_file():
+            raise InputError(f"{index}: shard {shard!r} is missing from the folder")
+    return [path / shard for shard in shards]
+
+
+def _check_shards(path: Path, names: set[str]) -> None:
+    """Every name the sharded folder's index maps is in its shards."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file() and not (path / "model.safetensors").is_file():
+        missing = sorted(set(_read_json(index)["weight_map"]) - names)
+        if missing:
+            raise InputError(f"{index}: {missing[0]!r} is not in its shard")
+
+
 def read_hf_weights(path: str | Path) -> dict[str, Tensor]:
     """The state dict stored in a HF checkpoint directory (safetensors preferred)."""
     path = Path(path)
-    single, index = path / "model.safetensors", path / "model.safetensors.index.json"
-    if single.is_file() or index.is_file():
-        if single.is_file():
-            return _load_safetensors(single)
-        doc = _read_json(index)
-        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise InputError(f"{index}: no 'weight_map' of tensor names to shard files")
+    files = safetensors_files(path)
+    if files:
         state: dict[str, Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            if not isinstance(shard, str) or not (path / shard).is_file():
-                raise InputError(f"{index}: shard {shard!r} is missing from the folder")
-            state.update(_load_safetensors(path / shard))
-        missing = sorted(set(weight_map) - set(state))
-        if missing:
-            raise InputError(f"{index}: {missing[0]!r} is not in its shard")
+        for file in files:
+            state.update(_load_safetensors(file))
+        _check_shards(path, set(state))
         return state
     pickled = path / "pytorch_model.bin"
     if pickled.is_file():
@@ -126,6 +146,12 @@ def load_hf_weights(
     """Load the folder's weights (``weights`` when already read) into ``model`` through
     ``layout`` (:func:`~attnlm.models.hf.mapping.to_ours`); the model in eval mode."""
     path = Path(path)
+    files = safetensors_files(path) if weights is None else []
+    if files:  # read into the model's own tensors: no second copy of the weights
+        from attnlm.models.hf.stream import index, stream_weights
+
+        _check_shards(path, {name for file in files for name in index(file)})
+        return stream_weights(model, path, layout, files)
     hf_state = read_hf_weights(path) if weights is None else weights
     return load_mapped_state(model, to_ours(layout, hf_state), path, layout.optional)
 

@@ -159,36 +159,68 @@ class Layout:
         return key
 
 
-def to_ours(layout: Layout, hf_state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """A Hugging Face state dict in our names; a missing or unexpected key is an InputError
-    naming it (keys in ``layout.ignore`` are dropped)."""
-    state = {layout.canonical(k): v for k, v in hf_state.items()}
-    out: dict[str, Tensor] = {}
+@dataclass(frozen=True)
+class Placement:
+    """Where one tensor of ours comes from: the Hugging Face keys (canonical names) of its
+    ``parts`` (concatenated along dim 0 when several) and the ``rule`` that says how it
+    changes on the way (``transpose``, ``row``; a ``copy`` is only checked)."""
 
-    def take(rule: Rule, key: str) -> Tensor:
-        if key not in state:
+    ours: str
+    parts: tuple[str, ...]
+    rule: Rule
+
+
+def place(layout: Layout, keys: Iterator[str] | list[str]) -> list[Placement]:
+    """The plan of :func:`to_ours` for a state dict holding ``keys`` (canonical names): one
+    :class:`Placement` per tensor of ours, in the rules' order; a missing or unexpected key is
+    an InputError naming it (keys in ``layout.ignore`` are dropped)."""
+    left = dict.fromkeys(keys)
+    plan: list[Placement] = []
+
+    def take(rule: Rule, key: str) -> str:
+        if key not in left:
             raise InputError(rule.error or f"{layout.name} weights are missing {key!r}")
-        return state.pop(key)
+        del left[key]
+        return key
 
     for rule in layout.rules:
         for ours, names, also in rule.keys():
             if rule.copy:
-                if names[0] in state and not torch.equal(state.pop(names[0]), out[ours]):
-                    raise InputError(rule.error or f"{layout.name} weights: {names[0]!r} is "
-                                     f"not the same tensor as its tied original")  # fmt: skip
+                if names[0] in left:
+                    plan.append(Placement(ours, (take(rule, names[0]),), rule))
                 continue
-            if also and names[0] not in state:
-                names = (next((a for a in also if a in state), also[-1]),)
-            if rule.optional and names[0] not in state:
+            if also and names[0] not in left:
+                names = (next((a for a in also if a in left), also[-1]),)
+            if rule.optional and names[0] not in left:
                 continue
-            tensors = [take(rule, key) for key in names]  # fused q, k, v: (C, C) each
-            tensor = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)  # (3C, C)
-            if rule.transpose:
-                tensor = tensor.t()  # Conv1D (in, out) -> Linear (out, in)
-            out[ours] = tensor.reshape(-1) if rule.row else tensor  # (1, N) -> (N,)
-    leftover = [k for k in state if not any(fnmatchcase(k, p) for p in layout.ignore)]
+            plan.append(Placement(ours, tuple(take(rule, key) for key in names), rule))
+    leftover = [k for k in left if not any(fnmatchcase(k, p) for p in layout.ignore)]
     if leftover:
         raise InputError(f"unexpected {layout.name} weights: {', '.join(sorted(leftover)[:5])}")
+    return plan
+
+
+def copy_differs(layout: Layout, placement: Placement) -> InputError:
+    """The error of a Hugging Face copy (``Rule.copy``) that is not its tied original."""
+    rule, key = placement.rule, placement.parts[0]
+    return InputError(rule.error or f"{layout.name} weights: {key!r} is not the same tensor "
+                      f"as its tied original")  # fmt: skip
+
+
+def to_ours(layout: Layout, hf_state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A Hugging Face state dict in our names (see :func:`place` for the errors)."""
+    state = {layout.canonical(k): v for k, v in hf_state.items()}
+    out: dict[str, Tensor] = {}
+    for p in place(layout, list(state)):
+        tensors = [state.pop(key) for key in p.parts]  # fused q, k, v: (C, C) each
+        if p.rule.copy:
+            if not torch.equal(tensors[0], out[p.ours]):
+                raise copy_differs(layout, p)
+            continue
+        tensor = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)  # (3C, C)
+        if p.rule.transpose:
+            tensor = tensor.t()  # Conv1D (in, out) -> Linear (out, in)
+        out[p.ours] = tensor.reshape(-1) if p.rule.row else tensor  # (1, N) -> (N,)
     return out
 
 
