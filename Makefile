@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 TORCH_VERSION := 2.13.0
 VENV_OK := .venv/.installed
 
-.PHONY: setup demo test test-docs test-full test-fast lint format bench bench-quick clean
+.PHONY: setup demo test test-docs test-full test-fast lint format bench bench-quick fuzz clean
 
 $(VENV_OK): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -21,9 +21,10 @@ demo: $(VENV_OK)
 
 # every test and doc block that runs in seconds (tests/docs: ~2 CPU minutes of them), what CI
 # runs, within 10 minutes on 2 cores; the ones marked slow (long trainings, kill tests of the
-# demo, the 135M model's chats) are left to test-full
+# demo, the 135M model's chats) are left to test-full; the 15 slowest are listed at the end,
+# so a test that grows shows
 test: $(VENV_OK) lint
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=15
 
 # every command block of README.md and docs/*.md, slow ones included, run as a user would
 test-docs: $(VENV_OK)
@@ -53,6 +54,22 @@ bench: $(VENV_OK)
 bench-quick: $(VENV_OK)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; \
 	  ATTNLM_BENCH_QUICK=1 timeout 600 $(PY) $$b --quick || exit 1; done
+
+# every fuzz target (fuzz/fuzz_*.py: the GGUF reader, the tokenizer readers, the chat template
+# renderer) for FUZZ_SECONDS each, coverage-guided by atheris from the committed corpus
+# (fuzz/corpus/TARGET); new inputs go to build/fuzz/TARGET, a crash's input to build/fuzz/crashes
+# (docs/reliability.md, "Fuzzing")
+FUZZ_SECONDS ?= 60
+fuzz: $(VENV_OK)
+	$(PY) -c "import atheris" 2>/dev/null || $(PY) -m pip install -q -e '.[fuzz]'
+	mkdir -p build/fuzz/crashes
+	for f in fuzz/fuzz_*.py; do t=$$(basename $$f .py); t=$${t#fuzz_}; mkdir -p build/fuzz/$$t; \
+	  echo "== $$t: $(FUZZ_SECONDS) s (log: build/fuzz/$$t.log)"; \
+	  timeout $$(($(FUZZ_SECONDS) + 300)) $(PY) $$f build/fuzz/$$t fuzz/corpus/$$t \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=3072 \
+	    -artifact_prefix=build/fuzz/crashes/$$t- > build/fuzz/$$t.log 2>&1; rc=$$?; \
+	  grep -E "^#[0-9]+" build/fuzz/$$t.log | tail -n 1; \
+	  if [ $$rc != 0 ]; then tail -n 30 build/fuzz/$$t.log; exit 1; fi; done
 
 clean:
 	rm -rf .venv build dist src/*.egg-info .pytest_cache .ruff_cache
