@@ -14,6 +14,7 @@ import pytest
 from attnlm.base.errors import InputError
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
+CRASHES = Path(__file__).resolve().parent / "fixtures" / "fuzz"  # inputs that crashed, fixed
 sys.path.insert(0, str(FUZZ))
 import harness  # noqa: E402
 
@@ -32,6 +33,12 @@ def test_the_committed_corpus_replays_under_the_policy(name):
     assert 1 <= len(files) <= 50 and sum(f.stat().st_size for f in files) < 200_000
     accepted = [f.name for f in files if harness.one(target, f.read_bytes())]
     assert accepted, f"{name}: no seed gets past the reader"
+
+
+@pytest.mark.parametrize("path", sorted(CRASHES.iterdir()), ids=lambda p: p.name)
+def test_every_crash_found_is_refused_in_one_line(path):
+    target = importlib.import_module(f"fuzz_{path.name.split('-crash-')[0]}").target
+    assert harness.one(target, path.read_bytes()) is False
 
 
 def test_the_policy_passes_one_line_refusals_and_fails_everything_else():

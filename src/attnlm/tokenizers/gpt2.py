@@ -102,6 +102,8 @@ def vocab_merges_tokenizer(folder: Path) -> Any:
             raise TokenizerConfigError(f"{folder / name}: cannot read ({e})") from None
 
     vocab = load_json(folder / "vocab.json", "vocab.json")
+    if not isinstance(vocab, dict):
+        raise TokenizerConfigError(f"{folder / 'vocab.json'}: expected an object of token: id")
     merges = [ln for ln in read("merges.txt").splitlines() if ln and not ln.startswith("#version")]
     config: dict[str, Any] = {}
     if (folder / "tokenizer_config.json").is_file():  # damaged: refused, not ignored
@@ -110,6 +112,9 @@ def vocab_merges_tokenizer(folder: Path) -> Any:
     decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
     if isinstance(decoder, dict):
         for i, t in decoder.items():
+            if not (i.isdecimal() and len(i) <= 18):  # found by fuzz/fuzz_vocab_merges.py
+                where = folder / "tokenizer_config.json"
+                raise TokenizerConfigError(f"{where}: added_tokens_decoder key {i!r} is not an id")
             if isinstance(t, dict) and isinstance(t.get("content"), str):
                 added.append({"id": int(i), "content": t["content"], "special": True,
                               "lstrip": bool(t.get("lstrip")), "rstrip": bool(t.get("rstrip")),
