@@ -1,5 +1,9 @@
-"""`attnlm demo` end to end on a tiny preset and text (the real demo trains for minutes)."""
+"""`attnlm demo` end to end on a tiny preset and text (the real demo trains for minutes); the
+real-LLM coda (SmolLM2: a chat turn, the logit lens, activation patching, 40 scored examples)
+on its own, marked slow (each of its parts has its own quick tests: generate/test_chat,
+inspect/test_lens, inspect/test_experiments, tasks/)."""
 
+import pytest
 import torch
 
 from attnlm.cli import main
@@ -12,7 +16,7 @@ def test_demo_writes_everything(romeo_file, tmp_path, capsys):
     try:
         argv = ["demo", "--preset", "tiny-test", "--text", str(corpus), "--out", str(out)]
         budgets = ["--time-budget", "2s", "--translate-budget", "3s", "--compare-budget", "1s"]
-        assert main([*argv, *budgets, "--threads", "1"]) == 0
+        assert main([*argv, *budgets, "--threads", "1", "--no-llm"]) == 0
     finally:
         torch.set_num_threads(threads)
     printed = capsys.readouterr().out
@@ -36,12 +40,7 @@ def test_demo_writes_everything(romeo_file, tmp_path, capsys):
     assert (out / "compare" / "compare.json").is_file()
     # the MiniLM coda: the bank table when the wheel is available, else a one-line note
     assert "cos(S1,S2)" in printed or "skipped the BERT coda" in printed
-    # the LLM coda: one chat turn and the lens table, or a one-line note when SmolLM2 is missing
-    if "skipped the LLM coda" not in printed:
-        assert "assistant: The capital of France is Paris." in printed
-        lens = printed[printed.index("== the logit lens") :].splitlines()
-        assert lens[2].startswith("layer 30") and "Paris" in lens[2]
-        assert (out / "lens.png").read_bytes()[:4] == b"\x89PNG"
+    assert "skipped the LLM coda" not in printed and "a real LLM" not in printed  # --no-llm
     # the static side: ROMEO has no "bank"
     assert "(no static vector: 'bank' is rare in this text)" in printed
 
@@ -66,3 +65,20 @@ def test_demo_static_bank_is_one_word2vec_vector(tmp_path):
     assert all((row == static.vectors[0]).all() for row in static.vectors)
     assert "one vector for 'bank' in every sentence" in "\n".join(printed)
     assert {w for w, _ in static.neighbours} <= set(words) - {"bank"}
+
+
+@pytest.mark.slow
+def test_the_llm_coda(tmp_path):
+    """One chat turn, the lens table and its PNG, or a one-line note when SmolLM2 is missing."""
+    from attnlm.apps.demo import llm_demo
+
+    lines: list[str] = []
+    png = llm_demo(tmp_path, log=lines.append)
+    printed = "\n".join(lines)
+    if png is None:
+        assert "skipped the LLM coda" in printed and len(lines) == 1
+        return
+    assert "assistant: The capital of France is Paris." in printed
+    lens = printed[printed.index("== the logit lens") :].splitlines()
+    assert lens[2].startswith("layer 30") and "Paris" in lens[2]
+    assert png == tmp_path / "lens.png" and png.read_bytes()[:4] == b"\x89PNG"
