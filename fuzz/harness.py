@@ -69,8 +69,8 @@ def one(target: Callable[[bytes], None], data: bytes) -> bool:
         target(data)
     except InputError as e:
         message = str(e)
-        if "\n" in message or not message.strip():
-            raise AssertionError(f"an InputError of {message.count(chr(10)) + 1} lines") from e
+        if len(message.splitlines()) != 1 or not message.strip():
+            raise AssertionError(f"an InputError of {len(message.splitlines())} lines") from e
         return False
     return True
 

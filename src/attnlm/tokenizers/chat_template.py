@@ -107,6 +107,13 @@ def _compile(source: str) -> Any:
     return env.from_string(source)
 
 
+def _said(e: Exception) -> str:
+    """What an error says, its line breaks and control characters escaped: a template's own
+    text (``raise_exception``'s message) stays one printable line (found by
+    fuzz/fuzz_chat_template.py)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e))
+
+
 def check_messages(messages: Any, where: str = "messages") -> list[dict[str, str]]:
     """``messages`` as a list of ``{"role": str, "content": str}`` dicts (copies), or a
     one-line InputError naming the first bad entry."""
@@ -157,7 +164,7 @@ class ChatTemplate:
             template = _compile(self.source)
         except jinja2.TemplateSyntaxError as e:
             where = f"{self.origin}: not a valid template"
-            raise InputError(f"{where} (line {e.lineno}: {e})") from None
+            raise InputError(f"{where} (line {e.lineno}: {_said(e)})") from None
         extra = 4 * sum(len(m["content"]) for m in msgs)  # a long conversation's own length
         try:
             return bounded_render(
@@ -172,7 +179,8 @@ class ChatTemplate:
         except TemplateBudgetError as e:
             raise InputError(f"{self.origin}: the template was stopped: {e}") from None
         except jinja2.TemplateError as e:
-            raise InputError(f"{self.origin}: the template refused the conversation: {e}") from None
+            refused = f"{self.origin}: the template refused the conversation: {_said(e)}"
+            raise InputError(refused) from None
         except (
             TypeError,
             ValueError,
@@ -182,7 +190,7 @@ class ChatTemplate:
             ArithmeticError,
             RecursionError,
         ) as e:  # the sandbox's "Range too big" is an OverflowError
-            what = f"{type(e).__name__}: {e}"
+            what = f"{type(e).__name__}: {_said(e)}"
             raise InputError(f"{self.origin}: the template failed ({what})") from None
 
     def __repr__(self) -> str:
