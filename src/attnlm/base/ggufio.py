@@ -20,10 +20,21 @@ than reading and dequantizing the whole SmolLM2 model). Here string arrays are s
 memory map with ``struct``, numeric arrays are ``numpy.frombuffer`` views copied once, and
 every count and length is checked against the bytes left before anything is allocated, so a
 truncated file or an absurd array length is a one-line :class:`~attnlm.base.errors.InputError`.
+
+What a file must be before any tensor is read (the hostile-file corpus,
+``tests/base/test_hostile_files.py``, has a case for each): counts, string and array lengths
+within the bytes left; known value types, arrays nested at most :data:`MAX_ARRAY_DEPTH` deep;
+metadata keys and tensor names unique and UTF-8; 1 to 4 dimensions, each 1..2^40, and a shape
+whose elements fit in the bytes after its offset; a ggml type id ggml defines
+(:data:`TENSOR_TYPES`), rows a whole number of blocks; offsets aligned, every tensor inside the
+file and no two tensors sharing a byte. Sizes are Python integers, so nothing wraps. What the
+architecture reads (shapes against the config, block counts) is checked by
+:mod:`attnlm.models.gguf` before the PyTorch loader or the C engine reads a tensor.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -40,6 +51,7 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ARRAY_DEPTH = 4  # arrays of arrays: llama.cpp reads none; gguf-py's reader nests freely
 
 # GGUF value types: id -> (name, struct format or None, size in bytes; strings and arrays vary)
 VALUE_TYPES: dict[int, tuple[str, str | None, int]] = {
@@ -61,55 +73,42 @@ STRING, ARRAY = 8, 9
 _NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
           10: "<u8", 11: "<i8", 12: "<f8"}  # fmt: skip
 
-# ggml tensor types this reader can size: id -> (name, elements per block, bytes per block).
-# (gguf.GGML_QUANT_SIZES holds the same facts for every type; a type missing here is reported
-# by its name from gguf.GGMLQuantizationType when the package knows it.)
+# ggml tensor types: id -> (name, elements per block, bytes per block), every type ggml defines
+# (ggml.h's ``ggml_type`` and ``ggml_type_traits``; ``gguf.GGML_QUANT_SIZES`` holds the same
+# facts, and a test compares them). Ids missing here (4, 5, 31-33, 36-38: types ggml removed;
+# anything beyond) are refused when the header is read: no tensor of unknown size is accepted.
 TENSOR_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("F32", 1, 4),
-    1: ("F16", 1, 2),
-    2: ("Q4_0", 32, 18),
-    3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22),
-    7: ("Q5_1", 32, 24),
-    8: ("Q8_0", 32, 34),
-    10: ("Q2_K", 256, 84),
-    11: ("Q3_K", 256, 110),
-    12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176),
-    14: ("Q6_K", 256, 210),
-    15: ("Q8_K", 256, 292),
-    24: ("I8", 1, 1),
-    25: ("I16", 1, 2),
-    26: ("I32", 1, 4),
-    27: ("I64", 1, 8),
-    28: ("F64", 1, 8),
-    30: ("BF16", 1, 2),
-}
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+}  # fmt: skip
 
 
 def type_name(type_id: int) -> str:
-    """The ggml name of a tensor type id (``Q4_K``), from ``gguf`` for types we cannot size."""
+    """The ggml name of a tensor type id (``Q4_K``); ``unknown (N)`` for an id ggml lacks."""
     if type_id in TENSOR_TYPES:
         return TENSOR_TYPES[type_id][0]
-    try:
-        from gguf import GGMLQuantizationType
-
-        return GGMLQuantizationType(type_id).name
-    except (ImportError, ValueError):
-        return f"type {type_id}"
+    return f"unknown ({type_id})"
 
 
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor of a GGUF file: ``shape`` in numpy order (the file's dims reversed),
     ``type`` the ggml type id, ``offset`` its first byte in the file, ``nbytes`` its size
-    (``None`` for a type this reader cannot size)."""
+    (every tensor's bytes lie inside the file and overlap no other tensor's)."""
 
     name: str
     shape: tuple[int, ...]
     type: int
     offset: int
-    nbytes: int | None
+    nbytes: int
 
     @property
     def type_name(self) -> str:
@@ -117,7 +116,7 @@ class TensorInfo:
 
     @property
     def n_elements(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)  # Python integers: never wraps
 
 
 class _Cursor:
@@ -151,9 +150,10 @@ class _Cursor:
             raise InputError(f"{self.where}: {what} is not valid UTF-8") from None
 
 
-def _value(cur: _Cursor, vtype: int, key: str) -> Any:
+def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> Any:
     """One metadata value of type ``vtype``: a Python scalar, a ``str``, or for an array a
-    numpy array (numbers; ``bool`` arrays as ``bool``) or a list (strings, nested arrays)."""
+    numpy array (numbers; ``bool`` arrays as ``bool``) or a list (strings, nested arrays, at
+    most :data:`MAX_ARRAY_DEPTH` deep)."""
     if vtype not in VALUE_TYPES:
         raise InputError(f"{cur.where}: metadata key {key!r} has unknown value type {vtype}")
     if vtype == STRING:
@@ -174,7 +174,11 @@ def _value(cur: _Cursor, vtype: int, key: str) -> Any:
     if itype == STRING:
         return _strings(cur, count, key)
     if itype == ARRAY:
-        return [_value(cur, ARRAY, f"{key}[{i}]") for i in range(count)]
+        if depth + 1 >= MAX_ARRAY_DEPTH:
+            raise InputError(
+                f"{cur.where}: metadata key {key!r} nests arrays more than {MAX_ARRAY_DEPTH} deep"
+            )
+        return [_value(cur, ARRAY, f"{key}[{i}]", depth + 1) for i in range(count)]
     arr = np.frombuffer(cur.buf, dtype=_NUMPY[itype], count=count, offset=cur.pos).copy()
     cur.pos += count * least
     return arr.astype(bool) if itype == 7 else arr
@@ -280,24 +284,47 @@ class GGUFFile:
             if name in self.tensors:
                 raise InputError(f"{where}: tensor {name!r} appears twice")
             self.tensors[name] = self._info(name, shape, ttype, offset)
+        self._check_overlaps()
+
+    def _check_overlaps(self) -> None:
+        """No two tensors share a byte (llama.cpp's writer lays them out one after another;
+        a file whose tensors overlap was made to read one tensor's bytes as another's)."""
+        spans = sorted((i.offset, i.offset + i.nbytes, i.name)
+                       for i in self.tensors.values())  # fmt: skip
+        for (_, end, before), (start, _, name) in zip(spans, spans[1:]):
+            if start < end:
+                raise InputError(
+                    f"{self.path}: tensors {before!r} and {name!r} overlap (byte {start:,} "
+                    f"belongs to both)"
+                )
 
     def _info(self, name: str, shape: tuple[int, ...], ttype: int, offset: int) -> TensorInfo:
         where = str(self.path)
         if any(d <= 0 or d > 1 << 40 for d in shape):
             raise InputError(f"{where}: tensor {name!r} has an invalid shape {list(shape)}")
-        nbytes = None
-        if ttype in TENSOR_TYPES:
-            _, block, size = TENSOR_TYPES[ttype]
-            if shape[-1] % block:
-                raise InputError(
-                    f"{where}: tensor {name!r} ({type_name(ttype)}) has rows of {shape[-1]} "
-                    f"elements, not a multiple of its block size {block}"
-                )
-            nbytes = int(np.prod(shape, dtype=object)) // block * size
+        if ttype not in TENSOR_TYPES:
+            raise InputError(
+                f"{where}: tensor {name!r} has ggml type id {ttype}, which is no ggml type "
+                "(a damaged file, or one newer than this attnlm)"
+            )
+        _, block, size = TENSOR_TYPES[ttype]
+        if shape[-1] % block:
+            raise InputError(
+                f"{where}: tensor {name!r} ({type_name(ttype)}) has rows of {shape[-1]} "
+                f"elements, not a multiple of its block size {block}"
+            )
+        nbytes = math.prod(shape) // block * size
         if offset % self.alignment:
             raise InputError(f"{where}: tensor {name!r} is not aligned (offset {offset})")
         start = self.data_offset + offset
-        if nbytes is not None and start + nbytes > self.file_size:
+        # every ggml type takes at least a bit per element, also those this reader cannot size
+        if math.prod(shape) > 8 * max(self.file_size - start, 0):
+            raise InputError(
+                f"{where}: tensor {name!r} of shape {list(shape)} ({math.prod(shape):,} "
+                f"elements) cannot fit in the {max(self.file_size - start, 0):,} bytes after "
+                f"its offset"
+            )
+        if start + nbytes > self.file_size:
             raise InputError(
                 f"{where}: truncated GGUF file (tensor {name!r} ends at byte {start + nbytes:,}, "
                 f"the file has {self.file_size:,})"
@@ -309,11 +336,6 @@ class GGUFFile:
     def raw(self, name: str | TensorInfo) -> np.ndarray:
         """The bytes of one tensor as a ``uint8`` array, read from the file (a fresh copy)."""
         info = name if isinstance(name, TensorInfo) else self.tensors[name]
-        if info.nbytes is None:
-            raise InputError(
-                f"{self.path}: tensor {info.name!r} has type {info.type_name}, which is not "
-                "supported"
-            )
         out = np.empty(info.nbytes, dtype=np.uint8)
         with open(self.path, "rb") as f:
             f.seek(info.offset)
@@ -336,7 +358,7 @@ class GGUFFile:
         out: dict[str, tuple[int, int]] = {}
         for info in self.tensors.values():
             n, b = out.get(info.type_name, (0, 0))
-            out[info.type_name] = (n + 1, b + (info.nbytes or 0))
+            out[info.type_name] = (n + 1, b + info.nbytes)
         return out
 
 

@@ -23,6 +23,7 @@ and carries what chat needs: the chat template and the ids that end a turn.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import re
@@ -296,6 +297,13 @@ def _load_run(path: Path, spec: str, device: Any) -> Resolved:
     return Resolved(ck.model, ck.tokenizer, info)
 
 
+#: the LoRA runs being resolved, each through its base (a base that leads back is refused)
+_LORA_CHAIN: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextVar(
+    "lora_chain", default=frozenset()
+)
+MAX_LORA_DEPTH = 16  # runs over runs over ... a base
+
+
 def load_lora_run(
     path: str | os.PathLike[str],
     device: Any = "cpu",
@@ -326,7 +334,17 @@ def load_lora_run(
     base = table.get("base")
     if not isinstance(base, str) or not base:
         raise InputError(f"{ckpt}/config.json: the lora table names no base model")
-    model, tok, base_info = resolve(base, device, weights="f32")  # adapters need float weights
+    chain = _LORA_CHAIN.get()
+    if Path(ckpt).resolve() in chain or len(chain) >= MAX_LORA_DEPTH:
+        raise InputError(
+            f"{ckpt}/config.json: the lora table's base {base} leads back to this run (runs "
+            "whose bases form a cycle)"
+        )
+    token = _LORA_CHAIN.set(chain | {Path(ckpt).resolve()})
+    try:  # adapters need float weights
+        model, tok, base_info = resolve(base, device, weights="f32")
+    finally:
+        _LORA_CHAIN.reset(token)
     model_table = registry.config_table(base_info.family, model.config)
     check_base(table, base_info.path, model_table, ckpt)
     attach(model, table, ckpt, merge=merge, load=load)

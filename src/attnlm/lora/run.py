@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from attnlm.base.errors import InputError
+from attnlm.base.errors import AttnlmError, InputError
 from attnlm.lora.layers import LoRAConfig, apply_lora, load_lora_state_dict, merge_lora
 
 WEIGHT_FILES = ("*.safetensors", "*.gguf", "*.bin")
@@ -122,9 +122,12 @@ def attach(
     on the base ``model`` and, with ``load``, their values; with ``merge``, fold them into the
     weights (:func:`attnlm.lora.layers.merge_lora`: plain layers, every decoding fast path
     applies). Returns ``model``."""
-    cfg = LoRAConfig.from_dict(table)
-    device = next(model.parameters()).device
-    apply_lora(model, cfg)
+    try:  # the table is read from the run's file: a bad value names it
+        cfg = LoRAConfig.from_dict(table)
+        device = next(model.parameters()).device
+        apply_lora(model, cfg)
+    except AttnlmError as e:
+        raise InputError(f"{ckpt}/config.json: lora table: {e}") from None
     if not load:
         return model
     state = {k: v.to(device) for k, v in read_adapters(ckpt).items()}

@@ -24,7 +24,7 @@ import numpy as np
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import llama
-from attnlm.models.gguf.parts import Part, unpermute_rows
+from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, codes, pack_q4
 from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
@@ -90,11 +90,11 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:
         return None
+    parts = llama.parts(config, header)
+    check_parts(header, parts)  # every tensor there, in the shape the C step will be told
     by_ours: dict[str, list[Part]] = {}
-    for part in llama.parts(config, header):
+    for part in parts:
         by_ours.setdefault(part.ours, []).append(part)
-    if any(p.gguf not in header.tensors for ps in by_ours.values() for p in ps):
-        return None
     weights = _Weights(header, by_ours)
     blocks = [weights.block(i) for i in range(config.n_layer)]
     emb = _codes(header, by_ours["tok_emb.weight"][0])  # Q8_0 (engine_format)

@@ -41,6 +41,7 @@ import regex
 
 from attnlm.base.errors import InputError
 from attnlm.tokenizers.base import (
+    MAX_VOCAB_SIZE,
     InvalidTokenIdError,
     Tokenizer,
     TokenizerFileError,
@@ -235,6 +236,13 @@ class HFByteBPETokenizer(Tokenizer):
         bad = next((t for t, i in vocab.items() if type(i) is not int or i < 0), None)
         if bad is not None:
             raise _fail(f"vocab id of {bad!r} is {vocab[bad]!r}, not a non-negative integer")
+        top = max(vocab.values())
+        if top >= MAX_VOCAB_SIZE:  # tables are sized by the largest id
+            raise _fail(f"vocab id {top:,} is out of range: ids must be below {MAX_VOCAB_SIZE:,}")
+        if len(set(vocab.values())) != len(vocab):
+            seen: dict[int, str] = {}
+            token, i = next((t, i) for t, i in vocab.items() if seen.setdefault(i, t) != t)
+            raise _fail(f"vocab tokens {seen[i]!r} and {token!r} have the same id {i}")
         self._vocab: dict[str, int] = vocab  # not a copy: a 49k vocabulary is megabytes
         self._merges = _merges(model.get("merges") or [], vocab, merge_split)
         self._ignore_merges = bool(model.get("ignore_merges", False))
@@ -243,6 +251,11 @@ class HFByteBPETokenizer(Tokenizer):
         for token in doc.get("added_tokens") or []:
             if not isinstance(token, dict) or type(token.get("id")) is not int:
                 raise _fail(f"added token {token!r} has no integer 'id'")
+            if not 0 <= token["id"] < MAX_VOCAB_SIZE:
+                raise _fail(
+                    f"added token id {token['id']:,} is out of range: ids must be in "
+                    f"0..{MAX_VOCAB_SIZE - 1:,}"
+                )
             if not isinstance(token.get("content"), str):
                 raise _fail(f"added token {token!r} has no string 'content'")
         self._normalize = _normalizer(doc.get("normalizer"))

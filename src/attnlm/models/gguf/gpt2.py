@@ -15,6 +15,7 @@ fused ``(3C, C)``: llama.cpp's converter transposes GPT-2's ``Conv1D`` weights t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from attnlm.base.errors import InputError
 from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf.llama import vocab_size
-from attnlm.models.gguf.parts import Part
+from attnlm.models.gguf.parts import Part, check_block_count
 
 ARCH = "gpt2"
 READ = {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
@@ -53,8 +54,9 @@ def config_table(header: GGUFFile) -> dict[str, Any]:
         if key.startswith(f"{ARCH}.") and key[len(ARCH) + 1 :] not in READ:
             raise InputError(f"{header.path}: metadata key {key} is not supported")
     eps = header.get(f"{ARCH}.attention.layer_norm_epsilon")
-    if not isinstance(eps, float) or eps <= 0:
+    if not isinstance(eps, float) or not 0 < eps < math.inf:
         raise InputError(f"{header.path}: {ARCH}.attention.layer_norm_epsilon is missing")
+    check_block_count(header, f"{ARCH}.block_count", _int(header, "block_count"))
     return {
         "type": "gpt",
         "vocab_size": vocab_size(header, ARCH),

@@ -30,13 +30,14 @@ Tensors: ``token_embd``, ``blk.N.attn_norm``, ``blk.N.attn_q/k/v`` (fused into o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from attnlm.base.errors import InputError
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf.parts import Part
+from attnlm.models.gguf.parts import Part, check_block_count
 
 ARCH = "llama"
 # keys read into the config, and keys that carry nothing we need (checked where noted)
@@ -112,20 +113,28 @@ def config_table(header: GGUFFile) -> dict[str, Any]:
         )
     _check_keys(header, n_embd // n_head)
     eps = header.get(f"{ARCH}.attention.layer_norm_rms_epsilon")
-    if not isinstance(eps, float) or eps <= 0:
+    if not isinstance(eps, float) or not 0 < eps < math.inf:
         raise InputError(
             f"{header.path}: {ARCH}.attention.layer_norm_rms_epsilon is missing or invalid"
         )
     theta = header.get(f"{ARCH}.rope.freq_base", 10000.0)
-    if not isinstance(theta, float) or theta <= 0:
+    if not isinstance(theta, float) or not 0 < theta < math.inf:
         raise InputError(f"{header.path}: {ARCH}.rope.freq_base {theta!r} is invalid")
+    n_kv_head = _int(header, "attention.head_count_kv", n_head)
+    if n_head % n_kv_head:
+        raise InputError(
+            f"{header.path}: {ARCH}.attention.head_count_kv {n_kv_head} does not divide "
+            f"{ARCH}.attention.head_count {n_head}"
+        )
+    n_layer = _int(header, "block_count")
+    check_block_count(header, f"{ARCH}.block_count", n_layer)
     return {
         "type": "llama",
         "vocab_size": vocab_size(header),
-        "block_size": _int(header, "context_length"),
-        "n_layer": _int(header, "block_count"),
+        "block_size": _context(header),
+        "n_layer": n_layer,
         "n_head": n_head,
-        "n_kv_head": _int(header, "attention.head_count_kv", n_head),
+        "n_kv_head": n_kv_head,
         "n_embd": n_embd,
         "d_ff": _int(header, "feed_forward_length"),
         "rope_theta": _float32(theta),
@@ -136,29 +145,48 @@ def config_table(header: GGUFFile) -> dict[str, Any]:
     }
 
 
+#: the longest context a file may declare (2^27 tokens, ten times the longest of today's models:
+#: the model's position limits are sized from it)
+MAX_CONTEXT = 1 << 27
+
+
+def _context(header: GGUFFile) -> int:
+    n = _int(header, "context_length")
+    if n > MAX_CONTEXT:
+        raise InputError(
+            f"{header.path}: {ARCH}.context_length {n:,} is beyond any model's (at most "
+            f"{MAX_CONTEXT:,})"
+        )
+    return n
+
+
 def _token_id(header: GGUFFile, which: str) -> int | None:
     value = header.get(f"tokenizer.ggml.{which}_token_id")
     return int(value) if isinstance(value, (int, np.integer)) else None
 
 
 def parts(config: Any, header: GGUFFile) -> list[Part]:
-    """Where each tensor of the file goes in our Llama."""
+    """Where each tensor of the file goes in our Llama, with the shape the config implies
+    (checked by :func:`~attnlm.models.gguf.parts.check_parts` before the C engine or the
+    PyTorch loader reads a byte)."""
     c, kv, f = config.n_embd, config.n_kv_head * config.head_dim, config.ffn_width
-    out = [Part("token_embd.weight", "tok_emb.weight"), Part("output_norm.weight", "ln_f.weight")]
+    v = config.vocab_size
+    out = [Part("token_embd.weight", "tok_emb.weight", shape=(v, c)),
+           Part("output_norm.weight", "ln_f.weight", shape=(c,))]  # fmt: skip
     if not config.tie_embeddings:
-        out.append(Part("output.weight", "lm_head.weight"))
+        out.append(Part("output.weight", "lm_head.weight", shape=(v, c)))
     for i in range(config.n_layer):
         blk, ours = f"blk.{i}.", f"blocks.{i}."
         qkv, fc = ours + "attn.qkv_proj.weight", ours + "mlp.fc.weight"
         out += [
-            Part(blk + "attn_norm.weight", ours + "ln_1.weight"),
-            Part(blk + "attn_q.weight", qkv, (0, c), heads=config.n_head),
-            Part(blk + "attn_k.weight", qkv, (c, c + kv), heads=config.n_kv_head),
-            Part(blk + "attn_v.weight", qkv, (c + kv, c + 2 * kv)),
-            Part(blk + "attn_output.weight", ours + "attn.out_proj.weight"),
-            Part(blk + "ffn_norm.weight", ours + "ln_2.weight"),
-            Part(blk + "ffn_gate.weight", fc, (0, f)),
-            Part(blk + "ffn_up.weight", fc, (f, 2 * f)),
-            Part(blk + "ffn_down.weight", ours + "mlp.proj.weight"),
+            Part(blk + "attn_norm.weight", ours + "ln_1.weight", shape=(c,)),
+            Part(blk + "attn_q.weight", qkv, (0, c), heads=config.n_head, shape=(c, c)),
+            Part(blk + "attn_k.weight", qkv, (c, c + kv), heads=config.n_kv_head, shape=(kv, c)),
+            Part(blk + "attn_v.weight", qkv, (c + kv, c + 2 * kv), shape=(kv, c)),
+            Part(blk + "attn_output.weight", ours + "attn.out_proj.weight", shape=(c, c)),
+            Part(blk + "ffn_norm.weight", ours + "ln_2.weight", shape=(c,)),
+            Part(blk + "ffn_gate.weight", fc, (0, f), shape=(f, c)),
+            Part(blk + "ffn_up.weight", fc, (f, 2 * f), shape=(f, c)),
+            Part(blk + "ffn_down.weight", ours + "mlp.proj.weight", shape=(c, f)),
         ]
     return out

@@ -43,7 +43,7 @@ from attnlm.base.foreign import check_finite, reading
 from attnlm.base.foreign import register as _register_reader
 from attnlm.base.ggufio import GGUFFile, type_name
 from attnlm.base.validate import weights_format as check_format
-from attnlm.models.gguf.parts import Part, unpermute_rows
+from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, dequantize
 from attnlm.quant.layers import (
     ROWS_AT_ONCE,
@@ -173,17 +173,19 @@ def load_model(path: str | Path | GGUFFile, weights: str = "f32") -> nn.Module:
     :func:`requantized` names the ggml types that went through float32); ``bf16`` rounds the
     float32 model."""
     check_format(weights)
-    if weights in ("q8", "q4"):
-        header = path if isinstance(path, GGUFFile) else GGUFFile(path)
-        model, config, module = build_empty(header)
-        load_quantized(header, model, module.parts(config, header), weights)
-        return model.eval()
     where = getattr(path, "path", path)
     with reading(where, "GGUF"):
         header = path if isinstance(path, GGUFFile) else GGUFFile(path)
         model, config, module = build_empty(header)
-        fill(model, header, module.parts(config, header))
+        parts = module.parts(config, header)
+        check_parts(header, parts)
+        if weights in ("q8", "q4"):
+            load_quantized(header, model, parts, weights)
+        else:
+            fill(model, header, parts)
     check_finite(dict(model.named_parameters()), where)  # weights; buffers may hold -inf masks
+    if weights in ("q8", "q4"):
+        return model.eval()
     return quantize_weights(model, weights).eval()
 
 
@@ -200,7 +202,7 @@ def precision_class(header: GGUFFile) -> str:
     return PRECISION.get(max(counts, key=counts.get), "f32") if counts else "f32"
 
 
-def _float_codes(raw: Any, info: Any, fmt: str) -> dict[str, Tensor]:
+def _float_codes(raw: Any, info: Any, fmt: str, where: Any) -> dict[str, Tensor]:
     """A matrix of another type dequantized and quantized by the format's rule, a few
     thousand rows at a time (the float32 copy of an LM head is never whole)."""
     n, k = info.shape
@@ -209,6 +211,7 @@ def _float_codes(raw: Any, info: Any, fmt: str) -> dict[str, Tensor]:
     for i in range(0, n, ROWS_AT_ONCE):
         piece = rows[i : i + ROWS_AT_ONCE]
         w = dequantize(piece.reshape(-1), info.type, (piece.shape[0], k), name=info.name)
+        check_finite({info.name: w}, where)
         pieces.append(quantize_rows(torch.from_numpy(w), fmt))
     return {key: torch.cat([p[key] for p in pieces]) for key in pieces[0]}
 
@@ -220,9 +223,12 @@ def _matrix(header: GGUFFile, part: Part, fmt: str) -> dict[str, Tensor]:
     raw = header.raw(info)
     if NATIVE_FORMAT.get(info.type_name) == fmt:
         stored = codes(raw, info.type_name, tuple(info.shape))
+        for key in ("s", "d", "m"):  # as the C engine: a damaged scale is refused, not held
+            if key in stored:
+                check_finite({info.name: stored[key]}, header.path, "scales of")
         found = {key: torch.from_numpy(value) for key, value in stored.items()}
     else:
-        found = _float_codes(raw, info, fmt)
+        found = _float_codes(raw, info, fmt, header.path)
     if part.heads:
         found = {key: unpermute_rows(value, part.heads) for key, value in found.items()}
     return found
