@@ -39,7 +39,8 @@ def run_lm_eval(
     out = lm_eval.simple_evaluate(
         model="hf", model_args=f"pretrained={hf_folder},dtype=float32,device=cpu",
         tasks=[name], num_fewshot=shots, batch_size=batch_size, limit=limit,
-        task_manager=TaskManager(include_path=str(yaml_dir)), log_samples=True,
+        task_manager=TaskManager(include_path=str(yaml_dir), include_defaults=False),
+        log_samples=True,
         fewshot_random_seed=seed, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
         bootstrap_iters=0,
     )  # fmt: skip

@@ -6,6 +6,7 @@ interactive loop (``/system``, ``/reset``, end of input); a model without a temp
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -27,10 +28,16 @@ def folder(tmp_path_factory):
     return tiny_chat_llama(tmp_path_factory.mktemp("chatcli") / "llama")
 
 
+@functools.cache
+def _hf(folder):
+    """``transformers``' model and tokenizer of ``folder``, loaded once."""
+    return (transformers.LlamaForCausalLM.from_pretrained(folder).eval(),
+            transformers.AutoTokenizer.from_pretrained(folder))  # fmt: skip
+
+
 def reference(folder, messages):
     """The greedy reply text by ``transformers`` (stopping at ``<|im_end|>``)."""
-    ref = transformers.LlamaForCausalLM.from_pretrained(folder).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    ref, tok = _hf(folder)
     text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     x = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
     stops = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]

@@ -57,11 +57,11 @@ def _compare(hf, task, shots, workdir):
 
 @pytest.mark.parametrize("shots", [0, 5])
 def test_multiple_choice_equals_lm_eval(small_hf, shots, tmp_path):
-    _compare(small_hf, tatoeba_mc().limited(40), shots, tmp_path)
+    _compare(small_hf, tatoeba_mc().limited(20), shots, tmp_path)
 
 
 def test_cloze_equals_lm_eval(small_hf, tmp_path):
-    _compare(small_hf, shakespeare_cloze().limited(30), 3, tmp_path)
+    _compare(small_hf, shakespeare_cloze().limited(15), 3, tmp_path)
 
 
 @pytest.mark.slow
