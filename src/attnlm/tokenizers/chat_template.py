@@ -165,6 +165,10 @@ class ChatTemplate:
         except jinja2.TemplateSyntaxError as e:
             where = f"{self.origin}: not a valid template"
             raise InputError(f"{where} (line {e.lineno}: {_said(e)})") from None
+        except (SyntaxError, RecursionError) as e:  # jinja2 parsed it, Python refused its code
+            # (`{% break %}` outside a loop: found by fuzz/fuzz_chat_template.py), or too deep
+            what = f"{type(e).__name__}: {_said(e)}"
+            raise InputError(f"{self.origin}: not a valid template ({what})") from None
         extra = 4 * sum(len(m["content"]) for m in msgs)  # a long conversation's own length
         try:
             return bounded_render(
