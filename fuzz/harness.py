@@ -32,13 +32,18 @@ FUZZING = "--replay" not in sys.argv
 _SCRATCH: list[Path] = []
 
 
+_PACKAGES = ["attnlm"]
+
+
 def instrumented(*packages: str) -> contextlib.AbstractContextManager:
     """A block whose imports atheris instruments for coverage (``attnlm`` and ``packages``);
-    a plain block when replaying or without atheris."""
+    a plain block when replaying. :func:`main` opens it again around a first pass over the
+    seeds, so modules a target imports on first use are instrumented too."""
+    _PACKAGES.extend(p for p in packages if p not in _PACKAGES)
     if FUZZING:
         import atheris
 
-        return atheris.instrument_imports(include=["attnlm", *packages])
+        return atheris.instrument_imports(include=list(_PACKAGES))
     return contextlib.nullcontext()
 
 
@@ -98,6 +103,10 @@ def main(target: Callable[[bytes], None]) -> int:
         return 0
     import atheris
 
+    with instrumented():  # the first use's imports (jinja2 inside the chat template's compile)
+        for path in inputs([a for a in sys.argv[1:] if not a.startswith("-") and Path(a).is_dir()]):
+            with contextlib.suppress(Exception):
+                target(path.read_bytes())
     atheris.Setup(sys.argv, lambda data: one(target, data))
     atheris.Fuzz()
     return 0
