@@ -446,9 +446,10 @@ def _tl_capture(bridge, ids) -> int:
 
 
 def _attnlm_sweep(model, clean, corrupt, a: int, w: int, layers: int) -> list[list[float]]:
-    """The resid half of ``attnlm.inspect.experiments.patching``, through ``trace``."""
-
-    from attnlm.inspect.trace import hook, trace
+    """The resid half of ``attnlm.inspect.experiments.patching``: its ``patch_sweep`` (the
+    patches batched, 512 tokens per pass) through ``trace``."""
+    from attnlm.inspect.experiments import patch_sweep, put_position
+    from attnlm.inspect.trace import trace
 
     T = clean.shape[1]
     names = [f"blocks.{i}.hook_resid_pre" for i in range(layers)]
@@ -460,21 +461,7 @@ def _attnlm_sweep(model, clean, corrupt, a: int, w: int, layers: int) -> list[li
         return last[:, a] - last[:, w]
 
     clean_d, corrupt_d = float(diff(src.logits)[0]), float(diff(base.logits)[0])
-
-    def put(layer: int):
-        source = src[names[layer]]
-
-        def fn(t):
-            t = t.clone()
-            for j in range(T):
-                t[layer * T + j, j] = source[0, j]
-            return t
-
-        return fn
-
-    rows = corrupt.repeat(layers * T, 1)
-    hooks = [hook(n, put(i)) for i, n in enumerate(names)]
-    d = diff(trace(model, rows, names=[], interventions=hooks, last_only=True).logits)
+    d = patch_sweep(model, src, corrupt[0].tolist(), names, T, put_position, diff)
     return ((d - corrupt_d) / (clean_d - corrupt_d)).view(layers, T).tolist()
 
 

@@ -28,8 +28,15 @@ def _diff(logits, a, w):
 
 
 @pytest.mark.parametrize("family", ["gpt", "llama"])
-def test_batched_patching_equals_one_patch_at_a_time(family):
+@pytest.mark.parametrize("per_pass", [None, 3], ids=["one-pass", "3-rows-a-pass"])
+def test_batched_patching_equals_one_patch_at_a_time(family, per_pass, monkeypatch):
+    """Every batched row equals its patch run alone; with 3 rows a pass the passes cut across
+    layers (the rows of one layer in two passes)."""
+    from attnlm.inspect import experiments
+
     model, tok = tiny_model(family)
+    if per_pass:
+        monkeypatch.setattr(experiments, "PATCH_TOKENS", per_pass * len(tok.encode(CLEAN)))
     out = patching(model, tok, CLEAN, CORRUPT, " jumps", " dog")
     a, w = out["answer_token"], out["wrong_token"]
     c_ids, x_ids = torch.tensor([tok.encode(CLEAN)]), torch.tensor([tok.encode(CORRUPT)])

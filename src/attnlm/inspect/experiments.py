@@ -80,18 +80,8 @@ def patching(model: Any, tok: Any, clean: str, corrupt: str, answer: str, wrong:
                          "to recover")  # fmt: skip
 
     def sweep(names: list[str], per: int, put) -> list[list[float]]:
-        # one forward of L * per rows: row (l, j) patches item j of layer l, nothing else
-        rows = torch.tensor([x_ids] * (L * per))
-        hooks = [hook(n, _rows_hook(src[n], l * per, per, put)) for l, n in enumerate(names)]
-        out = trace(model, rows, names=[], interventions=hooks, last_only=True)
-        d = _diff(out.logits, a, w)
+        d = patch_sweep(model, src, x_ids, names, per, put, lambda lg: _diff(lg, a, w))
         return ((d - corrupt_d) / span).view(L, per).tolist()
-
-    def put_position(t: Tensor, row: int, j: int, source: Tensor) -> None:
-        t[row, j] = source[0, j]  # (B, T, C): position j
-
-    def put_head(t: Tensor, row: int, j: int, source: Tensor) -> None:
-        t[row, :, j] = source[0, :, j]  # (B, T, H, D): head j
 
     tokens = [tok.decode([i]) for i in c_ids]
     return {"clean_logit_diff": clean_d, "corrupt_logit_diff": corrupt_d,
@@ -99,13 +89,50 @@ def patching(model: Any, tok: Any, clean: str, corrupt: str, answer: str, wrong:
             "resid": sweep(resid, T, put_position), "heads": sweep(z, H, put_head)}  # fmt: skip
 
 
-def _rows_hook(source: Tensor, first: int, per: int, put):
-    """A hook that puts ``source``'s item ``j`` into row ``first + j`` (``j < per``)."""
+def put_position(t: Tensor, row: int, j: int, source: Tensor) -> None:
+    """Patch position ``j`` of ``source`` ``(1, T, C)`` into row ``row`` of ``t``."""
+    t[row, j] = source[0, j]
+
+
+def put_head(t: Tensor, row: int, j: int, source: Tensor) -> None:
+    """Patch head ``j`` of ``source`` ``(1, T, H, D)`` into row ``row`` of ``t``."""
+    t[row, :, j] = source[0, :, j]
+
+
+#: tokens per batched patching pass: rows are patched this many tokens at a time, so a sweep's
+#: activations stay a few tens of MB whatever its size (1,024 rows of 16 tokens in 32 passes)
+PATCH_TOKENS = 512
+
+
+def patch_sweep(model: Any, source: Any, ids: list[int], names: list[str], per: int, put,
+                metric) -> Tensor:  # fmt: skip
+    """Every single patch of a sweep, batched: row ``(l, j)`` (``l`` over ``names``, ``j <
+    per``) runs ``ids`` with item ``j`` of ``names[l]`` taken from ``source`` (a trace of the
+    clean run) by ``put``, and nothing else changed; returns ``metric(logits)`` of the last
+    position for the ``len(names) * per`` rows, in that order. The rows go through the model
+    :data:`PATCH_TOKENS` tokens at a time."""
+    n, step = len(names) * per, max(1, PATCH_TOKENS // max(1, len(ids)))
+    out = []
+    for first in range(0, n, step):
+        last = min(n, first + step)
+        hooks = []
+        for layer, name in enumerate(names):
+            mine = range(max(first, layer * per), min(last, (layer + 1) * per))
+            pairs = [(g - first, g - layer * per) for g in mine]  # (row in the pass, item)
+            if pairs:
+                hooks.append(hook(name, _rows_hook(source[name], pairs, put)))
+        rows = torch.tensor([ids] * (last - first))
+        out.append(metric(trace(model, rows, names=[], interventions=hooks, last_only=True).logits))
+    return torch.cat(out)
+
+
+def _rows_hook(source: Tensor, pairs: list[tuple[int, int]], put):
+    """A hook that puts ``source``'s item ``j`` into row ``row`` for each ``(row, j)`` (the hook
+    gets its own copy of the activation to edit)."""
 
     def fn(t: Tensor) -> Tensor:
-        t = t.clone()
-        for j in range(per):
-            put(t, first + j, j, source)
+        for row, j in pairs:
+            put(t, row, j, source)
         return t
 
     return fn

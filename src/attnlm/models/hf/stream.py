@@ -131,6 +131,9 @@ def stream_weights(model: nn.Module, path: Path, layout: Layout, files: list[Pat
     missing = [k for k in targets if k not in filled and k not in layout.optional]
     if missing:
         raise InputError(f"{path}: weights missing for {', '.join(missing[:5])}")
+    from attnlm.base.device import release_free_memory
+
+    release_free_memory()  # the transposed temporaries' pages, which the C heap would keep
     return model.eval()
 
 
