@@ -21,7 +21,7 @@ def target(data: bytes) -> None:
     tok = BPETokenizer.from_tiktoken(path, "cl100k", {"<|endoftext|>": 1 << 20})
     ids = tok.encode(TEXT, allowed_special="all")
     assert all(isinstance(i, int) and i >= 0 for i in ids)
-    assert tok.decode(ids) == TEXT or ids
+    assert tok.decode(ids) == TEXT  # every byte is a token: the round trip is exact
 
 
 if __name__ == "__main__":
