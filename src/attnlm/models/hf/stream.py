@@ -126,7 +126,7 @@ def stream_weights(model: nn.Module, path: Path, layout: Layout, files: list[Pat
                 raise InputError(f"{path}: weight {p.ours!r} has shape {shape}, config.json "
                                  f"implies {tuple(dest.shape)}")  # fmt: skip
             _fill(p, parts, dest)
-            check_finite(dest, path, f"weight {p.ours!r}")
+            check_finite({p.ours: dest}, path)
             filled.add(p.ours)
     missing = [k for k in targets if k not in filled and k not in layout.optional]
     if missing:
