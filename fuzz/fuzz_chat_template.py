@@ -1,7 +1,7 @@
 """Fuzz target: a chat template (the Jinja text a model ships) through
 :class:`attnlm.tokenizers.chat_template.ChatTemplate`, rendered over a short conversation in
 the sandbox with its bounds (time, memory, output). Jinja's own parser is instrumented too, so
-the fuzzer learns its grammar. Policy: fuzz/harness.py."""
+the fuzzer learns its grammar. Policy: fuzz/fuzzkit.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import harness  # noqa: E402
+import fuzzkit  # noqa: E402
 
-with harness.instrumented("jinja2"):
+with fuzzkit.instrumented("jinja2"):
     from attnlm.base.errors import InputError
     from attnlm.tokenizers.chat_template import ChatTemplate
 
@@ -34,4 +34,4 @@ def target(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(harness.main(target))
+    sys.exit(fuzzkit.main(target))

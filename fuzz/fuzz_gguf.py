@@ -1,7 +1,7 @@
 """Fuzz target: a GGUF file (llama.cpp's format) through attnlm's one GGUF reader
 (:mod:`attnlm.base.ggufio`: header, metadata, tensor table, each tensor's bytes), the tokenizer
 built from its metadata (:class:`attnlm.tokenizers.gguf.GGUFTokenizer`: encode and decode a
-line) and the chat template it carries (rendered once). Policy: fuzz/harness.py."""
+line) and the chat template it carries (rendered once). Policy: fuzz/fuzzkit.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import harness  # noqa: E402
+import fuzzkit  # noqa: E402
 
-with harness.instrumented():
+with fuzzkit.instrumented():
     from attnlm.base.ggufio import GGUFFile
     from attnlm.tokenizers.gguf import GGUFTokenizer, gguf_chat_setup
 
@@ -20,7 +20,7 @@ MESSAGES = [{"role": "user", "content": "Hi"}]
 
 
 def target(data: bytes) -> None:
-    header = GGUFFile(harness.scratch("model.gguf", data))
+    header = GGUFFile(fuzzkit.scratch("model.gguf", data))
     for info in header.tensors.values():
         if info.nbytes is not None and info.nbytes <= 1 << 20:
             assert header.raw(info).size == info.nbytes
@@ -34,4 +34,4 @@ def target(data: bytes) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(harness.main(target))
+    sys.exit(fuzzkit.main(target))

@@ -1,6 +1,6 @@
 """Fuzz target: a ``tokenizer.json`` (Hugging Face's byte-level BPE or WordPiece, or attnlm's
 own tokenizer file) through :func:`attnlm.tokenizers.base.load`, then encode and decode a
-line. Policy: fuzz/harness.py."""
+line. Policy: fuzz/fuzzkit.py."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import harness  # noqa: E402
+import fuzzkit  # noqa: E402
 
-with harness.instrumented():
+with fuzzkit.instrumented():
     from attnlm.tokenizers import load
 
 TEXT = "Hello, world! 123 [CLS] <|endoftext|> Ünïcödé 日本語 \n\t  end"
 
 
 def target(data: bytes) -> None:
-    tok = load(harness.scratch("tokenizer.json", data))
+    tok = load(fuzzkit.scratch("tokenizer.json", data))
     ids = tok.encode(TEXT)
     assert all(isinstance(i, int) and i >= 0 for i in ids)
     tok.decode(ids)
 
 
 if __name__ == "__main__":
-    sys.exit(harness.main(target))
+    sys.exit(fuzzkit.main(target))

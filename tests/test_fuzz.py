@@ -16,9 +16,9 @@ from attnlm.base.errors import InputError
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 CRASHES = Path(__file__).resolve().parent / "fixtures" / "fuzz"  # inputs that crashed, fixed
 sys.path.insert(0, str(FUZZ))
-import harness  # noqa: E402
+import fuzzkit  # noqa: E402
 
-harness.FUZZING = False  # replay: neither atheris nor its instrumentation
+fuzzkit.FUZZING = False  # replay: neither atheris nor its instrumentation
 TARGETS = sorted(p.stem.removeprefix("fuzz_") for p in FUZZ.glob("fuzz_*.py"))
 
 
@@ -29,16 +29,16 @@ def test_the_issue_s_targets_are_all_there():
 @pytest.mark.parametrize("name", TARGETS)
 def test_the_committed_corpus_replays_under_the_policy(name):
     target = importlib.import_module(f"fuzz_{name}").target
-    files = list(harness.inputs([str(FUZZ / "corpus" / name)]))
+    files = list(fuzzkit.inputs([str(FUZZ / "corpus" / name)]))
     assert 1 <= len(files) <= 50 and sum(f.stat().st_size for f in files) < 200_000
-    accepted = [f.name for f in files if harness.one(target, f.read_bytes())]
+    accepted = [f.name for f in files if fuzzkit.one(target, f.read_bytes())]
     assert accepted, f"{name}: no seed gets past the reader"
 
 
 @pytest.mark.parametrize("path", sorted(CRASHES.iterdir()), ids=lambda p: p.name)
 def test_every_crash_found_is_refused_in_one_line(path):
     target = importlib.import_module(f"fuzz_{path.name.split('-crash-')[0]}").target
-    assert harness.one(target, path.read_bytes()) is False
+    assert fuzzkit.one(target, path.read_bytes()) is False
 
 
 def test_the_policy_passes_one_line_refusals_and_fails_everything_else():
@@ -51,9 +51,9 @@ def test_the_policy_passes_one_line_refusals_and_fails_everything_else():
     def crashes(data: bytes) -> None:
         raise IndexError("list index out of range")
 
-    assert harness.one(lambda data: None, b"x") is True
-    assert harness.one(refuses, b"x") is False
+    assert fuzzkit.one(lambda data: None, b"x") is True
+    assert fuzzkit.one(refuses, b"x") is False
     with pytest.raises(AssertionError, match="2 lines"):
-        harness.one(two_lines, b"x")
+        fuzzkit.one(two_lines, b"x")
     with pytest.raises(IndexError):
-        harness.one(crashes, b"x")
+        fuzzkit.one(crashes, b"x")
