@@ -4,7 +4,8 @@ matrix"): ``decode_step.c`` built with ``-fsanitize=address,undefined`` (through
 ASan's runtime (``LD_PRELOAD``): the native equivalence tests, and ``attnlm generate`` on crafted,
 truncated and bit-flipped GGUF files (the C engine without PyTorch where the file is one it
 takes, the C step inside PyTorch otherwise), each with zero reports. A deliberate overflow shows
-that the build is instrumented. Slow (about 3 minutes on 2 cores): .ci/run runs it."""
+that the build is instrumented. Slow (25 s on an idle 2-core machine, 90 s on a busy one):
+.ci/run runs it after make test."""
 
 from __future__ import annotations
 
