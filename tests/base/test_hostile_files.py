@@ -401,3 +401,50 @@ def test_an_input_error_is_what_the_library_raises(tmp_path):
     path.write_bytes(SEED.read_bytes()[:5000])
     with pytest.raises(InputError):
         sources.resolve(str(path), "cpu", engine_ok=True)
+
+
+# -- the real file: SmolLM2's GGUF cut and bit-flipped --------------------------------------------
+
+
+def _real_cases(data: bytes, data_offset: int) -> dict[str, bytes]:
+    """Cuts of the real file at points in each region (the header, the metadata and its token
+    arrays, the tensor table, the data), and seeded 3-bit flips of its header and metadata, and
+    of its data (which may load: a weight changes)."""
+    n = len(data)
+    cuts = {"cut-header": 20, "cut-metadata": 2_000, "cut-tokens": 300_000,
+            "cut-merges": 1_500_000, "cut-tensor-table": data_offset - 500,
+            "cut-data-start": data_offset + 100, "cut-data-middle": n // 2,
+            "cut-last-byte": n - 1}  # fmt: skip
+    cases = {name: data[:at] for name, at in cuts.items()}
+    rng = np.random.default_rng(48)
+    for region, (lo, hi), count in (("head", (0, data_offset), 6), ("data", (data_offset, n), 2)):
+        for k in range(count):
+            flipped = bytearray(data)
+            for at in rng.integers(lo, hi, size=3):
+                flipped[at] ^= 1 << int(rng.integers(0, 8))
+            cases[f"flip-{region}-{k}"] = bytes(flipped)
+    return cases
+
+
+@pytest.mark.slow
+def test_the_real_gguf_cut_and_flipped(tmp_path):
+    """SmolLM2-135M-Instruct's own file (93 MB), cut in each region and bit-flipped: each is
+    refused in one line naming it on the C engine's path and PyTorch's, or (a flip that lands
+    in a weight or a token's text) loads as a model whose logits are finite."""
+    from attnlm.base.ggufio import GGUFFile
+    from gguf_support import smollm2_file
+
+    real = smollm2_file(fetch=True)
+    data = real.read_bytes()
+    cases = _real_cases(data, GGUFFile(real).data_offset)
+    del data
+    for name, body in cases.items():
+        path = tmp_path / f"smollm2-{name}.gguf"
+        path.write_bytes(body)
+        for engine in (True, False):
+            load = lambda: sources.resolve(str(path), "cpu", engine_ok=engine)  # noqa: B023, E731
+            if name.startswith("flip"):
+                refused_or_sane(load, sane_model, path.name, seconds=60)
+            else:
+                refused(load, path.name, seconds=60)
+        path.unlink()
