@@ -140,7 +140,7 @@ class LoRAConfig:
             return cls(int(data["r"]), float(data["alpha"]), float(data["dropout"]),
                        tuple(data["targets"]))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"the lora table is incomplete or malformed ({e})") from None
+            raise InputError(f"incomplete or malformed ({e})") from None  # run.py names it
 
 
 class LoRALinear(nn.Linear):
