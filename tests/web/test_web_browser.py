@@ -100,6 +100,21 @@ def _wait(driver, fn, timeout=10):
     return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: fn(d))
 
 
+def _click(driver, selector):
+    """Click ``selector``, again if the page re-rendered it between finding and clicking (a
+    stale element: the view redraws after a run)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def click(d):
+        try:
+            d.find_element(By.CSS_SELECTOR, selector).click()
+            return True
+        except StaleElementReferenceException:
+            return False
+
+    _wait(driver, click)
+
+
 def _requested_urls(driver) -> list[str]:
     urls = []
     for entry in driver.get_log("performance"):
@@ -195,7 +210,7 @@ def test_page_head_view_model_view_and_no_outside_requests(server, driver, tmp_p
     _wait(driver, lambda d: _lines(d))
 
     # model view: every layer x head, the layer filter, click to enlarge
-    driver.find_element(By.CSS_SELECTOR, "button.tab[data-view='model']").click()
+    _click(driver, "button.tab[data-view='model']")
     n_layer, n_head = len(rec["attention"]), len(rec["attention"][0])
     assert len(driver.find_elements(By.CSS_SELECTOR, "figure.cell")) == n_layer * n_head
     flt = driver.find_element(By.CSS_SELECTOR, "input.filter-layers")
@@ -303,7 +318,7 @@ def test_standalone_file_draws_cross_attention(driver, tmp_path):
     _hover(driver, "svg.head-view text.tok-k[data-index='1']")  # a source token: its column
     assert sorted(q for _, q, _ in _lines(driver)) == [0, 1, 2]
     _hover(driver, "h1")
-    driver.find_element(By.CSS_SELECTOR, "button.tab[data-view='model']").click()
+    _click(driver, "button.tab[data-view='model']")
     assert len(driver.find_elements(By.CSS_SELECTOR, "figure.cell canvas")) == 1
     assert _png_size(driver) > 100  # "Save PNG" of the model view
     driver.save_screenshot(str(tmp_path / "standalone-cross.png"))
