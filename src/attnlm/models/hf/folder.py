@@ -126,18 +126,28 @@ def load_mapped_state(
     eval mode."""
     expected = model.state_dict()
     for key, tensor in state.items():
-        if key not in expected:
-            raise InputError(f"{path}: unexpected weight {key!r}")
-        if tensor.shape != expected[key].shape:
-            raise InputError(
-                f"{path}: weight {key!r} has shape {tuple(tensor.shape)}, "
-                f"config.json implies {tuple(expected[key].shape)}"
-            )
+        check_weight_shape(path, key, tuple(tensor.shape), expected)
     missing, _ = model.load_state_dict(state, strict=False)
+    refuse_missing(path, missing, optional)
+    return model.eval()
+
+
+def check_weight_shape(path: Path, key: str, shape: tuple, expected: dict[str, Tensor]) -> None:
+    """A weight read as ``key`` with ``shape`` is one of the model's (``expected``: its state
+    dict), of the shape its config gives; else one InputError line naming it."""
+    if key not in expected:
+        raise InputError(f"{path}: unexpected weight {key!r}")
+    if shape != tuple(expected[key].shape):
+        raise InputError(f"{path}: weight {key!r} has shape {shape}, config.json implies "
+                         f"{tuple(expected[key].shape)}")  # fmt: skip
+
+
+def refuse_missing(path: Path, missing: list[str], optional: tuple[str, ...]) -> None:
+    """One InputError line naming the first of the model's weights the folder lacks (those in
+    ``optional``, a tied head, may be absent)."""
     missing = [k for k in missing if k not in optional]
     if missing:
         raise InputError(f"{path}: weights missing for {', '.join(missing[:5])}")
-    return model.eval()
 
 
 def load_hf_weights(
@@ -150,8 +160,9 @@ def load_hf_weights(
     if files:  # read into the model's own tensors: no second copy of the weights
         from attnlm.models.hf.stream import index, stream_weights
 
-        _check_shards(path, {name for file in files for name in index(file)})
-        return stream_weights(model, path, layout, files)
+        stored = {name: entry for file in files for name, entry in index(file).items()}
+        _check_shards(path, set(stored))
+        return stream_weights(model, path, layout, stored)
     hf_state = read_hf_weights(path) if weights is None else weights
     return load_mapped_state(model, to_ours(layout, hf_state), path, layout.optional)
 

@@ -101,14 +101,15 @@ def _read_new(stored: Stored) -> Tensor:
     return out
 
 
-def stream_weights(model: nn.Module, path: Path, layout: Layout, files: list[Path]) -> nn.Module:
-    """Read the safetensors ``files`` of the folder ``path`` into ``model``'s tensors through
-    ``layout`` (the checks and messages of :func:`~attnlm.models.hf.folder.load_mapped_state`);
-    the model in eval mode."""
-    stored: dict[str, Stored] = {}
-    for file in files:
-        for name, entry in index(file).items():
-            stored[layout.canonical(name)] = entry
+def stream_weights(
+    model: nn.Module, path: Path, layout: Layout, tensors: dict[str, Stored]
+) -> nn.Module:
+    """Read the folder ``path``'s safetensors ``tensors`` (:func:`index` of each file, by
+    name) into ``model``'s tensors through ``layout`` (the checks and messages of
+    :func:`~attnlm.models.hf.folder.load_mapped_state`); the model in eval mode."""
+    from attnlm.models.hf.folder import check_weight_shape, refuse_missing
+
+    stored = {layout.canonical(name): entry for name, entry in tensors.items()}
     targets = model.state_dict(keep_vars=True)
     filled: set[str] = set()
     with torch.no_grad():
@@ -118,19 +119,12 @@ def stream_weights(model: nn.Module, path: Path, layout: Layout, files: list[Pat
                 if not torch.equal(_read_new(parts[0]), targets[p.ours]):
                     raise copy_differs(layout, p)
                 continue
-            if p.ours not in targets:
-                raise InputError(f"{path}: unexpected weight {p.ours!r}")
+            check_weight_shape(path, p.ours, _shape(p, parts), targets)
             dest = targets[p.ours].detach()
-            shape = _shape(p, parts)
-            if shape != tuple(dest.shape):
-                raise InputError(f"{path}: weight {p.ours!r} has shape {shape}, config.json "
-                                 f"implies {tuple(dest.shape)}")  # fmt: skip
             _fill(p, parts, dest)
             check_finite({p.ours: dest}, path)
             filled.add(p.ours)
-    missing = [k for k in targets if k not in filled and k not in layout.optional]
-    if missing:
-        raise InputError(f"{path}: weights missing for {', '.join(missing[:5])}")
+    refuse_missing(path, [k for k in targets if k not in filled], layout.optional)
     from attnlm.base.device import release_free_memory
 
     release_free_memory()  # the transposed temporaries' pages, which the C heap would keep
