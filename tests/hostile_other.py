@@ -175,7 +175,9 @@ SAFETENSORS: dict[str, Callable[[Path], Path]] = {
 # -- tokenizer.json ------------------------------------------------------------------------------
 
 
-def _bpe_doc() -> dict:
+def bpe_doc() -> dict:
+    """A small byte-level BPE ``tokenizer.json`` document (256 byte tokens, one merge, one
+    special token)."""
     from attnlm.tokenizers.hf_bpe import BYTE_TO_CHAR
 
     vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
@@ -202,7 +204,7 @@ def _wordpiece_doc() -> dict:
     }  # fmt: skip
 
 
-def _tok(change: Callable[[dict], object], doc: Callable[[], dict] = _bpe_doc) -> Callable:
+def _tok(change: Callable[[dict], object], doc: Callable[[], dict] = bpe_doc) -> Callable:
     def mutate(folder: Path) -> Path:
         d = doc()
         got = change(d)

@@ -138,19 +138,9 @@ def _char_tokenizer(folder: Path) -> Path:
 
 
 def _hf_bpe_tokenizer(folder: Path) -> Path:
-    from attnlm.tokenizers.hf_bpe import BYTE_TO_CHAR
+    from hostile_other import bpe_doc
 
-    vocab = {BYTE_TO_CHAR[b]: b for b in range(256)}
-    vocab["he"] = 256
-    doc = {
-        "version": "1.0",
-        "added_tokens": [{"id": 257, "content": "<|end|>", "special": True}],
-        "normalizer": None,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel"},
-        "model": {"type": "BPE", "vocab": vocab, "merges": ["h e"]},
-    }
+    doc = bpe_doc()
     path = folder / "tokenizer.json"
     path.write_text(json.dumps(doc))
     return path
