@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from attnlm.base.errors import InputError
 from attnlm.base.foreign import check_finite, foreign_reader, load_json
 from attnlm.base.foreign import register as _register_reader
-from attnlm.models.hf.mapping import Layout, to_ours
+from attnlm.models.hf.mapping import Layout, check_weight_shape, refuse_missing, to_ours
 
 
 def _read_json(file: Path) -> Any:
@@ -130,24 +130,6 @@ def load_mapped_state(
     missing, _ = model.load_state_dict(state, strict=False)
     refuse_missing(path, missing, optional)
     return model.eval()
-
-
-def check_weight_shape(path: Path, key: str, shape: tuple, expected: dict[str, Tensor]) -> None:
-    """A weight read as ``key`` with ``shape`` is one of the model's (``expected``: its state
-    dict), of the shape its config gives; else one InputError line naming it."""
-    if key not in expected:
-        raise InputError(f"{path}: unexpected weight {key!r}")
-    if shape != tuple(expected[key].shape):
-        raise InputError(f"{path}: weight {key!r} has shape {shape}, config.json implies "
-                         f"{tuple(expected[key].shape)}")  # fmt: skip
-
-
-def refuse_missing(path: Path, missing: list[str], optional: tuple[str, ...]) -> None:
-    """One InputError line naming the first of the model's weights the folder lacks (those in
-    ``optional``, a tied head, may be absent)."""
-    missing = [k for k in missing if k not in optional]
-    if missing:
-        raise InputError(f"{path}: weights missing for {', '.join(missing[:5])}")
 
 
 def load_hf_weights(

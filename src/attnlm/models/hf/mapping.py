@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -205,6 +206,24 @@ def copy_differs(layout: Layout, placement: Placement) -> InputError:
     rule, key = placement.rule, placement.parts[0]
     return InputError(rule.error or f"{layout.name} weights: {key!r} is not the same tensor "
                       f"as its tied original")  # fmt: skip
+
+
+def check_weight_shape(path: Path, key: str, shape: tuple, expected: dict[str, Tensor]) -> None:
+    """A weight read as ``key`` with ``shape`` is one of the model's (``expected``: its state
+    dict), of the shape its config gives; else one InputError line naming it."""
+    if key not in expected:
+        raise InputError(f"{path}: unexpected weight {key!r}")
+    if shape != tuple(expected[key].shape):
+        raise InputError(f"{path}: weight {key!r} has shape {shape}, config.json implies "
+                         f"{tuple(expected[key].shape)}")  # fmt: skip
+
+
+def refuse_missing(path: Path, missing: list[str], optional: tuple[str, ...]) -> None:
+    """One InputError line naming the first of the model's weights the folder lacks (those in
+    ``optional``, a tied head, may be absent)."""
+    missing = [k for k in missing if k not in optional]
+    if missing:
+        raise InputError(f"{path}: weights missing for {', '.join(missing[:5])}")
 
 
 def to_ours(layout: Layout, hf_state: Mapping[str, Tensor]) -> dict[str, Tensor]:

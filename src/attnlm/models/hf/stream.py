@@ -28,7 +28,13 @@ from torch import Tensor, nn
 
 from attnlm.base.errors import InputError
 from attnlm.base.foreign import check_finite, foreign_reader
-from attnlm.models.hf.mapping import Layout, copy_differs, place
+from attnlm.models.hf.mapping import (
+    Layout,
+    check_weight_shape,
+    copy_differs,
+    place,
+    refuse_missing,
+)
 
 #: safetensors dtype names -> torch dtypes (those a model's weights can have)
 DTYPES = {
@@ -107,8 +113,6 @@ def stream_weights(
     """Read the folder ``path``'s safetensors ``tensors`` (:func:`index` of each file, by
     name) into ``model``'s tensors through ``layout`` (the checks and messages of
     :func:`~attnlm.models.hf.folder.load_mapped_state`); the model in eval mode."""
-    from attnlm.models.hf.folder import check_weight_shape, refuse_missing
-
     stored = {layout.canonical(name): entry for name, entry in tensors.items()}
     targets = model.state_dict(keep_vars=True)
     filled: set[str] = set()
