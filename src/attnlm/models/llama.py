@@ -42,13 +42,20 @@ from typing import Any
 
 from attnlm.base.errors import ConfigError
 from attnlm.base.foreign import check_config_fits
-from attnlm.base.validate import above_zero, fraction, positive
+from attnlm.base.validate import above_zero, fraction, one_of, positive
 from attnlm.models.base import Decoding, Family
 from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
 from attnlm.nn.attention import MultiHeadAttention
 from attnlm.nn.blocks import RMSNorm, SwiGLU, TransformerBlock
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
+
+# the source architectures a Llama-family config may carry as its label (model.arch)
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral")
+ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma 2",
+              "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral"}  # fmt: skip
+LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
+MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
 
 
 def llama_ffn_width(d_model: int, multiple_of: int = 256) -> int:
@@ -80,12 +87,26 @@ class LlamaConfig:
     dropout: float = 0.0
     bos_id: int | None = None  # kept for exported configs
     eos_id: int | None = None
+    # -- the parts other members of the family add (docs/llama.md; each default is Llama's) --
+    arch: str = "llama"  # label of the source architecture (ARCHS): display and export only
+    d_head: int | None = None  # head width D; None: n_embd // n_head
+    qkv_bias: bool = False  # biases on q, k and v (Qwen2)
+    qk_norm: bool = False  # per-head RMSNorm of q and k before rotary (Qwen3, Gemma 3)
+    sliding_window: int | None = None  # W: a sliding layer's query i sees keys i - W < j <= i
+    layer_types: tuple[str, ...] | None = None  # per layer LAYER_TYPES; None: see layer_kinds
+    rope_local_theta: float | None = None  # rotary base of the sliding layers (Gemma 3)
+    embed_scale: float | None = None  # embeddings times this (Gemma: sqrt(n_embd))
+    post_norms: bool = False  # RMSNorms on the sublayer outputs before the residual adds
+    mlp_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    attn_scale: float | None = None  # score scale; None: d_head ** -0.5
+    attn_softcap: float | None = None  # scores -> cap tanh(scores / cap) (Gemma 2)
+    final_softcap: float | None = None  # logits -> cap tanh(logits / cap) (Gemma 2)
 
     def __post_init__(self) -> None:
         check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "multiple_of")
-        positive(self, "n_kv_head", "d_ff", optional=True)
-        if self.n_embd % self.n_head:
+        positive(self, "n_kv_head", "d_ff", "d_head", "sliding_window", optional=True)
+        if self.d_head is None and self.n_embd % self.n_head:
             raise ConfigError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
             )
@@ -103,12 +124,61 @@ class LlamaConfig:
         fraction(self, "dropout")
         if self.rope_scaling is not None:
             self._check_scaling(self.rope_scaling)
+        self._check_parts()
+
+    def _check_parts(self) -> None:
+        """The optional parts' fields (``model.<field>`` named in each error)."""
+        one_of(self, "arch", ARCHS)
+        one_of(self, "mlp_act", MLP_ACTS)
+        optional = ("rope_local_theta", "embed_scale", "attn_scale", "attn_softcap",
+                    "final_softcap")  # fmt: skip
+        above_zero(self, *(n for n in optional if getattr(self, n) is not None))
+        if self.layer_types is not None:
+            types = tuple(self.layer_types)
+            object.__setattr__(self, "layer_types", types)
+            if len(types) != self.n_layer:
+                raise ConfigError(
+                    f"model.layer_types has {len(types)} entries, model.n_layer is {self.n_layer}"
+                )
+            bad = [t for t in types if t not in LAYER_TYPES]
+            if bad:
+                raise ConfigError(
+                    f"model.layer_types: unknown layer type {bad[0]!r} "
+                    f"(known: {', '.join(LAYER_TYPES)})"
+                )
+            if "sliding_attention" in types and self.sliding_window is None:
+                raise ConfigError(
+                    "model.layer_types has sliding layers but no model.sliding_window"
+                )
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Each layer's kind, ``"full_attention"`` or ``"sliding_attention"``: ``layer_types``,
+        or every layer sliding when ``sliding_window`` is set, else every layer full."""
+        if self.layer_types is not None:
+            return tuple(self.layer_types)
+        kind = LAYER_TYPES[1] if self.sliding_window is not None else LAYER_TYPES[0]
+        return (kind,) * self.n_layer
+
+    def window(self, layer: int) -> int | None:
+        """The attention window of ``layer`` (None: it sees every earlier token)."""
+        return self.sliding_window if self.layer_kinds[layer] == LAYER_TYPES[1] else None
 
     @staticmethod
     def _check_scaling(scaling: dict[str, Any]) -> None:
         kind = scaling.get("rope_type")
+        if kind == "linear":
+            unknown = sorted(set(scaling) - {"rope_type", "factor"})
+            if unknown:
+                raise ConfigError(f"unknown key model.rope_scaling.{unknown[0]}")
+            factor = scaling.get("factor")
+            if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not factor > 0:
+                raise ConfigError("model.rope_scaling.factor must be a positive number")
+            return
         if kind != "llama3":
-            raise ConfigError(f"model.rope_scaling.rope_type must be 'llama3', got {kind!r}")
+            raise ConfigError(
+                f"model.rope_scaling.rope_type must be 'llama3' or 'linear', got {kind!r}"
+            )
         unknown = sorted(set(scaling) - {"rope_type", *ROPE_SCALING_KEYS})
         if unknown:
             raise ConfigError(f"unknown key model.rope_scaling.{unknown[0]}")
@@ -121,7 +191,8 @@ class LlamaConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        """The head width ``D``: ``d_head``, or ``n_embd // n_head``."""
+        return self.d_head or self.n_embd // self.n_head
 
     @property
     def ffn_width(self) -> int:
@@ -172,12 +243,47 @@ class Llama(Decoder):
 # -- registry entry ---------------------------------------------------------------------------
 
 
+def describe_parts(c: LlamaConfig) -> list[str]:
+    """The optional parts a config uses, one short phrase each (empty for a plain Llama)."""
+    parts = []
+    if c.d_head is not None and c.d_head * c.n_head != c.n_embd:
+        parts.append(f"d_head={c.d_head}")
+    if c.qkv_bias:
+        parts.append("q/k/v biases")
+    if c.qk_norm:
+        parts.append("q/k norms")
+    kinds = c.layer_kinds
+    sliding = kinds.count(LAYER_TYPES[1])
+    if sliding:
+        where = "every layer" if sliding == len(kinds) else f"{sliding} of {len(kinds)} layers"
+        parts.append(f"sliding window {c.sliding_window} ({where})")
+    if c.rope_local_theta is not None:
+        parts.append(f"local rope_theta={c.rope_local_theta:g}")
+    if c.rope_scaling:
+        parts.append(f"rope scaling {c.rope_scaling.get('rope_type')}")
+    if c.embed_scale is not None:
+        parts.append(f"embed scale {c.embed_scale:.4g}")
+    if c.post_norms:
+        parts.append("post-norms")
+    if c.mlp_act != "silu":
+        parts.append("GeGLU")
+    if c.attn_scale is not None:
+        parts.append(f"attn scale {c.attn_scale:.4g}")
+    if c.attn_softcap is not None:
+        parts.append(f"attn softcap {c.attn_softcap:g}")
+    if c.final_softcap is not None:
+        parts.append(f"final softcap {c.final_softcap:g}")
+    return parts
+
+
 def _describe(c: LlamaConfig) -> str:
     kind = "MHA" if c.n_kv_head == c.n_head else "MQA" if c.n_kv_head == 1 else "GQA"
+    parts = describe_parts(c)
     return (
-        f"Llama, L={c.n_layer}, H={c.n_head}, Hkv={c.n_kv_head} ({kind}), d={c.n_embd}, "
-        f"d_ff={c.ffn_width}, vocab={c.vocab_size}, context={c.block_size}, "
+        f"{ARCH_NAMES[c.arch]}, L={c.n_layer}, H={c.n_head}, Hkv={c.n_kv_head} ({kind}), "
+        f"d={c.n_embd}, d_ff={c.ffn_width}, vocab={c.vocab_size}, context={c.block_size}, "
         f"rope_theta={c.rope_theta:g}, tied={'yes' if c.tie_embeddings else 'no'}"
+        + (f"; {', '.join(parts)}" if parts else "")
     )
 
 
