@@ -40,7 +40,7 @@ from attnlm.nn.blocks import ACTIVATIONS, SwiGLU
 from attnlm.nn.cache import KVCache
 from attnlm.nn.static_cache import StaticKVCache
 from attnlm.quant.layers import QuantLinear
-from attnlm.runtime.eager import EagerRunner, plain_block
+from attnlm.runtime.eager import EagerRunner, plain_block, unplain_part
 
 __all__ = ["MAX_TOKENS", "CModel", "CStepRunner", "why_not_supported"]
 
@@ -158,6 +158,12 @@ def _blocks_reason(model: nn.Module) -> str | None:
     """What in ``model``'s blocks the C step does not compute, or None."""
     if getattr(model, "alibi", None) is not None:
         return "ALiBi positions"
+    part = unplain_part(model)  # the Llama family's optional parts (models/llama.py)
+    if part is not None:
+        return part
+    attns = [b.attn for b in model.blocks]
+    if any(a.n_head * a.d_head != getattr(a, "d_model", a.n_head * a.d_head) for a in attns):
+        return "a head width other than n_embd / n_head"
     if not len(model.blocks) or not all(plain_block(b) for b in model.blocks):
         return "blocks other than pre-norm attention + GELU/ReLU/SwiGLU feed-forward"
     kinds = {_norm_kind(n) for b in model.blocks for n in (b.ln_1, b.ln_2)}

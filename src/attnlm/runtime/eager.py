@@ -41,7 +41,14 @@ from attnlm.nn.attention import MultiHeadAttention
 from attnlm.nn.blocks import FeedForward, SwiGLU, TransformerBlock
 from attnlm.nn.cache import KVCache
 
-__all__ = ["EagerRunner", "flat_model", "flat_step", "flat_step_applies", "plain_block"]
+__all__ = [
+    "EagerRunner",
+    "flat_model",
+    "flat_step",
+    "flat_step_applies",
+    "plain_block",
+    "unplain_part",
+]
 
 
 def flat_model(model: nn.Module) -> bool:
@@ -53,7 +60,35 @@ def flat_model(model: nn.Module) -> bool:
         and hasattr(model, "tok_emb")
         and getattr(model, "alibi", None) is None
         and all(plain_block(b) for b in blocks)
+        and unplain_part(model) is None
     )
+
+
+def unplain_part(model: nn.Module) -> str | None:
+    """The first optional part of a Llama-family model (:mod:`attnlm.models.llama`) that the
+    plain one-token step does not compute, as a short phrase, or None: an embedding scale,
+    final or attention soft-capping, a second rotary base, sliding windows, q/k norms,
+    post-norms, a GELU-gated feed-forward. (Biases and a head width other than ``C / H`` it
+    computes.)"""
+    if getattr(model, "embed_scale", None) is not None:
+        return "an embedding scale"
+    if getattr(model, "final_softcap", None) is not None:
+        return "final logit soft-capping"
+    if getattr(model, "rotary_local", None) is not None:
+        return "a second rotary base for the local layers"
+    for block in getattr(model, "blocks", ()):
+        attn = block.attn
+        if getattr(attn, "window", None) is not None:
+            return "sliding-window attention"
+        if getattr(attn, "q_norm", None) is not None or getattr(attn, "k_norm", None) is not None:
+            return "q/k norms"
+        if getattr(attn.score, "softcap", None) is not None:
+            return "attention soft-capping"
+        if getattr(block, "ln_post_attn", None) is not None:
+            return "post-norms"
+        if getattr(block.mlp, "gated_act", "silu") != "silu":
+            return "a GELU-gated feed-forward"
+    return None
 
 
 def flat_step_applies(model: nn.Module, tokens: Tensor, state: object) -> bool:
