@@ -35,6 +35,7 @@ from attnlm.base.fileio import cache_dir, temp_path_for
 __all__ = ["build_flags", "default_threads", "library", "note", "why_not"]
 
 SOURCE = Path(__file__).with_name("decode_step.c")
+HEADERS = (Path(__file__).with_name("ggml_blocks.h"),)  # included by SOURCE
 MARCH_ENV, CFLAGS_ENV = "ATTNLM_NATIVE_MARCH", "ATTNLM_NATIVE_CFLAGS"
 BUILD_SECONDS = 120
 
@@ -76,8 +77,8 @@ def _compiler() -> str | None:
 def _cached(cc: str, flags: list[str]) -> Path:
     """Where the build with these flags lives: a readable tag, then a digest of everything
     the build depends on."""
-    key = "\n".join([SOURCE.read_text(encoding="utf-8"), cc, " ".join(flags), platform.machine(),
-                     _cpu_flags()])  # fmt: skip
+    texts = [p.read_text(encoding="utf-8") for p in (SOURCE, *HEADERS)]
+    key = "\n".join([*texts, cc, " ".join(flags), platform.machine(), _cpu_flags()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     march = flags[1].removeprefix("-march=")
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", march)[:32] + ("" if "-fopenmp" in flags else "-1t")

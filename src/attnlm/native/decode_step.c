@@ -28,6 +28,7 @@ static inline int omp_get_thread_num(void) { return 0; }
 static inline int omp_get_num_threads(void) { return 1; }
 #endif
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef float vf __attribute__((vector_size(64), aligned(4)));      /* 16 floats */
@@ -53,6 +54,7 @@ typedef struct {
     const void *w;
     const uint16_t *scales; /* float16 bits */
     const float *bias; /* (N,) or NULL */
+    int64_t act;       /* ggml blocks: ACT_AUTO, ACT_FLOAT or ACT_INT (ggml_blocks.h) */
 } Linear;
 
 typedef struct {
@@ -63,11 +65,15 @@ typedef struct {
     Norm ln_1, ln_2;
     Linear qkv, out, fc, proj; /* qkv: (H + 2 Hkv) D rows, q then k then v */
     float *k_cache, *v_cache;  /* (B, Hkv, cap, D) each */
+    /* a file's separate matrices (k.w not NULL): qkv is q alone, k and v follow; with up.w,
+     * fc is the SwiGLU gate alone and up its second half */
+    Linear k, v, up;
 } Block;
 
 typedef struct {
     int64_t n_layer, C, H, Hkv, D, F, V, cap;
-    int64_t norm, act, rotary; /* rotary: rotate-half pairs (i, i + D/2) of q and k */
+    int64_t norm, act, rotary; /* rotary 1: rotate-half pairs (i, i + D/2) of q and k;
+                                * 2: adjacent pairs (2i, 2i + 1) (llama.cpp's row order) */
     float eps, scale;          /* norm epsilon; attention score scale */
     const Block *blocks;
     Norm ln_f;
@@ -82,6 +88,7 @@ typedef struct {
     float *hid;    /* (M, F) or (M, 2 F) for SwiGLU */
     float *scores; /* (threads, cap) */
     float *part;   /* (threads, M, N) for the largest N of a column-major (f32t) product */
+    uint8_t *xq;   /* (M, gg_row_bytes(K)) the rows of x quantized for ggml blocks */
 } Scratch;
 
 static inline float hsum(vf v) {
@@ -448,10 +455,19 @@ static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
     }
 }
 
-/* thread t's share of y = res + x W^T + b (call from every thread of the region) */
+#include "ggml_blocks.h"
+
+/* thread t's share of y = res + x W^T + b (call from every thread of the region); xq: x
+ * quantized by quantize_for where a product in ggml blocks takes integer activations */
 static void linear(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
-                   int64_t ldy, const float *res, float *part, int t, int nt) {
+                   int64_t ldy, const float *res, float *part, const uint8_t *xq, int t,
+                   int nt) {
     int64_t lo, hi;
+    if (L->fmt >= FMT_F16) {
+        share(L->n, t, nt, &lo, &hi);
+        rows_ggml(L, x, M, ldx, xq, y, ldy, res, lo, hi);
+        return;
+    }
     if (L->fmt == FMT_Q4) {
         share(L->n_pad / 32, t, nt, &lo, &hi);
         rows_q4(L, x, M, ldx, y, ldy, res, lo, hi);
@@ -465,6 +481,26 @@ static void linear(const Linear *L, const float *x, int64_t M, int64_t ldx, floa
     if (L->fmt == FMT_F32) rows_f32(L, x, M, ldx, y, ldy, res, lo, hi);
     else if (L->fmt == FMT_BF16) rows_bf16(L, x, M, ldx, y, ldy, res, lo, hi);
     else rows_q8(L, x, M, ldx, y, ldy, res, lo, hi);
+}
+
+/* x (M, ldx) quantized into xq by every thread (its share of the rows) where one of the
+ * products a, b, c (b, c may be NULL or unused) takes integer activations; a barrier after */
+static void quantize_for(const Linear *a, const Linear *b, const Linear *c, const float *x,
+                         int64_t M, int64_t ldx, uint8_t *xq, int t, int nt) {
+    if (!gg_int(a) && !(b && b->w && gg_int(b)) && !(c && c->w && gg_int(c))) return;
+    int64_t lo, hi;
+    share(M, t, nt, &lo, &hi);
+    gg_quantize(x, ldx, a->k, xq, lo, hi);
+#pragma omp barrier
+}
+
+/* rotate adjacent pairs (2i, 2i + 1) of one head's (D,) vector by cos, sin (D/2,) */
+static inline void rotate_pairs(float *v, const float *cs, const float *sn, int64_t D) {
+    for (int64_t i = 0; i < D / 2; i++) {
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * cs[i] - b * sn[i];
+        v[2 * i + 1] = b * cs[i] + a * sn[i];
+    }
 }
 
 /* -- the small steps ----------------------------------------------------------------------- */
@@ -650,15 +686,24 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
             const Block *bk = md->blocks + l;
 #pragma omp single
             norm_rows(md, &bk->ln_1, x, sc->xn, M);
-            linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, sc->part, t, nt);
+            quantize_for(&bk->qkv, &bk->k, &bk->v, sc->xn, M, C, sc->xq, t, nt);
+            linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, sc->part, sc->xq, t, nt);
+            if (bk->k.w) { /* separate k and v */
+                linear(&bk->k, sc->xn, M, C, sc->qkv + H * D, NQ, NULL, sc->part, sc->xq, t, nt);
+                linear(&bk->v, sc->xn, M, C, sc->qkv + (H + Hkv) * D, NQ, NULL, sc->part, sc->xq,
+                       t, nt);
+            }
 #pragma omp barrier
 #pragma omp single
             for (int64_t m = 0; m < M; m++) { /* rotate q and k, write k and v to the cache */
                 const int64_t b = m / T, tt = m % T;
                 float *row = sc->qkv + m * NQ;
                 if (md->rotary)
-                    for (int64_t h = 0; h < H + Hkv; h++)
-                        rotate(row + h * D, cos_t + tt * (D / 2), sin_t + tt * (D / 2), D);
+                    for (int64_t h = 0; h < H + Hkv; h++) {
+                        const float *cs = cos_t + tt * (D / 2), *sn = sin_t + tt * (D / 2);
+                        if (md->rotary == 2) rotate_pairs(row + h * D, cs, sn, D);
+                        else rotate(row + h * D, cs, sn, D);
+                    }
                 for (int64_t h = 0; h < Hkv; h++) {
                     const int64_t at = ((b * Hkv + h) * cap + held + tt) * D;
                     memcpy(bk->k_cache + at, row + (H + h) * D, D * sizeof(float));
@@ -674,18 +719,23 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
                        held + tt + 1, scores, sc->att + m * H * D + h * D);
             }
 #pragma omp barrier
-            linear(&bk->out, sc->att, M, H * D, x, C, x, sc->part, t, nt);
+            quantize_for(&bk->out, NULL, NULL, sc->att, M, H * D, sc->xq, t, nt);
+            linear(&bk->out, sc->att, M, H * D, x, C, x, sc->part, sc->xq, t, nt);
 #pragma omp barrier
 #pragma omp single
             norm_rows(md, &bk->ln_2, x, sc->xn, M);
-            linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, sc->part, t, nt);
+            quantize_for(&bk->fc, &bk->up, NULL, sc->xn, M, C, sc->xq, t, nt);
+            linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, sc->part, sc->xq, t, nt);
+            if (bk->up.w) /* the up half apart */
+                linear(&bk->up, sc->xn, M, C, sc->hid + F, NF, NULL, sc->part, sc->xq, t, nt);
 #pragma omp barrier
             share(M, t, nt, &lo, &hi);
             for (int64_t m = lo; m < hi; m++) {
                 activate(md->act, sc->hid + m * NF, F);
             }
 #pragma omp barrier
-            linear(&bk->proj, sc->hid, M, NF, x, C, x, sc->part, t, nt);
+            quantize_for(&bk->proj, NULL, NULL, sc->hid, M, NF, sc->xq, t, nt);
+            linear(&bk->proj, sc->hid, M, NF, x, C, x, sc->part, sc->xq, t, nt);
 #pragma omp barrier
         }
         const int64_t MH = last_only ? B : M; /* rows the head runs on */
@@ -696,7 +746,8 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
                     memmove(x + b * C, x + (b * T + T - 1) * C, C * sizeof(float));
             norm_rows(md, &md->ln_f, x, sc->xn, MH);
         }
-        linear(&md->head, sc->xn, MH, C, logits, md->V, NULL, sc->part, t, nt);
+        quantize_for(&md->head, NULL, NULL, sc->xn, MH, C, sc->xq, t, nt);
+        linear(&md->head, sc->xn, MH, C, logits, md->V, NULL, sc->part, sc->xq, t, nt);
     }
 }
 
@@ -707,9 +758,24 @@ void attnlm_activate(int64_t kind, float *h, int64_t F) { activate(kind, h, F); 
 /* y (M, N) = x (M, K) W^T + b alone (the products' own tests); part (threads, M, N) */
 void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, float *part,
                    int threads) {
+    uint8_t *xq = gg_int(L) ? malloc(M * gg_row_bytes(L->k)) : NULL;
+    if (gg_int(L) && !xq) return;
 #pragma omp parallel num_threads(threads)
-    linear(L, x, M, L->k, y, L->n, NULL, part, omp_get_thread_num(), omp_get_num_threads());
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        quantize_for(L, NULL, NULL, x, M, L->k, xq, t, nt);
+        linear(L, x, M, L->k, y, L->n, NULL, part, xq, t, nt);
+    }
+    free(xq);
 }
+
+/* the rows of x (M, K) quantized as the integer products take them (their own tests) */
+void attnlm_quantize_rows(const float *x, int64_t M, int64_t K, uint8_t *xq) {
+    gg_quantize(x, K, K, xq, 0, M);
+}
+
+/* bytes of one quantized row of K values */
+int64_t attnlm_quantized_row_bytes(int64_t K) { return gg_row_bytes(K); }
 
 /* the struct sizes, so the Python side can check its mirror */
 int64_t attnlm_sizes(int64_t which) {

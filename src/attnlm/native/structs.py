@@ -8,6 +8,12 @@ from __future__ import annotations
 import ctypes
 
 F32, BF16, Q8, Q4, F32T = 0, 1, 2, 3, 4  # Linear.fmt
+# ggml's blocks as a GGUF file stores them (ggml_blocks.h): Linear.fmt
+F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K = 5, 6, 7, 8, 9, 10, 11, 12, 13
+#: ggml type name -> Linear.fmt of its rows as stored
+GGML_FORMATS = {"F32": F32, "BF16": BF16, "F16": F16, "Q8_0": Q8_0, "Q4_0": Q4_0, "Q4_1": Q4_1,
+                "Q5_0": Q5_0, "Q5_1": Q5_1, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K}  # fmt: skip
+ACT_AUTO, ACT_FLOAT, ACT_INT = 0, 1, 2  # Linear.act: a ggml product's activations
 RMS, LAYER = 0, 1  # Model.norm
 SWIGLU, GELU, GELU_TANH, RELU = 0, 1, 2, 3  # Model.act
 
@@ -15,7 +21,7 @@ SWIGLU, GELU, GELU_TANH, RELU = 0, 1, 2, 3  # Model.act
 class Linear(ctypes.Structure):
     _fields_ = [("fmt", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
                 ("n_pad", ctypes.c_int64), ("w", ctypes.c_void_p), ("scales", ctypes.c_void_p),
-                ("bias", ctypes.c_void_p)]  # fmt: skip
+                ("bias", ctypes.c_void_p), ("act", ctypes.c_int64)]  # fmt: skip
 
 
 class Norm(ctypes.Structure):
@@ -25,7 +31,8 @@ class Norm(ctypes.Structure):
 class Block(ctypes.Structure):
     _fields_ = [("ln_1", Norm), ("ln_2", Norm), ("qkv", Linear), ("out", Linear),
                 ("fc", Linear), ("proj", Linear), ("k_cache", ctypes.c_void_p),
-                ("v_cache", ctypes.c_void_p)]  # fmt: skip
+                ("v_cache", ctypes.c_void_p), ("k", Linear), ("v", Linear),
+                ("up", Linear)]  # fmt: skip
 
 
 class Model(ctypes.Structure):
@@ -38,7 +45,8 @@ class Model(ctypes.Structure):
 
 
 class Scratch(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_void_p) for name in ("xn", "qkv", "att", "hid", "scores", "part")]
+    _fields_ = [(name, ctypes.c_void_p)
+                for name in ("xn", "qkv", "att", "hid", "scores", "part", "xq")]  # fmt: skip
 
 
 STRUCTS = (Linear, Norm, Block, Model, Scratch)
@@ -49,8 +57,11 @@ def scratch_sizes(m: int, cap: int, threads: int, c: int, q: int, hd: int, nf: i
     """Floats of each :class:`Scratch` buffer for ``m`` rows, ``cap`` positions and
     ``threads``: widths ``c`` (model), ``q`` ((H + 2 Hkv) D), ``hd`` (H D), ``nf`` (the
     feed-forward's first product), ``v`` (vocabulary; a column-major product's partial sums
-    take the widest)."""
-    return m * c, m * q, m * hd, m * nf, threads * cap, threads * m * max(q, c, nf, v)
+    take the widest); ``xq`` the rows of x quantized for a ggml product (at most 11 / 8
+    bytes a value, :func:`quantized_row_bytes`, of the widest input)."""
+    widest = max(c, hd, nf)
+    return (m * c, m * q, m * hd, m * nf, threads * cap, threads * m * max(q, c, nf, v),
+            m * widest // 2 + 16)  # fmt: skip
 
 
 def configure(lib: ctypes.CDLL) -> str | None:
@@ -64,4 +75,7 @@ def configure(lib: ctypes.CDLL) -> str | None:
                                        ctypes.c_int]  # fmt: skip
     lib.attnlm_linear.argtypes = [p, p, i64, p, p, ctypes.c_int]
     lib.attnlm_activate.argtypes = [i64, p, i64]
+    lib.attnlm_quantize_rows.argtypes = [p, i64, i64, p]
+    lib.attnlm_quantized_row_bytes.argtypes = [i64]
+    lib.attnlm_quantized_row_bytes.restype = i64
     return None

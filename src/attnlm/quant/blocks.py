@@ -20,6 +20,9 @@ Q8_0     32        34     ``d · q[i]``; ``d`` f16, ``q`` int8
 Q4_0     32        18     ``d · (n[i] - 8)``; ``n`` nibbles: byte ``j`` holds ``n[j]`` (low) and
                           ``n[j + 16]`` (high)
 Q4_1     32        20     ``d · n[i] + m``; ``d``, ``m`` f16
+Q5_0     32        22     ``d · (n[i] + 16 h[i] - 16)``; ``d`` f16, ``h[i]`` bit ``i`` of the
+                          uint32 ``qh``, then Q4_0's 16 bytes of nibbles
+Q5_1     32        24     ``d · (n[i] + 16 h[i]) + m``; ``d``, ``m`` f16, ``qh``, nibbles
 Q4_K     256       144    8 sub-blocks of 32 with 6-bit scale ``s`` and min ``t``:
                           ``d·s · n[i] - dmin·t``; 4 groups of 32 bytes, each the low nibbles of
                           sub-block ``2g`` and the high nibbles of ``2g + 1``
@@ -66,7 +69,7 @@ GROUP = 32  # elements per scale (ggml's Q8_0, Q4_0 and Q4_1 blocks; attnlm's q8
 BLOCK_N = 64  # rows per block of the packed q4 layout
 #: ggml types :func:`dequantize` reads: type id -> (name, elements per block, bytes per block)
 SUPPORTED: dict[int, tuple[str, int, int]] = {
-    i: TENSOR_TYPES[i] for i in (0, 1, 30, 8, 2, 3, 12, 13, 14)
+    i: TENSOR_TYPES[i] for i in (0, 1, 30, 8, 2, 3, 6, 7, 12, 13, 14)
 }
 #: ggml type -> the attnlm format whose codes its blocks hold as stored (:func:`codes`)
 NATIVE_FORMAT = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
@@ -123,6 +126,29 @@ def _q4_1(b: np.ndarray, out: np.ndarray) -> None:
     o += _half(b[:, 2:4])
 
 
+def _q5(b: np.ndarray, out: np.ndarray, at: int) -> np.ndarray:
+    """Q5_0 / Q5_1: ``out`` ``(N, 32)`` <- the 5-bit codes (``qh`` at byte ``at``, the
+    nibbles after it); returns that view."""
+    n = b.shape[0]
+    _nibbles(out.reshape(n, 1, 2, 16), b[:, at + 4 :].reshape(n, 1, 16))
+    qh = np.ascontiguousarray(b[:, at : at + 4]).view("<u4")  # (N, 1)
+    o = out.reshape(n, 32)
+    o += ((qh >> np.arange(32, dtype=np.uint32)) & 1) << 4  # + 16 (exact in float32)
+    return o
+
+
+def _q5_0(b: np.ndarray, out: np.ndarray) -> None:
+    o = _q5(b, out, 2)
+    o -= 16
+    o *= _half(b[:, :2])
+
+
+def _q5_1(b: np.ndarray, out: np.ndarray) -> None:
+    o = _q5(b, out, 4)
+    o *= _half(b[:, :2])
+    o += _half(b[:, 2:4])
+
+
 def _scale_k(o: np.ndarray, b: np.ndarray) -> None:
     """Q4_K / Q5_K: ``o`` ``(N, 8, 32)`` codes <- ``(d·s) · o - dmin·t``."""
     d, dmin = _half(b[:, :2]), _half(b[:, 2:4])
@@ -164,7 +190,7 @@ def _q6_k(b: np.ndarray, out: np.ndarray) -> None:
     o16 *= (d * scales)[..., None]
 
 
-_KERNELS = {8: _q8_0, 2: _q4_0, 3: _q4_1, 12: _q4_k, 13: _q5_k, 14: _q6_k}
+_KERNELS = {8: _q8_0, 2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 12: _q4_k, 13: _q5_k, 14: _q6_k}
 
 
 def _floats(data: np.ndarray, type_id: int, flat: np.ndarray) -> None:

@@ -1,0 +1,361 @@
+/* Products of weights held in ggml's blocks, as a GGUF file stores them (included by
+ * decode_step.c, which defines vf, from_f16, from_f16x16, hsum, prefetch and store).
+ *
+ * A weight row (K values) is a run of blocks (attnlm/quant/blocks.py has every layout). Every
+ * type here is read the same way: each 32 values of a row ("chunk") are unsigned codes u
+ * (0..255) and an affine map per half of 16, w = A u + B:
+ *
+ *   type  block  bytes  u                       A, B
+ *   Q8_0  32     34     q + 128                 d, -128 d
+ *   Q4_0  32     18     nibble                  d, -8 d
+ *   Q4_1  32     20     nibble                  d, m
+ *   Q5_0  32     22     nibble + 16 bit         d, -16 d
+ *   Q5_1  32     24     nibble + 16 bit         d, m
+ *   Q4_K  256    144    nibble                  d s_j, -dmin t_j   (sub-block j = the chunk)
+ *   Q5_K  256    176    nibble + 16 bit         d s_j, -dmin t_j
+ *   Q6_K  256    210    4 + 2 bits              d s_h, -32 d s_h   (s per 16 values)
+ *
+ * Two ways to multiply (both measured; GGML_INT says which each type takes by default, and
+ * Linear.act can ask for either):
+ *  - float activations: each chunk's 32 weights are computed in float (A u + B) and multiplied
+ *    into the float activations (the dequantized weights' product, summed in float32);
+ *  - integer activations (llama.cpp's way): each row of x is first quantized per block of 32
+ *    to int8 codes a with a float32 scale e = max|x| / 127 (a = round(x / e), halves to
+ *    even), and the sums e sum(a) of each half kept; a chunk then adds
+ *    e (A_lo sum_lo(u a) + A_hi sum_hi(u a)) + B_lo S_lo + B_hi S_hi, the sums of u a in
+ *    integers (one vpdpbusd per chunk where the CPU has VNNI).
+ * Rows of the output are split among the threads; each row's blocks are read once for up to
+ * GG_ROWS rows of x.
+ */
+
+enum {
+    FMT_F16 = 5, FMT_Q8_0 = 6, FMT_Q4_0 = 7, FMT_Q4_1 = 8, FMT_Q5_0 = 9, FMT_Q5_1 = 10,
+    FMT_Q4_K = 11, FMT_Q5_K = 12, FMT_Q6_K = 13
+};
+enum { ACT_AUTO = 0, ACT_FLOAT = 1, ACT_INT = 2 }; /* Linear.act */
+
+typedef uint8_t vb32 __attribute__((vector_size(32), aligned(1)));   /* 32 codes */
+typedef int8_t vs32 __attribute__((vector_size(32), aligned(1)));    /* 32 int8 */
+typedef int32_t vi8 __attribute__((vector_size(32), aligned(4)));    /* 8 int32 */
+typedef float vf8 __attribute__((vector_size(32), aligned(4)));      /* 8 floats */
+typedef int16_t vh32 __attribute__((vector_size(64), aligned(2)));   /* 32 int16 */
+typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));   /* 16 int32 */
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+#include <immintrin.h>
+#define GG_VNNI 1
+#else
+#define GG_VNNI 0
+#endif
+#define GG_ROWS 4
+
+/* the elements and bytes of one block of fmt */
+static inline int64_t gg_block(int64_t fmt, int64_t *bytes) {
+    static const int64_t el[] = {32, 32, 32, 32, 32, 256, 256, 256};
+    static const int64_t by[] = {34, 18, 20, 22, 24, 144, 176, 210};
+    *bytes = by[fmt - FMT_Q8_0];
+    return el[fmt - FMT_Q8_0];
+}
+
+/* the default per type: integer activations where the CPU has VNNI (measured faster there for
+ * every block type, see benchmarks/bench_kquant.py), float ones elsewhere */
+static inline int gg_int(const Linear *L) {
+    if (L->fmt < FMT_Q8_0) return 0;
+    if (L->act == ACT_INT) return 1;
+    if (L->act == ACT_FLOAT) return 0;
+    return GG_VNNI;
+}
+
+/* what a block says before its chunks: d (and m / dmin), the K-quants' 8 scales and mins */
+typedef struct {
+    float d, m;
+    float sc[16], mn[8];
+} GgHead;
+
+static inline void gg_head(int64_t fmt, const uint8_t *b, GgHead *h) {
+    uint16_t v0, v1;
+    switch (fmt) {
+    case FMT_Q4_1: case FMT_Q5_1:
+        memcpy(&v0, b, 2), memcpy(&v1, b + 2, 2);
+        h->d = from_f16(v0), h->m = from_f16(v1);
+        break;
+    case FMT_Q4_K: case FMT_Q5_K: {
+        memcpy(&v0, b, 2), memcpy(&v1, b + 2, 2);
+        const float d = from_f16(v0), dmin = from_f16(v1);
+        const uint8_t *s = b + 4; /* 12 bytes: see blocks.py's _k_scales */
+        for (int j = 0; j < 4; j++) {
+            h->sc[j] = d * (float)(s[j] & 63), h->mn[j] = -dmin * (float)(s[j + 4] & 63);
+            h->sc[j + 4] = d * (float)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+            h->mn[j + 4] = -dmin * (float)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+        }
+        break;
+    }
+    case FMT_Q6_K: {
+        memcpy(&v0, b + 208, 2);
+        const float d = from_f16(v0);
+        for (int j = 0; j < 16; j++) h->sc[j] = d * (float)((const int8_t *)b)[192 + j];
+        break;
+    }
+    default: /* Q8_0, Q4_0, Q5_0: d first */
+        memcpy(&v0, b, 2);
+        h->d = from_f16(v0);
+    }
+}
+
+/* 16 bytes' nibbles as 32 codes: the low nibbles, then the high ones */
+static inline vb32 gg_nibbles16(const uint8_t *p) {
+    const vu8 q = *(const vu8 *)p;
+    return __builtin_shufflevector(q & 15, q >> 4, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                   14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
+                                   29, 30, 31);
+}
+
+/* bit i of the 32-bit qh (4 bytes at p) as 16 in code i */
+static inline vb32 gg_bits32(const uint8_t *p) {
+    const vb32 bytes = {p[0], p[0], p[0], p[0], p[0], p[0], p[0], p[0],
+                        p[1], p[1], p[1], p[1], p[1], p[1], p[1], p[1],
+                        p[2], p[2], p[2], p[2], p[2], p[2], p[2], p[2],
+                        p[3], p[3], p[3], p[3], p[3], p[3], p[3], p[3]};
+    const vb32 bit = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+                      1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    return (vb32)((bytes & bit) != 0) & 16;
+}
+
+/* chunk c of block b: its 32 codes and (A, B) of each half */
+static inline __attribute__((always_inline)) vb32 gg_chunk(int64_t fmt, const uint8_t *b,
+                                                           const GgHead *h, int c, float *A,
+                                                           float *B) {
+    vb32 u;
+    switch (fmt) {
+    case FMT_Q8_0:
+        A[0] = A[1] = h->d, B[0] = B[1] = -128.0f * h->d;
+        return *(const vb32 *)(b + 2) ^ 0x80;
+    case FMT_Q4_0:
+        A[0] = A[1] = h->d, B[0] = B[1] = -8.0f * h->d;
+        return gg_nibbles16(b + 2);
+    case FMT_Q4_1:
+        A[0] = A[1] = h->d, B[0] = B[1] = h->m;
+        return gg_nibbles16(b + 4);
+    case FMT_Q5_0:
+        A[0] = A[1] = h->d, B[0] = B[1] = -16.0f * h->d;
+        return gg_nibbles16(b + 6) | gg_bits32(b + 2);
+    case FMT_Q5_1:
+        A[0] = A[1] = h->d, B[0] = B[1] = h->m;
+        return gg_nibbles16(b + 8) | gg_bits32(b + 4);
+    case FMT_Q4_K: case FMT_Q5_K: {
+        const int off = fmt == FMT_Q4_K ? 16 : 48;
+        const vb32 q = *(const vb32 *)(b + off + 32 * (c >> 1));
+        u = c & 1 ? q >> 4 : q & 15;
+        if (fmt == FMT_Q5_K) u |= ((*(const vb32 *)(b + 16) >> c) & 1) << 4;
+        A[0] = A[1] = h->sc[c], B[0] = B[1] = h->mn[c];
+        return u;
+    }
+    default: { /* Q6_K: chunk c = half c / 4 (128 values), quarter c % 4 */
+        const int hf = c >> 2, qq = c & 3;
+        const vb32 ql = *(const vb32 *)(b + 64 * hf + 32 * (qq & 1));
+        const vb32 qh = *(const vb32 *)(b + 128 + 32 * hf);
+        u = (qq < 2 ? ql & 15 : ql >> 4) | (((qh >> (2 * qq)) & 3) << 4);
+        A[0] = h->sc[2 * c], A[1] = h->sc[2 * c + 1];
+        B[0] = -32.0f * A[0], B[1] = -32.0f * A[1];
+        return u;
+    }
+    }
+}
+
+/* 16 codes (half `hi` of u) as floats */
+static inline vf gg_half(vb32 u, int hi) {
+    const vu8 h = hi ? __builtin_shufflevector(u, u, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                                               27, 28, 29, 30, 31)
+                     : __builtin_shufflevector(u, u, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                               13, 14, 15);
+    return __builtin_convertvector(__builtin_convertvector(h, vi), vf);
+}
+
+/* -- float activations ------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) void gg_row_float(
+    const int64_t fmt, const uint8_t *w, int64_t nb, int64_t be, int64_t bb, const float *x,
+    int64_t ldx, const int R, float *out) {
+    vf acc[GG_ROWS][2];
+    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = (vf){0};
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = w + i * bb;
+        GgHead h;
+        gg_head(fmt, b, &h);
+        for (int c = 0; c < be / 32; c++) {
+            float A[2], B[2];
+            const vb32 u = gg_chunk(fmt, b, &h, c, A, B);
+            const vf lo = gg_half(u, 0) * A[0] + B[0], hi = gg_half(u, 1) * A[1] + B[1];
+            const int64_t k = i * be + 32 * c;
+            for (int r = 0; r < R; r++) {
+                acc[r][0] += lo * *(const vf *)(x + r * ldx + k);
+                acc[r][1] += hi * *(const vf *)(x + r * ldx + k + 16);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = hsum(acc[r][0] + acc[r][1]);
+}
+
+/* -- integer activations ----------------------------------------------------------------- */
+
+/* Quantized rows of x: per row, K int8 codes, then K / 32 scales e, then K / 16 sums e sum(a)
+ * (floats); a row takes gg_row_bytes(K) bytes. */
+static inline int64_t gg_row_bytes(int64_t K) { return K + K / 32 * 4 + K / 16 * 4; }
+
+/* rows [m0, m1) of x (M, ldx) quantized into xq (contraction off: x / e rounds exactly as the
+ * numpy reference computes it) */
+__attribute__((optimize("fp-contract=off"))) static void gg_quantize(
+    const float *x, int64_t ldx, int64_t K, uint8_t *xq, int64_t m0, int64_t m1) {
+    const int64_t G = K / 32, rb = gg_row_bytes(K);
+    for (int64_t m = m0; m < m1; m++) {
+        const float *xm = x + m * ldx;
+        int8_t *a = (int8_t *)(xq + m * rb);
+        float *e = (float *)(xq + m * rb + K), *s = e + G;
+        for (int64_t g = 0; g < G; g++) {
+            const vf x0 = *(const vf *)(xm + 32 * g), x1 = *(const vf *)(xm + 32 * g + 16);
+            float amax = 0.0f;
+            for (int i = 0; i < 16; i++) {
+                const float a0 = fabsf(x0[i]), a1 = fabsf(x1[i]);
+                amax = a0 > amax ? a0 : amax;
+                amax = a1 > amax ? a1 : amax;
+            }
+            const float d = amax / 127.0f, id = amax > 0.0f ? 1.0f / d : 0.0f;
+            const vf magic = (vf){0} + 12582912.0f; /* 1.5 2^23: round to nearest even */
+            const vf p0 = x0 * id, p1 = x1 * id;
+            const vf r0 = (p0 + magic) - magic, r1 = (p1 + magic) - magic;
+            const vi q0 = __builtin_convertvector(r0, vi), q1 = __builtin_convertvector(r1, vi);
+            int s0 = 0, s1 = 0;
+            for (int i = 0; i < 16; i++) {
+                a[32 * g + i] = (int8_t)q0[i], a[32 * g + 16 + i] = (int8_t)q1[i];
+                s0 += q0[i], s1 += q1[i];
+            }
+            e[g] = d, s[2 * g] = d * (float)s0, s[2 * g + 1] = d * (float)s1;
+        }
+    }
+}
+
+/* sums of u a over each 4 consecutive codes (8 lanes): lanes 0-3 the first half, 4-7 the second */
+static inline vi8 gg_dot(vb32 u, const int8_t *a) {
+#if GG_VNNI
+    const __m256i ua = (__m256i)u, aa = _mm256_loadu_si256((const __m256i *)a);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return (vi8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), ua, aa);
+#else
+    return (vi8)_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ua, aa);
+#endif
+#else
+    const vh32 p = __builtin_convertvector(u, vh32) * __builtin_convertvector(*(const vs32 *)a, vh32);
+    const vi16 q = __builtin_convertvector(
+                       __builtin_shufflevector(p, p, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                               24, 26, 28, 30), vi16) +
+                   __builtin_convertvector(
+                       __builtin_shufflevector(p, p, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                               25, 27, 29, 31), vi16);
+    return __builtin_shufflevector(q, q, 0, 2, 4, 6, 8, 10, 12, 14) +
+           __builtin_shufflevector(q, q, 1, 3, 5, 7, 9, 11, 13, 15);
+#endif
+}
+
+static inline __attribute__((always_inline)) void gg_row_int(
+    const int64_t fmt, const uint8_t *w, int64_t nb, int64_t be, int64_t bb, const uint8_t *xq,
+    int64_t K, const int R, float *out) {
+    const int64_t rb = gg_row_bytes(K), G = K / 32;
+    vf8 acc[GG_ROWS];
+    float off[GG_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = (vf8){0}, off[r] = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = w + i * bb;
+        GgHead h;
+        gg_head(fmt, b, &h);
+        for (int c = 0; c < be / 32; c++) {
+            float A[2], B[2];
+            const vb32 u = gg_chunk(fmt, b, &h, c, A, B);
+            const int64_t g = i * (be / 32) + c;
+            const vf8 sc = {A[0], A[0], A[0], A[0], A[1], A[1], A[1], A[1]};
+            for (int r = 0; r < R; r++) {
+                const uint8_t *xr = xq + r * rb;
+                const float *e = (const float *)(xr + K), *s = e + G;
+                const vi8 d = gg_dot(u, (const int8_t *)xr + 32 * g);
+                acc[r] += __builtin_convertvector(d, vf8) * (sc * e[g]);
+                off[r] += B[0] * s[2 * g] + B[1] * s[2 * g + 1];
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float t = off[r];
+        for (int j = 0; j < 8; j++) t += acc[r][j];
+        out[r] = t;
+    }
+}
+
+/* -- the product --------------------------------------------------------------------------- */
+
+/* one weight row against R rows of x (R constant where inlined), fmt a constant */
+static inline __attribute__((always_inline)) void gg_row(
+    const int64_t fmt, int in, const uint8_t *w, int64_t K, const float *x, int64_t ldx,
+    const uint8_t *xq, const int R, float *out) {
+    int64_t bb;
+    const int64_t be = gg_block(fmt, &bb), nb = K / be;
+    if (in) gg_row_int(fmt, w, nb, be, bb, xq, K, R, out);
+    else gg_row_float(fmt, w, nb, be, bb, x, ldx, R, out);
+}
+
+static inline __attribute__((always_inline)) void gg_rows_fmt(
+    const int64_t fmt, const Linear *L, const float *x, int64_t M, int64_t ldx,
+    const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int in = gg_int(L);
+    int64_t bb;
+    const int64_t K = L->k, be = gg_block(fmt, &bb), rowb = K / be * bb, rb = gg_row_bytes(K);
+    for (int64_t n = n0; n < n1; n++) {
+        const uint8_t *w = (const uint8_t *)L->w + n * rowb;
+        if (n + 2 < n1) prefetch(w + 2 * rowb, rowb);
+        float out[GG_ROWS];
+        int64_t m = 0;
+        for (; m + GG_ROWS <= M; m += GG_ROWS) {
+            gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, GG_ROWS, out);
+            for (int r = 0; r < GG_ROWS; r++) store(L, y, ldy, res, m + r, n, out[r]);
+        }
+        for (; m < M; m++) {
+            gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, 1, out);
+            store(L, y, ldy, res, m, n, out[0]);
+        }
+    }
+}
+
+/* float16 rows (N, K) */
+static void rows_f16(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                     int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int64_t K = L->k, K16 = K & ~(int64_t)15;
+    const uint16_t *W = (const uint16_t *)L->w;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint16_t *w = W + n * K;
+        if (n + 2 < n1) prefetch(w + 2 * K, K * 2);
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * ldx;
+            vf a = {0};
+            int64_t k = 0;
+            for (; k < K16; k += 16) a += from_f16x16(w + k) * *(const vf *)(xm + k);
+            float s = hsum(a);
+            for (; k < K; k++) s += from_f16(w[k]) * xm[k];
+            store(L, y, ldy, res, m, n, s);
+        }
+    }
+}
+
+/* output rows [n0, n1) of a product in ggml blocks (fmt >= FMT_F16); xq: x quantized by
+ * gg_quantize where gg_int(L) */
+static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
+                      const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0,
+                      int64_t n1) {
+    switch (L->fmt) {
+    case FMT_F16: rows_f16(L, x, M, ldx, y, ldy, res, n0, n1); break;
+    case FMT_Q8_0: gg_rows_fmt(FMT_Q8_0, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q4_0: gg_rows_fmt(FMT_Q4_0, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q4_1: gg_rows_fmt(FMT_Q4_1, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q5_0: gg_rows_fmt(FMT_Q5_0, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q5_1: gg_rows_fmt(FMT_Q5_1, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q4_K: gg_rows_fmt(FMT_Q4_K, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q5_K: gg_rows_fmt(FMT_Q5_K, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    default: gg_rows_fmt(FMT_Q6_K, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    }
+}
