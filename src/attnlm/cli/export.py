@@ -57,10 +57,13 @@ def _export(args: argparse.Namespace) -> int:
 
     --gguf OUT.gguf writes a llama or gpt model and its byte-level BPE tokenizer (and chat
     template) in the layout llama.cpp reads, with matrices in --type (f32, f16, q8_0, q4_0);
-    --out DIR writes a Hugging Face folder (config.json, safetensors and, for byte-level BPE
-    and GGUF vocabularies, tokenizer.json, tokenizer_config.json with the chat template and
-    generation_config.json, which transformers' AutoTokenizer loads). A LoRA run needs
-    --merge: its adapters are merged into the base model's weights and the output holds a
+    --out DIR writes a Hugging Face folder that transformers (AutoTokenizer,
+    AutoModelForCausalLM), lm-evaluation-harness and TransformerLens open whole: config.json,
+    safetensors, generation_config.json and the tokenizer as tokenizer.json,
+    tokenizer_config.json (special tokens, chat template) and special_tokens_map.json (GGUF
+    vocabularies, byte-level BPE of any pattern, Hugging Face tokenizer.json, WordPiece and
+    char tokenizers; word-level and classic BPE ones have no tokenizer.json form). A LoRA run
+    needs --merge: its adapters are merged into the base model's weights and the output holds a
     plain model. An existing output is kept unless --overwrite is given."""
     from attnlm.base.device import resolve_device
     from attnlm.loading.sources import resolve
@@ -83,8 +86,7 @@ def _export(args: argparse.Namespace) -> int:
     else:
         detail = ", ".join(f"{n} {t}" for t, n in summary.get("types", {}).items())
         if target == "hf" and not summary["tokenizer"]:
-            detail = ("no tokenizer files: only byte-level BPE and GGUF tokenizers are "
-                      "written")  # fmt: skip
+            detail = f"no tokenizer files: {summary.get('tokenizer_note', 'none written')}"
         merged = ", LoRA adapters merged" if lora else ""
         print(f"wrote {out} ({summary['format']}{merged}{': ' + detail if detail else ''})")
     return 0
@@ -125,18 +127,27 @@ def _to_gguf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def _to_hf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     from attnlm.models import save_hf
-    from attnlm.models.hf.tokenizer_files import write_tokenizer_files
+    from attnlm.models.hf.tokenizer_files import source_sampling, write_tokenizer_files
 
     model, tok, info = found
     template = info.chat_template.source if info.chat_template is not None else None
+    sampling = source_sampling(info.path)
     wrote: list[str] = []
+    notes: list[str] = []
 
     def tokenizer_files(folder: Path) -> None:  # into the new folder, before it replaces out
-        wrote.extend(write_tokenizer_files(tok, folder, model.config, chat_template=template))
+        wrote.extend(write_tokenizer_files(tok, folder, model.config, chat_template=template,
+                                           sampling=sampling, notes=notes))  # fmt: skip
 
     save_hf(model.cpu(), out, files=tokenizer_files)
-    return {"format": "huggingface", "tokenizer": "tokenizer.json" if wrote else None,
-            "files": wrote}  # fmt: skip
+    summary: dict[str, Any] = {
+        "format": "huggingface",
+        "tokenizer": "tokenizer.json" if wrote else None,
+        "files": wrote,
+    }
+    if notes:
+        summary["tokenizer_note"] = notes[0]
+    return summary
 
 
 #: ``--gguf`` / ``--out`` -> the function that writes it ``(resolved, out, args) -> summary``

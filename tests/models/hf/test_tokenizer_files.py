@@ -111,7 +111,12 @@ def test_gguf_byte_level_bpe_folder_loads_in_transformers(tmp_path, cli, pre):
     assert r.code == 0, r.err
     summary = json.loads(r.out)
     assert summary["tokenizer"] == "tokenizer.json"
-    assert summary["files"] == ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+    assert summary["files"] == [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "generation_config.json",
+    ]
     tok = load(source)
     hf = AutoTokenizer.from_pretrained(out)
     _check_ids_and_decoding(hf, tok)
@@ -198,25 +203,28 @@ def test_attnlm_byte_level_bpe_run_loads_in_transformers(tmp_path, cli):
 
 
 def test_other_tokenizers_write_no_tokenizer_files(tmp_path, cli):
-    """A char tokenizer: the model alone, said in one line, and tokenizer files an earlier
-    export left are removed (they would describe another tokenizer)."""
+    """A word-level tokenizer (no tokenizer.json form): the model alone, said in one line
+    naming the kind, and tokenizer files an earlier export left are removed (they would
+    describe another tokenizer)."""
     from attnlm.loading.checkpoint import save_checkpoint
     from attnlm.models.registry import config_table
-    from attnlm.tokenizers.char import CharTokenizer
+    from attnlm.tokenizers.word import WordTokenizer
 
     out = tmp_path / "hf"
     assert cli("export", "--model", tiny_run(tmp_path / "run", "llama"), "--out", out).code == 0
     assert (out / "tokenizer_config.json").is_file()
-    tok = CharTokenizer("abcdefgh ")
+    tok = WordTokenizer(["the", "cat", "sat"])
     table = {**TABLES["llama"], "vocab_size": tok.vocab_size}
     model, _, family = build(table)
     config = {"model_type": "llama", "step": 0, "model": config_table(family, model.config),
               "train": {}}  # fmt: skip
     save_checkpoint(tmp_path / "char" / "checkpoint", model, config, tok, {"step": 0})
     r = cli("export", "--model", tmp_path / "char", "--out", out, "--overwrite")
-    assert r.code == 0 and "no tokenizer files" in r.out, r.err
+    assert r.code == 0 and "no tokenizer files: a word tokenizer has no" in r.out, r.err
+    assert len(r.out.strip().splitlines()) == 1
     assert (out / "config.json").is_file()
     assert not any((out / n).exists() for n in ("tokenizer.json", "tokenizer_config.json",
+                                                "special_tokens_map.json",
                                                 "generation_config.json"))  # fmt: skip
 
 
