@@ -41,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_command(
         sub, "models", _models, add_json_argument,
         flag("--available", "list the model names --model takes (registered names and Hub "
-             "repositories in the Hugging Face cache): where each comes from and whether it is "
-             "cached"),
+             "repositories in the Hugging Face cache): where each comes from, its licence and "
+             "size, and whether it is cached"),
     )  # fmt: skip
     p = sub.add_parser("params", help=PARAMS_HELP, description=PARAMS_DESCRIPTION)
     add_options(
@@ -86,7 +86,10 @@ def _available(as_json: bool) -> int:
     for r in rows:
         state = f"cached: {r['path']}" if r["cached"] else "not cached (fetched on first use)"
         print(f"{r['name']}: {r['description'] or r['source']}")
-        print(f"  from: {r['source']}" + (f"; license {r['license']}" if r["license"] else ""))
+        size = f"; {r['size'] / 2**20:,.0f} MiB" if r.get("size") else ""
+        print(
+            f"  from: {r['source']}" + (f"; license {r['license']}" if r["license"] else "") + size
+        )
         print(f"  {state}")
     return 0
 

@@ -459,9 +459,10 @@ def available() -> list[dict[str, Any]]:
         wheel = cache_dir() / "wheels" / spec.wheel
         rows.append({
             "name": name,
-            "source": f"PyPI wheel {spec.requirement} ({spec.folder})",
+            "source": spec.source,
             "license": spec.license,
             "description": spec.description,
+            "size": spec.size,
             "cached": folder.is_dir(),
             "path": str(folder if folder.is_dir() else wheel if wheel.is_file() else ""),
         })  # fmt: skip
@@ -475,6 +476,7 @@ def available() -> list[dict[str, Any]]:
                     "source": f"Hugging Face Hub cache ({cache})",
                     "license": "",
                     "description": "",
+                    "size": 0,
                     "cached": True,
                     "path": str(folder),
                 })  # fmt: skip
