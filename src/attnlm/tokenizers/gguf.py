@@ -246,7 +246,12 @@ class GGUFTokenizer(Tokenizer):
         for i, t in enumerate(self.tokens):
             if t in ALWAYS_USER_DEFINED:
                 types[i] = USER_DEFINED
-            elif t in EOG_NAMES or t in FIM_NAMES or t in FIM_EOG_NAMES or i in self.eog_ids:
+            elif t in EOG_NAMES or t in FIM_NAMES or t in FIM_EOG_NAMES:
+                # llama.cpp adds its control flag to these names, a user-defined one too (Gemma
+                # 3's "</s>"): then it is cut out of text only with parse_special
+                if types[i] not in (CONTROL, UNKNOWN):
+                    types[i] = CONTROL
+            elif i in self.eog_ids:
                 if types[i] not in (CONTROL, USER_DEFINED, UNKNOWN):
                     types[i] = CONTROL
         self._types = types
