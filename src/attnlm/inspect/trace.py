@@ -8,6 +8,8 @@ Names and layouts are TransformerLens's, so that its tutorials and users' code t
     blocks.{L}.ln1.hook_normalized, ln2.hook_normalized (B, T, C)  before its weight and bias
     blocks.{L}.attn.hook_q                             (B, T, H, D)   before rotary positions
     blocks.{L}.attn.hook_k, hook_v                     (B, T, Hkv, D)  (Hkv: key/value heads)
+    blocks.{L}.attn.q_norm.hook_scale, hook_normalized (B, T, H, 1|D)  per-head q norm (Qwen3,
+                                                       Gemma 3; k_norm.* likewise), before rotary
     blocks.{L}.attn.hook_rot_q, hook_rot_k             (B, T, H|Hkv, D)  after them (rotary only)
     blocks.{L}.attn.hook_attn_scores                   (B, H, T, S)  scaled; masked keys hold
                                                        the dtype's lowest value
@@ -15,7 +17,9 @@ Names and layouts are TransformerLens's, so that its tutorials and users' code t
     blocks.{L}.attn.hook_z                             (B, T, H, D)  each head's mixed values
     blocks.{L}.attn.hook_result                        (B, T, H, C)  each head's write into the
                                                        residual (its slice of W_O, no bias)
-    blocks.{L}.hook_attn_out                           (B, T, C)
+    blocks.{L}.ln1_post.hook_scale, hook_normalized    a sandwich block's post-attention norm
+                                                       (Gemma; ln2_post.* after the MLP)
+    blocks.{L}.hook_attn_out                           (B, T, C)  (after ln1_post)
     blocks.{L}.mlp.hook_pre                            (B, T, F)  before the activation (the
                                                        gate, for a gated MLP)
     blocks.{L}.mlp.hook_pre_linear                     (B, T, F)  a gated MLP's linear branch
@@ -50,10 +54,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from attnlm.base.errors import InputError
+from attnlm.inspect.trace_attention import attention
 
 OPS = ("set", "add", "scale", "zero", "mean", "patch", "fn")
 
@@ -67,6 +71,8 @@ BLOCK_POINTS = (
 #: names whose tensors have a head axis, and where it is (in the layouts above)
 HEAD_AXIS = {"attn.hook_q": 2, "attn.hook_k": 2, "attn.hook_v": 2, "attn.hook_rot_q": 2,
              "attn.hook_rot_k": 2, "attn.hook_z": 2, "attn.hook_result": 2,
+             "attn.q_norm.hook_scale": 2, "attn.q_norm.hook_normalized": 2,
+             "attn.k_norm.hook_scale": 2, "attn.k_norm.hook_normalized": 2,
              "attn.hook_attn_scores": 1, "attn.hook_pattern": 1}  # fmt: skip
 #: the query-position axis where it is not 1
 POSITION_AXIS = {"attn.hook_attn_scores": 2, "attn.hook_pattern": 2}
@@ -237,25 +243,30 @@ class Tracer:
         x = self.point(f"{p}.hook_resid_pre", x)
         h = self.norm(f"{p}.ln1", block.ln_1, x)
         h = self.attention(p, block.attn, h, layer, attend)
+        post = getattr(block, "ln_post_attn", None)  # a sandwich block's post-norms (Gemma)
+        if post is not None:
+            h = self.norm(f"{p}.ln1_post", post, h)
         h = self.point(f"{p}.hook_attn_out", block.drop(h))
         x = self.point(f"{p}.hook_resid_mid", x + h)
         h = self.norm(f"{p}.ln2", block.ln_2, x)
-        h = self.point(f"{p}.hook_mlp_out", self.mlp(p, block.mlp, h))
+        h = self.mlp(p, block.mlp, h)
+        if post is not None:
+            h = self.norm(f"{p}.ln2_post", block.ln_post_mlp, h)
+        h = self.point(f"{p}.hook_mlp_out", h)
         return self.point(f"{p}.hook_resid_post", x + h)
 
     def mlp(self, p: str, mlp: Any, h: Tensor) -> Tensor:
-        from attnlm.nn.blocks import SwiGLU
-        from attnlm.nn.fused import swiglu
+        from attnlm.nn.blocks import ACTIVATIONS, SwiGLU
 
         pre = mlp.fc(h)
-        if isinstance(mlp, SwiGLU):
+        if isinstance(mlp, SwiGLU):  # gated (SwiGLU, GeGLU)
             gate, up = pre.chunk(2, dim=-1)
             g = self.point(f"{p}.mlp.hook_pre", gate)
             u = self.point(f"{p}.mlp.hook_pre_linear", up)
             if self.edits(f"{p}.mlp.hook_pre") or self.edits(f"{p}.mlp.hook_pre_linear"):
-                post = F.silu(g) * u
+                post = ACTIVATIONS[mlp.gated_act](g) * u
             else:
-                post = swiglu(pre)
+                post = mlp.gate(pre)
         else:
             pre = self.point(f"{p}.mlp.hook_pre", pre)
             post = mlp.act(pre)
@@ -300,91 +311,6 @@ def norm_apply(norm: Any, normalized: Tensor) -> Tensor:
     return out if bias is None else out + bias
 
 
-# -- attention --------------------------------------------------------------------------------
-
-
-def attention(tr: Tracer, p: str, attn: Any, h: Tensor, layer: int, attend: dict[str, Any]):
-    """``attn(h)`` (``(B, T, C)`` -> ``(B, T, C)``) with its points: the fast path's own
-    q/k/v, ``z`` and output, and the scores, pattern and per-head results computed beside it
-    when asked; an edit of q/k (before rotary), the scores or the pattern takes the explicit
-    formula instead."""
-    from attnlm.nn import fused
-    from attnlm.nn.attention import apply_rotary
-
-    a = f"{p}.attn"
-    rotary, cache = attend.get("rotary"), attend.get("cache")
-    B, T, _ = h.shape
-    qkv = attn.qkv_proj(h)
-    q0, k0, v0 = (attn._heads(t) for t in attn._split_qkv(qkv))  # (B, H|Hkv, T, D)
-    pre_edit = any(tr.edits(f"{a}.hook_{n}") for n in ("q", "k", "v"))
-    q0, k0, v0 = (_bhtd(tr.point(f"{a}.hook_{n}", _bthd(t)))
-                  for n, t in (("q", q0), ("k", k0), ("v", v0)))  # fmt: skip
-    if rotary is None:
-        q, k, v = q0, k0, v0
-    elif pre_edit:
-        q, k, v = apply_rotary(q0, *rotary), apply_rotary(k0, *rotary), v0
-    elif torch.compiler.is_compiling():
-        q, k, v = apply_rotary(q0, *rotary), apply_rotary(k0, *rotary), v0
-    else:  # the fast path's own kernel, on the same projection
-        q, k, v = fused.rotary_heads(qkv, *rotary, attn.n_head, attn.n_kv_head)
-    if rotary is not None:
-        q = _bhtd(tr.point(f"{a}.hook_rot_q", _bthd(q)))
-        k = _bhtd(tr.point(f"{a}.hook_rot_k", _bthd(k)))
-    if cache is not None:
-        k, v = cache.append(layer, k, v)
-    explicit = tr.edits(f"{a}.hook_attn_scores") or tr.edits(f"{a}.hook_pattern")
-    if explicit or tr.wants(f"{a}.hook_attn_scores") or tr.wants(f"{a}.hook_pattern"):
-        pattern = _pattern(tr, a, attn, q, k, attend.get("mask"), attend.get("is_causal", False))
-    if explicit:
-        y = pattern @ attn._shared(v)  # (B, H, T, D)
-    else:
-        y, _ = attn._mix(q, k, v, attend.get("mask"), attend.get("is_causal", False), False)
-    z = tr.point(f"{a}.hook_z", _bthd(y))  # (B, T, H, D)
-    if tr.wants(f"{a}.hook_result"):
-        result = tr.point(f"{a}.hook_result", head_results(attn, z))
-        if tr.edits(f"{a}.hook_result"):
-            bias = attn.out_proj.bias
-            return result.sum(2) + (0 if bias is None else bias)
-    return attn.out_proj(z.reshape(B, T, -1))
-
-
-def _bthd(t: Tensor) -> Tensor:
-    return t.transpose(1, 2)  # (B, H, T, D) <-> (B, T, H, D)
-
-
-_bhtd = _bthd
-
-
-def _pattern(tr: Tracer, a: str, attn: Any, q: Tensor, k: Tensor, mask, is_causal) -> Tensor:
-    """Scores ``(B, H, T, S)`` (scaled, plus the additive mask; a masked key holds the dtype's
-    lowest value, as in TransformerLens) and their softmax, through their points."""
-    from attnlm.nn.masks import causal_mask, combine_masks
-
-    T, S = q.shape[-2], k.shape[-2]
-    scores = attn.score(q, attn._shared(k))
-    if is_causal and T > 1:
-        mask = combine_masks(mask, causal_mask(T, S, device=q.device, dtype=q.dtype))
-    if mask is not None:
-        scores = scores + mask
-    lowest = torch.finfo(scores.dtype).min  # masked: the dtype's lowest (TransformerLens's)
-    scores = scores.masked_fill(scores <= lowest / 2, lowest)
-    scores = tr.point(f"{a}.hook_attn_scores", scores)
-    return tr.point(f"{a}.hook_pattern", scores.softmax(-1))
-
-
-def head_results(attn: Any, z: Tensor) -> Tensor:
-    """Each head's write into the residual stream ``(B, T, H, C)``: its ``z`` ``(B, T, H, D)``
-    through its slice of the output projection ``W_O[:, h D:(h + 1) D]``, without the bias
-    (the sum over heads plus the bias is the attention output); one batched product over the
-    heads, as many multiply-adds as the projection itself."""
-    H, D = z.shape[-2:]
-    proj = attn.out_proj
-    w = proj.dequantized() if hasattr(proj, "dequantized") else proj.weight  # (C, H D)
-    w_heads = w.view(w.shape[0], H, D).transpose(0, 1)  # (H, C, D)
-    out = torch.matmul(z.permute(0, 2, 1, 3), w_heads.transpose(1, 2))  # (B, H, T, C)
-    return out.permute(0, 2, 1, 3)  # (B, T, H, C)
-
-
 # -- the public call --------------------------------------------------------------------------
 
 
@@ -404,15 +330,31 @@ def hook_names(model: Any) -> list[str]:
         names.append("hook_pos_embed")
     rotary = getattr(model, "rotary", None) is not None
     for layer, block in enumerate(model.blocks):
-        from attnlm.nn.blocks import SwiGLU
-
-        for point in BLOCK_POINTS:
-            if point.startswith("attn.hook_rot") and not rotary:
-                continue
-            if point == "mlp.hook_pre_linear" and not isinstance(block.mlp, SwiGLU):
-                continue
-            names.append(f"blocks.{layer}.{point}")
+        names += [f"blocks.{layer}.{point}" for point in _block_points(block, rotary)]
     return [*names, "ln_final.hook_scale", "ln_final.hook_normalized", "hook_logits"]
+
+
+def _block_points(block: Any, rotary: bool) -> list[str]:
+    """The points of one block, in the order of the pass: :data:`BLOCK_POINTS` with the
+    optional parts' (q/k norms before the rotation, post-norms after each sublayer)."""
+    from attnlm.nn.blocks import SwiGLU
+
+    points = []
+    for point in BLOCK_POINTS:
+        if point.startswith("attn.hook_rot") and not rotary:
+            continue
+        if point == "mlp.hook_pre_linear" and not isinstance(block.mlp, SwiGLU):
+            continue
+        if point == "hook_attn_out" and getattr(block, "ln_post_attn", None) is not None:
+            points += ["ln1_post.hook_scale", "ln1_post.hook_normalized"]
+        if point == "hook_mlp_out" and getattr(block, "ln_post_mlp", None) is not None:
+            points += ["ln2_post.hook_scale", "ln2_post.hook_normalized"]
+        if point == "attn.hook_rot_q" or (point == "attn.hook_attn_scores" and not rotary):
+            for name in ("q_norm", "k_norm"):
+                if getattr(block.attn, name, None) is not None:
+                    points += [f"attn.{name}.hook_scale", f"attn.{name}.hook_normalized"]
+        points.append(point)
+    return points
 
 
 def _check_traceable(model: Any) -> None:

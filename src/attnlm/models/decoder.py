@@ -39,7 +39,7 @@ from attnlm.models.base import (
 from attnlm.nn import fused
 from attnlm.nn.blocks import dropout_layer
 from attnlm.nn.cache import KVCache, NoCache
-from attnlm.nn.masks import causal_mask, combine_masks, padding_mask
+from attnlm.nn.masks import causal_mask, combine_masks, padding_mask, window_mask
 from attnlm.nn.positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding
 from attnlm.nn.static_cache import StaticKVCache
 
@@ -53,6 +53,12 @@ class Decoder(nn.Module):
     scores). ``config`` needs ``vocab_size``, ``n_embd``, ``n_layer``, ``block_size``,
     ``dropout`` and ``tie_embeddings``. Module names (the checkpoint keys): ``tok_emb``,
     ``pos_emb``, ``blocks``, ``ln_f``, ``lm_head``.
+
+    Optional parts: a block whose attention has a ``window`` attends through a sliding window
+    (:func:`~attnlm.nn.masks.window_mask` on the positions of queries and keys, so a cache, a
+    static state and left padding see the same band) and rotates with ``rotary_local`` when
+    given; ``embed_scale`` multiplies the embeddings; ``final_softcap`` caps the logits to
+    ``cap · tanh(logits / cap)``.
     """
 
     def __init__(
@@ -64,11 +70,16 @@ class Decoder(nn.Module):
         pos_emb: nn.Module | None = None,
         rotary: RotaryEmbedding | None = None,
         alibi: ALiBi | None = None,
+        rotary_local: RotaryEmbedding | None = None,
+        embed_scale: float | None = None,
+        final_softcap: float | None = None,
     ) -> None:
         super().__init__()
         self.config = c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.n_embd)
         self.pos_emb, self.rotary, self.alibi = pos_emb, rotary, alibi
+        self.rotary_local = rotary_local  # the sliding layers' rotary, when it differs
+        self.embed_scale, self.final_softcap = embed_scale, final_softcap
         self.drop = dropout_layer(c.dropout)
         self.blocks = nn.ModuleList(blocks)
         self.ln_f = ln_f
@@ -126,6 +137,8 @@ class Decoder(nn.Module):
         T = ids.shape[1]
         positions = state.positions(T, ids.device, keep)  # (T,), or (B, T) with padding
         x = self.tok_emb(ids)  # (B, T, C)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         if trace is not None:
             x = trace.point("hook_embed", x)
         if self.pos_emb is not None:
@@ -135,12 +148,14 @@ class Decoder(nn.Module):
         rotary = self._rotations(positions, x.dtype)  # (cos, sin) or None
         mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
         attend = dict(mask=mask, is_causal=mask is None, rotary=rotary, cache=cache)
+        attends = self._layer_attends(attend, state, positions, keep, x.dtype)
         attentions, hidden = [], [x]
         for layer, block in enumerate(self.blocks):
+            here = attend if attends is None else attends[layer]
             if trace is not None:  # the same modules, their activations named
-                x, weights = trace.block(block, x, layer, {**attend, "layer": layer}), None
+                x, weights = trace.block(block, x, layer, {**here, "layer": layer}), None
             else:
-                x, weights, _ = block(x, layer=layer, need_weights=return_attention, **attend)
+                x, weights, _ = block(x, layer=layer, need_weights=return_attention, **here)
             attentions.append(weights)
             hidden.append(x)
         state.advance(T)
@@ -148,9 +163,9 @@ class Decoder(nn.Module):
             return self._loss_only(self.ln_f(x), targets, ids)
         if trace is not None:
             h = trace.norm("ln_final", self.ln_f, x[:, -1:] if last_only else x)
-            logits = trace.point("hook_logits", self.lm_head(h))
+            logits = trace.point("hook_logits", self._cap(self.lm_head(h)))
         else:
-            logits = self.lm_head(self.ln_f(x[:, -1:] if last_only else x))  # (B, T or 1, V)
+            logits = self._cap(self.lm_head(self.ln_f(x[:, -1:] if last_only else x)))
         out = ModelOutput(logits=logits)
         out.attentions = attentions if return_attention else None
         out.hidden_states = hidden if return_hidden else None
@@ -169,6 +184,7 @@ class Decoder(nn.Module):
         loss is asked for."""
         head = getattr(self.lm_head, "weight", None)
         frozen = isinstance(head, torch.Tensor) and not head.requires_grad
+        frozen = frozen and self.final_softcap is None  # the chunks compute plain logits
         return frozen and bool(self.loss_chunk) and torch.is_grad_enabled() and not wants_more
 
     def _loss_only(self, h: Tensor, targets: Tensor, ids: Tensor) -> ModelOutput:
@@ -183,6 +199,42 @@ class Decoder(nn.Module):
         count = (flat != IGNORE_INDEX).sum()
         return ModelOutput(logits=None, loss=total / count.clamp(min=1), loss_sum=total,
                            n_targets=count)  # fmt: skip
+
+    def _cap(self, logits: Tensor) -> Tensor:
+        """``cap · tanh(logits / cap)`` with ``final_softcap`` (Gemma 2), else the logits."""
+        if self.final_softcap is None:
+            return logits
+        return torch.tanh(logits / self.final_softcap) * self.final_softcap
+
+    def _layer_attends(
+        self,
+        attend: dict[str, Any],
+        state: NoCache,
+        positions: Tensor,
+        keep: Tensor | None,
+        dtype: torch.dtype,
+    ) -> list[dict[str, Any]] | None:
+        """Each layer's attention arguments when layers differ (None: every layer takes
+        ``attend``): a sliding layer's mask adds its window's band to the shared mask (or to
+        the causal mask), and it rotates with ``rotary_local`` when the model has one. One
+        mask per window size, built once per call."""
+        windows = [getattr(b.attn, "window", None) for b in self.blocks]
+        if all(w is None for w in windows):
+            return None
+        T = positions.shape[-1]
+        local = attend["rotary"]
+        if self.rotary_local is not None:
+            cos, sin = self.rotary_local(positions)
+            local = cos.to(dtype), sin.to(dtype)
+        keys = state.key_positions(T, positions.device, keep)  # (S,) or (B, S)
+        base = attend["mask"]
+        if base is None:
+            base = causal_mask(T, keys.shape[-1], device=positions.device, dtype=dtype)
+        made: dict[int, dict[str, Any]] = {}
+        for w in set(windows) - {None}:
+            band = window_mask(positions, keys, w, dtype)  # (T, S) or (B, 1, T, S)
+            made[w] = dict(attend, mask=combine_masks(base, band), is_causal=False, rotary=local)
+        return [attend if w is None else made[w] for w in windows]
 
     def _check_inputs(
         self, ids: Tensor, state: NoCache, attention_mask: Tensor | None

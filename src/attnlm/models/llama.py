@@ -46,8 +46,8 @@ from attnlm.base.validate import above_zero, fraction, one_of, positive
 from attnlm.models.base import Decoding, Family
 from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
-from attnlm.nn.attention import MultiHeadAttention
-from attnlm.nn.blocks import RMSNorm, SwiGLU, TransformerBlock
+from attnlm.nn.attention import MultiHeadAttention, ScaledScore
+from attnlm.nn.blocks import GeGLU, RMSNorm, SandwichBlock, SwiGLU, TransformerBlock
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
@@ -200,34 +200,60 @@ class LlamaConfig:
         return self.d_ff or llama_ffn_width(self.n_embd, self.multiple_of)
 
 
-def llama_block(c: LlamaConfig) -> TransformerBlock:
-    """One Llama block: RMSNorm, grouped-query self-attention (no biases), RMSNorm, SwiGLU;
-    pre-norm."""
-    return TransformerBlock(
-        MultiHeadAttention(
-            c.n_embd, c.n_head, n_kv_head=c.n_kv_head, bias=False, dropout=c.dropout
-        ),
-        SwiGLU(c.n_embd, c.ffn_width, bias=False, dropout=c.dropout),
+def llama_attention(c: LlamaConfig, layer: int) -> MultiHeadAttention:
+    """Layer ``layer``'s grouped-query self-attention with the config's parts: head width,
+    q/k/v biases (none on the output), q/k norms, its window, the score's scale and cap."""
+    norm = (lambda: RMSNorm(c.head_dim, eps=c.rms_norm_eps)) if c.qk_norm else (lambda: None)
+    plain = c.attn_scale is None and c.attn_softcap is None
+    return MultiHeadAttention(
+        c.n_embd, c.n_head, n_kv_head=c.n_kv_head, d_head=c.d_head, bias=c.qkv_bias,
+        out_bias=False, dropout=c.dropout, q_norm=norm(), k_norm=norm(), window=c.window(layer),
+        score="scaled_dot" if plain else ScaledScore(c.attn_scale, c.attn_softcap),
+    )  # fmt: skip
+
+
+def llama_block(c: LlamaConfig, layer: int = 0) -> TransformerBlock:
+    """One Llama block: RMSNorm, grouped-query self-attention (:func:`llama_attention`),
+    RMSNorm, the gated feed-forward (SwiGLU, or GeGLU with ``mlp_act = "gelu_tanh"``);
+    pre-norm, with ``post_norms`` also normalising each sublayer's output
+    (:class:`~attnlm.nn.blocks.SandwichBlock`)."""
+    gated = SwiGLU if c.mlp_act == "silu" else GeGLU
+    parts = dict(
         sa_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
         mlp_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
         dropout=c.dropout,
     )
+    attn = llama_attention(c, layer)
+    mlp = gated(c.n_embd, c.ffn_width, bias=False, dropout=c.dropout)
+    if c.post_norms:
+        return SandwichBlock(
+            attn, mlp, post_attn_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
+            post_mlp_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps), **parts,
+        )  # fmt: skip
+    return TransformerBlock(attn, mlp, **parts)
 
 
 class Llama(Decoder):
     """Llama decoder-only LM. Module names as GPT's: ``tok_emb``, ``rotary``, ``blocks``
     (L :func:`llama_block`), ``ln_f`` (RMSNorm), ``lm_head``. ``forward``, ``step``,
     ``new_state`` and the loss are the causal decoder's
-    (:class:`~attnlm.models.decoder.Decoder`)."""
+    (:class:`~attnlm.models.decoder.Decoder`); the config's optional parts are modules of
+    the blocks and arguments of the decoder (``rotary_local``, ``embed_scale``,
+    ``final_softcap``)."""
 
     def __init__(self, config: LlamaConfig) -> None:
         c = config
-        scaling = {k: v for k, v in (c.rope_scaling or {}).items() if k != "rope_type"}
+        local = None
+        if c.rope_local_theta is not None and LAYER_TYPES[1] in c.layer_kinds:
+            local = RotaryEmbedding(c.head_dim, base=c.rope_local_theta)
         super().__init__(
             config,
-            [llama_block(c) for _ in range(c.n_layer)],
+            [llama_block(c, layer) for layer in range(c.n_layer)],
             ln_f=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
-            rotary=RotaryEmbedding(c.head_dim, base=c.rope_theta, scaling=scaling or None),
+            rotary=RotaryEmbedding(c.head_dim, base=c.rope_theta, scaling=c.rope_scaling),
+            rotary_local=local,
+            embed_scale=c.embed_scale,
+            final_softcap=c.final_softcap,
         )
         # every projection and the head on the CPU training kernel (the same numbers)
         fused.use_onednn(self)

@@ -83,6 +83,7 @@ __all__ = [
     "MultiHeadAttention",
     "Packing",
     "ScaledDotScore",
+    "ScaledScore",
     "apply_rotary",
     "attend",
     "causal_mask",
@@ -142,6 +143,26 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
+class ScaledScore(nn.Module):
+    """``score(q, k) = qᵀ k · scale`` with a chosen ``scale`` (None: ``1 / sqrt(D)``), soft-capped
+    to ``cap · tanh(score / cap)`` when ``softcap`` is given (Gemma 2's attention logits:
+    bounded in ``(-cap, cap)``, smooth). Capped scores have no fused kernel
+    (``supports_sdpa`` False): attention takes the explicit formula."""
+
+    def __init__(self, scale: float | None = None, softcap: float | None = None) -> None:
+        super().__init__()
+        self.scale, self.softcap = scale, softcap
+        self.supports_sdpa = softcap is None
+        self.sdpa_scale = scale
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        scale = q.shape[-1] ** -0.5 if self.scale is None else self.scale
+        scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)
+        if self.softcap is not None:
+            scores = torch.tanh(scores / self.softcap) * self.softcap
+        return scores
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (Vaswani et al., 2017, section 3.2.2).
 
@@ -161,6 +182,14 @@ class MultiHeadAttention(nn.Module):
     Rotary positions are applied by :func:`apply_rotary` (under ``torch.compile``) or by
     :func:`attnlm.nn.fused.rotary_heads` in eager mode (the same rotation fused with the head
     split, with a hand-written backward), in :meth:`_project`.
+
+    Optional parts (the Llama family's members): ``d_head``, a head width other than
+    ``C / H`` (q is ``H D`` wide, ``out_proj`` maps ``H D`` back to ``C``); ``out_bias``, the
+    output projection's bias when it differs from ``bias`` (Qwen2: q/k/v biases only);
+    ``q_norm`` / ``k_norm``, norms of each head's q and k over ``D`` before the rotation
+    (Qwen3, Gemma 3); ``window``, a sliding window the model's mask applies to this layer
+    (read by :class:`~attnlm.models.decoder.Decoder`, which builds the masks); ``score`` may
+    be a score module (:class:`ScaledScore`).
     """
 
     def __init__(
@@ -170,28 +199,38 @@ class MultiHeadAttention(nn.Module):
         *,
         cross: bool = False,
         d_context: int | None = None,
-        score: str = "scaled_dot",
+        score: str | nn.Module = "scaled_dot",
         bias: bool = True,
         dropout: float = 0.0,
         n_kv_head: int | None = None,
+        d_head: int | None = None,
+        out_bias: bool | None = None,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
-        if d_model % n_head != 0:
+        if d_head is None and d_model % n_head != 0:
             raise ConfigError(f"d_model ({d_model}) must be divisible by n_head ({n_head})")
         n_kv_head = n_head if n_kv_head is None else n_kv_head
         if n_kv_head <= 0 or n_head % n_kv_head != 0:
             raise ConfigError(f"n_kv_head ({n_kv_head}) must divide n_head ({n_head})")
-        self.d_model, self.n_head, self.d_head = d_model, n_head, d_model // n_head
+        self.d_model, self.n_head = d_model, n_head
+        self.d_head = d_model // n_head if d_head is None else d_head
+        self.d_q = n_head * self.d_head  # width of the queries (C unless d_head is chosen)
         self.n_kv_head, self.groups = n_kv_head, n_head // n_kv_head
         self.d_kv = n_kv_head * self.d_head  # width of the keys (and of the values)
         self.cross = cross
         if cross:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.q_proj = nn.Linear(d_model, self.d_q, bias=bias)
             self.kv_proj = nn.Linear(d_context or d_model, 2 * self.d_kv, bias=bias)
-        else:  # W_Q, W_K, W_V fused: (C + 2 C_kv, C)
-            self.qkv_proj = nn.Linear(d_model, d_model + 2 * self.d_kv, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.score = make_score(score, self.d_head)
+        else:  # W_Q, W_K, W_V fused: (H D + 2 C_kv, C)
+            self.qkv_proj = nn.Linear(d_model, self.d_q + 2 * self.d_kv, bias=bias)
+        out_bias = bias if out_bias is None else out_bias
+        self.out_proj = nn.Linear(self.d_q, d_model, bias=out_bias)
+        self.q_norm, self.k_norm = q_norm, k_norm
+        self.window = window
+        self.score = score if isinstance(score, nn.Module) else make_score(score, self.d_head)
         self.dropout = dropout
 
     def _heads(self, t: Tensor) -> Tensor:
@@ -199,9 +238,9 @@ class MultiHeadAttention(nn.Module):
         return t.view(b, n, width // self.d_head, self.d_head).transpose(1, 2)  # (B, H, n, D)
 
     def _split_qkv(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The fused projection's output ``(..., C + 2 C_kv)`` -> q ``(..., C)``, k, v
+        """The fused projection's output ``(..., H D + 2 C_kv)`` -> q ``(..., H D)``, k, v
         ``(..., C_kv)``."""
-        return qkv.split([self.d_model, self.d_kv, self.d_kv], dim=-1)
+        return qkv.split([self.d_q, self.d_kv, self.d_kv], dim=-1)
 
     def _shared(self, k: Tensor) -> Tensor:
         """Keys or values ``(B, Hkv, S, D)`` repeated for the query heads that share them,
@@ -249,7 +288,7 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.score.sdpa_scale
             )
-        y = y.view(n, H, g, T, D).permute(0, 2, 3, 1, 4).reshape(B, T, H * D)  # (B, T, C)
+        y = y.view(n, H, g, T, D).permute(0, 2, 3, 1, 4).reshape(B, T, H * D)  # (B, T, H D)
         return self.out_proj(y), weights
 
     def forward(
@@ -306,7 +345,7 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, S, D): only Hkv heads are kept
         y, weights = self._mix(q, k, v, mask, is_causal, need_weights)
-        y = y.transpose(1, 2).reshape(B, T, C)  # concatenate the heads: (B, T, C)
+        y = y.transpose(1, 2).reshape(B, T, self.d_q)  # concatenate the heads: (B, T, H D)
         return self.out_proj(y), weights
 
     def _project(
@@ -314,12 +353,17 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention's q ``(B, H, T, D)``, k, v ``(B, Hkv, T, D)`` of ``x`` ``(B, T, C)``,
         q and k rotated when ``rotary`` gives ``(cos, sin)``."""
-        qkv = self.qkv_proj(x)  # (B, T, C + 2 C_kv)
-        if rotary is not None and not torch.compiler.is_compiling():
+        qkv = self.qkv_proj(x)  # (B, T, H D + 2 C_kv)
+        normed = self.q_norm is not None or self.k_norm is not None
+        if rotary is not None and not normed and not torch.compiler.is_compiling():
             # fast path: heads split with q, k rotated in one kernel (apply_rotary's math)
             return fused.rotary_heads(qkv, *rotary, self.n_head, self.n_kv_head)
-        q, k, v = self._split_qkv(qkv)  # (B, T, C), (B, T, C_kv) x 2
+        q, k, v = self._split_qkv(qkv)  # (B, T, H D), (B, T, C_kv) x 2
         q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
+        if self.q_norm is not None:  # each head's q and k normalised over D, before rotary
+            q = self.q_norm(q)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
         if rotary is not None:
             cos, sin = rotary
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -336,16 +380,21 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """:meth:`forward` on packed tokens ``x`` ``(N, C)`` -> ``(N, C)``: the projections
         run on the real tokens only, attention on the padded layout."""
-        C = self.d_model
+        C = self.d_q
         if self.cross:
             if context is None or context_packing is None:
                 raise InputError("packed cross-attention needs a packed context and its packing")
-            q = packing.pad(self.q_proj(x))  # (B, T, C)
+            q = packing.pad(self.q_proj(x))  # (B, T, H D)
             k, v = context_packing.pad(self.kv_proj(context)).split(self.d_kv, dim=-1)
         else:
             q, k, v = self._split_qkv(packing.pad(self.qkv_proj(x)))  # (B, T, C), (B, T, C_kv)
         B, T = q.shape[:2]
-        y, _ = self._mix(self._heads(q), self._heads(k), self._heads(v), mask, is_causal, False)
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        y, _ = self._mix(q, k, v, mask, is_causal, False)
         return self.out_proj(packing.take(y.transpose(1, 2).reshape(B, T, C)))  # (N, C)
 
     def _mix(

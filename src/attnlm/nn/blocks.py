@@ -36,8 +36,10 @@ __all__ = [
     "ACTIVATIONS",
     "NORMS",
     "FeedForward",
+    "GeGLU",
     "PostNormBlock",
     "RMSNorm",
+    "SandwichBlock",
     "SwiGLU",
     "TransformerBlock",
     "block_class",
@@ -99,10 +101,28 @@ class SwiGLU(nn.Module):
         self.proj = nn.Linear(d_ff, d_model, bias=bias)  # W_down: (B, T, F) -> (B, T, C)
         self.drop = dropout_layer(dropout)
 
+    gated_act = "silu"  # the gate's activation (ACTIVATIONS)
+
     def forward(self, x: Tensor) -> Tensor:
-        # SiLU(gate) ⊙ up of the fused (B, T, 2F) projection: fused.swiglu keeps only that
-        # projection for the backward (the plain ops keep SiLU(gate) as well)
-        return self.drop(self.proj(swiglu(self.fc(x))))
+        return self.drop(self.proj(self.gate(self.fc(x))))
+
+    def gate(self, gu: Tensor) -> Tensor:
+        """``act(gate) ⊙ up`` of the fused ``(..., 2F)`` projection -> ``(..., F)``. SiLU here:
+        :func:`~attnlm.nn.fused.swiglu` keeps only the projection for the backward (the plain
+        ops keep SiLU(gate) as well)."""
+        return swiglu(gu)
+
+
+class GeGLU(SwiGLU):
+    """The GELU-gated feed-forward ``(GELU_tanh(x W_gate) ⊙ x W_up) W_down`` (Shazeer, 2020;
+    Gemma): :class:`SwiGLU`'s parts and names with the tanh approximation of GELU on the
+    gate."""
+
+    gated_act = "gelu_tanh"
+
+    def gate(self, gu: Tensor) -> Tensor:
+        g, u = gu.chunk(2, dim=-1)  # (..., F) each
+        return ACTIVATIONS[self.gated_act](g) * u
 
 
 class TransformerBlock(nn.Module):
@@ -202,6 +222,33 @@ class PostNormBlock(TransformerBlock):
             x = self.ln_cross(x + self.drop(h))
         x = self.ln_2(x + self.mlp(x))
         return x, weights, cross
+
+
+class SandwichBlock(TransformerBlock):
+    """A pre-norm block whose sublayer outputs are normalised again before the residual adds
+    (Gemma 2 and 3): ``x = x + LN_post_attn(attn(LN₁(x)))`` then ``x = x +
+    LN_post_mlp(mlp(LN₂(x)))``. Module names: :class:`TransformerBlock`'s and
+    ``ln_post_attn``, ``ln_post_mlp``. No cross-attention."""
+
+    def __init__(
+        self,
+        attn: nn.Module,
+        mlp: nn.Module,
+        *,
+        sa_norm: nn.Module,
+        mlp_norm: nn.Module,
+        post_attn_norm: nn.Module,
+        post_mlp_norm: nn.Module,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__(attn, mlp, sa_norm=sa_norm, mlp_norm=mlp_norm, dropout=dropout)
+        self.ln_post_attn, self.ln_post_mlp = post_attn_norm, post_mlp_norm
+
+    def forward(self, x: Tensor, **attend) -> tuple[Tensor, Tensor | None, None]:
+        h, weights = self.attn(self.ln_1(x), **attend)
+        x = x + self.drop(self.ln_post_attn(h))
+        x = x + self.ln_post_mlp(self.mlp(self.ln_2(x)))
+        return x, weights, None
 
 
 def block_class(norm: str) -> type[TransformerBlock]:

@@ -50,6 +50,17 @@ class NoCache:
         counted = keep.long().cumsum(-1) - 1  # (B, S): index among the row's real tokens
         return counted[:, -t:].clamp(min=0) + (self.position - self.length)  # (B, T)
 
+    def key_positions(self, t: int, device: torch.device, keep: Tensor | None = None) -> Tensor:
+        """Positions of every key the ``t`` new queries attend over (the held tokens and the
+        new ones): ``(S,)``, or with ``keep`` ``(B, S)`` each row's count of its real tokens
+        (as :meth:`positions`; padding keys get positions below their row's first token).
+        A sliding window compares them with the queries' positions
+        (:func:`~attnlm.nn.masks.window_mask`)."""
+        start = self.position - self.length
+        if keep is None:
+            return torch.arange(start, self.position + t, device=device)  # (S,)
+        return keep.long().cumsum(-1) - 1 + start  # (B, S)
+
     def mask(self, t: int, dtype: torch.dtype) -> Tensor | None:
         """The additive mask ``(T, S)`` of the ``t`` new queries over the keys attended, or
         None: the look-ahead (causal) rule alone, which attention applies itself (query ``i``

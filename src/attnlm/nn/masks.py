@@ -5,6 +5,8 @@ is not, added to the scores before the softmax (:func:`attnlm.nn.attention.atten
   where the ``T`` new queries are the last ``T`` of ``S`` positions);
 * :func:`padding_mask`: the key padding mask ``(B, 1, 1, S)``, broadcast over heads and
   queries;
+* :func:`window_mask`: a sliding window's band, keys at most ``W - 1`` positions back
+  (Mistral, Gemma's local layers), from the positions of the queries and of the keys;
 * :func:`combine_masks`: their sum, with fully masked query rows opened so the softmax stays
   finite.
 
@@ -37,6 +39,16 @@ def padding_mask(keep: Tensor, dtype=torch.float32) -> Tensor:
         keep = keep.bool()
     mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
     return mask.masked_fill(~keep, float("-inf"))[:, None, None, :]
+
+
+def window_mask(q_pos: Tensor, k_pos: Tensor, window: int, dtype=torch.float32) -> Tensor:
+    """A sliding window's additive band: query at position ``i`` may see a key at position
+    ``j`` when ``i - j < window`` (the causal rule, ``j <= i``, is the causal mask's).
+    ``q_pos`` ``(T,)`` or ``(B, T)``, ``k_pos`` ``(S,)`` or ``(B, S)`` (each row's own
+    positions under left padding); returns ``(T, S)``, or ``(B, 1, T, S)`` when batched."""
+    far = (q_pos[..., :, None] - k_pos[..., None, :]) >= window  # (T, S) or (B, T, S)
+    mask = torch.zeros(far.shape, dtype=dtype, device=far.device).masked_fill(far, float("-inf"))
+    return mask[:, None] if mask.dim() == 3 else mask
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

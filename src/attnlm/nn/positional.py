@@ -126,7 +126,9 @@ class RotaryEmbedding(nn.Module):
     rows permuted to the rotate-half order used here, so no permutation is needed on import.
 
     ``base`` is ``θ`` of the frequencies (Llama's ``rope_theta``); ``scaling`` optionally
-    rescales them for longer contexts (:func:`llama3_frequencies`).
+    rescales them for longer contexts: Llama 3.1's (:func:`llama3_frequencies`, the default
+    ``rope_type``), or ``{"rope_type": "linear", "factor": f}``, positions divided by ``f``
+    (every frequency divided by ``f``).
     """
 
     def __init__(
@@ -137,7 +139,10 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rotary embedding needs an even head width, got {d_head}")
         # 1 / base^(2i/D), written as Hugging Face computes it (the same float32 values)
         inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head)
-        if scaling is not None:
+        scaling = dict(scaling or {})
+        if scaling.pop("rope_type", "llama3") == "linear":  # positions divided by the factor
+            inv_freq = inv_freq / scaling.pop("factor")
+        if scaling:
             inv_freq = llama3_frequencies(inv_freq, **scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
 

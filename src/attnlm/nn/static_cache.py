@@ -155,6 +155,13 @@ class StaticKVCache(KVCache):
             raise InputError("a fixed decoding state takes no attention_mask")
         return self.cursor + torch.arange(t, device=self.cursor.device)
 
+    def key_positions(self, t: int, device: torch.device, keep: Tensor | None = None) -> Tensor:
+        """Fixed mode: the slots of the whole buffers ``(max_len,)``, which are the keys'
+        positions (a fixed state never trims). Prefix mode: :meth:`KVCache.key_positions`."""
+        if not self.fixed:
+            return super().key_positions(t, device, keep)
+        return torch.arange(self.max_len, device=self.cursor.device)
+
     def mask(self, t: int, dtype: torch.dtype) -> Tensor | None:
         """Fixed mode: the additive mask ``(T, max_len)`` of the next ``t`` queries over the
         whole buffers: 0 on the slots at or before each query's position, ``-inf`` after (not

@@ -9,7 +9,10 @@
   :mod:`attnlm.models.gpt`), :mod:`.bert` (``BertModel`` / ``BertForMaskedLM`` <->
   :mod:`attnlm.models.bert`), :mod:`.marian` (``MarianMTModel`` <->
   :mod:`attnlm.models.transformer`), :mod:`.llama` (``LlamaForCausalLM`` <->
-  :mod:`attnlm.models.llama`).
+  :mod:`attnlm.models.llama`), and the Llama family's other members on one table
+  (:mod:`.llama_family`): :mod:`.qwen2`, :mod:`.qwen3`, :mod:`.mistral`, :mod:`.phi3`,
+  :mod:`.gemma2`, :mod:`.gemma3` (``gemma3_text``), each loading into a Llama with the parts
+  its ``config.json`` names; a Llama is saved as the architecture of its ``model.arch``.
 
 Arrows run from the adapters to the models, never back: an adapter imports its model class and
 config, and holds the config translation (both directions), the weight table and
@@ -38,7 +41,23 @@ ARCHITECTURES: dict[str, str] = {
     "bert": "attnlm.models.hf.bert",
     "marian": "attnlm.models.hf.marian",
     "llama": "attnlm.models.hf.llama",
+    "qwen2": "attnlm.models.hf.qwen2",
+    "qwen3": "attnlm.models.hf.qwen3",
+    "mistral": "attnlm.models.hf.mistral",
+    "phi3": "attnlm.models.hf.phi3",
+    "gemma2": "attnlm.models.hf.gemma2",
+    "gemma3_text": "attnlm.models.hf.gemma3",
 }
+
+# model types we know and do not load, with why (one line each)
+REFUSED: dict[str, str] = {
+    "gemma3": "Gemma3ForConditionalGeneration has a vision tower (text-only Gemma3ForCausalLM "
+    "folders, model_type 'gemma3_text', load)",
+    "qwen2_moe": "a mixture of experts", "qwen3_moe": "a mixture of experts",
+    "mixtral": "a mixture of experts", "deepseek_v2": "latent attention (MLA) and experts",
+    "deepseek_v3": "latent attention (MLA) and experts", "qwen2_vl": "a vision tower",
+    "phimoe": "a mixture of experts",
+}  # fmt: skip
 
 __getattr__, _LAZY = lazy_exports(
     __name__,
@@ -62,15 +81,19 @@ def adapter_for(model: Any) -> ModuleType:
     """The adapter module whose ``MODEL`` is the class of ``model`` (a subclass matches when no
     adapter names the class itself); ConfigError when no architecture stores it."""
     adapters = [adapter(t) for t in ARCHITECTURES]
+    label = getattr(getattr(model, "config", None), "arch", None)  # a Llama's source layout
+    for a in adapters:
+        if type(model) is a.MODEL and getattr(getattr(a, "ARCH", None), "arch", "llama") == label:
+            return a
     for a in adapters:
         if type(model) is a.MODEL:
             return a
     for a in adapters:
         if isinstance(model, a.MODEL):
             return a
+    names = dict.fromkeys(a.MODEL.__name__ for a in adapters)
     raise ConfigError(
-        f"{type(model).__name__} has no Hugging Face layout "
-        f"(supported: {', '.join(a.MODEL.__name__ for a in adapters)})"
+        f"{type(model).__name__} has no Hugging Face layout (supported: {', '.join(names)})"
     )
 
 
@@ -87,6 +110,11 @@ def from_hf(path: str | Path) -> Any:
     if not config_file.is_file():
         raise InputError(f"{path}: no config.json (expected a Hugging Face model folder)")
     model_type = load_json(config_file, "config.json").get("model_type")
+    if isinstance(model_type, str) and model_type in REFUSED:
+        raise InputError(
+            f"{config_file}: model_type {model_type!r} is not supported: {REFUSED[model_type]} "
+            f"(supported: {', '.join(sorted(ARCHITECTURES))})"
+        )
     if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         raise InputError(
             f"{config_file}: model_type {model_type!r} is not supported "

@@ -81,8 +81,12 @@ def _rope(hf: dict, where: str) -> tuple[float, dict[str, Any] | None]:
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "default":
         return float(theta), None
+    if kind == "linear":
+        if not isinstance(scaling.get("factor"), (int, float)):
+            raise ConfigError(f"{where}: rope_scaling lacks a numeric 'factor'")
+        return float(theta), {"rope_type": "linear", "factor": float(scaling["factor"])}
     if kind != "llama3":
-        raise ConfigError(f"{where}: rope_type {kind!r} is not supported (default, llama3)")
+        raise ConfigError(f"{where}: rope_type {kind!r} is not supported (default, linear, llama3)")
     from attnlm.nn.positional import ROPE_SCALING_KEYS
 
     missing = [k for k in ROPE_SCALING_KEYS if k not in scaling]
@@ -185,5 +189,14 @@ def save(model: Llama, path: str | Path, max_shard_size: int | None = None) -> N
     """Write ``model`` as a Hugging Face Llama folder that
     ``transformers.LlamaForCausalLM.from_pretrained`` loads; with ``max_shard_size`` (bytes)
     the weights are sharded with an index file when larger."""
+    from attnlm.models.llama import describe_parts
+
+    parts = [p for p in describe_parts(model.config) if not p.startswith("rope scaling")]
+    if parts:
+        raise ConfigError(
+            f"a Llama with {parts[0]} cannot be saved as LlamaForCausalLM (model.arch is "
+            f"{model.config.arch!r}; the architectures that hold it: qwen2, qwen3, gemma2, "
+            "gemma3, phi3, mistral)"
+        )
     state = to_hf(layout(model.config), model.state_dict())
     write_hf_folder(path, config_to_hf(model.config), state, max_shard_size=max_shard_size)

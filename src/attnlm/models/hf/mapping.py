@@ -78,7 +78,8 @@ class Rule:
     the last). ``copy``: a Hugging Face copy of our ``ours`` (checked equal when present, not
     written; listed after the rule of ``ours``). ``error``: the message when it is missing
     (or, for a copy, differs), instead of the generic one. ``sizes``: the rows of each part
-    of a fused tensor when they are not equal."""
+    of a fused tensor when they are not equal. ``offset``: our tensor is theirs plus this
+    (Gemma's RMSNorm stores ``w`` and multiplies by ``1 + w``; ours holds ``1 + w``)."""
 
     ours: str
     hf: str | tuple[str, ...]
@@ -91,6 +92,7 @@ class Rule:
     copy: bool = False
     error: str = ""
     sizes: tuple[int, ...] = ()
+    offset: float = 0.0  # ours = theirs + offset (Gemma's norms store w, compute 1 + w)
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -239,6 +241,8 @@ def to_ours(layout: Layout, hf_state: Mapping[str, Tensor]) -> dict[str, Tensor]
         tensor = tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)  # (3C, C)
         if p.rule.transpose:
             tensor = tensor.t()  # Conv1D (in, out) -> Linear (out, in)
+        if p.rule.offset:
+            tensor = tensor.float() + p.rule.offset  # (Gemma's 1 + w, computed in float32)
         out[p.ours] = tensor.reshape(-1) if p.rule.row else tensor  # (1, N) -> (N,)
     return out
 
@@ -255,6 +259,8 @@ def to_hf(layout: Layout, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
             if ours not in state and rule.optional:
                 continue
             tensor = state[ours]
+            if rule.offset:
+                tensor = tensor - rule.offset
             if rule.transpose:
                 tensor = tensor.t()  # Linear (out, in) -> Conv1D (in, out)
             if rule.row:

@@ -126,6 +126,8 @@ def stream_weights(
             check_weight_shape(path, p.ours, _shape(p, parts), targets)
             dest = targets[p.ours].detach()
             _fill(p, parts, dest)
+            if p.rule.offset:
+                dest.add_(p.rule.offset)  # Gemma's norms: ours hold 1 + w
             check_finite({p.ours: dest}, path)
             filled.add(p.ours)
     refuse_missing(path, [k for k in targets if k not in filled], layout.optional)

@@ -1,0 +1,334 @@
+"""The Hugging Face layouts of the Llama family's other members <-> our Llama
+(:mod:`attnlm.models.llama`) with its optional parts: ``Qwen2ForCausalLM``,
+``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Phi3ForCausalLM``, ``Gemma2ForCausalLM`` and
+``Gemma3ForCausalLM`` (text only). One adapter module per ``model_type`` (:mod:`.qwen2`, ...)
+calls :func:`load` / :func:`save` here with its row of :data:`ARCHS`.
+
+The weights are Llama's (``model.embed_tokens``, ``model.layers.{i}.input_layernorm``,
+``self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj``, ``model.norm``, ``lm_head``) with,
+as the config's parts say: q/k/v biases (Qwen2); ``self_attn.{q,k}_norm`` (Qwen3, Gemma 3);
+Phi-3's fused ``self_attn.qkv_proj`` and ``mlp.gate_up_proj`` (gate rows first: our fused
+layout as it is); Gemma's four norms per layer (``input_layernorm``,
+``post_attention_layernorm`` after attention, ``pre_feedforward_layernorm``,
+``post_feedforward_layernorm``), which store ``w`` and multiply by ``1 + w``: ours hold
+``1 + w`` (added on load, subtracted on save). Every ``config.json`` value that changes the
+numbers is read and decides a field, or is refused in one line naming the key (mixtures of
+experts, latent attention, partial rotary, rotary scalings other than linear and llama3,
+bidirectional attention, biases the architecture does not place).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlm.base.errors import ConfigError
+from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
+from attnlm.models.hf.llama import BUFFERS, HEAD, _first, _rope
+from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers, to_hf
+from attnlm.models.llama import LAYER_TYPES, Llama, LlamaConfig
+
+FULL, SLIDING = LAYER_TYPES
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One Hugging Face architecture of the family: its ``model_type`` and class, our
+    ``model.arch`` label, and what its layout holds. ``window``: how its config places
+    sliding windows (``"all"``: every layer when ``sliding_window`` is set; ``"qwen"``:
+    ``use_sliding_window``, ``max_window_layers`` or ``layer_types``; ``"types"``:
+    ``layer_types`` or Gemma's pattern every ``pattern`` layers). ``gemma``: Gemma's parts
+    (norms of ``1 + w``, post-norms, GeGLU, the embedding scale, ``query_pre_attn_scalar``,
+    soft-capping)."""
+
+    model_type: str
+    cls: str
+    arch: str
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    fused: bool = False  # Phi-3: qkv_proj and gate_up_proj
+    gemma: bool = False
+    window: str = "all"
+    pattern: int = 0  # Gemma's default sliding_window_pattern
+    local_rope: bool = False  # Gemma 3: rope_local_base_freq for the sliding layers
+
+
+ARCHS = {
+    "qwen2": Arch("qwen2", "Qwen2ForCausalLM", "qwen2", qkv_bias=True, window="qwen"),
+    "qwen3": Arch("qwen3", "Qwen3ForCausalLM", "qwen3", qk_norm=True, window="qwen"),
+    "mistral": Arch("mistral", "MistralForCausalLM", "mistral"),
+    "phi3": Arch("phi3", "Phi3ForCausalLM", "phi3", fused=True),
+    "gemma2": Arch("gemma2", "Gemma2ForCausalLM", "gemma2", gemma=True, window="types",
+                   pattern=2),
+    "gemma3_text": Arch("gemma3_text", "Gemma3ForCausalLM", "gemma3", qk_norm=True, gemma=True,
+                        window="types", pattern=6, local_rope=True),
+}  # fmt: skip
+
+# config.json keys of parts we do not implement (truthy values are refused)
+REFUSED_KEYS = {
+    "num_experts": "mixtures of experts", "num_local_experts": "mixtures of experts",
+    "n_routed_experts": "mixtures of experts", "moe_intermediate_size": "mixtures of experts",
+    "q_lora_rank": "latent attention (MLA)", "kv_lora_rank": "latent attention (MLA)",
+    "vision_config": "a vision tower", "use_bidirectional_attention": "bidirectional attention",
+    "mlp_bias": "feed-forward biases",
+}  # fmt: skip
+
+
+def _gemma_scale(width: int) -> float:
+    """Gemma's embedding scale: ``sqrt(hidden_size)`` as a float32 (as Hugging Face computes
+    it in the model's dtype)."""
+    return float(torch.tensor(width**0.5, dtype=torch.float32))
+
+
+def _refuse_parts(hf: dict, arch: Arch, where: str) -> None:
+    for key, what in REFUSED_KEYS.items():
+        if hf.get(key):
+            raise ConfigError(f"{where}: {key} ({what}) is not supported for {arch.cls}")
+    factor = hf.get("partial_rotary_factor")
+    params = hf.get("rope_parameters")
+    if isinstance(params, dict) and factor is None:
+        factor = params.get("partial_rotary_factor")
+    if factor not in (None, 1, 1.0):
+        raise ConfigError(f"{where}: partial_rotary_factor {factor} (partial rotary) is not "
+                          f"supported (every head feature rotates)")  # fmt: skip
+    if hf.get("attention_bias") and not arch.qkv_bias:
+        raise ConfigError(f"{where}: attention_bias=true is not supported for {arch.cls}")
+
+
+def _activation(hf: dict, arch: Arch, where: str) -> str:
+    if arch.gemma:
+        act = hf.get("hidden_activation") or hf.get("hidden_act") or "gelu_pytorch_tanh"
+        if act not in ("gelu_pytorch_tanh", "gelu_new"):
+            raise ConfigError(f"{where}: hidden_activation {act!r} is not supported "
+                              f"(gelu_pytorch_tanh)")  # fmt: skip
+        return "gelu_tanh"
+    if hf.get("hidden_act", "silu") != "silu":
+        raise ConfigError(f"{where}: hidden_act {hf['hidden_act']!r} is not supported (silu)")
+    return "silu"
+
+
+def _rotary(hf: dict, arch: Arch, where: str) -> dict[str, Any]:
+    """``rope_theta``, ``rope_scaling`` and ``rope_local_theta`` from either generation of the
+    config (Gemma 3's ``rope_parameters`` per layer type, or ``rope_local_base_freq``)."""
+    params = hf.get("rope_parameters")
+    if isinstance(params, dict) and isinstance(params.get(FULL), dict):
+        theta, scaling = _rope({"rope_parameters": params[FULL]}, where)
+        local = params.get(SLIDING)
+        local_theta = None
+        if isinstance(local, dict):
+            local_theta, local_scaling = _rope({"rope_parameters": local}, where)
+            if local_scaling is not None:
+                raise ConfigError(f"{where}: rope scaling of the sliding layers is not supported")
+    else:
+        theta, scaling = _rope(hf, where)
+        local_theta = hf.get("rope_local_base_freq")
+    if arch.local_rope:
+        local_theta = float(local_theta if local_theta is not None else 10000.0)
+    elif local_theta is not None:
+        raise ConfigError(f"{where}: a local rotary base is not supported for {arch.cls}")
+    return dict(rope_theta=theta, rope_scaling=scaling, rope_local_theta=local_theta)
+
+
+def _windows(hf: dict, arch: Arch, n_layer: int, where: str) -> dict[str, Any]:
+    """``sliding_window`` and ``layer_types`` as the architecture's config places them."""
+    window = hf.get("sliding_window")
+    if arch.window == "qwen" and not hf.get("use_sliding_window", False):
+        window = None
+    if window is None:
+        return dict(sliding_window=None, layer_types=None)
+    if arch.window == "all":
+        return dict(sliding_window=int(window), layer_types=None)
+    types = hf.get("layer_types")
+    if types is None and arch.window == "qwen":
+        first = int(hf.get("max_window_layers", 28))
+        types = [SLIDING if i >= first else FULL for i in range(n_layer)]
+    elif types is None:
+        pattern = int(hf.get("sliding_window_pattern", arch.pattern))
+        types = [SLIDING if (i + 1) % pattern else FULL for i in range(n_layer)]
+    if not isinstance(types, list) or any(t not in LAYER_TYPES for t in types):
+        raise ConfigError(f"{where}: layer_types must list {' or '.join(LAYER_TYPES)} per layer")
+    return dict(sliding_window=int(window), layer_types=tuple(types))
+
+
+def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[str, Any]:
+    """The fields of our ``LlamaConfig`` from ``arch``'s ``config.json`` dict (one
+    ConfigError line for anything we do not implement)."""
+    if hf.get("model_type", arch.model_type) != arch.model_type:
+        raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, "
+                          f"expected {arch.model_type!r}")  # fmt: skip
+    _refuse_parts(hf, arch, where)
+    try:
+        d, heads, n = (
+            int(hf["hidden_size"]),
+            int(hf["num_attention_heads"]),
+            int(hf["num_hidden_layers"]),
+        )
+        head_dim = hf.get("head_dim")
+        d_head = None if head_dim in (None, d // heads) and d % heads == 0 else int(head_dim)
+        fields = dict(
+            arch=arch.arch, vocab_size=int(hf["vocab_size"]),
+            block_size=int(hf.get("max_position_embeddings", 2048)), n_layer=n, n_head=heads,
+            n_kv_head=int(hf.get("num_key_value_heads") or heads), n_embd=d, d_head=d_head,
+            d_ff=int(hf["intermediate_size"]), rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            tie_embeddings=bool(hf.get("tie_word_embeddings", arch.gemma)),
+            dropout=float(hf.get("attention_dropout") or 0.0), bos_id=hf.get("bos_token_id"),
+            eos_id=_first(hf.get("eos_token_id")), qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm,
+            mlp_act=_activation(hf, arch, where),
+            **_rotary(hf, arch, where), **_windows(hf, arch, n, where),
+        )  # fmt: skip
+        if arch.fused:  # Phi-3's residual dropout (training only)
+            fields["dropout"] = max(fields["dropout"], float(hf.get("resid_pdrop") or 0.0))
+        if arch.gemma:
+            scalar = float(hf.get("query_pre_attn_scalar", 256))
+            fields.update(
+                post_norms=True, embed_scale=_gemma_scale(d), attn_scale=scalar**-0.5,
+                attn_softcap=_cap(hf.get("attn_logit_softcapping")),
+                final_softcap=_cap(hf.get("final_logit_softcapping")),
+            )  # fmt: skip
+        return fields
+    except KeyError as e:
+        raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
+
+
+def _cap(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+# -- saving ------------------------------------------------------------------------------------
+
+
+def _fits(config: LlamaConfig, arch: Arch) -> None:
+    """Refuse (one line naming the field) a config that ``arch``'s layout cannot express."""
+    c = config
+    fixed = dict(qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm, post_norms=arch.gemma,
+                 mlp_act="gelu_tanh" if arch.gemma else "silu")  # fmt: skip
+    if arch.gemma:
+        fixed["embed_scale"] = _gemma_scale(c.n_embd)
+    else:
+        fixed.update(embed_scale=None, attn_scale=None, attn_softcap=None, final_softcap=None)
+    if not arch.local_rope:
+        fixed["rope_local_theta"] = None
+    for name, value in fixed.items():
+        if getattr(c, name) != value:
+            raise ConfigError(f"model.{name} = {getattr(c, name)!r} cannot be saved as "
+                              f"{arch.cls} (it has {value!r})")  # fmt: skip
+    if arch.window == "all" and len(set(c.layer_kinds)) > 1:
+        raise ConfigError(f"model.layer_types: {arch.cls} slides on every layer or none")
+
+
+def _scalar(c: LlamaConfig) -> int | float:
+    """Gemma's ``query_pre_attn_scalar`` of our score scale (an integer where it is one)."""
+    scale = c.attn_scale if c.attn_scale is not None else c.head_dim**-0.5
+    value = scale**-2
+    return round(value) if math.isclose(value, round(value), rel_tol=1e-9) else value
+
+
+def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
+    """``arch``'s ``config.json`` dict for our config (``rope_theta`` / ``rope_scaling``,
+    which ``transformers`` 4 and 5 both read)."""
+    _fits(config, arch)
+    c = config
+    sliding = [i for i, k in enumerate(c.layer_kinds) if k == SLIDING]
+    out: dict[str, Any] = {
+        "architectures": [arch.cls], "model_type": arch.model_type,
+        "vocab_size": c.vocab_size, "hidden_size": c.n_embd, "intermediate_size": c.ffn_width,
+        "num_hidden_layers": c.n_layer, "num_attention_heads": c.n_head,
+        "num_key_value_heads": c.n_kv_head, "head_dim": c.head_dim,
+        "max_position_embeddings": c.block_size, "rms_norm_eps": c.rms_norm_eps,
+        "rope_theta": c.rope_theta,
+        "rope_scaling": dict(c.rope_scaling) if c.rope_scaling else None,
+        "attention_dropout": c.dropout, "tie_word_embeddings": c.tie_embeddings,
+        "bos_token_id": c.bos_id, "eos_token_id": c.eos_id, "pad_token_id": None,
+        "sliding_window": c.sliding_window if sliding else None,
+        "initializer_range": 0.02, "dtype": "float32",
+    }  # fmt: skip
+    if arch.gemma:
+        out.update(
+            hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=_scalar(c),
+            attn_logit_softcapping=c.attn_softcap, final_logit_softcapping=c.final_softcap,
+            attention_bias=False, layer_types=list(c.layer_kinds),
+        )  # fmt: skip
+        if sliding and c.sliding_window is None:  # (a config always has one)
+            raise ConfigError("model.sliding_window is needed by the sliding layers")
+        out["sliding_window"] = c.sliding_window or c.block_size
+    else:
+        out["hidden_act"] = "silu"
+    if arch.local_rope:
+        out["rope_local_base_freq"] = c.rope_local_theta or c.rope_theta
+    if arch.window == "qwen":
+        out.update(use_sliding_window=bool(sliding), layer_types=list(c.layer_kinds),
+                   max_window_layers=sliding[0] if sliding else c.n_layer)  # fmt: skip
+    if arch.model_type == "qwen3":
+        out["attention_bias"] = False
+    if arch.fused:
+        out.update(original_max_position_embeddings=c.block_size, resid_pdrop=0.0,
+                   embd_pdrop=0.0)  # fmt: skip
+    return out
+
+
+# -- the weight table ----------------------------------------------------------------------------
+
+
+def block(config: LlamaConfig, arch: Arch) -> list[Rule]:
+    """One layer: ours ``blocks.{i}.*``, theirs ``model.layers.{i}.*``."""
+    c = config
+    q, kv = c.n_head * c.head_dim, c.n_kv_head * c.head_dim
+    one = 1.0 if arch.gemma else 0.0  # Gemma's norms: 1 + w
+    params = ("weight", "bias") if c.qkv_bias else WEIGHT
+    if arch.fused:
+        qkv = Rule("attn.qkv_proj", "self_attn.qkv_proj", params)
+        fc = Rule("mlp.fc", "mlp.gate_up_proj", WEIGHT)
+    else:
+        names = tuple(f"self_attn.{p}_proj" for p in "qkv")
+        qkv = Rule("attn.qkv_proj", names, params, sizes=(q, kv, kv))  # (H D + 2 C_kv, C)
+        fc = Rule("mlp.fc", ("mlp.gate_proj", "mlp.up_proj"), WEIGHT)  # (2F, C)
+    rules = [Rule("ln_1", "input_layernorm", WEIGHT, offset=one), qkv]
+    if c.qk_norm:
+        rules += [Rule("attn.q_norm", "self_attn.q_norm", WEIGHT, offset=one),
+                  Rule("attn.k_norm", "self_attn.k_norm", WEIGHT, offset=one)]  # fmt: skip
+    rules.append(Rule("attn.out_proj", "self_attn.o_proj", WEIGHT))
+    if c.post_norms:
+        rules += [
+            Rule("ln_post_attn", "post_attention_layernorm", WEIGHT, offset=one),
+            Rule("ln_2", "pre_feedforward_layernorm", WEIGHT, offset=one),
+            Rule("ln_post_mlp", "post_feedforward_layernorm", WEIGHT, offset=one),
+        ]
+    else:
+        rules.append(Rule("ln_2", "post_attention_layernorm", WEIGHT, offset=one))
+    return [*rules, fc, Rule("mlp.proj", "mlp.down_proj", WEIGHT)]
+
+
+def layout(config: LlamaConfig, arch: Arch) -> Layout:
+    """Every weight of ``arch`` for a model with this config (the LM head only when untied)."""
+    tied = config.tie_embeddings
+    one = 1.0 if arch.gemma else 0.0
+    embeddings = [Rule("tok_emb", "embed_tokens", WEIGHT), Rule("ln_f", "norm", WEIGHT, offset=one)]
+    return Layout(
+        arch.cls.removesuffix("ForCausalLM"),
+        embeddings
+        + layers(block(config, arch), config.n_layer, "blocks.{i}.", "layers.{i}.")
+        + ([] if tied else [HEAD]),
+        prefix="model.",
+        renames=((r"^model\.", ""),),  # also read a bare base model's keys
+        ignore=(*BUFFERS, "lm_head.weight") if tied else BUFFERS,
+        tied=("lm_head.weight",) if tied else (),
+    )
+
+
+def load(path: str | Path, arch: Arch) -> Llama:
+    """Load an ``arch`` folder into our :class:`~attnlm.models.llama.Llama`, in eval mode."""
+    path = Path(path)
+    hf = read_hf_config(path)
+    config = LlamaConfig(**config_from_hf(hf, arch, where=str(path / "config.json")))
+    return load_hf_weights(Llama(config), path, layout(config, arch))
+
+
+def save(model: Llama, path: str | Path, arch: Arch, max_shard_size: int | None = None) -> None:
+    """Write ``model`` as an ``arch`` folder that ``transformers`` loads as ``arch.cls``."""
+    hf = config_to_hf(model.config, arch)
+    state = to_hf(layout(model.config, arch), model.state_dict())
+    write_hf_folder(path, hf, state, max_shard_size=max_shard_size)

@@ -1,0 +1,251 @@
+"""The Llama family's optional parts (``attnlm.models.llama``), each against a hand computation:
+the sliding window's band, the score's scale and soft-cap, the final soft-cap, the embedding
+scale, linear rotary scaling, the head width, q/k norms, post-norms and GeGLU; a model with every
+part decodes through the KV cache (dynamic, static, fixed), left-padded, and through
+``attnlm.generate`` with the logits of its full forward; the defaults build today's Llama; bad
+values are refused in one line naming the field; the C step refuses what it does not compute."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlm.base.errors import ConfigError
+from attnlm.generate.loop import decode
+from attnlm.generate.sampling import SamplingConfig
+from attnlm.models.llama import Llama, LlamaConfig
+from attnlm.nn.attention import ScaledScore
+from attnlm.nn.blocks import GeGLU, SandwichBlock, SwiGLU, TransformerBlock
+from attnlm.nn.masks import window_mask
+from attnlm.nn.positional import RotaryEmbedding
+from attnlm.nn.score_functions import ScaledDotScore
+
+SLIDE, FULL = "sliding_attention", "full_attention"
+BASE = dict(vocab_size=37, block_size=32, n_layer=4, n_head=4, n_kv_head=2, n_embd=16, d_ff=24)
+EVERY = dict(arch="gemma3", d_head=6, qkv_bias=True, qk_norm=True, sliding_window=3,
+             layer_types=(SLIDE, SLIDE, FULL, SLIDE), rope_local_theta=100.0, rope_theta=1e4,
+             rope_scaling={"rope_type": "linear", "factor": 2.0}, embed_scale=4.0,
+             post_norms=True, mlp_act="gelu_tanh", attn_scale=0.3, attn_softcap=2.0,
+             final_softcap=5.0)  # fmt: skip
+
+
+def _random(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if "ln" in name else 0.2))
+            if "norm" in name or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.add_(1.0)
+    return model.eval()
+
+
+def _every(**over) -> Llama:
+    torch.manual_seed(0)
+    return _random(Llama(LlamaConfig(**{**BASE, **EVERY, **over})))
+
+
+def _ids(rows: int = 2, t: int = 10, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 37, (rows, t), generator=torch.Generator().manual_seed(seed))
+
+
+# -- each part by hand --------------------------------------------------------------------------
+
+
+def test_window_mask_is_the_band_of_the_last_w_positions():
+    m = window_mask(torch.arange(5), torch.arange(5), 2)
+    allowed = [[int(i - j < 2) for j in range(5)] for i in range(5)]  # causal left to its mask
+    assert (m == 0).int().tolist() == allowed
+    assert torch.isneginf(m[4, 2]) and m[4, 3] == 0 and m[0, 4] == 0
+    rows = window_mask(torch.tensor([[3, 4]]), torch.tensor([[-1, 0, 1, 2, 3, 4]]), 3)
+    assert rows.shape == (1, 1, 2, 6)
+    assert (rows[0, 0] == 0).int().tolist() == [[0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
+
+
+def test_scaled_score_scale_and_softcap_by_hand():
+    q, k = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4)
+    raw = q @ k.transpose(-2, -1)
+    assert torch.allclose(ScaledScore(0.7)(q, k), raw * 0.7)
+    assert torch.allclose(ScaledScore()(q, k), ScaledDotScore()(q, k))
+    capped = ScaledScore(0.7, softcap=1.5)
+    assert torch.allclose(capped(q, k), 1.5 * torch.tanh(raw * 0.7 / 1.5))
+    assert not capped.supports_sdpa and ScaledScore(0.7).supports_sdpa
+    assert float(capped(q * 100, k).abs().max()) <= 1.5
+
+
+def test_final_softcap_and_embed_scale_by_hand():
+    plain = _random(Llama(LlamaConfig(**BASE)))
+    capped = Llama(LlamaConfig(**BASE, final_softcap=0.5, embed_scale=3.0))
+    capped.load_state_dict(plain.state_dict())
+    with torch.no_grad():
+        plain.tok_emb.weight.mul_(3.0)  # an untied head: the scale moves into the embedding
+    ids = _ids()
+    with torch.no_grad():
+        want = 0.5 * torch.tanh(plain(ids).logits / 0.5)
+        assert torch.allclose(capped.eval()(ids).logits, want, atol=1e-6)
+
+
+def test_linear_rope_scaling_divides_every_frequency():
+    plain = RotaryEmbedding(8, base=100.0)
+    linear = RotaryEmbedding(8, base=100.0, scaling={"rope_type": "linear", "factor": 4.0})
+    assert torch.equal(linear.inv_freq, plain.inv_freq / 4.0)
+    cos, _ = linear(torch.tensor([8]))
+    assert torch.allclose(cos, plain(torch.tensor([2]))[0])  # position 8 / 4
+
+
+def test_parts_are_named_modules_with_their_shapes():
+    m = _every()
+    b0, b2 = m.blocks[0], m.blocks[2]
+    assert type(b0) is SandwichBlock and isinstance(b0.mlp, GeGLU)
+    attn = b0.attn
+    assert attn.qkv_proj.weight.shape == ((4 + 2 * 2) * 6, 16) and attn.qkv_proj.bias is not None
+    assert attn.out_proj.weight.shape == (16, 24) and attn.out_proj.bias is None
+    assert attn.q_norm.weight.shape == (6,) and attn.k_norm.weight.shape == (6,)
+    assert (b0.attn.window, b2.attn.window) == (3, None)
+    assert m.rotary_local is not None and m.embed_scale == 4.0 and m.final_softcap == 5.0
+    assert {"blocks.0.ln_post_attn.weight", "blocks.0.ln_post_mlp.weight"} <= set(m.state_dict())
+
+
+def test_geglu_and_post_norms_by_hand():
+    m = _every()
+    block = m.blocks[2]  # a full layer
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        gate, up = block.mlp.fc(x).chunk(2, dim=-1)
+        want = block.mlp.proj(F.gelu(gate, approximate="tanh") * up)
+        assert torch.allclose(block.mlp(x), want, atol=1e-6)
+        h, _ = block.attn(
+            block.ln_1(x), is_causal=True, rotary=m._rotations(torch.arange(5), x.dtype)
+        )
+        mid = x + block.ln_post_attn(h)
+        want = mid + block.ln_post_mlp(block.mlp(block.ln_2(mid)))
+        got, _, _ = block(x, is_causal=True, rotary=m._rotations(torch.arange(5), x.dtype))
+        assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_q_and_k_norms_come_before_the_rotation():
+    m = _every()
+    attn = m.blocks[2].attn
+    x = torch.randn(1, 4, 16)
+    cos, sin = m._rotations(torch.arange(4), x.dtype)
+    with torch.no_grad():
+        q, k, _ = attn._project(x, (cos, sin))
+        raw = attn.qkv_proj(x)[..., :24].view(1, 4, 4, 6).transpose(1, 2)
+        normed = raw / torch.sqrt(raw.pow(2).mean(-1, keepdim=True) + 1e-6) * attn.q_norm.weight
+        half = torch.cat([-normed[..., 3:], normed[..., :3]], -1)
+        assert torch.allclose(q, normed * cos + half * sin, atol=1e-5)
+
+
+def test_sliding_layers_attend_within_their_window():
+    m = _every()
+    ids = _ids(1, 8)
+    with torch.no_grad():
+        out = m(ids, return_attention=True)
+    for layer, w in enumerate(out.attentions):
+        i, j = torch.meshgrid(torch.arange(8), torch.arange(8), indexing="ij")
+        far = (i - j >= 3) if m.blocks[layer].attn.window else (j > i)
+        assert float(w[0][:, far].abs().max()) == 0.0, layer
+        assert float(w[0][:, ~far & (j <= i)].min()) > 0.0
+
+
+# -- decoding equals the full forward -----------------------------------------------------------
+
+
+def _cached(model, ids, state, prefix=3):
+    steps = [model(ids[:, :prefix], cache=state).logits]
+    steps += [model(ids[:, t : t + 1], cache=state).logits for t in range(prefix, ids.shape[1])]
+    return torch.cat(steps, 1)
+
+
+@torch.no_grad()
+def test_every_cache_and_left_padding_equal_the_full_forward():
+    m = _every()
+    ids = _ids()
+    full = m(ids).logits
+    assert torch.allclose(_cached(m, ids, m.new_state()), full, atol=1e-5)
+    assert torch.allclose(_cached(m, ids, m.new_state(max_len=16)), full, atol=1e-5)
+    fixed = m.new_state(max_len=16)  # fixed mode, as a compiled step runs it
+    steps = [m(ids[:, :3], cache=fixed).logits]
+    fixed.fix()
+    for t in range(3, ids.shape[1]):
+        steps.append(m(ids[:, t : t + 1], cache=fixed).logits)
+        fixed.commit(1)
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+    pad = torch.cat([torch.zeros(2, 4, dtype=torch.long), ids], 1)
+    keep = torch.ones_like(pad, dtype=torch.bool)
+    keep[0, :4] = False  # row 0 padded, row 1 not
+    padded = m(pad, attention_mask=keep).logits
+    assert torch.allclose(padded[0, 4:], full[0], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [EVERY, dict(arch="qwen2", qkv_bias=True, d_head=6), dict(qkv_bias=True)],
+    ids=["every-part", "biases-and-head-width", "biases-c-step"],
+)
+def test_generate_gives_the_forwards_greedy_tokens(parts):
+    torch.manual_seed(0)
+    m = _random(Llama(LlamaConfig(**{**BASE, **parts})))
+    prompt = _ids(1, 5)[0].tolist()
+    got = decode(m, [prompt], SamplingConfig(temperature=0, max_new_tokens=8))[0]
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(8):
+            ids.append(int(m(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert list(got) == ids[5:]
+
+
+def test_training_reaches_every_parameter():
+    m = _every(dropout=0.1).train()
+    ids = _ids()
+    m(ids, targets=ids).loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
+
+
+# -- defaults, validation, refusals ---------------------------------------------------------------
+
+
+def test_defaults_build_todays_llama():
+    m = Llama(LlamaConfig(**BASE))
+    assert all(type(b) is TransformerBlock and type(b.mlp) is SwiGLU for b in m.blocks)
+    attn = m.blocks[0].attn
+    assert type(attn.score) is ScaledDotScore and attn.q_norm is None and attn.window is None
+    assert attn.qkv_proj.bias is None and attn.d_head * attn.n_head == 16
+    assert m.rotary_local is None and m.embed_scale is None and m.final_softcap is None
+    keys = {k.split(".", 2)[-1] for k in m.state_dict() if k.startswith("blocks.0.")}
+    assert keys == {"ln_1.weight", "attn.qkv_proj.weight", "attn.out_proj.weight",
+                    "ln_2.weight", "mlp.fc.weight", "mlp.proj.weight"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [(dict(arch="gpt9"), "model.arch"), (dict(mlp_act="relu"), "model.mlp_act"),
+     (dict(attn_softcap=0.0), "model.attn_softcap"), (dict(final_softcap=-1.0), "model.final"),
+     (dict(layer_types=(FULL,)), "model.layer_types"), (dict(d_head=0), "model.d_head"),
+     (dict(layer_types=(SLIDE,) * 4), "model.sliding_window"),
+     (dict(layer_types=("local",) * 4, sliding_window=2), "model.layer_types"),
+     (dict(rope_scaling={"rope_type": "linear", "factor": 0}), "model.rope_scaling.factor"),
+     (dict(embed_scale=math.nan), "model.embed_scale")],
+)  # fmt: skip
+def test_bad_values_are_refused_naming_the_field(over, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as e:
+        LlamaConfig(**{**BASE, **over})
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("over", "phrase"),
+    [(dict(sliding_window=4), "sliding-window"), (dict(qk_norm=True), "q/k norms"),
+     (dict(post_norms=True), "post-norms"), (dict(mlp_act="gelu_tanh"), "GELU-gated"),
+     (dict(attn_softcap=3.0), "soft-capping"), (dict(final_softcap=3.0), "soft-capping"),
+     (dict(embed_scale=2.0), "embedding scale"), (dict(d_head=6), "head width")],
+)  # fmt: skip
+def test_the_c_step_and_flat_step_refuse_the_parts(over, phrase):
+    from attnlm.runtime.cstep import why_not_supported
+    from attnlm.runtime.eager import flat_model
+
+    m = Llama(LlamaConfig(**{**BASE, **over}))
+    assert phrase in why_not_supported(m)
+    assert flat_model(m) == (phrase == "head width")  # the flat step computes d_head
