@@ -64,6 +64,24 @@ def test_char_run_folder_opens_whole(tmp_path, cli):
     assert torch.allclose(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
+def test_char_run_folder_boots_in_transformer_lens(tmp_path, cli):
+    """TransformerLens boots the exported folder with its own tokenizer: attnlm's ids (no
+    BOS: the char tokenizer has none) and attnlm's logits."""
+    tl = pytest.importorskip("transformer_lens.model_bridge")
+
+    from attnlm.loading.sources import resolve
+
+    run = _char_run(tmp_path / "run")
+    assert cli("export", "--model", run, "--out", tmp_path / "hf").code == 0
+    bridge = tl.TransformerBridge.boot_transformers(str(tmp_path / "hf"), device="cpu",
+                                                    dtype=torch.float32)  # fmt: skip
+    model, tok, _ = resolve(run, weights="f32")
+    ids = bridge.to_tokens(TEXT, prepend_bos=False)
+    assert ids[0].tolist() == tok.encode(TEXT)
+    with torch.no_grad():
+        assert torch.allclose(bridge(ids), model.eval()(ids).logits, atol=1e-5, rtol=1e-4)
+
+
 def test_sampling_settings_carried_from_a_hugging_face_folder(tmp_path, cli):
     """A Hugging Face folder's own recommended sampling settings reach the exported
     ``generation_config.json``, beside the ids the tokenizer gives."""
