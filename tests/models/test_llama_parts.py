@@ -249,3 +249,17 @@ def test_the_c_step_and_flat_step_refuse_the_parts(over, phrase):
     m = Llama(LlamaConfig(**{**BASE, **over}))
     assert phrase in why_not_supported(m)
     assert flat_model(m) == (phrase == "head width")  # the flat step computes d_head
+
+
+def test_lora_targets_follow_the_head_width():
+    from attnlm.lora.layers import apply_lora
+
+    m = Llama(LlamaConfig(**BASE, d_head=6, mlp_act="gelu_tanh"))  # q rows 24, k/v rows 12
+    apply_lora(m, 2, targets="k,gate")
+    layer = m.blocks[0].attn.qkv_proj
+    with torch.no_grad():
+        for b in layer.lora_B.values():
+            b.normal_()
+        x = torch.randn(3, 16)
+        moved = (layer(x) - F.linear(x, layer.weight, layer.bias)).abs().sum(0) > 0
+    assert moved.nonzero().flatten().tolist() == list(range(24, 36))  # k's rows only

@@ -320,18 +320,19 @@ def lora_linear(
 def _attention_slots(m: MultiHeadAttention) -> dict[str, dict[str, tuple[int, int]]]:
     """Linear attribute -> {target name: output rows} for one attention module."""
     C, Ckv = m.d_model, m.d_kv
+    Q = m.d_q  # the queries' rows: H D (C unless the head width is chosen)
     if m.cross:
         return {
-            "q_proj": {"q": (0, C), "qkv": (0, C)},
+            "q_proj": {"q": (0, Q), "qkv": (0, Q)},
             "kv_proj": {"k": (0, Ckv), "v": (Ckv, 2 * Ckv), "qkv": (0, 2 * Ckv)},
             "out_proj": {"o": (0, C)},
         }
     return {
         "qkv_proj": {
-            "q": (0, C),
-            "k": (C, C + Ckv),
-            "v": (C + Ckv, C + 2 * Ckv),
-            "qkv": (0, C + 2 * Ckv),
+            "q": (0, Q),
+            "k": (Q, Q + Ckv),
+            "v": (Q + Ckv, Q + 2 * Ckv),
+            "qkv": (0, Q + 2 * Ckv),
         },  # fmt: skip
         "out_proj": {"o": (0, C)},
     }
