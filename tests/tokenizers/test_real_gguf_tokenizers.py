@@ -13,23 +13,11 @@ import time
 
 import pytest
 
-from attnlm.data.pretrained import PRETRAINED
 from support import FIXTURES, attnlm_process
+from support_real import real_file
 
 DOC = json.loads((FIXTURES / "real_models" / "tokens.json").read_text("utf-8"))
 NAMES = sorted(DOC["files"])
-
-
-def real_file(name: str):
-    """The cached file of ``name``, else skip (``pytest -m slow`` fetches it)."""
-    from attnlm.data.corpus import cache_dir
-
-    spec = PRETRAINED[name]
-    path = cache_dir() / "pretrained" / name / spec.joined.name
-    if not path.is_file() or path.stat().st_size != spec.joined.size:
-        pytest.skip(f"{name} is not in attnlm's cache (attnlm models --available; the slow tests "
-                    "fetch it)")  # fmt: skip
-    return path
 
 
 _loaded: dict = {}

@@ -17,8 +17,10 @@ tokenize=False)`` renders it, so the strings are identical (tested):
   and with ``ensure_ascii=False``;
 * the ``{% generation %}`` block (which marks assistant text for training masks) renders its
   body;
-* variables ``messages`` (a list of ``{"role", "content"}``), ``add_generation_prompt``,
-  ``tools`` and ``documents`` (None) and the tokenizer's special token strings
+* variables ``messages`` (a list of ``{"role", "content"}``, with ``tool_calls``,
+  ``tool_call_id`` and ``name`` where a message has them), ``add_generation_prompt``,
+  ``tools`` (None, or a list of JSON function schemas: Qwen2.5's template then writes its
+  ``# Tools`` system section), ``documents`` (None) and the tokenizer's special token strings
   (``bos_token``, ``eos_token``, ``unk_token``, ``pad_token`` ... where known).
 
 A template that fails to compile or raises while rendering is a one-line
@@ -114,8 +116,9 @@ def _said(e: Exception) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(e))
 
 
-def check_messages(messages: Any, where: str = "messages") -> list[dict[str, str]]:
-    """``messages`` as a list of ``{"role": str, "content": str}`` dicts (copies), or a
+def check_messages(messages: Any, where: str = "messages") -> list[dict[str, Any]]:
+    """``messages`` as a list of ``{"role": str, "content": str}`` dicts (copies; a message's
+    ``tool_calls`` list and ``tool_call_id`` / ``name`` strings are kept, as JSON data), or a
     one-line InputError naming the first bad entry."""
     if not isinstance(messages, (list, tuple)):
         raise InputError(f"{where}: expected a list of {{role, content}} objects")
@@ -128,8 +131,40 @@ def check_messages(messages: Any, where: str = "messages") -> list[dict[str, str
             raise InputError(f"{where}[{i}]: 'role' must be a non-empty string")
         if not isinstance(content, str):
             raise InputError(f"{where}[{i}]: 'content' must be a string")
-        out.append({"role": role, "content": content})
+        msg: dict[str, Any] = {"role": role, "content": content}
+        for key in ("tool_call_id", "name"):
+            if m.get(key) is not None:
+                if not isinstance(m[key], str):
+                    raise InputError(f"{where}[{i}]: {key!r} must be a string")
+                msg[key] = m[key]
+        if m.get("tool_calls") is not None:
+            calls = m["tool_calls"]
+            if not isinstance(calls, (list, tuple)) or not all(
+                isinstance(c, Mapping) for c in calls
+            ):
+                raise InputError(f"{where}[{i}]: 'tool_calls' must be a list of objects")
+            msg["tool_calls"] = _json_data(list(calls), f"{where}[{i}].tool_calls")
+        out.append(msg)
     return out
+
+
+def _json_data(value: Any, where: str) -> Any:
+    """A copy of ``value`` made of JSON types only (what a template may see), or a one-line
+    InputError."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InputError(f"{where}: not JSON data ({_said(e)})") from None
+
+
+def check_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """``tools`` (None, or a list of JSON function schemas such as ``{"type": "function",
+    "function": {"name": ..., "description": ..., "parameters": {...}}}``) as JSON data."""
+    if tools is None:
+        return None
+    if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
+        raise InputError("tools: expected a list of JSON function schemas (objects)")
+    return _json_data(list(tools), "tools")
 
 
 class ChatTemplate:
@@ -153,13 +188,18 @@ class ChatTemplate:
         self.origin = origin
 
     def render(
-        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = False
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
         """The conversation as the model's prompt text (as ``apply_chat_template(messages,
-        add_generation_prompt=..., tokenize=False)``)."""
+        add_generation_prompt=..., tools=..., tokenize=False)``); ``tools``: JSON function
+        schemas offered to the model (see :func:`check_tools`)."""
         import jinja2
 
         msgs = check_messages(list(messages))
+        schemas = check_tools(tools)
         try:
             template = _compile(self.source)
         except jinja2.TemplateSyntaxError as e:
@@ -170,12 +210,13 @@ class ChatTemplate:
             what = f"{type(e).__name__}: {_said(e)}"
             raise InputError(f"{self.origin}: not a valid template ({what})") from None
         extra = 4 * sum(len(m["content"]) for m in msgs)  # a long conversation's own length
+        extra += 4 * len(json.dumps(schemas)) if schemas else 0
         try:
             return bounded_render(
                 template,
                 extra,
                 messages=msgs,
-                tools=None,
+                tools=schemas,
                 documents=None,
                 add_generation_prompt=add_generation_prompt,
                 **self.special_tokens,
