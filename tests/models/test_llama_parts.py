@@ -197,6 +197,25 @@ def test_generate_gives_the_forwards_greedy_tokens(parts):
     assert list(got) == ids[5:]
 
 
+def test_a_batch_of_prompts_of_different_lengths_decodes_as_each_alone():
+    m = _every()
+    prompts = [_ids(1, 7, seed=2)[0].tolist(), _ids(1, 3, seed=3)[0].tolist()]
+    sampling = SamplingConfig(temperature=0, max_new_tokens=6)
+    together = decode(m, prompts, sampling)
+    assert [list(r) for r in together] == [list(decode(m, [p], sampling)[0]) for p in prompts]
+
+
+@pytest.mark.slow
+def test_the_compiled_step_gives_the_same_tokens():
+    from attnlm.generate.options import DecodeOptions
+
+    m = _every()
+    prompt = _ids(1, 5)[0].tolist()
+    sampling = SamplingConfig(temperature=0, max_new_tokens=8)
+    want = decode(m, [prompt], sampling)[0]
+    assert decode(m, [prompt], sampling, DecodeOptions(compile=True))[0] == want
+
+
 def test_training_reaches_every_parameter():
     m = _every(dropout=0.1).train()
     ids = _ids()
@@ -263,3 +282,13 @@ def test_lora_targets_follow_the_head_width():
         x = torch.randn(3, 16)
         moved = (layer(x) - F.linear(x, layer.weight, layer.bias)).abs().sum(0) > 0
     assert moved.nonzero().flatten().tolist() == list(range(24, 36))  # k's rows only
+
+
+@pytest.mark.parametrize("over", [EVERY, dict(d_head=6), dict(qkv_bias=True, post_norms=True)])
+def test_params_formula_counts_the_parts(over):
+    from attnlm.inspect.params import kv_cache_bytes_per_token, llama_count
+    from attnlm.models.base import count_params
+
+    m = Llama(LlamaConfig(**{**BASE, **over}))
+    assert llama_count(m.config) == count_params(m)
+    assert kv_cache_bytes_per_token(m.config) == 2 * 4 * 2 * m.config.head_dim * 4

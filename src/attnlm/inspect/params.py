@@ -41,14 +41,28 @@ def lecture_estimate(n_layer: int, d_model: int) -> int:
     return 12 * n_layer * d_model * d_model
 
 
+def _llama_terms(config: Any) -> tuple[int, int, int, int, int]:
+    """Per block: the q/o weights, the k/v weights, the feed-forward's, the two norms', and
+    the optional parts' (q/k/v biases, q/k norms, post-norms)."""
+    c = config
+    d = c.n_embd
+    D = getattr(c, "head_dim", d // c.n_head)
+    q, kv = c.n_head * D, c.n_kv_head * D
+    parts = (q + 2 * kv) * bool(getattr(c, "qkv_bias", False))
+    parts += 2 * D * bool(getattr(c, "qk_norm", False))
+    parts += 2 * d * bool(getattr(c, "post_norms", False))
+    return 2 * d * q, 2 * d * kv, 3 * d * c.ffn_width, 2 * d, parts
+
+
 def llama_count(config: Any) -> int:
     """The Llama parameter count by formula: ``L · (2d² + 2d² · Hkv/H + 3 d F + 2d) + V d
-    (+ V d untied head) + d`` (equal to the exact count; tested)."""
+    (+ V d untied head) + d`` (equal to the exact count; tested); with a head width ``D``
+    of its own, ``2d · H D + 2d · Hkv D`` for attention, and the parts' own (biases, q/k
+    norms, post-norms)."""
     c = config
-    d, kv_share = c.n_embd, c.n_kv_head / c.n_head
-    block = 2 * d * d + round(2 * d * d * kv_share) + 3 * d * c.ffn_width + 2 * d
+    d = c.n_embd
     head = 0 if c.tie_embeddings else c.vocab_size * d
-    return c.n_layer * block + c.vocab_size * d + head + d
+    return c.n_layer * sum(_llama_terms(c)) + c.vocab_size * d + head + d
 
 
 def kv_cache_bytes_per_token(config: Any, bytes_per_value: int = 4) -> int:
@@ -56,18 +70,25 @@ def kv_cache_bytes_per_token(config: Any, bytes_per_value: int = 4) -> int:
     ``n_kv_head`` where the config has one, else ``n_head``)."""
     width = getattr(config, "n_embd", None) or config.d_model
     kv_heads = getattr(config, "n_kv_head", None) or config.n_head
-    return 2 * config.n_layer * kv_heads * (width // config.n_head) * bytes_per_value
+    d_head = getattr(config, "head_dim", None) or width // config.n_head
+    return 2 * config.n_layer * kv_heads * d_head * bytes_per_value
 
 
 def format_llama_lines(config: Any) -> str:
     """The Llama formula with its terms, for ``attnlm params``."""
     c = config
     d, V = c.n_embd, c.vocab_size
-    terms = [2 * d * d, round(2 * d * d * c.n_kv_head / c.n_head), 3 * d * c.ffn_width, 2 * d]
+    *terms, parts = _llama_terms(c)
     ends = [V * d] + ([] if c.tie_embeddings else [V * d]) + [d]
     head = "" if c.tie_embeddings else " + V·d (head)"
+    attn = "2d² + 2d²·Hkv/H"
+    if c.head_dim * c.n_head != d or parts:
+        attn = "2d·H·D + 2d·Hkv·D"
+    if parts:
+        terms.append(parts)
+    more = " + parts" if parts else ""
     return (
-        f"Llama formula: L·(2d² + 2d²·Hkv/H + 3·d·d_ff + 2d) + V·d{head} + d\n"
+        f"Llama formula: L·({attn} + 3·d·d_ff + 2d{more}) + V·d{head} + d\n"
         f"  = {c.n_layer}·({' + '.join(f'{t:,}' for t in terms)}) + "
         f"{' + '.join(f'{t:,}' for t in ends)} = {llama_count(c):,}"
     )
