@@ -45,10 +45,13 @@ def _configs() -> dict:
             sliding_window=3, layer_types=[slide, slide, full, slide],
             rope_parameters={full: {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5},
                              slide: {"rope_type": "default", "rope_theta": 1e3}}),
+        "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
+                               rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                "rope_theta": 1e4}),
     }  # fmt: skip
 
 
-CLASSES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "mistral": "MistralForCausalLM", "phi3": "Phi3ForCausalLM",
            "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}  # fmt: skip
 ARCHS = sorted(CLASSES)
@@ -151,6 +154,17 @@ def test_training_backward_reaches_every_part(pair):
     finally:
         ours.zero_grad(set_to_none=True)
         ours.eval()
+
+
+def test_bfloat16_weights_load_with_gemmas_offset_in_float32(tmp_path):
+    hf = _hf_model("gemma3_text").to(torch.bfloat16)
+    hf.save_pretrained(tmp_path)
+    ours = from_hf(tmp_path)
+    assert ours.tok_emb.weight.dtype == torch.float32
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    ref.config._attn_implementation = "eager"
+    ids = _ids(6)
+    _close(ours(ids).logits.detach(), _hf_logits(ref.eval(), ids))
 
 
 def _write_config(tmp_path, doc: dict) -> None:
