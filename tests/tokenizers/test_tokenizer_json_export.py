@@ -373,3 +373,46 @@ def test_more_tokens_than_embedding_rows(tmp_path):
     notes: list[str] = []
     assert write_tokenizer_files(tok, tmp_path, SimpleNamespace(vocab_size=2), notes=notes) == []
     assert notes == ["the tokenizer has 3 tokens for 2 embedding rows"]
+
+
+# -- real vocabularies ----------------------------------------------------------------------------
+
+REAL_TEXTS = [
+    *TEXTS,
+    "<start_of_turn>user\nhi<end_of_turn>\n<eos>",
+    "def f(x):\n    return [i**2 for i in range(x)]  # comment\n",
+    "ẞ ǅ ﬁ ℌ Ⅻ ① ½ ＡＢＣ ｶﾀｶﾅ \u200b\u00ad\ufeff",
+    "a" * 50 + " " + "ab" * 30,
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "gemma3-270m"])
+def test_real_gguf_vocabularies(tmp_path, name):
+    """Qwen2.5-Coder's byte-level BPE (pre-tokenizer ``qwen2``, 151,936 tokens, a chat
+    template with a default system prompt) and Gemma 3's SentencePiece vocabulary (262,144
+    tokens, BOS added, no space prefix), from the real files."""
+    from attnlm.base.errors import InputError
+    from attnlm.tokenizers.gguf import gguf_chat_setup
+
+    try:
+        from attnlm.data.pretrained import pretrained_file
+
+        path = pretrained_file(name)
+    except (ImportError, KeyError, InputError) as e:
+        pytest.skip(f"{name} is not available: {e}")
+    tok = GGUFTokenizer.from_gguf(path)
+    raw, hf = _write(tok, tmp_path)
+    _check(raw, hf, REAL_TEXTS, **_gguf_checks(tok))
+    template, _ = gguf_chat_setup(tok, name)
+    if template is None:
+        return
+    chat = [{"role": "user", "content": "Write a Python function that reverses a string."}]
+    config = SimpleNamespace(vocab_size=tok.vocab_size, block_size=2048)
+    write_tokenizer_files(tok, tmp_path / "chat", config, chat_template=tok.chat_template)
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(tmp_path / "chat")
+    for gen in (True, False):
+        ours = template.render(chat, add_generation_prompt=gen)
+        assert hf.apply_chat_template(chat, tokenize=False, add_generation_prompt=gen) == ours
