@@ -171,7 +171,8 @@ def test_where_the_engine_does_not_apply(files, tmp_path):
     assert engine_format(header, "q4") == "q4"
     mixed = tmp_path / "mixed.gguf"
     write_llama(mixed, hf_llama(True), types=("Q8_0", "Q4_1", "F32"))
-    assert engine_format(GGUFFile(mixed), None) is None
+    assert engine_format(GGUFFile(mixed), None) == "ggml-block"  # multiplied as stored
+    assert engine_format(GGUFFile(mixed), "q4") is None  # converting is the PyTorch path's
     gpt = tmp_path / "gpt.gguf"
     cfg = transformers.GPT2Config(vocab_size=V, n_positions=32, n_embd=32, n_layer=1, n_head=2)
     write_gpt2(gpt, transformers.GPT2LMHeadModel(cfg).eval())

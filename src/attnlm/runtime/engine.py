@@ -1,6 +1,7 @@
 """The ``c-engine`` backend: a causal decoder run by the C decode step alone, without PyTorch:
-its weights are numpy arrays in the step's formats (q8 / q4 codes, float32 norms), its keys
-and values numpy buffers, one :meth:`Engine.feed` one C call.
+its weights are numpy arrays in the step's formats (q8 / q4 codes, or ggml's blocks as a GGUF
+file stores them, read from a memory map of the file; float32 norms), its keys and values
+numpy buffers, one :meth:`Engine.feed` one C call.
 
 Why a backend without PyTorch: the step does all of a decoding step's arithmetic, so what
 PyTorch adds to a local decode of a quantized GGUF model is its import (about 200 MB of
@@ -25,6 +26,7 @@ import numpy as np
 
 from attnlm import native
 from attnlm.native import structs
+from attnlm.quant.blocks import dequantize
 
 GROW = 256  # cache buffers grow by at least this many positions
 MAX_TOKENS = 64  # new tokens per row and call (a longer prompt is fed in pieces)
@@ -37,29 +39,35 @@ def _ptr(a: np.ndarray | None) -> int | None:
 @dataclass
 class LinearWeights:
     """One product's weights in the step's format: ``fmt`` (:data:`structs.Q8` /
-    :data:`structs.Q4`), ``n`` x ``k``, the codes ``w``, the float16 ``scales`` (q4: with the
-    minimums), rows padded to ``n_pad``."""
+    :data:`structs.Q4`: the codes ``w`` and float16 ``scales``, q4's with the minimums, rows
+    padded to ``n_pad``; or a ggml type's :data:`structs.GGML_FORMATS` code: ``w`` the rows'
+    blocks as stored ``(N, row bytes)``, no ``scales``), ``n`` x ``k``; ``act``: a ggml
+    product's activations (:data:`structs.ACT_AUTO` / ``ACT_FLOAT`` / ``ACT_INT``)."""
 
     fmt: int
     n: int
     k: int
     w: np.ndarray
-    scales: np.ndarray
+    scales: np.ndarray | None
     n_pad: int
+    act: int = structs.ACT_AUTO
 
     def describe(self) -> structs.Linear:
         return structs.Linear(self.fmt, self.n, self.k, self.n_pad, _ptr(self.w),
-                              _ptr(self.scales), None)  # fmt: skip
+                              _ptr(self.scales), None, self.act)  # fmt: skip
 
 
 @dataclass
 class BlockWeights:
     ln_1: np.ndarray  # (C,) float32 RMSNorm gains
     ln_2: np.ndarray
-    qkv: LinearWeights  # (H + 2 Hkv) D rows: q, then k, then v (rotate-half order)
+    qkv: LinearWeights  # (H + 2 Hkv) D rows: q, then k, then v; or q alone, with k and v
     out: LinearWeights
-    fc: LinearWeights  # 2 F rows: the SwiGLU gate, then up
+    fc: LinearWeights  # 2 F rows: the SwiGLU gate, then up; or the gate alone, with up
     proj: LinearWeights
+    k: LinearWeights | None = None
+    v: LinearWeights | None = None
+    up: LinearWeights | None = None
 
 
 @dataclass
@@ -76,6 +84,12 @@ class EngineConfig:
     rms_norm_eps: float
     block_size: int
     tie_embeddings: bool = False
+    rotary: int = 1  # pairs rotated: 1 (i, i + D/2); 2 (2i, 2i + 1), llama.cpp's q/k row order
+    # parts of the Llama family the step does not run yet (always off here; the GGUF tables
+    # read them)
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    post_norms: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -89,17 +103,19 @@ class EngineConfig:
 @dataclass
 class Engine:
     """See the module docstring. ``embedding``: q8 codes ``(V, C)`` int8 and ``emb_scales``
-    ``(V, G)`` float16; ``head``: the LM head (a tied one is the embedding's codes);
-    ``reason``: why the planner chose this backend."""
+    ``(V, G)`` float16; or, with ``emb_type`` (a ggml type id), the rows' blocks as stored
+    ``(V, row bytes)`` and no scales; ``head``: the LM head (a tied one is the embedding's
+    codes); ``reason``: why the planner chose this backend."""
 
     config: EngineConfig
     blocks: list[BlockWeights]
     ln_f: np.ndarray
     embedding: np.ndarray
-    emb_scales: np.ndarray
+    emb_scales: np.ndarray | None
     head: LinearWeights
     threads: int = 1
     reason: str = ""
+    emb_type: int = -1
     name = "c-engine"  # the backend's name (a class attribute, not a field)
 
     def __post_init__(self) -> None:
@@ -111,14 +127,15 @@ class Engine:
         self.inv_freq = _inv_freq(c.head_dim, c.rope_theta)
         self.array = (structs.Block * c.n_layer)()
         for i, b in enumerate(self.blocks):
+            apart = [x.describe() if x else structs.Linear() for x in (b.k, b.v, b.up)]
             self.array[i] = structs.Block(
                 structs.Norm(_ptr(b.ln_1), None), structs.Norm(_ptr(b.ln_2), None),
                 b.qkv.describe(), b.out.describe(), b.fc.describe(), b.proj.describe(),
-                None, None,
+                None, None, *apart,
             )  # fmt: skip
         self.struct = structs.Model(
             c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.d_ff, c.vocab_size, 0,
-            structs.RMS, structs.SWIGLU, 1, c.rms_norm_eps, 1 / math.sqrt(c.head_dim),
+            structs.RMS, structs.SWIGLU, c.rotary, c.rms_norm_eps, 1 / math.sqrt(c.head_dim),
             ctypes.addressof(self.array), structs.Norm(_ptr(self.ln_f), None),
             self.head.describe(),
         )  # fmt: skip
@@ -184,8 +201,12 @@ class Engine:
         return logits.reshape(b, 1 if last_only else t, c.vocab_size)
 
     def _embed(self, tokens: np.ndarray) -> np.ndarray:
-        """Embedding rows of ``tokens``, each q8 row dequantized: ``(B T, C)`` float32."""
+        """Embedding rows of ``tokens``, each row dequantized: ``(B T, C)`` float32 (only the
+        rows asked for are read)."""
         ids = tokens.reshape(-1)
+        if self.emb_type >= 0:
+            rows = self.embedding[ids]  # (M, row bytes), copied from the map
+            return dequantize(rows.reshape(-1), self.emb_type, (len(ids), self.config.n_embd))
         q = self.embedding[ids].astype(np.float32).reshape(len(ids), -1, 32)  # (M, G, 32)
         s = self.emb_scales[ids].astype(np.float32)[:, :, None]  # (M, G, 1)
         return np.ascontiguousarray((q * s).reshape(len(ids), -1))

@@ -1,8 +1,17 @@
 """A Llama GGUF file as an :class:`~attnlm.runtime.engine.Engine` (the ``c-engine`` backend: the
-C decode step without PyTorch), its Q8_0 / Q4_0 / Q4_1 blocks moved into the step's layouts
-by :mod:`attnlm.quant.blocks` (numpy; the functions the PyTorch loader,
-:mod:`attnlm.models.gguf.loader`, uses for its q8 / q4 layers, so both hold the same bytes:
-tested), without a float32 copy of any matrix. The file is read by :mod:`attnlm.base.ggufio` (the
+C decode step without PyTorch), without a float32 copy of any matrix, in one of two ways:
+
+* a file whose matrices are all Q8_0, or all Q4_0 / Q4_1 (the head may be Q8_0), has its
+  blocks moved into the step's q8 / q4 layouts by :mod:`attnlm.quant.blocks` (numpy; the
+  functions the PyTorch loader, :mod:`attnlm.models.gguf.loader`, uses for its q8 / q4
+  layers, so both hold the same bytes: tested);
+* any other mix of the types the C step multiplies as stored (F32, F16, BF16, Q8_0, Q4_0,
+  Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: :data:`attnlm.native.structs.GGML_FORMATS`, the
+  kernels in ``native/ggml_blocks.h``), a Q4_K_M file for one, is multiplied in its blocks as
+  the file stores them, read from a memory map of the file (:data:`AS_STORED`): no
+  re-quantization, the file's numbers are the model's. q and k keep llama.cpp's row order
+  and the step rotates adjacent pairs (what that order means); the token embedding's rows are
+  dequantized as tokens ask for them. The file is read by :mod:`attnlm.base.ggufio` (the
 one GGUF parser) and its tensors are placed by the Llama module's own table
 (:func:`attnlm.models.gguf.llama.parts`), q and k rows back from llama.cpp's rotary order by
 :func:`attnlm.models.gguf.parts.unpermute_rows`.
@@ -16,6 +25,7 @@ architectures, matrices of other ggml types, a format other than the file's own)
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +36,7 @@ from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import llama
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
-from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, codes, pack_q4
+from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, pack_q4
 from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
 
 
@@ -54,15 +64,29 @@ def engine_for(path: Path, device: Any, weights: str | None, threads: int | None
     return engine, tok, template, stops
 
 
+#: :func:`engine_format`'s name for a model multiplied in the file's own blocks
+AS_STORED = "ggml-block"
+
+
 def engine_format(header: GGUFFile, weights: str | None) -> str | None:
     """The format the engine would hold ``header``'s model in (``weights`` or the file's own
-    precision class), or None where it does not apply (the PyTorch path decides)."""
+    precision class; :data:`AS_STORED`: each matrix in its ggml blocks as stored, where
+    ``weights`` is not given), or None where it does not apply (the PyTorch path decides)."""
     if header.get("general.architecture") != "llama":
         return None
     matrices = {n: i.type_name for n, i in header.tensors.items() if len(i.shape) == 2}
     vectors = {i.type_name for i in header.tensors.values() if len(i.shape) == 1}
     if not vectors <= {"F32", "F16"}:
         return None
+    native = _native_format(matrices, weights)
+    if native is not None or weights is not None:
+        return native
+    return AS_STORED if set(matrices.values()) <= set(structs.GGML_FORMATS) else None
+
+
+def _native_format(matrices: dict[str, str], weights: str | None) -> str | None:
+    """``q8`` / ``q4`` where every matrix is that format's ggml type (the step's own layouts
+    hold them as stored), else None."""
     body = {t for n, t in matrices.items() if n not in ("token_embd.weight", "output.weight")}
     classes = {NATIVE_FORMAT.get(t) for t in body}
     if len(classes) != 1 or None in classes:
@@ -80,13 +104,14 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
                 ) -> Engine | None:  # fmt: skip
     """The engine of ``header`` (see :func:`engine_format`), or None where it does not hold
     the file's model; ``reason``: why the planner chose it."""
-    if engine_format(header, weights) is None:
+    fmt = engine_format(header, weights)
+    if fmt is None:
         return None
     table = llama.config_table(header)  # checks the keys as the PyTorch loader does
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],
-        table["tie_embeddings"],
+        table["tie_embeddings"], 2 if fmt == AS_STORED else 1,
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:
         return None
@@ -95,6 +120,8 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     by_ours: dict[str, list[Part]] = {}
     for part in parts:
         by_ours.setdefault(part.ours, []).append(part)
+    if fmt == AS_STORED:
+        return _as_stored(header, config, by_ours, threads, reason)
     weights = _Weights(header, by_ours)
     blocks = [weights.block(i) for i in range(config.n_layer)]
     emb = _codes(header, by_ours["tok_emb.weight"][0])  # Q8_0 (engine_format)
@@ -156,3 +183,68 @@ def _linear(found: dict[str, np.ndarray]) -> LinearWeights:
     n, k = found["u"].shape
     packed, scales = pack_q4(found["u"], found["d"], found["m"])
     return LinearWeights(structs.Q4, n, k, packed, scales, packed.shape[0])
+
+
+# -- the blocks as stored --------------------------------------------------------------------
+
+#: byte offsets of the float16 scales in one block of each ggml type (checked finite)
+_SCALES = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
+           "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
+_TYPE_IDS = {name: i for i, (name, _, _) in SUPPORTED.items()}
+#: the products' activations: float (each product equals the float32 forward's, up to the
+#: order of the sums) or int (quantized to 8 bits per block of 32, llama.cpp's way); unset:
+#: the C step's default (int, measured faster for every block type)
+ACTIVATIONS_ENV = "ATTNLM_GGML_ACTIVATIONS"
+_ACTIVATIONS = {"float": structs.ACT_FLOAT, "int": structs.ACT_INT}
+
+
+def _stored(header: GGUFFile, mapped: np.ndarray, part: Part) -> tuple[np.ndarray, Any]:
+    """``(rows' bytes (N, row bytes) viewed in the map, the tensor's info)``; a float16 block
+    scale or a float value that is NaN or infinite is refused, as the PyTorch loader refuses
+    it (the strided views read every block's scales, no copy of the tensor)."""
+    info = header.tensors[part.gguf]
+    n, k = info.shape
+    rows = mapped[info.offset : info.offset + info.nbytes].reshape(n, -1)
+    blocks = rows.reshape(-1, SUPPORTED[info.type][2])
+    name = info.type_name
+    if name in _SCALES:
+        for at in _SCALES[name]:
+            check_finite({info.name: blocks[:, at : at + 2].view(np.float16)}, header.path,
+                         "scales of")  # fmt: skip
+    elif name in ("F32", "F16"):
+        check_finite({info.name: rows.view(np.float32 if name == "F32" else np.float16)},
+                     header.path)  # fmt: skip
+    return rows, info
+
+
+def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[Part]],
+               threads: int, reason: str) -> Engine:  # fmt: skip
+    """The engine multiplying every matrix in its blocks as the file stores them (see the
+    module docstring)."""
+    mapped = np.memmap(header.path, dtype=np.uint8, mode="r")
+    norms = _Weights(header, by_ours)
+    act = _ACTIVATIONS.get(os.environ.get(ACTIVATIONS_ENV, ""), structs.ACT_AUTO)
+
+    def linears(name: str) -> list[LinearWeights]:
+        out = []
+        for part in sorted(by_ours[name], key=lambda p: p.rows or (0,)):
+            rows, info = _stored(header, mapped, part)
+            n, k = info.shape
+            fmt = structs.GGML_FORMATS[info.type_name]
+            out.append(LinearWeights(fmt, n, k, rows, None, n, act))
+        return out
+
+    blocks = []
+    for i in range(config.n_layer):
+        ours = f"blocks.{i}."
+        q, k, v = linears(ours + "attn.qkv_proj.weight")
+        gate, up = linears(ours + "mlp.fc.weight")
+        (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(ours + "mlp.proj.weight")
+        blocks.append(BlockWeights(norms.norm(ours + "ln_1.weight"),
+                                   norms.norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
+                                   up))  # fmt: skip
+    (emb,) = linears("tok_emb.weight")
+    head = emb if config.tie_embeddings else linears("lm_head.weight")[0]
+    emb_type = _TYPE_IDS[header.tensors[by_ours["tok_emb.weight"][0].gguf].type_name]
+    return Engine(config, blocks, norms.norm("ln_f.weight"), emb.w, None, head, threads,
+                  reason, emb_type)  # fmt: skip
