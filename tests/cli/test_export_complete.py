@@ -137,6 +137,36 @@ def test_refusals_are_one_line(tmp_path, cli, setup, words):
         ["notes.txt"] if setup == "other-files" else ["config.json"])  # fmt: skip
 
 
+@pytest.mark.slow
+def test_minilm_bert_folder_round_trip(tmp_path, cli):
+    """A real BERT folder (all-MiniLM-L6-v2, WordPiece ``tokenizer.json``) exported again: its
+    own ``transformers`` tokenizer and the exported one give the same ids, token types and
+    text, and the encoders the same hidden states."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from attnlm.base.errors import InputError
+    from attnlm.data.pretrained import pretrained_path
+
+    try:
+        source = pretrained_path("minilm")
+    except InputError as e:
+        pytest.skip(f"minilm is not available: {e}")
+    out = tmp_path / "minilm"
+    r = cli("export", "--model", source, "--out", out)
+    assert r.code == 0 and "no tokenizer" not in r.out, r.err
+    theirs, ours = AutoTokenizer.from_pretrained(source), AutoTokenizer.from_pretrained(out)
+    texts = ["Hello World! Don't stop.", "日本語 naïve café 😀", "[CLS] x [MASK] y", "a  b\n\tc"]
+    for text in texts:
+        a, b = theirs(text, "second part"), ours(text, "second part")
+        assert a["input_ids"] == b["input_ids"] and a["token_type_ids"] == b["token_type_ids"]
+        assert theirs.decode(a["input_ids"]) == ours.decode(a["input_ids"])
+    x = theirs(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h0 = AutoModel.from_pretrained(source).eval()(**x).last_hidden_state
+        h1 = AutoModel.from_pretrained(out).eval()(**x).last_hidden_state
+    assert torch.allclose(h0, h1, atol=1e-5)
+
+
 # -- the real SmolLM2 ----------------------------------------------------------------------------
 
 CHATS = [
