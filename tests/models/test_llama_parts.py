@@ -261,13 +261,29 @@ def test_bad_values_are_refused_naming_the_field(over, field):
      (dict(attn_softcap=3.0), "soft-capping"), (dict(final_softcap=3.0), "soft-capping"),
      (dict(embed_scale=2.0), "embedding scale"), (dict(d_head=6), "head width")],
 )  # fmt: skip
-def test_the_c_step_and_flat_step_refuse_the_parts(over, phrase):
+def test_the_c_step_refuses_the_parts_the_flat_step_computes_them(over, phrase):
     from attnlm.runtime.cstep import why_not_supported
     from attnlm.runtime.eager import flat_model
 
     m = Llama(LlamaConfig(**{**BASE, **over}))
     assert phrase in why_not_supported(m)
-    assert flat_model(m) == (phrase == "head width")  # the flat step computes d_head
+    assert flat_model(m)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@torch.no_grad()
+def test_the_flat_step_equals_the_forward_with_every_part(static):
+    from attnlm.runtime.eager import flat_step, flat_step_applies
+
+    m = _every()
+    ids = _ids(2, 12)
+    full = m(ids).logits
+    state = m.new_state(max_len=16) if static else m.new_state()
+    steps = [m(ids[:, :2], cache=state).logits]
+    for t in range(2, 12):  # well past the window of 3
+        assert flat_step_applies(m, ids[:, t : t + 1], state)
+        steps.append(flat_step(m, ids[:, t : t + 1], state))
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
 
 
 def test_lora_targets_follow_the_head_width():

@@ -18,9 +18,11 @@ The numbers are the forward's, up to float rounding of a different summation ord
 position scheme it serves, both caches). Linear layers that are not plain float
 ``nn.Linear`` (quantized weights, LoRA) are called as modules, so the step serves every
 weight format. It runs where the model's blocks allow it (:func:`flat_model`: pre-norm blocks
-without cross-attention, positions that are learned, sinusoidal, rotary or none; ALiBi takes
-the forward) and the call does (:meth:`EagerRunner.step`: evaluation, one token per row, a
-key/value cache in prefix mode, not a compiled step's fixed buffers).
+without cross-attention, positions that are learned, sinusoidal, rotary or none, and the Llama
+family's parts: q/k norms, windows, a local rotary base, scaled and capped scores, post-norms,
+GeGLU, the embedding scale and final cap; ALiBi takes the forward) and the call does
+(:meth:`EagerRunner.step`: evaluation, one token per row, a key/value cache in prefix mode, not
+a compiled step's fixed buffers).
 
 Shape legend
     B  rows           C  model width       H / Hkv  query / key-value heads
@@ -37,15 +39,17 @@ from torch import Tensor, nn
 
 from attnlm.models.base import check_ids
 from attnlm.nn import fused
-from attnlm.nn.attention import MultiHeadAttention
-from attnlm.nn.blocks import FeedForward, SwiGLU, TransformerBlock
+from attnlm.nn.attention import MultiHeadAttention, ScaledScore
+from attnlm.nn.blocks import ACTIVATIONS, FeedForward, SandwichBlock, SwiGLU, TransformerBlock
 from attnlm.nn.cache import KVCache
+from attnlm.nn.masks import window_mask
 
 __all__ = [
     "EagerRunner",
     "flat_model",
     "flat_step",
     "flat_step_applies",
+    "parted_block",
     "plain_block",
     "unplain_part",
 ]
@@ -53,14 +57,35 @@ __all__ = [
 
 def flat_model(model: nn.Module) -> bool:
     """Whether :func:`flat_step` computes ``model``'s one-token step: a causal decoder of
-    plain pre-norm blocks (:func:`plain_block`) without ALiBi."""
+    pre-norm blocks (:func:`plain_block`, or :func:`parted_block` with the Llama family's
+    parts) without ALiBi."""
     blocks = getattr(model, "blocks", None)
     return (
         blocks is not None
         and hasattr(model, "tok_emb")
         and getattr(model, "alibi", None) is None
-        and all(plain_block(b) for b in blocks)
-        and unplain_part(model) is None
+        and all(plain_block(b) or parted_block(b) for b in blocks)
+    )
+
+
+def parted_block(block: nn.Module) -> bool:
+    """A block of the Llama family with its optional parts (:mod:`attnlm.models.llama`):
+    pre-norm, with or without post-norms (:class:`~attnlm.nn.blocks.SandwichBlock`),
+    self-attention whose score is a kernel's or a scaled, soft-capped one
+    (:class:`~attnlm.nn.attention.ScaledScore`), q/k norms and a window allowed; a gated or
+    plain feed-forward; RMSNorm or LayerNorm everywhere."""
+    attn = block.attn
+    norms = [getattr(block, n, None) for n in ("ln_1", "ln_2", "ln_post_attn", "ln_post_mlp")]
+    norms += [getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)]
+    return (
+        type(block) in (TransformerBlock, SandwichBlock)
+        and block.cross_attn is None
+        and isinstance(attn, MultiHeadAttention)
+        and not attn.cross
+        and (attn.score.supports_sdpa or type(attn.score) is ScaledScore)
+        and isinstance(block.mlp, (FeedForward, SwiGLU))
+        and all(n is None or isinstance(n, (nn.LayerNorm, nn.RMSNorm)) for n in norms)
+        and not (block.ln_1 is None or block.ln_2 is None)
     )
 
 
@@ -206,41 +231,80 @@ def _linear(layer: nn.Module) -> Linear:
 _PLAIN_FORWARDS = (nn.Linear.forward, fused.Linear.forward)
 
 
+def _turn(rotary: nn.Module | None, positions: Tensor, dtype: torch.dtype):
+    """The rotation of one position as ``(cos, ±sin)`` ``(2, D/2)`` each, or None."""
+    if rotary is None:
+        return None
+    cos, sin = rotary(positions)  # (1, D), the two halves equal
+    half = cos.shape[-1] // 2
+    c, s = cos[0, :half].to(dtype), sin[0, :half].to(dtype)
+    # rotate-half pairs (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on (.., 2, D/2)
+    return torch.stack([c, c]), torch.stack([-s, s])
+
+
 def flat_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
     """Logits ``(B, 1, V)`` of one new token per row ``tokens`` ``(B, 1)`` after what
-    ``state`` holds; ``state`` takes the new keys and values (as ``model.step`` does)."""
+    ``state`` holds; ``state`` takes the new keys and values (as ``model.step`` does). The
+    Llama family's parts as the forward computes them: the embedding scale, q/k norms before
+    the rotation, a sliding layer's window (a band over the keys' positions) and rotary base,
+    the score's scale and cap, post-norms, GeGLU, the final soft-cap."""
     check_ids(tokens, model.config.vocab_size, "tokens")
     B = tokens.shape[0]
     positions = state.positions(1, tokens.device)  # (1,)
     x = model.tok_emb(tokens[:, 0])  # (B, C)
+    if getattr(model, "embed_scale", None) is not None:
+        x = x * model.embed_scale
     if model.pos_emb is not None:
         x = x + model.pos_emb(positions).to(x.dtype)  # (1, C) broadcast over rows
-    turn = None
-    if model.rotary is not None:
-        cos, sin = model.rotary(positions)  # (1, D), the two halves equal
-        half = cos.shape[-1] // 2
-        c, s = cos[0, :half].to(x.dtype), sin[0, :half].to(x.dtype)
-        # rotate-half pairs (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on (.., 2, D/2)
-        turn = (torch.stack([c, c]), torch.stack([-s, s]))  # (2, D/2) each
+    turn = _turn(model.rotary, positions, x.dtype)
+    local = getattr(model, "rotary_local", None)
+    turn_local = turn if local is None else _turn(local, positions, x.dtype)
+    bands: dict[int, Tensor] = {}  # window -> (1, S): the keys a sliding layer may see
+    for block in model.blocks:
+        w = getattr(block.attn, "window", None)
+        if w is not None and w not in bands:
+            keys = state.key_positions(1, tokens.device)  # (S,), before any layer appends
+            bands[w] = window_mask(positions, keys, w, x.dtype)
     for layer, block in enumerate(model.blocks):
         attn = block.attn
         H, Hkv, D = attn.n_head, attn.n_kv_head, attn.d_head
+        window = getattr(attn, "window", None)
         qkv = _linear(attn.qkv_proj)(_norm(block.ln_1)(x))  # (B, (H + 2 Hkv) D)
-        qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, 2, D // 2)
-        if turn is not None:
-            qk = torch.addcmul(qk * turn[0], qk.flip(2), turn[1])  # q and k rotated
+        qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
+        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        if q_norm is not None or k_norm is not None:  # each head's norm, before the rotation
+            q, k = qk[:, :H], qk[:, H:]
+            qk = torch.cat(
+                [q if q_norm is None else q_norm(q), k if k_norm is None else k_norm(k)], 1
+            )
+        qk = qk.view(B, H + Hkv, 2, D // 2)
+        t = turn if window is None else turn_local
+        if t is not None:
+            qk = torch.addcmul(qk * t[0], qk.flip(2), t[1])  # q and k rotated
         qk = qk.view(B, H + Hkv, 1, D)
         v = qkv[:, (H + Hkv) * D :].view(B, Hkv, 1, D)
         k_all, v_all = state.append(layer, qk[:, H:], v)  # (B, Hkv, S, D)
-        y, _ = attn._mix(qk[:, :H], k_all, v_all, None, False, False)  # (B, H, 1, D)
-        x = _linear(attn.out_proj)(y.reshape(B, H * D), x)
+        mask = None if window is None else bands[window]
+        y, _ = attn._mix(qk[:, :H], k_all, v_all, mask, False, False)  # (B, H, 1, D)
+        post = getattr(block, "ln_post_attn", None)
+        if post is None:
+            x = _linear(attn.out_proj)(y.reshape(B, H * D), x)
+        else:
+            x = x + _norm(post)(_linear(attn.out_proj)(y.reshape(B, H * D)))
         h = _norm(block.ln_2)(x)
         mlp = block.mlp
-        if isinstance(mlp, SwiGLU):
+        if isinstance(mlp, SwiGLU):  # gated: SiLU (SwiGLU) or GELU-tanh (GeGLU)
             gate, up = _linear(mlp.fc)(h).chunk(2, dim=-1)  # (B, F) each
-            h = F.silu(gate) * up
+            h = ACTIVATIONS[mlp.gated_act](gate) * up
         else:
             h = mlp.act(_linear(mlp.fc)(h))
-        x = _linear(mlp.proj)(h, x)
+        if post is None:
+            x = _linear(mlp.proj)(h, x)
+        else:
+            x = x + _norm(block.ln_post_mlp)(_linear(mlp.proj)(h))
     state.advance(1)
-    return _linear(model.lm_head)(_norm(model.ln_f)(x)).unsqueeze(1)  # (B, 1, V)
+    logits = _linear(model.lm_head)(_norm(model.ln_f)(x))  # (B, V)
+    cap = getattr(model, "final_softcap", None)
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return logits.unsqueeze(1)  # (B, 1, V)
