@@ -2,11 +2,12 @@
 uninitialised model from the registry, then each tensor straight into its parameter, in one of
 the decode-time weight formats (:mod:`attnlm.quant`).
 
-An architecture module (:mod:`.llama`, :mod:`.gpt2`) says two things: the ``[model]`` table
-(``config_table(header)``) and where every file tensor goes (``parts(config, header)``, a list
-of :class:`Part`). Everything else is here and shared: type checks before anything is built,
-shape checks per tensor, the rotary row order, and the checks that every parameter was filled
-and every tensor of the file used.
+An architecture module (:mod:`.llama`, :mod:`.qwen2`, :mod:`.qwen3`, :mod:`.gemma2`,
+:mod:`.gemma3`, :mod:`.phi3`, :mod:`.gpt2`; the Llama family's share :mod:`.common`) says
+two things: the ``[model]`` table (``config_table(header)``) and where every file tensor goes
+(``parts(config, header)``, a list of :class:`Part`). Everything else is here and shared:
+type checks before anything is built, shape checks per tensor, the rotary row order, and the
+checks that every parameter was filled and every tensor of the file used.
 
 Memory: the model is built without its random initialisation (the parameters are filled from
 the file anyway, and initialising 135M parameters costs about a second), and each tensor's
@@ -54,12 +55,41 @@ from attnlm.quant.layers import (
 )
 
 #: GGUF ``general.architecture`` -> the module that maps it to one of our families
-ARCHITECTURES = {"llama": "attnlm.models.gguf.llama", "gpt2": "attnlm.models.gguf.gpt2"}
-#: Architectures refused with a reason (they are close to one we read but need more)
+ARCHITECTURES = {
+    "llama": "attnlm.models.gguf.llama",
+    "qwen2": "attnlm.models.gguf.qwen2",
+    "qwen3": "attnlm.models.gguf.qwen3",
+    "gemma2": "attnlm.models.gguf.gemma2",
+    "gemma3": "attnlm.models.gguf.gemma3",
+    "phi3": "attnlm.models.gguf.phi3",
+    "gpt2": "attnlm.models.gguf.gpt2",
+}
+_MOE = "a mixture of experts, which attnlm's models do not have"
+#: Architectures refused with a reason (close to one we read, but with a part we do not have)
 REFUSED = {
-    "qwen2": "Qwen2 has biases on the query, key and value projections (blk.N.attn_q.bias), "
-    "which attnlm's Llama does not have",
-    "mistral": "Mistral files with their own architecture name use sliding-window attention",
+    **dict.fromkeys(
+        (
+            "qwen2moe",
+            "qwen3moe",
+            "mixtral",
+            "llama4",
+            "phimoe",
+            "gpt-oss",
+            "olmoe",
+            "granitemoe",
+            "deepseek",
+        ),
+        _MOE,
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("deepseek2", "minicpm3", "kimi-linear"),
+        "multi-head latent attention (MLA), which attnlm's models do not have",
+    ),
+    **dict.fromkeys(
+        ("clip", "qwen2vl", "qwen3vl", "qwen3vlmoe", "gemma3n", "mllama"),
+        "a vision (or audio) tower, which attnlm's models do not have",
+    ),
+    "mistral3": "Mistral 3's attention temperature scaling and YaRN rotary are not supported",
 }
 #: ggml tensor type -> the weights format that keeps its precision (a file's default format)
 PRECISION = {"F32": "f32", "F16": "bf16", "BF16": "bf16", "Q8_0": "q8", "Q6_K": "q8",
@@ -71,11 +101,10 @@ def arch_module(header: GGUFFile) -> Any:
     arch = header.get("general.architecture")
     if not isinstance(arch, str):
         raise InputError(f"{header.path}: no general.architecture in the GGUF metadata")
-    if arch in REFUSED:
-        raise InputError(f"{header.path}: architecture {arch!r} is not supported: {REFUSED[arch]}")
     if arch not in ARCHITECTURES:
+        why = f": {REFUSED[arch]}" if arch in REFUSED else ""
         raise InputError(
-            f"{header.path}: architecture {arch!r} is not supported "
+            f"{header.path}: architecture {arch!r} is not supported{why} "
             f"(supported: {', '.join(ARCHITECTURES)})"
         )
     return importlib.import_module(ARCHITECTURES[arch])

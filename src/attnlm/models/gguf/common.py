@@ -1,0 +1,294 @@
+"""What the Llama-family GGUF adapters share (:mod:`.llama`, :mod:`.qwen2`, :mod:`.qwen3`,
+:mod:`.phi3`, :mod:`.gemma2`, :mod:`.gemma3`): typed readers of one architecture's metadata
+keys (:class:`Meta`: a key that is not one the adapter reads is refused, naming it), the
+``[model]`` table every member has (:func:`base_table`), and the tensor table of a block
+(:func:`block_parts`) with the parts the config names: q/k/v biases, q/k norms, post-norms,
+fused q/k/v (Phi-3's ``attn_qkv``) and fused gate/up (Phi-3's ``ffn_up``).
+
+llama.cpp's rotary pairs: its ``llama`` architecture stores q and k rows permuted into
+adjacent pairs (Meta's layout, undone by :func:`~attnlm.models.gguf.parts.unpermute_rows`);
+every other architecture here is "NEOX" style in llama.cpp (pairs ``(i, i + D/2)``, ours), so
+their rows are read as stored (``permuted=False``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from attnlm.base.errors import InputError
+from attnlm.base.ggufio import GGUFFile
+from attnlm.models.gguf.parts import Part, check_block_count
+
+#: the longest context a file may declare (2^27 tokens, ten times the longest of today's models:
+#: the model's position limits are sized from it)
+MAX_CONTEXT = 1 << 27
+
+#: the keys every Llama-family adapter reads
+BASE_KEYS = frozenset({
+    "block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+    "attention.head_count_kv", "attention.layer_norm_rms_epsilon", "rope.freq_base",
+    "context_length", "vocab_size", "rope.dimension_count", "attention.key_length",
+    "attention.value_length", "rope.scaling.type",
+})  # fmt: skip
+
+
+def float32(value: Any) -> float:
+    """A float32 from the file as its shortest decimal (``1e-05``, not ``9.99999974e-06``)."""
+    return float(str(np.float32(value)))
+
+
+class Meta:
+    """The ``<arch>.`` keys of one file. Construction refuses any ``<arch>.`` key outside
+    ``keys`` (naming it): nothing the file says is ignored unread."""
+
+    def __init__(self, header: GGUFFile, arch: str, keys: Iterable[str]) -> None:
+        self.header, self.arch, self.path = header, arch, header.path
+        known = set(keys)
+        for key in header:
+            if key.startswith(f"{arch}.") and key[len(arch) + 1 :] not in known:
+                raise InputError(f"{self.path}: metadata key {key} is not supported")
+
+    def full(self, key: str) -> str:
+        return f"{self.arch}.{key}"
+
+    def has(self, key: str) -> bool:
+        return self.full(key) in self.header
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.header.get(self.full(key), default)
+
+    def int(self, key: str, default: int | None = None, zero: bool = False) -> int:
+        """A positive integer (``zero``: or 0); ``default`` when absent (None: required)."""
+        full = self.full(key)
+        value = self.header.get(full, default)
+        if value is None:
+            raise InputError(f"{self.path}: the GGUF metadata has no {full}")
+        if isinstance(value, (list, np.ndarray)):
+            raise InputError(f"{self.path}: {full} is a per-layer list, which is not supported")
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        if not ok or value < 0 or (value == 0 and not zero):
+            raise InputError(f"{self.path}: {full} must be a positive integer, got {value!r}")
+        return int(value)
+
+    def float(self, key: str, default: float | None = None, what: str = "invalid") -> float:
+        """A positive finite float (as float32's shortest decimal); ``default`` when absent."""
+        full = self.full(key)
+        value = self.header.get(full, default)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, float) or not 0 < value < math.inf:
+            raise InputError(f"{self.path}: {full} {value!r} is {what}")
+        return float32(value)
+
+    def refuse(self, key: str, why: str) -> None:
+        raise InputError(f"{self.path}: {self.full(key)} = {self.get(key)!r}: {why}")
+
+
+def vocab_size(header: GGUFFile, arch: str) -> int:
+    """Rows of ``token_embd``, checked against the token list and ``<arch>.vocab_size``."""
+    info = header.tensors.get("token_embd.weight")
+    if info is None or len(info.shape) != 2:
+        raise InputError(f"{header.path}: tensor 'token_embd.weight' is missing or not 2-D")
+    rows = info.shape[0]
+    tokens = header.get("tokenizer.ggml.tokens")
+    for what, n in (("tokenizer.ggml.tokens", len(tokens) if tokens is not None else None),
+                    (f"{arch}.vocab_size", header.get(f"{arch}.vocab_size"))):  # fmt: skip
+        if n is not None and n != rows:
+            raise InputError(
+                f"{header.path}: {what} gives {n} tokens but token_embd.weight has {rows} rows"
+            )
+    return rows
+
+
+def token_id(header: GGUFFile, which: str) -> int | None:
+    value = header.get(f"tokenizer.ggml.{which}_token_id")
+    return int(value) if isinstance(value, (int, np.integer)) else None
+
+
+def head_width(meta: Meta, n_embd: int, n_head: int, free: bool) -> int:
+    """The head width D: ``attention.key_length`` where the file has it (``free``; else it
+    must be ``n_embd / n_head``), else ``n_embd / n_head``; ``value_length`` and
+    ``rope.dimension_count`` must equal it (other value widths and partial rotary are not
+    supported)."""
+    if not meta.has("attention.key_length") or not free:
+        if n_embd % n_head:
+            raise InputError(
+                f"{meta.path}: {meta.full('embedding_length')} {n_embd} is not a multiple of "
+                f"{meta.full('attention.head_count')} {n_head}"
+            )
+        d = n_embd // n_head
+    else:
+        d = meta.int("attention.key_length")
+    for key in ("attention.key_length", "attention.value_length", "rope.dimension_count"):
+        if meta.has(key) and meta.int(key) != d:
+            what = "partial rotary" if key.startswith("rope") else "a different width"
+            raise InputError(
+                f"{meta.path}: {meta.full(key)} = {meta.get(key)} differs from the head "
+                f"width {d} (not supported: {what})"
+            )
+    return d
+
+
+def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] = ()) -> dict:
+    """The ``[model]`` table of our Llama every member shares: widths, heads (``d_head`` where
+    it is not ``n_embd / n_head``), norms' epsilon, rotary base (absent: 10000, llama.cpp's
+    default), context, vocabulary, tied head (no ``output.weight``), BOS / EOS, and the rotary
+    scaling (``none``, or one of ``scalings``: ``linear`` with ``rope.scaling.factor``)."""
+    header, path = meta.header, meta.path
+    n_embd, n_head = meta.int("embedding_length"), meta.int("attention.head_count")
+    d = head_width(meta, n_embd, n_head, free_head)
+    n_kv_head = meta.int("attention.head_count_kv", n_head)
+    if n_head % n_kv_head:
+        raise InputError(
+            f"{path}: {meta.full('attention.head_count_kv')} {n_kv_head} does not divide "
+            f"{meta.full('attention.head_count')} {n_head}"
+        )
+    n_layer = meta.int("block_count")
+    check_block_count(header, meta.full("block_count"), n_layer)
+    context = meta.int("context_length")
+    if context > MAX_CONTEXT:
+        raise InputError(
+            f"{path}: {meta.full('context_length')} {context:,} is beyond any model's (at most "
+            f"{MAX_CONTEXT:,})"
+        )
+    table = {
+        "type": "llama",
+        "arch": meta.arch,
+        "vocab_size": vocab_size(header, meta.arch),
+        "block_size": context,
+        "n_layer": n_layer,
+        "n_head": n_head,
+        "n_kv_head": n_kv_head,
+        "n_embd": n_embd,
+        "d_ff": meta.int("feed_forward_length"),
+        "rope_theta": meta.float("rope.freq_base", 10000.0),
+        "rms_norm_eps": meta.float("attention.layer_norm_rms_epsilon", what="missing or invalid"),
+        "tie_embeddings": "output.weight" not in header.tensors,
+        "bos_id": token_id(header, "bos"),
+        "eos_id": token_id(header, "eos"),
+    }
+    if d * n_head != n_embd:
+        table["d_head"] = d
+    scaling = meta.get("rope.scaling.type", "none")
+    if scaling == "linear" and "linear" in scalings:
+        table["rope_scaling"] = {"rope_type": "linear", "factor": meta.float("rope.scaling.factor")}
+    elif scaling != "none":
+        supported = ", ".join(("none", *scalings))
+        raise InputError(
+            f"{path}: {meta.full('rope.scaling.type')} {scaling!r} is not supported ({supported})"
+        )
+    for name in header.tensors:
+        if name.startswith("rope_freqs") or ".rope_freqs" in name or "rope_factors" in name:
+            raise InputError(
+                f"{path}: tensor {name!r} (rotary frequency factors: Llama 3.1 or longrope "
+                "scaling) is not supported"
+            )
+    return table
+
+
+def swa_pattern(meta: Meta, n_layer: int, period: int) -> tuple[str, ...]:
+    """Each layer's kind as llama.cpp decides it: ``attention.sliding_window_pattern`` as a
+    per-layer list of booleans (true: sliding), or a period ``n`` (default ``period``) where
+    layer ``i`` slides unless ``i % n == n - 1`` (``n = 0``: every layer slides)."""
+    value = meta.get("attention.sliding_window_pattern", period)
+    if isinstance(value, (list, np.ndarray)):
+        flags = list(value)
+        if len(flags) != n_layer or not all(isinstance(f, (bool, np.bool_)) for f in flags):
+            meta.refuse("attention.sliding_window_pattern", f"not {n_layer} booleans")
+    else:
+        n = meta.int("attention.sliding_window_pattern", period, zero=True)
+        flags = [n == 0 or i % n < n - 1 for i in range(n_layer)]
+    return tuple("sliding_attention" if f else "full_attention" for f in flags)
+
+
+def embed_scale(n_embd: int) -> float:
+    """Gemma's embedding scale as llama.cpp computes it: ``sqrtf(n_embd)`` in float32."""
+    return float(np.sqrt(np.float32(n_embd), dtype=np.float32))
+
+
+def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> list[Part]:
+    """Where each tensor of the file goes in our Llama (with the parts ``config`` names), with
+    the shape the config implies (checked by :func:`~attnlm.models.gguf.parts.check_parts`
+    before the C engine or the PyTorch loader reads a byte). ``permuted``: q and k rows are in
+    llama.cpp's ``llama`` order (moved back on load). A fused ``blk.N.attn_qkv`` (Phi-3) or
+    ``ffn_up`` of twice the width without ``ffn_gate`` (Phi-3: gate rows first) fill our fused
+    parameters as stored."""
+    c, d, f, v = config.n_embd, config.head_dim, config.ffn_width, config.vocab_size
+    q, kv = config.n_head * d, config.n_kv_head * d
+    out = [Part("token_embd.weight", "tok_emb.weight", shape=(v, c)),
+           Part("output_norm.weight", "ln_f.weight", shape=(c,))]  # fmt: skip
+    if not config.tie_embeddings:
+        out.append(Part("output.weight", "lm_head.weight", shape=(v, c)))
+    for i in range(config.n_layer):
+        blk, ours = f"blk.{i}.", f"blocks.{i}."
+        qkv, fc = ours + "attn.qkv_proj.", ours + "mlp.fc.weight"
+        out.append(Part(blk + "attn_norm.weight", ours + "ln_1.weight", shape=(c,)))
+        if blk + "attn_qkv.weight" in header.tensors:
+            out.append(Part(blk + "attn_qkv.weight", qkv + "weight", shape=(q + 2 * kv, c)))
+            if config.qkv_bias:
+                out.append(Part(blk + "attn_qkv.bias", qkv + "bias", shape=(q + 2 * kv,)))
+        else:
+            spans = {"q": (0, q, config.n_head), "k": (q, q + kv, config.n_kv_head),
+                     "v": (q + kv, q + 2 * kv, 0)}  # fmt: skip
+            for name, (start, stop, heads) in spans.items():
+                rows = stop - start
+                turn = heads if permuted else 0
+                out.append(Part(f"{blk}attn_{name}.weight", qkv + "weight", (start, stop),
+                                heads=turn, shape=(rows, c)))  # fmt: skip
+                if config.qkv_bias:
+                    out.append(Part(f"{blk}attn_{name}.bias", qkv + "bias", (start, stop),
+                                    shape=(rows,)))  # fmt: skip
+        out.append(Part(blk + "attn_output.weight", ours + "attn.out_proj.weight", shape=(c, q)))
+        if config.qk_norm:
+            out += [Part(f"{blk}attn_{x}_norm.weight", f"{ours}attn.{x}_norm.weight", shape=(d,))
+                    for x in "qk"]  # fmt: skip
+        out.append(Part(blk + "ffn_norm.weight", ours + "ln_2.weight", shape=(c,)))
+        if blk + "ffn_gate.weight" in header.tensors or not _fused_up(header, blk, f):
+            out += [Part(blk + "ffn_gate.weight", fc, (0, f), shape=(f, c)),
+                    Part(blk + "ffn_up.weight", fc, (f, 2 * f), shape=(f, c))]  # fmt: skip
+        else:
+            out.append(Part(blk + "ffn_up.weight", fc, shape=(2 * f, c)))
+        out.append(Part(blk + "ffn_down.weight", ours + "mlp.proj.weight", shape=(c, f)))
+        if config.post_norms:
+            out += [Part(blk + "post_attention_norm.weight", ours + "ln_post_attn.weight",
+                         shape=(c,)),
+                    Part(blk + "post_ffw_norm.weight", ours + "ln_post_mlp.weight",
+                         shape=(c,))]  # fmt: skip
+    return out
+
+
+def _fused_up(header: GGUFFile, blk: str, f: int) -> bool:
+    info = header.tensors.get(blk + "ffn_up.weight")
+    return info is not None and len(info.shape) == 2 and info.shape[0] == 2 * f
+
+
+def has_tensor(header: GGUFFile, suffix: str) -> bool:
+    """Whether block 0 has ``blk.0.<suffix>`` (the parts a file has are decided by its
+    tensors where llama.cpp decides them so: biases, fused projections)."""
+    return f"blk.0.{suffix}" in header.tensors
+
+
+def gemma_parts(
+    meta: Meta, table: dict, *, scale_layers: int, period: int | None,
+    local_default: float | None,
+) -> dict[str, Any]:  # fmt: skip
+    """What Gemma 2 and 3 add to :func:`base_table`, as llama.cpp decides it: the embedding
+    scale, GeGLU, post-norms, the score scale (``1/sqrt(n_embd / n_head)`` for the model of
+    ``scale_layers`` layers, else the default ``1/sqrt(D)``), and with sliding layers
+    (``period``: :func:`swa_pattern`) their kinds and rotary base (``rope.freq_base_swa``,
+    absent: ``local_default``, None: the global base)."""
+    n_embd, n_head = table["n_embd"], table["n_head"]
+    out: dict[str, Any] = {"embed_scale": embed_scale(n_embd), "mlp_act": "gelu_tanh",
+                           "post_norms": True}  # fmt: skip
+    if table["n_layer"] == scale_layers:
+        out["attn_scale"] = float(np.float32(1.0) / np.sqrt(np.float32(n_embd // n_head)))
+    if period is not None:
+        out["layer_types"] = list(swa_pattern(meta, table["n_layer"], period))
+        local = meta.float("rope.freq_base_swa", local_default or table["rope_theta"])
+        if local_default is not None or local != table["rope_theta"]:
+            out["rope_local_theta"] = local
+    return out
