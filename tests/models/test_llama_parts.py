@@ -308,3 +308,18 @@ def test_params_formula_counts_the_parts(over):
     m = Llama(LlamaConfig(**{**BASE, **over}))
     assert llama_count(m.config) == count_params(m)
     assert kv_cache_bytes_per_token(m.config) == 2 * 4 * 2 * m.config.head_dim * 4
+
+
+def test_attention_panels_label_local_and_global_layers():
+    from attnlm.cli.inspect import layer_labels, select_panels
+
+    m = _every()
+    assert layer_labels(m) == ["local", "local", "global", "local"]
+    assert layer_labels(Llama(LlamaConfig(**BASE))) is None
+    with torch.no_grad():
+        maps = [w[0] for w in m(_ids(1, 5), return_attention=True).attentions]
+    panels = select_panels(maps, None, 1, layer_labels(m))
+    assert [row[0][0] for row in panels][1:3] == [
+        "layer 1 (local) head 1",
+        "layer 2 (global) head 1",
+    ]

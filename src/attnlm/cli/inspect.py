@@ -40,8 +40,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_command(sub, "attention", _attention, *OPTIONS)
 
 
-def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[str, object]]]:
-    """The (title, map) panels for ``--layer``/``--head`` (rows: layers, columns: heads)."""
+def layer_labels(model) -> list[str] | None:
+    """``"local"`` / ``"global"`` per layer of a model whose layers differ in their attention
+    window (Gemma, Qwen2 with windows); None when every layer sees the same span."""
+    windows = [getattr(b.attn, "window", None) for b in getattr(model, "blocks", ())]
+    if not any(w is not None for w in windows):
+        return None
+    return ["global" if w is None else "local" for w in windows]
+
+
+def select_panels(
+    maps, layer: int | None, head: int | None, labels: list[str] | None = None
+) -> list[list[tuple[str, object]]]:
+    """The (title, map) panels for ``--layer``/``--head`` (rows: layers, columns: heads);
+    ``labels``: a word per layer shown in its titles (local / global)."""
     from attnlm.base.errors import InputError
 
     n_layer, n_head = len(maps), int(maps[0].shape[0])
@@ -51,7 +63,8 @@ def select_panels(maps, layer: int | None, head: int | None) -> list[list[tuple[
         raise InputError(f"--head {head} is out of range: the model has {n_head} heads")
     layers = range(n_layer) if layer is None else [layer]
     heads = range(n_head) if head is None else [head]
-    return [[(f"layer {lay} head {h}", maps[lay][h]) for h in heads] for lay in layers]
+    name = [f"layer {lay}" + (f" ({labels[lay]})" if labels else "") for lay in range(n_layer)]
+    return [[(f"{name[lay]} head {h}", maps[lay][h]) for h in heads] for lay in layers]
 
 
 def _attention(args: argparse.Namespace) -> int:
@@ -84,7 +97,8 @@ def _attention(args: argparse.Namespace) -> int:
     if kind == "auto":
         kind = "cross" if record.cross_attentions is not None else "self"
     maps, queries, keys = record.maps(kind)
-    panels = select_panels(maps, args.layer, args.head)  # out of range: refused, with --html too
+    labels = layer_labels(ck.model) if kind == "self" else None
+    panels = select_panels(maps, args.layer, args.head, labels)  # out of range: refused
     if not args.out and (args.layer is not None or args.head is not None):
         raise InputError(
             "--layer/--head choose the panels of --out FILE.png; the --html page "
