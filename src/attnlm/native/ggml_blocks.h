@@ -40,13 +40,25 @@ typedef int32_t vi8 __attribute__((vector_size(32), aligned(4)));    /* 8 int32 
 typedef float vf8 __attribute__((vector_size(32), aligned(4)));      /* 8 floats */
 typedef int16_t vh32 __attribute__((vector_size(64), aligned(2)));   /* 32 int16 */
 typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));   /* 16 int32 */
+typedef uint8_t vb64 __attribute__((vector_size(64), aligned(1)));   /* 64 codes */
 
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
-#include <immintrin.h>
 #define GG_VNNI 1
 #else
 #define GG_VNNI 0
 #endif
+#if GG_VNNI || defined(__F16C__) || defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
+/* one float16 (bits) as a float: the CPU's instruction where it has one */
+static inline float gg_f16(uint16_t h) {
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    return from_f16(h);
+#endif
+}
 #define GG_ROWS 4
 
 /* the elements and bytes of one block of fmt */
@@ -78,11 +90,11 @@ static inline void gg_head(int64_t fmt, const uint8_t *b, GgHead *h) {
     switch (fmt) {
     case FMT_Q4_1: case FMT_Q5_1:
         memcpy(&v0, b, 2), memcpy(&v1, b + 2, 2);
-        h->d = from_f16(v0), h->m = from_f16(v1);
+        h->d = gg_f16(v0), h->m = gg_f16(v1);
         break;
     case FMT_Q4_K: case FMT_Q5_K: {
         memcpy(&v0, b, 2), memcpy(&v1, b + 2, 2);
-        const float d = from_f16(v0), dmin = from_f16(v1);
+        const float d = gg_f16(v0), dmin = gg_f16(v1);
         const uint8_t *s = b + 4; /* 12 bytes: see blocks.py's _k_scales */
         for (int j = 0; j < 4; j++) {
             h->sc[j] = d * (float)(s[j] & 63), h->mn[j] = -dmin * (float)(s[j + 4] & 63);
@@ -93,13 +105,13 @@ static inline void gg_head(int64_t fmt, const uint8_t *b, GgHead *h) {
     }
     case FMT_Q6_K: {
         memcpy(&v0, b + 208, 2);
-        const float d = from_f16(v0);
+        const float d = gg_f16(v0);
         for (int j = 0; j < 16; j++) h->sc[j] = d * (float)((const int8_t *)b)[192 + j];
         break;
     }
     default: /* Q8_0, Q4_0, Q5_0: d first */
         memcpy(&v0, b, 2);
-        h->d = from_f16(v0);
+        h->d = gg_f16(v0);
     }
 }
 
@@ -118,8 +130,14 @@ __attribute__((constructor)) static void gg_fill_spread(void) {
         for (int i = 0; i < 8; i++) gg_spread[b] |= (uint64_t)((b >> i) & 1) << (8 * i);
 }
 
-/* bit i of the 32-bit qh (4 bytes at p) as 16 in code i */
+/* bit i of the 32-bit qh (4 bytes at p) as 16 in code i (AVX-512: a mask register's bits
+ * as bytes in one instruction; else four lookups of the spread table) */
 static inline vb32 gg_bits32(const uint8_t *p) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    uint32_t m;
+    memcpy(&m, p, 4);
+    return (vb32)_mm256_movm_epi8(m) & 16;
+#endif
     const uint64_t t[4] = {gg_spread[p[0]], gg_spread[p[1]], gg_spread[p[2]], gg_spread[p[3]]};
     vb32 v;
     memcpy(&v, t, 32);
@@ -167,6 +185,16 @@ static inline __attribute__((always_inline)) vb32 gg_chunk(int64_t fmt, const ui
     }
 }
 
+/* the sum of 16 lanes as a tree (a chain of 16 dependent additions would cost a row of a
+ * short product as much as its blocks) */
+static inline float gg_hsum(vf v) {
+    const vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    typedef float vf4 __attribute__((vector_size(16)));
+    const vf4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
 /* 16 codes (half `hi` of u) as floats */
 static inline vf gg_half(vb32 u, int hi) {
     const vu8 h = hi ? __builtin_shufflevector(u, u, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
@@ -198,7 +226,7 @@ static inline __attribute__((always_inline)) void gg_row_float(
             }
         }
     }
-    for (int r = 0; r < R; r++) out[r] = hsum(acc[r][0] + acc[r][1]);
+    for (int r = 0; r < R; r++) out[r] = gg_hsum(acc[r][0] + acc[r][1]);
 }
 
 /* -- integer activations ----------------------------------------------------------------- */
@@ -261,36 +289,165 @@ static inline vi8 gg_dot(vb32 u, const int8_t *a) {
 #endif
 }
 
+/* the same over 64 codes (two chunks): 16 lanes, the second chunk's in lanes 8-15 */
+static inline vi16 gg_dot64(vb64 u, const int8_t *a) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    const __m512i ua = (__m512i)u, aa = _mm512_loadu_si512((const void *)a);
+    return (vi16)_mm512_dpbusd_epi32(_mm512_setzero_si512(), ua, aa);
+#else
+    const vb32 lo = __builtin_shufflevector(u, u, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                            14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                                            27, 28, 29, 30, 31);
+    const vb32 hi = __builtin_shufflevector(u, u, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+                                            44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56,
+                                            57, 58, 59, 60, 61, 62, 63);
+    const vi8 a0 = gg_dot(lo, a), a1 = gg_dot(hi, a + 32);
+    return __builtin_shufflevector(a0, a1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#endif
+}
+
+/* chunks g, g + 1 (64 codes, the scales of their halves in A, offsets in B) into the sums */
+static inline __attribute__((always_inline)) void gg_pair(
+    const int64_t fmt, vb32 u0, vb32 u1, const float *A0, const float *B0, const float *A1,
+    const float *B1, int64_t g, const uint8_t *xq, int64_t rb, int64_t K, const int R, vf *acc,
+    float *off) {
+    const int64_t G = K / 32;
+    const vb64 u = __builtin_shufflevector(
+        u0, u1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+        23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45,
+        46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63);
+    for (int r = 0; r < R; r++) {
+        const uint8_t *xr = xq + r * rb;
+        const float *e = (const float *)(xr + K), *s = e + G;
+        const vf d = __builtin_convertvector(gg_dot64(u, (const int8_t *)xr + 32 * g), vf);
+        if (fmt == FMT_Q6_K) { /* a scale per half */
+            const float p = A0[0] * e[g], q = A0[1] * e[g];
+            const float p1 = A1[0] * e[g + 1], q1 = A1[1] * e[g + 1];
+            const vf sc = {p, p, p, p, q, q, q, q, p1, p1, p1, p1, q1, q1, q1, q1};
+            acc[r] += d * sc;
+            off[r] += B0[0] * s[2 * g] + B0[1] * s[2 * g + 1] + B1[0] * s[2 * g + 2] +
+                      B1[1] * s[2 * g + 3];
+        } else {
+            const float p = A0[0] * e[g], q = A1[0] * e[g + 1];
+            const vf sc = {p, p, p, p, p, p, p, p, q, q, q, q, q, q, q, q};
+            acc[r] += d * sc;
+            off[r] += B0[0] * (s[2 * g] + s[2 * g + 1]) + B1[0] * (s[2 * g + 2] + s[2 * g + 3]);
+        }
+    }
+}
+
+/* One weight row against R rows of quantized x, two chunks at a time (64 codes: one 512-bit
+ * dot product where the CPU has them): a K-quant block's chunks in pairs, or two blocks of
+ * 32; an odd last block of 32 alone. */
 static inline __attribute__((always_inline)) void gg_row_int(
     const int64_t fmt, const uint8_t *w, int64_t nb, int64_t be, int64_t bb, const uint8_t *xq,
     int64_t K, const int R, float *out) {
     const int64_t rb = gg_row_bytes(K), G = K / 32;
-    vf8 acc[GG_ROWS];
+    vf acc[GG_ROWS];
     float off[GG_ROWS];
-    for (int r = 0; r < R; r++) acc[r] = (vf8){0}, off[r] = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *b = w + i * bb;
-        GgHead h;
-        gg_head(fmt, b, &h);
-        for (int c = 0; c < be / 32; c++) {
-            float A[2], B[2];
-            const vb32 u = gg_chunk(fmt, b, &h, c, A, B);
-            const int64_t g = i * (be / 32) + c;
-            const vf8 sc = {A[0], A[0], A[0], A[0], A[1], A[1], A[1], A[1]};
-            for (int r = 0; r < R; r++) {
-                const uint8_t *xr = xq + r * rb;
-                const float *e = (const float *)(xr + K), *s = e + G;
-                const vi8 d = gg_dot(u, (const int8_t *)xr + 32 * g);
-                acc[r] += __builtin_convertvector(d, vf8) * (sc * e[g]);
-                off[r] += B[0] * s[2 * g] + B[1] * s[2 * g + 1];
+    for (int r = 0; r < R; r++) acc[r] = (vf){0}, off[r] = 0.0f;
+    GgHead h0, h1;
+    float A0[2], B0[2], A1[2], B1[2];
+    int64_t i = 0;
+    if (be == 32) {
+        for (; i + 1 < nb; i += 2) {
+            const uint8_t *b0 = w + i * bb, *b1 = b0 + bb;
+            gg_head(fmt, b0, &h0), gg_head(fmt, b1, &h1);
+            const vb32 u0 = gg_chunk(fmt, b0, &h0, 0, A0, B0);
+            const vb32 u1 = gg_chunk(fmt, b1, &h1, 0, A1, B1);
+            gg_pair(fmt, u0, u1, A0, B0, A1, B1, i, xq, rb, K, R, acc, off);
+        }
+    } else {
+        for (; i < nb; i++) {
+            const uint8_t *b = w + i * bb;
+            gg_head(fmt, b, &h0);
+            for (int c = 0; c < be / 32; c += 2) {
+                const vb32 u0 = gg_chunk(fmt, b, &h0, c, A0, B0);
+                const vb32 u1 = gg_chunk(fmt, b, &h0, c + 1, A1, B1);
+                gg_pair(fmt, u0, u1, A0, B0, A1, B1, i * (be / 32) + c, xq, rb, K, R, acc, off);
             }
         }
     }
-    for (int r = 0; r < R; r++) {
-        float t = off[r];
-        for (int j = 0; j < 8; j++) t += acc[r][j];
-        out[r] = t;
+    if (i < nb) { /* an odd last block of 32 */
+        const uint8_t *b = w + i * bb;
+        gg_head(fmt, b, &h0);
+        const vb32 u = gg_chunk(fmt, b, &h0, 0, A0, B0);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xq + r * rb;
+            const float *e = (const float *)(xr + K), *s = e + G;
+            const vf8 d = __builtin_convertvector(gg_dot(u, (const int8_t *)xr + 32 * i), vf8);
+            const vf8 t = d * (A0[0] * e[i]), z = {0};
+            off[r] += B0[0] * (s[2 * i] + s[2 * i + 1]);
+            acc[r] += __builtin_shufflevector(t, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                              14, 15);
+        }
     }
+    for (int r = 0; r < R; r++) out[r] = off[r] + gg_hsum(acc[r]);
+}
+
+/* One row of quantized x against NW weight rows (w, w + rowb, ...; NW a constant where
+ * inlined): what a decoding step's single row takes, the activations' codes, scales and sums
+ * read once for all NW rows. */
+static inline __attribute__((always_inline)) void gg_rows_x1(
+    const int64_t fmt, const uint8_t *w, int64_t rowb, const int NW, int64_t nb, int64_t be,
+    int64_t bb, const uint8_t *xq, int64_t K, float *out) {
+    const int64_t G = K / 32;
+    const float *e = (const float *)(xq + K), *s = e + G;
+    const int8_t *a = (const int8_t *)xq;
+    vf acc[4];
+    float off[4];
+    for (int j = 0; j < NW; j++) acc[j] = (vf){0}, off[j] = 0.0f;
+    GgHead hd[2][4]; /* each weight row's head (two blocks of 32 at a time) */
+    float A0[2], B0[2], A1[2], B1[2];
+    for (int64_t i = 0; i < nb; i += (be == 32 ? 2 : 1)) {
+        for (int c = 0; c < be / 32; c += 2) {
+            const int64_t g = i * (be / 32) + c;
+            const int odd = be == 32 && i + 1 == nb; /* an odd last block of 32 */
+            for (int j = 0; j < NW; j++) {
+                const uint8_t *b0 = w + j * rowb + i * bb, *b1 = b0 + (be == 32 ? bb : 0);
+                GgHead *h0 = &hd[0][j], *h1 = &hd[1][j];
+                if (be == 32 || c == 0) gg_head(fmt, b0, h0);
+                if (be == 32 && !odd) gg_head(fmt, b1, h1);
+                const vb32 u0 = gg_chunk(fmt, b0, h0, c, A0, B0);
+                vb32 u1 = {0};
+                if (be == 32) {
+                    if (!odd) u1 = gg_chunk(fmt, b1, h1, 0, A1, B1);
+                    else A1[0] = A1[1] = B1[0] = B1[1] = 0.0f;
+                } else {
+                    u1 = gg_chunk(fmt, b0, h0, c + 1, A1, B1);
+                }
+                const vb64 u = __builtin_shufflevector(
+                    u0, u1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+                    20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
+                    40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+                    60, 61, 62, 63);
+                if (odd) { /* x's codes past the row are not there: 32 of them alone */
+                    const vf8 d = __builtin_convertvector(gg_dot(u0, a + 32 * g), vf8);
+                    const vf8 t = d * (A0[0] * e[g]), z = {0};
+                    acc[j] += __builtin_shufflevector(t, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                      12, 13, 14, 15);
+                    off[j] += B0[0] * (s[2 * g] + s[2 * g + 1]);
+                    continue;
+                }
+                const vf d = __builtin_convertvector(gg_dot64(u, a + 32 * g), vf);
+                const float e0 = e[g], e1 = e[g + 1];
+                if (fmt == FMT_Q6_K) {
+                    const float p = A0[0] * e0, q = A0[1] * e0, p1 = A1[0] * e1, q1 = A1[1] * e1;
+                    const vf sc = {p, p, p, p, q, q, q, q, p1, p1, p1, p1, q1, q1, q1, q1};
+                    acc[j] += d * sc;
+                    off[j] += B0[0] * s[2 * g] + B0[1] * s[2 * g + 1] + B1[0] * s[2 * g + 2] +
+                              B1[1] * s[2 * g + 3];
+                } else {
+                    const float p = A0[0] * e0, q = A1[0] * e1;
+                    const vf sc = {p, p, p, p, p, p, p, p, q, q, q, q, q, q, q, q};
+                    acc[j] += d * sc;
+                    off[j] += B0[0] * (s[2 * g] + s[2 * g + 1]) +
+                              B1[0] * (s[2 * g + 2] + s[2 * g + 3]);
+                }
+            }
+        }
+    }
+    for (int j = 0; j < NW; j++) out[j] = off[j] + gg_hsum(acc[j]);
 }
 
 /* -- the product --------------------------------------------------------------------------- */
@@ -311,7 +468,18 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     const int in = gg_int(L);
     int64_t bb;
     const int64_t K = L->k, be = gg_block(fmt, &bb), rowb = K / be * bb, rb = gg_row_bytes(K);
-    for (int64_t n = n0; n < n1; n++) {
+    int64_t n = n0;
+    if (in && M == 1 && be == 32) /* a decoding step: 2 weight rows at a time (measured
+                                     * slower for the K-quants: kept to one) */
+        for (; n + 2 <= n1; n += 2) {
+            const uint8_t *w = (const uint8_t *)L->w + n * rowb;
+            if (n + 4 <= n1) prefetch(w + 2 * rowb, 2 * rowb);
+            float out[2];
+            gg_rows_x1(fmt, w, rowb, 2, K / be, be, bb, xq, K, out);
+            store(L, y, ldy, res, 0, n, out[0]);
+            store(L, y, ldy, res, 0, n + 1, out[1]);
+        }
+    for (; n < n1; n++) {
         const uint8_t *w = (const uint8_t *)L->w + n * rowb;
         if (n + 2 < n1) prefetch(w + 2 * rowb, rowb);
         float out[GG_ROWS];
@@ -347,6 +515,23 @@ static void rows_f16(const Linear *L, const float *x, int64_t M, int64_t ldx, fl
     }
 }
 
+/* one function per type (each its own symbol in a profile) */
+#define GG_ROWS_OF(name, FMT)                                                                  \
+    static __attribute__((noinline)) void name(const Linear *L, const float *x, int64_t M,     \
+                                               int64_t ldx, const uint8_t *xq, float *y,       \
+                                               int64_t ldy, const float *res, int64_t n0,      \
+                                               int64_t n1) {                                   \
+        gg_rows_fmt(FMT, L, x, M, ldx, xq, y, ldy, res, n0, n1);                               \
+    }
+GG_ROWS_OF(rows_q8_0, FMT_Q8_0)
+GG_ROWS_OF(rows_q4_0, FMT_Q4_0)
+GG_ROWS_OF(rows_q4_1, FMT_Q4_1)
+GG_ROWS_OF(rows_q5_0, FMT_Q5_0)
+GG_ROWS_OF(rows_q5_1, FMT_Q5_1)
+GG_ROWS_OF(rows_q4_k, FMT_Q4_K)
+GG_ROWS_OF(rows_q5_k, FMT_Q5_K)
+GG_ROWS_OF(rows_q6_k, FMT_Q6_K)
+
 /* output rows [n0, n1) of a product in ggml blocks (fmt >= FMT_F16); xq: x quantized by
  * gg_quantize where gg_int(L) */
 static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
@@ -354,13 +539,13 @@ static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
                       int64_t n1) {
     switch (L->fmt) {
     case FMT_F16: rows_f16(L, x, M, ldx, y, ldy, res, n0, n1); break;
-    case FMT_Q8_0: gg_rows_fmt(FMT_Q8_0, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
-    case FMT_Q4_0: gg_rows_fmt(FMT_Q4_0, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
-    case FMT_Q4_1: gg_rows_fmt(FMT_Q4_1, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
-    case FMT_Q5_0: gg_rows_fmt(FMT_Q5_0, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
-    case FMT_Q5_1: gg_rows_fmt(FMT_Q5_1, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
-    case FMT_Q4_K: gg_rows_fmt(FMT_Q4_K, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
-    case FMT_Q5_K: gg_rows_fmt(FMT_Q5_K, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
-    default: gg_rows_fmt(FMT_Q6_K, L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q8_0: rows_q8_0(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q4_0: rows_q4_0(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q4_1: rows_q4_1(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q5_0: rows_q5_0(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q5_1: rows_q5_1(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q4_K: rows_q4_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q5_K: rows_q5_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    default: rows_q6_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     }
 }
