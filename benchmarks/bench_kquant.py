@@ -1,0 +1,200 @@
+"""Decoding a K-quant GGUF file in its own blocks (the C engine's ggml products,
+``src/attnlm/native/ggml_blocks.h``) against llama.cpp (``llama-cpp-python``) on the same file,
+whole process against whole process.
+
+The file: any Q4_K_M llama-architecture GGUF (``--path``), by default SmolLM2-135M-Instruct
+requantized to Q4_K_M by llama.cpp's own quantizer (``llama_cpp.llama_model_quantize``, from
+the cached ``smollm2-135m-instruct`` file; made once into the attnlm cache, ``bench/``).
+Its matrices mix Q5_0 and Q8_0 (rows of 576, not a multiple of 256, fall back from Q4_K /
+Q6_K as llama.cpp's quantizer does) with Q4_K and Q6_K.
+
+Rows (medians over ``--rounds``, the contenders started in turn: attnlm, llama.cpp, ...):
+
+* decode tokens/s at batch 1, greedy, a 64-token prompt and ``--new`` new tokens, one token
+  per pass (``--lookahead 0``), ``--threads`` threads: attnlm (integer activations, the
+  default), attnlm with float activations (``ATTNLM_GGML_ACTIVATIONS=float``) and llama.cpp
+  (target: attnlm >= 1.2x llama.cpp); prefill of a 512-token prompt (>= 1.2x); peak RSS
+  (<= 1.0x);
+* ``--cpu-time``: in one process, one thread, the CPU time (``time.thread_time``) of each
+  decoding step of attnlm's engine and of llama.cpp's ``eval``, alternating token by token:
+  the ratio that stays meaningful on a machine shared with other work;
+* ``--kernels``: each block type's product alone (4096 x 1536, one row of x, one thread),
+  float against integer activations, alternating.
+
+    .venv/bin/python benchmarks/bench_kquant.py [--rounds 3] [--threads 2] [--new 128]
+        [--path FILE.gguf] [--cpu-time] [--kernels]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import bench_local_llm as local  # the peer process, whole-process runs and ratio lines
+import harness  # benchmarks/harness.py: JSON lines, optional peers
+
+SOURCE = "smollm2-135m-instruct"
+
+
+def default_file() -> Path:
+    """SmolLM2-135M-Instruct in Q4_K_M, made by llama.cpp's quantizer from the cached file
+    (which is Q4_1: ``allow_requantize``) once, into the attnlm cache."""
+    from attnlm.base.fileio import cache_dir, temp_path_for
+
+    out = cache_dir() / "bench" / "smollm2-135m-instruct-q4_k_m.gguf"
+    if out.is_file():
+        return out
+    import llama_cpp
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(out)
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.allow_requantize = True
+    params.nthread = 2
+    done = llama_cpp.llama_model_quantize(local.gguf_path().encode(), str(tmp).encode(),
+                                          ctypes.byref(params))  # fmt: skip
+    if done != 0:
+        tmp.unlink(missing_ok=True)
+        raise SystemExit(f"llama.cpp's quantizer failed ({done})")
+    tmp.replace(out)
+    return out
+
+
+def prompt_of(path: Path, n_tokens: int) -> str:
+    """The first ``n_tokens`` tokens of the built-in Shakespeare corpus, as text."""
+    from attnlm.data.corpus import load_text
+    from attnlm.models.gguf import load_tokenizer
+
+    tok = load_tokenizer(str(path))
+    return tok.decode(tok.encode(load_text(None)[: 20 * n_tokens])[:n_tokens])
+
+
+def whole_processes(path: Path, args: argparse.Namespace) -> None:
+    rate, rss = "decode_tokens_per_second", "peak_rss_mb"
+    for label, tokens, new in (("decode", args.prompt_tokens, args.new),
+                               ("prefill", args.prefill_tokens, 1)):  # fmt: skip
+        prompt = prompt_of(path, tokens)
+        ours = local.attnlm_cmd(str(path), prompt, new, args.threads, None)
+        cmds = {"attnlm": ours,
+                "attnlm float activations": ["env", "ATTNLM_GGML_ACTIVATIONS=float", *ours],
+                "llama.cpp": local.peer_cmd("llamacpp", str(path), prompt, new,
+                                            args.threads)}  # fmt: skip
+        got = local.compare_processes(f"{label}, prompt {tokens}, {new} new tokens", cmds,
+                                      args.rounds)  # fmt: skip
+        if label == "decode":
+            local.say("decode attnlm / llama.cpp", local.ratio(got, "attnlm", "llama.cpp", rate),
+                      ">= 1.2x")  # fmt: skip
+            local.say(
+                "decode attnlm float activations / llama.cpp",
+                local.ratio(got, "attnlm float activations", "llama.cpp", rate),
+                "none",
+            )
+            local.say("peak RSS attnlm / llama.cpp", local.ratio(got, "attnlm", "llama.cpp", rss),
+                      "<= 1.0x")  # fmt: skip
+        else:
+            local.say("prefill attnlm / llama.cpp (time ratio, inverse)",
+                      local.ratio(got, "attnlm", "llama.cpp", "prefill_seconds", inverse=True),
+                      ">= 1.2x")  # fmt: skip
+
+
+def cpu_time(path: Path, steps: int) -> None:
+    """One thread each, CPU time per decoding step, alternating token by token."""
+    from llama_cpp import Llama
+
+    from attnlm.base.ggufio import GGUFFile
+    from attnlm.runtime.engine_gguf import open_engine
+
+    llm = Llama(str(path), n_ctx=1024, n_threads=1, n_threads_batch=1, verbose=False)
+    engine = open_engine(GGUFFile(path), None, 1)
+    prompt = list(range(100, 164))
+    llm.reset()
+    llm.eval(prompt)
+    engine.reset(1)
+    engine.feed(np.array([prompt]), last_only=True)
+    ours, theirs = [], []
+    for i in range(steps):
+        t0 = time.thread_time()
+        engine.feed(np.array([[200 + i]]), last_only=True)
+        t1 = time.thread_time()
+        llm.eval([200 + i])
+        ours.append(t1 - t0)
+        theirs.append(time.thread_time() - t1)
+    a, b = float(np.median(ours)), float(np.median(theirs))
+    print(f"\n== CPU time per decoding step, one thread, median of {steps} (alternating)")
+    print(f"   attnlm {a * 1e3:.2f} ms, llama.cpp {b * 1e3:.2f} ms")
+    local.say("decode CPU time llama.cpp / attnlm", b / a, ">= 1.2x")
+    harness.emit({"bench": "kquant cpu_time", "attnlm_ms": a * 1e3, "llamacpp_ms": b * 1e3})
+
+
+def kernels(threads: int, rounds: int) -> None:
+    """Each block type's product alone: float activations' time / integer activations'."""
+    from attnlm import native
+    from attnlm.native import structs
+
+    lib = native.library()
+    if lib is None:
+        raise SystemExit(f"no C step: {native.why_not}")
+    n, k, calls = 4096, 1536, 20
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1, k)).astype(np.float32)
+    y, part = np.empty((1, n), np.float32), np.empty(threads * n, np.float32)
+    print(f"\n== one product {n} x {k}, one row of x, {threads} threads, median of {rounds}")
+    for name, (elements, size) in {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20),
+                                   "Q5_0": (32, 22), "Q5_1": (32, 24), "Q4_K": (256, 144),
+                                   "Q5_K": (256, 176), "Q6_K": (256, 210)}.items():  # fmt: skip
+        raw = rng.integers(0, 256, size=(n, k // elements * size), dtype=np.uint8)
+        scales = {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q4_1": (0, 2), "Q5_1": (0, 2)}
+        blocks = raw.reshape(-1, size)
+        for at in scales.get(name, (0,)):  # small finite float16 scales
+            blocks[:, at : at + 2] = np.full((1, 1), 1e-3, np.float16).view(np.uint8)
+        times: dict[int, list[float]] = {structs.ACT_FLOAT: [], structs.ACT_INT: []}
+        for _ in range(rounds):
+            for act in times:
+                layer = structs.Linear(structs.GGML_FORMATS[name], n, k, n, raw.ctypes.data,
+                                       None, None, act)  # fmt: skip
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    lib.attnlm_linear(ctypes.byref(layer), x.ctypes.data, 1, y.ctypes.data,
+                                      part.ctypes.data, threads)  # fmt: skip
+                times[act].append((time.perf_counter() - t0) / calls)
+        f, i = (float(np.median(times[a])) for a in (structs.ACT_FLOAT, structs.ACT_INT))
+        print(f"   {name}: float {f * 1e3:.3f} ms, integer {i * 1e3:.3f} ms: "
+              f"integer {f / i:.2f}x as fast")  # fmt: skip
+        harness.emit({"bench": "kquant kernel", "type": name, "float_ms": f * 1e3,
+                      "int_ms": i * 1e3})  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--new", type=int, default=128, help="new tokens per decode")
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--prefill-tokens", type=int, default=512)
+    ap.add_argument("--path", help="a Q4_K_M llama GGUF file (default: SmolLM2 requantized)")
+    ap.add_argument("--cpu-time", action="store_true", help="only the one-thread CPU-time rows")
+    ap.add_argument("--kernels", action="store_true", help="only the kernel rows")
+    args = harness.parse(ap, quick={"rounds": 1, "new": 8, "prompt_tokens": 16,
+                                    "prefill_tokens": 32})  # fmt: skip
+    harness.header("kquant", threads=args.threads, new=args.new, rounds=args.rounds)
+    if args.kernels:
+        kernels(1, max(args.rounds, 5))  # one thread: two on a busy machine measure the queue
+        return
+    if not harness.require("kquant", "llama_cpp"):
+        return
+    path = Path(args.path) if args.path else default_file()
+    if args.cpu_time:
+        cpu_time(path, 16 if args.new < 32 else 64)
+        return
+    whole_processes(path, args)
+    cpu_time(path, 16 if args.new < 32 else 64)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
