@@ -40,6 +40,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from attnlm.base.errors import ConfigError
 from attnlm.base.foreign import check_config_fits
 from attnlm.base.validate import above_zero, fraction, one_of, positive
@@ -56,6 +58,12 @@ ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "G
               "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral"}  # fmt: skip
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
 MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
+
+
+def gemma_embed_scale(width: int) -> float:
+    """Gemma's embedding scale for ``model.embed_scale``: ``sqrt(n_embd)`` rounded to float32,
+    as Gemma computes it in the model's dtype."""
+    return float(torch.tensor(width**0.5, dtype=torch.float32))
 
 
 def llama_ffn_width(d_model: int, multiple_of: int = 256) -> int:

@@ -24,13 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from attnlm.base.errors import ConfigError
 from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
 from attnlm.models.hf.llama import BUFFERS, HEAD, _first, _rope
 from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers, to_hf
-from attnlm.models.llama import LAYER_TYPES, Llama, LlamaConfig
+from attnlm.models.llama import LAYER_TYPES, Llama, LlamaConfig, gemma_embed_scale
 
 FULL, SLIDING = LAYER_TYPES
 
@@ -76,12 +74,6 @@ REFUSED_KEYS = {
     "vision_config": "a vision tower", "use_bidirectional_attention": "bidirectional attention",
     "mlp_bias": "feed-forward biases",
 }  # fmt: skip
-
-
-def _gemma_scale(width: int) -> float:
-    """Gemma's embedding scale: ``sqrt(hidden_size)`` as a float32 (as Hugging Face computes
-    it in the model's dtype)."""
-    return float(torch.tensor(width**0.5, dtype=torch.float32))
 
 
 def _refuse_parts(hf: dict, arch: Arch, where: str) -> None:
@@ -185,7 +177,7 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
         if arch.gemma:
             scalar = float(hf.get("query_pre_attn_scalar", 256))
             fields.update(
-                post_norms=True, embed_scale=_gemma_scale(d), attn_scale=scalar**-0.5,
+                post_norms=True, embed_scale=gemma_embed_scale(d), attn_scale=scalar**-0.5,
                 attn_softcap=_cap(hf.get("attn_logit_softcapping")),
                 final_softcap=_cap(hf.get("final_logit_softcapping")),
             )  # fmt: skip
@@ -207,7 +199,7 @@ def _fits(config: LlamaConfig, arch: Arch) -> None:
     fixed = dict(qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm, post_norms=arch.gemma,
                  mlp_act="gelu_tanh" if arch.gemma else "silu")  # fmt: skip
     if arch.gemma:
-        fixed["embed_scale"] = _gemma_scale(c.n_embd)
+        fixed["embed_scale"] = gemma_embed_scale(c.n_embd)
     else:
         fixed.update(embed_scale=None, attn_scale=None, attn_softcap=None, final_softcap=None)
     if not arch.local_rope:
