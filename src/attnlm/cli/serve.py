@@ -1,4 +1,5 @@
-"""``attnlm serve``: the offline attention explorer in the browser."""
+"""``attnlm serve``: the offline attention explorer in the browser; with ``--api`` an
+OpenAI-compatible HTTP API of one model (:mod:`attnlm.api`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ import argparse
 import sys
 from functools import partial
 
-from attnlm.base.validate import existing_file, int_in_range, name_or_path, non_empty, positive_int
+from attnlm.base.validate import (
+    existing_file,
+    int_in_range,
+    name_or_path,
+    non_empty,
+    positive_float,
+    positive_int,
+)
 from attnlm.cli.common import (
     add_command,
     add_runtime_arguments,
@@ -39,6 +47,31 @@ OPTIONS = (
     flag("--compile", "compile with torch.compile: generate and translate through the compiled "
          "decode step (CUDA graphs on a GPU): the first request of each shape waits for a "
          "compile, later ones reuse it for as long as the server runs"),
+    flag("--api", "serve the OpenAI-compatible API of one --model (/v1/chat/completions, "
+         "/v1/completions, /v1/embeddings, /v1/models, /tokenize, /detokenize, /health) instead "
+         "of the explorer"),
+    option("--api-key", default=None, metavar="KEY", type=arg(non_empty),
+           help="--api: every request needs 'Authorization: Bearer KEY' (required when --host "
+           "is not a loopback address; also read from ATTNLM_API_KEY)"),
+    option("--parallel", type=arg(int_in_range, lo=1, hi=256), default=None, metavar="N",
+           help="--api: requests decoded at once, one batched step for all (default: 8 under 1B "
+           "parameters, 4 under 8B, else 2)"),
+    option("--prefill-chunk", type=arg(positive_int), default=256, metavar="N",
+           help="--api: prompt tokens fed per step while other requests decode"),
+    option("--max-queue", type=arg(positive_int), default=64, metavar="N",
+           help="--api: requests waiting for a slot before new ones get 429"),
+    option("--max-tokens-limit", type=arg(positive_int), default=4096, metavar="N",
+           help="--api: the largest max_tokens a request may ask for (also the default)"),
+    option("--max-prompt-tokens", type=arg(positive_int), default=None, metavar="N",
+           help="--api: the longest prompt taken (default: the model's window)"),
+    option("--max-n", type=arg(int_in_range, lo=1, hi=128), default=8, metavar="N",
+           help="--api: the most choices (n) one request may ask for"),
+    option("--max-body-bytes", type=arg(positive_int), default=1 << 20, metavar="B",
+           help="--api: the largest request body (413 beyond)"),
+    option("--request-timeout", type=arg(positive_float), default=600.0, metavar="S",
+           help="--api: seconds a request may take; then it ends (finish_reason length)"),
+    option("--served-name", default=None, metavar="NAME", type=arg(non_empty),
+           help="--api: the model's id in /v1/models and requests (default: its name)"),
 )  # fmt: skip
 
 
@@ -58,6 +91,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise InputError("nothing to serve: give --model SPEC (repeatable)")
     if not args.host.strip():  # "" would bind every interface, unlike what it looks like
         raise InputError("--host is empty: give an address (127.0.0.1, or 0.0.0.0 for all)")
+    if args.api:
+        return _serve_api(args)
     max_chars = args.max_chars if args.max_chars is not None else DEFAULT_MAX_CHARS
     use_threads(args)
     static = None
@@ -95,4 +130,47 @@ def _serve(args: argparse.Namespace) -> int:
         server.serve_forever()
     finally:
         server.server_close()
+    return 0
+
+
+def _serve_api(args: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    from attnlm.base.errors import InputError
+    from attnlm.web.server import LOOPBACK_HOSTS
+
+    specs = args.checkpoint + args.model
+    if len(specs) != 1:
+        raise InputError("--api serves one model: give exactly one --model SPEC")
+    key = args.api_key or os.environ.get("ATTNLM_API_KEY") or None
+    loopback = args.host in LOOPBACK_HOSTS or args.host.startswith("127.")
+    if not loopback and key is None:
+        raise InputError(f"--host {args.host} is reachable from other machines: give --api-key KEY "
+                         "(or ATTNLM_API_KEY), or serve on 127.0.0.1")  # fmt: skip
+    use_threads(args)
+    from attnlm.api.app import make_app
+    from attnlm.api.run import bind, serve_forever, url_of
+    from attnlm.api.served import Limits, Served
+
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
+                    max_tokens=args.max_tokens_limit, max_n=args.max_n,
+                    max_queue=args.max_queue, request_seconds=args.request_timeout)  # fmt: skip
+    served = Served(specs[0], device=args.device, weights=args.weights, parallel=args.parallel,
+                    prefill_chunk=args.prefill_chunk, limits=limits,
+                    name=args.served_name)  # fmt: skip
+    try:
+        sock = bind(args.host.strip("[]"), args.port)
+    except OSError as e:
+        served.close()
+        raise InputError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e})") from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    slots = f", {served.parallel} slots" if served.scheduler is not None else ""
+    print(f"OpenAI-compatible API at {url_of(sock)}/v1 (model: {served.id}{slots})")
+    print("press Ctrl+C to stop", flush=True)
+    try:
+        serve_forever(make_app(served, key), sock)
+    finally:
+        served.close()
+        sock.close()
     return 0

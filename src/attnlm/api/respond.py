@@ -1,0 +1,277 @@
+"""Answers of the generating endpoints, whole or streamed (server-sent events in OpenAI's
+chunk shapes): a request's events (:class:`~attnlm.api.job.Request`) gathered into the
+``chat.completion`` / ``text_completion`` objects, or sent as ``chat.completion.chunk`` /
+``text_completion`` chunks ending in ``data: [DONE]``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from attnlm.api.protocol import ApiError
+from attnlm.api.tools import ToolStream, split_reply
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+class Choice:
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.logprobs: list[dict] = []
+        self.finish: str | None = None
+        self.tokens = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def token_entry(tokenizer: Any, lp: dict) -> dict[str, Any]:
+    """One token's ``logprobs.content`` entry (chat)."""
+
+    def one(tok: int, value: float) -> dict[str, Any]:
+        raw = _bytes(tokenizer, tok)
+        return {"token": raw.decode("utf-8", errors="replace"), "logprob": value,
+                "bytes": list(raw)}  # fmt: skip
+
+    entry = one(lp["id"], lp["logprob"])
+    entry["top_logprobs"] = [one(t, v) for t, v in lp["top"]]
+    return entry
+
+
+def _bytes(tokenizer: Any, tok: int) -> bytes:
+    if hasattr(tokenizer, "token_bytes"):
+        return tokenizer.token_bytes(tok)
+    return tokenizer.decode([tok]).encode()
+
+
+def _event(request: Any, item: tuple, choices: list[Choice]) -> None:
+    kind, index = item[0], item[1]
+    if kind == "error":
+        raise ApiError(500, f"the decoder failed: {item[2]}", None, "server_error")
+    c = choices[index]
+    if kind == "token":
+        if item[2]:
+            c.pieces.append(item[2])
+        if item[3] is not None:
+            c.logprobs.append(item[3])
+    else:
+        c.finish, c.tokens = item[2], item[3]
+
+
+async def gather(request: Any) -> list[Choice]:
+    """Every choice of ``request`` once all have ended."""
+    choices = [Choice() for _ in request.jobs]
+    while any(c.finish is None for c in choices):
+        _event(request, await request.events.get(), choices)
+    return choices
+
+
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}  # fmt: skip
+
+
+def chat_body(served: Any, request: Any, choices: list[Choice], tools: bool) -> dict:
+    out = []
+    for i, c in enumerate(choices):
+        message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
+        finish = c.finish
+        if tools:
+            content, calls = split_reply(c.text)
+            if calls:
+                message["content"] = content.strip() or None
+                message["tool_calls"] = [_call(call) for call in calls]
+                finish = "tool_calls"
+        lps = None
+        if request.jobs[i].params.logprobs is not None:
+            lps = {"content": [token_entry(served.tokenizer, lp) for lp in c.logprobs],
+                   "refusal": None}  # fmt: skip
+        out.append({"index": i, "message": message, "logprobs": lps, "finish_reason": finish})
+    return {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": served.id,
+        "system_fingerprint": None,
+        "choices": out,
+        "usage": usage(len(request.prompt), sum(c.tokens for c in choices)),
+    }
+
+
+def _call(call: dict, index: int | None = None) -> dict[str, Any]:
+    out = {"id": call["id"], "type": "function",
+           "function": {"name": call["name"], "arguments": call["arguments"]}}  # fmt: skip
+    return out if index is None else {"index": index, **out}
+
+
+def completion_logprobs(served: Any, lps: list[dict], start: int) -> dict[str, Any]:
+    """The legacy ``logprobs`` object: tokens, their log probabilities, the top ones as
+    ``{token: logprob}``, each token's offset in the choice's text (from ``start``)."""
+    tokens, values, tops, offsets = [], [], [], []
+    at = start
+    for lp in lps:
+        text = _bytes(served.tokenizer, lp["id"]).decode("utf-8", errors="replace")
+        tokens.append(text)
+        values.append(lp["logprob"])
+        top = lp.get("top")
+        tops.append(None if top is None else {_label(served, t): v for t, v in top})
+        offsets.append(at)
+        at += len(text)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
+            "text_offset": offsets}  # fmt: skip
+
+
+def _label(served: Any, tok: int) -> str:
+    return _bytes(served.tokenizer, tok).decode("utf-8", errors="replace")
+
+
+def completion_body(served: Any, request: Any, choices: list[Choice], echo: str | None,
+                    echo_lps: list[dict] | None) -> dict:  # fmt: skip
+    out = []
+    for i, c in enumerate(choices):
+        head = echo or ""
+        lps = None
+        if request.jobs[i].params.logprobs is not None:
+            lps = completion_logprobs(served, (echo_lps or []) + c.logprobs, 0)
+        out.append({"index": i, "text": head + c.text, "logprobs": lps,
+                    "finish_reason": c.finish})  # fmt: skip
+    return {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": served.id,
+        "system_fingerprint": None,
+        "choices": out,
+        "usage": usage(len(request.prompt), sum(c.tokens for c in choices)),
+    }
+
+
+def sse(data: Any) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def chat_stream(served: Any, request: Any, tools: bool, include_usage: bool
+                      ) -> AsyncIterator[bytes]:  # fmt: skip
+    """The chat chunks (see the module docstring)."""
+    rid, created = new_id("chatcmpl"), int(time.time())
+    n = len(request.jobs)
+    extra = {"usage": None} if include_usage else {}
+
+    def chunk(index: int, delta: dict, finish: str | None = None, lps: Any = None) -> bytes:
+        return sse({"id": rid, "object": "chat.completion.chunk", "created": created,
+                    "model": served.id, "system_fingerprint": None,
+                    "choices": [{"index": index, "delta": delta, "logprobs": lps,
+                                 "finish_reason": finish}], **extra})  # fmt: skip
+
+    splitters = [ToolStream() if tools else None for _ in range(n)]
+    ended = [False] * n
+    total = 0
+    for i in range(n):
+        yield chunk(i, {"role": "assistant", "content": ""})
+    while not all(ended):
+        item = await request.events.get()
+        if item[0] == "error":
+            yield sse(ApiError(500, f"the decoder failed: {item[2]}").body())
+            break
+        i = item[1]
+        wants_lp = request.jobs[i].params.logprobs is not None
+        if item[0] == "token":
+            lps = None
+            if item[3] is not None and wants_lp:
+                lps = {"content": [token_entry(served.tokenizer, item[3])], "refusal": None}
+            s = splitters[i]
+            if s is None:
+                items = [("content", item[2])] if item[2] else []
+            else:
+                items = s.feed(item[2])
+            if not items and lps is not None:
+                items = [("content", "")]
+            for k, (kind, value) in enumerate(items):
+                yield _delta(chunk, i, kind, value, s, lps if k == 0 else None)
+            continue
+        s, finish = splitters[i], item[2]
+        if s is not None:
+            for kind, value in s.flush():
+                yield _delta(chunk, i, kind, value, s, None)
+            if s.calls:
+                finish = "tool_calls"
+        yield chunk(i, {}, finish)
+        ended[i], total = True, total + item[3]
+    if include_usage and all(ended):
+        yield sse({"id": rid, "object": "chat.completion.chunk", "created": created,
+                   "model": served.id, "system_fingerprint": None, "choices": [],
+                   "usage": usage(len(request.prompt), total)})  # fmt: skip
+    yield b"data: [DONE]\n\n"
+
+
+def _delta(chunk, i: int, kind: str, value: Any, splitter: Any, lps: Any) -> bytes:
+    if kind == "content":
+        return chunk(i, {"content": value}, None, lps)
+    index = splitter.calls.index(value)
+    return chunk(i, {"tool_calls": [_call(value, index)]}, None, lps)
+
+
+async def completion_stream(served: Any, request: Any, echo: str | None, include_usage: bool
+                            ) -> AsyncIterator[bytes]:  # fmt: skip
+    rid, created = new_id("cmpl"), int(time.time())
+    extra = {"usage": None} if include_usage else {}
+
+    def chunk(index: int, text: str, finish: str | None = None, lps: Any = None) -> bytes:
+        return sse({"id": rid, "object": "text_completion", "created": created,
+                    "model": served.id, "system_fingerprint": None,
+                    "choices": [{"index": index, "text": text, "logprobs": lps,
+                                 "finish_reason": finish}], **extra})  # fmt: skip
+
+    n = len(request.jobs)
+    if echo:
+        for i in range(n):
+            yield chunk(i, echo)
+    ended, total = [False] * n, 0
+    offsets = [len(echo or "")] * n
+    while not all(ended):
+        item = await request.events.get()
+        if item[0] == "error":
+            yield sse(ApiError(500, f"the decoder failed: {item[2]}").body())
+            break
+        i = item[1]
+        if item[0] == "token":
+            lps = None
+            if item[3] is not None and request.jobs[i].params.logprobs is not None:
+                lps = completion_logprobs(served, [item[3]], offsets[i])
+            offsets[i] += len(item[2])
+            yield chunk(i, item[2], None, lps)
+        else:
+            yield chunk(i, "", item[2])
+            ended[i], total = True, total + item[3]
+    if include_usage and all(ended):
+        yield sse({"id": rid, "object": "text_completion", "created": created,
+                   "model": served.id, "system_fingerprint": None, "choices": [],
+                   "usage": usage(len(request.prompt), total)})  # fmt: skip
+    yield b"data: [DONE]\n\n"
+
+
+async def until_disconnect(receive) -> None:
+    """Returns when the client has gone away (an ASGI ``http.disconnect``)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def gather_or_leave(request: Any, receive) -> list[Choice] | None:
+    """:func:`gather`, or None when the client disconnects first."""
+    work = asyncio.ensure_future(gather(request))
+    gone = asyncio.ensure_future(until_disconnect(receive))
+    done, _ = await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if work in done:
+        gone.cancel()
+        return work.result()
+    work.cancel()
+    return None

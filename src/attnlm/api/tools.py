@@ -1,0 +1,92 @@
+"""Tool calls in a reply, as Qwen2.5 (and Hermes-style templates) write them:
+``<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>``, any number of them, text
+around them being the reply's content. :class:`ToolStream` reads the reply piece by piece
+(streamed or not): the text outside calls comes out as content as soon as it cannot be the
+start of a ``<tool_call>``, each call as soon as its ``</tool_call>`` arrives. A call whose
+JSON does not parse, or that has no name, stays in the content as it was written."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def parse_call(text: str) -> dict[str, Any] | None:
+    """``{"name", "arguments"}`` (arguments as a JSON string) of one call's body, or None."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return None
+    args = data.get("arguments", data.get("parameters", {}))
+    return {"name": data["name"], "arguments": args if isinstance(args, str) else json.dumps(args)}
+
+
+class ToolStream:
+    """Splits a reply into content and tool calls (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.buf = ""
+        self.inside = False
+        self.calls: list[dict[str, Any]] = []
+
+    def feed(self, piece: str) -> list[tuple[str, Any]]:
+        """``("content", text)`` and ``("call", {"id", "name", "arguments"})`` items now
+        known."""
+        self.buf += piece
+        out: list[tuple[str, Any]] = []
+        while True:
+            if not self.inside:
+                i = self.buf.find(OPEN)
+                if i < 0:
+                    keep = _partial(self.buf, OPEN)
+                    cut = len(self.buf) - keep
+                    text, self.buf = self.buf[:cut], self.buf[cut:]
+                    if text:
+                        out.append(("content", text))
+                    return out
+                if i > 0:
+                    out.append(("content", self.buf[:i]))
+                self.buf, self.inside = self.buf[i:], True
+            j = self.buf.find(CLOSE)
+            if j < 0:
+                return out
+            body = self.buf[len(OPEN) : j]
+            raw = self.buf[: j + len(CLOSE)]
+            self.buf, self.inside = self.buf[j + len(CLOSE) :].lstrip("\n"), False
+            call = parse_call(body.strip())
+            if call is None:
+                out.append(("content", raw))
+            else:
+                call = {"id": call_id(), **call}
+                self.calls.append(call)
+                out.append(("call", call))
+
+    def flush(self) -> list[tuple[str, Any]]:
+        """What is left at the end of the reply (an unfinished call: as content)."""
+        rest, self.buf, self.inside = self.buf, "", False
+        return [("content", rest)] if rest else []
+
+
+def _partial(text: str, tag: str) -> int:
+    """The length of the longest end of ``text`` that begins ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def split_reply(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """A whole reply's content and tool calls."""
+    s = ToolStream()
+    items = s.feed(text) + s.flush()
+    content = "".join(v for k, v in items if k == "content")
+    return content, s.calls
