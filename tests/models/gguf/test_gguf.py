@@ -257,7 +257,8 @@ def test_unsupported_llama_files_are_refused_in_one_line(tmp_path, edit, message
 
 
 @pytest.mark.parametrize(
-    "arch, message", [("qwen2", "biases"), ("falcon", "supported: llama, gpt2")]
+    "arch, message",
+    [("qwen2moe", "mixture of experts"), ("falcon", "supported: llama, qwen2, qwen3, gemma2")],
 )
 def test_unsupported_architecture(tmp_path, arch, message):
     w = Writer(tmp_path / "a.gguf", arch)

@@ -11,12 +11,13 @@ tokenizer                                   ``tokenizer.ggml.pre``
 ==========================================  =============================================
 attnlm byte-level BPE, pattern ``gpt2``     ``gpt-2`` (GPT-2's regex)
 Hugging Face ``ByteLevel`` pre-tokenizer    ``gpt-2`` (its built-in regex is GPT-2's)
-a GGUF file's own ``gpt2`` tokenizer        its own ``pre``, copied with every other key
+a GGUF file's own tokenizer (any model)     its own keys, copied (``llama`` ones too)
 ==========================================  =============================================
 
 Other patterns (``cl100k``, a custom regex) have no llama.cpp pre-tokenizer that splits alike
 in every case and are refused, as are other tokenizer kinds (char, word, classic BPE,
-WordPiece, SentencePiece-style ``llama`` vocabularies), each in one line naming the kind.
+WordPiece; SentencePiece-style vocabularies other than a GGUF file's own), each in one line
+naming the kind.
 BOS and EOS are not added when encoding (``add_bos_token`` / ``add_eos_token`` false), as
 attnlm's own encoders do not add them.
 """
@@ -92,12 +93,7 @@ def metadata(tok: Any, n_vocab: int, bos_id: int | None = None, eos_id: int | No
     embedding rows (with unused tokens ``<|unused_N|>``); InputError for what cannot be
     written."""
     kind = getattr(tok, "kind", "") or type(tok).__name__
-    if kind == "gguf":
-        if tok.model != "gpt2":
-            raise InputError(
-                f"tokenizer: GGUF tokenizer model {tok.model!r} (SentencePiece-style) is not "
-                "byte-level BPE; only byte-level BPE tokenizers can be exported"
-            )
+    if kind == "gguf":  # llama.cpp's own keys (byte-level or SentencePiece-style): copied
         meta = {k: v for k, v in tok.metadata.items() if k != "tokenizer.chat_template"}
         if len(meta["tokenizer.ggml.tokens"]) != n_vocab:
             raise InputError(

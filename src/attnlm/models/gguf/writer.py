@@ -60,38 +60,97 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
         )
 
 
-def _llama(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    c = model.config
-    if c.rope_scaling:
-        raise InputError("model.rope_scaling cannot be exported to GGUF (not supported)")
-    n, kv, f, hd = c.n_embd, c.n_kv_head * c.head_dim, c.ffn_width, c.head_dim
-    sd = model.state_dict()
+#: our Llama config's ``arch`` -> the GGUF architecture written (Mistral: llama.cpp's converter
+#: writes ``llama``, without a window)
+GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+             "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3"}  # fmt: skip
+
+
+def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
+    """The ``<arch>.`` keys of a Llama-family config, as llama.cpp's converter writes them."""
+    hd = c.head_dim
     meta = {
-        "context_length": c.block_size, "embedding_length": n, "block_count": c.n_layer,
-        "feed_forward_length": f, "attention.head_count": c.n_head,
+        "context_length": c.block_size, "embedding_length": c.n_embd, "block_count": c.n_layer,
+        "feed_forward_length": c.ffn_width, "attention.head_count": c.n_head,
         "attention.head_count_kv": c.n_kv_head, "rope.freq_base": float(c.rope_theta),
-        "rope.dimension_count": hd, "attention.layer_norm_rms_epsilon": float(c.rms_norm_eps),
-        "vocab_size": c.vocab_size,
+        "attention.layer_norm_rms_epsilon": float(c.rms_norm_eps),
     }  # fmt: skip
+    if arch in ("llama", "phi3"):
+        meta["rope.dimension_count"] = hd
+    if arch == "llama":
+        meta["vocab_size"] = c.vocab_size
+    else:
+        meta["attention.key_length"] = meta["attention.value_length"] = hd
+    if c.rope_scaling:
+        if c.rope_scaling.get("rope_type") != "linear" or arch in ("llama", "phi3", "gemma2"):
+            raise InputError(
+                f"model.rope_scaling {c.rope_scaling.get('rope_type')!r} cannot be exported to "
+                f"GGUF {arch} (not supported)"
+            )
+        meta["rope.scaling.type"] = "linear"
+        meta["rope.scaling.factor"] = float(c.rope_scaling["factor"])
+    if arch.startswith("gemma"):
+        kinds = c.layer_kinds
+        if "sliding_attention" in kinds:
+            meta["attention.sliding_window"] = c.sliding_window
+            period = 2 if arch == "gemma2" else 6
+            if list(kinds) != [("sliding_attention", "full_attention")[i % period == period - 1]
+                               for i in range(c.n_layer)]:  # fmt: skip
+                meta["attention.sliding_window_pattern"] = [k != "full_attention" for k in kinds]
+            if c.rope_local_theta is not None:
+                meta["rope.freq_base_swa"] = float(c.rope_local_theta)
+        if c.attn_softcap is not None:
+            meta["attn_logit_softcapping"] = float(c.attn_softcap)
+        if c.final_softcap is not None:
+            meta["final_logit_softcapping"] = float(c.final_softcap)
+    return meta
+
+
+def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
+    """A Llama-family model -> its GGUF architecture, keys and tensors; the written file is
+    read back and must give the same config (:func:`export_gguf`), so a part the architecture
+    cannot carry is refused there, naming the field."""
+    c = model.config
+    arch = GGUF_ARCH[c.arch]
+    n, kv, f = c.n_head * c.head_dim, c.n_kv_head * c.head_dim, c.ffn_width
+    sd = model.state_dict()
+    permute = arch == "llama"  # llama.cpp's NORM rotary; every other architecture is NEOX
+    meta = _llama_meta(c, arch)
     t = {"token_embd.weight": sd["tok_emb.weight"], "output_norm.weight": sd["ln_f.weight"]}
     if not c.tie_embeddings:
         t["output.weight"] = sd["lm_head.weight"]
     for i in range(c.n_layer):
         b, o = f"blk.{i}.", f"blocks.{i}."
         qkv, fc = sd[o + "attn.qkv_proj.weight"], sd[o + "mlp.fc.weight"]
+        bias = sd.get(o + "attn.qkv_proj.bias")
         t[b + "attn_norm.weight"] = sd[o + "ln_1.weight"]
-        t[b + "attn_q.weight"] = permute_rows(qkv[:n], c.n_head)
-        t[b + "attn_k.weight"] = permute_rows(qkv[n : n + kv], c.n_kv_head)
-        t[b + "attn_v.weight"] = qkv[n + kv : n + 2 * kv]
+        if arch == "phi3":
+            t[b + "attn_qkv.weight"] = qkv
+        else:
+            q, k = qkv[:n], qkv[n : n + kv]
+            t[b + "attn_q.weight"] = permute_rows(q, c.n_head) if permute else q
+            t[b + "attn_k.weight"] = permute_rows(k, c.n_kv_head) if permute else k
+            t[b + "attn_v.weight"] = qkv[n + kv : n + 2 * kv]
+            if bias is not None and not permute:
+                for name, rows in (("q", (0, n)), ("k", (n, n + kv)), ("v", (n + kv, n + 2 * kv))):
+                    t[f"{b}attn_{name}.bias"] = bias[rows[0] : rows[1]]
         t[b + "attn_output.weight"] = sd[o + "attn.out_proj.weight"]
+        for x in ("q", "k") if c.qk_norm else ():
+            t[f"{b}attn_{x}_norm.weight"] = sd[f"{o}attn.{x}_norm.weight"]
         t[b + "ffn_norm.weight"] = sd[o + "ln_2.weight"]
-        t[b + "ffn_gate.weight"] = fc[:f]
-        t[b + "ffn_up.weight"] = fc[f : 2 * f]
+        if arch == "phi3":
+            t[b + "ffn_up.weight"] = fc
+        else:
+            t[b + "ffn_gate.weight"] = fc[:f]
+            t[b + "ffn_up.weight"] = fc[f : 2 * f]
         t[b + "ffn_down.weight"] = sd[o + "mlp.proj.weight"]
-    return meta, t
+        if c.post_norms:
+            t[b + "post_attention_norm.weight"] = sd[o + "ln_post_attn.weight"]
+            t[b + "post_ffw_norm.weight"] = sd[o + "ln_post_mlp.weight"]
+    return arch, meta, t
 
 
-def _gpt2(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
+def _gpt2(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
     c = model.config
     for field, want in (("positions", "learned"), ("norm", "pre"), ("activation", "gelu_tanh"),
                         ("attention_score", "scaled_dot")):  # fmt: skip
@@ -119,10 +178,10 @@ def _gpt2(model: Any) -> tuple[dict[str, Any], dict[str, Tensor]]:
             w = sd[f"blocks.{i}.{o}.weight"]
             t[f"blk.{i}.{g}.weight"] = w
             t[f"blk.{i}.{g}.bias"] = bias(f"blocks.{i}.{o}.bias", w.shape[0])
-    return meta, t
+    return "gpt2", meta, t
 
 
-ARCHES = {"llama": ("llama", _llama), "gpt": ("gpt2", _gpt2)}
+ARCHES = {"llama": _llama, "gpt": _gpt2}
 
 
 def tensor_type(name: str, w: Tensor, kind: str) -> str:
@@ -158,8 +217,7 @@ def export_gguf(
         raise InputError(
             f"a {family} model cannot be exported to GGUF (supported families: llama, gpt)"
         )
-    arch, tables = ARCHES[family]
-    meta, tensors = tables(model)
+    arch, meta, tensors = ARCHES[family](model)
     c = model.config
     vocab = metadata(tokenizer, c.vocab_size, getattr(c, "bos_id", None),
                      getattr(c, "eos_id", None), chat_template)  # fmt: skip
@@ -170,10 +228,7 @@ def export_gguf(
         w.add_file_type(FILE_TYPES[kind])
         for key, value in meta.items():
             full = f"{arch}.{key}"
-            if isinstance(value, float):
-                w.add_float32(full, value)
-            else:
-                w.add_uint32(full, int(value))
+            _add(w, full, value)
         for key, value in vocab.items():
             _add(w, key, value)
         with torch.no_grad():
@@ -190,8 +245,46 @@ def export_gguf(
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
+        if family == "llama":
+            _same_config(c, tmp)
     return {"architecture": arch, "tensors": len(tensors), "types": types,
             "bytes": Path(path).stat().st_size}  # fmt: skip
+
+
+def _same_config(config: Any, path: Path) -> None:
+    """The file just written, read back by our loader, must describe ``config``: a part the
+    GGUF architecture cannot carry (or carries differently) is refused naming the field."""
+    import dataclasses
+
+    from attnlm.models.gguf.loader import read_config
+
+    table = read_config(path)
+    kinds = (
+        table.get("layer_types")
+        or ["sliding_attention" if table.get("sliding_window") else "full_attention"]
+        * table["n_layer"]
+    )
+    scale = config.head_dim**-0.5
+    theirs_all = {**table, "layer_types": tuple(kinds),
+                  "attn_scale": table.get("attn_scale") or scale}  # fmt: skip
+    mine_all = {"layer_types": config.layer_kinds, "attn_scale": config.attn_scale or scale}
+    for field in dataclasses.fields(config):
+        if field.name in ("bos_id", "eos_id", "dropout", "multiple_of", "d_ff", "arch"):
+            continue
+        mine = mine_all.get(field.name, getattr(config, field.name))
+        theirs = theirs_all.get(field.name, field.default)
+        if mine != theirs and not _close(mine, theirs):
+            raise InputError(
+                f"model.{field.name} = {mine!r} cannot be exported to GGUF "
+                f"{table.get('arch', 'llama')} (llama.cpp would read {theirs!r})"
+            )
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Equal as float32 (the file stores float32)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(np.float32(a)) == float(np.float32(b))
+    return False
 
 
 def _add(w: Any, key: str, value: Any) -> None:
