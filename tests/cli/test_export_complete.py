@@ -82,6 +82,32 @@ def test_char_run_folder_boots_in_transformer_lens(tmp_path, cli):
         assert torch.allclose(bridge(ids), model.eval()(ids).logits, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow  # building the OPUS-MT folder trains two SentencePiece models
+def test_opus_mt_folder_keeps_its_sentencepiece_files(tmp_path, cli):
+    """An OPUS-MT (Marian) folder exported again: ``MarianTokenizer`` reads the written
+    ``source.spm``, ``target.spm``, ``vocab.json`` and config and gives the ids and text of
+    the source folder's own tokenizer and attnlm's."""
+    pytest.importorskip("sentencepiece")
+    from tests.opus_mt import build_opus_folder
+    from transformers import MarianTokenizer
+
+    from attnlm.loading.sources import resolve
+
+    source = build_opus_folder(tmp_path / "opus")
+    r = cli("export", "--model", source, "--out", tmp_path / "out", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["tokenizer"] == "source.spm"
+    theirs = MarianTokenizer.from_pretrained(source)
+    ours = MarianTokenizer.from_pretrained(tmp_path / "out")
+    tok = resolve(source, weights="f32").tokenizer
+    for text in ["I have a cat.", "Where is the station? 42 trains", ">>fra<< Hello there"]:
+        ids = theirs(text)["input_ids"]
+        assert ours(text)["input_ids"] == ids == tok.encode(text) + [tok.special_tokens["</s>"]]
+        target = theirs(text_target=text)["input_ids"]
+        assert ours(text_target=text)["input_ids"] == target
+        assert ours.decode(ids, skip_special_tokens=True) == tok.decode(ids)
+
+
 def test_sampling_settings_carried_from_a_hugging_face_folder(tmp_path, cli):
     """A Hugging Face folder's own recommended sampling settings reach the exported
     ``generation_config.json``, beside the ids the tokenizer gives."""

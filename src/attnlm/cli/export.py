@@ -142,7 +142,7 @@ def _to_hf(found: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     save_hf(model.cpu(), out, files=tokenizer_files)
     summary: dict[str, Any] = {
         "format": "huggingface",
-        "tokenizer": "tokenizer.json" if wrote else None,
+        "tokenizer": wrote[0] if wrote else None,  # tokenizer.json; Marian: source.spm
         "files": wrote,
     }
     if notes:

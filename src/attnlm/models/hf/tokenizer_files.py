@@ -119,6 +119,49 @@ def source_sampling(path: str | Path | None) -> dict[str, Any]:
     return out
 
 
+def marian_files(tok: Any, context_length: int | None = None) -> dict[str, Any]:
+    """An OPUS-MT (Marian) tokenizer as its folder has it, for ``transformers``'
+    ``MarianTokenizer`` (which needs ``sentencepiece``): ``source.spm`` / ``target.spm`` (the
+    SentencePiece models' bytes), ``vocab.json``, ``tokenizer_config.json`` (special tokens,
+    added tokens, one shared vocabulary) and ``special_tokens_map.json``."""
+    import base64
+
+    data = tok.to_dict()
+    names = {"unk_token": data["unk"], "eos_token": data["eos"], "pad_token": data["pad"]}
+    config: dict[str, Any] = {"tokenizer_class": "MarianTokenizer", **names,
+                              "separate_vocabs": False}  # fmt: skip
+    if context_length:
+        config["model_max_length"] = int(context_length)
+    config["clean_up_tokenization_spaces"] = bool(data["clean_up_tokenization_spaces"])
+    config["added_tokens_decoder"] = {
+        str(t["id"]): {"content": t["content"], "lstrip": bool(t["lstrip"]),
+                       "rstrip": bool(t["rstrip"]), "normalized": False, "single_word": False,
+                       "special": bool(t["special"])}
+        for t in sorted(data["added"], key=lambda t: t["id"])
+    }  # fmt: skip
+    return {
+        "source.spm": base64.b64decode(data["source_spm"]),
+        "target.spm": base64.b64decode(data["target_spm"]),
+        "vocab.json": data["vocab"],
+        "tokenizer_config.json": config,
+        "special_tokens_map.json": names,
+    }
+
+
+def _write_docs(folder: Path, docs: dict[str, Any]) -> list[str]:
+    from attnlm.base.fileio import atomic_write_bytes, atomic_write_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, doc in docs.items():
+        if isinstance(doc, bytes):
+            atomic_write_bytes(folder / name, doc)
+        elif name in ("tokenizer.json", "vocab.json"):  # megabytes: one line
+            atomic_write_text(folder / name, json.dumps(doc, ensure_ascii=False))
+        else:
+            atomic_write_text(folder / name, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    return list(docs)
+
+
 def write_tokenizer_files(tok: Any, folder: str | Path, config: Any,
                           chat_template: str | None = None,
                           sampling: dict[str, Any] | None = None,
@@ -129,9 +172,10 @@ def write_tokenizer_files(tok: Any, folder: str | Path, config: Any,
     tokenizer these files cannot describe, or one with more tokens than the model has
     embedding rows (the model is written anyway; ``notes`` gets the one-line reason), after
     removing those an earlier export left."""
-    from attnlm.base.fileio import atomic_write_text
-
     folder = Path(folder)
+    if getattr(tok, "kind", "") == "marian-spm":  # its own files (the model writes the
+        # generation config of a translation model)
+        return _write_docs(folder, marian_files(tok, getattr(config, "block_size", None)))
     try:
         h = hf_tokenizer(tok, getattr(config, "bos_id", None), getattr(config, "eos_id", None))
         n_vocab = getattr(config, "vocab_size", None)
@@ -144,7 +188,6 @@ def write_tokenizer_files(tok: Any, folder: str | Path, config: Any,
         for name in FILES:
             (folder / name).unlink(missing_ok=True)
         return []
-    folder.mkdir(parents=True, exist_ok=True)
     docs = {
         "tokenizer.json": h.doc,
         "tokenizer_config.json": tokenizer_config(
@@ -153,10 +196,4 @@ def write_tokenizer_files(tok: Any, folder: str | Path, config: Any,
         "special_tokens_map.json": special_tokens_map(h),
         "generation_config.json": generation_config(h, sampling),
     }
-    for name, doc in docs.items():
-        if name == "tokenizer.json":  # megabytes: one line, as tokenizers writes it
-            text = json.dumps(doc, ensure_ascii=False)
-        else:
-            text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-        atomic_write_text(folder / name, text)
-    return list(docs)
+    return _write_docs(folder, docs)
