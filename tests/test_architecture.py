@@ -53,6 +53,7 @@ LAYERS = {
     "attnlm.lora.training": 6,  # the training run's two LoRA calls
     "attnlm.apps": 6,  # the demo and compare
     "attnlm.web": 7,
+    "attnlm.api": 7,  # serve --api: the OpenAI-compatible server (beside the explorer)
     "attnlm.cli": 8,
     "attnlm.__main__": 8,
 }

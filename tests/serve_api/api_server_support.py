@@ -16,13 +16,13 @@ TOOLS_CHATML = (
     "{% if tools %}<|im_start|>system\n"
     "{{ messages[0]['content'] if messages[0]['role'] == 'system' else 'You are helpful.' }}"
     "\n\n# Tools\n<tools>{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n</tools>\n"
-    "Call a function as <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call>"
+    'Call a function as <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>'
     "<|im_end|>\n{% elif messages[0]['role'] == 'system' %}"
     "<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>\n{% endif %}"
     "{% for m in messages %}{% if m['role'] != 'system' %}"
     "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
     "{% if m.tool_calls is defined %}{% for c in m.tool_calls %}<tool_call>\n"
-    "{\"name\": \"{{ c.function.name }}\", \"arguments\": {{ c.function.arguments | tojson }}}"
+    '{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}'
     "\n</tool_call>{% endfor %}{% endif %}<|im_end|>\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -41,8 +41,10 @@ def tiny_tools_model(folder: Path, scale: float = 4.0) -> Path:
         if t.dim() == 2:
             tensors[name] = (t * scale).contiguous()
     save_file(tensors, weights, metadata={"format": "pt"})
-    config = json.loads((folder / "config.json").read_text())
-    assert config["vocab_size"] > 0
+    config_file = folder / "config.json"  # room for tool schemas spelt out byte by byte
+    config = json.loads(config_file.read_text())
+    config["max_position_embeddings"] = 2048
+    config_file.write_text(json.dumps(config, indent=1))
     del torch
     return folder
 

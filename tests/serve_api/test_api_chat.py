@@ -38,8 +38,14 @@ def server(model_dir):
 def reference_reply(model_dir, messages, n):
     """The greedy reply of ``attnlm chat``'s session (no lookahead: one token per pass)."""
     model, tok, info = resolve(str(model_dir), "cpu")
-    s = ChatSession(model, tok, info.chat_template, info.stop_ids,
-                    sampling=SamplingConfig(temperature=0.0, max_new_tokens=n), lookahead=0)  # fmt: skip
+    s = ChatSession(
+        model,
+        tok,
+        info.chat_template,
+        info.stop_ids,
+        sampling=SamplingConfig(temperature=0.0, max_new_tokens=n),
+        lookahead=0,
+    )
     s.messages = list(messages)
     return s.reply(None)
 
@@ -69,10 +75,18 @@ def test_chat_equals_the_chat_session(server, model_dir):
 
 def test_content_parts_and_max_completion_tokens(server):
     served, _, c = server
-    parts = [{"role": "user", "content": [{"type": "text", "text": "hello, what is "},
-                                          {"type": "text", "text": "the capital of France?"}]}]  # fmt: skip
-    a = c.chat.completions.create(model=served.id, messages=parts, max_completion_tokens=6,
-                                  temperature=0)  # fmt: skip
+    parts = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hello, what is "},
+                {"type": "text", "text": "the capital of France?"},
+            ],
+        }
+    ]
+    a = c.chat.completions.create(
+        model=served.id, messages=parts, max_completion_tokens=6, temperature=0
+    )
     b = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=6, temperature=0)
     assert a.choices[0].message.content == b.choices[0].message.content
     assert a.usage.completion_tokens == 6
@@ -80,32 +94,43 @@ def test_content_parts_and_max_completion_tokens(server):
 
 def test_streamed_chat_chunk_shapes_and_usage(server):
     served, _, c = server
-    whole = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=10,
-                                      temperature=0)  # fmt: skip
-    chunks = list(c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=10,
-                                            temperature=0, stream=True,
-                                            stream_options={"include_usage": True}))  # fmt: skip
+    whole = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=10, temperature=0)
+    chunks = list(
+        c.chat.completions.create(
+            model=served.id,
+            messages=HELLO,
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     first, *middle, finish, last = chunks
     assert all(ch.object == "chat.completion.chunk" and ch.id == first.id for ch in chunks)
     assert first.choices[0].delta.role == "assistant" and first.choices[0].delta.content == ""
     assert all(ch.usage is None for ch in chunks[:-1])
-    assert all(ch.choices[0].finish_reason is None and ch.choices[0].delta.content
-               for ch in middle)  # fmt: skip
+    assert all(ch.choices[0].finish_reason is None and ch.choices[0].delta.content for ch in middle)
     text = "".join(ch.choices[0].delta.content for ch in middle)
     assert text == whole.choices[0].message.content
     assert finish.choices[0].finish_reason == "length" and finish.choices[0].delta.content is None
     assert last.choices == [] and last.usage.model_dump() == whole.usage.model_dump() | {
-        "completion_tokens_details": None, "prompt_tokens_details": None}  # fmt: skip
+        "completion_tokens_details": None,
+        "prompt_tokens_details": None,
+    }
     # without include_usage no usage chunk is sent
-    plain = list(c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=3,
-                                           temperature=0, stream=True))  # fmt: skip
+    plain = list(
+        c.chat.completions.create(
+            model=served.id, messages=HELLO, max_tokens=3, temperature=0, stream=True
+        )
+    )
     assert plain[-1].choices[0].finish_reason == "length" and plain[-1].usage is None
 
 
 def test_logprobs_are_the_log_softmax_of_the_model(server, model_dir):
     served, _, c = server
-    r = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=4, temperature=0,
-                                  logprobs=True, top_logprobs=3)  # fmt: skip
+    r = c.chat.completions.create(
+        model=served.id, messages=HELLO, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == 4
     model, tok, info = resolve(str(model_dir), "cpu")
@@ -121,7 +146,8 @@ def test_logprobs_are_the_log_softmax_of_the_model(server, model_dir):
         row = lp[start - 1 + k]
         assert e.logprob == pytest.approx(float(row.max()), abs=1e-4)  # greedy: the top one
         assert [t.logprob for t in e.top_logprobs] == pytest.approx(
-            row.topk(3).values.tolist(), abs=1e-4)  # fmt: skip
+            row.topk(3).values.tolist(), abs=1e-4
+        )
         assert e.top_logprobs[0].token == e.token
 
 
@@ -132,8 +158,10 @@ def test_n_seed_stop_and_logit_bias(server):
     b = c.chat.completions.create(**kw, temperature=1.0, seed=7, n=3)
     assert [x.index for x in a.choices] == [0, 1, 2]
     assert [x.message.content for x in a.choices] == [x.message.content for x in b.choices]
-    assert a.usage.completion_tokens == sum(
-        len(x) for x in [[0] * 8] * 3) and a.usage.prompt_tokens == b.usage.prompt_tokens  # fmt: skip
+    assert (
+        a.usage.completion_tokens == sum(len(x) for x in [[0] * 8] * 3)
+        and a.usage.prompt_tokens == b.usage.prompt_tokens
+    )
     greedy = c.chat.completions.create(**kw, temperature=0).choices[0].message.content
     stop = greedy[3:5]
     cut = c.chat.completions.create(**kw, temperature=0, stop=[stop]).choices[0]
@@ -143,16 +171,22 @@ def test_n_seed_stop_and_logit_bias(server):
     biased = c.chat.completions.create(**kw, temperature=0, logit_bias={str(target): 100})
     assert biased.choices[0].message.content == served.tokenizer.decode([target] * 8)
     # a frequency penalty changes a reply that repeats itself, presence alike
-    pen = c.chat.completions.create(**kw, temperature=0, logit_bias={str(target): 5},
-                                    frequency_penalty=2.0, presence_penalty=2.0)  # fmt: skip
+    pen = c.chat.completions.create(
+        **kw,
+        temperature=0,
+        logit_bias={str(target): 5},
+        frequency_penalty=2.0,
+        presence_penalty=2.0,
+    )
     assert pen.choices[0].message.content != biased.choices[0].message.content
 
 
 def test_completions_with_echo_and_logprobs(server, model_dir):
     served, _, c = server
     prompt = "the capital of France is"
-    r = c.completions.create(model=served.id, prompt=prompt, max_tokens=5, temperature=0,
-                             logprobs=2, echo=True)  # fmt: skip
+    r = c.completions.create(
+        model=served.id, prompt=prompt, max_tokens=5, temperature=0, logprobs=2, echo=True
+    )
     ch = r.choices[0]
     assert r.object == "text_completion" and ch.text.startswith(prompt)
     ids = served.tokenizer.encode(prompt)
@@ -171,8 +205,11 @@ def test_completions_with_echo_and_logprobs(server, model_dir):
     assert lp.text_offset == [sum(len(x) for x in lp.tokens[:i]) for i in range(len(lp.tokens))]
     by_ids = c.completions.create(model=served.id, prompt=ids, max_tokens=5, temperature=0)
     assert prompt + by_ids.choices[0].text == ch.text
-    streamed = list(c.completions.create(model=served.id, prompt=prompt, max_tokens=5,
-                                         temperature=0, stream=True))  # fmt: skip
+    streamed = list(
+        c.completions.create(
+            model=served.id, prompt=prompt, max_tokens=5, temperature=0, stream=True
+        )
+    )
     assert "".join(x.choices[0].text for x in streamed) == by_ids.choices[0].text
     assert streamed[-1].choices[0].finish_reason == "length"
 
@@ -193,18 +230,31 @@ def test_tokenize_and_detokenize(server):
 
 def test_json_schema_output_validates(server):
     served, _, c = server
-    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
-              "rank": {"type": "integer", "minimum": 0, "maximum": 99}},
-              "required": ["city", "rank"], "additionalProperties": False}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 12},
+            "rank": {"type": "integer", "minimum": 0, "maximum": 99},
+        },
+        "required": ["city", "rank"],
+        "additionalProperties": False,
+    }
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
-    r = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=60,
-                                  temperature=0, response_format=fmt)  # fmt: skip
+    r = c.chat.completions.create(
+        model=served.id, messages=HELLO, max_tokens=60, temperature=0, response_format=fmt
+    )
     data = json.loads(r.choices[0].message.content)
     assert r.choices[0].finish_reason == "stop"
     assert set(data) == {"city", "rank"} and isinstance(data["city"], str)
     assert len(data["city"]) <= 12 and isinstance(data["rank"], int) and 0 <= data["rank"] <= 99
-    obj = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=60, seed=1,
-                                    temperature=1.0, response_format={"type": "json_object"})  # fmt: skip
+    obj = c.chat.completions.create(
+        model=served.id,
+        messages=HELLO,
+        max_tokens=60,
+        seed=1,
+        temperature=1.0,
+        response_format={"type": "json_object"},
+    )
     choice = obj.choices[0]
     if choice.finish_reason == "stop":  # an object that closed within 60 tokens
         assert isinstance(json.loads(choice.message.content), dict)
@@ -214,10 +264,11 @@ def test_json_schema_output_validates(server):
 
 def test_next_turn_reads_the_cached_prefix(server):
     served, _, c = server
-    first = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=6,
-                                      temperature=0)  # fmt: skip
-    turn = HELLO + [{"role": "assistant", "content": first.choices[0].message.content},
-                    {"role": "user", "content": "and of Italy?"}]  # fmt: skip
+    first = c.chat.completions.create(model=served.id, messages=HELLO, max_tokens=6, temperature=0)
+    turn = HELLO + [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "and of Italy?"},
+    ]
     seen = []
     sch = served.scheduler
     original = sch._place
@@ -228,13 +279,15 @@ def test_next_turn_reads_the_cached_prefix(server):
 
     sch._place = spy
     try:
-        again = c.chat.completions.create(model=served.id, messages=turn, max_tokens=6,
-                                          temperature=0)  # fmt: skip
+        again = c.chat.completions.create(
+            model=served.id, messages=turn, max_tokens=6, temperature=0
+        )
     finally:
         sch._place = original
     assert seen and seen[0] >= first.usage.prompt_tokens  # the first turn came from the cache
     assert math.isfinite(again.usage.prompt_tokens)
     with serving(served.info.path, parallel=1) as (fresh, url):
-        alone = client(url).chat.completions.create(model=fresh.id, messages=turn,
-                                                    max_tokens=6, temperature=0)  # fmt: skip
+        alone = client(url).chat.completions.create(
+            model=fresh.id, messages=turn, max_tokens=6, temperature=0
+        )
     assert alone.choices[0].message.content == again.choices[0].message.content

@@ -22,7 +22,7 @@ from attnlm.api import protocol as P
 from attnlm.api import respond as R
 from attnlm.api.job import Request
 from attnlm.api.protocol import ApiError
-from attnlm.api.scheduler import QueueFull
+from attnlm.api.scheduler import Closed, QueueFull
 from attnlm.base.errors import AttnlmError
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -94,6 +94,8 @@ class Api:
         except QueueFull:
             raise ApiError(429, "the server is busy: too many requests wait; try again later",
                            None, "queue_full") from None  # fmt: skip
+        except Closed:
+            raise ApiError(503, "the server is shutting down", None, "unavailable") from None
         return request
 
     @staticmethod

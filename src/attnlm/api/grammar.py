@@ -91,7 +91,8 @@ class Grammars:
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
             })  # fmt: skip
-        schema = options[0] if len(options) == 1 else {"anyOf": options}
+        schema = dict(options[0]) if len(options) == 1 else {"anyOf": options}
+        schema["x-guidance"] = {"whitespace_flexible": False}  # compact: a model cannot pad
         lark = f'start: "<tool_call>\\n" call "\\n</tool_call>"\ncall: %json {json.dumps(schema)}\n'
         return self.check(self.ll.LLMatcher.grammar_from_lark(lark), "tools")
 

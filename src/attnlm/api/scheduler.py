@@ -36,6 +36,10 @@ class QueueFull(Exception):
     """More requests wait than the queue holds."""
 
 
+class Closed(Exception):
+    """The server is shutting down: no request is taken."""
+
+
 class _Slot:
     def __init__(self) -> None:
         self.state: Any = None
@@ -70,6 +74,8 @@ class Scheduler:
     def submit(self, request: Request) -> None:
         """Queue the request's jobs (raises :class:`QueueFull`)."""
         with self.cv:
+            if self.stopping:
+                raise Closed
             if len(self.waiting) + len(request.jobs) > self.max_queue:
                 raise QueueFull
             self.waiting.extend(request.jobs)

@@ -37,6 +37,7 @@ class ToolStream:
         self.buf = ""
         self.inside = False
         self.calls: list[dict[str, Any]] = []
+        self.after_call = False  # the newlines after a call's end belong to it
 
     def feed(self, piece: str) -> list[tuple[str, Any]]:
         """``("content", text)`` and ``("call", {"id", "name", "arguments"})`` items now
@@ -45,6 +46,9 @@ class ToolStream:
         out: list[tuple[str, Any]] = []
         while True:
             if not self.inside:
+                if self.after_call:
+                    self.buf = self.buf.lstrip("\n")
+                    self.after_call = not self.buf
                 i = self.buf.find(OPEN)
                 if i < 0:
                     keep = _partial(self.buf, OPEN)
@@ -61,11 +65,12 @@ class ToolStream:
                 return out
             body = self.buf[len(OPEN) : j]
             raw = self.buf[: j + len(CLOSE)]
-            self.buf, self.inside = self.buf[j + len(CLOSE) :].lstrip("\n"), False
+            self.buf, self.inside = self.buf[j + len(CLOSE) :], False
             call = parse_call(body.strip())
             if call is None:
                 out.append(("content", raw))
             else:
+                self.after_call = True
                 call = {"id": call_id(), **call}
                 self.calls.append(call)
                 out.append(("call", call))
