@@ -160,7 +160,8 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
             int(hf["num_hidden_layers"]),
         )
         head_dim = hf.get("head_dim")
-        d_head = None if head_dim in (None, d // heads) and d % heads == 0 else int(head_dim)
+        plain = head_dim is None or (head_dim == d // heads and d % heads == 0)
+        d_head = None if plain else int(head_dim)
         fields = dict(
             arch=arch.arch, vocab_size=int(hf["vocab_size"]),
             block_size=int(hf.get("max_position_embeddings", 2048)), n_layer=n, n_head=heads,
