@@ -20,7 +20,8 @@ It writes:
 * ``llamacpp-references.json``: greedy decoding (argmax of llama.cpp's logits, 32 tokens) of
   ``qwen2.5-coder-0.5b-instruct`` for one chat message rendered with its template by
   ``transformers``' Jinja renderer, and of ``gemma3-270m`` continuing a plain prompt (BOS
-  first, as llama.cpp adds it); the perplexity of the first tokens (at most
+  first, as llama.cpp adds it), with each step's five highest logits (id, logit) and the gap
+  between the first two; the perplexity of the first tokens (at most
   :data:`PPL_TOKENS`) of :data:`PPL_CHARS` characters of the built-in corpus for all three
   files, one context of ``n_ctx`` tokens, each token's negative log-likelihood from
   llama.cpp's logits (log-softmax in float64). The settings are written beside the numbers.
@@ -173,16 +174,17 @@ def _greedy(path: Path, prompt_ids: list[int], n_ctx: int) -> dict:
                 verbose=False)  # fmt: skip
     llm.reset()
     llm.eval(prompt_ids)
-    ids, gaps = [], []
+    ids, gaps, top5 = [], [], []
     for _ in range(STEPS):
         # the batch asked for the last position's logits only: one row
         logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
-        order = np.argsort(logits)[::-1][:2]
+        order = np.argsort(logits)[::-1][:5]
         ids.append(int(order[0]))
         gaps.append(round(float(logits[order[0]] - logits[order[1]]), 4))
+        top5.append([[int(i), round(float(logits[i]), 4)] for i in order])
         llm.eval([ids[-1]])
     text = llm.detokenize(ids, special=True).decode("utf-8", errors="replace")
-    return {"ids": ids, "text": text, "top2_gaps": gaps,
+    return {"ids": ids, "text": text, "top2_gaps": gaps, "top5": top5,
             "settings": {"n_ctx": n_ctx, "n_batch": 512, "n_threads": THREADS,
                          "decoding": "argmax of the last position's logits, one token per eval",
                          "kv_cache": "llama.cpp default (F16)", "flash_attn": False}}  # fmt: skip
