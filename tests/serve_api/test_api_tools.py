@@ -189,3 +189,17 @@ def test_the_parser_keeps_broken_calls_as_text():
     content, calls = split_reply(broken)
     assert calls == [] and content == broken
     assert split_reply("x < y and <tool") == ("x < y and <tool", [])
+
+
+def test_a_bare_json_call_of_an_offered_tool():
+    bare = '{"name": "get_time", "arguments": {"zone": 2}}'
+    content, calls = split_reply(bare, frozenset({"get_time"}))
+    assert content == "" and calls[0]["name"] == "get_time"
+    assert json.loads(calls[0]["arguments"]) == {"zone": 2}
+    # not an offered tool, not a call, or no tools offered: the text as it was
+    assert split_reply(bare, frozenset({"other"})) == (bare, [])
+    assert split_reply('{"a": 1}', frozenset({"get_time"})) == ('{"a": 1}', [])
+    assert split_reply(bare) == (bare, [])
+    s = ToolStream(frozenset({"get_time"}))
+    assert s.feed(bare[:10]) == [] and s.feed(bare[10:]) == []  # held to the end
+    assert [k for k, _ in s.flush()] == ["call"]

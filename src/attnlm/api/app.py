@@ -148,7 +148,7 @@ class Api:
             raise ApiError(400, str(e), "messages", "invalid_value") from None
         lp = (top or 0) if want_lp else None
         request = self.submit(prompt, samp.params(room, lp, grammar))
-        tools = offered is not None
+        tools = frozenset(t["function"]["name"] for t in offered or ()) or None
         if samp.stream:
             return self.stream(request, R.chat_stream(s, request, tools, samp.include_usage))
         choices = await self.wait(request, req)

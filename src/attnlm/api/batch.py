@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from attnlm.base.device import model_device
 from attnlm.nn.blocks import ACTIVATIONS, SwiGLU
 from attnlm.nn.cache import KVCache
 from attnlm.nn.masks import window_mask
@@ -54,14 +55,14 @@ def batched_step(
     """Logits ``(N, V)`` of one new token per row (``tokens[i]`` after what ``states[i]``
     holds); every state takes its row's keys and values and moves on one position."""
     if not flat_model(model) or not all(type(s) is KVCache for s in states):
-        device = next(model.parameters()).device
+        device = model_device(model)
         return torch.cat(
             [
                 runner.last_logits(torch.tensor([[t]], device=device), s)
                 for t, s in zip(tokens, states)
             ]  # fmt: skip
         )
-    device = model.tok_emb.weight.device
+    device = model_device(model)
     N = len(tokens)
     ids = torch.tensor(tokens, dtype=torch.long, device=device)
     positions = [s.position for s in states]

@@ -78,13 +78,13 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
             "total_tokens": prompt + completion}  # fmt: skip
 
 
-def chat_body(served: Any, request: Any, choices: list[Choice], tools: bool) -> dict:
+def chat_body(served: Any, request: Any, choices: list[Choice], tools: Any) -> dict:
     out = []
     for i, c in enumerate(choices):
         message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
         finish = c.finish
         if tools:
-            content, calls = split_reply(c.text)
+            content, calls = split_reply(c.text, tools)
             if calls:
                 message["content"] = content.strip() or None
                 message["tool_calls"] = [_call(call) for call in calls]
@@ -157,7 +157,7 @@ def sse(data: Any) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-async def chat_stream(served: Any, request: Any, tools: bool, include_usage: bool
+async def chat_stream(served: Any, request: Any, tools: Any, include_usage: bool
                       ) -> AsyncIterator[bytes]:  # fmt: skip
     """The chat chunks (see the module docstring)."""
     rid, created = new_id("chatcmpl"), int(time.time())
@@ -170,7 +170,7 @@ async def chat_stream(served: Any, request: Any, tools: bool, include_usage: boo
                     "choices": [{"index": index, "delta": delta, "logprobs": lps,
                                  "finish_reason": finish}], **extra})  # fmt: skip
 
-    splitters = [ToolStream() if tools else None for _ in range(n)]
+    splitters = [ToolStream(tools) if tools else None for _ in range(n)]
     ended = [False] * n
     total = 0
     for i in range(n):

@@ -26,6 +26,7 @@ import torch
 
 from attnlm.api.batch import batched_step
 from attnlm.api.job import Job, Request
+from attnlm.base.device import model_device
 from attnlm.generate.lookahead import common_prefix, drop_newest
 from attnlm.nn.cache import KVCache
 
@@ -63,7 +64,7 @@ class Scheduler:
         self.cv = threading.Condition()
         self.stopping = False
         self.turn = 0
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         self.steps = 0  # batched decode steps so far (for tests and logs)
         self.max_rows = 0  # the most rows one step has decoded
         self.thread = threading.Thread(target=self._run, name="attnlm-scheduler", daemon=True)

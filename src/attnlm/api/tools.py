@@ -3,7 +3,11 @@
 around them being the reply's content. :class:`ToolStream` reads the reply piece by piece
 (streamed or not): the text outside calls comes out as content as soon as it cannot be the
 start of a ``<tool_call>``, each call as soon as its ``</tool_call>`` arrives. A call whose
-JSON does not parse, or that has no name, stays in the content as it was written."""
+JSON does not parse, or that has no name, stays in the content as it was written.
+
+Small Qwen models (Qwen2.5-Coder-0.5B) often write the call's JSON without the tags: a reply
+that begins with ``{`` is therefore held to its end, and read as one call when the whole of
+it is ``{"name": <an offered tool>, "arguments": {...}}``, else given as content."""
 
 from __future__ import annotations
 
@@ -33,7 +37,9 @@ def parse_call(text: str) -> dict[str, Any] | None:
 class ToolStream:
     """Splits a reply into content and tool calls (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: set[str] | frozenset[str] = frozenset()) -> None:
+        self.names = names  # the offered tools: a bare JSON reply naming one is a call
+        self.bare: bool | None = None  # undecided until the reply's first visible character
         self.buf = ""
         self.inside = False
         self.calls: list[dict[str, Any]] = []
@@ -44,6 +50,13 @@ class ToolStream:
         known."""
         self.buf += piece
         out: list[tuple[str, Any]] = []
+        if self.bare is None and self.names:
+            head = self.buf.lstrip()
+            if not head:
+                return out
+            self.bare = head.startswith("{")
+        if self.bare:
+            return out
         while True:
             if not self.inside:
                 if self.after_call:
@@ -78,6 +91,12 @@ class ToolStream:
     def flush(self) -> list[tuple[str, Any]]:
         """What is left at the end of the reply (an unfinished call: as content)."""
         rest, self.buf, self.inside = self.buf, "", False
+        if self.bare:
+            call = parse_call(rest.strip())
+            if call is not None and call["name"] in self.names:
+                call = {"id": call_id(), **call}
+                self.calls.append(call)
+                return [("call", call)]
         return [("content", rest)] if rest else []
 
 
@@ -89,9 +108,9 @@ def _partial(text: str, tag: str) -> int:
     return 0
 
 
-def split_reply(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """A whole reply's content and tool calls."""
-    s = ToolStream()
+def split_reply(text: str, names=frozenset()) -> tuple[str, list[dict[str, Any]]]:
+    """A whole reply's content and tool calls (``names``: the offered tools)."""
+    s = ToolStream(names)
     items = s.feed(text) + s.flush()
     content = "".join(v for k, v in items if k == "content")
     return content, s.calls
