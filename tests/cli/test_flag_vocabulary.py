@@ -25,6 +25,8 @@ ALLOWED = {
     "--top-k": "a sampling filter in generate/translate/chat, the length of a ranked list "
     "elsewhere (as transformers' generate and fill-mask pipeline)",
     "--compile": "what is compiled differs (the training step, the decode step)",
+    "--parallel": "train: how torchrun processes share the model; serve --api: requests decoded "
+    "at once (llama-server's --parallel)",
 }
 
 
