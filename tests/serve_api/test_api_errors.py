@@ -162,18 +162,25 @@ def test_429_when_the_queue_is_full_and_slots_freed_by_leaving(server):
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] is not None
 
 
+def _until(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()
+
+
 def _fill_the_queue(served, url, head, body):
+    sch = served.scheduler
     with httpx.Client(timeout=60) as a, httpx.Client(timeout=60) as b:
         with a.stream("POST", url + "/v1/chat/completions", json=body, headers=head) as ra:
-            next(ra.iter_lines())  # the first chunk: A holds the one slot
+            next(ra.iter_lines())
+            _until(lambda: sch.busy == 1 and not sch.waiting)  # A holds the one slot
             with b.stream("POST", url + "/v1/chat/completions", json=body, headers=head) as rb:
-                deadline = time.monotonic() + 10
-                while len(served.scheduler.waiting) < 1 and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                _until(lambda: len(sch.waiting) == 1)  # B waits
                 r = post(url, "/v1/chat/completions", chat(served))
                 check(r, 429, code="queue_full")
                 assert r.json()["error"]["type"] == "rate_limit_error"
-                assert rb.status_code == 200 and served.scheduler.busy == 1
+                assert rb.status_code == 200 and sch.busy == 1
 
 
 def test_a_request_past_its_time_ends_with_what_it_has(model_dir):
