@@ -323,3 +323,15 @@ def test_attention_panels_label_local_and_global_layers():
         "layer 1 (local) head 1",
         "layer 2 (global) head 1",
     ]
+
+
+def test_the_lens_last_layer_is_the_models_prediction_with_the_final_cap():
+    from attnlm.inspect.lens import logit_lens_ids
+
+    m = _every(final_softcap=0.5)  # a cap that moves the probabilities
+    ids = _ids(1, 6)[0].tolist()
+    probs, top = logit_lens_ids(m, ids, k=3)
+    with torch.no_grad():
+        want = torch.softmax(m(torch.tensor([ids])).logits[0], -1).topk(3)
+    assert torch.equal(top[-1], want.indices)
+    assert torch.allclose(probs[-1], want.values, atol=1e-6)
