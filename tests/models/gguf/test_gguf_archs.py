@@ -1,0 +1,187 @@
+"""Every Llama-family GGUF architecture x tensor type against llama.cpp, from the committed
+fixtures of ``tests/fixtures/gguf_arch/`` (made by its ``make_fixtures.py``: small models
+trained briefly on a fixed text, converted by llama.cpp's ``convert_hf_to_gguf.py`` and
+quantized by llama.cpp's quantizer; llama.cpp's logits, greedy ids and tokenization recorded
+with llama-cpp-python 0.3.36). No llama.cpp at test time.
+
+Two llama.cpp references per file: its logits on the quantized file itself, and on the
+file's float32 twin (every tensor dequantized by llama.cpp's quantizer). attnlm's PyTorch path
+dequantizes the file to float32 and computes in float32, like llama.cpp on the twin: equal
+within 1e-3 of the logit range. On the quantized file llama.cpp also rounds the activations
+to 8-bit blocks before each product (``Q8_0`` / ``Q8_K``), which moves its logits by about
+0.5% of their range on these models: :data:`QUANTIZED_TOL`. Greedy ids: equal to the twin's
+for 32 steps, and to the quantized file's up to llama.cpp's first near-tie (:data:`TIE`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnlm.base.errors import InputError
+from attnlm.base.ggufio import GGUFFile
+from attnlm.models.gguf import load, read_config
+
+HERE = Path(__file__).resolve().parents[2] / "fixtures" / "gguf_arch"
+DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
+TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
+CASES = [(arch, kind) for arch in sorted(DOC["archs"]) for kind in TYPES]
+#: attnlm (float32 arithmetic on the file's numbers) vs llama.cpp on the quantized file, whose
+#: products round the activations to 8 bits: relative to the logit range
+QUANTIZED_TOL = 1e-2
+#: a top-1 / top-2 margin of llama.cpp on the quantized file below this fraction of the logit
+#: range is within its activations' rounding: a near-tie
+TIE = 5e-3
+_LOADED: dict[tuple[str, str], tuple] = {}
+
+
+def _load(arch: str, kind: str):
+    if (arch, kind) not in _LOADED:
+        _LOADED.clear()  # one model at a time
+        _LOADED[arch, kind] = load(HERE / f"{arch}-{kind}.gguf")
+    return _LOADED[arch, kind]
+
+
+def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(ours - ref).max() / (ref.max() - ref.min()))
+
+
+@pytest.mark.parametrize(("arch", "kind"), CASES)
+def test_logits_equal_llama_cpp(arch, kind):
+    rec = DOC["archs"][arch][kind]
+    model, _ = _load(arch, kind)
+    with torch.no_grad():
+        ours = model(torch.tensor([rec["prompt"]])).logits[0].numpy()
+    twin = np.asarray(rec["dequantized"]["logits"], dtype=np.float32)
+    same_file = np.asarray(rec["logits"], dtype=np.float32)
+    assert ours.shape == twin.shape
+    assert _rel(ours, twin) < 1e-3, f"{arch} {kind}: {_rel(ours, twin):.2e} of the range"
+    assert _rel(ours, same_file) < QUANTIZED_TOL, f"{arch} {kind}: {_rel(ours, same_file):.2e}"
+
+
+@pytest.mark.parametrize(("arch", "kind"), CASES)
+def test_greedy_ids_equal_llama_cpp(arch, kind):
+    """32 greedy steps through the KV cache (the prompt in one step, then one token a step:
+    the sliding windows of Gemma's local layers are crossed after 8 positions): the same ids
+    as llama.cpp on the float32 twin for all 32 steps, and as llama.cpp on the quantized file
+    up to its first near-tie (a top-1 / top-2 margin under :data:`TIE` of the logit range),
+    where its own 8-bit activations decide (on some files llama.cpp's ids on the quantized
+    file and on its twin part there)."""
+    rec = DOC["archs"][arch][kind]
+    model, _ = _load(arch, kind)
+    state, ids = model.new_state(), []
+    with torch.no_grad():
+        logits = model.step(torch.tensor([rec["prompt"]]), state)[0, -1]
+        for _ in range(DOC["new_tokens"]):
+            ids.append(int(logits.argmax()))
+            logits = model.step(torch.tensor([[ids[-1]]]), state)[0, -1]
+    assert ids == rec["dequantized"]["greedy"]
+    prompt = np.asarray(rec["logits"])
+    tie = TIE * (prompt.max() - prompt.min())
+    decided = next((i for i, m in enumerate(rec["margins"]) if m < tie), len(ids))
+    assert ids[:decided] == rec["greedy"][:decided]
+    if decided == len(ids):
+        assert ids == rec["greedy"]
+
+
+@pytest.mark.parametrize("arch", sorted(DOC["archs"]))
+def test_tokenizer_encodes_as_llama_cpp(arch):
+    _, tok = _load(arch, "Q8_0")
+    assert tok.encode(DOC["test_text"]) == DOC["archs"][arch]["Q8_0"]["test_ids"]
+
+
+@pytest.mark.parametrize(("arch", "kind"), CASES)
+def test_tensor_types_are_what_gguf_py_read(arch, kind):
+    """Our header reader sees the types gguf-py recorded; the K-quant files really hold
+    K-quant blocks (widths are multiples of 256)."""
+    header = GGUFFile(HERE / f"{arch}-{kind}.gguf")
+    types = {name: info.type_name for name, info in header.tensors.items()}
+    assert types == DOC["archs"][arch][kind]["types"]
+    if "_K" in kind:
+        assert any(t.endswith("_K") for t in types.values())
+
+
+#: what the Hugging Face configs of make_fixtures.py imply, written out by hand
+EXPECTED = {
+    "llama": {"arch": None, "tie_embeddings": True},
+    "mistral": {"arch": None, "tie_embeddings": False, "rope_theta": 1e6},
+    "qwen2": {"arch": "qwen2", "qkv_bias": True, "tie_embeddings": False, "rope_theta": 1e6},
+    "qwen3": {"arch": "qwen3", "qk_norm": True, "d_head": 128, "n_kv_head": 1},
+    "phi3": {"arch": "phi3", "tie_embeddings": False},
+    "gemma2": {"arch": "gemma2", "sliding_window": 8, "attn_softcap": 20.0,
+               "final_softcap": 15.0, "post_norms": True, "mlp_act": "gelu_tanh",
+               "embed_scale": 16.0, "layer_types": ["sliding_attention", "full_attention"]},
+    "gemma3": {"arch": "gemma3", "sliding_window": 8, "qk_norm": True, "n_head": 2,
+               "rope_theta": 1e6, "rope_local_theta": 10000.0, "embed_scale": 16.0,
+               "layer_types": ["sliding_attention"] * 5 + ["full_attention"]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", sorted(EXPECTED))
+def test_metadata_decides_the_config(arch):
+    table = read_config(HERE / f"{arch}-Q8_0.gguf")
+    for key, value in EXPECTED[arch].items():
+        got = table.get(key)
+        assert (list(got) if isinstance(got, tuple) else got) == value, key
+
+
+# -- refusals: one line naming the file and the key -------------------------------------------
+
+
+def _edited(tmp_path, arch, key, vtype, value):
+    import hostile_gguf
+
+    g = hostile_gguf.parse((HERE / f"{arch}-Q8_0.gguf").read_bytes())
+    path = tmp_path / f"{arch}-edited.gguf"
+    path.write_bytes(g.set(key, vtype, value).to_bytes())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("arch", "key", "vtype", "value", "message"),
+    [
+        ("qwen2", "qwen2.expert_count", 4, b"\x08\x00\x00\x00", "qwen2.expert_count is not"),
+        ("gemma2", "gemma2.attention.sliding_window", 4, b"\x00\x00\x00\x00",
+         "gemma2.attention.sliding_window must be a positive integer"),
+        ("gemma3", "gemma3.rope.scaling.type", 8, "yarn", "'yarn' is not supported"),
+        ("phi3", "phi3.rope.dimension_count", 4, b"\x30\x00\x00\x00", "partial rotary"),
+        ("gemma3", "gemma3.attention.sliding_window_pattern", 8, "6",
+         "sliding_window_pattern must be a positive integer"),
+        ("qwen3", "general.architecture", 8, "qwen3moe", "mixture of experts"),
+    ],
+)  # fmt: skip
+def test_bad_metadata_is_refused_in_one_line(tmp_path, arch, key, vtype, value, message):
+    import hostile_gguf
+
+    if isinstance(value, str):
+        value = hostile_gguf.s(value)
+    path = _edited(tmp_path, arch, key, vtype, value)
+    with pytest.raises(InputError, match=message) as e:
+        load(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3", "gemma2", "gemma3"])
+def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
+    """Each ``<arch>.`` key the adapter reads, set to a string: refused in one line naming the
+    file (never a traceback from a comparison or a conversion)."""
+    import importlib
+
+    import hostile_gguf
+
+    module = importlib.import_module(f"attnlm.models.gguf.{arch}")
+    raw = (HERE / f"{arch}-Q8_0.gguf").read_bytes()
+    for key in sorted(module.READ):
+        g = hostile_gguf.parse(raw).set(f"{arch}.{key}", hostile_gguf.STRING, hostile_gguf.s("x"))
+        path = tmp_path / f"{key}.gguf"
+        path.write_bytes(g.to_bytes())
+        try:
+            read_config(path)
+        except InputError as e:
+            assert "\n" not in str(e) and str(path) in str(e), key
+        else:  # only keys the architecture reads solely together with another may pass
+            assert key in ("rope.scaling.factor", "rope.freq_base_swa"), key
