@@ -106,7 +106,8 @@ def _load(args: argparse.Namespace, spec: str, sampling) -> tuple:
     engine_ok = args.use_cache and not args.compile
     model, tokenizer, info = resolve(spec, args.device, args.weights, engine_ok=engine_ok,
                                      threads=args.threads)  # fmt: skip
-    prompts = [encode_prompt(tokenizer, args.prompt)] * args.num_samples  # fail early
+    # fail early; BOS where the tokenizer adds one (as generate_text encodes)
+    prompts = [encode_prompt(tokenizer, args.prompt, specials=True)] * args.num_samples
     if info.details.get("backend") == "c-engine":
         from attnlm.generate import engine_decode
 

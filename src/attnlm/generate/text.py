@@ -18,14 +18,18 @@ from attnlm.generate.options import DecodeOptions
 from attnlm.generate.sampling import SamplingConfig, check_sampling, mask_from, token_limit
 from attnlm.generate.stats import DecodeStats, Timer
 from attnlm.runtime.engine import Engine
+from attnlm.tokenizers.base import special_encoder
 
 TextCallback = Callable[[int, str], None]  # on_text(row, new_text)
 
 
-def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
-    """Encode a prompt, turning tokenizer failures (unknown characters) into InputError."""
+def encode_prompt(tokenizer: Any, prompt: str, *, specials: bool = False) -> list[int]:
+    """Encode a prompt, turning tokenizer failures (unknown characters) into InputError.
+    ``specials``: with the special tokens the tokenizer adds to a plain text (BOS where its
+    files ask for one, as Gemma's do: :func:`~attnlm.tokenizers.base.special_encoder`); a
+    rendered chat template writes its own."""
     try:
-        ids = list(tokenizer.encode(prompt))
+        ids = special_encoder(tokenizer)(prompt) if specials else list(tokenizer.encode(prompt))
     except AttnlmError as e:
         raise InputError(f"cannot encode the prompt: {e}") from None
     except (KeyError, ValueError) as e:
@@ -161,7 +165,7 @@ def generate_text(
     """
     sampling = check_sampling(sampling)
     options = options or DecodeOptions()
-    ids = [encode_prompt(tokenizer, p) for p in prompts]
+    ids = [encode_prompt(tokenizer, p, specials=True) for p in prompts]
     rows = [_RowText(tokenizer, sampling.stop, context=row) for row in ids]
     timer = Timer(stats, sum(len(row) for row in ids), len(ids))
 

@@ -32,6 +32,7 @@ import torch
 
 from attnlm.base.device import model_device
 from attnlm.base.errors import InputError
+from attnlm.tokenizers.base import special_encoder
 
 #: logits held at once by the continuation forward: rows x positions x vocabulary (floats)
 LOGIT_BUDGET = 48 * 1024 * 1024
@@ -47,13 +48,7 @@ class Request:
 
 def encoder(tok: Any) -> Callable[[str], list[int]]:
     """``text -> ids`` with the tokenizer's default special tokens (BOS where it adds one)."""
-    try:
-        takes_flag = "add_special_tokens" in inspect.signature(tok.encode).parameters
-    except (TypeError, ValueError):
-        takes_flag = False
-    if takes_flag:
-        return lambda text: list(tok.encode(text, add_special_tokens=True))
-    return lambda text: list(tok.encode(text))
+    return special_encoder(tok)
 
 
 def prefix_id(tok: Any) -> int | None:

@@ -16,10 +16,11 @@ The kind's own fields are documented on each class (``to_dict``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -210,6 +211,28 @@ def _load_hf_json(p: Path, doc: dict[str, Any]) -> Tokenizer:
         raise TokenizerFileError(f"{p}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise TokenizerFileError(f"{p}: corrupt tokenizer.json ({e})") from None
+
+
+def special_encoder(tok: Any) -> Callable[[str], list[int]]:
+    """``text -> ids`` with the tokenizer's default special tokens: BOS (or EOS) where the
+    tokenizer's own files ask for one (a GGUF file's ``add_bos_token``, a ``tokenizer.json``
+    post-processor), as llama.cpp and ``transformers`` encode a plain prompt; a tokenizer whose
+    ``encode`` takes no ``add_special_tokens`` encodes as it always does. A text that starts
+    with the BOS token written out (a chat template's rendering) gets no second one."""
+    try:
+        takes_flag = "add_special_tokens" in inspect.signature(tok.encode).parameters
+    except (TypeError, ValueError):
+        takes_flag = False
+    if not takes_flag:
+        return lambda text: list(tok.encode(text))
+    bos = getattr(tok, "bos_id", None)
+
+    def encode(text: str) -> list[int]:
+        ids = list(tok.encode(text, add_special_tokens=True))
+        # a text that writes the BOS itself (a rendered chat template) keeps one
+        return ids[1:] if bos is not None and ids[:2] == [bos, bos] else ids
+
+    return encode
 
 
 def check_text(text: object) -> None:
