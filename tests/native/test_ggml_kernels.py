@@ -14,7 +14,8 @@
   equals float64 ``dequantize(W) @ (e a)``: in exact arithmetic the chunk formula
   ``e (A sum(u a)) + B e sum(a)`` is ``e sum((A u + B) a)``; the integer sums are exact and the
   float32 rest is bounded as above.
-1, 2, 4 and 5 rows of x (the kernel takes 4 rows together, then one at a time), an odd number
+1, 2, 4, 5 and 9 rows of x (the kernel takes 8 rows together, or 4 without AVX-512, then
+one at a time), an odd number
 of output rows (a decoding step's product takes two at a time), an odd number of blocks of 32
 (3, 19: the integer product takes two at a time), threads 1 and 2.
 """
@@ -91,7 +92,7 @@ def test_every_type_equals_numpy(qtype, shape, threads, act):
         pytest.skip("float weights take float activations")
     raw, w = weights(qtype, n, k, seed=n + k)
     rng = np.random.default_rng(k)
-    for m in (1, 2, 4, 5):
+    for m in (1, 2, 4, 5, 9):
         x = rng.normal(size=(m, k)).astype(np.float32)
         x[:, :32] *= 0.01  # blocks of different scales
         code = structs.ACT_FLOAT if act == "float" else structs.ACT_INT

@@ -59,7 +59,13 @@ static inline float gg_f16(uint16_t h) {
     return from_f16(h);
 #endif
 }
+/* rows of x taken together per weight row (a prefill's): measured 1.1x as fast at 8 as at 4
+ * with AVX-512's 32 vector registers; 4 where there are 16 */
+#ifdef __AVX512F__
+#define GG_ROWS 8
+#else
 #define GG_ROWS 4
+#endif
 
 /* the elements and bytes of one block of fmt */
 static inline int64_t gg_block(int64_t fmt, int64_t *bytes) {
