@@ -262,3 +262,45 @@ def test_smollm2_export_opens_whole(tmp_path):
     if len(theirs) < 24:  # transformers stopped at an end-of-generation id
         assert theirs[-1] in generation.eos_token_id
     assert "Paris" in tok.decode(theirs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gemma3-270m", "qwen2.5-coder-0.5b-instruct"])
+def test_real_k_quant_models_export_whole(tmp_path, cli, name):
+    """Gemma 3 270M (SentencePiece, BOS added) and Qwen2.5-Coder 0.5B (qwen2 byte-level BPE,
+    a chat template with a default system prompt), exported from their Q4_K_M files:
+    ``transformers`` gives attnlm's ids (BOS as the file asks), chat rendering and 16 greedy
+    tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from attnlm.base.errors import InputError
+    from attnlm.generate import SamplingConfig, decode
+    from attnlm.loading.sources import resolve
+
+    try:
+        from attnlm.data.pretrained import pretrained_file
+
+        path = pretrained_file(name)
+    except (ImportError, KeyError, InputError) as e:
+        pytest.skip(f"{name} is not available: {e}")
+    out = tmp_path / name
+    r = cli("export", "--model", path, "--out", out)
+    assert r.code == 0 and "no tokenizer" not in r.out, r.err
+    model, tok, info = resolve(path, weights="f32")
+    hf_tok = AutoTokenizer.from_pretrained(out)
+    prompt = "The capital of France is"
+    ids = tok.encode(prompt, add_special_tokens=True)
+    assert hf_tok(prompt)["input_ids"] == ids
+    if info.chat_template is not None:
+        chat = [{"role": "user", "content": "Write a Python function that reverses a string."}]
+        ours = info.chat_template.render(chat, add_generation_prompt=True)
+        assert hf_tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) == ours
+        ids = tok.encode(ours)
+    greedy = list(decode(model, [ids], SamplingConfig(temperature=0, max_new_tokens=16))[0])
+    del model
+    hf_model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        theirs = hf_model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                                   max_new_tokens=16)[0, len(ids) :].tolist()  # fmt: skip
+    assert theirs == greedy[: len(theirs)]
