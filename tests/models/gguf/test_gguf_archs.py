@@ -185,3 +185,18 @@ def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
             assert "\n" not in str(e) and str(path) in str(e), key
         else:  # only keys the architecture reads solely together with another may pass
             assert key in ("rope.scaling.factor", "rope.freq_base_swa"), key
+
+
+@pytest.mark.parametrize("arch", sorted(DOC["archs"]))
+def test_blocks_kept_as_codes_give_the_same_logits(arch, kind="Q8_0", weights="q8"):
+    """``weights = q8`` on a Q8_0 file (every matrix Q8_0, the embedding and head too): the
+    matrices are its codes and scales, not re-quantized (Qwen2's q/k/v biases filled by rows).
+    (A Q4_0 file keeps its head in Q6_K, which q4 re-quantizes.)"""
+    from attnlm.models.gguf import load_model
+
+    rec = DOC["archs"][arch][kind]
+    model = load_model(HERE / f"{arch}-{kind}.gguf", weights=weights)
+    with torch.no_grad():
+        ours = model(torch.tensor([rec["prompt"]])).logits[0].float().numpy()
+    twin = np.asarray(rec["dequantized"]["logits"], dtype=np.float32)
+    assert _rel(ours, twin) < 1e-3, f"{arch} {kind} {weights}: {_rel(ours, twin):.2e}"

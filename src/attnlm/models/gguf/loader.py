@@ -297,12 +297,21 @@ def load_quantized(header: GGUFFile, model: nn.Module, parts: list[Part], fmt: s
                     model.lm_head = emb.table
                     continue
             layer = _layer([_matrix(header, p, layer_fmt) for p in layer_parts], layer_fmt)
-            bias = by_weight.get(f"{name}.bias")
-            if bias:
-                b = header.tensors[bias[0].gguf]
-                values = dequantize(header.raw(b), b.type, b.shape, name=bias[0].gguf)
-                layer.set_bias(torch.from_numpy(values))
-                done.add(bias[0].gguf)
+            bias_parts = by_weight.get(f"{name}.bias")
+            if bias_parts:  # one tensor, or the rows of a fused one (q/k/v biases)
+                bias = torch.empty(module.weight.shape[0])
+                for part in bias_parts:
+                    b = header.tensors[part.gguf]
+                    values = dequantize(header.raw(b), b.type, b.shape, name=part.gguf)
+                    start, stop = part.rows or (0, bias.shape[0])
+                    if values.shape != (stop - start,):
+                        raise InputError(
+                            f"{header.path}: tensor {part.gguf!r} has shape {list(b.shape)}, "
+                            f"expected {[stop - start]} from the metadata"
+                        )
+                    bias[start:stop] = torch.from_numpy(values)
+                    done.add(part.gguf)
+                layer.set_bias(bias)
             parent, _, attr = name.rpartition(".")
             owner = model.get_submodule(parent) if parent else model
             setattr(owner, attr, QuantEmbedding(layer) if is_emb else layer)
