@@ -35,6 +35,24 @@ def default_parallel(model: Any) -> int:
     return max(1, min(slots, 4 * (os.cpu_count() or 1)))
 
 
+# A GGUF file up to this size is served in float32 by default: its own 4/5-bit blocks run in
+# PyTorch by dequantizing every matrix at every step, far slower than float32 products, which
+# also batch best (for larger files, --weights says what to use).
+F32_GGUF_BYTES = 1 << 30
+
+
+def batched_weights(spec: str) -> str | None:
+    """The weights format the server loads ``spec`` in when ``--weights`` is not given:
+    ``f32`` for a small quantized GGUF file (see :data:`F32_GGUF_BYTES`), else None."""
+    from attnlm.loading.sources import gguf_file
+
+    try:
+        path = gguf_file(spec)
+    except Exception:  # noqa: BLE001 - the loader names a bad SPEC itself
+        return None
+    return "f32" if path is not None and path.stat().st_size <= F32_GGUF_BYTES else None
+
+
 class Served:
     """The model behind the server; ``id`` is its name in ``/v1/models`` and requests."""
 
@@ -44,7 +62,7 @@ class Served:
         from attnlm.loading.sources import resolve
 
         self.limits = limits or Limits()
-        model, tok, info = resolve(spec, device, weights)
+        model, tok, info = resolve(spec, device, weights or batched_weights(spec))
         self.model, self.tokenizer, self.info = model, tok, info
         self.id = name or info.name or Path(str(spec)).name.removesuffix(".gguf") or str(spec)
         self.created = int(time.time())
