@@ -291,3 +291,10 @@ def test_next_turn_reads_the_cached_prefix(server):
             model=fresh.id, messages=turn, max_tokens=6, temperature=0
         )
     assert alone.choices[0].message.content == again.choices[0].message.content
+
+
+def test_max_tokens_zero_gives_the_prompt_usage_alone(server):
+    served, _, c = server
+    r = c.completions.create(model=served.id, prompt="the capital", max_tokens=0, temperature=0)
+    assert r.choices[0].text == "" and r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens == 2

@@ -146,7 +146,8 @@ def test_401_404_405_and_413(server):
 def test_429_when_the_queue_is_full_and_slots_freed_by_leaving(server):
     served, url = server
     head = {"Authorization": f"Bearer {KEY}"}
-    body = chat(served, max_tokens=64, stream=True, temperature=0)
+    never_ends = {str(i): -100 for i in served.stop_ids}  # all 64 tokens, no end of turn
+    body = chat(served, max_tokens=64, stream=True, temperature=0, logit_bias=never_ends)
     sch = served.scheduler
     step = sch._decode
     sch._decode = lambda: (time.sleep(0.05), step())  # a slow model: A holds its slot ~3 s

@@ -124,6 +124,8 @@ class Job:
         """Pick the next token from ``logits`` ``(V,)``, report it; True when the job ended
         (``finish`` says why)."""
         p = self.params
+        if p.max_tokens <= 0:  # max_tokens 0: the prompt alone (its usage)
+            return self.end("length")
         x = self._processed(logits)
         if p.temperature == 0:
             tok = int(torch.argmax(x))

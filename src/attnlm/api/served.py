@@ -91,6 +91,7 @@ class Served:
         limit = token_limit(self.model, self.tokenizer)
         self.context = Context(self.tokenizer, self.stop_ids, limit)
         runner = EagerRunner(self.model, "the server's batched step")
+        self.context.grammars = self.grammars  # built now (a second for a large vocabulary)
         self.scheduler = Scheduler(self.model, runner, self.parallel, prefill_chunk,
                                    self.limits.max_queue)  # fmt: skip
 
