@@ -135,16 +135,39 @@ class Windows:
     is reproducible and resumable (the generator's state is part of the checkpoint).
     """
 
-    def __init__(self, ids: np.ndarray, block_size: int) -> None:
+    def __init__(self, ids: np.ndarray, block_size: int, bos: int | None = None) -> None:
         if len(ids) < 2:
             raise InputError(f"text too short: {len(ids)} token(s); need at least 2")
         self.ids = ids
+        # ``bos``: every window starts with this token and predicts every token of its part of
+        # the text, the first one included (as llama.cpp's perplexity puts the BOS first in
+        # each chunk): inputs [bos, t_s .. t_(s+T-2)], targets t_s .. t_(s+T-1)
+        self.bos = bos
         # Texts shorter than a window are used in full (shorter windows).
-        self.block_size = min(block_size, len(ids) - 1)
+        self.block_size = min(block_size, len(ids) - (1 if bos is None else 0))
 
     @property
     def n_starts(self) -> int:
-        return len(self.ids) - self.block_size
+        return len(self.ids) - self.block_size + (0 if self.bos is None else 1)
+
+    def _targets(self) -> int:
+        """How many targets the array holds (every token but the first; all with a BOS)."""
+        return len(self.ids) - (1 if self.bos is None else 0)
+
+    def _rows(self, begins: list[int], t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets of windows whose first target is ``ids[b (+1 without BOS)]``."""
+        import torch
+
+        if self.bos is None:
+            xy = torch.from_numpy(
+                np.stack([np.asarray(self.ids[b : b + t + 1], dtype=np.int64) for b in begins])
+            )
+            return xy[:, :-1], xy[:, 1:]
+        y = torch.from_numpy(
+            np.stack([np.asarray(self.ids[b : b + t], dtype=np.int64) for b in begins])
+        )
+        x = torch.cat([torch.full((len(begins), 1), self.bos, dtype=torch.long), y[:, :-1]], 1)
+        return x, y
 
     def sample_starts(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``n`` random window starts, shape (n,)."""
@@ -154,12 +177,8 @@ class Windows:
 
     def batch(self, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets for the given starts: two LongTensors of shape (B, T)."""
-        import torch
 
-        t = self.block_size
-        rows = [np.asarray(self.ids[s : s + t + 1], dtype=np.int64) for s in starts.tolist()]
-        xy = torch.from_numpy(np.stack(rows))  # (B, T+1)
-        return xy[:, :-1], xy[:, 1:]
+        return self._rows(starts.tolist(), self.block_size)
 
     def sample(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """A random batch: (x, y), each (n, T)."""
@@ -173,20 +192,18 @@ class Windows:
         import torch
 
         t = self.block_size
-        n_targets = len(self.ids) - 1
+        n_targets = self._targets()
         full = n_targets // t
         for b0 in range(0, full, batch_size):
             starts = torch.arange(b0, min(b0 + batch_size, full)) * t
             yield self.batch(starts)
         rest = n_targets - full * t
         if rest:
-            tail = np.asarray(self.ids[full * t :], dtype=np.int64)
-            xy = torch.from_numpy(tail)[None, :]
-            yield xy[:, :-1], xy[:, 1:]
+            yield self._rows([full * t], rest)
 
     def n_eval_batches(self, batch_size: int) -> int:
-        full = (len(self.ids) - 1) // self.block_size
-        return math.ceil(full / batch_size) + int((len(self.ids) - 1) % self.block_size > 0)
+        full = self._targets() // self.block_size
+        return math.ceil(full / batch_size) + int(self._targets() % self.block_size > 0)
 
 
 def bits_per_char(total_nats: float, n_chars: int) -> float:

@@ -152,9 +152,11 @@ def evaluate_ids(
     dtype: str = "float32",
     objective: Any = None,
     progress: Any = None,
+    bos: int | None = None,
 ) -> EvalResult:
     """Exact evaluation of a model on a token array (``n_chars`` characters of text) under
-    its family's objective (causal by default)."""
+    its family's objective (causal by default); ``bos``: a causal model's windows each start
+    with this token and every token of ``ids`` is predicted (:func:`leading_bos`)."""
     if objective is None:
         from attnlm.models.registry import family_of
 
@@ -164,8 +166,29 @@ def evaluate_ids(
             name = "causal"
         objective = make_objective(name, None, getattr(model, "config", None))
     cpt = None if n_chars is None else n_chars / max(len(ids), 1)
-    source = objective.source(np.asarray(ids), cpt, block_size)
+    if bos is not None and getattr(objective, "name", None) == "causal":
+        source = objective.source(np.asarray(ids), cpt, block_size, bos=bos)
+    else:
+        source = objective.source(np.asarray(ids), cpt, block_size)
     return evaluate(model, source, batch_size, device, dtype, progress)
+
+
+def leading_bos(tokenizer: Any) -> int | None:
+    """The BOS id a tokenizer puts before a text it encodes with its default special tokens
+    (:func:`attnlm.tokenizers.base.special_encoder`: a GGUF file's ``add_bos_token``, a
+    ``tokenizer.json`` post-processor), else None. Such a model (Gemma) is evaluated as
+    llama.cpp's perplexity does: the BOS first in every window."""
+    from attnlm.tokenizers.base import special_encoder
+
+    bos = getattr(tokenizer, "bos_id", None)
+    if bos is None or getattr(tokenizer, "add_bos", None) is False:
+        return None
+    probe = "a b"
+    try:
+        plain, full = list(tokenizer.encode(probe)), special_encoder(tokenizer)(probe)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot say: no BOS
+        return None
+    return int(bos) if full[:1] == [bos] and plain[:1] != [bos] else None
 
 
 def _encode_prefix(tokenizer: Any, text: str, what: str, max_tokens: int) -> tuple[Any, int]:
@@ -279,7 +302,12 @@ def evaluate_checkpoint(
     block = int(ck.model_config.block_size)
     ids, n_chars, text, what = _eval_data(ck, text_path, split)
     ids, n_chars, what = _eval_ids(ck.tokenizer, ids, n_chars, text, what, max_tokens)
-    result = evaluate_ids(ck.model, ids, n_chars, block, batch_size, dev, objective=objective)
+    bos = leading_bos(ck.tokenizer) if getattr(objective, "name", "") == "causal" else None
+    if bos is not None:
+        what += f"; BOS (id {bos}) first in every window, every token predicted, as llama.cpp"
+    result = evaluate_ids(
+        ck.model, ids, n_chars, block, batch_size, dev, objective=objective, bos=bos
+    )
     unk_id = getattr(ck.tokenizer, "unk_id", None)
     if unk_id is not None:
         result = replace(result, unknown=int(np.count_nonzero(ids == unk_id)))

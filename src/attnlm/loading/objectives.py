@@ -89,8 +89,14 @@ def count_targets(batch: Batch) -> int:
 class CausalWindows(BatchSource):
     """Shifted windows of a token array: ``ids = x[i : i+T]``, ``targets = x[i+1 : i+T+1]``."""
 
-    def __init__(self, ids: np.ndarray, block_size: int, chars_per_token: float | None) -> None:
-        self.windows = Windows(ids, block_size)
+    def __init__(
+        self,
+        ids: np.ndarray,
+        block_size: int,
+        chars_per_token: float | None,
+        bos: int | None = None,
+    ) -> None:
+        self.windows = Windows(ids, block_size, bos)  # bos: first in every window
         self.chars_per_target = chars_per_token
 
     def draw(self, n: int, generator: torch.Generator) -> Batch:
@@ -118,12 +124,18 @@ class CausalLM:
         self.block_size = int(getattr(model_config, "block_size", 0) or 0)
 
     def source(
-        self, ids: np.ndarray, chars_per_token: float | None = None, block_size: int | None = None
+        self,
+        ids: np.ndarray,
+        chars_per_token: float | None = None,
+        block_size: int | None = None,
+        bos: int | None = None,
     ) -> CausalWindows:
+        """Windows of ``ids``; ``bos``: put this token first in every window and predict every
+        token of the text (evaluation of a model whose tokenizer adds a BOS)."""
         block = block_size or self.block_size
         if block < 1:
             raise ConfigError("the causal objective needs model.block_size (window length)")
-        return CausalWindows(ids, block, chars_per_token)
+        return CausalWindows(ids, block, chars_per_token, bos)
 
 
 # ---------------------------------------------------------------------------------------------

