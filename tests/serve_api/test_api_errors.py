@@ -216,3 +216,24 @@ def test_a_bad_request_beside_a_good_one(server):
         )
     t.join(60)
     assert got["r"].choices[0].message.content == alone.choices[0].message.content
+
+
+def test_a_client_that_stops_waiting_frees_its_slot(server):
+    served, url = server
+    sch = served.scheduler
+    step = sch._decode
+    sch._decode = lambda: (time.sleep(0.05), step())  # 64 steps: ~3 s if nobody left
+    never_ends = {str(i): -100 for i in served.stop_ids}
+    try:
+        with pytest.raises(httpx.ReadTimeout):  # not streamed: the client gives up waiting
+            httpx.post(
+                url + "/v1/chat/completions",
+                headers={"Authorization": f"Bearer {KEY}"},
+                json=chat(served, max_tokens=64, logit_bias=never_ends),
+                timeout=0.5,
+            )
+        left = time.monotonic()
+        _until(lambda: sch.busy == 0, 1.5)
+        assert time.monotonic() - left < 1.5
+    finally:
+        sch._decode = step
