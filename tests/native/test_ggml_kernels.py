@@ -115,13 +115,17 @@ def test_activations_are_quantized_as_numpy_does():
     x[1, 32:64] = 0  # an all-zero block: scale 0, codes 0
     x[2, :32] = np.linspace(-2, 2, 32)  # halves: 2 / 127 steps
     rb = lib().attnlm_quantized_row_bytes(k)
-    assert rb == k + k // 32 * 4 + k // 16 * 4
+    assert rb == k + k // 32 * 4 + k // 16 * 4 + 2 * k
     out = np.zeros(m * rb, np.uint8)
     lib().attnlm_quantize_rows(x.ctypes.data, m, k, out.ctypes.data)
     rows = out.reshape(m, rb)
     a, e = quantize_rows(x)
     assert np.array_equal(rows[:, :k].view(np.int8), a)
     assert np.array_equal(rows[:, k : k + k // 32 * 4].copy().view(np.float32), e)
-    sums = rows[:, k + k // 32 * 4 :].copy().view(np.float32)
+    sums = rows[:, k + k // 32 * 4 : k + k // 32 * 4 + k // 4].copy().view(np.float32)
     want = (a.reshape(m, -1, 16).sum(-1) * np.repeat(e, 2, axis=1)).astype(np.float32)
     np.testing.assert_allclose(sums, want, rtol=1e-6, atol=0)
+    # the same per lane of each chunk's 8 dot-product lanes: e, and each half's sum / 4
+    lanes = rows[:, k + k // 32 * 4 + k // 4 :].copy().view(np.float32).reshape(m, 2, -1, 8)
+    assert np.array_equal(lanes[:, 0], np.repeat(e[..., None], 8, axis=-1))
+    assert np.array_equal(lanes[:, 1], np.repeat(sums.reshape(m, -1, 2), 4, axis=-1) / 4)
