@@ -202,3 +202,128 @@ def test_eval_windows_with_bos_match_the_direct_sum(loaded, tmp_path):
         total += float(torch.nn.functional.cross_entropy(logits, torch.tensor(y), reduction="sum"))
     assert got.tokens == len(ids)
     assert got.loss == pytest.approx(total / len(ids), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_eval_gemma3_270m_within_one_percent_of_llama_cpp(tmp_path, capsys):
+    """``attnlm eval --model gemma3-270m`` on the text of llama.cpp's perplexity reference
+    (tests/fixtures/real_models, benchmarks/make_real_model_fixtures.py: the BOS and the
+    first 999 tokens of the text in one context of 1,024, every text token scored). attnlm
+    puts the BOS first in its window too and predicts every token, so with ``--max-tokens
+    999`` it scores the same 999 tokens given the same contexts."""
+    from support_real import needs_arch, real_file, references
+
+    needs_arch("gemma3-270m")
+    real_file("gemma3-270m", fetch=True)
+    ref = references()["perplexity"]
+    want = ref["files"]["gemma3-270m"]
+    assert want["settings"]["add_bos"] and want["ids"][0] == 2
+    text = tmp_path / "text.txt"
+    text.write_text(ref["text"], encoding="utf-8")
+    n = want["n_predicted"]
+    out = run_cli(capsys, "eval", "--model", "gemma3-270m", "--text", text, "--max-tokens", n,
+                  "--batch-size", "1", "--json")  # fmt: skip
+    got = json.loads(out)
+    assert got["tokens"] == n and "BOS (id 2) first" in got["data"]
+    assert got["ppl"] == pytest.approx(want["perplexity"], rel=0.01)
+
+
+def request(url: str, body: dict | None = None) -> tuple[int, dict]:
+    """(status, JSON) of a GET or POST to the explorer."""
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status, json.loads(r.read())
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3"])
+def test_explorer_model_endpoints(arch, loaded):
+    """``attnlm serve --model FILE.gguf``'s service: models, attention, generate, lens."""
+    from attnlm.inspect.record import inspect
+    from attnlm.web import server as S
+    from attnlm.web.service import resolve_named_model
+
+    model, tok = loaded(arch)
+    srv = S.make_server([resolve_named_model(str(fixture(arch)))], "127.0.0.1", 0)
+    S.serve_in_thread(srv)
+    try:
+        _, data = request(srv.url + "api/models")
+        (info,) = data["models"]
+        cfg = model.config
+        assert (info["n_layer"], info["n_head"]) == (cfg.n_layer, cfg.n_head)
+        name = info["name"]
+        status, data = request(srv.url + "api/attention", {"text": PROMPT, "model": name})
+        got = torch.tensor(data["attention"])  # (L, H, T, T)
+        want = torch.stack(inspect(model, tok, PROMPT).attentions)
+        assert status == 200 and got.shape == want.shape
+        assert torch.allclose(got, want, atol=2e-5)
+        body = {"text": PROMPT, "temperature": 0, "max_new_tokens": 6, "model": name}
+        status, data = request(srv.url + "api/generate", body)
+        ids = special_encoder(tok)(PROMPT)
+        (expected,) = decode(model, [ids], SamplingConfig(temperature=0, max_new_tokens=6))
+        assert status == 200 and data["continuation"] == tok.decode(expected)
+        status, data = request(srv.url + "api/lens", {"text": PROMPT, "model": name})
+        assert status == 200 and data
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_export_hf_folder_opens_in_transformers(arch, tmp_path, capsys):
+    """``attnlm export --model FILE.gguf --out DIR``: transformers loads the folder (model and
+    tokenizer) and gives the float32 model's logits and ids."""
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    out = tmp_path / "hf"
+    run_cli(capsys, "export", "--model", fixture(arch), "--out", out)
+    ck = load_model_ref(None, fixture(arch), torch.device("cpu"), "f32")
+    ids = special_encoder(ck.tokenizer)(TEXT)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert hf_tok(TEXT)["input_ids"] == ids
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = ck.model.eval()(torch.tensor([ids])).logits[0]
+        got = hf(torch.tensor([ids])).logits[0]
+    span = float(want.max() - want.min())
+    assert float((got - want).abs().max()) <= 1e-4 * span
+
+
+def eval_loss(capsys, model: Path | str, text: Path) -> float:
+    return json.loads(run_cli(capsys, "eval", "--model", model, "--text", text, "--json"))["loss"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_train_init_from_lora_and_export_gguf(arch, tmp_path, capsys):
+    """``train --init-from FILE.gguf`` and ``--lora 4`` lower the loss on their text and the
+    runs load back (eval, generate); ``export --gguf`` of the trained run is read back by
+    attnlm with the run's logits."""
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT * 20, encoding="utf-8")
+    before = eval_loss(capsys, fixture(arch), text)
+    common = ["--text", text, "--block-size", "32", "--batch-size", "4", "--eval-iters", "1",
+              "--no-progress", "--lr", "1e-3", "--max-iters", "12"]  # fmt: skip
+    full, lora = tmp_path / "full", tmp_path / "lora"
+    run_cli(capsys, "train", "--init-from", fixture(arch), "--out", full, *common)
+    run_cli(capsys, "train", "--init-from", fixture(arch), "--lora", "4", "--out", lora, *common)
+    for run in (full, lora):
+        after = eval_loss(capsys, run, text)
+        assert after < before - 0.01, (run.name, before, after)
+        out = run_cli(capsys, "generate", "--model", run, "--prompt", PROMPT,
+                      "--max-new-tokens", "4", "--temperature", "0")  # fmt: skip
+        assert out.startswith(PROMPT)
+
+    gguf = tmp_path / "full.gguf"
+    run_cli(capsys, "export", "--model", full, "--gguf", gguf, "--type", "f32")
+    ck = load_model_ref(None, full, torch.device("cpu"))
+    back = load_model_ref(None, gguf, torch.device("cpu"), "f32")
+    ids = torch.tensor([special_encoder(ck.tokenizer)(TEXT)])
+    assert special_encoder(back.tokenizer)(TEXT) == ids[0].tolist()
+    with torch.no_grad():
+        want, got = ck.model.eval()(ids).logits[0], back.model.eval()(ids).logits[0]
+    span = float(want.max() - want.min())
+    assert float((got - want).abs().max()) <= 1e-4 * span

@@ -22,6 +22,7 @@ base SPEC, checks the fingerprint and calls :func:`attach`.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ def fingerprint(path: Path, model_table: dict[str, Any]) -> dict[str, Any]:
     """The base model's fingerprint (see the module docstring): ``path`` is where its weights
     are (:attr:`attnlm.loading.sources.ModelInfo.path`), ``model_table`` its ``[model]`` table."""
     return {
-        "config": model_table,
+        # as stored in config.json: tuples (a Gemma's layer_types) compare as lists
+        "config": json.loads(json.dumps(model_table)),
         "files": {f.name: _ends_digest(f) for f in weight_files(Path(path))},
     }
 
