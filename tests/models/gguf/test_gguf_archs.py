@@ -29,7 +29,11 @@ from attnlm.models.gguf import load, read_config
 HERE = Path(__file__).resolve().parents[2] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
-CASES = [(arch, kind) for arch in sorted(DOC["archs"]) for kind in TYPES]
+#: every architecture in every type, and variants (``gemma3-linear``: linear rotary scaling and
+#: a final soft-cap) in one type
+CASES = [
+    (arch, kind) for arch in sorted(DOC["archs"]) for kind in TYPES if kind in DOC["archs"][arch]
+]
 #: attnlm (float32 arithmetic on the file's numbers) vs llama.cpp on the quantized file, whose
 #: products round the activations to 8 bits: relative to the logit range
 QUANTIZED_TOL = 1e-2
@@ -118,6 +122,8 @@ EXPECTED = {
     "gemma3": {"arch": "gemma3", "sliding_window": 8, "qk_norm": True, "n_head": 2,
                "rope_theta": 1e6, "rope_local_theta": 10000.0, "embed_scale": 16.0,
                "layer_types": ["sliding_attention"] * 5 + ["full_attention"]},
+    "gemma3-linear": {"arch": "gemma3", "final_softcap": 20.0, "rope_local_theta": 10000.0,
+                      "rope_scaling": {"rope_type": "linear", "factor": 4.0}},
 }  # fmt: skip
 
 
