@@ -120,7 +120,8 @@ def test_generate_eval_params_lens_attention(arch, loaded, tmp_path, capsys):
 
     # lens: the last layer's best token at each position is the model's own argmax
     lens = json.loads(run_cli(capsys, "lens", "--model", m, PROMPT, "--json"))
-    enc = lens["ids"]
+    enc = lens["ids"]  # the BOS first where the tokenizer adds one
+    assert enc == ([leading_bos(tok)] if leading_bos(tok) is not None else []) + tok.encode(PROMPT)
     with torch.no_grad():
         best = model(torch.tensor([enc])).logits[0].argmax(-1).tolist()
     assert lens_last_row(lens) == best
