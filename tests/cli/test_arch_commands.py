@@ -136,6 +136,12 @@ def test_generate_eval_params_lens_attention(arch, loaded, tmp_path, capsys):
     kinds = layer_labels(model) or []
     if arch in ("gemma2", "gemma3"):
         assert "local" in kinds and "global" in kinds
+        from attnlm.cli.inspect import select_panels
+
+        maps = [torch.zeros(cfg.n_head, 2, 2)] * cfg.n_layer
+        titles = [t for row in select_panels(maps, None, 0, kinds) for t, _ in row]
+        g = kinds.index("global")
+        assert titles[g] == f"layer {g} (global) head 0" and titles[0] == "layer 0 (local) head 0"
     else:
         assert not kinds or set(kinds) == {"global"}
 
