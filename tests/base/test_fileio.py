@@ -267,3 +267,17 @@ def _same_content(name: str, a: bytes, b: bytes) -> bool:
         x, y = Image.open(io.BytesIO(a)), Image.open(io.BytesIO(b))
         return x.size == y.size and x.tobytes() == y.tobytes()
     return False
+
+
+def test_a_file_made_by_a_private_writer_gets_the_usual_mode(tmp_path):
+    """safetensors creates its files 0600; written through atomic_path, the file gets the mode
+    open() gives (0666 less the umask), so an exported folder is readable like its JSON files."""
+    from attnlm.base.fileio import atomic_path, atomic_write_text
+
+    target = tmp_path / "weights.bin"
+    with atomic_path(target) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"x")
+        os.close(fd)
+    atomic_write_text(tmp_path / "config.json", "{}")
+    assert target.stat().st_mode & 0o777 == (tmp_path / "config.json").stat().st_mode & 0o777

@@ -101,6 +101,19 @@ def _is_special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode))
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read from ``/proc`` where it can be: setting it to read
+    it would race with other threads creating files); 0o022 where it cannot."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path`` for a writer that wants a file *name* (e.g.
@@ -118,6 +131,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+            # the mode open() gives a new file (some writers, safetensors' among them, create
+            # theirs 0600: a folder others cannot read)
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
         kill_point("replace")
         os.replace(tmp, target)
     except BaseException as e:
