@@ -131,6 +131,9 @@ def test_generate_eval_params_lens_attention(arch, loaded, tmp_path, capsys):
     out = run_cli(capsys, "attention", "--model", m, PROMPT, "--out", png)
     assert f"{cfg.n_layer} layer(s) x {cfg.n_head} head(s)" in out
     assert png.read_bytes()[:4] == b"\x89PNG"
+    from attnlm.inspect.record import inspect
+
+    assert inspect(model, tok, PROMPT).ids == enc  # what attention reads: the lens' ids
     from attnlm.cli.inspect import layer_labels
 
     kinds = layer_labels(model) or []

@@ -22,7 +22,6 @@ import torch
 from attnlm.base.device import eval_mode, model_device
 from attnlm.base.errors import InputError
 from attnlm.tokenizers import encode_text, token_label
-from attnlm.tokenizers.base import special_encoder
 
 
 @dataclass
@@ -137,12 +136,9 @@ def logit_lens(model: Any, tokenizer: Any, text: str, k: int = 5) -> Lens:
     """The logit lens of ``text`` (see the module docstring): the top ``k`` next-token
     predictions of every layer at every position. A tokenizer that adds a BOS (Gemma's; as
     ``generate`` and TransformerLens' ``prepend_bos``) gets it first: it is a row of its own."""
-    ids = encode_text(tokenizer, text, "the text")
-    bos = getattr(tokenizer, "bos_id", None)
-    if ids and bos is not None and ids[0] != bos:
-        with_specials = special_encoder(tokenizer)(text)
-        if with_specials[:1] == [bos] and with_specials[1:] == ids:
-            ids = with_specials
+    from attnlm.inspect.record import with_bos
+
+    ids = with_bos(tokenizer, text, encode_text(tokenizer, text, "the text"))
     top_probs, top_ids = logit_lens_ids(model, ids, k)
     n = top_ids.size(0) - 1
     layers = ["embed"] + [f"layer {i}" for i in range(1, n + 1)]

@@ -44,13 +44,26 @@ def _family_name(model: Any) -> str:
         return type(model).__name__
 
 
+def with_bos(tokenizer: Any, text: str, ids: list[int]) -> list[int]:
+    """``ids`` (the plain encoding of ``text``) with the BOS first where the tokenizer adds one
+    (Gemma's: :func:`attnlm.tokenizers.base.special_encoder`, as ``generate`` and
+    TransformerLens' ``prepend_bos``); else ``ids`` as they are."""
+    from attnlm.tokenizers.base import special_encoder
+
+    bos = getattr(tokenizer, "bos_id", None)
+    if not ids or bos is None or ids[0] == bos or getattr(tokenizer, "add_bos", None) is False:
+        return ids
+    full = special_encoder(tokenizer)(text)
+    return full if full[:1] == [bos] and full[1:] == ids else ids
+
+
 def model_input(model: Any, tokenizer: Any, text: str) -> tuple[list[int], dict[str, list[int]]]:
     """The ids a model sees for ``text`` (cut to the model's window) and any extra inputs.
 
     Encoders trained with the masked objective whose tokenizer builds model input
     (``encode_for_model``: BERT's WordPiece) get ``[CLS] text [SEP]``, or a sentence pair
     ``[CLS] a [SEP] b [SEP]`` with token types when the text holds ``[SEP]``; other models
-    get the plain ids."""
+    get the plain ids, the BOS first where the tokenizer adds one (:func:`with_bos`)."""
     block = getattr(getattr(model, "config", None), "block_size", None)
     if _objective(model) == "masked" and hasattr(tokenizer, "encode_for_model"):
         a, sep, b = text.partition("[SEP]")
@@ -59,7 +72,7 @@ def model_input(model: Any, tokenizer: Any, text: str) -> tuple[list[int], dict[
             raise InputError("the text is empty; give a sentence (or 'A [SEP] B')")
         enc = tokenizer.encode_for_model(a, b if sep and b else None, max_length=block)
         return enc["input_ids"], {"token_type_ids": enc["token_type_ids"]}
-    ids = encode_text(tokenizer, text, "the text")
+    ids = with_bos(tokenizer, text, encode_text(tokenizer, text, "the text"))
     if not ids:
         raise InputError("the text is empty after tokenization; give at least one character")
     if block is not None:
