@@ -242,8 +242,8 @@ def _rewrite(tmp_path, edit):
         (lambda w: w.tensor("rope_freqs.weight", np.ones(32, np.float32)), r"rope_freqs"),
         (lambda w: w.tensor("blk.0.attn_q.bias", np.ones(256, np.float32)),
          r"tensor 'blk\.0\.attn_q\.bias' is not part of a llama model"),
-        (lambda w: w.tensor("blk.0.extra.weight", np.ones((2, 32), np.float32), "Q5_0"),
-         r"'blk\.0\.extra\.weight' has type Q5_0, which is not supported"),
+        (lambda w: w.tensor("blk.0.extra.weight", np.ones((2, 256), np.float32), "TQ1_0"),
+         r"'blk\.0\.extra\.weight' has type TQ1_0, which is not supported"),
     ],
 )  # fmt: skip
 def test_unsupported_llama_files_are_refused_in_one_line(tmp_path, edit, message):
