@@ -171,16 +171,33 @@ def test_cli_run_to_gguf_and_hf_folder(tmp_path, capsys):
 
 def test_cli_gguf_to_hf_folder_writes_the_same_tokenizer_json(tmp_path, capsys):
     """A GGUF file exported on to a Hugging Face folder: its tokenizer (read from the file,
-    numpy values) is written as the run's own export writes it (json refused numpy bools)."""
+    numpy values: json refused numpy bools) is written with the run's tokens and gives the
+    run's ids, as the run's own export does."""
     run = tiny_run(tmp_path / "run", "llama")
     gguf = tmp_path / "m.gguf"
     assert run_cli(capsys, "export", "--model", str(run), "--gguf", str(gguf)).code == 0
     for source, hf in ((run, tmp_path / "hf-run"), (gguf, tmp_path / "hf-gguf")):
         r = run_cli(capsys, "export", "--model", str(source), "--out", str(hf))
         assert r.code == 0, r.err
-    doc = json.loads((tmp_path / "hf-gguf" / "tokenizer.json").read_text(encoding="utf-8"))
-    assert doc == json.loads((tmp_path / "hf-run" / "tokenizer.json").read_text(encoding="utf-8"))
-    ids = tiny_model("llama")[1].encode(PROMPT)
+    from tokenizers import Tokenizer
+
+    docs = {k: json.loads((tmp_path / k / "tokenizer.json").read_text(encoding="utf-8"))
+            for k in ("hf-run", "hf-gguf")}  # fmt: skip
+    run_vocab, gguf_vocab = docs["hf-run"]["model"]["vocab"], docs["hf-gguf"]["model"]["vocab"]
+    # the GGUF file lists a token for every embedding row: the rows past the tokenizer's are
+    # unused names, the others the run's own tokens
+    assert {t: i for t, i in gguf_vocab.items() if i < len(run_vocab)} == run_vocab
+    assert all(t.startswith("<|unused") for t, i in gguf_vocab.items() if i >= len(run_vocab))
+    tok = tiny_model("llama")[1]
+    texts = [PROMPT, "the  cat sat\n\nand ran", "12345 tokens, once!", "naïve café"]
+    for text in texts:
+        want = tok.encode(text)
+        for k in docs:
+            got = Tokenizer.from_file(str(tmp_path / k / "tokenizer.json")).encode(
+                text, add_special_tokens=False
+            )
+            assert got.ids == want, (k, text)
+    ids = tok.encode(PROMPT)
     assert resolve(tmp_path / "hf-gguf", weights="f32").tokenizer.encode(PROMPT) == ids
 
 
