@@ -42,7 +42,8 @@ class LinearWeights:
     :data:`structs.Q4`: the codes ``w`` and float16 ``scales``, q4's with the minimums, rows
     padded to ``n_pad``; or a ggml type's :data:`structs.GGML_FORMATS` code: ``w`` the rows'
     blocks as stored ``(N, row bytes)``, no ``scales``), ``n`` x ``k``; ``act``: a ggml
-    product's activations (:data:`structs.ACT_AUTO` / ``ACT_FLOAT`` / ``ACT_INT``)."""
+    product's activations (:data:`structs.ACT_AUTO` / ``ACT_FLOAT`` / ``ACT_INT``);
+    ``bias``: ``(n,)`` float32 added to each output row (Qwen2's q/k/v), or None."""
 
     fmt: int
     n: int
@@ -51,10 +52,11 @@ class LinearWeights:
     scales: np.ndarray | None
     n_pad: int
     act: int = structs.ACT_AUTO
+    bias: np.ndarray | None = None
 
     def describe(self) -> structs.Linear:
         return structs.Linear(self.fmt, self.n, self.k, self.n_pad, _ptr(self.w),
-                              _ptr(self.scales), None, self.act)  # fmt: skip
+                              _ptr(self.scales), _ptr(self.bias), self.act)  # fmt: skip
 
 
 @dataclass
@@ -72,7 +74,9 @@ class BlockWeights:
 
 @dataclass
 class EngineConfig:
-    """A Llama-style decoder: RMSNorm, rotary positions (rotate-half pairs), SwiGLU."""
+    """A Llama-family decoder: RMSNorm, rotary positions, SwiGLU; ``qkv_bias``: q/k/v have
+    biases (Qwen2: :attr:`LinearWeights.bias`); ``d_head``: the head width where it is not
+    ``n_embd / n_head``."""
 
     n_layer: int
     n_embd: int
@@ -85,15 +89,16 @@ class EngineConfig:
     block_size: int
     tie_embeddings: bool = False
     rotary: int = 1  # pairs rotated: 1 (i, i + D/2); 2 (2i, 2i + 1), llama.cpp's q/k row order
+    qkv_bias: bool = False
     # parts of the Llama family the step does not run yet (always off here; the GGUF tables
     # read them)
-    qkv_bias: bool = False
     qk_norm: bool = False
     post_norms: bool = False
+    d_head: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.d_head or self.n_embd // self.n_head
 
     @property
     def ffn_width(self) -> int:

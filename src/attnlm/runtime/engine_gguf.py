@@ -31,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from attnlm.base.errors import InputError
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import llama
+from attnlm.models.gguf import llama, qwen2
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, pack_q4
@@ -72,7 +73,7 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
     """The format the engine would hold ``header``'s model in (``weights`` or the file's own
     precision class; :data:`AS_STORED`: each matrix in its ggml blocks as stored, where
     ``weights`` is not given), or None where it does not apply (the PyTorch path decides)."""
-    if header.get("general.architecture") != "llama":
+    if _table(header) is None:
         return None
     matrices = {n: i.type_name for n, i in header.tensors.items() if len(i.shape) == 2}
     vectors = {i.type_name for i in header.tensors.values() if len(i.shape) == 1}
@@ -82,6 +83,28 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
     if native is not None or weights is not None:
         return native
     return AS_STORED if set(matrices.values()) <= set(structs.GGML_FORMATS) else None
+
+
+#: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
+ADAPTERS = {"llama": llama, "qwen2": qwen2}
+#: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch)
+_STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
+              "n_embd", "d_ff", "rope_theta", "rms_norm_eps", "tie_embeddings", "bos_id",
+              "eos_id", "qkv_bias"}  # fmt: skip
+
+
+def _table(header: GGUFFile) -> dict[str, Any] | None:
+    """The ``[model]`` table of ``header``'s model where its architecture is one of
+    :data:`ADAPTERS` and it uses only parts the step computes, else None (the PyTorch path
+    loads the file or refuses it in one line)."""
+    adapter = ADAPTERS.get(header.get("general.architecture"))
+    if adapter is None:
+        return None
+    try:
+        table = adapter.config_table(header)
+    except InputError:
+        return None
+    return table if set(table) <= _STEP_KEYS else None
 
 
 def _native_format(matrices: dict[str, str], weights: str | None) -> str | None:
@@ -107,15 +130,19 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     fmt = engine_format(header, weights)
     if fmt is None:
         return None
-    table = llama.config_table(header)  # checks the keys as the PyTorch loader does
+    arch = header.get("general.architecture")
+    table = ADAPTERS[arch].config_table(header)  # checks the keys as the PyTorch loader does
+    # llama.cpp's "llama" rows, kept as stored, rotate adjacent pairs; its other
+    # architectures (NEOX), and our q8 / q4 rows, rotate-half pairs
+    turn = 2 if fmt == AS_STORED and arch == "llama" else 1
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],
-        table["tie_embeddings"], 2 if fmt == AS_STORED else 1,
+        table["tie_embeddings"], turn, table.get("qkv_bias", False),
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:
         return None
-    parts = llama.parts(config, header)
+    parts = ADAPTERS[arch].parts(config, header)
     check_parts(header, parts)  # every tensor there, in the shape the C step will be told
     by_ours: dict[str, list[Part]] = {}
     for part in parts:
@@ -139,10 +166,24 @@ class _Weights:
     def matrix(self, name: str) -> LinearWeights:
         parts = sorted(self.by_ours[name], key=lambda p: p.rows or (0,))
         pieces = [_codes(self.header, p) for p in parts]
-        return _linear({key: np.concatenate([p[key] for p in pieces]) for key in pieces[0]})
+        out = _linear({key: np.concatenate([p[key] for p in pieces]) for key in pieces[0]})
+        out.bias = self.bias(name)
+        return out
+
+    def bias(self, weight: str) -> np.ndarray | None:
+        """The bias of the product ``weight`` names (its parts' in row order), or None."""
+        name = weight.removesuffix("weight") + "bias"
+        if name not in self.by_ours:
+            return None
+        parts = sorted(self.by_ours[name], key=lambda p: p.rows or (0,))
+        return np.concatenate([self.vector(p) for p in parts])
 
     def norm(self, name: str) -> np.ndarray:
-        info = self.header.tensors[self.by_ours[name][0].gguf]
+        return self.vector(self.by_ours[name][0])
+
+    def vector(self, part: Part) -> np.ndarray:
+        """A float32 copy of the F32 / F16 vector ``part`` (engine_format), checked finite."""
+        info = self.header.tensors[part.gguf]
         raw = self.header.raw(info)  # F32 or F16 (engine_format)
         out = raw.view(np.float32 if info.type_name == "F32" else np.float16).astype(np.float32)
         check_finite({info.name: out}, self.header.path)
@@ -226,12 +267,15 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
     act = _ACTIVATIONS.get(os.environ.get(ACTIVATIONS_ENV, ""), structs.ACT_AUTO)
 
     def linears(name: str) -> list[LinearWeights]:
+        biases = sorted(by_ours.get(name.removesuffix("weight") + "bias", []),
+                        key=lambda p: p.rows or (0,))  # fmt: skip
         out = []
-        for part in sorted(by_ours[name], key=lambda p: p.rows or (0,)):
+        for i, part in enumerate(sorted(by_ours[name], key=lambda p: p.rows or (0,))):
             rows, info = _stored(header, mapped, part)
             n, k = info.shape
             fmt = structs.GGML_FORMATS[info.type_name]
-            out.append(LinearWeights(fmt, n, k, rows, None, n, act))
+            bias = norms.vector(biases[i]) if biases else None
+            out.append(LinearWeights(fmt, n, k, rows, None, n, act, bias))
         return out
 
     blocks = []

@@ -1,0 +1,128 @@
+"""Llama-family GGUF architectures other than ``llama`` on the C engine (without PyTorch), from
+the committed fixtures of ``tests/fixtures/gguf_arch/`` (small models converted and quantized
+by llama.cpp; llama.cpp's logits and greedy ids recorded by its ``make_fixtures.py``):
+
+- ``qwen2``: q/k/v biases, llama.cpp's NEOX rotary (pairs ``(i, i + D/2)``: its rows are
+  stored unpermuted), an untied head.
+
+For each file in each tensor type:
+
+- float activations (``ATTNLM_GGML_ACTIVATIONS=float``): logits at every position of the
+  prompt and 32 greedy tokens within 1e-4 of each position's logit range of the PyTorch
+  float32 forward (:func:`attnlm.models.gguf.load`, itself tested against llama.cpp in
+  tests/models/gguf/test_gguf_archs.py), and the 32 greedy ids llama.cpp chose on the file's
+  float32 twin (a dropped bias moves the logits by some 20% of the range, measured);
+- the default integer activations (llama.cpp's way): logits at every prompt position within
+  1e-2 of the range of llama.cpp's own on the quantized file, and its greedy ids up to its
+  first near-tie.
+
+A slow test chats with the real ``qwen2.5-coder-0.5b-instruct`` (skipped where it is not in
+attnlm's cache): backend ``c-engine``, and the reply writes a function.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlm import native
+from attnlm.base.ggufio import GGUFFile
+from attnlm.runtime.engine_gguf import ACTIVATIONS_ENV, engine_for, engine_format, open_engine
+
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
+DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
+ARCHS = ("qwen2",)
+TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
+CASES = [(arch, kind) for arch in ARCHS for kind in TYPES]
+#: architectures the engine leaves to PyTorch (parts the step does not compute yet)
+NOT_YET = ("qwen3", "phi3", "gemma2", "gemma3", "gemma3-linear")
+TIE = 5e-3  # a top-1 / top-2 margin below this fraction of the range is a near-tie
+pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")
+
+
+def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
+    """The largest error of each position (row) over that position's logit range."""
+    span = ref.max(axis=-1) - ref.min(axis=-1)
+    return float((np.abs(ours - ref).max(axis=-1) / span).max())
+
+
+def _greedy(engine, prompt: list[int], n: int) -> tuple[np.ndarray, list[int]]:
+    """The prompt's logits (T, V) and ``n`` greedy ids, one token a step through the cache."""
+    engine.reset(1)
+    logits = engine.feed(np.asarray([prompt]))[0]
+    ids, last = [], logits[-1]
+    for _ in range(n):
+        ids.append(int(last.argmax()))
+        last = engine.feed(np.asarray([[ids[-1]]]))[0, -1]
+    return logits, ids
+
+
+@pytest.mark.parametrize(("arch", "kind"), CASES)
+def test_float_activations_equal_the_float32_forward(arch, kind, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from attnlm.models.gguf import load
+
+    monkeypatch.setenv(ACTIVATIONS_ENV, "float")
+    rec = DOC["archs"][arch][kind]
+    header = GGUFFile(HERE / f"{arch}-{kind}.gguf")
+    assert engine_format(header, None) is not None
+    engine = open_engine(header, None, 2)
+    logits, ids = _greedy(engine, rec["prompt"], DOC["new_tokens"])
+    assert ids == rec["dequantized"]["greedy"]  # llama.cpp on the float32 twin
+    model, _ = load(header.path)
+    whole = rec["prompt"] + ids[:-1]  # the last id is never fed
+    with torch.no_grad():
+        ref = model(torch.tensor([whole])).logits[0].numpy()
+    engine.reset(1)
+    ours = np.concatenate([engine.feed(np.asarray([whole[: len(rec["prompt"])]]))[0]] +
+                          [engine.feed(np.asarray([[i]]))[0] for i in ids[:-1]])  # fmt: skip
+    assert _rel(logits, ref[: len(rec["prompt"])]) < 1e-4
+    assert _rel(ours, ref) < 1e-4, f"{arch} {kind}: {_rel(ours, ref):.2e} of the range"
+
+
+@pytest.mark.parametrize(("arch", "kind"), CASES)
+def test_integer_activations_follow_llama_cpp(arch, kind, monkeypatch):
+    monkeypatch.delenv(ACTIVATIONS_ENV, raising=False)
+    rec = DOC["archs"][arch][kind]
+    engine = open_engine(GGUFFile(HERE / f"{arch}-{kind}.gguf"), None, 2)
+    logits, ids = _greedy(engine, rec["prompt"], DOC["new_tokens"])
+    theirs = np.asarray(rec["logits"], dtype=np.float32)
+    assert _rel(logits, theirs) < 1e-2, f"{arch} {kind}: {_rel(logits, theirs):.2e}"
+    span = float(theirs.max() - theirs.min())
+    decided = next((i for i, m in enumerate(rec["margins"]) if m < TIE * span), len(ids))
+    assert ids[:decided] == rec["greedy"][:decided]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_resolver_picks_the_engine(arch):
+    found = engine_for(HERE / f"{arch}-Q4_K_M.gguf", "cpu", None, 1)
+    assert found is not None
+    engine, tok, _, _ = found
+    assert engine.name == "c-engine" and "C step" in engine.reason
+    assert tok.encode(DOC["test_text"]) == DOC["archs"][arch]["Q8_0"]["test_ids"]
+
+
+@pytest.mark.parametrize("arch", NOT_YET)
+def test_other_architectures_stay_on_pytorch(arch):
+    assert engine_format(GGUFFile(HERE / f"{arch}-Q8_0.gguf"), None) is None
+
+
+@pytest.mark.slow
+def test_qwen_coder_chats_on_the_engine():
+    from attnlm.data.corpus import cache_dir
+    from attnlm.data.pretrained import PRETRAINED
+    from support import attnlm_process
+
+    name = "qwen2.5-coder-0.5b-instruct"
+    if not (cache_dir() / "pretrained" / name / PRETRAINED[name].joined.name).is_file():
+        pytest.skip(f"{name} is not in attnlm's cache")
+    r = attnlm_process("chat", "--model", name, "--message",
+                       "Write a Python function that reverses a string.", "--max-new-tokens",
+                       64, "--json", threads=2, timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["backend"] == "c-engine", doc["backend_reason"]
+    assert "def " in doc["reply"] and ("[::-1]" in doc["reply"] or "reversed" in doc["reply"])
