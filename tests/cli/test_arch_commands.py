@@ -28,6 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "gguf_arch"
+GEMMA_TEMPLATE = ROOT / "tests" / "fixtures" / "real_models" / "gemma3.chat_template.jinja"
 QWEN_TEMPLATE = (
     ROOT
     / "tests"
@@ -154,18 +155,29 @@ def lens_last_row(doc: dict) -> list[int]:
     return [cell[0]["id"] for cell in doc["layers"][-1]["positions"]]
 
 
-def test_chat_uses_qwens_template_and_its_system_default(loaded, capsys):
+@pytest.mark.parametrize(
+    ("arch", "template", "system"),
+    [("qwen2", QWEN_TEMPLATE, "You are Qwen, created by Alibaba Cloud"),
+     ("gemma3", GEMMA_TEMPLATE, None)],
+)  # fmt: skip
+def test_chat_with_the_models_template(arch, template, system, loaded, capsys):
+    """``attnlm chat``: Qwen's template adds its system default; Gemma's writes the BOS
+    itself and the prompt holds it once. The reply is the library's greedy decode of the
+    rendering."""
     from attnlm.tokenizers import chat_template
 
-    model, tok = loaded("qwen2")
-    out = run_cli(capsys, "chat", "--model", fixture("qwen2"), *weights_args("qwen2"),
-                  "--template", QWEN_TEMPLATE, "--message", "Hi", "--max-new-tokens", "6",
+    model, tok = loaded(arch)
+    out = run_cli(capsys, "chat", "--model", fixture(arch), *weights_args(arch),
+                  "--template", template, "--message", "Hi", "--max-new-tokens", "6",
                   "--temperature", "0", "--json")  # fmt: skip
     got = json.loads(out)
-    tpl = chat_template.from_file(QWEN_TEMPLATE)
+    tpl = chat_template.from_file(template, {"bos_token": tok.tokens[tok.bos_id]})
     rendered = tpl.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True)
-    assert "You are Qwen, created by Alibaba Cloud" in rendered
+    if system is not None:
+        assert system in rendered
     ids = special_encoder(tok)(rendered)
+    if leading_bos(tok) is not None:
+        assert ids[0] == tok.bos_id and ids.count(tok.bos_id) == 1
     assert got["prompt_tokens"] == len(ids)
     (want,) = decode(model, [ids], SamplingConfig(temperature=0, max_new_tokens=6))
     assert got["tokens"] == list(want)[: len(got["tokens"])]

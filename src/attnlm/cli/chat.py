@@ -32,6 +32,18 @@ from attnlm.cli.common import (
 HELP_LINE = "/reset: forget the conversation  /system TEXT: set the system message  Ctrl-D: end"
 
 
+def tokenizer_specials(tok) -> dict[str, str]:
+    """The special token strings a chat template sees (``bos_token``, ``eos_token``,
+    ``unk_token``, ``pad_token``) read from a tokenizer's vocabulary, where it has them."""
+    vocab = getattr(tok, "tokens", None)
+    out = {}
+    for key in ("bos", "eos", "unk", "pad"):
+        i = getattr(tok, f"{key}_id", None)
+        if isinstance(i, int) and vocab is not None and 0 <= i < len(vocab):
+            out[f"{key}_token"] = str(vocab[i])
+    return out
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "chat", _chat)
     add_model_spec_argument(p)
@@ -145,7 +157,9 @@ def _chat(args: argparse.Namespace) -> int:
             raise InputError(f"{args.model}: a {info.family.type} model does not generate text")
     template, stops = info.chat_template, info.stop_ids
     if args.template is not None:
-        special = template.special_tokens if template is not None else {}
+        # a model without a template of its own (Gemma 3 270M, a base model): the special
+        # token strings come from its tokenizer, so that {{ bos_token }} renders the BOS
+        special = template.special_tokens if template is not None else tokenizer_specials(tok)
         template = from_file(args.template, special)
     if template is None:
         raise InputError(
