@@ -150,13 +150,13 @@ def test_429_when_the_queue_is_full_and_slots_freed_by_leaving(server):
     body = chat(served, max_tokens=64, stream=True, temperature=0, logit_bias=never_ends)
     sch = served.scheduler
     step = sch._decode
-    sch._decode = lambda: (time.sleep(0.05), step())  # a slow model: A holds its slot ~3 s
+    sch._decode = lambda: (time.sleep(0.1), step())  # a slow model: A holds its slot >= 6.4 s
     try:
         _fill_the_queue(served, url, head, body)
         left = time.monotonic()  # both went away mid-reply: the slot is freed at once
-        while (sch.busy or sch.waiting) and time.monotonic() < left + 1.0:
+        while (sch.busy or sch.waiting) and time.monotonic() < left + 2.0:
             time.sleep(0.01)
-        assert sch.busy == 0 and not sch.waiting  # long before A's 64 slow steps (~3 s)
+        assert sch.busy == 0 and not sch.waiting  # long before A's 64 slow steps (6.4 s)
     finally:
         sch._decode = step
     ok = post(url, "/v1/chat/completions", chat(served))

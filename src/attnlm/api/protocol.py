@@ -265,7 +265,7 @@ def prompt_ids(served: Any, body: dict) -> list[int]:
         p = p[0]
     try:
         if isinstance(p, str) and p:
-            return served.encode(p)
+            return served.encode(p, specials=True)
         if (
             isinstance(p, list)
             and p

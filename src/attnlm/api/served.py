@@ -113,10 +113,13 @@ class Served:
 
     # -- text ----------------------------------------------------------------------------------
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, specials: bool = False) -> list[int]:
+        """Token ids of ``text``; ``specials``: a plain prompt, with the BOS its tokenizer adds
+        (as ``attnlm generate`` and llama-server's completions encode it; a rendered chat
+        template writes its own)."""
         from attnlm.generate.text import encode_prompt
 
-        return encode_prompt(self.tokenizer, text)
+        return encode_prompt(self.tokenizer, text, specials=specials)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
