@@ -68,6 +68,7 @@ typedef struct {
     /* a file's separate matrices (k.w not NULL): qkv is q alone, k and v follow; with up.w,
      * fc is the SwiGLU gate alone and up its second half */
     Linear k, v, up;
+    Norm q_norm, k_norm; /* (D,) RMSNorm gains of each q / k head before rotary (w NULL: none) */
 } Block;
 
 typedef struct {
@@ -530,6 +531,12 @@ static void norm_rows(const Model *md, const Norm *nm, const float *x, float *ou
     }
 }
 
+/* RMSNorm of one head's (D,) vector in place, gains w (D,) */
+static inline void norm_head(float *v, const float *w, int64_t D, float eps) {
+    const float r = 1.0f / sqrtf(dot(v, v, D) / (float)D + eps);
+    for (int64_t i = 0; i < D; i++) v[i] = v[i] * r * w[i];
+}
+
 /* rotate-half of one head's (D,) vector by cos, sin (D/2,) */
 static inline void rotate(float *v, const float *cs, const float *sn, int64_t D) {
     const int64_t h = D / 2;
@@ -698,6 +705,9 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
             for (int64_t m = 0; m < M; m++) { /* rotate q and k, write k and v to the cache */
                 const int64_t b = m / T, tt = m % T;
                 float *row = sc->qkv + m * NQ;
+                if (bk->q_norm.w) /* per-head norms of q and k (Qwen3), before the rotation */
+                    for (int64_t h = 0; h < H + Hkv; h++)
+                        norm_head(row + h * D, h < H ? bk->q_norm.w : bk->k_norm.w, D, md->eps);
                 if (md->rotary)
                     for (int64_t h = 0; h < H + Hkv; h++) {
                         const float *cs = cos_t + tt * (D / 2), *sn = sin_t + tt * (D / 2);

@@ -32,7 +32,7 @@ class Block(ctypes.Structure):
     _fields_ = [("ln_1", Norm), ("ln_2", Norm), ("qkv", Linear), ("out", Linear),
                 ("fc", Linear), ("proj", Linear), ("k_cache", ctypes.c_void_p),
                 ("v_cache", ctypes.c_void_p), ("k", Linear), ("v", Linear),
-                ("up", Linear)]  # fmt: skip
+                ("up", Linear), ("q_norm", Norm), ("k_norm", Norm)]  # fmt: skip
 
 
 class Model(ctypes.Structure):

@@ -70,13 +70,16 @@ class BlockWeights:
     k: LinearWeights | None = None
     v: LinearWeights | None = None
     up: LinearWeights | None = None
+    q_norm: np.ndarray | None = None  # (D,) RMSNorm gains of each q / k head (Qwen3), or None
+    k_norm: np.ndarray | None = None
 
 
 @dataclass
 class EngineConfig:
     """A Llama-family decoder: RMSNorm, rotary positions, SwiGLU; ``qkv_bias``: q/k/v have
-    biases (Qwen2: :attr:`LinearWeights.bias`); ``d_head``: the head width where it is not
-    ``n_embd / n_head``."""
+    biases (Qwen2: :attr:`LinearWeights.bias`); ``qk_norm``: each q and k head is
+    RMS-normalized before the rotation (Qwen3: :attr:`BlockWeights.q_norm`); ``d_head``: the
+    head width where it is not ``n_embd / n_head``."""
 
     n_layer: int
     n_embd: int
@@ -90,11 +93,10 @@ class EngineConfig:
     tie_embeddings: bool = False
     rotary: int = 1  # pairs rotated: 1 (i, i + D/2); 2 (2i, 2i + 1), llama.cpp's q/k row order
     qkv_bias: bool = False
-    # parts of the Llama family the step does not run yet (always off here; the GGUF tables
-    # read them)
     qk_norm: bool = False
-    post_norms: bool = False
     d_head: int | None = None
+    # a part of the Llama family the step does not run yet (always off here)
+    post_norms: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -136,7 +138,8 @@ class Engine:
             self.array[i] = structs.Block(
                 structs.Norm(_ptr(b.ln_1), None), structs.Norm(_ptr(b.ln_2), None),
                 b.qkv.describe(), b.out.describe(), b.fc.describe(), b.proj.describe(),
-                None, None, *apart,
+                None, None, *apart, structs.Norm(_ptr(b.q_norm), None),
+                structs.Norm(_ptr(b.k_norm), None),
             )  # fmt: skip
         self.struct = structs.Model(
             c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.d_ff, c.vocab_size, 0,

@@ -1,5 +1,9 @@
-"""A Llama GGUF file as an :class:`~attnlm.runtime.engine.Engine` (the ``c-engine`` backend: the
-C decode step without PyTorch), without a float32 copy of any matrix, in one of two ways:
+"""A Llama-family GGUF file as an :class:`~attnlm.runtime.engine.Engine` (the ``c-engine``
+backend: the C decode step without PyTorch), without a float32 copy of any matrix. The
+architectures: ``llama``, ``qwen2`` (q/k/v biases) and ``qwen3`` (per-head q/k norms, a head
+width other than ``n_embd / n_head``), read by their adapters (:data:`ADAPTERS`); any part the
+step does not compute (a sliding window, rotary scaling, ...) leaves the file to PyTorch.
+The weights are held in one of two ways:
 
 * a file whose matrices are all Q8_0, or all Q4_0 / Q4_1 (the head may be Q8_0), has its
   blocks moved into the step's q8 / q4 layouts by :mod:`attnlm.quant.blocks` (numpy; the
@@ -10,10 +14,13 @@ C decode step without PyTorch), without a float32 copy of any matrix, in one of 
   kernels in ``native/ggml_blocks.h``), a Q4_K_M file for one, is multiplied in its blocks as
   the file stores them, read from a memory map of the file (:data:`AS_STORED`): no
   re-quantization, the file's numbers are the model's. q and k keep llama.cpp's row order
-  and the step rotates adjacent pairs (what that order means); the token embedding's rows are
-  dequantized as tokens ask for them. The file is read by :mod:`attnlm.base.ggufio` (the
-one GGUF parser) and its tensors are placed by the Llama module's own table
-(:func:`attnlm.models.gguf.llama.parts`), q and k rows back from llama.cpp's rotary order by
+  and the step rotates adjacent pairs (what that order means in a ``llama`` file; the other
+  architectures store NEOX rows, rotated in pairs ``(i, i + D/2)``); the token embedding's
+  rows are dequantized as tokens ask for them.
+
+The file is read by :mod:`attnlm.base.ggufio` (the one GGUF parser) and its tensors are placed
+by the architecture's own table (:func:`attnlm.models.gguf.llama.parts` and its siblings), the
+q8 / q4 layouts' q and k rows back from the ``llama`` rotary order by
 :func:`attnlm.models.gguf.parts.unpermute_rows`.
 
 :func:`engine_format` says whether the engine holds a file's model (None sends the resolver
@@ -34,7 +41,7 @@ import numpy as np
 from attnlm.base.errors import InputError
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import llama, qwen2
+from attnlm.models.gguf import llama, qwen2, qwen3
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, pack_q4
@@ -86,11 +93,11 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 
 
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
-ADAPTERS = {"llama": llama, "qwen2": qwen2}
+ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3}
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
               "n_embd", "d_ff", "rope_theta", "rms_norm_eps", "tie_embeddings", "bos_id",
-              "eos_id", "qkv_bias"}  # fmt: skip
+              "eos_id", "qkv_bias", "qk_norm", "d_head"}  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:
@@ -139,6 +146,7 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],
         table["tie_embeddings"], turn, table.get("qkv_bias", False),
+        table.get("qk_norm", False), table.get("d_head"),
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:
         return None
@@ -195,7 +203,13 @@ class _Weights:
             self.norm(ours + "ln_1.weight"), self.norm(ours + "ln_2.weight"),
             self.matrix(ours + "attn.qkv_proj.weight"), self.matrix(ours + "attn.out_proj.weight"),
             self.matrix(ours + "mlp.fc.weight"), self.matrix(ours + "mlp.proj.weight"),
+            q_norm=self.head_norm(ours + "attn.q_norm.weight"),
+            k_norm=self.head_norm(ours + "attn.k_norm.weight"),
         )  # fmt: skip
+
+    def head_norm(self, name: str) -> np.ndarray | None:
+        """A per-head norm's gains (Qwen3's q / k norms), or None where the model has none."""
+        return self.norm(name) if name in self.by_ours else None
 
 
 # -- the blocks ------------------------------------------------------------------------------
@@ -286,7 +300,8 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
         (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(ours + "mlp.proj.weight")
         blocks.append(BlockWeights(norms.norm(ours + "ln_1.weight"),
                                    norms.norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
-                                   up))  # fmt: skip
+                                   up, norms.head_norm(ours + "attn.q_norm.weight"),
+                                   norms.head_norm(ours + "attn.k_norm.weight")))  # fmt: skip
     (emb,) = linears("tok_emb.weight")
     head = emb if config.tie_embeddings else linears("lm_head.weight")[0]
     emb_type = _TYPE_IDS[header.tensors[by_ours["tok_emb.weight"][0].gguf].type_name]
