@@ -5,7 +5,9 @@ by llama.cpp; llama.cpp's logits and greedy ids recorded by its ``make_fixtures.
 - ``qwen2``: q/k/v biases, llama.cpp's NEOX rotary (pairs ``(i, i + D/2)``: its rows are
   stored unpermuted), an untied head;
 - ``qwen3``: a head width D (128) other than ``n_embd / n_head`` (64), each q and k head
-  RMS-normalized before the rotation (its gains ``(D,)``), one key/value head.
+  RMS-normalized before the rotation (its gains ``(D,)``), one key/value head;
+- ``phi3``: fused q/k/v (``attn_qkv``) and gate/up (``ffn_up`` of 2F rows) matrices, each
+  multiplied as one product in its stored blocks.
 
 For each file in each tensor type:
 
@@ -36,11 +38,11 @@ from attnlm.runtime.engine_gguf import ACTIVATIONS_ENV, engine_for, engine_forma
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
-ARCHS = ("qwen2", "qwen3")
+ARCHS = ("qwen2", "qwen3", "phi3")
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
 CASES = [(arch, kind) for arch in ARCHS for kind in TYPES]
 #: architectures the engine leaves to PyTorch (parts the step does not compute yet)
-NOT_YET = ("phi3", "gemma2", "gemma3", "gemma3-linear")
+NOT_YET = ("gemma2", "gemma3", "gemma3-linear")
 TIE = 5e-3  # a top-1 / top-2 margin below this fraction of the range is a near-tie
 pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")
 

@@ -1,7 +1,8 @@
 """A Llama-family GGUF file as an :class:`~attnlm.runtime.engine.Engine` (the ``c-engine``
 backend: the C decode step without PyTorch), without a float32 copy of any matrix. The
-architectures: ``llama``, ``qwen2`` (q/k/v biases) and ``qwen3`` (per-head q/k norms, a head
-width other than ``n_embd / n_head``), read by their adapters (:data:`ADAPTERS`); any part the
+architectures: ``llama``, ``qwen2`` (q/k/v biases), ``qwen3`` (per-head q/k norms, a head
+width other than ``n_embd / n_head``) and ``phi3`` (fused q/k/v and gate/up matrices, each one
+product), read by their adapters (:data:`ADAPTERS`); any part the
 step does not compute (a sliding window, rotary scaling, ...) leaves the file to PyTorch.
 The weights are held in one of two ways:
 
@@ -41,7 +42,7 @@ import numpy as np
 from attnlm.base.errors import InputError
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import llama, qwen2, qwen3
+from attnlm.models.gguf import llama, phi3, qwen2, qwen3
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, pack_q4
@@ -93,7 +94,7 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 
 
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
-ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3}
+ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3}
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
               "n_embd", "d_ff", "rope_theta", "rms_norm_eps", "tie_embeddings", "bos_id",
@@ -295,8 +296,9 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
     blocks = []
     for i in range(config.n_layer):
         ours = f"blocks.{i}."
-        q, k, v = linears(ours + "attn.qkv_proj.weight")
-        gate, up = linears(ours + "mlp.fc.weight")
+        # fused q/k/v or gate/up (Phi-3) are one product each, the step's own layouts
+        q, k, v = (*linears(ours + "attn.qkv_proj.weight"), None, None)[:3]
+        gate, up = (*linears(ours + "mlp.fc.weight"), None)[:2]
         (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(ours + "mlp.proj.weight")
         blocks.append(BlockWeights(norms.norm(ours + "ln_1.weight"),
                                    norms.norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
