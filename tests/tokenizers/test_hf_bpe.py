@@ -161,8 +161,11 @@ def test_other_model_types_are_refused_in_one_line(tmp_path):
         with pytest.raises(TokenizerFileError, match=f"model type '{name}' is not supported") as e:
             load(path)
         assert "\n" not in str(e.value)
-    meta = Tokenizer(models.BPE({"a": 0, "b": 1, "ab": 2}, [("a", "b")]))
+    meta = Tokenizer(models.BPE({"a": 0, "b": 1, "ab": 2, "\u2581": 3}, [("a", "b")]))
     meta.pre_tokenizer = pre_tokenizers.Metaspace()
-    meta.save(str(tmp_path / "meta.json"))
-    with pytest.raises(TokenizerFileError, match="pre_tokenizer 'Metaspace' is not supported"):
-        load(tmp_path / "meta.json")
+    meta.save(str(tmp_path / "meta.json"))  # SentencePiece-style: the hf-spm kind reads it
+    assert load(tmp_path / "meta.json").encode("ab a") == meta.encode("ab a").ids
+    meta.pre_tokenizer = pre_tokenizers.Whitespace()
+    meta.save(str(tmp_path / "ws.json"))
+    with pytest.raises(TokenizerFileError, match="pre_tokenizer 'Whitespace' is not supported"):
+        load(tmp_path / "ws.json")

@@ -29,6 +29,7 @@ from attnlm.tokenizers.factory import (
 )
 from attnlm.tokenizers.gguf import GGUFTokenizer
 from attnlm.tokenizers.hf_bpe import HFByteBPETokenizer
+from attnlm.tokenizers.hf_spm import HFSpmBPETokenizer
 from attnlm.tokenizers.marian_spm import MarianSPMTokenizer
 from attnlm.tokenizers.tiktoken_io import read_tiktoken, write_tiktoken
 from attnlm.tokenizers.word import WordTokenizer, split_words
@@ -42,6 +43,7 @@ __all__ = [
     "DisallowedSpecialTokenError",
     "GGUFTokenizer",
     "HFByteBPETokenizer",
+    "HFSpmBPETokenizer",
     "InvalidTokenIdError",
     "MarianSPMTokenizer",
     "Tokenizer",

@@ -133,11 +133,11 @@ class Tokenizer(ABC):
 @foreign_reader("tokenizer")
 def load(path: str | os.PathLike[str]) -> Tokenizer:
     """Restore a tokenizer of any kind from a file written by ``Tokenizer.save``; also reads
-    a BERT ``vocab.txt``, a Hugging Face ``tokenizer.json`` (WordPiece or byte-level BPE), a
-    GGUF model file's vocabulary (``*.gguf``), a folder holding one of them, or an OPUS-MT
-    folder's SentencePiece files (``source.spm``, ``target.spm``, ``vocab.json``). (The
-    kinds register themselves when :mod:`attnlm.tokenizers` is imported, which importing this
-    module always does first.)"""
+    a BERT ``vocab.txt``, a Hugging Face ``tokenizer.json`` (WordPiece, byte-level or
+    SentencePiece-style BPE), a GGUF model file's vocabulary (``*.gguf``), a folder holding
+    one of them, or an OPUS-MT folder's SentencePiece files (``source.spm``, ``target.spm``,
+    ``vocab.json``). (The kinds register themselves when :mod:`attnlm.tokenizers` is
+    imported, which importing this module always does first.)"""
     p = Path(path)
     if p.is_dir():
         ggufs = sorted(p.glob("*.gguf"))
@@ -188,7 +188,8 @@ def load(path: str | os.PathLike[str]) -> Tokenizer:
         raise TokenizerFileError(f"{p}: corrupt {kind} tokenizer file ({detail})") from None
 
 
-#: Hugging Face ``tokenizer.json`` model types -> our kinds (BPE must also be byte-level)
+#: Hugging Face ``tokenizer.json`` model types -> our kinds (BPE: byte-level, or SentencePiece-
+#: style ``hf-spm``)
 HF_MODEL_KINDS = {"WordPiece": "wordpiece", "BPE": "hf-bpe"}
 
 
@@ -206,11 +207,24 @@ def _load_hf_json(p: Path, doc: dict[str, Any]) -> Tokenizer:
     if kind == "WordPiece":
         return _REGISTRY["wordpiece"].from_bert_files(p)
     try:
-        return _REGISTRY["hf-bpe"](doc)
+        return _REGISTRY["hf-spm" if _spm_style(doc) else "hf-bpe"](doc)
     except TokenizerFileError as e:
         raise TokenizerFileError(f"{p}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise TokenizerFileError(f"{p}: corrupt tokenizer.json ({e})") from None
+
+
+def _spm_style(doc: dict[str, Any]) -> bool:
+    """A SentencePiece-style BPE file (``byte_fallback``, ``▁`` for spaces) rather than a
+    byte-level one: its model falls back to bytes, or, with no ``ByteLevel`` pre-tokenizer, it
+    has a ``Metaspace`` pre-tokenizer or a ``Prepend`` / ``Replace`` normalizer."""
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    if model.get("byte_fallback"):  # type: ignore[union-attr]
+        return True
+    text = json.dumps([doc.get("normalizer"), doc.get("pre_tokenizer")])
+    if '"ByteLevel"' in text:
+        return False
+    return any(f'"{k}"' in text for k in ("Metaspace", "Prepend", "Replace"))
 
 
 def special_encoder(tok: Any) -> Callable[[str], list[int]]:
