@@ -206,3 +206,13 @@ def test_split_pre_tokenizers(tmp_path, pattern, behavior):
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
     _check(path)
+
+
+def test_bad_regex_refused_in_one_line(tmp_path):
+    doc = json.loads(_trained(tmp_path, "always", True, "Metaspace").read_text("utf-8"))
+    doc["normalizer"] = {"type": "Replace", "pattern": {"Regex": "(unclosed"}, "content": "x"}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(InputError, match="does not compile") as e:
+        load(path)
+    assert "\n" not in str(e.value)

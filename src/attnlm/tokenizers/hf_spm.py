@@ -63,7 +63,10 @@ def _pattern(spec: dict, where: str) -> regex.Pattern:
     if "String" in pattern:
         return regex.compile(regex.escape(pattern["String"]))
     if "Regex" in pattern:
-        return regex.compile(pattern["Regex"])
+        try:
+            return regex.compile(pattern["Regex"])
+        except (regex.error, TypeError) as e:
+            raise _fail(f"{where} regex {pattern['Regex']!r} does not compile ({e})") from None
     raise _fail(f"{where} pattern {pattern!r} is neither Regex nor String")
 
 
