@@ -161,6 +161,16 @@ def test_every_reader_is_in_the_table():
 
 # Functions that call a parser on something that is not a foreign file, with why.
 NOT_FOREIGN = {
+    "attnlm.api.app.Api.body": "an HTTP request body of serve --api, not a file: a body that "
+    "is not JSON is a 400 in OpenAI's error shape (tests/serve_api/test_api_errors.py)",
+    "attnlm.api.protocol._call_for_template": "a tool call's arguments string inside a chat "
+    "request: not JSON is a 400 naming the field (tests/serve_api/test_api_tools.py)",
+    "attnlm.api.tools.parse_call": "the model's own reply text, read for tool calls: text that "
+    "is not a call stays content (tests/serve_api/test_api_tools.py)",
+    "attnlm.lora.run.fingerprint": "a JSON round trip of the in-memory [model] table (tuples "
+    "compare as lists), no file",
+    "attnlm.tokenizers.chat_template._json_data": "a JSON round trip of in-memory messages and "
+    "tools (what a template may see), no file",
     "attnlm.tasks.files._read_lines": "one line of an eval --task file, parsed by "
     "foreign.parse_json (tests/tasks/test_task_files.py: every bad line is one line naming "
     "FILE:LINE)",

@@ -316,21 +316,12 @@ def test_export_hf_folder_opens_in_transformers(arch, tmp_path, capsys):
     assert float((got - want).abs().max()) <= 1e-4 * span
 
 
-SPM_READ_BACK = pytest.mark.xfail(
-    strict=True,
-    reason="attnlm's tokenizer.json reader refuses the SentencePiece-style BPE it exports "
-    "(byte_fallback=True is not byte-level BPE): /tmp/h/commands_findings.md",
-)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "arch",
-    [a if a.startswith("qwen") else pytest.param(a, marks=SPM_READ_BACK) for a in ARCHS],
-)
+@pytest.mark.parametrize("arch", ARCHS)
 def test_export_hf_folder_reads_back_in_attnlm(arch, tmp_path, capsys):
-    """attnlm reads its exported folder back: ``eval`` gives the file's numbers, the BOS first
-    where the file's tokenizer adds one."""
+    """attnlm reads its exported folder back (SentencePiece-style vocabularies as ``hf-spm``):
+    ``eval`` gives the file's numbers, the BOS first where the file's tokenizer adds one; the
+    folder exports on with the same tokenizer."""
     out = tmp_path / "hf"
     run_cli(capsys, "export", "--model", fixture(arch), "--out", out)
     text = tmp_path / "t.txt"
@@ -340,6 +331,15 @@ def test_export_hf_folder_reads_back_in_attnlm(arch, tmp_path, capsys):
     a = json.loads(run_cli(capsys, "eval", "--model", out, "--text", text, "--json"))
     assert a["tokens"] == b["tokens"] and ("BOS" in a["data"]) == ("BOS" in b["data"])
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+    again = tmp_path / "hf-again"
+    run_cli(capsys, "export", "--model", out, "--out", again)
+    from tokenizers import Tokenizer
+
+    first, second = (Tokenizer.from_file(str(d / "tokenizer.json")) for d in (out, again))
+    assert second.encode(TEXT).ids == first.encode(TEXT).ids
+    assert json.loads((again / "tokenizer_config.json").read_text()).get("add_bos_token") == (
+        json.loads((out / "tokenizer_config.json").read_text()).get("add_bos_token")
+    )
 
 
 def eval_loss(capsys, model: Path | str, text: Path) -> float:

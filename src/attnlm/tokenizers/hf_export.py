@@ -204,6 +204,19 @@ def _bpe(tok: Any, bos_id: int | None, eos_id: int | None) -> HFTokenizer:
 
 def _hf_bpe(tok: Any, bos_id: int | None, eos_id: int | None) -> HFTokenizer:
     """A Hugging Face byte-level BPE: its own document, completed."""
+    return _own_document(tok, bos_id, eos_id, byte_level=True)
+
+
+def _hf_spm(tok: Any, bos_id: int | None, eos_id: int | None) -> HFTokenizer:
+    """A Hugging Face SentencePiece-style BPE (byte fallback, ``▁`` for spaces): its own
+    document, as read."""
+    return _own_document(tok, bos_id, eos_id, byte_level=False)
+
+
+def _own_document(tok: Any, bos_id: int | None, eos_id: int | None, byte_level: bool
+                  ) -> HFTokenizer:  # fmt: skip
+    """A tokenizer read from a ``tokenizer.json``, written back as it was: its own document
+    with the fields ``tokenizers`` requires (a byte-level one completed with its decoder)."""
     doc = copy.deepcopy(tok.doc)
     for key, value in document({}, []).items():
         doc.setdefault(key, value)
@@ -211,9 +224,10 @@ def _hf_bpe(tok: Any, bos_id: int | None, eos_id: int | None) -> HFTokenizer:
     if isinstance(model.get("merges"), list):  # "a b" strings (older files) as pairs
         model["merges"] = [m.split(" ", 1) if isinstance(m, str) else list(m)
                            for m in model["merges"]]  # fmt: skip
-    if doc.get("decoder") is None:
-        doc["decoder"] = BYTE_LEVEL_DECODER
-    _complete_byte_level(doc.get("pre_tokenizer"))
+    if byte_level:
+        if doc.get("decoder") is None:
+            doc["decoder"] = BYTE_LEVEL_DECODER
+        _complete_byte_level(doc.get("pre_tokenizer"))
     doc["added_tokens"] = [{**added_token(t["id"], t["content"], bool(t.get("special"))), **t}
                            for t in doc.get("added_tokens") or []]  # fmt: skip
     specials = {t["content"]: t["id"] for t in doc.get("added_tokens") or [] if t.get("special")}
@@ -288,5 +302,5 @@ def _char(tok: Any, bos_id: int | None, eos_id: int | None) -> HFTokenizer:
     return HFTokenizer(doc)
 
 
-_KINDS = {"gguf": _gguf, "bpe": _bpe, "hf-bpe": _hf_bpe, "wordpiece": _wordpiece,
-          "char": _char}  # fmt: skip
+_KINDS = {"gguf": _gguf, "bpe": _bpe, "hf-bpe": _hf_bpe, "hf-spm": _hf_spm,
+          "wordpiece": _wordpiece, "char": _char}  # fmt: skip
