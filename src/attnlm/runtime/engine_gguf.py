@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from attnlm.base.errors import InputError
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import llama, phi3, qwen2, qwen3
@@ -104,14 +103,14 @@ _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "
 def _table(header: GGUFFile) -> dict[str, Any] | None:
     """The ``[model]`` table of ``header``'s model where its architecture is one of
     :data:`ADAPTERS` and it uses only parts the step computes, else None (the PyTorch path
-    loads the file or refuses it in one line)."""
+    loads the file or refuses it in one line); a file the adapter refuses raises its
+    InputError."""
     adapter = ADAPTERS.get(header.get("general.architecture"))
     if adapter is None:
         return None
-    try:
-        table = adapter.config_table(header)
-    except InputError:
-        return None
+    # a file its own adapter refuses is refused here, in the same line (the PyTorch path would
+    # refuse it too): it never reaches the step
+    table = adapter.config_table(header)
     return table if set(table) <= _STEP_KEYS else None
 
 

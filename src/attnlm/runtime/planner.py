@@ -103,7 +103,7 @@ def engine_reason(fmt: str | None, device: str | None, *, use_cache: bool = True
     if device not in (None, "cpu", "auto") or (device != "cpu" and _gpu_visible()):
         return False, "a GPU may be used"
     if fmt is None:
-        return False, "the file is not a Llama model in one 8- or 4-bit format"
+        return False, "the C step does not compute this file's model (architecture, parts, types)"
     if native.library() is None:
         return False, native.why_not
     return True, f"a Llama GGUF file in its own {fmt} weights: the C step without PyTorch"
