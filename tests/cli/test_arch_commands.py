@@ -290,6 +290,9 @@ def test_explorer_model_endpoints(arch, loaded):
         assert status == 200 and data["continuation"] == tok.decode(expected)
         status, data = request(srv.url + "api/lens", {"text": PROMPT, "model": name})
         assert status == 200 and data
+        # the page's tokens are the ids the model sees: the BOS first where the file asks
+        status, data = request(srv.url + "api/tokens", {"text": PROMPT, "model": name})
+        assert status == 200 and data["ids"] == special_encoder(tok)(PROMPT)
     finally:
         srv.shutdown()
         srv.server_close()

@@ -241,6 +241,10 @@ class ModelService:
                 return []
             return list(pairs.encode_source(text))
         ids = list(self.tokenizer.encode(text))
+        if not self._model_input:  # a decoder sees the BOS its tokenizer adds (Gemma's)
+            from attnlm.inspect.record import with_bos
+
+            ids = with_bos(self.tokenizer, text, ids)
         n = len(ids) + (2 if self._model_input else 0)  # [CLS] ... [SEP]
         if self.window and n > self.window:
             raise TooLongError(
