@@ -32,6 +32,7 @@ Shape legend
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -251,14 +252,8 @@ def flat_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
     check_ids(tokens, model.config.vocab_size, "tokens")
     B = tokens.shape[0]
     positions = state.positions(1, tokens.device)  # (1,)
-    x = model.tok_emb(tokens[:, 0])  # (B, C)
-    if getattr(model, "embed_scale", None) is not None:
-        x = x * model.embed_scale
-    if model.pos_emb is not None:
-        x = x + model.pos_emb(positions).to(x.dtype)  # (1, C) broadcast over rows
-    turn = _turn(model.rotary, positions, x.dtype)
-    local = getattr(model, "rotary_local", None)
-    turn_local = turn if local is None else _turn(local, positions, x.dtype)
+    x = flat_embed(model, tokens[:, 0], positions)  # (B, C); (1, C) positions broadcast
+    turns = flat_turns(model, lambda rotary: _turn(rotary, positions, x.dtype))
     bands: dict[int, Tensor] = {}  # window -> (1, S): the keys a sliding layer may see
     for block in model.blocks:
         w = getattr(block.attn, "window", None)
@@ -267,44 +262,81 @@ def flat_step(model: nn.Module, tokens: Tensor, state: KVCache) -> Tensor:
             bands[w] = window_mask(positions, keys, w, x.dtype)
     for layer, block in enumerate(model.blocks):
         attn = block.attn
-        H, Hkv, D = attn.n_head, attn.n_kv_head, attn.d_head
+        qk, v = flat_qkv(block, x, turns)  # (B, H + Hkv, 1, D), (B, Hkv, 1, D)
+        k_all, v_all = state.append(layer, qk[:, attn.n_head :], v)  # (B, Hkv, S, D)
         window = getattr(attn, "window", None)
-        qkv = _linear(attn.qkv_proj)(_norm(block.ln_1)(x))  # (B, (H + 2 Hkv) D)
-        qk = qkv[:, : (H + Hkv) * D].view(B, H + Hkv, D)
-        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
-        if q_norm is not None or k_norm is not None:  # each head's norm, before the rotation
-            q, k = qk[:, :H], qk[:, H:]
-            qk = torch.cat(
-                [q if q_norm is None else q_norm(q), k if k_norm is None else k_norm(k)], 1
-            )
-        qk = qk.view(B, H + Hkv, 2, D // 2)
-        t = turn if window is None else turn_local
-        if t is not None:
-            qk = torch.addcmul(qk * t[0], qk.flip(2), t[1])  # q and k rotated
-        qk = qk.view(B, H + Hkv, 1, D)
-        v = qkv[:, (H + Hkv) * D :].view(B, Hkv, 1, D)
-        k_all, v_all = state.append(layer, qk[:, H:], v)  # (B, Hkv, S, D)
         mask = None if window is None else bands[window]
-        y, _ = attn._mix(qk[:, :H], k_all, v_all, mask, False, False)  # (B, H, 1, D)
-        post = getattr(block, "ln_post_attn", None)
-        if post is None:
-            x = _linear(attn.out_proj)(y.reshape(B, H * D), x)
-        else:
-            x = x + _norm(post)(_linear(attn.out_proj)(y.reshape(B, H * D)))
-        h = _norm(block.ln_2)(x)
-        mlp = block.mlp
-        if isinstance(mlp, SwiGLU):  # gated: SiLU (SwiGLU) or GELU-tanh (GeGLU)
-            gate, up = _linear(mlp.fc)(h).chunk(2, dim=-1)  # (B, F) each
-            h = ACTIVATIONS[mlp.gated_act](gate) * up
-        else:
-            h = mlp.act(_linear(mlp.fc)(h))
-        if post is None:
-            x = _linear(mlp.proj)(h, x)
-        else:
-            x = x + _norm(block.ln_post_mlp)(_linear(mlp.proj)(h))
+        y, _ = attn._mix(qk[:, : attn.n_head], k_all, v_all, mask, False, False)  # (B, H, 1, D)
+        x = flat_block_rest(block, x, y.reshape(B, -1))
     state.advance(1)
-    logits = _linear(model.lm_head)(_norm(model.ln_f)(x))  # (B, V)
+    return flat_head(model, x).unsqueeze(1)  # (B, 1, V)
+
+
+# -- the pieces of one flat step, shared with the server's batched step (attnlm.api.batch) --
+
+
+def flat_embed(model: nn.Module, ids: Tensor, positions: Tensor) -> Tensor:
+    """The embeddings ``(N, C)`` of one token per row: scaled where the model scales them,
+    its learned positions added (``positions`` ``(1,)`` or ``(N,)``)."""
+    x = model.tok_emb(ids)  # (N, C)
+    if getattr(model, "embed_scale", None) is not None:
+        x = x * model.embed_scale
+    if model.pos_emb is not None:
+        x = x + model.pos_emb(positions).to(x.dtype)
+    return x
+
+
+def flat_turns(model: nn.Module, turn: Callable[[nn.Module | None], Any]) -> tuple:
+    """``(full layers' rotation, sliding layers' rotation)``, each ``turn(rotary)``
+    (``(cos, ±sin)`` or None); the sliding layers' is the full one without a local rotary
+    base."""
+    full = turn(model.rotary)
+    local = getattr(model, "rotary_local", None)
+    return full, full if local is None else turn(local)
+
+
+def flat_qkv(block: nn.Module, x: Tensor, turns: tuple) -> tuple[Tensor, Tensor]:
+    """``block``'s q and k ``(N, H + Hkv, 1, D)`` (each head's norm, then the rotation of
+    its layer: ``turns[1]`` on a sliding layer) and v ``(N, Hkv, 1, D)`` of ``x`` ``(N, C)``;
+    a rotation broadcasts over ``(N, H + Hkv, 2, D/2)``."""
+    attn = block.attn
+    N, H, Hkv, D = x.shape[0], attn.n_head, attn.n_kv_head, attn.d_head
+    qkv = _linear(attn.qkv_proj)(_norm(block.ln_1)(x))  # (N, (H + 2 Hkv) D)
+    qk = qkv[:, : (H + Hkv) * D].view(N, H + Hkv, D)
+    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    if q_norm is not None or k_norm is not None:  # each head's norm, before the rotation
+        q, k = qk[:, :H], qk[:, H:]
+        qk = torch.cat([q if q_norm is None else q_norm(q), k if k_norm is None else k_norm(k)], 1)
+    qk = qk.reshape(N, H + Hkv, 2, D // 2)
+    t = turns[0] if getattr(attn, "window", None) is None else turns[1]
+    if t is not None:
+        qk = torch.addcmul(qk * t[0], qk.flip(2), t[1])  # q and k rotated
+    return qk.reshape(N, H + Hkv, 1, D), qkv[:, (H + Hkv) * D :].reshape(N, Hkv, 1, D)
+
+
+def flat_block_rest(block: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """The rest of ``block`` after attention: the heads' output ``y`` ``(N, H D)`` projected
+    and added to ``x`` ``(N, C)`` (through the post-attention norm where there is one), then
+    the feed-forward (gated: SiLU or GELU-tanh) likewise."""
+    attn, mlp = block.attn, block.mlp
+    post = getattr(block, "ln_post_attn", None)
+    if post is None:
+        x = _linear(attn.out_proj)(y, x)
+    else:
+        x = x + _norm(post)(_linear(attn.out_proj)(y))
+    h = _norm(block.ln_2)(x)
+    if isinstance(mlp, SwiGLU):  # gated: SiLU (SwiGLU) or GELU-tanh (GeGLU)
+        gate, up = _linear(mlp.fc)(h).chunk(2, dim=-1)  # (N, F) each
+        h = ACTIVATIONS[mlp.gated_act](gate) * up
+    else:
+        h = mlp.act(_linear(mlp.fc)(h))
+    if post is None:
+        return _linear(mlp.proj)(h, x)
+    return x + _norm(block.ln_post_mlp)(_linear(mlp.proj)(h))
+
+
+def flat_head(model: nn.Module, x: Tensor) -> Tensor:
+    """Logits ``(N, V)`` of ``x`` ``(N, C)``: the final norm, the LM head, the final soft-cap."""
+    logits = _linear(model.lm_head)(_norm(model.ln_f)(x))
     cap = getattr(model, "final_softcap", None)
-    if cap is not None:
-        logits = torch.tanh(logits / cap) * cap
-    return logits.unsqueeze(1)  # (B, 1, V)
+    return logits if cap is None else torch.tanh(logits / cap) * cap
