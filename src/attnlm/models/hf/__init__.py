@@ -10,9 +10,9 @@
   :mod:`attnlm.models.bert`), :mod:`.marian` (``MarianMTModel`` <->
   :mod:`attnlm.models.transformer`), :mod:`.llama` (``LlamaForCausalLM`` <->
   :mod:`attnlm.models.llama`), and the Llama family's other members on one table
-  (:mod:`.llama_family`): :mod:`.qwen2`, :mod:`.qwen3`, :mod:`.mistral`, :mod:`.phi3`,
-  :mod:`.gemma2`, :mod:`.gemma3` (``gemma3_text``), each loading into a Llama with the parts
-  its ``config.json`` names; a Llama is saved as the architecture of its ``model.arch``.
+  (:mod:`.llama_family`, one adapter per ``model_type``: ``qwen2``, ``qwen3``, ``mistral``,
+  ``phi3``, ``gemma2``, ``gemma3_text``), each loading into a Llama with the parts its
+  ``config.json`` names; a Llama is saved as the architecture of its ``model.arch``.
 
 Arrows run from the adapters to the models, never back: an adapter imports its model class and
 config, and holds the config translation (both directions), the weight table and
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from attnlm._lazy import lazy_exports
@@ -34,19 +33,19 @@ from attnlm.base.errors import ConfigError, InputError
 from attnlm.base.foreign import load_json, reading
 from attnlm.base.foreign import register as _register_reader
 
-# Hugging Face ``model_type`` -> the adapter module that loads and saves it. A new architecture
-# is one module with MODEL_TYPE, MODEL, load(path) and save(model, path, ...) and a row here.
+# Hugging Face ``model_type`` -> the adapter that loads and saves it. A new architecture is one
+# module with MODEL_TYPE, MODEL, load(path) and save(model, path, ...) and a row here;
+# "module:name" is the adapter ``name`` of the module's ADAPTERS (the Llama family's classes,
+# one :class:`~attnlm.models.hf.llama_family.Adapter` per architecture).
+_FAMILY = "attnlm.models.hf.llama_family"
 ARCHITECTURES: dict[str, str] = {
     "gpt2": "attnlm.models.hf.gpt2",
     "bert": "attnlm.models.hf.bert",
     "marian": "attnlm.models.hf.marian",
     "llama": "attnlm.models.hf.llama",
-    "qwen2": "attnlm.models.hf.qwen2",
-    "qwen3": "attnlm.models.hf.qwen3",
-    "mistral": "attnlm.models.hf.mistral",
-    "phi3": "attnlm.models.hf.phi3",
-    "gemma2": "attnlm.models.hf.gemma2",
-    "gemma3_text": "attnlm.models.hf.gemma3",
+    **{
+        t: f"{_FAMILY}:{t}" for t in ("qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")
+    },  # fmt: skip
 }
 
 # model types we know and do not load, with why (one line each)
@@ -72,12 +71,15 @@ __all__ = sorted(
 )
 
 
-def adapter(model_type: str) -> ModuleType:
-    """The adapter module of a Hugging Face ``model_type`` (a key of :data:`ARCHITECTURES`)."""
-    return importlib.import_module(ARCHITECTURES[model_type])
+def adapter(model_type: str) -> Any:
+    """The adapter of a Hugging Face ``model_type`` (a key of :data:`ARCHITECTURES`): a module,
+    or one entry of a module's ``ADAPTERS``."""
+    module, _, name = ARCHITECTURES[model_type].partition(":")
+    found = importlib.import_module(module)
+    return found.ADAPTERS[name] if name else found
 
 
-def adapter_for(model: Any) -> ModuleType:
+def adapter_for(model: Any) -> Any:
     """The adapter module whose ``MODEL`` is the class of ``model`` (a subclass matches when no
     adapter names the class itself); ConfigError when no architecture stores it."""
     adapters = [adapter(t) for t in ARCHITECTURES]

@@ -1,8 +1,8 @@
 """The Hugging Face layouts of the Llama family's other members <-> our Llama
 (:mod:`attnlm.models.llama`) with its optional parts: ``Qwen2ForCausalLM``,
 ``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Phi3ForCausalLM``, ``Gemma2ForCausalLM`` and
-``Gemma3ForCausalLM`` (text only). One adapter module per ``model_type`` (:mod:`.qwen2`, ...)
-calls :func:`load` / :func:`save` here with its row of :data:`ARCHS`.
+``Gemma3ForCausalLM`` (text only). Each ``model_type`` has one :class:`Adapter` in
+:data:`ADAPTERS`, which calls :func:`load` / :func:`save` here with its row of :data:`ARCHS`.
 
 The weights are Llama's (``model.embed_tokens``, ``model.layers.{i}.input_layernorm``,
 ``self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj``, ``model.norm``, ``lm_head``) with,
@@ -325,3 +325,31 @@ def save(model: Llama, path: str | Path, arch: Arch, max_shard_size: int | None 
     hf = config_to_hf(model.config, arch)
     state = to_hf(layout(model.config, arch), model.state_dict())
     write_hf_folder(path, hf, state, max_shard_size=max_shard_size)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """The Hugging Face adapter of one :class:`Arch` (what an adapter module holds for the
+    other families: ``MODEL_TYPE``, ``MODEL``, ``load(path)``, ``save(model, path, ...)``;
+    ``ARCH``: the architecture, which :func:`attnlm.models.hf.adapter_for` matches against a
+    model's ``arch`` label)."""
+
+    ARCH: Arch
+    MODEL = Llama
+
+    @property
+    def MODEL_TYPE(self) -> str:  # noqa: N802 - the adapter modules' attribute name
+        return self.ARCH.model_type
+
+    def load(self, path: str | Path) -> Llama:
+        """Load a folder of this class into our Llama (its parts from ``config.json``)."""
+        return load(path, self.ARCH)
+
+    def save(self, model: Llama, path: str | Path, max_shard_size: int | None = None) -> None:
+        """Write ``model`` as a folder of this class (``transformers`` loads it)."""
+        save(model, path, self.ARCH, max_shard_size=max_shard_size)
+
+
+#: ``model_type`` -> its adapter (:data:`attnlm.models.hf.ARCHITECTURES` names them
+#: ``attnlm.models.hf.llama_family:<model_type>``)
+ADAPTERS = {t: Adapter(a) for t, a in ARCHS.items()}
