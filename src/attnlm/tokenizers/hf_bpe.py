@@ -178,6 +178,39 @@ def _merges(raw: Iterable, vocab: dict[str, int], split: Callable[[str], list[st
     return out
 
 
+def checked_vocab(model: dict[str, Any]) -> dict[str, int]:
+    """A ``tokenizer.json`` BPE model's ``vocab`` (token -> id), checked: non-empty, every id a
+    non-negative integer below :data:`MAX_VOCAB_SIZE`, no id given twice."""
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict) or not vocab:
+        raise _fail("BPE model has no vocab")
+    bad = next((t for t, i in vocab.items() if type(i) is not int or i < 0), None)
+    if bad is not None:
+        raise _fail(f"vocab id of {bad!r} is {vocab[bad]!r}, not a non-negative integer")
+    top = max(vocab.values())
+    if top >= MAX_VOCAB_SIZE:  # tables are sized by the largest id
+        raise _fail(f"vocab id {top:,} is out of range: ids must be below {MAX_VOCAB_SIZE:,}")
+    if len(set(vocab.values())) != len(vocab):
+        seen: dict[int, str] = {}
+        token, i = next((t, i) for t, i in vocab.items() if seen.setdefault(i, t) != t)
+        raise _fail(f"vocab tokens {seen[i]!r} and {token!r} have the same id {i}")
+    return vocab
+
+
+def check_added_tokens(doc: dict[str, Any]) -> None:
+    """Every ``added_tokens`` entry has an integer id in range and a string ``content``."""
+    for token in doc.get("added_tokens") or []:
+        if not isinstance(token, dict) or type(token.get("id")) is not int:
+            raise _fail(f"added token {token!r} has no integer 'id'")
+        if not 0 <= token["id"] < MAX_VOCAB_SIZE:
+            raise _fail(
+                f"added token id {token['id']:,} is out of range: ids must be in "
+                f"0..{MAX_VOCAB_SIZE - 1:,}"
+            )
+        if not isinstance(token.get("content"), str):
+            raise _fail(f"added token {token!r} has no string 'content'")
+
+
 class _ByteTable:
     """``{id: bytes}`` as one buffer and offsets (a dict of 49k ``bytes`` objects costs five
     times the memory): ``get(i)`` the bytes of id ``i`` or None; ``size`` the largest id + 1."""
@@ -230,34 +263,13 @@ class HFByteBPETokenizer(Tokenizer):
         if model.get("dropout"):
             raise _fail("BPE dropout is not supported (encoding would be random)")
         self.doc = doc
-        vocab = model.get("vocab")
-        if not isinstance(vocab, dict) or not vocab:
-            raise _fail("BPE model has no vocab")
-        bad = next((t for t, i in vocab.items() if type(i) is not int or i < 0), None)
-        if bad is not None:
-            raise _fail(f"vocab id of {bad!r} is {vocab[bad]!r}, not a non-negative integer")
-        top = max(vocab.values())
-        if top >= MAX_VOCAB_SIZE:  # tables are sized by the largest id
-            raise _fail(f"vocab id {top:,} is out of range: ids must be below {MAX_VOCAB_SIZE:,}")
-        if len(set(vocab.values())) != len(vocab):
-            seen: dict[int, str] = {}
-            token, i = next((t, i) for t, i in vocab.items() if seen.setdefault(i, t) != t)
-            raise _fail(f"vocab tokens {seen[i]!r} and {token!r} have the same id {i}")
+        vocab = checked_vocab(model)
         self._vocab: dict[str, int] = vocab  # not a copy: a 49k vocabulary is megabytes
         self._merges = _merges(model.get("merges") or [], vocab, merge_split)
         self._ignore_merges = bool(model.get("ignore_merges", False))
         unk = model.get("unk_token")
         self._unk = self._vocab.get(unk) if unk is not None else None
-        for token in doc.get("added_tokens") or []:
-            if not isinstance(token, dict) or type(token.get("id")) is not int:
-                raise _fail(f"added token {token!r} has no integer 'id'")
-            if not 0 <= token["id"] < MAX_VOCAB_SIZE:
-                raise _fail(
-                    f"added token id {token['id']:,} is out of range: ids must be in "
-                    f"0..{MAX_VOCAB_SIZE - 1:,}"
-                )
-            if not isinstance(token.get("content"), str):
-                raise _fail(f"added token {token!r} has no string 'content'")
+        check_added_tokens(doc)
         self._normalize = _normalizer(doc.get("normalizer"))
         self._steps, byte_level = _pre_tokenizer(doc.get("pre_tokenizer"))
         if not byte_level:

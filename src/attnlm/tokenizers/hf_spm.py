@@ -41,21 +41,22 @@ import regex
 
 from attnlm.base.errors import InputError
 from attnlm.tokenizers.base import (
-    MAX_VOCAB_SIZE,
     InvalidTokenIdError,
-    TokenizerFileError,
     check_text,
     register_kind,
 )
-from attnlm.tokenizers.hf_bpe import CACHE_SIZE, NORMAL_FORMS, HFByteBPETokenizer
+from attnlm.tokenizers.hf_bpe import (
+    CACHE_SIZE,
+    NORMAL_FORMS,
+    HFByteBPETokenizer,
+    _fail,
+    check_added_tokens,
+    checked_vocab,
+)
 
 SPACE = "\u2581"  # ▁
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
 _BYTE_OF = {t: b for b, t in enumerate(BYTE_TOKENS)}
-
-
-def _fail(what: str) -> TokenizerFileError:
-    return TokenizerFileError(what)
 
 
 def _pattern(spec: dict, where: str) -> regex.Pattern:
@@ -277,7 +278,7 @@ class HFSpmBPETokenizer(HFByteBPETokenizer):
 
     kind = "hf-spm"
 
-    def __init__(self, doc: dict[str, Any]) -> None:  # noqa: PLR0912 - one check per field
+    def __init__(self, doc: dict[str, Any]) -> None:
         if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
             raise _fail("tokenizer.json has no 'model' object")
         model = doc["model"]
@@ -289,14 +290,7 @@ class HFSpmBPETokenizer(HFByteBPETokenizer):
         if model.get("dropout"):
             raise _fail("BPE dropout is not supported (encoding would be random)")
         self.doc = doc
-        vocab = model.get("vocab")
-        if not isinstance(vocab, dict) or not vocab:
-            raise _fail("BPE model has no vocab")
-        bad = next((t for t, i in vocab.items() if type(i) is not int or i < 0), None)
-        if bad is not None:
-            raise _fail(f"vocab id of {bad!r} is {vocab[bad]!r}, not a non-negative integer")
-        if max(vocab.values()) >= MAX_VOCAB_SIZE:
-            raise _fail(f"vocab ids must be below {MAX_VOCAB_SIZE:,}")
+        vocab = checked_vocab(model)
         self._vocab: dict[str, int] = vocab
         self._merges = _pair_ranks(model.get("merges") or [], vocab)
         self._ignore_merges = bool(model.get("ignore_merges", False))
@@ -304,13 +298,7 @@ class HFSpmBPETokenizer(HFByteBPETokenizer):
         self._fuse_unk = bool(model.get("fuse_unk", False))
         unk = model.get("unk_token")
         self._unk = vocab.get(unk) if unk is not None else None
-        for token in doc.get("added_tokens") or []:
-            if not isinstance(token, dict) or type(token.get("id")) is not int:
-                raise _fail(f"added token {token!r} has no integer 'id'")
-            if not 0 <= token["id"] < MAX_VOCAB_SIZE:
-                raise _fail(f"added token id {token['id']!r} is out of range")
-            if not isinstance(token.get("content"), str):
-                raise _fail(f"added token {token!r} has no string 'content'")
+        check_added_tokens(doc)
         self._added = {t["content"]: t for t in doc.get("added_tokens") or []}
         self._normalize = _normalizer(doc.get("normalizer"))
         self._pre_steps = _pre_tokenizer(doc.get("pre_tokenizer"))
