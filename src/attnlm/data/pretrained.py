@@ -87,7 +87,7 @@ class PretrainedSpec:
     ``files``: paths relative to ``folder`` to extract (all required); ``description`` and
     ``license`` for listings; ``joined``: the model file made of chunks; ``notice``: files
     (of ``files``) printed on first fetch after ``terms``, a line about the licence terms;
-    ``size``: bytes of the model's files (for listings; a joined file's own size).
+    ``size``: bytes of the model's files (for listings); left 0, a joined file's own size.
     """
 
     name: str
@@ -101,6 +101,10 @@ class PretrainedSpec:
     notice: tuple[str, ...] = ()
     terms: str = ""
     size: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.size and self.joined is not None:
+            object.__setattr__(self, "size", self.joined.size)
 
     @property
     def parts(self) -> tuple[Part, ...]:
@@ -191,7 +195,6 @@ PRETRAINED: dict[str, PretrainedSpec] = {
         ),  # fmt: skip
         notice=("NOTICE.md",),
         terms=GEMMA_TERMS,
-        size=253_113_024,
     ),
     "qwen2.5-coder-0.5b-instruct": PretrainedSpec(
         name="qwen2.5-coder-0.5b-instruct",
@@ -209,7 +212,6 @@ PRETRAINED: dict[str, PretrainedSpec] = {
             491_400_064,
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         ),
-        size=491_400_064,
     ),
     "qwen2.5-coder-1.5b-instruct": PretrainedSpec(
         name="qwen2.5-coder-1.5b-instruct",
@@ -227,7 +229,6 @@ PRETRAINED: dict[str, PretrainedSpec] = {
             1_117_320_768,
             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         ),
-        size=1_117_320_768,
     ),
 }
 
