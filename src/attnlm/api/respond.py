@@ -94,15 +94,8 @@ def chat_body(served: Any, request: Any, choices: list[Choice], tools: Any) -> d
             lps = {"content": [token_entry(served.tokenizer, lp) for lp in c.logprobs],
                    "refusal": None}  # fmt: skip
         out.append({"index": i, "message": message, "logprobs": lps, "finish_reason": finish})
-    return {
-        "id": new_id("chatcmpl"),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": served.id,
-        "system_fingerprint": None,
-        "choices": out,
-        "usage": usage(len(request.prompt), sum(c.tokens for c in choices)),
-    }
+    return envelope(new_id("chatcmpl"), "chat.completion", int(time.time()), served, out,
+                    usage=usage(len(request.prompt), sum(c.tokens for c in choices)))  # fmt: skip
 
 
 def _call(call: dict, index: int | None = None) -> dict[str, Any]:
@@ -117,7 +110,7 @@ def completion_logprobs(served: Any, lps: list[dict], start: int) -> dict[str, A
     tokens, values, tops, offsets = [], [], [], []
     at = start
     for lp in lps:
-        text = _bytes(served.tokenizer, lp["id"]).decode("utf-8", errors="replace")
+        text = _label(served, lp["id"])
         tokens.append(text)
         values.append(lp["logprob"])
         top = lp.get("top")
@@ -142,15 +135,15 @@ def completion_body(served: Any, request: Any, choices: list[Choice], echo: str 
             lps = completion_logprobs(served, (echo_lps or []) + c.logprobs, 0)
         out.append({"index": i, "text": head + c.text, "logprobs": lps,
                     "finish_reason": c.finish})  # fmt: skip
-    return {
-        "id": new_id("cmpl"),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": served.id,
-        "system_fingerprint": None,
-        "choices": out,
-        "usage": usage(len(request.prompt), sum(c.tokens for c in choices)),
-    }
+    return envelope(new_id("cmpl"), "text_completion", int(time.time()), served, out,
+                    usage=usage(len(request.prompt), sum(c.tokens for c in choices)))  # fmt: skip
+
+
+def envelope(rid: str, kind: str, created: int, served: Any, choices: list, **more: Any) -> dict:
+    """One reply or chunk of kind ``kind`` (``object``): its id, time, model and choices, then
+    ``more`` (``usage``)."""
+    return {"id": rid, "object": kind, "created": created, "model": served.id,
+            "system_fingerprint": None, "choices": choices, **more}  # fmt: skip
 
 
 def sse(data: Any) -> bytes:
@@ -165,10 +158,8 @@ async def chat_stream(served: Any, request: Any, tools: Any, include_usage: bool
     extra = {"usage": None} if include_usage else {}
 
     def chunk(index: int, delta: dict, finish: str | None = None, lps: Any = None) -> bytes:
-        return sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                    "model": served.id, "system_fingerprint": None,
-                    "choices": [{"index": index, "delta": delta, "logprobs": lps,
-                                 "finish_reason": finish}], **extra})  # fmt: skip
+        one = {"index": index, "delta": delta, "logprobs": lps, "finish_reason": finish}
+        return sse(envelope(rid, "chat.completion.chunk", created, served, [one], **extra))
 
     splitters = [ToolStream(tools) if tools else None for _ in range(n)]
     ended = [False] * n
@@ -205,9 +196,8 @@ async def chat_stream(served: Any, request: Any, tools: Any, include_usage: bool
         yield chunk(i, {}, finish)
         ended[i], total = True, total + item[3]
     if include_usage and all(ended):
-        yield sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                   "model": served.id, "system_fingerprint": None, "choices": [],
-                   "usage": usage(len(request.prompt), total)})  # fmt: skip
+        yield sse(envelope(rid, "chat.completion.chunk", created, served, [],
+                           usage=usage(len(request.prompt), total)))  # fmt: skip
     yield b"data: [DONE]\n\n"
 
 
@@ -224,10 +214,8 @@ async def completion_stream(served: Any, request: Any, echo: str | None, include
     extra = {"usage": None} if include_usage else {}
 
     def chunk(index: int, text: str, finish: str | None = None, lps: Any = None) -> bytes:
-        return sse({"id": rid, "object": "text_completion", "created": created,
-                    "model": served.id, "system_fingerprint": None,
-                    "choices": [{"index": index, "text": text, "logprobs": lps,
-                                 "finish_reason": finish}], **extra})  # fmt: skip
+        one = {"index": index, "text": text, "logprobs": lps, "finish_reason": finish}
+        return sse(envelope(rid, "text_completion", created, served, [one], **extra))
 
     n = len(request.jobs)
     if echo:
@@ -251,9 +239,8 @@ async def completion_stream(served: Any, request: Any, echo: str | None, include
             yield chunk(i, "", item[2])
             ended[i], total = True, total + item[3]
     if include_usage and all(ended):
-        yield sse({"id": rid, "object": "text_completion", "created": created,
-                   "model": served.id, "system_fingerprint": None, "choices": [],
-                   "usage": usage(len(request.prompt), total)})  # fmt: skip
+        yield sse(envelope(rid, "text_completion", created, served, [],
+                           usage=usage(len(request.prompt), total)))  # fmt: skip
     yield b"data: [DONE]\n\n"
 
 
