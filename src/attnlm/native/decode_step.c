@@ -317,8 +317,12 @@ static void cols_f32t(const Linear *L, const float *x, int64_t M, int64_t ldx, f
         }
 }
 
-static void rows_bf16(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
-                      int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+/* 16-bit float rows (N, K): bfloat16 (``brain``) or IEEE float16 bits, widened in registers.
+ * Always inlined, so each caller's copy has its format as a constant. */
+static inline __attribute__((always_inline)) void rows_half(const Linear *L, const float *x,
+                                                            int64_t M, int64_t ldx, float *y,
+                                                            int64_t ldy, const float *res,
+                                                            int64_t n0, int64_t n1, int brain) {
     const int64_t K = L->k, K16 = K & ~(int64_t)15;
     const uint16_t *W = (const uint16_t *)L->w;
     for (int64_t n = n0; n < n1; n++) {
@@ -329,19 +333,29 @@ static void rows_bf16(const Linear *L, const float *x, int64_t M, int64_t ldx, f
             vf a = {0};
             int64_t k = 0;
             for (; k < K16; k += 16) {
-                vu bits = __builtin_convertvector(*(const vu16 *)(w + k), vu) << 16;
-                a += (vf)bits * *(const vf *)(xm + k);
+                vf wk = brain ? (vf)(__builtin_convertvector(*(const vu16 *)(w + k), vu) << 16)
+                              : from_f16x16(w + k);
+                a += wk * *(const vf *)(xm + k);
             }
             float s = hsum(a);
             for (; k < K; k++) {
-                uint32_t b = (uint32_t)w[k] << 16;
                 float f;
-                memcpy(&f, &b, 4);
+                if (brain) {
+                    uint32_t b = (uint32_t)w[k] << 16;
+                    memcpy(&f, &b, 4);
+                } else {
+                    f = from_f16(w[k]);
+                }
                 s += f * xm[k];
             }
             store(L, y, ldy, res, m, n, s);
         }
     }
+}
+
+static void rows_bf16(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                      int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    rows_half(L, x, M, ldx, y, ldy, res, n0, n1, 1);
 }
 
 static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,

@@ -505,24 +505,10 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     }
 }
 
-/* float16 rows (N, K) */
+/* float16 rows (N, K): decode_step.c's 16-bit product */
 static void rows_f16(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                      int64_t ldy, const float *res, int64_t n0, int64_t n1) {
-    const int64_t K = L->k, K16 = K & ~(int64_t)15;
-    const uint16_t *W = (const uint16_t *)L->w;
-    for (int64_t n = n0; n < n1; n++) {
-        const uint16_t *w = W + n * K;
-        if (n + 2 < n1) prefetch(w + 2 * K, K * 2);
-        for (int64_t m = 0; m < M; m++) {
-            const float *xm = x + m * ldx;
-            vf a = {0};
-            int64_t k = 0;
-            for (; k < K16; k += 16) a += from_f16x16(w + k) * *(const vf *)(xm + k);
-            float s = hsum(a);
-            for (; k < K; k++) s += from_f16(w[k]) * xm[k];
-            store(L, y, ldy, res, m, n, s);
-        }
-    }
+    rows_half(L, x, M, ldx, y, ldy, res, n0, n1, 0);
 }
 
 /* one function per type (each its own symbol in a profile) */
