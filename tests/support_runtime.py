@@ -51,3 +51,16 @@ def with_reference(model, fmt):
             elif isinstance(module, QuantEmbedding):
                 ref.get_submodule(name).weight = torch.nn.Parameter(module.table.dequantized())
     return model, ref
+
+
+def hf_llama(tied: bool, vocab: int, width: int, ffn: int, seed: int):
+    """A random 2-layer ``transformers`` Llama (4 query / 2 key-value heads), float32, eval."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=width, intermediate_size=ffn, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(cfg).eval()

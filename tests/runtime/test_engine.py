@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+import support_runtime
 from attnlm import native
 from attnlm.base.ggufio import GGUFFile
 from attnlm.generate import SamplingConfig, apply_filters, decode, engine_decode, sampling_filters
@@ -38,13 +39,7 @@ FILES = {  # name: (matrix types in file order, tied embeddings, format)
 
 
 def hf_llama(tied: bool):
-    torch.manual_seed(5)
-    cfg = transformers.LlamaConfig(
-        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(cfg).eval()
+    return support_runtime.hf_llama(tied, V, width=64, ffn=128, seed=5)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+import support_runtime
 from attnlm import native
 from attnlm.base.ggufio import GGUFFile
 from attnlm.generate import SamplingConfig, engine_decode
@@ -38,13 +39,7 @@ TYPES = ("Q6_K", "Q4_K", "Q5_K", "Q8_0", "Q5_0", "Q4_1", "Q4_0", "Q5_1", "F16", 
 
 
 def hf_llama(tied: bool):
-    torch.manual_seed(7)
-    cfg = transformers.LlamaConfig(
-        vocab_size=V, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=tied,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(cfg).eval()
+    return support_runtime.hf_llama(tied, V, width=256, ffn=512, seed=7)
 
 
 @pytest.fixture(scope="module")
