@@ -77,14 +77,20 @@ def _fail(what: str) -> TokenizerFileError:
 # -- normalizer and pre-tokenizers ------------------------------------------------------------
 
 
-def _normalizer(spec: dict | None) -> Callable[[str], str]:
+def normalizer(
+    spec: dict | None, more: dict[str, Callable[[dict], Callable[[str], str]]] | None = None
+) -> Callable[[str], str]:
+    """A ``tokenizer.json`` normalizer as a function: Unicode normal forms and sequences of
+    them; ``more``: the other kinds a reader takes (kind -> builder of its spec)."""
     if spec is None:
         return lambda s: s
-    kind = spec.get("type")
+    kind, more = spec.get("type"), more or {}
     if kind in NORMAL_FORMS:
         return lambda s: unicodedata.normalize(kind, s)
+    if kind in more:
+        return more[kind](spec)
     if kind == "Sequence":
-        steps = [_normalizer(n) for n in spec.get("normalizers", [])]
+        steps = [normalizer(n, more) for n in spec.get("normalizers", [])]
 
         def run(s: str) -> str:
             for step in steps:
@@ -92,7 +98,8 @@ def _normalizer(spec: dict | None) -> Callable[[str], str]:
             return s
 
         return run
-    raise _fail(f"normalizer {kind!r} is not supported (none, {', '.join(NORMAL_FORMS)})")
+    known = ", ".join((*more, *NORMAL_FORMS, "Sequence"))
+    raise _fail(f"tokenizer.json normalizer {kind!r} is not supported (none, {known})")
 
 
 def _split_on(pattern: Callable[[str], Iterable[Any]], behavior: str, invert: bool):
@@ -270,7 +277,7 @@ class HFByteBPETokenizer(Tokenizer):
         unk = model.get("unk_token")
         self._unk = self._vocab.get(unk) if unk is not None else None
         check_added_tokens(doc)
-        self._normalize = _normalizer(doc.get("normalizer"))
+        self._normalize = normalizer(doc.get("normalizer"))
         self._steps, byte_level = _pre_tokenizer(doc.get("pre_tokenizer"))
         if not byte_level:
             raise _fail("the pre_tokenizer has no ByteLevel step: not byte-level BPE")

@@ -33,7 +33,6 @@ among equals) is merged, until no adjacent pair is a merge.
 from __future__ import annotations
 
 import heapq
-import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -47,11 +46,11 @@ from attnlm.tokenizers.base import (
 )
 from attnlm.tokenizers.hf_bpe import (
     CACHE_SIZE,
-    NORMAL_FORMS,
     HFByteBPETokenizer,
     _fail,
     check_added_tokens,
     checked_vocab,
+    normalizer,
 )
 
 SPACE = "\u2581"  # ▁
@@ -74,29 +73,19 @@ def _pattern(spec: dict, where: str) -> regex.Pattern:
 # -- normalizer ---------------------------------------------------------------------------------
 
 
+def _prepend(spec: dict) -> Callable[[str], str]:
+    prefix = str(spec.get("prepend", ""))
+    return lambda s: prefix + s if s else s
+
+
+def _replace(spec: dict) -> Callable[[str], str]:
+    compiled, content = _pattern(spec, "Replace normalizer"), str(spec.get("content", ""))
+    return lambda s: compiled.sub(lambda m: content, s)
+
+
 def _normalizer(spec: dict | None) -> Callable[[str], str]:
-    if spec is None:
-        return lambda s: s
-    kind = spec.get("type")
-    if kind in NORMAL_FORMS:
-        return lambda s: unicodedata.normalize(kind, s)
-    if kind == "Prepend":
-        prefix = str(spec.get("prepend", ""))
-        return lambda s: prefix + s if s else s
-    if kind == "Replace":
-        compiled, content = _pattern(spec, "Replace normalizer"), str(spec.get("content", ""))
-        return lambda s: compiled.sub(lambda m: content, s)
-    if kind == "Sequence":
-        steps = [_normalizer(n) for n in spec.get("normalizers", [])]
-
-        def run(s: str) -> str:
-            for step in steps:
-                s = step(s)
-            return s
-
-        return run
-    known = ", ".join(("Prepend", "Replace", *NORMAL_FORMS, "Sequence"))
-    raise _fail(f"tokenizer.json normalizer {kind!r} is not supported (none, {known})")
+    """The byte-level reader's normalizers and SentencePiece's ``Prepend`` / ``Replace``."""
+    return normalizer(spec, {"Prepend": _prepend, "Replace": _replace})
 
 
 # -- pre-tokenizer: each step maps (piece, starts the text) pairs ------------------------------
