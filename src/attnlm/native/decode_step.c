@@ -498,17 +498,6 @@ static void linear(const Linear *L, const float *x, int64_t M, int64_t ldx, floa
     else rows_q8(L, x, M, ldx, y, ldy, res, lo, hi);
 }
 
-/* x (M, ldx) quantized into xq by every thread (its share of the rows) where one of the
- * products a, b, c (b, c may be NULL or unused) takes integer activations; a barrier after */
-static void quantize_for(const Linear *a, const Linear *b, const Linear *c, const float *x,
-                         int64_t M, int64_t ldx, uint8_t *xq, int t, int nt) {
-    if (!gg_int(a) && !(b && b->w && gg_int(b)) && !(c && c->w && gg_int(c))) return;
-    int64_t lo, hi;
-    share(M, t, nt, &lo, &hi);
-    gg_quantize(x, ldx, a->k, xq, lo, hi);
-#pragma omp barrier
-}
-
 /* rotate adjacent pairs (2i, 2i + 1) of one head's (D,) vector by cos, sin (D/2,) */
 static inline void rotate_pairs(float *v, const float *cs, const float *sn, int64_t D) {
     for (int64_t i = 0; i < D / 2; i++) {
@@ -792,14 +781,6 @@ void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, float *
     }
     free(xq);
 }
-
-/* the rows of x (M, K) quantized as the integer products take them (their own tests) */
-void attnlm_quantize_rows(const float *x, int64_t M, int64_t K, uint8_t *xq) {
-    gg_quantize(x, K, K, xq, 0, M);
-}
-
-/* bytes of one quantized row of K values */
-int64_t attnlm_quantized_row_bytes(int64_t K) { return gg_row_bytes(K); }
 
 /* the struct sizes, so the Python side can check its mirror */
 int64_t attnlm_sizes(int64_t which) {

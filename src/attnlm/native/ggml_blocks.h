@@ -545,3 +545,22 @@ static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
     default: rows_q6_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     }
 }
+
+/* x (M, ldx) quantized into xq by every thread (its share of the rows) where one of the
+ * products a, b, c (b, c may be NULL or unused) takes integer activations; a barrier after */
+static void quantize_for(const Linear *a, const Linear *b, const Linear *c, const float *x,
+                         int64_t M, int64_t ldx, uint8_t *xq, int t, int nt) {
+    if (!gg_int(a) && !(b && b->w && gg_int(b)) && !(c && c->w && gg_int(c))) return;
+    int64_t lo, hi;
+    share(M, t, nt, &lo, &hi);
+    gg_quantize(x, ldx, a->k, xq, lo, hi);
+#pragma omp barrier
+}
+
+/* the rows of x (M, K) quantized as the integer products take them (their own tests) */
+void attnlm_quantize_rows(const float *x, int64_t M, int64_t K, uint8_t *xq) {
+    gg_quantize(x, K, K, xq, 0, M);
+}
+
+/* bytes of one quantized row of K values */
+int64_t attnlm_quantized_row_bytes(int64_t K) { return gg_row_bytes(K); }

@@ -57,11 +57,11 @@ def scratch_sizes(m: int, cap: int, threads: int, c: int, q: int, hd: int, nf: i
     """Floats of each :class:`Scratch` buffer for ``m`` rows, ``cap`` positions and
     ``threads``: widths ``c`` (model), ``q`` ((H + 2 Hkv) D), ``hd`` (H D), ``nf`` (the
     feed-forward's first product), ``v`` (vocabulary; a column-major product's partial sums
-    take the widest); ``xq`` the rows of x quantized for a ggml product (3 3/8 bytes a value
-    of the widest input: ``attnlm_quantized_row_bytes``)."""
+    take the widest); ``xq`` the rows of x quantized for a ggml product (at most 8 bytes a
+    value of the widest input: ``attnlm_quantized_row_bytes``)."""
     widest = max(c, hd, nf)
     return (m * c, m * q, m * hd, m * nf, threads * cap, threads * m * max(q, c, nf, v),
-            m * widest + 16)  # fmt: skip
+            2 * m * widest + 16)  # fmt: skip
 
 
 def configure(lib: ctypes.CDLL) -> str | None:
