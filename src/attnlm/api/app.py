@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import secrets
@@ -168,9 +169,11 @@ class Api:
         echo_text = s.decode(prompt) if echo else None
         echo_lps = None
         if echo and lp is not None and not samp.stream:
-            from starlette.concurrency import run_in_threadpool
-
-            echo_lps = await run_in_threadpool(s.prompt_logprobs, prompt, lp)
+            try:
+                logits = await asyncio.wrap_future(s.prompt_logits(prompt))
+            except Closed:
+                raise ApiError(503, "the server is shutting down", None, "unavailable") from None
+            echo_lps = s.prompt_logprobs(prompt, lp, logits)
         request = self.submit(prompt, samp.params(room, lp, None))
         if samp.stream:
             return self.stream(request, R.completion_stream(s, request, echo_text,

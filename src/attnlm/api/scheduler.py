@@ -1,14 +1,17 @@
 """Continuous batching: ``parallel`` slots, each with its own KV cache, served by one thread.
 
 Each turn of the loop (1) drops the jobs whose client went away or whose time ran out,
-(2) admits waiting jobs into free slots — the slot whose cache shares the longest prefix with
-the job's prompt (the next turn of a chat finds its conversation there), else the one idle
-longest — (3) feeds one chunk of at most ``prefill_chunk`` prompt tokens to one slot still
-reading its prompt (round robin), so that a long prompt delays the others by one chunk per
-step, not by its whole length, and (4) decodes one token for every slot that is generating, in
-one batched step (:func:`attnlm.api.batch.batched_step`: one pass over the weights for all of
-them). A job that ends frees its slot at once; the slot keeps its cache (prompt and reply) for
-the next request that starts the same way.
+(2) runs the work handed to the thread (:meth:`Scheduler.call`: a prompt's logits for
+``echo``), (3) admits waiting jobs into free slots — the slot whose cache shares the longest
+prefix with the job's prompt (the next turn of a chat finds its conversation there), else the
+one idle longest — (4) feeds one chunk of at most ``prefill_chunk`` prompt tokens to one slot
+still reading its prompt (round robin), so that a long prompt delays the others by one chunk
+per step, not by its whole length, and (5) decodes one token for every slot that is
+generating, in one batched step (the stepper's ``step_rows``: one pass over the weights for
+all of them). The model is reached through a *stepper* (:mod:`attnlm.api.steppers`: a
+PyTorch model's caches, or the C engine's rows); the slots here keep the ids each one holds.
+A job that ends frees its slot at once; the slot keeps its cache (prompt and reply) for the
+next request that starts the same way.
 
 Every row's computation is its own (its cache, its positions), so a greedy reply does not
 depend on which other requests shared its steps (tested against the same request served
@@ -20,15 +23,14 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import torch
 
-from attnlm.api.batch import batched_step
 from attnlm.api.job import Job, Request
-from attnlm.base.device import model_device
-from attnlm.generate.lookahead import common_prefix, drop_newest
-from attnlm.nn.cache import KVCache
+from attnlm.generate.lookahead import common_prefix
 
 log = logging.getLogger("attnlm.api")
 
@@ -42,8 +44,8 @@ class Closed(Exception):
 
 
 class _Slot:
-    def __init__(self) -> None:
-        self.state: Any = None
+    def __init__(self, index: int) -> None:
+        self.index = index
         self.cached: list[int] = []  # ids whose keys and values the state holds
         self.job: Job | None = None
         self.pending: list[int] = []  # prompt ids still to feed
@@ -52,19 +54,18 @@ class _Slot:
 
 
 class Scheduler:
-    """Serves :class:`~attnlm.api.job.Request` s on ``model`` (a causal decoder with a
-    decoding state) through ``runner`` (:class:`~attnlm.runtime.eager.EagerRunner`)."""
+    """Serves :class:`~attnlm.api.job.Request` s on ``parallel`` slots of ``stepper``
+    (:mod:`attnlm.api.steppers`)."""
 
-    def __init__(self, model: Any, runner: Any, parallel: int, prefill_chunk: int,
-                 max_queue: int) -> None:  # fmt: skip
-        self.model, self.runner = model, runner
-        self.slots = [_Slot() for _ in range(parallel)]
+    def __init__(self, stepper: Any, parallel: int, prefill_chunk: int, max_queue: int) -> None:
+        self.stepper = stepper
+        self.slots = [_Slot(i) for i in range(parallel)]
         self.prefill_chunk, self.max_queue = prefill_chunk, max_queue
         self.waiting: deque[Job] = deque()
+        self.calls: deque[tuple[Callable[[], Any], Future]] = deque()
         self.cv = threading.Condition()
         self.stopping = False
         self.turn = 0
-        self.device = model_device(model)
         self.steps = 0  # batched decode steps so far (for tests and logs)
         self.max_rows = 0  # the most rows one step has decoded
         self.thread = threading.Thread(target=self._run, name="attnlm-scheduler", daemon=True)
@@ -81,6 +82,17 @@ class Scheduler:
                 raise QueueFull
             self.waiting.extend(request.jobs)
             self.cv.notify()
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn`` on the scheduler's thread between two steps (it may use the stepper);
+        its result or exception comes in the future."""
+        future: Future = Future()
+        with self.cv:
+            if self.stopping:
+                raise Closed
+            self.calls.append((fn, future))
+            self.cv.notify()
+        return future
 
     def wake(self) -> None:
         with self.cv:
@@ -101,9 +113,11 @@ class Scheduler:
     def _run(self) -> None:
         while True:
             with self.cv:
-                while not self.stopping and not self.waiting and not self.busy:
+                while not self.stopping and not self.waiting and not self.busy and not self.calls:
                     self.cv.wait()
                 if self.stopping:
+                    for _, future in self.calls:
+                        future.set_exception(Closed())
                     return
             try:
                 self._turn()
@@ -123,9 +137,22 @@ class Scheduler:
                 if not job.request.cancelled:
                     job.end("length")
                 self._free(s)
+        self._calls()
         self._admit()
         self._prefill()
         self._decode()
+
+    def _calls(self) -> None:
+        while True:
+            with self.cv:
+                if not self.calls:
+                    return
+                fn, future = self.calls.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except Exception as e:  # noqa: BLE001 - the caller's to report
+                    future.set_exception(e)
 
     def _admit(self) -> None:
         while True:
@@ -144,15 +171,8 @@ class Scheduler:
         keep = common_prefix(slot.cached, prompt)
         if keep == len(prompt):  # all of it held: feed the last id again for its logits
             keep -= 1
-        state = slot.state
-        if state is not None and keep < len(slot.cached):
-            if type(state) is KVCache and state.position == state.length:
-                drop_newest(state, len(slot.cached) - keep)
-            else:
-                state = None
-        if state is None or keep == 0:
-            state, keep = self.runner.new_state(None), 0
-        slot.state, slot.cached = state, slot.cached[:keep]
+        keep = self.stepper.keep(slot.index, keep, len(slot.cached))
+        slot.cached = slot.cached[:keep]
         slot.job, slot.pending, slot.next = job, list(prompt[keep:]), None
         job.reused = keep
 
@@ -160,7 +180,8 @@ class Scheduler:
         slot.job, slot.pending, slot.next = None, [], None
         slot.idle_since = time.monotonic()
         if reset:
-            slot.state, slot.cached = None, []
+            slot.cached = []
+            self.stepper.forget(slot.index)
 
     def _prefill(self) -> None:
         reading = [s for s in self.slots if s.job is not None and s.pending]
@@ -169,8 +190,7 @@ class Scheduler:
         self.turn += 1
         slot = reading[self.turn % len(reading)]
         chunk, slot.pending = slot.pending[: self.prefill_chunk], slot.pending[self.prefill_chunk :]
-        x = torch.tensor([chunk], device=self.device)
-        logits = self.runner.last_logits(x, slot.state)[0]  # (V,)
+        logits = self.stepper.prefill(slot.index, len(slot.cached), chunk)  # (V,)
         slot.cached += chunk
         if not slot.pending:
             self._took(slot, logits)
@@ -186,8 +206,8 @@ class Scheduler:
         rows = [s for s in self.slots if s.job is not None and s.next is not None]
         if not rows:
             return
-        logits = batched_step(self.model, self.runner, [s.next for s in rows],
-                              [s.state for s in rows])  # fmt: skip
+        logits = self.stepper.step_rows([s.next for s in rows], [len(s.cached) for s in rows],
+                                        [s.index for s in rows])  # fmt: skip
         self.steps += 1
         self.max_rows = max(self.max_rows, len(rows))
         now = time.monotonic()

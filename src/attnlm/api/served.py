@@ -1,6 +1,11 @@
 """The one model a server serves: loaded once (any SPEC ``chat``/``generate``/``embed`` take),
 with what the endpoints need — its tokenizer, chat template and end ids, the scheduler of a
-generating model, the sentence embeddings of an encoder — and the limits it is served under."""
+generating model, the sentence embeddings of an encoder — and the limits it is served under.
+
+A GGUF file the C engine runs (:func:`attnlm.runtime.engine_gguf.engine_for`, chosen as
+``chat``/``generate`` choose it) is served on the engine's slots
+(:class:`~attnlm.api.steppers.EngineStepper`); every other generating model on PyTorch
+(:class:`~attnlm.api.steppers.TorchStepper`), a small quantized GGUF file in float32."""
 
 from __future__ import annotations
 
@@ -25,12 +30,23 @@ class Limits:
     max_queue: int = 64
     request_seconds: float = 600.0
     max_inputs: int = 256  # embeddings inputs per request
+    slot_context: int = 4096  # positions one slot holds (prompt and reply), at most the window
+
+
+def parameter_count(model: Any) -> int:
+    """A PyTorch model's parameters, or an engine's counted from its config."""
+    if hasattr(model, "parameters"):
+        return sum(p.numel() for p in model.parameters())
+    c = model.config
+    q, kv = c.n_head * c.head_dim, c.n_kv_head * c.head_dim
+    block = c.n_embd * (2 * q + 2 * kv) + 3 * c.n_embd * c.d_ff
+    return c.n_layer * block + c.vocab_size * c.n_embd * (1 if c.tie_embeddings else 2)
 
 
 def default_parallel(model: Any) -> int:
     """Slots by model size and cores: 8 under 1B parameters, 4 under 8B, else 2 (never more
     than 4 per core)."""
-    n = sum(p.numel() for p in model.parameters())
+    n = parameter_count(model)
     slots = 8 if n < 1e9 else 4 if n < 8e9 else 2
     return max(1, min(slots, 4 * (os.cpu_count() or 1)))
 
@@ -58,20 +74,28 @@ class Served:
 
     def __init__(self, spec: str, *, device: str = "cpu", weights: str | None = None,
                  parallel: int | None = None, prefill_chunk: int = 256,
-                 limits: Limits | None = None, name: str | None = None) -> None:  # fmt: skip
+                 limits: Limits | None = None, name: str | None = None,
+                 threads: int | None = None) -> None:  # fmt: skip
         from attnlm.loading.sources import resolve
 
         self.limits = limits or Limits()
-        model, tok, info = resolve(spec, device, weights or batched_weights(spec))
+        found = _on_engine(spec, device, weights, threads)
+        model, tok, info = found or resolve(spec, device, weights or batched_weights(spec))
         self.model, self.tokenizer, self.info = model, tok, info
+        self.backend = info.details.get("backend", "pytorch")
         self.id = name or info.name or Path(str(spec)).name.removesuffix(".gguf") or str(spec)
         self.created = int(time.time())
         caps = set(getattr(info.family, "capabilities", ()))
-        self.generates = "generate" in caps and hasattr(model, "new_state")
+        if found is not None:
+            caps = {"generate"}
+        self.generates = "generate" in caps and (found is not None or hasattr(model, "new_state"))
         self.embeds = "embed" in caps
         self.template = info.chat_template
         self.stop_ids = frozenset(info.stop_ids)
         self.window = getattr(getattr(model, "config", None), "block_size", None)
+        if self.generates:  # what one slot holds
+            ctx = self.limits.slot_context
+            self.window = ctx if self.window is None else min(self.window, ctx)
         self.scheduler = None
         self.embed_lock = threading.Lock()
         self._grammars = None
@@ -81,19 +105,24 @@ class Served:
     def _start(self, parallel: int | None, prefill_chunk: int) -> None:
         from attnlm.api.job import Context
         from attnlm.api.scheduler import Scheduler
+        from attnlm.api.steppers import EngineStepper, TorchStepper
         from attnlm.generate.sampling import token_limit
-        from attnlm.nn.layout import decoding_layout
-        from attnlm.runtime.eager import EagerRunner
 
-        self.model.eval()
-        decoding_layout(self.model)
         self.parallel = parallel or default_parallel(self.model)
+        if self.backend == "c-engine":
+            stepper: Any = EngineStepper(self.model, self.parallel, self.window)
+        else:
+            from attnlm.nn.layout import decoding_layout
+            from attnlm.runtime.eager import EagerRunner
+
+            self.model.eval()
+            decoding_layout(self.model)
+            runner = EagerRunner(self.model, "the server's batched step")
+            stepper = TorchStepper(self.model, runner, self.parallel)
         limit = token_limit(self.model, self.tokenizer)
         self.context = Context(self.tokenizer, self.stop_ids, limit)
-        runner = EagerRunner(self.model, "the server's batched step")
         self.context.grammars = self.grammars  # built now (a second for a large vocabulary)
-        self.scheduler = Scheduler(self.model, runner, self.parallel, prefill_chunk,
-                                   self.limits.max_queue)  # fmt: skip
+        self.scheduler = Scheduler(stepper, self.parallel, prefill_chunk, self.limits.max_queue)
 
     @property
     def grammars(self) -> Any:
@@ -164,16 +193,26 @@ class Served:
         tokens = int(sum(sum(m) for m in enc["attention_mask"]))
         return self.embed(texts).cpu().numpy(), tokens
 
-    def prompt_logprobs(self, prompt: list[int], k: int) -> list[dict]:
-        """Each prompt token's log probability given the ones before it (the first: None),
-        with the ``k`` most likely, for ``echo`` with ``logprobs``."""
+    def prompt_logits(self, prompt: list[int]) -> Any:
+        """Logits ``(T, V)`` after each prompt token, computed on the scheduler's thread
+        (the stepper's own): a future."""
         import torch
 
-        from attnlm.base.device import model_device
+        stepper = self.scheduler.stepper
 
-        with torch.inference_mode():
-            x = torch.tensor([prompt], device=model_device(self.model))
-            logits = self.model(ids=x).logits[0].float()  # (T, V)
+        def run() -> Any:
+            with torch.inference_mode():
+                return stepper.prompt_logits(prompt)
+
+        return self.scheduler.call(run)
+
+    def prompt_logprobs(self, prompt: list[int], k: int, logits: Any) -> list[dict]:
+        """Each prompt token's log probability given the ones before it (the first: None),
+        with the ``k`` most likely, for ``echo`` with ``logprobs`` (``logits``: what
+        :meth:`prompt_logits` gave)."""
+        import torch
+
+        logits = logits.clone()
         if self.context.vocab_limit is not None:
             logits[:, self.context.vocab_limit :] = float("-inf")
         lp = torch.log_softmax(logits, dim=-1)
@@ -184,3 +223,26 @@ class Served:
             tops = [(int(i), float(v)) for v, i in zip(vals.tolist(), list(idx))]
             out.append({"id": prompt[t], "logprob": float(row[prompt[t]]), "top": tops})
         return out
+
+
+def _on_engine(spec: str, device: str, weights: str | None, threads: int | None) -> Any:
+    """``resolve``'s answer where SPEC is a GGUF file the C engine runs with the per-slot
+    calls the server steps (as ``chat`` and ``generate`` choose it), else None."""
+    from attnlm.base.ggufio import GGUFFile
+    from attnlm.loading.sources import gguf_file, resolve
+    from attnlm.runtime.engine_gguf import engine_format
+    from attnlm.runtime.planner import engine_reason
+
+    try:
+        path = gguf_file(spec)
+    except Exception:  # noqa: BLE001 - the loader names a bad SPEC itself
+        return None
+    if path is None or not engine_reason(engine_format(GGUFFile(path), weights), device)[0]:
+        return None
+    from attnlm.api.steppers import engine_rows
+    from attnlm.runtime.engine import Engine
+
+    if not engine_rows(Engine):
+        return None
+    found = resolve(spec, device, weights, engine_ok=True, threads=threads)
+    return found if found.info.details.get("backend") == "c-engine" else None

@@ -58,6 +58,9 @@ OPTIONS = (
            "parameters, 4 under 8B, else 2)"),
     option("--prefill-chunk", type=arg(positive_int), default=256, metavar="N",
            help="--api: prompt tokens fed per step while other requests decode"),
+    option("--slot-context", type=arg(positive_int), default=4096, metavar="N",
+           help="--api: positions one slot holds, prompt and reply (at most the model's window; "
+           "a GGUF model on the C engine sets its cache aside for all of them)"),
     option("--max-queue", type=arg(positive_int), default=64, metavar="N",
            help="--api: requests waiting for a slot before new ones get 429"),
     option("--max-tokens-limit", type=arg(positive_int), default=4096, metavar="N",
@@ -155,17 +158,20 @@ def _serve_api(args: argparse.Namespace) -> int:
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_prompt_tokens=args.max_prompt_tokens,
                     max_tokens=args.max_tokens_limit, max_n=args.max_n,
-                    max_queue=args.max_queue, request_seconds=args.request_timeout)  # fmt: skip
+                    max_queue=args.max_queue, request_seconds=args.request_timeout,
+                    slot_context=args.slot_context)  # fmt: skip
     served = Served(specs[0], device=args.device, weights=args.weights, parallel=args.parallel,
-                    prefill_chunk=args.prefill_chunk, limits=limits,
-                    name=args.served_name)  # fmt: skip
+                    prefill_chunk=args.prefill_chunk, limits=limits, name=args.served_name,
+                    threads=args.threads)  # fmt: skip
     try:
         sock = bind(args.host.strip("[]"), args.port)
     except OSError as e:
         served.close()
         raise InputError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e})") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    slots = f", {served.parallel} slots" if served.scheduler is not None else ""
+    slots = ""
+    if served.scheduler is not None:
+        slots = f", {served.parallel} slots on {served.backend}"
     print(f"OpenAI-compatible API at {url_of(sock)}/v1 (model: {served.id}{slots})")
     print("press Ctrl+C to stop", flush=True)
     try:
