@@ -1,25 +1,35 @@
 """A tokenizer -> the ``tokenizer.*`` metadata of a GGUF file, as llama.cpp reads it.
 
-Only byte-level BPE can be written (``tokenizer.ggml.model = "gpt2"``): ``tokens`` in GPT-2's
-byte alphabet (each byte a printable character), ``merges`` as ``"a b"`` in priority order,
-``token_type`` (1 normal, 3 control for special tokens, 5 unused for rows of the embedding
-beyond the tokenizer's vocabulary) and ``tokenizer.ggml.pre``, the name of the pre-tokenizer
-llama.cpp applies (``llama-vocab.cpp``), which must split text as the tokenizer's regex does:
+Two kinds can be written:
+
+* byte-level BPE (``tokenizer.ggml.model = "gpt2"``): ``tokens`` in GPT-2's byte alphabet (each
+  byte a printable character), ``merges`` as ``"a b"`` in priority order, ``token_type`` (1
+  normal, 3 control for special tokens, 5 unused for rows of the embedding beyond the
+  tokenizer's vocabulary) and ``tokenizer.ggml.pre``, the name of the pre-tokenizer llama.cpp
+  applies (``llama-vocab.cpp``), which must split text as the tokenizer's regex does;
+* SentencePiece-style BPE from a ``tokenizer.json`` (Llama 2, Mistral, Phi-3, Gemma;
+  ``tokenizer.ggml.model = "llama"``): ``tokens`` as they are (``▁`` for a space, ``<0xNN>``
+  bytes), ``scores`` made from the merges (llama.cpp merges the adjacent pair whose
+  concatenation has the highest score; a token's score is minus the rank of the first merge
+  that makes it, so the merges keep their order), ``token_type`` (2 unknown, 6 byte, 3 control
+  and 4 user-defined for added tokens), ``add_space_prefix`` from the normalizer's ``Prepend``
+  (or a ``Metaspace`` pre-tokenizer's scheme) and ``add_bos_token`` from the post-processor.
 
 ==========================================  =============================================
 tokenizer                                   ``tokenizer.ggml.pre``
 ==========================================  =============================================
 attnlm byte-level BPE, pattern ``gpt2``     ``gpt-2`` (GPT-2's regex)
 Hugging Face ``ByteLevel`` pre-tokenizer    ``gpt-2`` (its built-in regex is GPT-2's)
+Hugging Face SentencePiece-style BPE        ``default`` (no regex: llama.cpp's ``llama`` model)
 a GGUF file's own tokenizer (any model)     its own keys, copied (``llama`` ones too)
 ==========================================  =============================================
 
 Other patterns (``cl100k``, a custom regex) have no llama.cpp pre-tokenizer that splits alike
 in every case and are refused, as are other tokenizer kinds (char, word, classic BPE,
-WordPiece; SentencePiece-style vocabularies other than a GGUF file's own), each in one line
-naming the kind.
-BOS and EOS are not added when encoding (``add_bos_token`` / ``add_eos_token`` false), as
-attnlm's own encoders do not add them.
+WordPiece) and SentencePiece-style files whose normalizer or pre-tokenizer llama.cpp cannot
+follow, each in one line naming what is refused.
+The byte-level kinds do not add BOS or EOS when encoding (``add_bos_token`` /
+``add_eos_token`` false), as attnlm's own encoders do not add them.
 """
 
 from __future__ import annotations
@@ -87,13 +97,112 @@ def _hf_bpe(tok: Any) -> tuple[list[str], list[int], list[str], str]:
     return tokens, types, merges, "gpt-2"  # type: ignore[return-value]
 
 
+SPACE = "\u2581"  # ▁
+UNKNOWN, USER_DEFINED, BYTE = 2, 4, 6
+_REPLACE_SPACE = {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}
+
+
+def _space_prefix(doc: dict[str, Any]) -> bool:
+    """llama.cpp's ``add_space_prefix`` for a SentencePiece-style ``tokenizer.json``; InputError
+    where its normalizer or pre-tokenizer does something llama.cpp's ``llama`` model cannot."""
+    norm, pre = doc.get("normalizer"), doc.get("pre_tokenizer")
+    steps = (norm or {}).get("normalizers", []) if (norm or {}).get("type") == "Sequence" else [
+        norm] if norm else []  # fmt: skip
+    prepend = [s for s in steps if s.get("type") == "Prepend"]
+    rest = [s for s in steps if s.get("type") != "Prepend"]
+    if norm is not None:
+        if rest != [_REPLACE_SPACE] or prepend not in ([], [{"type": "Prepend", "prepend": SPACE}]):
+            raise InputError(
+                "tokenizer: a tokenizer.json normalizer other than Prepend('▁') + Replace(' ', "
+                "'▁') cannot be written to GGUF (llama.cpp's SentencePiece model has no other)"
+            )
+        if pre is None or (pre.get("type") == "Split" and pre.get("pattern") == {"String": " "}):
+            return bool(prepend)  # (a split at spaces finds none once they are ▁)
+    elif pre is not None and pre.get("type") == "Metaspace" and not pre.get("split", True):
+        scheme = pre.get("prepend_scheme") or (
+            "always" if pre.get("add_prefix_space", True) else "never")  # fmt: skip
+        if pre.get("replacement", SPACE) == SPACE and scheme == "never":
+            return False
+        # "always" / "first" put no ▁ before a text that starts with a space: llama.cpp does
+    raise InputError(
+        f"tokenizer: a tokenizer.json pre_tokenizer {(pre or {}).get('type')!r} with this "
+        "normalizer cannot be written to GGUF (supported: none, a Split at ' ', or a Metaspace "
+        "without split or prefix; llama.cpp puts a space before every text, Metaspace does "
+        "not before one that starts with a space)"
+    )
+
+
+def _hf_spm(tok: Any) -> tuple[list[str], list[int], list[float], bool]:
+    """tokens, types, scores and ``add_space_prefix`` of a SentencePiece-style tokenizer.json."""
+    model = tok.doc["model"]
+    if model.get("ignore_merges"):
+        raise InputError("tokenizer: a BPE with ignore_merges cannot be written to GGUF")
+    prefix = _space_prefix(tok.doc)
+    n = tok.vocab_size
+    tokens: list[str | None] = [None] * n
+    types = [NORMAL] * n
+    for text, i in model["vocab"].items():
+        tokens[i] = text
+        if model.get("byte_fallback") and len(text) == 6 and text.startswith("<0x"):
+            types[i] = BYTE
+    for t in tok.doc.get("added_tokens") or []:
+        tokens[t["id"]] = t["content"]
+        types[t["id"]] = CONTROL if t.get("special") else USER_DEFINED
+    if model.get("unk_token") in model["vocab"]:
+        types[model["vocab"][model["unk_token"]]] = UNKNOWN
+    missing = [i for i, t in enumerate(tokens) if t is None]
+    if missing:
+        raise InputError(f"tokenizer: token id {missing[0]} has no text")
+    ids = {t: i for i, t in enumerate(tokens)}
+    rank = {}
+    for r, m in enumerate(model.get("merges") or []):
+        a, b = m.split(" ", 1) if isinstance(m, str) else m
+        rank.setdefault(ids.get(a + b), r)
+    lowest = -float(len(rank) + 1)  # a token no merge makes: after every merge
+    scores = [-float(rank[i]) if i in rank else lowest for i in range(n)]
+    return tokens, types, scores, prefix  # type: ignore[return-value]
+
+
+def _llama_keys(tok: Any, n_vocab: int, bos_id: int | None, eos_id: int | None
+                ) -> dict[str, Any]:  # fmt: skip
+    tokens, types, scores, prefix = _hf_spm(tok)
+    if len(tokens) > n_vocab:
+        raise InputError(f"tokenizer: {len(tokens)} tokens but the model has {n_vocab} rows")
+    for i in range(len(tokens), n_vocab):
+        tokens.append(f"<|unused_{i}|>")
+        types.append(UNUSED)
+        scores.append(scores[-1] if scores else 0.0)
+    ids = {t: i for i, t in enumerate(tokens)}
+    meta: dict[str, Any] = {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.add_space_prefix": prefix,
+        "tokenizer.ggml.add_bos_token": tok.bos_id is not None,
+        "tokenizer.ggml.add_eos_token": False,
+    }
+    unk = tok.doc["model"].get("unk_token")
+    if eos_id is None:
+        eos_id = next((ids[t] for t in EOS_NAMES if t in ids), None)
+    bos_id = tok.bos_id if tok.bos_id is not None else bos_id
+    if bos_id is None:
+        bos_id = next((ids[t] for t in BOS_NAMES if t in ids), None)
+    named = {"bos": bos_id, "eos": eos_id, "unknown": ids.get(unk) if unk else None}
+    meta.update({f"tokenizer.ggml.{k}_token_id": i for k, i in named.items() if i is not None})
+    return meta
+
+
 def metadata(tok: Any, n_vocab: int, bos_id: int | None = None, eos_id: int | None = None,
              chat_template: str | None = None) -> dict[str, Any]:  # fmt: skip
     """The ``tokenizer.*`` keys for ``tok``, its token list padded to the model's ``n_vocab``
     embedding rows (with unused tokens ``<|unused_N|>``); InputError for what cannot be
     written."""
     kind = getattr(tok, "kind", "") or type(tok).__name__
-    if kind == "gguf":  # llama.cpp's own keys (byte-level or SentencePiece-style): copied
+    if kind == "hf-spm":
+        meta = _llama_keys(tok, n_vocab, bos_id, eos_id)
+    elif kind == "gguf":  # llama.cpp's own keys (byte-level or SentencePiece-style): copied
         meta = {k: v for k, v in tok.metadata.items() if k != "tokenizer.chat_template"}
         if len(meta["tokenizer.ggml.tokens"]) != n_vocab:
             raise InputError(
@@ -107,8 +216,9 @@ def metadata(tok: Any, n_vocab: int, bos_id: int | None = None, eos_id: int | No
             tokens, types, merges, pre = _hf_bpe(tok)
         else:
             raise InputError(
-                f"tokenizer kind {kind!r} cannot be written to GGUF: only byte-level BPE "
-                "tokenizers (attnlm's bpe, Hugging Face byte-level BPE, GGUF gpt2) can"
+                f"tokenizer kind {kind!r} cannot be written to GGUF: only BPE tokenizers "
+                "(attnlm's byte-level bpe, Hugging Face byte-level or SentencePiece-style BPE, "
+                "a GGUF file's own) can"
             )
         if len(tokens) > n_vocab:
             raise InputError(
