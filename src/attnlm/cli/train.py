@@ -192,6 +192,8 @@ def _explicit(args: argparse.Namespace) -> list[tuple[str, object]]:
             value = str(Path(value).expanduser().resolve())
         elif dest == "init_from":
             value = finetune.init_spec(value)
+        elif dest == "lora":
+            value = finetune.lora_rank(args)
         out.append((field, value))
     return out
 
@@ -230,6 +232,9 @@ def _train(args: argparse.Namespace) -> int:
     processes."""
     from attnlm.train import distributed as D
 
+    if args.show_defaults:
+        finetune.show_defaults(args)
+        return 0
     if not D.from_env().is_main:  # the main process holds the run folder's lock
         return _train_locked(args)
     if args.resume:
@@ -292,6 +297,11 @@ def _train_locked(args: argparse.Namespace) -> int:
             f"done: {result.step} steps ({result.stop_reason}) in {result.elapsed:.1f}s, "
             f"{result.tokens_per_s:,.0f} tokens/s{tail}"
         )
+        before = result.first_eval
+        if before is not None and ev is not None and before.bpc is not None and ev.bpc:
+            change = 100.0 * (ev.bpc - before.bpc) / before.bpc
+            print(f"held-out bits/char: {before.bpc:.4f} before, {ev.bpc:.4f} after "
+                  f"({change:+.2f}%)")  # fmt: skip
         print(f"run folder: {run_dir} (checkpoint/, metrics.jsonl, loss_curve.png)")
     return 0
 

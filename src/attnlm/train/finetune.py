@@ -44,24 +44,18 @@ import torch
 from torch import nn
 
 from attnlm.base.errors import ConfigError
+from attnlm.train.defaults import RUN_SETTINGS, TODAY_FULL, default_window
 
 INIT_TOKENIZER = "init_tokenizer.json"  # in the run folder: the source model's tokenizer
 INIT_PAIR_TOKENIZERS = "init_tokenizers"  # in the run folder: a translation model's tokenizers
 #: the ModuleList attributes that hold a family's blocks, in the order they run
 BLOCK_LISTS = ("blocks", "encoder", "decoder", "layers")
-#: a fine-tuning run's training settings when no preset is given (a pretrained model wants a
-#: small learning rate; windows of 256 tokens unless the model's context is shorter)
-FINETUNE_TRAIN = {
-    "lr": 1e-4,
-    "min_lr": 1e-5,
-    "warmup_iters": 10,
-    "weight_decay": 0.0,
-    "batch_size": 8,
-    "max_iters": 1000,
-    "eval_interval": 100,
-    "eval_iters": 10,
-}
-DEFAULT_WINDOW = 256
+#: a fine-tuning run's training settings before the per-machine table (a pretrained model
+#: wants a small learning rate; windows of 256 tokens unless the model's context is shorter);
+#: ``attnlm train --init-from`` takes its settings from :mod:`attnlm.train.defaults` instead
+FINETUNE_TRAIN = {**RUN_SETTINGS, **{k: v for k, v in TODAY_FULL.train_table().items()
+                                     if k != "backward_precision"}}  # fmt: skip
+DEFAULT_WINDOW = TODAY_FULL.block_size
 
 
 @dataclass
@@ -292,8 +286,9 @@ def start_from(
     if is_main:
         save_init_tokenizer(run_dir, init.tokenizer)
     window = training_window(init.table, cfg.block_size)
-    if not cfg.block_size:
-        window = min(window, DEFAULT_WINDOW) if window else DEFAULT_WINDOW
+    if not cfg.block_size:  # this machine's recipe's window (train/defaults.py)
+        cap = default_window(cfg.device, cfg.lora)
+        window = min(window, cap) if window else cap
     cfg = dataclasses.replace(cfg, tokenizer=str(path.resolve()), block_size=window)
     if is_main:
         for note in init.notes:

@@ -35,6 +35,9 @@ class TrainState:
     best_val: float = math.inf
     bad_evals: int = 0  # evaluations since the best one (early stopping)
     tokens: int = 0
+    # the time budget (seconds) that stopped the run, its final evaluation and save reserved
+    # (attnlm.train.budget); 0: not stopped by one
+    budget_stop: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +52,7 @@ class TrainResult:
     last_eval: EvalResult | None
     checkpoint: Path | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    first_eval: EvalResult | None = None  # a fine-tune's starting model, before any step
 
 
 class MetricsLog:
@@ -106,3 +110,6 @@ class TrainJob:
     log: Callable[..., Any] = print
     on_step: Callable[[int], Any] | None = None
     fit_step: Callable[[Any], tuple[float, int]] | None = None
+    # time.perf_counter() when the run started (its data and model setup count in the time
+    # budget, attnlm.train.budget); None: when the loop starts
+    started: float | None = None

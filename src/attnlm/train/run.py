@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -160,9 +161,10 @@ def _with_type(table: dict[str, Any]) -> dict[str, Any]:
 def _check_time_left(run_dir: Path, cfg: TrainConfig, state: Any) -> None:
     """A resume whose wall-clock budget the earlier sessions already spent would stop at once
     (the budget counts over all sessions, as the learning-rate schedule does): refuse it in one
-    line saying which flag gives it time."""
-    budget = cfg.time_budget_s
-    if budget and state.elapsed >= budget and state.step < cfg.max_iters:
+    line saying which flag gives it time (a run stopped by its budget: ``budget_stop``)."""
+    budget = cfg.time_budget_s or 0.0
+    spent = state.elapsed >= budget or 0 < budget <= state.budget_stop
+    if budget and spent and state.step < cfg.max_iters:
         more = math.ceil(state.elapsed + max(60.0, 0.5 * budget))
         raise ConfigError(
             f"cannot resume {run_dir}: its time budget ({budget:g} s) is spent "
@@ -390,6 +392,7 @@ def train_run(
     over an old one; the old checkpoint is retired only after the data is prepared and the
     model built (bad input leaves the old run as it was), and deleted only once the new
     checkpoint is in place."""
+    started = time.perf_counter()  # the time budget counts the setup too (train/budget.py)
     run_dir = Path(run_dir)
     spec, init, extra, family = _checked_spec(spec, run_dir, resume, log)
     cfg, objective_name = spec.train, family.objective
@@ -426,6 +429,7 @@ def train_run(
                 log=log,
                 on_step=on_step,
                 fit_step=fit_step,
+                started=started,
             )
         )
         keep_until = _start_state(trainer, resume)

@@ -51,6 +51,7 @@ from attnlm.loading.objectives import count_targets
 from attnlm.nn import fused, grad_precision
 from attnlm.train import distributed as D
 from attnlm.train import fsdp
+from attnlm.train.budget import Budget, estimated_save_s
 from attnlm.train.job import MetricsLog, TrainingError, TrainJob, TrainResult, TrainState
 from attnlm.train.optim import lr_at
 
@@ -297,12 +298,35 @@ class Trainer:
             seed=self.cfg.seed + 1,
         )
 
-    def _time_fraction(self, t0: float, budget: float | None) -> float:
-        """Elapsed fraction of the wall-clock budget (rank 0's clock on every rank)."""
-        if not budget:
+    def _time_fraction(self, budget: Budget) -> float:
+        """Elapsed fraction of the loop's share of the wall-clock budget (rank 0's clock on
+        every rank; :mod:`attnlm.train.budget`)."""
+        if not budget.seconds:
             return 0.0
-        frac = min((time.perf_counter() - t0) / budget, 1.0)
-        return D.from_main([frac], self.dist, self.device)[0]
+        return D.from_main([budget.fraction()], self.dist, self.device)[0]
+
+    def _start_budget(self, t0: float) -> Budget:
+        """The run's :class:`~attnlm.train.budget.Budget`, its save time estimated from what a
+        checkpoint holds (the trained tensors and their AdamW state)."""
+        cfg = self.cfg
+        budget = Budget(cfg.time_budget_s, t0, cfg.eval_iters, self.micro)
+        trained = sum(p.numel() for p in self.raw_model.parameters() if p.requires_grad)
+        budget.save_estimate = estimated_save_s(trained)
+        return budget
+
+    def _first_eval(self, metrics: MetricsLog, write: Any, budget: Budget) -> EvalResult:
+        """A fine-tune's starting model on the validation split, before any step: the
+        "before" of its result, and the measured time its final evaluation will take."""
+        t = time.perf_counter()
+        ev = self.evaluate()
+        budget.eval_s = time.perf_counter() - t
+        self.state.elapsed = budget.elapsed()
+        metrics.write({"step": 0, "val_loss": ev.loss, "val_bpc": ev.bpc, "val_ppl": ev.ppl,
+                       "val_accuracy": ev.accuracy,
+                       "elapsed": round(self.state.elapsed, 3)})  # fmt: skip
+        what = f"{ev.bpc:.4f} bits/char" if ev.bpc is not None else f"accuracy {ev.accuracy:.2%}"
+        write(f"before training: val loss {ev.loss:.4f}, {what} ({budget.eval_s:.1f} s)")
+        return ev
 
     # -- the loop --------------------------------------------------------------------------
     def _progress_bar(self) -> tuple[Any, Any]:
@@ -342,12 +366,14 @@ class Trainer:
         bar.update(min(progress, 100.0) - bar.n)
 
     def _evaluate_and_save(
-        self, loss: float, lr: float, t0: float, metrics: MetricsLog, write: Any
+        self, loss: float, lr: float, budget: Budget, metrics: MetricsLog, write: Any
     ) -> tuple[EvalResult, bool]:
         """``(result, early)``: one evaluation, logged, with its checkpoint (with early stopping
         only when validation improved) and whether early stopping ends the run now."""
         cfg, st, d = self.cfg, self.state, self.dist
+        t = time.perf_counter()
         last_eval = self.evaluate()
+        budget.eval_s = time.perf_counter() - t
         improved = last_eval.loss < st.best_val
         if improved:
             st.best_val, st.bad_evals = last_eval.loss, 0
@@ -373,10 +399,13 @@ class Trainer:
             f"step {st.step}: train loss {loss:.4f}, val loss {last_eval.loss:.4f}, "
             f"{per_char}" + ("" if self.job.fit_step else f", lr {lr:.2e}")
         )
-        st.elapsed = time.perf_counter() - t0
+        st.elapsed = budget.elapsed()
         keep = improved or not cfg.early_stop  # with early stopping: the best
         if D.from_main([float(keep)], d, self.device)[0]:  # saving is collective
+            t = time.perf_counter()
             self.save()
+            budget.save_s = time.perf_counter() - t
+            st.elapsed = budget.elapsed()
         early = cfg.early_stop and st.bad_evals >= cfg.early_stop
         if D.from_main([float(bool(early))], d, self.device)[0]:
             write(f"early stop: no improvement in {cfg.early_stop} evaluations")
@@ -385,27 +414,37 @@ class Trainer:
 
     def fit(self, metrics: MetricsLog) -> TrainResult:
         """Run the loop until ``max_iters``, the time budget or early stopping, logging to
-        ``metrics``; returns the run's result."""
+        ``metrics``; returns the run's result. Each session takes at least one step; a
+        fine-tune's new run evaluates its starting model first (``TrainResult.first_eval``)."""
         cfg, st, d = self.cfg, self.state, self.dist
-        budget = cfg.time_budget_s
         per_example = self.train_src.tokens_per_example()
         self.step_tokens = cfg.batch_size * self.micro * d.world_size * per_example
         bar, write = self._progress_bar()
-        t0 = time.perf_counter() - st.elapsed
+        now = time.perf_counter()
+        setup = now - self.job.started if self.job.started is not None else 0.0
+        t0 = now - st.elapsed - setup  # the setup of this session counts in the budget
+        budget = self._start_budget(t0)
+        first_eval = None
+        if cfg.init_from and st.step == 0 and self.job.fit_step is None:
+            first_eval = self._first_eval(metrics, write, budget)
+        if budget.seconds:
+            write(budget.describe())
         session_t0, session_steps = time.perf_counter(), 0
         last_eval: EvalResult | None = None
         stop_reason = "max_iters"
         loss_ema: float | None = None
         tok_s = 0.0
-        frac = self._time_fraction(t0, budget)
+        frac = self._time_fraction(budget)
         try:
-            while st.step < cfg.max_iters and not (budget and frac >= 1.0):
+            while st.step < cfg.max_iters and not (session_steps and frac >= 1.0):
                 lr = lr_at(st.step, cfg, frac)
+                t_step = time.perf_counter()
                 loss = self._step(lr)
+                budget.took_step(time.perf_counter() - t_step)
                 st.step += 1
                 st.tokens += self.step_tokens
                 session_steps += 1
-                st.elapsed = time.perf_counter() - t0
+                st.elapsed = budget.elapsed()
                 loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
                 tok_s = session_steps * self.step_tokens / (time.perf_counter() - session_t0)
                 self._show_progress(bar, loss_ema, tok_s)
@@ -419,10 +458,12 @@ class Trainer:
                             "elapsed": round(st.elapsed, 3),
                         }
                     )
-                frac = self._time_fraction(t0, budget)
-                final = st.step >= cfg.max_iters or (budget is not None and frac >= 1.0)
+                frac = self._time_fraction(budget)
+                final = st.step >= cfg.max_iters or frac >= 1.0
+                if frac >= 1.0:  # saved with the final checkpoint: a resume needs more time
+                    st.budget_stop = budget.seconds or 0.0
                 if st.step % cfg.eval_interval == 0 or final:
-                    last_eval, early = self._evaluate_and_save(loss, lr, t0, metrics, write)
+                    last_eval, early = self._evaluate_and_save(loss, lr, budget, metrics, write)
                     if early:
                         stop_reason = "early_stop"
                         break
@@ -440,4 +481,5 @@ class Trainer:
             last_eval=last_eval,
             checkpoint=self.last_ckpt,
             history=metrics.records,
+            first_eval=first_eval,
         )
