@@ -298,10 +298,12 @@ def _train_locked(args: argparse.Namespace) -> int:
             f"{result.tokens_per_s:,.0f} tokens/s{tail}"
         )
         before = result.first_eval
-        if before is not None and ev is not None and before.bpc is not None and ev.bpc:
-            change = 100.0 * (ev.bpc - before.bpc) / before.bpc
-            print(f"held-out bits/char: {before.bpc:.4f} before, {ev.bpc:.4f} after "
-                  f"({change:+.2f}%)")  # fmt: skip
+        if before is not None and ev is not None:
+            what, a, b = "bits/char", before.bpc, ev.bpc
+            if a is None or not b:  # conversations: the assistant tokens' loss
+                what, a, b = "loss (nats/token)", before.loss, ev.loss
+            print(f"held-out {what}: {a:.4f} before, {b:.4f} after "
+                  f"({100.0 * (b - a) / a:+.2f}%)")  # fmt: skip
         print(f"run folder: {run_dir} (checkpoint/, metrics.jsonl, loss_curve.png)")
     return 0
 

@@ -39,7 +39,14 @@ from attnlm.models.base import (
 from attnlm.nn import fused
 from attnlm.nn.blocks import dropout_layer
 from attnlm.nn.cache import KVCache, NoCache
-from attnlm.nn.masks import causal_mask, combine_masks, padding_mask, window_mask
+from attnlm.nn.masks import (
+    causal_mask,
+    combine_masks,
+    padding_mask,
+    segment_mask,
+    segment_positions,
+    window_mask,
+)
 from attnlm.nn.positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding
 from attnlm.nn.static_cache import StaticKVCache
 
@@ -116,6 +123,7 @@ class Decoder(nn.Module):
         attention_mask: Tensor | None = None,
         last_only: bool = False,
         trace: Any = None,
+        segments: Tensor | None = None,
     ) -> ModelOutput:
         """Logits ``(B, T, V)`` for every position of ``ids`` ``(B, T)``, and the loss against
         ``targets`` ``(B, T)`` (the next token at each position; -100 is not predicted).
@@ -128,7 +136,12 @@ class Decoder(nn.Module):
         ``last_only``: logits ``(B, 1, V)`` of the last position alone (the LM head, the
         largest product, runs on nothing else), as decoding a prompt needs. ``trace``: an
         :class:`attnlm.inspect.trace.Tracer` that names, captures and edits the activations of
-        this pass (the same modules run; without one nothing of it runs).
+        this pass (the same modules run; without one nothing of it runs). ``segments``
+        ``(B, T)`` int: several sequences packed into each row (training on short examples,
+        :mod:`attnlm.train.chat_data`), numbered in order; a token attends only to earlier
+        tokens of its own segment and absolute positions restart at each segment, so a packed
+        row gives each sequence the loss it has alone (rotary and ALiBi depend on distances
+        only, which attention within a segment keeps).
         """
         if last_only and targets is not None:
             raise InputError("last_only gives no loss: the targets need every position")
@@ -136,17 +149,24 @@ class Decoder(nn.Module):
         keep = self._check_inputs(ids, state, attention_mask)  # (B, S) bool or None
         T = ids.shape[1]
         positions = state.positions(T, ids.device, keep)  # (T,), or (B, T) with padding
+        if segments is not None and (cache is not None or keep is not None):
+            raise InputError("segments (packed training rows) take no cache or attention_mask")
         x = self.tok_emb(ids)  # (B, T, C)
         if self.embed_scale is not None:
             x = x * self.embed_scale
         if trace is not None:
             x = trace.point("hook_embed", x)
         if self.pos_emb is not None:
-            pos = self.pos_emb(positions).to(x.dtype)  # (T, C) or (B, T, C)
+            at = positions if segments is None else segment_positions(segments)  # (B, T)
+            pos = self.pos_emb(at).to(x.dtype)  # (T, C) or (B, T, C)
             x = x + (pos if trace is None else trace.point("hook_pos_embed", pos.expand_as(x)))
         x = self.drop(x)
         rotary = self._rotations(positions, x.dtype)  # (cos, sin) or None
-        mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
+        if segments is None:
+            mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
+        else:  # (B, 1, T, T): causal within each segment
+            bias = self.alibi(T, T).to(x.dtype) if self.alibi is not None else None
+            mask = combine_masks(bias, segment_mask(segments, x.dtype))
         attend = dict(mask=mask, is_causal=mask is None, rotary=rotary, cache=cache)
         attends = self._layer_attends(attend, state, positions, keep, x.dtype)
         attentions, hidden = [], [x]
@@ -190,13 +210,16 @@ class Decoder(nn.Module):
     def _loss_only(self, h: Tensor, targets: Tensor, ids: Tensor) -> ModelOutput:
         """The training loss of final hidden states ``h`` ``(B, T, C)`` computed
         :attr:`loss_chunk` rows at a time (:func:`attnlm.nn.fused.chunked_head_loss`: the
-        ``(B T, V)`` logits are never held at once); ``logits`` is None."""
+        ``(B T, V)`` logits are never held at once), on the rows whose target counts only
+        (the head's product skips the rest); ``logits`` is None."""
         check_targets(targets, ids)
-        flat = targets.reshape(-1)  # (B T,)
-        total = fused.chunked_head_loss(
-            h.reshape(-1, h.shape[-1]), self.lm_head.weight, flat, self.loss_chunk, IGNORE_INDEX
-        )
-        count = (flat != IGNORE_INDEX).sum()
+        flat, h = targets.reshape(-1), h.reshape(-1, h.shape[-1])  # (B T,), (B T, C)
+        counted = flat != IGNORE_INDEX
+        if not bool(counted.all()):  # the head runs on the counted rows only (chat: assistant)
+            rows = counted.nonzero().squeeze(1)
+            flat, h = flat.index_select(0, rows), h.index_select(0, rows)
+        total = fused.chunked_head_loss(h, self.lm_head.weight, flat, self.loss_chunk, IGNORE_INDEX)
+        count = counted.sum()
         return ModelOutput(logits=None, loss=total / count.clamp(min=1), loss_sum=total,
                            n_targets=count)  # fmt: skip
 

@@ -7,6 +7,8 @@ is not, added to the scores before the softmax (:func:`attnlm.nn.attention.atten
   queries;
 * :func:`window_mask`: a sliding window's band, keys at most ``W - 1`` positions back
   (Mistral, Gemma's local layers), from the positions of the queries and of the keys;
+* :func:`segment_mask`: causal within each of the sequences packed into a row, nothing across
+  them (``(B, 1, T, T)``), and :func:`segment_positions`, each token's position in its own;
 * :func:`combine_masks`: their sum, with fully masked query rows opened so the softmax stays
   finite.
 
@@ -49,6 +51,26 @@ def window_mask(q_pos: Tensor, k_pos: Tensor, window: int, dtype=torch.float32) 
     far = (q_pos[..., :, None] - k_pos[..., None, :]) >= window  # (T, S) or (B, T, S)
     mask = torch.zeros(far.shape, dtype=dtype, device=far.device).masked_fill(far, float("-inf"))
     return mask[:, None] if mask.dim() == 3 else mask
+
+
+def segment_mask(segments: Tensor, dtype=torch.float32) -> Tensor:
+    """Block-causal mask ``(B, 1, T, T)`` of packed rows: ``segments`` ``(B, T)`` numbers the
+    sequences of each row; query ``i`` may see key ``j <= i`` of the same segment only."""
+    T = segments.shape[-1]
+    same = segments[:, :, None] == segments[:, None, :]  # (B, T, T)
+    allowed = same & torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=segments.device)
+    return mask.masked_fill(~allowed, float("-inf"))[:, None]
+
+
+def segment_positions(segments: Tensor) -> Tensor:
+    """Each token's position within its own segment ``(B, T)`` (segments are contiguous)."""
+    T = segments.shape[-1]
+    index = torch.arange(T, device=segments.device).expand_as(segments)  # (B, T)
+    new = torch.ones_like(segments, dtype=torch.bool)
+    new[:, 1:] = segments[:, 1:] != segments[:, :-1]  # a segment starts here
+    starts = torch.where(new, index, torch.zeros_like(index)).cummax(dim=-1).values
+    return index - starts
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

@@ -3,15 +3,24 @@ and chat template (:mod:`attnlm.data.chat`), split into training and validation
 conversations (the last ``val_fraction`` of them, at least one), and batched for the causal
 objective with the loss on assistant tokens only.
 
-Batches: ``ids`` ``(B, T)`` (a conversation's tokens, cut to ``block_size + 1`` and padded on
-the right) and ``targets`` ``(B, T)``: the next token where it is an assistant token,
-``IGNORE_INDEX`` elsewhere (context tokens, padding). Right padding changes nothing before it
-under causal attention, so no attention mask is needed.
+Batches: ``ids`` ``(B, T)`` and ``targets`` ``(B, T)``: the next token where it is an assistant
+token, ``IGNORE_INDEX`` elsewhere (context tokens, padding); each conversation is cut to
+``block_size + 1`` tokens. A run packs its conversations (:func:`pack`): each row holds
+several whole conversations, one after the other, up to ``block_size`` inputs, with padding
+only at the end, so a step spends its time on tokens rather than padding. A packed row also
+carries ``segments`` ``(B, T)`` (which conversation each token belongs to, 1, 2, ...), and the
+model attends within a conversation only (:func:`attnlm.nn.masks.segment_mask`, positions
+restarting per conversation): each conversation's loss is exactly the loss it has alone
+(tested), nothing leaks from one into the next. Rows of one conversation carry no
+``segments`` (right padding changes nothing before it under causal attention), and the
+loss's LM head runs on the assistant positions only (:meth:`attnlm.models.decoder.Decoder
+._loss_only`).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,36 +34,78 @@ from attnlm.loading.objectives import Batch, BatchSource
 from attnlm.models.base import IGNORE_INDEX
 from attnlm.tokenizers.chat_template import END_OF_TURN
 
+Example = tuple[list[int], list[bool]]  # a conversation's ids and which of them are counted
+OPEN_ROWS = 64  # rows still looked at for room while packing (first fit among them)
+
+
+def pack(lengths: list[int], room: int, seed: int = 0) -> list[list[int]]:
+    """Rows of example indices whose ``lengths`` (each at most ``room``) sum to at most
+    ``room`` per row: the examples in a seeded random order, each put into the first of the
+    last :data:`OPEN_ROWS` rows it fits in (else a new row); the rows in that order."""
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in order:
+        n = min(lengths[i], room)
+        start = max(0, len(rows) - OPEN_ROWS)
+        at = next((r for r in range(start, len(rows)) if free[r] >= n), None)
+        if at is None:
+            rows.append([])
+            free.append(room)
+            at = len(rows) - 1
+        rows[at].append(i)
+        free[at] -= n
+    return rows
+
 
 class ChatExamples(BatchSource):
     """Encoded conversations as a :class:`~attnlm.loading.objectives.BatchSource` (see the module
-    docstring)."""
+    docstring); ``packed``: several conversations per row (:func:`pack`), else one."""
 
-    def __init__(self, examples: list[tuple[list[int], list[bool]]], block_size: int) -> None:
+    def __init__(self, examples: list[Example], block_size: int, packed: bool = False) -> None:
         self.examples = examples
         self.block_size = block_size
+        if packed:
+            # a conversation of n tokens fills n - 1 inputs of a row
+            self.rows = pack([max(len(ids) - 1, 1) for ids, _ in examples], block_size)
+        else:
+            self.rows = [[i] for i in range(len(examples))]
 
     def draw(self, n: int, generator: torch.Generator) -> Batch:
-        return {"index": torch.randint(len(self.examples), (n,), generator=generator)}
+        return {"index": torch.randint(len(self.rows), (n,), generator=generator)}
 
     def collate(self, draw: Batch) -> Batch:
-        return self._batch([self.examples[int(i)] for i in draw["index"]])
+        return self._batch([self.rows[int(i)] for i in draw["index"]])
 
-    def _batch(self, rows: list[tuple[list[int], list[bool]]]) -> Batch:
-        cut = [(ids[: self.block_size + 1], mask[: self.block_size + 1]) for ids, mask in rows]
-        T = max(len(ids) for ids, _ in cut) - 1
-        x = torch.zeros(len(cut), T, dtype=torch.long)
-        y = torch.full((len(cut), T), IGNORE_INDEX, dtype=torch.long)
-        for r, (ids, mask) in enumerate(cut):
-            t = torch.as_tensor(ids, dtype=torch.long)
-            keep = torch.as_tensor(mask[1:], dtype=torch.bool)
-            x[r, : len(ids) - 1] = t[:-1]
-            y[r, : len(ids) - 1] = torch.where(keep, t[1:], IGNORE_INDEX)
-        return {"ids": x, "targets": y}
+    def _batch(self, rows: list[list[int]]) -> Batch:
+        pieces = [[self._piece(self.examples[i]) for i in row] for row in rows]
+        T = max(sum(len(x) for x, _ in row) for row in pieces)
+        x = torch.zeros(len(rows), T, dtype=torch.long)
+        y = torch.full((len(rows), T), IGNORE_INDEX, dtype=torch.long)
+        seg = torch.zeros(len(rows), T, dtype=torch.long)
+        for r, row in enumerate(pieces):
+            at = 0
+            for s, (xi, yi) in enumerate(row, start=1):
+                x[r, at : at + len(xi)], y[r, at : at + len(xi)] = xi, yi
+                seg[r, at : at + len(xi)] = s
+                at += len(xi)
+            seg[r, at:] = len(row) + 1  # the padding: a segment of its own
+        batch = {"ids": x, "targets": y}
+        if any(len(row) > 1 for row in rows):
+            batch["segments"] = seg
+        return batch
+
+    def _piece(self, example: Example) -> tuple[torch.Tensor, torch.Tensor]:
+        """A conversation's inputs and targets, cut to ``block_size`` positions."""
+        ids, mask = example[0][: self.block_size + 1], example[1][: self.block_size + 1]
+        t = torch.as_tensor(ids, dtype=torch.long)
+        keep = torch.as_tensor(mask[1:], dtype=torch.bool)
+        return t[:-1], torch.where(keep, t[1:], IGNORE_INDEX)
 
     def sequential(self, batch_size: int) -> Iterator[Batch]:
-        for i in range(0, len(self.examples), batch_size):
-            yield self._batch(self.examples[i : i + batch_size])
+        for i in range(0, len(self.rows), batch_size):
+            yield self._batch(self.rows[i : i + batch_size])
 
     def tokens_per_example(self) -> int:
         return self.block_size
@@ -65,8 +116,8 @@ class ChatRunData:
     """The prepared conversations of a run (what :func:`prepare_chat` returns)."""
 
     tokenizer: Any
-    train: list[tuple[list[int], list[bool]]]
-    val: list[tuple[list[int], list[bool]]]
+    train: list[Example]
+    val: list[Example]
     path: Path
 
     def stats_line(self) -> str:
@@ -77,7 +128,9 @@ class ChatRunData:
                 "in the loss)")  # fmt: skip
 
     def sources(self, block_size: int) -> tuple[ChatExamples, ChatExamples]:
-        return ChatExamples(self.train, block_size), ChatExamples(self.val, block_size)
+        """Packed training and validation sources (see the module docstring)."""
+        return (ChatExamples(self.train, block_size, packed=True),
+                ChatExamples(self.val, block_size, packed=True))  # fmt: skip
 
 
 def end_tokens(tokenizer: Any, template: Any) -> list[str]:

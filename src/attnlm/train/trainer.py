@@ -324,8 +324,8 @@ class Trainer:
         metrics.write({"step": 0, "val_loss": ev.loss, "val_bpc": ev.bpc, "val_ppl": ev.ppl,
                        "val_accuracy": ev.accuracy,
                        "elapsed": round(self.state.elapsed, 3)})  # fmt: skip
-        what = f"{ev.bpc:.4f} bits/char" if ev.bpc is not None else f"accuracy {ev.accuracy:.2%}"
-        write(f"before training: val loss {ev.loss:.4f}, {what} ({budget.eval_s:.1f} s)")
+        what = f", {ev.bpc:.4f} bits/char" if ev.bpc is not None else ""
+        write(f"before training: val loss {ev.loss:.4f}{what} ({budget.eval_s:.1f} s)")
         return ev
 
     # -- the loop --------------------------------------------------------------------------
