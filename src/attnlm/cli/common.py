@@ -412,7 +412,7 @@ def add_model_spec_argument(
     g = p.add_mutually_exclusive_group(required=required)
     many = {"action": "append"} if repeatable else {}
     if repeatable:
-        what += ": repeat it to compare models on a --task"
+        what += ": repeat it to compare models on a --task, or side by side on a --text"
     g.add_argument("--model", metavar="SPEC", type=spec, help=what, **many)
     g.add_argument("--checkpoint", metavar="SPEC", type=spec, help="the same as --model")
 

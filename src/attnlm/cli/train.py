@@ -318,8 +318,10 @@ def _eval(args: argparse.Namespace) -> int:
     if args.task is not None:
         return tasks.eval_task(args)
     tasks.refuse_task_options(args)
-    if args.model is not None and len(args.model) > 1:
-        raise InputError("several --model are compared on a --task; --text and --pairs take one")
+    if args.model is not None and len(args.model) > 1:  # side by side on one text
+        from attnlm.cli.eval_side import eval_side_by_side
+
+        return eval_side_by_side(args, _is_run, _docs_capped(args.max_tokens, 1000))
     spec = args.model[0] if args.model is not None else args.checkpoint
     # an attnlm run keeps its own data (the validation split, the pairs' test split); any
     # other model (a Hugging Face folder, a .gguf file, a name) is evaluated on --text
