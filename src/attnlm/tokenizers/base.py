@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from attnlm.base.errors import ConfigError, InputError
 from attnlm.base.fileio import atomic_write_text, read_file_text
 from attnlm.base.foreign import foreign_reader, json_depth_problem, surrogate_problem
+from attnlm.base.textio import MAX_LINE
 
 FILE_FORMAT = "attnlm-tokenizer"
 FILE_VERSION = 1
@@ -124,7 +125,10 @@ class Tokenizer(ABC):
         """Write this tokenizer to one JSON file (see the module docstring for the format)."""
         doc = {"format": FILE_FORMAT, "version": FILE_VERSION, "kind": self.kind}
         doc.update(self.to_dict())
-        atomic_write_text(path, json.dumps(doc))  # one-line InputError on failure
+        text = json.dumps(doc)
+        if len(text) > MAX_LINE // 2:  # a large vocabulary (Qwen's 151,936 ids and merges):
+            text = json.dumps(doc, indent=0)  # a value per line, which the reader's limit takes
+        atomic_write_text(path, text)  # one-line InputError on failure
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size})"
