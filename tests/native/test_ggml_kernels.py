@@ -69,15 +69,59 @@ def product(raw: np.ndarray, qtype: str, n: int, k: int, x: np.ndarray, threads:
     return y
 
 
-def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """llama.cpp's activation blocks in numpy: codes ``a`` (M, K) int8 and scales ``e``
-    (M, K / 32) float32, in the float32 operations the C code does."""
+def round16(v) -> np.ndarray:
+    return np.asarray(v, np.float32).astype(np.float16).astype(np.float32)
+
+
+def q8_0_blocks(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """llama.cpp's Q8_0 / Q8_1 activation blocks (x86 ``quantize_row_q8_0`` / ``_q8_1``),
+    written from their formulas: per block of 32, ``d = amax / 127`` (float32), the scale
+    ``e = float16(d)``, codes ``a = rint(x * (127 / amax))`` (float32 product, ties to even),
+    Q8_1's ``s = float16(d * sum(a))``. Returns ``(a (M, K) int8, e, e * sum(a), s)``, the
+    last three (M, K / 32) float32."""
     g = x.astype(np.float32).reshape(x.shape[0], -1, 32)
     amax = np.abs(g).max(axis=-1)
-    e = (amax / np.float32(127)).astype(np.float32)
-    inv = np.divide(np.float32(1), e, out=np.zeros_like(e), where=amax > 0)
-    a = np.rint(g * inv[..., None]).astype(np.int8)
-    return a.reshape(x.shape), e
+    d = (amax / np.float32(127)).astype(np.float32)
+    inv = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax > 0)
+    a = np.rint((g * inv[..., None]).astype(np.float32)).astype(np.int8)
+    total = a.astype(np.int32).sum(-1).astype(np.float32)
+    e = round16(d)
+    return a.reshape(x.shape), e, (e * total).astype(np.float32), round16(d * total)
+
+
+def q8_k_blocks(x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """llama.cpp's Q8_K activation blocks (``quantize_row_q8_K_ref``): per block of 256, ``m``
+    the first value of the largest magnitude, ``iscale = -127 / m``, codes
+    ``min(127, rint(iscale * x))``, ``d = 1 / iscale`` (float32), sums of the codes per 16.
+    Returns ``(a (M, K) int8, d (M, K / 256) float32, bsums (M, K / 16) int16)``."""
+    g = x.astype(np.float32).reshape(x.shape[0], -1, 256)
+    at = np.abs(g).argmax(axis=-1)
+    m = np.take_along_axis(g, at[..., None], axis=-1)[..., 0]
+    zero = m == 0
+    iscale = np.divide(np.float32(-127), m, out=np.zeros_like(m), where=~zero)
+    a = np.minimum(127, np.rint((g * iscale[..., None]).astype(np.float32))).astype(np.int8)
+    d = np.divide(np.float32(1), iscale, out=np.zeros_like(m), where=~zero).astype(np.float32)
+    bsums = a.reshape(x.shape[0], -1, 16).astype(np.int32).sum(-1).astype(np.int16)
+    return a.reshape(x.shape), d, bsums
+
+
+def seen_by(qtype: str, x: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(the activations a product of qtype multiplies, in float64 (M, K); the term its
+    Q8_1 sums add, (M, N))``: Q8_0 / Q4_0 / Q5_0 weights take ``e a``; Q4_1 / Q5_1 the same
+    plus ``m_w (s - e sum(a))`` per block (llama.cpp adds ``m_w s``, where ``s`` is rounded to
+    float16); the K-quants ``d a``; F16 x rounded to float16."""
+    m, k = x.shape
+    extra = np.zeros((m, raw.shape[0]))
+    if qtype == "F16":
+        return round16(x).astype(np.float64), extra
+    if qtype.endswith("_K"):
+        a, d, _ = q8_k_blocks(x)
+        return (a.reshape(m, -1, 256) * d[..., None].astype(np.float64)).reshape(m, k), extra
+    a, e, e_sum, s = q8_0_blocks(x)
+    if qtype in ("Q4_1", "Q5_1"):
+        mins = raw.reshape(raw.shape[0], k // 32, -1)[:, :, 2:4].copy().view(np.float16)[..., 0]
+        extra = (s.astype(np.float64) - e_sum) @ mins.astype(np.float64).T
+    return (a.reshape(m, -1, 32) * e[..., None].astype(np.float64)).reshape(m, k), extra
 
 
 @pytest.mark.parametrize("qtype", TYPES)
@@ -88,8 +132,8 @@ def test_every_type_equals_numpy(qtype, shape, threads, act):
     n, k = shape
     if k % 256 and qtype.endswith("_K"):
         pytest.skip("K-quant rows come in blocks of 256")
-    if act == "int" and qtype not in BLOCK_TYPES:
-        pytest.skip("float weights take float activations")
+    if act == "int" and qtype not in ("F16", *BLOCK_TYPES):
+        pytest.skip("float32 and bfloat16 weights take float activations")
     raw, w = weights(qtype, n, k, seed=n + k)
     rng = np.random.default_rng(k)
     for m in (1, 2, 4, 5, 9):
@@ -97,35 +141,44 @@ def test_every_type_equals_numpy(qtype, shape, threads, act):
         x[:, :32] *= 0.01  # blocks of different scales
         code = structs.ACT_FLOAT if act == "float" else structs.ACT_INT
         got = product(raw, qtype, n, k, x, threads, code)
-        if act == "float":
-            seen = x.astype(np.float64)
-        else:
-            a, e = quantize_rows(x)
-            seen = (a.reshape(m, -1, 32) * e[..., None].astype(np.float64)).reshape(m, k)
-        want = seen @ w.T
+        seen, extra = (x.astype(np.float64), 0.0) if act == "float" else seen_by(qtype, x, raw)
+        want = seen @ w.T + extra
         bound = 2e-5 * (np.abs(seen) @ np.abs(w).T) + 1e-7
         assert np.all(np.abs(got - want) <= bound), (qtype, m, np.abs(got - want).max())
 
 
 def test_activations_are_quantized_as_numpy_does():
-    """The codes exactly, the scales and the half sums ``e sum(a)`` to float32 rounding."""
+    """Every family's bytes: the codes, scales and sums exactly (the same float32 and
+    float16 roundings), in the layout the products read."""
     rng = np.random.default_rng(3)
-    m, k = 3, 256
+    m, k = 4, 512
     x = rng.normal(size=(m, k)).astype(np.float32) * np.float32(3)
-    x[1, 32:64] = 0  # an all-zero block: scale 0, codes 0
+    x[1, 32:64] = 0  # an all-zero block of 32: scale 0, codes 0
+    x[1, 256:] = 0  # and of 256
     x[2, :32] = np.linspace(-2, 2, 32)  # halves: 2 / 127 steps
+    x[3, :256] = np.linspace(-0.5, 1, 256) * np.float32(1e-6)  # float16 subnormal scales
+    x[3, 256 + 7] = -50.0  # the largest magnitude negative: iscale > 0 (positive: < 0)
     rb = lib().attnlm_quantized_row_bytes(k)
-    assert rb == k + k // 32 * 4 + k // 16 * 4 + 2 * k
+    k32, kk = k // 32, k // 256
+    assert rb == 2 * k + k32 * 8 + k + kk * 4 + k // 16 * 2 + 4 * k <= 8 * k
     out = np.zeros(m * rb, np.uint8)
     lib().attnlm_quantize_rows(x.ctypes.data, m, k, out.ctypes.data)
     rows = out.reshape(m, rb)
-    a, e = quantize_rows(x)
+
+    def floats(at: int, n: int) -> np.ndarray:
+        return rows[:, at : at + 4 * n].copy().view(np.float32)
+
+    a, e, e_sum, s = q8_0_blocks(x)
     assert np.array_equal(rows[:, :k].view(np.int8), a)
-    assert np.array_equal(rows[:, k : k + k // 32 * 4].copy().view(np.float32), e)
-    sums = rows[:, k + k // 32 * 4 : k + k // 32 * 4 + k // 4].copy().view(np.float32)
-    want = (a.reshape(m, -1, 16).sum(-1) * np.repeat(e, 2, axis=1)).astype(np.float32)
-    np.testing.assert_allclose(sums, want, rtol=1e-6, atol=0)
-    # the same per lane of each chunk's 8 dot-product lanes: e, and each half's sum / 4
-    lanes = rows[:, k + k // 32 * 4 + k // 4 :].copy().view(np.float32).reshape(m, 2, -1, 8)
-    assert np.array_equal(lanes[:, 0], np.repeat(e[..., None], 8, axis=-1))
-    assert np.array_equal(lanes[:, 1], np.repeat(sums.reshape(m, -1, 2), 4, axis=-1) / 4)
+    lanes = floats(k, k // 4).reshape(m, k32, 8)  # e in each of a block's 8 dot-product lanes
+    assert np.array_equal(lanes, np.repeat(e[..., None], 8, axis=-1))
+    sums = floats(2 * k, 2 * k32).reshape(m, k32, 2)
+    assert np.array_equal(sums[..., 0], e_sum) and np.array_equal(sums[..., 1], s)
+    at = 2 * k + 8 * k32
+    ak, d, bsums = q8_k_blocks(x)
+    assert np.array_equal(rows[:, at : at + k].view(np.int8), ak)
+    assert np.array_equal(floats(at + k, kk), d)
+    at += k + 4 * kk
+    assert np.array_equal(rows[:, at : at + k // 8].copy().view(np.int16), bsums)
+    assert np.array_equal(floats(at + k // 8, k), round16(x))
+    assert d[3, 0] < 0 < d[3, 1] and ak[3, 255] == ak[3, 256 + 7] == -127

@@ -9,11 +9,13 @@
   3e-6 of the range; one wrong block moves logits by about 1e-2 of it) and the same greedy
   tokens;
 - with the default integer activations (llama.cpp's way, each product's input quantized to
-  8 bits per block of 32; each product alone is tested exactly in
-  tests/native/test_ggml_kernels.py): logits within 5% of each position's logit range, 1.5%
-  in the median (8-bit inputs err by up to 1/254 of a block's largest value; this random
-  model's large weights amplify that through 2 layers to 0.5-0.9% in the median, 2.4% at
-  most, measured), top tokens equal where the reference's margin is clear.
+  8 bits per block: of 32 for the 32-blocks, of 256 for the K-quants (llama.cpp's Q8_K);
+  each product alone is tested exactly in tests/native/test_ggml_kernels.py, and the whole
+  against llama.cpp in tests/runtime/test_engine_llamacpp.py): logits within 10% of each
+  position's logit range, 1.5% in the median (8-bit inputs err by up to 1/254 of a block's
+  largest value; this random model's large weights amplify that through 2 layers to
+  0.8-1.3% in the median, 7.7% at most with a Q6_K head, whose blocks of 256 share one
+  scale, measured), top tokens equal where the reference's margin is clear.
 The matrices are views of a memory map of the file (no copy), and every type is used.
 """
 
@@ -116,7 +118,7 @@ def test_integer_activations_follow_the_forward(files, tied, monkeypatch):
     got, want = ours(engine, ids)[:, :73], reference(hf, ids)[:, :73]
     spread = want.max(axis=-1) - want.min(axis=-1)
     off = np.abs(got - want).max(axis=-1) / spread  # per position, of its logit range
-    assert off.max() <= 0.05 and np.median(off) <= 0.015, (off.max(), np.median(off))
+    assert off.max() <= 0.1 and np.median(off) <= 0.015, (off.max(), np.median(off))
     top2 = np.sort(want, axis=-1)[..., -2:]
     clear = (top2[..., 1] - top2[..., 0]) > 0.05 * spread
     assert clear.sum() > 50

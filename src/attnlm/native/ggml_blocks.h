@@ -76,16 +76,6 @@ static inline int64_t gg_block(int64_t fmt, int64_t *bytes) {
     return el[fmt - FMT_Q8_0];
 }
 
-/* the default: integer activations for every block type. Measured (a 4096 x 1536 product, one
- * thread, best of 30, under load): with one row of x the integer way took 0.12-0.45 of the
- * float way's time for every type on this AVX-512 VNNI CPU (Q4_0 / Q4_1: 0.9-0.96), 0.14-0.67
- * built for haswell (AVX2, no VNNI) and 0.08-0.6 for x86-64-v2; with 4 rows of x 0.4-0.75,
- * except Q4_0 / Q4_1 on the VNNI CPU (1.5: the float way's nibbles are cheap there). */
-static inline int gg_int(const Linear *L) {
-    if (L->fmt < FMT_Q8_0) return 0;
-    return L->act != ACT_FLOAT;
-}
-
 /* what a block says before its chunks: d (and m / dmin), the K-quants' 8 scales and mins */
 typedef struct {
     float d, m;
@@ -236,49 +226,169 @@ static inline __attribute__((always_inline)) void gg_row_float(
     for (int r = 0; r < R; r++) out[r] = gg_hsum(acc[r][0] + acc[r][1]);
 }
 
-/* -- integer activations ----------------------------------------------------------------- */
+/* -- integer activations: x quantized as llama.cpp's CPU backend quantizes it ------------- */
 
-/* Quantized rows of x: per row, K int8 codes, then K / 32 scales e, then K / 16 sums e sum(a)
- * (floats); a row takes gg_row_bytes(K) bytes. */
-static inline int64_t gg_row_bytes(int64_t K) { return K + K / 32 * 4 + K / 16 * 4 + 2 * K; }
+/* llama.cpp multiplies each weight type by activations of its own kind (ggml-cpu's
+ * vec_dot_type), and attnlm rounds them the same way (llama.cpp's x86 code):
+ *  - "32" (Q8_0 weights, Q4_0, Q5_0: Q8_0 blocks; Q4_1, Q5_1: Q8_1, the same codes and scale
+ *    and a float16 sum): per block of 32, amax = max |x|, the scale e = float16(amax / 127),
+ *    codes a = round(x * (127 / amax)) (ties to even), and Q8_1's s = float16(amax / 127 *
+ *    sum(a)) (the float32 scale before its rounding);
+ *  - "K" (Q4_K, Q5_K, Q6_K: Q8_K blocks): per block of 256, m = the first x of the largest
+ *    |x|, iscale = -127 / m, a = min(127, round(iscale x)), d = 1 / iscale (float32), and
+ *    the sums of a per 16 ("bsums");
+ *  - "H" (F16 weights): x rounded to float16.
+ * A product then sums integers where llama.cpp does: a block of 32 adds
+ * (d_w e) sum(u a) + B_w S (S = e sum(a), or Q8_1's s); a K-quant block of 256 adds
+ * (d_x d_w) sum_j sc_j sum(u a) + (d_x B_w) sum_j mn_j bsums_j, both sums over the block's
+ * sub-blocks in integers (Q4_K / Q5_K: B_w = -dmin, Q6_K: -32 d). */
+enum { GG_FAM_32 = 1, GG_FAM_K = 2, GG_FAM_H = 4 };
 
-/* the same scales and sums spread over the 8 lanes of a chunk's dot product (after the sums):
- * ev (K / 4 floats) e of the chunk in every lane; sv (K / 4) each half's sum / 4 in its 4
- * lanes, so that a pair of chunks adds d (A ev) + B sv in 16 lanes, no scalar work per row */
-static inline const float *gg_ev(const uint8_t *xr, int64_t K) {
-    return (const float *)(xr + K + K / 32 * 4 + K / 16 * 4);
+/* the activations product L takes (0: float) */
+static inline int gg_family(const Linear *L) {
+    if (L->act == ACT_FLOAT) return 0;
+    switch (L->fmt) {
+    case FMT_F16: return GG_FAM_H;
+    case FMT_Q4_K: case FMT_Q5_K: case FMT_Q6_K: return GG_FAM_K;
+    case FMT_Q8_0: case FMT_Q4_0: case FMT_Q4_1: case FMT_Q5_0: case FMT_Q5_1: return GG_FAM_32;
+    default: return 0;
+    }
 }
 
-/* rows [m0, m1) of x (M, ldx) quantized into xq (contraction off: x / e rounds exactly as the
- * numpy reference computes it) */
-__attribute__((optimize("fp-contract=off"))) static void gg_quantize(
-    const float *x, int64_t ldx, int64_t K, uint8_t *xq, int64_t m0, int64_t m1) {
-    const int64_t G = K / 32, rb = gg_row_bytes(K);
+/* whether L reads x from xq (quantize_for fills it) */
+static inline int gg_int(const Linear *L) { return gg_family(L) != 0; }
+
+/* One row of x in xq (gg_row_bytes(K) bytes; every family at its own offset, filled where a
+ * product sharing the input takes it):
+ *   [0, K)                "32" codes a (int8)
+ *   [K, 2K)               e of each block of 32 in 8 floats (the 8 lanes of its dot product)
+ *   [2K, 2.25K)           per block of 32: S0 = e sum(a), S1 = Q8_1's s (floats)
+ *   [2.25K, 3.25K)        "K" codes (int8)
+ *   then K / 256 floats d, then K / 16 int16 bsums
+ *   then K floats: "H", x rounded to float16 */
+static inline int64_t gg_off_k(int64_t K) { return 2 * K + K / 4; }
+static inline int64_t gg_off_kd(int64_t K) { return 3 * K + K / 4; }
+static inline int64_t gg_off_kb(int64_t K) { return gg_off_kd(K) + 4 * (K / 256); }
+static inline int64_t gg_off_h(int64_t K) { return gg_off_kb(K) + 2 * (K / 16); }
+static inline int64_t gg_row_bytes(int64_t K) { return gg_off_h(K) + 4 * K; }
+
+/* the 8-lane e of each block of 32 of row xr */
+static inline const float *gg_ev(const uint8_t *xr, int64_t K) { return (const float *)(xr + K); }
+
+/* S0 (Q8_0's) or S1 (Q8_1's) of block g: gg_sum(...)[2 g] */
+static inline const float *gg_sums(const int64_t fmt, const uint8_t *xr, int64_t K) {
+    return (const float *)(xr + 2 * K) + (fmt == FMT_Q4_1 || fmt == FMT_Q5_1);
+}
+
+#define GG_NOFMA __attribute__((optimize("fp-contract=off")))
+
+/* v rounded to the nearest float16 (ties to even), as a float: the CPU's conversion where it
+ * has one (llama.cpp's), else by the bits */
+static inline GG_NOFMA float gg_to_f16(float v) {
+#ifdef __F16C__
+    return _cvtsh_ss(_cvtss_sh(v, 0));
+#else
+    uint32_t u, s;
+    memcpy(&u, &v, 4);
+    s = u & 0x80000000u, u ^= s;
+    if (u > 0x7f800000u) return v;                 /* NaN */
+    if (u >= 0x477ff000u) u = 0x7f800000u;         /* 65520 and more: infinity */
+    else if (u >= 0x38800000u) {                   /* a normal float16: 10 bits kept */
+        u += 0xfffu + ((u >> 13) & 1);
+        u &= ~0x1fffu;
+    } else {                                        /* a subnormal one: steps of 2^-24 */
+        float a;
+        memcpy(&a, &u, 4);
+        a = ((a * 0x1p24f + 0x1p23f) - 0x1p23f) * 0x1p-24f;
+        memcpy(&u, &a, 4);
+    }
+    u |= s;
+    memcpy(&v, &u, 4);
+    return v;
+#endif
+}
+
+/* the larger of a and b in each lane */
+static inline vf gg_vmax(vf a, vf b) {
+    const vi m = a > b;
+    return (vf)(((vi)a & m) | ((vi)b & ~m));
+}
+
+/* the "32" activations of row x */
+static GG_NOFMA void gg_quantize_32(const float *x, int64_t K, uint8_t *r) {
+    int8_t *a = (int8_t *)r;
+    float *ev = (float *)(r + K), *S = (float *)(r + 2 * K);
+    const vf magic = (vf){0} + 12582912.0f; /* 1.5 2^23: round to nearest, ties to even */
+    for (int64_t g = 0; g < K / 32; g++) {
+        const vf x0 = *(const vf *)(x + 32 * g), x1 = *(const vf *)(x + 32 * g + 16);
+        const vf b0 = (vf)((vu)x0 & 0x7fffffffu), b1 = (vf)((vu)x1 & 0x7fffffffu);
+        const vf b = gg_vmax(b0, b1);
+        float amax = 0.0f;
+        for (int i = 0; i < 16; i++) amax = b[i] > amax ? b[i] : amax;
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float e = gg_to_f16(d);
+        const vf p0 = x0 * id, p1 = x1 * id;
+        const vi q0 = __builtin_convertvector((p0 + magic) - magic, vi);
+        const vi q1 = __builtin_convertvector((p1 + magic) - magic, vi);
+        int sum = 0;
+        for (int i = 0; i < 16; i++) {
+            a[32 * g + i] = (int8_t)q0[i], a[32 * g + 16 + i] = (int8_t)q1[i];
+            sum += q0[i] + q1[i];
+        }
+        for (int l = 0; l < 8; l++) ev[8 * g + l] = e;
+        S[2 * g] = e * (float)sum, S[2 * g + 1] = gg_to_f16(d * (float)sum);
+    }
+}
+
+/* the "K" activations of row x (K a multiple of 256) */
+static GG_NOFMA void gg_quantize_k(const float *x, int64_t K, uint8_t *r) {
+    int8_t *a = (int8_t *)(r + gg_off_k(K));
+    float *dk = (float *)(r + gg_off_kd(K));
+    int16_t *bs = (int16_t *)(r + gg_off_kb(K));
+    for (int64_t i = 0; i < K / 256; i++) {
+        const float *xi = x + 256 * i;
+        vf mx = {0};
+        for (int j = 0; j < 256; j += 16) {
+            const vf b = (vf)((vu) * (const vf *)(xi + j) & 0x7fffffffu);
+            mx = gg_vmax(b, mx);
+        }
+        float amax = 0.0f;
+        for (int l = 0; l < 16; l++) amax = mx[l] > amax ? mx[l] : amax;
+        int8_t *ai = a + 256 * i;
+        if (amax == 0.0f) {
+            dk[i] = 0.0f;
+            memset(ai, 0, 256), memset(bs + 16 * i, 0, 32);
+            continue;
+        }
+        int at = 0;
+        while (fabsf(xi[at]) != amax) at++;
+        const float iscale = -127.0f / xi[at];
+        for (int j = 0; j < 256; j += 16) {
+            const vf p = *(const vf *)(xi + j) * iscale;
+            const vi q = __builtin_convertvector((p + 12582912.0f) - 12582912.0f, vi);
+            int s = 0;
+            for (int l = 0; l < 16; l++) {
+                const int v = q[l] < 127 ? q[l] : 127;
+                ai[j + l] = (int8_t)v, s += v;
+            }
+            bs[16 * i + j / 16] = (int16_t)s;
+        }
+        dk[i] = 1.0f / iscale;
+    }
+}
+
+/* rows [m0, m1) of x (M, ldx) quantized into xq for the families fam */
+static void gg_quantize(const float *x, int64_t ldx, int64_t K, uint8_t *xq, int64_t m0,
+                        int64_t m1, int fam) {
+    const int64_t rb = gg_row_bytes(K);
     for (int64_t m = m0; m < m1; m++) {
         const float *xm = x + m * ldx;
-        int8_t *a = (int8_t *)(xq + m * rb);
-        float *e = (float *)(xq + m * rb + K), *s = e + G;
-        for (int64_t g = 0; g < G; g++) {
-            const vf x0 = *(const vf *)(xm + 32 * g), x1 = *(const vf *)(xm + 32 * g + 16);
-            float amax = 0.0f;
-            for (int i = 0; i < 16; i++) {
-                const float a0 = fabsf(x0[i]), a1 = fabsf(x1[i]);
-                amax = a0 > amax ? a0 : amax;
-                amax = a1 > amax ? a1 : amax;
-            }
-            const float d = amax / 127.0f, id = amax > 0.0f ? 1.0f / d : 0.0f;
-            const vf magic = (vf){0} + 12582912.0f; /* 1.5 2^23: round to nearest even */
-            const vf p0 = x0 * id, p1 = x1 * id;
-            const vf r0 = (p0 + magic) - magic, r1 = (p1 + magic) - magic;
-            const vi q0 = __builtin_convertvector(r0, vi), q1 = __builtin_convertvector(r1, vi);
-            int s0 = 0, s1 = 0;
-            for (int i = 0; i < 16; i++) {
-                a[32 * g + i] = (int8_t)q0[i], a[32 * g + 16 + i] = (int8_t)q1[i];
-                s0 += q0[i], s1 += q1[i];
-            }
-            e[g] = d, s[2 * g] = d * (float)s0, s[2 * g + 1] = d * (float)s1;
-            float *ev = (float *)gg_ev(xq + m * rb, K) + 8 * g, *sv = ev + K / 4;
-            for (int l = 0; l < 8; l++) ev[l] = d, sv[l] = s[2 * g + l / 4] * 0.25f;
+        uint8_t *r = xq + m * rb;
+        if (fam & GG_FAM_32) gg_quantize_32(xm, K, r);
+        if ((fam & GG_FAM_K) && K % 256 == 0) gg_quantize_k(xm, K, r);
+        if (fam & GG_FAM_H) {
+            float *h = (float *)(r + gg_off_h(K));
+            for (int64_t k = 0; k < K; k++) h[k] = gg_to_f16(xm[k]);
         }
     }
 }
@@ -322,60 +432,47 @@ static inline vi16 gg_dot64(vb64 u, const int8_t *a) {
 #endif
 }
 
+#define GG_CAT64(p, q)                                                                          \
+    __builtin_shufflevector(p, q, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, \
+                            18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34,  \
+                            35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,  \
+                            52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63)
+
 /* chunks g, g + 1 (64 codes, the scales of their halves in A, offsets in B) into the sums */
 static inline __attribute__((always_inline)) void gg_pair(
     const int64_t fmt, vb32 u0, vb32 u1, const float *A0, const float *B0, const float *A1,
     const float *B1, int64_t g, const uint8_t *xq, int64_t rb, int64_t K, const int R, vf *acc,
     float *off) {
-    const int64_t G = K / 32;
-    const vb64 u = __builtin_shufflevector(
-        u0, u1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
-        23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45,
-        46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63);
+    const vb64 u = GG_CAT64(u0, u1);
     const vf Av = {A0[0], A0[0], A0[0], A0[0], A0[1], A0[1], A0[1], A0[1],
                    A1[0], A1[0], A1[0], A1[0], A1[1], A1[1], A1[1], A1[1]};
-    const vf Bv = {B0[0], B0[0], B0[0], B0[0], B0[1], B0[1], B0[1], B0[1],
-                   B1[0], B1[0], B1[0], B1[0], B1[1], B1[1], B1[1], B1[1]};
-    (void)G, (void)off;
     for (int r = 0; r < R; r++) {
         const uint8_t *xr = xq + r * rb;
-        const float *ev = gg_ev(xr, K) + 8 * g, *sv = ev + K / 4;
+        const float *ev = gg_ev(xr, K) + 8 * g, *S = gg_sums(fmt, xr, K) + 2 * g;
         const vf d = __builtin_convertvector(gg_dot64(u, (const int8_t *)xr + 32 * g), vf);
-        acc[r] += d * (Av * *(const vf *)ev) + Bv * *(const vf *)sv;
+        acc[r] += d * (Av * *(const vf *)ev);
+        off[r] += B0[0] * S[0] + B1[0] * S[2];
     }
 }
 
-/* One weight row against R rows of quantized x, two chunks at a time (64 codes: one 512-bit
- * dot product where the CPU has them): a K-quant block's chunks in pairs, or two blocks of
- * 32; an odd last block of 32 alone. */
+/* One weight row of 32-blocks against R rows of quantized x, two blocks at a time (64 codes:
+ * one 512-bit dot product where the CPU has them); an odd last block alone. */
 static inline __attribute__((always_inline)) void gg_row_int(
-    const int64_t fmt, const uint8_t *w, int64_t nb, int64_t be, int64_t bb, const uint8_t *xq,
-    int64_t K, const int R, float *out) {
-    const int64_t rb = gg_row_bytes(K), G = K / 32;
+    const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
+    const int R, float *out) {
+    const int64_t rb = gg_row_bytes(K);
     vf acc[GG_ROWS];
     float off[GG_ROWS];
     for (int r = 0; r < R; r++) acc[r] = (vf){0}, off[r] = 0.0f;
     GgHead h0, h1;
     float A0[2], B0[2], A1[2], B1[2];
     int64_t i = 0;
-    if (be == 32) {
-        for (; i + 1 < nb; i += 2) {
-            const uint8_t *b0 = w + i * bb, *b1 = b0 + bb;
-            gg_head(fmt, b0, &h0), gg_head(fmt, b1, &h1);
-            const vb32 u0 = gg_chunk(fmt, b0, &h0, 0, A0, B0);
-            const vb32 u1 = gg_chunk(fmt, b1, &h1, 0, A1, B1);
-            gg_pair(fmt, u0, u1, A0, B0, A1, B1, i, xq, rb, K, R, acc, off);
-        }
-    } else {
-        for (; i < nb; i++) {
-            const uint8_t *b = w + i * bb;
-            gg_head(fmt, b, &h0);
-            for (int c = 0; c < be / 32; c += 2) {
-                const vb32 u0 = gg_chunk(fmt, b, &h0, c, A0, B0);
-                const vb32 u1 = gg_chunk(fmt, b, &h0, c + 1, A1, B1);
-                gg_pair(fmt, u0, u1, A0, B0, A1, B1, i * (be / 32) + c, xq, rb, K, R, acc, off);
-            }
-        }
+    for (; i + 1 < nb; i += 2) {
+        const uint8_t *b0 = w + i * bb, *b1 = b0 + bb;
+        gg_head(fmt, b0, &h0), gg_head(fmt, b1, &h1);
+        const vb32 u0 = gg_chunk(fmt, b0, &h0, 0, A0, B0);
+        const vb32 u1 = gg_chunk(fmt, b1, &h1, 0, A1, B1);
+        gg_pair(fmt, u0, u1, A0, B0, A1, B1, i, xq, rb, K, R, acc, off);
     }
     if (i < nb) { /* an odd last block of 32 */
         const uint8_t *b = w + i * bb;
@@ -383,10 +480,9 @@ static inline __attribute__((always_inline)) void gg_row_int(
         const vb32 u = gg_chunk(fmt, b, &h0, 0, A0, B0);
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xq + r * rb;
-            const float *e = (const float *)(xr + K), *s = e + G;
             const vf8 d = __builtin_convertvector(gg_dot(u, (const int8_t *)xr + 32 * i), vf8);
-            const vf8 t = d * (A0[0] * e[i]), z = {0};
-            off[r] += B0[0] * (s[2 * i] + s[2 * i + 1]);
+            const vf8 t = d * (A0[0] * gg_ev(xr, K)[8 * i]), z = {0};
+            off[r] += B0[0] * gg_sums(fmt, xr, K)[2 * i];
             acc[r] += __builtin_shufflevector(t, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
                                               14, 15);
         }
@@ -394,61 +490,205 @@ static inline __attribute__((always_inline)) void gg_row_int(
     for (int r = 0; r < R; r++) out[r] = off[r] + gg_hsum(acc[r]);
 }
 
-/* One row of quantized x against NW weight rows (w, w + rowb, ...; NW a constant where
- * inlined): what a decoding step's single row takes, the activations' codes, scales and sums
- * read once for all NW rows. */
+/* One row of quantized x against NW weight rows of 32-blocks (w, w + rowb, ...; NW a
+ * constant where inlined): what a decoding step's single row takes, the activations' codes
+ * and scales read once for all NW rows. */
 static inline __attribute__((always_inline)) void gg_rows_x1(
-    const int64_t fmt, const uint8_t *w, int64_t rowb, const int NW, int64_t nb, int64_t be,
-    int64_t bb, const uint8_t *xq, int64_t K, float *out) {
-    const int64_t G = K / 32;
-    const float *e = (const float *)(xq + K), *s = e + G;
-    const float *ev = gg_ev(xq, K), *sv = ev + K / 4;
+    const int64_t fmt, const uint8_t *w, int64_t rowb, const int NW, int64_t nb, int64_t bb,
+    const uint8_t *xq, int64_t K, float *out) {
+    const float *ev = gg_ev(xq, K), *S = gg_sums(fmt, xq, K);
     const int8_t *a = (const int8_t *)xq;
     vf acc[4];
     float off[4];
     for (int j = 0; j < NW; j++) acc[j] = (vf){0}, off[j] = 0.0f;
-    GgHead hd[2][4]; /* each weight row's head (two blocks of 32 at a time) */
     float A0[2], B0[2], A1[2], B1[2];
-    for (int64_t i = 0; i < nb; i += (be == 32 ? 2 : 1)) {
-        for (int c = 0; c < be / 32; c += 2) {
-            const int64_t g = i * (be / 32) + c;
-            const int odd = be == 32 && i + 1 == nb; /* an odd last block of 32 */
-            for (int j = 0; j < NW; j++) {
-                const uint8_t *b0 = w + j * rowb + i * bb, *b1 = b0 + (be == 32 ? bb : 0);
-                GgHead *h0 = &hd[0][j], *h1 = &hd[1][j];
-                if (be == 32 || c == 0) gg_head(fmt, b0, h0);
-                if (be == 32 && !odd) gg_head(fmt, b1, h1);
-                const vb32 u0 = gg_chunk(fmt, b0, h0, c, A0, B0);
-                vb32 u1 = {0};
-                if (be == 32) {
-                    if (!odd) u1 = gg_chunk(fmt, b1, h1, 0, A1, B1);
-                    else A1[0] = A1[1] = B1[0] = B1[1] = 0.0f;
-                } else {
-                    u1 = gg_chunk(fmt, b0, h0, c + 1, A1, B1);
-                }
-                const vb64 u = __builtin_shufflevector(
-                    u0, u1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
-                    20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
-                    40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
-                    60, 61, 62, 63);
-                if (odd) { /* x's codes past the row are not there: 32 of them alone */
-                    const vf8 d = __builtin_convertvector(gg_dot(u0, a + 32 * g), vf8);
-                    const vf8 t = d * (A0[0] * e[g]), z = {0};
-                    acc[j] += __builtin_shufflevector(t, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                      12, 13, 14, 15);
-                    off[j] += B0[0] * (s[2 * g] + s[2 * g + 1]);
-                    continue;
-                }
-                const vf d = __builtin_convertvector(gg_dot64(u, a + 32 * g), vf);
-                const vf Av = {A0[0], A0[0], A0[0], A0[0], A0[1], A0[1], A0[1], A0[1],
-                               A1[0], A1[0], A1[0], A1[0], A1[1], A1[1], A1[1], A1[1]};
-                const vf Bv = {B0[0], B0[0], B0[0], B0[0], B0[1], B0[1], B0[1], B0[1],
-                               B1[0], B1[0], B1[0], B1[0], B1[1], B1[1], B1[1], B1[1]};
-                acc[j] += d * (Av * *(const vf *)(ev + 8 * g)) + Bv * *(const vf *)(sv + 8 * g);
+    for (int64_t g = 0; g < nb; g += 2) {
+        const int odd = g + 1 == nb; /* an odd last block of 32 */
+        for (int j = 0; j < NW; j++) {
+            const uint8_t *b0 = w + j * rowb + g * bb, *b1 = b0 + bb;
+            GgHead h0, h1;
+            gg_head(fmt, b0, &h0);
+            const vb32 u0 = gg_chunk(fmt, b0, &h0, 0, A0, B0);
+            if (odd) { /* x's codes past the row are not there: 32 of them alone */
+                const vf8 d = __builtin_convertvector(gg_dot(u0, a + 32 * g), vf8);
+                const vf8 t = d * (A0[0] * ev[8 * g]), z = {0};
+                acc[j] += __builtin_shufflevector(t, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                                  12, 13, 14, 15);
+                off[j] += B0[0] * S[2 * g];
+                continue;
             }
+            gg_head(fmt, b1, &h1);
+            const vb32 u1 = gg_chunk(fmt, b1, &h1, 0, A1, B1);
+            const vf d = __builtin_convertvector(gg_dot64(GG_CAT64(u0, u1), a + 32 * g), vf);
+            const vf Av = {A0[0], A0[0], A0[0], A0[0], A0[0], A0[0], A0[0], A0[0],
+                           A1[0], A1[0], A1[0], A1[0], A1[0], A1[0], A1[0], A1[0]};
+            acc[j] += d * (Av * *(const vf *)(ev + 8 * g));
+            off[j] += B0[0] * S[2 * g] + B1[0] * S[2 * g + 2];
         }
     }
     for (int j = 0; j < NW; j++) out[j] = off[j] + gg_hsum(acc[j]);
+}
+
+/* -- K-quants against Q8_K activations ----------------------------------------------------- */
+
+typedef int16_t vh16 __attribute__((vector_size(32), aligned(2)));  /* 16 int16 */
+typedef int8_t vs16 __attribute__((vector_size(16), aligned(1)));   /* 16 int8 */
+typedef int16_t vh64 __attribute__((vector_size(128), aligned(2))); /* 64 int16 */
+typedef int32_t vi32 __attribute__((vector_size(128), aligned(4))); /* 32 int32 */
+
+/* acc + the sums of u a s over each 4 consecutive codes of 64 (16 lanes): s (int16) holds
+ * the scale of each pair of codes (llama.cpp's pmaddubsw then pmaddwd: u a < 2^15 per pair) */
+static inline vi16 gg_kdot(vi16 acc, vb64 u, const int8_t *a, vh32 s) {
+#if defined(__AVX512BW__)
+    const __m512i p = _mm512_maddubs_epi16((__m512i)u, _mm512_loadu_si512((const void *)a));
+#if defined(__AVX512VNNI__)
+    return (vi16)_mm512_dpwssd_epi32((__m512i)acc, p, (__m512i)s);
+#else
+    return acc + (vi16)_mm512_madd_epi16(p, (__m512i)s);
+#endif
+#elif defined(__AVX2__)
+    const __m256i u0 = (__m256i)__builtin_shufflevector(u, u, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+        11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+    const __m256i u1 = (__m256i)__builtin_shufflevector(u, u, 32, 33, 34, 35, 36, 37, 38, 39,
+        40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
+        62, 63);
+    const __m256i s0 = (__m256i)__builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+        11, 12, 13, 14, 15);
+    const __m256i s1 = (__m256i)__builtin_shufflevector(s, s, 16, 17, 18, 19, 20, 21, 22, 23,
+        24, 25, 26, 27, 28, 29, 30, 31);
+    const __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i *)a));
+    const __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)(a + 32)));
+    const vi8 r0 = (vi8)_mm256_madd_epi16(p0, s0), r1 = (vi8)_mm256_madd_epi16(p1, s1);
+    return acc + __builtin_shufflevector(r0, r1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                         14, 15);
+#else
+    typedef int8_t vs64 __attribute__((vector_size(64), aligned(1)));
+    const vh64 p = __builtin_convertvector(u, vh64) *
+                   __builtin_convertvector(*(const vs64 *)a, vh64);
+    const vh32 q = __builtin_shufflevector(p, p, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                       26, 28, 30, 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60,
+                       62) +
+                   __builtin_shufflevector(p, p, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25,
+                       27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61,
+                       63);
+    const vi32 t = __builtin_convertvector(q, vi32) * __builtin_convertvector(s, vi32);
+    return acc + __builtin_shufflevector(t, t, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24,
+                                         26, 28, 30) +
+           __builtin_shufflevector(t, t, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                                   31);
+#endif
+}
+
+/* b[2i] m[2i] + b[2i+1] m[2i+1] (8 int32) */
+static inline vi8 gg_madd16(vh16 b, vh16 m) {
+#if defined(__AVX2__)
+    return (vi8)_mm256_madd_epi16((__m256i)b, (__m256i)m);
+#else
+    const vi16 t = __builtin_convertvector(b, vi16) * __builtin_convertvector(m, vi16);
+    return __builtin_shufflevector(t, t, 0, 2, 4, 6, 8, 10, 12, 14) +
+           __builtin_shufflevector(t, t, 1, 3, 5, 7, 9, 11, 13, 15);
+#endif
+}
+
+static inline float gg_hsum8(vf8 v) {
+    typedef float vf4 __attribute__((vector_size(16)));
+    const vf4 b = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+/* one K-quant block of 256, decoded once for every row of x */
+typedef struct {
+    vb64 u[4];   /* the codes, 64 a vector (chunks 2i, 2i + 1) */
+    vh32 s[4];   /* the scale of each pair of codes of u[i] (int16) */
+    vh16 m;      /* what multiplies x's 16 bsums: Q4_K / Q5_K each chunk's min twice, Q6_K the
+                  * 16 scales */
+    float d, dm; /* d, and the bsums' factor: -dmin or -32 d */
+} GgK;
+
+/* w[i] for i < 16 at lanes: each of v's 16 values spread over 2 (j = 2) or 8 pair lanes */
+#define GG_SPREAD2(v, i) __builtin_shufflevector(v, v, i, i, i, i, i, i, i, i, i, i, i, i, i, i, \
+    i, i, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1,     \
+    i + 1, i + 1, i + 1, i + 1)
+#define GG_SPREAD4(v, i) __builtin_shufflevector(v, v, i, i, i, i, i, i, i, i, i + 1, i + 1,     \
+    i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 2, i + 2, i + 2, i + 2, i + 2, i + 2, i + 2,    \
+    i + 2, i + 3, i + 3, i + 3, i + 3, i + 3, i + 3, i + 3, i + 3)
+
+static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, const uint8_t *b,
+                                                            GgK *k) {
+    uint16_t h0, h1;
+    if (fmt == FMT_Q6_K) {
+        memcpy(&h0, b + 208, 2);
+        const vh16 sc = __builtin_convertvector(*(const vs16 *)(b + 192), vh16);
+        k->s[0] = GG_SPREAD4(sc, 0), k->s[1] = GG_SPREAD4(sc, 4);
+        k->s[2] = GG_SPREAD4(sc, 8), k->s[3] = GG_SPREAD4(sc, 12);
+        k->m = sc;
+        k->d = gg_f16(h0), k->dm = -32.0f * k->d;
+        for (int hf = 0; hf < 2; hf++) {
+            const vb64 ql = *(const vb64 *)(b + 64 * hf);
+            const vb32 qh = *(const vb32 *)(b + 128 + 32 * hf);
+            k->u[2 * hf] = (ql & 15) | (GG_CAT64(qh << 4, qh << 2) & 48);
+            k->u[2 * hf + 1] = (ql >> 4) | (GG_CAT64(qh, qh >> 2) & 48);
+        }
+        return;
+    }
+    memcpy(&h0, b, 2), memcpy(&h1, b + 2, 2);
+    k->d = gg_f16(h0), k->dm = -gg_f16(h1);
+    /* the 12 bytes of 6-bit scales and mins as 16 bytes: scales 0-7, then mins 0-7 (blocks.py's
+     * _k_scales has the layout) */
+    uint32_t v[3], t[4];
+    memcpy(v, b + 4, 12);
+    t[0] = v[0] & 0x3f3f3f3fu;                                          /* scales 0-3 */
+    t[1] = (v[2] & 0x0f0f0f0fu) | ((v[0] >> 6) & 0x03030303u) << 4;     /* scales 4-7 */
+    t[2] = v[1] & 0x3f3f3f3fu;                                          /* mins 0-3 */
+    t[3] = ((v[2] >> 4) & 0x0f0f0f0fu) | ((v[1] >> 6) & 0x03030303u) << 4; /* mins 4-7 */
+    vu8 sb;
+    memcpy(&sb, t, 16);
+    const vh16 sm = __builtin_convertvector(sb, vh16);
+    k->s[0] = GG_SPREAD2(sm, 0), k->s[1] = GG_SPREAD2(sm, 2);
+    k->s[2] = GG_SPREAD2(sm, 4), k->s[3] = GG_SPREAD2(sm, 6);
+    k->m = __builtin_shufflevector(sm, sm, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
+                                   15, 15);
+    const int off = fmt == FMT_Q4_K ? 16 : 48;
+    for (int i = 0; i < 4; i++) {
+        const vb32 q = *(const vb32 *)(b + off + 32 * i);
+        vb64 u = GG_CAT64(q & 15, q >> 4);
+        if (fmt == FMT_Q5_K) {
+            const vb32 qh = *(const vb32 *)(b + 16);
+            u |= GG_CAT64((qh >> (2 * i)) & 1, (qh >> (2 * i + 1)) & 1) << 4;
+        }
+        k->u[i] = u;
+    }
+}
+
+/* One K-quant weight row against R rows of x in Q8_K blocks: each block decoded once, its
+ * codes and scales kept in registers for the R rows; per row and block the integer sums of
+ * the 8 or 16 sub-blocks times their scales in 16 lanes, and of the bsums times the mins in
+ * 8, each then multiplied by its float factor. */
+static inline __attribute__((always_inline)) void gg_krow(
+    const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
+    const int R, float *out) {
+    const int64_t rb = gg_row_bytes(K), ok = gg_off_k(K), od = gg_off_kd(K), ob = gg_off_kb(K);
+    vf acc[GG_ROWS];
+    vf8 accm[GG_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = (vf){0}, accm[r] = (vf8){0};
+    for (int64_t i = 0; i < nb; i++) {
+        GgK k;
+        gg_kblock(fmt, w + i * bb, &k);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xq + r * rb;
+            const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
+            vi16 s = {0};
+            s = gg_kdot(s, k.u[0], a, k.s[0]);
+            s = gg_kdot(s, k.u[1], a + 64, k.s[1]);
+            s = gg_kdot(s, k.u[2], a + 128, k.s[2]);
+            s = gg_kdot(s, k.u[3], a + 192, k.s[3]);
+            const float dx = ((const float *)(xr + od))[i];
+            acc[r] += __builtin_convertvector(s, vf) * (dx * k.d);
+            const vi8 mm = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
+            accm[r] += __builtin_convertvector(mm, vf8) * (dx * k.dm);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = gg_hsum(acc[r]) + gg_hsum8(accm[r]);
 }
 
 /* -- the product --------------------------------------------------------------------------- */
@@ -459,7 +699,8 @@ static inline __attribute__((always_inline)) void gg_row(
     const uint8_t *xq, const int R, float *out) {
     int64_t bb;
     const int64_t be = gg_block(fmt, &bb), nb = K / be;
-    if (in) gg_row_int(fmt, w, nb, be, bb, xq, K, R, out);
+    if (in && be == 256) gg_krow(fmt, w, nb, bb, xq, K, R, out);
+    else if (in) gg_row_int(fmt, w, nb, bb, xq, K, R, out);
     else gg_row_float(fmt, w, nb, be, bb, x, ldx, R, out);
 }
 
@@ -476,7 +717,7 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
             const uint8_t *w = (const uint8_t *)L->w + n * rowb;
             if (n + 4 <= n1) prefetch(w + 2 * rowb, 2 * rowb);
             float out[2];
-            gg_rows_x1(fmt, w, rowb, 2, K / be, be, bb, xq, K, out);
+            gg_rows_x1(fmt, w, rowb, 2, K / be, bb, xq, K, out);
             store(L, y, ldy, res, 0, n, out[0]);
             store(L, y, ldy, res, 0, n + 1, out[1]);
         }
@@ -505,10 +746,16 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     }
 }
 
-/* float16 rows (N, K): decode_step.c's 16-bit product */
-static void rows_f16(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
-                     int64_t ldy, const float *res, int64_t n0, int64_t n1) {
-    rows_half(L, x, M, ldx, y, ldy, res, n0, n1, 0);
+/* float16 rows (N, K): decode_step.c's 16-bit product, of x rounded to float16 in xq (as
+ * llama.cpp multiplies F16 weights) unless the product takes float activations */
+static void rows_f16(const Linear *L, const float *x, int64_t M, int64_t ldx,
+                     const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0,
+                     int64_t n1) {
+    if (gg_int(L))
+        rows_half(L, (const float *)(xq + gg_off_h(L->k)), M, gg_row_bytes(L->k) / 4, y, ldy,
+                  res, n0, n1, 0);
+    else
+        rows_half(L, x, M, ldx, y, ldy, res, n0, n1, 0);
 }
 
 /* one function per type (each its own symbol in a profile) */
@@ -534,7 +781,7 @@ static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
                       const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0,
                       int64_t n1) {
     switch (L->fmt) {
-    case FMT_F16: rows_f16(L, x, M, ldx, y, ldy, res, n0, n1); break;
+    case FMT_F16: rows_f16(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     case FMT_Q8_0: rows_q8_0(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     case FMT_Q4_0: rows_q4_0(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     case FMT_Q4_1: rows_q4_1(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
@@ -546,20 +793,21 @@ static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
     }
 }
 
-/* x (M, ldx) quantized into xq by every thread (its share of the rows) where one of the
- * products a, b, c (b, c may be NULL or unused) takes integer activations; a barrier after */
+/* x (M, ldx) quantized into xq by every thread (its share of the rows) for each family of
+ * activations the products a, b, c take (b, c may be NULL or unused); a barrier after */
 static void quantize_for(const Linear *a, const Linear *b, const Linear *c, const float *x,
                          int64_t M, int64_t ldx, uint8_t *xq, int t, int nt) {
-    if (!gg_int(a) && !(b && b->w && gg_int(b)) && !(c && c->w && gg_int(c))) return;
+    const int fam = gg_family(a) | (b && b->w ? gg_family(b) : 0) | (c && c->w ? gg_family(c) : 0);
+    if (!fam) return;
     int64_t lo, hi;
     share(M, t, nt, &lo, &hi);
-    gg_quantize(x, ldx, a->k, xq, lo, hi);
+    gg_quantize(x, ldx, a->k, xq, lo, hi, fam);
 #pragma omp barrier
 }
 
-/* the rows of x (M, K) quantized as the integer products take them (their own tests) */
+/* the rows of x (M, K) quantized for every family (their own tests) */
 void attnlm_quantize_rows(const float *x, int64_t M, int64_t K, uint8_t *xq) {
-    gg_quantize(x, K, K, xq, 0, M);
+    gg_quantize(x, K, K, xq, 0, M, GG_FAM_32 | GG_FAM_K | GG_FAM_H);
 }
 
 /* bytes of one quantized row of K values */
