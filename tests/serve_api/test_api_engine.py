@@ -1,0 +1,150 @@
+"""The API on the C engine: a GGUF file the engine runs (the committed fixtures of
+``tests/fixtures/gguf_arch``) is served on the engine's cache slots
+(:class:`~attnlm.api.steppers.EngineStepper`), through the ``openai`` client on loopback.
+
+The reference is the engine's own single-sequence decode (:meth:`Engine.feed`, one token a
+step after the whole prompt; tested against llama.cpp in tests/runtime/test_engine_archs.py),
+on a second engine over the same file: greedy replies served alone, served to several
+concurrent streaming clients (four slots, prompts read in chunks of 5 between the decode
+steps), and a prompt whose start a slot still holds (prompt caching) all equal it; ``echo``
+with ``logprobs`` gives the log-softmax of its logits at every prompt position."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openai")
+from api_server_support import client, serving  # noqa: E402
+
+from attnlm import native  # noqa: E402
+from attnlm.api.steppers import engine_rows  # noqa: E402
+from attnlm.base.ggufio import GGUFFile  # noqa: E402
+from attnlm.runtime.engine import Engine  # noqa: E402
+from attnlm.runtime.engine_gguf import open_engine  # noqa: E402
+
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
+DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
+pytestmark = [
+    pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)"),
+    pytest.mark.skipif(not engine_rows(Engine), reason="the engine has no rows API"),
+]
+NEW = 24
+
+
+def reference(path: Path, prompt: list[int], n: int, stops, limit) -> list[int]:
+    """Greedy ids after ``prompt`` on a fresh engine, one sequence, up to ``n`` or a stop id."""
+    engine = open_engine(GGUFFile(path), None, 2)
+    engine.reset(1)
+    last = engine.feed(np.asarray([prompt]), last_only=True)[0, -1]
+    ids: list[int] = []
+    while len(ids) < n:
+        if limit is not None:
+            last = last.copy()
+            last[limit:] = -np.inf
+        tok = int(last.argmax())
+        if tok in stops:
+            break
+        ids.append(tok)
+        last = engine.feed(np.asarray([[tok]]), last_only=True)[0, -1]
+    return ids
+
+
+def prompts(arch: str) -> list[list[int]]:
+    """Six prompts of 3 to 12 ids: the fixture's prompt, cut and rotated."""
+    p = DOC["archs"][arch]["Q8_0"]["prompt"]
+    return [p, p[:7], p[3:], p[5:] + p[:5], p[:3], p[2:9]]
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3", "gemma2"])
+def engine_server(request):
+    arch = request.param
+    path = HERE / f"{arch}-Q8_0.gguf"
+    with serving(path, parallel=4, prefill_chunk=5, threads=2) as (served, url):
+        assert served.backend == "c-engine"  # chosen as chat/generate choose it
+        refs = [reference(path, p, NEW, served.stop_ids, served.context.vocab_limit)
+                for p in prompts(arch)]  # fmt: skip
+        yield arch, served, client(url), refs
+
+
+def text(served, prompt, ids) -> str:
+    """The reply's text as the server writes it: what ``ids`` add to the prompt's text."""
+    whole, head = served.decode(prompt + ids), served.decode(prompt)
+    assert whole.startswith(head)
+    return whole[len(head) :]
+
+
+def test_a_reply_alone_equals_the_engine_decode(engine_server):
+    arch, served, c, refs = engine_server
+    for p, ref in zip(prompts(arch), refs):
+        r = c.completions.create(model=served.id, prompt=p, max_tokens=NEW, temperature=0)
+        assert r.choices[0].text == text(served, p, ref)
+        assert r.usage.completion_tokens == len(ref) and r.usage.prompt_tokens == len(p)
+
+
+def test_concurrent_streams_equal_the_engine_decode(engine_server):
+    arch, served, c, refs = engine_server
+    ps = prompts(arch)
+    got: list = [None] * len(ps)
+    errors: list = []
+    before = served.scheduler.max_rows
+
+    def one(i: int) -> None:
+        try:
+            stream = c.completions.create(model=served.id, prompt=ps[i], max_tokens=NEW,
+                                          temperature=0, stream=True)  # fmt: skip
+            got[i] = "".join(ch.choices[0].text for ch in stream if ch.choices)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(ps))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert got == [text(served, p, r) for p, r in zip(ps, refs)]
+    assert served.scheduler.max_rows > 1 or before > 1  # steps were shared
+
+
+def test_a_held_prefix_is_not_read_again(engine_server):
+    arch, served, c, refs = engine_server
+    p = prompts(arch)[0]
+    c.completions.create(model=served.id, prompt=p, max_tokens=NEW, temperature=0)
+    longer = p + refs[0][:4] + p[:3]  # the reply's start, then new ids
+    seen: list[int] = []
+    sch = served.scheduler
+    original = sch._place
+
+    def spy(slot, job):
+        original(slot, job)
+        seen.append(job.reused)
+
+    sch._place = spy
+    try:
+        r = c.completions.create(model=served.id, prompt=longer, max_tokens=NEW, temperature=0)
+    finally:
+        sch._place = original
+    assert seen and seen[0] >= len(p) + 4
+    ref = reference(served.info.path, longer, NEW, served.stop_ids, served.context.vocab_limit)
+    assert r.choices[0].text == text(served, longer, ref)
+
+
+def test_echo_logprobs_are_the_engine_logits(engine_server):
+    arch, served, c, _ = engine_server
+    p = prompts(arch)[1]
+    r = c.completions.create(model=served.id, prompt=p, max_tokens=1, temperature=0, echo=True,
+                             logprobs=2)  # fmt: skip
+    lps = r.choices[0].logprobs.token_logprobs[: len(p)]
+    engine = open_engine(GGUFFile(served.info.path), None, 2)
+    engine.reset(1)
+    logits = engine.feed(np.asarray([p]))[0].astype(np.float64)  # (T, V)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    ref = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    assert lps[0] is None
+    want = [ref[t - 1, p[t]] for t in range(1, len(p))]
+    np.testing.assert_allclose(lps[1:], want, rtol=1e-4, atol=1e-4)
