@@ -6,8 +6,9 @@ The reference is the engine's own single-sequence decode (:meth:`Engine.feed`, o
 step after the whole prompt; tested against llama.cpp in tests/runtime/test_engine_archs.py),
 on a second engine over the same file: greedy replies served alone, served to several
 concurrent streaming clients (four slots, prompts read in chunks of 5 between the decode
-steps), and a prompt whose start a slot still holds (prompt caching) all equal it; ``echo``
-with ``logprobs`` gives the log-softmax of its logits at every prompt position."""
+steps), and a prompt whose start a slot still holds (prompt caching) all equal it; a reply's
+``logprobs`` and ``echo``'s are the log-softmax of its logits; ``n = 2`` greedy choices (two
+slots) are both the reference."""
 
 from __future__ import annotations
 
@@ -134,6 +135,29 @@ def test_a_held_prefix_is_not_read_again(engine_server):
     assert r.choices[0].text == text(served, longer, ref)
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def test_reply_logprobs_are_the_engine_logits(engine_server):
+    arch, served, c, refs = engine_server
+    p, ref = prompts(arch)[2], refs[2][:8]
+    r = c.completions.create(model=served.id, prompt=p, max_tokens=len(ref), temperature=0,
+                             logprobs=2, n=2)  # fmt: skip
+    engine = open_engine(GGUFFile(served.info.path), None, 2)
+    engine.reset(1)
+    rows = [engine.feed(np.asarray([p]), last_only=True)[0, -1]]
+    rows += [engine.feed(np.asarray([[t]]), last_only=True)[0, -1] for t in ref[:-1]]
+    lp = log_softmax(np.stack(rows))  # (T, V)
+    want = [lp[i, t] for i, t in enumerate(ref)]
+    for choice in r.choices:  # two slots, the same greedy reply
+        assert choice.text == text(served, p, ref)
+        np.testing.assert_allclose(choice.logprobs.token_logprobs, want, rtol=1e-4, atol=1e-4)
+        best = [max(d.values()) for d in choice.logprobs.top_logprobs]
+        np.testing.assert_allclose(best, lp.max(axis=-1), rtol=1e-4, atol=1e-4)
+
+
 def test_echo_logprobs_are_the_engine_logits(engine_server):
     arch, served, c, _ = engine_server
     p = prompts(arch)[1]
@@ -142,9 +166,7 @@ def test_echo_logprobs_are_the_engine_logits(engine_server):
     lps = r.choices[0].logprobs.token_logprobs[: len(p)]
     engine = open_engine(GGUFFile(served.info.path), None, 2)
     engine.reset(1)
-    logits = engine.feed(np.asarray([p]))[0].astype(np.float64)  # (T, V)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    ref = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    ref = log_softmax(engine.feed(np.asarray([p]))[0])  # (T, V)
     assert lps[0] is None
     want = [ref[t - 1, p[t]] for t in range(1, len(p))]
     np.testing.assert_allclose(lps[1:], want, rtol=1e-4, atol=1e-4)
