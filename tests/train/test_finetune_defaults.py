@@ -91,7 +91,7 @@ def test_bare_lora_run_says_its_defaults_and_bits_per_char_before_and_after(tmp_
     lines = got.out.splitlines()
     assert lines[0].startswith("defaults: machine class cpu")
     assert lines[1].startswith("defaults: lora fine-tuning recipe") and "UNMEASURED" in lines[1]
-    assert lines[2] == "defaults: given instead: batch_size 2, lr 0.01"
+    assert lines[2] == "defaults: given instead: batch_size 2, eval_iters 2, lr 0.01"
     config = json.loads((run / "checkpoint" / "config.json").read_text())
     lora = defaults.recipe(defaults.machine_class("cpu").name, "lora")
     assert config["lora"]["r"] == lora.rank and config["train"]["block_size"] == 64  # context
@@ -105,23 +105,30 @@ def test_bare_lora_run_says_its_defaults_and_bits_per_char_before_and_after(tmp_
 
 
 def test_time_budget_includes_the_final_evaluation_and_save(tmp_path, capsys):
-    """A fine-tune whose evaluation takes a large share of its budget (a thousand evaluation
+    """A fine-tune whose evaluation takes a large share of its budget (hundreds of evaluation
     batches) ends within the budget: the loop stops early enough for the final evaluation
-    and save, whose time the evaluation before training measured."""
+    and save, whose time the evaluation before training measured. (Skipped when the machine
+    is so loaded that one evaluation takes over a third of the budget.)"""
+    import re
+
     base = make_base(tmp_path)
     text = tmp_path / "t.txt"
     text.write_text(TEXT * 200, encoding="utf-8")
+    budget = 6.0
     t = time.perf_counter()
     got = run_cli(capsys, "train", "--init-from", base, "--lora", "4", "--text", text,
-                  "--out", tmp_path / "run", "--max-iters", "1000000", "--time-budget", "4s",
-                  "--eval-iters", "1000", "--eval-interval", "1000000", "--batch-size", "4",
-                  "--no-progress")  # fmt: skip
+                  "--out", tmp_path / "run", "--max-iters", "1000000", "--time-budget",
+                  f"{budget:g}s", "--eval-iters", "500", "--eval-interval", "1000000",
+                  "--batch-size", "4", "--no-progress")  # fmt: skip
     wall = time.perf_counter() - t
     assert got.code == 0, got.err
     assert "time_budget" in got.out and "reserved for the final evaluation (measured)" in got.out
+    evaluation = float(re.search(r"before training: .*\((\d+\.\d) s\)", got.out).group(1))
+    if evaluation > budget / 3:
+        pytest.skip(f"one evaluation took {evaluation} s of a {budget:g} s budget (loaded)")
     # the last record is the final evaluation; its elapsed is taken after the save
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1]["step"] >= 1 and "val_loss" in records[-1]
-    # without the reserve the run would take the budget plus one evaluation (about a third of
-    # the budget here); allow a tenth of the budget for the process's own start and end
-    assert wall < 4.0 * 1.1 + 0.5, got.out
+    assert records[-1]["step"] > 1 and "val_loss" in records[-1]
+    # without the reserve the run would take the budget plus one evaluation; allow a tenth of
+    # the budget for the process's own start and end
+    assert wall < budget * 1.1 + 0.5, got.out

@@ -71,6 +71,7 @@ RECIPE_FLAGS = {
         "lora_dropout",
         "lora_targets",
         "backward_precision",
+        "eval_iters",
     )  # fmt: skip
 }
 BARE_LORA = -1  # ``--lora`` without a rank: the machine class's

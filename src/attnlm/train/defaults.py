@@ -65,6 +65,7 @@ class Recipe:
     dropout: float = 0.0
     targets: str = "q,v"
     backward_precision: str = "float32"
+    eval_iters: int = 10  # validation batches per evaluation (before, during and after)
     measured: str = "UNMEASURED"
 
     def train_table(self) -> dict[str, Any]:
@@ -77,6 +78,7 @@ class Recipe:
             "warmup_iters": self.warmup_iters,
             "batch_size": self.batch_size,
             "backward_precision": self.backward_precision,
+            "eval_iters": self.eval_iters,
         }
         if self.rank:
             table.update(lora_alpha=self.alpha, lora_dropout=self.dropout,
@@ -94,11 +96,11 @@ class Recipe:
         )
         return (f"{lora}lr {self.lr:g} (warmup {self.warmup_iters} steps, cosine to "
                 f"{self.min_lr:g} over the run or its time budget), batch {self.batch_size} x "
-                f"{self.block_size} tokens{bwd}")  # fmt: skip
+                f"{self.block_size} tokens{bwd}, {self.eval_iters} validation batches")  # fmt: skip
 
 
 #: a fine-tune's settings that no machine class changes
-RUN_SETTINGS = {"weight_decay": 0.0, "max_iters": 1000, "eval_interval": 100, "eval_iters": 10}
+RUN_SETTINGS = {"weight_decay": 0.0, "max_iters": 1000, "eval_interval": 100}
 # UNMEASURED: the values fine-tuning used before this table (train.finetune.FINETUNE_TRAIN,
 # 256-token windows; LoRA alpha 8 on q,v as peft's LoraConfig). The measurement that replaces
 # them per class: benchmarks/bench_finetune_quality.py on a quiet machine of that class.
