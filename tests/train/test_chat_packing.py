@@ -117,3 +117,40 @@ def _hidden(model, batch):
     """The final hidden states of ``batch`` by the model's own return_hidden path."""
     out = model(ids=batch["ids"], segments=batch["segments"], return_hidden=True)
     return out.hidden_states[-1]
+
+
+def test_a_chat_runs_validation_is_every_held_out_conversation_once(tmp_path, capsys):
+    """A split of a few conversations is evaluated whole, not drawn from at random: the
+    step-0 validation loss is the mean over the held-out conversations' assistant tokens,
+    each run alone through the starting model."""
+    pytest.importorskip("transformers")
+    import json
+
+    from attnlm.data.chat import encode_conversation, read_conversations
+    from attnlm.loading.sources import resolve
+    from attnlm.train.chat_data import end_tokens
+    from support import FIXTURES, run_cli
+    from support_chat import tiny_chat_llama
+
+    model_dir = tiny_chat_llama(tmp_path / "model")
+    data = FIXTURES / "chat" / "ahoy.jsonl"
+    run = tmp_path / "run"
+    got = run_cli(capsys, "train", "--init-from", model_dir, "--chat-data", data, "--lora",
+                  "2", "--max-iters", "1", "--eval-iters", "50", "--block-size", "64",
+                  "--set", "train.val_fraction=0.3", "--out", run, "--no-progress")  # fmt: skip
+    assert got.code == 0, got.err
+    first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    model, tok, info = resolve(model_dir)
+    ends = end_tokens(tok, info.chat_template)
+    conversations = read_conversations(data)
+    held = conversations[-max(1, int(len(conversations) * 0.3)) :]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for conv in held:
+            ids, mask = encode_conversation(tok, info.chat_template, conv.messages, ends)
+            ids, mask = ids[:65], mask[:65]  # cut to the window, as the run does
+            x, y = torch.tensor([ids[:-1]]), torch.tensor([ids[1:]])
+            y = torch.where(torch.tensor([mask[1:]]), y, IGNORE_INDEX)
+            out = model(ids=x, targets=y)
+            total, count = total + float(out.loss_sum), count + int(out.n_targets)
+    assert first["step"] == 0 and first["val_loss"] == pytest.approx(total / count, rel=1e-5)

@@ -110,6 +110,10 @@ class ChatExamples(BatchSource):
     def tokens_per_example(self) -> int:
         return self.block_size
 
+    def size(self) -> int:
+        """Rows in the split (the trainer evaluates a small split whole)."""
+        return len(self.rows)
+
 
 @dataclass
 class ChatRunData:

@@ -46,7 +46,7 @@ import torch
 from attnlm.base.device import autocast
 from attnlm.base.errors import ConfigError
 from attnlm.loading.checkpoint import CHECKPOINT_DIR, save_checkpoint
-from attnlm.loading.evaluation import EvalResult, estimate
+from attnlm.loading.evaluation import EvalResult, estimate, evaluate
 from attnlm.loading.objectives import count_targets
 from attnlm.nn import fused, grad_precision
 from attnlm.train import distributed as D
@@ -288,6 +288,12 @@ class Trainer:
         return fsdp.no_sync(self.raw_model) if self.sharded else self.model.no_sync()
 
     def evaluate(self) -> EvalResult:
+        """The validation estimate: ``eval_iters`` random batches, or every example once when
+        the split holds no more than they would draw (a few conversations: exact, cheaper)."""
+        size = getattr(self.val_src, "size", None)
+        if size is not None and size() <= self.cfg.eval_iters * self.cfg.batch_size:
+            return evaluate(self.raw_model, self.val_src, self.cfg.batch_size, self.device,
+                            self.cfg.dtype)  # fmt: skip
         return estimate(
             self.raw_model,
             self.val_src,
