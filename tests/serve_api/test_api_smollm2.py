@@ -1,8 +1,9 @@
 """The API over real models (slow; skipped when the files are not in attnlm's cache):
 SmolLM2-135M-Instruct's GGUF names Paris, streams the same reply it gives whole, gives four
-concurrent clients the replies each gets alone, writes JSON that validates against a schema;
-MiniLM's /v1/embeddings equal ``attnlm embed``'s vectors; Qwen2.5-Coder-0.5B-Instruct, offered
-a tool through its own template, calls it (parsed into ``tool_calls``)."""
+concurrent clients (and eight streaming ones on the C engine) the replies each gets alone,
+writes JSON that validates against a schema; MiniLM's /v1/embeddings equal ``attnlm embed``'s
+vectors; Qwen2.5-Coder-0.5B-Instruct, offered a tool through its own template, calls it
+(parsed into ``tool_calls``)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,38 @@ def test_smollm2_chat_stream_and_concurrency(smollm2):
     for t in threads:
         t.join(300)
     assert got == alone and served.scheduler.max_rows > 1
+
+
+def test_smollm2_eight_streams_on_the_engine():
+    """Eight streaming clients at once on eight slots of the C engine (the file's own Q4
+    blocks), each reply the one the same server gives it alone."""
+    from attnlm.api.steppers import engine_rows
+    from attnlm.runtime.engine import Engine
+
+    if not engine_rows(Engine):
+        pytest.skip("the engine has no rows API")
+    path = smollm2_file(fetch=False)
+    asks = [[{"role": "user", "content": f"Count from {i} to {i + 5}."}] for i in range(8)]
+    with serving(path, parallel=8, threads=2) as (served, url):
+        assert served.backend == "c-engine"
+        c = client(url)
+
+        def ask(m, stream):
+            kw = dict(model=served.id, messages=m, max_tokens=32, temperature=0)
+            if not stream:
+                return c.chat.completions.create(**kw).choices[0].message.content
+            parts = c.chat.completions.create(**kw, stream=True)
+            return "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+
+        alone = [ask(m, False) for m in asks]
+        got = [None] * 8
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, ask(asks[i], True)))
+                   for i in range(8)]  # fmt: skip
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        assert got == alone and served.scheduler.max_rows > 4
 
 
 def test_smollm2_json_schema(smollm2):
