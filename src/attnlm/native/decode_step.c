@@ -16,9 +16,16 @@
  * among the threads (4-bit: blocks of 64 rows, the packed layout's unit), the small steps
  * between products (norms, rotation, cache write) run on one thread.
  *
- * Shape legend: M rows (B sequences x T new tokens, row m = b T + t), C model width,
- * H / Hkv query / key-value heads, D head width, F feed-forward width, V vocabulary,
- * S positions held after the step, N / K output / input features of a product, G = K / 32.
+ * Rows: each row of a step is one new token of a sequence, at its own position and in its own
+ * cache slot (attnlm_step_rows: an OpenAI server's clients decoding and prefilling together,
+ * one pass over the weights for all); attnlm_decode_step is the case of B sequences advancing
+ * T tokens together. Gemma's parts: post-norms, soft-capped scores and logits, sliding-window
+ * layers with their own rotary table, GeGLU (the model's struct says which).
+ *
+ * Shape legend: M rows (attnlm_decode_step: B sequences x T new tokens, row m = b T + t),
+ * C model width, H / Hkv query / key-value heads, D head width, F feed-forward width,
+ * V vocabulary, S positions held after the step, N / K output / input features of a product,
+ * G = K / 32.
  */
 #include <math.h>
 #ifdef _OPENMP
@@ -39,7 +46,9 @@ typedef uint16_t vu16 __attribute__((vector_size(32), aligned(2)));  /* 16 bfloa
 
 enum { FMT_F32 = 0, FMT_BF16 = 1, FMT_Q8 = 2, FMT_Q4 = 3, FMT_F32T = 4 };
 enum { NORM_RMS = 0, NORM_LAYER = 1 };
-enum { ACT_SWIGLU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_RELU = 3 };
+/* ACT_GEGLU_F16: GeGLU with GELU as llama.cpp's CPU backend takes it (gelu_f16) */
+enum { ACT_SWIGLU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_RELU = 3, ACT_GEGLU = 4,
+       ACT_GEGLU_F16 = 5 };
 
 /* y = x W^T + b with W (N, K) stored in fmt:
  *   f32   w: (N, K) float
@@ -64,11 +73,16 @@ typedef struct {
 typedef struct {
     Norm ln_1, ln_2;
     Linear qkv, out, fc, proj; /* qkv: (H + 2 Hkv) D rows, q then k then v */
-    float *k_cache, *v_cache;  /* (B, Hkv, cap, D) each */
+    float *k_cache, *v_cache;  /* (slots, Hkv, cap, D) each */
     /* a file's separate matrices (k.w not NULL): qkv is q alone, k and v follow; with up.w,
      * fc is the SwiGLU gate alone and up its second half */
     Linear k, v, up;
     Norm q_norm, k_norm; /* (D,) RMSNorm gains of each q / k head before rotary (w NULL: none) */
+    /* (C,) RMSNorm gains of the attention's and the feed-forward's outputs before each is
+     * added to the residual stream (Gemma's "sandwich"; w NULL: none) */
+    Norm post_attn, post_mlp;
+    int64_t window; /* a sliding layer's window W: position p sees positions (p - W, p]; 0: all */
+    int64_t table;  /* the layer's rotary table (Rows.cos): 0, or 1 (Gemma's local layers) */
 } Block;
 
 typedef struct {
@@ -79,6 +93,7 @@ typedef struct {
     const Block *blocks;
     Norm ln_f;
     Linear head;
+    float attn_softcap, final_softcap; /* scores, logits -> cap tanh(v / cap) (Gemma; 0: none) */
 } Model;
 
 /* scratch, each at least the size named */
@@ -91,6 +106,15 @@ typedef struct {
     float *part;   /* (threads, M, N) for the largest N of a column-major (f32t) product */
     uint8_t *xq;   /* (M, gg_row_bytes(K)) the rows of x quantized for ggml blocks */
 } Scratch;
+
+/* the rows of one step: row m is the token at position pos[m] of the sequence whose keys and
+ * values are in cache slot slot[m] */
+typedef struct {
+    const int64_t *slot, *pos; /* (M,) each */
+    const float *cos, *sin;    /* (tables, M, D/2): row m's rotation by each table */
+    const int64_t *out;        /* (R,) the rows whose logits are computed, in this order */
+    int64_t R;
+} Rows;
 
 static inline float hsum(vf v) {
     float s = 0.0f;
@@ -581,9 +605,44 @@ static inline float act(int64_t kind, float v) {
     return v > 0.0f ? v : 0.0f;
 }
 
-/* the feed-forward's activation over one row h: SwiGLU's SiLU(gate) * up into the gate's half
- * h[0, F) (h[F, 2F): up), or act() over h[0, F); SiLU and GELU's tanh form 16 lanes at a time
- * (tanh u = 1 - 2 / (e^2u + 1)) */
+/* GELU's tanh form in 16 lanes (tanh u = 1 - 2 / (e^2u + 1)) */
+static inline vf vgelu_tanh(vf v) {
+    const vf u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
+    return 0.5f * v * (2.0f - 2.0f / (vexp(u + u) + 1.0f));
+}
+
+/* v rounded to the nearest float16 value (ties to even), as a float (|v| below 65504) */
+static inline float round_f16(float v) {
+    uint32_t u, s;
+    memcpy(&u, &v, 4);
+    s = u & 0x80000000u, u ^= s;
+    if (u >= 0x38800000u) { /* a normal float16: 10 bits of the fraction kept */
+        u += 0xfffu + ((u >> 13) & 1);
+        u &= ~0x1fffu;
+    } else { /* a subnormal one: multiples of 2^-24 */
+        float a;
+        memcpy(&a, &u, 4);
+        a = rintf(a * 0x1p24f) * 0x1p-24f;
+        memcpy(&u, &a, 4);
+    }
+    u |= s;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* GELU's tanh form as llama.cpp's CPU backend computes it (GGML_GELU_FP16, its default): 0 at
+ * or below -10, v at or above 10, else the value for v rounded to float16, itself rounded to
+ * float16 (its table of every float16's GELU) */
+static inline float gelu_f16(float v) {
+    if (v <= -10.0f) return 0.0f;
+    if (v >= 10.0f) return v;
+    const float x = round_f16(v), c = 0.79788456080286536f; /* sqrt(2 / pi) */
+    return round_f16(0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))));
+}
+
+/* the feed-forward's activation over one row h: a gated one's (SwiGLU: SiLU(gate) * up;
+ * GeGLU: GELU_tanh(gate) * up, or gelu_f16's) into the gate's half h[0, F) (h[F, 2F): up),
+ * or act() over h[0, F); SiLU and GELU's tanh form 16 lanes at a time */
 static void activate(int64_t kind, float *h, int64_t F) {
     int64_t j = 0;
     if (kind == ACT_SWIGLU) {
@@ -594,13 +653,25 @@ static void activate(int64_t kind, float *h, int64_t F) {
         for (; j < F; j++) h[j] = h[j] / (1.0f + expf(-h[j])) * h[F + j];
         return;
     }
+    if (kind == ACT_GEGLU_F16) {
+        for (; j < F; j++) h[j] = gelu_f16(h[j]) * h[F + j];
+        return;
+    }
+    if (kind == ACT_GEGLU) {
+        for (; j + 16 <= F; j += 16)
+            *(vf *)(h + j) = vgelu_tanh(*(const vf *)(h + j)) * *(const vf *)(h + F + j);
+        for (; j < F; j++) h[j] = act(ACT_GELU_TANH, h[j]) * h[F + j];
+        return;
+    }
     if (kind == ACT_GELU_TANH)
-        for (; j + 16 <= F; j += 16) {
-            const vf v = *(const vf *)(h + j);
-            const vf u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-            *(vf *)(h + j) = 0.5f * v * (2.0f - 2.0f / (vexp(u + u) + 1.0f));
-        }
+        for (; j + 16 <= F; j += 16) *(vf *)(h + j) = vgelu_tanh(*(const vf *)(h + j));
     for (; j < F; j++) h[j] = act(kind, h[j]);
+}
+
+/* scores -> cap tanh(score / cap) (Gemma 2's attention logits; cap 0: as they are) */
+static inline void softcap(float *v, int64_t n, float cap) {
+    if (cap == 0.0f) return;
+    for (int64_t i = 0; i < n; i++) v[i] = cap * tanhf(v[i] / cap);
 }
 
 /* one query row (D,) against S keys/values (S, D) of one head, D a multiple of 16 and at most
@@ -608,10 +679,10 @@ static void activate(int64_t kind, float *h, int64_t F) {
  * at a time, and the weighted values summed in registers, scaled by 1 / sum once */
 static inline __attribute__((always_inline)) void attend16(const float *q, const float *k,
                                                            const float *v, int64_t S, float scale,
-                                                           float *scores, float *out,
+                                                           float cap, float *scores, float *out,
                                                            const int DV) {
     const int64_t D = 16 * DV;
-    vf qv[8];
+    vf qv[16];
     for (int c = 0; c < DV; c++) qv[c] = *(const vf *)(q + 16 * c) * scale;
     float mx = -INFINITY;
     int64_t s = 0;
@@ -633,6 +704,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, const
         for (int c = 1; c < DV; c++) a += qv[c] * *(const vf *)(k + s * D + 16 * c);
         scores[s] = hsum(a);
     }
+    softcap(scores, S, cap);
     for (s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
     float sum = 0.0f;
     for (s = 0; s + 16 <= S; s += 16) {
@@ -641,7 +713,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, const
         sum += hsum(e);
     }
     for (; s < S; s++) sum += scores[s] = expf(scores[s] - mx);
-    vf acc[8];
+    vf acc[16];
     for (int c = 0; c < DV; c++) acc[c] = (vf){0};
     for (s = 0; s < S; s++) {
         const float p = scores[s], *vs = v + s * D;
@@ -654,15 +726,15 @@ static inline __attribute__((always_inline)) void attend16(const float *q, const
 static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
                    float *scores, float *out) {
     const int64_t D = md->D;
-    if (D == 64) return attend16(q, k, v, S, md->scale, scores, out, 4);
-    if (D == 128) return attend16(q, k, v, S, md->scale, scores, out, 8);
-    if (D == 32) return attend16(q, k, v, S, md->scale, scores, out, 2);
+    const float cap = md->attn_softcap;
+    if (D == 64) return attend16(q, k, v, S, md->scale, cap, scores, out, 4);
+    if (D == 128) return attend16(q, k, v, S, md->scale, cap, scores, out, 8);
+    if (D == 32) return attend16(q, k, v, S, md->scale, cap, scores, out, 2);
+    if (D == 256) return attend16(q, k, v, S, md->scale, cap, scores, out, 16);
     float mx = -INFINITY;
-    for (int64_t s = 0; s < S; s++) {
-        const float d = dot(q, k + s * D, D) * md->scale;
-        scores[s] = d;
-        if (d > mx) mx = d;
-    }
+    for (int64_t s = 0; s < S; s++) scores[s] = dot(q, k + s * D, D) * md->scale;
+    softcap(scores, S, cap);
+    for (int64_t s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
     float sum = 0.0f;
     for (int64_t s = 0; s < S; s++) {
         scores[s] = expf(scores[s] - mx);
@@ -677,91 +749,149 @@ static void attend(const Model *md, const float *q, const float *k, const float 
 
 /* -- the step ------------------------------------------------------------------------------ */
 
-/* x (M = B T, C) holds the new tokens' input embeddings (positions added) and is overwritten
- * by the residual stream; `held` positions are in the caches already (written at
- * [held, held + T)); cos, sin (T, D/2) for the new positions; logits (M, V), or with
- * `last_only` (B, V): each row's last position alone (a prompt needs no more, and its head
- * is the largest product: V C per position). */
-void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B, int64_t T,
-                        int64_t held, const float *cos_t, const float *sin_t, float *logits,
-                        int last_only, int threads) {
-    const int64_t M = B * T, C = md->C, H = md->H, Hkv = md->Hkv, D = md->D, F = md->F;
-    const int64_t NQ = (H + 2 * Hkv) * D, groups = H / Hkv, cap = md->cap;
-    const int64_t NF = md->act == ACT_SWIGLU ? 2 * F : F;
+/* the rows' q and k heads normalized (Qwen3, Gemma 3) and rotated by the layer's table, their
+ * keys and values written to the cache at (slot, position) */
+static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const Rows *rw) {
+    const int64_t H = md->H, Hkv = md->Hkv, D = md->D, NQ = (H + 2 * Hkv) * D, cap = md->cap;
+    const float *cos_t = rw->cos + bk->table * M * (D / 2);
+    const float *sin_t = rw->sin + bk->table * M * (D / 2);
+    for (int64_t m = 0; m < M; m++) {
+        float *row = qkv + m * NQ;
+        if (bk->q_norm.w) /* per-head norms of q and k, before the rotation */
+            for (int64_t h = 0; h < H + Hkv; h++)
+                norm_head(row + h * D, h < H ? bk->q_norm.w : bk->k_norm.w, D, md->eps);
+        if (md->rotary)
+            for (int64_t h = 0; h < H + Hkv; h++) {
+                const float *cs = cos_t + m * (D / 2), *sn = sin_t + m * (D / 2);
+                if (md->rotary == 2) rotate_pairs(row + h * D, cs, sn, D);
+                else rotate(row + h * D, cs, sn, D);
+            }
+        for (int64_t h = 0; h < Hkv; h++) {
+            const int64_t at = ((rw->slot[m] * Hkv + h) * cap + rw->pos[m]) * D;
+            memcpy(bk->k_cache + at, row + (H + h) * D, D * sizeof(float));
+            memcpy(bk->v_cache + at, row + (H + Hkv + h) * D, D * sizeof(float));
+        }
+    }
+}
+
+/* thread t's share of the (row, head) pairs: row m's query against its slot's keys at the
+ * positions it sees, [0, pos] or the window's band (rows of this step included) */
+static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int64_t M,
+                        const Rows *rw, float *scores, int t, int nt) {
+    const int64_t H = md->H, Hkv = md->Hkv, D = md->D, NQ = (H + 2 * Hkv) * D;
+    int64_t lo, hi;
+    share(M * H, t, nt, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        const int64_t m = i / H, h = i % H, kv = h / (H / Hkv), p = rw->pos[m];
+        const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
+        const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
+        attend(md, sc->qkv + m * NQ + h * D, bk->k_cache + at, bk->v_cache + at, p - first + 1,
+               scores, sc->att + m * H * D + h * D);
+    }
+}
+
+/* x (M, C) += y (M, C) RMS-normalized by the gains nm (y overwritten) */
+static void add_normed(const Model *md, const Norm *nm, float *y, float *x, int64_t M) {
+    norm_rows(md, nm, y, y, M);
+    for (int64_t i = 0; i < M * md->C; i++) x[i] += y[i];
+}
+
+/* one block over the M rows (call from every thread of the region) */
+static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x, int64_t M,
+                  const Rows *rw, int t, int nt) {
+    const int64_t C = md->C, H = md->H, Hkv = md->Hkv, D = md->D, F = md->F;
+    const int64_t NQ = (H + 2 * Hkv) * D;
+    const int64_t NF = md->act == ACT_SWIGLU || md->act >= ACT_GEGLU ? 2 * F : F;
+    const int post = bk->post_attn.w != NULL; /* sublayer outputs go through xn, normed */
+#pragma omp single
+    norm_rows(md, &bk->ln_1, x, sc->xn, M);
+    quantize_for(&bk->qkv, &bk->k, &bk->v, sc->xn, M, C, sc->xq, t, nt);
+    linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, sc->part, sc->xq, t, nt);
+    if (bk->k.w) { /* separate k and v */
+        linear(&bk->k, sc->xn, M, C, sc->qkv + H * D, NQ, NULL, sc->part, sc->xq, t, nt);
+        linear(&bk->v, sc->xn, M, C, sc->qkv + (H + Hkv) * D, NQ, NULL, sc->part, sc->xq, t, nt);
+    }
+#pragma omp barrier
+#pragma omp single
+    place(md, bk, sc->qkv, M, rw);
+    attend_rows(md, bk, sc, M, rw, sc->scores + t * md->cap, t, nt);
+#pragma omp barrier
+    quantize_for(&bk->out, NULL, NULL, sc->att, M, H * D, sc->xq, t, nt);
+    linear(&bk->out, sc->att, M, H * D, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq,
+           t, nt);
+#pragma omp barrier
+#pragma omp single
+    {
+        if (post) add_normed(md, &bk->post_attn, sc->xn, x, M);
+        norm_rows(md, &bk->ln_2, x, sc->xn, M);
+    }
+    quantize_for(&bk->fc, &bk->up, NULL, sc->xn, M, C, sc->xq, t, nt);
+    linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, sc->part, sc->xq, t, nt);
+    if (bk->up.w) /* the up half apart */
+        linear(&bk->up, sc->xn, M, C, sc->hid + F, NF, NULL, sc->part, sc->xq, t, nt);
+#pragma omp barrier
+    int64_t lo, hi;
+    share(M, t, nt, &lo, &hi);
+    for (int64_t m = lo; m < hi; m++) activate(md->act, sc->hid + m * NF, F);
+#pragma omp barrier
+    quantize_for(&bk->proj, NULL, NULL, sc->hid, M, NF, sc->xq, t, nt);
+    linear(&bk->proj, sc->hid, M, NF, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq, t,
+           nt);
+#pragma omp barrier
+    if (post) {
+#pragma omp single
+        add_normed(md, &bk->post_mlp, sc->xn, x, M);
+    }
+}
+
+/* x (M, C) holds the rows' input embeddings (positions added, for a model with learned ones)
+ * and is overwritten by the residual stream; rw says where each row is (its cache slot and
+ * position: its key and value are written there, and it attends over its slot's positions up
+ * to its own, those written by earlier rows of this step included) and which rows' logits
+ * are wanted: logits (R, V), R of the M rows (a prompt needs only its last: the head is the
+ * largest product, V C per row). The products run once over all M rows. */
+void attnlm_step_rows(const Model *md, const Scratch *sc, float *x, int64_t M, const Rows *rw,
+                      float *logits, int threads) {
+    const int64_t C = md->C, R = rw->R, V = md->V;
 #pragma omp parallel num_threads(threads)
     {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        float *scores = sc->scores + t * cap;
-        for (int64_t l = 0; l < md->n_layer; l++) {
-            const Block *bk = md->blocks + l;
+        for (int64_t l = 0; l < md->n_layer; l++) layer(md, md->blocks + l, sc, x, M, rw, t, nt);
 #pragma omp single
-            norm_rows(md, &bk->ln_1, x, sc->xn, M);
-            quantize_for(&bk->qkv, &bk->k, &bk->v, sc->xn, M, C, sc->xq, t, nt);
-            linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, sc->part, sc->xq, t, nt);
-            if (bk->k.w) { /* separate k and v */
-                linear(&bk->k, sc->xn, M, C, sc->qkv + H * D, NQ, NULL, sc->part, sc->xq, t, nt);
-                linear(&bk->v, sc->xn, M, C, sc->qkv + (H + Hkv) * D, NQ, NULL, sc->part, sc->xq,
-                       t, nt);
-            }
+        for (int64_t r = 0; r < R; r++) /* the rows asked for, gathered */
+            norm_rows(md, &md->ln_f, x + rw->out[r] * C, sc->xn + r * C, 1);
+        quantize_for(&md->head, NULL, NULL, sc->xn, R, C, sc->xq, t, nt);
+        linear(&md->head, sc->xn, R, C, logits, V, NULL, sc->part, sc->xq, t, nt);
+        if (md->final_softcap != 0.0f) {
 #pragma omp barrier
-#pragma omp single
-            for (int64_t m = 0; m < M; m++) { /* rotate q and k, write k and v to the cache */
-                const int64_t b = m / T, tt = m % T;
-                float *row = sc->qkv + m * NQ;
-                if (bk->q_norm.w) /* per-head norms of q and k (Qwen3), before the rotation */
-                    for (int64_t h = 0; h < H + Hkv; h++)
-                        norm_head(row + h * D, h < H ? bk->q_norm.w : bk->k_norm.w, D, md->eps);
-                if (md->rotary)
-                    for (int64_t h = 0; h < H + Hkv; h++) {
-                        const float *cs = cos_t + tt * (D / 2), *sn = sin_t + tt * (D / 2);
-                        if (md->rotary == 2) rotate_pairs(row + h * D, cs, sn, D);
-                        else rotate(row + h * D, cs, sn, D);
-                    }
-                for (int64_t h = 0; h < Hkv; h++) {
-                    const int64_t at = ((b * Hkv + h) * cap + held + tt) * D;
-                    memcpy(bk->k_cache + at, row + (H + h) * D, D * sizeof(float));
-                    memcpy(bk->v_cache + at, row + (H + Hkv + h) * D, D * sizeof(float));
-                }
-            }
             int64_t lo, hi;
-            share(M * H, t, nt, &lo, &hi);
-            for (int64_t i = lo; i < hi; i++) { /* (row, head) pairs; a row sees its own past */
-                const int64_t m = i / H, h = i % H, b = m / T, tt = m % T, kv = h / groups;
-                const int64_t at = (b * Hkv + kv) * cap * D;
-                attend(md, sc->qkv + m * NQ + h * D, bk->k_cache + at, bk->v_cache + at,
-                       held + tt + 1, scores, sc->att + m * H * D + h * D);
-            }
-#pragma omp barrier
-            quantize_for(&bk->out, NULL, NULL, sc->att, M, H * D, sc->xq, t, nt);
-            linear(&bk->out, sc->att, M, H * D, x, C, x, sc->part, sc->xq, t, nt);
-#pragma omp barrier
-#pragma omp single
-            norm_rows(md, &bk->ln_2, x, sc->xn, M);
-            quantize_for(&bk->fc, &bk->up, NULL, sc->xn, M, C, sc->xq, t, nt);
-            linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, sc->part, sc->xq, t, nt);
-            if (bk->up.w) /* the up half apart */
-                linear(&bk->up, sc->xn, M, C, sc->hid + F, NF, NULL, sc->part, sc->xq, t, nt);
-#pragma omp barrier
-            share(M, t, nt, &lo, &hi);
-            for (int64_t m = lo; m < hi; m++) {
-                activate(md->act, sc->hid + m * NF, F);
-            }
-#pragma omp barrier
-            quantize_for(&bk->proj, NULL, NULL, sc->hid, M, NF, sc->xq, t, nt);
-            linear(&bk->proj, sc->hid, M, NF, x, C, x, sc->part, sc->xq, t, nt);
-#pragma omp barrier
+            share(R, t, nt, &lo, &hi);
+            softcap(logits + lo * V, (hi - lo) * V, md->final_softcap);
         }
-        const int64_t MH = last_only ? B : M; /* rows the head runs on */
-#pragma omp single
-        {
-            if (last_only) /* row b's last position to row b (b <= b T + T - 1: no overlap) */
-                for (int64_t b = 0; b < B; b++)
-                    memmove(x + b * C, x + (b * T + T - 1) * C, C * sizeof(float));
-            norm_rows(md, &md->ln_f, x, sc->xn, MH);
-        }
-        quantize_for(&md->head, NULL, NULL, sc->xn, MH, C, sc->xq, t, nt);
-        linear(&md->head, sc->xn, MH, C, logits, md->V, NULL, sc->part, sc->xq, t, nt);
     }
+}
+
+/* B sequences x T new tokens each (row m = b T + t: cache slot b, position held + t) through
+ * attnlm_step_rows; cos, sin (T, D/2) for the new positions (one table); logits (M, V), or
+ * with `last_only` (B, V): each sequence's last position alone */
+void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B, int64_t T,
+                        int64_t held, const float *cos_t, const float *sin_t, float *logits,
+                        int last_only, int threads) {
+    const int64_t M = B * T, half = md->D / 2, R = last_only ? B : M;
+    int64_t *idx = malloc((2 * M + R) * sizeof(int64_t));
+    float *turn = malloc(2 * M * half * sizeof(float) + 1);
+    if (idx && turn) {
+        for (int64_t m = 0; m < M; m++) {
+            idx[m] = m / T, idx[M + m] = held + m % T;
+            memcpy(turn + m * half, cos_t + (m % T) * half, half * sizeof(float));
+            memcpy(turn + (M + m) * half, sin_t + (m % T) * half, half * sizeof(float));
+        }
+        for (int64_t r = 0; r < R; r++) idx[2 * M + r] = last_only ? r * T + T - 1 : r;
+        const Rows rw = {idx, idx + M, turn, turn + M * half, idx + 2 * M, R};
+        attnlm_step_rows(md, sc, x, M, &rw, logits, threads);
+    }
+    free(idx);
+    free(turn);
 }
 
 /* the feed-forward's activation over h alone (its own tests): kind as Model.act, h (F,) or
@@ -790,6 +920,7 @@ int64_t attnlm_sizes(int64_t which) {
     case 2: return sizeof(Block);
     case 3: return sizeof(Model);
     case 4: return sizeof(Scratch);
+    case 5: return sizeof(Rows);
     default: return -1;
     }
 }

@@ -15,7 +15,8 @@ GGML_FORMATS = {"F32": F32, "BF16": BF16, "F16": F16, "Q8_0": Q8_0, "Q4_0": Q4_0
                 "Q5_0": Q5_0, "Q5_1": Q5_1, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K}  # fmt: skip
 ACT_AUTO, ACT_FLOAT, ACT_INT = 0, 1, 2  # Linear.act: a ggml product's activations
 RMS, LAYER = 0, 1  # Model.norm
-SWIGLU, GELU, GELU_TANH, RELU = 0, 1, 2, 3  # Model.act
+SWIGLU, GELU, GELU_TANH, RELU, GEGLU = 0, 1, 2, 3, 4  # Model.act
+GEGLU_F16 = 5  # Model.act: GeGLU whose GELU is llama.cpp's CPU backend's (float16 in and out)
 
 
 class Linear(ctypes.Structure):
@@ -32,7 +33,9 @@ class Block(ctypes.Structure):
     _fields_ = [("ln_1", Norm), ("ln_2", Norm), ("qkv", Linear), ("out", Linear),
                 ("fc", Linear), ("proj", Linear), ("k_cache", ctypes.c_void_p),
                 ("v_cache", ctypes.c_void_p), ("k", Linear), ("v", Linear),
-                ("up", Linear), ("q_norm", Norm), ("k_norm", Norm)]  # fmt: skip
+                ("up", Linear), ("q_norm", Norm), ("k_norm", Norm), ("post_attn", Norm),
+                ("post_mlp", Norm), ("window", ctypes.c_int64),
+                ("table", ctypes.c_int64)]  # fmt: skip
 
 
 class Model(ctypes.Structure):
@@ -41,7 +44,8 @@ class Model(ctypes.Structure):
         for name in ("n_layer", "C", "H", "Hkv", "D", "F", "V", "cap", "norm", "act", "rotary")
     ]
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float),
-                 ("blocks", ctypes.c_void_p), ("ln_f", Norm), ("head", Linear)]  # fmt: skip
+                 ("blocks", ctypes.c_void_p), ("ln_f", Norm), ("head", Linear),
+                 ("attn_softcap", ctypes.c_float), ("final_softcap", ctypes.c_float)]  # fmt: skip
 
 
 class Scratch(ctypes.Structure):
@@ -49,7 +53,18 @@ class Scratch(ctypes.Structure):
                 for name in ("xn", "qkv", "att", "hid", "scores", "part", "xq")]  # fmt: skip
 
 
+class Rows(ctypes.Structure):
+    """Where each row of a step is (``attnlm_step_rows``): ``slot`` / ``pos`` ``(M,)`` int64,
+    ``cos`` / ``sin`` ``(tables, M, D/2)`` float32, ``out`` ``(R,)`` int64: the rows whose
+    logits are computed."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in ("slot", "pos", "cos", "sin", "out")]
+    _fields_ += [("R", ctypes.c_int64)]
+
+
 STRUCTS = (Linear, Norm, Block, Model, Scratch)
+#: every struct whose size the library reports (attnlm_sizes), in its order
+SIZED = (*STRUCTS, Rows)
 
 
 def scratch_sizes(m: int, cap: int, threads: int, c: int, q: int, hd: int, nf: int, v: int
@@ -67,12 +82,14 @@ def scratch_sizes(m: int, cap: int, threads: int, c: int, q: int, hd: int, nf: i
 def configure(lib: ctypes.CDLL) -> str | None:
     """Set the argument types of the library's functions; the reason it cannot be used (a
     stale or foreign build whose structs differ), or None."""
-    sizes = [lib.attnlm_sizes(i) for i in range(len(STRUCTS))]
-    if sizes != [ctypes.sizeof(s) for s in STRUCTS]:
+    sizes = [lib.attnlm_sizes(i) for i in range(len(SIZED))]
+    if sizes != [ctypes.sizeof(s) for s in SIZED]:
         return "the C decode step's structs do not match (rebuild)"
     p, i64 = ctypes.c_void_p, ctypes.c_int64
     lib.attnlm_decode_step.argtypes = [p, p, p, i64, i64, i64, p, p, p, ctypes.c_int,
                                        ctypes.c_int]  # fmt: skip
+    lib.attnlm_step_rows.argtypes = [p, p, p, i64, p, p, ctypes.c_int]
+    lib.attnlm_step_rows.restype = None
     lib.attnlm_linear.argtypes = [p, p, i64, p, p, ctypes.c_int]
     lib.attnlm_activate.argtypes = [i64, p, i64]
     lib.attnlm_quantize_rows.argtypes = [p, i64, i64, p]

@@ -65,13 +65,15 @@ class BlockWeights:
     ln_2: np.ndarray
     qkv: LinearWeights  # (H + 2 Hkv) D rows: q, then k, then v; or q alone, with k and v
     out: LinearWeights
-    fc: LinearWeights  # 2 F rows: the SwiGLU gate, then up; or the gate alone, with up
+    fc: LinearWeights  # 2 F rows: the gate, then up; or the gate alone, with up
     proj: LinearWeights
     k: LinearWeights | None = None
     v: LinearWeights | None = None
     up: LinearWeights | None = None
     q_norm: np.ndarray | None = None  # (D,) RMSNorm gains of each q / k head (Qwen3), or None
     k_norm: np.ndarray | None = None
+    post_attn: np.ndarray | None = None  # (C,) gains of the sublayers' outputs (Gemma), or None
+    post_mlp: np.ndarray | None = None
 
 
 @dataclass
@@ -79,7 +81,14 @@ class EngineConfig:
     """A Llama-family decoder: RMSNorm, rotary positions, SwiGLU; ``qkv_bias``: q/k/v have
     biases (Qwen2: :attr:`LinearWeights.bias`); ``qk_norm``: each q and k head is
     RMS-normalized before the rotation (Qwen3: :attr:`BlockWeights.q_norm`); ``d_head``: the
-    head width where it is not ``n_embd / n_head``."""
+    head width where it is not ``n_embd / n_head``. Gemma's parts, as the ``[model]`` table
+    of :class:`attnlm.models.llama.LlamaConfig` names them: ``embed_scale``, ``post_norms``
+    (:attr:`BlockWeights.post_attn`), ``mlp_act`` ``"gelu_tanh"`` (GeGLU), ``attn_scale``
+    (None: ``1/sqrt(D)``), ``attn_softcap``, ``final_softcap``, ``sliding_window`` with
+    ``layer_types``, ``rope_local_theta`` (the sliding layers' rotary base) and
+    ``rope_linear`` (a linear rotary scaling's factor: the global layers' positions divided
+    by it); ``gelu_table``: GeGLU's GELU as llama.cpp's CPU backend takes it, its input and
+    value rounded to float16 (with the products' activations quantized as llama.cpp's)."""
 
     n_layer: int
     n_embd: int
@@ -95,8 +104,17 @@ class EngineConfig:
     qkv_bias: bool = False
     qk_norm: bool = False
     d_head: int | None = None
-    # a part of the Llama family the step does not run yet (always off here)
     post_norms: bool = False
+    embed_scale: float | None = None
+    mlp_act: str = "silu"
+    attn_scale: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    rope_local_theta: float | None = None
+    rope_linear: float | None = None
+    gelu_table: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -106,13 +124,23 @@ class EngineConfig:
     def ffn_width(self) -> int:
         return self.d_ff
 
+    def window(self, layer: int) -> int:
+        """Layer ``layer``'s sliding window (0: it sees every earlier position)."""
+        kinds = self.layer_types or ("sliding_attention",) * self.n_layer
+        return (self.sliding_window or 0) if kinds[layer] == "sliding_attention" else 0
+
 
 @dataclass
 class Engine:
     """See the module docstring. ``embedding``: q8 codes ``(V, C)`` int8 and ``emb_scales``
     ``(V, G)`` float16; or, with ``emb_type`` (a ggml type id), the rows' blocks as stored
     ``(V, row bytes)`` and no scales; ``head``: the LM head (a tied one is the embedding's
-    codes); ``reason``: why the planner chose this backend."""
+    codes); ``reason``: why the planner chose this backend.
+
+    Two ways to decode, on the same key/value buffers: :meth:`reset` and :meth:`feed` (B
+    sequences advancing together, buffers that grow), and the rows API for a server's
+    continuous batching, :meth:`reset_slots`, :meth:`step_rows` and :meth:`prefill` (each
+    row at its own cache slot and position, one pass over the weights for all)."""
 
     config: EngineConfig
     blocks: list[BlockWeights]
@@ -131,46 +159,65 @@ class Engine:
             raise RuntimeError(f"no C decode step: {native.why_not}")
         self.lib = lib
         c = self.config
-        self.inv_freq = _inv_freq(c.head_dim, c.rope_theta)
+        self.freqs, tables = _rotary_tables(c)
         self.array = (structs.Block * c.n_layer)()
         for i, b in enumerate(self.blocks):
             apart = [x.describe() if x else structs.Linear() for x in (b.k, b.v, b.up)]
+            norms = [structs.Norm(_ptr(w), None) for w in (b.q_norm, b.k_norm, b.post_attn,
+                                                           b.post_mlp)]  # fmt: skip
             self.array[i] = structs.Block(
                 structs.Norm(_ptr(b.ln_1), None), structs.Norm(_ptr(b.ln_2), None),
                 b.qkv.describe(), b.out.describe(), b.fc.describe(), b.proj.describe(),
-                None, None, *apart, structs.Norm(_ptr(b.q_norm), None),
-                structs.Norm(_ptr(b.k_norm), None),
+                None, None, *apart, *norms, c.window(i), tables[i],
             )  # fmt: skip
+        act = structs.SWIGLU
+        if c.mlp_act == "gelu_tanh":
+            act = structs.GEGLU_F16 if c.gelu_table else structs.GEGLU
+        scale = c.attn_scale or 1 / math.sqrt(c.head_dim)
         self.struct = structs.Model(
             c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.d_ff, c.vocab_size, 0,
-            structs.RMS, structs.SWIGLU, c.rotary, c.rms_norm_eps, 1 / math.sqrt(c.head_dim),
-            ctypes.addressof(self.array), structs.Norm(_ptr(self.ln_f), None),
-            self.head.describe(),
+            structs.RMS, act, c.rotary, c.rms_norm_eps, scale, ctypes.addressof(self.array),
+            structs.Norm(_ptr(self.ln_f), None), self.head.describe(), c.attn_softcap or 0.0,
+            c.final_softcap or 0.0,
         )  # fmt: skip
         self.reset(1)
 
     # -- the decoding state ------------------------------------------------------------------
 
     def reset(self, rows: int, room: int = 0) -> None:
-        """Forget every position; ``rows`` sequences from now on, buffers for ``room``
-        positions (they grow when needed)."""
-        self.rows, self.length = rows, 0
+        """Forget every position; ``rows`` sequences from now on (:meth:`feed`), buffers for
+        ``room`` positions (they grow when needed)."""
+        self._slots(rows, None)
+        if room:
+            self._grow(room)
+
+    def reset_slots(self, n_slots: int, max_len: int) -> None:
+        """Forget every position; ``n_slots`` cache slots of ``max_len`` positions each for
+        :meth:`step_rows` and :meth:`prefill` (allocated now, never grown)."""
+        if not 0 < n_slots or not 0 < max_len:
+            raise ValueError(f"reset_slots takes n_slots >= 1 and max_len >= 1, got "
+                             f"{n_slots}, {max_len}")  # fmt: skip
+        self._slots(n_slots, max_len)
+        self._grow(max_len)
+
+    def _slots(self, n: int, max_len: int | None) -> None:
+        self.rows, self.length, self.max_len = n, 0, max_len
+        self.held = np.zeros(n, np.int64)  # positions written in each slot
         self._k: list[np.ndarray] = []
         self._v: list[np.ndarray] = []
         self._cap = 0
         self._scratch: tuple = ()
-        if room:
-            self._grow(room)
 
     def _grow(self, need: int) -> None:
         c = self.config
-        cap = max(need, self._cap + GROW)
+        cap = need if self.max_len else max(need, self._cap + GROW)
         shape = (self.rows, c.n_kv_head, cap, c.head_dim)
         k = [np.empty(shape, np.float32) for _ in range(c.n_layer)]
         v = [np.empty(shape, np.float32) for _ in range(c.n_layer)]
+        keep = int(self.held.max(initial=0))
         for new, old in ((k, self._k), (v, self._v)):
             for dest, src in zip(new, old):
-                dest[:, :, : self.length] = src[:, :, : self.length]
+                dest[:, :, :keep] = src[:, :, :keep]
         self._k, self._v, self._cap = k, v, cap
         for i in range(c.n_layer):
             self.array[i].k_cache, self.array[i].v_cache = _ptr(k[i]), _ptr(v[i])
@@ -180,6 +227,7 @@ class Engine:
     def drop_newest(self, n: int) -> None:
         """Forget the ``n`` most recent positions (rejected draft tokens)."""
         self.length -= n
+        self.held[:] = self.length
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -192,36 +240,118 @@ class Engine:
         b, t = tokens.shape
         if b != self.rows or not 0 < t <= MAX_TOKENS:
             raise ValueError(f"feed takes ({self.rows}, 1..{MAX_TOKENS}) tokens, got {b, t}")
-        if tokens.min() < 0 or tokens.max() >= c.vocab_size:
-            raise ValueError(f"token ids must be in [0, {c.vocab_size})")
+        _check_range("token id", tokens, c.vocab_size)
+        if self.max_len is not None:
+            raise ValueError("feed follows reset(rows); after reset_slots, step_rows and prefill")
         if self.length + t > self._cap:
             self._grow(max(2 * (self.length + t), self.length + t + GROW))
-        x = self._embed(tokens)  # (B T, C), overwritten by the step
-        angles = np.arange(self.length, self.length + t, dtype=np.float32)[:, None] * self.inv_freq
-        cos, sin = np.cos(angles), np.sin(angles)  # (T, D/2)
-        logits = np.empty((b if last_only else b * t, c.vocab_size), np.float32)
-        scratch = self._scratch_for(b * t)
-        self.lib.attnlm_decode_step(
-            ctypes.byref(self.struct), ctypes.byref(scratch), _ptr(x), b, t, self.length,
-            _ptr(cos), _ptr(sin), _ptr(logits), int(last_only), self.threads,
-        )  # fmt: skip
+        slots = np.repeat(np.arange(b, dtype=np.int64), t)
+        positions = np.tile(np.arange(self.length, self.length + t, dtype=np.int64), b)
+        out = np.arange(b, dtype=np.int64) * t + t - 1 if last_only else np.arange(b * t)
+        logits = self._run(tokens.reshape(-1), positions, slots, out)
         self.length += t
+        self.held[:] = self.length
         return logits.reshape(b, 1 if last_only else t, c.vocab_size)
 
+    def step_rows(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray
+                  ) -> np.ndarray:  # fmt: skip
+        """Logits ``(n, V)`` float32 of ``n`` rows, row i the token ``tokens[i]`` at position
+        ``positions[i]`` of the sequence in cache slot ``slots[i]`` (after
+        :meth:`reset_slots`), all in one pass over the weights. A row attends over its slot's
+        positions ``[0, position]``: those written before (a row at a lower position than
+        the slot holds cuts the slot back to that prefix) and those of earlier rows of the
+        same slot in this call, which must be consecutive positions in order. ValueError for
+        an id, slot or position out of range, or a gap in a slot's positions."""
+        tokens, positions, slots = self._check_rows(tokens, positions, slots)
+        out = np.arange(len(tokens), dtype=np.int64)
+        logits = self._run(tokens, positions, slots, out)
+        self._advance(positions, slots)
+        return logits
+
+    def prefill(self, slot: int, position: int, tokens: np.ndarray) -> np.ndarray:
+        """Logits ``(V,)`` float32 of the last of ``tokens`` ``(T,)``, written into cache
+        slot ``slot`` from ``position`` on (the slot keeps its positions before it: a cached
+        prompt prefix), :data:`MAX_TOKENS` rows per pass; checked as :meth:`step_rows`."""
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64).reshape(-1)
+        if not len(tokens):
+            raise ValueError("prefill takes at least one token")
+        n = len(tokens)
+        positions = np.arange(position, position + n, dtype=np.int64)
+        self._check_rows(tokens, positions, np.full(n, slot, dtype=np.int64))
+        for at in range(0, n, MAX_TOKENS):
+            chunk, where = tokens[at : at + MAX_TOKENS], positions[at : at + MAX_TOKENS]
+            slots = np.full(len(chunk), slot, dtype=np.int64)
+            last = np.asarray([len(chunk) - 1], dtype=np.int64)
+            logits = self._run(chunk, where, slots, last)
+            self._advance(where, slots)
+        return logits[0]
+
+    def _check_rows(self, tokens, positions, slots) -> tuple[np.ndarray, ...]:
+        """The rows' arrays as int64, checked (see :meth:`step_rows`)."""
+        arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (tokens, positions, slots)]
+        n = len(arrays[0])
+        if not n or any(a.shape != (n,) for a in arrays):
+            raise ValueError(f"step_rows takes three arrays (n,) of equal length n >= 1, got "
+                             f"shapes {[a.shape for a in arrays]}")  # fmt: skip
+        if self.max_len is None:
+            raise ValueError("reset_slots(n_slots, max_len) comes before rows")
+        tokens, positions, slots = arrays
+        _check_range("token id", tokens, self.config.vocab_size)
+        _check_range("slot", slots, self.rows)
+        _check_range("position", positions, self.max_len)
+        nxt: dict[int, int] = {}
+        for s, p in zip(slots.tolist(), positions.tolist()):
+            want = nxt.get(s)
+            if want is None and p > self.held[s]:
+                raise ValueError(f"position {p} of slot {s} leaves a gap: the slot holds "
+                                 f"{self.held[s]} positions")  # fmt: skip
+            if want is not None and p != want:
+                raise ValueError(f"slot {s}'s rows must be consecutive positions, in order: "
+                                 f"{p} follows {want - 1}")  # fmt: skip
+            nxt[s] = p + 1
+        return tokens, positions, slots
+
+    def _advance(self, positions: np.ndarray, slots: np.ndarray) -> None:
+        """Each slot now holds the positions up to its last row's (a lower one cuts it)."""
+        for s, p in zip(slots.tolist(), positions.tolist()):
+            self.held[s] = p + 1
+
+    def _run(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray,
+             out: np.ndarray) -> np.ndarray:  # fmt: skip
+        """Logits ``(R, V)`` of the rows ``out`` of one C call over the rows (checked)."""
+        c, m = self.config, len(tokens)
+        x = self._embed(tokens)  # (M, C), overwritten by the step
+        if c.embed_scale is not None:
+            x *= np.float32(c.embed_scale)
+        angles = positions.astype(np.float32)[None, :, None] * self.freqs[:, None, :]
+        cos, sin = np.cos(angles), np.sin(angles)  # (tables, M, D/2)
+        out = np.ascontiguousarray(out, dtype=np.int64)
+        rows = structs.Rows(_ptr(slots), _ptr(positions), _ptr(cos), _ptr(sin), _ptr(out),
+                            len(out))  # fmt: skip
+        logits = np.empty((len(out), c.vocab_size), np.float32)
+        self.lib.attnlm_step_rows(ctypes.byref(self.struct), ctypes.byref(self._scratch_for(m)),
+                                  _ptr(x), m, ctypes.byref(rows), _ptr(logits),
+                                  self.threads)  # fmt: skip
+        return logits
+
     def _embed(self, tokens: np.ndarray) -> np.ndarray:
-        """Embedding rows of ``tokens``, each row dequantized: ``(B T, C)`` float32 (only the
+        """Embedding rows of ``tokens``, each row dequantized: ``(M, C)`` float32 (only the
         rows asked for are read)."""
         ids = tokens.reshape(-1)
         if self.emb_type >= 0:
             rows = self.embedding[ids]  # (M, row bytes), copied from the map
-            return dequantize(rows.reshape(-1), self.emb_type, (len(ids), self.config.n_embd))
+            out = dequantize(rows.reshape(-1), self.emb_type, (len(ids), self.config.n_embd))
+            return np.ascontiguousarray(out, dtype=np.float32)
         q = self.embedding[ids].astype(np.float32).reshape(len(ids), -1, 32)  # (M, G, 32)
         s = self.emb_scales[ids].astype(np.float32)[:, :, None]  # (M, G, 1)
         return np.ascontiguousarray((q * s).reshape(len(ids), -1))
 
     def _scratch_for(self, m: int) -> structs.Scratch:
+        """Scratch for ``m`` rows or more (kept while the next steps fit: a server's steps
+        vary in rows)."""
         key = (m, self._cap, self.threads)
-        if not self._scratch or self._scratch[0] != key:
+        old = self._scratch[0] if self._scratch else None
+        if old is None or old[1:] != key[1:] or old[0] < m:
             c = self.config
             q, hd = (c.n_head + 2 * c.n_kv_head) * c.head_dim, c.n_head * c.head_dim
             sizes = structs.scratch_sizes(m, self._cap, self.threads, c.n_embd, q, hd,
@@ -229,6 +359,27 @@ class Engine:
             arrays = [np.empty(n, np.float32) for n in sizes]
             self._scratch = (key, structs.Scratch(*[_ptr(a) for a in arrays]), arrays)
         return self._scratch[1]
+
+
+def _check_range(what: str, values: np.ndarray, stop: int) -> None:
+    """ValueError naming the first of ``values`` outside ``[0, stop)``."""
+    bad = values[(values < 0) | (values >= stop)]
+    if len(bad):
+        raise ValueError(f"{what} {int(bad[0])} is out of range [0, {stop})")
+
+
+def _rotary_tables(c: EngineConfig) -> tuple[np.ndarray, list[int]]:
+    """The rotary frequencies of each table ``(tables, D/2)`` and each layer's table: 0 the
+    global base's (divided by a linear scaling's factor), 1 the sliding layers' own base
+    where the model has one (Gemma 3), as the PyTorch model rotates them."""
+    freqs = [_inv_freq(c.head_dim, c.rope_theta)]
+    if c.rope_linear is not None:
+        freqs[0] = (freqs[0] / np.float32(c.rope_linear)).astype(np.float32)
+    tables = [0] * c.n_layer
+    if c.rope_local_theta is not None and any(c.window(i) for i in range(c.n_layer)):
+        freqs.append(_inv_freq(c.head_dim, c.rope_local_theta))
+        tables = [1 if c.window(i) else 0 for i in range(c.n_layer)]
+    return np.stack(freqs), tables
 
 
 def _inv_freq(d: int, theta: float) -> np.ndarray:
