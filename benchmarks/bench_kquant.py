@@ -18,11 +18,14 @@ Rows (medians over ``--rounds``, the contenders started in turn: attnlm, llama.c
 * ``--cpu-time``: in one process, one thread, the CPU time (``time.thread_time``) of each
   decoding step of attnlm's engine and of llama.cpp's ``eval``, alternating token by token:
   the ratio that stays meaningful on a machine shared with other work;
-* ``--kernels``: each block type's product alone (4096 x 1536, one row of x, one thread),
-  float against integer activations, alternating.
+* ``--prefill-cpu-time``: the same for a ``--prefill-tokens`` prefill (one call each,
+  alternating; the Qwen2.5-Coder-0.5B file's products are mostly Q5_0, its rows of 896 not
+  a multiple of 256);
+* ``--kernels``: each block type's product alone (4096 x 1536, one row of x and 64 rows, one
+  thread), float against integer activations, alternating.
 
     .venv/bin/python benchmarks/bench_kquant.py [--rounds 3] [--threads 2] [--new 128]
-        [--path FILE.gguf] [--cpu-time] [--kernels]
+        [--path FILE.gguf] [--cpu-time] [--prefill-cpu-time] [--kernels]
 """
 
 from __future__ import annotations
@@ -132,6 +135,36 @@ def cpu_time(path: Path, steps: int) -> None:
     harness.emit({"bench": "kquant cpu_time", "attnlm_ms": a * 1e3, "llamacpp_ms": b * 1e3})
 
 
+def prefill_cpu_time(path: Path, tokens: int, rounds: int) -> None:
+    """One thread each, CPU time of a ``tokens``-token prefill, alternating."""
+    from llama_cpp import Llama
+
+    from attnlm.base.ggufio import GGUFFile
+    from attnlm.generate import engine_decode
+    from attnlm.runtime.engine_gguf import open_engine
+
+    llm = Llama(str(path), n_ctx=tokens + 16, n_batch=tokens, n_ubatch=tokens, n_threads=1,
+                n_threads_batch=1, verbose=False)  # fmt: skip
+    engine = open_engine(GGUFFile(path), None, 1)
+    prompt = [100 + i % 1000 for i in range(tokens)]
+    ours, theirs = [], []
+    for _ in range(rounds):
+        engine.reset(1)
+        t0 = time.thread_time()
+        engine_decode._feed(engine, np.array([prompt]), last_only=True)
+        t1 = time.thread_time()
+        llm.reset()
+        llm.eval(prompt)
+        ours.append(t1 - t0)
+        theirs.append(time.thread_time() - t1)
+    a, b = float(np.median(ours)), float(np.median(theirs))
+    print(f"\n== CPU time of a {tokens}-token prefill, one thread, median of {rounds}, alternating")
+    print(f"   attnlm {a:.2f} s, llama.cpp {b:.2f} s")
+    local.say("prefill CPU time llama.cpp / attnlm", b / a, ">= 1.2x")
+    harness.emit({"bench": "kquant prefill_cpu_time", "tokens": tokens, "attnlm_s": a,
+                  "llamacpp_s": b})  # fmt: skip
+
+
 def kernels(threads: int, rounds: int) -> None:
     """Each block type's product alone: float activations' time / integer activations'."""
     from attnlm import native
@@ -140,34 +173,37 @@ def kernels(threads: int, rounds: int) -> None:
     lib = native.library()
     if lib is None:
         raise SystemExit(f"no C step: {native.why_not}")
-    n, k, calls = 4096, 1536, 20
+    n, k = 4096, 1536
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(1, k)).astype(np.float32)
-    y, part = np.empty((1, n), np.float32), np.empty(threads * n, np.float32)
-    print(f"\n== one product {n} x {k}, one row of x, {threads} threads, median of {rounds}")
-    for name, (elements, size) in {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20),
-                                   "Q5_0": (32, 22), "Q5_1": (32, 24), "Q4_K": (256, 144),
-                                   "Q5_K": (256, 176), "Q6_K": (256, 210)}.items():  # fmt: skip
-        raw = rng.integers(0, 256, size=(n, k // elements * size), dtype=np.uint8)
-        scales = {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q4_1": (0, 2), "Q5_1": (0, 2)}
-        blocks = raw.reshape(-1, size)
-        for at in scales.get(name, (0,)):  # small finite float16 scales
-            blocks[:, at : at + 2] = np.full((1, 1), 1e-3, np.float16).view(np.uint8)
-        times: dict[int, list[float]] = {structs.ACT_FLOAT: [], structs.ACT_INT: []}
-        for _ in range(rounds):
-            for act in times:
-                layer = structs.Linear(structs.GGML_FORMATS[name], n, k, n, raw.ctypes.data,
-                                       None, None, act)  # fmt: skip
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    lib.attnlm_linear(ctypes.byref(layer), x.ctypes.data, 1, y.ctypes.data,
-                                      part.ctypes.data, threads)  # fmt: skip
-                times[act].append((time.perf_counter() - t0) / calls)
-        f, i = (float(np.median(times[a])) for a in (structs.ACT_FLOAT, structs.ACT_INT))
-        print(f"   {name}: float {f * 1e3:.3f} ms, integer {i * 1e3:.3f} ms: "
-              f"integer {f / i:.2f}x as fast")  # fmt: skip
-        harness.emit({"bench": "kquant kernel", "type": name, "float_ms": f * 1e3,
-                      "int_ms": i * 1e3})  # fmt: skip
+    for rows, calls in ((1, 20), (64, 2)):
+        x = rng.normal(size=(rows, k)).astype(np.float32)
+        y, part = np.empty((rows, n), np.float32), np.empty(threads * rows * n, np.float32)
+        print(f"\n== one product {n} x {k}, {rows} rows of x, {threads} threads, median of "
+              f"{rounds}")  # fmt: skip
+        for name, (elements, size) in {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20),
+                                       "Q5_0": (32, 22), "Q5_1": (32, 24), "Q4_K": (256, 144),
+                                       "Q5_K": (256, 176), "Q6_K": (256, 210)}.items():  # fmt: skip
+            raw = rng.integers(0, 256, size=(n, k // elements * size), dtype=np.uint8)
+            scales = {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q4_1": (0, 2),
+                      "Q5_1": (0, 2)}  # fmt: skip
+            blocks = raw.reshape(-1, size)
+            for at in scales.get(name, (0,)):  # small finite float16 scales
+                blocks[:, at : at + 2] = np.full((1, 1), 1e-3, np.float16).view(np.uint8)
+            times: dict[int, list[float]] = {structs.ACT_FLOAT: [], structs.ACT_INT: []}
+            for _ in range(rounds):
+                for act in times:
+                    layer = structs.Linear(structs.GGML_FORMATS[name], n, k, n, raw.ctypes.data,
+                                           None, None, act)  # fmt: skip
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        lib.attnlm_linear(ctypes.byref(layer), x.ctypes.data, rows,
+                                          y.ctypes.data, part.ctypes.data, threads)  # fmt: skip
+                    times[act].append((time.perf_counter() - t0) / calls)
+            f, i = (float(np.median(times[a])) for a in (structs.ACT_FLOAT, structs.ACT_INT))
+            print(f"   {name}: float {f * 1e3:.3f} ms, integer {i * 1e3:.3f} ms: "
+                  f"integer {f / i:.2f}x as fast")  # fmt: skip
+            harness.emit({"bench": "kquant kernel", "type": name, "rows": rows,
+                          "float_ms": f * 1e3, "int_ms": i * 1e3})  # fmt: skip
 
 
 def main() -> None:
@@ -180,6 +216,8 @@ def main() -> None:
     ap.add_argument("--path", help="a Q4_K_M llama GGUF file (default: SmolLM2 requantized)")
     ap.add_argument("--cpu-time", action="store_true", help="only the one-thread CPU-time rows")
     ap.add_argument("--kernels", action="store_true", help="only the kernel rows")
+    ap.add_argument("--prefill-cpu-time", action="store_true",
+                    help="only the one-thread CPU time of a --prefill-tokens prefill")  # fmt: skip
     args = harness.parse(ap, quick={"rounds": 1, "new": 8, "prompt_tokens": 16,
                                     "prefill_tokens": 32})  # fmt: skip
     harness.header("kquant", threads=args.threads, new=args.new, rounds=args.rounds)
@@ -191,6 +229,9 @@ def main() -> None:
     path = Path(args.path) if args.path else default_file()
     if args.cpu_time:
         cpu_time(path, 16 if args.new < 32 else 64)
+        return
+    if args.prefill_cpu_time:
+        prefill_cpu_time(path, args.prefill_tokens, args.rounds)
         return
     whole_processes(path, args)
     cpu_time(path, 16 if args.new < 32 else 64)
