@@ -1,9 +1,13 @@
 """A Llama-family GGUF file as an :class:`~attnlm.runtime.engine.Engine` (the ``c-engine``
 backend: the C decode step without PyTorch), without a float32 copy of any matrix. The
 architectures: ``llama``, ``qwen2`` (q/k/v biases), ``qwen3`` (per-head q/k norms, a head
-width other than ``n_embd / n_head``) and ``phi3`` (fused q/k/v and gate/up matrices, each one
-product), read by their adapters (:data:`ADAPTERS`); any part the
-step does not compute (a sliding window, rotary scaling, ...) leaves the file to PyTorch.
+width other than ``n_embd / n_head``), ``phi3`` (fused q/k/v and gate/up matrices, each one
+product), ``gemma2`` and ``gemma3`` (the embedding scale, post-norms, GeGLU, soft-capped
+scores and logits, sliding-window layers with their own rotary base, a linear rotary
+scaling), read by their adapters (:data:`ADAPTERS`), every value as the PyTorch loader reads
+it; any part the step does not compute (a rotary scaling other than linear, ...) leaves the
+file to PyTorch. Where the products' activations are quantized llama.cpp's way, GeGLU's GELU
+is llama.cpp's too (:attr:`EngineConfig.gelu_table`).
 The weights are held in one of two ways:
 
 * a file whose matrices are all Q8_0, or all Q4_0 / Q4_1 (the head may be Q8_0), has its
@@ -41,7 +45,7 @@ import numpy as np
 
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import llama, phi3, qwen2, qwen3
+from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, pack_q4
@@ -93,11 +97,18 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 
 
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
-ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3}
-#: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch)
+ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma2": gemma2,
+            "gemma3": gemma3}  # fmt: skip
+#: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
+#: ``rope_scaling`` only linear)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
               "n_embd", "d_ff", "rope_theta", "rms_norm_eps", "tie_embeddings", "bos_id",
-              "eos_id", "qkv_bias", "qk_norm", "d_head"}  # fmt: skip
+              "eos_id", "qkv_bias", "qk_norm", "d_head", "embed_scale", "mlp_act", "post_norms",
+              "attn_scale", "attn_softcap", "final_softcap", "sliding_window", "layer_types",
+              "rope_local_theta", "rope_scaling"}  # fmt: skip
+#: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
+_GEMMA_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
+               "final_softcap", "sliding_window", "layer_types", "rope_local_theta")  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:
@@ -111,6 +122,8 @@ def _table(header: GGUFFile) -> dict[str, Any] | None:
     # a file its own adapter refuses is refused here, in the same line (the PyTorch path would
     # refuse it too): it never reaches the step
     table = adapter.config_table(header)
+    if table.get("rope_scaling", {"rope_type": "linear"})["rope_type"] != "linear":
+        return None
     return table if set(table) <= _STEP_KEYS else None
 
 
@@ -142,11 +155,16 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     # llama.cpp's "llama" rows, kept as stored, rotate adjacent pairs; its other
     # architectures (NEOX), and our q8 / q4 rows, rotate-half pairs
     turn = 2 if fmt == AS_STORED and arch == "llama" else 1
+    gemma = {key: table[key] for key in _GEMMA_KEYS if key in table}
+    if "layer_types" in gemma:
+        gemma["layer_types"] = tuple(gemma["layer_types"])
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],
         table["tie_embeddings"], turn, table.get("qkv_bias", False),
         table.get("qk_norm", False), table.get("d_head"),
+        rope_linear=table.get("rope_scaling", {}).get("factor"), **gemma,
+        gelu_table=fmt == AS_STORED and _activations() != structs.ACT_FLOAT,
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:
         return None
@@ -203,13 +221,20 @@ class _Weights:
             self.norm(ours + "ln_1.weight"), self.norm(ours + "ln_2.weight"),
             self.matrix(ours + "attn.qkv_proj.weight"), self.matrix(ours + "attn.out_proj.weight"),
             self.matrix(ours + "mlp.fc.weight"), self.matrix(ours + "mlp.proj.weight"),
-            q_norm=self.head_norm(ours + "attn.q_norm.weight"),
-            k_norm=self.head_norm(ours + "attn.k_norm.weight"),
+            None, None, None, *self.extra_norms(i),
         )  # fmt: skip
 
     def head_norm(self, name: str) -> np.ndarray | None:
-        """A per-head norm's gains (Qwen3's q / k norms), or None where the model has none."""
+        """An optional norm's gains (Qwen3's q / k norms, Gemma's post-norms), or None where
+        the model has none."""
         return self.norm(name) if name in self.by_ours else None
+
+    def extra_norms(self, i: int) -> list[np.ndarray | None]:
+        """Block ``i``'s optional norms, in :class:`BlockWeights`' order after ``up``: q, k
+        (per head), post-attention, post-feed-forward (each as stored: Gemma's converter
+        writes ``1 + w``, the gains themselves)."""
+        names = ("attn.q_norm", "attn.k_norm", "ln_post_attn", "ln_post_mlp")
+        return [self.head_norm(f"blocks.{i}.{name}.weight") for name in names]
 
 
 # -- the blocks ------------------------------------------------------------------------------
@@ -253,6 +278,11 @@ ACTIVATIONS_ENV = "ATTNLM_GGML_ACTIVATIONS"
 _ACTIVATIONS = {"float": structs.ACT_FLOAT, "int": structs.ACT_INT}
 
 
+def _activations() -> int:
+    """The ggml products' activations :data:`ACTIVATIONS_ENV` asks for (unset: ``ACT_AUTO``)."""
+    return _ACTIVATIONS.get(os.environ.get(ACTIVATIONS_ENV, ""), structs.ACT_AUTO)
+
+
 def _stored(header: GGUFFile, mapped: np.ndarray, part: Part) -> tuple[np.ndarray, Any]:
     """``(rows' bytes (N, row bytes) viewed in the map, the tensor's info)``; a float16 block
     scale or a float value that is NaN or infinite is refused, as the PyTorch loader refuses
@@ -278,7 +308,7 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
     module docstring)."""
     mapped = np.memmap(header.path, dtype=np.uint8, mode="r")
     norms = _Weights(header, by_ours)
-    act = _ACTIVATIONS.get(os.environ.get(ACTIVATIONS_ENV, ""), structs.ACT_AUTO)
+    act = _activations()
 
     def linears(name: str) -> list[LinearWeights]:
         biases = sorted(by_ours.get(name.removesuffix("weight") + "bias", []),
@@ -301,8 +331,7 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
         (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(ours + "mlp.proj.weight")
         blocks.append(BlockWeights(norms.norm(ours + "ln_1.weight"),
                                    norms.norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
-                                   up, norms.head_norm(ours + "attn.q_norm.weight"),
-                                   norms.head_norm(ours + "attn.k_norm.weight")))  # fmt: skip
+                                   up, *norms.extra_norms(i)))  # fmt: skip
     (emb,) = linears("tok_emb.weight")
     head = emb if config.tie_embeddings else linears("lm_head.weight")[0]
     emb_type = _TYPE_IDS[header.tensors[by_ours["tok_emb.weight"][0].gguf].type_name]
