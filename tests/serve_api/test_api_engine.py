@@ -158,7 +158,10 @@ def test_reply_logprobs_are_the_engine_logits(engine_server):
         np.testing.assert_allclose(best, lp.max(axis=-1), rtol=1e-4, atol=1e-4)
 
 
-def test_echo_logprobs_are_the_engine_logits(engine_server):
+def test_echo_logprobs_are_the_engine_logits(engine_server, monkeypatch):
+    from attnlm.api import steppers
+
+    monkeypatch.setattr(steppers, "ECHO_ROWS", 3)  # the prompt read in three calls
     arch, served, c, _ = engine_server
     p = prompts(arch)[1]
     r = c.completions.create(model=served.id, prompt=p, max_tokens=1, temperature=0, echo=True,

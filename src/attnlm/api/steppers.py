@@ -35,6 +35,8 @@ from attnlm.nn.cache import KVCache
 
 __all__ = ["EngineStepper", "TorchStepper", "engine_rows"]
 
+ECHO_ROWS = 64  # prompt positions per engine call for ``echo``'s logits
+
 
 def engine_rows(engine: Any) -> bool:
     """Whether ``engine`` offers the per-slot calls :class:`EngineStepper` steps it by."""
@@ -116,7 +118,11 @@ class EngineStepper:
         return torch.from_numpy(np.asarray(logits, dtype=np.float32))
 
     def prompt_logits(self, ids: Sequence[int]) -> torch.Tensor:
-        """Logits ``(T, V)`` after each of ``ids``, one position at a time in the spare row."""
-        spare = self.slots
-        rows = [self.prefill(spare, t, [tok]) for t, tok in enumerate(ids)]
-        return torch.stack(rows)
+        """Logits ``(T, V)`` after each of ``ids``, read into the spare row :data:`ECHO_ROWS`
+        positions a call (every row's logits)."""
+        spare, parts = self.slots, []
+        for at in range(0, len(ids), ECHO_ROWS):
+            part = list(ids[at : at + ECHO_ROWS])
+            where = list(range(at, at + len(part)))
+            parts.append(self.step_rows(part, where, [spare] * len(part)))
+        return torch.cat(parts)
