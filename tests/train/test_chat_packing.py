@@ -154,3 +154,39 @@ def test_a_chat_runs_validation_is_every_held_out_conversation_once(tmp_path, ca
             out = model(ids=x, targets=y)
             total, count = total + float(out.loss_sum), count + int(out.n_targets)
     assert first["step"] == 0 and first["val_loss"] == pytest.approx(total / count, rel=1e-5)
+
+
+def test_a_trainable_head_also_runs_on_counted_rows_with_the_same_gradients(monkeypatch):
+    """Full fine-tuning (the tied head trains): with positions left out, the loss runs the
+    head on the counted rows only, and every gradient equals the full logits' cross-entropy
+    (the model's own return_hidden path, which computes all logits)."""
+    from attnlm.nn import fused
+
+    torch.manual_seed(0)
+    table = dict(type="llama", vocab_size=V, block_size=64, n_layer=2, n_head=2, n_embd=32,
+                 tie_embeddings=True)  # fmt: skip
+    model, _, _ = registry.build(table)
+    batch = next(ChatExamples(_examples(6), 48, packed=True).sequential(3))
+    rows = []
+    real = fused.chunked_head_loss
+
+    def spy(h, weight, targets, *args):
+        rows.append(h.shape[0])
+        return real(h, weight, targets, *args)
+
+    monkeypatch.setattr(fused, "chunked_head_loss", spy)
+    out = model(**batch)
+    out.loss_sum.backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters()}
+    counted = int((batch["targets"] != IGNORE_INDEX).sum())
+    assert rows == [counted] and out.logits is None
+    model.zero_grad()
+    ref = model(**batch, return_hidden=True)  # all logits, token_loss
+    assert ref.logits is not None and rows == [counted]
+    ref.loss_sum.backward()
+    assert float(out.loss_sum.detach()) == pytest.approx(float(ref.loss_sum.detach()), rel=1e-5)
+    for n, p in model.named_parameters():
+        assert torch.allclose(got[n], p.grad, atol=1e-5, rtol=1e-4), n
+    model.zero_grad()  # text windows (every position counted): the full logits, as before
+    full = model(ids=batch["ids"], targets=batch["ids"])
+    assert full.logits is not None and rows == [counted]

@@ -179,7 +179,7 @@ class Decoder(nn.Module):
             attentions.append(weights)
             hidden.append(x)
         state.advance(T)
-        if targets is not None and self._chunked_loss(return_attention or return_hidden):
+        if targets is not None and self._chunked_loss(return_attention or return_hidden, targets):
             return self._loss_only(self.ln_f(x), targets, ids)
         if trace is not None:
             h = trace.norm("ln_final", self.ln_f, x[:, -1:] if last_only else x)
@@ -198,14 +198,19 @@ class Decoder(nn.Module):
     # attnlm.lora.layers): its logits are wanted for the loss alone, so they are never held whole
     loss_chunk: int = 1024
 
-    def _chunked_loss(self, wants_more: bool) -> bool:
+    def _chunked_loss(self, wants_more: bool, targets: Tensor) -> bool:
         """Whether the loss is computed :attr:`loss_chunk` rows at a time: under autograd,
-        with a frozen head (a float weight that takes no gradient), when nothing but the
-        loss is asked for."""
+        when nothing but the loss is asked for, with a frozen head (a float weight that takes
+        no gradient) or with targets that leave positions out (a chat run's prompts: the head
+        then runs on the counted positions only, :meth:`_loss_only`)."""
         head = getattr(self.lm_head, "weight", None)
-        frozen = isinstance(head, torch.Tensor) and not head.requires_grad
-        frozen = frozen and self.final_softcap is None  # the chunks compute plain logits
-        return frozen and bool(self.loss_chunk) and torch.is_grad_enabled() and not wants_more
+        plain = isinstance(head, torch.Tensor) and self.final_softcap is None  # plain logits
+        if not (plain and self.loss_chunk and torch.is_grad_enabled() and not wants_more):
+            return False
+        if not head.requires_grad:
+            return True
+        # (a compiled graph keeps the full logits: the check would break it)
+        return not torch.compiler.is_compiling() and bool((targets == IGNORE_INDEX).any())
 
     def _loss_only(self, h: Tensor, targets: Tensor, ids: Tensor) -> ModelOutput:
         """The training loss of final hidden states ``h`` ``(B, T, C)`` computed
@@ -215,7 +220,9 @@ class Decoder(nn.Module):
         check_targets(targets, ids)
         flat, h = targets.reshape(-1), h.reshape(-1, h.shape[-1])  # (B T,), (B T, C)
         counted = flat != IGNORE_INDEX
-        if not bool(counted.all()):  # the head runs on the counted rows only (chat: assistant)
+        # the head runs on the counted rows only (chat: assistant tokens); not under compile,
+        # where the data-dependent row count would break the graph
+        if not torch.compiler.is_compiling() and not bool(counted.all()):
             rows = counted.nonzero().squeeze(1)
             flat, h = flat.index_select(0, rows), h.index_select(0, rows)
         total = fused.chunked_head_loss(h, self.lm_head.weight, flat, self.loss_chunk, IGNORE_INDEX)
