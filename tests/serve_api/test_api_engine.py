@@ -173,3 +173,14 @@ def test_echo_logprobs_are_the_engine_logits(engine_server, monkeypatch):
     assert lps[0] is None
     want = [ref[t - 1, p[t]] for t in range(1, len(p))]
     np.testing.assert_allclose(lps[1:], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "phi3"])
+def test_the_default_slots_count_the_engine_parameters(arch):
+    from attnlm.api.served import parameter_count
+    from attnlm.models.gguf import load
+
+    path = HERE / f"{arch}-Q8_0.gguf"
+    model, _ = load(path)
+    want = sum(p.numel() for p in model.parameters() if p.dim() > 1)  # norms left out
+    assert parameter_count(open_engine(GGUFFile(path), None, 1)) == want
