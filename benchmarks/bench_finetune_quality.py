@@ -100,8 +100,8 @@ def main() -> None:
     )
     ap.add_argument("--skip-peft", action="store_true", help="the attnlm row only")
     ap.add_argument("--attnlm-flags", default="",
-                    help='more `attnlm train` flags, to measure a candidate recipe before it goes '
-                    'into the table, e.g. "--lora-targets all --lr 1e-3 --block-size 128"')  # fmt: skip
+                    help="more `attnlm train` flags, to measure a candidate recipe before it "
+                    'goes into the table, e.g. "--lora-targets all --lr 1e-3"')  # fmt: skip
     ap.add_argument("--peft-worker", default=None, help=argparse.SUPPRESS)  # JSON settings
     args = harness.parse(ap, quick={"seconds": 20.0, "val_chars": 2000, "train_chars": 100_000,
                                     "eval_batch": 1, "peft_batch": 2})  # fmt: skip
