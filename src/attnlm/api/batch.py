@@ -1,5 +1,6 @@
 """One decode step for several sequences at different positions, each with its own KV cache:
-the server's batched step (:mod:`attnlm.api.scheduler`).
+the server's batched step on PyTorch (:class:`attnlm.api.steppers.TorchStepper`; a GGUF file
+the C engine runs is stepped by the engine instead).
 
 Every matrix product of the step (q/k/v, the output projection, the feed-forward, the LM head)
 takes the ``N`` active rows at once, so the weights stream from memory once per step for all
