@@ -3,15 +3,16 @@
 same GGUF file (SmolLM2-135M-Instruct from attnlm's pretrained cache), the same thread count.
 
 Each server is started as a user starts it, on a free loopback port, and waited for; then for
-each client count N (1, 4, 8) N clients at once stream one greedy chat completion each
-(the same question with a different number in each) through ``/v1/chat/completions`` with
-``stream_options.include_usage`` (llama_cpp.server sends no usage: its content chunks, one
-per token, are counted). Every reply is exactly ``--new-tokens`` long on every
-server: the end-of-turn and end-of-text ids get a logit bias of -100 (the one switch all three
-servers take; llama-server also gets ``ignore_eos``), and a reply of another length is an
-error. Per round and N: aggregate tokens/s (the completion tokens of every reply, from the
-usage chunks, over the wall time from the first request to the last reply) and the median
-time to the first content chunk. Servers take turns round by round (attnlm, llama-server,
+each client count N (1, 4, 8) N clients at once stream one greedy chat completion each through
+``/v1/chat/completions`` with ``stream_options.include_usage``: the same question with a
+number of its own, the same on every server (a server may have the shared start cached, never
+a whole prompt). llama_cpp.server sends no usage; its content chunks, one per token, are
+counted. Every reply is exactly ``--new-tokens`` long on every server: the end-of-turn and
+end-of-text ids get a logit bias of -100 (the one switch all three servers take; llama-server
+also gets ``ignore_eos``), and a reply of another length is an error. One warm-up request per
+server start is not counted. Per round and N: aggregate tokens/s (the completion tokens of
+every reply over the wall time from the first request to the last reply) and the median time
+to the first content chunk. Servers take turns round by round (attnlm, llama-server,
 llama_cpp.server, attnlm, ...); the figures are medians over ``--rounds``, with the ratios
 attnlm / peer (tokens/s: higher is better; TTFT: lower is better).
 
@@ -144,12 +145,12 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def one_client(url: str, i: int, args, extra: dict, out: list) -> None:
+def one_client(url: str, i: int, args, extra: dict, out: list, number: str) -> None:
     import httpx
 
     body = {
         "model": NAME,
-        "messages": [{"role": "user", "content": QUESTION.format(i)}],
+        "messages": [{"role": "user", "content": QUESTION.format(number)}],
         "max_tokens": args.new_tokens,
         "temperature": 0,
         "stream": True,
@@ -176,13 +177,15 @@ def one_client(url: str, i: int, args, extra: dict, out: list) -> None:
     out[i] = (first, pieces if tokens is None else tokens, time.perf_counter())
 
 
-def load(url: str, n: int, args, extra: dict) -> dict[str, float]:
+def load(url: str, n: int, args, extra: dict, tag: str) -> dict[str, float]:
+    """``n`` clients at once; client i asks about ``tag.i`` (the same on every server)."""
     out: list = [None] * n
     errors: list[BaseException] = []
+    numbers = [f"{tag}.{i}" for i in range(n)]
 
     def run(i: int) -> None:
         try:
-            one_client(url, i, args, extra, out)
+            one_client(url, i, args, extra, out, numbers[i])
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -274,9 +277,9 @@ def main() -> None:
                 extra["ignore_eos"] = True
             proc = start(cmd, port, args.threads)
             try:
-                load(f"http://127.0.0.1:{port}", 1, args, extra)  # warm-up, not counted
+                load(f"http://127.0.0.1:{port}", 1, args, extra, f"w{k}")  # warm-up, not counted
                 for n in args.clients:
-                    r = load(f"http://127.0.0.1:{port}", n, args, extra)
+                    r = load(f"http://127.0.0.1:{port}", n, args, extra, f"{k}.{n}")
                     results.setdefault(name, {}).setdefault(n, []).append(r)
                     print(f"  round {k + 1}: {name:<17} {n} clients {r['tokens_per_s']:8.1f} "
                           f"tokens/s, median TTFT {r['ttft_s']:.3f} s", flush=True)  # fmt: skip
