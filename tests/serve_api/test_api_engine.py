@@ -184,3 +184,20 @@ def test_the_default_slots_count_the_engine_parameters(arch):
     model, _ = load(path)
     want = sum(p.numel() for p in model.parameters() if p.dim() > 1)  # norms left out
     assert parameter_count(open_engine(GGUFFile(path), None, 1)) == want
+
+
+def test_slot_context_bounds_prompt_and_reply():
+    import openai
+
+    from attnlm.api.served import Limits
+
+    path = HERE / "llama-Q8_0.gguf"
+    with serving(path, parallel=2, threads=1, limits=Limits(slot_context=16)) as (served, url):
+        assert served.window == 16 and served.scheduler.stepper.max_len == 16
+        c = client(url)
+        with pytest.raises(openai.BadRequestError, match="at most 15"):
+            c.completions.create(model=served.id, prompt=list(range(5, 25)), max_tokens=1)
+        never_end = {str(i): -100 for i in served.stop_ids}
+        r = c.completions.create(model=served.id, prompt=list(range(5, 15)), max_tokens=100,
+                                 temperature=0, logit_bias=never_end)  # fmt: skip
+        assert r.usage.completion_tokens == 6 and r.choices[0].finish_reason == "length"
