@@ -31,6 +31,8 @@ and an atomic checkpoint (rank 0; with early stopping only when validation impro
 checkpoint holds the best model; under FSDP every rank writes its shards,
 :func:`attnlm.train.fsdp.save_sharded`). Logged records go to ``metrics.jsonl`` (JSON lines); on
 resume, records after the checkpoint's step are dropped so the log matches an uninterrupted run.
+A fine-tune's new run also evaluates before its first step (the "before" of its result, and the
+measured time that a time budget keeps for the final evaluation: :mod:`attnlm.train.budget`).
 """
 
 from __future__ import annotations
