@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,8 @@ def reference(path: Path, prompt: list[int], n: int, stops, limit) -> list[int]:
     """Greedy ids after ``prompt`` on a fresh engine, one sequence, up to ``n`` or a stop id."""
     engine = open_engine(GGUFFile(path), None, 2)
     engine.reset(1)
-    last = engine.feed(np.asarray([prompt]), last_only=True)[0, -1]
+    for at in range(0, len(prompt), 32):  # at most 64 ids a feed
+        last = engine.feed(np.asarray([prompt[at : at + 32]]), last_only=True)[0, -1]
     ids: list[int] = []
     while len(ids) < n:
         if limit is not None:
@@ -201,3 +203,55 @@ def test_slot_context_bounds_prompt_and_reply():
         r = c.completions.create(model=served.id, prompt=list(range(5, 15)), max_tokens=100,
                                  temperature=0, logit_bias=never_end)  # fmt: skip
         assert r.usage.completion_tokens == 6 and r.choices[0].finish_reason == "length"
+
+
+def test_prompt_pieces_ride_in_the_decode_pass_and_long_ones_alone():
+    """Requests held back until all wait, then admitted at once: four short prompts are read
+    in one engine call (several rows of each slot); with two long ones (96 ids each, more than
+    MIX_AVERAGE a slot) each prompt is read in a pass of its own. Every reply = the reference."""
+    from attnlm.api.scheduler import MIX_AVERAGE
+
+    path = HERE / "llama-Q8_0.gguf"
+    p = DOC["archs"]["llama"]["Q8_0"]["prompt"]
+    with serving(path, parallel=4, prefill_chunk=256, threads=1) as (served, url):
+        sch, c = served.scheduler, client(url)
+        engine, calls, prefills = served.model, [], []
+        step_rows, prefill = engine.step_rows, engine.prefill
+
+        def spy_rows(tokens, positions, slots):
+            calls.append(list(slots))
+            return step_rows(tokens, positions, slots)
+
+        def spy_prefill(slot, position, tokens):
+            prefills.append(len(tokens))
+            return prefill(slot, position, tokens)
+
+        engine.step_rows, engine.prefill = spy_rows, spy_prefill
+
+        def together(asks):
+            gate, got = threading.Event(), [None] * len(asks)
+            sch.call(gate.wait)  # the scheduler waits here until every request is queued
+
+            def one(i):
+                r = c.completions.create(model=served.id, prompt=asks[i], max_tokens=12,
+                                         temperature=0)  # fmt: skip
+                got[i] = r.choices[0].text
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(len(asks))]
+            for t in threads:
+                t.start()
+            while len(sch.waiting) < len(asks):
+                time.sleep(0.01)
+            gate.set()
+            for t in threads:
+                t.join(300)
+            refs = [reference(path, a, 12, served.stop_ids, None) for a in asks]
+            assert got == [text(served, a, r) for a, r in zip(asks, refs)]
+
+        together([p, p[:7], p[3:], p[2:9]])
+        first = next(k for k in calls if len(k) > 4)
+        assert len(set(first)) == 4 and len(first) == 12 + 7 + 9 + 7  # all four pieces at once
+        assert not prefills
+        together([p * 8, p[::-1] * 8, p[:5]])
+        # the long ones alone, each whole (past what a slot may hold of p from before)
+        assert len(prefills) == 2 and min(prefills) > MIX_AVERAGE

@@ -8,7 +8,10 @@ one idle longest — (4) feeds one chunk of at most ``prefill_chunk`` prompt tok
 still reading its prompt (round robin), so that a long prompt delays the others by one chunk
 per step, not by its whole length, and (5) decodes one token for every slot that is
 generating, in one batched step (the stepper's ``step_rows``: one pass over the weights for
-all of them). The model is reached through a *stepper* (:mod:`attnlm.api.steppers`: a
+all of them). On the C engine the short prompt pieces (at most :data:`MIX_AVERAGE` ids left:
+a chat's next turn, a prompt whose start is cached) of every reading slot ride in that same
+pass as extra rows, so that many requests arriving at once start together; only longer ones
+take (4). The model is reached through a *stepper* (:mod:`attnlm.api.steppers`: a
 PyTorch model's caches, or the C engine's rows); the slots here keep the ids each one holds.
 A job that ends frees its slot at once; the slot keeps its cache (prompt and reply) for the
 next request that starts the same way.
@@ -33,6 +36,11 @@ from attnlm.api.job import Job, Request
 from attnlm.generate.lookahead import common_prefix
 
 log = logging.getLogger("attnlm.api")
+
+#: prompt ids a slot may have left to read for them to ride in the decode step's pass on a
+#: stepper that ``mixes`` (each row there makes its logits: the LM head's work is wasted on all
+#: but a prompt's last id, and a longer piece is cheaper in a pass of its own)
+MIX_AVERAGE = 32
 
 
 class QueueFull(Exception):
@@ -66,6 +74,7 @@ class Scheduler:
         self.cv = threading.Condition()
         self.stopping = False
         self.turn = 0
+        self.rides = 0
         self.steps = 0  # batched decode steps so far (for tests and logs)
         self.max_rows = 0  # the most rows one step has decoded
         self.thread = threading.Thread(target=self._run, name="attnlm-scheduler", daemon=True)
@@ -139,8 +148,12 @@ class Scheduler:
                 self._free(s)
         self._calls()
         self._admit()
-        self._prefill()
-        self._decode()
+        if getattr(self.stepper, "mixes", False):
+            self._prefill(longer_than=MIX_AVERAGE)
+            self._together()
+        else:
+            self._prefill()
+            self._decode()
 
     def _calls(self) -> None:
         while True:
@@ -183,8 +196,10 @@ class Scheduler:
             slot.cached = []
             self.stepper.forget(slot.index)
 
-    def _prefill(self) -> None:
-        reading = [s for s in self.slots if s.job is not None and s.pending]
+    def _prefill(self, longer_than: int = 0) -> None:
+        """One chunk of one slot still reading its prompt (round robin; of those with more
+        than ``longer_than`` ids left)."""
+        reading = [s for s in self.slots if s.job is not None and len(s.pending) > longer_than]
         if not reading:
             return
         self.turn += 1
@@ -202,12 +217,53 @@ class Scheduler:
         else:
             slot.next = job.ids[-1]
 
+    def _together(self) -> None:
+        """The decode step with the short prompt pieces of the slots still reading (at most
+        :data:`MIX_AVERAGE` ids left each; up to ``prefill_chunk`` ids in all, round robin) in
+        its own pass: several rows of a slot in one call, for a stepper that ``mixes`` (the
+        engine). Longer ones are read by :meth:`_prefill`, each in a pass of its own that
+        makes its last row's logits alone."""
+        reading = [s for s in self.slots if s.job is not None and 0 < len(s.pending) <= MIX_AVERAGE]
+        rows = [s for s in self.slots if s.job is not None and s.next is not None]
+        if not reading:
+            return self._decode()
+        self.rides += 1
+        k = self.rides % len(reading)
+        tokens, positions = [s.next for s in rows], [len(s.cached) for s in rows]
+        where, want, picks = [s.index for s in rows], list(range(len(rows))), []
+        budget = self.prefill_chunk
+        for s in reading[k:] + reading[:k]:
+            n = min(len(s.pending), budget)
+            if n <= 0:
+                break
+            budget -= n
+            tokens += s.pending[:n]
+            positions += range(len(s.cached), len(s.cached) + n)
+            where += [s.index] * n
+            picks.append((s, n))
+            if n == len(s.pending):  # the prompt's last id: its logits pick the first token
+                want.append(len(tokens) - 1)
+        logits = self.stepper.step_rows(tokens, positions, where, want)  # (len(want), V)
+        done = []
+        for s, n in picks:
+            s.cached += s.pending[:n]
+            s.pending = s.pending[n:]
+            if not s.pending:
+                done.append(s)
+        if rows:
+            self._decoded(rows, logits)
+        for j, s in enumerate(done):
+            self._took(s, logits[len(rows) + j])
+
     def _decode(self) -> None:
         rows = [s for s in self.slots if s.job is not None and s.next is not None]
-        if not rows:
-            return
-        logits = self.stepper.step_rows([s.next for s in rows], [len(s.cached) for s in rows],
-                                        [s.index for s in rows])  # fmt: skip
+        if rows:
+            logits = self.stepper.step_rows([s.next for s in rows], [len(s.cached) for s in rows],
+                                            [s.index for s in rows])  # fmt: skip
+            self._decoded(rows, logits)
+
+    def _decoded(self, rows: list[_Slot], logits: torch.Tensor) -> None:
+        """Each decode row's token taken (``logits[i]`` is ``rows[i]``'s)."""
         self.steps += 1
         self.max_rows = max(self.max_rows, len(rows))
         now = time.monotonic()

@@ -5,7 +5,9 @@ one decoding state per slot and offers three calls, each run on the scheduler's 
   position below what the slot holds cuts it back to that prefix first: prompt caching) and
   return the logits ``(V,)`` after the last of them;
 * ``step_rows(tokens, positions, slots)``: one new token per row, each at its own position in
-  its own slot, in one pass over the weights for all the rows: logits ``(N, V)``;
+  its own slot, in one pass over the weights for all the rows: logits ``(N, V)``; a stepper
+  with ``mixes`` also takes several consecutive positions of one slot in order (prompt pieces
+  beside the decode rows) and ``want``, the rows whose logits it returns;
 * ``keep(slot, n, held)``: how many of the ``n`` leading positions of the ``held`` a slot
   holds can be kept for a new prompt (``n``, or 0 where the state cannot be cut back).
 
@@ -49,6 +51,7 @@ class TorchStepper:
     :func:`~attnlm.api.batch.batched_step`."""
 
     backend = "pytorch"
+    mixes = False  # one row per slot and step
 
     def __init__(self, model: Any, runner: Any, slots: int) -> None:
         self.model, self.runner = model, runner
@@ -95,6 +98,7 @@ class EngineStepper:
     positions each, plus one more row of its own for :meth:`prompt_logits`."""
 
     backend = "c-engine"
+    mixes = True  # a slot's consecutive positions may be several rows of one step
 
     def __init__(self, engine: Any, slots: int, max_len: int) -> None:
         self.engine, self.slots, self.max_len = engine, slots, max_len
@@ -110,11 +114,14 @@ class EngineStepper:
         logits = self.engine.prefill(slot, position, np.asarray(tokens, dtype=np.int64))
         return torch.from_numpy(np.asarray(logits, dtype=np.float32))
 
-    def step_rows(self, tokens: Sequence[int], positions: Sequence[int],
-                  slots: Sequence[int]) -> torch.Tensor:  # fmt: skip
+    def step_rows(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int],
+                  want: Sequence[int] | None = None) -> torch.Tensor:  # fmt: skip
+        """Logits ``(N, V)`` of the rows, or of the rows ``want`` alone."""
         logits = self.engine.step_rows(np.asarray(tokens, dtype=np.int64),
                                        np.asarray(positions, dtype=np.int64),
                                        np.asarray(slots, dtype=np.int64))  # fmt: skip
+        if want is not None and len(want) < len(logits):
+            logits = logits[np.asarray(want, dtype=np.int64)]
         return torch.from_numpy(np.asarray(logits, dtype=np.float32))
 
     def prompt_logits(self, ids: Sequence[int]) -> torch.Tensor:
