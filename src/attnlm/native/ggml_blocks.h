@@ -48,7 +48,7 @@ typedef uint8_t vb64 __attribute__((vector_size(64), aligned(1)));   /* 64 codes
 #else
 #define GG_VNNI 0
 #endif
-#if GG_VNNI || defined(__F16C__) || defined(__AVX512BW__)
+#if GG_VNNI || defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -460,22 +460,6 @@ static inline __attribute__((always_inline)) void gg_pair(
     const vb64 u = GG_CAT64(u0, u1);
     const vf Av = {A0[0], A0[0], A0[0], A0[0], A0[1], A0[1], A0[1], A0[1],
                    A1[0], A1[0], A1[0], A1[0], A1[1], A1[1], A1[1], A1[1]};
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    if (gg_bias(fmt)) { /* signed codes w = u - bias: |w| once, then x's codes signed by w
-                         * in each row (one instruction a row, not a second dot product) */
-        const __m512i sw = _mm512_sub_epi8((__m512i)u, _mm512_set1_epi8((char)gg_bias(fmt)));
-        const __mmask64 neg = _mm512_movepi8_mask(sw);
-        const __m512i aw = _mm512_abs_epi8(sw), zero = _mm512_setzero_si512();
-        for (int r = 0; r < R; r++) {
-            const uint8_t *xr = xq + r * rb;
-            const __m512i a = _mm512_loadu_si512((const void *)(xr + 32 * g));
-            const __m512i as = _mm512_mask_sub_epi8(a, neg, zero, a);
-            const vf d = __builtin_convertvector((vi16)_mm512_dpbusd_epi32(zero, aw, as), vf);
-            acc[r] += d * (Av * *(const vf *)(gg_ev(xr, K) + 8 * g));
-        }
-        return;
-    }
-#endif
     for (int r = 0; r < R; r++) {
         const uint8_t *xr = xq + r * rb;
         const float *ev = gg_ev(xr, K) + 8 * g, *S = gg_sums(fmt, xr, K) + 2 * g;
@@ -485,6 +469,55 @@ static inline __attribute__((always_inline)) void gg_pair(
         if (!bias) off[r] += B0[0] * S[0] + B1[0] * S[2];
     }
 }
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* Blocks b0, b1 of Q8_0, Q4_0 or Q5_0 (R rows of x; AVX-512): their signed codes
+ * w = u - bias as |w| and the mask of the negative ones, straight from the bytes, then in each
+ * row x's codes negated where w < 0 and one vpdpbusd (the sums of w a, as llama.cpp's) */
+static inline __attribute__((always_inline)) void gg_pair_signed(
+    const int64_t fmt, const uint8_t *b0, const uint8_t *b1, int64_t g, const uint8_t *xq,
+    int64_t rb, int64_t K, const int R, vf *acc) {
+    uint16_t h0, h1;
+    memcpy(&h0, b0, 2), memcpy(&h1, b1, 2);
+    const float d0 = gg_f16(h0), d1 = gg_f16(h1);
+    const vf Av = {d0, d0, d0, d0, d0, d0, d0, d0, d1, d1, d1, d1, d1, d1, d1, d1};
+    __m512i aw;
+    __mmask64 neg;
+    if (fmt == FMT_Q8_0) {
+        const __m512i sw = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+            _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
+        neg = _mm512_movepi8_mask(sw), aw = _mm512_abs_epi8(sw);
+    } else {
+        const int at = fmt == FMT_Q4_0 ? 2 : 6; /* the nibbles: each block's low ones, high */
+        const __m256i q = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + at))),
+            _mm_loadu_si128((const __m128i *)(b1 + at)), 1);
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(q),
+                                                _mm256_srli_epi16(q, 4), 1);
+        const __m512i nib = _mm512_and_si512(
+            _mm512_permutexvar_epi64(_mm512_set_epi64(7, 6, 3, 2, 5, 4, 1, 0), both),
+            _mm512_set1_epi8(15));
+        if (fmt == FMT_Q4_0) {
+            neg = _mm512_cmplt_epu8_mask(nib, _mm512_set1_epi8(8));
+            aw = _mm512_abs_epi8(_mm512_sub_epi8(nib, _mm512_set1_epi8(8)));
+        } else { /* Q5_0: w = nib where the fifth bit is set, else nib - 16 */
+            uint32_t q0, q1;
+            memcpy(&q0, b0 + 2, 4), memcpy(&q1, b1 + 2, 4);
+            neg = _cvtu64_mask64(~((uint64_t)q1 << 32 | q0));
+            aw = _mm512_mask_sub_epi8(nib, neg, _mm512_set1_epi8(16), nib);
+        }
+    }
+    const __m512i zero = _mm512_setzero_si512();
+    for (int r = 0; r < R; r++) {
+        const uint8_t *xr = xq + r * rb;
+        const __m512i a = _mm512_loadu_si512((const void *)(xr + 32 * g));
+        const __m512i as = _mm512_mask_sub_epi8(a, neg, zero, a);
+        const vf d = __builtin_convertvector((vi16)_mm512_dpbusd_epi32(zero, aw, as), vf);
+        acc[r] += d * (Av * *(const vf *)(gg_ev(xr, K) + 8 * g));
+    }
+}
+#endif
 
 /* One weight row of 32-blocks against R rows of quantized x, two blocks at a time (64 codes:
  * one 512-bit dot product where the CPU has them); an odd last block alone. */
@@ -500,6 +533,12 @@ static inline __attribute__((always_inline)) void gg_row_int(
     int64_t i = 0;
     for (; i + 1 < nb; i += 2) {
         const uint8_t *b0 = w + i * bb, *b1 = b0 + bb;
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+        if (gg_bias(fmt)) {
+            gg_pair_signed(fmt, b0, b1, i, xq, rb, K, R, acc);
+            continue;
+        }
+#endif
         gg_head(fmt, b0, &h0), gg_head(fmt, b1, &h1);
         const vb32 u0 = gg_chunk(fmt, b0, &h0, 0, A0, B0);
         const vb32 u1 = gg_chunk(fmt, b1, &h1, 0, A1, B1);
