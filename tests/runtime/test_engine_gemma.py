@@ -3,9 +3,10 @@ the PyTorch forward and llama.cpp); here what is Gemma's own:
 
 - GeGLU's GELU as llama.cpp's CPU backend takes it when the products' activations are
   quantized llama.cpp's way (its default ``GGML_GELU_FP16``: the input rounded to float16, the
-  value read from a float16 table), against numpy's float16 rounding of the float32 formula;
-  with it the K-quant fixtures' logits equal llama.cpp's recorded ones within 1e-4 of the
-  range (measured 7e-6), where the exact GELU leaves them some 5e-3 apart;
+  value read from a float16 table), against numpy's float16 rounding of the formula;
+  with it the fixtures' logits (K-quants and Q4_0, multiplied as stored) equal llama.cpp's
+  recorded ones within 1e-3 of the range at every position (issue 44's bar), most within
+  1e-5, where the exact GELU leaves them some 5e-3 apart;
 - the rows API (:meth:`~attnlm.runtime.engine.Engine.step_rows`, ``prefill``) on Gemma, whose
   sliding layers attend over a band of 8 positions: rows past the window, mixed slots, equal
   to each sequence fed alone within 1e-5 of the range;
@@ -63,9 +64,19 @@ def test_the_gelu_table_is_llama_cpps():
     assert not np.array_equal(exact[:f], h[:f])  # the exact GELU differs
 
 
-@pytest.mark.parametrize(("arch", "kind"), [(a, k) for a in ("gemma2", "gemma3")
-                                            for k in ("Q5_K_M", "Q6_K")])  # fmt: skip
-def test_k_quant_logits_equal_llama_cpps(arch, kind, monkeypatch):
+def _per_position(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    return np.abs(ours - ref).max(axis=-1) / (ref.max(axis=-1) - ref.min(axis=-1))
+
+
+STORED = [(a, k) for a in ("gemma2", "gemma3") for k in ("Q4_K_M", "Q5_K_M", "Q6_K", "Q4_0")]
+
+
+@pytest.mark.parametrize(("arch", "kind"), STORED)
+def test_logits_equal_llama_cpps(arch, kind, monkeypatch):
+    """Every prompt position within 1e-3 of llama.cpp's logit range (issue 44), most within
+    1e-5 (measured: 3e-6, and 3.8e-4 at one position of gemma3 Q4_K_M, where one 8-bit
+    activation code rounds the other way; with the norms' squares summed in float32 rather
+    than llama.cpp's double, 3e-3 at 7 of its 12 positions)."""
     monkeypatch.delenv(ACTIVATIONS_ENV, raising=False)
     rec = DOC["archs"][arch][kind]
     header = GGUFFile(HERE / f"{arch}-{kind}.gguf")
@@ -73,9 +84,10 @@ def test_k_quant_logits_equal_llama_cpps(arch, kind, monkeypatch):
     engine = open_engine(header, None, 2)
     assert engine.config.gelu_table
     theirs = np.asarray(rec["logits"], dtype=np.float32)
-    assert rel(alone(engine, rec["prompt"]), theirs) < 1e-4
+    off = _per_position(alone(engine, rec["prompt"]), theirs)
+    assert off.max() < 1e-3 and np.median(off) < 1e-5, off
     engine.struct.act = structs.GEGLU  # the exact GELU: llama.cpp's table matters
-    assert rel(alone(engine, rec["prompt"]), theirs) > 1e-3
+    assert _per_position(alone(engine, rec["prompt"]), theirs).max() > 1e-3
 
 
 def test_float_activations_take_the_exact_gelu(monkeypatch):

@@ -533,14 +533,22 @@ static inline void rotate_pairs(float *v, const float *cs, const float *sn, int6
 
 /* -- the small steps ----------------------------------------------------------------------- */
 
+/* 1 / sqrt(mean(x^2) + eps) of x (n,), the squares summed in double precision (llama.cpp's
+ * way: a float sum of a wide row differs from it by some 1e-7, which can flip an 8-bit code of
+ * the next product's quantized input) */
+static inline float rms_scale(const float *x, int64_t n, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    return 1.0f / sqrtf((float)(ss / (double)n) + eps);
+}
+
 static void norm_rows(const Model *md, const Norm *nm, const float *x, float *out, int64_t M) {
     const int64_t C = md->C;
     for (int64_t m = 0; m < M; m++) {
         const float *xm = x + m * C;
         float *om = out + m * C;
         if (md->norm == NORM_RMS) {
-            const float ss = dot(xm, xm, C);
-            const float r = 1.0f / sqrtf(ss / (float)C + md->eps);
+            const float r = rms_scale(xm, C, md->eps);
             for (int64_t c = 0; c < C; c++) om[c] = nm->w ? xm[c] * r * nm->w[c] : xm[c] * r;
         } else {
             float mean = 0.0f, var = 0.0f;
@@ -560,7 +568,7 @@ static void norm_rows(const Model *md, const Norm *nm, const float *x, float *ou
 
 /* RMSNorm of one head's (D,) vector in place, gains w (D,) */
 static inline void norm_head(float *v, const float *w, int64_t D, float eps) {
-    const float r = 1.0f / sqrtf(dot(v, v, D) / (float)D + eps);
+    const float r = rms_scale(v, D, eps);
     for (int64_t i = 0; i < D; i++) v[i] = v[i] * r * w[i];
 }
 
@@ -611,33 +619,39 @@ static inline vf vgelu_tanh(vf v) {
     return 0.5f * v * (2.0f - 2.0f / (vexp(u + u) + 1.0f));
 }
 
-/* v rounded to the nearest float16 value (ties to even), as a float (|v| below 65504) */
-static inline float round_f16(float v) {
-    uint32_t u, s;
+/* the float16 bits of v rounded to the nearest (ties to even); |v| below 65504 */
+static inline uint16_t f16_bits(float v) {
+    uint32_t u;
     memcpy(&u, &v, 4);
-    s = u & 0x80000000u, u ^= s;
-    if (u >= 0x38800000u) { /* a normal float16: 10 bits of the fraction kept */
+    const uint16_t sign = (u >> 16) & 0x8000;
+    u &= 0x7fffffffu;
+    if (u >= 0x38800000u) { /* a normal float16: 10 bits of the fraction kept, re-biased */
         u += 0xfffu + ((u >> 13) & 1);
-        u &= ~0x1fffu;
-    } else { /* a subnormal one: multiples of 2^-24 */
-        float a;
-        memcpy(&a, &u, 4);
-        a = rintf(a * 0x1p24f) * 0x1p-24f;
-        memcpy(&u, &a, 4);
+        return sign | (uint16_t)((u >> 13) - (112u << 10));
     }
-    u |= s;
-    memcpy(&v, &u, 4);
-    return v;
+    float a; /* a subnormal one: multiples of 2^-24 */
+    memcpy(&a, &u, 4);
+    return sign | (uint16_t)rintf(a * 0x1p24f);
 }
 
 /* GELU's tanh form as llama.cpp's CPU backend computes it (GGML_GELU_FP16, its default): 0 at
- * or below -10, v at or above 10, else the value for v rounded to float16, itself rounded to
- * float16 (its table of every float16's GELU) */
+ * or below -10, v at or above 10, else a table's value for v rounded to float16: the GELU of
+ * each float16 in (-10, 10), rounded to float16 (filled when the library is loaded) */
+static float gelu_table[65536];
+
+__attribute__((constructor)) static void fill_gelu_table(void) {
+    for (uint32_t i = 0; i < 65536; i++) {
+        const float x = from_f16((uint16_t)i), c = 0.79788456080286536f; /* sqrt(2 / pi) */
+        if (!(x > -10.0f && x < 10.0f)) continue; /* never read */
+        const float g = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+        gelu_table[i] = from_f16(f16_bits(g));
+    }
+}
+
 static inline float gelu_f16(float v) {
     if (v <= -10.0f) return 0.0f;
     if (v >= 10.0f) return v;
-    const float x = round_f16(v), c = 0.79788456080286536f; /* sqrt(2 / pi) */
-    return round_f16(0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))));
+    return gelu_table[f16_bits(v)];
 }
 
 /* the feed-forward's activation over one row h: a gated one's (SwiGLU: SiLU(gate) * up;
