@@ -166,11 +166,19 @@ def evaluate_ids(
             name = "causal"
         objective = make_objective(name, None, getattr(model, "config", None))
     cpt = None if n_chars is None else n_chars / max(len(ids), 1)
-    if bos is not None and getattr(objective, "name", None) == "causal":
-        source = objective.source(np.asarray(ids), cpt, block_size, bos=bos)
-    else:
-        source = objective.source(np.asarray(ids), cpt, block_size)
+    more = {"bos": bos} if bos is not None and getattr(objective, "name", None) == "causal" else {}
+    source = objective.source(np.asarray(ids), cpt, block_size, **more)
     return evaluate(model, source, batch_size, device, dtype, progress)
+
+
+def bos_windows(objective: Any, tokenizer: Any) -> dict[str, int]:
+    """``{"bos": id}`` for a causal objective whose tokenizer puts a BOS before a text
+    (:func:`leading_bos`: Gemma, Llama 3), else ``{}``: the keyword arguments of its
+    ``source`` that make every window start with it, in training as in evaluation."""
+    if getattr(objective, "name", None) != "causal":
+        return {}
+    bos = leading_bos(tokenizer)
+    return {} if bos is None else {"bos": bos}
 
 
 def leading_bos(tokenizer: Any) -> int | None:

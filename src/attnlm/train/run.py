@@ -30,6 +30,7 @@ from attnlm.loading.checkpoint import (
     read_config,
     resolve_checkpoint,
 )
+from attnlm.loading.evaluation import bos_windows
 from attnlm.loading.objectives import OBJECTIVES, make_objective
 from attnlm.lora.training import lora_model
 from attnlm.models import registry
@@ -126,7 +127,8 @@ def _data_fields(model: dict[str, Any], data: Any) -> dict[str, Any]:
 
 def _sources(objective: Any, data: Any, kind: str, block_size: int = 0) -> tuple[Any, Any]:
     """Training and validation batch sources of the objective over the prepared data
-    (``block_size``: text windows of that many tokens; 0 = the model's)."""
+    (``block_size``: text windows of that many tokens; 0 = the model's); windows start with
+    the BOS of a tokenizer that puts one first (Gemma), as in evaluation."""
     if hasattr(data, "sources"):  # conversations: their own batches
         return data.sources(block_size)
     if kind == "pairs":
@@ -134,11 +136,9 @@ def _sources(objective: Any, data: Any, kind: str, block_size: int = 0) -> tuple
             objective.source(data.encoded("train"), data.target_chars("train")),
             objective.source(data.encoded("valid"), data.target_chars("valid")),
         )
-    window = block_size or None
-    return (
-        objective.source(np.asarray(data.train.open()), data.train.chars_per_token, window),
-        objective.source(np.asarray(data.val.open()), data.val.chars_per_token, window),
-    )
+    window, more = block_size or None, bos_windows(objective, data.tokenizer)
+    return tuple(objective.source(np.asarray(s.open()), s.chars_per_token, window, **more)
+                 for s in (data.train, data.val))  # type: ignore[return-value]  # fmt: skip
 
 
 def checkpoint_config(
