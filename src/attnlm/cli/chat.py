@@ -143,8 +143,8 @@ def _chat(args: argparse.Namespace) -> int:
 
     msgs = scripted_messages(args)  # fail early, before loading the model
     sampling = sampling_config(args)
-    # the resolver's planner may pick the C engine (a local Llama GGUF file in its own 8- or
-    # 4-bit format: the C step without PyTorch)
+    # the resolver's planner may pick the C engine (a local GGUF file of an architecture it
+    # runs: the C step without PyTorch)
     model, tok, info = resolve(args.model, args.device, args.weights, engine_ok=args.use_cache,
                                threads=args.threads)  # fmt: skip
     if info.details.get("backend") == "c-engine":

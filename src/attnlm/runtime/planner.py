@@ -10,8 +10,9 @@ backend        when
 ``c-step``     the C library loads, the model is on the CPU and its blocks and weights are
                what the C step computes (:func:`attnlm.runtime.cstep.why_not_supported`)
 ``eager``      everything else (the reason says what ruled the C step out)
-``c-engine``   a local Llama GGUF file in its own 8- or 4-bit format, decoded on the CPU
-               with the KV cache, uncompiled (chosen by the resolver, not here)
+``c-engine``   a local GGUF file of an architecture the engine runs (llama, qwen2, qwen3, phi3,
+               gemma2, gemma3), decoded on the CPU with the KV cache, uncompiled (chosen by
+               the resolver, not here)
 =============  ==========================================================================
 """
 
@@ -106,7 +107,7 @@ def engine_reason(fmt: str | None, device: str | None, *, use_cache: bool = True
         return False, "the C step does not compute this file's model (architecture, parts, types)"
     if native.library() is None:
         return False, native.why_not
-    return True, f"a Llama GGUF file in its own {fmt} weights: the C step without PyTorch"
+    return True, f"a GGUF file in its own {fmt} weights: the C step without PyTorch"
 
 
 def _gpu_visible() -> bool:
