@@ -701,8 +701,16 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
         for (int hf = 0; hf < 2; hf++) {
             const vb64 ql = *(const vb64 *)(b + 64 * hf);
             const vb32 qh = *(const vb32 *)(b + 128 + 32 * hf);
-            k->u[2 * hf] = (ql & 15) | (GG_CAT64(qh << 4, qh << 2) & 48);
-            k->u[2 * hf + 1] = (ql >> 4) | (GG_CAT64(qh, qh >> 2) & 48);
+            /* qh twice, shifted per half by 16-bit lanes (a byte's bits that cross into its
+             * neighbour are masked off) */
+            typedef uint16_t vw32 __attribute__((vector_size(64), aligned(2)));
+            const vw32 dq = (vw32)GG_CAT64(qh, qh);
+            const vw32 l42 = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+                              2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+            const vw32 r02 = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                              2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+            k->u[2 * hf] = (ql & 15) | ((vb64)(dq << l42) & 48);
+            k->u[2 * hf + 1] = (ql >> 4) | ((vb64)(dq >> r02) & 48);
         }
         return;
     }
@@ -725,8 +733,13 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
                                    15, 15);
     const int off = fmt == FMT_Q4_K ? 16 : 48;
     for (int i = 0; i < 4; i++) {
+        /* the 32 bytes twice, the second copy shifted by 4 (one variable shift of 16-bit
+         * lanes: 3 instructions where the two halves took 5) */
+        typedef uint16_t vw32 __attribute__((vector_size(64), aligned(2)));
         const vb32 q = *(const vb32 *)(b + off + 32 * i);
-        vb64 u = GG_CAT64(q & 15, q >> 4);
+        const vw32 by = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                         4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+        vb64 u = (vb64)((vw32)GG_CAT64(q, q) >> by) & 15;
         if (fmt == FMT_Q5_K) {
             const vb32 qh = *(const vb32 *)(b + 16);
             u |= GG_CAT64((qh >> (2 * i)) & 1, (qh >> (2 * i + 1)) & 1) << 4;
