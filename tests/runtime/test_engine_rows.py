@@ -150,3 +150,28 @@ def test_rows_refuse_what_is_out_of_range(monkeypatch):
         engine.feed(np.asarray([[1], [2]]))
     with pytest.raises(ValueError, match="n_slots >= 1"):
         engine.reset_slots(0, 8)
+
+
+def test_want_returns_the_rows_asked_for(monkeypatch):
+    """``want``: the logits of those rows alone, in that order, equal to the same rows of a
+    call that returns every row; nothing is written when it is out of range."""
+    engine = open_fixture("qwen2-Q4_K_M", None, monkeypatch)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, engine.config.vocab_size, 5)
+    positions, slots = np.asarray([0, 1, 2, 0, 1]), np.asarray([0, 0, 0, 1, 1])
+    engine.reset_slots(2, 16)
+    every = engine.step_rows(tokens, positions, slots)
+    engine.reset_slots(2, 16)
+    picked = engine.step_rows(tokens, positions, slots, want=np.asarray([4, 2]))
+    assert picked.shape == (2, engine.config.vocab_size)
+    assert rel(picked, every[[4, 2]]) < TOL
+    held = engine.held.tolist()
+    for want in ([5], [-1], [0, 0]):
+        with pytest.raises(ValueError, match="want lists"):
+            engine.step_rows(tokens[:1], np.asarray([3]), np.asarray([0]), want=np.asarray(want))
+    assert engine.held.tolist() == held
+    engine.reset_slots(2, 16)  # no rows wanted: the caches filled alone, then the same logits
+    none = engine.step_rows(tokens[:3], positions[:3], slots[:3], want=np.asarray([], int))
+    assert none.shape == (0, engine.config.vocab_size)
+    last = engine.step_rows(tokens[3:], positions[3:], slots[3:])
+    assert rel(last, every[3:]) < TOL

@@ -215,12 +215,13 @@ def test_prompt_pieces_ride_in_the_decode_pass_and_long_ones_alone():
     p = DOC["archs"]["llama"]["Q8_0"]["prompt"]
     with serving(path, parallel=4, prefill_chunk=256, threads=1) as (served, url):
         sch, c = served.scheduler, client(url)
-        engine, calls, prefills = served.model, [], []
+        engine, calls, prefills, wants = served.model, [], [], []
         step_rows, prefill = engine.step_rows, engine.prefill
 
-        def spy_rows(tokens, positions, slots):
+        def spy_rows(tokens, positions, slots, want=None):
             calls.append(list(slots))
-            return step_rows(tokens, positions, slots)
+            wants.append(None if want is None else list(want))
+            return step_rows(tokens, positions, slots, want=want)
 
         def spy_prefill(slot, position, tokens):
             prefills.append(len(tokens))
@@ -251,6 +252,9 @@ def test_prompt_pieces_ride_in_the_decode_pass_and_long_ones_alone():
         together([p, p[:7], p[3:], p[2:9]])
         first = next(k for k in calls if len(k) > 4)
         assert len(set(first)) == 4 and len(first) == 12 + 7 + 9 + 7  # all four pieces at once
+        # the LM head only on each piece's last row (the prompts' next tokens)
+        lasts = sorted({s: i for i, s in enumerate(first)}.values())
+        assert sorted(wants[calls.index(first)]) == lasts
         assert not prefills
         together([p * 8, p[::-1] * 8, p[:5]])
         # the long ones alone, each whole (past what a slot may hold of p from before)

@@ -117,11 +117,9 @@ class EngineStepper:
     def step_rows(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int],
                   want: Sequence[int] | None = None) -> torch.Tensor:  # fmt: skip
         """Logits ``(N, V)`` of the rows, or of the rows ``want`` alone."""
-        logits = self.engine.step_rows(np.asarray(tokens, dtype=np.int64),
-                                       np.asarray(positions, dtype=np.int64),
-                                       np.asarray(slots, dtype=np.int64))  # fmt: skip
-        if want is not None and len(want) < len(logits):
-            logits = logits[np.asarray(want, dtype=np.int64)]
+        rows = [np.asarray(a, dtype=np.int64) for a in (tokens, positions, slots)]
+        picked = None if want is None else np.asarray(want, dtype=np.int64)
+        logits = self.engine.step_rows(*rows, want=picked)  # the head on those rows only
         return torch.from_numpy(np.asarray(logits, dtype=np.float32))
 
     def prompt_logits(self, ids: Sequence[int]) -> torch.Tensor:

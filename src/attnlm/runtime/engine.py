@@ -253,17 +253,23 @@ class Engine:
         self.held[:] = self.length
         return logits.reshape(b, 1 if last_only else t, c.vocab_size)
 
-    def step_rows(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray
-                  ) -> np.ndarray:  # fmt: skip
+    def step_rows(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray,
+                  want: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
         """Logits ``(n, V)`` float32 of ``n`` rows, row i the token ``tokens[i]`` at position
         ``positions[i]`` of the sequence in cache slot ``slots[i]`` (after
-        :meth:`reset_slots`), all in one pass over the weights. A row attends over its slot's
-        positions ``[0, position]``: those written before (a row at a lower position than
-        the slot holds cuts the slot back to that prefix) and those of earlier rows of the
-        same slot in this call, which must be consecutive positions in order. ValueError for
-        an id, slot or position out of range, or a gap in a slot's positions."""
+        :meth:`reset_slots`), all in one pass over the weights; with ``want`` (row indices)
+        the logits of those rows alone, in that order (the LM head runs on them only: prompt
+        rows riding along need none; an empty ``want`` fills the caches alone). A row
+        attends over its slot's positions ``[0, position]``: those written before (a row at
+        a lower position than the slot holds cuts the slot back to that prefix) and those of
+        earlier rows of the same slot in this call, which must be consecutive positions in
+        order. ValueError for an id, slot or position out of range, or a gap in a slot's
+        positions."""
         tokens, positions, slots = self._check_rows(tokens, positions, slots)
-        out = np.arange(len(tokens), dtype=np.int64)
+        n = len(tokens)
+        out = np.arange(n, dtype=np.int64) if want is None else np.asarray(want, np.int64)
+        if out.ndim != 1 or len(out) > n or (len(out) and (out.min() < 0 or out.max() >= n)):
+            raise ValueError(f"want lists up to {n} row indices in [0, {n}), got {out.tolist()}")
         logits = self._run(tokens, positions, slots, out)
         self._advance(positions, slots)
         return logits
