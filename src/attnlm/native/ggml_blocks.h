@@ -740,9 +740,12 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
         const vw32 by = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                          4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
         vb64 u = (vb64)((vw32)GG_CAT64(q, q) >> by) & 15;
-        if (fmt == FMT_Q5_K) {
+        if (fmt == FMT_Q5_K) { /* bits 2i and 2i + 1 of qh, the same way */
             const vb32 qh = *(const vb32 *)(b + 16);
-            u |= GG_CAT64((qh >> (2 * i)) & 1, (qh >> (2 * i + 1)) & 1) << 4;
+            const uint16_t s0 = (uint16_t)(2 * i), s1 = (uint16_t)(2 * i + 1);
+            const vw32 at = {s0, s0, s0, s0, s0, s0, s0, s0, s0, s0, s0, s0, s0, s0, s0, s0,
+                             s1, s1, s1, s1, s1, s1, s1, s1, s1, s1, s1, s1, s1, s1, s1, s1};
+            u |= (vb64)((((vw32)GG_CAT64(qh, qh) >> at) & 0x0101) << 4);
         }
         k->u[i] = u;
     }
