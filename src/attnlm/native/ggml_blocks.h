@@ -716,16 +716,20 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
     }
     memcpy(&h0, b, 2), memcpy(&h1, b + 2, 2);
     k->d = gg_f16(h0), k->dm = -gg_f16(h1);
-    /* the 12 bytes of 6-bit scales and mins as 16 bytes: scales 0-7, then mins 0-7 (blocks.py's
-     * _k_scales has the layout) */
-    uint32_t v[3], t[4];
-    memcpy(v, b + 4, 12);
-    t[0] = v[0] & 0x3f3f3f3fu;                                          /* scales 0-3 */
-    t[1] = (v[2] & 0x0f0f0f0fu) | ((v[0] >> 6) & 0x03030303u) << 4;     /* scales 4-7 */
-    t[2] = v[1] & 0x3f3f3f3fu;                                          /* mins 0-3 */
-    t[3] = ((v[2] >> 4) & 0x0f0f0f0fu) | ((v[1] >> 6) & 0x03030303u) << 4; /* mins 4-7 */
-    vu8 sb;
-    memcpy(&sb, t, 16);
+    /* the 12 bytes of 6-bit scales and mins s[0..11] (blocks.py's _k_scales has the layout)
+     * as 16 bytes, scales 0-7 then mins 0-7, in vector lanes: scale j < 4 is s[j] & 63, j >= 4
+     * (s[j + 4] & 15) | (s[j - 4] >> 6) << 4; min j < 4 s[j + 4] & 63, j >= 4
+     * (s[j + 4] >> 4) | (s[j] >> 6) << 4 */
+    const vu8 v = *(const vu8 *)b; /* s[j] = v[4 + j] */
+    const vu8 X = __builtin_shufflevector(v, v, 4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13,
+                                          14, 15);
+    const vu8 Y = __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 8, 9, 10, 11, 8, 9, 10,
+                                          11);
+    const vu8 low = {63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15};
+    const vu8 top = {0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48};
+    const vu8 Xs = __builtin_shufflevector(X, X >> 4, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 28,
+                                           29, 30, 31);
+    const vu8 sb = (Xs & low) | ((Y >> 2) & top);
     const vh16 sm = __builtin_convertvector(sb, vh16);
     k->s[0] = GG_SPREAD2(sm, 0), k->s[1] = GG_SPREAD2(sm, 2);
     k->s[2] = GG_SPREAD2(sm, 4), k->s[3] = GG_SPREAD2(sm, 6);
