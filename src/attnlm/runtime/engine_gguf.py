@@ -128,8 +128,9 @@ def _table(header: GGUFFile) -> dict[str, Any] | None:
 
 
 def _native_format(matrices: dict[str, str], weights: str | None) -> str | None:
-    """``q8`` / ``q4`` where every matrix is that format's ggml type (the step's own layouts
-    hold them as stored), else None."""
+    """``q4`` where every matrix is Q4_0 / Q4_1 (the step's own q4 layout holds them as
+    stored), ``q8`` for Q8_0 matrices only when ``weights`` asks for it (by default they stay
+    in their blocks, multiplied as llama.cpp multiplies them), else None."""
     body = {t for n, t in matrices.items() if n not in ("token_embd.weight", "output.weight")}
     classes = {NATIVE_FORMAT.get(t) for t in body}
     if len(classes) != 1 or None in classes:
@@ -138,6 +139,8 @@ def _native_format(matrices: dict[str, str], weights: str | None) -> str | None:
     head = matrices.get("output.weight")  # as the PyTorch loader: a q4 model's head may be q8
     if weights not in (None, fmt) or matrices.get("token_embd.weight") != "Q8_0":
         return None
+    if fmt == "q8" and weights is None:  # Q8_0 blocks as stored, with llama.cpp's Q8_0
+        return None  # activations: its numbers (the q8 layout takes float activations)
     if head is not None and NATIVE_FORMAT.get(head) not in (fmt, "q8"):
         return None
     return fmt
