@@ -66,6 +66,24 @@ def serving(spec, api_key=None, **options):
         served.close()
 
 
+@contextmanager
+def reuse_seen(scheduler):
+    """A list that gets, for every request the scheduler places in a slot until the block
+    ends, how many of its prompt ids that slot's cache already held (prompt caching)."""
+    seen: list[int] = []
+    original = scheduler._place
+
+    def spy(slot, job):
+        original(slot, job)
+        seen.append(job.reused)
+
+    scheduler._place = spy
+    try:
+        yield seen
+    finally:
+        scheduler._place = original
+
+
 def client(url, key="none", **options):
     import openai
 

@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("openai")
 pytest.importorskip("llguidance")
-from api_server_support import client, serving, tiny_tools_model  # noqa: E402
+from api_server_support import client, reuse_seen, serving, tiny_tools_model  # noqa: E402
 
 from attnlm.generate.chat import ChatSession  # noqa: E402
 from attnlm.generate.sampling import SamplingConfig  # noqa: E402
@@ -269,21 +269,10 @@ def test_next_turn_reads_the_cached_prefix(server):
         {"role": "assistant", "content": first.choices[0].message.content},
         {"role": "user", "content": "and of Italy?"},
     ]
-    seen = []
-    sch = served.scheduler
-    original = sch._place
-
-    def spy(slot, job):
-        original(slot, job)
-        seen.append(job.reused)
-
-    sch._place = spy
-    try:
+    with reuse_seen(served.scheduler) as seen:
         again = c.chat.completions.create(
             model=served.id, messages=turn, max_tokens=6, temperature=0
         )
-    finally:
-        sch._place = original
     assert seen and seen[0] >= first.usage.prompt_tokens  # the first turn came from the cache
     assert math.isfinite(again.usage.prompt_tokens)
     with serving(served.info.path, parallel=1) as (fresh, url):

@@ -29,6 +29,16 @@ def model_dir(tmp_path_factory):
     return tiny_tools_model(tmp_path_factory.mktemp("cli") / "tiny")
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C the server, killed if it has not ended within 20 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_server_process_answers_the_client(model_dir):
     env = _with_src({**os.environ, "OMP_NUM_THREADS": "1"})
     cmd = [
@@ -64,12 +74,7 @@ def test_a_server_process_answers_the_client(model_dir):
         )
         assert r.usage.completion_tokens == 3
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @pytest.mark.parametrize(
@@ -103,9 +108,4 @@ def test_a_gguf_file_is_served_on_the_c_engine(engine):
                                  temperature=0)  # fmt: skip
         assert r.usage.completion_tokens + (r.choices[0].finish_reason == "stop") >= 1
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("openai")
-from api_server_support import client, serving  # noqa: E402
+from api_server_support import client, reuse_seen, serving  # noqa: E402
 
 from attnlm import native  # noqa: E402
 from attnlm.api.steppers import engine_rows  # noqa: E402
@@ -119,19 +119,8 @@ def test_a_held_prefix_is_not_read_again(engine_server):
     p = prompts(arch)[0]
     c.completions.create(model=served.id, prompt=p, max_tokens=NEW, temperature=0)
     longer = p + refs[0][:4] + p[:3]  # the reply's start, then new ids
-    seen: list[int] = []
-    sch = served.scheduler
-    original = sch._place
-
-    def spy(slot, job):
-        original(slot, job)
-        seen.append(job.reused)
-
-    sch._place = spy
-    try:
+    with reuse_seen(served.scheduler) as seen:
         r = c.completions.create(model=served.id, prompt=longer, max_tokens=NEW, temperature=0)
-    finally:
-        sch._place = original
     assert seen and seen[0] >= len(p) + 4
     ref = reference(served.info.path, longer, NEW, served.stop_ids, served.context.vocab_limit)
     assert r.choices[0].text == text(served, longer, ref)

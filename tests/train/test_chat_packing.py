@@ -21,6 +21,21 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 V = 40
 
 
+def head_rows(monkeypatch) -> list[int]:
+    """A list that gets the number of rows each call of the chunked head loss takes."""
+    from attnlm.nn import fused
+
+    rows: list[int] = []
+    real = fused.chunked_head_loss
+
+    def spy(h, weight, targets, *args):
+        rows.append(h.shape[0])
+        return real(h, weight, targets, *args)
+
+    monkeypatch.setattr(fused, "chunked_head_loss", spy)
+    return rows
+
+
 def test_segment_mask_and_positions_by_hand():
     seg = torch.tensor([[1, 1, 2, 2, 2, 3]])
     allowed = segment_mask(seg)[0, 0] == 0
@@ -86,21 +101,13 @@ def test_a_packed_row_gives_each_conversation_its_own_loss(family):
 
 def test_the_head_of_an_adapted_model_runs_on_counted_rows_only(monkeypatch):
     from attnlm.lora.layers import LoRAConfig, apply_lora
-    from attnlm.nn import fused
 
     torch.manual_seed(0)
     table = dict(type="llama", vocab_size=V, block_size=64, n_layer=2, n_head=2, n_embd=32)
     model, _, _ = registry.build(table)
     apply_lora(model, LoRAConfig(4))  # the head frozen: the chunked loss
     batch = next(ChatExamples(_examples(6), 48, packed=True).sequential(3))
-    rows = []
-    real = fused.chunked_head_loss
-
-    def spy(h, weight, targets, *args):
-        rows.append(h.shape[0])
-        return real(h, weight, targets, *args)
-
-    monkeypatch.setattr(fused, "chunked_head_loss", spy)
+    rows = head_rows(monkeypatch)
     out = model(**batch)
     counted = int((batch["targets"] != IGNORE_INDEX).sum())
     assert rows == [counted] and counted < batch["targets"].numel() and out.logits is None
@@ -160,21 +167,12 @@ def test_a_trainable_head_also_runs_on_counted_rows_with_the_same_gradients(monk
     """Full fine-tuning (the tied head trains): with positions left out, the loss runs the
     head on the counted rows only, and every gradient equals the full logits' cross-entropy
     (the model's own return_hidden path, which computes all logits)."""
-    from attnlm.nn import fused
-
     torch.manual_seed(0)
     table = dict(type="llama", vocab_size=V, block_size=64, n_layer=2, n_head=2, n_embd=32,
                  tie_embeddings=True)  # fmt: skip
     model, _, _ = registry.build(table)
     batch = next(ChatExamples(_examples(6), 48, packed=True).sequential(3))
-    rows = []
-    real = fused.chunked_head_loss
-
-    def spy(h, weight, targets, *args):
-        rows.append(h.shape[0])
-        return real(h, weight, targets, *args)
-
-    monkeypatch.setattr(fused, "chunked_head_loss", spy)
+    rows = head_rows(monkeypatch)
     out = model(**batch)
     out.loss_sum.backward()
     got = {n: p.grad.clone() for n, p in model.named_parameters()}
