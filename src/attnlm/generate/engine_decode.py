@@ -75,7 +75,9 @@ def _feed(engine: Engine, tokens: np.ndarray, last_only: bool) -> np.ndarray:
     """``engine.feed`` over any number of tokens, :data:`MAX_TOKENS` per call (a prompt):
     logits ``(B, T, V)``, or ``(B, 1, V)`` of the last with ``last_only``."""
     pieces = [tokens[:, i : i + MAX_TOKENS] for i in range(0, tokens.shape[1], MAX_TOKENS)]
-    out = [engine.feed(p, last_only=last_only) for p in pieces]
+    # a prompt's pieces before its last fill the caches alone (no LM head: a pass over V C)
+    out = [engine.feed(p, last_only, logits=not last_only or i == len(pieces) - 1)
+           for i, p in enumerate(pieces)]  # fmt: skip
     return out[-1] if last_only else np.concatenate(out, axis=1)
 
 

@@ -231,10 +231,11 @@ class Engine:
 
     # -- one step ------------------------------------------------------------------------------
 
-    def feed(self, tokens: np.ndarray, last_only: bool = False) -> np.ndarray:
+    def feed(self, tokens: np.ndarray, last_only: bool = False, logits: bool = True) -> np.ndarray:
         """Logits ``(B, T, V)`` float32 of ``tokens`` ``(B, T)`` after the positions held, or
         ``(B, 1, V)`` of each row's last with ``last_only``; at most :data:`MAX_TOKENS` per
-        row and call."""
+        row and call. ``logits=False``: the caches filled alone, ``(B, 0, V)`` (a long
+        prompt's pieces before its last: the LM head, a pass over ``V C`` weights, skipped)."""
         c = self.config
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         b, t = tokens.shape
@@ -248,10 +249,12 @@ class Engine:
         slots = np.repeat(np.arange(b, dtype=np.int64), t)
         positions = np.tile(np.arange(self.length, self.length + t, dtype=np.int64), b)
         out = np.arange(b, dtype=np.int64) * t + t - 1 if last_only else np.arange(b * t)
-        logits = self._run(tokens.reshape(-1), positions, slots, out)
+        if not logits:
+            out = out[:0]
+        got = self._run(tokens.reshape(-1), positions, slots, out)
         self.length += t
         self.held[:] = self.length
-        return logits.reshape(b, 1 if last_only else t, c.vocab_size)
+        return got.reshape(b, len(out) // b, c.vocab_size)
 
     def step_rows(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray,
                   want: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
@@ -287,7 +290,7 @@ class Engine:
         for at in range(0, n, MAX_TOKENS):
             chunk, where = tokens[at : at + MAX_TOKENS], positions[at : at + MAX_TOKENS]
             slots = np.full(len(chunk), slot, dtype=np.int64)
-            last = np.asarray([len(chunk) - 1], dtype=np.int64)
+            last = np.asarray([len(chunk) - 1] if at + MAX_TOKENS >= n else [], np.int64)
             logits = self._run(chunk, where, slots, last)
             self._advance(where, slots)
         return logits[0]
