@@ -14,7 +14,7 @@
  *
  * Threads: one OpenMP parallel region per call; each matrix product splits its output rows
  * among the threads (4-bit: blocks of 64 rows, the packed layout's unit), the small steps
- * between products (norms, rotation, cache write) run on one thread.
+ * between products (norms, rotation, cache write, activation) split the rows among them.
  *
  * Rows: each row of a step is one new token of a sequence, at its own position and in its own
  * cache slot (attnlm_step_rows: an OpenAI server's clients decoding and prefilling together,
@@ -37,6 +37,9 @@ static inline int omp_get_num_threads(void) { return 1; }
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 typedef float vf __attribute__((vector_size(64), aligned(4)));      /* 16 floats */
 typedef int32_t vi __attribute__((vector_size(64), aligned(4)));     /* 16 int32 */
@@ -156,6 +159,43 @@ static inline vf from_f16x16(const uint16_t *p) {
 static inline vf from_i8(const int8_t *p) {
     vu8 b = *(const vu8 *)p ^ 0x80;
     return __builtin_convertvector(__builtin_convertvector(b, vi) - 128, vf);
+}
+
+/* the 16 sums hsum(v[j]) as one vector, each added in hsum's order (lane 0 first): v
+ * transposed (lane blocks of 8, 4, 2, 1 swapped between rows), then its rows added in turn */
+static inline vf hsum16(vf v[16]) {
+    for (int r = 0; r < 8; r++) { /* lane blocks of 8 */
+        const vf a = v[r], b = v[r + 8];
+        v[r] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        v[r + 8] = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27,
+                                           28, 29, 30, 31);
+    }
+    for (int r = 0; r < 16; r++)
+        if (!(r & 4)) {
+            const vf a = v[r], b = v[r + 4];
+            v[r] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25,
+                                           26, 27);
+            v[r + 4] = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15,
+                                               28, 29, 30, 31);
+        }
+    for (int r = 0; r < 16; r++)
+        if (!(r & 2)) {
+            const vf a = v[r], b = v[r + 2];
+            v[r] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13,
+                                           28, 29);
+            v[r + 2] = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27,
+                                               14, 15, 30, 31);
+        }
+    for (int r = 0; r < 16; r += 2) {
+        const vf a = v[r], b = v[r + 1];
+        v[r] = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28,
+                                       14, 30);
+        v[r + 1] = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29,
+                                           15, 31);
+    }
+    vf s = {0};
+    for (int i = 0; i < 16; i++) s += v[i];
+    return s;
 }
 
 /* sum of a[i] b[i], i < n: 16 lanes at a time (a scalar loop would be one long chain of
@@ -668,6 +708,20 @@ static void activate(int64_t kind, float *h, int64_t F) {
         return;
     }
     if (kind == ACT_GEGLU_F16) {
+#ifdef __AVX512F__ /* gelu_f16 16 lanes at a time: the CPU's rounding to float16 (the same,
+                    * to the nearest, ties to even), the table gathered */
+        for (; j + 16 <= F; j += 16) {
+            const __m512 v = _mm512_loadu_ps(h + j);
+            const __m512i at = _mm512_cvtepu16_epi32(
+                _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            const __mmask16 in = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-10.0f), _CMP_GT_OQ) &
+                                 _mm512_cmp_ps_mask(v, _mm512_set1_ps(10.0f), _CMP_LT_OQ);
+            const __mmask16 big = _mm512_cmp_ps_mask(v, _mm512_set1_ps(10.0f), _CMP_GE_OQ);
+            __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), in, at, gelu_table, 4);
+            g = _mm512_mask_mov_ps(g, big, v);
+            _mm512_storeu_ps(h + j, _mm512_mul_ps(g, _mm512_loadu_ps(h + F + j)));
+        }
+#endif
         for (; j < F; j++) h[j] = gelu_f16(h[j]) * h[F + j];
         return;
     }
@@ -700,6 +754,22 @@ static inline __attribute__((always_inline)) void attend16(const float *q, const
     for (int c = 0; c < DV; c++) qv[c] = *(const vf *)(q + 16 * c) * scale;
     float mx = -INFINITY;
     int64_t s = 0;
+    for (; s + 16 <= S; s += 16) { /* 16 keys' sums, then their 16 hsums at once */
+        vf a[16];
+        for (int j = 0; j < 16; j += 4) {
+            const float *k0 = k + (s + j) * D;
+            vf a0 = qv[0] * *(const vf *)k0, a1 = qv[0] * *(const vf *)(k0 + D);
+            vf a2 = qv[0] * *(const vf *)(k0 + 2 * D), a3 = qv[0] * *(const vf *)(k0 + 3 * D);
+            for (int c = 1; c < DV; c++) {
+                a0 += qv[c] * *(const vf *)(k0 + 16 * c);
+                a1 += qv[c] * *(const vf *)(k0 + D + 16 * c);
+                a2 += qv[c] * *(const vf *)(k0 + 2 * D + 16 * c);
+                a3 += qv[c] * *(const vf *)(k0 + 3 * D + 16 * c);
+            }
+            a[j] = a0, a[j + 1] = a1, a[j + 2] = a2, a[j + 3] = a3;
+        }
+        *(vf *)(scores + s) = hsum16(a);
+    }
     for (; s + 4 <= S; s += 4) {
         const float *k0 = k + s * D;
         vf a0 = qv[0] * *(const vf *)k0, a1 = qv[0] * *(const vf *)(k0 + D);
@@ -736,6 +806,89 @@ static inline __attribute__((always_inline)) void attend16(const float *q, const
     for (int c = 0; c < DV; c++) *(vf *)(out + 16 * c) = acc[c] * (1.0f / sum);
 }
 
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTEND4 1
+/* attend16's numbers (the same operations in the same order for each head) for 4 query heads
+ * of D = 256 sharing their keys and values (grouped-query attention: Gemma 3), the loads of
+ * each key and value row shared: scores of 4 keys x 4 heads per pass (16 sums, 8 loads per 16
+ * multiply-adds; attend16 loads one per multiply-add), the values 64 lanes x 4 heads per pass
+ * over the keys. q (4, D) with row stride ldq, out (4, D) with stride ldo, scores (4, S). */
+static void attend4_256(const float *q, int64_t ldq, const float *k, const float *v, int64_t S,
+                        float scale, float cap, float *scores, float *out, int64_t ldo) {
+    enum { D = 256, DV = 16 };
+    vf qs[4][DV];
+    for (int h = 0; h < 4; h++)
+        for (int c = 0; c < DV; c++) qs[h][c] = *(const vf *)(q + h * ldq + 16 * c) * scale;
+    int64_t s = 0;
+    for (; s + 4 <= S; s += 4) {
+        const float *k0 = k + s * D;
+        vf a[16]; /* a[4 h + j]: head h, key s + j */
+        /* fused as GCC compiles attend16's sums (checked bit for bit): q0 k0 + q1 k1 as
+         * fma(q0, k0, q1 k1), then fma(qc, kc, a) */
+        for (int h = 0; h < 4; h++)
+            for (int j = 0; j < 4; j++)
+                a[4 * h + j] = (vf)_mm512_fmadd_ps(
+                    (__m512)qs[h][0], _mm512_loadu_ps(k0 + j * D),
+                    (__m512)(qs[h][1] * *(const vf *)(k0 + j * D + 16)));
+        for (int c = 2; c < DV; c++) {
+            const vf k0c = *(const vf *)(k0 + 16 * c), k1c = *(const vf *)(k0 + D + 16 * c);
+            const vf k2c = *(const vf *)(k0 + 2 * D + 16 * c);
+            const vf k3c = *(const vf *)(k0 + 3 * D + 16 * c);
+            for (int h = 0; h < 4; h++) {
+                const __m512 qc = (__m512)qs[h][c];
+                a[4 * h] = (vf)_mm512_fmadd_ps(qc, (__m512)k0c, (__m512)a[4 * h]);
+                a[4 * h + 1] = (vf)_mm512_fmadd_ps(qc, (__m512)k1c, (__m512)a[4 * h + 1]);
+                a[4 * h + 2] = (vf)_mm512_fmadd_ps(qc, (__m512)k2c, (__m512)a[4 * h + 2]);
+                a[4 * h + 3] = (vf)_mm512_fmadd_ps(qc, (__m512)k3c, (__m512)a[4 * h + 3]);
+            }
+        }
+        const vf t = hsum16(a);
+        for (int h = 0; h < 4; h++)
+            for (int j = 0; j < 4; j++) scores[h * S + s + j] = t[4 * h + j];
+    }
+    for (; s < S; s++)
+        for (int h = 0; h < 4; h++) {
+            vf a = qs[h][0] * *(const vf *)(k + s * D);
+            for (int c = 1; c < DV; c++) a += qs[h][c] * *(const vf *)(k + s * D + 16 * c);
+            scores[h * S + s] = hsum(a);
+        }
+    float inv[4];
+    for (int h = 0; h < 4; h++) { /* attend16's softmax, head by head */
+        float *sh = scores + h * S, mx = -INFINITY, sum = 0.0f;
+        softcap(sh, S, cap);
+        for (s = 0; s < S; s++) mx = sh[s] > mx ? sh[s] : mx;
+        for (s = 0; s + 16 <= S; s += 16) {
+            const vf e = vexp(*(const vf *)(sh + s) - mx);
+            *(vf *)(sh + s) = e;
+            sum += hsum(e);
+        }
+        for (; s < S; s++) sum += sh[s] = expf(sh[s] - mx);
+        inv[h] = 1.0f / sum;
+    }
+    for (int c0 = 0; c0 < DV; c0 += 4) {
+        vf acc[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int c = 0; c < 4; c++) acc[h][c] = (vf){0};
+        for (s = 0; s < S; s++) {
+            const float *vs = v + s * D + 16 * c0;
+            const vf v0 = *(const vf *)vs, v1 = *(const vf *)(vs + 16);
+            const vf v2 = *(const vf *)(vs + 32), v3 = *(const vf *)(vs + 48);
+            for (int h = 0; h < 4; h++) {
+                const float p = scores[h * S + s];
+                acc[h][0] += v0 * p;
+                acc[h][1] += v1 * p;
+                acc[h][2] += v2 * p;
+                acc[h][3] += v3 * p;
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int c = 0; c < 4; c++) *(vf *)(out + h * ldo + 16 * (c0 + c)) = acc[h][c] * inv[h];
+    }
+}
+#else
+#define ATTEND4 0
+#endif
+
 /* one query row (D,) against S keys/values (S, D) of one head: out (D,) */
 static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
                    float *scores, float *out) {
@@ -765,11 +918,12 @@ static void attend(const Model *md, const float *q, const float *k, const float 
 
 /* the rows' q and k heads normalized (Qwen3, Gemma 3) and rotated by the layer's table, their
  * keys and values written to the cache at (slot, position) */
-static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const Rows *rw) {
+static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const Rows *rw,
+                  int64_t m0, int64_t m1) {
     const int64_t H = md->H, Hkv = md->Hkv, D = md->D, NQ = (H + 2 * Hkv) * D, cap = md->cap;
     const float *cos_t = rw->cos + bk->table * M * (D / 2);
     const float *sin_t = rw->sin + bk->table * M * (D / 2);
-    for (int64_t m = 0; m < M; m++) {
+    for (int64_t m = m0; m < m1; m++) {
         float *row = qkv + m * NQ;
         if (bk->q_norm.w) /* per-head norms of q and k, before the rotation */
             for (int64_t h = 0; h < H + Hkv; h++)
@@ -793,9 +947,24 @@ static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const
 static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int64_t M,
                         const Rows *rw, float *scores, int t, int nt) {
     const int64_t H = md->H, Hkv = md->Hkv, D = md->D, NQ = (H + 2 * Hkv) * D;
-    int64_t lo, hi;
-    share(M * H, t, nt, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
+    /* the units dealt in turn (a prompt's later rows see more keys: contiguous shares
+     * would leave the thread with the earlier rows waiting) */
+    const int64_t per = H / Hkv; /* query heads per key/value head */
+#if ATTEND4
+    if (D == 256 && per % 4 == 0 && md->cap <= 4096) { /* 4 query heads a unit: attend4_256 */
+        float four[4 * 4096] __attribute__((aligned(64)));
+        for (int64_t i = t; i < M * H / 4; i += nt) {
+            const int64_t m = i / (H / 4), h = 4 * (i % (H / 4)), kv = h / per, p = rw->pos[m];
+            const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
+            const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
+            attend4_256(sc->qkv + m * NQ + h * D, D, bk->k_cache + at, bk->v_cache + at,
+                        p - first + 1, md->scale, md->attn_softcap, four,
+                        sc->att + m * H * D + h * D, D);
+        }
+        return;
+    }
+#endif
+    for (int64_t i = t; i < M * H; i += nt) {
         const int64_t m = i / H, h = i % H, kv = h / (H / Hkv), p = rw->pos[m];
         const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
         const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
@@ -810,15 +979,19 @@ static void add_normed(const Model *md, const Norm *nm, float *y, float *x, int6
     for (int64_t i = 0; i < M * md->C; i++) x[i] += y[i];
 }
 
-/* one block over the M rows (call from every thread of the region) */
+/* one block over the M rows (call from every thread of the region); the steps between the
+ * products (norms, q/k norms and rotation, cache writes, the activation) each thread on its
+ * share of the rows (row by row: the numbers of one thread's) */
 static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x, int64_t M,
                   const Rows *rw, int t, int nt) {
     const int64_t C = md->C, H = md->H, Hkv = md->Hkv, D = md->D, F = md->F;
     const int64_t NQ = (H + 2 * Hkv) * D;
     const int64_t NF = md->act == ACT_SWIGLU || md->act >= ACT_GEGLU ? 2 * F : F;
     const int post = bk->post_attn.w != NULL; /* sublayer outputs go through xn, normed */
-#pragma omp single
-    norm_rows(md, &bk->ln_1, x, sc->xn, M);
+    int64_t lo, hi; /* this thread's rows */
+    share(M, t, nt, &lo, &hi);
+    norm_rows(md, &bk->ln_1, x + lo * C, sc->xn + lo * C, hi - lo);
+#pragma omp barrier
     quantize_for(&bk->qkv, &bk->k, &bk->v, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, sc->part, sc->xq, t, nt);
     if (bk->k.w) { /* separate k and v */
@@ -826,26 +999,22 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
         linear(&bk->v, sc->xn, M, C, sc->qkv + (H + Hkv) * D, NQ, NULL, sc->part, sc->xq, t, nt);
     }
 #pragma omp barrier
-#pragma omp single
-    place(md, bk, sc->qkv, M, rw);
+    place(md, bk, sc->qkv, M, rw, lo, hi);
+#pragma omp barrier
     attend_rows(md, bk, sc, M, rw, sc->scores + t * md->cap, t, nt);
 #pragma omp barrier
     quantize_for(&bk->out, NULL, NULL, sc->att, M, H * D, sc->xq, t, nt);
     linear(&bk->out, sc->att, M, H * D, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq,
            t, nt);
 #pragma omp barrier
-#pragma omp single
-    {
-        if (post) add_normed(md, &bk->post_attn, sc->xn, x, M);
-        norm_rows(md, &bk->ln_2, x, sc->xn, M);
-    }
+    if (post) add_normed(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
+    norm_rows(md, &bk->ln_2, x + lo * C, sc->xn + lo * C, hi - lo);
+#pragma omp barrier
     quantize_for(&bk->fc, &bk->up, NULL, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, sc->part, sc->xq, t, nt);
     if (bk->up.w) /* the up half apart */
         linear(&bk->up, sc->xn, M, C, sc->hid + F, NF, NULL, sc->part, sc->xq, t, nt);
 #pragma omp barrier
-    int64_t lo, hi;
-    share(M, t, nt, &lo, &hi);
     for (int64_t m = lo; m < hi; m++) activate(md->act, sc->hid + m * NF, F);
 #pragma omp barrier
     quantize_for(&bk->proj, NULL, NULL, sc->hid, M, NF, sc->xq, t, nt);
@@ -853,8 +1022,8 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
            nt);
 #pragma omp barrier
     if (post) {
-#pragma omp single
-        add_normed(md, &bk->post_mlp, sc->xn, x, M);
+        add_normed(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
+#pragma omp barrier
     }
 }
 
