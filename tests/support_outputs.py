@@ -290,15 +290,25 @@ def run_case(model: torch.nn.Module, case: Case, compile: bool = False, process=
                          compile=compile)  # fmt: skip
 
 
+def asked_weights(path: Path) -> str | None:
+    """The ``--weights`` that holds a table's GGUF file (``llama-{weights}.gguf``) in the
+    format its rows name on every backend: ``q8`` is asked for (by default the C engine keeps
+    an all-Q8_0 file in its blocks and rounds the activations as llama.cpp does: other
+    numbers than the PyTorch path's q8 layers), ``q4`` is the default."""
+    return "q8" if Path(path).stem == "llama-q8" else None
+
+
 def run_cli(path: Path, case: Case, backend: list | None = None) -> dict:
     """``attnlm generate --model FILE --prompt "Hello there" --json`` in this process (the
-    command picks the engine or PyTorch itself): the texts and the number of new tokens;
-    ``backend`` (a list) receives the backend ``--json`` names."""
+    command picks the engine or PyTorch itself; ``--weights`` per :func:`asked_weights`): the
+    texts and the number of new tokens; ``backend`` (a list) receives the backend ``--json``
+    names."""
     from attnlm.cli import main
 
+    weights = asked_weights(path)
     argv = ["generate", "--model", str(path), "--prompt", CLI_PROMPT, "--json",
             "--threads", "1", "--device", "cpu", "--max-new-tokens", str(case.max_new_tokens),
-            *case.args]  # fmt: skip
+            *(["--weights", weights] if weights else []), *case.args]  # fmt: skip
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main(argv)

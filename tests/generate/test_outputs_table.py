@@ -21,6 +21,7 @@ from support import FIXTURES
 from support_outputs import (
     Case,
     Row,
+    asked_weights,
     environment,
     load_gguf,
     load_table,
@@ -55,7 +56,7 @@ def run_on_backend(name: str, model: object, case: Case) -> list | dict:
             from attnlm.generate import engine_decode
             from attnlm.runtime.engine_gguf import open_engine
 
-            engine = open_engine(GGUFFile(model), None, 1)
+            engine = open_engine(GGUFFile(model), asked_weights(model), 1)
             assert engine is not None, f"{model}: not a file the engine decodes"
             prompts = [list(p) for p in case.prompts]
             return engine_decode.decode(engine, prompts, case.sampling(), lookahead=case.lookahead)
