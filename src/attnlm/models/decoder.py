@@ -151,6 +151,32 @@ class Decoder(nn.Module):
         positions = state.positions(T, ids.device, keep)  # (T,), or (B, T) with padding
         if segments is not None and (cache is not None or keep is not None):
             raise InputError("segments (packed training rows) take no cache or attention_mask")
+        x = self._embed(ids, positions, segments, trace)  # (B, T, C)
+        rotary = self._rotations(positions, x.dtype)  # (cos, sin) or None
+        if segments is None:
+            mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
+        else:  # (B, 1, T, T): causal within each segment
+            bias = self.alibi(T, T).to(x.dtype) if self.alibi is not None else None
+            mask = combine_masks(bias, segment_mask(segments, x.dtype))
+        attend = dict(mask=mask, is_causal=mask is None, rotary=rotary, cache=cache)
+        attends = self._layer_attends(attend, state, positions, keep, x.dtype)
+        x, attentions, hidden = self._blocks(x, attend, attends, trace, return_attention)
+        state.advance(T)
+        if targets is not None and self._chunked_loss(return_attention or return_hidden, targets):
+            return self._loss_only(self.ln_f(x), targets, ids)
+        logits = self._logits(x[:, -1:] if last_only else x, trace)
+        out = ModelOutput(logits=logits)
+        out.attentions = attentions if return_attention else None
+        out.hidden_states = hidden if return_hidden else None
+        if targets is not None:
+            check_targets(targets, ids)
+            out.loss, out.loss_sum, out.n_targets = token_loss(logits, targets)
+        return out
+
+    def _embed(self, ids: Tensor, positions: Tensor, segments: Tensor | None,
+               trace: Any) -> Tensor:  # fmt: skip
+        """The input of the first block ``(B, T, C)``: token embeddings (scaled where the
+        model says), learned positions (restarting at each segment), dropout."""
         x = self.tok_emb(ids)  # (B, T, C)
         if self.embed_scale is not None:
             x = x * self.embed_scale
@@ -160,39 +186,30 @@ class Decoder(nn.Module):
             at = positions if segments is None else segment_positions(segments)  # (B, T)
             pos = self.pos_emb(at).to(x.dtype)  # (T, C) or (B, T, C)
             x = x + (pos if trace is None else trace.point("hook_pos_embed", pos.expand_as(x)))
-        x = self.drop(x)
-        rotary = self._rotations(positions, x.dtype)  # (cos, sin) or None
-        if segments is None:
-            mask = self._mask(state, T, keep, x.dtype)  # None: causal, applied by attention
-        else:  # (B, 1, T, T): causal within each segment
-            bias = self.alibi(T, T).to(x.dtype) if self.alibi is not None else None
-            mask = combine_masks(bias, segment_mask(segments, x.dtype))
-        attend = dict(mask=mask, is_causal=mask is None, rotary=rotary, cache=cache)
-        attends = self._layer_attends(attend, state, positions, keep, x.dtype)
+        return self.drop(x)
+
+    def _blocks(self, x: Tensor, attend: dict, attends: list | None, trace: Any,
+                need_weights: bool) -> tuple[Tensor, list, list]:  # fmt: skip
+        """``x`` through every block (``attends``: each layer's attention settings, else
+        ``attend`` for all): the output, each layer's attention weights (None unless
+        ``need_weights``) and the hidden states (the input first)."""
         attentions, hidden = [], [x]
         for layer, block in enumerate(self.blocks):
             here = attend if attends is None else attends[layer]
             if trace is not None:  # the same modules, their activations named
                 x, weights = trace.block(block, x, layer, {**here, "layer": layer}), None
             else:
-                x, weights, _ = block(x, layer=layer, need_weights=return_attention, **here)
+                x, weights, _ = block(x, layer=layer, need_weights=need_weights, **here)
             attentions.append(weights)
             hidden.append(x)
-        state.advance(T)
-        if targets is not None and self._chunked_loss(return_attention or return_hidden, targets):
-            return self._loss_only(self.ln_f(x), targets, ids)
-        if trace is not None:
-            h = trace.norm("ln_final", self.ln_f, x[:, -1:] if last_only else x)
-            logits = trace.point("hook_logits", self._cap(self.lm_head(h)))
-        else:
-            logits = self._cap(self.lm_head(self.ln_f(x[:, -1:] if last_only else x)))
-        out = ModelOutput(logits=logits)
-        out.attentions = attentions if return_attention else None
-        out.hidden_states = hidden if return_hidden else None
-        if targets is not None:
-            check_targets(targets, ids)
-            out.loss, out.loss_sum, out.n_targets = token_loss(logits, targets)
-        return out
+        return x, attentions, hidden
+
+    def _logits(self, x: Tensor, trace: Any) -> Tensor:
+        """The final norm and the LM head (capped where the model says) over ``x``."""
+        if trace is None:
+            return self._cap(self.lm_head(self.ln_f(x)))
+        h = trace.norm("ln_final", self.ln_f, x)
+        return trace.point("hook_logits", self._cap(self.lm_head(h)))
 
     # Rows per chunk of the training loss when the LM head is frozen (LoRA training,
     # attnlm.lora.layers): its logits are wanted for the loss alone, so they are never held whole
