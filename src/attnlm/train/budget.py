@@ -51,12 +51,19 @@ class Budget:
     def elapsed(self) -> float:
         return time.perf_counter() - self.origin
 
+    def eval_reserve(self) -> float:
+        """Seconds kept for the final evaluation: measured, else scaled from a step."""
+        if self.eval_s is not None:
+            return self.eval_s
+        return self.step_s * self.eval_iters / max(self.micro, 1) / 2
+
+    def save_reserve(self) -> float:
+        """Seconds kept for the final save: measured, else estimated from its size."""
+        return self.save_s if self.save_s is not None else self.save_estimate
+
     def reserve(self) -> float:
         """Seconds kept for the final evaluation and save (see the module docstring)."""
-        ev = self.eval_s
-        if ev is None:
-            ev = self.step_s * self.eval_iters / max(self.micro, 1) / 2
-        return ev + (self.save_s if self.save_s is not None else self.save_estimate)
+        return self.eval_reserve() + self.save_reserve()
 
     def loop_seconds(self) -> float | None:
         """The training loop's share of the budget (None without a budget)."""
@@ -78,8 +85,7 @@ class Budget:
         """One line: the budget, what is reserved and how it was found."""
         how_eval = "measured" if self.eval_s is not None else "estimated"
         how_save = "measured" if self.save_s is not None else "estimated"
-        ev = self.reserve() - (self.save_s if self.save_s is not None else self.save_estimate)
-        save = self.reserve() - ev
+        ev, save = self.eval_reserve(), self.save_reserve()
         return (f"time budget {self.seconds:g} s, {self.elapsed():.1f} s spent before the "
                 f"first step; {ev:.1f} s reserved for the final evaluation ({how_eval}) and "
                 f"{save:.1f} s for the final save ({how_save})")  # fmt: skip
