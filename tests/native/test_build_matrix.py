@@ -84,6 +84,7 @@ def test_the_baseline_x86_64_v2_build_gives_the_forwards_logits(fresh, monkeypat
     assert native.library() is not None, native.why_not
     assert native.built.name.startswith("decode_step-x86-64-v2-"), native.built
     assert "-march=x86-64-v2" in native.build_flags() and native.note == ""
+    assert native.features() == frozenset()  # no FMA, F16C, AVX2 or AVX-512 in the baseline
     for fmt in ("q4", "q8", "f32"):
         c_equals_forward(fmt)
     monkeypatch.delenv(native.MARCH_ENV)  # this CPU's build: a file of its own
@@ -159,3 +160,15 @@ def test_an_unknown_target_cpu_says_so_and_takes_pytorch(fresh, monkeypatch, cap
     monkeypatch.setenv(native.MARCH_ENV, "no-such-cpu")
     eager_with_one_line(capsys, "could not be built")
     assert "no-such-cpu" in native.why_not
+
+
+@needs_cc
+def test_this_cpus_build_has_the_instructions_the_cpu_lists(fresh):
+    """``native.features()`` reads the build's own macros: a native build on a CPU listing FMA,
+    F16C, AVX2 and AVX-512F in /proc/cpuinfo has them all."""
+    cpu = set(native._cpu_flags().split())
+    if platform.machine() not in ("x86_64", "AMD64") or not cpu:
+        pytest.skip("an x86-64 CPU's flags to compare with")
+    assert native.library() is not None, native.why_not
+    want = {name for name in ("fma", "f16c", "avx2", "avx512f") if name in cpu}
+    assert want and want <= native.features(), (want, native.features())

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_engine_llamacpp import FLIP_TOL, expected_flips
 from test_engine_rows import alone, rel
 
 from attnlm import native
@@ -85,7 +86,8 @@ def test_logits_equal_llama_cpps(arch, kind, monkeypatch):
     assert engine.config.gelu_table
     theirs = np.asarray(rec["logits"], dtype=np.float32)
     off = _per_position(alone(engine, rec["prompt"]), theirs)
-    assert off.max() < 1e-3 and np.median(off) < 1e-5, off
+    bound = FLIP_TOL if (arch, kind) in expected_flips() else 1e-3
+    assert off.max() < bound and np.median(off) < 1e-5, off
     engine.struct.act = structs.GEGLU  # the exact GELU: llama.cpp's table matters
     assert _per_position(alone(engine, rec["prompt"]), theirs).max() > 1e-3
 

@@ -58,8 +58,17 @@ FLIPS = {
     ("phi3", "Q5_K_M"): "2.1e-3 at position 9",
     ("gemma3", "Q8_0"): "1.5e-3 at position 11",
 }
+#: files where a build without FMA flips a code too (the CPU matrix's x86-64-v2 build: every
+#: product rounded before its sum, where llama.cpp's build and ours with FMA fuse them; measured
+#: with ``ATTNLM_NATIVE_MARCH=x86-64-v2``, and with ``haswell -ffp-contract=off``)
+UNFUSED_FLIPS = {("gemma3", "Q4_0"): "2.9e-3 at positions 9-11 (a build without FMA)"}
 #: one or two flipped codes, with room
 FLIP_TOL = 5e-3
+
+
+def expected_flips() -> dict[tuple[str, str], str]:
+    """The files whose 1e-3 comparison may fail with this build (a flipped code)."""
+    return FLIPS | ({} if "fma" in native.features() else UNFUSED_FLIPS)
 
 
 def _engine(arch: str, kind: str, monkeypatch):
@@ -92,14 +101,13 @@ def _prompt(arch: str, kind: str, monkeypatch) -> tuple[np.ndarray, np.ndarray]:
     return got, want
 
 
-@pytest.mark.parametrize(
-    ("arch", "kind"),
-    [pytest.param(*c, marks=pytest.mark.xfail(reason=FLIPS[c], strict=False)) if c in FLIPS
-     else c for c in CASES],
-)  # fmt: skip
+@pytest.mark.parametrize(("arch", "kind"), CASES)
 def test_prompt_logits_equal_llama_cpp(arch, kind, monkeypatch):
     got, want = _prompt(arch, kind, monkeypatch)
     off = relative(got, want)
+    flips = expected_flips()
+    if off >= TOL and (arch, kind) in flips:  # expected to fail (non-strict: may pass)
+        pytest.xfail(flips[arch, kind])
     assert off < TOL, f"{arch} {kind}: {off:.2e} of the logit range"
 
 

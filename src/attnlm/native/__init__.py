@@ -161,6 +161,22 @@ def library() -> ctypes.CDLL | None:
     return lib
 
 
+#: the bits of ``attnlm_features``: what the build's instructions include
+FEATURES = ("fma", "f16c", "avx2", "avx512f", "vnni")
+
+
+def features() -> frozenset[str]:
+    """What the loaded build's instructions include (empty without a library): a build
+    without ``fma`` rounds every product before its sum, as no build of llama.cpp for a CPU
+    with FMA does."""
+    lib = library()
+    if lib is None:
+        return frozenset()
+    lib.attnlm_features.restype = ctypes.c_int64
+    bits = lib.attnlm_features()
+    return frozenset(name for i, name in enumerate(FEATURES) if bits >> i & 1)
+
+
 def default_threads() -> int:
     """Threads a command runs on when ``--threads`` is not given, for PyTorch and the C step
     alike: every physical core this process may run on (what PyTorch's default would be,

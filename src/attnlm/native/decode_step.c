@@ -683,7 +683,9 @@ __attribute__((constructor)) static void fill_gelu_table(void) {
     for (uint32_t i = 0; i < 65536; i++) {
         const float x = from_f16((uint16_t)i), c = 0.79788456080286536f; /* sqrt(2 / pi) */
         if (!(x > -10.0f && x < 10.0f)) continue; /* never read */
-        const float g = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
+        /* the inner sum fused, as GCC contracts it where the CPU has FMA (llama.cpp's native
+         * build): written out so that a build without FMA fills the same table */
+        const float g = 0.5f * x * (1.0f + tanhf(c * x * fmaf(0.044715f * x, x, 1.0f)));
         gelu_table[i] = from_f16(f16_bits(g));
     }
 }
@@ -1093,6 +1095,28 @@ void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, float *
         linear(L, x, M, L->k, y, L->n, NULL, part, xq, t, nt);
     }
     free(xq);
+}
+
+/* what the build's instructions include (bits: 1 FMA, 2 F16C, 4 AVX2, 8 AVX-512F, 16 VNNI):
+ * fused multiply-adds round once where a build without them rounds twice */
+int64_t attnlm_features(void) {
+    int64_t f = 0;
+#ifdef __FMA__
+    f |= 1;
+#endif
+#ifdef __F16C__
+    f |= 2;
+#endif
+#ifdef __AVX2__
+    f |= 4;
+#endif
+#ifdef __AVX512F__
+    f |= 8;
+#endif
+#if GG_VNNI
+    f |= 16;
+#endif
+    return f;
 }
 
 /* the struct sizes, so the Python side can check its mirror */
