@@ -8,6 +8,9 @@ Final run (a quiet machine; about 2 x 300 s of training plus four evaluations of
     .venv/bin/python benchmarks/bench_finetune_quality.py --seconds 300 --simulate avx512
     .venv/bin/python benchmarks/bench_finetune_quality.py --quick   # a 20 s smoke run
 
+``--full`` measures the other row of the defaults (``attnlm train`` without ``--lora``; with
+``--skip-peft``, as peft has no full-fine-tuning recipe here).
+
 Data: the built-in Shakespeare (``attnlm.data.corpus.load_text``, the plays as one text):
 the last ``--val-chars`` characters are the held-out slice, the ``--train-chars`` before it
 the training text (2 MB as in the issue). Nothing of the slice is trained on.
@@ -99,6 +102,7 @@ def main() -> None:
         help="restrict oneDNN/PyTorch as a CPU without bfloat16 (avx512) or AVX2",
     )
     ap.add_argument("--skip-peft", action="store_true", help="the attnlm row only")
+    ap.add_argument("--full", action="store_true", help="attnlm's full fine-tuning (no --lora)")
     ap.add_argument("--attnlm-flags", default="",
                     help="more `attnlm train` flags, to measure a candidate recipe before it "
                     'goes into the table, e.g. "--lora-targets all --lr 1e-3"')  # fmt: skip
@@ -122,7 +126,8 @@ def main() -> None:
         attnlm = harness.attnlm_command
         run(attnlm("export", "--model", NAME, "--out", str(work / "base-hf")), env)
         out, wall = run(attnlm("train", "--init-from", NAME, "--text", str(work / "train.txt"),
-                               "--lora", "--time-budget", f"{args.seconds:g}s", "--out",
+                               *(() if args.full else ("--lora",)),
+                               "--time-budget", f"{args.seconds:g}s", "--out",
                                str(work / "attnlm"), "--threads", str(args.threads),
                                "--no-progress", *shlex.split(args.attnlm_flags)), env)  # fmt: skip
         said = [line for line in out.splitlines() if line.startswith(("defaults:", "held-out"))]
@@ -141,7 +146,8 @@ def main() -> None:
         cmd += ["--text", str(work / "val.txt"), "--json", "--threads", str(args.threads)]
         out, _ = run(attnlm(*cmd, "--batch-size", str(args.eval_batch)), env)
         bpc = [r["bpc"] for r in json.loads(out)["results"]]
-    rows = {"base": bpc[0], "base (exported)": bpc[1], "attnlm --lora": bpc[2]}
+    rows = {"base": bpc[0], "base (exported)": bpc[1],
+            "attnlm full" if args.full else "attnlm --lora": bpc[2]}  # fmt: skip
     change = {"attnlm": 100 * (bpc[2] - bpc[0]) / bpc[0]}
     if len(bpc) > 3:
         rows["peft r8 q,v"] = bpc[3]
@@ -155,7 +161,7 @@ def main() -> None:
     harness.emit({"bench": "finetune_quality", "bpc": rows, "change_percent": change,
                   "wall_s": walls, "steps": steps, "seconds": args.seconds,
                   "simulate": args.simulate, "val_chars": len(val), "train_chars": len(train),
-                  "attnlm_said": said, "attnlm_flags": args.attnlm_flags,
+                  "attnlm_said": said, "attnlm_flags": args.attnlm_flags, "full": args.full,
                   "target": "attnlm change <= -3% and below peft's"})  # fmt: skip
 
 

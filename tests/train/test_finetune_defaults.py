@@ -90,10 +90,11 @@ def test_bare_lora_run_says_its_defaults_and_bits_per_char_before_and_after(tmp_
     assert got.code == 0, got.err
     lines = got.out.splitlines()
     assert lines[0].startswith("defaults: machine class cpu")
-    assert lines[1].startswith("defaults: lora fine-tuning recipe") and "UNMEASURED" in lines[1]
+    lora = defaults.recipe(defaults.machine_class("cpu").name, "lora")
+    assert lines[1].startswith("defaults: lora fine-tuning recipe")
+    assert f"({lora.measured}): {lora.summary()}" in lines[1]
     assert lines[2] == "defaults: given instead: batch_size 2, eval_iters 2, lr 0.01"
     config = json.loads((run / "checkpoint" / "config.json").read_text())
-    lora = defaults.recipe(defaults.machine_class("cpu").name, "lora")
     assert config["lora"]["r"] == lora.rank and config["train"]["block_size"] == 64  # context
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     first, last = records[0], [r for r in records if "val_bpc" in r][-1]

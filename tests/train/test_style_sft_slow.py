@@ -3,12 +3,13 @@ fixed style ("Hoot! 3 and 4 make 7, says the owl."), at most 120 s of ``attnlm t
 --chat-data ... --lora 8`` with the defaults, then ``attnlm chat`` on sums whose numbers no
 training conversation has: the reply must be in the style.
 
-The SmolLM2 check is the issue's bar and may fail until the defaults are measured and tuned
-(issue 49: 30 steps of the old defaults left "The sum of 3 and 4 is 7."): it is marked xfail
-(not strict), and it is not weakened to pass. Qwen2.5-Coder-0.5B-Instruct is checked for what
-must hold already: its chat template's rendering (the reference: the committed template
-rendered by jinja2 itself) with the loss on exactly the assistant turns, and a short
-``--chat-data --lora 8`` run on q,v (biased projections) that ``attnlm chat`` then loads."""
+The SmolLM2 check is the issue's bar: 30 steps of the old defaults (r 8 on q, v at 1e-4,
+8 x 256 tokens) left "The sum of 3 and 4 is 7."; the measured 2-core recipe (every linear
+layer at 1e-3, 4 x 128 tokens: ``attnlm.train.defaults``) answers in the style.
+Qwen2.5-Coder-0.5B-Instruct is checked for what must hold already: its chat template's
+rendering (the reference: the committed template rendered by jinja2 itself) with the loss
+on exactly the assistant turns, and a short ``--chat-data --lora 8`` run on q,v (biased
+projections) that ``attnlm chat`` then loads."""
 
 from __future__ import annotations
 
@@ -48,8 +49,6 @@ def _chat(run, a, b):
     return r.stdout.strip()
 
 
-@pytest.mark.xfail(strict=False, reason="issue 49: the 2-core defaults are not measured yet; "
-                   "120 s of the old ones does not teach the style")  # fmt: skip
 def test_smollm2_follows_a_style_after_120_seconds(tmp_path):
     from gguf_support import smollm2_file
 

@@ -67,6 +67,7 @@ TRAIN_FLAGS = {
     "device": "device",
     "dtype": "dtype",
     "backward_precision": "backward_precision",
+    "grad_checkpoint": "grad_checkpoint",
     "compile": "compile",
     "threads": "threads",
     "parallel": "parallel",
@@ -130,6 +131,9 @@ TRAIN_OPTIONS = (
            help="bfloat16: the backward's matrix products of linear layers and the LM head on "
            "bfloat16 inputs (CPU with AMX or AVX512-BF16); the forward and the loss stay "
            "float32"),
+    option("--grad-checkpoint", default=None, choices=("auto", "on", "off"),
+           help="recompute each block's insides in the backward instead of keeping them "
+           "(auto, the default: when they would take more than half the free memory)"),
     flag("--compile", "compile with torch.compile: the model's forward and backward",
          default=None),
     add_threads_argument,

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from attnlm.base.errors import InputError
 from attnlm.models.base import (
@@ -198,11 +199,24 @@ class Decoder(nn.Module):
             here = attend if attends is None else attends[layer]
             if trace is not None:  # the same modules, their activations named
                 x, weights = trace.block(block, x, layer, {**here, "layer": layer}), None
+            elif self._checkpointing(here, need_weights):
+                x, weights = checkpoint(_block_output, block, x, layer, here,
+                                        use_reentrant=False), None  # fmt: skip
             else:
                 x, weights, _ = block(x, layer=layer, need_weights=need_weights, **here)
             attentions.append(weights)
             hidden.append(x)
         return x, attentions, hidden
+
+    # train.grad_checkpoint (attnlm.train.checkpointing): the blocks keep only their inputs
+    # for the backward and compute their insides again there
+    checkpoint_blocks: bool = False
+
+    def _checkpointing(self, attend: dict, need_weights: bool) -> bool:
+        """Whether this forward checkpoints its blocks: asked for, training under autograd,
+        no cache and no attention weights wanted."""
+        return (self.checkpoint_blocks and self.training and torch.is_grad_enabled()
+                and attend.get("cache") is None and not need_weights)  # fmt: skip
 
     def _logits(self, x: Tensor, trace: Any) -> Tensor:
         """The final norm and the LM head (capped where the model says) over ``x``."""
@@ -362,3 +376,8 @@ class Decoder(nn.Module):
         if isinstance(self.pos_emb, LearnedPositionalEmbedding):
             exclude += (self.pos_emb,)
         return count_params(self, exclude=exclude)
+
+
+def _block_output(block: nn.Module, x: Tensor, layer: int, attend: dict) -> Tensor:
+    """One block's output alone (what a checkpointed block recomputes)."""
+    return block(x, layer=layer, need_weights=False, **attend)[0]

@@ -45,6 +45,7 @@ RESUMABLE_CHANGES = frozenset(
         "device",
         "dtype",
         "backward_precision",
+        "grad_checkpoint",
         "compile",
         "threads",
         "fused",
@@ -97,6 +98,9 @@ class TrainConfig:
     # float32 | bfloat16: the backward's products of linear layers and the LM head on
     # bfloat16 inputs (float32 forward and loss; CPU with AMX/AVX512-BF16; nn.grad_precision)
     backward_precision: str = "float32"
+    # auto | on | off: the blocks recompute their insides in the backward instead of keeping
+    # them (auto: when they would take more than half the free memory; train/checkpointing.py)
+    grad_checkpoint: str = "auto"
     compile: bool = False  # torch.compile the model
     threads: int = 0  # torch.set_num_threads; 0 leaves torch's default
     # how the processes that torchrun starts share the work: "ddp" (each holds the whole
@@ -162,6 +166,7 @@ class TrainConfig:
         one_of(self, "parallel", PARALLEL, where="train")
         one_of(self, "dtype", DTYPES, where="train")
         one_of(self, "backward_precision", DTYPES, where="train")
+        one_of(self, "grad_checkpoint", ("auto", "on", "off"), where="train")
         if self.backward_precision == "bfloat16" and self.dtype == "bfloat16":
             raise ConfigError(
                 "train.backward_precision bfloat16 is for float32 training: dtype bfloat16 "

@@ -51,8 +51,8 @@ from attnlm.loading.checkpoint import CHECKPOINT_DIR, save_checkpoint
 from attnlm.loading.evaluation import EvalResult, estimate, evaluate
 from attnlm.loading.objectives import count_targets
 from attnlm.nn import fused, grad_precision
+from attnlm.train import checkpointing, fsdp
 from attnlm.train import distributed as D
-from attnlm.train import fsdp
 from attnlm.train.budget import Budget, estimated_save_s
 from attnlm.train.job import MetricsLog, TrainingError, TrainJob, TrainResult, TrainState
 from attnlm.train.optim import lr_at
@@ -428,6 +428,10 @@ class Trainer:
         per_example = self.train_src.tokens_per_example()
         self.step_tokens = cfg.batch_size * self.micro * d.world_size * per_example
         bar, write = self._progress_bar()
+        ckpt = checkpointing.setup(self.raw_model, cfg.grad_checkpoint, cfg.batch_size,
+                                   per_example, self.device)  # fmt: skip
+        if ckpt.on or cfg.grad_checkpoint == "auto" and checkpointing.supported(self.raw_model):
+            write(f"gradient checkpointing {ckpt.why}")
         now = time.perf_counter()
         setup = now - self.job.started if self.job.started is not None else 0.0
         t0 = now - st.elapsed - setup  # the setup of this session counts in the budget
