@@ -198,17 +198,6 @@ static inline vf hsum16(vf v[16]) {
     return s;
 }
 
-/* sum of a[i] b[i], i < n: 16 lanes at a time (a scalar loop would be one long chain of
- * dependent additions: the compiler may not reorder a float sum) */
-static inline float dot(const float *a, const float *b, int64_t n) {
-    vf acc = {0};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) acc += *(const vf *)(a + i) * *(const vf *)(b + i);
-    float s = hsum(acc);
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 /* Ask for the cache lines of [p, p + bytes) ahead of use. The products stream their weights
  * once per step, from memory: the hardware prefetcher alone leaves one core waiting on most
  * lines (measured: the 4-bit products of a 135M model took 2.5 times as long without this). */
@@ -562,12 +551,13 @@ static void linear(const Linear *L, const float *x, int64_t M, int64_t ldx, floa
     else rows_q8(L, x, M, ldx, y, ldy, res, lo, hi);
 }
 
-/* rotate adjacent pairs (2i, 2i + 1) of one head's (D,) vector by cos, sin (D/2,) */
+/* rotate adjacent pairs (2i, 2i + 1) of one head's (D,) vector by cos, sin (D/2,); each
+ * first product fused with the other's rounded one, as llama.cpp's rope is compiled */
 static inline void rotate_pairs(float *v, const float *cs, const float *sn, int64_t D) {
     for (int64_t i = 0; i < D / 2; i++) {
         const float a = v[2 * i], b = v[2 * i + 1];
-        v[2 * i] = a * cs[i] - b * sn[i];
-        v[2 * i + 1] = b * cs[i] + a * sn[i];
+        v[2 * i] = GG_FMA(a, cs[i], -(b * sn[i]));
+        v[2 * i + 1] = GG_FMA(a, sn[i], b * cs[i]);
     }
 }
 
@@ -612,36 +602,56 @@ static inline void norm_head(float *v, const float *w, int64_t D, float eps) {
     for (int64_t i = 0; i < D; i++) v[i] = v[i] * r * w[i];
 }
 
-/* rotate-half of one head's (D,) vector by cos, sin (D/2,) */
+/* rotate-half of one head's (D,) vector by cos, sin (D/2,), as rotate_pairs */
 static inline void rotate(float *v, const float *cs, const float *sn, int64_t D) {
     const int64_t h = D / 2;
     for (int64_t i = 0; i < h; i++) {
         const float a = v[i], b = v[i + h];
-        v[i] = a * cs[i] - b * sn[i];
-        v[i + h] = b * cs[i] + a * sn[i];
+        v[i] = GG_FMA(a, cs[i], -(b * sn[i]));
+        v[i + h] = GG_FMA(a, sn[i], b * cs[i]);
     }
 }
 
-/* e^x in 16 lanes: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so that n ln2 is exact
- * in float), e^r by Cephes' polynomial for expf (within about 1 ulp), 2^n written into the
- * exponent bits; x clamped to [-87, 88], where e^x stays a normal float */
+/* 16 lanes' a b + c, fused (the CPU's instruction: AVX-512, or FMA in halves) */
+static inline vf vfma(vf a, vf b, vf c) {
+#ifdef __AVX512F__
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#else
+    return a * b + c; /* contracted where the CPU has FMA (-ffp-contract=fast, GNU C's default) */
+#endif
+}
+
+/* e^x in 16 lanes as llama.cpp's CPU backend computes it on AVX-512 (ggml_v_expf; its softmax
+ * and SiLU): n = x / ln2 rounded to an integer (by adding 1.5 2^23), b = x - n ln2 with ln2 in
+ * two parts (each product fused), e^b by a polynomial of degree 5 (in b and b^2, each step
+ * fused), then times 2^n (exact: scalef, or the exponent's bits); |n| > 192: 0 below zero,
+ * infinity above. */
 static inline vf vexp(vf x) {
-    const vf zero = {0}, lo = zero - 87.0f, hi = zero + 88.0f, magic = zero + 12582912.0f;
-    vi m = x < lo;
-    x = (vf)(((vi)x & ~m) | ((vi)lo & m));
-    m = x > hi;
-    x = (vf)(((vi)x & ~m) | ((vi)hi & m));
-    const vf t = x * 1.44269504088896341f + magic; /* 1.5 2^23: round to the nearest integer */
-    const vf n = t - magic;
-    const vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const vi e = ((vi)t - (vi)magic + 127) << 23; /* 2^n */
-    return p * (vf)e;
+    const vf zero = {0}, r = zero + 0x1.8p23f;
+    const vf n = vfma(x, zero + 0x1.715476p+0f, r) - r;
+    const vf b = vfma(-n, zero + 0x1.7f7d1cp-20f, vfma(-n, zero + 0x1.62e4p-1f, x));
+    const vf u = b * b;
+    const vf j = vfma(vfma(vfma(zero + 0x1.0e4020p-7f, b, zero + 0x1.573e2ep-5f), u,
+                           vfma(zero + 0x1.555e66p-3f, b, zero + 0x1.fffdb6p-2f)),
+                      u, vfma(zero + 0x1.ffffecp-1f, b, zero + 1.0f));
+#ifdef __AVX512F__
+    const __m512 res = _mm512_scalef_ps((__m512)j, (__m512)n);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps((__m512)n), _mm512_set1_ps(192.0f),
+                                             _CMP_GT_OQ);
+    if (!big) return (vf)res;
+    const __m512 alt = _mm512_mask_blend_ps(
+        _mm512_cmp_ps_mask((__m512)n, _mm512_setzero_ps(), _CMP_LE_OQ),
+        _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return (vf)_mm512_mask_blend_ps(big, res, alt);
+#else
+    const vi in = (n >= -126.0f) & (n <= 126.0f);
+    const vi e = ((__builtin_convertvector(n, vi) & in) + 127) << 23; /* 2^n where in range */
+    vf res = j * (vf)e;
+    for (int i = 0; i < 16; i++)
+        if (!in[i]) /* rare: e^x below 2^-126 or above 2^127 */
+            res[i] = n[i] > 192.0f ? INFINITY : n[i] < -192.0f ? 0.0f : ldexpf(j[i], (int)n[i]);
+    return res;
+#endif
 }
 
 static inline float act(int64_t kind, float v) {
@@ -738,181 +748,195 @@ static void activate(int64_t kind, float *h, int64_t F) {
     for (; j < F; j++) h[j] = act(kind, h[j]);
 }
 
-/* scores -> cap tanh(score / cap) (Gemma 2's attention logits; cap 0: as they are) */
+/* scores -> cap tanh(score / cap) (Gemma 2's attention logits; cap 0: as they are), as
+ * llama.cpp computes it: times 1 / cap, tanh, times cap */
 static inline void softcap(float *v, int64_t n, float cap) {
     if (cap == 0.0f) return;
-    for (int64_t i = 0; i < n; i++) v[i] = cap * tanhf(v[i] / cap);
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++) v[i] = tanhf(v[i] * inv) * cap;
 }
 
-/* one query row (D,) against S keys/values (S, D) of one head, D a multiple of 16 and at most
- * 128 (DV lanes of 16): the scores of 4 keys at a time (4 independent sums), e^x of 16 scores
- * at a time, and the weighted values summed in registers, scaled by 1 / sum once */
-static inline __attribute__((always_inline)) void attend16(const float *q, const float *k,
-                                                           const float *v, int64_t S, float scale,
-                                                           float cap, float *scores, float *out,
-                                                           const int DV) {
-    const int64_t D = 16 * DV;
-    vf qv[16];
-    for (int c = 0; c < DV; c++) qv[c] = *(const vf *)(q + 16 * c) * scale;
-    float mx = -INFINITY;
-    int64_t s = 0;
-    for (; s + 16 <= S; s += 16) { /* 16 keys' sums, then their 16 hsums at once */
-        vf a[16];
-        for (int j = 0; j < 16; j += 4) {
-            const float *k0 = k + (s + j) * D;
-            vf a0 = qv[0] * *(const vf *)k0, a1 = qv[0] * *(const vf *)(k0 + D);
-            vf a2 = qv[0] * *(const vf *)(k0 + 2 * D), a3 = qv[0] * *(const vf *)(k0 + 3 * D);
-            for (int c = 1; c < DV; c++) {
-                a0 += qv[c] * *(const vf *)(k0 + 16 * c);
-                a1 += qv[c] * *(const vf *)(k0 + D + 16 * c);
-                a2 += qv[c] * *(const vf *)(k0 + 2 * D + 16 * c);
-                a3 += qv[c] * *(const vf *)(k0 + 3 * D + 16 * c);
-            }
-            a[j] = a0, a[j + 1] = a1, a[j + 2] = a2, a[j + 3] = a3;
-        }
-        *(vf *)(scores + s) = hsum16(a);
+/* The sum of a[i] b[i], i < n, as llama.cpp's CPU backend takes the products of queries and
+ * keys (ggml_vec_dot_f32 on AVX-512): 4 sums of 16 lanes, 64 values a pass (fused), added as
+ * (0 + 2) + (1 + 3), their 16 lanes as a tree (gg_hsum); values past the last 64 one by one
+ * (fused). */
+static inline float dot(const float *a, const float *b, int64_t n) {
+    vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 = vfma(*(const vf *)(a + i), *(const vf *)(b + i), a0);
+        a1 = vfma(*(const vf *)(a + i + 16), *(const vf *)(b + i + 16), a1);
+        a2 = vfma(*(const vf *)(a + i + 32), *(const vf *)(b + i + 32), a2);
+        a3 = vfma(*(const vf *)(a + i + 48), *(const vf *)(b + i + 48), a3);
     }
-    for (; s + 4 <= S; s += 4) {
-        const float *k0 = k + s * D;
-        vf a0 = qv[0] * *(const vf *)k0, a1 = qv[0] * *(const vf *)(k0 + D);
-        vf a2 = qv[0] * *(const vf *)(k0 + 2 * D), a3 = qv[0] * *(const vf *)(k0 + 3 * D);
-        for (int c = 1; c < DV; c++) {
-            a0 += qv[c] * *(const vf *)(k0 + 16 * c);
-            a1 += qv[c] * *(const vf *)(k0 + D + 16 * c);
-            a2 += qv[c] * *(const vf *)(k0 + 2 * D + 16 * c);
-            a3 += qv[c] * *(const vf *)(k0 + 3 * D + 16 * c);
-        }
-        scores[s] = hsum(a0), scores[s + 1] = hsum(a1);
-        scores[s + 2] = hsum(a2), scores[s + 3] = hsum(a3);
-    }
-    for (; s < S; s++) {
-        vf a = qv[0] * *(const vf *)(k + s * D);
-        for (int c = 1; c < DV; c++) a += qv[c] * *(const vf *)(k + s * D + 16 * c);
-        scores[s] = hsum(a);
-    }
-    softcap(scores, S, cap);
-    for (s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
-    float sum = 0.0f;
-    for (s = 0; s + 16 <= S; s += 16) {
-        const vf e = vexp(*(const vf *)(scores + s) - mx);
-        *(vf *)(scores + s) = e;
-        sum += hsum(e);
-    }
-    for (; s < S; s++) sum += scores[s] = expf(scores[s] - mx);
-    vf acc[16];
-    for (int c = 0; c < DV; c++) acc[c] = (vf){0};
-    for (s = 0; s < S; s++) {
-        const float p = scores[s], *vs = v + s * D;
-        for (int c = 0; c < DV; c++) acc[c] += *(const vf *)(vs + 16 * c) * p;
-    }
-    for (int c = 0; c < DV; c++) *(vf *)(out + 16 * c) = acc[c] * (1.0f / sum);
+    float s = gg_hsum((a0 + a2) + (a1 + a3));
+    for (; i < n; i++) s = GG_FMA(a[i], b[i], s);
+    return s;
 }
 
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-#define ATTEND4 1
-/* attend16's numbers (the same operations in the same order for each head) for 4 query heads
- * of D = 256 sharing their keys and values (grouped-query attention: Gemma 3), the loads of
- * each key and value row shared: scores of 4 keys x 4 heads per pass (16 sums, 8 loads per 16
- * multiply-adds; attend16 loads one per multiply-add), the values 64 lanes x 4 heads per pass
- * over the keys. q (4, D) with row stride ldq, out (4, D) with stride ldo, scores (4, S). */
-static void attend4_256(const float *q, int64_t ldq, const float *k, const float *v, int64_t S,
-                        float scale, float cap, float *scores, float *out, int64_t ldo) {
-    enum { D = 256, DV = 16 };
-    vf qs[4][DV];
-    for (int h = 0; h < 4; h++)
-        for (int c = 0; c < DV; c++) qs[h][c] = *(const vf *)(q + h * ldq + 16 * c) * scale;
-    int64_t s = 0;
-    for (; s + 4 <= S; s += 4) {
-        const float *k0 = k + s * D;
-        vf a[16]; /* a[4 h + j]: head h, key s + j */
-        /* fused as GCC compiles attend16's sums (checked bit for bit): q0 k0 + q1 k1 as
-         * fma(q0, k0, q1 k1), then fma(qc, kc, a) */
-        for (int h = 0; h < 4; h++)
-            for (int j = 0; j < 4; j++)
-                a[4 * h + j] = (vf)_mm512_fmadd_ps(
-                    (__m512)qs[h][0], _mm512_loadu_ps(k0 + j * D),
-                    (__m512)(qs[h][1] * *(const vf *)(k0 + j * D + 16)));
-        for (int c = 2; c < DV; c++) {
-            const vf k0c = *(const vf *)(k0 + 16 * c), k1c = *(const vf *)(k0 + D + 16 * c);
-            const vf k2c = *(const vf *)(k0 + 2 * D + 16 * c);
-            const vf k3c = *(const vf *)(k0 + 3 * D + 16 * c);
-            for (int h = 0; h < 4; h++) {
-                const __m512 qc = (__m512)qs[h][c];
-                a[4 * h] = (vf)_mm512_fmadd_ps(qc, (__m512)k0c, (__m512)a[4 * h]);
-                a[4 * h + 1] = (vf)_mm512_fmadd_ps(qc, (__m512)k1c, (__m512)a[4 * h + 1]);
-                a[4 * h + 2] = (vf)_mm512_fmadd_ps(qc, (__m512)k2c, (__m512)a[4 * h + 2]);
-                a[4 * h + 3] = (vf)_mm512_fmadd_ps(qc, (__m512)k3c, (__m512)a[4 * h + 3]);
-            }
+/* the 16 vectors' sum, lane by lane, in the order _mm512_reduce_add_ps adds 16 lanes */
+static inline vf tree16(const vf *a) {
+    vf t[8];
+    for (int l = 0; l < 8; l++) t[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; l++) t[l] += t[l + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* lane j: v[j]'s 16 lanes added as _mm512_reduce_add_ps adds them (lanes i and i + 8, then
+ * i and i + 4, i and i + 2, i and i + 1), the 16 vectors at once */
+static inline vf tree16t(const vf *v) {
+    vf w[8], x[4], y[2];
+    for (int r = 0; r < 8; r++)
+        w[r] = __builtin_shufflevector(v[r], v[r + 8], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20,
+                                       21, 22, 23) +
+               __builtin_shufflevector(v[r], v[r + 8], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26,
+                                       27, 28, 29, 30, 31);
+    for (int r = 0; r < 4; r++)
+        x[r] = __builtin_shufflevector(w[r], w[r + 4], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11,
+                                       24, 25, 26, 27) +
+               __builtin_shufflevector(w[r], w[r + 4], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15,
+                                       28, 29, 30, 31);
+    for (int r = 0; r < 2; r++)
+        y[r] = __builtin_shufflevector(x[r], x[r + 2], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25,
+                                       12, 13, 28, 29) +
+               __builtin_shufflevector(x[r], x[r + 2], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27,
+                                       14, 15, 30, 31);
+    return __builtin_shufflevector(y[0], y[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28,
+                                   14, 30) +
+           __builtin_shufflevector(y[0], y[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29,
+                                   15, 31);
+}
+
+/* the scores of 16 keys k (16, D) at once: dot()'s numbers, its 16 lane trees together */
+static inline void dot16(const float *q, const float *k, int64_t D, float *out) {
+    vf c[16];
+    const int64_t D64 = D & ~(int64_t)63;
+    for (int j = 0; j < 16; j++) {
+        const float *kj = k + j * D;
+        vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t i = 0; i < D64; i += 64) {
+            a0 = vfma(*(const vf *)(q + i), *(const vf *)(kj + i), a0);
+            a1 = vfma(*(const vf *)(q + i + 16), *(const vf *)(kj + i + 16), a1);
+            a2 = vfma(*(const vf *)(q + i + 32), *(const vf *)(kj + i + 32), a2);
+            a3 = vfma(*(const vf *)(q + i + 48), *(const vf *)(kj + i + 48), a3);
         }
-        const vf t = hsum16(a);
-        for (int h = 0; h < 4; h++)
-            for (int j = 0; j < 4; j++) scores[h * S + s + j] = t[4 * h + j];
+        c[j] = (a0 + a2) + (a1 + a3);
     }
+    *(vf *)out = tree16t(c);
+    for (int j = 0; j < 16; j++)
+        for (int64_t i = D64; i < D; i++) out[j] = GG_FMA(q[i], k[j * D + i], out[j]);
+}
+
+/* acc[(c0 + s) % 16] += p[s] v[s] (fused) for s < S, 16 lanes of v's rows (stride D) */
+static inline void pv_lanes(const float *v, int64_t D, const float *p, int64_t S, int64_t c0,
+                            vf *acc) {
+    enum { L = 16 };
+    int64_t s = 0;
+    for (; s < S && (c0 + s) % L; s++)
+        acc[(c0 + s) % L] = vfma(*(const vf *)(v + s * D), (vf){0} + p[s], acc[(c0 + s) % L]);
+    for (; s + L <= S; s += L)
+#pragma GCC unroll 16
+        for (int l = 0; l < L; l++)
+            acc[l] = vfma(*(const vf *)(v + (s + l) * D), (vf){0} + p[s + l], acc[l]);
     for (; s < S; s++)
-        for (int h = 0; h < 4; h++) {
-            vf a = qs[h][0] * *(const vf *)(k + s * D);
-            for (int c = 1; c < DV; c++) a += qs[h][c] * *(const vf *)(k + s * D + 16 * c);
-            scores[h * S + s] = hsum(a);
-        }
-    float inv[4];
-    for (int h = 0; h < 4; h++) { /* attend16's softmax, head by head */
-        float *sh = scores + h * S, mx = -INFINITY, sum = 0.0f;
-        softcap(sh, S, cap);
-        for (s = 0; s < S; s++) mx = sh[s] > mx ? sh[s] : mx;
-        for (s = 0; s + 16 <= S; s += 16) {
-            const vf e = vexp(*(const vf *)(sh + s) - mx);
-            *(vf *)(sh + s) = e;
-            sum += hsum(e);
-        }
-        for (; s < S; s++) sum += sh[s] = expf(sh[s] - mx);
-        inv[h] = 1.0f / sum;
-    }
-    for (int c0 = 0; c0 < DV; c0 += 4) {
-        vf acc[4][4];
-        for (int h = 0; h < 4; h++)
-            for (int c = 0; c < 4; c++) acc[h][c] = (vf){0};
-        for (s = 0; s < S; s++) {
-            const float *vs = v + s * D + 16 * c0;
-            const vf v0 = *(const vf *)vs, v1 = *(const vf *)(vs + 16);
-            const vf v2 = *(const vf *)(vs + 32), v3 = *(const vf *)(vs + 48);
-            for (int h = 0; h < 4; h++) {
-                const float p = scores[h * S + s];
-                acc[h][0] += v0 * p;
-                acc[h][1] += v1 * p;
-                acc[h][2] += v2 * p;
-                acc[h][3] += v3 * p;
-            }
-        }
-        for (int h = 0; h < 4; h++)
-            for (int c = 0; c < 4; c++) *(vf *)(out + h * ldo + 16 * (c0 + c)) = acc[h][c] * inv[h];
+        acc[(c0 + s) % L] = vfma(*(const vf *)(v + s * D), (vf){0} + p[s], acc[(c0 + s) % L]);
+}
+
+/* attend() for any D, one value at a time (its e^x libm's: near llama.cpp's, not its bits) */
+static void attend_any(const Model *md, const float *q, const float *k, const float *v,
+                       int64_t S, int64_t c0, int pre, int batch, float *scores, float *out) {
+    const int64_t D = md->D, L = batch ? 16 : 64;
+    float qq[D];
+    for (int64_t i = 0; i < D; i++) qq[i] = pre ? q[i] * md->scale : q[i];
+    for (int64_t s = 0; s < S; s++) scores[s] = dot(qq, k + s * D, D);
+    softcap(scores, S, md->attn_softcap);
+    if (!pre)
+        for (int64_t s = 0; s < S; s++) scores[s] *= md->scale;
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
+    double sum = 0.0;
+    for (int64_t s = 0; s < S; s++) sum += (double)(scores[s] = expf(scores[s] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < D; i++) {
+        float a[64] = {0};
+        for (int64_t s = 0; s < S; s++)
+            a[(c0 + s) % L] = GG_FMA(v[s * D + i], scores[s] * inv, a[(c0 + s) % L]);
+        float t[16];
+        for (int l = 0; l < 16; l++) t[l] = batch ? a[l] : (a[l] + a[l + 32]) + (a[l + 16] + a[l + 48]);
+        for (int l = 0; l < 8; l++) t[l] += t[l + 8];
+        for (int l = 0; l < 4; l++) t[l] += t[l + 4];
+        out[i] = (t[0] + t[2]) + (t[1] + t[3]);
     }
 }
-#else
-#define ATTEND4 0
-#endif
 
-/* one query row (D,) against S keys/values (S, D) of one head: out (D,) */
+/* One query row (D,) against one head's keys and values (S, D) at the cache cells
+ * [c0, c0 + S): out (D,), in llama.cpp's arithmetic without flash attention (float32 cache),
+ * bit for bit on AVX-512: the scores q.k (dot; q scaled first where `pre`: Gemma's queries,
+ * which llama.cpp scales before the product, else the scores after it), soft-capped, then its
+ * softmax (ggml_soft_max_f32): e^(s - max) (vexp) of the cells in 16-cell groups of the cache
+ * (cells outside [c0, c0 + S) masked to 0), each group's sum a tree (gg_hsum) added in double,
+ * the e's times (float)(1 / sum); then the values weighted by them as its product of float32
+ * matrices sums them: with more than one row a step (`batch`: tinyBLAS's sgemm) a sum per cell
+ * c mod 16 (fused) and those 16 as a tree; one row (ggml_vec_dot_f32 over the cells) a sum per
+ * cell mod 64, then as dot() adds its lanes. D a multiple of 16, at most 256. */
 static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
-                   float *scores, float *out) {
+                   int64_t c0, int pre, int batch, float *scores, float *out) {
     const int64_t D = md->D;
-    const float cap = md->attn_softcap;
-    if (D == 64) return attend16(q, k, v, S, md->scale, cap, scores, out, 4);
-    if (D == 128) return attend16(q, k, v, S, md->scale, cap, scores, out, 8);
-    if (D == 32) return attend16(q, k, v, S, md->scale, cap, scores, out, 2);
-    if (D == 256) return attend16(q, k, v, S, md->scale, cap, scores, out, 16);
-    float mx = -INFINITY;
-    for (int64_t s = 0; s < S; s++) scores[s] = dot(q, k + s * D, D) * md->scale;
-    softcap(scores, S, cap);
-    for (int64_t s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
-    float sum = 0.0f;
-    for (int64_t s = 0; s < S; s++) {
-        scores[s] = expf(scores[s] - mx);
-        sum += scores[s];
+    float qs[256] __attribute__((aligned(64)));
+    if (D % 16 || D > 256) return attend_any(md, q, k, v, S, c0, pre, batch, scores, out);
+    if (pre) {
+        for (int64_t i = 0; i < D; i++) qs[i] = q[i] * md->scale;
+        q = qs;
     }
-    for (int64_t i = 0; i < D; i++) out[i] = 0.0f;
-    for (int64_t s = 0; s < S; s++) {
-        const float p = scores[s] / sum, *vs = v + s * D;
-        for (int64_t i = 0; i < D; i++) out[i] += p * vs[i];
+    int64_t s = 0;
+    for (; s + 16 <= S; s += 16) dot16(q, k + s * D, D, scores + s);
+    for (; s < S; s++) scores[s] = dot(q, k + s * D, D);
+    softcap(scores, S, md->attn_softcap);
+    if (!pre)
+        for (s = 0; s < S; s++) scores[s] *= md->scale;
+    float mx = -INFINITY;
+    for (s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
+    double sum = 0.0;
+    for (int64_t g = c0 & ~(int64_t)15; g < c0 + S; g += 16) {
+        vf x;
+        const int whole = g >= c0 && g + 16 <= c0 + S;
+        if (whole) {
+            x = *(const vf *)(scores + (g - c0)) - mx;
+        } else { /* the cells of the group outside [c0, c0 + S) masked */
+            for (int l = 0; l < 16; l++) {
+                s = g + l - c0;
+                x[l] = s >= 0 && s < S ? scores[s] - mx : -INFINITY;
+            }
+        }
+        const vf e = vexp(x);
+        if (whole) {
+            *(vf *)(scores + (g - c0)) = e;
+        } else {
+            for (int l = 0; l < 16; l++) {
+                s = g + l - c0;
+                if (s >= 0 && s < S) scores[s] = e[l];
+            }
+        }
+        sum += (double)gg_hsum(e);
+    }
+    const float inv = (float)(1.0 / sum);
+    for (s = 0; s < S; s++) scores[s] *= inv;
+    for (int64_t i = 0; i < D; i += 16) {
+        vf acc[16];
+        if (batch) {
+            for (int l = 0; l < 16; l++) acc[l] = (vf){0};
+            pv_lanes(v + i, D, scores, S, c0, acc);
+            *(vf *)(out + i) = tree16(acc);
+        } else { /* the sums of cells c mod 64 = l, l + 16, l + 32, l + 48 in turn */
+            for (int l = 0; l < 16; l++) {
+                vf a[4] = {{0}, {0}, {0}, {0}};
+                for (int j = 0; j < 4; j++)
+                    for (int64_t s = (l + 16 * j - c0) & 63; s < S; s += 64)
+                        a[j] = vfma(*(const vf *)(v + i + s * D), (vf){0} + scores[s], a[j]);
+                acc[l] = (a[0] + a[2]) + (a[1] + a[3]);
+            }
+            *(vf *)(out + i) = tree16(acc);
+        }
     }
 }
 
@@ -951,27 +975,13 @@ static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int
     const int64_t H = md->H, Hkv = md->Hkv, D = md->D, NQ = (H + 2 * Hkv) * D;
     /* the units dealt in turn (a prompt's later rows see more keys: contiguous shares
      * would leave the thread with the earlier rows waiting) */
-    const int64_t per = H / Hkv; /* query heads per key/value head */
-#if ATTEND4
-    if (D == 256 && per % 4 == 0 && md->cap <= 4096) { /* 4 query heads a unit: attend4_256 */
-        float four[4 * 4096] __attribute__((aligned(64)));
-        for (int64_t i = t; i < M * H / 4; i += nt) {
-            const int64_t m = i / (H / 4), h = 4 * (i % (H / 4)), kv = h / per, p = rw->pos[m];
-            const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
-            const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
-            attend4_256(sc->qkv + m * NQ + h * D, D, bk->k_cache + at, bk->v_cache + at,
-                        p - first + 1, md->scale, md->attn_softcap, four,
-                        sc->att + m * H * D + h * D, D);
-        }
-        return;
-    }
-#endif
+    const int pre = bk->post_attn.w != NULL; /* Gemma's queries scaled before the product */
     for (int64_t i = t; i < M * H; i += nt) {
         const int64_t m = i / H, h = i % H, kv = h / (H / Hkv), p = rw->pos[m];
         const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
         const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
         attend(md, sc->qkv + m * NQ + h * D, bk->k_cache + at, bk->v_cache + at, p - first + 1,
-               scores, sc->att + m * H * D + h * D);
+               first, pre, M > 1, scores, sc->att + m * H * D + h * D);
     }
 }
 
@@ -1077,6 +1087,23 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
     }
     free(idx);
     free(turn);
+}
+
+/* The rotary table of M positions, cos and sin (M, D/2), as llama.cpp's CPU backend computes
+ * it (rope without YaRN): pair i's angle is freq_scale (p theta^i), theta = base^(-2/D)
+ * (powf), its powers taken one product at a time in float; cosf and sinf of it. */
+void attnlm_rope(const int64_t *pos, int64_t M, int64_t D, float base, float freq_scale,
+                 float *cos_t, float *sin_t) {
+    const float step = powf(base, -2.0f / (float)D);
+    for (int64_t m = 0; m < M; m++) {
+        float theta = (float)pos[m];
+        for (int64_t i = 0; i < D / 2; i++) {
+            const float a = freq_scale * theta;
+            cos_t[m * (D / 2) + i] = cosf(a);
+            sin_t[m * (D / 2) + i] = sinf(a);
+            theta *= step;
+        }
+    }
 }
 
 /* the feed-forward's activation over h alone (its own tests): kind as Model.act, h (F,) or

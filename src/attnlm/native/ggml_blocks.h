@@ -755,20 +755,75 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
     }
 }
 
+/* acc + a b in 8 lanes, fused where the CPU can (as llama.cpp's kernels fuse it) */
+static inline vf8 gg_fma8(vf8 a, vf8 b, vf8 acc) {
+#if defined(__FMA__)
+    return (vf8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
+#else
+    return a * b + acc;
+#endif
+}
+
+/* a b + c, fused where the CPU can (as llama.cpp's kernels are compiled) */
+#if defined(__FMA__)
+#define GG_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define GG_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* the totals of v[0..R)'s lanes (exact), v[r]'s in lane r (R a constant once inlined): one
+ * vector's lanes added as a tree, or pairs, fours, then eights across the 8 vectors at once */
+static inline vi8 gg_isum8x8(const vi8 *v);
+static inline __attribute__((always_inline)) vi8 gg_totals(const vi8 *v, const int R) {
+    if (R > 1) return gg_isum8x8(v);
+    const vi8 a = v[0] + __builtin_shufflevector(v[0], v[0], 4, 5, 6, 7, 0, 1, 2, 3);
+    const vi8 b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
+    return b + __builtin_shufflevector(b, b, 1, 0, 3, 2, 5, 4, 7, 6);
+}
+
+/* the totals of v[0..7]'s lanes (exact), v[r]'s in lane r: pairs, then fours, then eights
+ * added across the 8 vectors at once */
+static inline vi8 gg_isum8x8(const vi8 *v) {
+    vi8 u[4], t[2];
+    for (int r = 0; r < 4; r++)
+        u[r] = __builtin_shufflevector(v[2 * r], v[2 * r + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+               __builtin_shufflevector(v[2 * r], v[2 * r + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    for (int r = 0; r < 2; r++)
+        t[r] = __builtin_shufflevector(u[2 * r], u[2 * r + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+               __builtin_shufflevector(u[2 * r], u[2 * r + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    return __builtin_shufflevector(t[0], t[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+           __builtin_shufflevector(t[0], t[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
 /* One K-quant weight row against R rows of x in Q8_K blocks: each block decoded once, its
  * codes and scales kept in registers for the R rows; per row and block the integer sums of
- * the 8 or 16 sub-blocks times their scales in 16 lanes, and of the bsums times the mins in
- * 8, each then multiplied by its float factor. */
+ * the sub-blocks times their scales in 16 lanes (gg_kdot) and of the bsums times the mins (or
+ * Q6_K's scales) in 8. Their float arithmetic is llama.cpp's, bit for bit, in both of its
+ * kernels for these types (its tiled K-quant product, which it takes for 8 rows of x or more;
+ * else ggml_vec_dot_q*_K_q8_K) and for Q4_K's repacked rows:
+ *  - vec_dot: the lanes folded to 8 (lane l: codes 4l..4l+3 of every 32; Q6_K's 32 bsums x
+ *    scales taken off each), converted and multiplied into 8 float sums by d dx (fused);
+ *    Q4_K / Q5_K's bsums x mins summed to one integer a block, multiplied by -dmin dx and
+ *    added (fused) into a sum of their own; the 8 sums added as a tree, then that sum;
+ *  - tiled: per block the integer totals s1 (the scaled sums; Q6_K's 32 bsums x scales taken
+ *    off) and s2 (bsums x mins), v = s1 d - dmin s2 (the product d s1 rounded, the other
+ *    fused), the row's sum += v dx (fused), block after block;
+ *  - repacked (`mode` 2: Q4_K, whose matrices llama.cpp's CPU backend repacks in rows of 8 and
+ *    multiplies with its own kernels, ggml_gemm/gemv_q4_K_8x8_q8_K): per block a += s1 (d dx)
+ *    and b += s2 (dmin dx) (each fused), the row's value a - b.
+ * `mode`: 0 vec_dot, 1 tiled, 2 repacked. */
 static inline __attribute__((always_inline)) void gg_krow(
     const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
-    const int R, float *out) {
+    const int R, const int mode, float *out) {
     const int64_t rb = gg_row_bytes(K), ok = gg_off_k(K), od = gg_off_kd(K), ob = gg_off_kb(K);
-    vf acc[GG_ROWS];
-    vf8 accm[GG_ROWS];
-    for (int r = 0; r < R; r++) acc[r] = (vf){0}, accm[r] = (vf8){0};
+    vf8 acc[GG_ROWS];          /* vec_dot: each row's 8 lane sums */
+    vf8 sum = {0}, mins = {0}; /* row r's in lane r */
+    for (int r = 0; r < R; r++) acc[r] = (vf8){0};
     for (int64_t i = 0; i < nb; i++) {
         GgK k;
         gg_kblock(fmt, w + i * bb, &k);
+        vi8 s8[8] = {{0}}, mm[8] = {{0}};
+        vf8 dx = {0};
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xq + r * rb;
             const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
@@ -777,13 +832,33 @@ static inline __attribute__((always_inline)) void gg_krow(
             s = gg_kdot(s, k.u[1], a + 64, k.s[1]);
             s = gg_kdot(s, k.u[2], a + 128, k.s[2]);
             s = gg_kdot(s, k.u[3], a + 192, k.s[3]);
-            const float dx = ((const float *)(xr + od))[i];
-            acc[r] += __builtin_convertvector(s, vf) * (dx * k.d);
-            const vi8 mm = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
-            accm[r] += __builtin_convertvector(mm, vf8) * (dx * k.dm);
+            s8[r] = __builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +
+                    __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15);
+            dx[r] = ((const float *)(xr + od))[i];
+            mm[r] = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
+            if (fmt == FMT_Q6_K) s8[r] -= mm[r] * 32;
+            if (mode == 0)
+                acc[r] = gg_fma8((vf8){0} + dx[r] * k.d, __builtin_convertvector(s8[r], vf8),
+                                 acc[r]);
         }
+        if (mode == 0) {
+            if (fmt != FMT_Q6_K)
+                sum = gg_fma8(dx * k.dm, __builtin_convertvector(gg_totals(mm, R), vf8), sum);
+            continue;
+        }
+        const vf8 s1 = __builtin_convertvector(gg_totals(s8, R), vf8);
+        if (mode == 2) {
+            sum = gg_fma8(s1, dx * k.d, sum);
+            mins = gg_fma8(__builtin_convertvector(gg_totals(mm, R), vf8), dx * -k.dm, mins);
+            continue;
+        }
+        vf8 v = s1 * k.d;
+        if (fmt != FMT_Q6_K)
+            v = gg_fma8((vf8){0} + k.dm, __builtin_convertvector(gg_totals(mm, R), vf8), v);
+        sum = gg_fma8(v, dx, sum);
     }
-    for (int r = 0; r < R; r++) out[r] = gg_hsum(acc[r]) + gg_hsum8(accm[r]);
+    for (int r = 0; r < R; r++)
+        out[r] = mode == 2 ? sum[r] - mins[r] : mode ? sum[r] : gg_hsum8(acc[r]) + sum[r];
 }
 
 /* -- the product --------------------------------------------------------------------------- */
@@ -791,10 +866,10 @@ static inline __attribute__((always_inline)) void gg_krow(
 /* one weight row against R rows of x (R constant where inlined), fmt a constant */
 static inline __attribute__((always_inline)) void gg_row(
     const int64_t fmt, int in, const uint8_t *w, int64_t K, const float *x, int64_t ldx,
-    const uint8_t *xq, const int R, float *out) {
+    const uint8_t *xq, const int R, const int mode, float *out) {
     int64_t bb;
     const int64_t be = gg_block(fmt, &bb), nb = K / be;
-    if (in && be == 256) gg_krow(fmt, w, nb, bb, xq, K, R, out);
+    if (in && be == 256) gg_krow(fmt, w, nb, bb, xq, K, R, mode, out);
     else if (in) gg_row_int(fmt, w, nb, bb, xq, K, R, out);
     else gg_row_float(fmt, w, nb, be, bb, x, ldx, R, out);
 }
@@ -803,6 +878,9 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     const int64_t fmt, const Linear *L, const float *x, int64_t M, int64_t ldx,
     const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0, int64_t n1) {
     const int in = gg_int(L);
+    /* llama.cpp's kernel for a K-quant product (gg_krow): Q4_K rows repacked where they come
+     * in eights, else its tiled kernel from 8 rows of x on */
+    const int mode = fmt == FMT_Q4_K && L->n % 8 == 0 ? 2 : M >= 8;
     int64_t bb;
     const int64_t K = L->k, be = gg_block(fmt, &bb), rowb = K / be * bb, rb = gg_row_bytes(K);
     int64_t n = n0;
@@ -830,7 +908,7 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
                 const uint8_t *w = (const uint8_t *)L->w + r0 * rowb;
                 if (m == 0 && r0 + 2 < n1) prefetch(w + 2 * rowb, rowb);
                 float out[GG_ROWS];
-                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, GG_ROWS, out);
+                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, GG_ROWS, mode, out);
                 for (int r = 0; r < GG_ROWS; r++) store(L, y, ldy, res, m + r, r0, out[r]);
             }
         for (; m < M; m++)
@@ -838,7 +916,7 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
                 const uint8_t *w = (const uint8_t *)L->w + r0 * rowb;
                 if (M == 1 && r0 + ahead < n1) prefetch(w + ahead * rowb, rowb);
                 float out[1];
-                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, 1, out);
+                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, 1, mode, out);
                 store(L, y, ldy, res, m, r0, out[0]);
             }
     }

@@ -295,6 +295,27 @@ class Engine:
             self._advance(where, slots)
         return logits[0]
 
+    def _rotations(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin ``(tables, M, D/2)`` of the rows' positions (int64), as llama.cpp
+        computes its rotary table (``attnlm_rope``): each table's base and linear scaling."""
+        c, m = self.config, len(positions)
+        bases = [(c.rope_theta, 1 / (c.rope_linear or 1))]
+        if len(self.freqs) > 1:
+            bases.append((c.rope_local_theta, 1.0))
+        cos = np.empty((len(bases), m, c.head_dim // 2), np.float32)
+        sin = np.empty_like(cos)
+        for i, (base, scale) in enumerate(bases):
+            ptrs = [ctypes.c_void_p(_ptr(a)) for a in (positions, cos[i], sin[i])]
+            self.lib.attnlm_rope(
+                ptrs[0],
+                ctypes.c_int64(m),
+                ctypes.c_int64(c.head_dim),
+                ctypes.c_float(base),
+                ctypes.c_float(scale),
+                *ptrs[1:],
+            )
+        return cos, sin
+
     def _check_rows(self, tokens, positions, slots) -> tuple[np.ndarray, ...]:
         """The rows' arrays as int64, checked (see :meth:`step_rows`)."""
         arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (tokens, positions, slots)]
@@ -332,8 +353,7 @@ class Engine:
         x = self._embed(tokens)  # (M, C), overwritten by the step
         if c.embed_scale is not None:
             x *= np.float32(c.embed_scale)
-        angles = positions.astype(np.float32)[None, :, None] * self.freqs[:, None, :]
-        cos, sin = np.cos(angles), np.sin(angles)  # (tables, M, D/2)
+        cos, sin = self._rotations(positions)  # (tables, M, D/2)
         out = np.ascontiguousarray(out, dtype=np.int64)
         rows = structs.Rows(_ptr(slots), _ptr(positions), _ptr(cos), _ptr(sin), _ptr(out),
                             len(out))  # fmt: skip
