@@ -7,9 +7,12 @@ Q8_0 / Q4_0 / Q5_0 weights, ``Q8_1`` for Q4_1 / Q5_1, ``Q8_K`` for the K-quants,
 for F16), and doing llama.cpp's float32 arithmetic in its order (issue 44, measured on an
 AVX-512 CPU against llama.cpp's intermediate tensors, read back with its ``cb_eval`` hook):
 the K-quant products' float sums as its kernels take them (``gg_krow``: its tiled product from
-8 rows on, ggml_vec_dot below, Q4_K's repacked rows), its e^x (softmax, SiLU), rotary table
-and rotation, attention's sums (``attend``) and soft-cap, so that on the Q6_K files and the
-K-quant mixes every layer's output and the logits are llama.cpp's bit for bit:
+8 rows on, ggml_vec_dot below, Q4_K's repacked rows), its e^x (softmax, SiLU), rotary table and
+rotation, attention's sums (``attend``) and soft-cap, so that on the Q6_K and Q5_K_M files of
+every architecture every layer's output and the logits are llama.cpp's bit for bit (a 42-token
+prompt and 10 decoding steps); the Q4_K_M files but gemma3's too (its 3.8e-4 at one position:
+llama.cpp sums Q4_K's repacked product for 4 rows and more per 64 values), and the Q8_0 / Q4_0
+files up to the products of 32-value blocks (:data:`FLIPS`):
 
 - the logits of every prompt position within :data:`TOL` of llama.cpp's logit range on the
   same file (its rounding of the activations moves logits by about 5e-3 of the range; the
@@ -21,10 +24,11 @@ One rounded code is worth about 2e-3 of the logit range on these small models: a
 activation code (a value within an ulp of a rounding boundary, where the float32 arithmetic
 before the quantizer differs from llama.cpp's in the last bit) moves the logits of its position
 (and, through the KV cache, later ones) by that much. :data:`FLIPS` names the files where that
-still happens here: Q4_0's products (llama.cpp repacks Q4_0 rows in eights, its own kernel's
-float sums) and Q8_0's (its sgemm) keep our order of sums; they are expected to fail the 1e-3
-comparison (non-strict: another CPU's order of sums may flip other codes), and every file must
-still equal llama.cpp within 1e-5 at most positions and within :data:`FLIP_TOL` at all.
+still happens on an AVX-512 CPU and :data:`UNFUSED_FLIPS` those of a build without FMA; they
+are expected to fail the 1e-3 comparison (non-strict: another CPU's kernels, whose order of
+sums llama.cpp picks per instruction set, may flip other codes), and every file must still
+equal llama.cpp within 1e-5 at most positions (with FMA, at all but one outside the flipped
+files) and within :data:`FLIP_TOL` at all.
 
 No llama.cpp at test time. :data:`ENGINE_ARCHS` lists the architectures the engine opens;
 every one of them must open on the C engine in the file's own blocks (never a silent skip;
@@ -55,12 +59,14 @@ CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]
 #: of llama.cpp's logit range, at every prompt position (issue 44)
 TOL = 1e-3
 #: files where one activation code rounds the other way (measured on an AVX-512 CPU: the
-#: largest difference and the positions beyond TOL; llama Q5_K_M, qwen2 Q6_K and phi3 Q5_K_M
-#: flipped one too before the K-quant products, e^x, the rotary table and attention took
-#: llama.cpp's order: 2.7e-3, 2.1e-3, 2.1e-3)
+#: largest difference and the positions beyond TOL): the products of 32-value blocks keep
+#: attnlm's order of float sums (llama.cpp's, checked bit for bit on these files, cost 5-15% of
+#: the step: see ggml_blocks.h's gg_row_int). llama Q5_K_M (2.7e-3), qwen2 Q6_K (2.1e-3) and phi3 Q5_K_M
+#: (2.1e-3) flipped one too before the K-quant products, e^x, the rotary table and attention
+#: took llama.cpp's order.
 FLIPS = {
     ("llama", "Q4_0"): "1.1e-3 at position 11 (Q4_0's products: llama.cpp's repacked rows)",
-    ("gemma3", "Q8_0"): "1.5e-3 at position 11 (Q8_0's products: llama.cpp's sgemm)",
+    ("gemma3", "Q8_0"): "1.5e-3 at position 11 (Q8_0's products: ggml_vec_dot / sgemm)",
 }
 #: files where a build without FMA flips a code too (the CPU matrix's x86-64-v2 build: every
 #: product rounded before its sum, where llama.cpp's build and ours with FMA fuse them; measured
@@ -120,13 +126,18 @@ def test_prompt_logits_equal_llama_cpp(arch, kind, monkeypatch):
 
 @pytest.mark.parametrize(("arch", "kind"), CASES)
 def test_prompt_logits_differ_by_flipped_codes_at_most(arch, kind, monkeypatch):
-    """Most positions within 1e-5 of the range (the order of float32 sums; before the
-    activations were rounded as llama.cpp rounds them every position was 3-8e-3 off), every
-    position within :data:`FLIP_TOL`."""
+    """Most positions within 1e-5 of the range (before the activations were rounded as
+    llama.cpp rounds them every position was 3-8e-3 off), every position within
+    :data:`FLIP_TOL`; with FMA, all but one outside the flipped files."""
     got, want = _prompt(arch, kind, monkeypatch)
     per_position = np.abs(got - want).max(axis=-1) / (want.max() - want.min())
     assert (per_position < 1e-5).mean() >= 0.5, per_position
     assert per_position.max() < FLIP_TOL, per_position
+    if "fma" in native.features() and (arch, kind) not in expected_flips():
+        # llama.cpp's arithmetic: its numbers, but where a 32-value block's product or gemma3
+        # Q4_K_M's repacked one rounds a code the other way (measured: one position, 3.4e-4 and
+        # 3.8e-4), up to the fixture's 4 decimals (3e-6 of the range)
+        assert (per_position >= 1e-5).sum() <= 1, per_position
 
 
 @pytest.mark.parametrize(("arch", "kind"), CASES)

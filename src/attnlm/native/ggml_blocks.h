@@ -520,7 +520,12 @@ static inline __attribute__((always_inline)) void gg_pair_signed(
 #endif
 
 /* One weight row of 32-blocks against R rows of quantized x, two blocks at a time (64 codes:
- * one 512-bit dot product where the CPU has them); an odd last block alone. */
+ * one 512-bit dot product where the CPU has them); an odd last block alone. Not llama.cpp's
+ * order of float sums (issue 44): it adds Q8_0 / Q4_0 / Q5_0 blocks one after the other into 8
+ * lanes (lanes x d, fused; ggml_vec_dot and its sgemm), Q4_0's repacked rows one block total
+ * at a time (ggml_gemm/gemv_q4_0_8x8_q8_0); done so, the tiny fixtures' Q8_0 / Q4_0 logits
+ * were llama.cpp's bit for bit, but the step took 1.05-1.15x the time (one chain a row where
+ * these sums run two), so the products keep two blocks a vector. */
 static inline __attribute__((always_inline)) void gg_row_int(
     const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
     const int R, float *out) {
