@@ -125,10 +125,10 @@ def test_rows_past_the_window(name, activations, monkeypatch):
         got = engine.step_rows(np.asarray([seqs[1][b], seqs[0][a]]), np.asarray([b, a]),
                                np.asarray([2, 1]))  # fmt: skip
         offs += [rel(got[:1], refs[1][b][None]), rel(got[1:], refs[0][a][None])]
-    # a step of 2 rows multiplies with llama.cpp's kernels for fewer than 8 rows (its
-    # vec_dot, where the references' 19-24 rows take its tiled K-quant product: gg_krow), the
-    # same numbers up to the order of float sums, which may flip an 8-bit activation code
-    # (measured: 1e-7 at 15 rows of 16, 6.2e-3 at one of gemma3 Q6_K's)
+    # a step of 2 rows sums the K-quant products in the order for fewer than 8 rows (gg_krow:
+    # llama.cpp's vec_dot's for Q6_K, where the references' 19-24 rows take its tiled
+    # product's), the same numbers up to the order of float sums, which may flip an 8-bit
+    # activation code (measured: 1e-7 at 15 rows of 16, 6.2e-3 at one of gemma3 Q6_K's)
     assert np.median(offs) < 1e-5 and max(offs) < 2e-2, offs
 
 

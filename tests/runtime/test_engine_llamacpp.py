@@ -6,13 +6,15 @@ quantized as llama.cpp's CPU backend quantizes them (``ggml_blocks.h``: ``Q8_0``
 Q8_0 / Q4_0 / Q5_0 weights, ``Q8_1`` for Q4_1 / Q5_1, ``Q8_K`` for the K-quants, float16
 for F16), and doing llama.cpp's float32 arithmetic in its order (issue 44, measured on an
 AVX-512 CPU against llama.cpp's intermediate tensors, read back with its ``cb_eval`` hook):
-the K-quant products' float sums as its kernels take them (``gg_krow``: its tiled product from
-8 rows on, ggml_vec_dot below, Q4_K's repacked rows), its e^x (softmax, SiLU), rotary table and
-rotation, attention's sums (``attend``) and soft-cap, so that on the Q6_K and Q5_K_M files of
-every architecture every layer's output and the logits are llama.cpp's bit for bit (a 42-token
-prompt and 10 decoding steps); the Q4_K_M files but gemma3's too (its 3.8e-4 at one position:
-llama.cpp sums Q4_K's repacked product for 4 rows and more per 64 values), and the Q8_0 / Q4_0
-files up to the products of 32-value blocks (:data:`FLIPS`):
+the K-quant products' float sums as its kernels take them (``gg_krow``: its tiled product for a
+prompt's 8 rows or more, its vec_dot for Q6_K below), its e^x (softmax, SiLU), rotary table and
+rotation, attention's sums (``attend``) and soft-cap, so that on the Q6_K files of every
+architecture every layer's output and the logits are llama.cpp's bit for bit (a 42-token
+prompt and 10 decoding steps), and on the Q5_K_M files the prompt's. Not (yet) its order, where
+that cost the step 5-15% of its time: Q4_K / Q5_K products of fewer than 8 rows (a decoding
+step), Q4_K's in a prompt (llama.cpp repacks Q4_K rows and sums them per 64 values; attnlm per
+256, as its decoding kernel), and the products of 32-value blocks (Q8_0, Q4_0, Q5_0);
+:data:`FLIPS` names the files where that flips a code (below). Tested:
 
 - the logits of every prompt position within :data:`TOL` of llama.cpp's logit range on the
   same file (its rounding of the activations moves logits by about 5e-3 of the range; the
@@ -59,11 +61,11 @@ CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]
 #: of llama.cpp's logit range, at every prompt position (issue 44)
 TOL = 1e-3
 #: files where one activation code rounds the other way (measured on an AVX-512 CPU: the
-#: largest difference and the positions beyond TOL): the products of 32-value blocks keep
-#: attnlm's order of float sums (llama.cpp's, checked bit for bit on these files, cost 5-15% of
-#: the step: see ggml_blocks.h's gg_row_int). llama Q5_K_M (2.7e-3), qwen2 Q6_K (2.1e-3) and phi3 Q5_K_M
-#: (2.1e-3) flipped one too before the K-quant products, e^x, the rotary table and attention
-#: took llama.cpp's order.
+#: largest difference and the positions beyond TOL), where attnlm's order of float sums is not
+#: llama.cpp's (see the module's docstring; llama.cpp's, checked bit for bit on these files,
+#: took the step 1.05-1.15x the time). llama Q5_K_M (2.7e-3), qwen2 Q6_K (2.1e-3) and phi3
+#: Q5_K_M (2.1e-3) flipped one too before the K-quant products, e^x, the rotary table and
+#: attention took llama.cpp's order.
 FLIPS = {
     ("llama", "Q4_0"): "1.1e-3 at position 11 (Q4_0's products: llama.cpp's repacked rows)",
     ("gemma3", "Q8_0"): "1.5e-3 at position 11 (Q8_0's products: ggml_vec_dot / sgemm)",
@@ -134,9 +136,9 @@ def test_prompt_logits_differ_by_flipped_codes_at_most(arch, kind, monkeypatch):
     assert (per_position < 1e-5).mean() >= 0.5, per_position
     assert per_position.max() < FLIP_TOL, per_position
     if "fma" in native.features() and (arch, kind) not in expected_flips():
-        # llama.cpp's arithmetic: its numbers, but where a 32-value block's product or gemma3
-        # Q4_K_M's repacked one rounds a code the other way (measured: one position, 3.4e-4 and
-        # 3.8e-4), up to the fixture's 4 decimals (3e-6 of the range)
+        # llama.cpp's arithmetic: its numbers, but where a product not in its order rounds a
+        # code the other way (measured: qwen2 Q4_0 3.4e-4, gemma3 Q4_K_M 3.8e-4, each at one
+        # position), up to the fixture's 4 decimals (3e-6 of the range)
         assert (per_position >= 1e-5).sum() <= 1, per_position
 
 

@@ -827,19 +827,26 @@ static inline void dot16(const float *q, const float *k, int64_t D, float *out) 
         for (int64_t i = D64; i < D; i++) out[j] = GG_FMA(q[i], k[j * D + i], out[j]);
 }
 
-/* acc[(c0 + s) % 16] += p[s] v[s] (fused) for s < S, 16 lanes of v's rows (stride D) */
-static inline void pv_lanes(const float *v, int64_t D, const float *p, int64_t S, int64_t c0,
-                            vf *acc) {
-    enum { L = 16 };
-    int64_t s = 0;
-    for (; s < S && (c0 + s) % L; s++)
-        acc[(c0 + s) % L] = vfma(*(const vf *)(v + s * D), (vf){0} + p[s], acc[(c0 + s) % L]);
-    for (; s + L <= S; s += L)
+/* acc[l] += p[s] v[s] (fused, in order of s; 16 lanes of v's rows, stride D) for the cells
+ * c = c0 + s, s < S, with c mod L = off + l, l < 16: rounds of L cells, each round's 16 in
+ * registers (the rounds inside [c0, c0 + S) without a test per cell) */
+static inline __attribute__((always_inline)) void pv_lanes(const float *v, int64_t D,
+                                                           const float *p, int64_t S, int64_t c0,
+                                                           const int64_t L, int64_t off,
+                                                           vf *acc) {
+    for (int64_t b = c0 - c0 % L + off; b < c0 + S; b += L) {
+        const int64_t s0 = b - c0;
+        if (s0 >= 0 && s0 + 16 <= S) {
 #pragma GCC unroll 16
-        for (int l = 0; l < L; l++)
-            acc[l] = vfma(*(const vf *)(v + (s + l) * D), (vf){0} + p[s + l], acc[l]);
-    for (; s < S; s++)
-        acc[(c0 + s) % L] = vfma(*(const vf *)(v + s * D), (vf){0} + p[s], acc[(c0 + s) % L]);
+            for (int l = 0; l < 16; l++)
+                acc[l] = vfma(*(const vf *)(v + (s0 + l) * D), (vf){0} + p[s0 + l], acc[l]);
+        } else {
+#pragma GCC unroll 16
+            for (int l = 0; l < 16; l++)
+                if (s0 + l >= 0 && s0 + l < S)
+                    acc[l] = vfma(*(const vf *)(v + (s0 + l) * D), (vf){0} + p[s0 + l], acc[l]);
+        }
+    }
 }
 
 /* attend() for any D, one value at a time (its e^x libm's: near llama.cpp's, not its bits) */
@@ -923,20 +930,19 @@ static void attend(const Model *md, const float *q, const float *k, const float 
     for (s = 0; s < S; s++) scores[s] *= inv;
     for (int64_t i = 0; i < D; i += 16) {
         vf acc[16];
+        for (int l = 0; l < 16; l++) acc[l] = (vf){0};
         if (batch) {
-            for (int l = 0; l < 16; l++) acc[l] = (vf){0};
-            pv_lanes(v + i, D, scores, S, c0, acc);
-            *(vf *)(out + i) = tree16(acc);
-        } else { /* the sums of cells c mod 64 = l, l + 16, l + 32, l + 48 in turn */
-            for (int l = 0; l < 16; l++) {
-                vf a[4] = {{0}, {0}, {0}, {0}};
-                for (int j = 0; j < 4; j++)
-                    for (int64_t s = (l + 16 * j - c0) & 63; s < S; s += 64)
-                        a[j] = vfma(*(const vf *)(v + i + s * D), (vf){0} + scores[s], a[j]);
-                acc[l] = (a[0] + a[2]) + (a[1] + a[3]);
+            pv_lanes(v + i, D, scores, S, c0, 16, 0, acc);
+        } else { /* the sums of the cells c mod 64 = l, l + 16, l + 32, l + 48, added after */
+            vf part[4][16];
+            for (int j = 0; j < 4; j++) {
+                for (int l = 0; l < 16; l++) part[j][l] = (vf){0};
+                pv_lanes(v + i, D, scores, S, c0, 64, 16 * j, part[j]);
             }
-            *(vf *)(out + i) = tree16(acc);
+            for (int l = 0; l < 16; l++)
+                acc[l] = (part[0][l] + part[2][l]) + (part[1][l] + part[3][l]);
         }
+        *(vf *)(out + i) = tree16(acc);
     }
 }
 

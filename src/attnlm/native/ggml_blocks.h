@@ -816,7 +816,8 @@ static inline vi8 gg_isum8x8(const vi8 *v) {
  *  - repacked (`mode` 2: Q4_K, whose matrices llama.cpp's CPU backend repacks in rows of 8 and
  *    multiplies with its own kernels, ggml_gemm/gemv_q4_K_8x8_q8_K): per block a += s1 (d dx)
  *    and b += s2 (dmin dx) (each fused), the row's value a - b.
- * `mode`: 0 vec_dot, 1 tiled, 2 repacked. */
+ * `mode`: 0 vec_dot, 1 tiled, 2 repacked, 3 attnlm's own order (16 lanes of scaled sums and 8 of
+ * bsums x mins, added at the end). */
 static inline __attribute__((always_inline)) void gg_krow(
     const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
     const int R, const int mode, float *out) {
@@ -824,6 +825,29 @@ static inline __attribute__((always_inline)) void gg_krow(
     vf8 acc[GG_ROWS];          /* vec_dot: each row's 8 lane sums */
     vf8 sum = {0}, mins = {0}; /* row r's in lane r */
     for (int r = 0; r < R; r++) acc[r] = (vf8){0};
+    if (mode == 3) { /* attnlm's own order: 16 lanes of sums, 8 of bsums x mins */
+        vf a16[GG_ROWS];
+        for (int r = 0; r < R; r++) a16[r] = (vf){0};
+        for (int64_t i = 0; i < nb; i++) {
+            GgK k;
+            gg_kblock(fmt, w + i * bb, &k);
+            for (int r = 0; r < R; r++) {
+                const uint8_t *xr = xq + r * rb;
+                const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
+                vi16 s = {0};
+                s = gg_kdot(s, k.u[0], a, k.s[0]);
+                s = gg_kdot(s, k.u[1], a + 64, k.s[1]);
+                s = gg_kdot(s, k.u[2], a + 128, k.s[2]);
+                s = gg_kdot(s, k.u[3], a + 192, k.s[3]);
+                const float dx = ((const float *)(xr + od))[i];
+                a16[r] += __builtin_convertvector(s, vf) * (dx * k.d);
+                const vi8 mm = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
+                acc[r] += __builtin_convertvector(mm, vf8) * (dx * k.dm);
+            }
+        }
+        for (int r = 0; r < R; r++) out[r] = gg_hsum(a16[r]) + gg_hsum8(acc[r]);
+        return;
+    }
     for (int64_t i = 0; i < nb; i++) {
         GgK k;
         gg_kblock(fmt, w + i * bb, &k);
@@ -883,9 +907,14 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     const int64_t fmt, const Linear *L, const float *x, int64_t M, int64_t ldx,
     const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0, int64_t n1) {
     const int in = gg_int(L);
-    /* llama.cpp's kernel for a K-quant product (gg_krow): Q4_K rows repacked where they come
-     * in eights, else its tiled kernel from 8 rows of x on */
-    const int mode = fmt == FMT_Q4_K && L->n % 8 == 0 ? 2 : M >= 8;
+    /* the order of a K-quant product's float sums (gg_krow), measured on one thread, under
+     * load, against attnlm's own order (mode 3): from 8 rows of x on (a prompt) llama.cpp's
+     * tiled kernel's for Q5_K and Q6_K (the prompt 1.02x the time), for Q4_K, whose rows
+     * llama.cpp repacks, its gemv's per-block sums (mode 2: 1.06x; its gemm sums per 64 values,
+     * not done); below 8 rows (a decoding step) its vec_dot's for Q6_K, attnlm's for Q4_K and
+     * Q5_K (vec_dot's order took the step of a Q4_K / Q5_K model 1.10x the time, mode 2 for
+     * Q4_K 1.15x) */
+    const int mode = fmt == FMT_Q4_K ? (M >= 8 ? 2 : 3) : M >= 8 ? 1 : fmt == FMT_Q6_K ? 0 : 3;
     int64_t bb;
     const int64_t K = L->k, be = gg_block(fmt, &bb), rowb = K / be * bb, rb = gg_row_bytes(K);
     int64_t n = n0;
