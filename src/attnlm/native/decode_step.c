@@ -946,6 +946,91 @@ static void attend(const Model *md, const float *q, const float *k, const float 
     }
 }
 
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTEND4 1
+/* 4 query heads of D = 256 sharing their keys and values (grouped-query attention: Gemma 3's
+ * shape; no fixture has it), queries scaled first as Gemma's, the loads of each key and value
+ * row shared (attend() in llama.cpp's order re-reads them per head: Gemma 3 270M's 512-token
+ * prefill took 1.2x the CPU time with it), in attnlm's own order of sums, the same for every
+ * step of the model: scores of 4 keys x 4 heads per pass (16 sums, 8 loads per 16
+ * multiply-adds; attend16 loads one per multiply-add), the values 64 lanes x 4 heads per pass
+ * over the keys. q (4, D) with row stride ldq, out (4, D) with stride ldo, scores (4, S). */
+static void attend4_256(const float *q, int64_t ldq, const float *k, const float *v, int64_t S,
+                        float scale, float cap, float *scores, float *out, int64_t ldo) {
+    enum { D = 256, DV = 16 };
+    vf qs[4][DV];
+    for (int h = 0; h < 4; h++)
+        for (int c = 0; c < DV; c++) qs[h][c] = *(const vf *)(q + h * ldq + 16 * c) * scale;
+    int64_t s = 0;
+    for (; s + 4 <= S; s += 4) {
+        const float *k0 = k + s * D;
+        vf a[16]; /* a[4 h + j]: head h, key s + j */
+        /* fused as GCC compiles attend16's sums (checked bit for bit): q0 k0 + q1 k1 as
+         * fma(q0, k0, q1 k1), then fma(qc, kc, a) */
+        for (int h = 0; h < 4; h++)
+            for (int j = 0; j < 4; j++)
+                a[4 * h + j] = (vf)_mm512_fmadd_ps(
+                    (__m512)qs[h][0], _mm512_loadu_ps(k0 + j * D),
+                    (__m512)(qs[h][1] * *(const vf *)(k0 + j * D + 16)));
+        for (int c = 2; c < DV; c++) {
+            const vf k0c = *(const vf *)(k0 + 16 * c), k1c = *(const vf *)(k0 + D + 16 * c);
+            const vf k2c = *(const vf *)(k0 + 2 * D + 16 * c);
+            const vf k3c = *(const vf *)(k0 + 3 * D + 16 * c);
+            for (int h = 0; h < 4; h++) {
+                const __m512 qc = (__m512)qs[h][c];
+                a[4 * h] = (vf)_mm512_fmadd_ps(qc, (__m512)k0c, (__m512)a[4 * h]);
+                a[4 * h + 1] = (vf)_mm512_fmadd_ps(qc, (__m512)k1c, (__m512)a[4 * h + 1]);
+                a[4 * h + 2] = (vf)_mm512_fmadd_ps(qc, (__m512)k2c, (__m512)a[4 * h + 2]);
+                a[4 * h + 3] = (vf)_mm512_fmadd_ps(qc, (__m512)k3c, (__m512)a[4 * h + 3]);
+            }
+        }
+        const vf t = hsum16(a);
+        for (int h = 0; h < 4; h++)
+            for (int j = 0; j < 4; j++) scores[h * S + s + j] = t[4 * h + j];
+    }
+    for (; s < S; s++)
+        for (int h = 0; h < 4; h++) {
+            vf a = qs[h][0] * *(const vf *)(k + s * D);
+            for (int c = 1; c < DV; c++) a += qs[h][c] * *(const vf *)(k + s * D + 16 * c);
+            scores[h * S + s] = hsum(a);
+        }
+    float inv[4];
+    for (int h = 0; h < 4; h++) { /* attend16's softmax, head by head */
+        float *sh = scores + h * S, mx = -INFINITY, sum = 0.0f;
+        softcap(sh, S, cap);
+        for (s = 0; s < S; s++) mx = sh[s] > mx ? sh[s] : mx;
+        for (s = 0; s + 16 <= S; s += 16) {
+            const vf e = vexp(*(const vf *)(sh + s) - mx);
+            *(vf *)(sh + s) = e;
+            sum += hsum(e);
+        }
+        for (; s < S; s++) sum += sh[s] = expf(sh[s] - mx);
+        inv[h] = 1.0f / sum;
+    }
+    for (int c0 = 0; c0 < DV; c0 += 4) {
+        vf acc[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int c = 0; c < 4; c++) acc[h][c] = (vf){0};
+        for (s = 0; s < S; s++) {
+            const float *vs = v + s * D + 16 * c0;
+            const vf v0 = *(const vf *)vs, v1 = *(const vf *)(vs + 16);
+            const vf v2 = *(const vf *)(vs + 32), v3 = *(const vf *)(vs + 48);
+            for (int h = 0; h < 4; h++) {
+                const float p = scores[h * S + s];
+                acc[h][0] += v0 * p;
+                acc[h][1] += v1 * p;
+                acc[h][2] += v2 * p;
+                acc[h][3] += v3 * p;
+            }
+        }
+        for (int h = 0; h < 4; h++)
+            for (int c = 0; c < 4; c++) *(vf *)(out + h * ldo + 16 * (c0 + c)) = acc[h][c] * inv[h];
+    }
+}
+#else
+#define ATTEND4 0
+#endif
+
 /* -- the step ------------------------------------------------------------------------------ */
 
 /* the rows' q and k heads normalized (Qwen3, Gemma 3) and rotated by the layer's table, their
@@ -982,6 +1067,21 @@ static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int
     /* the units dealt in turn (a prompt's later rows see more keys: contiguous shares
      * would leave the thread with the earlier rows waiting) */
     const int pre = bk->post_attn.w != NULL; /* Gemma's queries scaled before the product */
+#if ATTEND4
+    const int64_t per = H / Hkv; /* query heads per key/value head */
+    if (pre && D == 256 && per % 4 == 0 && md->cap <= 4096) { /* 4 heads a unit: attend4_256 */
+        float four[4 * 4096] __attribute__((aligned(64)));
+        for (int64_t i = t; i < M * H / 4; i += nt) {
+            const int64_t m = i / (H / 4), h = 4 * (i % (H / 4)), kv = h / per, p = rw->pos[m];
+            const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
+            const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
+            attend4_256(sc->qkv + m * NQ + h * D, D, bk->k_cache + at, bk->v_cache + at,
+                        p - first + 1, md->scale, md->attn_softcap, four,
+                        sc->att + m * H * D + h * D, D);
+        }
+        return;
+    }
+#endif
     for (int64_t i = t; i < M * H; i += nt) {
         const int64_t m = i / H, h = i % H, kv = h / (H / Hkv), p = rw->pos[m];
         const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
