@@ -521,11 +521,10 @@ static inline __attribute__((always_inline)) void gg_pair_signed(
 
 /* One weight row of 32-blocks against R rows of quantized x, two blocks at a time (64 codes:
  * one 512-bit dot product where the CPU has them); an odd last block alone. Not llama.cpp's
- * order of float sums (issue 44): it adds Q8_0 / Q4_0 / Q5_0 blocks one after the other into 8
- * lanes (lanes x d, fused; ggml_vec_dot and its sgemm), Q4_0's repacked rows one block total
- * at a time (ggml_gemm/gemv_q4_0_8x8_q8_0); done so, the tiny fixtures' Q8_0 / Q4_0 logits
- * were llama.cpp's bit for bit, but the step took 1.05-1.15x the time (one chain a row where
- * these sums run two), so the products keep two blocks a vector. */
+ * order of float sums: it adds Q8_0 / Q4_0 / Q5_0 blocks one after the other into 8 lanes
+ * (lanes x d, fused; ggml_vec_dot and its sgemm), Q4_0's repacked rows one block total at a
+ * time (ggml_gemm/gemv_q4_0_8x8_q8_0); that order is a single chain a row where these sums
+ * run two, which slowed the step (docs/models.md), so the products keep two blocks a vector. */
 static inline __attribute__((always_inline)) void gg_row_int(
     const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
     const int R, float *out) {
@@ -685,6 +684,13 @@ typedef struct {
     float d, dm; /* d, and the bsums' factor: -dmin or -32 d */
 } GgK;
 
+/* one block's integer sums against the 256 codes a: gg_kdot over its four chunks of 64 */
+static inline vi16 gg_kdot256(const GgK *k, const int8_t *a) {
+    vi16 s = {0};
+    for (int c = 0; c < 4; c++) s = gg_kdot(s, k->u[c], a + 64 * c, k->s[c]);
+    return s;
+}
+
 /* w[i] for i < 16 at lanes: each of v's 16 values spread over 2 (j = 2) or 8 pair lanes */
 #define GG_SPREAD2(v, i) __builtin_shufflevector(v, v, i, i, i, i, i, i, i, i, i, i, i, i, i, i, \
     i, i, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 1,     \
@@ -834,11 +840,7 @@ static inline __attribute__((always_inline)) void gg_krow(
             for (int r = 0; r < R; r++) {
                 const uint8_t *xr = xq + r * rb;
                 const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
-                vi16 s = {0};
-                s = gg_kdot(s, k.u[0], a, k.s[0]);
-                s = gg_kdot(s, k.u[1], a + 64, k.s[1]);
-                s = gg_kdot(s, k.u[2], a + 128, k.s[2]);
-                s = gg_kdot(s, k.u[3], a + 192, k.s[3]);
+                const vi16 s = gg_kdot256(&k, a);
                 const float dx = ((const float *)(xr + od))[i];
                 a16[r] += __builtin_convertvector(s, vf) * (dx * k.d);
                 const vi8 mm = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
@@ -856,11 +858,7 @@ static inline __attribute__((always_inline)) void gg_krow(
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xq + r * rb;
             const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
-            vi16 s = {0};
-            s = gg_kdot(s, k.u[0], a, k.s[0]);
-            s = gg_kdot(s, k.u[1], a + 64, k.s[1]);
-            s = gg_kdot(s, k.u[2], a + 128, k.s[2]);
-            s = gg_kdot(s, k.u[3], a + 192, k.s[3]);
+            const vi16 s = gg_kdot256(&k, a);
             s8[r] = __builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +
                     __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15);
             dx[r] = ((const float *)(xr + od))[i];
