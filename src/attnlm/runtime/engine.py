@@ -159,7 +159,7 @@ class Engine:
             raise RuntimeError(f"no C decode step: {native.why_not}")
         self.lib = lib
         c = self.config
-        self.freqs, tables = _rotary_tables(c)
+        self.rope_bases, tables = _rotary_tables(c)
         self.array = (structs.Block * c.n_layer)()
         for i, b in enumerate(self.blocks):
             apart = [x.describe() if x else structs.Linear() for x in (b.k, b.v, b.up)]
@@ -299,12 +299,9 @@ class Engine:
         """cos and sin ``(tables, M, D/2)`` of the rows' positions (int64), as llama.cpp
         computes its rotary table (``attnlm_rope``): each table's base and linear scaling."""
         c, m = self.config, len(positions)
-        bases = [(c.rope_theta, 1 / (c.rope_linear or 1))]
-        if len(self.freqs) > 1:
-            bases.append((c.rope_local_theta, 1.0))
-        cos = np.empty((len(bases), m, c.head_dim // 2), np.float32)
+        cos = np.empty((len(self.rope_bases), m, c.head_dim // 2), np.float32)
         sin = np.empty_like(cos)
-        for i, (base, scale) in enumerate(bases):
+        for i, (base, scale) in enumerate(self.rope_bases):
             ptrs = [ctypes.c_void_p(_ptr(a)) for a in (positions, cos[i], sin[i])]
             self.lib.attnlm_rope(
                 ptrs[0],
@@ -397,21 +394,13 @@ def _check_range(what: str, values: np.ndarray, stop: int) -> None:
         raise ValueError(f"{what} {int(bad[0])} is out of range [0, {stop})")
 
 
-def _rotary_tables(c: EngineConfig) -> tuple[np.ndarray, list[int]]:
-    """The rotary frequencies of each table ``(tables, D/2)`` and each layer's table: 0 the
-    global base's (divided by a linear scaling's factor), 1 the sliding layers' own base
-    where the model has one (Gemma 3), as the PyTorch model rotates them."""
-    freqs = [_inv_freq(c.head_dim, c.rope_theta)]
-    if c.rope_linear is not None:
-        freqs[0] = (freqs[0] / np.float32(c.rope_linear)).astype(np.float32)
+def _rotary_tables(c: EngineConfig) -> tuple[list[tuple[float, float]], list[int]]:
+    """Each rotary table's base and position scale (``attnlm_rope``'s) and each layer's
+    table: 0 the global base's (positions scaled by 1 / a linear scaling's factor), 1 the
+    sliding layers' own base where the model has one (Gemma 3)."""
+    bases = [(c.rope_theta, 1 / (c.rope_linear or 1))]
     tables = [0] * c.n_layer
     if c.rope_local_theta is not None and any(c.window(i) for i in range(c.n_layer)):
-        freqs.append(_inv_freq(c.head_dim, c.rope_local_theta))
+        bases.append((c.rope_local_theta, 1.0))
         tables = [1 if c.window(i) else 0 for i in range(c.n_layer)]
-    return np.stack(freqs), tables
-
-
-def _inv_freq(d: int, theta: float) -> np.ndarray:
-    """Rotary frequencies ``theta ** (-2i / D)`` (float32, as the PyTorch model's)."""
-    exps = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
-    return (np.float32(1.0) / np.power(np.float32(theta), exps)).astype(np.float32)
+    return bases, tables
