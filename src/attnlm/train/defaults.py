@@ -111,18 +111,15 @@ TODAY_LORA = Recipe(lr=1e-4, min_lr=1e-5, warmup_iters=10, batch_size=8, block_s
 TODAY_FULL = Recipe(lr=1e-4, min_lr=1e-5, warmup_iters=10, batch_size=8, block_size=256)
 MEASURED_CPU_LORA = "measured: -4.7% held-out bits/char in 300 s, peft's recipe -1.2%"
 
-# The 2-core CPU without bfloat16 products (issue 49's Xeon), measured with
-# benchmarks/bench_finetune_quality.py --seconds 300 --threads 2 --simulate avx512 (SmolLM2,
-# Shakespeare; docs/benchmarks.md): short windows and small batches take several times the
-# steps of 8 x 256 in the same seconds, and a 10x higher rate on every linear layer moves
-# the held-out loss in them (old values: -0.26% in 300 s).
+# A CPU without bfloat16 products: short windows and small batches take several times the
+# steps of 8 x 256 in the same seconds, and a high rate on every linear layer moves the
+# held-out loss in them (the measurement: docs/finetuning.md, docs/benchmarks.md).
 CPU_LORA = Recipe(lr=1e-3, min_lr=1e-5, warmup_iters=10, batch_size=4, block_size=128,
                   rank=8, alpha=16.0, dropout=0.0, targets="all",
                   measured=MEASURED_CPU_LORA)  # fmt: skip
 #: the same recipe on CPUs of the classes below, which were not measured themselves
 CPU_LORA_BELOW = dataclasses.replace(CPU_LORA, measured="cpu-avx512's, not measured here")
-# full fine-tuning, the same benchmark with --full: 4 x 128 tokens made 173 steps to 8 x 256's
-# 39 in 300 s (-4.73% against -4.48%, one run each; the rate 1e-4 of both)
+# full fine-tuning: the short windows' extra steps beat 8 x 256's (bench_finetune_quality --full)
 MEASURED_CPU_FULL = "measured: -4.73% held-out bits/char in 300 s, 8 x 256 -4.48%"
 CPU_FULL = Recipe(lr=1e-4, min_lr=1e-5, warmup_iters=10, batch_size=4, block_size=128,
                   measured=MEASURED_CPU_FULL)  # fmt: skip

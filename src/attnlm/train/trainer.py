@@ -420,6 +420,25 @@ class Trainer:
             return last_eval, True
         return last_eval, False
 
+    def _begin(self, metrics: MetricsLog, write: Any, window: int) -> tuple[Budget, Any]:
+        """Before the first step of a session: gradient checkpointing chosen (and said), the
+        budget's clock started (this session's setup counted), a fine-tune's starting model
+        evaluated. Returns the budget and that first evaluation (or None)."""
+        cfg, st = self.cfg, self.state
+        ckpt = checkpointing.setup(self.raw_model, cfg.grad_checkpoint, cfg.batch_size, window,
+                                   self.device)  # fmt: skip
+        if ckpt.on or cfg.grad_checkpoint == "auto" and checkpointing.supported(self.raw_model):
+            write(f"gradient checkpointing {ckpt.why}")
+        now = time.perf_counter()
+        setup = now - self.job.started if self.job.started is not None else 0.0
+        budget = self._start_budget(now - st.elapsed - setup)
+        first_eval = None
+        if cfg.init_from and st.step == 0 and self.job.fit_step is None:
+            first_eval = self._first_eval(metrics, write, budget)
+        if budget.seconds:
+            write(budget.describe())
+        return budget, first_eval
+
     def fit(self, metrics: MetricsLog) -> TrainResult:
         """Run the loop until ``max_iters``, the time budget or early stopping, logging to
         ``metrics``; returns the run's result. Each session takes at least one step; a
@@ -428,19 +447,7 @@ class Trainer:
         per_example = self.train_src.tokens_per_example()
         self.step_tokens = cfg.batch_size * self.micro * d.world_size * per_example
         bar, write = self._progress_bar()
-        ckpt = checkpointing.setup(self.raw_model, cfg.grad_checkpoint, cfg.batch_size,
-                                   per_example, self.device)  # fmt: skip
-        if ckpt.on or cfg.grad_checkpoint == "auto" and checkpointing.supported(self.raw_model):
-            write(f"gradient checkpointing {ckpt.why}")
-        now = time.perf_counter()
-        setup = now - self.job.started if self.job.started is not None else 0.0
-        t0 = now - st.elapsed - setup  # the setup of this session counts in the budget
-        budget = self._start_budget(t0)
-        first_eval = None
-        if cfg.init_from and st.step == 0 and self.job.fit_step is None:
-            first_eval = self._first_eval(metrics, write, budget)
-        if budget.seconds:
-            write(budget.describe())
+        budget, first_eval = self._begin(metrics, write, per_example)
         session_t0, session_steps = time.perf_counter(), 0
         last_eval: EvalResult | None = None
         stop_reason = "max_iters"
@@ -461,15 +468,8 @@ class Trainer:
                 tok_s = session_steps * self.step_tokens / (time.perf_counter() - session_t0)
                 self._show_progress(bar, loss_ema, tok_s)
                 if st.step % cfg.log_interval == 0 or st.step == 1:
-                    metrics.write(
-                        {
-                            "step": st.step,
-                            "loss": loss,
-                            "lr": lr,
-                            "tokens_per_s": round(tok_s, 1),
-                            "elapsed": round(st.elapsed, 3),
-                        }
-                    )
+                    metrics.write({"step": st.step, "loss": loss, "lr": lr, "tokens_per_s":
+                                   round(tok_s, 1), "elapsed": round(st.elapsed, 3)})  # fmt: skip
                 frac = self._time_fraction(budget)
                 final = st.step >= cfg.max_iters or frac >= 1.0
                 if frac >= 1.0:  # saved with the final checkpoint: a resume needs more time
