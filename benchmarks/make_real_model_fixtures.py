@@ -21,10 +21,12 @@ It writes:
   ``qwen2.5-coder-0.5b-instruct`` for one chat message rendered with its template by
   ``transformers``' Jinja renderer, and of ``gemma3-270m`` continuing a plain prompt (BOS
   first, as llama.cpp adds it), with each step's five highest logits (id, logit) and the gap
-  between the first two; the perplexity of the first tokens (at most
-  :data:`PPL_TOKENS`) of :data:`PPL_CHARS` characters of the built-in corpus for all three
-  files, one context of ``n_ctx`` tokens, each token's negative log-likelihood from
-  llama.cpp's logits (log-softmax in float64). The settings are written beside the numbers.
+  between the first two (the chat's keys and values cached in float32 as attnlm caches them,
+  the plain prompt's in llama.cpp's default float16); the
+  perplexity of the first tokens (at most :data:`PPL_TOKENS`) of :data:`PPL_CHARS` characters
+  of the built-in corpus for all three files, one context of ``n_ctx`` tokens, each token's
+  negative log-likelihood from llama.cpp's logits (log-softmax in float64). The settings are
+  written beside the numbers.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+F32 = 0  # ggml's type number of float32 (GGML_TYPE_F32)
 OUT = ROOT / "tests" / "fixtures" / "real_models"
 NAMES = ("gemma3-270m", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
 THREADS = 2
@@ -166,12 +169,14 @@ def _render(template: str, messages: list[dict], special: dict[str, str]) -> str
     return rendered[0]
 
 
-def _greedy(path: Path, prompt_ids: list[int], n_ctx: int) -> dict:
+def _greedy(path: Path, prompt_ids: list[int], n_ctx: int, kv_f32: bool) -> dict:
     import numpy as np
     from llama_cpp import Llama
 
+    # kv_f32: keys and values kept in float32, as attnlm keeps them (llama.cpp's default: F16)
+    kv = {"type_k": F32, "type_v": F32} if kv_f32 else {}
     llm = Llama(str(path), n_ctx=n_ctx, n_batch=512, n_threads=THREADS, logits_all=False,
-                verbose=False)  # fmt: skip
+                verbose=False, **kv)  # fmt: skip
     llm.reset()
     llm.eval(prompt_ids)
     ids, gaps, top5 = [], [], []
@@ -187,7 +192,8 @@ def _greedy(path: Path, prompt_ids: list[int], n_ctx: int) -> dict:
     return {"ids": ids, "text": text, "top2_gaps": gaps, "top5": top5,
             "settings": {"n_ctx": n_ctx, "n_batch": 512, "n_threads": THREADS,
                          "decoding": "argmax of the last position's logits, one token per eval",
-                         "kv_cache": "llama.cpp default (F16)", "flash_attn": False}}  # fmt: skip
+                         "kv_cache": "F32" if kv_f32 else "llama.cpp default (F16)",
+                         "flash_attn": False}}  # fmt: skip
 
 
 def make_greedy(paths: dict[str, Path]) -> dict:
@@ -201,14 +207,15 @@ def make_greedy(paths: dict[str, Path]) -> dict:
     vocab = Llama(str(paths[name]), vocab_only=True, verbose=False)
     prompt_ids = vocab.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
     t = time.time()
+    greedy = _greedy(paths[name], prompt_ids, 512, kv_f32=True)
     out["chat"] = {"model": name, "messages": messages, "prompt": prompt,
-                   "prompt_ids": prompt_ids, **_greedy(paths[name], prompt_ids, 512)}  # fmt: skip
+                   "prompt_ids": prompt_ids, **greedy}  # fmt: skip
     print(f"greedy chat: {name}: {out['chat']['text']!r} ({time.time() - t:.0f} s)")
     name = "gemma3-270m"
     vocab = Llama(str(paths[name]), vocab_only=True, verbose=False)
     prompt_ids = vocab.tokenize(PLAIN_PROMPT.encode("utf-8"), add_bos=True, special=True)
     out["plain"] = {"model": name, "prompt": PLAIN_PROMPT, "prompt_ids": prompt_ids,
-                    **_greedy(paths[name], prompt_ids, 512)}  # fmt: skip
+                    **_greedy(paths[name], prompt_ids, 512, kv_f32=False)}  # fmt: skip
     print(f"greedy plain: {name}: {out['plain']['text']!r}")
     return out
 

@@ -15,9 +15,10 @@
   ``e (A sum(u a)) + B e sum(a)`` is ``e sum((A u + B) a)``; the integer sums are exact and the
   float32 rest is bounded as above.
 1, 2, 4, 5 and 9 rows of x (the kernel takes 8 rows together, or 4 without AVX-512, then
-one at a time), an odd number
-of output rows (a decoding step's product takes two at a time), an odd number of blocks of 32
-(3, 19: the integer product takes two at a time), threads 1 and 2.
+one at a time; Q4_K and Q4_0 matrices of 8k rows sum the first M - M % 4 rows as llama.cpp's
+repacked gemm, the others as its gemv), an odd number of output rows (a decoding step's
+product takes two at a time), an odd number of blocks of 32 (3, 19: the integer product takes
+two at a time), threads 1 and 2.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def seen_by(qtype: str, x: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.
 
 
 @pytest.mark.parametrize("qtype", TYPES)
-@pytest.mark.parametrize("shape", [(37, 512), (64, 1024), (3, 256), (7, 96), (6, 608)])
+@pytest.mark.parametrize("shape", [(37, 512), (64, 1024), (3, 256), (7, 96), (6, 608), (8, 96)])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("act", ["float", "int"])
 def test_every_type_equals_numpy(qtype, shape, threads, act):

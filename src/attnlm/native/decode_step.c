@@ -161,6 +161,15 @@ static inline vf from_i8(const int8_t *p) {
     return __builtin_convertvector(__builtin_convertvector(b, vi) - 128, vf);
 }
 
+/* 16 lanes' a b + c, fused (the CPU's instruction: AVX-512, or FMA in halves) */
+static inline vf vfma(vf a, vf b, vf c) {
+#ifdef __AVX512F__
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#else
+    return a * b + c; /* contracted where the CPU has FMA (-ffp-contract=fast, GNU C's default) */
+#endif
+}
+
 /* the 16 sums hsum(v[j]) as one vector, each added in hsum's order (lane 0 first): v
  * transposed (lane blocks of 8, 4, 2, 1 swapped between rows), then its rows added in turn */
 static inline vf hsum16(vf v[16]) {
@@ -610,15 +619,6 @@ static inline void rotate(float *v, const float *cs, const float *sn, int64_t D)
         v[i] = GG_FMA(a, cs[i], -(b * sn[i]));
         v[i + h] = GG_FMA(a, sn[i], b * cs[i]);
     }
-}
-
-/* 16 lanes' a b + c, fused (the CPU's instruction: AVX-512, or FMA in halves) */
-static inline vf vfma(vf a, vf b, vf c) {
-#ifdef __AVX512F__
-    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-#else
-    return a * b + c; /* contracted where the CPU has FMA (-ffp-contract=fast, GNU C's default) */
-#endif
 }
 
 /* e^x in 16 lanes as llama.cpp's CPU backend computes it on AVX-512 (ggml_v_expf; its softmax

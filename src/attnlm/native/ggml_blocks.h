@@ -436,6 +436,77 @@ static inline vi16 gg_dot64(vb64 u, const int8_t *a) {
 /* the offset of a 32-block type's codes (w = d (u - bias)): their integer sums with x's codes
  * are taken as llama.cpp takes them, sum((u - bias) a) = sum(u a) - sum(bias a); 0 for Q4_1
  * and Q5_1, whose minimum m adds m s */
+/* acc + a b in 8 lanes, fused where the CPU can (as llama.cpp's kernels fuse it) */
+static inline vf8 gg_fma8(vf8 a, vf8 b, vf8 acc) {
+#if defined(__FMA__)
+    return (vf8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
+#else
+    return a * b + acc;
+#endif
+}
+
+/* a b + c, fused where the CPU can (as llama.cpp's kernels are compiled) */
+#if defined(__FMA__)
+#define GG_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define GG_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* the totals of v[0..R)'s lanes (exact), v[r]'s in lane r (R a constant once inlined): one
+ * vector's lanes added as a tree, or pairs, fours, then eights across the 8 vectors at once */
+static inline vi8 gg_isum8x8(const vi8 *v);
+static inline __attribute__((always_inline)) vi8 gg_totals(const vi8 *v, const int R) {
+    if (R > 1) return gg_isum8x8(v);
+    const vi8 a = v[0] + __builtin_shufflevector(v[0], v[0], 4, 5, 6, 7, 0, 1, 2, 3);
+    const vi8 b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
+    return b + __builtin_shufflevector(b, b, 1, 0, 3, 2, 5, 4, 7, 6);
+}
+
+/* the totals of v[0..7]'s lanes (exact), v[r]'s in lane r: pairs, then fours, then eights
+ * added across the 8 vectors at once */
+static inline vi8 gg_isum8x8(const vi8 *v) {
+    vi8 u[4], t[2];
+    for (int r = 0; r < 4; r++)
+        u[r] = __builtin_shufflevector(v[2 * r], v[2 * r + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+               __builtin_shufflevector(v[2 * r], v[2 * r + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+    for (int r = 0; r < 2; r++)
+        t[r] = __builtin_shufflevector(u[2 * r], u[2 * r + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+               __builtin_shufflevector(u[2 * r], u[2 * r + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    return __builtin_shufflevector(t[0], t[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+           __builtin_shufflevector(t[0], t[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+static inline float gg_hsum8(vf8 v) {
+    typedef float vf4 __attribute__((vector_size(16)));
+    const vf4 b = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+/* Q8_0, Q4_0, Q5_0 as llama.cpp adds their blocks (ggml_vec_dot and its sgemm on x86): per
+ * block the 8 integer lane sums (lane l: codes 4l..4l+3) times d (the weights' scale times
+ * x's) added to 8 float sums (fused), block after block; the 8 sums added as a tree at the
+ * end (gg_hsum8). Two rows' sums share a vector (lanes 0-7 and 8-15): gg_acc2 adds the
+ * blocks g, g + 1 of rows a and b (fa, fb: their lane sums, block g in lanes 0-7; da, db the
+ * scale products likewise). */
+#define GG_CAT16(p, q)                                                                         \
+    __builtin_shufflevector(p, q, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+static inline vf gg_lo2(vf a, vf b) {
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+}
+static inline vf gg_hi2(vf a, vf b) {
+    return __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29,
+                                   30, 31);
+}
+static inline vf gg_acc2(vf fa, vf fb, vf da, vf db, vf acc) {
+    acc = vfma(gg_lo2(da, db), gg_lo2(fa, fb), acc);
+    return vfma(gg_hi2(da, db), gg_hi2(fa, fb), acc);
+}
+/* the sums of row 2i (lanes 0-7) and 2i + 1 (8-15) of a shared vector as two floats */
+static inline float gg_half8(vf v, int hi) {
+    return gg_hsum8(hi ? __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)
+                       : __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 static inline int gg_bias(const int64_t fmt) {
     return fmt == FMT_Q8_0 ? 128 : fmt == FMT_Q4_0 ? 8 : fmt == FMT_Q5_0 ? 16 : 0;
 }
@@ -452,7 +523,8 @@ static inline vi16 gg_dot64b(vb64 u, const int8_t *a, int bias) {
                             35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51,  \
                             52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63)
 
-/* chunks g, g + 1 (64 codes, the scales of their halves in A, offsets in B) into the sums */
+/* chunks g, g + 1 (64 codes, the scales of their halves in A, offsets in B) into the sums;
+ * Q8_0, Q4_0, Q5_0 (A is d) in llama.cpp's order, rows in pairs (gg_acc2) */
 static inline __attribute__((always_inline)) void gg_pair(
     const int64_t fmt, vb32 u0, vb32 u1, const float *A0, const float *B0, const float *A1,
     const float *B1, int64_t g, const uint8_t *xq, int64_t rb, int64_t K, const int R, vf *acc,
@@ -460,14 +532,19 @@ static inline __attribute__((always_inline)) void gg_pair(
     const vb64 u = GG_CAT64(u0, u1);
     const vf Av = {A0[0], A0[0], A0[0], A0[0], A0[1], A0[1], A0[1], A0[1],
                    A1[0], A1[0], A1[0], A1[0], A1[1], A1[1], A1[1], A1[1]};
+    const int bias = gg_bias(fmt);
+    vf f[GG_ROWS], dv[GG_ROWS];
     for (int r = 0; r < R; r++) {
         const uint8_t *xr = xq + r * rb;
         const float *ev = gg_ev(xr, K) + 8 * g, *S = gg_sums(fmt, xr, K) + 2 * g;
-        const int bias = gg_bias(fmt);
-        const vf d = __builtin_convertvector(gg_dot64b(u, (const int8_t *)xr + 32 * g, bias), vf);
-        acc[r] += d * (Av * *(const vf *)ev);
-        if (!bias) off[r] += B0[0] * S[0] + B1[0] * S[2];
+        f[r] = __builtin_convertvector(gg_dot64b(u, (const int8_t *)xr + 32 * g, bias), vf);
+        dv[r] = Av * *(const vf *)ev;
+        if (!bias) acc[r] += f[r] * dv[r], off[r] += B0[0] * S[0] + B1[0] * S[2];
     }
+    if (bias)
+        for (int r = 0; r < R; r += 2)
+            acc[r / 2] = gg_acc2(f[r], r + 1 < R ? f[r + 1] : f[r], dv[r],
+                                 r + 1 < R ? dv[r + 1] : dv[r], acc[r / 2]);
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -509,22 +586,23 @@ static inline __attribute__((always_inline)) void gg_pair_signed(
         }
     }
     const __m512i zero = _mm512_setzero_si512();
+    vf f[GG_ROWS], dv[GG_ROWS];
     for (int r = 0; r < R; r++) {
         const uint8_t *xr = xq + r * rb;
         const __m512i a = _mm512_loadu_si512((const void *)(xr + 32 * g));
         const __m512i as = _mm512_mask_sub_epi8(a, neg, zero, a);
-        const vf d = __builtin_convertvector((vi16)_mm512_dpbusd_epi32(zero, aw, as), vf);
-        acc[r] += d * (Av * *(const vf *)(gg_ev(xr, K) + 8 * g));
+        f[r] = __builtin_convertvector((vi16)_mm512_dpbusd_epi32(zero, aw, as), vf);
+        dv[r] = Av * *(const vf *)(gg_ev(xr, K) + 8 * g);
     }
+    for (int r = 0; r < R; r += 2) /* rows in pairs (gg_acc2; an odd last one with itself) */
+        acc[r / 2] = gg_acc2(f[r], r + 1 < R ? f[r + 1] : f[r], dv[r],
+                             r + 1 < R ? dv[r + 1] : dv[r], acc[r / 2]);
 }
 #endif
 
 /* One weight row of 32-blocks against R rows of quantized x, two blocks at a time (64 codes:
- * one 512-bit dot product where the CPU has them); an odd last block alone. Not llama.cpp's
- * order of float sums: it adds Q8_0 / Q4_0 / Q5_0 blocks one after the other into 8 lanes
- * (lanes x d, fused; ggml_vec_dot and its sgemm), Q4_0's repacked rows one block total at a
- * time (ggml_gemm/gemv_q4_0_8x8_q8_0); that order is a single chain a row where these sums
- * run two, which slowed the step (docs/models.md), so the products keep two blocks a vector. */
+ * one 512-bit dot product where the CPU has them); an odd last block alone. Q8_0, Q4_0, Q5_0
+ * in llama.cpp's order, two rows a vector (gg_acc2; an odd last row in both halves). */
 static inline __attribute__((always_inline)) void gg_row_int(
     const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
     const int R, float *out) {
@@ -552,19 +630,28 @@ static inline __attribute__((always_inline)) void gg_row_int(
         const uint8_t *b = w + i * bb;
         gg_head(fmt, b, &h0);
         const vb32 u = gg_chunk(fmt, b, &h0, 0, A0, B0);
+        vf8 t[GG_ROWS], dd[GG_ROWS];
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xq + r * rb;
             const int8_t *ar = (const int8_t *)xr + 32 * i;
             vi8 di = gg_dot(u, ar);
             if (gg_bias(fmt)) di -= gg_dot((vb32){0} + (uint8_t)gg_bias(fmt), ar);
-            const vf8 d = __builtin_convertvector(di, vf8);
-            const vf8 t = d * (A0[0] * gg_ev(xr, K)[8 * i]), z = {0};
-            if (!gg_bias(fmt)) off[r] += B0[0] * gg_sums(fmt, xr, K)[2 * i];
-            acc[r] += __builtin_shufflevector(t, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+            t[r] = __builtin_convertvector(di, vf8);
+            dd[r] = (vf8){0} + A0[0] * gg_ev(xr, K)[8 * i];
+            if (gg_bias(fmt)) continue;
+            const vf8 p = t[r] * dd[r], z = {0};
+            off[r] += B0[0] * gg_sums(fmt, xr, K)[2 * i];
+            acc[r] += __builtin_shufflevector(p, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
                                               14, 15);
         }
+        if (gg_bias(fmt))
+            for (int r = 0; r < R; r += 2) {
+                const int r1 = r + 1 < R ? r + 1 : r;
+                acc[r / 2] = vfma(GG_CAT16(dd[r], dd[r1]), GG_CAT16(t[r], t[r1]), acc[r / 2]);
+            }
     }
-    for (int r = 0; r < R; r++) out[r] = off[r] + gg_hsum(acc[r]);
+    for (int r = 0; r < R; r++)
+        out[r] = gg_bias(fmt) ? gg_half8(acc[r / 2], r & 1) : off[r] + gg_hsum(acc[r]);
 }
 
 /* One row of quantized x against NW weight rows of 32-blocks (w, w + rowb, ...; NW a
@@ -581,6 +668,8 @@ static inline __attribute__((always_inline)) void gg_rows_x1(
     float A0[2], B0[2], A1[2], B1[2];
     for (int64_t g = 0; g < nb; g += 2) {
         const int odd = g + 1 == nb; /* an odd last block of 32 */
+        vf f[4], dv[4];
+        vf8 t[4], dd[4];
         for (int j = 0; j < NW; j++) {
             const uint8_t *b0 = w + j * rowb + g * bb, *b1 = b0 + bb;
             GgHead h0, h1;
@@ -589,23 +678,33 @@ static inline __attribute__((always_inline)) void gg_rows_x1(
             if (odd) { /* x's codes past the row are not there: 32 of them alone */
                 vi8 di = gg_dot(u0, a + 32 * g);
                 if (gg_bias(fmt)) di -= gg_dot((vb32){0} + (uint8_t)gg_bias(fmt), a + 32 * g);
-                const vf8 t = __builtin_convertvector(di, vf8) * (A0[0] * ev[8 * g]), z = {0};
-                acc[j] += __builtin_shufflevector(t, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                t[j] = __builtin_convertvector(di, vf8), dd[j] = (vf8){0} + A0[0] * ev[8 * g];
+                if (gg_bias(fmt)) continue;
+                const vf8 p = t[j] * dd[j], z = {0};
+                acc[j] += __builtin_shufflevector(p, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
                                                   12, 13, 14, 15);
-                if (!gg_bias(fmt)) off[j] += B0[0] * S[2 * g];
+                off[j] += B0[0] * S[2 * g];
                 continue;
             }
             gg_head(fmt, b1, &h1);
             const vb32 u1 = gg_chunk(fmt, b1, &h1, 0, A1, B1);
-            const vf d = __builtin_convertvector(
-                gg_dot64b(GG_CAT64(u0, u1), a + 32 * g, gg_bias(fmt)), vf);
+            const vi16 di = gg_dot64b(GG_CAT64(u0, u1), a + 32 * g, gg_bias(fmt));
             const vf Av = {A0[0], A0[0], A0[0], A0[0], A0[0], A0[0], A0[0], A0[0],
                            A1[0], A1[0], A1[0], A1[0], A1[0], A1[0], A1[0], A1[0]};
-            acc[j] += d * (Av * *(const vf *)(ev + 8 * g));
-            if (!gg_bias(fmt)) off[j] += B0[0] * S[2 * g] + B1[0] * S[2 * g + 2];
+            f[j] = __builtin_convertvector(di, vf), dv[j] = Av * *(const vf *)(ev + 8 * g);
+            if (gg_bias(fmt)) continue;
+            acc[j] += f[j] * dv[j];
+            off[j] += B0[0] * S[2 * g] + B1[0] * S[2 * g + 2];
         }
+        if (gg_bias(fmt)) /* weight rows in pairs, as gg_row_int's rows of x */
+            for (int j = 0; j < NW; j += 2) {
+                const int j1 = j + 1 < NW ? j + 1 : j;
+                acc[j / 2] = odd ? vfma(GG_CAT16(dd[j], dd[j1]), GG_CAT16(t[j], t[j1]), acc[j / 2])
+                                 : gg_acc2(f[j], f[j1], dv[j], dv[j1], acc[j / 2]);
+            }
     }
-    for (int j = 0; j < NW; j++) out[j] = off[j] + gg_hsum(acc[j]);
+    for (int j = 0; j < NW; j++)
+        out[j] = gg_bias(fmt) ? gg_half8(acc[j / 2], j & 1) : off[j] + gg_hsum(acc[j]);
 }
 
 /* -- K-quants against Q8_K activations ----------------------------------------------------- */
@@ -667,12 +766,6 @@ static inline vi8 gg_madd16(vh16 b, vh16 m) {
     return __builtin_shufflevector(t, t, 0, 2, 4, 6, 8, 10, 12, 14) +
            __builtin_shufflevector(t, t, 1, 3, 5, 7, 9, 11, 13, 15);
 #endif
-}
-
-static inline float gg_hsum8(vf8 v) {
-    typedef float vf4 __attribute__((vector_size(16)));
-    const vf4 b = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
-    return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
 /* one K-quant block of 256, decoded once for every row of x */
@@ -766,44 +859,30 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
     }
 }
 
-/* acc + a b in 8 lanes, fused where the CPU can (as llama.cpp's kernels fuse it) */
-static inline vf8 gg_fma8(vf8 a, vf8 b, vf8 acc) {
-#if defined(__FMA__)
-    return (vf8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
-#else
-    return a * b + acc;
-#endif
-}
-
-/* a b + c, fused where the CPU can (as llama.cpp's kernels are compiled) */
-#if defined(__FMA__)
-#define GG_FMA(a, b, c) fmaf(a, b, c)
-#else
-#define GG_FMA(a, b, c) ((a) * (b) + (c))
-#endif
-
-/* the totals of v[0..R)'s lanes (exact), v[r]'s in lane r (R a constant once inlined): one
- * vector's lanes added as a tree, or pairs, fours, then eights across the 8 vectors at once */
-static inline vi8 gg_isum8x8(const vi8 *v);
-static inline __attribute__((always_inline)) vi8 gg_totals(const vi8 *v, const int R) {
-    if (R > 1) return gg_isum8x8(v);
-    const vi8 a = v[0] + __builtin_shufflevector(v[0], v[0], 4, 5, 6, 7, 0, 1, 2, 3);
-    const vi8 b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
-    return b + __builtin_shufflevector(b, b, 1, 0, 3, 2, 5, 4, 7, 6);
-}
-
-/* the totals of v[0..7]'s lanes (exact), v[r]'s in lane r: pairs, then fours, then eights
- * added across the 8 vectors at once */
-static inline vi8 gg_isum8x8(const vi8 *v) {
-    vi8 u[4], t[2];
+/* gg_isum8x8 on both 8-lane halves of 8 vectors at once: lanes 0-7 the totals of v[r]'s
+ * lanes 0-7 (lane r), lanes 8-15 of its lanes 8-15 */
+static inline vi16 gg_isum16x8(const vi16 *v) {
+    vi16 u[4], t[2];
     for (int r = 0; r < 4; r++)
-        u[r] = __builtin_shufflevector(v[2 * r], v[2 * r + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
-               __builtin_shufflevector(v[2 * r], v[2 * r + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+        u[r] = __builtin_shufflevector(v[2 * r], v[2 * r + 1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24,
+                                       10, 26, 12, 28, 14, 30) +
+               __builtin_shufflevector(v[2 * r], v[2 * r + 1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25,
+                                       11, 27, 13, 29, 15, 31);
     for (int r = 0; r < 2; r++)
-        t[r] = __builtin_shufflevector(u[2 * r], u[2 * r + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
-               __builtin_shufflevector(u[2 * r], u[2 * r + 1], 2, 3, 10, 11, 6, 7, 14, 15);
-    return __builtin_shufflevector(t[0], t[1], 0, 1, 2, 3, 8, 9, 10, 11) +
-           __builtin_shufflevector(t[0], t[1], 4, 5, 6, 7, 12, 13, 14, 15);
+        t[r] = __builtin_shufflevector(u[2 * r], u[2 * r + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9,
+                                       24, 25, 12, 13, 28, 29) +
+               __builtin_shufflevector(u[2 * r], u[2 * r + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11,
+                                       26, 27, 14, 15, 30, 31);
+    return __builtin_shufflevector(t[0], t[1], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25,
+                                   26, 27) +
+           __builtin_shufflevector(t[0], t[1], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29,
+                                   30, 31);
+}
+
+/* chunk c's bsums x mins of rows 0-7 (lane r) from pm (see gg_krow's mode 4) */
+#define GG_CM(c)                                                                                   __builtin_shufflevector(                                                                           __builtin_shufflevector(pm[0], pm[1], 2 * c, 2 * c + 1, 8 + 2 * c, 9 + 2 * c, 0, 0, 0, 0),         __builtin_shufflevector(pm[2], pm[3], 2 * c, 2 * c + 1, 8 + 2 * c, 9 + 2 * c, 0, 0, 0, 0),         0, 1, 2, 3, 8, 9, 10, 11)
+static inline __attribute__((always_inline)) vi8 gg_chunk_mins(const vi8 *pm, int c) {
+    return c == 0 ? GG_CM(0) : c == 1 ? GG_CM(1) : c == 2 ? GG_CM(2) : GG_CM(3);
 }
 
 /* One K-quant weight row against R rows of x in Q8_K blocks: each block decoded once, its
@@ -819,11 +898,11 @@ static inline vi8 gg_isum8x8(const vi8 *v) {
  *  - tiled: per block the integer totals s1 (the scaled sums; Q6_K's 32 bsums x scales taken
  *    off) and s2 (bsums x mins), v = s1 d - dmin s2 (the product d s1 rounded, the other
  *    fused), the row's sum += v dx (fused), block after block;
- *  - repacked (`mode` 2: Q4_K, whose matrices llama.cpp's CPU backend repacks in rows of 8 and
- *    multiplies with its own kernels, ggml_gemm/gemv_q4_K_8x8_q8_K): per block a += s1 (d dx)
- *    and b += s2 (dmin dx) (each fused), the row's value a - b.
- * `mode`: 0 vec_dot, 1 tiled, 2 repacked, 3 attnlm's own order (16 lanes of scaled sums and 8 of
- * bsums x mins, added at the end). */
+ *  - repacked (Q4_K, whose matrices llama.cpp's CPU backend repacks in rows of 8 and
+ *    multiplies with its own kernels): per block (`mode` 2, ggml_gemv_q4_K_8x8_q8_K) or per
+ *    chunk of 64 values (`mode` 4, ggml_gemm_q4_K_8x8_q8_K) a += s1 (d dx) and b += s2 (dmin
+ *    dx) (each fused), the row's value a - b.
+ * `mode`: 0 vec_dot, 1 tiled, 2 and 4 repacked. */
 static inline __attribute__((always_inline)) void gg_krow(
     const int64_t fmt, const uint8_t *w, int64_t nb, int64_t bb, const uint8_t *xq, int64_t K,
     const int R, const int mode, float *out) {
@@ -831,23 +910,35 @@ static inline __attribute__((always_inline)) void gg_krow(
     vf8 acc[GG_ROWS];          /* vec_dot: each row's 8 lane sums */
     vf8 sum = {0}, mins = {0}; /* row r's in lane r */
     for (int r = 0; r < R; r++) acc[r] = (vf8){0};
-    if (mode == 3) { /* attnlm's own order: 16 lanes of sums, 8 of bsums x mins */
-        vf a16[GG_ROWS];
-        for (int r = 0; r < R; r++) a16[r] = (vf){0};
+    if (mode == 4) { /* Q4_K's repacked rows in a prompt: a fused sum per chunk of 64 */
         for (int64_t i = 0; i < nb; i++) {
             GgK k;
             gg_kblock(fmt, w + i * bb, &k);
+            vi8 mm[8] = {{0}};
+            vf8 dx = {0};
             for (int r = 0; r < R; r++) {
                 const uint8_t *xr = xq + r * rb;
-                const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
-                const vi16 s = gg_kdot256(&k, a);
-                const float dx = ((const float *)(xr + od))[i];
-                a16[r] += __builtin_convertvector(s, vf) * (dx * k.d);
-                const vi8 mm = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
-                acc[r] += __builtin_convertvector(mm, vf8) * (dx * k.dm);
+                dx[r] = ((const float *)(xr + od))[i];
+                mm[r] = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
+            }
+            const vf8 dd = dx * k.d, dm = dx * -k.dm;
+            vi8 pm[4]; /* pm[q]: rows 2q, 2q + 1's bsums x mins of each chunk, interleaved */
+            for (int q = 0; q < 4; q++)
+                pm[q] = __builtin_shufflevector(mm[2 * q], mm[2 * q + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+                        __builtin_shufflevector(mm[2 * q], mm[2 * q + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+            for (int c = 0; c < 4; c++) {
+                vi16 s16[8] = {{0}};
+                for (int r = 0; r < R; r++)
+                    s16[r] = gg_kdot((vi16){0}, k.u[c], (const int8_t *)(xq + r * rb + ok) +
+                                     256 * i + 64 * c, k.s[c]);
+                const vi16 t = gg_isum16x8(s16);
+                const vi8 tot = __builtin_shufflevector(t, t, 0, 1, 2, 3, 4, 5, 6, 7) +
+                                __builtin_shufflevector(t, t, 8, 9, 10, 11, 12, 13, 14, 15);
+                sum = gg_fma8(__builtin_convertvector(tot, vf8), dd, sum);
+                mins = gg_fma8(__builtin_convertvector(gg_chunk_mins(pm, c), vf8), dm, mins);
             }
         }
-        for (int r = 0; r < R; r++) out[r] = gg_hsum(a16[r]) + gg_hsum8(acc[r]);
+        for (int r = 0; r < R; r++) out[r] = sum[r] - mins[r];
         return;
     }
     for (int64_t i = 0; i < nb; i++) {
@@ -888,6 +979,30 @@ static inline __attribute__((always_inline)) void gg_krow(
         out[r] = mode == 2 ? sum[r] - mins[r] : mode ? sum[r] : gg_hsum8(acc[r]) + sum[r];
 }
 
+/* One Q4_0 weight row against R rows of x as llama.cpp multiplies its repacked Q4_0 rows
+ * (ggml_gemm/gemv_q4_0_8x8_q8_0, both alike): per block the integer total, times d dx, added
+ * (fused) into the row's sum, block after block */
+static inline __attribute__((always_inline)) void gg_row_q40(
+    const uint8_t *w, int64_t nb, const uint8_t *xq, int64_t K, const int R, float *out) {
+    const int64_t rb = gg_row_bytes(K);
+    vf8 sum = {0};
+    for (int64_t g = 0; g < nb; g++) {
+        const uint8_t *b = w + 18 * g;
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const vb32 u = gg_nibbles16(b + 2);
+        vi8 t[8] = {{0}};
+        vf8 dx = {0};
+        for (int r = 0; r < R; r++) {
+            const int8_t *a = (const int8_t *)(xq + r * rb) + 32 * g;
+            t[r] = gg_dot(u, a) - gg_dot((vb32){0} + 8, a);
+            dx[r] = gg_ev(xq + r * rb, K)[8 * g];
+        }
+        sum = gg_fma8(__builtin_convertvector(gg_totals(t, R), vf8), dx * gg_f16(h), sum);
+    }
+    for (int r = 0; r < R; r++) out[r] = sum[r];
+}
+
 /* -- the product --------------------------------------------------------------------------- */
 
 /* one weight row against R rows of x (R constant where inlined), fmt a constant */
@@ -897,6 +1012,7 @@ static inline __attribute__((always_inline)) void gg_row(
     int64_t bb;
     const int64_t be = gg_block(fmt, &bb), nb = K / be;
     if (in && be == 256) gg_krow(fmt, w, nb, bb, xq, K, R, mode, out);
+    else if (in && mode == 2) gg_row_q40(w, nb, xq, K, R, out);
     else if (in) gg_row_int(fmt, w, nb, bb, xq, K, R, out);
     else gg_row_float(fmt, w, nb, be, bb, x, ldx, R, out);
 }
@@ -905,18 +1021,19 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     const int64_t fmt, const Linear *L, const float *x, int64_t M, int64_t ldx,
     const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0, int64_t n1) {
     const int in = gg_int(L);
-    /* the order of a K-quant product's float sums (gg_krow), measured on one thread, under
-     * load, against attnlm's own order (mode 3): from 8 rows of x on (a prompt) llama.cpp's
-     * tiled kernel's for Q5_K and Q6_K (the prompt 1.02x the time), for Q4_K, whose rows
-     * llama.cpp repacks, its gemv's per-block sums (mode 2: 1.06x; its gemm sums per 64 values,
-     * not done); below 8 rows (a decoding step) its vec_dot's for Q6_K, attnlm's for Q4_K and
-     * Q5_K (vec_dot's order took the step of a Q4_K / Q5_K model 1.10x the time, mode 2 for
-     * Q4_K 1.15x) */
-    const int mode = fmt == FMT_Q4_K ? (M >= 8 ? 2 : 3) : M >= 8 ? 1 : fmt == FMT_Q6_K ? 0 : 3;
+    /* the order of llama.cpp's float sums. Its CPU backend repacks Q4_K and Q4_0 matrices of
+     * 8k rows and multiplies them with its own kernels: a prompt's rows of x in fours (the
+     * first M - M % 4 from 4 rows on; gg_krow mode 4: a fused sum per 64 values of Q4_K,
+     * gg_row_q40 per block of Q4_0), the others one at a time (mode 2: per block). Other
+     * K-quants from 8 rows of x on: its tiled kernel's (mode 1); below, vec_dot's (mode 0;
+     * attnlm's own, mode 3, was 1.10x as fast for Q5_K, measured on one thread under load) */
+    const int packed = (fmt == FMT_Q4_K || fmt == FMT_Q4_0) && L->n % 8 == 0;
+    const int mode = packed ? 2 : M >= 8 ? 1 : 0;
+    const int64_t m4 = fmt == FMT_Q4_K && packed && M > 3 ? M - M % 4 : 0;
     int64_t bb;
     const int64_t K = L->k, be = gg_block(fmt, &bb), rowb = K / be * bb, rb = gg_row_bytes(K);
     int64_t n = n0;
-    if (in && M == 1 && be == 32) /* a decoding step: 2 weight rows at a time (measured
+    if (in && M == 1 && be == 32 && !packed) /* a decoding step: 2 weight rows at a time (measured
                                      * slower for the K-quants: kept to one) */
         for (; n + 2 <= n1; n += 2) {
             const uint8_t *w = (const uint8_t *)L->w + n * rowb;
@@ -935,12 +1052,13 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     for (int64_t t0 = n; t0 < n1; t0 += GG_TILE) {
         const int64_t t1 = t0 + GG_TILE < n1 ? t0 + GG_TILE : n1;
         int64_t m = 0;
-        for (; m + GG_ROWS <= M; m += GG_ROWS)
+        for (; m + GG_ROWS <= (m4 ? m4 : M); m += GG_ROWS)
             for (int64_t r0 = t0; r0 < t1; r0++) {
                 const uint8_t *w = (const uint8_t *)L->w + r0 * rowb;
                 if (m == 0 && r0 + 2 < n1) prefetch(w + 2 * rowb, rowb);
                 float out[GG_ROWS];
-                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, GG_ROWS, mode, out);
+                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, GG_ROWS, m4 ? 4 : mode,
+                       out);
                 for (int r = 0; r < GG_ROWS; r++) store(L, y, ldy, res, m + r, r0, out[r]);
             }
         for (; m < M; m++)
@@ -948,7 +1066,8 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
                 const uint8_t *w = (const uint8_t *)L->w + r0 * rowb;
                 if (M == 1 && r0 + ahead < n1) prefetch(w + ahead * rowb, rowb);
                 float out[1];
-                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, 1, mode, out);
+                gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, 1, m < m4 ? 4 : mode,
+                       out);
                 store(L, y, ldy, res, m, r0, out[0]);
             }
     }
