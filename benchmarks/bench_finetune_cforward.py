@@ -148,6 +148,15 @@ class Switch:
         return getattr(self.real, name)
 
 
+def pairs(runs: dict[str, list]) -> dict[str, float]:
+    """The median over rounds of each round's c / torch wall-clock ratio (steadier than the
+    ratio of the medians when the load changes between rounds), printed too."""
+    ratios = [c.wall / t.wall for c, t in zip(runs["c"], runs["torch"]) if t.wall]
+    value = harness.median(ratios) if ratios else float("nan")
+    print(f"    median of the rounds' c / torch ratios: {value:.2f}x ({len(ratios)} rounds)")
+    return {"pair_ratio_wall": round(value, 4)}
+
+
 def profile(step: Any) -> None:
     """Print the operators taking the most of one step's time (self time, summed over the
     step's calls; a custom autograd function's own Python time is its line)."""
@@ -176,6 +185,11 @@ def main() -> None:
         choices=("float", "int"),
         default="float",
         help="the C products' activations: float32, or 8-bit as the C step",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also: where a torch step's time goes (torch.profiler, by operator)",
     )
     ap.add_argument(
         "--simulate",
@@ -238,7 +252,7 @@ def main() -> None:
                                        rounds=max(3, args.rounds), swap=True)  # fmt: skip
         harness.report(f"{bench} product {name} {rows}x{layer.in_features}->"
                        f"{layer.out_features}", runs[name], ours="c", peer="torch",
-                       rel_err=err)  # fmt: skip
+                       rel_err=err, **pairs(runs[name]))  # fmt: skip
 
     V = model.config.vocab_size
     gen = torch.Generator().manual_seed(1)
@@ -268,7 +282,8 @@ def main() -> None:
     fwd = harness.alternate({"c": lambda: harness.time_call(lambda: forward(True)),
                              "torch": lambda: harness.time_call(lambda: forward(False))},
                             rounds=args.rounds, swap=True)  # fmt: skip
-    harness.report(f"{bench} forward {args.batch}x{args.block}", fwd, ours="c", peer="torch")
+    harness.report(f"{bench} forward {args.batch}x{args.block}", fwd, ours="c", peer="torch",
+                   **pairs(fwd))  # fmt: skip
     steps = harness.alternate({"c": lambda: harness.time_call(lambda: step(True)),
                                "torch": lambda: harness.time_call(lambda: step(False))},
                               rounds=args.rounds, swap=True)  # fmt: skip
@@ -277,7 +292,9 @@ def main() -> None:
     share = products * len(model.blocks) / step_s if step_s else 0.0
     harness.report(f"{bench} lora step {args.batch}x{args.block}", steps, ours="c",
                    peer="torch", first_loss_c=first[True], first_loss_torch=first[False],
-                   blocks_forward_products_share=round(share, 3))  # fmt: skip
+                   blocks_forward_products_share=round(share, 3), **pairs(steps))  # fmt: skip
+    if args.profile:
+        profile(lambda: step(False))
     print(
         f"  {bench}: first loss c {first[True]:.6f}, torch {first[False]:.6f} "
         f"(difference {abs(first[True] - first[False]):.2e}); the blocks' forward products "
