@@ -548,12 +548,12 @@ static inline __attribute__((always_inline)) void gg_pair(
 }
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-/* Blocks b0, b1 of Q8_0, Q4_0 or Q5_0 (R rows of x; AVX-512): their signed codes
- * w = u - bias as |w| and the mask of the negative ones, straight from the bytes, then in each
- * row x's codes negated where w < 0 and one vpdpbusd (the sums of w a, as llama.cpp's) */
-static inline __attribute__((always_inline)) void gg_pair_signed(
-    const int64_t fmt, const uint8_t *b0, const uint8_t *b1, int64_t g, const uint8_t *xq,
-    int64_t rb, int64_t K, const int R, vf *acc) {
+/* Blocks b0, b1 of Q8_0, Q4_0 or Q5_0 (AVX-512): their signed codes w = u - bias as |w| (aw:
+ * b0's in bytes 0-31, b1's in 32-63), the mask of the negative ones, and their d (Av: b0's in
+ * lanes 0-7, b1's in 8-15), straight from the bytes */
+static inline __attribute__((always_inline)) void gg_signed2(const int64_t fmt, const uint8_t *b0,
+                                                             const uint8_t *b1, __m512i *awp,
+                                                             __mmask64 *negp, vf *Avp) {
     uint16_t h0, h1;
     memcpy(&h0, b0, 2), memcpy(&h1, b1, 2);
     const float d0 = gg_f16(h0), d1 = gg_f16(h1);
@@ -585,6 +585,18 @@ static inline __attribute__((always_inline)) void gg_pair_signed(
             aw = _mm512_mask_sub_epi8(nib, neg, _mm512_set1_epi8(16), nib);
         }
     }
+    *awp = aw, *negp = neg, *Avp = Av;
+}
+
+/* Blocks b0, b1 (g, g + 1 of one weight row) against R rows of x: in each row x's codes
+ * negated where w < 0 and one vpdpbusd (the sums of w a, as llama.cpp's) */
+static inline __attribute__((always_inline)) void gg_pair_signed(
+    const int64_t fmt, const uint8_t *b0, const uint8_t *b1, int64_t g, const uint8_t *xq,
+    int64_t rb, int64_t K, const int R, vf *acc) {
+    __m512i aw;
+    __mmask64 neg;
+    vf Av;
+    gg_signed2(fmt, b0, b1, &aw, &neg, &Av);
     const __m512i zero = _mm512_setzero_si512();
     vf f[GG_ROWS], dv[GG_ROWS];
     for (int r = 0; r < R; r++) {
@@ -598,6 +610,36 @@ static inline __attribute__((always_inline)) void gg_pair_signed(
         acc[r / 2] = gg_acc2(f[r], r + 1 < R ? f[r + 1] : f[r], dv[r],
                              r + 1 < R ? dv[r + 1] : dv[r], acc[r / 2]);
 }
+
+/* Two weight rows w0, w1 of Q8_0, Q4_0 or Q5_0 against R rows of x in llama.cpp's order
+ * without moving lanes: block g of both rows in one vector (w0's in lanes 0-7, w1's in 8-15)
+ * against x's block g twice, so that each half adds block after block into its 8 lanes */
+static inline __attribute__((always_inline)) void gg_row2_signed(
+    const int64_t fmt, const uint8_t *w0, const uint8_t *w1, int64_t nb, int64_t bb,
+    const uint8_t *xq, int64_t K, const int R, float *out0, float *out1) {
+    const int64_t rb = gg_row_bytes(K);
+    const __m512i zero = _mm512_setzero_si512();
+    vf acc[GG_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = (vf){0};
+    for (int64_t g = 0; g < nb; g++) {
+        __m512i aw;
+        __mmask64 neg;
+        vf Av;
+        gg_signed2(fmt, w0 + g * bb, w1 + g * bb, &aw, &neg, &Av);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xq + r * rb;
+            const __m512i a = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xr + 32 * g)));
+            const __m512i as = _mm512_mask_sub_epi8(a, neg, zero, a);
+            const vf f = __builtin_convertvector((vi16)_mm512_dpbusd_epi32(zero, aw, as), vf);
+            const vf e = (vf)_mm512_broadcast_f32x8(_mm256_loadu_ps(gg_ev(xr, K) + 8 * g));
+            acc[r] = vfma(Av * e, f, acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out0[r] = gg_half8(acc[r], 0), out1[r] = gg_half8(acc[r], 1);
+}
+#define GG_TWO 1 /* two weight rows a vector (gg_row2_signed) */
+#else
+#define GG_TWO 0
 #endif
 
 /* One weight row of 32-blocks against R rows of quantized x, two blocks at a time (64 codes:
@@ -1030,6 +1072,9 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     const int packed = (fmt == FMT_Q4_K || fmt == FMT_Q4_0) && L->n % 8 == 0;
     const int mode = packed ? 2 : M >= 8 ? 1 : 0;
     const int64_t m4 = fmt == FMT_Q4_K && packed && M > 3 ? M - M % 4 : 0;
+#if GG_TWO
+    const int two = in && gg_bias(fmt) && !packed; /* Q8_0, Q5_0, Q4_0: gg_row2_signed */
+#endif
     int64_t bb;
     const int64_t K = L->k, be = gg_block(fmt, &bb), rowb = K / be * bb, rb = gg_row_bytes(K);
     int64_t n = n0;
@@ -1039,7 +1084,11 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
             const uint8_t *w = (const uint8_t *)L->w + n * rowb;
             if (n + 4 <= n1) prefetch(w + 2 * rowb, 2 * rowb);
             float out[2];
-            gg_rows_x1(fmt, w, rowb, 2, K / be, bb, xq, K, out);
+#if GG_TWO
+            if (gg_bias(fmt)) gg_row2_signed(fmt, w, w + rowb, K / be, bb, xq, K, 1, out, out + 1);
+            else
+#endif
+                gg_rows_x1(fmt, w, rowb, 2, K / be, bb, xq, K, out);
             store(L, y, ldy, res, 0, n, out[0]);
             store(L, y, ldy, res, 0, n + 1, out[1]);
         }
@@ -1057,6 +1106,20 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
                 const uint8_t *w = (const uint8_t *)L->w + r0 * rowb;
                 if (m == 0 && r0 + 2 < n1) prefetch(w + 2 * rowb, rowb);
                 float out[GG_ROWS];
+#if GG_TWO
+                if (two && r0 + 1 < t1) { /* this row and the next */
+                    float out1[GG_ROWS];
+                    if (m == 0 && r0 + 3 < n1) prefetch(w + 3 * rowb, rowb);
+                    gg_row2_signed(fmt, w, w + rowb, K / be, bb, xq + m * rb, K, GG_ROWS, out,
+                                   out1);
+                    for (int r = 0; r < GG_ROWS; r++) {
+                        store(L, y, ldy, res, m + r, r0, out[r]);
+                        store(L, y, ldy, res, m + r, r0 + 1, out1[r]);
+                    }
+                    r0++;
+                    continue;
+                }
+#endif
                 gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, GG_ROWS, m4 ? 4 : mode,
                        out);
                 for (int r = 0; r < GG_ROWS; r++) store(L, y, ldy, res, m + r, r0, out[r]);
@@ -1066,6 +1129,16 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
                 const uint8_t *w = (const uint8_t *)L->w + r0 * rowb;
                 if (M == 1 && r0 + ahead < n1) prefetch(w + ahead * rowb, rowb);
                 float out[1];
+#if GG_TWO
+                if (two && r0 + 1 < t1) {
+                    float out1[1];
+                    gg_row2_signed(fmt, w, w + rowb, K / be, bb, xq + m * rb, K, 1, out, out1);
+                    store(L, y, ldy, res, m, r0, out[0]);
+                    store(L, y, ldy, res, m, r0 + 1, out1[0]);
+                    r0++;
+                    continue;
+                }
+#endif
                 gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, 1, m < m4 ? 4 : mode,
                        out);
                 store(L, y, ldy, res, m, r0, out[0]);
