@@ -148,13 +148,14 @@ class Switch:
         return getattr(self.real, name)
 
 
-def pairs(runs: dict[str, list]) -> dict[str, float]:
-    """The median over rounds of each round's c / torch wall-clock ratio (steadier than the
-    ratio of the medians when the load changes between rounds), printed too."""
+def report(name: str, runs: dict[str, list], **extra: Any) -> None:
+    """:func:`harness.report` of c against torch, then the median over rounds of each
+    round's c / torch wall-clock ratio (steadier than the ratio of the medians when the load
+    changes between rounds; in the JSON line as ``pair_ratio_wall``)."""
     ratios = [c.wall / t.wall for c, t in zip(runs["c"], runs["torch"]) if t.wall]
     value = harness.median(ratios) if ratios else float("nan")
-    print(f"    median of the rounds' c / torch ratios: {value:.2f}x ({len(ratios)} rounds)")
-    return {"pair_ratio_wall": round(value, 4)}
+    harness.report(name, runs, ours="c", peer="torch", pair_ratio_wall=round(value, 4), **extra)
+    print(f"  {name}: median of the rounds' c / torch ratios {value:.2f}x ({len(ratios)} rounds)")
 
 
 def profile(step: Any) -> None:
@@ -250,9 +251,8 @@ def main() -> None:
         runs[name] = harness.alternate({"c": lambda f=c_call: harness.time_call(f),
                                         "torch": lambda f=torch_call: harness.time_call(f)},
                                        rounds=max(3, args.rounds), swap=True)  # fmt: skip
-        harness.report(f"{bench} product {name} {rows}x{layer.in_features}->"
-                       f"{layer.out_features}", runs[name], ours="c", peer="torch",
-                       rel_err=err, **pairs(runs[name]))  # fmt: skip
+        report(f"{bench} product {name} {rows}x{layer.in_features}->{layer.out_features}",
+               runs[name], rel_err=err)  # fmt: skip
 
     V = model.config.vocab_size
     gen = torch.Generator().manual_seed(1)
@@ -282,17 +282,16 @@ def main() -> None:
     fwd = harness.alternate({"c": lambda: harness.time_call(lambda: forward(True)),
                              "torch": lambda: harness.time_call(lambda: forward(False))},
                             rounds=args.rounds, swap=True)  # fmt: skip
-    harness.report(f"{bench} forward {args.batch}x{args.block}", fwd, ours="c", peer="torch",
-                   **pairs(fwd))  # fmt: skip
+    report(f"{bench} forward {args.batch}x{args.block}", fwd)
     steps = harness.alternate({"c": lambda: harness.time_call(lambda: step(True)),
                                "torch": lambda: harness.time_call(lambda: step(False))},
                               rounds=args.rounds, swap=True)  # fmt: skip
     step_s = harness.median(s.wall for s in steps["torch"])
     products = sum(harness.median(s.wall for s in r["torch"]) for r in runs.values()) / REPEAT
     share = products * len(model.blocks) / step_s if step_s else 0.0
-    harness.report(f"{bench} lora step {args.batch}x{args.block}", steps, ours="c",
-                   peer="torch", first_loss_c=first[True], first_loss_torch=first[False],
-                   blocks_forward_products_share=round(share, 3), **pairs(steps))  # fmt: skip
+    report(f"{bench} lora step {args.batch}x{args.block}", steps, first_loss_c=first[True],
+           first_loss_torch=first[False],
+           blocks_forward_products_share=round(share, 3))  # fmt: skip
     if args.profile:
         profile(lambda: step(False))
     print(
