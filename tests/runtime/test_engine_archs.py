@@ -16,7 +16,9 @@ by llama.cpp; llama.cpp's logits and greedy ids recorded by its ``make_fixtures.
   (the prompt of 12 and the 32 greedy steps run past it); ``gemma3``: per-head q/k norms,
   five sliding layers of six with their own rotary base, a final soft-cap in
   ``gemma3-linear`` (only Q8_0), whose global layers' rotary positions are scaled linearly
-  (each part, left out, moves the logits by 5e-3 to 0.99 of the range, measured).
+  (each part, left out, moves the logits by 5e-3 to 0.99 of the range, measured), and
+  ``gemma3-gqa4`` (only Q8_0): Gemma 3 270M's attention shape, 4 query heads of width 256 per
+  key/value head (the C engine's attend4_256).
 
 For each file in each tensor type:
 
@@ -49,7 +51,8 @@ HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 ARCHS = ("qwen2", "qwen3", "phi3", "llama", "mistral", "gemma2", "gemma3")
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
-CASES = [(arch, kind) for arch in ARCHS for kind in TYPES] + [("gemma3-linear", "Q8_0")]
+CASES = [(arch, kind) for arch in ARCHS for kind in TYPES]
+CASES += [("gemma3-linear", "Q8_0"), ("gemma3-gqa4", "Q8_0")]
 TIE = 5e-3  # a top-1 / top-2 margin below this fraction of the range is a near-tie
 #: integer activations vs llama.cpp on the quantized file, of each position's logit range:
 #: both round the products' inputs to 8 bits, differently (llama.cpp's K-quant products take

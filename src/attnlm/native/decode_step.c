@@ -876,31 +876,11 @@ static void attend_any(const Model *md, const float *q, const float *k, const fl
     }
 }
 
-/* One query row (D,) against one head's keys and values (S, D) at the cache cells
- * [c0, c0 + S): out (D,), in llama.cpp's arithmetic without flash attention (float32 cache),
- * bit for bit on AVX-512: the scores q.k (dot; q scaled first where `pre`: Gemma's queries,
- * which llama.cpp scales before the product, else the scores after it), soft-capped, then its
- * softmax (ggml_soft_max_f32): e^(s - max) (vexp) of the cells in 16-cell groups of the cache
- * (cells outside [c0, c0 + S) masked to 0), each group's sum a tree (gg_hsum) added in double,
- * the e's times (float)(1 / sum); then the values weighted by them as its product of float32
- * matrices sums them: with more than one row a step (`batch`: tinyBLAS's sgemm) a sum per cell
- * c mod 16 (fused) and those 16 as a tree; one row (ggml_vec_dot_f32 over the cells) a sum per
- * cell mod 64, then as dot() adds its lanes. D a multiple of 16, at most 256. */
-static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
-                   int64_t c0, int pre, int batch, float *scores, float *out) {
-    const int64_t D = md->D;
-    float qs[256] __attribute__((aligned(64)));
-    if (D % 16 || D > 256) return attend_any(md, q, k, v, S, c0, pre, batch, scores, out);
-    if (pre) {
-        for (int64_t i = 0; i < D; i++) qs[i] = q[i] * md->scale;
-        q = qs;
-    }
-    int64_t s = 0;
-    for (; s + 16 <= S; s += 16) dot16(q, k + s * D, D, scores + s);
-    for (; s < S; s++) scores[s] = dot(q, k + s * D, D);
-    softcap(scores, S, md->attn_softcap);
-    if (!pre)
-        for (s = 0; s < S; s++) scores[s] *= md->scale;
+/* llama.cpp's softmax (ggml_soft_max_f32) of the scores of the cells [c0, c0 + S): e^(s -
+ * max) (vexp) of the cells in 16-cell groups of the cache (cells outside masked to 0), each
+ * group's sum a tree (gg_hsum) added in double, the e's times (float)(1 / sum) */
+static void softmax_cells(float *scores, int64_t S, int64_t c0) {
+    int64_t s;
     float mx = -INFINITY;
     for (s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
     double sum = 0.0;
@@ -928,6 +908,34 @@ static void attend(const Model *md, const float *q, const float *k, const float 
     }
     const float inv = (float)(1.0 / sum);
     for (s = 0; s < S; s++) scores[s] *= inv;
+}
+
+/* One query row (D,) against one head's keys and values (S, D) at the cache cells
+ * [c0, c0 + S): out (D,), in llama.cpp's arithmetic without flash attention (float32 cache),
+ * bit for bit on AVX-512: the scores q.k (dot; q scaled first where `pre`: Gemma's queries,
+ * which llama.cpp scales before the product, else the scores after it), soft-capped, then its
+ * softmax (ggml_soft_max_f32): e^(s - max) (vexp) of the cells in 16-cell groups of the cache
+ * (cells outside [c0, c0 + S) masked to 0), each group's sum a tree (gg_hsum) added in double,
+ * the e's times (float)(1 / sum); then the values weighted by them as its product of float32
+ * matrices sums them: with more than one row a step (`batch`: tinyBLAS's sgemm) a sum per cell
+ * c mod 16 (fused) and those 16 as a tree; one row (ggml_vec_dot_f32 over the cells) a sum per
+ * cell mod 64, then as dot() adds its lanes. D a multiple of 16, at most 256. */
+static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
+                   int64_t c0, int pre, int batch, float *scores, float *out) {
+    const int64_t D = md->D;
+    float qs[256] __attribute__((aligned(64)));
+    if (D % 16 || D > 256) return attend_any(md, q, k, v, S, c0, pre, batch, scores, out);
+    if (pre) {
+        for (int64_t i = 0; i < D; i++) qs[i] = q[i] * md->scale;
+        q = qs;
+    }
+    int64_t s = 0;
+    for (; s + 16 <= S; s += 16) dot16(q, k + s * D, D, scores + s);
+    for (; s < S; s++) scores[s] = dot(q, k + s * D, D);
+    softcap(scores, S, md->attn_softcap);
+    if (!pre)
+        for (s = 0; s < S; s++) scores[s] *= md->scale;
+    softmax_cells(scores, S, c0);
     for (int64_t i = 0; i < D; i += 16) {
         vf acc[16];
         for (int l = 0; l < 16; l++) acc[l] = (vf){0};
@@ -948,83 +956,74 @@ static void attend(const Model *md, const float *q, const float *k, const float 
 
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 #define ATTEND4 1
-/* 4 query heads of D = 256 sharing their keys and values (grouped-query attention: Gemma 3's
- * shape; no fixture has it), queries scaled first as Gemma's, the loads of each key and value
- * row shared (attend() in llama.cpp's order re-reads them per head: Gemma 3 270M's 512-token
- * prefill took 1.2x the CPU time with it), in attnlm's own order of sums, the same for every
- * step of the model: scores of 4 keys x 4 heads per pass (16 sums, 8 loads per 16
- * multiply-adds; attend16 loads one per multiply-add), the values 64 lanes x 4 heads per pass
- * over the keys. q (4, D) with row stride ldq, out (4, D) with stride ldo, scores (4, S). */
-static void attend4_256(const float *q, int64_t ldq, const float *k, const float *v, int64_t S,
-                        float scale, float cap, float *scores, float *out, int64_t ldo) {
-    enum { D = 256, DV = 16 };
-    vf qs[4][DV];
-    for (int h = 0; h < 4; h++)
-        for (int c = 0; c < DV; c++) qs[h][c] = *(const vf *)(q + h * ldq + 16 * c) * scale;
-    int64_t s = 0;
-    for (; s + 4 <= S; s += 4) {
-        const float *k0 = k + s * D;
-        vf a[16]; /* a[4 h + j]: head h, key s + j */
-        /* fused as GCC compiles attend16's sums (checked bit for bit): q0 k0 + q1 k1 as
-         * fma(q0, k0, q1 k1), then fma(qc, kc, a) */
-        for (int h = 0; h < 4; h++)
-            for (int j = 0; j < 4; j++)
-                a[4 * h + j] = (vf)_mm512_fmadd_ps(
-                    (__m512)qs[h][0], _mm512_loadu_ps(k0 + j * D),
-                    (__m512)(qs[h][1] * *(const vf *)(k0 + j * D + 16)));
-        for (int c = 2; c < DV; c++) {
-            const vf k0c = *(const vf *)(k0 + 16 * c), k1c = *(const vf *)(k0 + D + 16 * c);
-            const vf k2c = *(const vf *)(k0 + 2 * D + 16 * c);
-            const vf k3c = *(const vf *)(k0 + 3 * D + 16 * c);
-            for (int h = 0; h < 4; h++) {
-                const __m512 qc = (__m512)qs[h][c];
-                a[4 * h] = (vf)_mm512_fmadd_ps(qc, (__m512)k0c, (__m512)a[4 * h]);
-                a[4 * h + 1] = (vf)_mm512_fmadd_ps(qc, (__m512)k1c, (__m512)a[4 * h + 1]);
-                a[4 * h + 2] = (vf)_mm512_fmadd_ps(qc, (__m512)k2c, (__m512)a[4 * h + 2]);
-                a[4 * h + 3] = (vf)_mm512_fmadd_ps(qc, (__m512)k3c, (__m512)a[4 * h + 3]);
-            }
-        }
-        const vf t = hsum16(a);
-        for (int h = 0; h < 4; h++)
-            for (int j = 0; j < 4; j++) scores[h * S + s + j] = t[4 * h + j];
-    }
-    for (; s < S; s++)
-        for (int h = 0; h < 4; h++) {
-            vf a = qs[h][0] * *(const vf *)(k + s * D);
-            for (int c = 1; c < DV; c++) a += qs[h][c] * *(const vf *)(k + s * D + 16 * c);
-            scores[h * S + s] = hsum(a);
-        }
-    float inv[4];
-    for (int h = 0; h < 4; h++) { /* attend16's softmax, head by head */
-        float *sh = scores + h * S, mx = -INFINITY, sum = 0.0f;
-        softcap(sh, S, cap);
-        for (s = 0; s < S; s++) mx = sh[s] > mx ? sh[s] : mx;
-        for (s = 0; s + 16 <= S; s += 16) {
-            const vf e = vexp(*(const vf *)(sh + s) - mx);
-            *(vf *)(sh + s) = e;
-            sum += hsum(e);
-        }
-        for (; s < S; s++) sum += sh[s] = expf(sh[s] - mx);
-        inv[h] = 1.0f / sum;
-    }
-    for (int c0 = 0; c0 < DV; c0 += 4) {
+/* lane l < L of A (4 heads x L, stride 64): sum over the cells c = c0 + s, s < S, c mod L = l,
+ * of p_h[s] v[s] (fused, in order of s; v the 16 values of a slice of each row, stride 256),
+ * the 4 heads' sums of 4 lanes in registers, each value row loaded once for the 4 */
+static inline __attribute__((always_inline)) void pv4(const float *v, const float *p, int64_t S,
+                                                      int64_t c0, const int64_t L, vf *A) {
+    for (int64_t g = 0; g < L; g += 4) {
         vf acc[4][4];
         for (int h = 0; h < 4; h++)
-            for (int c = 0; c < 4; c++) acc[h][c] = (vf){0};
-        for (s = 0; s < S; s++) {
-            const float *vs = v + s * D + 16 * c0;
-            const vf v0 = *(const vf *)vs, v1 = *(const vf *)(vs + 16);
-            const vf v2 = *(const vf *)(vs + 32), v3 = *(const vf *)(vs + 48);
-            for (int h = 0; h < 4; h++) {
-                const float p = scores[h * S + s];
-                acc[h][0] += v0 * p;
-                acc[h][1] += v1 * p;
-                acc[h][2] += v2 * p;
-                acc[h][3] += v3 * p;
+            for (int l = 0; l < 4; l++) acc[h][l] = (vf){0};
+        for (int64_t b = c0 - c0 % L + g; b < c0 + S; b += L)
+            for (int l = 0; l < 4; l++) {
+                const int64_t s = b + l - c0;
+                if (s < 0 || s >= S) continue;
+                const vf vv = *(const vf *)(v + s * 256);
+                for (int h = 0; h < 4; h++)
+                    acc[h][l] = vfma(vv, (vf){0} + p[h * S + s], acc[h][l]);
             }
-        }
         for (int h = 0; h < 4; h++)
-            for (int c = 0; c < 4; c++) *(vf *)(out + h * ldo + 16 * (c0 + c)) = acc[h][c] * inv[h];
+            for (int l = 0; l < 4; l++) A[64 * h + g + l] = acc[h][l];
+    }
+}
+
+/* attend() for 4 query heads of D = 256 sharing their keys and values (grouped-query
+ * attention: Gemma 3's shape), queries scaled first as Gemma's, bit for bit the same numbers,
+ * each key and value row loaded once for the 4 heads (attend() head by head took Gemma 3
+ * 270M's 512-token prefill 1.2x the CPU time): per key the 4 heads' 4 partial sums of dot()
+ * in registers, then each head's 16 keys' trees at once (tree16t). q (4, D) with row stride
+ * ldq, out (4, D) with stride ldo, scores (4, S). */
+static void attend4_256(const float *q, int64_t ldq, const float *k, const float *v, int64_t S,
+                        int64_t c0, int batch, float scale, float cap, float *scores, float *out,
+                        int64_t ldo) {
+    enum { D = 256 };
+    float qs[4][D] __attribute__((aligned(64)));
+    for (int h = 0; h < 4; h++)
+        for (int i = 0; i < D; i++) qs[h][i] = q[h * ldq + i] * scale;
+    vf c[4][16];
+    for (int64_t s = 0; s < S; s++) {
+        const float *ks = k + s * D;
+        vf a[4][4];
+        for (int h = 0; h < 4; h++)
+            for (int x = 0; x < 4; x++) a[h][x] = (vf){0};
+        for (int i = 0; i < D; i += 64)
+            for (int x = 0; x < 4; x++) {
+                const vf kv = *(const vf *)(ks + i + 16 * x);
+                for (int h = 0; h < 4; h++)
+                    a[h][x] = vfma(*(const vf *)(qs[h] + i + 16 * x), kv, a[h][x]);
+            }
+        const int j = s % 16;
+        for (int h = 0; h < 4; h++) c[h][j] = (a[h][0] + a[h][2]) + (a[h][1] + a[h][3]);
+        if (j == 15)
+            for (int h = 0; h < 4; h++) *(vf *)(scores + h * S + s - 15) = tree16t(c[h]);
+    }
+    for (int64_t s = S - S % 16; s < S; s++)
+        for (int h = 0; h < 4; h++) scores[h * S + s] = gg_hsum(c[h][s % 16]);
+    for (int h = 0; h < 4; h++) {
+        softcap(scores + h * S, S, cap);
+        softmax_cells(scores + h * S, S, c0);
+    }
+    vf A[4 * 64];
+    for (int64_t i = 0; i < D; i += 16) {
+        pv4(v + i, scores, S, c0, batch ? 16 : 64, A);
+        for (int h = 0; h < 4; h++) {
+            vf acc[16];
+            const vf *a = A + 64 * h;
+            for (int l = 0; l < 16; l++)
+                acc[l] = batch ? a[l] : (a[l] + a[l + 32]) + (a[l + 16] + a[l + 48]);
+            *(vf *)(out + h * ldo + i) = tree16(acc);
+        }
     }
 }
 #else
@@ -1076,7 +1075,7 @@ static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int
             const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
             const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
             attend4_256(sc->qkv + m * NQ + h * D, D, bk->k_cache + at, bk->v_cache + at,
-                        p - first + 1, md->scale, md->attn_softcap, four,
+                        p - first + 1, first, M > 1, md->scale, md->attn_softcap, four,
                         sc->att + m * H * D + h * D, D);
         }
         return;

@@ -26,7 +26,7 @@ ARCHS = sorted(DOC["archs"])
 #: what llama.cpp's converter writes for each of our archs
 WRITTEN = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
            "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3",
-           "gemma3-linear": "gemma3"}  # fmt: skip
+           "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3"}  # fmt: skip
 
 
 def _export(tmp_path, arch):
