@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
+    args.whole_process = argv is None  # the command is the process (train's time budget)
     try:
         check_arguments(parser, args)
         # one writer per output: every run folder and file the command writes is locked

@@ -280,7 +280,10 @@ def _train_locked(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from attnlm.train import distributed as D
+    from attnlm.train.budget import count_from_process_start
 
+    if getattr(args, "whole_process", False):  # --time-budget counts the imports too
+        count_from_process_start()
     # the main process locks the folder (re-entrant: already held when --out or --resume
     # named it); the other ranks of a torchrun write nothing there themselves
     lock = output_lock(run_dir) if D.from_env().is_main else nullcontext()

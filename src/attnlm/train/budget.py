@@ -2,10 +2,11 @@
 take reserved, so that a run given 300 s ends within about 300 s (the final evaluation and
 checkpoint included), not 300 s plus them.
 
-The clock starts when the run starts (``attnlm train`` reading its data and loading its model
-count too) and continues a resumed run's ``elapsed``. The loop's share is the budget less the
-reserve, and the learning-rate schedule follows that share (:func:`attnlm.train.optim.lr_at`),
-so it still ends at ``min_lr``.
+The clock starts when the process starts under ``attnlm train`` (Python's and PyTorch's
+imports, reading the data and loading the model count too; :func:`count_from_process_start`),
+when the run starts otherwise, and continues a resumed run's ``elapsed``. The loop's share is
+the budget less the reserve, and the learning-rate schedule follows that share
+(:func:`attnlm.train.optim.lr_at`), so it still ends at ``min_lr``.
 
 The reserve is measured where it can be and estimated where it cannot:
 
@@ -14,18 +15,48 @@ The reserve is measured where it can be and estimated where it cannot:
   training step scaled to the evaluation's batches (a step of ``micro`` batches costs a
   forward and a backward, at least two forwards: ``step_s * eval_iters / micro / 2``);
 * save: the time of the last checkpoint write; without one, the bytes a checkpoint holds (the
-  trained tensors and AdamW's two moments of each, float32) at 200 MB/s, plus 0.5 s.
+  trained tensors and AdamW's two moments of each, float32) at 200 MB/s, plus 0.5 s; and
+  0.5 s for the loss curve's PNG drawn after it (measured: 0.4 s, matplotlib's import
+  included).
 
 The loop stops when the next step would end more than half a step past its share.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 SAVE_BYTES_PER_S = 200e6  # a checkpoint write's estimated speed before one is measured
 SAVE_FIXED_S = 0.5
+CURVE_S = 0.5  # the loss curve's PNG, drawn after the final save
+#: the ``time.perf_counter()`` value at which this process started, once
+#: :func:`count_from_process_start` set it (``attnlm train``); None: a run's clock starts with it
+PROCESS_ORIGIN: float | None = None
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Linux's /proc), 0.0 where they cannot be read."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = float(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime", encoding="ascii") as f:
+            up = float(f.read().split()[0])
+        return max(up - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def count_from_process_start() -> None:
+    """Make the budgets of the runs this process starts count from the process's start."""
+    global PROCESS_ORIGIN
+    PROCESS_ORIGIN = time.perf_counter() - process_seconds()
+
+
+def run_origin() -> float:
+    """Where a new run's clock starts: the process's start when counted, else now."""
+    return PROCESS_ORIGIN if PROCESS_ORIGIN is not None else time.perf_counter()
 
 
 def estimated_save_s(trained_elements: int) -> float:
@@ -58,8 +89,9 @@ class Budget:
         return self.step_s * self.eval_iters / max(self.micro, 1) / 2
 
     def save_reserve(self) -> float:
-        """Seconds kept for the final save: measured, else estimated from its size."""
-        return self.save_s if self.save_s is not None else self.save_estimate
+        """Seconds kept for the final save (measured, else estimated from its size) and the
+        loss curve."""
+        return (self.save_s if self.save_s is not None else self.save_estimate) + CURVE_S
 
     def reserve(self) -> float:
         """Seconds kept for the final evaluation and save (see the module docstring)."""
@@ -88,4 +120,4 @@ class Budget:
         ev, save = self.eval_reserve(), self.save_reserve()
         return (f"time budget {self.seconds:g} s, {self.elapsed():.1f} s spent before the "
                 f"first step; {ev:.1f} s reserved for the final evaluation ({how_eval}) and "
-                f"{save:.1f} s for the final save ({how_save})")  # fmt: skip
+                f"{save:.1f} s for the final save ({how_save}) and loss curve")  # fmt: skip

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from attnlm.lora.training import lora_model
 from attnlm.models import registry
 from attnlm.models.base import count_params
 from attnlm.train import distributed as D
+from attnlm.train.budget import run_origin
 from attnlm.train.config import RESUMABLE_CHANGES, RunSpec, TrainConfig
 from attnlm.train.data import prepare, prepare_pairs
 from attnlm.train.finetune import (
@@ -392,7 +392,7 @@ def train_run(
     over an old one; the old checkpoint is retired only after the data is prepared and the
     model built (bad input leaves the old run as it was), and deleted only once the new
     checkpoint is in place."""
-    started = time.perf_counter()  # the time budget counts the setup too (train/budget.py)
+    started = run_origin()  # the time budget counts the setup too (train/budget.py)
     run_dir = Path(run_dir)
     spec, init, extra, family = _checked_spec(spec, run_dir, resume, log)
     cfg, objective_name = spec.train, family.objective
