@@ -19,7 +19,7 @@ The reserve is measured where it can be and estimated where it cannot:
   0.5 s for the loss curve's PNG drawn after it (measured: 0.4 s, matplotlib's import
   included).
 
-The loop stops when the next step would end more than half a step past its share.
+The loop stops when the next step would end past its share.
 """
 
 from __future__ import annotations
@@ -104,11 +104,11 @@ class Budget:
         return max(self.seconds - self.reserve(), 1e-3)
 
     def fraction(self) -> float:
-        """Elapsed fraction of the loop's share, counting half of the next step (1.0: stop)."""
+        """Elapsed fraction of the loop's share, counting the next step (1.0: stop)."""
         share = self.loop_seconds()
         if share is None:
             return 0.0
-        return min((self.elapsed() + 0.5 * self.step_s) / share, 1.0)
+        return min((self.elapsed() + self.step_s) / share, 1.0)
 
     def took_step(self, seconds: float) -> None:
         self.step_s = seconds if not self.step_s else 0.7 * self.step_s + 0.3 * seconds
