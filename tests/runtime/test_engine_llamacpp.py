@@ -55,9 +55,10 @@ DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 ENGINE_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
 CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]
-#: Gemma 3 270M's attention shape (4 query heads of width 256 per key/value head), which the
-#: C engine attends with its own kernel (attend4_256): one file
-CASES += [("gemma3-gqa4", "Q8_0")]
+#: the variants (one file each): Gemma 3's linear rotary scaling and final soft-cap, and Gemma 3
+#: 270M's attention shape (4 query heads of width 256 per key/value head), which the C engine
+#: attends with its own kernel (attend4_256)
+CASES += [("gemma3-linear", "Q8_0"), ("gemma3-gqa4", "Q8_0")]
 #: of llama.cpp's logit range, at every prompt position (issue 44)
 TOL = 1e-3
 #: files where a build without FMA flips a code (the CPU matrix's x86-64-v2 build: every
