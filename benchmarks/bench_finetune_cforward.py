@@ -44,11 +44,6 @@ from typing import Any
 
 import harness
 
-SIMULATE = {
-    "none": {},
-    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
-    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
-}
 #: the q/k/v, output, gate/up and down products of a block: (our layer, target names)
 LAYERS = ("attn.qkv_proj", "attn.out_proj", "mlp.fc", "mlp.proj")
 REPEAT = 10  # calls of one product per timed sample
@@ -192,14 +187,9 @@ def main() -> None:
         action="store_true",
         help="also: where a torch step's time goes (torch.profiler, by operator)",
     )
-    ap.add_argument(
-        "--simulate",
-        choices=sorted(SIMULATE),
-        default="none",
-        help="restrict oneDNN/PyTorch as a CPU without bfloat16 (avx512) or AVX2",
-    )
+    harness.add_simulate_argument(ap)
     args = harness.parse(ap, quick={"rounds": 1, "batch": 1, "block": 32})
-    os.environ.update(SIMULATE[args.simulate])  # before torch loads oneDNN
+    os.environ.update(harness.SIMULATE[args.simulate])  # before torch loads oneDNN
     harness.set_threads(args.threads)
     import torch
 

@@ -62,11 +62,6 @@ import harness  # benchmarks/harness.py: JSON lines, machine header
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 NAME = "smollm2-135m-instruct"
-SIMULATE = {
-    "none": {},
-    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
-    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
-}
 
 
 def run(cmd: list[str], env: dict[str, str]) -> tuple[str, float]:
@@ -95,12 +90,7 @@ def main() -> None:
     ap.add_argument("--eval-batch", type=int, default=4)
     ap.add_argument("--peft-batch", type=int, default=8)
     ap.add_argument("--peft-seq", type=int, default=256)
-    ap.add_argument(
-        "--simulate",
-        choices=sorted(SIMULATE),
-        default="none",
-        help="restrict oneDNN/PyTorch as a CPU without bfloat16 (avx512) or AVX2",
-    )
+    harness.add_simulate_argument(ap)
     ap.add_argument("--skip-peft", action="store_true", help="the attnlm row only")
     ap.add_argument("--full", action="store_true", help="attnlm's full fine-tuning (no --lora)")
     ap.add_argument("--attnlm-flags", default="",
@@ -111,7 +101,7 @@ def main() -> None:
                                     "eval_batch": 1, "peft_batch": 2})  # fmt: skip
     if args.peft_worker:
         return peft_worker(json.loads(args.peft_worker))
-    env = {**SIMULATE[args.simulate], "OMP_NUM_THREADS": str(args.threads)}
+    env = {**harness.SIMULATE[args.simulate], "OMP_NUM_THREADS": str(args.threads)}
     harness.header("finetune_quality", seconds=args.seconds, threads=args.threads,
                    simulate=args.simulate)  # fmt: skip
     from attnlm.data.corpus import load_text

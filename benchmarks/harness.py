@@ -80,6 +80,25 @@ def parse(
     return args
 
 
+#: ``--simulate``: the environment that makes oneDNN and PyTorch run as a smaller CPU class
+#: (AVX-512F without bfloat16 or AMX; AVX2), set before torch loads
+SIMULATE = {
+    "none": {},
+    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+}
+
+
+def add_simulate_argument(ap: argparse.ArgumentParser) -> None:
+    """The ``--simulate`` option (a key of :data:`SIMULATE`)."""
+    ap.add_argument(
+        "--simulate",
+        choices=sorted(SIMULATE),
+        default="none",
+        help="restrict oneDNN/PyTorch as a CPU without bfloat16 (avx512) or AVX2",
+    )
+
+
 def set_threads(n: int = 1) -> None:
     """Fix the number of compute threads: torch's intra-op pool (when torch is installed) and
     the BLAS/OpenMP pools of child processes. Every benchmark calls it, so no timing depends on
