@@ -170,43 +170,6 @@ static inline vf vfma(vf a, vf b, vf c) {
 #endif
 }
 
-/* the 16 sums hsum(v[j]) as one vector, each added in hsum's order (lane 0 first): v
- * transposed (lane blocks of 8, 4, 2, 1 swapped between rows), then its rows added in turn */
-static inline vf hsum16(vf v[16]) {
-    for (int r = 0; r < 8; r++) { /* lane blocks of 8 */
-        const vf a = v[r], b = v[r + 8];
-        v[r] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-        v[r + 8] = __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27,
-                                           28, 29, 30, 31);
-    }
-    for (int r = 0; r < 16; r++)
-        if (!(r & 4)) {
-            const vf a = v[r], b = v[r + 4];
-            v[r] = __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25,
-                                           26, 27);
-            v[r + 4] = __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15,
-                                               28, 29, 30, 31);
-        }
-    for (int r = 0; r < 16; r++)
-        if (!(r & 2)) {
-            const vf a = v[r], b = v[r + 2];
-            v[r] = __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13,
-                                           28, 29);
-            v[r + 2] = __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27,
-                                               14, 15, 30, 31);
-        }
-    for (int r = 0; r < 16; r += 2) {
-        const vf a = v[r], b = v[r + 1];
-        v[r] = __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28,
-                                       14, 30);
-        v[r + 1] = __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29,
-                                           15, 31);
-    }
-    vf s = {0};
-    for (int i = 0; i < 16; i++) s += v[i];
-    return s;
-}
-
 /* Ask for the cache lines of [p, p + bytes) ahead of use. The products stream their weights
  * once per step, from memory: the hardware prefetcher alone leaves one core waiting on most
  * lines (measured: the 4-bit products of a 135M model took 2.5 times as long without this). */
