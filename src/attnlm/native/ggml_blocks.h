@@ -135,6 +135,15 @@ static inline vb32 gg_bits32(const uint8_t *p) {
     uint32_t m;
     memcpy(&m, p, 4);
     return (vb32)_mm256_movm_epi8(m) & 16;
+#elif defined(__AVX2__) /* byte i: qh's byte i / 8, then its bit i % 8 */
+    uint32_t m;
+    memcpy(&m, p, 4);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m),
+                                          _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                            0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+    return (vb32)_mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit),
+                                  _mm256_set1_epi8(16));
 #endif
     const uint64_t t[4] = {gg_spread[p[0]], gg_spread[p[1]], gg_spread[p[2]], gg_spread[p[3]]};
     vb32 v;
@@ -403,6 +412,16 @@ static inline vi8 gg_dot(vb32 u, const int8_t *a) {
 #else
     return (vi8)_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ua, aa);
 #endif
+#elif defined(__AVX2__)
+    /* pmaddubsw's pair sums saturate at 2^15: exact when every code is below 128; else the
+     * codes' top bits (128 or 0, pair sums in [-2^15, 2^15)) are summed apart */
+    const __m256i ua = (__m256i)u, aa = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i one = _mm256_set1_epi16(1);
+    if (!_mm256_movemask_epi8(ua)) return (vi8)_mm256_madd_epi16(_mm256_maddubs_epi16(ua, aa), one);
+    const __m256i top = _mm256_and_si256(ua, _mm256_set1_epi8((char)0x80));
+    const __m256i lo = _mm256_maddubs_epi16(_mm256_xor_si256(ua, top), aa);
+    return (vi8)_mm256_add_epi32(_mm256_madd_epi16(lo, one),
+                                 _mm256_madd_epi16(_mm256_maddubs_epi16(top, aa), one));
 #else
     const vh32 p = __builtin_convertvector(u, vh32) * __builtin_convertvector(*(const vs32 *)a, vh32);
     const vi16 q = __builtin_convertvector(
@@ -638,6 +657,54 @@ static inline __attribute__((always_inline)) void gg_row2_signed(
     for (int r = 0; r < R; r++) out0[r] = gg_half8(acc[r], 0), out1[r] = gg_half8(acc[r], 1);
 }
 #define GG_TWO 1 /* two weight rows a vector (gg_row2_signed) */
+#elif defined(__AVX2__)
+/* block b of Q8_0, Q4_0 or Q5_0 as its 32 signed codes w = u - bias, and its d */
+static inline __attribute__((always_inline)) __m256i gg_signed1(const int64_t fmt,
+                                                                const uint8_t *b, float *d) {
+    uint16_t h;
+    memcpy(&h, b, 2);
+    *d = gg_f16(h);
+    if (fmt == FMT_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+    const __m128i q = _mm_loadu_si128((const __m128i *)(b + (fmt == FMT_Q4_0 ? 2 : 6)));
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+                                         _mm256_set1_epi8(15));
+    if (fmt == FMT_Q4_0) return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(_mm256_or_si256(nib, (__m256i)gg_bits32(b + 2)), _mm256_set1_epi8(16));
+}
+
+/* the sums of |w| (sign of w) a over each 4 codes: w a, exact (|w| <= 128, |a| <= 127) */
+static inline vf8 gg_wdot(__m256i aw, __m256i w, __m256i a) {
+    const __m256i as = _mm256_sign_epi8(a, w);
+#if GG_VNNI
+    return (vf8)_mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, as));
+#else
+    const __m256i p = _mm256_maddubs_epi16(aw, as);
+    return (vf8)_mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
+}
+
+/* AVX2's gg_row2_signed: the same sums, each weight row's 8 lanes a vector of its own */
+static inline __attribute__((always_inline)) void gg_row2_signed(
+    const int64_t fmt, const uint8_t *w0, const uint8_t *w1, int64_t nb, int64_t bb,
+    const uint8_t *xq, int64_t K, const int R, float *out0, float *out1) {
+    const int64_t rb = gg_row_bytes(K);
+    vf8 acc0[GG_ROWS], acc1[GG_ROWS];
+    for (int r = 0; r < R; r++) acc0[r] = acc1[r] = (vf8){0};
+    for (int64_t g = 0; g < nb; g++) {
+        float d0, d1;
+        const __m256i s0 = gg_signed1(fmt, w0 + g * bb, &d0), a0 = _mm256_abs_epi8(s0);
+        const __m256i s1 = gg_signed1(fmt, w1 + g * bb, &d1), a1 = _mm256_abs_epi8(s1);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xq + r * rb;
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(xr + 32 * g));
+            const vf8 e = *(const vf8 *)(gg_ev(xr, K) + 8 * g);
+            acc0[r] = gg_fma8(d0 * e, gg_wdot(a0, s0, a), acc0[r]);
+            acc1[r] = gg_fma8(d1 * e, gg_wdot(a1, s1, a), acc1[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out0[r] = gg_hsum8(acc0[r]), out1[r] = gg_hsum8(acc1[r]);
+}
+#define GG_TWO 1
 #else
 #define GG_TWO 0
 #endif
@@ -845,8 +912,16 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
         k->m = sc;
         k->d = gg_f16(h0), k->dm = -32.0f * k->d;
         for (int hf = 0; hf < 2; hf++) {
-            const vb64 ql = *(const vb64 *)(b + 64 * hf);
             const vb32 qh = *(const vb32 *)(b + 128 + 32 * hf);
+#if defined(__AVX2__) && !defined(__AVX512BW__) /* no shifts by lane: each half its own */
+            typedef uint16_t vw16 __attribute__((vector_size(32), aligned(2)));
+            const vb32 l0 = *(const vb32 *)(b + 64 * hf), l1 = *(const vb32 *)(b + 64 * hf + 32);
+            const vw16 h = (vw16)qh;
+            k->u[2 * hf] = GG_CAT64((l0 & 15) | ((vb32)(h << 4) & 48), (l1 & 15) | ((vb32)(h << 2) & 48));
+            k->u[2 * hf + 1] = GG_CAT64((l0 >> 4) | (qh & 48), (l1 >> 4) | ((vb32)(h >> 2) & 48));
+            continue;
+#endif
+            const vb64 ql = *(const vb64 *)(b + 64 * hf);
             /* qh twice, shifted per half by 16-bit lanes (a byte's bits that cross into its
              * neighbour are masked off) */
             typedef uint16_t vw32 __attribute__((vector_size(64), aligned(2)));
@@ -885,8 +960,19 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
     for (int i = 0; i < 4; i++) {
         /* the 32 bytes twice, the second copy shifted by 4 (one variable shift of 16-bit
          * lanes: 3 instructions where the two halves took 5) */
-        typedef uint16_t vw32 __attribute__((vector_size(64), aligned(2)));
         const vb32 q = *(const vb32 *)(b + off + 32 * i);
+#if defined(__AVX2__) && !defined(__AVX512BW__) /* no shifts by lane: each half its own */
+        typedef uint16_t vw16 __attribute__((vector_size(32), aligned(2)));
+        vb32 lo = q & 15, hi = (vb32)((vw16)q >> 4) & 15;
+        if (fmt == FMT_Q5_K) {
+            const vw16 qh = *(const vw16 *)(b + 16);
+            lo |= (vb32)((qh >> (2 * i)) & 0x0101) << 4;
+            hi |= (vb32)((qh >> (2 * i + 1)) & 0x0101) << 4;
+        }
+        k->u[i] = GG_CAT64(lo, hi);
+        continue;
+#else
+        typedef uint16_t vw32 __attribute__((vector_size(64), aligned(2)));
         const vw32 by = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                          4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
         vb64 u = (vb64)((vw32)GG_CAT64(q, q) >> by) & 15;
@@ -898,6 +984,7 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
             u |= (vb64)((((vw32)GG_CAT64(qh, qh) >> at) & 0x0101) << 4);
         }
         k->u[i] = u;
+#endif
     }
 }
 
