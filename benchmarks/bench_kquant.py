@@ -24,14 +24,22 @@ Rows (medians over ``--rounds``, the contenders started in turn: attnlm, llama.c
 * ``--kernels``: each block type's product alone (4096 x 1536, one row of x and 64 rows, one
   thread), float against integer activations, alternating.
 
+The CPU class of a laptop without AVX-512 (``--simulate avx2``): attnlm's C step built for
+``x86-64-v3`` (AVX2, FMA, F16C; ``ATTNLM_NATIVE_MARCH``) and PyTorch / oneDNN kept to AVX2,
+against llama.cpp built for the same class (``--llama-cpp-lib``: the ``bin/`` of a build
+configured with ``-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+-DGGML_BMI2=ON``, of the wheel's llama.cpp version; ``benchmarks/build_llama_cpp.sh``).
+
     .venv/bin/python benchmarks/bench_kquant.py [--rounds 3] [--threads 2] [--new 128]
         [--path FILE.gguf] [--cpu-time] [--prefill-cpu-time] [--kernels]
+        [--simulate avx2 --llama-cpp-lib DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import sys
 import time
 from pathlib import Path
@@ -218,9 +226,23 @@ def main() -> None:
     ap.add_argument("--kernels", action="store_true", help="only the kernel rows")
     ap.add_argument("--prefill-cpu-time", action="store_true",
                     help="only the one-thread CPU time of a --prefill-tokens prefill")  # fmt: skip
+    harness.add_simulate_argument(ap)
+    ap.add_argument(
+        "--llama-cpp-lib",
+        metavar="DIR",
+        help="llama.cpp's libraries from this build folder (its bin/) instead of the wheel's, "
+        "which is built for this CPU: one built for the --simulate class",
+    )
     args = harness.parse(ap, quick={"rounds": 1, "new": 8, "prompt_tokens": 16,
                                     "prefill_tokens": 32})  # fmt: skip
-    harness.header("kquant", threads=args.threads, new=args.new, rounds=args.rounds)
+    os.environ.update(harness.SIMULATE[args.simulate])  # every attnlm process and this one
+    if args.llama_cpp_lib:
+        local.use_llama_cpp_build(args.llama_cpp_lib)
+    elif args.simulate != "none" and not args.kernels:
+        raise SystemExit(f"error: --simulate {args.simulate} needs --llama-cpp-lib: the wheel's "
+                         "llama.cpp is built for this CPU")  # fmt: skip
+    harness.header("kquant", threads=args.threads, new=args.new, rounds=args.rounds,
+                   simulate=args.simulate, llama_cpp_lib=args.llama_cpp_lib)  # fmt: skip
     if args.kernels:
         kernels(1, max(args.rounds, 5))  # one thread: two on a busy machine measure the queue
         return

@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import harness  # benchmarks/harness.py: alternating runs, medians, JSON lines
 from attnlm.generate.options import DecodeOptions
@@ -76,6 +77,36 @@ def prompt_text(n_tokens: int) -> str:
 
 
 # -- peers (this script in peer mode, one process per run) ----------------------------------
+
+
+def use_llama_cpp_build(lib_dir: str) -> Path:
+    """Make ``llama_cpp`` (in this process and every child) load llama.cpp's libraries from
+    ``lib_dir`` (a build's ``bin/``, e.g. one for another CPU class): a copy of the installed
+    package whose ``lib/`` holds that build's ``libllama`` and ``libggml*``, first on the path.
+    Its folder is returned (under the attnlm cache, replaced on each call)."""
+    import importlib.util
+    import shutil
+
+    from attnlm.base.fileio import cache_dir
+
+    built = sorted(Path(lib_dir).glob("lib*.so*"))
+    if not any(p.name.startswith("libllama.so") for p in built):
+        raise SystemExit(f"error: no libllama.so in {lib_dir} (a llama.cpp build's bin/ folder)")
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("error: llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    root = cache_dir() / "bench" / "llama_cpp_build"
+    shutil.rmtree(root, ignore_errors=True)
+    package = root / "llama_cpp"
+    shutil.copytree(spec.submodule_search_locations[0], package,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for p in built:  # the build's libraries replace the wheel's, names kept
+        shutil.copyfile(p.resolve(), package / "lib" / p.name)
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(root), os.environ.get("PYTHONPATH")])
+    )
+    return root
 
 
 def peer_llamacpp(path: str, prompt: str, new: int, threads: int) -> dict:

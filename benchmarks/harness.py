@@ -85,7 +85,11 @@ def parse(
 SIMULATE = {
     "none": {},
     "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
-    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    "avx2": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ATTNLM_NATIVE_MARCH": "x86-64-v3",
+    },
 }
 
 
@@ -95,7 +99,8 @@ def add_simulate_argument(ap: argparse.ArgumentParser) -> None:
         "--simulate",
         choices=sorted(SIMULATE),
         default="none",
-        help="restrict oneDNN/PyTorch as a CPU without bfloat16 (avx512) or AVX2",
+        help="restrict oneDNN/PyTorch as a CPU without bfloat16 (avx512), or as one with AVX2 "
+        "and no AVX-512 (avx2; attnlm's C step then built for x86-64-v3)",
     )
 
 
