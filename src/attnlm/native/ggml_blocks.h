@@ -475,6 +475,14 @@ static inline vf8 gg_fma8(vf8 a, vf8 b, vf8 acc) {
  * vector's lanes added as a tree, or pairs, fours, then eights across the 8 vectors at once */
 static inline vi8 gg_isum8x8(const vi8 *v);
 static inline __attribute__((always_inline)) vi8 gg_totals(const vi8 *v, const int R) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    if (R > 1 && R <= 4) { /* lanes 0-3: three horizontal adds, then the two halves */
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32((__m256i)v[0], (__m256i)v[1]),
+                                            _mm256_hadd_epi32((__m256i)v[2], (__m256i)v[3]));
+        return (vi8)_mm256_zextsi128_si256(
+            _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    }
+#endif
     if (R > 1) return gg_isum8x8(v);
     const vi8 a = v[0] + __builtin_shufflevector(v[0], v[0], 4, 5, 6, 7, 0, 1, 2, 3);
     const vi8 b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
@@ -877,21 +885,51 @@ static inline vi8 gg_madd16(vh16 b, vh16 m) {
 #endif
 }
 
+/* where vectors are 8 lanes (AVX2 without AVX-512), a block's 64-code vectors are kept as
+ * their two halves: GCC moves a 64-byte vector's halves byte by byte there */
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+#define GG_K8 1
+#else
+#define GG_K8 0
+#endif
+
 /* one K-quant block of 256, decoded once for every row of x */
 typedef struct {
+#if GG_K8
+    vb32 u[8];   /* the codes, 32 a vector (chunk i: u[2i], u[2i + 1]) */
+    vh16 s[8];   /* the scale of each pair of codes of u[i] (int16) */
+#else
     vb64 u[4];   /* the codes, 64 a vector (chunks 2i, 2i + 1) */
     vh32 s[4];   /* the scale of each pair of codes of u[i] (int16) */
+#endif
     vh16 m;      /* what multiplies x's 16 bsums: Q4_K / Q5_K each chunk's min twice, Q6_K the
                   * 16 scales */
     float d, dm; /* d, and the bsums' factor: -dmin or -32 d */
 } GgK;
 
+#if GG_K8
+/* gg_kdot's sums over chunks c .. c + n - 1 of k with lanes l and l + 8 added (exact:
+ * integers) */
+static inline vi8 gg_kdot8(const GgK *k, int c, int n, const int8_t *a) {
+    __m256i acc = _mm256_setzero_si256();
+    for (; n > 0; n--, c++, a += 64) {
+        const __m256i p0 = _mm256_maddubs_epi16((__m256i)k->u[2 * c],
+                                                _mm256_loadu_si256((const __m256i *)a));
+        const __m256i p1 = _mm256_maddubs_epi16((__m256i)k->u[2 * c + 1],
+                                                _mm256_loadu_si256((const __m256i *)(a + 32)));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, (__m256i)k->s[2 * c]),
+                                                     _mm256_madd_epi16(p1, (__m256i)k->s[2 * c + 1])));
+    }
+    return (vi8)acc;
+}
+#else
 /* one block's integer sums against the 256 codes a: gg_kdot over its four chunks of 64 */
 static inline vi16 gg_kdot256(const GgK *k, const int8_t *a) {
     vi16 s = {0};
     for (int c = 0; c < 4; c++) s = gg_kdot(s, k->u[c], a + 64 * c, k->s[c]);
     return s;
 }
+#endif
 
 /* w[i] for i < 16 at lanes: each of v's 16 values spread over 2 (j = 2) or 8 pair lanes */
 #define GG_SPREAD2(v, i) __builtin_shufflevector(v, v, i, i, i, i, i, i, i, i, i, i, i, i, i, i, \
@@ -900,6 +938,9 @@ static inline vi16 gg_kdot256(const GgK *k, const int8_t *a) {
 #define GG_SPREAD4(v, i) __builtin_shufflevector(v, v, i, i, i, i, i, i, i, i, i + 1, i + 1,     \
     i + 1, i + 1, i + 1, i + 1, i + 1, i + 1, i + 2, i + 2, i + 2, i + 2, i + 2, i + 2, i + 2,    \
     i + 2, i + 3, i + 3, i + 3, i + 3, i + 3, i + 3, i + 3, i + 3)
+/* GG_SPREAD4 in halves of 16 lanes (GG_K8): v[i] 8 times, then v[i + 1] 8 times */
+#define GG_SPREAD8(v, i) __builtin_shufflevector(v, v, i, i, i, i, i, i, i, i, i + 1, i + 1,   \
+    i + 1, i + 1, i + 1, i + 1, i + 1, i + 1)
 
 static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, const uint8_t *b,
                                                             GgK *k) {
@@ -907,20 +948,28 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
     if (fmt == FMT_Q6_K) {
         memcpy(&h0, b + 208, 2);
         const vh16 sc = __builtin_convertvector(*(const vs16 *)(b + 192), vh16);
+#if GG_K8
+        k->s[0] = GG_SPREAD8(sc, 0), k->s[1] = GG_SPREAD8(sc, 2);
+        k->s[2] = GG_SPREAD8(sc, 4), k->s[3] = GG_SPREAD8(sc, 6);
+        k->s[4] = GG_SPREAD8(sc, 8), k->s[5] = GG_SPREAD8(sc, 10);
+        k->s[6] = GG_SPREAD8(sc, 12), k->s[7] = GG_SPREAD8(sc, 14);
+#else
         k->s[0] = GG_SPREAD4(sc, 0), k->s[1] = GG_SPREAD4(sc, 4);
         k->s[2] = GG_SPREAD4(sc, 8), k->s[3] = GG_SPREAD4(sc, 12);
+#endif
         k->m = sc;
         k->d = gg_f16(h0), k->dm = -32.0f * k->d;
         for (int hf = 0; hf < 2; hf++) {
             const vb32 qh = *(const vb32 *)(b + 128 + 32 * hf);
-#if defined(__AVX2__) && !defined(__AVX512BW__) /* no shifts by lane: each half its own */
+#if GG_K8 /* no shifts by lane: each half its own */
             typedef uint16_t vw16 __attribute__((vector_size(32), aligned(2)));
             const vb32 l0 = *(const vb32 *)(b + 64 * hf), l1 = *(const vb32 *)(b + 64 * hf + 32);
             const vw16 h = (vw16)qh;
-            k->u[2 * hf] = GG_CAT64((l0 & 15) | ((vb32)(h << 4) & 48), (l1 & 15) | ((vb32)(h << 2) & 48));
-            k->u[2 * hf + 1] = GG_CAT64((l0 >> 4) | (qh & 48), (l1 >> 4) | ((vb32)(h >> 2) & 48));
-            continue;
-#endif
+            k->u[4 * hf] = (l0 & 15) | ((vb32)(h << 4) & 48);
+            k->u[4 * hf + 1] = (l1 & 15) | ((vb32)(h << 2) & 48);
+            k->u[4 * hf + 2] = (l0 >> 4) | (qh & 48);
+            k->u[4 * hf + 3] = (l1 >> 4) | ((vb32)(h >> 2) & 48);
+#else
             const vb64 ql = *(const vb64 *)(b + 64 * hf);
             /* qh twice, shifted per half by 16-bit lanes (a byte's bits that cross into its
              * neighbour are masked off) */
@@ -932,6 +981,7 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
                               2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
             k->u[2 * hf] = (ql & 15) | ((vb64)(dq << l42) & 48);
             k->u[2 * hf + 1] = (ql >> 4) | ((vb64)(dq >> r02) & 48);
+#endif
         }
         return;
     }
@@ -952,8 +1002,12 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
                                            29, 30, 31);
     const vu8 sb = (Xs & low) | ((Y >> 2) & top);
     const vh16 sm = __builtin_convertvector(sb, vh16);
+#if GG_K8
+    for (int j = 0; j < 8; j++) k->s[j] = (vh16){0} + sm[j];
+#else
     k->s[0] = GG_SPREAD2(sm, 0), k->s[1] = GG_SPREAD2(sm, 2);
     k->s[2] = GG_SPREAD2(sm, 4), k->s[3] = GG_SPREAD2(sm, 6);
+#endif
     k->m = __builtin_shufflevector(sm, sm, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14,
                                    15, 15);
     const int off = fmt == FMT_Q4_K ? 16 : 48;
@@ -961,7 +1015,7 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
         /* the 32 bytes twice, the second copy shifted by 4 (one variable shift of 16-bit
          * lanes: 3 instructions where the two halves took 5) */
         const vb32 q = *(const vb32 *)(b + off + 32 * i);
-#if defined(__AVX2__) && !defined(__AVX512BW__) /* no shifts by lane: each half its own */
+#if GG_K8 /* no shifts by lane: each half its own */
         typedef uint16_t vw16 __attribute__((vector_size(32), aligned(2)));
         vb32 lo = q & 15, hi = (vb32)((vw16)q >> 4) & 15;
         if (fmt == FMT_Q5_K) {
@@ -969,8 +1023,7 @@ static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, c
             lo |= (vb32)((qh >> (2 * i)) & 0x0101) << 4;
             hi |= (vb32)((qh >> (2 * i + 1)) & 0x0101) << 4;
         }
-        k->u[i] = GG_CAT64(lo, hi);
-        continue;
+        k->u[2 * i] = lo, k->u[2 * i + 1] = hi;
 #else
         typedef uint16_t vw32 __attribute__((vector_size(64), aligned(2)));
         const vw32 by = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -1056,6 +1109,12 @@ static inline __attribute__((always_inline)) void gg_krow(
                 pm[q] = __builtin_shufflevector(mm[2 * q], mm[2 * q + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
                         __builtin_shufflevector(mm[2 * q], mm[2 * q + 1], 1, 9, 3, 11, 5, 13, 7, 15);
             for (int c = 0; c < 4; c++) {
+#if GG_K8
+                vi8 s8[8] = {{0}};
+                for (int r = 0; r < R; r++)
+                    s8[r] = gg_kdot8(&k, c, 1, (const int8_t *)(xq + r * rb + ok) + 256 * i + 64 * c);
+                const vi8 tot = gg_totals(s8, R);
+#else
                 vi16 s16[8] = {{0}};
                 for (int r = 0; r < R; r++)
                     s16[r] = gg_kdot((vi16){0}, k.u[c], (const int8_t *)(xq + r * rb + ok) +
@@ -1063,6 +1122,7 @@ static inline __attribute__((always_inline)) void gg_krow(
                 const vi16 t = gg_isum16x8(s16);
                 const vi8 tot = __builtin_shufflevector(t, t, 0, 1, 2, 3, 4, 5, 6, 7) +
                                 __builtin_shufflevector(t, t, 8, 9, 10, 11, 12, 13, 14, 15);
+#endif
                 sum = gg_fma8(__builtin_convertvector(tot, vf8), dd, sum);
                 mins = gg_fma8(__builtin_convertvector(gg_chunk_mins(pm, c), vf8), dm, mins);
             }
@@ -1078,9 +1138,13 @@ static inline __attribute__((always_inline)) void gg_krow(
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xq + r * rb;
             const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
+#if GG_K8
+            s8[r] = gg_kdot8(&k, 0, 4, a);
+#else
             const vi16 s = gg_kdot256(&k, a);
             s8[r] = __builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +
                     __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15);
+#endif
             dx[r] = ((const float *)(xr + od))[i];
             mm[r] = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
             if (fmt == FMT_Q6_K) s8[r] -= mm[r] * 32;
