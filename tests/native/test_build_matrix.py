@@ -93,6 +93,47 @@ def test_the_baseline_x86_64_v2_build_gives_the_forwards_logits(fresh, monkeypat
     assert capsys.readouterr().err == ""
 
 
+#: fixtures of tests/fixtures/gguf_arch/ (llama.cpp's logits, recorded) that take every
+#: product kind of the C step: Q4_K's repacked rows and Q6_K (Q4_K_M), Q5_K and Q8_0's pairs of
+#: rows, Q4_0's repacked rows, Q5_0 (Gemma 3's rows of 640: Q4_K_M falls back), Gemma 3's
+#: attention of 4 heads of 256 per key/value head
+AVX2_FIXTURES = (("qwen2", "Q4_K_M"), ("llama", "Q5_K_M"), ("phi3", "Q8_0"), ("llama", "Q4_0"),
+                 ("gemma3", "Q4_K_M"), ("gemma3-gqa4", "Q8_0"))  # fmt: skip
+
+
+@needs_cc
+@pytest.mark.skipif(
+    not {"avx2", "fma", "f16c"} <= set(native._cpu_flags().split()),
+    reason="a CPU with AVX2, FMA and F16C to run an x86-64-v3 build",
+)
+def test_the_avx2_build_gives_llama_cpps_logits(fresh, monkeypatch):
+    """Built for x86-64-v3 (AVX2, FMA and F16C without AVX-512: most laptops), the C step's
+    8-lane kernels give llama.cpp's logits on the fixtures as the AVX-512 build does: every
+    prompt position within 1e-5 of llama.cpp's logit range (its recorded 4 decimals)."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    from attnlm.base.ggufio import GGUFFile
+    from attnlm.runtime.engine_gguf import open_engine
+
+    monkeypatch.setenv(native.MARCH_ENV, "x86-64-v3")
+    monkeypatch.delenv("ATTNLM_GGML_ACTIVATIONS", raising=False)
+    assert native.library() is not None, native.why_not
+    assert {"avx2", "fma", "f16c"} <= native.features() and "avx512f" not in native.features()
+    here = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
+    doc = json.loads((here / "llamacpp.json").read_text(encoding="utf-8"))
+    for arch, kind in AVX2_FIXTURES:
+        rec = doc["archs"][arch][kind]
+        engine = open_engine(GGUFFile(here / f"{arch}-{kind}.gguf"), None, 2)
+        engine.reset(1)
+        got = engine.feed(np.asarray([rec["prompt"]]))[0]
+        want = np.asarray(rec["logits"], dtype=np.float32)
+        off = np.abs(got - want).max() / (want.max() - want.min())
+        assert off < 1e-5, f"{arch} {kind}: {off:.2e} of the logit range"
+
+
 @needs_cc
 def test_a_compiler_without_openmp_builds_for_one_thread_and_says_so_once(fresh, monkeypatch,
                                                                           capsys):  # fmt: skip

@@ -756,10 +756,10 @@ static inline __attribute__((always_inline)) void gg_row_int(
             t[r] = __builtin_convertvector(di, vf8);
             dd[r] = (vf8){0} + A0[0] * gg_ev(xr, K)[8 * i];
             if (gg_bias(fmt)) continue;
-            const vf8 p = t[r] * dd[r], z = {0};
+            const vf8 z = {0}; /* fused, as every other block (explicitly: contraction through
+                                * the shuffle differs between builds) */
             off[r] += B0[0] * gg_sums(fmt, xr, K)[2 * i];
-            acc[r] += __builtin_shufflevector(p, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
-                                              14, 15);
+            acc[r] = vfma(GG_CAT16(t[r], z), GG_CAT16(dd[r], z), acc[r]);
         }
         if (gg_bias(fmt))
             for (int r = 0; r < R; r += 2) {
@@ -797,9 +797,8 @@ static inline __attribute__((always_inline)) void gg_rows_x1(
                 if (gg_bias(fmt)) di -= gg_dot((vb32){0} + (uint8_t)gg_bias(fmt), a + 32 * g);
                 t[j] = __builtin_convertvector(di, vf8), dd[j] = (vf8){0} + A0[0] * ev[8 * g];
                 if (gg_bias(fmt)) continue;
-                const vf8 p = t[j] * dd[j], z = {0};
-                acc[j] += __builtin_shufflevector(p, z, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
-                                                  12, 13, 14, 15);
+                const vf8 z = {0}; /* fused, as in gg_row_int */
+                acc[j] = vfma(GG_CAT16(t[j], z), GG_CAT16(dd[j], z), acc[j]);
                 off[j] += B0[0] * S[2 * g];
                 continue;
             }

@@ -1,0 +1,88 @@
+"""The C step built for x86-64-v3 (AVX2, FMA and F16C without AVX-512: most laptops) against
+the build for this CPU: every product of weights in ggml's blocks equals, bit for bit, that of
+this CPU's build (which the llama.cpp fixtures check on AVX-512 CPUs: tests/runtime/
+test_engine_llamacpp.py). Without AVX-512 the products take their 8-lane kernels (pmaddubsw
+integer sums, two weight rows of Q8_0 / Q4_0 / Q5_0 side by side, K-quant blocks in halves of
+32 bytes, ``ggml_blocks.h``); the numbers must not change. Every block type, integer and float
+activations, 1 to 9 rows of x (4 together without AVX-512, 8 with), rows of 8k (Q4_K and Q4_0
+as llama.cpp's repacked kernels sum them) and not, an odd number of blocks of 32."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+from attnlm import native
+from attnlm.native import structs
+from gguf_support import encode_tensor
+
+TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+V3 = "x86-64-v3"
+
+pytestmark = [
+    pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)"),
+    pytest.mark.skipif(
+        not {"avx2", "fma", "f16c"} <= set(native._cpu_flags().split()),
+        reason="a CPU with AVX2, FMA and F16C to run an x86-64-v3 build",
+    ),
+]
+
+
+def _load(march: str | None) -> ctypes.CDLL:
+    """The build for ``march`` (None: this CPU's), compiled into the cache if not there."""
+    before = os.environ.get(native.MARCH_ENV)
+    try:
+        os.environ.pop(native.MARCH_ENV, None)
+        if march:
+            os.environ[native.MARCH_ENV] = march
+        path, _ = native._build(native._compiler())
+    finally:
+        os.environ.pop(native.MARCH_ENV, None)
+        if before is not None:
+            os.environ[native.MARCH_ENV] = before
+    lib = ctypes.CDLL(str(path))
+    lib.attnlm_sizes.restype = ctypes.c_int64
+    lib.attnlm_sizes.argtypes = [ctypes.c_int64]
+    assert structs.configure(lib) is None
+    lib.attnlm_features.restype = ctypes.c_int64
+    return lib
+
+
+@pytest.fixture(scope="module")
+def builds() -> tuple[ctypes.CDLL, ctypes.CDLL]:
+    here, v3 = _load(None), _load(V3)
+    bits = v3.attnlm_features()
+    names = {name for i, name in enumerate(native.FEATURES) if bits >> i & 1}
+    assert {"avx2", "fma", "f16c"} <= names and "avx512f" not in names, names
+    return here, v3
+
+
+def product(lib, raw, qtype, n, k, x, threads, act) -> np.ndarray:
+    layer = structs.Linear(structs.GGML_FORMATS[qtype], n, k, n, raw.ctypes.data, None, None, act)
+    m = x.shape[0]
+    y = np.full((m, n), np.nan, np.float32)
+    part = np.empty(threads * m * n, np.float32)
+    lib.attnlm_linear(ctypes.byref(layer), x.ctypes.data, m, y.ctypes.data, part.ctypes.data,
+                      threads)  # fmt: skip
+    return y
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+@pytest.mark.parametrize("shape", [(37, 512), (64, 1024), (8, 608), (7, 96), (16, 256)])
+@pytest.mark.parametrize("act", ["float", "int"])
+def test_the_avx2_products_equal_this_cpus_bit_for_bit(builds, qtype, shape, act):
+    n, k = shape
+    if k % 256 and qtype.endswith("_K"):
+        pytest.skip("K-quant rows come in blocks of 256")
+    rng = np.random.default_rng(n + k)
+    data, _ = encode_tensor(rng.normal(size=(n, k)).astype(np.float32), qtype, rng)
+    raw = np.ascontiguousarray(data).view(np.uint8).reshape(n, -1)
+    code = structs.ACT_FLOAT if act == "float" else structs.ACT_INT
+    for m in (1, 2, 3, 4, 5, 8, 9):
+        x = rng.normal(size=(m, k)).astype(np.float32)
+        x[:, :32] *= 0.01  # blocks of different scales
+        here, v3 = (product(lib, raw, qtype, n, k, x, 2, code) for lib in builds)
+        assert np.array_equal(here.view(np.uint32), v3.view(np.uint32)), (qtype, m, act)
