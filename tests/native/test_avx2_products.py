@@ -5,7 +5,9 @@ test_engine_llamacpp.py). Without AVX-512 the products take their 8-lane kernels
 integer sums, two weight rows of Q8_0 / Q4_0 / Q5_0 side by side, K-quant blocks in halves of
 32 bytes, ``ggml_blocks.h``); the numbers must not change. Every block type, integer and float
 activations, 1 to 9 rows of x (4 together without AVX-512, 8 with), rows of 8k (Q4_K and Q4_0
-as llama.cpp's repacked kernels sum them) and not, an odd number of blocks of 32."""
+as llama.cpp's repacked kernels sum them) and not, an odd number of blocks of 32. The step's own
+formats (f32, bf16, q8, q4: ``avx2_rows.h``) and its attention: a decoder's logits, bit for
+bit."""
 
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
+import support_runtime
 from attnlm import native
 from attnlm.native import structs
+from attnlm.nn.cache import KVCache
+from attnlm.runtime import cstep as ns
 from gguf_support import encode_tensor
 
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
@@ -86,3 +92,23 @@ def test_the_avx2_products_equal_this_cpus_bit_for_bit(builds, qtype, shape, act
         x[:, :32] *= 0.01  # blocks of different scales
         here, v3 = (product(lib, raw, qtype, n, k, x, 2, code) for lib in builds)
         assert np.array_equal(here.view(np.uint32), v3.view(np.uint32)), (qtype, m, act)
+
+
+@pytest.mark.parametrize("fmt", support_runtime.FORMATS)
+def test_the_avx2_step_equals_this_cpus_bit_for_bit(builds, fmt, monkeypatch):
+    """A GQA Llama in ``fmt``: a 20-token prompt (attention over 16 keys at once), then single
+    tokens, two sequences; every logit of the x86-64-v3 build equals this CPU's build's."""
+    model = support_runtime.in_format(
+        support_runtime.llama(300, n_head=6, n_kv_head=2, n_embd=96, d_ff=160), fmt
+    )
+    torch.manual_seed(5)
+    ids = torch.randint(300, (2, 24))
+    feeds = [ids[:, :20], *(ids[:, t : t + 1] for t in range(20, 24))]
+    logits = []
+    for lib in builds:
+        monkeypatch.setattr(native, "_LIBRARY", lib)
+        monkeypatch.setattr(native, "_TRIED", True)
+        runner, cache = ns.CStepRunner(model), KVCache(2)
+        with torch.inference_mode():
+            logits.append(torch.cat([runner.step(x, cache).reshape(2, -1) for x in feeds], 1))
+    assert torch.equal(logits[0].view(torch.int32), logits[1].view(torch.int32)), fmt

@@ -194,8 +194,14 @@ static void store(const Linear *L, float *y, int64_t ldy, const float *res, int6
     y[m * ldy + n] = v;
 }
 
+#include "avx2_rows.h"
+
 static void rows_f32(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                      int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+#if AVX2_ROWS
+    rows_f32_avx2(L, x, M, ldx, y, ldy, res, n0, n1);
+    return;
+#endif
     const int64_t K = L->k, K16 = K & ~(int64_t)15;
     const float *W = (const float *)L->w;
     for (int64_t n = n0; n < n1; n++) {
@@ -348,6 +354,10 @@ static inline __attribute__((always_inline)) void rows_half(const Linear *L, con
                                                             int64_t M, int64_t ldx, float *y,
                                                             int64_t ldy, const float *res,
                                                             int64_t n0, int64_t n1, int brain) {
+#if AVX2_ROWS
+    rows_half_avx2(L, x, M, ldx, y, ldy, res, n0, n1, brain);
+    return;
+#endif
     const int64_t K = L->k, K16 = K & ~(int64_t)15;
     const uint16_t *W = (const uint16_t *)L->w;
     for (int64_t n = n0; n < n1; n++) {
@@ -385,6 +395,10 @@ static void rows_bf16(const Linear *L, const float *x, int64_t M, int64_t ldx, f
 
 static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                     int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+#if AVX2_ROWS
+    rows_q8_avx2(L, x, M, ldx, y, ldy, res, n0, n1);
+    return;
+#endif
     const int64_t K = L->k, G = K / 32;
     const int8_t *W = (const int8_t *)L->w;
     for (int64_t n = n0; n < n1; n++) {
@@ -482,8 +496,18 @@ static void rows_q4(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
     for (int64_t blk = h0 / 2; blk < (h1 + 1) / 2; blk++) {
         const int q0 = 2 * blk < h0 ? 2 : 0, q1 = 2 * blk + 1 < h1 ? 4 : 2; /* 16-row quarters */
         for (int64_t m = 0; m < M;) {
-            vf out[Q4_ROWS][4];
             const int R = M - m >= Q4_ROWS ? Q4_ROWS : 1;
+#if AVX2_ROWS
+            float sums[Q4_ROWS][64];
+            if (R == Q4_ROWS) q4_block_avx2(L, blk, x + m * ldx, ldx, Q4_ROWS, m == 0, sums);
+            else q4_block_avx2(L, blk, x + m * ldx, ldx, 1, m == 0, sums);
+            for (int r = 0; r < R; r++)
+                for (int j = 16 * q0; j < 16 * q1; j++)
+                    store(L, y, ldy, res, m + r, blk * 64 + j, sums[r][j]);
+            m += R;
+            continue;
+#endif
+            vf out[Q4_ROWS][4];
             if (R == Q4_ROWS) q4_block(L, blk, x + m * ldx, ldx, Q4_ROWS, m == 0, out);
             else q4_block(L, blk, x + m * ldx, ldx, 1, m == 0, out);
             for (int r = 0; r < R; r++)
@@ -770,44 +794,9 @@ static inline vf tree16t(const vf *v) {
                                    15, 31);
 }
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#define DOT16_HALVES 1
-/* dot16 where vectors are 8 lanes: the same numbers in halves of 8 lanes (tree16t's shuffles
- * of 16-lane vectors went through memory: 5.7x the time of AVX-512's in a prefill) */
-static inline void dot16_halves(const float *q, const float *k, int64_t D, float *out) {
-    __m256 a[16], b[8], c[4], d[2];
-    const int64_t D64 = D & ~(int64_t)63;
-    for (int j = 0; j < 16; j++) {
-        const float *kj = k + j * D;
-        __m256 s[8];
-        for (int h = 0; h < 8; h++) s[h] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < D64; i += 64)
-            for (int h = 0; h < 8; h++) /* h / 2: dot()'s sum, h % 2: its half */
-                s[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8 * h),
-                                       _mm256_loadu_ps(kj + i + 8 * h), s[h]);
-        const __m256 lo = _mm256_add_ps(_mm256_add_ps(s[0], s[4]), _mm256_add_ps(s[2], s[6]));
-        const __m256 hi = _mm256_add_ps(_mm256_add_ps(s[1], s[5]), _mm256_add_ps(s[3], s[7]));
-        a[j] = _mm256_add_ps(lo, hi); /* lanes i and i + 8 */
-    }
-    for (int j = 0; j < 8; j++) /* i and i + 4: key j's in the low 128 bits, j + 8's high */
-        b[j] = _mm256_add_ps(_mm256_permute2f128_ps(a[j], a[j + 8], 0x20),
-                             _mm256_permute2f128_ps(a[j], a[j + 8], 0x31));
-    for (int j = 0; j < 4; j++) /* i and i + 2: keys 2j, 2j + 1 (and + 8) */
-        c[j] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * j], b[2 * j + 1], 0x44),
-                             _mm256_shuffle_ps(b[2 * j], b[2 * j + 1], 0xee));
-    for (int j = 0; j < 2; j++) /* i and i + 1: keys 4j .. 4j + 3 (and + 8) */
-        d[j] = _mm256_add_ps(_mm256_shuffle_ps(c[2 * j], c[2 * j + 1], 0x88),
-                             _mm256_shuffle_ps(c[2 * j], c[2 * j + 1], 0xdd));
-    _mm256_storeu_ps(out, _mm256_permute2f128_ps(d[0], d[1], 0x20));
-    _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(d[0], d[1], 0x31));
-    for (int j = 0; j < 16; j++)
-        for (int64_t i = D64; i < D; i++) out[j] = GG_FMA(q[i], k[j * D + i], out[j]);
-}
-#endif
-
 /* the scores of 16 keys k (16, D) at once: dot()'s numbers, its 16 lane trees together */
 static inline void dot16(const float *q, const float *k, int64_t D, float *out) {
-#if DOT16_HALVES
+#if AVX2_ROWS
     dot16_halves(q, k, D, out);
     return;
 #endif

@@ -916,8 +916,9 @@ static inline vi8 gg_kdot8(const GgK *k, int c, int n, const int8_t *a) {
                                                 _mm256_loadu_si256((const __m256i *)a));
         const __m256i p1 = _mm256_maddubs_epi16((__m256i)k->u[2 * c + 1],
                                                 _mm256_loadu_si256((const __m256i *)(a + 32)));
-        acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, (__m256i)k->s[2 * c]),
-                                                     _mm256_madd_epi16(p1, (__m256i)k->s[2 * c + 1])));
+        const __m256i s0 = _mm256_madd_epi16(p0, (__m256i)k->s[2 * c]);
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(
+                                        s0, _mm256_madd_epi16(p1, (__m256i)k->s[2 * c + 1])));
     }
     return (vi8)acc;
 }

@@ -1,0 +1,234 @@
+/* The C step's own products (16-bit floats, q8, q4) and attention's query-key scores where
+ * vectors are 8 lanes: AVX2 with FMA and without AVX-512 (x86-64-v3, most laptops). Included
+ * by decode_step.c, which defines vf, Linear, from_f16, store and prefetch.
+ *
+ * The generic code works on 16-lane vectors (vf); GCC compiles them for AVX2 as pairs of 8-lane
+ * registers but moves their halves, widenings and shuffles through memory and keeps too many
+ * of them live for AVX2's 16 registers (measured on one thread: bfloat16 rows 7.4x, q8 5x,
+ * q4 11-22x the time of the AVX-512 build). Here the same sums are taken in halves of 8 lanes:
+ * lane l of a 16-lane sum is lane l % 8 of half l / 8, every multiply-add fused as GCC fuses
+ * the generic code's, every total in the generic code's order (hsum: lanes 0..15 in turn), so
+ * that a build for x86-64-v3 gives the numbers of a build for AVX-512 bit for bit
+ * (tests/native/test_avx2_products.py). */
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#include <immintrin.h>
+#define AVX2_ROWS 1
+
+/* two 8-lane halves summed as hsum sums a 16-lane vector: lanes 0..15 in turn */
+static inline float hsum_halves(__m256 lo, __m256 hi) {
+    float t[16], s = 0.0f;
+    _mm256_storeu_ps(t, lo), _mm256_storeu_ps(t + 8, hi);
+    for (int i = 0; i < 16; i++) s += t[i];
+    return s;
+}
+
+/* rows_f32's sums in halves: two 16-lane sums (32 values a pass), added, then hsum */
+static void rows_f32_avx2(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                          int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int64_t K = L->k, K16 = K & ~(int64_t)15;
+    const float *W = (const float *)L->w;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *w = W + n * K;
+        if (n + 2 < n1) prefetch(w + 2 * K, K * 4);
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * ldx;
+            __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                           _mm256_setzero_ps()}; /* the two sums' halves */
+            int64_t k = 0;
+            for (; k + 32 <= K16; k += 32)
+                for (int h = 0; h < 4; h++)
+                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8 * h),
+                                           _mm256_loadu_ps(xm + k + 8 * h), a[h]);
+            for (; k < K16; k += 16)
+                for (int h = 0; h < 2; h++)
+                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8 * h),
+                                           _mm256_loadu_ps(xm + k + 8 * h), a[h]);
+            float s = hsum_halves(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]));
+            for (; k < K; k++) s = fmaf(w[k], xm[k], s);
+            store(L, y, ldy, res, m, n, s);
+        }
+    }
+}
+
+/* 8 16-bit floats (bits) as floats: bfloat16 shifted into place; IEEE float16 as from_f16x16
+ * takes it (the exponent re-biased by a multiplication) */
+static inline __m256 half8(__m128i h, const int brain) {
+    const __m256i v = _mm256_cvtepu16_epi32(h);
+    if (brain) return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    const __m256 mag = _mm256_mul_ps(
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fff)), 13)),
+        _mm256_set1_ps(0x1p112f));
+    return _mm256_or_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                 _mm256_and_si256(v, _mm256_set1_epi32(0x8000)), 16)));
+}
+
+/* 8 int8 (p[0..7]) as floats */
+static inline __m256 i8x8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* rows_half's sums (16-bit float rows) in halves */
+static inline __attribute__((always_inline)) void rows_half_avx2(
+    const Linear *L, const float *x, int64_t M, int64_t ldx, float *y, int64_t ldy,
+    const float *res, int64_t n0, int64_t n1, const int brain) {
+    const int64_t K = L->k, K16 = K & ~(int64_t)15;
+    const uint16_t *W = (const uint16_t *)L->w;
+    for (int64_t n = n0; n < n1; n++) {
+        const uint16_t *w = W + n * K;
+        if (n + 2 < n1) prefetch(w + 2 * K, K * 2);
+        for (int64_t m = 0; m < M; m++) {
+            const float *xm = x + m * ldx;
+            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+            int64_t k = 0;
+            for (; k < K16; k += 16) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + k));
+                lo = _mm256_fmadd_ps(half8(_mm256_castsi256_si128(raw), brain),
+                                     _mm256_loadu_ps(xm + k), lo);
+                hi = _mm256_fmadd_ps(half8(_mm256_extracti128_si256(raw, 1), brain),
+                                     _mm256_loadu_ps(xm + k + 8), hi);
+            }
+            float s = hsum_halves(lo, hi);
+            for (; k < K; k++) {
+                float f;
+                if (brain) {
+                    uint32_t b = (uint32_t)w[k] << 16;
+                    memcpy(&f, &b, 4);
+                } else {
+                    f = from_f16(w[k]);
+                }
+                s = fmaf(f, xm[k], s);
+            }
+            store(L, y, ldy, res, m, n, s);
+        }
+    }
+}
+
+/* rows_q8's sums in halves: per group of 32, (w0 x0 + w1 x1) sg into each row's sums (the
+ * first product fused into the second, then the scale's fused into the sum) */
+static void rows_q8_avx2(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
+                         int64_t ldy, const float *res, int64_t n0, int64_t n1) {
+    const int64_t K = L->k, G = K / 32;
+    const int8_t *W = (const int8_t *)L->w;
+    for (int64_t n = n0; n < n1; n++) {
+        const int8_t *w = W + n * K;
+        const uint16_t *s = L->scales + n * G;
+        if (n + 4 < n1) prefetch(w + 4 * K, K), prefetch(s + 4 * G, G * 2);
+        int64_t m = 0;
+        for (; m < M;) {
+            const int R = M - m >= 4 ? 4 : 1; /* four rows of x per widening of the weights */
+            __m256 lo[4], hi[4];
+            for (int r = 0; r < R; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+            for (int64_t g = 0; g < G; g++) {
+                const int8_t *q = w + 32 * g;
+                const __m256 a0 = i8x8(q), b0 = i8x8(q + 8), a1 = i8x8(q + 16), b1 = i8x8(q + 24);
+                const __m256 sg = _mm256_set1_ps(from_f16(s[g]));
+                for (int r = 0; r < R; r++) {
+                    const float *xg = x + (m + r) * ldx + 32 * g;
+                    const __m256 tl = _mm256_fmadd_ps(
+                        a0, _mm256_loadu_ps(xg), _mm256_mul_ps(a1, _mm256_loadu_ps(xg + 16)));
+                    const __m256 th = _mm256_fmadd_ps(
+                        b0, _mm256_loadu_ps(xg + 8), _mm256_mul_ps(b1, _mm256_loadu_ps(xg + 24)));
+                    lo[r] = _mm256_fmadd_ps(tl, sg, lo[r]);
+                    hi[r] = _mm256_fmadd_ps(th, sg, hi[r]);
+                }
+            }
+            for (int r = 0; r < R; r++) store(L, y, ldy, res, m + r, n, hsum_halves(lo[r], hi[r]));
+            m += R;
+        }
+    }
+}
+
+/* q4_block's 64 sums per row of x in halves, out (R, 64) floats: rows 0..31 (the low nibbles)
+ * then 32..63 (the high ones) in two passes over a group's 32 columns, so that each pass's sums
+ * stay in registers; per group out += d (sum u x) + m (sum x) (d's product fused) */
+static inline __attribute__((always_inline)) void q4_block_avx2(
+    const Linear *L, int64_t blk, const float *x, int64_t ldx, const int R, int ahead,
+    float out[][64]) {
+    const int64_t G = L->k / 32;
+    const uint8_t *wb = (const uint8_t *)L->w + blk * L->k * 32;
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < 64; j++) out[r][j] = 0.0f;
+    const __m256i low = _mm256_set1_epi32(15);
+    for (int64_t g = 0; g < G; g++) {
+        const uint8_t *p = wb + g * 32 * 32;
+        if (ahead) { /* two groups ahead (the next block's follow its last group) */
+            prefetch(p + 2 * 1024, 1024);
+            prefetch(L->scales + (blk * G + g + 2) * 128, 256);
+        }
+        float xs[2] = {0.0f, 0.0f};
+        for (int kk = 0; kk < 32; kk++)
+            for (int r = 0; r < R; r++) xs[r] += x[r * ldx + 32 * g + kk];
+        const uint16_t *dm = L->scales + (blk * G + g) * 64 * 2;
+        for (int pass = 0; pass < 2; pass++) { /* rows 32 pass .. 32 pass + 31 */
+            __m256 a[2][4];
+            for (int r = 0; r < R; r++)
+                for (int h = 0; h < 4; h++) a[r][h] = _mm256_setzero_ps();
+            const uint8_t *pk = p;
+            for (int kk = 0; kk < 32; kk++, pk += 32) {
+                __m256 w[4];
+                for (int h = 0; h < 4; h++) {
+                    const __m256i b =
+                        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(pk + 8 * h)));
+                    w[h] = _mm256_cvtepi32_ps(pass ? _mm256_srli_epi32(b, 4)
+                                                   : _mm256_and_si256(b, low));
+                }
+                for (int r = 0; r < R; r++) {
+                    const __m256 xk = _mm256_broadcast_ss(x + r * ldx + 32 * g + kk);
+                    for (int h = 0; h < 4; h++) a[r][h] = _mm256_fmadd_ps(w[h], xk, a[r][h]);
+                }
+            }
+            for (int h = 0; h < 4; h++) { /* rows 32 pass + 8 h ..: their (d, m) pairs */
+                const uint16_t *pair = dm + 2 * (32 * pass + 8 * h);
+                const __m256 p0 = half8(_mm_loadu_si128((const __m128i *)pair), 0);
+                const __m256 p1 = half8(_mm_loadu_si128((const __m128i *)(pair + 8)), 0);
+                /* even lanes d, odd lanes m: in-lane shuffles leave the 64-bit pairs 0 2 1 3 */
+                const __m256 d = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(p0, p1, 0x88)), 0xd8));
+                const __m256 mn = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(p0, p1, 0xdd)), 0xd8));
+                for (int r = 0; r < R; r++) {
+                    float *o = out[r] + 32 * pass + 8 * h;
+                    const __m256 t =
+                        _mm256_fmadd_ps(d, a[r][h], _mm256_mul_ps(mn, _mm256_set1_ps(xs[r])));
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), t));
+                }
+            }
+        }
+    }
+}
+
+/* dot16 where vectors are 8 lanes: the same numbers in halves of 8 lanes (tree16t's shuffles
+ * of 16-lane vectors went through memory: 5.7x the time of AVX-512's in a prefill) */
+static inline void dot16_halves(const float *q, const float *k, int64_t D, float *out) {
+    __m256 a[16], b[8], c[4], d[2];
+    const int64_t D64 = D & ~(int64_t)63;
+    for (int j = 0; j < 16; j++) {
+        const float *kj = k + j * D;
+        __m256 s[8];
+        for (int h = 0; h < 8; h++) s[h] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < D64; i += 64)
+            for (int h = 0; h < 8; h++) /* h / 2: dot()'s sum, h % 2: its half */
+                s[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8 * h),
+                                       _mm256_loadu_ps(kj + i + 8 * h), s[h]);
+        const __m256 lo = _mm256_add_ps(_mm256_add_ps(s[0], s[4]), _mm256_add_ps(s[2], s[6]));
+        const __m256 hi = _mm256_add_ps(_mm256_add_ps(s[1], s[5]), _mm256_add_ps(s[3], s[7]));
+        a[j] = _mm256_add_ps(lo, hi); /* lanes i and i + 8 */
+    }
+    for (int j = 0; j < 8; j++) /* i and i + 4: key j's in the low 128 bits, j + 8's high */
+        b[j] = _mm256_add_ps(_mm256_permute2f128_ps(a[j], a[j + 8], 0x20),
+                             _mm256_permute2f128_ps(a[j], a[j + 8], 0x31));
+    for (int j = 0; j < 4; j++) /* i and i + 2: keys 2j, 2j + 1 (and + 8) */
+        c[j] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * j], b[2 * j + 1], 0x44),
+                             _mm256_shuffle_ps(b[2 * j], b[2 * j + 1], 0xee));
+    for (int j = 0; j < 2; j++) /* i and i + 1: keys 4j .. 4j + 3 (and + 8) */
+        d[j] = _mm256_add_ps(_mm256_shuffle_ps(c[2 * j], c[2 * j + 1], 0x88),
+                             _mm256_shuffle_ps(c[2 * j], c[2 * j + 1], 0xdd));
+    _mm256_storeu_ps(out, _mm256_permute2f128_ps(d[0], d[1], 0x20));
+    _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(d[0], d[1], 0x31));
+    for (int j = 0; j < 16; j++)
+        for (int64_t i = D64; i < D; i++) out[j] = fmaf(q[i], k[j * D + i], out[j]);
+}
+#else
+#define AVX2_ROWS 0
+#endif
