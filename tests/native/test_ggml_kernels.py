@@ -14,7 +14,7 @@
   equals float64 ``dequantize(W) @ (e a)``: in exact arithmetic the chunk formula
   ``e (A sum(u a)) + B e sum(a)`` is ``e sum((A u + B) a)``; the integer sums are exact and the
   float32 rest is bounded as above.
-1, 2, 4, 5 and 9 rows of x (the kernel takes 8 rows together, or 4 without AVX-512, then
+1, 2, 4, 5 and 9 rows of x (the kernel takes 8 rows together, or 4 without AVX2, then
 one at a time; Q4_K and Q4_0 matrices of 8k rows sum the first M - M % 4 rows as llama.cpp's
 repacked gemm, the others as its gemv), an odd number of output rows (a decoding step's
 product takes two at a time), an odd number of blocks of 32 (3, 19: the integer product takes

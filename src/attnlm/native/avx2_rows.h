@@ -229,6 +229,94 @@ static inline void dot16_halves(const float *q, const float *k, int64_t D, float
     for (int j = 0; j < 16; j++)
         for (int64_t i = D64; i < D; i++) out[j] = fmaf(q[i], k[j * D + i], out[j]);
 }
+
+/* vexp in 8 lanes (the same steps; lanes with |n| > 126, rare, as the generic code takes
+ * them) */
+static inline __m256 vexp8(__m256 x) {
+#define C8(v) _mm256_set1_ps(v)
+    const __m256 r = C8(0x1.8p23f);
+    const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, C8(0x1.715476p+0f), r), r);
+    const __m256 mn = _mm256_xor_ps(n, C8(-0.0f));
+    const __m256 b = _mm256_fmadd_ps(mn, C8(0x1.7f7d1cp-20f),
+                                     _mm256_fmadd_ps(mn, C8(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(C8(0x1.0e4020p-7f), b, C8(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(C8(0x1.555e66p-3f), b, C8(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(C8(0x1.ffffecp-1f), b, C8(1.0f)));
+    const __m256 in = _mm256_and_ps(_mm256_cmp_ps(n, C8(-126.0f), _CMP_GE_OQ),
+                                    _mm256_cmp_ps(n, C8(126.0f), _CMP_LE_OQ));
+#undef C8
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_and_si256(_mm256_cvttps_epi32(n), _mm256_castps_si256(in)),
+                         _mm256_set1_epi32(127)), 23);
+    __m256 res = _mm256_mul_ps(j, _mm256_castsi256_ps(e));
+    const int all = _mm256_movemask_ps(in);
+    if (all != 0xff) { /* rare: e^x below 2^-126 or above 2^127 */
+        float rs[8], ns[8], js[8];
+        _mm256_storeu_ps(rs, res), _mm256_storeu_ps(ns, n), _mm256_storeu_ps(js, j);
+        for (int i = 0; i < 8; i++)
+            if (!(all >> i & 1))
+                rs[i] = ns[i] > 192.0f   ? INFINITY
+                        : ns[i] < -192.0f ? 0.0f
+                                          : ldexpf(js[i], (int)ns[i]);
+        res = _mm256_loadu_ps(rs);
+    }
+    return res;
+}
+
+/* SwiGLU's g / (1 + e^-g) u in halves (activate: 16 lanes a step) */
+static inline void swiglu16(float *h, const float *up) {
+    for (int k = 0; k < 16; k += 8) {
+        const __m256 g = _mm256_loadu_ps(h + k);
+        const __m256 e = vexp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+        const __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(h + k, _mm256_mul_ps(s, _mm256_loadu_ps(up + k)));
+    }
+}
+
+/* attend()'s weighted values in halves: out (D,) = the sums over the cells of p[s] v[s] per
+ * class of cells c mod L (L = 16 with several rows a step, 64 with one: then the classes
+ * l, l + 16, l + 32, l + 48 added as (0 + 2) + (1 + 3)), each fused in order of s, the 16 sums
+ * added as tree16 adds them; 8 classes of 8 values at a time (16 of 16 spilled AVX2's 16
+ * registers) */
+static void pv_halves(const float *v, int64_t D, const float *p, int64_t S, int64_t c0,
+                      int batch, float *out) {
+    const int64_t L = batch ? 16 : 64;
+    for (int64_t i = 0; i < D; i += 8) {
+        __m256 acc[16], part[4][8];
+        for (int g = 0; g < 2; g++) { /* the classes 8 g .. 8 g + 7 (of 16) */
+            for (int j = 0; j < (batch ? 1 : 4); j++) {
+                __m256 a[8];
+                for (int l = 0; l < 8; l++) a[l] = _mm256_setzero_ps();
+                for (int64_t b = c0 - c0 % L + 16 * j + 8 * g; b < c0 + S; b += L) {
+                    const int64_t s0 = b - c0;
+                    if (s0 >= 0 && s0 + 8 <= S) {
+#pragma GCC unroll 8
+                        for (int l = 0; l < 8; l++)
+                            a[l] = _mm256_fmadd_ps(_mm256_loadu_ps(v + (s0 + l) * D + i),
+                                                   _mm256_set1_ps(p[s0 + l]), a[l]);
+                    } else {
+                        for (int l = 0; l < 8; l++)
+                            if (s0 + l >= 0 && s0 + l < S)
+                                a[l] = _mm256_fmadd_ps(_mm256_loadu_ps(v + (s0 + l) * D + i),
+                                                       _mm256_set1_ps(p[s0 + l]), a[l]);
+                    }
+                }
+                for (int l = 0; l < 8; l++) part[j][l] = a[l];
+            }
+            for (int l = 0; l < 8; l++)
+                acc[8 * g + l] = batch ? part[0][l]
+                                       : _mm256_add_ps(_mm256_add_ps(part[0][l], part[2][l]),
+                                                       _mm256_add_ps(part[1][l], part[3][l]));
+        }
+        __m256 t[8];
+        for (int l = 0; l < 8; l++) t[l] = _mm256_add_ps(acc[l], acc[l + 8]);
+        for (int l = 0; l < 4; l++) t[l] = _mm256_add_ps(t[l], t[l + 4]);
+        const __m256 t02 = _mm256_add_ps(t[0], t[2]), t13 = _mm256_add_ps(t[1], t[3]);
+        _mm256_storeu_ps(out + i, _mm256_add_ps(t02, t13));
+    }
+}
 #else
 #define AVX2_ROWS 0
 #endif

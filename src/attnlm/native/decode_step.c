@@ -699,6 +699,9 @@ static inline float gelu_f16(float v) {
 static void activate(int64_t kind, float *h, int64_t F) {
     int64_t j = 0;
     if (kind == ACT_SWIGLU) {
+#if AVX2_ROWS
+        for (; j + 16 <= F; j += 16) swiglu16(h + j, h + F + j);
+#endif
         for (; j + 16 <= F; j += 16) {
             const vf g = *(const vf *)(h + j);
             *(vf *)(h + j) = g / (1.0f + vexp(-g)) * *(const vf *)(h + F + j);
@@ -927,6 +930,10 @@ static void attend(const Model *md, const float *q, const float *k, const float 
     if (!pre)
         for (s = 0; s < S; s++) scores[s] *= md->scale;
     softmax_cells(scores, S, c0);
+#if AVX2_ROWS
+    pv_halves(v, D, scores, S, c0, batch, out);
+    return;
+#endif
     for (int64_t i = 0; i < D; i += 16) {
         vf acc[16];
         for (int l = 0; l < 16; l++) acc[l] = (vf){0};

@@ -61,9 +61,10 @@ static inline float gg_f16(uint16_t h) {
 #endif
 }
 /* rows of x taken together per weight row (a prefill's): measured 1.1x as fast at 8 as at 4
- * with AVX-512's 32 vector registers; 4 where there are 16 */
+ * with AVX-512's 32 vector registers, and with AVX2's 16 (its 8-lane kernels: Qwen2.5 0.5B's
+ * and 1.5B's prompts, one thread); 4 elsewhere */
 #define GG_TILE 16 /* weight rows a tile (see gg_rows_fmt) */
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #define GG_ROWS 8
 #else
 #define GG_ROWS 4
@@ -475,14 +476,6 @@ static inline vf8 gg_fma8(vf8 a, vf8 b, vf8 acc) {
  * vector's lanes added as a tree, or pairs, fours, then eights across the 8 vectors at once */
 static inline vi8 gg_isum8x8(const vi8 *v);
 static inline __attribute__((always_inline)) vi8 gg_totals(const vi8 *v, const int R) {
-#if defined(__AVX2__) && !defined(__AVX512F__)
-    if (R > 1 && R <= 4) { /* lanes 0-3: three horizontal adds, then the two halves */
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32((__m256i)v[0], (__m256i)v[1]),
-                                            _mm256_hadd_epi32((__m256i)v[2], (__m256i)v[3]));
-        return (vi8)_mm256_zextsi128_si256(
-            _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-    }
-#endif
     if (R > 1) return gg_isum8x8(v);
     const vi8 a = v[0] + __builtin_shufflevector(v[0], v[0], 4, 5, 6, 7, 0, 1, 2, 3);
     const vi8 b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5);
