@@ -36,8 +36,12 @@ side (256 tokens are made whatever they say); attnlm's lookahead drafts are off 
 --lookahead 0``, one token per forward pass, as llama.cpp) except in the rows that say
 ``drafts`` (``--lookahead 8``, greedy's default: the same tokens, fewer passes).
 
+``--simulate avx2 --llama-cpp-lib DIR``: the CPU class without AVX-512, as
+``bench_kquant.py`` simulates it (attnlm's C step built for x86-64-v3, PyTorch kept to AVX2,
+llama.cpp built for the class).
+
     .venv/bin/python benchmarks/bench_local_llm.py [--rounds 3] [--threads 2]
-        [--weights q4 q8 f32] [--quick]
+        [--weights q4 q8 f32] [--quick] [--simulate avx2 --llama-cpp-lib DIR]
 """
 
 from __future__ import annotations
@@ -367,6 +371,13 @@ def main() -> None:
     ap.add_argument("--weights", nargs="+", default=["q4", "q8", "bf16", "f32"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--question", default=QUESTION, help="the chat rows' question")
+    harness.add_simulate_argument(ap)
+    ap.add_argument(
+        "--llama-cpp-lib",
+        metavar="DIR",
+        help="llama.cpp's libraries from this build folder (its bin/): one built for the "
+        "--simulate class (benchmarks/build_llama_cpp.sh)",
+    )
     ap.add_argument("--peer", choices=["llamacpp", "transformers"], help=argparse.SUPPRESS)
     ap.add_argument("--lookup", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--until-eos", action="store_true", help=argparse.SUPPRESS)
@@ -384,7 +395,14 @@ def main() -> None:
         print(json.dumps(doc))
         return
     harness.set_threads(args.threads)
-    harness.header("local_llm", threads=args.threads, new=args.new, rounds=args.rounds)
+    os.environ.update(harness.SIMULATE[args.simulate])  # every process started from here
+    if args.llama_cpp_lib:
+        use_llama_cpp_build(args.llama_cpp_lib)
+    elif args.simulate != "none":
+        raise SystemExit(f"error: --simulate {args.simulate} needs --llama-cpp-lib: the wheel's "
+                         "llama.cpp is built for this CPU")  # fmt: skip
+    harness.header("local_llm", threads=args.threads, new=args.new, rounds=args.rounds,
+                   simulate=args.simulate, llama_cpp_lib=args.llama_cpp_lib)  # fmt: skip
     path = gguf_path()
     prompt = prompt_text(args.prompt_tokens)
     have_llama = harness.require("local_llm", "llama_cpp")
