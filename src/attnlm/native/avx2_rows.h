@@ -156,12 +156,12 @@ static inline __attribute__((always_inline)) void q4_block_avx2(
             prefetch(p + 2 * 1024, 1024);
             prefetch(L->scales + (blk * G + g + 2) * 128, 256);
         }
-        float xs[2] = {0.0f, 0.0f};
+        float xs[4] = {0}; /* R <= 4 (Q4_ROWS) */
         for (int kk = 0; kk < 32; kk++)
             for (int r = 0; r < R; r++) xs[r] += x[r * ldx + 32 * g + kk];
         const uint16_t *dm = L->scales + (blk * G + g) * 64 * 2;
         for (int pass = 0; pass < 2; pass++) { /* rows 32 pass .. 32 pass + 31 */
-            __m256 a[2][4];
+            __m256 a[4][4];
             for (int r = 0; r < R; r++)
                 for (int h = 0; h < 4; h++) a[r][h] = _mm256_setzero_ps();
             const uint8_t *pk = p;
