@@ -23,32 +23,24 @@ static inline float hsum_halves(__m256 lo, __m256 hi) {
     return s;
 }
 
-/* rows_f32's sums in halves: two 16-lane sums (32 values a pass), added, then hsum */
-static void rows_f32_avx2(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
-                          int64_t ldy, const float *res, int64_t n0, int64_t n1) {
-    const int64_t K = L->k, K16 = K & ~(int64_t)15;
-    const float *W = (const float *)L->w;
-    for (int64_t n = n0; n < n1; n++) {
-        const float *w = W + n * K;
-        if (n + 2 < n1) prefetch(w + 2 * K, K * 4);
-        for (int64_t m = 0; m < M; m++) {
-            const float *xm = x + m * ldx;
-            __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                           _mm256_setzero_ps()}; /* the two sums' halves */
-            int64_t k = 0;
-            for (; k + 32 <= K16; k += 32)
-                for (int h = 0; h < 4; h++)
-                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8 * h),
-                                           _mm256_loadu_ps(xm + k + 8 * h), a[h]);
-            for (; k < K16; k += 16)
-                for (int h = 0; h < 2; h++)
-                    a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8 * h),
-                                           _mm256_loadu_ps(xm + k + 8 * h), a[h]);
-            float s = hsum_halves(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]));
-            for (; k < K; k++) s = fmaf(w[k], xm[k], s);
-            store(L, y, ldy, res, m, n, s);
-        }
-    }
+/* rows_f32's sum of one row: two 16-lane sums (32 values a pass) in halves, added, then
+ * hsum, the values past the last 16 fused in turn */
+static inline float f32_row_sum(const float *w, const float *xm, int64_t K) {
+    const int64_t K16 = K & ~(int64_t)15;
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()}; /* the two sums' halves */
+    int64_t k = 0;
+    for (; k + 32 <= K16; k += 32)
+        for (int h = 0; h < 4; h++)
+            a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8 * h), _mm256_loadu_ps(xm + k + 8 * h),
+                                   a[h]);
+    for (; k < K16; k += 16)
+        for (int h = 0; h < 2; h++)
+            a[h] = _mm256_fmadd_ps(_mm256_loadu_ps(w + k + 8 * h), _mm256_loadu_ps(xm + k + 8 * h),
+                                   a[h]);
+    float s = hsum_halves(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]));
+    for (; k < K; k++) s = fmaf(w[k], xm[k], s);
+    return s;
 }
 
 /* 8 16-bit floats (bits) as floats: bfloat16 shifted into place; IEEE float16 as from_f16x16
@@ -68,75 +60,45 @@ static inline __m256 i8x8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-/* rows_half's sums (16-bit float rows) in halves */
-static inline __attribute__((always_inline)) void rows_half_avx2(
-    const Linear *L, const float *x, int64_t M, int64_t ldx, float *y, int64_t ldy,
-    const float *res, int64_t n0, int64_t n1, const int brain) {
-    const int64_t K = L->k, K16 = K & ~(int64_t)15;
-    const uint16_t *W = (const uint16_t *)L->w;
-    for (int64_t n = n0; n < n1; n++) {
-        const uint16_t *w = W + n * K;
-        if (n + 2 < n1) prefetch(w + 2 * K, K * 2);
-        for (int64_t m = 0; m < M; m++) {
-            const float *xm = x + m * ldx;
-            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-            int64_t k = 0;
-            for (; k < K16; k += 16) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + k));
-                lo = _mm256_fmadd_ps(half8(_mm256_castsi256_si128(raw), brain),
-                                     _mm256_loadu_ps(xm + k), lo);
-                hi = _mm256_fmadd_ps(half8(_mm256_extracti128_si256(raw, 1), brain),
-                                     _mm256_loadu_ps(xm + k + 8), hi);
-            }
-            float s = hsum_halves(lo, hi);
-            for (; k < K; k++) {
-                float f;
-                if (brain) {
-                    uint32_t b = (uint32_t)w[k] << 16;
-                    memcpy(&f, &b, 4);
-                } else {
-                    f = from_f16(w[k]);
-                }
-                s = fmaf(f, xm[k], s);
-            }
-            store(L, y, ldy, res, m, n, s);
-        }
+/* rows_half's sum of one row (16-bit floats, bfloat16 where `brain`) over the first K16
+ * values (a multiple of 16), in halves, then hsum */
+static inline float half_row_sum(const uint16_t *w, const float *xm, int64_t K16,
+                                 const int brain) {
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K16; k += 16) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + k));
+        lo = _mm256_fmadd_ps(half8(_mm256_castsi256_si128(raw), brain), _mm256_loadu_ps(xm + k),
+                             lo);
+        hi = _mm256_fmadd_ps(half8(_mm256_extracti128_si256(raw, 1), brain),
+                             _mm256_loadu_ps(xm + k + 8), hi);
     }
+    return hsum_halves(lo, hi);
 }
 
-/* rows_q8's sums in halves: per group of 32, (w0 x0 + w1 x1) sg into each row's sums (the
- * first product fused into the second, then the scale's fused into the sum) */
-static void rows_q8_avx2(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
-                         int64_t ldy, const float *res, int64_t n0, int64_t n1) {
-    const int64_t K = L->k, G = K / 32;
-    const int8_t *W = (const int8_t *)L->w;
-    for (int64_t n = n0; n < n1; n++) {
-        const int8_t *w = W + n * K;
-        const uint16_t *s = L->scales + n * G;
-        if (n + 4 < n1) prefetch(w + 4 * K, K), prefetch(s + 4 * G, G * 2);
-        int64_t m = 0;
-        for (; m < M;) {
-            const int R = M - m >= 4 ? 4 : 1; /* four rows of x per widening of the weights */
-            __m256 lo[4], hi[4];
-            for (int r = 0; r < R; r++) lo[r] = hi[r] = _mm256_setzero_ps();
-            for (int64_t g = 0; g < G; g++) {
-                const int8_t *q = w + 32 * g;
-                const __m256 a0 = i8x8(q), b0 = i8x8(q + 8), a1 = i8x8(q + 16), b1 = i8x8(q + 24);
-                const __m256 sg = _mm256_set1_ps(from_f16(s[g]));
-                for (int r = 0; r < R; r++) {
-                    const float *xg = x + (m + r) * ldx + 32 * g;
-                    const __m256 tl = _mm256_fmadd_ps(
-                        a0, _mm256_loadu_ps(xg), _mm256_mul_ps(a1, _mm256_loadu_ps(xg + 16)));
-                    const __m256 th = _mm256_fmadd_ps(
-                        b0, _mm256_loadu_ps(xg + 8), _mm256_mul_ps(b1, _mm256_loadu_ps(xg + 24)));
-                    lo[r] = _mm256_fmadd_ps(tl, sg, lo[r]);
-                    hi[r] = _mm256_fmadd_ps(th, sg, hi[r]);
-                }
-            }
-            for (int r = 0; r < R; r++) store(L, y, ldy, res, m + r, n, hsum_halves(lo[r], hi[r]));
-            m += R;
+/* rows_q8's sums of one weight row (int8 codes w, float16 scales s of G groups of 32) for
+ * the R rows of x at x (stride ldx), in halves: per group (w0 x0 + w1 x1) sg into each row's
+ * sums (the first product fused into the second, then the scale's fused into the sum) */
+static inline __attribute__((always_inline)) void q8_row_sums(const int8_t *w, const uint16_t *s,
+                                                              int64_t G, const float *x,
+                                                              int64_t ldx, const int R,
+                                                              float *out) {
+    __m256 lo[4], hi[4];
+    for (int r = 0; r < R; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const int8_t *q = w + 32 * g;
+        const __m256 a0 = i8x8(q), b0 = i8x8(q + 8), a1 = i8x8(q + 16), b1 = i8x8(q + 24);
+        const __m256 sg = _mm256_set1_ps(from_f16(s[g]));
+        for (int r = 0; r < R; r++) {
+            const float *xg = x + r * ldx + 32 * g;
+            const __m256 tl = _mm256_fmadd_ps(a0, _mm256_loadu_ps(xg),
+                                              _mm256_mul_ps(a1, _mm256_loadu_ps(xg + 16)));
+            const __m256 th = _mm256_fmadd_ps(b0, _mm256_loadu_ps(xg + 8),
+                                              _mm256_mul_ps(b1, _mm256_loadu_ps(xg + 24)));
+            lo[r] = _mm256_fmadd_ps(tl, sg, lo[r]);
+            hi[r] = _mm256_fmadd_ps(th, sg, hi[r]);
         }
     }
+    for (int r = 0; r < R; r++) out[r] = hsum_halves(lo[r], hi[r]);
 }
 
 /* q4_block's 64 sums per row of x in halves, out (R, 64) floats: rows 0..31 (the low nibbles)

@@ -198,10 +198,6 @@ static void store(const Linear *L, float *y, int64_t ldy, const float *res, int6
 
 static void rows_f32(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                      int64_t ldy, const float *res, int64_t n0, int64_t n1) {
-#if AVX2_ROWS
-    rows_f32_avx2(L, x, M, ldx, y, ldy, res, n0, n1);
-    return;
-#endif
     const int64_t K = L->k, K16 = K & ~(int64_t)15;
     const float *W = (const float *)L->w;
     for (int64_t n = n0; n < n1; n++) {
@@ -209,6 +205,10 @@ static void rows_f32(const Linear *L, const float *x, int64_t M, int64_t ldx, fl
         if (n + 2 < n1) prefetch(w + 2 * K, K * 4);
         for (int64_t m = 0; m < M; m++) {
             const float *xm = x + m * ldx;
+#if AVX2_ROWS
+            store(L, y, ldy, res, m, n, f32_row_sum(w, xm, K));
+            continue;
+#endif
             vf a0 = {0}, a1 = {0};
             int64_t k = 0;
             for (; k + 32 <= K16; k += 32) {
@@ -354,10 +354,6 @@ static inline __attribute__((always_inline)) void rows_half(const Linear *L, con
                                                             int64_t M, int64_t ldx, float *y,
                                                             int64_t ldy, const float *res,
                                                             int64_t n0, int64_t n1, int brain) {
-#if AVX2_ROWS
-    rows_half_avx2(L, x, M, ldx, y, ldy, res, n0, n1, brain);
-    return;
-#endif
     const int64_t K = L->k, K16 = K & ~(int64_t)15;
     const uint16_t *W = (const uint16_t *)L->w;
     for (int64_t n = n0; n < n1; n++) {
@@ -365,14 +361,18 @@ static inline __attribute__((always_inline)) void rows_half(const Linear *L, con
         if (n + 2 < n1) prefetch(w + 2 * K, K * 2);
         for (int64_t m = 0; m < M; m++) {
             const float *xm = x + m * ldx;
+            int64_t k = K16;
+#if AVX2_ROWS
+            float s = half_row_sum(w, xm, K16, brain);
+#else
             vf a = {0};
-            int64_t k = 0;
-            for (; k < K16; k += 16) {
+            for (k = 0; k < K16; k += 16) {
                 vf wk = brain ? (vf)(__builtin_convertvector(*(const vu16 *)(w + k), vu) << 16)
                               : from_f16x16(w + k);
                 a += wk * *(const vf *)(xm + k);
             }
             float s = hsum(a);
+#endif
             for (; k < K; k++) {
                 float f;
                 if (brain) {
@@ -395,10 +395,6 @@ static void rows_bf16(const Linear *L, const float *x, int64_t M, int64_t ldx, f
 
 static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, float *y,
                     int64_t ldy, const float *res, int64_t n0, int64_t n1) {
-#if AVX2_ROWS
-    rows_q8_avx2(L, x, M, ldx, y, ldy, res, n0, n1);
-    return;
-#endif
     const int64_t K = L->k, G = K / 32;
     const int8_t *W = (const int8_t *)L->w;
     for (int64_t n = n0; n < n1; n++) {
@@ -406,6 +402,15 @@ static void rows_q8(const Linear *L, const float *x, int64_t M, int64_t ldx, flo
         const uint16_t *s = L->scales + n * G;
         if (n + 4 < n1) prefetch(w + 4 * K, K), prefetch(s + 4 * G, G * 2);
         int64_t m = 0;
+#if AVX2_ROWS
+        for (float out[4]; m < M;) {
+            const int R = M - m >= 4 ? 4 : 1;
+            if (R == 4) q8_row_sums(w, s, G, x + m * ldx, ldx, 4, out);
+            else q8_row_sums(w, s, G, x + m * ldx, ldx, 1, out);
+            for (int r = 0; r < R; r++) store(L, y, ldy, res, m + r, n, out[r]);
+            m += R;
+        }
+#endif
         for (; m + 4 <= M; m += 4) { /* four rows of x per widening of the weights */
             vf a[4] = {{0}, {0}, {0}, {0}};
             for (int64_t g = 0; g < G; g++) {
