@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 import sys
 import time
 from pathlib import Path
@@ -226,21 +225,10 @@ def main() -> None:
     ap.add_argument("--kernels", action="store_true", help="only the kernel rows")
     ap.add_argument("--prefill-cpu-time", action="store_true",
                     help="only the one-thread CPU time of a --prefill-tokens prefill")  # fmt: skip
-    harness.add_simulate_argument(ap)
-    ap.add_argument(
-        "--llama-cpp-lib",
-        metavar="DIR",
-        help="llama.cpp's libraries from this build folder (its bin/) instead of the wheel's, "
-        "which is built for this CPU: one built for the --simulate class",
-    )
+    local.add_cpu_class_arguments(ap)
     args = harness.parse(ap, quick={"rounds": 1, "new": 8, "prompt_tokens": 16,
                                     "prefill_tokens": 32})  # fmt: skip
-    os.environ.update(harness.SIMULATE[args.simulate])  # every attnlm process and this one
-    if args.llama_cpp_lib:
-        local.use_llama_cpp_build(args.llama_cpp_lib)
-    elif args.simulate != "none" and not args.kernels:
-        raise SystemExit(f"error: --simulate {args.simulate} needs --llama-cpp-lib: the wheel's "
-                         "llama.cpp is built for this CPU")  # fmt: skip
+    local.use_cpu_class(args, peer=not args.kernels)
     harness.header("kquant", threads=args.threads, new=args.new, rounds=args.rounds,
                    simulate=args.simulate, llama_cpp_lib=args.llama_cpp_lib)  # fmt: skip
     if args.kernels:

@@ -83,6 +83,29 @@ def prompt_text(n_tokens: int) -> str:
 # -- peers (this script in peer mode, one process per run) ----------------------------------
 
 
+def add_cpu_class_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--simulate`` (a CPU class, :data:`harness.SIMULATE`) and ``--llama-cpp-lib``."""
+    harness.add_simulate_argument(ap)
+    ap.add_argument(
+        "--llama-cpp-lib",
+        metavar="DIR",
+        help="llama.cpp's libraries from this build folder (its bin/) instead of the wheel's, "
+        "which is built for this CPU: one built for the --simulate class "
+        "(benchmarks/build_llama_cpp.sh)",
+    )
+
+
+def use_cpu_class(args: argparse.Namespace, peer: bool = True) -> None:
+    """The class ``args`` names, for this process and every one started from it; with
+    ``peer`` (llama.cpp runs), one built for the class is required when a class is simulated."""
+    os.environ.update(harness.SIMULATE[args.simulate])
+    if args.llama_cpp_lib:
+        use_llama_cpp_build(args.llama_cpp_lib)
+    elif args.simulate != "none" and peer:
+        raise SystemExit(f"error: --simulate {args.simulate} needs --llama-cpp-lib: the wheel's "
+                         "llama.cpp is built for this CPU")  # fmt: skip
+
+
 def use_llama_cpp_build(lib_dir: str) -> Path:
     """Make ``llama_cpp`` (in this process and every child) load llama.cpp's libraries from
     ``lib_dir`` (a build's ``bin/``, e.g. one for another CPU class): a copy of the installed
@@ -371,13 +394,7 @@ def main() -> None:
     ap.add_argument("--weights", nargs="+", default=["q4", "q8", "bf16", "f32"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--question", default=QUESTION, help="the chat rows' question")
-    harness.add_simulate_argument(ap)
-    ap.add_argument(
-        "--llama-cpp-lib",
-        metavar="DIR",
-        help="llama.cpp's libraries from this build folder (its bin/): one built for the "
-        "--simulate class (benchmarks/build_llama_cpp.sh)",
-    )
+    add_cpu_class_arguments(ap)
     ap.add_argument("--peer", choices=["llamacpp", "transformers"], help=argparse.SUPPRESS)
     ap.add_argument("--lookup", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--until-eos", action="store_true", help=argparse.SUPPRESS)
@@ -395,12 +412,7 @@ def main() -> None:
         print(json.dumps(doc))
         return
     harness.set_threads(args.threads)
-    os.environ.update(harness.SIMULATE[args.simulate])  # every process started from here
-    if args.llama_cpp_lib:
-        use_llama_cpp_build(args.llama_cpp_lib)
-    elif args.simulate != "none":
-        raise SystemExit(f"error: --simulate {args.simulate} needs --llama-cpp-lib: the wheel's "
-                         "llama.cpp is built for this CPU")  # fmt: skip
+    use_cpu_class(args)
     harness.header("local_llm", threads=args.threads, new=args.new, rounds=args.rounds,
                    simulate=args.simulate, llama_cpp_lib=args.llama_cpp_lib)  # fmt: skip
     path = gguf_path()
