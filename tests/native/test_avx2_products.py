@@ -12,7 +12,6 @@ bit."""
 from __future__ import annotations
 
 import ctypes
-import os
 
 import numpy as np
 import pytest
@@ -37,31 +36,24 @@ pytestmark = [
 ]
 
 
-def _load(march: str | None) -> ctypes.CDLL:
-    """The build for ``march`` (None: this CPU's), compiled into the cache if not there."""
-    before = os.environ.get(native.MARCH_ENV)
-    try:
-        os.environ.pop(native.MARCH_ENV, None)
+def _load(march: str | None) -> tuple[ctypes.CDLL, frozenset[str]]:
+    """The library :func:`native.library` loads for ``march`` (None: this CPU's), and its
+    features; the module's state and the environment come back afterwards."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("_TRIED", "_LIBRARY", "why_not", "note", "built"):
+            mp.setattr(native, name, getattr(native, name))
+        mp.setattr(native, "_TRIED", False)
+        mp.delenv(native.MARCH_ENV, raising=False)
         if march:
-            os.environ[native.MARCH_ENV] = march
-        path, _ = native._build(native._compiler())
-    finally:
-        os.environ.pop(native.MARCH_ENV, None)
-        if before is not None:
-            os.environ[native.MARCH_ENV] = before
-    lib = ctypes.CDLL(str(path))
-    lib.attnlm_sizes.restype = ctypes.c_int64
-    lib.attnlm_sizes.argtypes = [ctypes.c_int64]
-    assert structs.configure(lib) is None
-    lib.attnlm_features.restype = ctypes.c_int64
-    return lib
+            mp.setenv(native.MARCH_ENV, march)
+        lib = native.library()
+        assert lib is not None, native.why_not
+        return lib, native.features()
 
 
 @pytest.fixture(scope="module")
 def builds() -> tuple[ctypes.CDLL, ctypes.CDLL]:
-    here, v3 = _load(None), _load(V3)
-    bits = v3.attnlm_features()
-    names = {name for i, name in enumerate(native.FEATURES) if bits >> i & 1}
+    (here, _), (v3, names) = _load(None), _load(V3)
     assert {"avx2", "fma", "f16c"} <= names and "avx512f" not in names, names
     return here, v3
 
