@@ -824,7 +824,8 @@ typedef int16_t vh64 __attribute__((vector_size(128), aligned(2))); /* 64 int16 
 typedef int32_t vi32 __attribute__((vector_size(128), aligned(4))); /* 32 int32 */
 
 /* acc + the sums of u a s over each 4 consecutive codes of 64 (16 lanes): s (int16) holds
- * the scale of each pair of codes (llama.cpp's pmaddubsw then pmaddwd: u a < 2^15 per pair) */
+ * the scale of each pair of codes (llama.cpp's pmaddubsw then pmaddwd: u a < 2^15 per pair);
+ * AVX2 without AVX-512 takes gg_kdot8 instead */
 static inline vi16 gg_kdot(vi16 acc, vb64 u, const int8_t *a, vh32 s) {
 #if defined(__AVX512BW__)
     const __m512i p = _mm512_maddubs_epi16((__m512i)u, _mm512_loadu_si512((const void *)a));
@@ -833,21 +834,6 @@ static inline vi16 gg_kdot(vi16 acc, vb64 u, const int8_t *a, vh32 s) {
 #else
     return acc + (vi16)_mm512_madd_epi16(p, (__m512i)s);
 #endif
-#elif defined(__AVX2__)
-    const __m256i u0 = (__m256i)__builtin_shufflevector(u, u, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-        11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
-    const __m256i u1 = (__m256i)__builtin_shufflevector(u, u, 32, 33, 34, 35, 36, 37, 38, 39,
-        40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61,
-        62, 63);
-    const __m256i s0 = (__m256i)__builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
-        11, 12, 13, 14, 15);
-    const __m256i s1 = (__m256i)__builtin_shufflevector(s, s, 16, 17, 18, 19, 20, 21, 22, 23,
-        24, 25, 26, 27, 28, 29, 30, 31);
-    const __m256i p0 = _mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i *)a));
-    const __m256i p1 = _mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)(a + 32)));
-    const vi8 r0 = (vi8)_mm256_madd_epi16(p0, s0), r1 = (vi8)_mm256_madd_epi16(p1, s1);
-    return acc + __builtin_shufflevector(r0, r1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
-                                         14, 15);
 #else
     typedef int8_t vs64 __attribute__((vector_size(64), aligned(1)));
     const vh64 p = __builtin_convertvector(u, vh64) *
