@@ -113,10 +113,12 @@ def test_streamed_chat_chunk_shapes_and_usage(server):
     text = "".join(ch.choices[0].delta.content for ch in middle)
     assert text == whole.choices[0].message.content
     assert finish.choices[0].finish_reason == "length" and finish.choices[0].delta.content is None
-    assert last.choices == [] and last.usage.model_dump() == whole.usage.model_dump() | {
-        "completion_tokens_details": None,
-        "prompt_tokens_details": None,
-    }
+    assert last.choices == [] and last.usage.completion_tokens == whole.usage.completion_tokens
+    assert last.usage.prompt_tokens == whole.usage.prompt_tokens
+    assert last.usage.total_tokens == whole.usage.total_tokens
+    # the same prompt again: all of it held but its last id, fed again for its logits
+    cached = last.usage.prompt_tokens_details.cached_tokens
+    assert cached == whole.usage.prompt_tokens - 1
     # without include_usage no usage chunk is sent
     plain = list(
         c.chat.completions.create(
@@ -274,12 +276,14 @@ def test_next_turn_reads_the_cached_prefix(server):
             model=served.id, messages=turn, max_tokens=6, temperature=0
         )
     assert seen and seen[0] >= first.usage.prompt_tokens  # the first turn came from the cache
+    assert again.usage.prompt_tokens_details.cached_tokens == seen[0]
     assert math.isfinite(again.usage.prompt_tokens)
     with serving(served.info.path, parallel=1) as (fresh, url):
         alone = client(url).chat.completions.create(
             model=fresh.id, messages=turn, max_tokens=6, temperature=0
         )
     assert alone.choices[0].message.content == again.choices[0].message.content
+    assert alone.usage.prompt_tokens_details.cached_tokens == 0  # a fresh server holds nothing
 
 
 def test_max_tokens_zero_gives_the_prompt_usage_alone(server):

@@ -122,6 +122,7 @@ def test_a_held_prefix_is_not_read_again(engine_server):
     with reuse_seen(served.scheduler) as seen:
         r = c.completions.create(model=served.id, prompt=longer, max_tokens=NEW, temperature=0)
     assert seen and seen[0] >= len(p) + 4
+    assert r.usage.prompt_tokens_details.cached_tokens == seen[0]
     ref = reference(served.info.path, longer, NEW, served.stop_ids, served.context.vocab_limit)
     assert r.choices[0].text == text(served, longer, ref)
 

@@ -79,6 +79,7 @@ class Job:
     context: Context
     ids: list[int] = field(default_factory=list)
     finish: str | None = None
+    reused: int = 0  # prompt ids its slot's cache already held (set when it is placed)
 
     def __post_init__(self) -> None:
         p = self.params

@@ -73,9 +73,15 @@ async def gather(request: Any) -> list[Choice]:
     return choices
 
 
-def usage(prompt: int, completion: int) -> dict[str, int]:
+def usage(request: Any, completion: int) -> dict[str, Any]:
+    """OpenAI's usage: the prompt counted once, the completion over all choices, and in
+    ``prompt_tokens_details.cached_tokens`` the prompt ids read from a slot's cache rather
+    than computed (prompt caching; with ``n`` choices, the fewest any choice found)."""
+    prompt = len(request.prompt)
+    cached = min((job.reused for job in request.jobs), default=0)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}  # fmt: skip
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
 
 def chat_body(served: Any, request: Any, choices: list[Choice], tools: Any) -> dict:
@@ -95,7 +101,7 @@ def chat_body(served: Any, request: Any, choices: list[Choice], tools: Any) -> d
                    "refusal": None}  # fmt: skip
         out.append({"index": i, "message": message, "logprobs": lps, "finish_reason": finish})
     return envelope(new_id("chatcmpl"), "chat.completion", int(time.time()), served, out,
-                    usage=usage(len(request.prompt), sum(c.tokens for c in choices)))  # fmt: skip
+                    usage=usage(request, sum(c.tokens for c in choices)))  # fmt: skip
 
 
 def _call(call: dict, index: int | None = None) -> dict[str, Any]:
@@ -136,7 +142,7 @@ def completion_body(served: Any, request: Any, choices: list[Choice], echo: str 
         out.append({"index": i, "text": head + c.text, "logprobs": lps,
                     "finish_reason": c.finish})  # fmt: skip
     return envelope(new_id("cmpl"), "text_completion", int(time.time()), served, out,
-                    usage=usage(len(request.prompt), sum(c.tokens for c in choices)))  # fmt: skip
+                    usage=usage(request, sum(c.tokens for c in choices)))  # fmt: skip
 
 
 def envelope(rid: str, kind: str, created: int, served: Any, choices: list, **more: Any) -> dict:
@@ -197,7 +203,7 @@ async def chat_stream(served: Any, request: Any, tools: Any, include_usage: bool
         ended[i], total = True, total + item[3]
     if include_usage and all(ended):
         yield sse(envelope(rid, "chat.completion.chunk", created, served, [],
-                           usage=usage(len(request.prompt), total)))  # fmt: skip
+                           usage=usage(request, total)))  # fmt: skip
     yield b"data: [DONE]\n\n"
 
 
@@ -240,7 +246,7 @@ async def completion_stream(served: Any, request: Any, echo: str | None, include
             ended[i], total = True, total + item[3]
     if include_usage and all(ended):
         yield sse(envelope(rid, "text_completion", created, served, [],
-                           usage=usage(len(request.prompt), total)))  # fmt: skip
+                           usage=usage(request, total)))  # fmt: skip
     yield b"data: [DONE]\n\n"
 
 
