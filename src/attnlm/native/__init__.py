@@ -3,12 +3,13 @@
 A decoding step of a small model on a CPU is many small tensor calls around products whose
 weights are 4 or 8 bits; ``decode_step.c`` does the whole step in one call (see its header).
 It is built once per machine into the attnlm cache (``$ATTNLM_CACHE`` or ``~/.cache/attnlm``,
-folder ``native/``) with ``cc -O3 -march=native -fopenmp``: no build step at install time, and
-the code is compiled for the CPU it runs on. Without a compiler (or with ``ATTNLM_NATIVE=0``)
-:func:`library` returns None and decoding takes the PyTorch path, which gives the same numbers
-up to float rounding; the reason is kept in :data:`why_not`, and decoding says it once on
-stderr (:mod:`attnlm.runtime.cstep`). A compiler without OpenMP (Apple's clang) builds the
-step for one thread, and :func:`library` says so once on stderr (:data:`note`).
+folder ``native/``) with ``cc -O3 -march=native -fopenmp`` (``-mcpu=native`` on ARM): no
+build step at install time, and the code is compiled for the CPU it runs on. Without a
+compiler (or with ``ATTNLM_NATIVE=0``) :func:`library` returns None and decoding takes the
+PyTorch path, which gives the same numbers up to float rounding; the reason is kept in
+:data:`why_not`, and decoding says it once on stderr (:mod:`attnlm.runtime.cstep`). A
+compiler without OpenMP (Apple's clang) builds the step for one thread, and :func:`library`
+says so once on stderr (:data:`note`).
 
 Build switches (environment): ``CC`` the compiler (a command line, default ``cc``),
 ``ATTNLM_NATIVE_MARCH`` the target CPU (default ``native``; ``x86-64-v2`` is the baseline
@@ -50,11 +51,24 @@ built: Path | None = None
 NO_OPENMP = "the C decode step runs on one thread: the compiler has no usable OpenMP"
 
 
+#: what ``platform.machine()`` says on 64-bit ARM (Linux, macOS)
+ARM = ("aarch64", "arm64")
+
+
+def target_flag() -> str:
+    """The target CPU: ``-march=$ATTNLM_NATIVE_MARCH`` when set, else this CPU's:
+    ``-march=native``, or on ARM ``-mcpu=native`` (clang before version 15, Apple's among
+    them, refuses ``-march=native`` for ARM; GCC and clang both take ``-mcpu=native``)."""
+    march = os.environ.get(MARCH_ENV, "").strip()
+    if march:
+        return f"-march={march}"
+    return "-mcpu=native" if platform.machine().lower() in ARM else "-march=native"
+
+
 def build_flags(openmp: bool = True) -> list[str]:
-    """The compile flags: ``-march`` from ``ATTNLM_NATIVE_MARCH``, OpenMP when ``openmp``,
-    then ``ATTNLM_NATIVE_CFLAGS``."""
-    march = os.environ.get(MARCH_ENV, "").strip() or "native"
-    flags = ["-O3", f"-march={march}", "-std=gnu11", "-shared", "-fPIC"]
+    """The compile flags: the target CPU (:func:`target_flag`), OpenMP when ``openmp``, then
+    ``ATTNLM_NATIVE_CFLAGS``."""
+    flags = ["-O3", target_flag(), "-std=gnu11", "-shared", "-fPIC"]
     return flags + ["-fopenmp"] * openmp + shlex.split(os.environ.get(CFLAGS_ENV, ""))
 
 
@@ -80,7 +94,7 @@ def _cached(cc: str, flags: list[str]) -> Path:
     texts = [p.read_text(encoding="utf-8") for p in (SOURCE, *HEADERS)]
     key = "\n".join([*texts, cc, " ".join(flags), platform.machine(), _cpu_flags()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    march = flags[1].removeprefix("-march=")
+    march = flags[1].split("=", 1)[-1]
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", march)[:32] + ("" if "-fopenmp" in flags else "-1t")
     return cache_dir() / "native" / f"decode_step-{tag}-{digest}.so"
 

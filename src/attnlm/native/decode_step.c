@@ -165,6 +165,9 @@ static inline vf from_i8(const int8_t *p) {
 static inline vf vfma(vf a, vf b, vf c) {
 #ifdef __AVX512F__
     return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__ARM_FEATURE_FMA) /* by name: contraction may fuse c's product instead */
+    for (int i = 0; i < 16; i++) c[i] = __builtin_fmaf(a[i], b[i], c[i]);
+    return c;
 #else
     return a * b + c; /* contracted where the CPU has FMA (-ffp-contract=fast, GNU C's default) */
 #endif
@@ -1233,11 +1236,12 @@ void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, float *
     free(xq);
 }
 
-/* what the build's instructions include (bits: 1 FMA, 2 F16C, 4 AVX2, 8 AVX-512F, 16 VNNI):
- * fused multiply-adds round once where a build without them rounds twice */
+/* what the build's instructions include (bits: 1 FMA (x86's, or ARM's fused multiply-add),
+ * 2 F16C, 4 AVX2, 8 AVX-512F, 16 VNNI): fused multiply-adds round once where a build without
+ * them rounds twice */
 int64_t attnlm_features(void) {
     int64_t f = 0;
-#ifdef __FMA__
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
     f |= 1;
 #endif
 #ifdef __F16C__

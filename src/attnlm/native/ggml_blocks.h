@@ -456,17 +456,22 @@ static inline vi16 gg_dot64(vb64 u, const int8_t *a) {
 /* the offset of a 32-block type's codes (w = d (u - bias)): their integer sums with x's codes
  * are taken as llama.cpp takes them, sum((u - bias) a) = sum(u a) - sum(bias a); 0 for Q4_1
  * and Q5_1, whose minimum m adds m s */
-/* acc + a b in 8 lanes, fused where the CPU can (as llama.cpp's kernels fuse it) */
+/* acc + a b in 8 lanes, fused where the CPU can (as llama.cpp's kernels fuse it). Fused by
+ * name, not left to the compiler's contraction: where acc is itself a product, GCC may fuse
+ * that one instead (ARM, whose builds take the generic code, flipped codes so) */
 static inline vf8 gg_fma8(vf8 a, vf8 b, vf8 acc) {
 #if defined(__FMA__)
     return (vf8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)acc);
+#elif defined(__ARM_FEATURE_FMA)
+    for (int i = 0; i < 8; i++) acc[i] = __builtin_fmaf(a[i], b[i], acc[i]);
+    return acc;
 #else
     return a * b + acc;
 #endif
 }
 
 /* a b + c, fused where the CPU can (as llama.cpp's kernels are compiled) */
-#if defined(__FMA__)
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define GG_FMA(a, b, c) fmaf(a, b, c)
 #else
 #define GG_FMA(a, b, c) ((a) * (b) + (c))

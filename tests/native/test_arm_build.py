@@ -1,0 +1,156 @@
+"""The C step on 64-bit ARM (Apple Silicon, Graviton, a Raspberry Pi 4 or 5). Its target flag
+there is ``-mcpu=native``: clang before version 15, Apple's among them, refuses
+``-march=native`` for ARM, and the step would have fallen back to PyTorch's path. An ARM
+build made by ``attnlm.native``'s own build code, with clang for ``aarch64-linux-gnu`` (without
+OpenMP, as Apple's clang) and with GCC's cross compiler (with OpenMP), runs under qemu-user in
+an aarch64 Python with numpy (``arm_child.py``, the engine without PyTorch): every ggml product
+equals this CPU's build's within 1e-6 (integer sums in another order round once differently),
+and every GGUF fixture's prompt logits equal this CPU's build's within 1e-6 of the range (no
+code of the activations flips), and llama.cpp's (recorded) as closely as the AVX2 build's
+test asks. Needs ``ATTNLM_ARM_PYTHON`` (the command line of that Python: .ci/arm_python.sh
+makes one) and the cross compilers; skipped without them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_avx2_products import product
+from test_build_matrix import AVX2_FIXTURES
+
+from attnlm import native
+from attnlm.base.ggufio import GGUFFile
+from attnlm.native import structs
+from attnlm.runtime.engine_gguf import open_engine
+from gguf_support import encode_tensor
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE.parent / "fixtures" / "gguf_arch"
+SRC = Path(native.__file__).resolve().parents[2]
+TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+#: the cross compilers, and the target each is given (GCC's cross compiler has no ARM CPU to
+#: read ``native`` from: an ARMv8.2 with the dot product and float16 instructions)
+CROSS = {"clang": ("clang --target=aarch64-linux-gnu", None),
+         "gcc": ("aarch64-linux-gnu-gcc", "armv8.2-a+dotprod+fp16")}  # fmt: skip
+
+
+def arm_python() -> list[str]:
+    return shlex.split(os.environ.get("ATTNLM_ARM_PYTHON", ""))
+
+
+@pytest.fixture()
+def arm(monkeypatch, tmp_path):
+    """This process seen as an ARM one by the build code, with its own cache folder."""
+    monkeypatch.setenv("ATTNLM_CACHE", str(tmp_path / "cache"))
+    for name in (native.MARCH_ENV, native.CFLAGS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(native.platform, "machine", lambda: "aarch64")
+    return monkeypatch
+
+
+@pytest.mark.parametrize("machine", ["aarch64", "arm64", "x86_64"])
+def test_the_target_flag_on_arm_is_mcpu_native(monkeypatch, machine):
+    monkeypatch.delenv(native.MARCH_ENV, raising=False)
+    monkeypatch.setattr(native.platform, "machine", lambda: machine)
+    want = "-march=native" if machine == "x86_64" else "-mcpu=native"
+    assert native.build_flags()[1] == want and native.target_flag() == want
+    monkeypatch.setenv(native.MARCH_ENV, "armv8.2-a+dotprod")  # a target named: -march
+    assert native.build_flags()[1] == "-march=armv8.2-a+dotprod"
+
+
+def _clang_major() -> int:
+    done = subprocess.run(["clang", "-dumpversion"], capture_output=True, text=True)
+    return int(done.stdout.split(".")[0])
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="no clang")
+@pytest.mark.skipif(not Path("/usr/aarch64-linux-gnu/include/stdio.h").is_file(),
+                    reason="no aarch64 C headers (Debian's libc6-dev-arm64-cross)")  # fmt: skip
+def test_clang_builds_for_arm_where_march_native_fails(arm, tmp_path):
+    cc = CROSS["clang"][0]
+    if _clang_major() < 15:  # the refusal the ARM flag avoids
+        flags = ["-O3", "-march=native", "-std=gnu11", "-shared", "-fPIC"]
+        with pytest.raises(OSError, match="does not support '-march=native'"):
+            native._compile(cc, flags, tmp_path / "refused.so")
+    path, _ = native._build(cc)  # -mcpu=native; no aarch64 OpenMP here: one thread
+    assert path.is_file() and path.name.startswith("decode_step-native-")
+    assert b"\xb7\x00" == path.read_bytes()[18:20]  # ELF e_machine 183: AArch64
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """This CPU's build's numbers, made before a test fakes an ARM machine (module scope:
+    first), which would make this CPU's build one for ``-mcpu=native``."""
+    return _cases()
+
+
+def _cases() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Inputs of every product (``case/...``) and of every fixture's prompt (``prompt/...``),
+    and what this CPU's build gives for each."""
+    lib = native.library()
+    assert lib is not None, native.why_not
+    cases, want = {}, {}
+    for qtype in TYPES:
+        for n, k in [(37, 512), (8, 608), (16, 256)]:
+            if k % 256 and qtype.endswith("_K"):
+                continue
+            rng = np.random.default_rng(n + k)
+            data, _ = encode_tensor(rng.normal(size=(n, k)).astype(np.float32), qtype, rng)
+            raw = np.ascontiguousarray(np.ascontiguousarray(data).view(np.uint8).reshape(n, -1))
+            for act in (structs.ACT_FLOAT, structs.ACT_INT):
+                for m in (1, 3, 9):
+                    key = f"case/{qtype}-{n}-{k}-{act}-{m}"
+                    x = rng.normal(size=(m, k)).astype(np.float32)
+                    meta = np.array([structs.GGML_FORMATS[qtype], n, k, act])
+                    cases |= {key + "/raw": raw, key + "/x": x, key + "/meta": meta}
+                    want[key] = product(lib, raw, qtype, n, k, x, 2, act)
+    doc = json.loads((FIXTURES / "llamacpp.json").read_text(encoding="utf-8"))
+    for arch, kinds in doc["archs"].items():
+        for kind, rec in kinds.items():
+            path = str(FIXTURES / f"{arch}-{kind}.gguf")
+            if not Path(path).is_file():  # f32: llama.cpp's float32 logits, no file kept
+                continue
+            cases["prompt/" + path] = prompt = np.asarray(rec["prompt"], dtype=np.int64)
+            engine = open_engine(GGUFFile(path), None, 2)
+            engine.reset(1)
+            want["logits/" + path] = engine.feed(prompt[None])[0]
+            if (arch, kind) in AVX2_FIXTURES:
+                want["llama.cpp/" + path] = np.asarray(rec["logits"], dtype=np.float32)
+    return cases, want
+
+
+@pytest.mark.skipif(not arm_python(), reason="no aarch64 Python (ATTNLM_ARM_PYTHON)")
+@pytest.mark.parametrize("compiler", sorted(CROSS))
+def test_the_arm_build_gives_this_cpus_numbers(reference, arm, tmp_path, compiler):
+    cc, march = CROSS[compiler]
+    if shutil.which(shlex.split(cc)[0]) is None:
+        pytest.skip(f"no {cc}")
+    cases, want = reference
+    if march:
+        arm.setenv(native.MARCH_ENV, march)
+    path, _ = native._build(cc)
+    np.savez(tmp_path / "in.npz", **cases)
+    fixtures = [k.removeprefix("prompt/") for k in cases if k.startswith("prompt/")]
+    done = subprocess.run([*arm_python(), str(HERE / "arm_child.py"), str(path), str(SRC),
+                           str(tmp_path / "in.npz"), str(tmp_path / "out.npz"), *fixtures],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = np.load(tmp_path / "out.npz")
+    assert got["features"], "the ARM build says it has no fused multiply-add"
+    for key, y in want.items():
+        if key.startswith("case/"):
+            off = np.abs(got[key] - y).max() / np.abs(y).max()
+            assert off <= 1e-6, f"{key}: {off:.2e}"
+        elif key.startswith("logits/"):
+            off = np.abs(got[key] - y).max() / (y.max() - y.min())
+            assert off < 1e-6, f"{key}: {off:.2e} of the logit range"
+        else:  # llama.cpp's recorded logits
+            mine = got["logits/" + key.removeprefix("llama.cpp/")]
+            off = np.abs(mine - y).max() / (y.max() - y.min())
+            assert off < 1e-5, f"{key}: {off:.2e} of the logit range"
