@@ -1,14 +1,14 @@
 """The C step on 64-bit ARM (Apple Silicon, Graviton, a Raspberry Pi 4 or 5). Its target flag
 there is ``-mcpu=native``: clang before version 15, Apple's among them, refuses
 ``-march=native`` for ARM, and the step would have fallen back to PyTorch's path. An ARM
-build made by ``attnlm.native``'s own build code, with clang for ``aarch64-linux-gnu`` (without
-OpenMP, as Apple's clang) and with GCC's cross compiler (with OpenMP), runs under qemu-user in
-an aarch64 Python with numpy (``arm_child.py``, the engine without PyTorch): every ggml product
-equals this CPU's build's within 1e-6 (integer sums in another order round once differently),
-and every GGUF fixture's prompt logits equal this CPU's build's within 1e-6 of the range (no
-code of the activations flips), and llama.cpp's (recorded) as closely as the AVX2 build's
-test asks. Needs ``ATTNLM_ARM_PYTHON`` (the command line of that Python: .ci/arm_python.sh
-makes one) and the cross compilers; skipped without them."""
+build made by ``attnlm.native``'s own build code, with clang for ``aarch64-linux-gnu`` (no
+OpenMP, as Apple's clang: POSIX threads) and with GCC's cross compiler (OpenMP), runs under
+qemu-user in an aarch64 Python with numpy (``arm_child.py``, the engine without PyTorch):
+every ggml product equals this CPU's build's within 1e-6 (integer sums in another order round
+once differently), and every GGUF fixture's prompt logits equal this CPU's build's within 1e-6
+of the range (no code of the activations flips), and llama.cpp's (recorded) as closely as the
+AVX2 build's test asks. Needs ``ATTNLM_ARM_PYTHON`` (the command line of that Python:
+.ci/arm_python.sh makes one) and the cross compilers; skipped without them."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_clang_builds_for_arm_where_march_native_fails(arm, tmp_path):
         flags = ["-O3", "-march=native", "-std=gnu11", "-shared", "-fPIC"]
         with pytest.raises(OSError, match="does not support '-march=native'"):
             native._compile(cc, flags, tmp_path / "refused.so")
-    path, _ = native._build(cc)  # -mcpu=native; no aarch64 OpenMP here: one thread
+    path = native._build(cc)  # -mcpu=native; no aarch64 OpenMP here: POSIX threads
     assert path.is_file() and path.name.startswith("decode_step-native-")
     assert b"\xb7\x00" == path.read_bytes()[18:20]  # ELF e_machine 183: AArch64
 
@@ -134,7 +134,7 @@ def test_the_arm_build_gives_this_cpus_numbers(reference, arm, tmp_path, compile
     cases, want = reference
     if march:
         arm.setenv(native.MARCH_ENV, march)
-    path, _ = native._build(cc)
+    path = native._build(cc)
     np.savez(tmp_path / "in.npz", **cases)
     fixtures = [k.removeprefix("prompt/") for k in cases if k.startswith("prompt/")]
     done = subprocess.run([*arm_python(), str(HERE / "arm_child.py"), str(path), str(SRC),

@@ -40,7 +40,7 @@ def _load(march: str | None) -> tuple[ctypes.CDLL, frozenset[str]]:
     """The library :func:`native.library` loads for ``march`` (None: this CPU's), and its
     features; the module's state and the environment come back afterwards."""
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("_TRIED", "_LIBRARY", "why_not", "note", "built"):
+        for name in ("_TRIED", "_LIBRARY", "why_not", "built"):
             mp.setattr(native, name, getattr(native, name))
         mp.setattr(native, "_TRIED", False)
         mp.delenv(native.MARCH_ENV, raising=False)

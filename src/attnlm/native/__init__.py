@@ -8,8 +8,8 @@ build step at install time, and the code is compiled for the CPU it runs on. Wit
 compiler (or with ``ATTNLM_NATIVE=0``) :func:`library` returns None and decoding takes the
 PyTorch path, which gives the same numbers up to float rounding; the reason is kept in
 :data:`why_not`, and decoding says it once on stderr (:mod:`attnlm.runtime.cstep`). A
-compiler without OpenMP (Apple's clang) builds the step for one thread, and :func:`library`
-says so once on stderr (:data:`note`).
+compiler without OpenMP (Apple's clang) builds the step on POSIX threads instead (``-pthread``:
+the same threads, shares and numbers).
 
 Build switches (environment): ``CC`` the compiler (a command line, default ``cc``),
 ``ATTNLM_NATIVE_MARCH`` the target CPU (default ``native``; ``x86-64-v2`` is the baseline
@@ -28,12 +28,11 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from attnlm.base.fileio import cache_dir, temp_path_for
 
-__all__ = ["build_flags", "default_threads", "library", "note", "why_not"]
+__all__ = ["build_flags", "default_threads", "library", "why_not"]
 
 SOURCE = Path(__file__).with_name("decode_step.c")
 HEADERS = tuple(Path(__file__).with_name(h) for h in ("ggml_blocks.h", "avx2_rows.h"))  # in SOURCE
@@ -44,11 +43,8 @@ _LIBRARY: ctypes.CDLL | None = None
 _TRIED = False
 #: why :func:`library` returned None ("" while it has not, or when it did not)
 why_not = ""
-#: what the loaded library lacks (one line, said once on stderr), or ""
-note = ""
 #: the file :func:`library` loaded (None while none is)
 built: Path | None = None
-NO_OPENMP = "the C decode step runs on one thread: the compiler has no usable OpenMP"
 
 
 #: what ``platform.machine()`` says on 64-bit ARM (Linux, macOS)
@@ -66,10 +62,11 @@ def target_flag() -> str:
 
 
 def build_flags(openmp: bool = True) -> list[str]:
-    """The compile flags: the target CPU (:func:`target_flag`), OpenMP when ``openmp``, then
-    ``ATTNLM_NATIVE_CFLAGS``."""
+    """The compile flags: the target CPU (:func:`target_flag`), OpenMP when ``openmp`` (else
+    POSIX threads), then ``ATTNLM_NATIVE_CFLAGS``."""
     flags = ["-O3", target_flag(), "-std=gnu11", "-shared", "-fPIC"]
-    return flags + ["-fopenmp"] * openmp + shlex.split(os.environ.get(CFLAGS_ENV, ""))
+    threads = "-fopenmp" if openmp else "-pthread"
+    return [*flags, threads, *shlex.split(os.environ.get(CFLAGS_ENV, ""))]
 
 
 def _cpu_flags() -> str:
@@ -95,7 +92,7 @@ def _cached(cc: str, flags: list[str]) -> Path:
     key = "\n".join([*texts, cc, " ".join(flags), platform.machine(), _cpu_flags()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     march = flags[1].split("=", 1)[-1]
-    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", march)[:32] + ("" if "-fopenmp" in flags else "-1t")
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", march)[:32] + ("" if "-fopenmp" in flags else "-pt")
     return cache_dir() / "native" / f"decode_step-{tag}-{digest}.so"
 
 
@@ -115,36 +112,36 @@ def _compile(cc: str, flags: list[str], path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _build(cc: str) -> tuple[Path, str]:
-    """The compiled library for this source, compiler, flags and CPU (compiled if not cached),
-    and its note: a compiler that cannot build with OpenMP builds it for one thread."""
+def _build(cc: str) -> Path:
+    """The compiled library for this source, compiler, flags and CPU (compiled if not
+    cached): with OpenMP, or where the compiler cannot, with POSIX threads."""
     with_omp, without = build_flags(), build_flags(openmp=False)
-    path, single = _cached(cc, with_omp), _cached(cc, without)
+    path, posix = _cached(cc, with_omp), _cached(cc, without)
     if path.is_file():
-        return path, ""
-    if single.is_file():  # an earlier process found this compiler without OpenMP
-        return single, NO_OPENMP
+        return path
+    if posix.is_file():  # an earlier process found this compiler without OpenMP
+        return posix
     try:
         _compile(cc, with_omp, path)
-        return path, ""
+        return path
     except OSError as first:
         try:
-            _compile(cc, without, single)
+            _compile(cc, without, posix)
         except OSError:
             raise first from None
-        return single, f"{NO_OPENMP} ({str(first).split(': ', 1)[-1]})"
+        return posix
 
 
 def library() -> ctypes.CDLL | None:
     """The loaded C library, or None (the reason in :data:`why_not`); built once per
     process at most."""
-    global _LIBRARY, _TRIED, why_not, note, built
+    global _LIBRARY, _TRIED, why_not, built
     if os.environ.get("ATTNLM_NATIVE", "1") == "0":
         why_not = "ATTNLM_NATIVE=0"
         return None
     if _TRIED:
         return _LIBRARY
-    _TRIED, _LIBRARY, why_not, note, built = True, None, "", "", None
+    _TRIED, _LIBRARY, why_not, built = True, None, "", None
     cc = _compiler()
     if cc is None:
         why_not = "no C compiler found (no cc or gcc on the PATH, CC not set)"
@@ -154,7 +151,7 @@ def library() -> ctypes.CDLL | None:
         why_not = f"no C compiler: CC names {program!r}, which is not a program found"
         return None
     try:
-        path, said = _build(cc)
+        path = _build(cc)
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as e:
         why_not = f"the C decode step could not be built: {e}"
@@ -168,21 +165,19 @@ def library() -> ctypes.CDLL | None:
     if mismatch is not None:  # a stale or foreign build
         why_not = mismatch
         return None
-    if said:
-        note = said
-        print(f"attnlm: {said}", file=sys.stderr)
     _LIBRARY, built = lib, path
     return lib
 
 
-#: the bits of ``attnlm_features``: what the build's instructions include
-FEATURES = ("fma", "f16c", "avx2", "avx512f", "vnni")
+#: the bits of ``attnlm_features``: what the build's instructions include, and ``openmp``
+#: when its threads are OpenMP's (else POSIX threads')
+FEATURES = ("fma", "f16c", "avx2", "avx512f", "vnni", "openmp")
 
 
 def features() -> frozenset[str]:
     """What the loaded build's instructions include (empty without a library): a build
     without ``fma`` rounds every product before its sum, as no build of llama.cpp for a CPU
-    with FMA does."""
+    with FMA does; ``openmp`` for a build whose threads are OpenMP's."""
     lib = library()
     if lib is None:
         return frozenset()

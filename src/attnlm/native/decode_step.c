@@ -28,15 +28,82 @@
  * G = K / 32.
  */
 #include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#else /* a compiler without OpenMP (Apple's clang): one thread, the pragmas ignored */
-static inline int omp_get_thread_num(void) { return 0; }
-static inline int omp_get_num_threads(void) { return 1; }
-#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* -- threads: a team runs fn(ctx, t, nt) on nt threads, which meet at BARRIER() ------------ */
+
+typedef void (*TeamFn)(void *ctx, int t, int nt);
+#ifdef _OPENMP
+#include <omp.h>
+#define BARRIER() _Pragma("omp barrier")
+static void run_team(int threads, TeamFn fn, void *ctx) {
+#pragma omp parallel num_threads(threads)
+    fn(ctx, omp_get_thread_num(), omp_get_num_threads());
+}
+#else /* a compiler without OpenMP (Apple's clang): POSIX threads and a spinning barrier */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#define MAX_TEAM 256
+typedef struct {
+    atomic_int arrived, phase, go;
+    int n;
+} Team;
+static _Thread_local Team *my_team; /* the team this thread runs in (NULL: none) */
+
+/* every thread of the team waits here until all have come (their writes seen by all after) */
+static void team_barrier(void) {
+    Team *tm = my_team;
+    if (!tm || tm->n < 2) return;
+    const int phase = atomic_load_explicit(&tm->phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&tm->arrived, 1, memory_order_acq_rel) == tm->n - 1) {
+        atomic_store_explicit(&tm->arrived, 0, memory_order_relaxed);
+        atomic_store_explicit(&tm->phase, phase + 1, memory_order_release);
+        return;
+    }
+    for (int spins = 0; atomic_load_explicit(&tm->phase, memory_order_acquire) == phase;)
+        if (++spins > 4096) sched_yield(); /* more threads than free cores: let them run */
+}
+#define BARRIER() team_barrier()
+
+typedef struct {
+    TeamFn fn;
+    void *ctx;
+    Team *tm;
+    int t;
+} Member;
+
+static void *member_main(void *arg) {
+    const Member *me = arg;
+    while (!atomic_load_explicit(&me->tm->go, memory_order_acquire)) sched_yield();
+    my_team = me->tm;
+    me->fn(me->ctx, me->t, me->tm->n);
+    return NULL;
+}
+
+static void run_team(int threads, TeamFn fn, void *ctx) {
+    Team tm;
+    pthread_t ids[MAX_TEAM];
+    Member members[MAX_TEAM];
+    threads = threads < 1 ? 1 : threads > MAX_TEAM ? MAX_TEAM : threads;
+    atomic_init(&tm.arrived, 0), atomic_init(&tm.phase, 0), atomic_init(&tm.go, 0);
+    int n = 1; /* the threads started (one that cannot be made leaves the team smaller) */
+    for (int t = 1; t < threads; t++) {
+        members[n] = (Member){fn, ctx, &tm, n};
+        if (pthread_create(&ids[n], NULL, member_main, &members[n]) != 0) break;
+        n++;
+    }
+    tm.n = n;
+    atomic_store_explicit(&tm.go, 1, memory_order_release);
+    Team *outer = my_team;
+    my_team = &tm;
+    fn(ctx, 0, n);
+    my_team = outer;
+    for (int t = 1; t < n; t++) pthread_join(ids[t], NULL);
+}
+#endif
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -340,7 +407,7 @@ static void cols_f32t(const Linear *L, const float *x, int64_t M, int64_t ldx, f
             k += r;
         }
     }
-#pragma omp barrier
+    BARRIER();
     int64_t n0, n1;
     share(N, t, nt, &n0, &n1);
     for (int64_t m = 0; m < M; m++)
@@ -1115,39 +1182,39 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     int64_t lo, hi; /* this thread's rows */
     share(M, t, nt, &lo, &hi);
     norm_rows(md, &bk->ln_1, x + lo * C, sc->xn + lo * C, hi - lo);
-#pragma omp barrier
+    BARRIER();
     quantize_for(&bk->qkv, &bk->k, &bk->v, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, sc->part, sc->xq, t, nt);
     if (bk->k.w) { /* separate k and v */
         linear(&bk->k, sc->xn, M, C, sc->qkv + H * D, NQ, NULL, sc->part, sc->xq, t, nt);
         linear(&bk->v, sc->xn, M, C, sc->qkv + (H + Hkv) * D, NQ, NULL, sc->part, sc->xq, t, nt);
     }
-#pragma omp barrier
+    BARRIER();
     place(md, bk, sc->qkv, M, rw, lo, hi);
-#pragma omp barrier
+    BARRIER();
     attend_rows(md, bk, sc, M, rw, sc->scores + t * md->cap, t, nt);
-#pragma omp barrier
+    BARRIER();
     quantize_for(&bk->out, NULL, NULL, sc->att, M, H * D, sc->xq, t, nt);
     linear(&bk->out, sc->att, M, H * D, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq,
            t, nt);
-#pragma omp barrier
+    BARRIER();
     if (post) add_normed(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
     norm_rows(md, &bk->ln_2, x + lo * C, sc->xn + lo * C, hi - lo);
-#pragma omp barrier
+    BARRIER();
     quantize_for(&bk->fc, &bk->up, NULL, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, sc->part, sc->xq, t, nt);
     if (bk->up.w) /* the up half apart */
         linear(&bk->up, sc->xn, M, C, sc->hid + F, NF, NULL, sc->part, sc->xq, t, nt);
-#pragma omp barrier
+    BARRIER();
     for (int64_t m = lo; m < hi; m++) activate(md->act, sc->hid + m * NF, F);
-#pragma omp barrier
+    BARRIER();
     quantize_for(&bk->proj, NULL, NULL, sc->hid, M, NF, sc->xq, t, nt);
     linear(&bk->proj, sc->hid, M, NF, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq, t,
            nt);
-#pragma omp barrier
+    BARRIER();
     if (post) {
         add_normed(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
-#pragma omp barrier
+        BARRIER();
     }
 }
 
@@ -1157,25 +1224,38 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
  * to its own, those written by earlier rows of this step included) and which rows' logits
  * are wanted: logits (R, V), R of the M rows (a prompt needs only its last: the head is the
  * largest product, V C per row). The products run once over all M rows. */
+typedef struct {
+    const Model *md;
+    const Scratch *sc;
+    float *x, *logits;
+    int64_t M;
+    const Rows *rw;
+} StepArgs;
+
+static void step_team(void *ctx, int t, int nt) {
+    const StepArgs *a = ctx;
+    const Model *md = a->md;
+    const Scratch *sc = a->sc;
+    const int64_t C = md->C, R = a->rw->R, V = md->V;
+    for (int64_t l = 0; l < md->n_layer; l++) layer(md, md->blocks + l, sc, a->x, a->M, a->rw, t, nt);
+    if (t == 0)
+        for (int64_t r = 0; r < R; r++) /* the rows asked for, gathered */
+            norm_rows(md, &md->ln_f, a->x + a->rw->out[r] * C, sc->xn + r * C, 1);
+    BARRIER();
+    quantize_for(&md->head, NULL, NULL, sc->xn, R, C, sc->xq, t, nt);
+    linear(&md->head, sc->xn, R, C, a->logits, V, NULL, sc->part, sc->xq, t, nt);
+    if (md->final_softcap != 0.0f) {
+        BARRIER();
+        int64_t lo, hi;
+        share(R, t, nt, &lo, &hi);
+        softcap(a->logits + lo * V, (hi - lo) * V, md->final_softcap);
+    }
+}
+
 void attnlm_step_rows(const Model *md, const Scratch *sc, float *x, int64_t M, const Rows *rw,
                       float *logits, int threads) {
-    const int64_t C = md->C, R = rw->R, V = md->V;
-#pragma omp parallel num_threads(threads)
-    {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        for (int64_t l = 0; l < md->n_layer; l++) layer(md, md->blocks + l, sc, x, M, rw, t, nt);
-#pragma omp single
-        for (int64_t r = 0; r < R; r++) /* the rows asked for, gathered */
-            norm_rows(md, &md->ln_f, x + rw->out[r] * C, sc->xn + r * C, 1);
-        quantize_for(&md->head, NULL, NULL, sc->xn, R, C, sc->xq, t, nt);
-        linear(&md->head, sc->xn, R, C, logits, V, NULL, sc->part, sc->xq, t, nt);
-        if (md->final_softcap != 0.0f) {
-#pragma omp barrier
-            int64_t lo, hi;
-            share(R, t, nt, &lo, &hi);
-            softcap(logits + lo * V, (hi - lo) * V, md->final_softcap);
-        }
-    }
+    StepArgs a = {md, sc, x, logits, M, rw};
+    run_team(threads, step_team, &a);
 }
 
 /* B sequences x T new tokens each (row m = b T + t: cache slot b, position held + t) through
@@ -1223,22 +1303,32 @@ void attnlm_rope(const int64_t *pos, int64_t M, int64_t D, float base, float fre
 void attnlm_activate(int64_t kind, float *h, int64_t F) { activate(kind, h, F); }
 
 /* y (M, N) = x (M, K) W^T + b alone (the products' own tests); part (threads, M, N) */
+typedef struct {
+    const Linear *L;
+    const float *x;
+    int64_t M;
+    float *y, *part;
+    uint8_t *xq;
+} LinearArgs;
+
+static void linear_team(void *ctx, int t, int nt) {
+    const LinearArgs *a = ctx;
+    quantize_for(a->L, NULL, NULL, a->x, a->M, a->L->k, a->xq, t, nt);
+    linear(a->L, a->x, a->M, a->L->k, a->y, a->L->n, NULL, a->part, a->xq, t, nt);
+}
+
 void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, float *part,
                    int threads) {
     uint8_t *xq = gg_int(L) ? malloc(M * gg_row_bytes(L->k)) : NULL;
     if (gg_int(L) && !xq) return;
-#pragma omp parallel num_threads(threads)
-    {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        quantize_for(L, NULL, NULL, x, M, L->k, xq, t, nt);
-        linear(L, x, M, L->k, y, L->n, NULL, part, xq, t, nt);
-    }
+    LinearArgs a = {L, x, M, y, part, xq};
+    run_team(threads, linear_team, &a);
     free(xq);
 }
 
 /* what the build's instructions include (bits: 1 FMA (x86's, or ARM's fused multiply-add),
- * 2 F16C, 4 AVX2, 8 AVX-512F, 16 VNNI): fused multiply-adds round once where a build without
- * them rounds twice */
+ * 2 F16C, 4 AVX2, 8 AVX-512F, 16 VNNI) and 32 when its threads are OpenMP's (else POSIX
+ * threads'): fused multiply-adds round once where a build without them rounds twice */
 int64_t attnlm_features(void) {
     int64_t f = 0;
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
@@ -1255,6 +1345,9 @@ int64_t attnlm_features(void) {
 #endif
 #if GG_VNNI
     f |= 16;
+#endif
+#ifdef _OPENMP
+    f |= 32;
 #endif
     return f;
 }

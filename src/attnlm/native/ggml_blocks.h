@@ -1337,7 +1337,7 @@ static void quantize_for(const Linear *a, const Linear *b, const Linear *c, cons
     int64_t lo, hi;
     share(M, t, nt, &lo, &hi);
     gg_quantize(x, ldx, a->k, xq, lo, hi, fam);
-#pragma omp barrier
+    BARRIER();
 }
 
 /* the rows of x (M, K) quantized for every family (their own tests) */
