@@ -54,12 +54,18 @@ def arm(monkeypatch, tmp_path):
     return monkeypatch
 
 
-@pytest.mark.parametrize("machine", ["aarch64", "arm64", "x86_64"])
-def test_the_target_flag_on_arm_is_mcpu_native(monkeypatch, machine):
+@pytest.mark.parametrize(("system", "machine", "want"), [
+    ("linux", "aarch64", "-mcpu=native"), ("linux", "x86_64", "-march=native"),
+    ("darwin", "arm64", None),  # Apple's clang: its own default, the M1 class
+    ("darwin", "x86_64", "-march=native")])  # fmt: skip
+def test_the_target_flag_on_arm_is_mcpu_native(monkeypatch, system, machine, want):
     monkeypatch.delenv(native.MARCH_ENV, raising=False)
+    monkeypatch.setattr(native.sys, "platform", system)
     monkeypatch.setattr(native.platform, "machine", lambda: machine)
-    want = "-march=native" if machine == "x86_64" else "-mcpu=native"
-    assert native.build_flags()[1] == want and native.target_flag() == want
+    targets = [f for f in native.build_flags() if f.startswith(("-march", "-mcpu"))]
+    assert targets == ([want] if want else []) and native.target_flag() == (want or "")
+    tag = native._cached("cc", native.build_flags()).name
+    assert tag.startswith("decode_step-native-" if want else "decode_step-default-"), tag
     monkeypatch.setenv(native.MARCH_ENV, "armv8.2-a+dotprod")  # a target named: -march
     assert native.build_flags()[1] == "-march=armv8.2-a+dotprod"
 

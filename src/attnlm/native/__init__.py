@@ -3,7 +3,7 @@
 A decoding step of a small model on a CPU is many small tensor calls around products whose
 weights are 4 or 8 bits; ``decode_step.c`` does the whole step in one call (see its header).
 It is built once per machine into the attnlm cache (``$ATTNLM_CACHE`` or ``~/.cache/attnlm``,
-folder ``native/``) with ``cc -O3 -march=native -fopenmp`` (``-mcpu=native`` on ARM): no
+folder ``native/``) with ``cc -O3 -march=native -fopenmp`` (:func:`target_flag`): no
 build step at install time, and the code is compiled for the CPU it runs on. Without a
 compiler (or with ``ATTNLM_NATIVE=0``) :func:`library` returns None and decoding takes the
 PyTorch path, which gives the same numbers up to float rounding; the reason is kept in
@@ -28,6 +28,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from attnlm.base.fileio import cache_dir, temp_path_for
@@ -53,18 +54,22 @@ ARM = ("aarch64", "arm64")
 
 def target_flag() -> str:
     """The target CPU: ``-march=$ATTNLM_NATIVE_MARCH`` when set, else this CPU's:
-    ``-march=native``, or on ARM ``-mcpu=native`` (clang before version 15, Apple's among
-    them, refuses ``-march=native`` for ARM; GCC and clang both take ``-mcpu=native``)."""
+    ``-march=native``; on ARM ``-mcpu=native`` (clang before version 15 refuses
+    ``-march=native`` for ARM; GCC and clang both take ``-mcpu=native``), except on macOS,
+    where the compiler's own default (Apple's clang: the M1 class) is kept: its
+    ``-mcpu=native`` may name an older core. "" for no flag."""
     march = os.environ.get(MARCH_ENV, "").strip()
     if march:
         return f"-march={march}"
-    return "-mcpu=native" if platform.machine().lower() in ARM else "-march=native"
+    if platform.machine().lower() not in ARM:
+        return "-march=native"
+    return "" if sys.platform == "darwin" else "-mcpu=native"
 
 
 def build_flags(openmp: bool = True) -> list[str]:
     """The compile flags: the target CPU (:func:`target_flag`), OpenMP when ``openmp`` (else
     POSIX threads), then ``ATTNLM_NATIVE_CFLAGS``."""
-    flags = ["-O3", target_flag(), "-std=gnu11", "-shared", "-fPIC"]
+    flags = ["-O3", *[target_flag()] * bool(target_flag()), "-std=gnu11", "-shared", "-fPIC"]
     threads = "-fopenmp" if openmp else "-pthread"
     return [*flags, threads, *shlex.split(os.environ.get(CFLAGS_ENV, ""))]
 
@@ -91,7 +96,8 @@ def _cached(cc: str, flags: list[str]) -> Path:
     texts = [p.read_text(encoding="utf-8") for p in (SOURCE, *HEADERS)]
     key = "\n".join([*texts, cc, " ".join(flags), platform.machine(), _cpu_flags()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    march = flags[1].split("=", 1)[-1]
+    target = [f for f in flags if f.startswith(("-march=", "-mcpu="))]
+    march = target[0].split("=", 1)[1] if target else "default"
     tag = re.sub(r"[^A-Za-z0-9_.-]", "_", march)[:32] + ("" if "-fopenmp" in flags else "-pt")
     return cache_dir() / "native" / f"decode_step-{tag}-{digest}.so"
 
