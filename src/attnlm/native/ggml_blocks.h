@@ -51,6 +51,12 @@ typedef uint8_t vb64 __attribute__((vector_size(64), aligned(1)));   /* 64 codes
 #if GG_VNNI || defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define GG_NEON 1
+#else
+#define GG_NEON 0
+#endif
 
 /* one float16 (bits) as a float: the CPU's instruction where it has one */
 static inline float gg_f16(uint16_t h) {
@@ -404,6 +410,29 @@ static void gg_quantize(const float *x, int64_t ldx, int64_t K, uint8_t *xq, int
     }
 }
 
+#if GG_NEON
+/* the sums of w a over each 4 consecutive int8 of 16 (|w a| <= 2^14: int16 products exact
+ * where there is no sdot) */
+static inline int32x4_t gg_sdot16(int8x16_t w, int8x16_t a) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(vdupq_n_s32(0), w, a);
+#else
+    const int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(a));
+    const int16x8_t hi = vmull_s8(vget_high_s8(w), vget_high_s8(a));
+    return vpaddq_s32(vpaddlq_s16(lo), vpaddlq_s16(hi));
+#endif
+}
+
+/* four registers of 4 int32 as one vector of 16 */
+static inline vi16 gg_cat4x4(const int32x4_t *s) {
+    typedef int32_t vq32 __attribute__((vector_size(16)));
+    typedef int32_t vo32 __attribute__((vector_size(32)));
+    const vo32 a = __builtin_shufflevector((vq32)s[0], (vq32)s[1], 0, 1, 2, 3, 4, 5, 6, 7);
+    const vo32 b = __builtin_shufflevector((vq32)s[2], (vq32)s[3], 0, 1, 2, 3, 4, 5, 6, 7);
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#endif
+
 /* sums of u a over each 4 consecutive codes (8 lanes): lanes 0-3 the first half, 4-7 the second */
 static inline vi8 gg_dot(vb32 u, const int8_t *a) {
 #if GG_VNNI
@@ -423,6 +452,36 @@ static inline vi8 gg_dot(vb32 u, const int8_t *a) {
     const __m256i lo = _mm256_maddubs_epi16(_mm256_xor_si256(ua, top), aa);
     return (vi8)_mm256_add_epi32(_mm256_madd_epi16(lo, one),
                                  _mm256_madd_epi16(_mm256_maddubs_epi16(top, aa), one));
+#elif GG_NEON /* 16 codes a register: their sums of 4 by sdot, or by widening products */
+    typedef int32_t vq32 __attribute__((vector_size(16)));
+    typedef uint8_t vq8 __attribute__((vector_size(16)));
+    const uint8x16_t u0 = (uint8x16_t)(vq8)__builtin_shufflevector(u, u, 0, 1, 2, 3, 4, 5, 6, 7, 8,
+                                                                  9, 10, 11, 12, 13, 14, 15);
+    const uint8x16_t u1 = (uint8x16_t)(vq8)__builtin_shufflevector(u, u, 16, 17, 18, 19, 20, 21,
+                                                                  22, 23, 24, 25, 26, 27, 28, 29,
+                                                                  30, 31);
+    const int8x16_t a0 = vld1q_s8(a), a1 = vld1q_s8(a + 16);
+    int32x4_t s0, s1;
+#if defined(__ARM_FEATURE_DOTPROD)
+    if (vmaxvq_u8(vorrq_u8(u0, u1)) < 128) { /* codes that are int8 as they are */
+        s0 = vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(u0), a0);
+        s1 = vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(u1), a1);
+    } else { /* u a = (u - 128) a + 128 a */
+        const uint8x16_t top = vdupq_n_u8(0x80);
+        const int8x16_t one = vdupq_n_s8(1);
+        s0 = vaddq_s32(vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(veorq_u8(u0, top)), a0),
+                       vshlq_n_s32(vdotq_s32(vdupq_n_s32(0), one, a0), 7));
+        s1 = vaddq_s32(vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(veorq_u8(u1, top)), a1),
+                       vshlq_n_s32(vdotq_s32(vdupq_n_s32(0), one, a1), 7));
+    }
+#else /* |u a| <= 255 * 128 fits int16 */
+#define GG_P16(uv, av, half) vmulq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_##half##_u8(uv))), \
+                                       vmovl_s8(vget_##half##_s8(av)))
+    s0 = vpaddq_s32(vpaddlq_s16(GG_P16(u0, a0, low)), vpaddlq_s16(GG_P16(u0, a0, high)));
+    s1 = vpaddq_s32(vpaddlq_s16(GG_P16(u1, a1, low)), vpaddlq_s16(GG_P16(u1, a1, high)));
+#undef GG_P16
+#endif
+    return __builtin_shufflevector((vq32)s0, (vq32)s1, 0, 1, 2, 3, 4, 5, 6, 7);
 #else
     const vh32 p = __builtin_convertvector(u, vh32) * __builtin_convertvector(*(const vs32 *)a, vh32);
     const vi16 q = __builtin_convertvector(
@@ -538,6 +597,19 @@ static inline int gg_bias(const int64_t fmt) {
 
 /* the integer sums of 64 codes u (two blocks of 32) with x's codes a, less bias sum(a) */
 static inline vi16 gg_dot64b(vb64 u, const int8_t *a, int bias) {
+#if GG_NEON
+    if (bias) { /* the signed codes u - bias (int8, exact) against a: one sdot per 16 */
+        typedef int8_t vs64 __attribute__((vector_size(64), aligned(1)));
+        const vs64 w = (vs64)(u - (uint8_t)bias);
+        int32x4_t s[4];
+        for (int q = 0; q < 4; q++) {
+            int8x16_t wq;
+            memcpy(&wq, (const int8_t *)&w + 16 * q, 16);
+            s[q] = gg_sdot16(wq, vld1q_s8(a + 16 * q));
+        }
+        return gg_cat4x4(s);
+    }
+#endif
     const vi16 d = gg_dot64(u, a);
     return bias ? d - gg_dot64((vb64){0} + (uint8_t)bias, a) : d;
 }
@@ -839,6 +911,16 @@ static inline vi16 gg_kdot(vi16 acc, vb64 u, const int8_t *a, vh32 s) {
 #else
     return acc + (vi16)_mm512_madd_epi16(p, (__m512i)s);
 #endif
+#elif GG_NEON /* codes below 64: int8 as they are; a lane's 4 codes share their scale */
+    int32x4_t d[4];
+    for (int q = 0; q < 4; q++) {
+        int8x16_t uq;
+        memcpy(&uq, (const uint8_t *)&u + 16 * q, 16);
+        d[q] = gg_sdot16(uq, vld1q_s8(a + 16 * q));
+    }
+    const vh16 even = __builtin_shufflevector(s, s, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                              24, 26, 28, 30);
+    return acc + gg_cat4x4(d) * __builtin_convertvector(even, vi16);
 #else
     typedef int8_t vs64 __attribute__((vector_size(64), aligned(1)));
     const vh64 p = __builtin_convertvector(u, vh64) *
