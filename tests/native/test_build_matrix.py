@@ -227,3 +227,15 @@ def test_this_cpus_build_has_the_instructions_the_cpu_lists(fresh):
     assert native.library() is not None, native.why_not
     want = {name for name in ("fma", "f16c", "avx2", "avx512f") if name in cpu}
     assert want and want <= native.features(), (want, native.features())
+
+
+def test_the_build_key_covers_every_header_the_source_includes():
+    """A header left out of ``native.HEADERS`` would leave stale cached builds in use after
+    it changes: every ``#include "..."`` of the sources is in it, and nothing else."""
+    import re
+
+    included = set()
+    for path in (native.SOURCE, *native.HEADERS):
+        included |= set(re.findall(r'#include "([^"]+)"', path.read_text(encoding="utf-8")))
+    assert included == {h.name for h in native.HEADERS}
+    assert all(h.is_file() for h in native.HEADERS)

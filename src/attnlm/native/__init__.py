@@ -36,7 +36,7 @@ from attnlm.base.fileio import cache_dir, temp_path_for
 __all__ = ["build_flags", "default_threads", "library", "why_not"]
 
 SOURCE = Path(__file__).with_name("decode_step.c")
-HEADERS = tuple(Path(__file__).with_name(h) for h in ("ggml_blocks.h", "avx2_rows.h"))  # in SOURCE
+HEADERS = tuple(Path(__file__).with_name(h) for h in ("ggml_blocks.h", "avx2_rows.h", "threads.h"))
 MARCH_ENV, CFLAGS_ENV = "ATTNLM_NATIVE_MARCH", "ATTNLM_NATIVE_CFLAGS"
 BUILD_SECONDS = 120
 
