@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,13 +96,22 @@ def build_llama_bench(build: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arm-python", required=True, help="the command .ci/arm_python.sh printed")
+    ap.add_argument(
+        "--arm-python",
+        default=str(Path(tempfile.gettempdir()) / "attnlm-arm" / "python"),
+        help="the command .ci/arm_python.sh printed (default: .ci/run's)",
+    )
     ap.add_argument("--model", default="gemma3-270m")
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--compiler", choices=sorted(COMPILERS), default="clang")
     ap.add_argument("--build", default=str(Path(tempfile.gettempdir()) / "llama-arm"))
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"rounds": 1, "tokens": 2})
+    missing = [t for t in ("qemu-aarch64", "aarch64-linux-gnu-g++", "cmake",
+                           shlex.split(args.arm_python)[0]) if not shutil.which(t)]  # fmt: skip
+    if missing:
+        print(f"skipping: {', '.join(missing)} not found (.ci/arm_python.sh DIR installs them)")
+        return
     path = model_path(args.model)
     bench = build_llama_bench(Path(args.build))
     root = Path(shlex.split(args.arm_python)[0]).parent / "root"  # .ci/arm_python.sh's layout

@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    args = harness.parse(ap, quick={"rounds": 1, "new": 8})
     real = shutil.which("cc") or shutil.which("gcc")
     if real is None:
         raise SystemExit("no C compiler (cc or gcc) on the PATH")
