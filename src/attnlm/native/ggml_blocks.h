@@ -902,7 +902,7 @@ typedef int32_t vi32 __attribute__((vector_size(128), aligned(4))); /* 32 int32 
 
 /* acc + the sums of u a s over each 4 consecutive codes of 64 (16 lanes): s (int16) holds
  * the scale of each pair of codes (llama.cpp's pmaddubsw then pmaddwd: u a < 2^15 per pair);
- * AVX2 without AVX-512 takes gg_kdot8 instead */
+ * AVX2 without AVX-512, and NEON, take gg_kdot8 instead */
 static inline vi16 gg_kdot(vi16 acc, vb64 u, const int8_t *a, vh32 s) {
 #if defined(__AVX512BW__)
     const __m512i p = _mm512_maddubs_epi16((__m512i)u, _mm512_loadu_si512((const void *)a));
@@ -911,16 +911,6 @@ static inline vi16 gg_kdot(vi16 acc, vb64 u, const int8_t *a, vh32 s) {
 #else
     return acc + (vi16)_mm512_madd_epi16(p, (__m512i)s);
 #endif
-#elif GG_NEON /* codes below 64: int8 as they are; a lane's 4 codes share their scale */
-    int32x4_t d[4];
-    for (int q = 0; q < 4; q++) {
-        int8x16_t uq;
-        memcpy(&uq, (const uint8_t *)&u + 16 * q, 16);
-        d[q] = gg_sdot16(uq, vld1q_s8(a + 16 * q));
-    }
-    const vh16 even = __builtin_shufflevector(s, s, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
-                                              24, 26, 28, 30);
-    return acc + gg_cat4x4(d) * __builtin_convertvector(even, vi16);
 #else
     typedef int8_t vs64 __attribute__((vector_size(64), aligned(1)));
     const vh64 p = __builtin_convertvector(u, vh64) *
@@ -950,9 +940,9 @@ static inline vi8 gg_madd16(vh16 b, vh16 m) {
 #endif
 }
 
-/* where vectors are 8 lanes (AVX2 without AVX-512), a block's 64-code vectors are kept as
- * their two halves: GCC moves a 64-byte vector's halves byte by byte there */
-#if defined(__AVX2__) && !defined(__AVX512BW__)
+/* where vectors are 8 lanes (AVX2 without AVX-512) or 4 (NEON), a block's 64-code vectors
+ * are kept as their two halves: GCC moves a 64-byte vector's halves byte by byte there */
+#if defined(__AVX2__) && !defined(__AVX512BW__) || GG_NEON
 #define GG_K8 1
 #else
 #define GG_K8 0
@@ -976,6 +966,21 @@ typedef struct {
 /* gg_kdot's sums over chunks c .. c + n - 1 of k with lanes l and l + 8 added (exact:
  * integers) */
 static inline vi8 gg_kdot8(const GgK *k, int c, int n, const int8_t *a) {
+#if GG_NEON /* codes below 64: int8 as they are; a lane's 4 codes share their scale */
+    int32x4_t acc[2] = {vdupq_n_s32(0), vdupq_n_s32(0)};
+    for (; n > 0; n--, c++, a += 64)
+        for (int hv = 0; hv < 2; hv++) { /* the chunk's halves of 32: u[2c + hv] */
+            int8x16_t uq[2];
+            int16x8_t sq[2];
+            memcpy(uq, &k->u[2 * c + hv], 32), memcpy(sq, &k->s[2 * c + hv], 32);
+            for (int q = 0; q < 2; q++) { /* lanes 4q..4q+3: pairs 8q, 8q + 2, ... of s */
+                const int32x4_t sc = vmovl_s16(vget_low_s16(vuzp1q_s16(sq[q], sq[q])));
+                acc[q] = vmlaq_s32(acc[q], gg_sdot16(uq[q], vld1q_s8(a + 32 * hv + 16 * q)), sc);
+            }
+        }
+    typedef int32_t vq32 __attribute__((vector_size(16)));
+    return __builtin_shufflevector((vq32)acc[0], (vq32)acc[1], 0, 1, 2, 3, 4, 5, 6, 7);
+#else
     __m256i acc = _mm256_setzero_si256();
     for (; n > 0; n--, c++, a += 64) {
         const __m256i p0 = _mm256_maddubs_epi16((__m256i)k->u[2 * c],
@@ -987,6 +992,7 @@ static inline vi8 gg_kdot8(const GgK *k, int c, int n, const int8_t *a) {
                                         s0, _mm256_madd_epi16(p1, (__m256i)k->s[2 * c + 1])));
     }
     return (vi8)acc;
+#endif
 }
 #else
 /* one block's integer sums against the 256 codes a: gg_kdot over its four chunks of 64 */
