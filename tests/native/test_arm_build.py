@@ -91,6 +91,30 @@ def test_arm_prefers_clang_where_it_is_installed(monkeypatch, tmp_path):
     assert native._compiler() == str(tmp_path / "cc")
 
 
+def test_a_clang_that_fails_on_arm_falls_back_to_cc(arm, tmp_path):
+    """ARM's preferred clang (``CC`` unset) failing to build the step: the system's cc builds
+    it; a compiler named by ``CC`` gets no such second try."""
+    real = shutil.which("cc") or shutil.which("gcc")
+    if real is None:
+        pytest.skip("no C compiler (cc)")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "clang").write_text('#!/bin/sh\necho "clang: error: broken" >&2\nexit 1\n')
+    (bin_ / "cc").write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    arm.setenv("PATH", f"{bin_}:/usr/bin:/bin")
+    arm.delenv("CC", raising=False)
+    arm.setenv(native.MARCH_ENV, "native")  # this CPU's target (the machine is faked)
+    for name, value in (("_TRIED", False), ("_LIBRARY", None), ("why_not", ""), ("built", None)):
+        arm.setattr(native, name, value)
+    assert native._compiler() == str(bin_ / "clang")
+    assert native.library() is not None, native.why_not
+    arm.setattr(native, "_TRIED", False)
+    arm.setenv("CC", str(bin_ / "clang"))
+    assert native.library() is None and "clang: error: broken" in native.why_not
+
+
 def _clang_major() -> int:
     done = subprocess.run(["clang", "-dumpversion"], capture_output=True, text=True)
     return int(done.stdout.split(".")[0])

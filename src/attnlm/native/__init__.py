@@ -143,6 +143,18 @@ def _build(cc: str) -> Path:
         return posix
 
 
+def _build_or_cc(cc: str) -> Path:
+    """:func:`_build` with ``cc``; where that is ARM's preferred clang (``CC`` unset) and it
+    fails, with the system's ``cc`` instead."""
+    try:
+        return _build(cc)
+    except (OSError, subprocess.SubprocessError):
+        other = shutil.which("cc") or shutil.which("gcc")
+        if os.environ.get("CC", "").strip() or not other or other == cc:
+            raise
+        return _build(other)
+
+
 def library() -> ctypes.CDLL | None:
     """The loaded C library, or None (the reason in :data:`why_not`); built once per
     process at most."""
@@ -162,7 +174,7 @@ def library() -> ctypes.CDLL | None:
         why_not = f"no C compiler: CC names {program!r}, which is not a program found"
         return None
     try:
-        path = _build(cc)
+        path = _build_or_cc(cc)
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as e:
         why_not = f"the C decode step could not be built: {e}"
