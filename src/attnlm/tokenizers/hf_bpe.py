@@ -310,7 +310,18 @@ class HFByteBPETokenizer(Tokenizer):
                 raise _fail(f"added token {t['content']!r}: single_word is not supported")
             left, right = (r"\s*" if t.get(side) else "" for side in ("lstrip", "rstrip"))
             alts.append(f"(?P<t{k}>{left}{re.escape(t['content'])}{right})")
-        return re.compile("|".join(alts)), [int(t["id"]) for t in tokens]
+        ids = [int(t["id"]) for t in tokens]
+        if any(t.get("lstrip") for t in tokens) or not all(t["content"] for t in tokens):
+            return re.compile("|".join(alts)), ids
+        # the alternatives grouped by their first character, each group behind a lookahead:
+        # the same matches (no alternative can match where its first character is not), but
+        # a position is tried against its own group only, not every token (Gemma's 6,414
+        # took 10 ms a character)
+        groups: dict[str, list[str]] = {}
+        for t, alt in zip(tokens, alts):
+            groups.setdefault(t["content"][0], []).append(alt)
+        parts = [f"(?={re.escape(c)})(?:{'|'.join(g)})" for c, g in groups.items()]
+        return re.compile("|".join(parts)), ids
 
     def _single_template(self, spec: dict | None) -> list[int | None]:
         """The ``single`` template of a ``TemplateProcessing`` post-processor as ids with None
