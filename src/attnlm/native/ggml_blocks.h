@@ -423,12 +423,15 @@ static inline int32x4_t gg_sdot16(int8x16_t w, int8x16_t a) {
 #endif
 }
 
+/* two registers of 4 int32 as one vector of 8 */
+static inline vi8 gg_cat2x4(int32x4_t a, int32x4_t b) {
+    typedef int32_t vq32 __attribute__((vector_size(16)));
+    return __builtin_shufflevector((vq32)a, (vq32)b, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+
 /* four registers of 4 int32 as one vector of 16 */
 static inline vi16 gg_cat4x4(const int32x4_t *s) {
-    typedef int32_t vq32 __attribute__((vector_size(16)));
-    typedef int32_t vo32 __attribute__((vector_size(32)));
-    const vo32 a = __builtin_shufflevector((vq32)s[0], (vq32)s[1], 0, 1, 2, 3, 4, 5, 6, 7);
-    const vo32 b = __builtin_shufflevector((vq32)s[2], (vq32)s[3], 0, 1, 2, 3, 4, 5, 6, 7);
+    const vi8 a = gg_cat2x4(s[0], s[1]), b = gg_cat2x4(s[2], s[3]);
     return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 #endif
@@ -452,36 +455,18 @@ static inline vi8 gg_dot(vb32 u, const int8_t *a) {
     const __m256i lo = _mm256_maddubs_epi16(_mm256_xor_si256(ua, top), aa);
     return (vi8)_mm256_add_epi32(_mm256_madd_epi16(lo, one),
                                  _mm256_madd_epi16(_mm256_maddubs_epi16(top, aa), one));
-#elif GG_NEON /* 16 codes a register: their sums of 4 by sdot, or by widening products */
-    typedef int32_t vq32 __attribute__((vector_size(16)));
-    typedef uint8_t vq8 __attribute__((vector_size(16)));
-    const uint8x16_t u0 = (uint8x16_t)(vq8)__builtin_shufflevector(u, u, 0, 1, 2, 3, 4, 5, 6, 7, 8,
-                                                                  9, 10, 11, 12, 13, 14, 15);
-    const uint8x16_t u1 = (uint8x16_t)(vq8)__builtin_shufflevector(u, u, 16, 17, 18, 19, 20, 21,
-                                                                  22, 23, 24, 25, 26, 27, 28, 29,
-                                                                  30, 31);
-    const int8x16_t a0 = vld1q_s8(a), a1 = vld1q_s8(a + 16);
-    int32x4_t s0, s1;
-#if defined(__ARM_FEATURE_DOTPROD)
-    if (vmaxvq_u8(vorrq_u8(u0, u1)) < 128) { /* codes that are int8 as they are */
-        s0 = vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(u0), a0);
-        s1 = vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(u1), a1);
-    } else { /* u a = (u - 128) a + 128 a */
-        const uint8x16_t top = vdupq_n_u8(0x80);
-        const int8x16_t one = vdupq_n_s8(1);
-        s0 = vaddq_s32(vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(veorq_u8(u0, top)), a0),
-                       vshlq_n_s32(vdotq_s32(vdupq_n_s32(0), one, a0), 7));
-        s1 = vaddq_s32(vdotq_s32(vdupq_n_s32(0), vreinterpretq_s8_u8(veorq_u8(u1, top)), a1),
-                       vshlq_n_s32(vdotq_s32(vdupq_n_s32(0), one, a1), 7));
+#elif GG_NEON /* 16 codes a register (gg_sdot16, signed): codes of 128 or more as
+                * u a = (u - 128) a + 128 a */
+    uint8x16_t uq[2];
+    memcpy(uq, &u, 32);
+    const int high = vmaxvq_u8(vorrq_u8(uq[0], uq[1])) >= 128;
+    int32x4_t s[2];
+    for (int q = 0; q < 2; q++) {
+        const int8x16_t aq = vld1q_s8(a + 16 * q);
+        s[q] = gg_sdot16(vreinterpretq_s8_u8(high ? veorq_u8(uq[q], vdupq_n_u8(0x80)) : uq[q]), aq);
+        if (high) s[q] = vaddq_s32(s[q], vshlq_n_s32(gg_sdot16(vdupq_n_s8(1), aq), 7));
     }
-#else /* |u a| <= 255 * 128 fits int16 */
-#define GG_P16(uv, av, half) vmulq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_##half##_u8(uv))), \
-                                       vmovl_s8(vget_##half##_s8(av)))
-    s0 = vpaddq_s32(vpaddlq_s16(GG_P16(u0, a0, low)), vpaddlq_s16(GG_P16(u0, a0, high)));
-    s1 = vpaddq_s32(vpaddlq_s16(GG_P16(u1, a1, low)), vpaddlq_s16(GG_P16(u1, a1, high)));
-#undef GG_P16
-#endif
-    return __builtin_shufflevector((vq32)s0, (vq32)s1, 0, 1, 2, 3, 4, 5, 6, 7);
+    return gg_cat2x4(s[0], s[1]);
 #else
     const vh32 p = __builtin_convertvector(u, vh32) * __builtin_convertvector(*(const vs32 *)a, vh32);
     const vi16 q = __builtin_convertvector(
@@ -978,8 +963,7 @@ static inline vi8 gg_kdot8(const GgK *k, int c, int n, const int8_t *a) {
                 acc[q] = vmlaq_s32(acc[q], gg_sdot16(uq[q], vld1q_s8(a + 32 * hv + 16 * q)), sc);
             }
         }
-    typedef int32_t vq32 __attribute__((vector_size(16)));
-    return __builtin_shufflevector((vq32)acc[0], (vq32)acc[1], 0, 1, 2, 3, 4, 5, 6, 7);
+    return gg_cat2x4(acc[0], acc[1]);
 #else
     __m256i acc = _mm256_setzero_si256();
     for (; n > 0; n--, c++, a += 64) {
