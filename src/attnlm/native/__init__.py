@@ -69,7 +69,8 @@ def target_flag() -> str:
 def build_flags(openmp: bool = True) -> list[str]:
     """The compile flags: the target CPU (:func:`target_flag`), OpenMP when ``openmp`` (else
     POSIX threads), then ``ATTNLM_NATIVE_CFLAGS``."""
-    flags = ["-O3", *[target_flag()] * bool(target_flag()), "-std=gnu11", "-shared", "-fPIC"]
+    target = target_flag()
+    flags = ["-O3", *([target] if target else []), "-std=gnu11", "-shared", "-fPIC"]
     threads = "-fopenmp" if openmp else "-pthread"
     return [*flags, threads, *shlex.split(os.environ.get(CFLAGS_ENV, ""))]
 
@@ -85,14 +86,21 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
+def _compilers() -> list[str]:
+    """The compilers' command lines to try in turn: ``$CC`` alone, else ``cc`` or ``gcc`` on
+    the PATH, on ARM after ``clang`` where it is installed (GCC's aarch64 code moves the
+    step's 64-byte vectors through the stack, and decodes at about half the speed)."""
+    named = os.environ.get("CC", "").strip()
+    if named:
+        return [named]
+    arm = platform.machine().lower() in ARM
+    found = [shutil.which("clang") if arm else None, shutil.which("cc") or shutil.which("gcc")]
+    return list(dict.fromkeys(c for c in found if c))
+
+
 def _compiler() -> str | None:
-    """The compiler's command line (``$CC``, else ``cc`` or ``gcc`` on the PATH; on ARM
-    ``clang`` first where it is installed: GCC's aarch64 code moves the step's 64-byte
-    vectors through the stack, and decodes at about half the speed), or None."""
-    chosen = os.environ.get("CC", "").strip()
-    if not chosen and platform.machine().lower() in ARM:
-        chosen = shutil.which("clang") or ""
-    return chosen or shutil.which("cc") or shutil.which("gcc")
+    """The first of :func:`_compilers`, or None."""
+    return next(iter(_compilers()), None)
 
 
 def _cached(cc: str, flags: list[str]) -> Path:
@@ -143,16 +151,15 @@ def _build(cc: str) -> Path:
         return posix
 
 
-def _build_or_cc(cc: str) -> Path:
-    """:func:`_build` with ``cc``; where that is ARM's preferred clang (``CC`` unset) and it
-    fails, with the system's ``cc`` instead."""
-    try:
-        return _build(cc)
-    except (OSError, subprocess.SubprocessError):
-        other = shutil.which("cc") or shutil.which("gcc")
-        if os.environ.get("CC", "").strip() or not other or other == cc:
-            raise
-        return _build(other)
+def _build_any(compilers: list[str]) -> Path:
+    """:func:`_build` by the first of ``compilers`` that can (ARM's preferred clang failing:
+    the system's cc); the last one's error where none can."""
+    for cc in compilers[:-1]:
+        try:
+            return _build(cc)
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return _build(compilers[-1])
 
 
 def library() -> ctypes.CDLL | None:
@@ -165,16 +172,16 @@ def library() -> ctypes.CDLL | None:
     if _TRIED:
         return _LIBRARY
     _TRIED, _LIBRARY, why_not, built = True, None, "", None
-    cc = _compiler()
-    if cc is None:
+    compilers = _compilers()
+    if not compilers:
         why_not = "no C compiler found (no cc or gcc on the PATH, CC not set)"
         return None
-    program = (shlex.split(cc) or [""])[0]
+    program = (shlex.split(compilers[0]) or [""])[0]
     if shutil.which(program) is None:
         why_not = f"no C compiler: CC names {program!r}, which is not a program found"
         return None
     try:
-        path = _build_or_cc(cc)
+        path = _build_any(compilers)
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as e:
         why_not = f"the C decode step could not be built: {e}"
