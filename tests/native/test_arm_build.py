@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_avx2_products import product
-from test_build_matrix import AVX2_FIXTURES
+from test_build_matrix import AVX2_FIXTURES, FIXTURES, fake_cc, fresh  # noqa: F401 (fixture)
 
 from attnlm import native
 from attnlm.base.ggufio import GGUFFile
@@ -31,7 +31,6 @@ from attnlm.runtime.engine_gguf import open_engine
 from gguf_support import encode_tensor
 
 HERE = Path(__file__).resolve().parent
-FIXTURES = HERE.parent / "fixtures" / "gguf_arch"
 SRC = Path(native.__file__).resolve().parents[2]
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 #: the cross compilers, and the target each is given (GCC's cross compiler has no ARM CPU to
@@ -91,24 +90,20 @@ def test_arm_prefers_clang_where_it_is_installed(monkeypatch, tmp_path):
     assert native._compiler() == str(tmp_path / "cc")
 
 
+@pytest.mark.usefixtures("fresh")  # a process that has not tried the library yet
 def test_a_clang_that_fails_on_arm_falls_back_to_cc(arm, tmp_path):
     """ARM's preferred clang (``CC`` unset) failing to build the step: the system's cc builds
     it; a compiler named by ``CC`` gets no such second try."""
-    real = shutil.which("cc") or shutil.which("gcc")
-    if real is None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler (cc)")
     bin_ = tmp_path / "bin"
     bin_.mkdir()
+    fake_cc(bin_, "")  # bin/cc: the real one
     (bin_ / "clang").write_text('#!/bin/sh\necho "clang: error: broken" >&2\nexit 1\n')
-    (bin_ / "cc").write_text(f'#!/bin/sh\nexec {real} "$@"\n')
-    for tool in bin_.iterdir():
-        tool.chmod(0o755)
+    (bin_ / "clang").chmod(0o755)
     arm.setenv("PATH", f"{bin_}:/usr/bin:/bin")
-    arm.delenv("CC", raising=False)
     arm.setenv(native.MARCH_ENV, "native")  # this CPU's target (the machine is faked)
-    for name, value in (("_TRIED", False), ("_LIBRARY", None), ("why_not", ""), ("built", None)):
-        arm.setattr(native, name, value)
-    assert native._compiler() == str(bin_ / "clang")
+    assert native._compilers() == [str(bin_ / "clang"), str(bin_ / "cc")]
     assert native.library() is not None, native.why_not
     arm.setattr(native, "_TRIED", False)
     arm.setenv("CC", str(bin_ / "clang"))

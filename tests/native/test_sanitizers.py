@@ -173,11 +173,10 @@ def test_the_posix_threads_build_has_no_data_race(tmp_path):
                           text=True, timeout=30).stdout.strip()  # fmt: skip
     if not (os.path.isabs(tsan) and os.path.isfile(tsan)):
         pytest.skip("no gcc with libtsan (Debian: libtsan2)")
-    fake = tmp_path / "cc"  # the compiler without OpenMP: POSIX threads
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in -fopenmp*) exit 1;; esac; done\n'
-                    f'exec {cc} "$@"\n')  # fmt: skip
-    fake.chmod(0o755)
-    env = {**os.environ, "CC": str(fake), native.CFLAGS_ENV: "-fsanitize=thread -g",
+    from test_build_matrix import CLANG_WITHOUT_OPENMP, fake_cc
+
+    fake = fake_cc(tmp_path, CLANG_WITHOUT_OPENMP)  # the compiler without OpenMP: POSIX threads
+    env = {**os.environ, "CC": fake, native.CFLAGS_ENV: "-fsanitize=thread -g",
            "ATTNLM_NATIVE": "1", "ATTNLM_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": str(ROOT / "src")}  # fmt: skip
     env.pop(native.MARCH_ENV, None)

@@ -1147,12 +1147,6 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     }
 }
 
-/* x (M, C) holds the rows' input embeddings (positions added, for a model with learned ones)
- * and is overwritten by the residual stream; rw says where each row is (its cache slot and
- * position: its key and value are written there, and it attends over its slot's positions up
- * to its own, those written by earlier rows of this step included) and which rows' logits
- * are wanted: logits (R, V), R of the M rows (a prompt needs only its last: the head is the
- * largest product, V C per row). The products run once over all M rows. */
 typedef struct {
     const Model *md;
     const Scratch *sc;
@@ -1166,7 +1160,8 @@ static void step_team(void *ctx, int t, int nt) {
     const Model *md = a->md;
     const Scratch *sc = a->sc;
     const int64_t C = md->C, R = a->rw->R, V = md->V;
-    for (int64_t l = 0; l < md->n_layer; l++) layer(md, md->blocks + l, sc, a->x, a->M, a->rw, t, nt);
+    for (int64_t l = 0; l < md->n_layer; l++)
+        layer(md, md->blocks + l, sc, a->x, a->M, a->rw, t, nt);
     if (t == 0)
         for (int64_t r = 0; r < R; r++) /* the rows asked for, gathered */
             norm_rows(md, &md->ln_f, a->x + a->rw->out[r] * C, sc->xn + r * C, 1);
@@ -1181,6 +1176,12 @@ static void step_team(void *ctx, int t, int nt) {
     }
 }
 
+/* x (M, C) holds the rows' input embeddings (positions added, for a model with learned ones)
+ * and is overwritten by the residual stream; rw says where each row is (its cache slot and
+ * position: its key and value are written there, and it attends over its slot's positions up
+ * to its own, those written by earlier rows of this step included) and which rows' logits
+ * are wanted: logits (R, V), R of the M rows (a prompt needs only its last: the head is the
+ * largest product, V C per row). The products run once over all M rows. */
 void attnlm_step_rows(const Model *md, const Scratch *sc, float *x, int64_t M, const Rows *rw,
                       float *logits, int threads) {
     StepArgs a = {md, sc, x, logits, M, rw};
@@ -1231,7 +1232,6 @@ void attnlm_rope(const int64_t *pos, int64_t M, int64_t D, float base, float fre
  * (2F,) for SwiGLU */
 void attnlm_activate(int64_t kind, float *h, int64_t F) { activate(kind, h, F); }
 
-/* y (M, N) = x (M, K) W^T + b alone (the products' own tests); part (threads, M, N) */
 typedef struct {
     const Linear *L;
     const float *x;
@@ -1246,6 +1246,7 @@ static void linear_team(void *ctx, int t, int nt) {
     linear(a->L, a->x, a->M, a->L->k, a->y, a->L->n, NULL, a->part, a->xq, t, nt);
 }
 
+/* y (M, N) = x (M, K) W^T + b alone (the products' own tests); part (threads, M, N) */
 void attnlm_linear(const Linear *L, const float *x, int64_t M, float *y, float *part,
                    int threads) {
     uint8_t *xq = gg_int(L) ? malloc(M * gg_row_bytes(L->k)) : NULL;
