@@ -31,7 +31,7 @@ configured with ``-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 -DGGML_BMI2=ON``, of the wheel's llama.cpp version; ``benchmarks/build_llama_cpp.sh``).
 
     .venv/bin/python benchmarks/bench_kquant.py [--rounds 3] [--threads 2] [--new 128]
-        [--path FILE.gguf] [--cpu-time] [--prefill-cpu-time] [--kernels]
+        [--path FILE.gguf | --requantize Q3_K_M] [--cpu-time] [--prefill-cpu-time] [--kernels]
         [--simulate avx2 --llama-cpp-lib DIR]
 """
 
@@ -51,12 +51,21 @@ import harness  # benchmarks/harness.py: JSON lines, optional peers
 SOURCE = "smollm2-135m-instruct"
 
 
-def default_file() -> Path:
+def default_file(requantize: str | None = None) -> Path:
     """SmolLM2-135M-Instruct in Q4_K_M, made by llama.cpp's quantizer from the cached file
-    (which is Q4_1: ``allow_requantize``) once, into the attnlm cache."""
+    (which is Q4_1: ``allow_requantize``) once, into the attnlm cache; with ``requantize``
+    (a llama.cpp file type: ``Q3_K_M``, ``IQ4_XS`` ...), the cached Qwen2.5-Coder-1.5B-Instruct
+    file (Q4_K_M; its rows of 1536 and 8960 are whole blocks of 256) in that type."""
     from attnlm.base.fileio import cache_dir, temp_path_for
+    from attnlm.data.pretrained import pretrained_file
 
-    out = cache_dir() / "bench" / "smollm2-135m-instruct-q4_k_m.gguf"
+    source, kind = local.gguf_path(), "Q4_K_M"
+    name = "smollm2-135m-instruct-q4_k_m.gguf"
+    if requantize:
+        qwen = "qwen2.5-coder-1.5b-instruct"
+        source, kind = str(pretrained_file(qwen)), requantize
+        name = f"{qwen}-{requantize.lower()}.gguf"
+    out = cache_dir() / "bench" / name
     if out.is_file():
         return out
     import llama_cpp
@@ -64,10 +73,10 @@ def default_file() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path_for(out)
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
     params.allow_requantize = True
     params.nthread = 2
-    done = llama_cpp.llama_model_quantize(local.gguf_path().encode(), str(tmp).encode(),
+    done = llama_cpp.llama_model_quantize(source.encode(), str(tmp).encode(),
                                           ctypes.byref(params))  # fmt: skip
     if done != 0:
         tmp.unlink(missing_ok=True)
@@ -175,6 +184,7 @@ def prefill_cpu_time(path: Path, tokens: int, rounds: int) -> None:
 def kernels(threads: int, rounds: int) -> None:
     """Each block type's product alone: float activations' time / integer activations'."""
     from attnlm import native
+    from attnlm.base.ggufio import TENSOR_TYPES
     from attnlm.native import structs
 
     lib = native.library()
@@ -187,12 +197,12 @@ def kernels(threads: int, rounds: int) -> None:
         y, part = np.empty((rows, n), np.float32), np.empty(threads * rows * n, np.float32)
         print(f"\n== one product {n} x {k}, {rows} rows of x, {threads} threads, median of "
               f"{rounds}")  # fmt: skip
-        for name, (elements, size) in {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20),
-                                       "Q5_0": (32, 22), "Q5_1": (32, 24), "Q4_K": (256, 144),
-                                       "Q5_K": (256, 176), "Q6_K": (256, 210)}.items():  # fmt: skip
+        for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K",
+                     "Q3_K", "IQ4_NL", "IQ4_XS"):  # fmt: skip
+            _, elements, size = next(t for t in TENSOR_TYPES.values() if t[0] == name)
             raw = rng.integers(0, 256, size=(n, k // elements * size), dtype=np.uint8)
             scales = {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q4_1": (0, 2),
-                      "Q5_1": (0, 2)}  # fmt: skip
+                      "Q5_1": (0, 2), "Q2_K": (80, 82), "Q3_K": (108,)}  # fmt: skip
             blocks = raw.reshape(-1, size)
             for at in scales.get(name, (0,)):  # small finite float16 scales
                 blocks[:, at : at + 2] = np.full((1, 1), 1e-3, np.float16).view(np.uint8)
@@ -221,6 +231,9 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--path", help="a Q4_K_M llama GGUF file (default: SmolLM2 requantized)")
+    ap.add_argument("--requantize", metavar="TYPE",
+                    help="instead: Qwen2.5-Coder-1.5B-Instruct requantized to TYPE by llama.cpp "
+                         "(Q3_K_M, Q2_K, IQ4_XS, IQ4_NL)")  # fmt: skip
     ap.add_argument("--cpu-time", action="store_true", help="only the one-thread CPU-time rows")
     ap.add_argument("--kernels", action="store_true", help="only the kernel rows")
     ap.add_argument("--prefill-cpu-time", action="store_true",
@@ -236,7 +249,7 @@ def main() -> None:
         return
     if not harness.require("kquant", "llama_cpp"):
         return
-    path = Path(args.path) if args.path else default_file()
+    path = Path(args.path) if args.path else default_file(args.requantize)
     if args.cpu_time:
         cpu_time(path, 16 if args.new < 32 else 64)
         return

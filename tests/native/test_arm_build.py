@@ -28,11 +28,12 @@ from attnlm import native
 from attnlm.base.ggufio import GGUFFile
 from attnlm.native import structs
 from attnlm.runtime.engine_gguf import open_engine
-from gguf_support import encode_tensor
+from gguf_support import block_size, encode_tensor
 
 HERE = Path(__file__).resolve().parent
 SRC = Path(native.__file__).resolve().parents[2]
-TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
+         "IQ4_NL", "IQ4_XS"]  # fmt: skip
 #: the cross compilers, and the target each is given (GCC's cross compiler has no ARM CPU to
 #: read ``native`` from: an ARMv8.2 with the dot product and float16 instructions)
 CROSS = {"clang": ("clang --target=aarch64-linux-gnu", None),
@@ -144,7 +145,7 @@ def _cases() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     cases, want = {}, {}
     for qtype in TYPES:
         for n, k in [(37, 512), (8, 608), (16, 256)]:
-            if k % 256 and qtype.endswith("_K"):
+            if k % block_size(qtype):
                 continue
             rng = np.random.default_rng(n + k)
             data, _ = encode_tensor(rng.normal(size=(n, k)).astype(np.float32), qtype, rng)

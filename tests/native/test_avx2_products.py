@@ -22,9 +22,10 @@ from attnlm import native
 from attnlm.native import structs
 from attnlm.nn.cache import KVCache
 from attnlm.runtime import cstep as ns
-from gguf_support import encode_tensor
+from gguf_support import block_size, encode_tensor
 
-TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
+         "IQ4_NL", "IQ4_XS"]  # fmt: skip
 V3 = "x86-64-v3"
 
 pytestmark = [
@@ -73,7 +74,7 @@ def product(lib, raw, qtype, n, k, x, threads, act) -> np.ndarray:
 @pytest.mark.parametrize("act", ["float", "int"])
 def test_the_avx2_products_equal_this_cpus_bit_for_bit(builds, qtype, shape, act):
     n, k = shape
-    if k % 256 and qtype.endswith("_K"):
+    if k % block_size(qtype):
         pytest.skip("K-quant rows come in blocks of 256")
     rng = np.random.default_rng(n + k)
     data, _ = encode_tensor(rng.normal(size=(n, k)).astype(np.float32), qtype, rng)

@@ -31,12 +31,15 @@ import pytest
 from attnlm import native
 from attnlm.native import structs
 from attnlm.quant.blocks import dequantize
-from gguf_support import Q, encode_tensor
+from gguf_support import Q, block_size, encode_tensor
 
 pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")
 
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
+         "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]  # fmt: skip
 BLOCK_TYPES = TYPES[3:]
+#: the types of blocks of 256, multiplied by Q8_K activations
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS")
 
 
 def lib():
@@ -110,12 +113,12 @@ def seen_by(qtype: str, x: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.
     """``(the activations a product of qtype multiplies, in float64 (M, K); the term its
     Q8_1 sums add, (M, N))``: Q8_0 / Q4_0 / Q5_0 weights take ``e a``; Q4_1 / Q5_1 the same
     plus ``m_w (s - e sum(a))`` per block (llama.cpp adds ``m_w s``, where ``s`` is rounded to
-    float16); the K-quants ``d a``; F16 x rounded to float16."""
+    float16); the K-quants and IQ4_XS ``d a``; F16 x rounded to float16."""
     m, k = x.shape
     extra = np.zeros((m, raw.shape[0]))
     if qtype == "F16":
         return round16(x).astype(np.float64), extra
-    if qtype.endswith("_K"):
+    if qtype in K_TYPES:
         a, d, _ = q8_k_blocks(x)
         return (a.reshape(m, -1, 256) * d[..., None].astype(np.float64)).reshape(m, k), extra
     a, e, e_sum, s = q8_0_blocks(x)
@@ -131,8 +134,8 @@ def seen_by(qtype: str, x: np.ndarray, raw: np.ndarray) -> tuple[np.ndarray, np.
 @pytest.mark.parametrize("act", ["float", "int"])
 def test_every_type_equals_numpy(qtype, shape, threads, act):
     n, k = shape
-    if k % 256 and qtype.endswith("_K"):
-        pytest.skip("K-quant rows come in blocks of 256")
+    if k % block_size(qtype):
+        pytest.skip("K-quant and IQ4_XS rows come in blocks of 256")
     if act == "int" and qtype not in ("F16", *BLOCK_TYPES):
         pytest.skip("float32 and bfloat16 weights take float activations")
     raw, w = weights(qtype, n, k, seed=n + k)

@@ -54,8 +54,8 @@ def test_dequantize_in_cache_sized_pieces_and_into_a_slice(qtype, monkeypatch):
 
 
 def test_unsupported_type_names_tensor_and_type():
-    with pytest.raises(InputError, match=r"w: tensor type Q2_K is not supported"):
-        dequantize(np.zeros(84, np.uint8), int(Q.Q2_K), (256,), name="w")
+    with pytest.raises(InputError, match=r"w: tensor type IQ2_XXS is not supported"):
+        dequantize(np.zeros(66, np.uint8), int(Q.IQ2_XXS), (256,), name="w")
 
 
 # -- ggml blocks -> codes ------------------------------------------------------------------------

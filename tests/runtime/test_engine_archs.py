@@ -50,8 +50,9 @@ from attnlm.runtime.engine_gguf import ACTIVATIONS_ENV, engine_for, engine_forma
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 ARCHS = ("qwen2", "qwen3", "phi3", "llama", "mistral", "gemma2", "gemma3")
-TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
-CASES = [(arch, kind) for arch in ARCHS for kind in TYPES]
+TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")
+#: every architecture in the five types, and llama / qwen2 in Q3_K_M, Q2_K, IQ4_XS, IQ4_NL too
+CASES = [(arch, kind) for arch in ARCHS for kind in TYPES if kind in DOC["archs"][arch]]
 CASES += [("gemma3-linear", "Q8_0"), ("gemma3-gqa4", "Q8_0")]
 TIE = 5e-3  # a top-1 / top-2 margin below this fraction of the range is a near-tie
 #: integer activations vs llama.cpp on the quantized file, of each position's logit range:

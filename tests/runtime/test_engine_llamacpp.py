@@ -3,9 +3,9 @@
 logits of every prompt position and its 32 greedy ids recorded with llama-cpp-python 0.3.36,
 float32 KV cache, 2 threads), multiplying the file's blocks as stored with activations
 quantized as llama.cpp's CPU backend quantizes them (``ggml_blocks.h``: ``Q8_0`` blocks for
-Q8_0 / Q4_0 / Q5_0 weights, ``Q8_1`` for Q4_1 / Q5_1, ``Q8_K`` for the K-quants, float16
-for F16), and doing llama.cpp's float32 arithmetic in its order (issue 44, measured on an
-AVX-512 CPU against llama.cpp's intermediate tensors, read back with its ``cb_eval`` hook):
+Q8_0 / Q4_0 / Q5_0 / IQ4_NL weights, ``Q8_1`` for Q4_1 / Q5_1, ``Q8_K`` for the K-quants and
+IQ4_XS, float16 for F16), and doing llama.cpp's float32 arithmetic in its order (measured on
+an AVX-512 CPU against llama.cpp's intermediate tensors, read back with its ``cb_eval`` hook):
 every product's float sums as its kernels take them (``gg_krow``, ``gg_row_int``,
 ``gg_row_q40``: the repacked Q4_K and Q4_0 rows' per 64 values or per block, the tiled K-quant
 product for a prompt's 8 rows or more, vec_dot below, the 32-value blocks' 8 lanes), its e^x
@@ -59,6 +59,10 @@ CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]
 #: 270M's attention shape (4 query heads of width 256 per key/value head), which the C engine
 #: attends with its own kernel (attend4_256)
 CASES += [("gemma3-linear", "Q8_0"), ("gemma3-gqa4", "Q8_0")]
+#: the 2- and 3-bit K-quants and the non-linear 4-bit types, on two architectures
+CASES += [
+    (arch, kind) for arch in ("llama", "qwen2") for kind in ("Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")
+]
 #: of llama.cpp's logit range, at every prompt position (issue 44)
 TOL = 1e-3
 #: files where a build without FMA flips a code (the CPU matrix's x86-64-v2 build: every
@@ -69,6 +73,7 @@ UNFUSED_FLIPS = {
     ("gemma3", "Q4_K_M"): "3.0e-3 at positions 5-11 (a build without FMA)",
     ("phi3", "Q5_K_M"): "2.1e-3 at position 9 (a build without FMA)",
     ("gemma3-linear", "Q8_0"): "2.4e-3 (a build without FMA)",
+    ("llama", "IQ4_NL"): "2.8e-3 (a build without FMA)",
 }
 #: one or two flipped codes, with room
 FLIP_TOL = 5e-3

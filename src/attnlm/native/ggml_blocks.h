@@ -14,6 +14,10 @@
  *   Q4_K  256    144    nibble                  d s_j, -dmin t_j   (sub-block j = the chunk)
  *   Q5_K  256    176    nibble + 16 bit         d s_j, -dmin t_j
  *   Q6_K  256    210    4 + 2 bits              d s_h, -32 d s_h   (s per 16 values)
+ *   Q2_K  256    84     2 bits                  d s_h, -dmin t_h   (s, t per 16 values)
+ *   Q3_K  256    110    2 + 1 bits              d s_h, -4 d s_h    (s per 16 values)
+ *   IQ4_NL 32    18     table[nibble] + 128     d, -128 d          (table: 16 int8 values)
+ *   IQ4_XS 256   136    table[nibble] + 128     d s_j, -128 d s_j  (s per 32 values)
  *
  * Two ways to multiply (Linear.act: ACT_FLOAT asks for float, anything else integers):
  *  - float activations: each chunk's 32 weights are computed in float (A u + B) and multiplied
@@ -31,7 +35,8 @@
 
 enum {
     FMT_F16 = 5, FMT_Q8_0 = 6, FMT_Q4_0 = 7, FMT_Q4_1 = 8, FMT_Q5_0 = 9, FMT_Q5_1 = 10,
-    FMT_Q4_K = 11, FMT_Q5_K = 12, FMT_Q6_K = 13
+    FMT_Q4_K = 11, FMT_Q5_K = 12, FMT_Q6_K = 13, FMT_Q2_K = 14, FMT_Q3_K = 15, FMT_IQ4_NL = 16,
+    FMT_IQ4_XS = 17
 };
 enum { ACT_AUTO = 0, ACT_FLOAT = 1, ACT_INT = 2 }; /* Linear.act */
 
@@ -78,17 +83,40 @@ static inline float gg_f16(uint16_t h) {
 
 /* the elements and bytes of one block of fmt */
 static inline int64_t gg_block(int64_t fmt, int64_t *bytes) {
-    static const int64_t el[] = {32, 32, 32, 32, 32, 256, 256, 256};
-    static const int64_t by[] = {34, 18, 20, 22, 24, 144, 176, 210};
+    static const int64_t el[] = {32, 32, 32, 32, 32, 256, 256, 256, 256, 256, 32, 256};
+    static const int64_t by[] = {34, 18, 20, 22, 24, 144, 176, 210, 84, 110, 18, 136};
     *bytes = by[fmt - FMT_Q8_0];
     return el[fmt - FMT_Q8_0];
 }
 
-/* what a block says before its chunks: d (and m / dmin), the K-quants' 8 scales and mins */
+/* what a block says before its chunks: d (and m / dmin), the K-quants' scales and mins (8 or
+ * 16: per chunk or per half) */
 typedef struct {
     float d, m;
-    float sc[16], mn[8];
+    float sc[16], mn[16];
 } GgHead;
+
+/* Q3_K's 16 scales (6 bits, less 32) from their 12 bytes s: the low 4 bits of scale j are
+ * s[j]'s low nibble (j < 8) or s[j - 8]'s high one, its top 2 bits bits 2 (j / 4) of
+ * s[8 + j % 4]; four bytes at a time */
+static inline void gg_q3_scales(const uint8_t *s, int16_t *out) {
+    uint32_t a[3], u[4];
+    memcpy(a, s, 12);
+    for (int q = 0; q < 4; q++)
+        u[q] = ((a[q & 1] >> (4 * (q >> 1))) & 0x0f0f0f0fu) |
+               ((a[2] >> (2 * q)) & 0x03030303u) << 4;
+    uint8_t b[16];
+    memcpy(b, u, 16);
+    for (int j = 0; j < 16; j++) out[j] = (int16_t)(b[j] - 32);
+}
+
+/* IQ4_XS's scale of sub-block j (6 bits, less 32): 4 bits from scales_l (b + 4), 2 from
+ * scales_h (b + 2) */
+static inline int gg_iq4xs_scale(const uint8_t *b, int j) {
+    const int low = (b[4 + j / 2] >> (4 * (j & 1))) & 15;
+    const int top = (((int)b[2] | (int)b[3] << 8) >> (2 * j)) & 3;
+    return (low | top << 4) - 32;
+}
 
 static inline void gg_head(int64_t fmt, const uint8_t *b, GgHead *h) {
     uint16_t v0, v1;
@@ -114,7 +142,28 @@ static inline void gg_head(int64_t fmt, const uint8_t *b, GgHead *h) {
         for (int j = 0; j < 16; j++) h->sc[j] = d * (float)((const int8_t *)b)[192 + j];
         break;
     }
-    default: /* Q8_0, Q4_0, Q5_0: d first */
+    case FMT_Q2_K: { /* 16 bytes of scale (low nibble) and min (high), 64 of codes, d, dmin */
+        memcpy(&v0, b + 80, 2), memcpy(&v1, b + 82, 2);
+        const float d = gg_f16(v0), dmin = gg_f16(v1);
+        for (int j = 0; j < 16; j++)
+            h->sc[j] = d * (float)(b[j] & 15), h->mn[j] = -dmin * (float)(b[j] >> 4);
+        break;
+    }
+    case FMT_Q3_K: { /* hmask (32 bytes), codes (64), scales (12), d */
+        memcpy(&v0, b + 108, 2);
+        const float d = gg_f16(v0);
+        int16_t sc[16];
+        gg_q3_scales(b + 96, sc);
+        for (int j = 0; j < 16; j++) h->sc[j] = d * (float)sc[j];
+        break;
+    }
+    case FMT_IQ4_XS: { /* d, scales_h, scales_l (4 bytes), codes (128) */
+        memcpy(&v0, b, 2);
+        const float d = gg_f16(v0);
+        for (int j = 0; j < 8; j++) h->sc[j] = d * (float)gg_iq4xs_scale(b, j);
+        break;
+    }
+    default: /* Q8_0, Q4_0, Q5_0, IQ4_NL: d first */
         memcpy(&v0, b, 2);
         h->d = gg_f16(v0);
     }
@@ -126,6 +175,41 @@ static inline vb32 gg_nibbles16(const uint8_t *p) {
     return __builtin_shufflevector(q & 15, q >> 4, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
                                    14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28,
                                    29, 30, 31);
+}
+
+/* IQ4_NL's and IQ4_XS's 16 values of a code */
+static const int8_t gg_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                         1,    13,   25,  38,  53,  69,  89,  113};
+
+/* 16 bytes' nibbles (gg_nibbles16's order) as their values + 128 (the unsigned codes u of a
+ * chunk; u ^ 128 is the value as int8): one byte shuffle a 16 codes where the CPU has one */
+static inline vb32 gg_iq4_codes(const uint8_t *p) {
+    const vb32 n = gg_nibbles16(p);
+#if defined(__AVX2__)
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gg_iq4_values));
+    return (vb32)_mm256_shuffle_epi8(t, (__m256i)n) ^ 0x80;
+#elif GG_NEON
+    const uint8x16_t t = vld1q_u8((const uint8_t *)gg_iq4_values);
+    uint8x16_t q[2];
+    memcpy(q, &n, 32);
+    q[0] = vqtbl1q_u8(t, q[0]), q[1] = vqtbl1q_u8(t, q[1]);
+    vb32 u;
+    memcpy(&u, q, 32);
+    return u ^ 0x80;
+#else
+    vb32 u;
+    for (int i = 0; i < 32; i++) u[i] = (uint8_t)(gg_iq4_values[n[i]] ^ 0x80);
+    return u;
+#endif
+}
+
+/* Q2_K / Q3_K: the 32 codes of chunk c (element 32 c + l: bits 2 (c % 4) of byte l of the
+ * codes' half c / 4; Q3_K's third bit, bit c of hmask[l], set where the code is not less 4) */
+static inline vb32 gg_k23_codes(const int64_t fmt, const uint8_t *b, int c) {
+    const vb32 q = *(const vb32 *)(b + (fmt == FMT_Q2_K ? 16 : 32) + 32 * (c >> 2));
+    const vb32 u = (q >> (2 * (c & 3))) & 3;
+    if (fmt == FMT_Q2_K) return u;
+    return u | (((*(const vb32 *)b >> c) & 1) << 2);
 }
 
 /* byte b spread over 8 bytes: bit i of b as byte i (0 or 1); filled when the library loads */
@@ -187,6 +271,17 @@ static inline __attribute__((always_inline)) vb32 gg_chunk(int64_t fmt, const ui
         A[0] = A[1] = h->sc[c], B[0] = B[1] = h->mn[c];
         return u;
     }
+    case FMT_Q2_K: case FMT_Q3_K:
+        A[0] = h->sc[2 * c], A[1] = h->sc[2 * c + 1];
+        if (fmt == FMT_Q2_K) B[0] = h->mn[2 * c], B[1] = h->mn[2 * c + 1];
+        else B[0] = -4.0f * A[0], B[1] = -4.0f * A[1];
+        return gg_k23_codes(fmt, b, c);
+    case FMT_IQ4_NL:
+        A[0] = A[1] = h->d, B[0] = B[1] = -128.0f * h->d;
+        return gg_iq4_codes(b + 2);
+    case FMT_IQ4_XS:
+        A[0] = A[1] = h->sc[c], B[0] = B[1] = -128.0f * h->sc[c];
+        return gg_iq4_codes(b + 8 + 16 * c);
     default: { /* Q6_K: chunk c = half c / 4 (128 values), quarter c % 4 */
         const int hf = c >> 2, qq = c & 3;
         const vb32 ql = *(const vb32 *)(b + 64 * hf + 32 * (qq & 1));
@@ -247,18 +342,19 @@ static inline __attribute__((always_inline)) void gg_row_float(
 
 /* llama.cpp multiplies each weight type by activations of its own kind (ggml-cpu's
  * vec_dot_type), and attnlm rounds them the same way (llama.cpp's x86 code):
- *  - "32" (Q8_0 weights, Q4_0, Q5_0: Q8_0 blocks; Q4_1, Q5_1: Q8_1, the same codes and scale
- *    and a float16 sum): per block of 32, amax = max |x|, the scale e = float16(amax / 127),
- *    codes a = round(x * (127 / amax)) (ties to even), and Q8_1's s = float16(amax / 127 *
- *    sum(a)) (the float32 scale before its rounding);
- *  - "K" (Q4_K, Q5_K, Q6_K: Q8_K blocks): per block of 256, m = the first x of the largest
- *    |x|, iscale = -127 / m, a = min(127, round(iscale x)), d = 1 / iscale (float32), and
- *    the sums of a per 16 ("bsums");
+ *  - "32" (Q8_0 weights, Q4_0, Q5_0, IQ4_NL: Q8_0 blocks; Q4_1, Q5_1: Q8_1, the same codes
+ *    and scale and a float16 sum): per block of 32, amax = max |x|, the scale
+ *    e = float16(amax / 127), codes a = round(x * (127 / amax)) (ties to even), and Q8_1's
+ *    s = float16(amax / 127 * sum(a)) (the float32 scale before its rounding);
+ *  - "K" (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS: Q8_K blocks): per block of 256, m = the
+ *    first x of the largest |x|, iscale = -127 / m, a = min(127, round(iscale x)),
+ *    d = 1 / iscale (float32), and the sums of a per 16 ("bsums");
  *  - "H" (F16 weights): x rounded to float16.
  * A product then sums integers where llama.cpp does: a block of 32 adds
  * (d_w e) sum(u a) + B_w S (S = e sum(a), or Q8_1's s); a K-quant block of 256 adds
  * (d_x d_w) sum_j sc_j sum(u a) + (d_x B_w) sum_j mn_j bsums_j, both sums over the block's
- * sub-blocks in integers (Q4_K / Q5_K: B_w = -dmin, Q6_K: -32 d). */
+ * sub-blocks in integers (Q4_K / Q5_K / Q2_K: B_w = -dmin, Q6_K: -32 d, Q3_K: -4 d; IQ4_XS:
+ * its signed values' sums times each sub-block's scale, gg_row_iq4xs). */
 enum { GG_FAM_32 = 1, GG_FAM_K = 2, GG_FAM_H = 4 };
 
 /* the activations product L takes (0: float) */
@@ -267,7 +363,9 @@ static inline int gg_family(const Linear *L) {
     switch (L->fmt) {
     case FMT_F16: return GG_FAM_H;
     case FMT_Q4_K: case FMT_Q5_K: case FMT_Q6_K: return GG_FAM_K;
-    case FMT_Q8_0: case FMT_Q4_0: case FMT_Q4_1: case FMT_Q5_0: case FMT_Q5_1: return GG_FAM_32;
+    case FMT_Q2_K: case FMT_Q3_K: case FMT_IQ4_XS: return GG_FAM_K;
+    case FMT_Q8_0: case FMT_Q4_0: case FMT_Q4_1: case FMT_Q5_0: case FMT_Q5_1: case FMT_IQ4_NL:
+        return GG_FAM_32;
     default: return 0;
     }
 }
@@ -577,7 +675,8 @@ static inline float gg_half8(vf v, int hi) {
 }
 
 static inline int gg_bias(const int64_t fmt) {
-    return fmt == FMT_Q8_0 ? 128 : fmt == FMT_Q4_0 ? 8 : fmt == FMT_Q5_0 ? 16 : 0;
+    return fmt == FMT_Q8_0 || fmt == FMT_IQ4_NL ? 128 : fmt == FMT_Q4_0 ? 8
+         : fmt == FMT_Q5_0 ? 16 : 0;
 }
 
 /* the integer sums of 64 codes u (two blocks of 32) with x's codes a, less bias sum(a) */
@@ -648,7 +747,7 @@ static inline __attribute__((always_inline)) void gg_signed2(const int64_t fmt, 
             _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
         neg = _mm512_movepi8_mask(sw), aw = _mm512_abs_epi8(sw);
     } else {
-        const int at = fmt == FMT_Q4_0 ? 2 : 6; /* the nibbles: each block's low ones, high */
+        const int at = fmt == FMT_Q5_0 ? 6 : 2; /* the nibbles: each block's low ones, high */
         const __m256i q = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(b0 + at))),
             _mm_loadu_si128((const __m128i *)(b1 + at)), 1);
@@ -660,6 +759,10 @@ static inline __attribute__((always_inline)) void gg_signed2(const int64_t fmt, 
         if (fmt == FMT_Q4_0) {
             neg = _mm512_cmplt_epu8_mask(nib, _mm512_set1_epi8(8));
             aw = _mm512_abs_epi8(_mm512_sub_epi8(nib, _mm512_set1_epi8(8)));
+        } else if (fmt == FMT_IQ4_NL) { /* the nibbles' values from the table */
+            const __m512i w = _mm512_shuffle_epi8(
+                _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)gg_iq4_values)), nib);
+            neg = _mm512_movepi8_mask(w), aw = _mm512_abs_epi8(w);
         } else { /* Q5_0: w = nib where the fifth bit is set, else nib - 16 */
             uint32_t q0, q1;
             memcpy(&q0, b0 + 2, 4), memcpy(&q1, b1 + 2, 4);
@@ -728,6 +831,7 @@ static inline __attribute__((always_inline)) __m256i gg_signed1(const int64_t fm
     memcpy(&h, b, 2);
     *d = gg_f16(h);
     if (fmt == FMT_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+    if (fmt == FMT_IQ4_NL) return (__m256i)(gg_iq4_codes(b + 2) ^ 0x80);
     const __m128i q = _mm_loadu_si128((const __m128i *)(b + (fmt == FMT_Q4_0 ? 2 : 6)));
     const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
                                          _mm256_set1_epi8(15));
@@ -942,9 +1046,9 @@ typedef struct {
     vb64 u[4];   /* the codes, 64 a vector (chunks 2i, 2i + 1) */
     vh32 s[4];   /* the scale of each pair of codes of u[i] (int16) */
 #endif
-    vh16 m;      /* what multiplies x's 16 bsums: Q4_K / Q5_K each chunk's min twice, Q6_K the
-                  * 16 scales */
-    float d, dm; /* d, and the bsums' factor: -dmin or -32 d */
+    vh16 m;      /* what multiplies x's 16 bsums: Q4_K / Q5_K each chunk's min twice, Q2_K its
+                  * 16 mins, Q6_K and Q3_K the 16 scales */
+    float d, dm; /* d, and the bsums' factor: -dmin, -32 d or -4 d */
 } GgK;
 
 #if GG_K8
@@ -998,9 +1102,43 @@ static inline vi16 gg_kdot256(const GgK *k, const int8_t *a) {
 #define GG_SPREAD8(v, i) __builtin_shufflevector(v, v, i, i, i, i, i, i, i, i, i + 1, i + 1,   \
     i + 1, i + 1, i + 1, i + 1, i + 1, i + 1)
 
+/* the codes' offset of a K-quant whose scales multiply it too (w = d s (u - bias)), taken off
+ * in integers through the bsums: Q6_K's 32, Q3_K's 4; 0 where a min of its own does (-dmin t) */
+static inline int gg_kbias(const int64_t fmt) {
+    return fmt == FMT_Q6_K ? 32 : fmt == FMT_Q3_K ? 4 : 0;
+}
+
 static inline __attribute__((always_inline)) void gg_kblock(const int64_t fmt, const uint8_t *b,
                                                             GgK *k) {
     uint16_t h0, h1;
+    if (fmt == FMT_Q2_K || fmt == FMT_Q3_K) { /* scales (and Q2_K's mins) per 16 codes */
+        int16_t sc[16], mn[16];
+        if (fmt == FMT_Q2_K) {
+            memcpy(&h0, b + 80, 2), memcpy(&h1, b + 82, 2);
+            k->d = gg_f16(h0), k->dm = -gg_f16(h1);
+            for (int j = 0; j < 16; j++) sc[j] = b[j] & 15, mn[j] = b[j] >> 4;
+        } else {
+            memcpy(&h0, b + 108, 2);
+            k->d = gg_f16(h0), k->dm = -4.0f * k->d;
+            gg_q3_scales(b + 96, sc);
+            memcpy(mn, sc, 32);
+        }
+        vh16 v;
+        memcpy(&v, sc, 32), memcpy(&k->m, mn, 32);
+#if GG_K8
+        for (int c = 0; c < 8; c++) k->u[c] = gg_k23_codes(fmt, b, c);
+        k->s[0] = GG_SPREAD8(v, 0), k->s[1] = GG_SPREAD8(v, 2);
+        k->s[2] = GG_SPREAD8(v, 4), k->s[3] = GG_SPREAD8(v, 6);
+        k->s[4] = GG_SPREAD8(v, 8), k->s[5] = GG_SPREAD8(v, 10);
+        k->s[6] = GG_SPREAD8(v, 12), k->s[7] = GG_SPREAD8(v, 14);
+#else
+        for (int i = 0; i < 4; i++)
+            k->u[i] = GG_CAT64(gg_k23_codes(fmt, b, 2 * i), gg_k23_codes(fmt, b, 2 * i + 1));
+        k->s[0] = GG_SPREAD4(v, 0), k->s[1] = GG_SPREAD4(v, 4);
+        k->s[2] = GG_SPREAD4(v, 8), k->s[3] = GG_SPREAD4(v, 12);
+#endif
+        return;
+    }
     if (fmt == FMT_Q6_K) {
         memcpy(&h0, b + 208, 2);
         const vh16 sc = __builtin_convertvector(*(const vs16 *)(b + 192), vh16);
@@ -1203,13 +1341,13 @@ static inline __attribute__((always_inline)) void gg_krow(
 #endif
             dx[r] = ((const float *)(xr + od))[i];
             mm[r] = gg_madd16(*(const vh16 *)(xr + ob + 32 * i), k.m);
-            if (fmt == FMT_Q6_K) s8[r] -= mm[r] * 32;
+            if (gg_kbias(fmt)) s8[r] -= mm[r] * gg_kbias(fmt);
             if (mode == 0)
                 acc[r] = gg_fma8((vf8){0} + dx[r] * k.d, __builtin_convertvector(s8[r], vf8),
                                  acc[r]);
         }
         if (mode == 0) {
-            if (fmt != FMT_Q6_K)
+            if (!gg_kbias(fmt))
                 sum = gg_fma8(dx * k.dm, __builtin_convertvector(gg_totals(mm, R), vf8), sum);
             continue;
         }
@@ -1220,12 +1358,66 @@ static inline __attribute__((always_inline)) void gg_krow(
             continue;
         }
         vf8 v = s1 * k.d;
-        if (fmt != FMT_Q6_K)
+        if (!gg_kbias(fmt))
             v = gg_fma8((vf8){0} + k.dm, __builtin_convertvector(gg_totals(mm, R), vf8), v);
         sum = gg_fma8(v, dx, sum);
     }
     for (int r = 0; r < R; r++)
         out[r] = mode == 2 ? sum[r] - mins[r] : mode ? sum[r] : gg_hsum8(acc[r]) + sum[r];
+}
+
+/* sums of w a over each 4 consecutive codes (8 lanes) of the signed codes w (|w| <= 127):
+ * |w| against a with w's sign where the CPU multiplies unsigned by signed bytes */
+static inline vi8 gg_sdot32(vs32 w, const int8_t *a) {
+#if defined(__AVX2__)
+    const __m256i ww = (__m256i)w, aa = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i aw = _mm256_sign_epi8(ww, ww), as = _mm256_sign_epi8(aa, ww);
+#if GG_VNNI
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return (vi8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, as);
+#else
+    return (vi8)_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, as);
+#endif
+#else
+    return (vi8)_mm256_madd_epi16(_mm256_maddubs_epi16(aw, as), _mm256_set1_epi16(1));
+#endif
+#elif GG_NEON
+    int8x16_t wq[2];
+    memcpy(wq, &w, 32);
+    return gg_cat2x4(gg_sdot16(wq[0], vld1q_s8(a)), gg_sdot16(wq[1], vld1q_s8(a + 16)));
+#else
+    return gg_dot((vb32)w ^ 0x80, a) - gg_dot((vb32){0} + 128, a); /* (w + 128) a - 128 a */
+#endif
+}
+
+/* One IQ4_XS weight row against R rows of x in Q8_K blocks, as llama.cpp's vec_dot adds them:
+ * per block each sub-block's 8 lane sums (lane l: codes 4l..4l+3) times its scale, summed in
+ * integers over the block, then times d dx into 8 float sums (fused), block after block; the
+ * 8 sums added as a tree at the end */
+static inline __attribute__((always_inline)) void gg_row_iq4xs(
+    const uint8_t *w, int64_t nb, const uint8_t *xq, int64_t K, const int R, float *out) {
+    const int64_t rb = gg_row_bytes(K), ok = gg_off_k(K), od = gg_off_kd(K);
+    vf8 acc[GG_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = (vf8){0};
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *b = w + 136 * i;
+        uint16_t h;
+        memcpy(&h, b, 2);
+        const float d = gg_f16(h);
+        vs32 v[8];
+        int ls[8];
+        for (int j = 0; j < 8; j++)
+            v[j] = (vs32)(gg_iq4_codes(b + 8 + 16 * j) ^ 0x80), ls[j] = gg_iq4xs_scale(b, j);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xq + r * rb;
+            const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
+            vi8 s = {0};
+            for (int j = 0; j < 8; j++) s += gg_sdot32(v[j], a + 32 * j) * ls[j];
+            const float dx = ((const float *)(xr + od))[i];
+            acc[r] = gg_fma8((vf8){0} + d * dx, __builtin_convertvector(s, vf8), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) out[r] = gg_hsum8(acc[r]);
 }
 
 /* One Q4_0 weight row against R rows of x as llama.cpp multiplies its repacked Q4_0 rows
@@ -1260,7 +1452,8 @@ static inline __attribute__((always_inline)) void gg_row(
     const uint8_t *xq, const int R, const int mode, float *out) {
     int64_t bb;
     const int64_t be = gg_block(fmt, &bb), nb = K / be;
-    if (in && be == 256) gg_krow(fmt, w, nb, bb, xq, K, R, mode, out);
+    if (in && fmt == FMT_IQ4_XS) gg_row_iq4xs(w, nb, xq, K, R, out);
+    else if (in && be == 256) gg_krow(fmt, w, nb, bb, xq, K, R, mode, out);
     else if (in && mode == 2) gg_row_q40(w, nb, xq, K, R, out);
     else if (in) gg_row_int(fmt, w, nb, bb, xq, K, R, out);
     else gg_row_float(fmt, w, nb, be, bb, x, ldx, R, out);
@@ -1381,6 +1574,10 @@ GG_ROWS_OF(rows_q5_1, FMT_Q5_1)
 GG_ROWS_OF(rows_q4_k, FMT_Q4_K)
 GG_ROWS_OF(rows_q5_k, FMT_Q5_K)
 GG_ROWS_OF(rows_q6_k, FMT_Q6_K)
+GG_ROWS_OF(rows_q2_k, FMT_Q2_K)
+GG_ROWS_OF(rows_q3_k, FMT_Q3_K)
+GG_ROWS_OF(rows_iq4_nl, FMT_IQ4_NL)
+GG_ROWS_OF(rows_iq4_xs, FMT_IQ4_XS)
 
 /* output rows [n0, n1) of a product in ggml blocks (fmt >= FMT_F16); xq: x quantized by
  * gg_quantize where gg_int(L) */
@@ -1396,6 +1593,10 @@ static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
     case FMT_Q5_1: rows_q5_1(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     case FMT_Q4_K: rows_q4_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     case FMT_Q5_K: rows_q5_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q2_K: rows_q2_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_Q3_K: rows_q3_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_IQ4_NL: rows_iq4_nl(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_IQ4_XS: rows_iq4_xs(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     default: rows_q6_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     }
 }

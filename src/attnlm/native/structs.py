@@ -10,9 +10,11 @@ import ctypes
 F32, BF16, Q8, Q4, F32T = 0, 1, 2, 3, 4  # Linear.fmt
 # ggml's blocks as a GGUF file stores them (ggml_blocks.h): Linear.fmt
 F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K = 5, 6, 7, 8, 9, 10, 11, 12, 13
+Q2_K, Q3_K, IQ4_NL, IQ4_XS = 14, 15, 16, 17
 #: ggml type name -> Linear.fmt of its rows as stored
 GGML_FORMATS = {"F32": F32, "BF16": BF16, "F16": F16, "Q8_0": Q8_0, "Q4_0": Q4_0, "Q4_1": Q4_1,
-                "Q5_0": Q5_0, "Q5_1": Q5_1, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K}  # fmt: skip
+                "Q5_0": Q5_0, "Q5_1": Q5_1, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K,
+                "Q2_K": Q2_K, "Q3_K": Q3_K, "IQ4_NL": IQ4_NL, "IQ4_XS": IQ4_XS}  # fmt: skip
 ACT_AUTO, ACT_FLOAT, ACT_INT = 0, 1, 2  # Linear.act: a ggml product's activations
 RMS, LAYER = 0, 1  # Model.norm
 SWIGLU, GELU, GELU_TANH, RELU, GEGLU = 0, 1, 2, 3, 4  # Model.act

@@ -30,6 +30,16 @@ Q5_K     256       176    Q4_K's layout plus a fifth bit from ``qh``: bit ``k`` 
                           the high bit of element ``l`` of sub-block ``k``
 Q6_K     256       210    16 sub-blocks of 16, int8 scales ``s``: ``d·s · (q - 32)``, ``q`` 6
                           bits: 4 low from ``ql``, 2 high from ``qh``
+Q2_K     256       84     16 sub-blocks of 16, a byte each of 4-bit scale ``s`` (low) and min
+                          ``t`` (high): ``d·s · q - dmin·t``, ``q`` 2 bits: element ``32 j + l``
+                          of half ``h`` is bits ``2j`` of byte ``l`` of that half's 32
+Q3_K     256       110    ``hmask`` (32 bytes), Q2_K's 2-bit layout (64), 16 six-bit scales
+                          in 12 bytes, ``d``: ``d·(s - 32) · (q - 4 + 4 h)``, ``h`` bit
+                          ``4 half + j`` of ``hmask[l]``
+IQ4_NL   32        18     ``d · T[n[i]]``: ``T`` a table of 16 values (-127 ... 113), the
+                          nibbles as Q4_0's
+IQ4_XS   256       136    8 sub-blocks of 32, 6-bit scales (4 bits in ``scales_l``, 2 in
+                          ``scales_h``): ``d·(s - 32) · T[n[i]]``, 16 bytes of nibbles each
 =======  ========  =====  =====================================================================
 
 attnlm's layouts (what :class:`~attnlm.quant.layers.QuantLinear` stores and the C step reads;
@@ -69,7 +79,7 @@ GROUP = 32  # elements per scale (ggml's Q8_0, Q4_0 and Q4_1 blocks; attnlm's q8
 BLOCK_N = 64  # rows per block of the packed q4 layout
 #: ggml types :func:`dequantize` reads: type id -> (name, elements per block, bytes per block)
 SUPPORTED: dict[int, tuple[str, int, int]] = {
-    i: TENSOR_TYPES[i] for i in (0, 1, 30, 8, 2, 3, 6, 7, 12, 13, 14)
+    i: TENSOR_TYPES[i] for i in (0, 1, 30, 8, 2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23)
 }
 #: ggml type -> the attnlm format whose codes its blocks hold as stored (:func:`codes`)
 NATIVE_FORMAT = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
@@ -190,7 +200,73 @@ def _q6_k(b: np.ndarray, out: np.ndarray) -> None:
     o16 *= (d * scales)[..., None]
 
 
-_KERNELS = {8: _q8_0, 2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 12: _q4_k, 13: _q5_k, 14: _q6_k}
+def _crumbs(out: np.ndarray, qs: np.ndarray) -> None:
+    """Q2_K / Q3_K: ``out`` ``(N, 2, 4, 32)`` <- the 2-bit fields of ``qs`` ``(N, 2, 32)``:
+    element ``32 j + l`` of half ``h`` is bits ``2j, 2j + 1`` of byte ``l`` of half ``h``."""
+    for j in range(4):
+        out[:, :, j] = (qs >> (2 * j)) & 3
+
+
+def _q2_k(b: np.ndarray, out: np.ndarray) -> None:
+    n = b.shape[0]
+    _crumbs(out.reshape(n, 2, 4, 32), b[:, 16:80].reshape(n, 2, 32))
+    d, dmin, sc = _half(b[:, 80:82]), _half(b[:, 82:84]), b[:, :16]
+    o = out.reshape(n, 16, 16)
+    o *= (d * (sc & 0x0F))[..., None]  # (d·s)·q - dmin·m, in gguf.quants' order
+    o -= (dmin * (sc >> 4))[..., None]
+
+
+def _q3_k_scales(s: np.ndarray) -> np.ndarray:
+    """Q3_K: the 16 six-bit scales of 12 bytes, less 32, ``(N, 16)`` float32: the low 4 bits
+    of scale ``k`` are byte ``k``'s low nibble (``k < 8``) or byte ``k - 8``'s high one, its
+    top 2 bits bits ``2 (k // 4)`` of byte ``8 + k % 4``."""
+    low = np.concatenate([s[:, :8] & 0x0F, s[:, :8] >> 4], axis=1)
+    top = (s[:, 8:12, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3  # (N, 4 bytes, 4)
+    top = top.transpose(0, 2, 1).reshape(-1, 16)
+    return (low | (top << 4)).astype(np.float32) - 32
+
+
+def _q3_k(b: np.ndarray, out: np.ndarray) -> None:
+    n = b.shape[0]
+    o = out.reshape(n, 2, 4, 32)
+    _crumbs(o, b[:, 32:96].reshape(n, 2, 32))
+    hm = b[:, None, :32]  # bit 4 h + j of hmask[l]: element 32 j + l of half h has no -4
+    for h in range(2):
+        for j in range(4):
+            o[:, h, j] -= (((hm[:, 0] >> (4 * h + j)) & 1) ^ 1) << 2
+    d = _half(b[:, 108:110])
+    o16 = out.reshape(n, 16, 16)
+    o16 *= (d * _q3_k_scales(b[:, 96:108]))[..., None]
+
+
+#: IQ4_NL's and IQ4_XS's 16 values of a 4-bit code
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      dtype=np.float32)  # fmt: skip
+
+
+def _iq4_nl(b: np.ndarray, out: np.ndarray) -> None:
+    n = b.shape[0]
+    o = out.reshape(n, 2, 16)
+    o[:, 0] = IQ4_VALUES[b[:, 2:] & 0x0F]
+    o[:, 1] = IQ4_VALUES[b[:, 2:] >> 4]
+    out.reshape(n, 32)[:] *= _half(b[:, :2])
+
+
+def _iq4_xs(b: np.ndarray, out: np.ndarray) -> None:
+    n = b.shape[0]
+    qs = b[:, 8:].reshape(n, 8, 16)
+    o = out.reshape(n, 8, 2, 16)
+    o[:, :, 0] = IQ4_VALUES[qs & 0x0F]
+    o[:, :, 1] = IQ4_VALUES[qs >> 4]
+    sh = np.ascontiguousarray(b[:, 2:4]).view("<u2")  # (N, 1): bits 2i, 2i + 1 top of scale i
+    low = (b[:, 4:8, None] >> np.array([0, 4], dtype=np.uint8)) & 0x0F  # (N, 4, 2): scale 2i + h
+    top = (sh >> np.arange(0, 16, 2, dtype=np.uint16)) & 3
+    ls = (low.reshape(n, 8) | (top << 4)).astype(np.float32) - 32
+    out.reshape(n, 8, 32)[:] *= (_half(b[:, :2]) * ls)[..., None]
+
+
+_KERNELS = {8: _q8_0, 2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 12: _q4_k, 13: _q5_k, 14: _q6_k,
+            10: _q2_k, 11: _q3_k, 20: _iq4_nl, 23: _iq4_xs}  # fmt: skip
 
 
 def _floats(data: np.ndarray, type_id: int, flat: np.ndarray) -> None:

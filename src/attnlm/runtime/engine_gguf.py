@@ -15,7 +15,8 @@ The weights are held in one of two ways:
   functions the PyTorch loader, :mod:`attnlm.models.gguf.loader`, uses for its q8 / q4
   layers, so both hold the same bytes: tested);
 * any other mix of the types the C step multiplies as stored (F32, F16, BF16, Q8_0, Q4_0,
-  Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: :data:`attnlm.native.structs.GGML_FORMATS`, the
+  Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS:
+  :data:`attnlm.native.structs.GGML_FORMATS`, the
   kernels in ``native/ggml_blocks.h``), a Q4_K_M file for one, is multiplied in its blocks as
   the file stores them, read from a memory map of the file (:data:`AS_STORED`): no
   re-quantization, the file's numbers are the model's. q and k keep llama.cpp's row order
@@ -272,7 +273,8 @@ def _linear(found: dict[str, np.ndarray]) -> LinearWeights:
 
 #: byte offsets of the float16 scales in one block of each ggml type (checked finite)
 _SCALES = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
-           "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
+           "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,),
+           "IQ4_NL": (0,), "IQ4_XS": (0,)}  # fmt: skip
 _TYPE_IDS = {name: i for i, (name, _, _) in SUPPORTED.items()}
 #: the products' activations: float (each product equals the float32 forward's, up to the
 #: order of the sums) or int (quantized to 8 bits per block of 32, llama.cpp's way); unset:

@@ -93,7 +93,8 @@ REFUSED = {
 }
 #: ggml tensor type -> the weights format that keeps its precision (a file's default format)
 PRECISION = {"F32": "f32", "F16": "bf16", "BF16": "bf16", "Q8_0": "q8", "Q6_K": "q8",
-             "Q5_K": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q4_K": "q4"}  # fmt: skip
+             "Q5_K": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q4_K": "q4", "Q3_K": "q4", "Q2_K": "q4",
+             "IQ4_NL": "q4", "IQ4_XS": "q4"}  # fmt: skip
 
 
 def arch_module(header: GGUFFile) -> Any:
