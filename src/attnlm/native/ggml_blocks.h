@@ -1393,7 +1393,9 @@ static inline vi8 gg_sdot32(vs32 w, const int8_t *a) {
 /* One IQ4_XS weight row against R rows of x in Q8_K blocks, as llama.cpp's vec_dot adds them:
  * per block each sub-block's 8 lane sums (lane l: codes 4l..4l+3) times its scale, summed in
  * integers over the block, then times d dx into 8 float sums (fused), block after block; the
- * 8 sums added as a tree at the end */
+ * 8 sums added as a tree at the end. The integer sums by llama.cpp's instructions where the CPU
+ * has them: |w| against x's codes with w's sign (pmaddubsw: pairs of products, |w| <= 127),
+ * then the pairs times the scale and added (pmaddwd; AVX-512: two sub-blocks a vector) */
 static inline __attribute__((always_inline)) void gg_row_iq4xs(
     const uint8_t *w, int64_t nb, const uint8_t *xq, int64_t K, const int R, float *out) {
     const int64_t rb = gg_row_bytes(K), ok = gg_off_k(K), od = gg_off_kd(K);
@@ -1408,11 +1410,46 @@ static inline __attribute__((always_inline)) void gg_row_iq4xs(
         int ls[8];
         for (int j = 0; j < 8; j++)
             v[j] = (vs32)(gg_iq4_codes(b + 8 + 16 * j) ^ 0x80), ls[j] = gg_iq4xs_scale(b, j);
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+        __m512i aw[4], sc[4];
+        __mmask64 neg[4];
+        for (int q = 0; q < 4; q++) { /* sub-blocks 2q, 2q + 1 */
+            const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)v[2 * q]),
+                                                  (__m256i)v[2 * q + 1], 1);
+            neg[q] = _mm512_movepi8_mask(wq), aw[q] = _mm512_abs_epi8(wq);
+            sc[q] = _mm512_mask_set1_epi16(_mm512_set1_epi16((short)ls[2 * q]), 0xFFFF0000u,
+                                           (short)ls[2 * q + 1]);
+        }
+#elif defined(__AVX2__)
+        __m256i aw[8], sc[8];
+        for (int j = 0; j < 8; j++)
+            aw[j] = _mm256_abs_epi8((__m256i)v[j]), sc[j] = _mm256_set1_epi16((short)ls[j]);
+#endif
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = xq + r * rb;
             const int8_t *a = (const int8_t *)(xr + ok) + 256 * i;
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+            __m512i t = _mm512_setzero_si512();
+            for (int q = 0; q < 4; q++) {
+                const __m512i aq = _mm512_loadu_si512((const void *)(a + 64 * q));
+                const __m512i as = _mm512_mask_sub_epi8(aq, neg[q], _mm512_setzero_si512(), aq);
+                t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(aw[q], as), sc[q]);
+            }
+            const vi16 t16 = (vi16)t;
+            const vi8 s = __builtin_shufflevector(t16, t16, 0, 1, 2, 3, 4, 5, 6, 7) +
+                          __builtin_shufflevector(t16, t16, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif defined(__AVX2__)
+            __m256i t = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                const __m256i as = _mm256_sign_epi8(
+                    _mm256_loadu_si256((const __m256i *)(a + 32 * j)), (__m256i)v[j]);
+                t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[j], as), sc[j]));
+            }
+            const vi8 s = (vi8)t;
+#else
             vi8 s = {0};
             for (int j = 0; j < 8; j++) s += gg_sdot32(v[j], a + 32 * j) * ls[j];
+#endif
             const float dx = ((const float *)(xr + od))[i];
             acc[r] = gg_fma8((vf8){0} + d * dx, __builtin_convertvector(s, vf8), acc[r]);
         }
