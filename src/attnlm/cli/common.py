@@ -397,13 +397,15 @@ def add_model_spec_argument(
 ) -> None:
     """``--model SPEC``: any model :func:`attnlm.loading.sources.resolve` reads (an attnlm run or
     checkpoint folder, a Hugging Face folder, a ``.gguf`` file, a registered name, a Hub id
-    ``org/name``), stored as ``args.model``. With ``checkpoint_synonym``, ``--checkpoint`` is
-    kept as another spelling (one of the two; an error names the one given): the handler
+    ``org/name`` or ``org/name:QUANT``), stored as ``args.model``. With
+    ``checkpoint_synonym``, ``--checkpoint`` is kept as another spelling (one of the two; an
+    error names the one given): the handler
     resolves ``args.model or args.checkpoint``. ``repeatable``: ``--model`` may be given
     several times (``args.model`` is then a list; ``--checkpoint`` stays one)."""
     what = (
         "run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
-        "(attnlm models --available) or Hub id org/name"
+        "(attnlm models --available), Hub id org/name, or org/name:QUANT for a GGUF file of a "
+        "Hub repository"
     )
     spec = arg(name_or_path)
     if not checkpoint_synonym:

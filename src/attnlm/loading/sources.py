@@ -15,7 +15,9 @@
   into the cache;
 * a Hugging Face Hub id ``org/name``, found through ``huggingface_hub``'s cache: downloaded
   (the config, tokenizer and safetensors files) when online; read from the cache alone with
-  ``HF_HUB_OFFLINE=1``; when neither works, one line naming both.
+  ``HF_HUB_OFFLINE=1``; when neither works, one line naming both. ``org/name:QUANT`` is one
+  GGUF file of a repository of them (llama.cpp's ``-hf``), and ``org/name`` with GGUF files and
+  no ``config.json`` its ``Q4_K_M`` (:mod:`attnlm.loading.hub`).
 
 Every failure is a one-line :class:`~attnlm.base.errors.InputError`. ``info`` says what was loaded
 and carries what chat needs: the chat template and the ids that end a turn.
@@ -26,19 +28,16 @@ from __future__ import annotations
 import contextvars
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from attnlm.base.errors import AttnlmError, InputError
 from attnlm.base.foreign import register as _register_reader
+from attnlm.loading.hub import HUB_GGUF, HUB_ID, hub_cache, hub_cached, hub_folder, hub_gguf_spec
 from attnlm.tokenizers.chat_template import stop_ids
 
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-#: Files fetched for a Hub id: what a Hugging Face folder needs, not every weight format.
-HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.spm")
 
 
 @dataclass
@@ -110,7 +109,8 @@ def _engine(spec: str, device: Any, weights: str | None, threads: int | None) ->
         return None
     engine, tok, template, stops = found
     named = not Path(spec).expanduser().exists()
-    info = ModelInfo(spec, "name" if named else "gguf", path, None, template, stops,
+    kind = ("hub" if HUB_GGUF.match(spec) or HUB_ID.match(spec) else "name") if named else "gguf"
+    info = ModelInfo(spec, kind, path, None, template, stops,
                      name=spec if named else None)  # fmt: skip
     info.details.update(backend=engine.name, backend_reason=engine.reason)
     return Resolved(engine, tok, info)
@@ -132,13 +132,15 @@ def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> 
         found = _load_path(pretrained_path(text), text, device, weights)
         found.info.kind, found.info.name = "name", text
         return found
-    if HUB_ID.match(text):
-        found = _load_path(hub_folder(text), text, device, weights)
+    if HUB_ID.match(text) or HUB_GGUF.match(text):
+        path = hub_gguf_spec(text)
+        found = _load_path(path or hub_folder(text), text, device, weights)
         found.info.kind, found.info.name = "hub", text
         return found
     raise InputError(
         f"unknown model {text!r}: not a file or folder, not a registered name "
-        f"({', '.join(pretrained_names())}) and not a Hugging Face Hub id (org/name)"
+        f"({', '.join(pretrained_names())}) and not a Hugging Face Hub id (org/name, or "
+        "org/name:QUANT for a GGUF file)"
     )
 
 
@@ -147,9 +149,11 @@ def looks_like_path(text: str) -> bool:
     name or a Hub id: absolute, ``./``/``../``/``~``, a ``.gguf`` file, or ``runs/demo`` whose
     first part (``runs``) exists here (a Hub id ``org/name`` whose ``org`` is no local
     folder stays a Hub id)."""
+    first, slash, _ = text.partition("/")
+    if HUB_GGUF.match(text) and not Path(first).exists():  # org/name:model-Q4_K_M.gguf
+        return False
     if Path(text).is_absolute() or text.startswith((".", "~")) or text.endswith(".gguf"):
         return True
-    first, slash, _ = text.partition("/")
     return bool(slash) and Path(first).exists()
 
 
@@ -186,15 +190,16 @@ def as_checkpoint(found: Resolved) -> Any:
 
 
 def gguf_file(spec: str | os.PathLike[str]) -> Path | None:
-    """The ``.gguf`` file SPEC names (the file itself, a folder holding one, or a registered
-    name whose folder holds one), without loading it; None for every other kind of SPEC."""
+    """The ``.gguf`` file SPEC names (the file itself, a folder holding one, a registered
+    name whose folder holds one, or a Hub GGUF file: :func:`attnlm.loading.hub.hub_gguf_spec`),
+    without loading it; None for every other kind of SPEC."""
     text = str(spec)
     path = Path(text).expanduser()
     if not path.exists():
         from attnlm.data.pretrained import pretrained_names, pretrained_path
 
         if text not in pretrained_names():
-            return None
+            return None if looks_like_path(text) else hub_gguf_spec(text)
         path = pretrained_path(text)
     if path.is_file():
         return path if path.suffix.lower() == ".gguf" else None
@@ -381,70 +386,6 @@ def _load_gguf(path: Path, spec: str, device: Any, weights: str | None = None) -
     info = ModelInfo(spec, "gguf", path, _family(model), chat_template=template)
     info.stop_ids = stops
     return Resolved(model, tok, info)
-
-
-# -- the Hugging Face Hub, through huggingface_hub's cache --------------------------------------
-
-
-def _hub() -> Any:
-    try:
-        import huggingface_hub
-    except ImportError:
-        raise InputError(
-            "a Hub id needs huggingface_hub (pip install huggingface_hub), or give a folder"
-        ) from None
-    return huggingface_hub
-
-
-def hub_cache() -> Path:
-    """huggingface_hub's cache folder: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
-    ``~/.cache/huggingface/hub`` (read from the environment now, not when the library was
-    imported)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
-    )
-    return Path(home).expanduser() / "hub"
-
-
-def hub_offline() -> bool:
-    value = os.environ.get("HF_HUB_OFFLINE", "")
-    return value.strip().lower() in {"1", "on", "yes", "true"}
-
-
-def hub_folder(repo_id: str) -> Path:
-    """The snapshot folder of Hub repository ``repo_id`` in huggingface_hub's cache:
-    downloaded when online, read from the cache alone when ``HF_HUB_OFFLINE=1``."""
-    hub = _hub()
-    cache = hub_cache()
-    online_problem = "offline (HF_HUB_OFFLINE=1)"
-    if not hub_offline():
-        try:
-            return Path(
-                hub.snapshot_download(repo_id, cache_dir=cache, allow_patterns=list(HUB_PATTERNS))
-            )
-        except Exception as e:  # noqa: BLE001 - network, auth, missing repo: all one line
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            online_problem = f"the download failed ({first[:200]})"
-    try:
-        return Path(hub.snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
-    except Exception:  # noqa: BLE001 - not cached (LocalEntryNotFoundError and kin)
-        pass
-    raise InputError(
-        f"{repo_id}: not in the Hugging Face cache ({cache}) and {online_problem}; "
-        "download it once online, or give a local folder"
-    )
-
-
-def hub_cached(repo_id: str) -> bool:
-    """Whether the cache holds a snapshot of ``repo_id`` (no network)."""
-    folder = hub_cache() / ("models--" + repo_id.replace("/", "--"))
-    ref = folder / "refs" / "main"
-    try:
-        return (folder / "snapshots" / ref.read_text().strip()).is_dir()
-    except OSError:
-        return False
 
 
 def available() -> list[dict[str, Any]]:
