@@ -63,7 +63,7 @@ def batched_weights(spec: str) -> str | None:
     from attnlm.loading.sources import gguf_file
 
     try:
-        path = gguf_file(spec)
+        path = gguf_file(spec, lookup=True)
     except Exception:  # noqa: BLE001 - the loader names a bad SPEC itself
         return None
     return "f32" if path is not None and path.stat().st_size <= F32_GGUF_BYTES else None
@@ -234,7 +234,7 @@ def _on_engine(spec: str, device: str, weights: str | None, threads: int | None)
     from attnlm.runtime.planner import engine_reason
 
     try:
-        path = gguf_file(spec)
+        path = gguf_file(spec, lookup=True)
     except Exception:  # noqa: BLE001 - the loader names a bad SPEC itself
         return None
     if path is None or not engine_reason(engine_format(GGUFFile(path), weights), device)[0]:

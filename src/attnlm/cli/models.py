@@ -157,7 +157,7 @@ def _model_params(spec: str) -> int:
 
     from attnlm.loading.sources import gguf_file, load_as_checkpoint
 
-    path = gguf_file(spec)
+    path = gguf_file(spec, lookup=True)
     if path is None:
         ck = load_as_checkpoint(spec)
         _print_params(f"model {spec}", ck.family, ck.model.config, ck.model)

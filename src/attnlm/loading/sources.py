@@ -34,7 +34,15 @@ from typing import Any, NamedTuple
 
 from attnlm.base.errors import AttnlmError, InputError
 from attnlm.base.foreign import register as _register_reader
-from attnlm.loading.hub import HUB_GGUF, HUB_ID, hub_cache, hub_cached, hub_folder, hub_gguf_spec
+from attnlm.loading.hub import (
+    HUB_GGUF,
+    HUB_ID,
+    hub_cache,
+    hub_cached,
+    hub_folder,
+    hub_gguf,
+    hub_gguf_spec,
+)
 from attnlm.tokenizers.chat_template import stop_ids
 
 KINDS = ("gguf", "huggingface", "run", "name", "hub")
@@ -103,7 +111,7 @@ def _engine(spec: str, device: Any, weights: str | None, threads: int | None) ->
     """SPEC on the C engine (:func:`attnlm.runtime.engine_gguf.engine_for`), or None."""
     from attnlm.runtime.engine_gguf import engine_for
 
-    path = gguf_file(spec)
+    path = gguf_file(spec, lookup=True)
     found = None if path is None else engine_for(path, device, weights, threads)
     if found is None:
         return None
@@ -189,17 +197,25 @@ def as_checkpoint(found: Resolved) -> Any:
     )
 
 
-def gguf_file(spec: str | os.PathLike[str]) -> Path | None:
+def gguf_file(spec: str | os.PathLike[str], lookup: bool = False) -> Path | None:
     """The ``.gguf`` file SPEC names (the file itself, a folder holding one, a registered
-    name whose folder holds one, or a Hub GGUF file: :func:`attnlm.loading.hub.hub_gguf_spec`),
-    without loading it; None for every other kind of SPEC."""
+    name whose folder holds one, or a Hub GGUF file ``org/name:QUANT``:
+    :func:`attnlm.loading.hub.hub_gguf`), without loading it; None for every other kind of
+    SPEC. A plain Hub id ``org/name`` is looked up only with ``lookup`` (the caller loads the
+    model next): its repository's ``Q4_K_M`` where it holds GGUF files and no ``config.json``
+    (:func:`attnlm.loading.hub.hub_gguf_spec`; the Hub is asked when online)."""
     text = str(spec)
     path = Path(text).expanduser()
     if not path.exists():
         from attnlm.data.pretrained import pretrained_names, pretrained_path
 
         if text not in pretrained_names():
-            return None if looks_like_path(text) else hub_gguf_spec(text)
+            if looks_like_path(text):
+                return None
+            tagged = HUB_GGUF.match(text)
+            if tagged:
+                return hub_gguf(tagged["repo"], tagged["quant"])
+            return hub_gguf_spec(text) if lookup and HUB_ID.match(text) else None
         path = pretrained_path(text)
     if path.is_file():
         return path if path.suffix.lower() == ".gguf" else None

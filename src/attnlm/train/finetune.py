@@ -92,7 +92,7 @@ def _gguf_note(spec: str) -> str | None:
     from attnlm.loading.sources import gguf_file
     from attnlm.models.gguf.loader import tensor_stats
 
-    path = gguf_file(spec)
+    path = gguf_file(spec, lookup=True)
     if path is None:
         return None
     types = [t for t in tensor_stats(path)["by_type"] if t != "F32"]
