@@ -30,8 +30,8 @@ from attnlm.cli.common import (
 OPTIONS = (
     option("--model", action="append", default=[], metavar="SPEC", type=arg(name_or_path),
            help="run or checkpoint folder, Hugging Face folder, .gguf file, registered name "
-           "(attnlm models --available), Hub id org/name or org/name:QUANT (a GGUF file) "
-           "(repeatable: choose one in the page)"),
+           "(attnlm models --available), Hub id org/name, or org/name:QUANT for a GGUF file of "
+           "a Hub repository (repeatable: choose one in the page)"),
     option("--checkpoint", action="append", default=[], metavar="SPEC", type=arg(name_or_path),
            help="the same as --model"),
     option("--port", type=arg(int_in_range, lo=0, hi=65535), default=8000,
