@@ -189,15 +189,12 @@ def _cached_snapshot(repo_id: str) -> Path | None:
     return snapshot if snapshot.is_dir() else None
 
 
-def hub_gguf_spec(spec: str) -> Path | None:
-    """The GGUF file a Hub SPEC names: ``org/name:QUANT``, or ``org/name`` whose repository
-    has GGUF files and no ``config.json``; None for a Hub model folder or any other SPEC."""
+def hub_source(spec: str) -> Path:
+    """What a Hub SPEC names on disk: the GGUF file of ``org/name:QUANT``, or of ``org/name``
+    whose repository has GGUF files and no ``config.json``; else the snapshot folder of the
+    Hugging Face model ``org/name``."""
     tagged = HUB_GGUF.match(spec)
     if tagged:
         return hub_gguf(tagged["repo"], tagged["quant"])
-    if not HUB_ID.match(spec):
-        return None
     folder = hub_folder(spec)
-    if (folder / "config.json").is_file():
-        return None
-    return hub_gguf(spec, None)
+    return folder if (folder / "config.json").is_file() else hub_gguf(spec, None)

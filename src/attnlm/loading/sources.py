@@ -39,9 +39,8 @@ from attnlm.loading.hub import (
     HUB_ID,
     hub_cache,
     hub_cached,
-    hub_folder,
     hub_gguf,
-    hub_gguf_spec,
+    hub_source,
 )
 from attnlm.tokenizers.chat_template import stop_ids
 
@@ -141,8 +140,7 @@ def _resolve(spec: str | os.PathLike[str], device: Any, weights: str | None) -> 
         found.info.kind, found.info.name = "name", text
         return found
     if HUB_ID.match(text) or HUB_GGUF.match(text):
-        path = hub_gguf_spec(text)
-        found = _load_path(path or hub_folder(text), text, device, weights)
+        found = _load_path(hub_source(text), text, device, weights)
         found.info.kind, found.info.name = "hub", text
         return found
     raise InputError(
@@ -203,7 +201,7 @@ def gguf_file(spec: str | os.PathLike[str], lookup: bool = False) -> Path | None
     :func:`attnlm.loading.hub.hub_gguf`), without loading it; None for every other kind of
     SPEC. A plain Hub id ``org/name`` is looked up only with ``lookup`` (the caller loads the
     model next): its repository's ``Q4_K_M`` where it holds GGUF files and no ``config.json``
-    (:func:`attnlm.loading.hub.hub_gguf_spec`; the Hub is asked when online)."""
+    (:func:`attnlm.loading.hub.hub_source`; the Hub is asked when online)."""
     text = str(spec)
     path = Path(text).expanduser()
     if not path.exists():
@@ -215,7 +213,8 @@ def gguf_file(spec: str | os.PathLike[str], lookup: bool = False) -> Path | None
             tagged = HUB_GGUF.match(text)
             if tagged:
                 return hub_gguf(tagged["repo"], tagged["quant"])
-            return hub_gguf_spec(text) if lookup and HUB_ID.match(text) else None
+            found = hub_source(text) if lookup and HUB_ID.match(text) else None
+            return found if found is not None and found.is_file() else None
         path = pretrained_path(text)
     if path.is_file():
         return path if path.suffix.lower() == ".gguf" else None
