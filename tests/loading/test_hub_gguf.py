@@ -79,6 +79,17 @@ def test_a_hub_gguf_file_from_the_cache_runs_on_the_engine(offline_cache, spec, 
         assert gguf_file(spec) is None
 
 
+def test_models_available_lists_each_cached_gguf_file(offline_cache):
+    """A row per cached GGUF file (not the vision projector), named as ``--model`` takes it."""
+    from attnlm.loading.sources import available
+
+    rows = {r["name"]: r for r in available() if r["name"].startswith(REPO)}
+    assert sorted(rows) == [f"{REPO}:Q3_K_M", f"{REPO}:Q4_K_M"]
+    for name, row in rows.items():
+        assert row["cached"] and row["size"] == Path(row["path"]).stat().st_size
+        assert resolve(name, engine_ok=True, threads=1).info.path == Path(row["path"])
+
+
 def test_a_hub_gguf_file_loads_on_the_pytorch_path(offline_cache):
     model, tok, info = resolve(f"{REPO}:Q3_K_M", weights="f32")
     assert info.kind == "hub" and info.path.name == "tiny-qwen2-q3_k_m.gguf"

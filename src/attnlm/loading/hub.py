@@ -180,6 +180,15 @@ def hub_gguf(repo_id: str, quant: str | None) -> Path:
     )
 
 
+def cached_ggufs(repo_id: str) -> list[Path]:
+    """The GGUF files (vision projectors left out) of ``repo_id``'s cached snapshot that is
+    not a Hugging Face model folder (no ``config.json``); [] when there is none (no network)."""
+    snapshot = _cached_snapshot(repo_id)
+    if snapshot is None or (snapshot / "config.json").is_file():
+        return []
+    return sorted(p for p in snapshot.rglob("*.gguf") if "mmproj" not in p.name.lower())
+
+
 def _cached_snapshot(repo_id: str) -> Path | None:
     folder = hub_cache() / ("models--" + repo_id.replace("/", "--"))
     try:

@@ -37,10 +37,12 @@ from attnlm.base.foreign import register as _register_reader
 from attnlm.loading.hub import (
     HUB_GGUF,
     HUB_ID,
+    cached_ggufs,
     hub_cache,
     hub_cached,
     hub_gguf,
     hub_source,
+    quant_of,
 )
 from attnlm.tokenizers.chat_template import stop_ids
 
@@ -426,15 +428,19 @@ def available() -> list[dict[str, Any]]:
     if cache.is_dir():
         for folder in sorted(cache.glob("models--*")):
             repo = folder.name[len("models--") :].replace("--", "/", 1)
-            if hub_cached(repo):
+            if not hub_cached(repo):
+                continue
+            # a repository of GGUF files: a row per cached file, named as --model takes it
+            files = [(f"{repo}:{quant_of(p.name)}", p) for p in cached_ggufs(repo)]
+            for name, path in files or [(repo, folder)]:
                 rows.append({
-                    "name": repo,
+                    "name": name,
                     "source": f"Hugging Face Hub cache ({cache})",
                     "license": "",
                     "description": "",
-                    "size": 0,
+                    "size": path.stat().st_size if path.is_file() else 0,
                     "cached": True,
-                    "path": str(folder),
+                    "path": str(path),
                 })  # fmt: skip
     return rows
 
