@@ -181,27 +181,30 @@ static inline vb32 gg_nibbles16(const uint8_t *p) {
 static const int8_t gg_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                          1,    13,   25,  38,  53,  69,  89,  113};
 
-/* 16 bytes' nibbles (gg_nibbles16's order) as their values + 128 (the unsigned codes u of a
- * chunk; u ^ 128 is the value as int8): one byte shuffle a 16 codes where the CPU has one */
-static inline vb32 gg_iq4_codes(const uint8_t *p) {
+/* 16 bytes' nibbles (gg_nibbles16's order) as their values: one byte shuffle a 16 codes
+ * where the CPU has one */
+static inline vs32 gg_iq4_signed(const uint8_t *p) {
     const vb32 n = gg_nibbles16(p);
 #if defined(__AVX2__)
     const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gg_iq4_values));
-    return (vb32)_mm256_shuffle_epi8(t, (__m256i)n) ^ 0x80;
+    return (vs32)_mm256_shuffle_epi8(t, (__m256i)n);
 #elif GG_NEON
-    const uint8x16_t t = vld1q_u8((const uint8_t *)gg_iq4_values);
+    const int8x16_t t = vld1q_s8(gg_iq4_values);
     uint8x16_t q[2];
     memcpy(q, &n, 32);
-    q[0] = vqtbl1q_u8(t, q[0]), q[1] = vqtbl1q_u8(t, q[1]);
-    vb32 u;
-    memcpy(&u, q, 32);
-    return u ^ 0x80;
+    const int8x16_t w[2] = {vqtbl1q_s8(t, q[0]), vqtbl1q_s8(t, q[1])};
+    vs32 v;
+    memcpy(&v, w, 32);
+    return v;
 #else
-    vb32 u;
-    for (int i = 0; i < 32; i++) u[i] = (uint8_t)(gg_iq4_values[n[i]] ^ 0x80);
-    return u;
+    vs32 v;
+    for (int i = 0; i < 32; i++) v[i] = gg_iq4_values[n[i]];
+    return v;
 #endif
 }
+
+/* the same as a chunk's unsigned codes u = value + 128 */
+static inline vb32 gg_iq4_codes(const uint8_t *p) { return (vb32)gg_iq4_signed(p) ^ 0x80; }
 
 /* Q2_K / Q3_K: the 32 codes of chunk c (element 32 c + l: bits 2 (c % 4) of byte l of the
  * codes' half c / 4; Q3_K's third bit, bit c of hmask[l], set where the code is not less 4) */
@@ -831,7 +834,7 @@ static inline __attribute__((always_inline)) __m256i gg_signed1(const int64_t fm
     memcpy(&h, b, 2);
     *d = gg_f16(h);
     if (fmt == FMT_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
-    if (fmt == FMT_IQ4_NL) return (__m256i)(gg_iq4_codes(b + 2) ^ 0x80);
+    if (fmt == FMT_IQ4_NL) return (__m256i)gg_iq4_signed(b + 2);
     const __m128i q = _mm_loadu_si128((const __m128i *)(b + (fmt == FMT_Q4_0 ? 2 : 6)));
     const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
                                          _mm256_set1_epi8(15));
@@ -1366,22 +1369,11 @@ static inline __attribute__((always_inline)) void gg_krow(
         out[r] = mode == 2 ? sum[r] - mins[r] : mode ? sum[r] : gg_hsum8(acc[r]) + sum[r];
 }
 
-/* sums of w a over each 4 consecutive codes (8 lanes) of the signed codes w (|w| <= 127):
- * |w| against a with w's sign where the CPU multiplies unsigned by signed bytes */
+#if !defined(__AVX2__)
+/* sums of w a over each 4 consecutive codes (8 lanes) of the signed codes w (|w| <= 127), for
+ * gg_row_iq4xs where it has no x86 path */
 static inline vi8 gg_sdot32(vs32 w, const int8_t *a) {
-#if defined(__AVX2__)
-    const __m256i ww = (__m256i)w, aa = _mm256_loadu_si256((const __m256i *)a);
-    const __m256i aw = _mm256_sign_epi8(ww, ww), as = _mm256_sign_epi8(aa, ww);
-#if GG_VNNI
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return (vi8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, as);
-#else
-    return (vi8)_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, as);
-#endif
-#else
-    return (vi8)_mm256_madd_epi16(_mm256_maddubs_epi16(aw, as), _mm256_set1_epi16(1));
-#endif
-#elif GG_NEON
+#if GG_NEON
     int8x16_t wq[2];
     memcpy(wq, &w, 32);
     return gg_cat2x4(gg_sdot16(wq[0], vld1q_s8(a)), gg_sdot16(wq[1], vld1q_s8(a + 16)));
@@ -1389,6 +1381,7 @@ static inline vi8 gg_sdot32(vs32 w, const int8_t *a) {
     return gg_dot((vb32)w ^ 0x80, a) - gg_dot((vb32){0} + 128, a); /* (w + 128) a - 128 a */
 #endif
 }
+#endif
 
 /* One IQ4_XS weight row against R rows of x in Q8_K blocks, as llama.cpp's vec_dot adds them:
  * per block each sub-block's 8 lane sums (lane l: codes 4l..4l+3) times its scale, summed in
@@ -1409,7 +1402,7 @@ static inline __attribute__((always_inline)) void gg_row_iq4xs(
         vs32 v[8];
         int ls[8];
         for (int j = 0; j < 8; j++)
-            v[j] = (vs32)(gg_iq4_codes(b + 8 + 16 * j) ^ 0x80), ls[j] = gg_iq4xs_scale(b, j);
+            v[j] = gg_iq4_signed(b + 8 + 16 * j), ls[j] = gg_iq4xs_scale(b, j);
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
         __m512i aw[4], sc[4];
         __mmask64 neg[4];
