@@ -186,6 +186,7 @@ def kernels(threads: int, rounds: int) -> None:
     from attnlm import native
     from attnlm.base.ggufio import TENSOR_TYPES
     from attnlm.native import structs
+    from attnlm.quant.blocks import SCALE_OFFSETS
 
     lib = native.library()
     if lib is None:
@@ -201,10 +202,8 @@ def kernels(threads: int, rounds: int) -> None:
                      "Q3_K", "IQ4_NL", "IQ4_XS"):  # fmt: skip
             _, elements, size = next(t for t in TENSOR_TYPES.values() if t[0] == name)
             raw = rng.integers(0, 256, size=(n, k // elements * size), dtype=np.uint8)
-            scales = {"Q6_K": (208,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q4_1": (0, 2),
-                      "Q5_1": (0, 2), "Q2_K": (80, 82), "Q3_K": (108,)}  # fmt: skip
             blocks = raw.reshape(-1, size)
-            for at in scales.get(name, (0,)):  # small finite float16 scales
+            for at in SCALE_OFFSETS[name]:  # small finite float16 scales
                 blocks[:, at : at + 2] = np.full((1, 1), 1e-3, np.float16).view(np.uint8)
             times: dict[int, list[float]] = {structs.ACT_FLOAT: [], structs.ACT_INT: []}
             for _ in range(rounds):

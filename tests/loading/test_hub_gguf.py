@@ -111,9 +111,9 @@ def test_bad_quants_and_missing_repos_are_one_line(offline_cache):
 def test_the_choice_of_file():
     files = ["a/x-Q4_K_M.gguf", "x-IQ4_XS.gguf", "x-Q4_K_S.gguf", "mmproj-x-f16.gguf",
              "README.md"]  # fmt: skip
-    assert pick_gguf("o/r", files, "iq4_xs") == ["x-IQ4_XS.gguf"]
-    assert pick_gguf("o/r", files, None) == ["a/x-Q4_K_M.gguf"]
-    assert pick_gguf("o/r", ["only-Q8_0.gguf"], None) == ["only-Q8_0.gguf"]
+    assert pick_gguf("o/r", files, "iq4_xs") == "x-IQ4_XS.gguf"
+    assert pick_gguf("o/r", files, None) == "a/x-Q4_K_M.gguf"
+    assert pick_gguf("o/r", ["only-Q8_0.gguf"], None) == "only-Q8_0.gguf"
     with pytest.raises(InputError, match=r"none is Q4_K_M; .* \(it has: IQ4_XS, Q4_K_S\)"):
         pick_gguf("o/r", ["x-IQ4_XS.gguf", "x-Q4_K_S.gguf"], None)
     with pytest.raises(InputError, match="Q4_K_M' names several files"):

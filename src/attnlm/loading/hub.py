@@ -90,12 +90,7 @@ def hub_folder(repo_id: str) -> Path:
 
 def hub_cached(repo_id: str) -> bool:
     """Whether the cache holds a snapshot of ``repo_id`` (no network)."""
-    folder = hub_cache() / ("models--" + repo_id.replace("/", "--"))
-    ref = folder / "refs" / "main"
-    try:
-        return (folder / "snapshots" / ref.read_text().strip()).is_dir()
-    except OSError:
-        return False
+    return _cached_snapshot(repo_id) is not None
 
 
 def quant_of(name: str) -> str:
@@ -106,10 +101,10 @@ def quant_of(name: str) -> str:
     return found.group(1).upper() if found else Path(name).name
 
 
-def pick_gguf(repo_id: str, files: list[str], quant: str | None) -> list[str]:
-    """The file of ``files`` (a repository's paths) that ``quant`` names, with its other parts
-    where it is split; ``quant`` None: :data:`DEFAULT_QUANT`, else the only GGUF file.
-    InputError when none or several match."""
+def pick_gguf(repo_id: str, files: list[str], quant: str | None) -> str:
+    """The file of ``files`` (a repository's paths) that ``quant`` names; ``quant`` None:
+    :data:`DEFAULT_QUANT`, else the only GGUF file. InputError when none or several match, or
+    the file is split in parts."""
     ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower())
     if not ggufs:
         raise InputError(f"{repo_id}: the repository has no .gguf file (and no config.json)")
@@ -134,7 +129,7 @@ def pick_gguf(repo_id: str, files: list[str], quant: str | None) -> list[str]:
             f"{repo_id}: {chosen[0]} is one of {len(chosen)} parts of a split GGUF file, which "
             "attnlm does not read; join them with llama.cpp's llama-gguf-split --merge"
         )
-    return chosen
+    return chosen[0]
 
 
 def _matching(ggufs: list[str], quant: str) -> list[str]:
@@ -162,7 +157,7 @@ def hub_gguf(repo_id: str, quant: str | None) -> Path:
         except Exception as e:  # noqa: BLE001 - network, auth, missing repo: all one line
             online_problem = f"the file list could not be read ({_first_line(e)})"
         else:
-            (name,) = pick_gguf(repo_id, files, quant)
+            name = pick_gguf(repo_id, files, quant)
             try:
                 return Path(hub.hf_hub_download(repo_id, name, cache_dir=cache))
             except Exception as e:  # noqa: BLE001
@@ -172,8 +167,7 @@ def hub_gguf(repo_id: str, quant: str | None) -> Path:
     if snapshot is not None:
         files = [str(p.relative_to(snapshot)) for p in snapshot.rglob("*.gguf")]
         if files:
-            (name,) = pick_gguf(repo_id, files, quant)
-            return snapshot / name
+            return snapshot / pick_gguf(repo_id, files, quant)
     raise InputError(
         f"{repo_id}: no GGUF file of it in the Hugging Face cache ({cache}) and {online_problem}; "
         "download it once online, or give a local .gguf file"

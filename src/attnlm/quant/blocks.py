@@ -81,6 +81,10 @@ BLOCK_N = 64  # rows per block of the packed q4 layout
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     i: TENSOR_TYPES[i] for i in (0, 1, 30, 8, 2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23)
 }
+#: ggml type -> byte offsets of the float16 scales in one of its blocks (d, and m / dmin)
+SCALE_OFFSETS = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
+                 "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82),
+                 "Q3_K": (108,), "IQ4_NL": (0,), "IQ4_XS": (0,)}  # fmt: skip
 #: ggml type -> the attnlm format whose codes its blocks hold as stored (:func:`codes`)
 NATIVE_FORMAT = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
 # Elements dequantized per step: the several in-place passes of a kernel then run over a piece
@@ -230,10 +234,10 @@ def _q3_k(b: np.ndarray, out: np.ndarray) -> None:
     n = b.shape[0]
     o = out.reshape(n, 2, 4, 32)
     _crumbs(o, b[:, 32:96].reshape(n, 2, 32))
-    hm = b[:, None, :32]  # bit 4 h + j of hmask[l]: element 32 j + l of half h has no -4
+    hm = b[:, :32]  # bit 4 h + j of hmask[l]: element 32 j + l of half h has no -4
     for h in range(2):
         for j in range(4):
-            o[:, h, j] -= (((hm[:, 0] >> (4 * h + j)) & 1) ^ 1) << 2
+            o[:, h, j] -= (((hm >> (4 * h + j)) & 1) ^ 1) << 2
     d = _half(b[:, 108:110])
     o16 = out.reshape(n, 16, 16)
     o16 *= (d * _q3_k_scales(b[:, 96:108]))[..., None]
@@ -244,20 +248,22 @@ IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 
                       dtype=np.float32)  # fmt: skip
 
 
+def _iq4_values(out: np.ndarray, qs: np.ndarray) -> None:
+    """``out`` ``(N, G, 2, 16)`` <- the table values of the low and high nibbles of ``qs``
+    ``(N, G, 16)`` (:func:`_nibbles`' order)."""
+    out[:, :, 0] = IQ4_VALUES[qs & 0x0F]
+    out[:, :, 1] = IQ4_VALUES[qs >> 4]
+
+
 def _iq4_nl(b: np.ndarray, out: np.ndarray) -> None:
     n = b.shape[0]
-    o = out.reshape(n, 2, 16)
-    o[:, 0] = IQ4_VALUES[b[:, 2:] & 0x0F]
-    o[:, 1] = IQ4_VALUES[b[:, 2:] >> 4]
+    _iq4_values(out.reshape(n, 1, 2, 16), b[:, 2:].reshape(n, 1, 16))
     out.reshape(n, 32)[:] *= _half(b[:, :2])
 
 
 def _iq4_xs(b: np.ndarray, out: np.ndarray) -> None:
     n = b.shape[0]
-    qs = b[:, 8:].reshape(n, 8, 16)
-    o = out.reshape(n, 8, 2, 16)
-    o[:, :, 0] = IQ4_VALUES[qs & 0x0F]
-    o[:, :, 1] = IQ4_VALUES[qs >> 4]
+    _iq4_values(out.reshape(n, 8, 2, 16), b[:, 8:].reshape(n, 8, 16))
     sh = np.ascontiguousarray(b[:, 2:4]).view("<u2")  # (N, 1): bits 2i, 2i + 1 top of scale i
     low = (b[:, 4:8, None] >> np.array([0, 4], dtype=np.uint8)) & 0x0F  # (N, 4, 2): scale 2i + h
     top = (sh >> np.arange(0, 16, 2, dtype=np.uint16)) & 3

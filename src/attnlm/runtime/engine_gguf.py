@@ -49,7 +49,7 @@ from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
-from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, pack_q4
+from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
 from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
 
 
@@ -271,10 +271,6 @@ def _linear(found: dict[str, np.ndarray]) -> LinearWeights:
 
 # -- the blocks as stored --------------------------------------------------------------------
 
-#: byte offsets of the float16 scales in one block of each ggml type (checked finite)
-_SCALES = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
-           "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,),
-           "IQ4_NL": (0,), "IQ4_XS": (0,)}  # fmt: skip
 _TYPE_IDS = {name: i for i, (name, _, _) in SUPPORTED.items()}
 #: the products' activations: float (each product equals the float32 forward's, up to the
 #: order of the sums) or int (quantized to 8 bits per block of 32, llama.cpp's way); unset:
@@ -297,8 +293,8 @@ def _stored(header: GGUFFile, mapped: np.ndarray, part: Part) -> tuple[np.ndarra
     rows = mapped[info.offset : info.offset + info.nbytes].reshape(n, -1)
     blocks = rows.reshape(-1, SUPPORTED[info.type][2])
     name = info.type_name
-    if name in _SCALES:
-        for at in _SCALES[name]:
+    if name in SCALE_OFFSETS:
+        for at in SCALE_OFFSETS[name]:
             check_finite({info.name: blocks[:, at : at + 2].view(np.float16)}, header.path,
                          "scales of")  # fmt: skip
     elif name in ("F32", "F16"):
