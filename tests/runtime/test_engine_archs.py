@@ -49,7 +49,7 @@ from attnlm.runtime.engine_gguf import ACTIVATIONS_ENV, engine_for, engine_forma
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
-ARCHS = ("qwen2", "qwen3", "phi3", "llama", "mistral", "gemma2", "gemma3")
+ARCHS = ("qwen2", "qwen3", "phi3", "llama", "mistral", "gemma2", "gemma3", "qwen3moe", "mixtral")
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")
 #: every architecture in the five types, and llama / qwen2 in Q3_K_M, Q2_K, IQ4_XS, IQ4_NL too
 CASES = [(arch, kind) for arch in ARCHS for kind in TYPES if kind in DOC["archs"][arch]]
@@ -141,3 +141,27 @@ def test_qwen_coder_chats_on_the_engine():
     doc = json.loads(r.stdout)
     assert doc["backend"] == "c-engine", doc["backend_reason"]
     assert "def " in doc["reply"] and ("[::-1]" in doc["reply"] or "reversed" in doc["reply"])
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "mixtral"])
+def test_experts_of_several_sequences_at_once_equal_each_alone(arch):
+    """A mixture of experts on the rows of two sequences in one call (a server's step: each
+    row routed to its own experts, the rows gathered per expert): each sequence's logits are
+    those of the sequence fed alone. (``--weights q8`` / ``q4`` leave experts to PyTorch:
+    the step's own layouts hold no stacked experts.)"""
+    header = GGUFFile(HERE / f"{arch}-Q4_K_M.gguf")
+    assert engine_format(header, "q8") is None and engine_format(header, "q4") is None
+    engine = open_engine(header, None, 2)
+    prompt = DOC["archs"][arch]["Q4_K_M"]["prompt"]
+    seqs = [np.asarray(prompt[:9]), np.asarray(prompt[3:][::-1])]
+    engine.reset_slots(2, 32)
+    tokens = np.concatenate(seqs)
+    positions = np.concatenate([np.arange(len(s)) for s in seqs])
+    slots = np.concatenate([np.full(len(s), i) for i, s in enumerate(seqs)])
+    both = engine.step_rows(tokens, positions, slots)
+    at = 0
+    for seq in seqs:
+        engine.reset_slots(2, 32)
+        alone = engine.step_rows(seq, np.arange(len(seq)), np.zeros(len(seq), np.int64))
+        assert np.allclose(both[at : at + len(seq)], alone, rtol=0, atol=1e-5)
+        at += len(seq)

@@ -52,7 +52,17 @@ pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compile
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 #: the fixtures' architectures the C engine runs (extend when it runs more)
-ENGINE_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+ENGINE_ARCHS = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "gemma2",
+    "gemma3",
+    "qwen3moe",
+    "mixtral",
+)
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
 CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]
 #: the variants (one file each): Gemma 3's linear rotary scaling and final soft-cap, and Gemma 3

@@ -434,9 +434,11 @@ def config_params(config: Any) -> int:
     positions = _int_field(config, "block_size", "max_position_embeddings")
     states = _int_field(config, "n_states")
     order = _int_field(config, "order")
+    experts = _int_field(config, "n_expert")  # a mixture of experts: each its own feed-forward
     total = 2 * vocab * (width + emb)  # embeddings and an untied output layer
     total += positions * width
-    total += layers * (4 * width * width + 3 * width * ffn + 2 * emb * width + 4 * emb * emb)
+    total += layers * (4 * width * width + 3 * width * ffn * max(experts, 1) + experts * width
+                       + 2 * emb * width + 4 * emb * emb)  # fmt: skip
     total += states * (states + vocab + 2)  # transitions, emissions, start and end
     if order:  # a feed-forward n-gram model: context -> hidden -> vocabulary, and direct links
         context = order * _int_field(config, "n_embd")

@@ -24,6 +24,10 @@ Names and layouts are TransformerLens's, so that its tutorials and users' code t
                                                        gate, for a gated MLP)
     blocks.{L}.mlp.hook_pre_linear                     (B, T, F)  a gated MLP's linear branch
     blocks.{L}.mlp.hook_post                           (B, T, F)  after the activation (x up)
+    blocks.{L}.mlp.hook_expert_weights                 (B, T, k)  a mixture of experts (in
+    blocks.{L}.mlp.hook_expert_indices                 (B, T, k)  place of the three above):
+                                                       each position's k experts, in order of
+                                                       probability, and their weights
     blocks.{L}.hook_mlp_out                            (B, T, C)
     ln_final.hook_scale, ln_final.hook_normalized
     hook_logits                                        (B, T, V)
@@ -258,6 +262,14 @@ class Tracer:
     def mlp(self, p: str, mlp: Any, h: Tensor) -> Tensor:
         from attnlm.nn.blocks import ACTIVATIONS, SwiGLU
 
+        if getattr(mlp, "experts", None) is not None:  # a mixture of experts
+            rows = h.reshape(-1, h.shape[-1])
+            weights, chosen = mlp.route(rows)
+            shape = (*h.shape[:-1], -1)
+            weights = self.point(f"{p}.mlp.hook_expert_weights", weights.reshape(shape))
+            chosen = self.point(f"{p}.mlp.hook_expert_indices", chosen.reshape(shape))
+            k = mlp.n_used
+            return mlp.mix(rows, weights.reshape(-1, k), chosen.reshape(-1, k)).reshape(h.shape)
         pre = mlp.fc(h)
         if isinstance(mlp, SwiGLU):  # gated (SwiGLU, GeGLU)
             gate, up = pre.chunk(2, dim=-1)
@@ -340,8 +352,13 @@ def _block_points(block: Any, rotary: bool) -> list[str]:
     from attnlm.nn.blocks import SwiGLU
 
     points = []
+    moe = getattr(block.mlp, "experts", None) is not None
     for point in BLOCK_POINTS:
         if point.startswith("attn.hook_rot") and not rotary:
+            continue
+        if moe and point.startswith("mlp."):  # a mixture of experts: its routing instead
+            if point == "mlp.hook_pre":
+                points += ["mlp.hook_expert_weights", "mlp.hook_expert_indices"]
             continue
         if point == "mlp.hook_pre_linear" and not isinstance(block.mlp, SwiGLU):
             continue

@@ -99,7 +99,8 @@ class Decoder(nn.Module):
         self.apply(self._init_weights)
         # GPT-2: scale the residual projections by 1/sqrt(2L) (two residual adds per block)
         for block in self.blocks:
-            for proj in (block.attn.out_proj, block.mlp.proj):
+            experts = getattr(block.mlp, "experts", None)  # a mixture of experts: each one's
+            for proj in (block.attn.out_proj, *[m.proj for m in (experts or [block.mlp])]):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
 
     @staticmethod

@@ -50,12 +50,14 @@ from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
 from attnlm.nn.attention import MultiHeadAttention, ScaledScore
 from attnlm.nn.blocks import GeGLU, RMSNorm, SandwichBlock, SwiGLU, TransformerBlock
+from attnlm.nn.moe import SparseMoE
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral")
 ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma 2",
-              "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral"}  # fmt: skip
+              "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral",
+              "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral"}  # fmt: skip
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
 MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
 
@@ -109,11 +111,18 @@ class LlamaConfig:
     attn_scale: float | None = None  # score scale; None: d_head ** -0.5
     attn_softcap: float | None = None  # scores -> cap tanh(scores / cap) (Gemma 2)
     final_softcap: float | None = None  # logits -> cap tanh(logits / cap) (Gemma 2)
+    # a sparse mixture of experts in place of every block's feed-forward (attnlm.nn.moe):
+    # n_expert SwiGLU experts of width d_ff, n_expert_used of them per token, their weights
+    # renormalised to sum to one with moe_norm_topk (Mixtral, Qwen3-MoE); None: dense
+    n_expert: int | None = None
+    n_expert_used: int | None = None
+    moe_norm_topk: bool = True
 
     def __post_init__(self) -> None:
         check_config_fits(self)  # before any layer is built: refuse what cannot fit
         positive(self, "vocab_size", "block_size", "n_layer", "n_head", "n_embd", "multiple_of")
-        positive(self, "n_kv_head", "d_ff", "d_head", "sliding_window", optional=True)
+        positive(self, "n_kv_head", "d_ff", "d_head", "sliding_window", "n_expert",
+                 "n_expert_used", optional=True)  # fmt: skip
         if self.d_head is None and self.n_embd % self.n_head:
             raise ConfigError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})"
@@ -136,6 +145,15 @@ class LlamaConfig:
 
     def _check_parts(self) -> None:
         """The optional parts' fields (``model.<field>`` named in each error)."""
+        if (self.n_expert is None) != (self.n_expert_used is None):
+            raise ConfigError("model.n_expert and model.n_expert_used go together")
+        if self.n_expert is not None and self.n_expert_used > self.n_expert:
+            raise ConfigError(
+                f"model.n_expert_used ({self.n_expert_used}) is more than model.n_expert "
+                f"({self.n_expert})"
+            )
+        if self.n_expert is not None and self.mlp_act != "silu":
+            raise ConfigError("model.n_expert: experts are SwiGLU (model.mlp_act = 'silu')")
         one_of(self, "arch", ARCHS)
         one_of(self, "mlp_act", MLP_ACTS)
         optional = ("rope_local_theta", "embed_scale", "attn_scale", "attn_softcap",
@@ -204,7 +222,8 @@ class LlamaConfig:
 
     @property
     def ffn_width(self) -> int:
-        """The SwiGLU width ``F``: ``d_ff`` or Meta's rounding rule."""
+        """The SwiGLU width ``F`` (each expert's, in a mixture of experts): ``d_ff`` or Meta's
+        rounding rule."""
         return self.d_ff or llama_ffn_width(self.n_embd, self.multiple_of)
 
 
@@ -232,7 +251,11 @@ def llama_block(c: LlamaConfig, layer: int = 0) -> TransformerBlock:
         dropout=c.dropout,
     )
     attn = llama_attention(c, layer)
-    mlp = gated(c.n_embd, c.ffn_width, bias=False, dropout=c.dropout)
+    if c.n_expert is not None:
+        mlp = SparseMoE(c.n_embd, c.ffn_width, c.n_expert, c.n_expert_used,
+                        norm_topk=c.moe_norm_topk, dropout=c.dropout)  # fmt: skip
+    else:
+        mlp = gated(c.n_embd, c.ffn_width, bias=False, dropout=c.dropout)
     if c.post_norms:
         return SandwichBlock(
             attn, mlp, post_attn_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
@@ -301,6 +324,9 @@ def describe_parts(c: LlamaConfig) -> list[str]:
         parts.append("post-norms")
     if c.mlp_act != "silu":
         parts.append("GeGLU")
+    if c.n_expert is not None:
+        norm = "" if c.moe_norm_topk else ", weights not renormalised"
+        parts.append(f"{c.n_expert} experts, {c.n_expert_used} per token{norm}")
     if c.attn_scale is not None:
         parts.append(f"attn scale {c.attn_scale:.4g}")
     if c.attn_softcap is not None:

@@ -82,6 +82,12 @@ typedef struct {
     Norm post_attn, post_mlp;
     int64_t window; /* a sliding layer's window W: position p sees positions (p - W, p]; 0: all */
     int64_t table;  /* the layer's rotary table (Rows.cos): 0, or 1 (Gemma's local layers) */
+    /* a mixture of experts in place of the feed-forward (n_expert > 0): router (E, C) scores
+     * the experts; fc, up (E F rows each) and proj (E C rows) stack the E experts' gate, up
+     * and down matrices, expert e's rows at [e F, (e + 1) F) (ggml blocks or float rows);
+     * n_used experts per row, their weights renormalised with norm_topk */
+    Linear router;
+    int64_t n_expert, n_used, norm_topk;
 } Block;
 
 typedef struct {
@@ -104,6 +110,7 @@ typedef struct {
     float *scores; /* (threads, cap) */
     float *part;   /* (threads, M, N) for the largest N of a column-major (f32t) product */
     uint8_t *xq;   /* (M, gg_row_bytes(K)) the rows of x quantized for ggml blocks */
+    float *moe;    /* a mixture of experts' rows (moe_floats(M, E, k, C) floats), or NULL */
 } Scratch;
 
 /* the rows of one step: row m is the token at position pos[m] of the sequence whose keys and
@@ -1099,6 +1106,129 @@ static void add_normed(const Model *md, const Norm *nm, float *y, float *x, int6
     for (int64_t i = 0; i < M * md->C; i++) x[i] += y[i];
 }
 
+/* -- a mixture of experts ---------------------------------------------------------------- */
+
+/* llama.cpp's lower clamp of the sum that renormalises the chosen experts' weights */
+#define MIN_WEIGHT_SUM 6.103515625e-5f
+
+/* the bytes of one row of L's weights */
+static int64_t weight_row_bytes(const Linear *L) {
+    if (L->fmt == FMT_F32) return 4 * L->k;
+    if (L->fmt == FMT_BF16 || L->fmt == FMT_F16) return 2 * L->k;
+    int64_t bytes;
+    const int64_t el = gg_block(L->fmt, &bytes);
+    return L->k / el * bytes;
+}
+
+/* matrix e of `rows` rows of the stacked experts' matrices L */
+static Linear expert_rows(const Linear *L, int64_t e, int64_t rows) {
+    Linear out = *L;
+    out.n = out.n_pad = rows;
+    out.w = (const uint8_t *)L->w + e * rows * weight_row_bytes(L);
+    return out;
+}
+
+/* one row's routing, as llama.cpp's build_moe_ffn: p = softmax(scores) (E,) (overwritten),
+ * the k experts of highest p in that order (the lower index first among equals), their p as
+ * weights, renormalised to sum to one with norm (the sum clamped below) */
+static GG_NOFMA void route(float *p, int64_t E, int64_t k, int64_t norm, float *w,
+                           int64_t *chosen) {
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+    double sum = 0.0;
+    for (int64_t e = 0; e < E; e++) sum += (double)(p[e] = expf(p[e] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int64_t e = 0; e < E; e++) p[e] *= inv;
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = 0;
+        for (int64_t e = 1; e < E; e++) best = p[e] > p[best] ? e : best;
+        w[j] = p[best], chosen[j] = best;
+        p[best] = -1.0f; /* taken (every probability is >= 0) */
+    }
+    if (!norm) return;
+    float total = 0.0f;
+    for (int64_t j = 0; j < k; j++) total += w[j];
+    total = total > MIN_WEIGHT_SUM ? total : MIN_WEIGHT_SUM;
+    for (int64_t j = 0; j < k; j++) w[j] /= total;
+}
+
+/* out (C,) = sum over j of w[j] ys[pos[j]]: each product rounded, then added in order */
+static GG_NOFMA void moe_sum(const float *ys, const int64_t *pos, const float *w, int64_t k,
+                             int64_t C, float *out) {
+    for (int64_t c = 0; c < C; c++) out[c] = w[0] * ys[pos[0] * C + c];
+    for (int64_t j = 1; j < k; j++) {
+        const float *y = ys + pos[j] * C;
+        for (int64_t c = 0; c < C; c++) {
+            const float p = w[j] * y[c];
+            out[c] += p;
+        }
+    }
+}
+
+/* floats of Scratch.moe for M rows, E experts, k per row, width C */
+static int64_t moe_floats(int64_t M, int64_t E, int64_t k, int64_t C) {
+    return 2 * (3 * M * k + E + 1) + M * E + M * k + 2 * M * k * C;
+}
+
+/* the feed-forward of a mixture of experts over the M rows of sc->xn (normed), added to the
+ * residual stream x (call from every thread of the region): each row's experts (route), the
+ * rows gathered by expert, each expert's SwiGLU on its rows alone (the products of
+ * its matrices in the stacked ones), then per row the sum of its experts' outputs times their
+ * weights in the order chosen (llama.cpp's sums), added to x */
+static void experts(const Model *md, const Block *bk, const Scratch *sc, float *x, int64_t M,
+                    int t, int nt) {
+    const int64_t C = md->C, F = md->F, E = bk->n_expert, k = bk->n_used;
+    int64_t *chosen = (int64_t *)sc->moe, *pos = chosen + M * k, *src = pos + M * k;
+    int64_t *base = src + M * k; /* (E + 1,) expert e's gathered rows [base[e], base[e + 1]) */
+    float *logit = (float *)(base + E + 1), *w = logit + M * E, *xg = w + M * k;
+    float *ys = xg + M * k * C;
+    const int post = bk->post_mlp.w != NULL;
+    int64_t lo, hi;
+    quantize_for(&bk->router, NULL, NULL, sc->xn, M, C, sc->xq, t, nt);
+    linear(&bk->router, sc->xn, M, C, logit, E, NULL, sc->part, sc->xq, t, nt);
+    BARRIER();
+    share(M, t, nt, &lo, &hi);
+    for (int64_t m = lo; m < hi; m++)
+        route(logit + m * E, E, k, bk->norm_topk, w + m * k, chosen + m * k);
+    BARRIER();
+    if (t == 0) { /* rows by expert, in row order */
+        int64_t at = 0;
+        for (int64_t e = 0; e < E; e++) {
+            base[e] = at;
+            for (int64_t i = 0; i < M * k; i++)
+                if (chosen[i] == e) pos[i] = at, src[at++] = i / k;
+        }
+        base[E] = at;
+    }
+    BARRIER();
+    share(M * k, t, nt, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) memcpy(xg + i * C, sc->xn + src[i] * C, C * sizeof(float));
+    BARRIER();
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t n = base[e + 1] - base[e];
+        if (!n) continue;
+        const Linear gate = expert_rows(&bk->fc, e, F), up = expert_rows(&bk->up, e, F);
+        const Linear down = expert_rows(&bk->proj, e, C);
+        const float *xe = xg + base[e] * C;
+        quantize_for(&gate, &up, NULL, xe, n, C, sc->xq, t, nt);
+        linear(&gate, xe, n, C, sc->hid, 2 * F, NULL, sc->part, sc->xq, t, nt);
+        linear(&up, xe, n, C, sc->hid + F, 2 * F, NULL, sc->part, sc->xq, t, nt);
+        BARRIER();
+        share(n, t, nt, &lo, &hi);
+        for (int64_t m = lo; m < hi; m++) activate(ACT_SWIGLU, sc->hid + m * 2 * F, F);
+        BARRIER();
+        quantize_for(&down, NULL, NULL, sc->hid, n, 2 * F, sc->xq, t, nt);
+        linear(&down, sc->hid, n, 2 * F, ys + base[e] * C, C, NULL, sc->part, sc->xq, t, nt);
+        BARRIER();
+    }
+    share(M, t, nt, &lo, &hi);
+    for (int64_t m = lo; m < hi; m++) moe_sum(ys, pos + m * k, w + m * k, k, C, sc->xn + m * C);
+    if (post) add_normed(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
+    else
+        for (int64_t i = lo * C; i < hi * C; i++) x[i] += sc->xn[i];
+    BARRIER();
+}
+
 /* one block over the M rows (call from every thread of the region); the steps between the
  * products (norms, q/k norms and rotation, cache writes, the activation) each thread on its
  * share of the rows (row by row: the numbers of one thread's) */
@@ -1130,6 +1260,10 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     if (post) add_normed(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
     norm_rows(md, &bk->ln_2, x + lo * C, sc->xn + lo * C, hi - lo);
     BARRIER();
+    if (bk->n_expert) {
+        experts(md, bk, sc, x, M, t, nt);
+        return;
+    }
     quantize_for(&bk->fc, &bk->up, NULL, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->fc, sc->xn, M, C, sc->hid, NF, NULL, sc->part, sc->xq, t, nt);
     if (bk->up.w) /* the up half apart */
@@ -1283,6 +1417,11 @@ int64_t attnlm_features(void) {
 }
 
 /* the struct sizes, so the Python side can check its mirror */
+/* floats of Scratch.moe (moe_floats) */
+int64_t attnlm_moe_floats(int64_t M, int64_t E, int64_t k, int64_t C) {
+    return moe_floats(M, E, k, C);
+}
+
 int64_t attnlm_sizes(int64_t which) {
     switch (which) {
     case 0: return sizeof(Linear);

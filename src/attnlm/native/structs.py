@@ -37,7 +37,8 @@ class Block(ctypes.Structure):
                 ("v_cache", ctypes.c_void_p), ("k", Linear), ("v", Linear),
                 ("up", Linear), ("q_norm", Norm), ("k_norm", Norm), ("post_attn", Norm),
                 ("post_mlp", Norm), ("window", ctypes.c_int64),
-                ("table", ctypes.c_int64)]  # fmt: skip
+                ("table", ctypes.c_int64), ("router", Linear), ("n_expert", ctypes.c_int64),
+                ("n_used", ctypes.c_int64), ("norm_topk", ctypes.c_int64)]  # fmt: skip
 
 
 class Model(ctypes.Structure):
@@ -52,7 +53,7 @@ class Model(ctypes.Structure):
 
 class Scratch(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p)
-                for name in ("xn", "qkv", "att", "hid", "scores", "part", "xq")]  # fmt: skip
+                for name in ("xn", "qkv", "att", "hid", "scores", "part", "xq", "moe")]  # fmt: skip
 
 
 class Rows(ctypes.Structure):
@@ -97,4 +98,6 @@ def configure(lib: ctypes.CDLL) -> str | None:
     lib.attnlm_quantize_rows.argtypes = [p, i64, i64, p]
     lib.attnlm_quantized_row_bytes.argtypes = [i64]
     lib.attnlm_quantized_row_bytes.restype = i64
+    lib.attnlm_moe_floats.argtypes = [i64, i64, i64, i64]
+    lib.attnlm_moe_floats.restype = i64
     return None

@@ -94,8 +94,8 @@ def unplain_part(model: nn.Module) -> str | None:
     """The first optional part of a Llama-family model (:mod:`attnlm.models.llama`) that the
     plain one-token step does not compute, as a short phrase, or None: an embedding scale,
     final or attention soft-capping, a second rotary base, sliding windows, q/k norms,
-    post-norms, a GELU-gated feed-forward. (Biases and a head width other than ``C / H`` it
-    computes.)"""
+    post-norms, a GELU-gated feed-forward, a mixture of experts. (Biases and a head width other
+    than ``C / H`` it computes.)"""
     if getattr(model, "embed_scale", None) is not None:
         return "an embedding scale"
     if getattr(model, "final_softcap", None) is not None:
@@ -114,6 +114,8 @@ def unplain_part(model: nn.Module) -> str | None:
             return "post-norms"
         if getattr(block.mlp, "gated_act", "silu") != "silu":
             return "a GELU-gated feed-forward"
+        if getattr(block.mlp, "experts", None) is not None:
+            return "a mixture of experts"
     return None
 
 

@@ -74,6 +74,9 @@ class BlockWeights:
     k_norm: np.ndarray | None = None
     post_attn: np.ndarray | None = None  # (C,) gains of the sublayers' outputs (Gemma), or None
     post_mlp: np.ndarray | None = None
+    # a mixture of experts: the router (E, C); fc, up and proj then stack the E experts'
+    # gate (E F rows), up (E F) and down (E C) matrices
+    router: LinearWeights | None = None
 
 
 @dataclass
@@ -88,7 +91,9 @@ class EngineConfig:
     ``layer_types``, ``rope_local_theta`` (the sliding layers' rotary base) and
     ``rope_linear`` (a linear rotary scaling's factor: the global layers' positions divided
     by it); ``gelu_table``: GeGLU's GELU as llama.cpp's CPU backend takes it, its input and
-    value rounded to float16 (with the products' activations quantized as llama.cpp's)."""
+    value rounded to float16 (with the products' activations quantized as llama.cpp's);
+    ``n_expert`` (0: dense), ``n_expert_used``, ``moe_norm_topk``: a mixture of experts in
+    every block (:attr:`BlockWeights.router`; the step's ``experts``: llama.cpp's routing)."""
 
     n_layer: int
     n_embd: int
@@ -115,6 +120,9 @@ class EngineConfig:
     rope_local_theta: float | None = None
     rope_linear: float | None = None
     gelu_table: bool = False
+    n_expert: int = 0  # a mixture of experts: E experts of width d_ff, n_expert_used per token
+    n_expert_used: int = 0
+    moe_norm_topk: bool = True
 
     @property
     def head_dim(self) -> int:
@@ -165,10 +173,12 @@ class Engine:
             apart = [x.describe() if x else structs.Linear() for x in (b.k, b.v, b.up)]
             norms = [structs.Norm(_ptr(w), None) for w in (b.q_norm, b.k_norm, b.post_attn,
                                                            b.post_mlp)]  # fmt: skip
+            router = b.router.describe() if b.router else structs.Linear()
             self.array[i] = structs.Block(
                 structs.Norm(_ptr(b.ln_1), None), structs.Norm(_ptr(b.ln_2), None),
                 b.qkv.describe(), b.out.describe(), b.fc.describe(), b.proj.describe(),
-                None, None, *apart, *norms, c.window(i), tables[i],
+                None, None, *apart, *norms, c.window(i), tables[i], router,
+                c.n_expert if b.router else 0, c.n_expert_used, int(c.moe_norm_topk),
             )  # fmt: skip
         act = structs.SWIGLU
         if c.mlp_act == "gelu_tanh":
@@ -382,6 +392,8 @@ class Engine:
             q, hd = (c.n_head + 2 * c.n_kv_head) * c.head_dim, c.n_head * c.head_dim
             sizes = structs.scratch_sizes(m, self._cap, self.threads, c.n_embd, q, hd,
                                           2 * c.d_ff, c.vocab_size)  # fmt: skip
+            if c.n_expert:  # a mixture of experts' rows (Scratch.moe)
+                sizes += (self.lib.attnlm_moe_floats(m, c.n_expert, c.n_expert_used, c.n_embd),)
             arrays = [np.empty(n, np.float32) for n in sizes]
             self._scratch = (key, structs.Scratch(*[_ptr(a) for a in arrays]), arrays)
         return self._scratch[1]

@@ -46,7 +46,7 @@ import numpy as np
 
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3
+from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
@@ -85,12 +85,16 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
     """The format the engine would hold ``header``'s model in (``weights`` or the file's own
     precision class; :data:`AS_STORED`: each matrix in its ggml blocks as stored, where
     ``weights`` is not given), or None where it does not apply (the PyTorch path decides)."""
-    if _table(header) is None:
+    table = _table(header)
+    if table is None:
         return None
-    matrices = {n: i.type_name for n, i in header.tensors.items() if len(i.shape) == 2}
+    matrices = {n: i.type_name for n, i in header.tensors.items() if len(i.shape) >= 2}
     vectors = {i.type_name for i in header.tensors.values() if len(i.shape) == 1}
     if not vectors <= {"F32", "F16"}:
         return None
+    if "n_expert" in table:  # experts are multiplied in their blocks as stored, nothing else
+        ok = weights is None and set(matrices.values()) <= set(structs.GGML_FORMATS)
+        return AS_STORED if ok else None
     native = _native_format(matrices, weights)
     if native is not None or weights is not None:
         return native
@@ -99,17 +103,19 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
 ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma2": gemma2,
-            "gemma3": gemma3}  # fmt: skip
+            "gemma3": gemma3, "qwen3moe": qwen3moe}  # fmt: skip
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
 #: ``rope_scaling`` only linear)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
               "n_embd", "d_ff", "rope_theta", "rms_norm_eps", "tie_embeddings", "bos_id",
               "eos_id", "qkv_bias", "qk_norm", "d_head", "embed_scale", "mlp_act", "post_norms",
               "attn_scale", "attn_softcap", "final_softcap", "sliding_window", "layer_types",
-              "rope_local_theta", "rope_scaling"}  # fmt: skip
+              "rope_local_theta", "rope_scaling", "n_expert", "n_expert_used",
+              "moe_norm_topk"}  # fmt: skip
 #: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
 _GEMMA_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
-               "final_softcap", "sliding_window", "layer_types", "rope_local_theta")  # fmt: skip
+               "final_softcap", "sliding_window", "layer_types", "rope_local_theta",
+               "n_expert", "n_expert_used", "moe_norm_topk")  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:
@@ -289,7 +295,7 @@ def _stored(header: GGUFFile, mapped: np.ndarray, part: Part) -> tuple[np.ndarra
     scale or a float value that is NaN or infinite is refused, as the PyTorch loader refuses
     it (the strided views read every block's scales, no copy of the tensor)."""
     info = header.tensors[part.gguf]
-    n, k = info.shape
+    n = int(np.prod(info.shape[:-1]))  # a stacked experts' tensor: every expert's rows
     rows = mapped[info.offset : info.offset + info.nbytes].reshape(n, -1)
     blocks = rows.reshape(-1, SUPPORTED[info.type][2])
     name = info.type_name
@@ -317,7 +323,7 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
         out = []
         for i, part in enumerate(sorted(by_ours[name], key=lambda p: p.rows or (0,))):
             rows, info = _stored(header, mapped, part)
-            n, k = info.shape
+            n, k = rows.shape[0], info.shape[-1]
             fmt = structs.GGML_FORMATS[info.type_name]
             bias = norms.vector(biases[i]) if biases else None
             out.append(LinearWeights(fmt, n, k, rows, None, n, act, bias))
@@ -328,11 +334,15 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
         ours = f"blocks.{i}."
         # fused q/k/v or gate/up (Phi-3) are one product each, the step's own layouts
         q, k, v = (*linears(ours + "attn.qkv_proj.weight"), None, None)[:3]
-        gate, up = (*linears(ours + "mlp.fc.weight"), None)[:2]
-        (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(ours + "mlp.proj.weight")
+        mlp, router = ours + "mlp.", None
+        if config.n_expert:  # expert 0's parts name the stacked tensors, read whole
+            (router,) = linears(mlp + "router.weight")
+            mlp += "experts.0."
+        gate, up = (*linears(mlp + "fc.weight"), None)[:2]
+        (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(mlp + "proj.weight")
         blocks.append(BlockWeights(norms.norm(ours + "ln_1.weight"),
                                    norms.norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
-                                   up, *norms.extra_norms(i)))  # fmt: skip
+                                   up, *norms.extra_norms(i), router=router))  # fmt: skip
     (emb,) = linears("tok_emb.weight")
     head = emb if config.tie_embeddings else linears("lm_head.weight")[0]
     emb_type = _TYPE_IDS[header.tensors[by_ours["tok_emb.weight"][0].gguf].type_name]

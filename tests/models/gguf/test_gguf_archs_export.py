@@ -25,6 +25,7 @@ DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 ARCHS = sorted(DOC["archs"])
 #: what llama.cpp's converter writes for each of our archs
 WRITTEN = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+           "mixtral": "llama", "qwen3moe": "qwen3moe",
            "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3",
            "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3"}  # fmt: skip
 
@@ -88,3 +89,36 @@ def test_a_part_the_architecture_cannot_carry_is_refused(tmp_path):
         export_gguf(model, tok, tmp_path / "m.gguf", "f32")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "m.gguf").exists()
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "mixtral"])
+@pytest.mark.parametrize("kind", ["q8_0", "q4_0"])
+def test_experts_exported_in_blocks_run_on_the_engine(tmp_path, arch, kind):
+    """A mixture of experts exported in 8- or 4-bit blocks (each expert's matrix quantized
+    alone, stacked into ``ffn_*_exps``; the router kept F32): loaded back within the
+    format's rounding of the model's logits (a rounding may swap a position's expert), and the C engine on the file (float
+    activations) equals the PyTorch forward on it."""
+    from attnlm import native
+    from attnlm.runtime.engine_gguf import ACTIVATIONS_ENV, open_engine
+
+    model, tok = load(HERE / f"{arch}-Q8_0.gguf")
+    out = tmp_path / f"{arch}-{kind}.gguf"
+    export_gguf(model, tok, out, kind)
+    types = {n: i.type_name for n, i in GGUFFile(out).tensors.items()}
+    assert types["blk.0.ffn_gate_inp.weight"] == "F32"
+    assert types["blk.0.ffn_down_exps.weight"] == kind.upper()
+    again, _ = load(out)
+    ids = DOC["archs"][arch]["Q8_0"]["prompt"]
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+        mine = again(torch.tensor([ids])).logits[0].numpy()
+    span = ref.max() - ref.min()
+    assert np.abs(mine - ref).max() < (0.1 if kind == "q4_0" else 0.02) * span
+    if native._compiler() is None:
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(ACTIVATIONS_ENV, "float")
+        engine = open_engine(GGUFFile(out), None, 2)
+        engine.reset(1)
+        got = engine.feed(np.asarray([ids]))[0]
+    assert np.abs(got - mine).max() < 1e-4 * span

@@ -58,6 +58,9 @@ LLAMA_FAMILY = {  # the Llama family's other members: our Llama with their parts
                "Gemma2ForCausalLM"),
     "gemma3_text": (dict(arch="gemma3", qk_norm=True, rope_local_theta=1e4, **GEMMA),
                     "Gemma3ForCausalLM"),
+    "qwen3_moe": (dict(arch="qwen3moe", qk_norm=True, d_head=8, n_expert=4, n_expert_used=2),
+                  "Qwen3MoeForCausalLM"),
+    "mixtral": (dict(arch="mixtral", n_expert=3, n_expert_used=2), "MixtralForCausalLM"),
 }  # fmt: skip
 for _type, (_parts, _cls) in LLAMA_FAMILY.items():
     MODELS[_type] = ((lambda p: lambda: Llama(LlamaConfig(**SMALL, **p)))(_parts), _cls)

@@ -1,5 +1,6 @@
 """The Llama family's Hugging Face architectures (``attnlm.models.hf.llama_family``): for each
-of Qwen2, Qwen3, Mistral, Phi-3, Gemma 2 and Gemma 3 (text), a small random model made by
+of Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3 (text) and the mixtures of experts
+Qwen3-MoE and Mixtral, a small random model made by
 ``transformers`` itself (float32, several layers so Gemma has local and global layers,
 grouped-query attention, a head width other than ``hidden / heads`` where the architecture
 has one, a sliding window shorter than the test sequence) loads into our Llama with the same
@@ -45,6 +46,12 @@ def _configs() -> dict:
             sliding_window=3, layer_types=[slide, slide, full, slide],
             rope_parameters={full: {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e5},
                              slide: {"rope_type": "default", "rope_theta": 1e3}}),
+        # mixtures of experts (2 of 6 and 2 of 4 per token): the router and every expert
+        "qwen3_moe": t.Qwen3MoeConfig(**COMMON, num_hidden_layers=2, head_dim=12,
+                                      num_experts=6, num_experts_per_tok=2,
+                                      moe_intermediate_size=24, norm_topk_prob=True),
+        "mixtral": t.MixtralConfig(**COMMON, num_hidden_layers=2, num_local_experts=4,
+                                   num_experts_per_tok=2, sliding_window=4),
         "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
                                rope_parameters={"rope_type": "linear", "factor": 2.0,
                                                 "rope_theta": 1e4}),
@@ -53,7 +60,10 @@ def _configs() -> dict:
 
 CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "mistral": "MistralForCausalLM", "phi3": "Phi3ForCausalLM",
-           "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}  # fmt: skip
+           "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+           "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM"}  # fmt: skip
+#: our ``model.arch`` label of each model type (its name without ``_text`` / ``_``)
+LABELS = {t: t.removesuffix("_text").replace("_", "") for t in CLASSES}
 ARCHS = sorted(CLASSES)
 
 
@@ -95,7 +105,7 @@ def _ids(seed: int = 1, rows: int = 2) -> torch.Tensor:
 
 def test_loaded_logits_equal_transformers(pair):
     model_type, hf, ours, _ = pair
-    assert ours.config.arch == model_type.removesuffix("_text")
+    assert ours.config.arch == LABELS[model_type]
     ids = _ids()
     with torch.no_grad():
         _close(ours(ids).logits, _hf_logits(hf, ids))
@@ -167,6 +177,31 @@ def test_bfloat16_weights_load_with_gemmas_offset_in_float32(tmp_path):
     _close(ours(ids).logits.detach(), _hf_logits(ref.eval(), ids))
 
 
+def test_qwen3_moe_without_renormalised_weights_equals_transformers(tmp_path):
+    """``norm_topk_prob = false``: the chosen experts' probabilities mix as they are; 3 of 6
+    experts per token."""
+    torch.manual_seed(0)
+    config = transformers.Qwen3MoeConfig(
+        **COMMON,
+        num_hidden_layers=2,
+        head_dim=12,
+        num_experts=6,
+        num_experts_per_tok=3,
+        moe_intermediate_size=24,
+        norm_topk_prob=False,
+    )
+    hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    hf.save_pretrained(tmp_path)
+    ours = from_hf(tmp_path)
+    assert (ours.config.n_expert, ours.config.n_expert_used) == (6, 3)
+    assert not ours.config.moe_norm_topk
+    ids = _ids(7)
+    _close(ours(ids).logits.detach(), _hf_logits(hf, ids))
+    renormalised = ours.blocks[0].mlp
+    renormalised.norm_topk = True  # the switch matters: the logits move
+    assert float((ours(ids).logits.detach() - _hf_logits(hf, ids)).abs().max()) > 1e-3
+
+
 def _write_config(tmp_path, doc: dict) -> None:
     (tmp_path / "config.json").write_text(json.dumps(doc))
 
@@ -176,6 +211,11 @@ def _write_config(tmp_path, doc: dict) -> None:
     [
         ({"model_type": "gemma3", "vision_config": {}}, "vision tower"),
         ({"model_type": "qwen2_moe"}, "mixture of experts"),
+        ({**COMMON, "model_type": "qwen3_moe", "num_hidden_layers": 2, "num_experts": 4,
+          "num_experts_per_tok": 2, "moe_intermediate_size": 8, "mlp_only_layers": [1]},
+         "mlp_only_layers"),
+        ({**COMMON, "model_type": "mixtral", "num_hidden_layers": 1, "num_local_experts": 2,
+          "num_experts_per_tok": 3}, "n_expert_used"),
         ({**COMMON, "model_type": "qwen2", "num_hidden_layers": 1, "num_experts": 4},
          "num_experts"),
         ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1, "partial_rotary_factor": 0.5},

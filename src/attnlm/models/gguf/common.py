@@ -190,6 +190,32 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
     return table
 
 
+#: the keys of a mixture of experts (:func:`moe_fields`)
+MOE_KEYS = frozenset({"expert_count", "expert_used_count", "expert_feed_forward_length"})
+
+
+def moe_fields(meta: Meta, table: dict) -> dict[str, Any]:
+    """A mixture of experts' fields of the ``[model]`` table, as llama.cpp reads them
+    (empty without ``expert_count``, or with 0: a dense model): ``n_expert``,
+    ``n_expert_used`` and each expert's width ``d_ff`` (``expert_feed_forward_length``;
+    absent: ``feed_forward_length`` / ``expert_used_count``, llama.cpp's fallback, which is
+    Mixtral's ``feed_forward_length`` as it is when the converter writes no expert width).
+    The chosen experts' weights are renormalised (llama.cpp's ``llama`` and ``qwen3moe``
+    graphs always do); a per-layer list of experts is refused."""
+    n = meta.int("expert_count", 0, zero=True)
+    if not n:
+        return {}
+    used = meta.int("expert_used_count")
+    if used > n:
+        meta.refuse("expert_used_count", f"more than the {n} experts")
+    width = table["d_ff"]
+    if meta.has("expert_feed_forward_length"):
+        width = meta.int("expert_feed_forward_length")
+    elif meta.arch != "llama":
+        width = table["d_ff"] // used
+    return {"n_expert": n, "n_expert_used": used, "d_ff": width, "moe_norm_topk": True}
+
+
 def swa_pattern(meta: Meta, n_layer: int, period: int) -> tuple[str, ...]:
     """Each layer's kind as llama.cpp decides it: ``attention.sliding_window_pattern`` as a
     per-layer list of booleans (true: sliding), or a period ``n`` (default ``period``) where
@@ -247,17 +273,38 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
             out += [Part(f"{blk}attn_{x}_norm.weight", f"{ours}attn.{x}_norm.weight", shape=(d,))
                     for x in "qk"]  # fmt: skip
         out.append(Part(blk + "ffn_norm.weight", ours + "ln_2.weight", shape=(c,)))
-        if blk + "ffn_gate.weight" in header.tensors or not _fused_up(header, blk, f):
+        if getattr(config, "n_expert", None):
+            out += expert_parts(config, blk, ours)
+        elif blk + "ffn_gate.weight" in header.tensors or not _fused_up(header, blk, f):
             out += [Part(blk + "ffn_gate.weight", fc, (0, f), shape=(f, c)),
                     Part(blk + "ffn_up.weight", fc, (f, 2 * f), shape=(f, c))]  # fmt: skip
         else:
             out.append(Part(blk + "ffn_up.weight", fc, shape=(2 * f, c)))
-        out.append(Part(blk + "ffn_down.weight", ours + "mlp.proj.weight", shape=(c, f)))
+        if not getattr(config, "n_expert", None):
+            out.append(Part(blk + "ffn_down.weight", ours + "mlp.proj.weight", shape=(c, f)))
         if config.post_norms:
             out += [Part(blk + "post_attention_norm.weight", ours + "ln_post_attn.weight",
                          shape=(c,)),
                     Part(blk + "post_ffw_norm.weight", ours + "ln_post_mlp.weight",
                          shape=(c,))]  # fmt: skip
+    return out
+
+
+def expert_parts(config: Any, blk: str, ours: str) -> list[Part]:
+    """A mixture of experts' tensors (llama.cpp's names): the router ``ffn_gate_inp``
+    ``(E, C)`` -> ``mlp.router``, and expert ``e``'s matrix of the stacked
+    ``ffn_gate_exps`` / ``ffn_up_exps`` ``(E, F, C)`` (our ``mlp.experts.{e}.fc``'s gate and
+    up rows) and ``ffn_down_exps`` ``(E, C, F)`` (its ``proj``)."""
+    c, f, n = config.n_embd, config.ffn_width, config.n_expert
+    out = [Part(blk + "ffn_gate_inp.weight", ours + "mlp.router.weight", shape=(n, c))]
+    for e in range(n):
+        mine = f"{ours}mlp.experts.{e}."
+        out += [Part(blk + "ffn_gate_exps.weight", mine + "fc.weight", (0, f), shape=(n, f, c),
+                     expert=e),
+                Part(blk + "ffn_up_exps.weight", mine + "fc.weight", (f, 2 * f),
+                     shape=(n, f, c), expert=e),
+                Part(blk + "ffn_down_exps.weight", mine + "proj.weight", shape=(n, c, f),
+                     expert=e)]  # fmt: skip
     return out
 
 

@@ -18,7 +18,7 @@ no ``output.weight`` tensor                ``tie_embeddings``
 =========================================  ===========================================
 
 ``rope.dimension_count``, ``attention.key_length`` and ``attention.value_length`` must equal
-the head width; a rotary scaling other than ``none``, a sliding window, experts or any other
+the head width; a rotary scaling other than ``none``, a sliding window or any other
 ``llama.`` key are refused naming the key (nothing is guessed). Llama 3.1's frequency scaling is
 stored as a ``rope_freqs`` tensor without its parameters, so it is refused too.
 
@@ -29,6 +29,11 @@ Tensors: ``token_embd``, ``blk.N.attn_norm``, ``blk.N.attn_q/k/v`` (fused into o
 ``qkv_proj``; q and k rows back from llama.cpp's interleaved rotary order, see
 :func:`~attnlm.models.gguf.loader.unpermute_rows`), ``blk.N.attn_output``, ``blk.N.ffn_norm``,
 ``blk.N.ffn_gate/up`` (fused into ``mlp.fc``), ``blk.N.ffn_down``, ``output_norm``, ``output``.
+
+Mixtral is this architecture with a mixture of experts: ``expert_count`` and
+``expert_used_count`` (:func:`~.common.moe_fields`; each expert ``feed_forward_length``
+wide, the label ``mixtral``), the router ``blk.N.ffn_gate_inp`` and the stacked experts
+``blk.N.ffn_{gate,up,down}_exps`` in place of the feed-forward (:func:`~.common.expert_parts`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,15 @@ from __future__ import annotations
 from typing import Any
 
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf.common import BASE_KEYS, MAX_CONTEXT, Meta, base_table, block_parts
+from attnlm.models.gguf.common import (
+    BASE_KEYS,
+    MAX_CONTEXT,
+    MOE_KEYS,
+    Meta,
+    base_table,
+    block_parts,
+    moe_fields,
+)
 from attnlm.models.gguf.common import vocab_size as _vocab_size
 from attnlm.models.gguf.parts import Part
 
@@ -44,7 +57,7 @@ __all__ = ["ARCH", "MAX_CONTEXT", "READ", "config_table", "parts", "vocab_size"]
 
 ARCH = "llama"
 #: keys read into the config, and keys that carry nothing we need (checked where noted)
-READ = BASE_KEYS
+READ = BASE_KEYS | MOE_KEYS
 
 
 def vocab_size(header: GGUFFile, arch: str = ARCH) -> int:
@@ -54,8 +67,12 @@ def vocab_size(header: GGUFFile, arch: str = ARCH) -> int:
 
 def config_table(header: GGUFFile) -> dict[str, Any]:
     """The ``[model]`` table of our Llama for this file."""
-    table = base_table(Meta(header, ARCH, READ), free_head=False)
+    meta = Meta(header, ARCH, READ)
+    table = base_table(meta, free_head=False)
     del table["arch"]  # the default: a plain Llama's table stays as it was
+    experts = moe_fields(meta, table)
+    if experts:  # Mixtral: llama's layers with a mixture of experts
+        table.update(experts, arch="mixtral")
     return table
 
 

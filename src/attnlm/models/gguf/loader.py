@@ -44,7 +44,7 @@ from attnlm.base.foreign import check_finite, reading
 from attnlm.base.foreign import register as _register_reader
 from attnlm.base.ggufio import GGUFFile, type_name
 from attnlm.base.validate import weights_format as check_format
-from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
+from attnlm.models.gguf.parts import Part, check_parts, part_bytes, unpermute_rows
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SUPPORTED, codes, dequantize
 from attnlm.quant.layers import (
     ROWS_AT_ONCE,
@@ -63,15 +63,17 @@ ARCHITECTURES = {
     "gemma3": "attnlm.models.gguf.gemma3",
     "phi3": "attnlm.models.gguf.phi3",
     "gpt2": "attnlm.models.gguf.gpt2",
+    "qwen3moe": "attnlm.models.gguf.qwen3moe",
 }
-_MOE = "a mixture of experts, which attnlm's models do not have"
+_MOE = (
+    "a mixture of experts of a kind attnlm's models do not have (shared experts, sigmoid "
+    "or grouped routing, q/k norms over all heads)"
+)
 #: Architectures refused with a reason (close to one we read, but with a part we do not have)
 REFUSED = {
     **dict.fromkeys(
         (
             "qwen2moe",
-            "qwen3moe",
-            "mixtral",
             "llama4",
             "phimoe",
             "gpt-oss",
@@ -172,17 +174,17 @@ def fill(
                 continue
             target = params[part.ours].data
             dest = target[part.rows[0] : part.rows[1]] if part.rows else target
-            if tuple(info.shape) != tuple(dest.shape):
+            raw, shape = part_bytes(header.raw(info), info, part)
+            if shape != tuple(dest.shape):
                 raise InputError(
                     f"{where}: tensor {part.gguf!r} has shape {list(info.shape)}, expected "
                     f"{list(dest.shape)} from the metadata"
                 )
-            raw = header.raw(info)
             if part.heads:
-                tmp = dequantize(raw, info.type, info.shape, name=part.gguf)
+                tmp = dequantize(raw, info.type, shape, name=part.gguf)
                 dest.copy_(torch.from_numpy(unpermute_rows(tmp, part.heads)))
             else:  # straight into the parameter's memory
-                dequantize(raw, info.type, info.shape, out=dest.numpy(), name=part.gguf)
+                dequantize(raw, info.type, shape, out=dest.numpy(), name=part.gguf)
             del raw
             filled[part.ours] = filled.get(part.ours, 0) + dest.numel()
     unused = [n for n in header.tensors if n not in used]
@@ -232,10 +234,11 @@ def precision_class(header: GGUFFile) -> str:
     return PRECISION.get(max(counts, key=counts.get), "f32") if counts else "f32"
 
 
-def _float_codes(raw: Any, info: Any, fmt: str, where: Any) -> dict[str, Tensor]:
-    """A matrix of another type dequantized and quantized by the format's rule, a few
-    thousand rows at a time (the float32 copy of an LM head is never whole)."""
-    n, k = info.shape
+def _float_codes(raw: Any, info: Any, shape: tuple[int, ...], fmt: str, where: Any
+                 ) -> dict[str, Tensor]:  # fmt: skip
+    """A matrix ``shape`` of another type dequantized and quantized by the format's rule, a
+    few thousand rows at a time (the float32 copy of an LM head is never whole)."""
+    n, k = shape
     rows = raw.reshape(n, -1)  # bytes per row: whole blocks
     pieces = []
     for i in range(0, n, ROWS_AT_ONCE):
@@ -250,15 +253,15 @@ def _matrix(header: GGUFFile, part: Part, fmt: str) -> dict[str, Tensor]:
     """One file matrix as ``fmt`` codes and scales (``q``, ``s`` or ``u``, ``d``, ``m``), in
     our row order."""
     info = header.tensors[part.gguf]
-    raw = header.raw(info)
+    raw, shape = part_bytes(header.raw(info), info, part)
     if NATIVE_FORMAT.get(info.type_name) == fmt:
-        stored = codes(raw, info.type_name, tuple(info.shape))
+        stored = codes(raw, info.type_name, shape)
         for key in ("s", "d", "m"):  # as the C engine: a damaged scale is refused, not held
             if key in stored:
                 check_finite({info.name: stored[key]}, header.path, "scales of")
         found = {key: torch.from_numpy(value) for key, value in stored.items()}
     else:
-        found = _float_codes(raw, info, fmt, header.path)
+        found = _float_codes(raw, info, shape, fmt, header.path)
     if part.heads:
         found = {key: unpermute_rows(value, part.heads) for key, value in found.items()}
     return found

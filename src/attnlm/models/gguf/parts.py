@@ -20,13 +20,26 @@ class Part:
     ``(start, stop)`` rows of ``ours`` it fills (fused q/k/v or gate/up), else all of it;
     ``heads``: undo llama.cpp's rotary row interleaving with this many heads (0: as stored);
     ``shape``: the file tensor's shape (numpy order) the config implies, checked by
-    :func:`check_parts` before any byte is read (None: checked against the parameter)."""
+    :func:`check_parts` before any byte is read (None: checked against the parameter);
+    ``expert``: the part is matrix ``expert`` of a 3-D tensor of stacked experts'
+    matrices (``blk.N.ffn_gate_exps``: ``(E, F, C)``), else None."""
 
     gguf: str
     ours: str
     rows: tuple[int, int] | None = None
     heads: int = 0
     shape: tuple[int, ...] | None = None
+    expert: int | None = None
+
+
+def part_bytes(raw: Any, info: Any, part: Part) -> tuple[Any, tuple[int, ...]]:
+    """``(bytes, shape)`` of what ``part`` reads of the tensor ``info`` whose bytes are
+    ``raw``: all of it, or one expert's matrix of a stacked 3-D tensor (its bytes are
+    contiguous: whole blocks per row)."""
+    if part.expert is None:
+        return raw, tuple(info.shape)
+    n_expert, *shape = info.shape
+    return raw.reshape(n_expert, -1)[part.expert], tuple(shape)
 
 
 _BLOCK = re.compile(r"blk\.(\d{1,9})\.")

@@ -3,7 +3,7 @@
 Metadata (``qwen3.`` keys) as :mod:`.qwen2`'s: the head width is ``attention.key_length``
 (Qwen3 0.6B: 128 with ``n_embd / n_head`` = 64), ``rope.scaling.type`` ``none`` or ``linear``;
 any other ``qwen3.`` key is refused naming it (mixtures of experts are architecture
-``qwen3moe``, refused by the loader).
+``qwen3moe``: :mod:`.qwen3moe`).
 
 Tensors as :mod:`.qwen2`'s (NEOX rotary: rows as stored; biases where the file has them),
 plus ``blk.N.attn_q_norm`` / ``attn_k_norm`` (``(D,)``, llama.cpp requires them) -> our

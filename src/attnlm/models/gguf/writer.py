@@ -14,10 +14,14 @@
   ``ffn_gate/up``. gpt2's fused ``attn_qkv`` is stored as is. A tied LM head is not stored
   (llama.cpp then uses ``token_embd``); a GPT without biases gets zero biases, which
   llama.cpp's gpt2 graph requires.
-* Types: 1-D tensors (norms, biases) stay F32 as in llama.cpp's converter; matrices take
-  ``--type`` (F32, F16, Q8_0, Q4_0: :func:`encode`, with llama.cpp's reference quantizers
-  from :mod:`attnlm.quant.blocks`). A matrix whose rows are not a multiple of 32 long cannot be
-  cut into Q8_0 / Q4_0 blocks and is stored F16 instead (the converter's fallback).
+* A mixture of experts (``qwen3moe``; Mixtral as ``llama``) gets ``expert_count``,
+  ``expert_used_count`` (and ``expert_feed_forward_length``), its router ``ffn_gate_inp`` and
+  its experts stacked into ``ffn_{gate,up,down}_exps`` (:func:`_experts`).
+* Types: 1-D tensors (norms, biases) and a router stay F32 as in llama.cpp's converter;
+  matrices take ``--type`` (F32, F16, Q8_0, Q4_0: :func:`encode`, with llama.cpp's reference
+  quantizers from :mod:`attnlm.quant.blocks`). A matrix whose rows are not a multiple of 32
+  long cannot be cut into Q8_0 / Q4_0 blocks and is stored F16 instead (the converter's
+  fallback).
 
 The file is written through ``gguf.GGUFWriter`` (the format's reference writer) into a
 temporary file renamed into place (:func:`attnlm.base.fileio.atomic_path`).
@@ -63,7 +67,8 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
 #: our Llama config's ``arch`` -> the GGUF architecture written (Mistral: llama.cpp's converter
 #: writes ``llama``, without a window)
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
-             "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3"}  # fmt: skip
+             "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "qwen3moe": "qwen3moe",
+             "mixtral": "llama"}  # fmt: skip
 
 
 def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
@@ -75,6 +80,10 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         "attention.head_count_kv": c.n_kv_head, "rope.freq_base": float(c.rope_theta),
         "attention.layer_norm_rms_epsilon": float(c.rms_norm_eps),
     }  # fmt: skip
+    if c.n_expert is not None:  # a mixture of experts (Mixtral: llama with experts)
+        meta["expert_count"], meta["expert_used_count"] = c.n_expert, c.n_expert_used
+        if arch != "llama":
+            meta["expert_feed_forward_length"] = c.ffn_width
     if arch in ("llama", "phi3"):
         meta["rope.dimension_count"] = hd
     if arch == "llama":
@@ -121,7 +130,7 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
         t["output.weight"] = sd["lm_head.weight"]
     for i in range(c.n_layer):
         b, o = f"blk.{i}.", f"blocks.{i}."
-        qkv, fc = sd[o + "attn.qkv_proj.weight"], sd[o + "mlp.fc.weight"]
+        qkv, fc = sd[o + "attn.qkv_proj.weight"], sd.get(o + "mlp.fc.weight")
         bias = sd.get(o + "attn.qkv_proj.bias")
         t[b + "attn_norm.weight"] = sd[o + "ln_1.weight"]
         if arch == "phi3":
@@ -138,16 +147,31 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
         for x in ("q", "k") if c.qk_norm else ():
             t[f"{b}attn_{x}_norm.weight"] = sd[f"{o}attn.{x}_norm.weight"]
         t[b + "ffn_norm.weight"] = sd[o + "ln_2.weight"]
-        if arch == "phi3":
+        if c.n_expert is not None:
+            t.update(_experts(sd, b, o, c.n_expert, f))
+        elif arch == "phi3":
             t[b + "ffn_up.weight"] = fc
         else:
             t[b + "ffn_gate.weight"] = fc[:f]
             t[b + "ffn_up.weight"] = fc[f : 2 * f]
-        t[b + "ffn_down.weight"] = sd[o + "mlp.proj.weight"]
+        if c.n_expert is None:
+            t[b + "ffn_down.weight"] = sd[o + "mlp.proj.weight"]
         if c.post_norms:
             t[b + "post_attention_norm.weight"] = sd[o + "ln_post_attn.weight"]
             t[b + "post_ffw_norm.weight"] = sd[o + "ln_post_mlp.weight"]
     return arch, meta, t
+
+
+def _experts(sd: dict[str, Tensor], b: str, o: str, n: int, f: int) -> dict[str, Tensor]:
+    """A mixture of experts' tensors as llama.cpp's converter writes them: the router
+    ``ffn_gate_inp`` ``(E, C)``, and the experts' gate, up ``(E, F, C)`` and down
+    ``(E, C, F)`` matrices stacked (:func:`~attnlm.models.gguf.common.expert_parts`)."""
+    fcs = [sd[f"{o}mlp.experts.{e}.fc.weight"] for e in range(n)]
+    downs = [sd[f"{o}mlp.experts.{e}.proj.weight"] for e in range(n)]
+    return {b + "ffn_gate_inp.weight": sd[o + "mlp.router.weight"],
+            b + "ffn_gate_exps.weight": torch.stack([w[:f] for w in fcs]),
+            b + "ffn_up_exps.weight": torch.stack([w[f:] for w in fcs]),
+            b + "ffn_down_exps.weight": torch.stack(downs)}  # fmt: skip
 
 
 def _gpt2(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
@@ -186,7 +210,7 @@ ARCHES = {"llama": _llama, "gpt": _gpt2}
 
 def tensor_type(name: str, w: Tensor, kind: str) -> str:
     """The type ``w`` is stored in for ``--type kind`` (see the module docstring)."""
-    if w.dim() == 1:
+    if w.dim() == 1 or name.endswith("ffn_gate_inp.weight"):  # norms, biases, the router
         return "f32"
     if kind in ("q8_0", "q4_0") and w.shape[-1] % GROUP:
         return "f16"
@@ -234,7 +258,9 @@ def export_gguf(
         with torch.no_grad():
             for tname, tensor in tensors.items():
                 ttype = tensor_type(tname, tensor, kind)
-                data = encode(tensor.detach().cpu(), ttype)
+                pieces = tensor.detach().cpu()  # stacked experts' blocks: one matrix at a time
+                data = (np.stack([encode(x, ttype) for x in pieces]) if tensor.dim() == 3
+                        else encode(pieces, ttype))  # fmt: skip
                 if ttype in ("q8_0", "q4_0"):
                     qtype = gguf.GGMLQuantizationType[ttype.upper()]
                     w.add_tensor(tname, data, raw_shape=data.shape, raw_dtype=qtype)

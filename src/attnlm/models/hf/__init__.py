@@ -11,7 +11,8 @@
   :mod:`attnlm.models.transformer`), :mod:`.llama` (``LlamaForCausalLM`` <->
   :mod:`attnlm.models.llama`), and the Llama family's other members on one table
   (:mod:`.llama_family`, one adapter per ``model_type``: ``qwen2``, ``qwen3``, ``mistral``,
-  ``phi3``, ``gemma2``, ``gemma3_text``), each loading into a Llama with the parts its
+  ``phi3``, ``gemma2``, ``gemma3_text``, and the mixtures of experts ``qwen3_moe`` and
+  ``mixtral``), each loading into a Llama with the parts its
   ``config.json`` names; a Llama is saved as the architecture of its ``model.arch``.
 
 Arrows run from the adapters to the models, never back: an adapter imports its model class and
@@ -44,7 +45,17 @@ ARCHITECTURES: dict[str, str] = {
     "marian": "attnlm.models.hf.marian",
     "llama": "attnlm.models.hf.llama",
     **{
-        t: f"{_FAMILY}:{t}" for t in ("qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")
+        t: f"{_FAMILY}:{t}"
+        for t in (
+            "qwen2",
+            "qwen3",
+            "mistral",
+            "phi3",
+            "gemma2",
+            "gemma3_text",
+            "qwen3_moe",
+            "mixtral",
+        )
     },  # fmt: skip
 }
 
@@ -52,8 +63,9 @@ ARCHITECTURES: dict[str, str] = {
 REFUSED: dict[str, str] = {
     "gemma3": "Gemma3ForConditionalGeneration has a vision tower (text-only Gemma3ForCausalLM "
     "folders, model_type 'gemma3_text', load)",
-    "qwen2_moe": "a mixture of experts", "qwen3_moe": "a mixture of experts",
-    "mixtral": "a mixture of experts", "deepseek_v2": "latent attention (MLA) and experts",
+    "qwen2_moe": "a mixture of experts with a shared expert",
+    "olmoe": "a mixture of experts with q/k norms over every head at once",
+    "deepseek_v2": "latent attention (MLA) and experts",
     "deepseek_v3": "latent attention (MLA) and experts", "qwen2_vl": "a vision tower",
     "phimoe": "a mixture of experts",
 }  # fmt: skip

@@ -1,7 +1,8 @@
 """The Hugging Face layouts of the Llama family's other members <-> our Llama
 (:mod:`attnlm.models.llama`) with its optional parts: ``Qwen2ForCausalLM``,
-``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Phi3ForCausalLM``, ``Gemma2ForCausalLM`` and
-``Gemma3ForCausalLM`` (text only). Each ``model_type`` has one :class:`Adapter` in
+``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Phi3ForCausalLM``, ``Gemma2ForCausalLM``,
+``Gemma3ForCausalLM`` (text only), and the mixtures of experts ``Qwen3MoeForCausalLM`` and
+``MixtralForCausalLM``. Each ``model_type`` has one :class:`Adapter` in
 :data:`ADAPTERS`, which calls :func:`load` / :func:`save` here with its row of :data:`ARCHS`.
 
 The weights are Llama's (``model.embed_tokens``, ``model.layers.{i}.input_layernorm``,
@@ -11,10 +12,13 @@ Phi-3's fused ``self_attn.qkv_proj`` and ``mlp.gate_up_proj`` (gate rows first: 
 layout as it is); Gemma's four norms per layer (``input_layernorm``,
 ``post_attention_layernorm`` after attention, ``pre_feedforward_layernorm``,
 ``post_feedforward_layernorm``), which store ``w`` and multiply by ``1 + w``: ours hold
-``1 + w`` (added on load, subtracted on save). Every ``config.json`` value that changes the
-numbers is read and decides a field, or is refused in one line naming the key (mixtures of
-experts, latent attention, partial rotary, rotary scalings other than linear and llama3,
-bidirectional attention, biases the architecture does not place).
+``1 + w`` (added on load, subtracted on save); a mixture of experts' router (``mlp.gate``,
+Mixtral's ``block_sparse_moe.gate``) and per-expert projections
+(``mlp.experts.{e}.{gate,up,down}_proj``, Mixtral's ``w1``, ``w3``, ``w2``). Every
+``config.json`` value that changes the numbers is read and decides a field, or is refused in
+one line naming the key (experts in an architecture without them, latent attention, partial
+rotary, rotary scalings other than linear and llama3, bidirectional attention, biases the
+architecture does not place).
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ class Arch:
     window: str = "all"
     pattern: int = 0  # Gemma's default sliding_window_pattern
     local_rope: bool = False  # Gemma 3: rope_local_base_freq for the sliding layers
+    # a mixture of experts (our SparseMoE): the router's and one expert's modules, relative to
+    # the layer ("" for a dense model); the experts' gate, up, down projections
+    moe: str = ""  # "mlp" (Qwen3-MoE) or "block_sparse_moe" (Mixtral)
+    experts: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
 
 
 ARCHS = {
@@ -64,8 +72,14 @@ ARCHS = {
                    pattern=2),
     "gemma3_text": Arch("gemma3_text", "Gemma3ForCausalLM", "gemma3", qk_norm=True, gemma=True,
                         window="types", pattern=6, local_rope=True),
+    "qwen3_moe": Arch("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm=True,
+                      window="qwen", moe="mlp"),
+    "mixtral": Arch("mixtral", "MixtralForCausalLM", "mixtral", moe="block_sparse_moe",
+                    experts=("w1", "w3", "w2")),
 }  # fmt: skip
 
+#: config.json keys of a mixture of experts (read by the architectures that have one)
+MOE_KEYS = ("num_experts", "num_local_experts", "moe_intermediate_size")
 # config.json keys of parts we do not implement (truthy values are refused)
 REFUSED_KEYS = {
     "num_experts": "mixtures of experts", "num_local_experts": "mixtures of experts",
@@ -78,7 +92,7 @@ REFUSED_KEYS = {
 
 def _refuse_parts(hf: dict, arch: Arch, where: str) -> None:
     for key, what in REFUSED_KEYS.items():
-        if hf.get(key):
+        if hf.get(key) and not (arch.moe and key in MOE_KEYS):
             raise ConfigError(f"{where}: {key} ({what}) is not supported for {arch.cls}")
     factor = hf.get("partial_rotary_factor")
     params = hf.get("rope_parameters")
@@ -173,6 +187,8 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
             mlp_act=_activation(hf, arch, where),
             **_rotary(hf, arch, where), **_windows(hf, arch, n, where),
         )  # fmt: skip
+        if arch.moe:
+            fields.update(_experts(hf, arch, where))
         if arch.fused:  # Phi-3's residual dropout (training only)
             fields["dropout"] = max(fields["dropout"], float(hf.get("resid_pdrop") or 0.0))
         if arch.gemma:
@@ -185,6 +201,25 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
         return fields
     except KeyError as e:
         raise ConfigError(f"{where}: missing key {e.args[0]!r}") from None
+
+
+def _experts(hf: dict, arch: Arch, where: str) -> dict[str, Any]:
+    """A mixture of experts' fields: ``n_expert`` (``num_experts`` or ``num_local_experts``),
+    ``n_expert_used``, each expert's width (Qwen3-MoE's ``moe_intermediate_size``, Mixtral's
+    ``intermediate_size``) and the renormalised weights (Qwen3-MoE's ``norm_topk_prob``,
+    always in Mixtral); dense layers among the sparse ones are refused."""
+    n = hf.get("num_experts") or hf.get("num_local_experts")
+    if not n:
+        raise ConfigError(f"{where}: missing key 'num_experts' ({arch.cls} has experts)")
+    out = dict(n_expert=int(n), n_expert_used=int(hf["num_experts_per_tok"]),
+               moe_norm_topk=True)  # fmt: skip
+    if arch.moe == "mlp":  # Qwen3-MoE
+        if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
+            raise ConfigError(f"{where}: dense layers among the experts' (mlp_only_layers, "
+                              f"decoder_sparse_step) are not supported")  # fmt: skip
+        out.update(d_ff=int(hf["moe_intermediate_size"]),
+                   moe_norm_topk=bool(hf.get("norm_topk_prob", False)))  # fmt: skip
+    return out
 
 
 def _cap(value: Any) -> float | None:
@@ -211,6 +246,13 @@ def _fits(config: LlamaConfig, arch: Arch) -> None:
                               f"{arch.cls} (it has {value!r})")  # fmt: skip
     if arch.window == "all" and len(set(c.layer_kinds)) > 1:
         raise ConfigError(f"model.layer_types: {arch.cls} slides on every layer or none")
+    if bool(arch.moe) != (c.n_expert is not None):
+        has = "a mixture of experts" if arch.moe else "a dense feed-forward"
+        raise ConfigError(f"model.n_expert = {c.n_expert!r} cannot be saved as {arch.cls} "
+                          f"(it has {has})")  # fmt: skip
+    if arch.moe == "block_sparse_moe" and not c.moe_norm_topk:
+        raise ConfigError(f"model.moe_norm_topk = False cannot be saved as {arch.cls} "
+                          f"(it renormalises)")  # fmt: skip
 
 
 def _scalar(c: LlamaConfig) -> int | float:
@@ -260,6 +302,17 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
     if arch.fused:
         out.update(original_max_position_embeddings=c.block_size, resid_pdrop=0.0,
                    embd_pdrop=0.0)  # fmt: skip
+    if arch.moe:
+        out.update(num_local_experts=c.n_expert, num_experts_per_tok=c.n_expert_used,
+                   output_router_logits=False)  # fmt: skip
+    if arch.moe == "mlp":
+        out.update(
+            num_experts=c.n_expert,
+            moe_intermediate_size=c.ffn_width,
+            norm_topk_prob=c.moe_norm_topk,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
     return out
 
 
@@ -292,7 +345,22 @@ def block(config: LlamaConfig, arch: Arch) -> list[Rule]:
         ]
     else:
         rules.append(Rule("ln_2", "post_attention_layernorm", WEIGHT, offset=one))
+    if c.n_expert is not None:
+        return rules + experts(c, arch)
     return [*rules, fc, Rule("mlp.proj", "mlp.down_proj", WEIGHT)]
+
+
+def experts(config: LlamaConfig, arch: Arch) -> list[Rule]:
+    """A mixture of experts' router and experts (Hugging Face's per-expert keys, as every
+    checkpoint stores them): ``mlp.router`` <- ``<moe>.gate``, ``mlp.experts.{e}.fc`` <- the
+    expert's gate and up, ``mlp.experts.{e}.proj`` <- its down."""
+    gate, up, down = arch.experts
+    rules = [Rule("mlp.router", f"{arch.moe}.gate", WEIGHT)]
+    for e in range(config.n_expert):
+        theirs = f"{arch.moe}.experts.{e}."
+        rules += [Rule(f"mlp.experts.{e}.fc", (theirs + gate, theirs + up), WEIGHT),
+                  Rule(f"mlp.experts.{e}.proj", theirs + down, WEIGHT)]  # fmt: skip
+    return rules
 
 
 def layout(config: LlamaConfig, arch: Arch) -> Layout:
