@@ -24,6 +24,9 @@ Rows (medians over ``--rounds``, the contenders started in turn: attnlm, llama.c
 * ``--kernels``: each block type's product alone (4096 x 1536, one row of x and 64 rows, one
   thread), float against integer activations, alternating.
 
+``--moe``: a mixture of experts (:func:`moe_file`, synthetic: Qwen3-MoE's parts at 0.6 B
+parameters, 8 of 64 experts per token), whose decode reads only the chosen experts' blocks.
+
 The CPU class of a laptop without AVX-512 (``--simulate avx2``): attnlm's C step built for
 ``x86-64-v3`` (AVX2, FMA, F16C; ``ATTNLM_NATIVE_MARCH``) and PyTorch / oneDNN kept to AVX2,
 against llama.cpp built for the same class (``--llama-cpp-lib``: the ``bin/`` of a build
@@ -31,8 +34,8 @@ configured with ``-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 -DGGML_BMI2=ON``, of the wheel's llama.cpp version; ``benchmarks/build_llama_cpp.sh``).
 
     .venv/bin/python benchmarks/bench_kquant.py [--rounds 3] [--threads 2] [--new 128]
-        [--path FILE.gguf | --requantize Q3_K_M] [--cpu-time] [--prefill-cpu-time] [--kernels]
-        [--simulate avx2 --llama-cpp-lib DIR]
+        [--path FILE.gguf | --requantize Q3_K_M | --moe] [--cpu-time] [--prefill-cpu-time]
+        [--kernels] [--simulate avx2 --llama-cpp-lib DIR]
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def default_file(requantize: str | None = None) -> Path:
     (which is Q4_1: ``allow_requantize``) once, into the attnlm cache; with ``requantize``
     (a llama.cpp file type: ``Q3_K_M``, ``IQ4_XS`` ...), the cached Qwen2.5-Coder-1.5B-Instruct
     file (Q4_K_M; its rows of 1536 and 8960 are whole blocks of 256) in that type."""
-    from attnlm.base.fileio import cache_dir, temp_path_for
+    from attnlm.base.fileio import cache_dir
     from attnlm.data.pretrained import pretrained_file
 
     source, kind = local.gguf_path(), "Q4_K_M"
@@ -68,7 +71,50 @@ def default_file(requantize: str | None = None) -> Path:
     out = cache_dir() / "bench" / name
     if out.is_file():
         return out
+    return quantized(source, out, kind)
+
+
+#: the synthetic mixture of experts of ``--moe`` (Qwen3-MoE's parts, scaled down)
+MOE = dict(type="llama", arch="qwen3moe", vocab_size=512, block_size=4096, n_layer=8,
+           n_head=16, n_kv_head=4, n_embd=1024, d_ff=384, n_expert=64, n_expert_used=8,
+           qk_norm=True, rope_theta=1e6)  # fmt: skip
+
+
+def moe_file() -> Path:
+    """A mixture of experts in Q4_K_M, made here (no real one can be downloaded in the sandbox
+    this was measured in): attnlm's Llama with Qwen3-MoE's parts (:data:`MOE`: 64 experts of
+    width 384, 8 per token, q/k norms; width 1024, 8 layers; 0.62 B parameters, about 0.1 B
+    of them per token), GPT-2's random initialisation (the router spreads the tokens over the
+    experts), the tokenizer of the committed ``qwen3moe`` fixture; written as a float32 GGUF by
+    attnlm's exporter and quantized by llama.cpp's own quantizer, once, into the attnlm cache."""
+    import torch
+
+    from attnlm.base.fileio import cache_dir
+    from attnlm.models.gguf import load_tokenizer
+    from attnlm.models.gguf.writer import export_gguf
+    from attnlm.models.registry import build
+
+    out = cache_dir() / "bench" / "qwen3moe-synthetic-0.6b-q4_k_m.gguf"
+    if out.is_file():
+        return out
+    fixture = Path(__file__).resolve().parents[1] / "tests/fixtures/gguf_arch/qwen3moe-Q8_0.gguf"
+    torch.manual_seed(0)
+    model, _, _ = build(MOE)
+    f32 = out.with_name("qwen3moe-synthetic-0.6b-f32.gguf")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    export_gguf(model.eval(), load_tokenizer(str(fixture)), f32, "f32")
+    del model
+    try:
+        return quantized(f32, out, "Q4_K_M")
+    finally:
+        f32.unlink(missing_ok=True)
+
+
+def quantized(source: Path | str, out: Path, kind: str) -> Path:
+    """``source`` in the llama.cpp file type ``kind`` at ``out``, by llama.cpp's quantizer."""
     import llama_cpp
+
+    from attnlm.base.fileio import temp_path_for
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path_for(out)
@@ -76,7 +122,7 @@ def default_file(requantize: str | None = None) -> Path:
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind}")
     params.allow_requantize = True
     params.nthread = 2
-    done = llama_cpp.llama_model_quantize(source.encode(), str(tmp).encode(),
+    done = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(),
                                           ctypes.byref(params))  # fmt: skip
     if done != 0:
         tmp.unlink(missing_ok=True)
@@ -233,6 +279,11 @@ def main() -> None:
     ap.add_argument("--requantize", metavar="TYPE",
                     help="instead: Qwen2.5-Coder-1.5B-Instruct requantized to TYPE by llama.cpp "
                          "(Q3_K_M, Q2_K, IQ4_XS, IQ4_NL)")  # fmt: skip
+    ap.add_argument(
+        "--moe",
+        action="store_true",
+        help="instead: a synthetic Qwen3-MoE mixture of experts in Q4_K_M (MOE)",
+    )
     ap.add_argument("--cpu-time", action="store_true", help="only the one-thread CPU-time rows")
     ap.add_argument("--kernels", action="store_true", help="only the kernel rows")
     ap.add_argument("--prefill-cpu-time", action="store_true",
@@ -248,7 +299,10 @@ def main() -> None:
         return
     if not harness.require("kquant", "llama_cpp"):
         return
-    path = Path(args.path) if args.path else default_file(args.requantize)
+    if args.moe:
+        path = moe_file()
+    else:
+        path = Path(args.path) if args.path else default_file(args.requantize)
     if args.cpu_time:
         cpu_time(path, 16 if args.new < 32 else 64)
         return

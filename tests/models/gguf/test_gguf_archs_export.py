@@ -96,8 +96,8 @@ def test_a_part_the_architecture_cannot_carry_is_refused(tmp_path):
 def test_experts_exported_in_blocks_run_on_the_engine(tmp_path, arch, kind):
     """A mixture of experts exported in 8- or 4-bit blocks (each expert's matrix quantized
     alone, stacked into ``ffn_*_exps``; the router kept F32): loaded back within the
-    format's rounding of the model's logits (a rounding may swap a position's expert), and the C engine on the file (float
-    activations) equals the PyTorch forward on it."""
+    format's rounding of the model's logits (a rounding may swap a position's expert), and
+    the C engine on the file (float activations) equals the PyTorch forward on it."""
     from attnlm import native
     from attnlm.runtime.engine_gguf import ACTIVATIONS_ENV, open_engine
 
