@@ -38,7 +38,7 @@ __all__ = ["build_flags", "default_threads", "library", "why_not"]
 SOURCE = Path(__file__).with_name("decode_step.c")
 HEADERS = tuple(Path(__file__).with_name(h) for h in ("ggml_blocks.h", "avx2_rows.h", "threads.h"))
 MARCH_ENV, CFLAGS_ENV = "ATTNLM_NATIVE_MARCH", "ATTNLM_NATIVE_CFLAGS"
-BUILD_SECONDS = 120
+BUILD_SECONDS = 120  # a build with extra flags (CFLAGS_ENV: sanitizers) may take 5 times this
 
 _LIBRARY: ctypes.CDLL | None = None
 _TRIED = False
@@ -121,7 +121,8 @@ def _compile(cc: str, flags: list[str], path: Path) -> None:
     tmp = temp_path_for(path)  # beside it, renamed when whole: a killed build leaves no .so
     try:
         cmd = [*shlex.split(cc), *flags, str(SOURCE), "-o", str(tmp), "-lm"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_SECONDS)
+        limit = BUILD_SECONDS * (5 if os.environ.get(CFLAGS_ENV) else 1)  # instrumented: slower
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
         if done.returncode != 0:
             lines = [ln.strip() for ln in done.stderr.splitlines() if ln.strip()]
             errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["no message"]
