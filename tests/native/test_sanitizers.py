@@ -167,9 +167,10 @@ def test_the_posix_threads_build_has_no_data_race(tmp_path):
     """The build of a compiler without OpenMP (its teams of POSIX threads and spinning
     barrier) under ThreadSanitizer: a Gemma 3 fixture's prompt and steps on 2 and 3 threads
     (every product kind, the attention, the soft-cap), and a Qwen3-MoE one's (the routing,
-    the rows gathered per expert by one thread, each expert's products), with zero reports. (A barrier that lets
-    threads through at once is reported: a race in the activations' quantization.) Built in a
-    process of its own: the compiler does not run under the sanitizer's preloaded runtime."""
+    the rows gathered per expert by one thread, each expert's products), with zero reports.
+    (A barrier that lets threads through at once is reported: a race in the activations'
+    quantization.) Built in a process of its own: the compiler does not run under the
+    sanitizer's preloaded runtime."""
     cc = native._compiler()
     tsan = subprocess.run([*cc.split(), "-print-file-name=libtsan.so"], capture_output=True,
                           text=True, timeout=30).stdout.strip()  # fmt: skip

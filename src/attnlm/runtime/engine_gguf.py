@@ -4,7 +4,9 @@ architectures: ``llama``, ``qwen2`` (q/k/v biases), ``qwen3`` (per-head q/k norm
 width other than ``n_embd / n_head``), ``phi3`` (fused q/k/v and gate/up matrices, each one
 product), ``gemma2`` and ``gemma3`` (the embedding scale, post-norms, GeGLU, soft-capped
 scores and logits, sliding-window layers with their own rotary base, a linear rotary
-scaling), read by their adapters (:data:`ADAPTERS`), every value as the PyTorch loader reads
+scaling), ``qwen3moe`` and Mixtral (``llama`` with experts: a mixture of experts, only the
+chosen experts' rows of the stacked ``ffn_*_exps`` tensors multiplied), read by their
+adapters (:data:`ADAPTERS`), every value as the PyTorch loader reads
 it; any part the step does not compute (a rotary scaling other than linear, ...) leaves the
 file to PyTorch. Where the products' activations are quantized llama.cpp's way, GeGLU's GELU
 is llama.cpp's too (:attr:`EngineConfig.gelu_table`).
@@ -113,7 +115,7 @@ _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "
               "rope_local_theta", "rope_scaling", "n_expert", "n_expert_used",
               "moe_norm_topk"}  # fmt: skip
 #: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
-_GEMMA_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
+_NAMED_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
                "final_softcap", "sliding_window", "layer_types", "rope_local_theta",
                "n_expert", "n_expert_used", "moe_norm_topk")  # fmt: skip
 
@@ -165,15 +167,15 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     # llama.cpp's "llama" rows, kept as stored, rotate adjacent pairs; its other
     # architectures (NEOX), and our q8 / q4 rows, rotate-half pairs
     turn = 2 if fmt == AS_STORED and arch == "llama" else 1
-    gemma = {key: table[key] for key in _GEMMA_KEYS if key in table}
-    if "layer_types" in gemma:
-        gemma["layer_types"] = tuple(gemma["layer_types"])
+    named = {key: table[key] for key in _NAMED_KEYS if key in table}
+    if "layer_types" in named:
+        named["layer_types"] = tuple(named["layer_types"])
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],
         table["tie_embeddings"], turn, table.get("qkv_bias", False),
         table.get("qk_norm", False), table.get("d_head"),
-        rope_linear=table.get("rope_scaling", {}).get("factor"), **gemma,
+        rope_linear=table.get("rope_scaling", {}).get("factor"), **named,
         gelu_table=fmt == AS_STORED and _activations() != structs.ACT_FLOAT,
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:

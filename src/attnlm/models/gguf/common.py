@@ -198,8 +198,8 @@ def moe_fields(meta: Meta, table: dict) -> dict[str, Any]:
     """A mixture of experts' fields of the ``[model]`` table, as llama.cpp reads them
     (empty without ``expert_count``, or with 0: a dense model): ``n_expert``,
     ``n_expert_used`` and each expert's width ``d_ff`` (``expert_feed_forward_length``;
-    absent: ``feed_forward_length`` / ``expert_used_count``, llama.cpp's fallback, which is
-    Mixtral's ``feed_forward_length`` as it is when the converter writes no expert width).
+    absent, llama.cpp's fallbacks: ``feed_forward_length`` in a ``llama`` file (Mixtral),
+    ``feed_forward_length / expert_used_count`` in the others).
     The chosen experts' weights are renormalised (llama.cpp's ``llama`` and ``qwen3moe``
     graphs always do); a per-layer list of experts is refused."""
     n = meta.int("expert_count", 0, zero=True)
