@@ -251,7 +251,7 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
         out.append(Part("output.weight", "lm_head.weight", shape=(v, c)))
     for i in range(config.n_layer):
         blk, ours = f"blk.{i}.", f"blocks.{i}."
-        qkv, fc = ours + "attn.qkv_proj.", ours + "mlp.fc.weight"
+        qkv = ours + "attn.qkv_proj."
         out.append(Part(blk + "attn_norm.weight", ours + "ln_1.weight", shape=(c,)))
         if blk + "attn_qkv.weight" in header.tensors:
             out.append(Part(blk + "attn_qkv.weight", qkv + "weight", shape=(q + 2 * kv, c)))
@@ -275,19 +275,27 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
         out.append(Part(blk + "ffn_norm.weight", ours + "ln_2.weight", shape=(c,)))
         if getattr(config, "n_expert", None):
             out += expert_parts(config, blk, ours)
-        elif blk + "ffn_gate.weight" in header.tensors or not _fused_up(header, blk, f):
-            out += [Part(blk + "ffn_gate.weight", fc, (0, f), shape=(f, c)),
-                    Part(blk + "ffn_up.weight", fc, (f, 2 * f), shape=(f, c))]  # fmt: skip
         else:
-            out.append(Part(blk + "ffn_up.weight", fc, shape=(2 * f, c)))
-        if not getattr(config, "n_expert", None):
-            out.append(Part(blk + "ffn_down.weight", ours + "mlp.proj.weight", shape=(c, f)))
+            out += dense_parts(header, blk, ours, c, f)
         if config.post_norms:
             out += [Part(blk + "post_attention_norm.weight", ours + "ln_post_attn.weight",
                          shape=(c,)),
                     Part(blk + "post_ffw_norm.weight", ours + "ln_post_mlp.weight",
                          shape=(c,))]  # fmt: skip
     return out
+
+
+def dense_parts(header: GGUFFile, blk: str, ours: str, c: int, f: int) -> list[Part]:
+    """The feed-forward's tensors: ``ffn_gate`` and ``ffn_up`` into the rows of our fused
+    ``mlp.fc`` (or, without ``ffn_gate``, Phi-3's ``ffn_up`` of twice the width as stored),
+    ``ffn_down`` -> ``mlp.proj``."""
+    fc = ours + "mlp.fc.weight"
+    if blk + "ffn_gate.weight" in header.tensors or not _fused_up(header, blk, f):
+        out = [Part(blk + "ffn_gate.weight", fc, (0, f), shape=(f, c)),
+               Part(blk + "ffn_up.weight", fc, (f, 2 * f), shape=(f, c))]  # fmt: skip
+    else:
+        out = [Part(blk + "ffn_up.weight", fc, shape=(2 * f, c))]
+    return [*out, Part(blk + "ffn_down.weight", ours + "mlp.proj.weight", shape=(c, f))]
 
 
 def expert_parts(config: Any, blk: str, ours: str) -> list[Part]:

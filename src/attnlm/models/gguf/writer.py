@@ -130,7 +130,7 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
         t["output.weight"] = sd["lm_head.weight"]
     for i in range(c.n_layer):
         b, o = f"blk.{i}.", f"blocks.{i}."
-        qkv, fc = sd[o + "attn.qkv_proj.weight"], sd.get(o + "mlp.fc.weight")
+        qkv = sd[o + "attn.qkv_proj.weight"]
         bias = sd.get(o + "attn.qkv_proj.bias")
         t[b + "attn_norm.weight"] = sd[o + "ln_1.weight"]
         if arch == "phi3":
@@ -149,12 +149,13 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
         t[b + "ffn_norm.weight"] = sd[o + "ln_2.weight"]
         if c.n_expert is not None:
             t.update(_experts(sd, b, o, c.n_expert, f))
-        elif arch == "phi3":
-            t[b + "ffn_up.weight"] = fc
         else:
-            t[b + "ffn_gate.weight"] = fc[:f]
-            t[b + "ffn_up.weight"] = fc[f : 2 * f]
-        if c.n_expert is None:
+            fc = sd[o + "mlp.fc.weight"]
+            if arch == "phi3":
+                t[b + "ffn_up.weight"] = fc
+            else:
+                t[b + "ffn_gate.weight"] = fc[:f]
+                t[b + "ffn_up.weight"] = fc[f : 2 * f]
             t[b + "ffn_down.weight"] = sd[o + "mlp.proj.weight"]
         if c.post_norms:
             t[b + "post_attention_norm.weight"] = sd[o + "ln_post_attn.weight"]
