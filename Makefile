@@ -20,11 +20,13 @@ demo: $(VENV_OK)
 	$(PY) -m attnlm demo
 
 # every test and doc block that runs in seconds (tests/docs: ~2 CPU minutes of them), what CI
-# runs, within 10 minutes on 2 cores; the ones marked slow (long trainings, kill tests of the
-# demo, the 135M model's chats) are left to test-full; the 15 slowest are listed at the end,
-# so a test that grows shows
+# runs, within 10 minutes on 2 cores: two pytest workers (pytest-xdist), each taking whole
+# files, keep both cores busy while the other waits on a subprocess; the ones marked slow (long
+# trainings, kill tests of the demo, the 135M model's chats, builds of the C step for other
+# CPUs) are left to test-full and .ci/run; the 15 slowest are listed at the end, so a test
+# that grows shows
 test: $(VENV_OK) lint
-	$(PY) -m pytest -q -m "not slow" --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=15
 
 # every command block of README.md and docs/*.md, slow ones included, run as a user would
 test-docs: $(VENV_OK)
@@ -32,7 +34,7 @@ test-docs: $(VENV_OK)
 
 # everything: `make test` plus every test and doc block marked slow (about 12 minutes more)
 test-full: $(VENV_OK) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: $(VENV_OK)
 	$(PY) -m pytest -q -m "not slow" -x

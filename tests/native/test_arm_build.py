@@ -91,6 +91,7 @@ def test_arm_prefers_clang_where_it_is_installed(monkeypatch, tmp_path):
     assert native._compiler() == str(tmp_path / "cc")
 
 
+@pytest.mark.slow  # a real build (.ci/run runs this file whole)
 @pytest.mark.usefixtures("fresh")  # a process that has not tried the library yet
 def test_a_clang_that_fails_on_arm_falls_back_to_cc(arm, tmp_path):
     """ARM's preferred clang (``CC`` unset) failing to build the step: the system's cc builds

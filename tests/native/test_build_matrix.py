@@ -3,11 +3,13 @@ built for the baseline x86-64-v2 as well as for this CPU, it gives the forward's
 compiler without OpenMP (Apple's clang, simulated by a ``cc`` that rejects ``-fopenmp``) builds
 it on POSIX threads, silently, with the OpenMP build's numbers; no compiler at all, or a
 build that fails, takes PyTorch's path with one line saying why. The whole equivalence suite
-under x86-64-v2 is a run of .ci/run."""
+under x86-64-v2 is a run of .ci/run. The tests that build the step for another CPU or compiler
+(half a minute each on 2 cores) are marked ``slow``: .ci/run runs them after ``make test``."""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import stat
@@ -27,6 +29,8 @@ V = 300
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
 REAL_CC = native._compiler()
 needs_cc = pytest.mark.skipif(REAL_CC is None, reason="no C compiler (cc)")
+#: a build of its own (another CPU, another compiler): not in make test, run by .ci/run
+own_build = pytest.mark.slow
 
 
 @pytest.fixture()
@@ -82,6 +86,7 @@ def c_equals_forward(fmt: str) -> None:
 
 
 @needs_cc
+@own_build
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86-64 target")
 def test_the_baseline_x86_64_v2_build_gives_the_forwards_logits(fresh, monkeypatch, capsys):
     monkeypatch.setenv(native.MARCH_ENV, "x86-64-v2")
@@ -106,6 +111,7 @@ AVX2_FIXTURES = (("qwen2", "Q4_K_M"), ("llama", "Q5_K_M"), ("phi3", "Q8_0"), ("l
 
 
 @needs_cc
+@own_build
 @pytest.mark.skipif(
     not {"avx2", "fma", "f16c"} <= set(native._cpu_flags().split()),
     reason="a CPU with AVX2, FMA and F16C to run an x86-64-v3 build",
@@ -145,6 +151,7 @@ def _engine_logits(threads: int) -> np.ndarray:
 
 
 @needs_cc
+@own_build
 def test_a_compiler_without_openmp_builds_on_posix_threads(fresh, monkeypatch, capsys):
     assert native.library() is not None and "openmp" in native.features(), native.why_not
     with_omp = {n: _engine_logits(n) for n in (1, 2, 3)}  # 3: more threads than these cores
@@ -218,12 +225,15 @@ def test_an_unknown_target_cpu_says_so_and_takes_pytorch(fresh, monkeypatch, cap
 
 
 @needs_cc
-def test_this_cpus_build_has_the_instructions_the_cpu_lists(fresh):
+def test_this_cpus_build_has_the_instructions_the_cpu_lists():
     """``native.features()`` reads the build's own macros: a native build on a CPU listing FMA,
-    F16C, AVX2 and AVX-512F in /proc/cpuinfo has them all."""
+    F16C, AVX2 and AVX-512F in /proc/cpuinfo has them all (the build every other test uses,
+    cached: none of its own)."""
     cpu = set(native._cpu_flags().split())
     if platform.machine() not in ("x86_64", "AMD64") or not cpu:
         pytest.skip("an x86-64 CPU's flags to compare with")
+    if any(os.environ.get(v) for v in ("CC", native.MARCH_ENV, native.CFLAGS_ENV)):
+        pytest.skip("this run builds the step for another CPU or with other flags")
     assert native.library() is not None, native.why_not
     want = {name for name in ("fma", "f16c", "avx2", "avx512f") if name in cpu}
     assert want and want <= native.features(), (want, native.features())
