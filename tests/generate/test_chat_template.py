@@ -94,7 +94,9 @@ def hf_tokenizer(template: str):
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "chat"
 QWEN25 = (FIXTURES / "qwen2.5-instruct.jinja").read_text()  # tools, tool calls and responses
 GEMMA = (FIXTURES / "gemma-instruct.jinja").read_text()  # no system role: it raises
-TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "multiline": MULTILINE, "qwen2.5": QWEN25}
+SMOLLM3 = (FIXTURES / "smollm3.jinja").read_text()  # reasoning mode, /think and /no_think
+TEMPLATES = {"chatml": CHATML, "llama3": LLAMA3, "multiline": MULTILINE, "qwen2.5": QWEN25,
+             "smollm3": SMOLLM3}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))

@@ -1,6 +1,7 @@
 """The Llama family's optional parts (``attnlm.models.llama``), each against a hand computation:
 the sliding window's band, the score's scale and soft-cap, the final soft-cap, the embedding
-scale, linear rotary scaling, the head width, q/k norms, post-norms and GeGLU; a model with every
+scale, linear rotary scaling, the head width, q/k norms, post-norms, GeGLU and layers without
+positions (NoPE); a model with every
 part decodes through the KV cache (dynamic, static, fixed), left-padded, and through
 ``attnlm.generate`` with the logits of its full forward; the defaults build today's Llama; bad
 values are refused in one line naming the field; the C step refuses what it does not compute."""
@@ -29,7 +30,7 @@ EVERY = dict(arch="gemma3", d_head=6, qkv_bias=True, qk_norm=True, sliding_windo
              layer_types=(SLIDE, SLIDE, FULL, SLIDE), rope_local_theta=100.0, rope_theta=1e4,
              rope_scaling={"rope_type": "linear", "factor": 2.0}, embed_scale=4.0,
              post_norms=True, mlp_act="gelu_tanh", attn_scale=0.3, attn_softcap=2.0,
-             final_softcap=5.0)  # fmt: skip
+             final_softcap=5.0, nope_layers=(1,))  # fmt: skip
 
 
 def _random(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -136,6 +137,34 @@ def test_q_and_k_norms_come_before_the_rotation():
         normed = raw / torch.sqrt(raw.pow(2).mean(-1, keepdim=True) + 1e-6) * attn.q_norm.weight
         half = torch.cat([-normed[..., 3:], normed[..., :3]], -1)
         assert torch.allclose(q, normed * cos + half * sin, atol=1e-5)
+
+
+@torch.no_grad()
+def test_a_layer_without_positions_sees_its_prefix_as_a_set():
+    """One NoPE layer: attention without positions, so the last position's logits do not
+    change when the tokens before it are reversed (with more layers the earlier positions'
+    own prefixes differ: causal NoPE models still learn order); rotated, they do."""
+    ids = _ids(1, 8)
+    shuffled = torch.cat([ids[:, :7].flip(1), ids[:, 7:]], 1)
+    one = {**BASE, "n_layer": 1}
+    nope = _random(Llama(LlamaConfig(**one, nope_layers=(0,))))
+    assert nope.blocks[0].attn.nope
+    assert torch.allclose(nope(ids).logits[0, -1], nope(shuffled).logits[0, -1], atol=1e-5)
+    turned = _random(Llama(LlamaConfig(**one)))
+    a, b = turned(ids).logits[0, -1], turned(shuffled).logits[0, -1]
+    assert not torch.allclose(a, b, atol=1e-3)
+
+
+def test_a_nope_layer_ignores_the_rotation_it_is_handed():
+    m = _random(Llama(LlamaConfig(**BASE, nope_layers=(2,))))
+    x = torch.randn(1, 5, 16)
+    turn = m._rotations(torch.arange(5), x.dtype)
+    with torch.no_grad():
+        y, _ = m.blocks[2].attn(x, rotary=turn, is_causal=True)
+        plain, _ = m.blocks[2].attn(x, is_causal=True)
+        turned, _ = m.blocks[1].attn(x, rotary=turn, is_causal=True)
+        unturned, _ = m.blocks[1].attn(x, is_causal=True)
+    assert torch.equal(y, plain) and not torch.allclose(turned, unturned, atol=1e-4)
 
 
 def test_sliding_layers_attend_within_their_window():
@@ -246,7 +275,9 @@ def test_defaults_build_todays_llama():
      (dict(layer_types=(SLIDE,) * 4), "model.sliding_window"),
      (dict(layer_types=("local",) * 4, sliding_window=2), "model.layer_types"),
      (dict(rope_scaling={"rope_type": "linear", "factor": 0}), "model.rope_scaling.factor"),
-     (dict(embed_scale=math.nan), "model.embed_scale")],
+     (dict(embed_scale=math.nan), "model.embed_scale"),
+     (dict(nope_layers=(4,)), "model.nope_layers"), (dict(nope_layers=(1, 1)), "model.nope"),
+     (dict(nope_layers="3"), "model.nope_layers"), (dict(nope_layers=(True,)), "model.nope")],
 )  # fmt: skip
 def test_bad_values_are_refused_naming_the_field(over, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as e:

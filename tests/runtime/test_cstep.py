@@ -44,6 +44,7 @@ MODELS = {
     "gpt sinusoidal, gelu_tanh": lambda: gpt(positions="sinusoidal", activation="gelu_tanh"),
     "llama GQA": lambda: llama(n_kv_head=2),
     "llama MQA, tied": lambda: llama(n_kv_head=1, tie_embeddings=True),
+    "llama GQA, layer 1 without positions": lambda: llama(n_kv_head=2, nope_layers=(1,)),
     # heads 64 and 128 wide: attention's 16-lane path for those widths (32 above; 16: generic)
     "gpt heads of 64": lambda: gpt(n_head=2, n_embd=128),
     "llama heads of 128, GQA": lambda: llama(n_head=2, n_kv_head=1, n_embd=256),

@@ -62,6 +62,7 @@ ENGINE_ARCHS = (
     "gemma3",
     "qwen3moe",
     "mixtral",
+    "smollm3",
 )
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
 CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]

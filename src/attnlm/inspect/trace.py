@@ -342,7 +342,8 @@ def hook_names(model: Any) -> list[str]:
         names.append("hook_pos_embed")
     rotary = getattr(model, "rotary", None) is not None
     for layer, block in enumerate(model.blocks):
-        names += [f"blocks.{layer}.{point}" for point in _block_points(block, rotary)]
+        turned = rotary and not getattr(block.attn, "nope", False)  # NoPE layers: no rotation
+        names += [f"blocks.{layer}.{point}" for point in _block_points(block, turned)]
     return [*names, "ln_final.hook_scale", "ln_final.hook_normalized", "hook_logits"]
 
 

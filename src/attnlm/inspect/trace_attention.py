@@ -25,6 +25,8 @@ def attention(tr: Any, p: str, attn: Any, h: Tensor, layer: int, attend: dict[st
 
     a = f"{p}.attn"
     rotary, cache = attend.get("rotary"), attend.get("cache")
+    if getattr(attn, "nope", False):  # a layer without positions: no rotation, no rot points
+        rotary = None
     B, T, _ = h.shape
     qkv = attn.qkv_proj(h)
     q0, k0, v0 = (attn._heads(t) for t in attn._split_qkv(qkv))  # (B, H|Hkv, T, D)

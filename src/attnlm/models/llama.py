@@ -54,10 +54,11 @@ from attnlm.nn.moe import SparseMoE
 from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
-ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral")
+ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral",
+         "smollm3")  # fmt: skip
 ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma 2",
               "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral",
-              "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral"}  # fmt: skip
+              "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral", "smollm3": "SmolLM3"}  # fmt: skip
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
 MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
 
@@ -117,6 +118,9 @@ class LlamaConfig:
     n_expert: int | None = None
     n_expert_used: int | None = None
     moe_norm_topk: bool = True
+    # layers without positions (NoPE): their q and k are not rotated (SmolLM3: every fourth
+    # layer, 3, 7, 11, ...); None: every layer rotates
+    nope_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_config_fits(self)  # before any layer is built: refuse what cannot fit
@@ -156,6 +160,8 @@ class LlamaConfig:
             raise ConfigError("model.n_expert: experts are SwiGLU (model.mlp_act = 'silu')")
         one_of(self, "arch", ARCHS)
         one_of(self, "mlp_act", MLP_ACTS)
+        if self.nope_layers is not None:
+            self._check_nope(self.nope_layers)
         optional = ("rope_local_theta", "embed_scale", "attn_scale", "attn_softcap",
                     "final_softcap")  # fmt: skip
         above_zero(self, *(n for n in optional if getattr(self, n) is not None))
@@ -176,6 +182,24 @@ class LlamaConfig:
                 raise ConfigError(
                     "model.layer_types has sliding layers but no model.sliding_window"
                 )
+
+    def _check_nope(self, layers: Any) -> None:
+        """``nope_layers``: distinct layer indices in ``[0, n_layer)``, kept as a sorted tuple."""
+        if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+            raise ConfigError("model.nope_layers must be a list of layer indices")
+        found = tuple(layers)
+        for i in found:
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n_layer:
+                raise ConfigError(
+                    f"model.nope_layers: {i!r} is not a layer index in [0, {self.n_layer})"
+                )
+        if len(set(found)) != len(found):
+            raise ConfigError("model.nope_layers names a layer twice")
+        object.__setattr__(self, "nope_layers", tuple(sorted(found)))
+
+    def nope(self, layer: int) -> bool:
+        """Whether ``layer`` attends without positions (its q and k are not rotated)."""
+        return self.nope_layers is not None and layer in self.nope_layers
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -235,6 +259,7 @@ def llama_attention(c: LlamaConfig, layer: int) -> MultiHeadAttention:
     return MultiHeadAttention(
         c.n_embd, c.n_head, n_kv_head=c.n_kv_head, d_head=c.d_head, bias=c.qkv_bias,
         out_bias=False, dropout=c.dropout, q_norm=norm(), k_norm=norm(), window=c.window(layer),
+        nope=c.nope(layer),
         score="scaled_dot" if plain else ScaledScore(c.attn_scale, c.attn_softcap),
     )  # fmt: skip
 
@@ -316,6 +341,8 @@ def describe_parts(c: LlamaConfig) -> list[str]:
         parts.append(f"sliding window {c.sliding_window} ({where})")
     if c.rope_local_theta is not None:
         parts.append(f"local rope_theta={c.rope_local_theta:g}")
+    if c.nope_layers:
+        parts.append(f"no positions in {len(c.nope_layers)} of {c.n_layer} layers (NoPE)")
     if c.rope_scaling:
         parts.append(f"rope scaling {c.rope_scaling.get('rope_type')}")
     if c.embed_scale is not None:

@@ -81,7 +81,8 @@ typedef struct {
      * added to the residual stream (Gemma's "sandwich"; w NULL: none) */
     Norm post_attn, post_mlp;
     int64_t window; /* a sliding layer's window W: position p sees positions (p - W, p]; 0: all */
-    int64_t table;  /* the layer's rotary table (Rows.cos): 0, or 1 (Gemma's local layers) */
+    int64_t table;  /* the layer's rotary table (Rows.cos): 0, or 1 (Gemma's local layers);
+                     * -1: no rotation (a NoPE layer: SmolLM3's every fourth) */
     /* a mixture of experts in place of the feed-forward (n_expert > 0): router (E, C) scores
      * the experts; fc, up (E F rows each) and proj (E C rows) stack the E experts' gate, up
      * and down matrices, expert e's rows at [e F, (e + 1) F) (ggml blocks or float rows);
@@ -1042,19 +1043,20 @@ static void attend4_256(const float *q, int64_t ldq, const float *k, const float
 
 /* -- the step ------------------------------------------------------------------------------ */
 
-/* the rows' q and k heads normalized (Qwen3, Gemma 3) and rotated by the layer's table, their
- * keys and values written to the cache at (slot, position) */
+/* the rows' q and k heads normalized (Qwen3, Gemma 3) and rotated by the layer's table (none
+ * with table -1), their keys and values written to the cache at (slot, position) */
 static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const Rows *rw,
                   int64_t m0, int64_t m1) {
     const int64_t H = md->H, Hkv = md->Hkv, D = md->D, NQ = (H + 2 * Hkv) * D, cap = md->cap;
-    const float *cos_t = rw->cos + bk->table * M * (D / 2);
-    const float *sin_t = rw->sin + bk->table * M * (D / 2);
+    const int64_t table = bk->table < 0 ? 0 : bk->table, turn = md->rotary && bk->table >= 0;
+    const float *cos_t = rw->cos + table * M * (D / 2);
+    const float *sin_t = rw->sin + table * M * (D / 2);
     for (int64_t m = m0; m < m1; m++) {
         float *row = qkv + m * NQ;
         if (bk->q_norm.w) /* per-head norms of q and k, before the rotation */
             for (int64_t h = 0; h < H + Hkv; h++)
                 norm_head(row + h * D, h < H ? bk->q_norm.w : bk->k_norm.w, D, md->eps);
-        if (md->rotary)
+        if (turn)
             for (int64_t h = 0; h < H + Hkv; h++) {
                 const float *cs = cos_t + m * (D / 2), *sn = sin_t + m * (D / 2);
                 if (md->rotary == 2) rotate_pairs(row + h * D, cs, sn, D);

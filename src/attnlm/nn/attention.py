@@ -188,8 +188,10 @@ class MultiHeadAttention(nn.Module):
     output projection's bias when it differs from ``bias`` (Qwen2: q/k/v biases only);
     ``q_norm`` / ``k_norm``, norms of each head's q and k over ``D`` before the rotation
     (Qwen3, Gemma 3); ``window``, a sliding window the model's mask applies to this layer
-    (read by :class:`~attnlm.models.decoder.Decoder`, which builds the masks); ``score`` may
-    be a score module (:class:`ScaledScore`).
+    (read by :class:`~attnlm.models.decoder.Decoder`, which builds the masks); ``nope``, a
+    layer without positions (NoPE, Kazemnejad et al., 2023): the rotation the model hands
+    every layer is not applied here (SmolLM3's every fourth layer); ``score`` may be a score
+    module (:class:`ScaledScore`).
     """
 
     def __init__(
@@ -208,6 +210,7 @@ class MultiHeadAttention(nn.Module):
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
         window: int | None = None,
+        nope: bool = False,
     ) -> None:
         super().__init__()
         if d_head is None and d_model % n_head != 0:
@@ -229,7 +232,7 @@ class MultiHeadAttention(nn.Module):
         out_bias = bias if out_bias is None else out_bias
         self.out_proj = nn.Linear(self.d_q, d_model, bias=out_bias)
         self.q_norm, self.k_norm = q_norm, k_norm
-        self.window = window
+        self.window, self.nope = window, nope
         self.score = score if isinstance(score, nn.Module) else make_score(score, self.d_head)
         self.dropout = dropout
 
@@ -341,7 +344,8 @@ class MultiHeadAttention(nn.Module):
             if g > 1:  # g consecutive rows share a source: its queries attend together
                 return self._grouped(q, k, v, mask, g, need_weights)
         else:
-            q, k, v = self._project(x, rotary)  # (B, H, T, D), (B, Hkv, T, D) x 2
+            # (B, H, T, D), (B, Hkv, T, D) x 2; a NoPE layer's q and k are not rotated
+            q, k, v = self._project(x, None if self.nope else rotary)
             if cache is not None:
                 k, v = cache.append(layer, k, v)  # (B, Hkv, S, D): only Hkv heads are kept
         y, weights = self._mix(q, k, v, mask, is_causal, need_weights)

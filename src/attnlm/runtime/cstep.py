@@ -220,6 +220,8 @@ class CModel:
                 _describe_linear(block.mlp.fc, keep), _describe_linear(block.mlp.proj, keep),
                 None, None,
             )  # fmt: skip
+            if getattr(block.attn, "nope", False):  # a layer without positions: no rotation
+                self.array[i].table = -1
         norm, eps = _norm_kind(model.ln_f)
         scale = attn.score.sdpa_scale
         self.struct = _Model(

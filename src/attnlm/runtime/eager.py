@@ -311,7 +311,7 @@ def flat_qkv(block: nn.Module, x: Tensor, turns: tuple) -> tuple[Tensor, Tensor]
         qk = torch.cat([q if q_norm is None else q_norm(q), k if k_norm is None else k_norm(k)], 1)
     qk = qk.reshape(N, H + Hkv, 2, D // 2)
     t = turns[0] if getattr(attn, "window", None) is None else turns[1]
-    if t is not None:
+    if t is not None and not getattr(attn, "nope", False):  # (a NoPE layer is not rotated)
         qk = torch.addcmul(qk * t[0], qk.flip(2), t[1])  # q and k rotated
     return qk.reshape(N, H + Hkv, 1, D), qkv[:, (H + Hkv) * D :].reshape(N, Hkv, 1, D)
 

@@ -93,7 +93,8 @@ class EngineConfig:
     by it); ``gelu_table``: GeGLU's GELU as llama.cpp's CPU backend takes it, its input and
     value rounded to float16 (with the products' activations quantized as llama.cpp's);
     ``n_expert`` (0: dense), ``n_expert_used``, ``moe_norm_topk``: a mixture of experts in
-    every block (:attr:`BlockWeights.router`; the step's ``experts``: llama.cpp's routing)."""
+    every block (:attr:`BlockWeights.router`; the step's ``experts``: llama.cpp's routing);
+    ``nope_layers``: the layers whose q and k are not rotated (NoPE: SmolLM3)."""
 
     n_layer: int
     n_embd: int
@@ -123,6 +124,7 @@ class EngineConfig:
     n_expert: int = 0  # a mixture of experts: E experts of width d_ff, n_expert_used per token
     n_expert_used: int = 0
     moe_norm_topk: bool = True
+    nope_layers: tuple[int, ...] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -409,10 +411,12 @@ def _check_range(what: str, values: np.ndarray, stop: int) -> None:
 def _rotary_tables(c: EngineConfig) -> tuple[list[tuple[float, float]], list[int]]:
     """Each rotary table's base and position scale (``attnlm_rope``'s) and each layer's
     table: 0 the global base's (positions scaled by 1 / a linear scaling's factor), 1 the
-    sliding layers' own base where the model has one (Gemma 3)."""
+    sliding layers' own base where the model has one (Gemma 3), -1 none (a NoPE layer)."""
     bases = [(c.rope_theta, 1 / (c.rope_linear or 1))]
     tables = [0] * c.n_layer
     if c.rope_local_theta is not None and any(c.window(i) for i in range(c.n_layer)):
         bases.append((c.rope_local_theta, 1.0))
         tables = [1 if c.window(i) else 0 for i in range(c.n_layer)]
+    for i in c.nope_layers or ():
+        tables[i] = -1
     return bases, tables

@@ -48,7 +48,7 @@ import numpy as np
 
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe
+from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe, smollm3
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
@@ -105,7 +105,9 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
 ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma2": gemma2,
-            "gemma3": gemma3, "qwen3moe": qwen3moe}  # fmt: skip
+            "gemma3": gemma3, "qwen3moe": qwen3moe, "smollm3": smollm3}  # fmt: skip
+#: the architectures whose q and k rows llama.cpp stores in its interleaved (NORM) rotary order
+_ADJACENT = ("llama", "smollm3")
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
 #: ``rope_scaling`` only linear)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
@@ -113,11 +115,11 @@ _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "
               "eos_id", "qkv_bias", "qk_norm", "d_head", "embed_scale", "mlp_act", "post_norms",
               "attn_scale", "attn_softcap", "final_softcap", "sliding_window", "layer_types",
               "rope_local_theta", "rope_scaling", "n_expert", "n_expert_used",
-              "moe_norm_topk"}  # fmt: skip
+              "moe_norm_topk", "nope_layers"}  # fmt: skip
 #: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
 _NAMED_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
                "final_softcap", "sliding_window", "layer_types", "rope_local_theta",
-               "n_expert", "n_expert_used", "moe_norm_topk")  # fmt: skip
+               "n_expert", "n_expert_used", "moe_norm_topk", "nope_layers")  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:
@@ -166,10 +168,11 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     table = ADAPTERS[arch].config_table(header)  # checks the keys as the PyTorch loader does
     # llama.cpp's "llama" rows, kept as stored, rotate adjacent pairs; its other
     # architectures (NEOX), and our q8 / q4 rows, rotate-half pairs
-    turn = 2 if fmt == AS_STORED and arch == "llama" else 1
+    turn = 2 if fmt == AS_STORED and arch in _ADJACENT else 1
     named = {key: table[key] for key in _NAMED_KEYS if key in table}
-    if "layer_types" in named:
-        named["layer_types"] = tuple(named["layer_types"])
+    for key in ("layer_types", "nope_layers"):
+        if key in named:
+            named[key] = tuple(named[key])
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],

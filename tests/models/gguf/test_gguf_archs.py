@@ -132,7 +132,21 @@ EXPECTED = {
                  "n_expert_used": 2, "d_ff": 256, "moe_norm_topk": True},
     "mixtral": {"arch": "mixtral", "n_expert": 4, "n_expert_used": 2, "d_ff": 256,
                 "moe_norm_topk": True, "tie_embeddings": False, "rope_theta": 1e6},
+    "smollm3": {"arch": "smollm3", "nope_layers": [3], "tie_embeddings": True, "n_layer": 4},
 }  # fmt: skip
+
+
+def test_smollm3s_fourth_layer_has_no_positions_as_in_llama_cpp():
+    """The fixture's fourth layer is unrotated in llama.cpp too: rotating it as well moves
+    the logits far from llama.cpp's."""
+    rec = DOC["archs"]["smollm3"]["Q8_0"]
+    model, _ = load(HERE / "smollm3-Q8_0.gguf")
+    assert [b.attn.nope for b in model.blocks] == [False, False, False, True]
+    twin = np.asarray(rec["dequantized"]["logits"], dtype=np.float32)
+    model.blocks[3].attn.nope = False
+    with torch.no_grad():
+        rotated = model(torch.tensor([rec["prompt"]])).logits[0].numpy()
+    assert _rel(rotated, twin) > 1e-2, _rel(rotated, twin)
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED))
@@ -183,7 +197,8 @@ def test_bad_metadata_is_refused_in_one_line(tmp_path, arch, key, vtype, value, 
     assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe"])
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe",
+                                  "smollm3"])  # fmt: skip
 def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
     """Each ``<arch>.`` key the adapter reads, set to a string: refused in one line naming the
     file (never a traceback from a comparison or a conversion)."""

@@ -25,7 +25,7 @@ DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 ARCHS = sorted(DOC["archs"])
 #: what llama.cpp's converter writes for each of our archs
 WRITTEN = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
-           "mixtral": "llama", "qwen3moe": "qwen3moe",
+           "mixtral": "llama", "qwen3moe": "qwen3moe", "smollm3": "smollm3",
            "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3",
            "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3"}  # fmt: skip
 
@@ -86,6 +86,20 @@ def test_a_part_the_architecture_cannot_carry_is_refused(tmp_path):
              "sliding_window": 16}  # fmt: skip
     model, _, _ = build(table)
     with pytest.raises(InputError, match="model.sliding_window = 16 cannot be exported") as e:
+        export_gguf(model, tok, tmp_path / "m.gguf", "f32")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "m.gguf").exists()
+
+
+@pytest.mark.parametrize(("arch", "layers"), [("smollm3", [1]), ("llama", [3])])
+def test_layers_without_positions_llama_cpp_would_not_place_are_refused(tmp_path, arch, layers):
+    """llama.cpp's ``smollm3`` graph leaves every fourth layer unrotated whatever the file says,
+    and its ``llama`` graph rotates every layer: any other placement is refused."""
+    _, tok = load(HERE / "smollm3-Q8_0.gguf")
+    table = {"type": "llama", "arch": arch, "vocab_size": 512, "block_size": 64, "n_layer": 4,
+             "n_head": 4, "n_embd": 256, "d_ff": 256, "nope_layers": layers}  # fmt: skip
+    model, _, _ = build(table)
+    with pytest.raises(InputError, match="model.nope_layers = .* cannot be exported") as e:
         export_gguf(model, tok, tmp_path / "m.gguf", "f32")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "m.gguf").exists()

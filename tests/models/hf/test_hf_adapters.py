@@ -61,6 +61,7 @@ LLAMA_FAMILY = {  # the Llama family's other members: our Llama with their parts
     "qwen3_moe": (dict(arch="qwen3moe", qk_norm=True, d_head=8, n_expert=4, n_expert_used=2),
                   "Qwen3MoeForCausalLM"),
     "mixtral": (dict(arch="mixtral", n_expert=3, n_expert_used=2), "MixtralForCausalLM"),
+    "smollm3": (dict(arch="smollm3", nope_layers=(1,)), "SmolLM3ForCausalLM"),
 }  # fmt: skip
 for _type, (_parts, _cls) in LLAMA_FAMILY.items():
     MODELS[_type] = ((lambda p: lambda: Llama(LlamaConfig(**SMALL, **p)))(_parts), _cls)

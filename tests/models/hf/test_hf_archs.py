@@ -1,6 +1,6 @@
 """The Llama family's Hugging Face architectures (``attnlm.models.hf.llama_family``): for each
-of Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3 (text) and the mixtures of experts
-Qwen3-MoE and Mixtral, a small random model made by
+of Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3 (text), SmolLM3 (layers without positions)
+and the mixtures of experts Qwen3-MoE and Mixtral, a small random model made by
 ``transformers`` itself (float32, several layers so Gemma has local and global layers,
 grouped-query attention, a head width other than ``hidden / heads`` where the architecture
 has one, a sliding window shorter than the test sequence) loads into our Llama with the same
@@ -18,6 +18,7 @@ from attnlm.base.errors import ConfigError, InputError
 from attnlm.generate.loop import decode
 from attnlm.generate.sampling import SamplingConfig
 from attnlm.models import from_hf, save_hf
+from attnlm.models.llama import describe_parts
 
 transformers = pytest.importorskip("transformers", reason="the reference implementation")
 
@@ -52,6 +53,9 @@ def _configs() -> dict:
                                       moe_intermediate_size=24, norm_topk_prob=True),
         "mixtral": t.MixtralConfig(**COMMON, num_hidden_layers=2, num_local_experts=4,
                                    num_experts_per_tok=2, sliding_window=4),
+        # layers 1 and 3 without positions (NoPE; the default would leave only every fourth)
+        "smollm3": t.SmolLM3Config(**COMMON, num_hidden_layers=4, no_rope_layers=[1, 0, 1, 0],
+                                   tie_word_embeddings=False),
         "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
                                rope_parameters={"rope_type": "linear", "factor": 2.0,
                                                 "rope_theta": 1e4}),
@@ -61,7 +65,8 @@ def _configs() -> dict:
 CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
            "mistral": "MistralForCausalLM", "phi3": "Phi3ForCausalLM",
            "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
-           "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM"}  # fmt: skip
+           "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
+           "smollm3": "SmolLM3ForCausalLM"}  # fmt: skip
 #: our ``model.arch`` label of each model type (its name without ``_text`` / ``_``)
 LABELS = {t: t.removesuffix("_text").replace("_", "") for t in CLASSES}
 ARCHS = sorted(CLASSES)
@@ -202,6 +207,25 @@ def test_qwen3_moe_without_renormalised_weights_equals_transformers(tmp_path):
     assert float((ours(ids).logits.detach() - _hf_logits(hf, ids)).abs().max()) > 1e-3
 
 
+def test_smollm3s_default_layers_without_positions_equal_transformers(tmp_path):
+    """Without ``no_rope_layers`` every fourth layer has no positions (``transformers``'
+    default, the released SmolLM3's); rotating those layers too moves the logits."""
+    torch.manual_seed(0)
+    config = transformers.SmolLM3Config(**COMMON, num_hidden_layers=4)
+    hf = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():  # weights large enough that positions matter
+        for p in hf.parameters():
+            p.normal_(0.0, 0.15)
+    hf.save_pretrained(tmp_path)
+    ours = from_hf(tmp_path)
+    assert ours.config.nope_layers == (3,) and ours.config.tie_embeddings
+    assert "no positions in 1 of 4 layers (NoPE)" in describe_parts(ours.config)
+    ids = _ids(8)
+    _close(ours(ids).logits.detach(), _hf_logits(hf, ids))
+    ours.blocks[3].attn.nope = False  # the part matters: the logits move
+    assert float((ours(ids).logits.detach() - _hf_logits(hf, ids)).abs().max()) > 1e-3
+
+
 def _write_config(tmp_path, doc: dict) -> None:
     (tmp_path / "config.json").write_text(json.dumps(doc))
 
@@ -228,6 +252,10 @@ def _write_config(tmp_path, doc: dict) -> None:
           "hidden_activation": "gelu"}, "hidden_activation 'gelu'"),
         ({**COMMON, "model_type": "mistral", "num_hidden_layers": 1, "attention_bias": True},
          "attention_bias"),
+        ({**COMMON, "model_type": "smollm3", "num_hidden_layers": 4,
+          "no_rope_layers": [1, 1, 0]}, "no_rope_layers must give"),
+        ({**COMMON, "model_type": "smollm3", "num_hidden_layers": 4,
+          "no_rope_layer_interval": 0}, "no_rope_layer_interval"),
     ],
 )  # fmt: skip
 def test_unsupported_configs_are_refused_in_one_line(tmp_path, doc, message):
@@ -247,4 +275,6 @@ def test_a_config_the_architecture_cannot_hold_is_refused_on_save(tmp_path):
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="cannot be saved as LlamaForCausalLM"):
         save_hf(Llama(LlamaConfig(**plain, qk_norm=True)), tmp_path)
+    with pytest.raises(ConfigError, match="model.nope_layers"):  # only SmolLM3 has NoPE layers
+        save_hf(Llama(LlamaConfig(**plain, arch="qwen3", qk_norm=True, nope_layers=[1])), tmp_path)
     assert not (tmp_path / "config.json").exists()

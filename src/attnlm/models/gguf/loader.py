@@ -64,6 +64,7 @@ ARCHITECTURES = {
     "phi3": "attnlm.models.gguf.phi3",
     "gpt2": "attnlm.models.gguf.gpt2",
     "qwen3moe": "attnlm.models.gguf.qwen3moe",
+    "smollm3": "attnlm.models.gguf.smollm3",
 }
 _MOE = (
     "a mixture of experts of a kind attnlm's models do not have (shared experts, sigmoid "

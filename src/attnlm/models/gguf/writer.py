@@ -68,7 +68,9 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
 #: writes ``llama``, without a window)
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "qwen3moe": "qwen3moe",
-             "mixtral": "llama"}  # fmt: skip
+             "mixtral": "llama", "smollm3": "smollm3"}  # fmt: skip
+#: the GGUF architectures whose q and k rows are in llama.cpp's interleaved (NORM) rotary order
+PERMUTED = ("llama", "smollm3")
 
 
 def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
@@ -84,14 +86,14 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["expert_count"], meta["expert_used_count"] = c.n_expert, c.n_expert_used
         if arch != "llama":
             meta["expert_feed_forward_length"] = c.ffn_width
-    if arch in ("llama", "phi3"):
+    if arch in ("llama", "phi3", "smollm3"):
         meta["rope.dimension_count"] = hd
-    if arch == "llama":
+    if arch in PERMUTED:
         meta["vocab_size"] = c.vocab_size
     else:
         meta["attention.key_length"] = meta["attention.value_length"] = hd
     if c.rope_scaling:
-        if c.rope_scaling.get("rope_type") != "linear" or arch in ("llama", "phi3", "gemma2"):
+        if c.rope_scaling.get("rope_type") != "linear" or arch in (*PERMUTED, "phi3", "gemma2"):
             raise InputError(
                 f"model.rope_scaling {c.rope_scaling.get('rope_type')!r} cannot be exported to "
                 f"GGUF {arch} (not supported)"
@@ -123,7 +125,7 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
     arch = GGUF_ARCH[c.arch]
     n, kv, f = c.n_head * c.head_dim, c.n_kv_head * c.head_dim, c.ffn_width
     sd = model.state_dict()
-    permute = arch == "llama"  # llama.cpp's NORM rotary; every other architecture is NEOX
+    permute = arch in PERMUTED  # llama.cpp's NORM rotary; every other architecture is NEOX
     meta = _llama_meta(c, arch)
     t = {"token_embd.weight": sd["tok_emb.weight"], "output_norm.weight": sd["ln_f.weight"]}
     if not c.tie_embeddings:
@@ -292,7 +294,8 @@ def _same_config(config: Any, path: Path) -> None:
         * table["n_layer"]
     )
     scale = config.head_dim**-0.5
-    theirs_all = {**table, "layer_types": tuple(kinds),
+    nope = table.get("nope_layers")
+    theirs_all = {**table, "layer_types": tuple(kinds), "nope_layers": nope and tuple(nope),
                   "attn_scale": table.get("attn_scale") or scale}  # fmt: skip
     mine_all = {"layer_types": config.layer_kinds, "attn_scale": config.attn_scale or scale}
     for field in dataclasses.fields(config):

@@ -11,8 +11,8 @@
   :mod:`attnlm.models.transformer`), :mod:`.llama` (``LlamaForCausalLM`` <->
   :mod:`attnlm.models.llama`), and the Llama family's other members on one table
   (:mod:`.llama_family`, one adapter per ``model_type``: ``qwen2``, ``qwen3``, ``mistral``,
-  ``phi3``, ``gemma2``, ``gemma3_text``, and the mixtures of experts ``qwen3_moe`` and
-  ``mixtral``), each loading into a Llama with the parts its
+  ``phi3``, ``gemma2``, ``gemma3_text``, ``smollm3``, and the mixtures of experts ``qwen3_moe``
+  and ``mixtral``), each loading into a Llama with the parts its
   ``config.json`` names; a Llama is saved as the architecture of its ``model.arch``.
 
 Arrows run from the adapters to the models, never back: an adapter imports its model class and
@@ -55,6 +55,7 @@ ARCHITECTURES: dict[str, str] = {
             "gemma3_text",
             "qwen3_moe",
             "mixtral",
+            "smollm3",
         )
     },  # fmt: skip
 }

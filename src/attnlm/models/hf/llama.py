@@ -196,7 +196,7 @@ def save(model: Llama, path: str | Path, max_shard_size: int | None = None) -> N
         raise ConfigError(
             f"a Llama with {parts[0]} cannot be saved as LlamaForCausalLM (model.arch is "
             f"{model.config.arch!r}; the architectures that hold it: qwen2, qwen3, gemma2, "
-            "gemma3, phi3, mistral)"
+            "gemma3, phi3, mistral, smollm3, qwen3moe, mixtral)"
         )
     state = to_hf(layout(model.config), model.state_dict())
     write_hf_folder(path, config_to_hf(model.config), state, max_shard_size=max_shard_size)

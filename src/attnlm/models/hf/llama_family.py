@@ -1,7 +1,8 @@
 """The Hugging Face layouts of the Llama family's other members <-> our Llama
 (:mod:`attnlm.models.llama`) with its optional parts: ``Qwen2ForCausalLM``,
 ``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Phi3ForCausalLM``, ``Gemma2ForCausalLM``,
-``Gemma3ForCausalLM`` (text only), and the mixtures of experts ``Qwen3MoeForCausalLM`` and
+``Gemma3ForCausalLM`` (text only), ``SmolLM3ForCausalLM`` (every fourth layer without
+positions: ``no_rope_layers``), and the mixtures of experts ``Qwen3MoeForCausalLM`` and
 ``MixtralForCausalLM``. Each ``model_type`` has one :class:`Adapter` in
 :data:`ADAPTERS`, which calls :func:`load` / :func:`save` here with its row of :data:`ARCHS`.
 
@@ -45,7 +46,7 @@ class Arch:
     ``use_sliding_window``, ``max_window_layers`` or ``layer_types``; ``"types"``:
     ``layer_types`` or Gemma's pattern every ``pattern`` layers). ``gemma``: Gemma's parts
     (norms of ``1 + w``, post-norms, GeGLU, the embedding scale, ``query_pre_attn_scalar``,
-    soft-capping)."""
+    soft-capping). ``nope``: layers without positions (SmolLM3's ``no_rope_layers``)."""
 
     model_type: str
     cls: str
@@ -61,6 +62,8 @@ class Arch:
     # the layer ("" for a dense model); the experts' gate, up, down projections
     moe: str = ""  # "mlp" (Qwen3-MoE) or "block_sparse_moe" (Mixtral)
     experts: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+    nope: bool = False
+    tied: bool = False  # the config's default tie_word_embeddings (Gemma's: True)
 
 
 ARCHS = {
@@ -69,9 +72,11 @@ ARCHS = {
     "mistral": Arch("mistral", "MistralForCausalLM", "mistral"),
     "phi3": Arch("phi3", "Phi3ForCausalLM", "phi3", fused=True),
     "gemma2": Arch("gemma2", "Gemma2ForCausalLM", "gemma2", gemma=True, window="types",
-                   pattern=2),
+                   pattern=2, tied=True),
     "gemma3_text": Arch("gemma3_text", "Gemma3ForCausalLM", "gemma3", qk_norm=True, gemma=True,
-                        window="types", pattern=6, local_rope=True),
+                        window="types", pattern=6, local_rope=True, tied=True),
+    "smollm3": Arch("smollm3", "SmolLM3ForCausalLM", "smollm3", window="qwen", nope=True,
+                    tied=True),
     "qwen3_moe": Arch("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm=True,
                       window="qwen", moe="mlp"),
     "mixtral": Arch("mixtral", "MixtralForCausalLM", "mixtral", moe="block_sparse_moe",
@@ -181,7 +186,7 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
             block_size=int(hf.get("max_position_embeddings", 2048)), n_layer=n, n_head=heads,
             n_kv_head=int(hf.get("num_key_value_heads") or heads), n_embd=d, d_head=d_head,
             d_ff=int(hf["intermediate_size"]), rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-            tie_embeddings=bool(hf.get("tie_word_embeddings", arch.gemma)),
+            tie_embeddings=bool(hf.get("tie_word_embeddings", arch.tied)),
             dropout=float(hf.get("attention_dropout") or 0.0), bos_id=hf.get("bos_token_id"),
             eos_id=_first(hf.get("eos_token_id")), qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm,
             mlp_act=_activation(hf, arch, where),
@@ -189,6 +194,8 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
         )  # fmt: skip
         if arch.moe:
             fields.update(_experts(hf, arch, where))
+        if arch.nope:
+            fields["nope_layers"] = _nope(hf, n, where)
         if arch.fused:  # Phi-3's residual dropout (training only)
             fields["dropout"] = max(fields["dropout"], float(hf.get("resid_pdrop") or 0.0))
         if arch.gemma:
@@ -222,6 +229,21 @@ def _experts(hf: dict, arch: Arch, where: str) -> dict[str, Any]:
     return out
 
 
+def _nope(hf: dict, n_layer: int, where: str) -> tuple[int, ...] | None:
+    """SmolLM3's layers without positions: ``no_rope_layers`` (1: the layer rotates, 0: it
+    does not; at least one entry per layer), or else every ``no_rope_layer_interval``-th
+    layer (default 4); None where every layer rotates."""
+    flags = hf.get("no_rope_layers")
+    if flags is None:
+        step = hf.get("no_rope_layer_interval", 4)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise ConfigError(f"{where}: no_rope_layer_interval must be a positive integer")
+        flags = [int((i + 1) % step != 0) for i in range(n_layer)]
+    if not isinstance(flags, list) or len(flags) < n_layer or any(f not in (0, 1) for f in flags):
+        raise ConfigError(f"{where}: no_rope_layers must give 1 (rotary) or 0 (none) per layer")
+    return tuple(i for i in range(n_layer) if not flags[i]) or None
+
+
 def _cap(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -240,6 +262,8 @@ def _fits(config: LlamaConfig, arch: Arch) -> None:
         fixed.update(embed_scale=None, attn_scale=None, attn_softcap=None, final_softcap=None)
     if not arch.local_rope:
         fixed["rope_local_theta"] = None
+    if not arch.nope:
+        fixed["nope_layers"] = None
     for name, value in fixed.items():
         if getattr(c, name) != value:
             raise ConfigError(f"model.{name} = {getattr(c, name)!r} cannot be saved as "
@@ -299,6 +323,9 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
                    max_window_layers=sliding[0] if sliding else c.n_layer)  # fmt: skip
     if arch.model_type == "qwen3":
         out["attention_bias"] = False
+    if arch.nope:
+        out.update(no_rope_layers=[int(not c.nope(i)) for i in range(c.n_layer)],
+                   no_rope_layer_interval=4, attention_bias=False, mlp_bias=False)  # fmt: skip
     if arch.fused:
         out.update(original_max_position_embeddings=c.block_size, resid_pdrop=0.0,
                    embd_pdrop=0.0)  # fmt: skip
