@@ -1,8 +1,8 @@
 """Tracing a Llama with the family's optional parts (``attnlm.inspect.trace``): q/k norms,
 post-norms, GeGLU, sliding windows with a local rotary base, scaled and soft-capped scores,
-the embedding scale and the final soft-cap. The logits are bit-identical with and without a
-trace, every name is captured in the order of the pass, and the parts' points hold what the
-modules compute (checked by hand)."""
+the embedding scale, the final soft-cap and a layer without positions (NoPE). The logits are
+bit-identical with and without a trace, every name is captured in the order of the pass, and
+the parts' points hold what the modules compute (checked by hand)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ CONFIG = dict(vocab_size=37, block_size=32, n_layer=3, n_head=4, n_kv_head=2, n_
               arch="gemma3", d_head=6, qk_norm=True, sliding_window=3,
               layer_types=(SLIDE, FULL, SLIDE), rope_local_theta=100.0, embed_scale=4.0,
               post_norms=True, mlp_act="gelu_tanh", attn_scale=0.3, attn_softcap=2.0,
-              final_softcap=5.0, qkv_bias=True)  # fmt: skip
+              final_softcap=5.0, qkv_bias=True, nope_layers=(2,))  # fmt: skip
 
 
 def _model() -> Llama:
@@ -40,6 +40,26 @@ def test_logits_are_bit_identical_with_and_without_a_trace():
         assert torch.equal(trace(model, ids, names=names).logits, plain)
     identity = [hook("blocks.0.attn.hook_q", lambda t: t)]  # the explicit formula: same numbers
     assert torch.allclose(trace(model, ids, interventions=identity).logits, plain, atol=1e-5)
+
+
+@torch.inference_mode()
+def test_a_layer_without_positions_has_no_rotated_points():
+    """Layer 2 (NoPE) has q/k norms but no rotation: its scores are the normed q and k's."""
+    model, ids = _model(), _ids()
+    names = hook_names(model)
+    assert "blocks.0.attn.hook_rot_q" in names and "blocks.2.attn.hook_rot_q" not in names
+    p = "blocks.2.attn"
+    t = trace(model, ids, names=[f"{p}.q_norm.hook_normalized", f"{p}.k_norm.hook_normalized",
+                                 f"{p}.hook_attn_scores"])  # fmt: skip
+    q = t[f"{p}.q_norm.hook_normalized"] * model.blocks[2].attn.q_norm.weight  # (B, T, H, D)
+    k = t[f"{p}.k_norm.hook_normalized"] * model.blocks[2].attn.k_norm.weight  # (B, T, Hkv, D)
+    k = k.repeat_interleave(2, dim=2)  # each key head serves 2 query heads
+    raw = torch.einsum("bthd,bshd->bhts", q, k) * 0.3
+    capped = 2.0 * torch.tanh(raw / 2.0)
+    got = t[f"{p}.hook_attn_scores"]
+    i, j = torch.arange(9)[:, None], torch.arange(9)
+    seen = (j <= i) & (i - j < 3)  # causal, within the sliding layer's window of 3
+    assert torch.allclose(got[..., seen], capped[..., seen], atol=1e-5)
 
 
 @torch.inference_mode()
