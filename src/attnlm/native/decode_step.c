@@ -1348,15 +1348,16 @@ void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B,
 }
 
 /* The rotary table of M positions, cos and sin (M, D/2), as llama.cpp's CPU backend computes
- * it (rope without YaRN): pair i's angle is freq_scale (p theta^i), theta = base^(-2/D)
- * (powf), its powers taken one product at a time in float; cosf and sinf of it. */
+ * it (rope without YaRN): pair i's angle is freq_scale (p theta^i / factors[i]), theta =
+ * base^(-2/D) (powf), its powers taken one product at a time in float; cosf and sinf of it.
+ * factors (D/2,): Llama 3.1's frequency factors (a GGUF file's rope_freqs), NULL for none. */
 void attnlm_rope(const int64_t *pos, int64_t M, int64_t D, float base, float freq_scale,
-                 float *cos_t, float *sin_t) {
+                 const float *factors, float *cos_t, float *sin_t) {
     const float step = powf(base, -2.0f / (float)D);
     for (int64_t m = 0; m < M; m++) {
         float theta = (float)pos[m];
         for (int64_t i = 0; i < D / 2; i++) {
-            const float a = freq_scale * theta;
+            const float a = freq_scale * (factors ? theta / factors[i] : theta);
             cos_t[m * (D / 2) + i] = cosf(a);
             sin_t[m * (D / 2) + i] = sinf(a);
             theta *= step;

@@ -94,7 +94,9 @@ class EngineConfig:
     value rounded to float16 (with the products' activations quantized as llama.cpp's);
     ``n_expert`` (0: dense), ``n_expert_used``, ``moe_norm_topk``: a mixture of experts in
     every block (:attr:`BlockWeights.router`; the step's ``experts``: llama.cpp's routing);
-    ``nope_layers``: the layers whose q and k are not rotated (NoPE: SmolLM3)."""
+    ``nope_layers``: the layers whose q and k are not rotated (NoPE: SmolLM3);
+    ``rope_factors``: Llama 3.1's rotary scaling, pair ``i``'s angle divided by factor ``i`` in
+    the global layers' table (a GGUF file's ``rope_freqs``, as llama.cpp applies it)."""
 
     n_layer: int
     n_embd: int
@@ -125,6 +127,7 @@ class EngineConfig:
     n_expert_used: int = 0
     moe_norm_topk: bool = True
     nope_layers: tuple[int, ...] | None = None
+    rope_factors: tuple[float, ...] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -170,6 +173,10 @@ class Engine:
         self.lib = lib
         c = self.config
         self.rope_bases, tables = _rotary_tables(c)
+        factors = c.rope_factors
+        if factors is not None and len(factors) != c.head_dim // 2:
+            raise ValueError(f"rope_factors: {len(factors)} values for {c.head_dim // 2} pairs")
+        self._factors = None if factors is None else np.asarray(factors, np.float32)
         self.array = (structs.Block * c.n_layer)()
         for i, b in enumerate(self.blocks):
             apart = [x.describe() if x else structs.Linear() for x in (b.k, b.v, b.up)]
@@ -309,18 +316,21 @@ class Engine:
 
     def _rotations(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """cos and sin ``(tables, M, D/2)`` of the rows' positions (int64), as llama.cpp
-        computes its rotary table (``attnlm_rope``): each table's base and linear scaling."""
+        computes its rotary table (``attnlm_rope``): each table's base and linear scaling,
+        and the first table's frequency factors where the model has them."""
         c, m = self.config, len(positions)
         cos = np.empty((len(self.rope_bases), m, c.head_dim // 2), np.float32)
         sin = np.empty_like(cos)
         for i, (base, scale) in enumerate(self.rope_bases):
             ptrs = [ctypes.c_void_p(_ptr(a)) for a in (positions, cos[i], sin[i])]
+            factors = self._factors if i == 0 and self._factors is not None else None
             self.lib.attnlm_rope(
                 ptrs[0],
                 ctypes.c_int64(m),
                 ctypes.c_int64(c.head_dim),
                 ctypes.c_float(base),
                 ctypes.c_float(scale),
+                ctypes.c_void_p(None if factors is None else _ptr(factors)),
                 *ptrs[1:],
             )
         return cos, sin

@@ -49,6 +49,7 @@ import numpy as np
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe, smollm3
+from attnlm.models.gguf.common import ROPE_FREQS
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
@@ -133,7 +134,8 @@ def _table(header: GGUFFile) -> dict[str, Any] | None:
     # a file its own adapter refuses is refused here, in the same line (the PyTorch path would
     # refuse it too): it never reaches the step
     table = adapter.config_table(header)
-    if table.get("rope_scaling", {"rope_type": "linear"})["rope_type"] != "linear":
+    # a linear scaling, or Llama 3.1's: the file's rope_freqs factors, as llama.cpp takes them
+    if table.get("rope_scaling", {"rope_type": "linear"})["rope_type"] not in ("linear", "llama3"):
         return None
     return table if set(table) <= _STEP_KEYS else None
 
@@ -173,12 +175,16 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     for key in ("layer_types", "nope_layers"):
         if key in named:
             named[key] = tuple(named[key])
+    scaling = table.get("rope_scaling") or {}
+    if scaling.get("rope_type") == "llama3":  # the file's own factors (checked by the adapter)
+        named["rope_factors"] = tuple(np.frombuffer(header.raw(ROPE_FREQS), np.float32).tolist())
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],
         table["tie_embeddings"], turn, table.get("qkv_bias", False),
         table.get("qk_norm", False), table.get("d_head"),
-        rope_linear=table.get("rope_scaling", {}).get("factor"), **named,
+        rope_linear=scaling.get("factor") if scaling.get("rope_type") == "linear" else None,
+        **named,
         gelu_table=fmt == AS_STORED and _activations() != structs.ACT_FLOAT,
     )  # fmt: skip
     if config.head_dim % 2 or config.n_embd % GROUP or config.n_head % config.n_kv_head:

@@ -133,6 +133,9 @@ EXPECTED = {
     "mixtral": {"arch": "mixtral", "n_expert": 4, "n_expert_used": 2, "d_ff": 256,
                 "moe_norm_topk": True, "tie_embeddings": False, "rope_theta": 1e6},
     "smollm3": {"arch": "smollm3", "nope_layers": [3], "tie_embeddings": True, "n_layer": 4},
+    "llama3": {"arch": None, "rope_theta": 10000.0,
+               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
 }  # fmt: skip
 
 
@@ -147,6 +150,41 @@ def test_smollm3s_fourth_layer_has_no_positions_as_in_llama_cpp():
     with torch.no_grad():
         rotated = model(torch.tensor([rec["prompt"]])).logits[0].numpy()
     assert _rel(rotated, twin) > 1e-2, _rel(rotated, twin)
+
+
+def test_llama3_factors_are_hugging_faces_scaled_frequencies():
+    """The converter's factors (``llama3_factors``, what ``rope_freqs`` holds) divide the plain
+    frequencies into Llama 3.1's scaled ones as ``transformers`` computes them
+    (``attnlm.nn.positional.llama3_frequencies``, Hugging Face's formula): two formulas, one
+    result. The fixture's file holds them."""
+    from attnlm.models.gguf.common import ROPE_FREQS, llama3_factors
+    from attnlm.nn.positional import llama3_frequencies
+
+    scaling = EXPECTED["llama3"]["rope_scaling"]
+    keys = {k: v for k, v in scaling.items() if k != "rope_type"}
+    inv = 1.0 / (1e4 ** (torch.arange(0, 64, 2, dtype=torch.float64) / 64))
+    factors = llama3_factors(1e4, 64, scaling)
+    want = llama3_frequencies(inv, **keys)
+    assert torch.allclose(inv / torch.from_numpy(factors).double(), want, rtol=1e-6)
+    assert sorted({float(f) for f in factors})[0] == 1.0 and factors.max() == 8.0
+    assert 1.0 < factors[3] < 8.0  # a pair in the band between
+    header = GGUFFile(HERE / "llama3-Q8_0.gguf")
+    stored = np.frombuffer(header.raw(ROPE_FREQS), np.float32)
+    np.testing.assert_allclose(stored, factors, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("at", "value"), [(3, 2.5), (0, 0.0), (5, float("nan"))])
+def test_factors_of_no_llama3_scaling_are_refused_in_one_line(tmp_path, at, value):
+    from attnlm.models.gguf.common import ROPE_FREQS
+
+    raw = bytearray((HERE / "llama3-Q8_0.gguf").read_bytes())
+    info = GGUFFile(HERE / "llama3-Q8_0.gguf").tensors[ROPE_FREQS]
+    raw[info.offset + 4 * at : info.offset + 4 * at + 4] = np.float32(value).tobytes()
+    path = tmp_path / "edited.gguf"
+    path.write_bytes(bytes(raw))
+    with pytest.raises(InputError, match="rope_freqs.weight' holds rotary frequency factors") as e:
+        load(path)
+    assert "\n" not in str(e.value) and str(path) in str(e.value)
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED))

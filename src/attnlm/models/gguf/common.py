@@ -133,11 +133,13 @@ def head_width(meta: Meta, n_embd: int, n_head: int, free: bool) -> int:
     return d
 
 
-def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] = ()) -> dict:
+def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] = (),
+               factors: bool = False) -> dict:  # fmt: skip
     """The ``[model]`` table of our Llama every member shares: widths, heads (``d_head`` where
     it is not ``n_embd / n_head``), norms' epsilon, rotary base (absent: 10000, llama.cpp's
     default), context, vocabulary, tied head (no ``output.weight``), BOS / EOS, and the rotary
-    scaling (``none``, or one of ``scalings``: ``linear`` with ``rope.scaling.factor``)."""
+    scaling (``none``, or one of ``scalings``: ``linear`` with ``rope.scaling.factor``; with
+    ``factors``, Llama 3.1's from a :data:`ROPE_FREQS` tensor, :func:`llama3_scaling`)."""
     header, path = meta.header, meta.path
     n_embd, n_head = meta.int("embedding_length"), meta.int("attention.head_count")
     d = head_width(meta, n_embd, n_head, free_head)
@@ -181,13 +183,70 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
         raise InputError(
             f"{path}: {meta.full('rope.scaling.type')} {scaling!r} is not supported ({supported})"
         )
+    if factors and ROPE_FREQS in header.tensors and scaling == "none":
+        table["rope_scaling"] = llama3_scaling(header, table["rope_theta"], d)
     for name in header.tensors:
+        if factors and name == ROPE_FREQS:
+            continue
         if name.startswith("rope_freqs") or ".rope_freqs" in name or "rope_factors" in name:
             raise InputError(
                 f"{path}: tensor {name!r} (rotary frequency factors: Llama 3.1 or longrope "
                 "scaling) is not supported"
             )
     return table
+
+
+#: Llama 3.1's rotary frequency factors, one per rotary pair: llama.cpp's converter writes them
+#: for a source model with ``rope_scaling = {"rope_type": "llama3", ...}``, and no key
+ROPE_FREQS = "rope_freqs.weight"
+#: the original contexts and (low, high) frequency factors :func:`llama3_scaling` tries
+_LLAMA3_CONTEXTS = (8192, *(2**k for k in range(4, 22) if 2**k != 8192))
+_LLAMA3_BANDS = ((1.0, 4.0), (1.0, 2.0), (1.0, 8.0), (2.0, 4.0), (2.0, 8.0), (0.5, 4.0))
+
+
+def llama3_factors(theta: float, d: int, scaling: dict[str, Any]) -> np.ndarray:
+    """``(D/2,)`` float32: the ``rope_freqs`` factors llama.cpp's converter writes for Llama
+    3.1's scaling ``scaling`` (:data:`attnlm.nn.positional.ROPE_SCALING_KEYS`), in float32 as
+    it computes them. llama.cpp divides pair ``i``'s angle by factor ``i``: 1 for wavelengths
+    below ``N / high_freq_factor``, ``factor`` above ``N / low_freq_factor``, and
+    ``1 / ((1 - s) / factor + s)`` between, ``s = (N / wavelength - low) / (high - low)``."""
+    f32 = np.float32
+    factor, low = f32(scaling["factor"]), f32(scaling["low_freq_factor"])
+    high, n = f32(scaling["high_freq_factor"]), f32(scaling["original_max_position_embeddings"])
+    freqs = f32(1.0) / (f32(theta) ** (np.arange(0, d, 2, dtype=f32) / f32(d)))
+    wavelen = f32(2 * math.pi) / freqs
+    smooth = (n / wavelen - low) / (high - low)
+    between = f32(1.0) / ((f32(1.0) - smooth) / factor + smooth)
+    out = np.where(wavelen < n / high, f32(1.0), np.where(wavelen > n / low, factor, between))
+    return out.astype(f32)
+
+
+def llama3_scaling(header: GGUFFile, theta: float, d: int) -> dict[str, Any]:
+    """The ``rope_scaling`` of a file's :data:`ROPE_FREQS` tensor: the Llama 3.1 scaling whose
+    factors (:func:`llama3_factors`) it holds, its ``factor`` the largest, the original
+    context and band tried from common values; InputError (one line) for a tensor of another
+    type or shape, or factors of no such scaling (nothing is guessed: every factor must
+    match within float32 rounding)."""
+    info, path = header.tensors[ROPE_FREQS], header.path
+    if info.type_name != "F32" or tuple(info.shape) != (d // 2,):
+        raise InputError(
+            f"{path}: tensor {ROPE_FREQS!r} must be F32 with {d // 2} values (one per rotary "
+            f"pair), got {info.type_name} {list(info.shape)}"
+        )
+    factors = np.frombuffer(header.raw(info), dtype=np.float32)
+    factor = float(factors.max()) if np.isfinite(factors).all() else math.nan
+    if factor >= 1.0:
+        for n in _LLAMA3_CONTEXTS:
+            for low, high in _LLAMA3_BANDS:
+                scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                           "high_freq_factor": high,
+                           "original_max_position_embeddings": n}  # fmt: skip
+                if np.allclose(factors, llama3_factors(theta, d, scaling), rtol=1e-5, atol=0):
+                    return scaling
+    raise InputError(
+        f"{path}: tensor {ROPE_FREQS!r} holds rotary frequency factors of no Llama 3.1 scaling "
+        "(other factors, such as longrope's, are not supported)"
+    )
 
 
 #: the keys of a mixture of experts (:func:`moe_fields`)
@@ -247,6 +306,8 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
     q, kv = config.n_head * d, config.n_kv_head * d
     out = [Part("token_embd.weight", "tok_emb.weight", shape=(v, c)),
            Part("output_norm.weight", "ln_f.weight", shape=(c,))]  # fmt: skip
+    if ROPE_FREQS in header.tensors:  # (base_table read it, or refused the file)
+        out.append(Part(ROPE_FREQS, "", shape=(d // 2,)))
     if not config.tie_embeddings:
         out.append(Part("output.weight", "lm_head.weight", shape=(v, c)))
     for i in range(config.n_layer):

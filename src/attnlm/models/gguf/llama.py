@@ -19,8 +19,10 @@ no ``output.weight`` tensor                ``tie_embeddings``
 
 ``rope.dimension_count``, ``attention.key_length`` and ``attention.value_length`` must equal
 the head width; a rotary scaling other than ``none``, a sliding window or any other
-``llama.`` key are refused naming the key (nothing is guessed). Llama 3.1's frequency scaling is
-stored as a ``rope_freqs`` tensor without its parameters, so it is refused too.
+``llama.`` key are refused naming the key (nothing is guessed). Llama 3.1's frequency scaling
+(Llama 3.1, 3.2, 3.3) is stored as a ``rope_freqs`` tensor of one factor per rotary pair,
+without its parameters: the scaling whose factors it holds, every one within float32
+rounding, becomes ``rope_scaling`` (:func:`~.common.llama3_scaling`); other factors are refused.
 
 The readers are shared with the other members of the family (:mod:`.common`); this
 architecture keeps the head width ``n_embd / n_head`` (the C engine reads these files).
@@ -68,7 +70,7 @@ def vocab_size(header: GGUFFile, arch: str = ARCH) -> int:
 def config_table(header: GGUFFile) -> dict[str, Any]:
     """The ``[model]`` table of our Llama for this file."""
     meta = Meta(header, ARCH, READ)
-    table = base_table(meta, free_head=False)
+    table = base_table(meta, free_head=False, factors=True)
     del table["arch"]  # the default: a plain Llama's table stays as it was
     experts = moe_fields(meta, table)
     if experts:  # Mixtral: llama's layers with a mixture of experts

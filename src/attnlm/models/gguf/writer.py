@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from attnlm.base.errors import InputError
+from attnlm.models.gguf.common import ROPE_FREQS, llama3_factors
 from attnlm.models.gguf.parts import permute_rows
 from attnlm.quant.blocks import GROUP, quantize_q4_0, quantize_q8_0
 
@@ -92,7 +93,9 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["vocab_size"] = c.vocab_size
     else:
         meta["attention.key_length"] = meta["attention.value_length"] = hd
-    if c.rope_scaling:
+    if _llama3(c, arch):  # its factors are a tensor (_llama), with no key
+        pass
+    elif c.rope_scaling:
         if c.rope_scaling.get("rope_type") != "linear" or arch in (*PERMUTED, "phi3", "gemma2"):
             raise InputError(
                 f"model.rope_scaling {c.rope_scaling.get('rope_type')!r} cannot be exported to "
@@ -117,6 +120,12 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
     return meta
 
 
+def _llama3(c: Any, arch: str) -> bool:
+    """Whether ``c`` has Llama 3.1's rotary scaling in a ``llama`` file: llama.cpp's converter
+    writes it as the :data:`~.common.ROPE_FREQS` tensor (:func:`~.common.llama3_factors`)."""
+    return arch == "llama" and (c.rope_scaling or {}).get("rope_type") == "llama3"
+
+
 def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
     """A Llama-family model -> its GGUF architecture, keys and tensors; the written file is
     read back and must give the same config (:func:`export_gguf`), so a part the architecture
@@ -130,6 +139,9 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
     t = {"token_embd.weight": sd["tok_emb.weight"], "output_norm.weight": sd["ln_f.weight"]}
     if not c.tie_embeddings:
         t["output.weight"] = sd["lm_head.weight"]
+    if _llama3(c, arch):
+        factors = llama3_factors(c.rope_theta, c.head_dim, c.rope_scaling)
+        t[ROPE_FREQS] = torch.from_numpy(factors)
     for i in range(c.n_layer):
         b, o = f"blk.{i}.", f"blocks.{i}."
         qkv = sd[o + "attn.qkv_proj.weight"]
