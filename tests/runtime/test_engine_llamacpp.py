@@ -70,8 +70,9 @@ CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]
 #: 270M's attention shape (4 query heads of width 256 per key/value head), which the C engine
 #: attends with its own kernel (attend4_256)
 CASES += [("gemma3-linear", "Q8_0"), ("gemma3-gqa4", "Q8_0")]
-#: Llama 3.1's rotary scaling: the file's rope_freqs factors divide the angles as in llama.cpp
-CASES += [("llama3", "Q8_0")]
+#: Llama 3.1's rotary scaling: the file's rope_freqs factors divide the angles as in llama.cpp;
+#: Mistral Nemo's head width in a llama file (attention.key_length 128, n_embd / n_head 64)
+CASES += [("llama3", "Q8_0"), ("mistral-nemo", "Q8_0")]
 #: the 2- and 3-bit K-quants and the non-linear 4-bit types, on two architectures
 CASES += [
     (arch, kind) for arch in ("llama", "qwen2") for kind in ("Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")

@@ -133,6 +133,7 @@ EXPECTED = {
     "mixtral": {"arch": "mixtral", "n_expert": 4, "n_expert_used": 2, "d_ff": 256,
                 "moe_norm_topk": True, "tie_embeddings": False, "rope_theta": 1e6},
     "smollm3": {"arch": "smollm3", "nope_layers": [3], "tie_embeddings": True, "n_layer": 4},
+    "mistral-nemo": {"arch": None, "d_head": 128, "n_head": 4, "n_embd": 256},
     "llama3": {"arch": None, "rope_theta": 10000.0,
                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},

@@ -27,7 +27,8 @@ ARCHS = sorted(DOC["archs"])
 WRITTEN = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
            "mixtral": "llama", "qwen3moe": "qwen3moe", "smollm3": "smollm3",
            "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3",
-           "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3", "llama3": "llama"}  # fmt: skip
+           "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3", "llama3": "llama",
+           "mistral-nemo": "llama"}  # fmt: skip
 
 
 def _export(tmp_path, arch):

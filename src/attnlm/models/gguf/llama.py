@@ -24,8 +24,9 @@ the head width; a rotary scaling other than ``none``, a sliding window or any ot
 without its parameters: the scaling whose factors it holds, every one within float32
 rounding, becomes ``rope_scaling`` (:func:`~.common.llama3_scaling`); other factors are refused.
 
-The readers are shared with the other members of the family (:mod:`.common`); this
-architecture keeps the head width ``n_embd / n_head`` (the C engine reads these files).
+The readers are shared with the other members of the family (:mod:`.common`). The head width
+is ``attention.key_length`` where the file has it (Mistral Nemo and Mistral Small 3: 128 with
+``n_embd / n_head`` = 160), else ``n_embd / n_head``.
 
 Tensors: ``token_embd``, ``blk.N.attn_norm``, ``blk.N.attn_q/k/v`` (fused into our
 ``qkv_proj``; q and k rows back from llama.cpp's interleaved rotary order, see
@@ -70,7 +71,7 @@ def vocab_size(header: GGUFFile, arch: str = ARCH) -> int:
 def config_table(header: GGUFFile) -> dict[str, Any]:
     """The ``[model]`` table of our Llama for this file."""
     meta = Meta(header, ARCH, READ)
-    table = base_table(meta, free_head=False, factors=True)
+    table = base_table(meta, factors=True)
     del table["arch"]  # the default: a plain Llama's table stays as it was
     experts = moe_fields(meta, table)
     if experts:  # Mixtral: llama's layers with a mixture of experts

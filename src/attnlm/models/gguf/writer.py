@@ -91,7 +91,7 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["rope.dimension_count"] = hd
     if arch in PERMUTED:
         meta["vocab_size"] = c.vocab_size
-    else:
+    if arch not in PERMUTED or hd * c.n_head != c.n_embd:  # (Mistral Nemo: a head of its own)
         meta["attention.key_length"] = meta["attention.value_length"] = hd
     if _llama3(c, arch):  # its factors are a tensor (_llama), with no key
         pass
