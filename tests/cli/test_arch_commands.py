@@ -1,5 +1,6 @@
-"""Every command on every architecture of issue 44, through the CLI, on the tiny llama.cpp
-fixtures of ``tests/fixtures/gguf_arch`` (Q8_0): ``generate`` (greedy text = the library's
+"""Every command on every architecture of issue 44 (and SmolLM3, Llama 3.1's rotary scaling,
+Mistral Nemo's head width), through the CLI, on the tiny llama.cpp fixtures of
+``tests/fixtures/gguf_arch`` (Q8_0): ``generate`` (greedy text = the library's
 greedy decode of the same file), ``eval`` (= the loss computed here from the model's logits,
 the BOS first where the tokenizer adds one), ``params``, ``lens`` (last row = the model's own
 prediction), ``attention`` (local / global layers), ``chat`` with Qwen's template and its
@@ -36,10 +37,13 @@ QWEN_TEMPLATE = (
     / "real_models"
     / ("qwen2.5-coder-0.5b-instruct.chat_template.jinja")
 )
-ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
-# llama.cpp writes Mistral as a "llama" file without its window: it loads as Llama
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "smollm3", "llama3",
+         "mistral-nemo")  # fmt: skip
+# llama.cpp writes Mistral as a "llama" file without its window: it loads as Llama (so do
+# Llama 3.1's scaling, llama3, and Mistral Nemo's head width)
 LABEL = {"llama": "Llama", "mistral": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3",
-         "phi3": "Phi-3", "gemma2": "Gemma 2", "gemma3": "Gemma 3"}  # fmt: skip
+         "phi3": "Phi-3", "gemma2": "Gemma 2", "gemma3": "Gemma 3", "smollm3": "SmolLM3",
+         "llama3": "Llama", "mistral-nemo": "Llama"}  # fmt: skip
 PROMPT = "The quick brown"
 TEXT = (
     "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun.\n"
@@ -118,6 +122,12 @@ def test_generate_eval_params_lens_attention(arch, loaded, tmp_path, capsys):
     assert LABEL[arch] in first and f"L={cfg.n_layer}" in first
     if cfg.sliding_window:
         assert f"sliding window {cfg.sliding_window}" in first
+    if cfg.nope_layers:  # SmolLM3's fourth layer
+        assert f"no positions in {len(cfg.nope_layers)} of {cfg.n_layer} layers (NoPE)" in first
+    if cfg.rope_scaling:  # Llama 3.1's, from the file's rope_freqs
+        assert f"rope scaling {cfg.rope_scaling['rope_type']}" in first
+    if cfg.d_head and cfg.d_head * cfg.n_head != cfg.n_embd:  # Qwen3's, Mistral Nemo's heads
+        assert f"d_head={cfg.d_head}" in first
 
     # lens: the last layer's best token at each position is the model's own argmax
     lens = json.loads(run_cli(capsys, "lens", "--model", m, PROMPT, "--json"))

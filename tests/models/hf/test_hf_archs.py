@@ -58,7 +58,8 @@ def _configs() -> dict:
                                    tie_word_embeddings=False),
         "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
                                rope_parameters={"rope_type": "linear", "factor": 2.0,
-                                                "rope_theta": 1e4}),
+                                                "rope_theta": 1e4},
+                               head_dim=12),  # Mistral Nemo's layout: heads of their own width
     }  # fmt: skip
 
 
@@ -252,6 +253,8 @@ def _write_config(tmp_path, doc: dict) -> None:
           "hidden_activation": "gelu"}, "hidden_activation 'gelu'"),
         ({**COMMON, "model_type": "mistral", "num_hidden_layers": 1, "attention_bias": True},
          "attention_bias"),
+        ({**COMMON, "model_type": "llama", "num_hidden_layers": 1, "head_dim": "wide"},
+         "head_dim must be a positive integer"),
         ({**COMMON, "model_type": "smollm3", "num_hidden_layers": 4,
           "no_rope_layers": [1, 1, 0]}, "no_rope_layers must give"),
         ({**COMMON, "model_type": "smollm3", "num_hidden_layers": 4,

@@ -42,11 +42,11 @@ BUFFERS = ("*rotary_emb.inv_freq",)  # stored by some old checkpoints; recompute
 
 def block(config: LlamaConfig) -> list[Rule]:
     """One layer: ours ``blocks.{i}.*``, theirs ``model.layers.{i}.*``."""
-    c, kv = config.n_embd, config.n_kv_head * config.head_dim
+    q, kv = config.n_head * config.head_dim, config.n_kv_head * config.head_dim
     qkv = tuple(f"self_attn.{p}_proj" for p in "qkv")
     return [
         Rule("ln_1", "input_layernorm", WEIGHT),
-        Rule("attn.qkv_proj", qkv, WEIGHT, sizes=(c, kv, kv)),  # (C + 2 C_kv, C)
+        Rule("attn.qkv_proj", qkv, WEIGHT, sizes=(q, kv, kv)),  # (H D + 2 C_kv, C)
         Rule("attn.out_proj", "self_attn.o_proj", WEIGHT),
         Rule("ln_2", "post_attention_layernorm", WEIGHT),
         Rule("mlp.fc", ("mlp.gate_proj", "mlp.up_proj"), WEIGHT),  # (2F, C)
@@ -96,9 +96,10 @@ def _rope(hf: dict, where: str) -> tuple[float, dict[str, Any] | None]:
 
 
 def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
-    """The fields of our ``LlamaConfig`` from a Llama ``config.json`` dict; what our Llama
-    does not implement (biases, another activation, a head width that is not
-    ``hidden_size / num_attention_heads``, other rotary scalings) is a ConfigError."""
+    """The fields of our ``LlamaConfig`` from a Llama ``config.json`` dict (``head_dim``, where
+    it is not ``hidden_size / num_attention_heads``, is ``d_head``: Mistral Nemo's layout in a
+    Llama); what our Llama does not implement (biases, another activation, other rotary
+    scalings) is a ConfigError."""
     if hf.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, expected 'llama'")
     for key in ("attention_bias", "mlp_bias"):
@@ -108,11 +109,10 @@ def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
         raise ConfigError(f"{where}: hidden_act {hf['hidden_act']!r} is not supported (silu)")
     try:
         d, heads = int(hf["hidden_size"]), int(hf["num_attention_heads"])
-        if hf.get("head_dim") not in (None, d // heads):
-            raise ConfigError(
-                f"{where}: head_dim {hf['head_dim']} differs from hidden_size / "
-                f"num_attention_heads = {d // heads} (not supported)"
-            )
+        head_dim = hf.get("head_dim")
+        if head_dim is not None and (type(head_dim) is not int or head_dim < 1):
+            raise ConfigError(f"{where}: head_dim must be a positive integer, got {head_dim!r}")
+        plain = head_dim is None or (d % heads == 0 and int(head_dim) == d // heads)
         theta, scaling = _rope(hf, where)
         return dict(
             vocab_size=int(hf["vocab_size"]),
@@ -121,6 +121,7 @@ def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
             n_head=heads,
             n_kv_head=int(hf.get("num_key_value_heads") or heads),
             n_embd=d,
+            d_head=None if plain else int(head_dim),
             d_ff=int(hf["intermediate_size"]),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             rope_theta=theta,
@@ -191,7 +192,8 @@ def save(model: Llama, path: str | Path, max_shard_size: int | None = None) -> N
     the weights are sharded with an index file when larger."""
     from attnlm.models.llama import describe_parts
 
-    parts = [p for p in describe_parts(model.config) if not p.startswith("rope scaling")]
+    held = ("rope scaling", "d_head=")  # Llama's own rotary scalings and head_dim
+    parts = [p for p in describe_parts(model.config) if not p.startswith(held)]
     if parts:
         raise ConfigError(
             f"a Llama with {parts[0]} cannot be saved as LlamaForCausalLM (model.arch is "
