@@ -319,7 +319,7 @@ def test_config_defaults_and_errors(tmp_path):
     for change, message in [
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"attention_bias": True}, "attention_bias"),
-        ({"head_dim": 16}, "head_dim"),
+        ({"head_dim": 0}, "head_dim must be a positive integer"),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "yarn"),
         ({"model_type": "gpt2"}, "expected 'llama'"),
     ]:
@@ -327,5 +327,9 @@ def test_config_defaults_and_errors(tmp_path):
         with pytest.raises(ConfigError, match=message):
             hf_llama.load(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**base, "num_key_value_heads": 4}))
+    with pytest.raises(InputError, match="shape"):
+        hf_llama.load(tmp_path)
+    # a head width of its own is read (d_head): weights of the other width do not fit it
+    (tmp_path / "config.json").write_text(json.dumps({**base, "head_dim": 16}))
     with pytest.raises(InputError, match="shape"):
         hf_llama.load(tmp_path)
