@@ -89,6 +89,28 @@ def test_attribution_adds_up_to_the_logit_and_each_head_by_hand(family):
     assert out["heads"][1][2] == pytest.approx(float((r / scale) @ w_u), abs=1e-4)
 
 
+@torch.no_grad()
+def test_granites_scales_in_the_trace_and_the_attribution():
+    """Residual and logit scales (Granite): the trace gives the model's logits, the
+    attention's write (``hook_attn_out``) is the scaled output, and the attribution's parts
+    still add up to the logit."""
+    model, tok = tiny_model("llama")
+    for block in model.blocks:
+        block.residual_scale = 0.5
+    model.logit_scale = 3.0
+    ids = torch.tensor([tok.encode(CLEAN)])
+    t = trace(model, ids)
+    assert torch.equal(t.logits, model(ids).logits)
+    mid, pre = t["blocks.0.hook_resid_mid"], t["blocks.0.hook_resid_pre"]
+    assert torch.allclose(t["blocks.0.hook_attn_out"], mid - pre, atol=1e-6)
+    out = attribution(model, tok, CLEAN, " jumps")
+    assert out["total"] == pytest.approx(out["logit"], abs=1e-4)
+    model.logit_scale = None  # the scale matters: the logit was a third
+    assert float(model(ids).logits[0, -1, out["answer_token"]]) == pytest.approx(
+        3 * out["logit"], abs=1e-4
+    )
+
+
 def test_induction_scores_by_hand():
     model, _ = tiny_model("llama")
     out = head_scores(model, "induction", length=6, batch=3, seed=5)

@@ -1,7 +1,7 @@
 """The Llama family's optional parts (``attnlm.models.llama``), each against a hand computation:
 the sliding window's band, the score's scale and soft-cap, the final soft-cap, the embedding
 scale, linear rotary scaling, the head width, q/k norms, post-norms, GeGLU and layers without
-positions (NoPE); a model with every
+positions (NoPE), Granite's residual and logit scales; a model with every
 part decodes through the KV cache (dynamic, static, fixed), left-padded, and through
 ``attnlm.generate`` with the logits of its full forward; the defaults build today's Llama; bad
 values are refused in one line naming the field; the C step refuses what it does not compute."""
@@ -167,6 +167,40 @@ def test_a_nope_layer_ignores_the_rotation_it_is_handed():
     assert torch.equal(y, plain) and not torch.allclose(turned, unturned, atol=1e-4)
 
 
+@torch.no_grad()
+def test_residual_and_logit_scales_by_hand():
+    """Granite's parts: ``x + r · attn(LN₁(x))``, ``x + r · mlp(LN₂(x))``, logits / s."""
+    m = _random(Llama(LlamaConfig(**{**BASE, "n_layer": 1}, residual_scale=0.25,
+                                  logit_scale=4.0)))  # fmt: skip
+    x = torch.randn(1, 5, 16)
+    block = m.blocks[0]
+    got, _, _ = block(x, is_causal=True)
+    h = x + 0.25 * block.attn(block.ln_1(x), is_causal=True)[0]
+    assert torch.allclose(got, h + 0.25 * block.mlp(block.ln_2(h)), atol=1e-6)
+    ids = _ids(1, 5)
+    hidden = m(ids, return_hidden=True).hidden_states[-1]
+    want = m.lm_head(m.ln_f(hidden)) / 4.0
+    assert torch.allclose(m(ids).logits, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@torch.no_grad()
+def test_the_flat_step_computes_granites_scales(static):
+    from attnlm.runtime.eager import flat_step, flat_step_applies
+
+    torch.manual_seed(0)
+    m = _random(Llama(LlamaConfig(**BASE, residual_scale=0.5, logit_scale=3.0, embed_scale=2.0,
+                                  attn_scale=0.2)))  # fmt: skip
+    ids = _ids(2, 8)
+    full = m(ids).logits
+    state = m.new_state(max_len=16) if static else m.new_state()
+    steps = [m(ids[:, :2], cache=state).logits]
+    for t in range(2, 8):
+        assert flat_step_applies(m, ids[:, t : t + 1], state)
+        steps.append(flat_step(m, ids[:, t : t + 1], state))
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+
+
 def test_sliding_layers_attend_within_their_window():
     m = _every()
     ids = _ids(1, 8)
@@ -277,7 +311,8 @@ def test_defaults_build_todays_llama():
      (dict(rope_scaling={"rope_type": "linear", "factor": 0}), "model.rope_scaling.factor"),
      (dict(embed_scale=math.nan), "model.embed_scale"),
      (dict(nope_layers=(4,)), "model.nope_layers"), (dict(nope_layers=(1, 1)), "model.nope"),
-     (dict(nope_layers="3"), "model.nope_layers"), (dict(nope_layers=(True,)), "model.nope")],
+     (dict(nope_layers="3"), "model.nope_layers"), (dict(nope_layers=(True,)), "model.nope"),
+     (dict(residual_scale=0.0), "model.residual_scale"), (dict(logit_scale=-1.0), "model.logit")],
 )  # fmt: skip
 def test_bad_values_are_refused_naming_the_field(over, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as e:
@@ -290,7 +325,8 @@ def test_bad_values_are_refused_naming_the_field(over, field):
     [(dict(sliding_window=4), "sliding-window"), (dict(qk_norm=True), "q/k norms"),
      (dict(post_norms=True), "post-norms"), (dict(mlp_act="gelu_tanh"), "GELU-gated"),
      (dict(attn_softcap=3.0), "soft-capping"), (dict(final_softcap=3.0), "soft-capping"),
-     (dict(embed_scale=2.0), "embedding scale"), (dict(d_head=6), "head width")],
+     (dict(embed_scale=2.0), "embedding scale"), (dict(d_head=6), "head width"),
+     (dict(residual_scale=0.5), "residual scale"), (dict(logit_scale=2.0), "logit scale")],
 )  # fmt: skip
 def test_the_c_step_refuses_the_parts_the_flat_step_computes_them(over, phrase):
     from attnlm.runtime.cstep import why_not_supported

@@ -154,24 +154,30 @@ def attribution(model: Any, tok: Any, text: str, answer: str) -> dict:
     direction = _unembed(model, a)  # (C,): the norm's weight times the answer's row of W_U
     rms = isinstance(model.ln_f, torch.nn.RMSNorm)
     scale = t["ln_final.hook_scale"][0, -1].double()  # (1,)
+    divisor = getattr(model, "logit_scale", None) or 1.0  # Granite's logits_scaling
 
     def through(x: Tensor) -> Tensor:  # (..., C) at the last position -> logit contribution
         x = x.double()
         if not rms:
             x = x - x.mean(-1, keepdim=True)
-        return (x / scale) @ direction
+        return (x / scale) @ direction / divisor
+
+    def written(i: int) -> float:  # what block i's attention writes, per unit of its output
+        return getattr(model.blocks[i], "residual_scale", None) or 1.0
 
     embed = through(t["hook_embed"][0, -1])
     if "hook_pos_embed" in t:
         embed = embed + through(t["hook_pos_embed"][0, -1])
-    heads = [through(t[f"blocks.{i}.attn.hook_result"][0, -1]).tolist() for i in range(L)]
+    heads = [(through(t[f"blocks.{i}.attn.hook_result"][0, -1]) * written(i)).tolist()
+             for i in range(L)]  # fmt: skip
     attn_bias = [_attn_bias(model.blocks[i].attn) for i in range(L)]
-    bias_terms = sum(float(through(b)) for b in attn_bias if b is not None)
+    bias_terms = sum(float(through(b)) * written(i) for i, b in enumerate(attn_bias)
+                     if b is not None)  # fmt: skip
     mlps = [float(through(t[f"blocks.{i}.hook_mlp_out"][0, -1])) for i in range(L)]
     lm_bias = getattr(model.lm_head, "bias", None)
     norm_bias = getattr(model.ln_f, "bias", None)
     bias = 0.0 if norm_bias is None else float(norm_bias.detach().double() @ _head_row(model, a))
-    bias += float(lm_bias[a]) if lm_bias is not None else 0.0
+    bias = (bias + (float(lm_bias[a]) if lm_bias is not None else 0.0)) / divisor
     logit = float(t.logits[0, -1, a])
     total = float(embed) + sum(map(sum, heads)) + bias_terms + sum(mlps) + bias
     return {"answer_token": a, "logit": logit, "embed": float(embed), "heads": heads,

@@ -123,9 +123,8 @@ def logit_lens_ids(model: Any, ids: list[int], k: int = 5) -> tuple[torch.Tensor
         out = model(ids=x, return_hidden=True)
         hidden = torch.stack(out.hidden_states)[:, 0]  # (L + 1, T, C)
         logits = head(norm(hidden)).float()  # (L + 1, T, V)
-        cap = getattr(model, "final_softcap", None)  # Gemma 2's cap, as the model's own logits
-        if cap is not None:
-            logits = torch.tanh(logits / cap) * cap
+        # Gemma 2's cap and Granite's divisor, as the model's own logits
+        logits = getattr(model, "_cap", lambda v: v)(logits)
     probs = torch.softmax(logits, dim=-1)
     k = min(k, probs.size(-1))
     top_probs, top_ids = probs.topk(k, dim=-1)  # (L + 1, T, k)

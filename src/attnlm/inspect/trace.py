@@ -250,13 +250,13 @@ class Tracer:
         post = getattr(block, "ln_post_attn", None)  # a sandwich block's post-norms (Gemma)
         if post is not None:
             h = self.norm(f"{p}.ln1_post", post, h)
-        h = self.point(f"{p}.hook_attn_out", block.drop(h))
+        h = self.point(f"{p}.hook_attn_out", block.scaled(block.drop(h)))
         x = self.point(f"{p}.hook_resid_mid", x + h)
         h = self.norm(f"{p}.ln2", block.ln_2, x)
         h = self.mlp(p, block.mlp, h)
         if post is not None:
             h = self.norm(f"{p}.ln2_post", block.ln_post_mlp, h)
-        h = self.point(f"{p}.hook_mlp_out", h)
+        h = self.point(f"{p}.hook_mlp_out", block.scaled(h))
         return self.point(f"{p}.hook_resid_post", x + h)
 
     def mlp(self, p: str, mlp: Any, h: Tensor) -> Tensor:

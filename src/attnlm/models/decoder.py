@@ -66,7 +66,7 @@ class Decoder(nn.Module):
     (:func:`~attnlm.nn.masks.window_mask` on the positions of queries and keys, so a cache, a
     static state and left padding see the same band) and rotates with ``rotary_local`` when
     given; ``embed_scale`` multiplies the embeddings; ``final_softcap`` caps the logits to
-    ``cap · tanh(logits / cap)``.
+    ``cap · tanh(logits / cap)``; ``logit_scale`` divides them (Granite).
     """
 
     def __init__(
@@ -81,6 +81,7 @@ class Decoder(nn.Module):
         rotary_local: RotaryEmbedding | None = None,
         embed_scale: float | None = None,
         final_softcap: float | None = None,
+        logit_scale: float | None = None,
     ) -> None:
         super().__init__()
         self.config = c = config
@@ -88,6 +89,7 @@ class Decoder(nn.Module):
         self.pos_emb, self.rotary, self.alibi = pos_emb, rotary, alibi
         self.rotary_local = rotary_local  # the sliding layers' rotary, when it differs
         self.embed_scale, self.final_softcap = embed_scale, final_softcap
+        self.logit_scale = logit_scale  # the logits divided by it (Granite's logits_scaling)
         self.drop = dropout_layer(c.dropout)
         self.blocks = nn.ModuleList(blocks)
         self.ln_f = ln_f
@@ -236,7 +238,8 @@ class Decoder(nn.Module):
         no gradient) or with targets that leave positions out (a chat run's prompts: the head
         then runs on the counted positions only, :meth:`_loss_only`)."""
         head = getattr(self.lm_head, "weight", None)
-        plain = isinstance(head, torch.Tensor) and self.final_softcap is None  # plain logits
+        plain = (isinstance(head, torch.Tensor) and self.final_softcap is None
+                 and self.logit_scale is None)  # plain logits  # fmt: skip
         if not (plain and self.loss_chunk and torch.is_grad_enabled() and not wants_more):
             return False
         if not head.requires_grad:
@@ -263,10 +266,11 @@ class Decoder(nn.Module):
                            n_targets=count)  # fmt: skip
 
     def _cap(self, logits: Tensor) -> Tensor:
-        """``cap · tanh(logits / cap)`` with ``final_softcap`` (Gemma 2), else the logits."""
-        if self.final_softcap is None:
-            return logits
-        return torch.tanh(logits / self.final_softcap) * self.final_softcap
+        """``cap · tanh(logits / cap)`` with ``final_softcap`` (Gemma 2), then divided by
+        ``logit_scale`` (Granite), else the logits."""
+        if self.final_softcap is not None:
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits if self.logit_scale is None else logits / self.logit_scale
 
     def _layer_attends(
         self,

@@ -55,10 +55,11 @@ from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
 ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral",
-         "smollm3")  # fmt: skip
+         "smollm3", "granite")  # fmt: skip
 ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma 2",
               "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral",
-              "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral", "smollm3": "SmolLM3"}  # fmt: skip
+              "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral", "smollm3": "SmolLM3",
+              "granite": "Granite"}  # fmt: skip
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
 MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
 
@@ -112,6 +113,8 @@ class LlamaConfig:
     attn_scale: float | None = None  # score scale; None: d_head ** -0.5
     attn_softcap: float | None = None  # scores -> cap tanh(scores / cap) (Gemma 2)
     final_softcap: float | None = None  # logits -> cap tanh(logits / cap) (Gemma 2)
+    residual_scale: float | None = None  # sublayer outputs times this before the adds (Granite)
+    logit_scale: float | None = None  # logits divided by this (Granite's logits_scaling)
     # a sparse mixture of experts in place of every block's feed-forward (attnlm.nn.moe):
     # n_expert SwiGLU experts of width d_ff, n_expert_used of them per token, their weights
     # renormalised to sum to one with moe_norm_topk (Mixtral, Qwen3-MoE); None: dense
@@ -163,7 +166,7 @@ class LlamaConfig:
         if self.nope_layers is not None:
             self._check_nope(self.nope_layers)
         optional = ("rope_local_theta", "embed_scale", "attn_scale", "attn_softcap",
-                    "final_softcap")  # fmt: skip
+                    "final_softcap", "residual_scale", "logit_scale")  # fmt: skip
         above_zero(self, *(n for n in optional if getattr(self, n) is not None))
         if self.layer_types is not None:
             types = tuple(self.layer_types)
@@ -282,11 +285,14 @@ def llama_block(c: LlamaConfig, layer: int = 0) -> TransformerBlock:
     else:
         mlp = gated(c.n_embd, c.ffn_width, bias=False, dropout=c.dropout)
     if c.post_norms:
-        return SandwichBlock(
+        block = SandwichBlock(
             attn, mlp, post_attn_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
             post_mlp_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps), **parts,
         )  # fmt: skip
-    return TransformerBlock(attn, mlp, **parts)
+    else:
+        block = TransformerBlock(attn, mlp, **parts)
+    block.residual_scale = c.residual_scale  # Granite's residual_multiplier (None: 1)
+    return block
 
 
 class Llama(Decoder):
@@ -310,6 +316,7 @@ class Llama(Decoder):
             rotary_local=local,
             embed_scale=c.embed_scale,
             final_softcap=c.final_softcap,
+            logit_scale=c.logit_scale,
         )
         # every projection and the head on the CPU training kernel (the same numbers)
         fused.use_onednn(self)
@@ -360,6 +367,10 @@ def describe_parts(c: LlamaConfig) -> list[str]:
         parts.append(f"attn softcap {c.attn_softcap:g}")
     if c.final_softcap is not None:
         parts.append(f"final softcap {c.final_softcap:g}")
+    if c.residual_scale is not None:
+        parts.append(f"residual scale {c.residual_scale:g}")
+    if c.logit_scale is not None:
+        parts.append(f"logits / {c.logit_scale:g}")
     return parts
 
 

@@ -100,6 +100,9 @@ typedef struct {
     Norm ln_f;
     Linear head;
     float attn_softcap, final_softcap; /* scores, logits -> cap tanh(v / cap) (Gemma; 0: none) */
+    /* Granite (0: none): each sublayer's output times residual_scale before the residual add,
+     * and the logits times logit_scale (1 / its logits_scaling, rounded to float) */
+    float residual_scale, logit_scale;
 } Model;
 
 /* scratch, each at least the size named */
@@ -1102,9 +1105,17 @@ static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int
     }
 }
 
-/* x (M, C) += y (M, C) RMS-normalized by the gains nm (y overwritten) */
-static void add_normed(const Model *md, const Norm *nm, float *y, float *x, int64_t M) {
-    norm_rows(md, nm, y, y, M);
+/* v (n,) times s, each product rounded before anything adds it (llama.cpp's ggml_scale, then
+ * its add: a function of its own, so that no product is fused into the add) */
+__attribute__((noinline)) static void scale_all(float *v, int64_t n, float s) {
+    for (int64_t i = 0; i < n; i++) v[i] *= s;
+}
+
+/* x (M, C) += a sublayer's output y (M, C), RMS-normalized by the gains nm first where nm->w
+ * (Gemma's post-norms) and times md->residual_scale where set (Granite) (y overwritten) */
+static void add_out(const Model *md, const Norm *nm, float *y, float *x, int64_t M) {
+    if (nm->w) norm_rows(md, nm, y, y, M);
+    if (md->residual_scale != 0.0f) scale_all(y, M * md->C, md->residual_scale);
     for (int64_t i = 0; i < M * md->C; i++) x[i] += y[i];
 }
 
@@ -1184,7 +1195,6 @@ static void experts(const Model *md, const Block *bk, const Scratch *sc, float *
     int64_t *base = src + M * k; /* (E + 1,) expert e's gathered rows [base[e], base[e + 1]) */
     float *logit = (float *)(base + E + 1), *w = logit + M * E, *xg = w + M * k;
     float *ys = xg + M * k * C;
-    const int post = bk->post_mlp.w != NULL;
     int64_t lo, hi;
     quantize_for(&bk->router, NULL, NULL, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->router, sc->xn, M, C, logit, E, NULL, sc->part, sc->xq, t, nt);
@@ -1225,9 +1235,7 @@ static void experts(const Model *md, const Block *bk, const Scratch *sc, float *
     }
     share(M, t, nt, &lo, &hi);
     for (int64_t m = lo; m < hi; m++) moe_sum(ys, pos + m * k, w + m * k, k, C, sc->xn + m * C);
-    if (post) add_normed(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
-    else
-        for (int64_t i = lo * C; i < hi * C; i++) x[i] += sc->xn[i];
+    add_out(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
     BARRIER();
 }
 
@@ -1239,7 +1247,9 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     const int64_t C = md->C, H = md->H, Hkv = md->Hkv, D = md->D, F = md->F;
     const int64_t NQ = (H + 2 * Hkv) * D;
     const int64_t NF = md->act == ACT_SWIGLU || md->act >= ACT_GEGLU ? 2 * F : F;
-    const int post = bk->post_attn.w != NULL; /* sublayer outputs go through xn, normed */
+    /* sublayer outputs go through xn where they are normed (Gemma) or scaled (Granite) before
+     * the residual add; else the products add them to x themselves */
+    const int post = bk->post_attn.w != NULL || md->residual_scale != 0.0f;
     int64_t lo, hi; /* this thread's rows */
     share(M, t, nt, &lo, &hi);
     norm_rows(md, &bk->ln_1, x + lo * C, sc->xn + lo * C, hi - lo);
@@ -1259,7 +1269,7 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     linear(&bk->out, sc->att, M, H * D, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq,
            t, nt);
     BARRIER();
-    if (post) add_normed(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
+    if (post) add_out(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
     norm_rows(md, &bk->ln_2, x + lo * C, sc->xn + lo * C, hi - lo);
     BARRIER();
     if (bk->n_expert) {
@@ -1278,7 +1288,7 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
            nt);
     BARRIER();
     if (post) {
-        add_normed(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
+        add_out(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
         BARRIER();
     }
 }
@@ -1309,6 +1319,12 @@ static void step_team(void *ctx, int t, int nt) {
         int64_t lo, hi;
         share(R, t, nt, &lo, &hi);
         softcap(a->logits + lo * V, (hi - lo) * V, md->final_softcap);
+    }
+    if (md->logit_scale != 0.0f) { /* Granite's logits, times 1 / logits_scaling */
+        BARRIER();
+        int64_t lo, hi;
+        share(R, t, nt, &lo, &hi);
+        scale_all(a->logits + lo * V, (hi - lo) * V, md->logit_scale);
     }
 }
 

@@ -48,7 +48,8 @@ class Model(ctypes.Structure):
     ]
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float),
                  ("blocks", ctypes.c_void_p), ("ln_f", Norm), ("head", Linear),
-                 ("attn_softcap", ctypes.c_float), ("final_softcap", ctypes.c_float)]  # fmt: skip
+                 ("attn_softcap", ctypes.c_float), ("final_softcap", ctypes.c_float),
+                 ("residual_scale", ctypes.c_float), ("logit_scale", ctypes.c_float)]  # fmt: skip
 
 
 class Scratch(ctypes.Structure):

@@ -141,7 +141,16 @@ class TransformerBlock(nn.Module):
     None, cross-attention weights (B, H, T, S_ctx) or None)``; ``attend`` (``mask``,
     ``is_causal``, ``rotary``, ``cache``, ``layer``, ``need_weights``, ``packing``) goes to
     self-attention as it is.
+
+    ``residual_scale`` (an attribute; None by default): each sublayer's output is multiplied
+    by it before it is added to the residual stream (Granite's ``residual_multiplier``).
     """
+
+    residual_scale: float | None = None
+
+    def scaled(self, h: Tensor) -> Tensor:
+        """A sublayer's output as it is added to the residual stream (``residual_scale``)."""
+        return h if self.residual_scale is None else h * self.residual_scale
 
     def __init__(
         self,
@@ -172,12 +181,12 @@ class TransformerBlock(nn.Module):
         **attend,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         h, weights = self.attn(self.ln_1(x), **attend)
-        x = x + self.drop(h)
+        x = x + self.scaled(self.drop(h))
         cross = None
         if self.cross_attn is not None:
             h, cross = self._cross(self.ln_cross(x), context, context_mask, context_packing, attend)
             x = x + self.drop(h)
-        x = x + self.mlp(self.ln_2(x))
+        x = x + self.scaled(self.mlp(self.ln_2(x)))
         return x, weights, cross
 
     def _cross(
@@ -246,8 +255,8 @@ class SandwichBlock(TransformerBlock):
 
     def forward(self, x: Tensor, **attend) -> tuple[Tensor, Tensor | None, None]:
         h, weights = self.attn(self.ln_1(x), **attend)
-        x = x + self.drop(self.ln_post_attn(h))
-        x = x + self.ln_post_mlp(self.mlp(self.ln_2(x)))
+        x = x + self.scaled(self.drop(self.ln_post_attn(h)))
+        x = x + self.scaled(self.ln_post_mlp(self.mlp(self.ln_2(x))))
         return x, weights, None
 
 

@@ -94,12 +94,14 @@ def unplain_part(model: nn.Module) -> str | None:
     """The first optional part of a Llama-family model (:mod:`attnlm.models.llama`) that the
     plain one-token step does not compute, as a short phrase, or None: an embedding scale,
     final or attention soft-capping, a second rotary base, sliding windows, q/k norms,
-    post-norms, a GELU-gated feed-forward, a mixture of experts. (Biases and a head width other
-    than ``C / H`` it computes.)"""
+    post-norms, a GELU-gated feed-forward, a mixture of experts, a residual or logit scale.
+    (Biases and a head width other than ``C / H`` it computes.)"""
     if getattr(model, "embed_scale", None) is not None:
         return "an embedding scale"
     if getattr(model, "final_softcap", None) is not None:
         return "final logit soft-capping"
+    if getattr(model, "logit_scale", None) is not None:
+        return "a logit scale"
     if getattr(model, "rotary_local", None) is not None:
         return "a second rotary base for the local layers"
     for block in getattr(model, "blocks", ()):
@@ -116,6 +118,8 @@ def unplain_part(model: nn.Module) -> str | None:
             return "a GELU-gated feed-forward"
         if getattr(block.mlp, "experts", None) is not None:
             return "a mixture of experts"
+        if getattr(block, "residual_scale", None) is not None:
+            return "a residual scale"
     return None
 
 
@@ -319,13 +323,16 @@ def flat_qkv(block: nn.Module, x: Tensor, turns: tuple) -> tuple[Tensor, Tensor]
 def flat_block_rest(block: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     """The rest of ``block`` after attention: the heads' output ``y`` ``(N, H D)`` projected
     and added to ``x`` ``(N, C)`` (through the post-attention norm where there is one), then
-    the feed-forward (gated: SiLU or GELU-tanh) likewise."""
+    the feed-forward (gated: SiLU or GELU-tanh) likewise; each output times the block's
+    ``residual_scale`` before it is added, where it has one (Granite)."""
     attn, mlp = block.attn, block.mlp
     post = getattr(block, "ln_post_attn", None)
+    if getattr(block, "residual_scale", None) is not None:
+        post = post or nn.Identity()  # outputs apart from the adds, to be scaled
     if post is None:
         x = _linear(attn.out_proj)(y, x)
     else:
-        x = x + _norm(post)(_linear(attn.out_proj)(y))
+        x = x + block.scaled(_norm(post)(_linear(attn.out_proj)(y)))
     h = _norm(block.ln_2)(x)
     if isinstance(mlp, SwiGLU):  # gated: SiLU (SwiGLU) or GELU-tanh (GeGLU)
         gate, up = _linear(mlp.fc)(h).chunk(2, dim=-1)  # (N, F) each
@@ -334,11 +341,12 @@ def flat_block_rest(block: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         h = mlp.act(_linear(mlp.fc)(h))
     if post is None:
         return _linear(mlp.proj)(h, x)
-    return x + _norm(block.ln_post_mlp)(_linear(mlp.proj)(h))
+    last = getattr(block, "ln_post_mlp", None) or nn.Identity()
+    return x + block.scaled(_norm(last)(_linear(mlp.proj)(h)))
 
 
 def flat_head(model: nn.Module, x: Tensor) -> Tensor:
-    """Logits ``(N, V)`` of ``x`` ``(N, C)``: the final norm, the LM head, the final soft-cap."""
+    """Logits ``(N, V)`` of ``x`` ``(N, C)``: the final norm, the LM head, the final soft-cap
+    and divisor (the model's own, :meth:`~attnlm.models.decoder.Decoder._cap`)."""
     logits = _linear(model.lm_head)(_norm(model.ln_f)(x))
-    cap = getattr(model, "final_softcap", None)
-    return logits if cap is None else torch.tanh(logits / cap) * cap
+    return getattr(model, "_cap", lambda v: v)(logits)

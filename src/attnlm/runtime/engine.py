@@ -96,7 +96,10 @@ class EngineConfig:
     every block (:attr:`BlockWeights.router`; the step's ``experts``: llama.cpp's routing);
     ``nope_layers``: the layers whose q and k are not rotated (NoPE: SmolLM3);
     ``rope_factors``: Llama 3.1's rotary scaling, pair ``i``'s angle divided by factor ``i`` in
-    the global layers' table (a GGUF file's ``rope_freqs``, as llama.cpp applies it)."""
+    the global layers' table (a GGUF file's ``rope_freqs``, as llama.cpp applies it);
+    ``residual_scale`` (each sublayer's output times it before the residual add) and
+    ``logit_scale`` (the logits times its float32 reciprocal, as llama.cpp's granite graph
+    divides them): Granite's."""
 
     n_layer: int
     n_embd: int
@@ -128,6 +131,8 @@ class EngineConfig:
     moe_norm_topk: bool = True
     nope_layers: tuple[int, ...] | None = None
     rope_factors: tuple[float, ...] | None = None
+    residual_scale: float | None = None
+    logit_scale: float | None = None
 
     @property
     def head_dim(self) -> int:
@@ -197,7 +202,8 @@ class Engine:
             c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.d_ff, c.vocab_size, 0,
             structs.RMS, act, c.rotary, c.rms_norm_eps, scale, ctypes.addressof(self.array),
             structs.Norm(_ptr(self.ln_f), None), self.head.describe(), c.attn_softcap or 0.0,
-            c.final_softcap or 0.0,
+            c.final_softcap or 0.0, c.residual_scale or 0.0,
+            float(np.float32(1) / np.float32(c.logit_scale)) if c.logit_scale else 0.0,
         )  # fmt: skip
         self.reset(1)
 

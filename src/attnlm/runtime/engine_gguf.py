@@ -48,7 +48,7 @@ import numpy as np
 
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe, smollm3
+from attnlm.models.gguf import gemma2, gemma3, granite, llama, phi3, qwen2, qwen3, qwen3moe, smollm3
 from attnlm.models.gguf.common import ROPE_FREQS
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
@@ -106,9 +106,10 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
 ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma2": gemma2,
-            "gemma3": gemma3, "qwen3moe": qwen3moe, "smollm3": smollm3}  # fmt: skip
+            "gemma3": gemma3, "qwen3moe": qwen3moe, "smollm3": smollm3,
+            "granite": granite}  # fmt: skip
 #: the architectures whose q and k rows llama.cpp stores in its interleaved (NORM) rotary order
-_ADJACENT = ("llama", "smollm3")
+_ADJACENT = ("llama", "smollm3", "granite")
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
 #: ``rope_scaling`` only linear)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
@@ -116,11 +117,12 @@ _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "
               "eos_id", "qkv_bias", "qk_norm", "d_head", "embed_scale", "mlp_act", "post_norms",
               "attn_scale", "attn_softcap", "final_softcap", "sliding_window", "layer_types",
               "rope_local_theta", "rope_scaling", "n_expert", "n_expert_used",
-              "moe_norm_topk", "nope_layers"}  # fmt: skip
+              "moe_norm_topk", "nope_layers", "residual_scale", "logit_scale"}  # fmt: skip
 #: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
 _NAMED_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
                "final_softcap", "sliding_window", "layer_types", "rope_local_theta",
-               "n_expert", "n_expert_used", "moe_norm_topk", "nope_layers")  # fmt: skip
+               "n_expert", "n_expert_used", "moe_norm_topk", "nope_layers", "residual_scale",
+               "logit_scale")  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:

@@ -134,6 +134,8 @@ EXPECTED = {
                 "moe_norm_topk": True, "tie_embeddings": False, "rope_theta": 1e6},
     "smollm3": {"arch": "smollm3", "nope_layers": [3], "tie_embeddings": True, "n_layer": 4},
     "mistral-nemo": {"arch": None, "d_head": 128, "n_head": 4, "n_embd": 256},
+    "granite": {"arch": "granite", "embed_scale": 12.0, "attn_scale": 0.015625,
+                "residual_scale": 0.22, "logit_scale": 8.0, "tie_embeddings": True},
     "llama3": {"arch": None, "rope_theta": 10000.0,
                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
@@ -237,7 +239,7 @@ def test_bad_metadata_is_refused_in_one_line(tmp_path, arch, key, vtype, value, 
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe",
-                                  "smollm3"])  # fmt: skip
+                                  "smollm3", "granite"])  # fmt: skip
 def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
     """Each ``<arch>.`` key the adapter reads, set to a string: refused in one line naming the
     file (never a traceback from a comparison or a conversion)."""

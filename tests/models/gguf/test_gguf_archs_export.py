@@ -25,7 +25,7 @@ DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 ARCHS = sorted(DOC["archs"])
 #: what llama.cpp's converter writes for each of our archs
 WRITTEN = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
-           "mixtral": "llama", "qwen3moe": "qwen3moe", "smollm3": "smollm3",
+           "mixtral": "llama", "qwen3moe": "qwen3moe", "smollm3": "smollm3", "granite": "granite",
            "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3",
            "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3", "llama3": "llama",
            "mistral-nemo": "llama"}  # fmt: skip

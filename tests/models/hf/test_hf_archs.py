@@ -1,7 +1,7 @@
 """The Llama family's Hugging Face architectures (``attnlm.models.hf.llama_family``): for each
-of Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3 (text), SmolLM3 (layers without positions)
-and the mixtures of experts Qwen3-MoE and Mixtral, a small random model made by
-``transformers`` itself (float32, several layers so Gemma has local and global layers,
+of Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3 (text), SmolLM3 (layers without positions),
+Granite (four multipliers) and the mixtures of experts Qwen3-MoE and Mixtral, a small random
+model made by ``transformers`` itself (float32, several layers so Gemma has local and global layers,
 grouped-query attention, a head width other than ``hidden / heads`` where the architecture
 has one, a sliding window shorter than the test sequence) loads into our Llama with the same
 logits (within 1e-5), also left-padded and decoded through the KV cache; saved by us,
@@ -56,6 +56,10 @@ def _configs() -> dict:
         # layers 1 and 3 without positions (NoPE; the default would leave only every fourth)
         "smollm3": t.SmolLM3Config(**COMMON, num_hidden_layers=4, no_rope_layers=[1, 0, 1, 0],
                                    tie_word_embeddings=False),
+        # Granite's four multipliers: embeddings, scores, sublayer outputs, logits' divisor
+        "granite": t.GraniteConfig(**COMMON, num_hidden_layers=2, embedding_multiplier=12.0,
+                                   attention_multiplier=0.0625, residual_multiplier=0.22,
+                                   logits_scaling=8.0),
         "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
                                rope_parameters={"rope_type": "linear", "factor": 2.0,
                                                 "rope_theta": 1e4},
@@ -67,7 +71,7 @@ CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Q
            "mistral": "MistralForCausalLM", "phi3": "Phi3ForCausalLM",
            "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
-           "smollm3": "SmolLM3ForCausalLM"}  # fmt: skip
+           "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM"}  # fmt: skip
 #: our ``model.arch`` label of each model type (its name without ``_text`` / ``_``)
 LABELS = {t: t.removesuffix("_text").replace("_", "") for t in CLASSES}
 ARCHS = sorted(CLASSES)
@@ -259,6 +263,8 @@ def _write_config(tmp_path, doc: dict) -> None:
           "no_rope_layers": [1, 1, 0]}, "no_rope_layers must give"),
         ({**COMMON, "model_type": "smollm3", "num_hidden_layers": 4,
           "no_rope_layer_interval": 0}, "no_rope_layer_interval"),
+        ({**COMMON, "model_type": "granite", "num_hidden_layers": 1, "logits_scaling": 0},
+         "logits_scaling must be a positive number"),
     ],
 )  # fmt: skip
 def test_unsupported_configs_are_refused_in_one_line(tmp_path, doc, message):

@@ -65,6 +65,7 @@ ARCHITECTURES = {
     "gpt2": "attnlm.models.gguf.gpt2",
     "qwen3moe": "attnlm.models.gguf.qwen3moe",
     "smollm3": "attnlm.models.gguf.smollm3",
+    "granite": "attnlm.models.gguf.granite",
 }
 _MOE = (
     "a mixture of experts of a kind attnlm's models do not have (shared experts, sigmoid "
@@ -92,6 +93,20 @@ REFUSED = {
         ("clip", "qwen2vl", "qwen3vl", "qwen3vlmoe", "gemma3n", "mllama"),
         "a vision (or audio) tower, which attnlm's models do not have",
     ),
+    **dict.fromkeys(
+        (
+            "granitehybrid",
+            "nemotron_h",
+            "falcon-h1",
+            "jamba",
+            "mamba",
+            "mamba2",
+            "qwen3next",
+            "qwen35",
+            "lfm2",
+        ),
+        "recurrent (state-space or linear-attention) layers, which attnlm's models do not have",
+    ),  # fmt: skip
     "mistral3": "Mistral 3's attention temperature scaling and YaRN rotary are not supported",
 }
 #: ggml tensor type -> the weights format that keeps its precision (a file's default format)

@@ -69,9 +69,9 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
 #: writes ``llama``, without a window)
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "qwen3moe": "qwen3moe",
-             "mixtral": "llama", "smollm3": "smollm3"}  # fmt: skip
+             "mixtral": "llama", "smollm3": "smollm3", "granite": "granite"}  # fmt: skip
 #: the GGUF architectures whose q and k rows are in llama.cpp's interleaved (NORM) rotary order
-PERMUTED = ("llama", "smollm3")
+PERMUTED = ("llama", "smollm3", "granite")
 
 
 def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
@@ -87,8 +87,13 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["expert_count"], meta["expert_used_count"] = c.n_expert, c.n_expert_used
         if arch != "llama":
             meta["expert_feed_forward_length"] = c.ffn_width
-    if arch in ("llama", "phi3", "smollm3"):
+    if arch in ("llama", "phi3", "smollm3", "granite"):
         meta["rope.dimension_count"] = hd
+    if arch == "granite":  # its four multipliers, as llama.cpp's converter writes them
+        meta["attention.scale"] = float(c.attn_scale or hd**-0.5)
+        meta["embedding_scale"] = float(c.embed_scale or 1.0)
+        meta["residual_scale"] = float(c.residual_scale or 1.0)
+        meta["logit_scale"] = float(c.logit_scale or 1.0)
     if arch in PERMUTED:
         meta["vocab_size"] = c.vocab_size
     if arch not in PERMUTED or hd * c.n_head != c.n_embd:  # (Mistral Nemo: a head of its own)
@@ -123,7 +128,7 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
 def _llama3(c: Any, arch: str) -> bool:
     """Whether ``c`` has Llama 3.1's rotary scaling in a ``llama`` file: llama.cpp's converter
     writes it as the :data:`~.common.ROPE_FREQS` tensor (:func:`~.common.llama3_factors`)."""
-    return arch == "llama" and (c.rope_scaling or {}).get("rope_type") == "llama3"
+    return arch in ("llama", "granite") and (c.rope_scaling or {}).get("rope_type") == "llama3"
 
 
 def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:

@@ -11,8 +11,8 @@
   :mod:`attnlm.models.transformer`), :mod:`.llama` (``LlamaForCausalLM`` <->
   :mod:`attnlm.models.llama`), and the Llama family's other members on one table
   (:mod:`.llama_family`, one adapter per ``model_type``: ``qwen2``, ``qwen3``, ``mistral``,
-  ``phi3``, ``gemma2``, ``gemma3_text``, ``smollm3``, and the mixtures of experts ``qwen3_moe``
-  and ``mixtral``), each loading into a Llama with the parts its
+  ``phi3``, ``gemma2``, ``gemma3_text``, ``smollm3``, ``granite``, and the mixtures of experts
+  ``qwen3_moe`` and ``mixtral``), each loading into a Llama with the parts its
   ``config.json`` names; a Llama is saved as the architecture of its ``model.arch``.
 
 Arrows run from the adapters to the models, never back: an adapter imports its model class and
@@ -56,6 +56,7 @@ ARCHITECTURES: dict[str, str] = {
             "qwen3_moe",
             "mixtral",
             "smollm3",
+            "granite",
         )
     },  # fmt: skip
 }
@@ -68,7 +69,8 @@ REFUSED: dict[str, str] = {
     "olmoe": "a mixture of experts with q/k norms over every head at once",
     "deepseek_v2": "latent attention (MLA) and experts",
     "deepseek_v3": "latent attention (MLA) and experts", "qwen2_vl": "a vision tower",
-    "phimoe": "a mixture of experts",
+    "phimoe": "a mixture of experts", "granitemoe": "a mixture of experts",
+    "granitemoehybrid": "a mixture of experts and state-space (Mamba) layers",
 }  # fmt: skip
 
 __getattr__, _LAZY = lazy_exports(

@@ -2,8 +2,9 @@
 (:mod:`attnlm.models.llama`) with its optional parts: ``Qwen2ForCausalLM``,
 ``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Phi3ForCausalLM``, ``Gemma2ForCausalLM``,
 ``Gemma3ForCausalLM`` (text only), ``SmolLM3ForCausalLM`` (every fourth layer without
-positions: ``no_rope_layers``), and the mixtures of experts ``Qwen3MoeForCausalLM`` and
-``MixtralForCausalLM``. Each ``model_type`` has one :class:`Adapter` in
+positions: ``no_rope_layers``), ``GraniteForCausalLM`` (four scalar multipliers: of the
+embeddings, the scores, the sublayer outputs and the logits), and the mixtures of experts
+``Qwen3MoeForCausalLM`` and ``MixtralForCausalLM``. Each ``model_type`` has one :class:`Adapter` in
 :data:`ADAPTERS`, which calls :func:`load` / :func:`save` here with its row of :data:`ARCHS`.
 
 The weights are Llama's (``model.embed_tokens``, ``model.layers.{i}.input_layernorm``,
@@ -46,7 +47,9 @@ class Arch:
     ``use_sliding_window``, ``max_window_layers`` or ``layer_types``; ``"types"``:
     ``layer_types`` or Gemma's pattern every ``pattern`` layers). ``gemma``: Gemma's parts
     (norms of ``1 + w``, post-norms, GeGLU, the embedding scale, ``query_pre_attn_scalar``,
-    soft-capping). ``nope``: layers without positions (SmolLM3's ``no_rope_layers``)."""
+    soft-capping). ``nope``: layers without positions (SmolLM3's ``no_rope_layers``).
+    ``granite``: Granite's ``embedding_multiplier``, ``attention_multiplier`` (the score
+    scale), ``residual_multiplier`` and ``logits_scaling`` (the logits' divisor)."""
 
     model_type: str
     cls: str
@@ -63,6 +66,7 @@ class Arch:
     moe: str = ""  # "mlp" (Qwen3-MoE) or "block_sparse_moe" (Mixtral)
     experts: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
     nope: bool = False
+    granite: bool = False
     tied: bool = False  # the config's default tie_word_embeddings (Gemma's: True)
 
 
@@ -77,6 +81,7 @@ ARCHS = {
                         window="types", pattern=6, local_rope=True, tied=True),
     "smollm3": Arch("smollm3", "SmolLM3ForCausalLM", "smollm3", window="qwen", nope=True,
                     tied=True),
+    "granite": Arch("granite", "GraniteForCausalLM", "granite", granite=True),
     "qwen3_moe": Arch("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm=True,
                       window="qwen", moe="mlp"),
     "mixtral": Arch("mixtral", "MixtralForCausalLM", "mixtral", moe="block_sparse_moe",
@@ -196,6 +201,8 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
             fields.update(_experts(hf, arch, where))
         if arch.nope:
             fields["nope_layers"] = _nope(hf, n, where)
+        if arch.granite:
+            fields.update(_multipliers(hf, where))
         if arch.fused:  # Phi-3's residual dropout (training only)
             fields["dropout"] = max(fields["dropout"], float(hf.get("resid_pdrop") or 0.0))
         if arch.gemma:
@@ -244,6 +251,25 @@ def _nope(hf: dict, n_layer: int, where: str) -> tuple[int, ...] | None:
     return tuple(i for i in range(n_layer) if not flags[i]) or None
 
 
+def _multipliers(hf: dict, where: str) -> dict[str, Any]:
+    """Granite's four multipliers as our fields: ``embed_scale``, ``attn_scale`` (the score
+    scale itself: Granite has no ``1 / sqrt(D)``), ``residual_scale`` and ``logit_scale``
+    (None where 1: the plain model's)."""
+    keys = ("embedding_multiplier", "attention_multiplier", "residual_multiplier",
+            "logits_scaling")  # fmt: skip
+    values = {}
+    for key in keys:
+        v = hf.get(key, 1.0)
+        if type(v) not in (int, float) or not v > 0:
+            raise ConfigError(f"{where}: {key} must be a positive number, got {v!r}")
+        values[key] = float(v)
+    one = lambda v: None if v == 1.0 else v  # noqa: E731
+    return dict(embed_scale=one(values["embedding_multiplier"]),
+                attn_scale=values["attention_multiplier"],
+                residual_scale=one(values["residual_multiplier"]),
+                logit_scale=one(values["logits_scaling"]))  # fmt: skip
+
+
 def _cap(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -258,8 +284,12 @@ def _fits(config: LlamaConfig, arch: Arch) -> None:
                  mlp_act="gelu_tanh" if arch.gemma else "silu")  # fmt: skip
     if arch.gemma:
         fixed["embed_scale"] = gemma_embed_scale(c.n_embd)
+    elif arch.granite:
+        fixed.update(attn_softcap=None, final_softcap=None)
     else:
         fixed.update(embed_scale=None, attn_scale=None, attn_softcap=None, final_softcap=None)
+    if not arch.granite:
+        fixed.update(residual_scale=None, logit_scale=None)
     if not arch.local_rope:
         fixed["rope_local_theta"] = None
     if not arch.nope:
@@ -323,6 +353,12 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
                    max_window_layers=sliding[0] if sliding else c.n_layer)  # fmt: skip
     if arch.model_type == "qwen3":
         out["attention_bias"] = False
+    if arch.granite:
+        out.update(embedding_multiplier=c.embed_scale or 1.0,
+                   attention_multiplier=c.attn_scale or c.head_dim**-0.5,
+                   residual_multiplier=c.residual_scale or 1.0,
+                   logits_scaling=c.logit_scale or 1.0, attention_bias=False,
+                   mlp_bias=False)  # fmt: skip
     if arch.nope:
         out.update(no_rope_layers=[int(not c.nope(i)) for i in range(c.n_layer)],
                    no_rope_layer_interval=4, attention_bias=False, mlp_bias=False)  # fmt: skip
