@@ -1249,7 +1249,7 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     const int64_t NF = md->act == ACT_SWIGLU || md->act >= ACT_GEGLU ? 2 * F : F;
     /* sublayer outputs go through xn where they are normed (Gemma) or scaled (Granite) before
      * the residual add; else the products add them to x themselves */
-    const int post = bk->post_attn.w != NULL || md->residual_scale != 0.0f;
+    const int apart = bk->post_attn.w != NULL || md->residual_scale != 0.0f;
     int64_t lo, hi; /* this thread's rows */
     share(M, t, nt, &lo, &hi);
     norm_rows(md, &bk->ln_1, x + lo * C, sc->xn + lo * C, hi - lo);
@@ -1266,10 +1266,10 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     attend_rows(md, bk, sc, M, rw, sc->scores + t * md->cap, t, nt);
     BARRIER();
     quantize_for(&bk->out, NULL, NULL, sc->att, M, H * D, sc->xq, t, nt);
-    linear(&bk->out, sc->att, M, H * D, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq,
+    linear(&bk->out, sc->att, M, H * D, apart ? sc->xn : x, C, apart ? NULL : x, sc->part, sc->xq,
            t, nt);
     BARRIER();
-    if (post) add_out(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
+    if (apart) add_out(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
     norm_rows(md, &bk->ln_2, x + lo * C, sc->xn + lo * C, hi - lo);
     BARRIER();
     if (bk->n_expert) {
@@ -1284,10 +1284,10 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     for (int64_t m = lo; m < hi; m++) activate(md->act, sc->hid + m * NF, F);
     BARRIER();
     quantize_for(&bk->proj, NULL, NULL, sc->hid, M, NF, sc->xq, t, nt);
-    linear(&bk->proj, sc->hid, M, NF, post ? sc->xn : x, C, post ? NULL : x, sc->part, sc->xq, t,
+    linear(&bk->proj, sc->hid, M, NF, apart ? sc->xn : x, C, apart ? NULL : x, sc->part, sc->xq, t,
            nt);
     BARRIER();
-    if (post) {
+    if (apart) {
         add_out(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
         BARRIER();
     }

@@ -49,7 +49,7 @@ import numpy as np
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import gemma2, gemma3, granite, llama, phi3, qwen2, qwen3, qwen3moe, smollm3
-from attnlm.models.gguf.common import ROPE_FREQS
+from attnlm.models.gguf.common import PERMUTED, ROPE_FREQS
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
@@ -108,8 +108,6 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma2": gemma2,
             "gemma3": gemma3, "qwen3moe": qwen3moe, "smollm3": smollm3,
             "granite": granite}  # fmt: skip
-#: the architectures whose q and k rows llama.cpp stores in its interleaved (NORM) rotary order
-_ADJACENT = ("llama", "smollm3", "granite")
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
 #: ``rope_scaling`` only linear)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
@@ -172,7 +170,7 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     table = ADAPTERS[arch].config_table(header)  # checks the keys as the PyTorch loader does
     # llama.cpp's "llama" rows, kept as stored, rotate adjacent pairs; its other
     # architectures (NEOX), and our q8 / q4 rows, rotate-half pairs
-    turn = 2 if fmt == AS_STORED and arch in _ADJACENT else 1
+    turn = 2 if fmt == AS_STORED and arch in PERMUTED else 1
     named = {key: table[key] for key in _NAMED_KEYS if key in table}
     for key in ("layer_types", "nope_layers"):
         if key in named:

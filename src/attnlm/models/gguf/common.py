@@ -133,13 +133,13 @@ def head_width(meta: Meta, n_embd: int, n_head: int, free: bool) -> int:
     return d
 
 
-def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] = (),
-               factors: bool = False) -> dict:  # fmt: skip
+def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] = ()) -> dict:
     """The ``[model]`` table of our Llama every member shares: widths, heads (``d_head`` where
     it is not ``n_embd / n_head``), norms' epsilon, rotary base (absent: 10000, llama.cpp's
     default), context, vocabulary, tied head (no ``output.weight``), BOS / EOS, and the rotary
-    scaling (``none``, or one of ``scalings``: ``linear`` with ``rope.scaling.factor``; with
-    ``factors``, Llama 3.1's from a :data:`ROPE_FREQS` tensor, :func:`llama3_scaling`)."""
+    scaling (``none``, or one of ``scalings``: ``linear`` with ``rope.scaling.factor``; in the
+    architectures of :data:`FACTORS_ARCHS`, Llama 3.1's from a :data:`ROPE_FREQS` tensor,
+    :func:`llama3_scaling`)."""
     header, path = meta.header, meta.path
     n_embd, n_head = meta.int("embedding_length"), meta.int("attention.head_count")
     d = head_width(meta, n_embd, n_head, free_head)
@@ -183,6 +183,7 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
         raise InputError(
             f"{path}: {meta.full('rope.scaling.type')} {scaling!r} is not supported ({supported})"
         )
+    factors = meta.arch in FACTORS_ARCHS
     if factors and ROPE_FREQS in header.tensors and scaling == "none":
         table["rope_scaling"] = llama3_scaling(header, table["rope_theta"], d)
     for name in header.tensors:
@@ -199,6 +200,12 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
 #: Llama 3.1's rotary frequency factors, one per rotary pair: llama.cpp's converter writes them
 #: for a source model with ``rope_scaling = {"rope_type": "llama3", ...}``, and no key
 ROPE_FREQS = "rope_freqs.weight"
+#: the architectures whose files may hold :data:`ROPE_FREQS` (read and written as Llama 3.1's
+#: scaling); in the others the tensor is refused
+FACTORS_ARCHS = ("llama", "granite")
+#: the architectures whose q and k rows llama.cpp stores in its interleaved (NORM) rotary order
+#: (their adapters read them with ``block_parts(..., permuted=True)``); every other is NEOX
+PERMUTED = ("llama", "smollm3", "granite")
 #: the original contexts and (low, high) frequency factors :func:`llama3_scaling` tries
 _LLAMA3_CONTEXTS = (8192, *(2**k for k in range(4, 22) if 2**k != 8192))
 _LLAMA3_BANDS = ((1.0, 4.0), (1.0, 2.0), (1.0, 8.0), (2.0, 4.0), (2.0, 8.0), (0.5, 4.0))

@@ -41,7 +41,7 @@ def _scale(meta: Meta, key: str) -> float | None:
 def config_table(header: GGUFFile) -> dict[str, Any]:
     """The ``[model]`` table of our Llama for this file."""
     meta = Meta(header, ARCH, READ)
-    table = base_table(meta, factors=True)
+    table = base_table(meta)
     fields = ("embed_scale", "attn_scale", "residual_scale", "logit_scale")
     for field, key in zip(fields, SCALES, strict=True):
         value = _scale(meta, key)

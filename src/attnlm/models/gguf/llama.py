@@ -71,7 +71,7 @@ def vocab_size(header: GGUFFile, arch: str = ARCH) -> int:
 def config_table(header: GGUFFile) -> dict[str, Any]:
     """The ``[model]`` table of our Llama for this file."""
     meta = Meta(header, ARCH, READ)
-    table = base_table(meta, factors=True)
+    table = base_table(meta)
     del table["arch"]  # the default: a plain Llama's table stays as it was
     experts = moe_fields(meta, table)
     if experts:  # Mixtral: llama's layers with a mixture of experts

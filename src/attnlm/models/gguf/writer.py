@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from attnlm.base.errors import InputError
-from attnlm.models.gguf.common import ROPE_FREQS, llama3_factors
+from attnlm.models.gguf.common import FACTORS_ARCHS, PERMUTED, ROPE_FREQS, llama3_factors
 from attnlm.models.gguf.parts import permute_rows
 from attnlm.quant.blocks import GROUP, quantize_q4_0, quantize_q8_0
 
@@ -70,8 +70,6 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "qwen3moe": "qwen3moe",
              "mixtral": "llama", "smollm3": "smollm3", "granite": "granite"}  # fmt: skip
-#: the GGUF architectures whose q and k rows are in llama.cpp's interleaved (NORM) rotary order
-PERMUTED = ("llama", "smollm3", "granite")
 
 
 def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
@@ -87,7 +85,7 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["expert_count"], meta["expert_used_count"] = c.n_expert, c.n_expert_used
         if arch != "llama":
             meta["expert_feed_forward_length"] = c.ffn_width
-    if arch in ("llama", "phi3", "smollm3", "granite"):
+    if arch in (*PERMUTED, "phi3"):
         meta["rope.dimension_count"] = hd
     if arch == "granite":  # its four multipliers, as llama.cpp's converter writes them
         meta["attention.scale"] = float(c.attn_scale or hd**-0.5)
@@ -98,9 +96,7 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["vocab_size"] = c.vocab_size
     if arch not in PERMUTED or hd * c.n_head != c.n_embd:  # (Mistral Nemo: a head of its own)
         meta["attention.key_length"] = meta["attention.value_length"] = hd
-    if _llama3(c, arch):  # its factors are a tensor (_llama), with no key
-        pass
-    elif c.rope_scaling:
+    if c.rope_scaling and not _llama3(c, arch):  # (Llama 3.1's is a tensor: _llama)
         if c.rope_scaling.get("rope_type") != "linear" or arch in (*PERMUTED, "phi3", "gemma2"):
             raise InputError(
                 f"model.rope_scaling {c.rope_scaling.get('rope_type')!r} cannot be exported to "
@@ -126,9 +122,10 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
 
 
 def _llama3(c: Any, arch: str) -> bool:
-    """Whether ``c`` has Llama 3.1's rotary scaling in a ``llama`` file: llama.cpp's converter
-    writes it as the :data:`~.common.ROPE_FREQS` tensor (:func:`~.common.llama3_factors`)."""
-    return arch in ("llama", "granite") and (c.rope_scaling or {}).get("rope_type") == "llama3"
+    """Whether ``c`` has Llama 3.1's rotary scaling in a file that holds it: llama.cpp's
+    converter writes it as the :data:`~.common.ROPE_FREQS` tensor
+    (:func:`~.common.llama3_factors`)."""
+    return arch in FACTORS_ARCHS and (c.rope_scaling or {}).get("rope_type") == "llama3"
 
 
 def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:

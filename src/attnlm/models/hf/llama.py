@@ -112,7 +112,7 @@ def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
         head_dim = hf.get("head_dim")
         if head_dim is not None and (type(head_dim) is not int or head_dim < 1):
             raise ConfigError(f"{where}: head_dim must be a positive integer, got {head_dim!r}")
-        plain = head_dim is None or (d % heads == 0 and int(head_dim) == d // heads)
+        plain = head_dim is None or head_dim * heads == d
         theta, scaling = _rope(hf, where)
         return dict(
             vocab_size=int(hf["vocab_size"]),
@@ -121,7 +121,7 @@ def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
             n_head=heads,
             n_kv_head=int(hf.get("num_key_value_heads") or heads),
             n_embd=d,
-            d_head=None if plain else int(head_dim),
+            d_head=None if plain else head_dim,
             d_ff=int(hf["intermediate_size"]),
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             rope_theta=theta,
@@ -190,15 +190,16 @@ def save(model: Llama, path: str | Path, max_shard_size: int | None = None) -> N
     """Write ``model`` as a Hugging Face Llama folder that
     ``transformers.LlamaForCausalLM.from_pretrained`` loads; with ``max_shard_size`` (bytes)
     the weights are sharded with an index file when larger."""
+    from attnlm.models.hf.llama_family import ARCHS
     from attnlm.models.llama import describe_parts
 
     held = ("rope scaling", "d_head=")  # Llama's own rotary scalings and head_dim
     parts = [p for p in describe_parts(model.config) if not p.startswith(held)]
     if parts:
+        others = ", ".join(a.arch for a in ARCHS.values())
         raise ConfigError(
             f"a Llama with {parts[0]} cannot be saved as LlamaForCausalLM (model.arch is "
-            f"{model.config.arch!r}; the architectures that hold it: qwen2, qwen3, gemma2, "
-            "gemma3, phi3, mistral, smollm3, qwen3moe, mixtral)"
+            f"{model.config.arch!r}; the architectures that hold it: {others})"
         )
     state = to_hf(layout(model.config), model.state_dict())
     write_hf_folder(path, config_to_hf(model.config), state, max_shard_size=max_shard_size)
