@@ -190,16 +190,17 @@ def save(model: Llama, path: str | Path, max_shard_size: int | None = None) -> N
     """Write ``model`` as a Hugging Face Llama folder that
     ``transformers.LlamaForCausalLM.from_pretrained`` loads; with ``max_shard_size`` (bytes)
     the weights are sharded with an index file when larger."""
-    from attnlm.models.hf.llama_family import ARCHS
+    from attnlm.models.hf import ARCHITECTURES
     from attnlm.models.llama import describe_parts
 
     held = ("rope scaling", "d_head=")  # Llama's own rotary scalings and head_dim
     parts = [p for p in describe_parts(model.config) if not p.startswith(held)]
     if parts:
-        others = ", ".join(a.arch for a in ARCHS.values())
+        # the Llama family's model types (their adapters import this module, so ask the table)
+        others = ", ".join(t for t, where in ARCHITECTURES.items() if ":" in where)
         raise ConfigError(
             f"a Llama with {parts[0]} cannot be saved as LlamaForCausalLM (model.arch is "
-            f"{model.config.arch!r}; the architectures that hold it: {others})"
+            f"{model.config.arch!r}; the Hugging Face model types that hold it: {others})"
         )
     state = to_hf(layout(model.config), model.state_dict())
     write_hf_folder(path, config_to_hf(model.config), state, max_shard_size=max_shard_size)
