@@ -54,6 +54,10 @@ def _array(a: Any) -> np.ndarray:
     return np.asarray(a.detach().float().cpu() if hasattr(a, "detach") else a)
 
 
+#: grids of up to this many panels name the tokens on every panel
+_LABEL_EVERY_PANEL = 4
+
+
 def plot_attention_panels(
     panels: Sequence[Sequence[tuple[str, Any]]],
     queries: Sequence[str],
@@ -64,7 +68,8 @@ def plot_attention_panels(
 ) -> Path:
     """Save a grid of attention maps: ``panels[row][col] = (panel title, (T, S) weights)``,
     rows of the maps are the ``queries``, columns the ``keys``. ``annotate`` writes each
-    weight in its cell (for one head or a few)."""
+    weight in its cell (for one head or a few). A grid of more than four panels names the
+    keys under its bottom panels and the queries left of its first column only."""
     plt = _pyplot()
     q_labels, k_labels = token_labels(queries), token_labels(keys)
     n_rows, n_cols = len(panels), max(len(r) for r in panels)
@@ -88,10 +93,20 @@ def plot_attention_panels(
             name, m = row[c]
             m = _array(m)
             ax.imshow(m, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
-            ax.set_xticks(range(s))
-            ax.set_yticks(range(t))
-            ax.set_xticklabels(k_labels, rotation=90, fontsize=fontsize, family="monospace")
-            ax.set_yticklabels(q_labels, fontsize=fontsize, family="monospace")
+            # every panel has the same tokens: in a large grid only the outer panels name
+            # them (the bottom row its keys, the first column its queries), which also
+            # spares matplotlib the layout of thousands of tick labels (a 6 x 12 grid)
+            outer = n_rows * n_cols <= _LABEL_EVERY_PANEL
+            if outer or r == n_rows - 1 or r + 1 < n_rows and c >= len(panels[r + 1]):
+                ax.set_xticks(range(s))
+                ax.set_xticklabels(k_labels, rotation=90, fontsize=fontsize, family="monospace")
+            else:
+                ax.set_xticks([])
+            if outer or c == 0:
+                ax.set_yticks(range(t))
+                ax.set_yticklabels(q_labels, fontsize=fontsize, family="monospace")
+            else:
+                ax.set_yticks([])
             ax.tick_params(length=0, pad=1)
             ax.set_title(name, fontsize=8)
             if annotate:
@@ -106,15 +121,17 @@ def plot_attention_panels(
                 ax.set_xlabel("key", fontsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
-    return _save(plt, fig, path)
+    # the layout leaves the title its own strip above the panels' titles
+    return _save(plt, fig, path, top=1.0 - 0.35 / fig.get_figheight() if title else 1.0)
 
 
-def _save(plt: Any, fig: Any, path: str | os.PathLike[str]) -> Path:
-    """Lay out, write ``fig`` at ``path`` (creating folders) and close it: PNG, or the format
-    the suffix names when matplotlib knows it. Atomic (:mod:`attnlm.base.fileio`)."""
+def _save(plt: Any, fig: Any, path: str | os.PathLike[str], top: float = 1.0) -> Path:
+    """Lay out (the axes below ``top``, a fraction of the height), write ``fig`` at ``path``
+    (creating folders) and close it: PNG, or the format the suffix names when matplotlib knows
+    it. Atomic (:mod:`attnlm.base.fileio`)."""
     from attnlm.base.fileio import atomic_path
 
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
     path = Path(path)
     fmt = path.suffix[1:].lower()
     if fmt not in fig.canvas.get_supported_filetypes():
