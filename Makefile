@@ -4,6 +4,11 @@ PY      := .venv/bin/python
 TORCH_VERSION := 2.13.0
 VENV_OK := .venv/.installed
 
+# Python keeps what it compiles: with PYTHONDONTWRITEBYTECODE in the environment, each of the
+# tests' attnlm processes compiled the package again and each pytest worker rewrote every test
+# file's asserts (15 s a worker); the caches are the ignored __pycache__ folders
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: setup demo test test-docs test-full test-fast lint format bench bench-quick fuzz clean
 
 $(VENV_OK): pyproject.toml
