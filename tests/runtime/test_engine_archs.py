@@ -50,7 +50,7 @@ from attnlm.runtime.engine_gguf import ACTIVATIONS_ENV, engine_for, engine_forma
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
 ARCHS = ("qwen2", "qwen3", "phi3", "llama", "mistral", "gemma2", "gemma3", "qwen3moe", "mixtral",
-         "smollm3", "granite")  # fmt: skip
+         "smollm3", "granite", "olmo2")  # fmt: skip
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")
 #: every architecture in the five types, and llama / qwen2 in Q3_K_M, Q2_K, IQ4_XS, IQ4_NL too
 CASES = [(arch, kind) for arch in ARCHS for kind in TYPES if kind in DOC["archs"][arch]]

@@ -64,6 +64,7 @@ ENGINE_ARCHS = (
     "mixtral",
     "smollm3",
     "granite",
+    "olmo2",
 )
 TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0")
 CASES = [(arch, kind) for arch in ENGINE_ARCHS for kind in TYPES]

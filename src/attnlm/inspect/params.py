@@ -49,9 +49,11 @@ def _llama_terms(config: Any) -> tuple[int, int, int, int, int]:
     D = getattr(c, "head_dim", d // c.n_head)
     q, kv = c.n_head * D, c.n_kv_head * D
     parts = (q + 2 * kv) * bool(getattr(c, "qkv_bias", False))
-    parts += 2 * D * bool(getattr(c, "qk_norm", False))
+    if getattr(c, "qk_norm", False):  # each head's (D each) or all heads' (H D and Hkv D)
+        parts += q + kv if getattr(c, "qk_norm_all", False) else 2 * D
     parts += 2 * d * bool(getattr(c, "post_norms", False))
-    return 2 * d * q, 2 * d * kv, 3 * d * c.ffn_width, 2 * d, parts
+    pre = 2 * d * bool(getattr(c, "pre_norms", True))  # (none in OLMo 2)
+    return 2 * d * q, 2 * d * kv, 3 * d * c.ffn_width, pre, parts
 
 
 def llama_count(config: Any) -> int:

@@ -61,7 +61,7 @@ import torch
 from torch import Tensor
 
 from attnlm.base.errors import InputError
-from attnlm.inspect.trace_attention import attention
+from attnlm.inspect.trace_attention import attention, norm_apply, norm_mean, norm_parts
 
 OPS = ("set", "add", "scale", "zero", "mean", "patch", "fn")
 
@@ -231,8 +231,8 @@ class Tracer:
     def norm(self, prefix: str, norm: Any, x: Tensor) -> Tensor:
         """``norm(x)`` with ``PREFIX.hook_scale`` and ``PREFIX.hook_normalized``."""
         s, n = f"{prefix}.hook_scale", f"{prefix}.hook_normalized"
-        if not (self.wants(s) or self.wants(n)):
-            return norm(x)
+        if not (self.wants(s) or self.wants(n)) or isinstance(norm, torch.nn.Identity):
+            return norm(x)  # (no norm, no points: OLMo 2's pre-norms)
         scale_, normalized = norm_parts(norm, x)
         scale_ = self.point(s, scale_)
         edited = self.edits(s) or self.edits(n)
@@ -290,39 +290,6 @@ class Tracer:
         return attention(self, p, attn, h, layer, attend)
 
 
-# -- norms ------------------------------------------------------------------------------------
-
-
-def norm_mean(norm: Any, x: Tensor) -> Tensor | float:
-    return 0.0 if _is_rms(norm) else x.mean(-1, keepdim=True)
-
-
-def _is_rms(norm: Any) -> bool:
-    return isinstance(norm, torch.nn.RMSNorm)
-
-
-def _eps(norm: Any, x: Tensor) -> float:
-    eps = getattr(norm, "eps", None)
-    return float(eps) if eps is not None else float(torch.finfo(x.dtype).eps)
-
-
-def norm_parts(norm: Any, x: Tensor) -> tuple[Tensor, Tensor]:
-    """``(scale (B, T, 1), normalized (B, T, C))`` of a LayerNorm or RMSNorm: ``x`` (centred
-    for LayerNorm) divided by ``scale = sqrt(mean of squares + eps)``."""
-    if not isinstance(norm, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
-        raise InputError(f"tracing a {type(norm).__name__} norm is not supported")
-    centred = x - norm_mean(norm, x)
-    scale_ = (centred.pow(2).mean(-1, keepdim=True) + _eps(norm, x)).sqrt()
-    return scale_, centred / scale_
-
-
-def norm_apply(norm: Any, normalized: Tensor) -> Tensor:
-    """The norm's weight (and LayerNorm's bias) applied to ``normalized``."""
-    out = normalized if norm.weight is None else normalized * norm.weight
-    bias = getattr(norm, "bias", None)
-    return out if bias is None else out + bias
-
-
 # -- the public call --------------------------------------------------------------------------
 
 
@@ -354,8 +321,11 @@ def _block_points(block: Any, rotary: bool) -> list[str]:
 
     points = []
     moe = getattr(block.mlp, "experts", None) is not None
+    bare = isinstance(block.ln_1, torch.nn.Identity)  # no pre-norms (OLMo 2)
     for point in BLOCK_POINTS:
         if point.startswith("attn.hook_rot") and not rotary:
+            continue
+        if bare and point.startswith(("ln1.", "ln2.")):
             continue
         if moe and point.startswith("mlp."):  # a mixture of experts: its routing instead
             if point == "mlp.hook_pre":

@@ -3,6 +3,7 @@ q/k/v, ``z`` and output, with the scores, pattern and per-head results computed 
 asked. Points (TransformerLens's names, under ``blocks.{L}.attn.``): ``hook_q``, ``hook_k``,
 ``hook_v`` (after the projection), ``q_norm.hook_scale`` / ``q_norm.hook_normalized`` and
 ``k_norm.*`` (a model with per-head q/k norms: Qwen3, Gemma 3; ``(B, T, H, 1)`` and
+``(B, T, H, D)``; norms over all heads, OLMo 2: ``(B, T, 1, 1)`` and
 ``(B, T, H, D)``), ``hook_rot_q`` / ``hook_rot_k`` (after rotary), ``hook_attn_scores``,
 ``hook_pattern``, ``hook_z``, ``hook_result``.
 """
@@ -13,6 +14,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from attnlm.base.errors import InputError
 
 
 def attention(tr: Any, p: str, attn: Any, h: Tensor, layer: int, attend: dict[str, Any]):
@@ -34,10 +37,11 @@ def attention(tr: Any, p: str, attn: Any, h: Tensor, layer: int, attend: dict[st
     q0, k0, v0 = (_bhtd(tr.point(f"{a}.hook_{n}", _bthd(t)))
                   for n, t in (("q", q0), ("k", k0), ("v", v0)))  # fmt: skip
     normed = attn.q_norm is not None or attn.k_norm is not None
-    if normed:  # per-head norms of q and k (their points), then the rotation
+    if normed:  # the norms of q and k (their points), then the rotation
+        norm = _wide_norm if getattr(attn, "qk_norm_all", False) else _head_norm
         q0, k0 = (
-            _head_norm(tr, f"{a}.q_norm", attn.q_norm, q0),
-            _head_norm(tr, f"{a}.k_norm", attn.k_norm, k0),
+            norm(tr, f"{a}.q_norm", attn.q_norm, q0),
+            norm(tr, f"{a}.k_norm", attn.k_norm, k0),
         )
     if rotary is None:
         q, k, v = q0, k0, v0
@@ -81,6 +85,26 @@ def _head_norm(tr: Any, prefix: str, norm: Any, t: Tensor) -> Tensor:
     return norm(t)  # the forward's own call, on the forward's layout (the same bits)
 
 
+def _wide_norm(tr: Any, prefix: str, norm: Any, t: Tensor) -> Tensor:
+    """A norm over all heads at once (OLMo 2) of ``t`` ``(B, H, T, D)``: the scale ``(B, T,
+    1, 1)`` and the normalized heads ``(B, T, H, D)`` through ``PREFIX.hook_scale`` and
+    ``PREFIX.hook_normalized``."""
+    B, H, T, D = t.shape
+    x = _bthd(t)  # (B, T, H, D)
+    scale, normalized = f"{prefix}.hook_scale", f"{prefix}.hook_normalized"
+    if not (tr.wants(scale) or tr.wants(normalized)):
+        return _bhtd(norm(x.reshape(B, T, H * D)).view(B, T, H, D))
+    s, n = norm_parts(norm, x.reshape(B, T, H * D))  # (B, T, 1), (B, T, H D)
+    s = tr.point(scale, s[..., None])
+    n = x / s if tr.edits(scale) else n.view(B, T, H, D)
+    n = tr.point(normalized, n)
+    if tr.edits(scale) or tr.edits(normalized):
+        out = norm_apply(norm, n.reshape(B, T, H * D))
+    else:
+        out = norm(x.reshape(B, T, H * D))  # the forward's own call (the same bits)
+    return _bhtd(out.view(B, T, H, D))
+
+
 def _bthd(t: Tensor) -> Tensor:
     return t.transpose(1, 2)  # (B, H, T, D) <-> (B, T, H, D)
 
@@ -116,3 +140,36 @@ def head_results(attn: Any, z: Tensor) -> Tensor:
     w_heads = w.view(w.shape[0], H, D).transpose(0, 1)  # (H, C, D)
     out = torch.matmul(z.permute(0, 2, 1, 3), w_heads.transpose(1, 2))  # (B, H, T, C)
     return out.permute(0, 2, 1, 3)  # (B, T, H, C)
+
+
+# -- norms (the trace's, attnlm.inspect.trace) --------------------------------------------------
+
+
+def norm_mean(norm: Any, x: Tensor) -> Tensor | float:
+    return 0.0 if _is_rms(norm) else x.mean(-1, keepdim=True)
+
+
+def _is_rms(norm: Any) -> bool:
+    return isinstance(norm, torch.nn.RMSNorm)
+
+
+def _eps(norm: Any, x: Tensor) -> float:
+    eps = getattr(norm, "eps", None)
+    return float(eps) if eps is not None else float(torch.finfo(x.dtype).eps)
+
+
+def norm_parts(norm: Any, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(scale (B, T, 1), normalized (B, T, C))`` of a LayerNorm or RMSNorm: ``x`` (centred
+    for LayerNorm) divided by ``scale = sqrt(mean of squares + eps)``."""
+    if not isinstance(norm, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+        raise InputError(f"tracing a {type(norm).__name__} norm is not supported")
+    centred = x - norm_mean(norm, x)
+    scale_ = (centred.pow(2).mean(-1, keepdim=True) + _eps(norm, x)).sqrt()
+    return scale_, centred / scale_
+
+
+def norm_apply(norm: Any, normalized: Tensor) -> Tensor:
+    """The norm's weight (and LayerNorm's bias) applied to ``normalized``."""
+    out = normalized if norm.weight is None else normalized * norm.weight
+    bias = getattr(norm, "bias", None)
+    return out if bias is None else out + bias

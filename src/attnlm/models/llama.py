@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from attnlm.base.errors import ConfigError
 from attnlm.base.foreign import check_config_fits
@@ -55,11 +56,11 @@ from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
 ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral",
-         "smollm3", "granite")  # fmt: skip
+         "smollm3", "granite", "olmo2")  # fmt: skip
 ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma 2",
               "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral",
               "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral", "smollm3": "SmolLM3",
-              "granite": "Granite"}  # fmt: skip
+              "granite": "Granite", "olmo2": "OLMo 2"}  # fmt: skip
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
 MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
 
@@ -104,11 +105,13 @@ class LlamaConfig:
     d_head: int | None = None  # head width D; None: n_embd // n_head
     qkv_bias: bool = False  # biases on q, k and v (Qwen2)
     qk_norm: bool = False  # per-head RMSNorm of q and k before rotary (Qwen3, Gemma 3)
+    qk_norm_all: bool = False  # with qk_norm: q's and k's norms span all heads at once (OLMo 2)
     sliding_window: int | None = None  # W: a sliding layer's query i sees keys i - W < j <= i
     layer_types: tuple[str, ...] | None = None  # per layer LAYER_TYPES; None: see layer_kinds
     rope_local_theta: float | None = None  # rotary base of the sliding layers (Gemma 3)
     embed_scale: float | None = None  # embeddings times this (Gemma: sqrt(n_embd))
     post_norms: bool = False  # RMSNorms on the sublayer outputs before the residual adds
+    pre_norms: bool = True  # False: no norms before the sublayers, post_norms only (OLMo 2)
     mlp_act: str = "silu"  # the gate's activation: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     attn_scale: float | None = None  # score scale; None: d_head ** -0.5
     attn_softcap: float | None = None  # scores -> cap tanh(scores / cap) (Gemma 2)
@@ -163,6 +166,11 @@ class LlamaConfig:
             raise ConfigError("model.n_expert: experts are SwiGLU (model.mlp_act = 'silu')")
         one_of(self, "arch", ARCHS)
         one_of(self, "mlp_act", MLP_ACTS)
+        if not self.pre_norms and not self.post_norms:
+            raise ConfigError("model.pre_norms = false needs model.post_norms = true (OLMo 2's "
+                              "blocks normalise the sublayers' outputs instead)")  # fmt: skip
+        if self.qk_norm_all and not self.qk_norm:
+            raise ConfigError("model.qk_norm_all needs model.qk_norm = true")
         if self.nope_layers is not None:
             self._check_nope(self.nope_layers)
         optional = ("rope_local_theta", "embed_scale", "attn_scale", "attn_softcap",
@@ -256,13 +264,16 @@ class LlamaConfig:
 
 def llama_attention(c: LlamaConfig, layer: int) -> MultiHeadAttention:
     """Layer ``layer``'s grouped-query self-attention with the config's parts: head width,
-    q/k/v biases (none on the output), q/k norms, its window, the score's scale and cap."""
-    norm = (lambda: RMSNorm(c.head_dim, eps=c.rms_norm_eps)) if c.qk_norm else (lambda: None)
+    q/k/v biases (none on the output), q/k norms (each head's, or all heads' at once), its
+    window, the score's scale and cap."""
+    D = c.head_dim
+    q_width, k_width = (c.n_head * D, c.n_kv_head * D) if c.qk_norm_all else (D, D)
+    norm = (lambda w: RMSNorm(w, eps=c.rms_norm_eps)) if c.qk_norm else (lambda w: None)
     plain = c.attn_scale is None and c.attn_softcap is None
     return MultiHeadAttention(
         c.n_embd, c.n_head, n_kv_head=c.n_kv_head, d_head=c.d_head, bias=c.qkv_bias,
-        out_bias=False, dropout=c.dropout, q_norm=norm(), k_norm=norm(), window=c.window(layer),
-        nope=c.nope(layer),
+        out_bias=False, dropout=c.dropout, q_norm=norm(q_width), k_norm=norm(k_width),
+        qk_norm_all=c.qk_norm_all, window=c.window(layer), nope=c.nope(layer),
         score="scaled_dot" if plain else ScaledScore(c.attn_scale, c.attn_softcap),
     )  # fmt: skip
 
@@ -271,13 +282,11 @@ def llama_block(c: LlamaConfig, layer: int = 0) -> TransformerBlock:
     """One Llama block: RMSNorm, grouped-query self-attention (:func:`llama_attention`),
     RMSNorm, the gated feed-forward (SwiGLU, or GeGLU with ``mlp_act = "gelu_tanh"``);
     pre-norm, with ``post_norms`` also normalising each sublayer's output
-    (:class:`~attnlm.nn.blocks.SandwichBlock`)."""
+    (:class:`~attnlm.nn.blocks.SandwichBlock`); without ``pre_norms`` the sublayers read the
+    residual stream itself (``ln_1``, ``ln_2`` are identities: OLMo 2)."""
     gated = SwiGLU if c.mlp_act == "silu" else GeGLU
-    parts = dict(
-        sa_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
-        mlp_norm=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
-        dropout=c.dropout,
-    )
+    pre = (lambda: RMSNorm(c.n_embd, eps=c.rms_norm_eps)) if c.pre_norms else nn.Identity
+    parts = dict(sa_norm=pre(), mlp_norm=pre(), dropout=c.dropout)
     attn = llama_attention(c, layer)
     if c.n_expert is not None:
         mlp = SparseMoE(c.n_embd, c.ffn_width, c.n_expert, c.n_expert_used,
@@ -340,7 +349,7 @@ def describe_parts(c: LlamaConfig) -> list[str]:
     if c.qkv_bias:
         parts.append("q/k/v biases")
     if c.qk_norm:
-        parts.append("q/k norms")
+        parts.append("q/k norms over all heads" if c.qk_norm_all else "q/k norms")
     kinds = c.layer_kinds
     sliding = kinds.count(LAYER_TYPES[1])
     if sliding:
@@ -355,7 +364,7 @@ def describe_parts(c: LlamaConfig) -> list[str]:
     if c.embed_scale is not None:
         parts.append(f"embed scale {c.embed_scale:.4g}")
     if c.post_norms:
-        parts.append("post-norms")
+        parts.append("post-norms" if c.pre_norms else "post-norms only (no pre-norms)")
     if c.mlp_act != "silu":
         parts.append("GeGLU")
     if c.n_expert is not None:

@@ -103,6 +103,9 @@ typedef struct {
     /* Granite (0: none): each sublayer's output times residual_scale before the residual add,
      * and the logits times logit_scale (1 / its logits_scaling, rounded to float) */
     float residual_scale, logit_scale;
+    /* OLMo 2 (0: as the others): qk_all, q's and k's norms span all heads at once (gains of
+     * H D and Hkv D); no_pre, no norms before the sublayers (ln_1, ln_2 unused) */
+    int64_t qk_all, no_pre;
 } Model;
 
 /* scratch, each at least the size named */
@@ -608,6 +611,12 @@ static void norm_rows(const Model *md, const Norm *nm, const float *x, float *ou
     }
 }
 
+/* a sublayer's input: the rows normed, or as they are where the model has no pre-norms */
+static void pre_norm(const Model *md, const Norm *nm, const float *x, float *out, int64_t M) {
+    if (md->no_pre) memcpy(out, x, (size_t)(M * md->C) * sizeof(float));
+    else norm_rows(md, nm, x, out, M);
+}
+
 /* RMSNorm of one head's (D,) vector in place, gains w (D,) */
 static inline void norm_head(float *v, const float *w, int64_t D, float eps) {
     const float r = rms_scale(v, D, eps);
@@ -1056,7 +1065,10 @@ static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const
     const float *sin_t = rw->sin + table * M * (D / 2);
     for (int64_t m = m0; m < m1; m++) {
         float *row = qkv + m * NQ;
-        if (bk->q_norm.w) /* per-head norms of q and k, before the rotation */
+        if (bk->q_norm.w && md->qk_all) { /* all heads' q, then all heads' k (OLMo 2) */
+            norm_head(row, bk->q_norm.w, H * D, md->eps);
+            norm_head(row + H * D, bk->k_norm.w, Hkv * D, md->eps);
+        } else if (bk->q_norm.w) /* per-head norms of q and k, before the rotation */
             for (int64_t h = 0; h < H + Hkv; h++)
                 norm_head(row + h * D, h < H ? bk->q_norm.w : bk->k_norm.w, D, md->eps);
         if (turn)
@@ -1252,7 +1264,7 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
     const int apart = bk->post_attn.w != NULL || md->residual_scale != 0.0f;
     int64_t lo, hi; /* this thread's rows */
     share(M, t, nt, &lo, &hi);
-    norm_rows(md, &bk->ln_1, x + lo * C, sc->xn + lo * C, hi - lo);
+    pre_norm(md, &bk->ln_1, x + lo * C, sc->xn + lo * C, hi - lo);
     BARRIER();
     quantize_for(&bk->qkv, &bk->k, &bk->v, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->qkv, sc->xn, M, C, sc->qkv, NQ, NULL, sc->part, sc->xq, t, nt);
@@ -1270,7 +1282,7 @@ static void layer(const Model *md, const Block *bk, const Scratch *sc, float *x,
            t, nt);
     BARRIER();
     if (apart) add_out(md, &bk->post_attn, sc->xn + lo * C, x + lo * C, hi - lo);
-    norm_rows(md, &bk->ln_2, x + lo * C, sc->xn + lo * C, hi - lo);
+    pre_norm(md, &bk->ln_2, x + lo * C, sc->xn + lo * C, hi - lo);
     BARRIER();
     if (bk->n_expert) {
         experts(md, bk, sc, x, M, t, nt);

@@ -49,7 +49,8 @@ class Model(ctypes.Structure):
     _fields_ += [("eps", ctypes.c_float), ("scale", ctypes.c_float),
                  ("blocks", ctypes.c_void_p), ("ln_f", Norm), ("head", Linear),
                  ("attn_softcap", ctypes.c_float), ("final_softcap", ctypes.c_float),
-                 ("residual_scale", ctypes.c_float), ("logit_scale", ctypes.c_float)]  # fmt: skip
+                 ("residual_scale", ctypes.c_float), ("logit_scale", ctypes.c_float),
+                 ("qk_all", ctypes.c_int64), ("no_pre", ctypes.c_int64)]  # fmt: skip
 
 
 class Scratch(ctypes.Structure):

@@ -187,7 +187,8 @@ class MultiHeadAttention(nn.Module):
     ``C / H`` (q is ``H D`` wide, ``out_proj`` maps ``H D`` back to ``C``); ``out_bias``, the
     output projection's bias when it differs from ``bias`` (Qwen2: q/k/v biases only);
     ``q_norm`` / ``k_norm``, norms of each head's q and k over ``D`` before the rotation
-    (Qwen3, Gemma 3); ``window``, a sliding window the model's mask applies to this layer
+    (Qwen3, Gemma 3), or with ``qk_norm_all`` of all heads' q (``H D``) and k (``Hkv D``) at
+    once (OLMo 2); ``window``, a sliding window the model's mask applies to this layer
     (read by :class:`~attnlm.models.decoder.Decoder`, which builds the masks); ``nope``, a
     layer without positions (NoPE, Kazemnejad et al., 2023): the rotation the model hands
     every layer is not applied here (SmolLM3's every fourth layer); ``score`` may be a score
@@ -209,6 +210,7 @@ class MultiHeadAttention(nn.Module):
         out_bias: bool | None = None,
         q_norm: nn.Module | None = None,
         k_norm: nn.Module | None = None,
+        qk_norm_all: bool = False,
         window: int | None = None,
         nope: bool = False,
     ) -> None:
@@ -231,7 +233,7 @@ class MultiHeadAttention(nn.Module):
             self.qkv_proj = nn.Linear(d_model, self.d_q + 2 * self.d_kv, bias=bias)
         out_bias = bias if out_bias is None else out_bias
         self.out_proj = nn.Linear(self.d_q, d_model, bias=out_bias)
-        self.q_norm, self.k_norm = q_norm, k_norm
+        self.q_norm, self.k_norm, self.qk_norm_all = q_norm, k_norm, qk_norm_all
         self.window, self.nope = window, nope
         self.score = score if isinstance(score, nn.Module) else make_score(score, self.d_head)
         self.dropout = dropout
@@ -363,14 +365,26 @@ class MultiHeadAttention(nn.Module):
             # fast path: heads split with q, k rotated in one kernel (apply_rotary's math)
             return fused.rotary_heads(qkv, *rotary, self.n_head, self.n_kv_head)
         q, k, v = self._split_qkv(qkv)  # (B, T, H D), (B, T, C_kv) x 2
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H|Hkv, T, D)
-        if self.q_norm is not None:  # each head's q and k normalised over D, before rotary
-            q = self.q_norm(q)
-        if self.k_norm is not None:
-            k = self.k_norm(k)
+        q, k, v = self._normed(q, k, v)
         if rotary is not None:
             cos, sin = rotary
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k, v
+
+    def _normed(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q ``(B, T, H D)``, k, v ``(B, T, C_kv)`` -> heads ``(B, H|Hkv, T, D)``, q and k
+        normalised where the layer has norms: each head's over ``D``, or all heads' at once
+        (``qk_norm_all``, before the split)."""
+        wide = self.qk_norm_all
+        if wide and self.q_norm is not None:
+            q = self.q_norm(q)
+        if wide and self.k_norm is not None:
+            k = self.k_norm(k)
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)
+        if not wide and self.q_norm is not None:  # each head's q and k over D, before rotary
+            q = self.q_norm(q)
+        if not wide and self.k_norm is not None:
+            k = self.k_norm(k)
         return q, k, v
 
     def _packed(
@@ -393,11 +407,7 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self._split_qkv(packing.pad(self.qkv_proj(x)))  # (B, T, C), (B, T, C_kv)
         B, T = q.shape[:2]
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
-        if self.k_norm is not None:
-            k = self.k_norm(k)
+        q, k, v = self._normed(q, k, v)
         y, _ = self._mix(q, k, v, mask, is_causal, False)
         return self.out_proj(packing.take(y.transpose(1, 2).reshape(B, T, C)))  # (N, C)
 

@@ -85,7 +85,13 @@ def parted_block(block: nn.Module) -> bool:
         and not attn.cross
         and (attn.score.supports_sdpa or type(attn.score) is ScaledScore)
         and isinstance(block.mlp, (FeedForward, SwiGLU))
-        and all(n is None or isinstance(n, (nn.LayerNorm, nn.RMSNorm)) for n in norms)
+        and all(n is None or isinstance(n, (nn.LayerNorm, nn.RMSNorm)) for n in norms[2:])
+        # no pre-norms (identities) only where the outputs are normed (OLMo 2)
+        and all(
+            isinstance(n, (nn.LayerNorm, nn.RMSNorm))
+            or (isinstance(n, nn.Identity) and type(block) is SandwichBlock)
+            for n in norms[:2]
+        )  # fmt: skip
         and not (block.ln_1 is None or block.ln_2 is None)
     )
 
@@ -312,7 +318,13 @@ def flat_qkv(block: nn.Module, x: Tensor, turns: tuple) -> tuple[Tensor, Tensor]
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
     if q_norm is not None or k_norm is not None:  # each head's norm, before the rotation
         q, k = qk[:, :H], qk[:, H:]
-        qk = torch.cat([q if q_norm is None else q_norm(q), k if k_norm is None else k_norm(k)], 1)
+        if getattr(attn, "qk_norm_all", False):  # all heads' at once (OLMo 2)
+            q = q if q_norm is None else q_norm(q.reshape(N, H * D)).view(N, H, D)
+            k = k if k_norm is None else k_norm(k.reshape(N, Hkv * D)).view(N, Hkv, D)
+        else:
+            q = q if q_norm is None else q_norm(q)
+            k = k if k_norm is None else k_norm(k)
+        qk = torch.cat([q, k], 1)
     qk = qk.reshape(N, H + Hkv, 2, D // 2)
     t = turns[0] if getattr(attn, "window", None) is None else turns[1]
     if t is not None and not getattr(attn, "nope", False):  # (a NoPE layer is not rotated)

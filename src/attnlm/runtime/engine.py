@@ -61,8 +61,8 @@ class LinearWeights:
 
 @dataclass
 class BlockWeights:
-    ln_1: np.ndarray  # (C,) float32 RMSNorm gains
-    ln_2: np.ndarray
+    ln_1: np.ndarray | None  # (C,) float32 RMSNorm gains (None: no pre-norms, OLMo 2)
+    ln_2: np.ndarray | None
     qkv: LinearWeights  # (H + 2 Hkv) D rows: q, then k, then v; or q alone, with k and v
     out: LinearWeights
     fc: LinearWeights  # 2 F rows: the gate, then up; or the gate alone, with up
@@ -99,7 +99,9 @@ class EngineConfig:
     the global layers' table (a GGUF file's ``rope_freqs``, as llama.cpp applies it);
     ``residual_scale`` (each sublayer's output times it before the residual add) and
     ``logit_scale`` (the logits times its float32 reciprocal, as llama.cpp's granite graph
-    divides them): Granite's."""
+    divides them): Granite's; ``qk_norm_all`` (q's and k's norms over all heads at once) and
+    ``pre_norms`` False (no norms before the sublayers: ``BlockWeights.ln_1`` / ``ln_2``
+    None): OLMo 2's."""
 
     n_layer: int
     n_embd: int
@@ -133,6 +135,8 @@ class EngineConfig:
     rope_factors: tuple[float, ...] | None = None
     residual_scale: float | None = None
     logit_scale: float | None = None
+    qk_norm_all: bool = False
+    pre_norms: bool = True
 
     @property
     def head_dim(self) -> int:
@@ -204,6 +208,7 @@ class Engine:
             structs.Norm(_ptr(self.ln_f), None), self.head.describe(), c.attn_softcap or 0.0,
             c.final_softcap or 0.0, c.residual_scale or 0.0,
             float(np.float32(1) / np.float32(c.logit_scale)) if c.logit_scale else 0.0,
+            int(c.qk_norm_all), int(not c.pre_norms),
         )  # fmt: skip
         self.reset(1)
 

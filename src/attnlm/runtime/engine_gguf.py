@@ -48,7 +48,18 @@ import numpy as np
 
 from attnlm.base.foreign import check_finite
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf import gemma2, gemma3, granite, llama, phi3, qwen2, qwen3, qwen3moe, smollm3
+from attnlm.models.gguf import (
+    gemma2,
+    gemma3,
+    granite,
+    llama,
+    olmo2,
+    phi3,
+    qwen2,
+    qwen3,
+    qwen3moe,
+    smollm3,
+)  # fmt: skip
 from attnlm.models.gguf.common import PERMUTED, ROPE_FREQS
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
@@ -107,7 +118,7 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
 ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma2": gemma2,
             "gemma3": gemma3, "qwen3moe": qwen3moe, "smollm3": smollm3,
-            "granite": granite}  # fmt: skip
+            "granite": granite, "olmo2": olmo2}  # fmt: skip
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
 #: ``rope_scaling`` only linear)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
@@ -115,12 +126,13 @@ _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "
               "eos_id", "qkv_bias", "qk_norm", "d_head", "embed_scale", "mlp_act", "post_norms",
               "attn_scale", "attn_softcap", "final_softcap", "sliding_window", "layer_types",
               "rope_local_theta", "rope_scaling", "n_expert", "n_expert_used",
-              "moe_norm_topk", "nope_layers", "residual_scale", "logit_scale"}  # fmt: skip
+              "moe_norm_topk", "nope_layers", "residual_scale", "logit_scale", "qk_norm_all",
+              "pre_norms"}  # fmt: skip
 #: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
 _NAMED_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
                "final_softcap", "sliding_window", "layer_types", "rope_local_theta",
                "n_expert", "n_expert_used", "moe_norm_topk", "nope_layers", "residual_scale",
-               "logit_scale")  # fmt: skip
+               "logit_scale", "qk_norm_all", "pre_norms")  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:
@@ -239,7 +251,7 @@ class _Weights:
     def block(self, i: int) -> BlockWeights:
         ours = f"blocks.{i}."
         return BlockWeights(
-            self.norm(ours + "ln_1.weight"), self.norm(ours + "ln_2.weight"),
+            self.head_norm(ours + "ln_1.weight"), self.head_norm(ours + "ln_2.weight"),
             self.matrix(ours + "attn.qkv_proj.weight"), self.matrix(ours + "attn.out_proj.weight"),
             self.matrix(ours + "mlp.fc.weight"), self.matrix(ours + "mlp.proj.weight"),
             None, None, None, *self.extra_norms(i),
@@ -351,8 +363,8 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
             mlp += "experts.0."
         gate, up = (*linears(mlp + "fc.weight"), None)[:2]
         (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(mlp + "proj.weight")
-        blocks.append(BlockWeights(norms.norm(ours + "ln_1.weight"),
-                                   norms.norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
+        blocks.append(BlockWeights(norms.head_norm(ours + "ln_1.weight"),
+                                   norms.head_norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
                                    up, *norms.extra_norms(i), router=router))  # fmt: skip
     (emb,) = linears("tok_emb.weight")
     head = emb if config.tie_embeddings else linears("lm_head.weight")[0]

@@ -136,6 +136,8 @@ EXPECTED = {
     "mistral-nemo": {"arch": None, "d_head": 128, "n_head": 4, "n_embd": 256},
     "granite": {"arch": "granite", "embed_scale": 12.0, "attn_scale": 0.015625,
                 "residual_scale": 0.22, "logit_scale": 8.0, "tie_embeddings": True},
+    "olmo2": {"arch": "olmo2", "pre_norms": False, "post_norms": True, "qk_norm": True,
+              "qk_norm_all": True, "tie_embeddings": False, "rope_theta": 500000.0},
     "llama3": {"arch": None, "rope_theta": 10000.0,
                "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
@@ -214,6 +216,9 @@ def _edited(tmp_path, arch, key, vtype, value):
     ("arch", "key", "vtype", "value", "message"),
     [
         ("qwen2", "qwen2.expert_count", 4, b"\x08\x00\x00\x00", "qwen2.expert_count is not"),
+        # OLMo 3's sliding windows (an olmo2 file with a window): not read, so refused
+        ("olmo2", "olmo2.attention.sliding_window", 4, b"\x00\x10\x00\x00",
+         "olmo2.attention.sliding_window is not"),
         ("gemma2", "gemma2.attention.sliding_window", 4, b"\x00\x00\x00\x00",
          "gemma2.attention.sliding_window must be a positive integer"),
         ("gemma3", "gemma3.rope.scaling.type", 8, "yarn", "'yarn' is not supported"),
@@ -239,7 +244,7 @@ def test_bad_metadata_is_refused_in_one_line(tmp_path, arch, key, vtype, value, 
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe",
-                                  "smollm3", "granite"])  # fmt: skip
+                                  "smollm3", "granite", "olmo2"])  # fmt: skip
 def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
     """Each ``<arch>.`` key the adapter reads, set to a string: refused in one line naming the
     file (never a traceback from a comparison or a conversion)."""

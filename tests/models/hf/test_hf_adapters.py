@@ -64,6 +64,8 @@ LLAMA_FAMILY = {  # the Llama family's other members: our Llama with their parts
     "smollm3": (dict(arch="smollm3", nope_layers=(1,)), "SmolLM3ForCausalLM"),
     "granite": (dict(arch="granite", embed_scale=6.0, attn_scale=0.125, residual_scale=0.5,
                      logit_scale=4.0), "GraniteForCausalLM"),
+    "olmo2": (dict(arch="olmo2", qk_norm=True, qk_norm_all=True, post_norms=True,
+                   pre_norms=False), "Olmo2ForCausalLM"),
 }  # fmt: skip
 for _type, (_parts, _cls) in LLAMA_FAMILY.items():
     MODELS[_type] = ((lambda p: lambda: Llama(LlamaConfig(**SMALL, **p)))(_parts), _cls)

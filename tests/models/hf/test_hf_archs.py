@@ -60,6 +60,8 @@ def _configs() -> dict:
         "granite": t.GraniteConfig(**COMMON, num_hidden_layers=2, embedding_multiplier=12.0,
                                    attention_multiplier=0.0625, residual_multiplier=0.22,
                                    logits_scaling=8.0),
+        # OLMo 2: norms of the sublayers' outputs only, q/k norms over all heads at once
+        "olmo2": t.Olmo2Config(**COMMON, num_hidden_layers=2, tie_word_embeddings=False),
         "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
                                rope_parameters={"rope_type": "linear", "factor": 2.0,
                                                 "rope_theta": 1e4},
@@ -71,7 +73,8 @@ CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Q
            "mistral": "MistralForCausalLM", "phi3": "Phi3ForCausalLM",
            "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
-           "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM"}  # fmt: skip
+           "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM",
+           "olmo2": "Olmo2ForCausalLM"}  # fmt: skip
 #: our ``model.arch`` label of each model type (its name without ``_text`` / ``_``)
 LABELS = {t: t.removesuffix("_text").replace("_", "") for t in CLASSES}
 ARCHS = sorted(CLASSES)

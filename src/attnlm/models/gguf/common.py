@@ -320,7 +320,9 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
     for i in range(config.n_layer):
         blk, ours = f"blk.{i}.", f"blocks.{i}."
         qkv = ours + "attn.qkv_proj."
-        out.append(Part(blk + "attn_norm.weight", ours + "ln_1.weight", shape=(c,)))
+        pre = getattr(config, "pre_norms", True)  # (OLMo 2 has none)
+        if pre:
+            out.append(Part(blk + "attn_norm.weight", ours + "ln_1.weight", shape=(c,)))
         if blk + "attn_qkv.weight" in header.tensors:
             out.append(Part(blk + "attn_qkv.weight", qkv + "weight", shape=(q + 2 * kv, c)))
             if config.qkv_bias:
@@ -337,10 +339,12 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
                     out.append(Part(f"{blk}attn_{name}.bias", qkv + "bias", (start, stop),
                                     shape=(rows,)))  # fmt: skip
         out.append(Part(blk + "attn_output.weight", ours + "attn.out_proj.weight", shape=(c, q)))
-        if config.qk_norm:
-            out += [Part(f"{blk}attn_{x}_norm.weight", f"{ours}attn.{x}_norm.weight", shape=(d,))
-                    for x in "qk"]  # fmt: skip
-        out.append(Part(blk + "ffn_norm.weight", ours + "ln_2.weight", shape=(c,)))
+        if config.qk_norm:  # each head's (D,), or all heads' at once (OLMo 2)
+            widths = (q, kv) if getattr(config, "qk_norm_all", False) else (d, d)
+            out += [Part(f"{blk}attn_{x}_norm.weight", f"{ours}attn.{x}_norm.weight", shape=(w,))
+                    for x, w in zip("qk", widths, strict=True)]  # fmt: skip
+        if pre:
+            out.append(Part(blk + "ffn_norm.weight", ours + "ln_2.weight", shape=(c,)))
         if getattr(config, "n_expert", None):
             out += expert_parts(config, blk, ours)
         else:

@@ -66,6 +66,7 @@ ARCHITECTURES = {
     "qwen3moe": "attnlm.models.gguf.qwen3moe",
     "smollm3": "attnlm.models.gguf.smollm3",
     "granite": "attnlm.models.gguf.granite",
+    "olmo2": "attnlm.models.gguf.olmo2",
 }
 _MOE = (
     "a mixture of experts of a kind attnlm's models do not have (shared experts, sigmoid "

@@ -69,7 +69,8 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
 #: writes ``llama``, without a window)
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "qwen3moe": "qwen3moe",
-             "mixtral": "llama", "smollm3": "smollm3", "granite": "granite"}  # fmt: skip
+             "mixtral": "llama", "smollm3": "smollm3", "granite": "granite",
+             "olmo2": "olmo2"}  # fmt: skip
 
 
 def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
@@ -148,7 +149,8 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
         b, o = f"blk.{i}.", f"blocks.{i}."
         qkv = sd[o + "attn.qkv_proj.weight"]
         bias = sd.get(o + "attn.qkv_proj.bias")
-        t[b + "attn_norm.weight"] = sd[o + "ln_1.weight"]
+        if c.pre_norms:  # (OLMo 2 has none)
+            t[b + "attn_norm.weight"] = sd[o + "ln_1.weight"]
         if arch == "phi3":
             t[b + "attn_qkv.weight"] = qkv
         else:
@@ -162,7 +164,8 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
         t[b + "attn_output.weight"] = sd[o + "attn.out_proj.weight"]
         for x in ("q", "k") if c.qk_norm else ():
             t[f"{b}attn_{x}_norm.weight"] = sd[f"{o}attn.{x}_norm.weight"]
-        t[b + "ffn_norm.weight"] = sd[o + "ln_2.weight"]
+        if c.pre_norms:
+            t[b + "ffn_norm.weight"] = sd[o + "ln_2.weight"]
         if c.n_expert is not None:
             t.update(_experts(sd, b, o, c.n_expert, f))
         else:

@@ -57,6 +57,7 @@ ARCHITECTURES: dict[str, str] = {
             "mixtral",
             "smollm3",
             "granite",
+            "olmo2",
         )
     },  # fmt: skip
 }

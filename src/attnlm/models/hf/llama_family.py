@@ -3,7 +3,9 @@
 ``Qwen3ForCausalLM``, ``MistralForCausalLM``, ``Phi3ForCausalLM``, ``Gemma2ForCausalLM``,
 ``Gemma3ForCausalLM`` (text only), ``SmolLM3ForCausalLM`` (every fourth layer without
 positions: ``no_rope_layers``), ``GraniteForCausalLM`` (four scalar multipliers: of the
-embeddings, the scores, the sublayer outputs and the logits), and the mixtures of experts
+embeddings, the scores, the sublayer outputs and the logits), ``Olmo2ForCausalLM`` (norms of
+the sublayers' outputs only, ``post_attention_layernorm`` and ``post_feedforward_layernorm``;
+q/k norms over all heads), and the mixtures of experts
 ``Qwen3MoeForCausalLM`` and ``MixtralForCausalLM``. Each ``model_type`` has one :class:`Adapter` in
 :data:`ADAPTERS`, which calls :func:`load` / :func:`save` here with its row of :data:`ARCHS`.
 
@@ -67,6 +69,7 @@ class Arch:
     experts: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
     nope: bool = False
     granite: bool = False
+    olmo: bool = False  # OLMo 2: post-norms only, q/k norms over all heads
     tied: bool = False  # the config's default tie_word_embeddings (Gemma's: True)
 
 
@@ -82,6 +85,7 @@ ARCHS = {
     "smollm3": Arch("smollm3", "SmolLM3ForCausalLM", "smollm3", window="qwen", nope=True,
                     tied=True),
     "granite": Arch("granite", "GraniteForCausalLM", "granite", granite=True),
+    "olmo2": Arch("olmo2", "Olmo2ForCausalLM", "olmo2", qk_norm=True, olmo=True),
     "qwen3_moe": Arch("qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm=True,
                       window="qwen", moe="mlp"),
     "mixtral": Arch("mixtral", "MixtralForCausalLM", "mixtral", moe="block_sparse_moe",
@@ -203,6 +207,8 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
             fields["nope_layers"] = _nope(hf, n, where)
         if arch.granite:
             fields.update(_multipliers(hf, where))
+        if arch.olmo:
+            fields.update(post_norms=True, pre_norms=False, qk_norm_all=True)
         if arch.fused:  # Phi-3's residual dropout (training only)
             fields["dropout"] = max(fields["dropout"], float(hf.get("resid_pdrop") or 0.0))
         if arch.gemma:
@@ -280,7 +286,8 @@ def _cap(value: Any) -> float | None:
 def _fits(config: LlamaConfig, arch: Arch) -> None:
     """Refuse (one line naming the field) a config that ``arch``'s layout cannot express."""
     c = config
-    fixed = dict(qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm, post_norms=arch.gemma,
+    fixed = dict(qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm, post_norms=arch.gemma or arch.olmo,
+                 pre_norms=not arch.olmo, qk_norm_all=arch.olmo,
                  mlp_act="gelu_tanh" if arch.gemma else "silu")  # fmt: skip
     if arch.gemma:
         fixed["embed_scale"] = gemma_embed_scale(c.n_embd)
@@ -351,7 +358,7 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
     if arch.window == "qwen":
         out.update(use_sliding_window=bool(sliding), layer_types=list(c.layer_kinds),
                    max_window_layers=sliding[0] if sliding else c.n_layer)  # fmt: skip
-    if arch.model_type == "qwen3":
+    if arch.model_type in ("qwen3", "olmo2"):
         out["attention_bias"] = False
     if arch.granite:
         out.update(embedding_multiplier=c.embed_scale or 1.0,
@@ -395,15 +402,16 @@ def block(config: LlamaConfig, arch: Arch) -> list[Rule]:
         names = tuple(f"self_attn.{p}_proj" for p in "qkv")
         qkv = Rule("attn.qkv_proj", names, params, sizes=(q, kv, kv))  # (H D + 2 C_kv, C)
         fc = Rule("mlp.fc", ("mlp.gate_proj", "mlp.up_proj"), WEIGHT)  # (2F, C)
-    rules = [Rule("ln_1", "input_layernorm", WEIGHT, offset=one), qkv]
+    rules = [Rule("ln_1", "input_layernorm", WEIGHT, offset=one)] if c.pre_norms else []
+    rules.append(qkv)
     if c.qk_norm:
         rules += [Rule("attn.q_norm", "self_attn.q_norm", WEIGHT, offset=one),
                   Rule("attn.k_norm", "self_attn.k_norm", WEIGHT, offset=one)]  # fmt: skip
     rules.append(Rule("attn.out_proj", "self_attn.o_proj", WEIGHT))
-    if c.post_norms:
+    if c.post_norms:  # (OLMo 2: no pre_feedforward_layernorm)
         rules += [
             Rule("ln_post_attn", "post_attention_layernorm", WEIGHT, offset=one),
-            Rule("ln_2", "pre_feedforward_layernorm", WEIGHT, offset=one),
+            *[Rule("ln_2", "pre_feedforward_layernorm", WEIGHT, offset=one)] * c.pre_norms,
             Rule("ln_post_mlp", "post_feedforward_layernorm", WEIGHT, offset=one),
         ]
     else:
