@@ -246,6 +246,40 @@ def test_llama3_frequencies_equal_transformers():
     assert (ours <= plain).all() and (ours < plain).any() and ours[0] == plain[0]
 
 
+@pytest.mark.parametrize(
+    "yarn",
+    [
+        {"factor": 4.0, "original_max_position_embeddings": 32768},  # Qwen3's 128K setting
+        {"factor": 8.0, "original_max_position_embeddings": 8192, "beta_fast": 16.0,
+         "beta_slow": 2.0, "attention_factor": 1.5},
+        {"factor": 2.0, "original_max_position_embeddings": 64},  # a ramp of equal ends
+    ],
+)  # fmt: skip
+def test_yarn_frequencies_and_scale_equal_transformers(yarn):
+    """YaRN: the frequencies (extrapolated, interpolated, the ramp between) and the scale of
+    cos and sin as ``transformers`` computes them, and the cos / sin the rotary gives."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from attnlm.nn.positional import RotaryEmbedding
+
+    cfg = transformers.Qwen3Config(
+        hidden_size=256, num_attention_heads=2, head_dim=128, max_position_embeddings=131072,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, **yarn},
+    )  # fmt: skip
+    ref, scale = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+    rotary = RotaryEmbedding(128, base=1e6, scaling={"rope_type": "yarn", **yarn})
+    torch.testing.assert_close(rotary.inv_freq, ref, rtol=0, atol=0)
+    assert rotary.attention_scaling == pytest.approx(scale, rel=1e-12)
+    cos, sin = rotary(torch.arange(5))
+    angles = torch.arange(5).float()[:, None] * ref
+    torch.testing.assert_close(cos[:, :64], angles.cos() * scale, rtol=0, atol=0)
+    torch.testing.assert_close(sin[:, 64:], angles.sin() * scale, rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="rope_scaling.factor"):
+        LlamaConfig(vocab_size=V, block_size=32, n_layer=1, n_head=2, n_embd=16,
+                    rope_scaling={"rope_type": "yarn", "factor": 0,
+                                  "original_max_position_embeddings": 8})  # fmt: skip
+
+
 def test_gqa_equals_mha_with_repeated_key_value_heads():
     """Independent check of grouped-query attention: a multi-head model whose key/value
     projections repeat each GQA head for its group of query heads gives the same logits."""
@@ -307,7 +341,22 @@ def test_config_defaults_and_errors(tmp_path):
         ({"n_kv_head": 3}, "n_kv_head"),
         ({"n_kv_head": 0}, "n_kv_head"),
         ({"n_embd": 12, "n_head": 4}, "even head width"),
-        ({"rope_scaling": {"rope_type": "yarn"}}, "rope_type"),
+        ({"rope_scaling": {"rope_type": "longrope"}}, "rope_type"),
+        (
+            {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+            "original_max_position_embeddings must be a positive number",
+        ),
+        (
+            {
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "mscale": 1.0,
+                    "original_max_position_embeddings": 8,
+                }
+            },
+            "unknown key",
+        ),
         ({"rope_scaling": {**LLAMA3, "factor": -1}}, "factor"),
         ({"rope_theta": 0.0}, "rope_theta"),
     ]:
@@ -320,7 +369,8 @@ def test_config_defaults_and_errors(tmp_path):
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"attention_bias": True}, "attention_bias"),
         ({"head_dim": 0}, "head_dim must be a positive integer"),
-        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "yarn"),
+        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "lacks a numeric 'factor'"),
+        ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "'longrope'"),
         ({"model_type": "gpt2"}, "expected 'llama'"),
     ]:
         (tmp_path / "config.json").write_text(json.dumps({**base, **change}))

@@ -52,7 +52,7 @@ from attnlm.nn import fused
 from attnlm.nn.attention import MultiHeadAttention, ScaledScore
 from attnlm.nn.blocks import GeGLU, RMSNorm, SandwichBlock, SwiGLU, TransformerBlock
 from attnlm.nn.moe import SparseMoE
-from attnlm.nn.positional import ROPE_SCALING_KEYS, RotaryEmbedding
+from attnlm.nn.positional import ROPE_SCALING_KEYS, YARN_KEYS, RotaryEmbedding
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
 ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral",
@@ -93,7 +93,9 @@ class LlamaConfig:
     multiple_of: int = 256
     rope_theta: float = 10000.0
     # Llama 3.1 scaling: {rope_type = "llama3", factor, low_freq_factor, high_freq_factor,
-    # original_max_position_embeddings}; None for plain RoPE
+    # original_max_position_embeddings}; {rope_type = "linear", factor}; YaRN's {rope_type =
+    # "yarn", factor, original_max_position_embeddings, beta_fast?, beta_slow?,
+    # attention_factor?}; None for plain RoPE
     rope_scaling: dict[str, Any] | None = None
     rms_norm_eps: float = 1e-6
     tie_embeddings: bool = False
@@ -236,9 +238,20 @@ class LlamaConfig:
             if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not factor > 0:
                 raise ConfigError("model.rope_scaling.factor must be a positive number")
             return
+        if kind == "yarn":
+            unknown = sorted(set(scaling) - {"rope_type", *YARN_KEYS})
+            if unknown:
+                raise ConfigError(f"unknown key model.rope_scaling.{unknown[0]}")
+            for key in YARN_KEYS:
+                value = scaling.get(key)
+                needed = key in YARN_KEYS[:2]
+                if (value is not None or needed) and (type(value) not in (int, float)
+                                                      or not value > 0):  # fmt: skip
+                    raise ConfigError(f"model.rope_scaling.{key} must be a positive number")
+            return
         if kind != "llama3":
             raise ConfigError(
-                f"model.rope_scaling.rope_type must be 'llama3' or 'linear', got {kind!r}"
+                f"model.rope_scaling.rope_type must be 'llama3', 'linear' or 'yarn', got {kind!r}"
             )
         unknown = sorted(set(scaling) - {"rope_type", *ROPE_SCALING_KEYS})
         if unknown:

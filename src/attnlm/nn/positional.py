@@ -127,8 +127,9 @@ class RotaryEmbedding(nn.Module):
 
     ``base`` is ``θ`` of the frequencies (Llama's ``rope_theta``); ``scaling`` optionally
     rescales them for longer contexts: Llama 3.1's (:func:`llama3_frequencies`, the default
-    ``rope_type``), or ``{"rope_type": "linear", "factor": f}``, positions divided by ``f``
-    (every frequency divided by ``f``).
+    ``rope_type``), ``{"rope_type": "linear", "factor": f}``, positions divided by ``f``
+    (every frequency divided by ``f``), or YaRN's (:func:`yarn_frequencies`), whose
+    ``attention_scaling`` multiplies cos and sin (so each score by its square).
     """
 
     def __init__(
@@ -140,9 +141,13 @@ class RotaryEmbedding(nn.Module):
         # 1 / base^(2i/D), written as Hugging Face computes it (the same float32 values)
         inv_freq = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head)
         scaling = dict(scaling or {})
-        if scaling.pop("rope_type", "llama3") == "linear":  # positions divided by the factor
+        kind = scaling.pop("rope_type", "llama3")
+        self.attention_scaling = 1.0
+        if kind == "linear":  # positions divided by the factor
             inv_freq = inv_freq / scaling.pop("factor")
-        if scaling:
+        elif kind == "yarn":
+            inv_freq, self.attention_scaling = yarn_frequencies(d_head, base, **scaling)
+        elif scaling:
             inv_freq = llama3_frequencies(inv_freq, **scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
 
@@ -151,6 +156,8 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat([angles, angles], dim=-1)  # (..., T, D)
         if positions.dim() == 2:
             angles = angles[:, None]  # (B, 1, T, D): broadcast over heads
+        if self.attention_scaling != 1.0:  # (YaRN)
+            return angles.cos() * self.attention_scaling, angles.sin() * self.attention_scaling
         return angles.cos(), angles.sin()
 
 
@@ -160,6 +167,56 @@ ROPE_SCALING_KEYS = (
     "high_freq_factor",
     "original_max_position_embeddings",
 )
+
+
+#: YaRN's keys (Peng et al., 2023; Hugging Face's names): ``factor`` and
+#: ``original_max_position_embeddings`` needed, the others optional
+YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+             "attention_factor")  # fmt: skip
+
+
+def yarn_mscale(factor: float) -> float:
+    """YaRN's default attention scaling ``0.1 ln(factor) + 1`` (1 for ``factor <= 1``)."""
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def yarn_frequencies(
+    d_head: int,
+    base: float,
+    factor: float,
+    original_max_position_embeddings: int,
+    beta_fast: float | None = None,
+    beta_slow: float | None = None,
+    attention_factor: float | None = None,
+) -> tuple[Tensor, float]:
+    """YaRN's frequencies and attention scaling ``(inv_freq (D/2,), scale)``, as Hugging
+    Face computes them. With ``N`` the original context, pair ``i`` makes ``N ω_i / 2π``
+    turns over it: pairs below the dimension that turns ``beta_fast`` times (default 32) keep
+    their frequency (extrapolated), pairs past the one that turns ``beta_slow`` times
+    (default 1) are divided by ``factor`` (interpolated), with a linear ramp between
+    (its ends rounded down and up); cos and sin are multiplied by ``attention_factor``
+    (default :func:`yarn_mscale`)."""
+    fast, slow = beta_fast or 32.0, beta_slow or 1.0
+    pos_freqs = base ** (torch.arange(0, d_head, 2).float() / d_head)
+    extrapolated, interpolated = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    low, high = yarn_range(d_head, base, original_max_position_embeddings, fast, slow)
+    ramp = ((torch.arange(d_head // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: the pair keeps its frequency
+    inv_freq = interpolated * (1 - keep) + extrapolated * keep
+    scale = yarn_mscale(factor) if attention_factor is None else float(attention_factor)
+    return inv_freq, scale
+
+
+def yarn_range(d: int, base: float, n: int, fast: float, slow: float) -> tuple[float, float]:
+    """The ramp's ends ``(low, high)``: the pair dimensions that turn ``fast`` and ``slow``
+    times over ``n`` positions, rounded down and up, within ``[0, D - 1]`` (and apart by at
+    least 0.001)."""
+
+    def dim(turns: float) -> float:
+        return d * math.log(n / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = max(math.floor(dim(fast)), 0), min(math.ceil(dim(slow)), d - 1)
+    return low, high + 0.001 if low == high else high
 
 
 def llama3_frequencies(

@@ -386,8 +386,9 @@ class CStepRunner(EagerRunner):
             x = x + model.pos_emb(positions).to(x.dtype)
         x = x.reshape(m, c.C).float().contiguous()  # a fresh tensor: the C step overwrites it
         if model.rotary is not None:
-            angles = positions.float()[:, None] * model.rotary.inv_freq  # (T, D/2)
-            cos, sin = angles.cos(), angles.sin()
+            cos, sin = model.rotary(positions)  # (T, D): the two halves equal
+            half = cos.shape[-1] // 2
+            cos, sin = cos[:, :half].contiguous(), sin[:, :half].contiguous()
         else:
             cos = sin = x  # not read
         logits = torch.empty(b if last_only else m, c.V)

@@ -96,7 +96,8 @@ class EngineConfig:
     every block (:attr:`BlockWeights.router`; the step's ``experts``: llama.cpp's routing);
     ``nope_layers``: the layers whose q and k are not rotated (NoPE: SmolLM3);
     ``rope_factors``: Llama 3.1's rotary scaling, pair ``i``'s angle divided by factor ``i`` in
-    the global layers' table (a GGUF file's ``rope_freqs``, as llama.cpp applies it);
+    the global layers' table (a GGUF file's ``rope_freqs``, as llama.cpp applies it; YaRN's
+    ramp as such factors, with ``rope_mscale`` its scale of cos and sin);
     ``residual_scale`` (each sublayer's output times it before the residual add) and
     ``logit_scale`` (the logits times its float32 reciprocal, as llama.cpp's granite graph
     divides them): Granite's; ``qk_norm_all`` (q's and k's norms over all heads at once) and
@@ -133,6 +134,7 @@ class EngineConfig:
     moe_norm_topk: bool = True
     nope_layers: tuple[int, ...] | None = None
     rope_factors: tuple[float, ...] | None = None
+    rope_mscale: float | None = None  # YaRN: the global table's cos and sin times it
     residual_scale: float | None = None
     logit_scale: float | None = None
     qk_norm_all: bool = False
@@ -344,6 +346,9 @@ class Engine:
                 ctypes.c_void_p(None if factors is None else _ptr(factors)),
                 *ptrs[1:],
             )
+        if c.rope_mscale is not None:  # YaRN's scale of the global table (llama.cpp's mscale)
+            cos[0] *= np.float32(c.rope_mscale)
+            sin[0] *= np.float32(c.rope_mscale)
         return cos, sin
 
     def _check_rows(self, tokens, positions, slots) -> tuple[np.ndarray, ...]:

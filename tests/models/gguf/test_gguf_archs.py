@@ -25,6 +25,7 @@ import torch
 from attnlm.base.errors import InputError
 from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import load, read_config
+from attnlm.models.gguf.common import YARN_KEYS
 
 HERE = Path(__file__).resolve().parents[2] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
@@ -134,6 +135,9 @@ EXPECTED = {
                 "moe_norm_topk": True, "tie_embeddings": False, "rope_theta": 1e6},
     "smollm3": {"arch": "smollm3", "nope_layers": [3], "tie_embeddings": True, "n_layer": 4},
     "mistral-nemo": {"arch": None, "d_head": 128, "n_head": 4, "n_embd": 256},
+    "qwen3-yarn": {"arch": "qwen3", "block_size": 128,
+                   "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                    "original_max_position_embeddings": 32}},
     "granite": {"arch": "granite", "embed_scale": 12.0, "attn_scale": 0.015625,
                 "residual_scale": 0.22, "logit_scale": 8.0, "tie_embeddings": True},
     "olmo2": {"arch": "olmo2", "pre_norms": False, "post_norms": True, "qk_norm": True,
@@ -216,6 +220,9 @@ def _edited(tmp_path, arch, key, vtype, value):
     ("arch", "key", "vtype", "value", "message"),
     [
         ("qwen2", "qwen2.expert_count", 4, b"\x08\x00\x00\x00", "qwen2.expert_count is not"),
+        # a YaRN beta llama.cpp's qwen3 graph would not read
+        ("qwen3-yarn", "qwen3.rope.scaling.yarn_beta_fast", 6, b"\x00\x00\x80\x41",
+         "yarn_beta_fast = 16.0: not 32"),
         # OLMo 3's sliding windows (an olmo2 file with a window): not read, so refused
         ("olmo2", "olmo2.attention.sliding_window", 4, b"\x00\x10\x00\x00",
          "olmo2.attention.sliding_window is not"),
@@ -263,7 +270,8 @@ def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
         except InputError as e:
             assert "\n" not in str(e) and str(path) in str(e), key
         else:  # only keys the architecture reads solely together with another may pass
-            assert key in ("rope.scaling.factor", "rope.freq_base_swa"), key
+            # (YaRN's: with rope.scaling.type = yarn)
+            assert key in ("rope.scaling.factor", "rope.freq_base_swa", *YARN_KEYS), key
 
 
 @pytest.mark.parametrize("arch", sorted(DOC["archs"]))

@@ -178,6 +178,8 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
     scaling = meta.get("rope.scaling.type", "none")
     if scaling == "linear" and "linear" in scalings:
         table["rope_scaling"] = {"rope_type": "linear", "factor": meta.float("rope.scaling.factor")}
+    elif scaling == "yarn" and "yarn" in scalings:
+        table["rope_scaling"] = yarn_scaling(meta, context)
     elif scaling != "none":
         supported = ", ".join(("none", *scalings))
         raise InputError(
@@ -195,6 +197,47 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
                 "scaling) is not supported"
             )
     return table
+
+
+#: the keys of YaRN's scaling (:func:`yarn_scaling`), read by the architectures that allow it
+YARN_KEYS = frozenset({
+    "rope.scaling.factor", "rope.scaling.original_context_length", "rope.scaling.attn_factor",
+    "rope.scaling.finetuned", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+    "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
+    "rope.scaling.yarn_log_multiplier",
+})  # fmt: skip
+#: what llama.cpp's graphs of these architectures take for YaRN's other keys (they read none
+#: of them): files that say otherwise are refused
+_YARN_FIXED = {"rope.scaling.yarn_beta_fast": 32.0, "rope.scaling.yarn_beta_slow": 1.0,
+               "rope.scaling.yarn_ext_factor": 1.0,
+               "rope.scaling.yarn_log_multiplier": 0.0}  # fmt: skip
+
+
+def yarn_scaling(meta: Meta, context: int) -> dict[str, Any]:
+    """YaRN's ``rope_scaling`` as llama.cpp applies it to a file: ``rope.scaling.factor``,
+    the original context ``rope.scaling.original_context_length`` (absent: the file's
+    context), the betas 32 and 1, and cos and sin times ``0.1 ln(factor) + 1`` and
+    ``rope.scaling.attn_factor`` (llama.cpp computes that scale itself: a
+    ``yarn_attn_factor`` must agree with it)."""
+    from attnlm.nn.positional import yarn_mscale
+
+    factor = meta.float("rope.scaling.factor")
+    n = meta.int("rope.scaling.original_context_length", context)
+    for key, value in _YARN_FIXED.items():
+        got = meta.get(key, value)
+        number = isinstance(got, (int, float, np.number)) and not isinstance(got, bool)
+        if not number or float(got) != value:
+            meta.refuse(key, f"not {value:g} (llama.cpp's {meta.arch} graph does not read it)")
+    mscale = yarn_mscale(factor)
+    if meta.has("rope.scaling.yarn_attn_factor"):
+        given = meta.float("rope.scaling.yarn_attn_factor")
+        if abs(given - mscale) > 1e-3 * mscale:
+            meta.refuse("rope.scaling.yarn_attn_factor", f"not 0.1 ln(factor) + 1 = {mscale:.4f}")
+    scaling = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": n}
+    extra = meta.float("rope.scaling.attn_factor", 1.0)
+    if extra != 1.0:
+        scaling["attention_factor"] = mscale * extra
+    return scaling
 
 
 #: Llama 3.1's rotary frequency factors, one per rotary pair: llama.cpp's converter writes them

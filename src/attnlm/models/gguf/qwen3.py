@@ -15,16 +15,23 @@ from __future__ import annotations
 from typing import Any
 
 from attnlm.base.ggufio import GGUFFile
-from attnlm.models.gguf.common import BASE_KEYS, Meta, base_table, block_parts, has_tensor
+from attnlm.models.gguf.common import (
+    BASE_KEYS,
+    YARN_KEYS,
+    Meta,
+    base_table,
+    block_parts,
+    has_tensor,
+)  # fmt: skip
 from attnlm.models.gguf.parts import Part
 
 ARCH = "qwen3"
-READ = BASE_KEYS | {"rope.scaling.factor"}
+READ = BASE_KEYS | YARN_KEYS
 
 
 def config_table(header: GGUFFile) -> dict[str, Any]:
     """The ``[model]`` table of our Llama for this file."""
-    table = base_table(Meta(header, ARCH, READ), scalings=("linear",))
+    table = base_table(Meta(header, ARCH, READ), scalings=("linear", "yarn"))
     table["qk_norm"] = True
     table["qkv_bias"] = has_tensor(header, "attn_q.bias")
     return table

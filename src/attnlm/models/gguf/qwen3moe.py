@@ -19,6 +19,7 @@ from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf.common import (
     BASE_KEYS,
     MOE_KEYS,
+    YARN_KEYS,
     Meta,
     base_table,
     block_parts,
@@ -28,13 +29,13 @@ from attnlm.models.gguf.common import (
 from attnlm.models.gguf.parts import Part
 
 ARCH = "qwen3moe"
-READ = BASE_KEYS | MOE_KEYS | {"rope.scaling.factor"}
+READ = BASE_KEYS | MOE_KEYS | YARN_KEYS
 
 
 def config_table(header: GGUFFile) -> dict[str, Any]:
     """The ``[model]`` table of our Llama for this file."""
     meta = Meta(header, ARCH, READ)
-    table = base_table(meta, scalings=("linear",))
+    table = base_table(meta, scalings=("linear", "yarn"))
     experts = moe_fields(meta, table)
     if not experts:
         meta.refuse("expert_count", "a qwen3moe model needs experts")

@@ -73,6 +73,29 @@ GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "q
              "olmo2": "olmo2"}  # fmt: skip
 
 
+#: the GGUF architectures whose adapters read YaRN (:func:`~.common.yarn_scaling`)
+YARN_ARCHS = ("qwen2", "qwen3", "qwen3moe")
+
+
+def _yarn_meta(scaling: dict[str, Any]) -> dict[str, Any]:
+    """YaRN's keys as llama.cpp's converter writes them; betas other than 32 and 1, which
+    llama.cpp's graphs of these architectures do not read, are refused."""
+    from attnlm.nn.positional import yarn_mscale
+
+    for key, value in (("beta_fast", 32.0), ("beta_slow", 1.0)):
+        if scaling.get(key, value) != value:
+            raise InputError(f"model.rope_scaling.{key} = {scaling[key]!r} cannot be exported "
+                             f"to GGUF (llama.cpp takes {value:g})")  # fmt: skip
+    factor = float(scaling["factor"])
+    meta = {"rope.scaling.type": "yarn", "rope.scaling.factor": factor,
+            "rope.scaling.original_context_length": int(
+                scaling["original_max_position_embeddings"])}  # fmt: skip
+    extra = scaling.get("attention_factor", yarn_mscale(factor)) / yarn_mscale(factor)
+    if abs(extra - 1.0) > 1e-6:
+        meta["rope.scaling.attn_factor"] = float(extra)
+    return meta
+
+
 def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
     """The ``<arch>.`` keys of a Llama-family config, as llama.cpp's converter writes them."""
     hd = c.head_dim
@@ -97,7 +120,9 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["vocab_size"] = c.vocab_size
     if arch not in PERMUTED or hd * c.n_head != c.n_embd:  # (Mistral Nemo: a head of its own)
         meta["attention.key_length"] = meta["attention.value_length"] = hd
-    if c.rope_scaling and not _llama3(c, arch):  # (Llama 3.1's is a tensor: _llama)
+    if (c.rope_scaling or {}).get("rope_type") == "yarn" and arch in YARN_ARCHS:
+        meta.update(_yarn_meta(c.rope_scaling))
+    elif c.rope_scaling and not _llama3(c, arch):  # (Llama 3.1's is a tensor: _llama)
         if c.rope_scaling.get("rope_type") != "linear" or arch in (*PERMUTED, "phi3", "gemma2"):
             raise InputError(
                 f"model.rope_scaling {c.rope_scaling.get('rope_type')!r} cannot be exported to "

@@ -85,14 +85,37 @@ def _rope(hf: dict, where: str) -> tuple[float, dict[str, Any] | None]:
         if not isinstance(scaling.get("factor"), (int, float)):
             raise ConfigError(f"{where}: rope_scaling lacks a numeric 'factor'")
         return float(theta), {"rope_type": "linear", "factor": float(scaling["factor"])}
+    if kind == "yarn":
+        return float(theta), _yarn(scaling, where, hf.get("max_position_embeddings"))
     if kind != "llama3":
-        raise ConfigError(f"{where}: rope_type {kind!r} is not supported (default, linear, llama3)")
+        raise ConfigError(
+            f"{where}: rope_type {kind!r} is not supported (default, linear, llama3, yarn)"
+        )
     from attnlm.nn.positional import ROPE_SCALING_KEYS
 
     missing = [k for k in ROPE_SCALING_KEYS if k not in scaling]
     if missing:
         raise ConfigError(f"{where}: rope_scaling lacks {missing[0]!r}")
     return float(theta), {"rope_type": "llama3", **{k: scaling[k] for k in ROPE_SCALING_KEYS}}
+
+
+def _yarn(scaling: dict, where: str, context: Any) -> dict[str, Any]:
+    """Our YaRN ``rope_scaling`` of a config's: its factor, original context (absent: the
+    config's ``max_position_embeddings``, as ``transformers`` takes it), betas and attention
+    factor (absent ones left out); DeepSeek's ``mscale`` / ``mscale_all_dim`` and an
+    untruncated ramp are refused."""
+    from attnlm.nn.positional import YARN_KEYS
+
+    for key in ("mscale", "mscale_all_dim"):
+        if scaling.get(key) not in (None, 0, 1, 1.0):
+            raise ConfigError(f"{where}: rope_scaling.{key} (DeepSeek's YaRN) is not supported")
+    if scaling.get("truncate", True) is not True:
+        raise ConfigError(f"{where}: rope_scaling.truncate = false is not supported")
+    scaling = {"original_max_position_embeddings": context, **scaling}
+    for key in YARN_KEYS[:2]:
+        if type(scaling.get(key)) not in (int, float):
+            raise ConfigError(f"{where}: rope_scaling lacks a numeric {key!r}")
+    return {"rope_type": "yarn", **{k: scaling[k] for k in YARN_KEYS if scaling.get(k)}}
 
 
 def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
