@@ -1,9 +1,10 @@
 """GGUF architecture ``qwen2`` (Qwen2, Qwen2.5, Qwen2.5-Coder) -> our Llama with q/k/v biases.
 
 Metadata (``qwen2.`` keys) as for :mod:`.llama` (:func:`~.common.base_table`): the head width
-is ``attention.key_length`` where the file has it; ``rope.scaling.type`` ``none`` or
-``linear`` (``rope.scaling.factor``); any other ``qwen2.`` key is refused naming it. llama.cpp's
-``qwen2`` graph has no sliding window (the converter writes none), and neither do we.
+is ``attention.key_length`` where the file has it; ``rope.scaling.type`` ``none``,
+``linear`` (``rope.scaling.factor``) or ``yarn`` (:func:`~.common.yarn_scaling`); any other
+``qwen2.`` key is refused naming it. llama.cpp's ``qwen2`` graph has no sliding window (the
+converter writes none), and neither do we.
 
 Tensors as :mod:`.llama`'s, read as stored: llama.cpp runs ``qwen2`` with NEOX rotary pairs
 ``(i, i + D/2)``, ours, so q and k rows are not permuted. ``blk.N.attn_q/k/v.bias`` (present

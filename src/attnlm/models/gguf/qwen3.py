@@ -1,8 +1,8 @@
 """GGUF architecture ``qwen3`` (Qwen3 dense models) -> our Llama with per-head q/k norms.
 
 Metadata (``qwen3.`` keys) as :mod:`.qwen2`'s: the head width is ``attention.key_length``
-(Qwen3 0.6B: 128 with ``n_embd / n_head`` = 64), ``rope.scaling.type`` ``none`` or ``linear``;
-any other ``qwen3.`` key is refused naming it (mixtures of experts are architecture
+(Qwen3 0.6B: 128 with ``n_embd / n_head`` = 64), ``rope.scaling.type`` ``none``, ``linear``
+or ``yarn``; any other ``qwen3.`` key is refused naming it (mixtures of experts are architecture
 ``qwen3moe``: :mod:`.qwen3moe`).
 
 Tensors as :mod:`.qwen2`'s (NEOX rotary: rows as stored; biases where the file has them),
