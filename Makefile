@@ -30,6 +30,9 @@ demo: $(VENV_OK)
 # trainings, kill tests of the demo, the 135M model's chats, builds of the C step for other
 # CPUs) are left to test-full and .ci/run; the 15 slowest are listed at the end, so a test
 # that grows shows
+# the two workers share two cores: the OpenMP threads of the C step and of PyTorch wait for
+# each other asleep rather than spinning, so a worker's spin does not steal the other's core
+test test-full: export OMP_WAIT_POLICY := PASSIVE
 test: $(VENV_OK) lint
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow" --durations=15
 
