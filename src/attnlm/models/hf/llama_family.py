@@ -408,10 +408,11 @@ def block(config: LlamaConfig, arch: Arch) -> list[Rule]:
         rules += [Rule("attn.q_norm", "self_attn.q_norm", WEIGHT, offset=one),
                   Rule("attn.k_norm", "self_attn.k_norm", WEIGHT, offset=one)]  # fmt: skip
     rules.append(Rule("attn.out_proj", "self_attn.o_proj", WEIGHT))
-    if c.post_norms:  # (OLMo 2: no pre_feedforward_layernorm)
+    if c.post_norms:  # Gemma's four norms; OLMo 2 has no pre_feedforward_layernorm
+        pre = Rule("ln_2", "pre_feedforward_layernorm", WEIGHT, offset=one)
         rules += [
             Rule("ln_post_attn", "post_attention_layernorm", WEIGHT, offset=one),
-            *[Rule("ln_2", "pre_feedforward_layernorm", WEIGHT, offset=one)] * c.pre_norms,
+            *([pre] if c.pre_norms else []),
             Rule("ln_post_mlp", "post_feedforward_layernorm", WEIGHT, offset=one),
         ]
     else:
