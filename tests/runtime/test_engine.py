@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -297,6 +298,17 @@ def test_chat_on_the_engine_follows_the_pytorch_session(files, temperature):
         again = conversation(EngineChatSession(open_engine(header, None, 1), tok, template,
                                                stops, sampling=sampling))  # fmt: skip
         assert ours == again
+
+
+def test_a_yarn_file_runs_without_pytorch():
+    """YaRN's ramp and scale come from :mod:`attnlm.nn.yarn`, which needs no PyTorch: a Qwen3
+    file with YaRN decodes on the engine without importing it (it once did)."""
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "gguf_arch" / "qwen3-yarn-Q8_0.gguf"
+    run = _attnlm("generate", "--model", path, "--prompt", "The", "--max-new-tokens", "3",
+                  "--threads", "1", "--json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip().endswith("no torch")
+    assert json.loads(run.stdout.strip().splitlines()[-1])["backend"] == "c-engine"
 
 
 def test_chat_command_runs_without_pytorch(files, tmp_path):

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlm.base.errors import InputError
+from attnlm.nn.yarn import yarn_range, yarn_scale
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
@@ -175,11 +176,6 @@ YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_sl
              "attention_factor")  # fmt: skip
 
 
-def yarn_mscale(factor: float) -> float:
-    """YaRN's default attention scaling ``0.1 ln(factor) + 1`` (1 for ``factor <= 1``)."""
-    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
-
-
 def yarn_frequencies(
     d_head: int,
     base: float,
@@ -194,29 +190,15 @@ def yarn_frequencies(
     turns over it: pairs below the dimension that turns ``beta_fast`` times (default 32) keep
     their frequency (extrapolated), pairs past the one that turns ``beta_slow`` times
     (default 1) are divided by ``factor`` (interpolated), with a linear ramp between
-    (its ends rounded down and up); cos and sin are multiplied by ``attention_factor``
-    (default :func:`yarn_mscale`)."""
-    fast, slow = beta_fast or 32.0, beta_slow or 1.0
+    (its ends rounded down and up: :func:`~attnlm.nn.yarn.yarn_range`); cos and sin are
+    multiplied by ``attention_factor`` (default :func:`~attnlm.nn.yarn.yarn_mscale`)."""
     pos_freqs = base ** (torch.arange(0, d_head, 2).float() / d_head)
     extrapolated, interpolated = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
-    low, high = yarn_range(d_head, base, original_max_position_embeddings, fast, slow)
+    low, high = yarn_range(d_head, base, original_max_position_embeddings, beta_fast, beta_slow)
     ramp = ((torch.arange(d_head // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # 1: the pair keeps its frequency
     inv_freq = interpolated * (1 - keep) + extrapolated * keep
-    scale = yarn_mscale(factor) if attention_factor is None else float(attention_factor)
-    return inv_freq, scale
-
-
-def yarn_range(d: int, base: float, n: int, fast: float, slow: float) -> tuple[float, float]:
-    """The ramp's ends ``(low, high)``: the pair dimensions that turn ``fast`` and ``slow``
-    times over ``n`` positions, rounded down and up, within ``[0, D - 1]`` (and apart by at
-    least 0.001)."""
-
-    def dim(turns: float) -> float:
-        return d * math.log(n / (turns * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = max(math.floor(dim(fast)), 0), min(math.ceil(dim(slow)), d - 1)
-    return low, high + 0.001 if low == high else high
+    return inv_freq, yarn_scale(factor, attention_factor)
 
 
 def llama3_frequencies(

@@ -63,6 +63,7 @@ from attnlm.models.gguf import (
 from attnlm.models.gguf.common import PERMUTED, ROPE_FREQS
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
+from attnlm.nn.yarn import yarn_angle_factors, yarn_scale
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
 from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
 
@@ -120,7 +121,7 @@ ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma
             "gemma3": gemma3, "qwen3moe": qwen3moe, "smollm3": smollm3,
             "granite": granite, "olmo2": olmo2}  # fmt: skip
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
-#: ``rope_scaling`` only linear)
+#: ``rope_scaling`` linear, llama3 or yarn)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
               "n_embd", "d_ff", "rope_theta", "rms_norm_eps", "tie_embeddings", "bos_id",
               "eos_id", "qkv_bias", "qk_norm", "d_head", "embed_scale", "mlp_act", "post_norms",
@@ -135,22 +136,6 @@ _NAMED_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softc
                "logit_scale", "qk_norm_all", "pre_norms")  # fmt: skip
 
 
-def yarn_factors(theta: float, d: int, scaling: dict[str, Any]) -> tuple[tuple[float, ...], float]:
-    """YaRN as the C engine's per-pair divisors of the angles (llama.cpp's ``rope_yarn``:
-    ``θ (s (1 - r) + r)`` with ``s = 1 / factor`` and ``r`` the ramp, pair ``i``'s angle
-    divided by ``1 / (s (1 - r_i) + r_i)``) and the scale of cos and sin."""
-    from attnlm.nn.positional import yarn_mscale, yarn_range
-
-    n = scaling["original_max_position_embeddings"]
-    low, high = yarn_range(d, theta, n, 32.0, 1.0)
-    ramp = np.clip((np.arange(d // 2, dtype=np.float32) - low) / (high - low), 0, 1)
-    keep = np.float32(1) - ramp.astype(np.float32)
-    s = np.float32(1.0 / scaling["factor"])
-    factors = np.float32(1) / (s * (np.float32(1) - keep) + keep)
-    scale = scaling.get("attention_factor") or yarn_mscale(scaling["factor"])
-    return tuple(factors.astype(np.float32).tolist()), float(scale)
-
-
 def _table(header: GGUFFile) -> dict[str, Any] | None:
     """The ``[model]`` table of ``header``'s model where its architecture is one of
     :data:`ADAPTERS` and it uses only parts the step computes, else None (the PyTorch path
@@ -162,7 +147,8 @@ def _table(header: GGUFFile) -> dict[str, Any] | None:
     # a file its own adapter refuses is refused here, in the same line (the PyTorch path would
     # refuse it too): it never reaches the step
     table = adapter.config_table(header)
-    # a linear scaling, or Llama 3.1's: the file's rope_freqs factors, as llama.cpp takes them
+    # a linear scaling, Llama 3.1's (the file's rope_freqs factors) or YaRN's, as llama.cpp
+    # takes them
     kinds = ("linear", "llama3", "yarn")
     if table.get("rope_scaling", {"rope_type": "linear"})["rope_type"] not in kinds:
         return None
@@ -207,9 +193,11 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     scaling = table.get("rope_scaling") or {}
     if scaling.get("rope_type") == "llama3":  # the file's own factors (checked by the adapter)
         named["rope_factors"] = tuple(np.frombuffer(header.raw(ROPE_FREQS), np.float32).tolist())
-    elif scaling.get("rope_type") == "yarn":
+    elif scaling.get("rope_type") == "yarn":  # its ramp as factors, its scale on the table
         d = table.get("d_head") or table["n_embd"] // table["n_head"]
-        named["rope_factors"], named["rope_mscale"] = yarn_factors(table["rope_theta"], d, scaling)
+        factors = yarn_angle_factors(table["rope_theta"], d, scaling)
+        named["rope_factors"] = tuple(factors.tolist())
+        named["rope_mscale"] = yarn_scale(scaling["factor"], scaling.get("attention_factor"))
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],

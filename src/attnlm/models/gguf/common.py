@@ -219,7 +219,7 @@ def yarn_scaling(meta: Meta, context: int) -> dict[str, Any]:
     context), the betas 32 and 1, and cos and sin times ``0.1 ln(factor) + 1`` and
     ``rope.scaling.attn_factor`` (llama.cpp computes that scale itself: a
     ``yarn_attn_factor`` must agree with it)."""
-    from attnlm.nn.positional import yarn_mscale
+    from attnlm.nn.yarn import yarn_mscale
 
     factor = meta.float("rope.scaling.factor")
     n = meta.int("rope.scaling.original_context_length", context)

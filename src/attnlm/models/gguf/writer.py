@@ -80,7 +80,7 @@ YARN_ARCHS = ("qwen2", "qwen3", "qwen3moe")
 def _yarn_meta(scaling: dict[str, Any]) -> dict[str, Any]:
     """YaRN's keys as llama.cpp's converter writes them; betas other than 32 and 1, which
     llama.cpp's graphs of these architectures do not read, are refused."""
-    from attnlm.nn.positional import yarn_mscale
+    from attnlm.nn.yarn import yarn_mscale
 
     for key, value in (("beta_fast", 32.0), ("beta_slow", 1.0)):
         if scaling.get(key, value) != value:

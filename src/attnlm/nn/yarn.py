@@ -1,0 +1,49 @@
+"""YaRN's numbers that need no PyTorch (Peng et al., 2023): the attention scale, the ramp's
+ends, and the ramp as per-pair factors of the angles for the C engine. The GGUF reader and
+writer and the engine, which runs without PyTorch, use these; :func:`attnlm.nn.positional.
+yarn_frequencies` computes the frequencies from the same ends, in PyTorch's float32 as
+``transformers`` does."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def yarn_mscale(factor: float) -> float:
+    """YaRN's default attention scaling ``0.1 ln(factor) + 1`` (1 for ``factor <= 1``)."""
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def yarn_scale(factor: float, attention_factor: float | None = None) -> float:
+    """The scale of cos and sin: ``attention_factor`` where given, else :func:`yarn_mscale`."""
+    return yarn_mscale(factor) if attention_factor is None else float(attention_factor)
+
+
+def yarn_range(
+    d: int, base: float, n: int, fast: float | None = None, slow: float | None = None
+) -> tuple[float, float]:
+    """The ramp's ends ``(low, high)``: the pair dimensions that turn ``fast`` (default 32)
+    and ``slow`` (default 1) times over ``n`` positions, rounded down and up, within
+    ``[0, D - 1]`` (and apart by at least 0.001)."""
+
+    def dim(turns: float) -> float:
+        return d * math.log(n / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = max(math.floor(dim(fast or 32.0)), 0), min(math.ceil(dim(slow or 1.0)), d - 1)
+    return low, high + 0.001 if low == high else high
+
+
+def yarn_angle_factors(theta: float, d: int, scaling: dict[str, Any]) -> np.ndarray:
+    """``(D/2,)`` float32: YaRN as per-pair divisors of the angles, as the C engine takes
+    them (llama.cpp's ``rope_yarn`` turns pair ``i`` by ``θ_i (s (1 - r_i) + r_i)``, ``s = 1 /
+    factor``, ``r`` the ramp that keeps the fast pairs: the divisor ``1 / (s (1 - r_i) +
+    r_i)``)."""
+    n = scaling["original_max_position_embeddings"]
+    low, high = yarn_range(d, theta, n, scaling.get("beta_fast"), scaling.get("beta_slow"))
+    one = np.float32(1)
+    keep = one - np.clip((np.arange(d // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+    s = np.float32(1.0 / scaling["factor"])
+    return (one / (s * (one - keep) + keep)).astype(np.float32)
