@@ -92,6 +92,8 @@ UNFUSED_FLIPS = {
     ("phi3", "Q5_K_M"): "2.1e-3 at position 9 (a build without FMA)",
     ("gemma3-linear", "Q8_0"): "2.4e-3 (a build without FMA)",
     ("llama", "IQ4_NL"): "2.8e-3 (a build without FMA)",
+    ("olmo2", "Q4_K_M"): "3.1e-3 at positions 1-8 and 11 (a build without FMA)",
+    ("olmo2", "Q8_0"): "1.8e-3 at position 8 (a build without FMA)",
 }
 #: one or two flipped codes, with room
 FLIP_TOL = 5e-3
