@@ -341,7 +341,7 @@ def test_config_defaults_and_errors(tmp_path):
         ({"n_kv_head": 3}, "n_kv_head"),
         ({"n_kv_head": 0}, "n_kv_head"),
         ({"n_embd": 12, "n_head": 4}, "even head width"),
-        ({"rope_scaling": {"rope_type": "longrope"}}, "rope_type"),
+        ({"rope_scaling": {"rope_type": "dynamic"}}, "rope_type"),
         (
             {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
             "original_max_position_embeddings must be a positive number",
@@ -370,7 +370,10 @@ def test_config_defaults_and_errors(tmp_path):
         ({"attention_bias": True}, "attention_bias"),
         ({"head_dim": 0}, "head_dim must be a positive integer"),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}, "lacks a numeric 'factor'"),
-        ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "'longrope'"),
+        (
+            {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}},
+            "lacks a list 'short_factor'",
+        ),
         ({"model_type": "gpt2"}, "expected 'llama'"),
     ]:
         (tmp_path / "config.json").write_text(json.dumps({**base, **change}))

@@ -213,9 +213,9 @@ def test_prompt_pieces_ride_in_the_decode_pass_and_long_ones_alone():
             wants.append(None if want is None else list(want))
             return step_rows(tokens, positions, slots, want=want)
 
-        def spy_prefill(slot, position, tokens):
+        def spy_prefill(slot, position, tokens, reach=None):
             prefills.append(len(tokens))
-            return prefill(slot, position, tokens)
+            return prefill(slot, position, tokens, reach)
 
         engine.step_rows, engine.prefill = spy_rows, spy_prefill
 

@@ -205,7 +205,8 @@ class Scheduler:
         self.turn += 1
         slot = reading[self.turn % len(reading)]
         chunk, slot.pending = slot.pending[: self.prefill_chunk], slot.pending[self.prefill_chunk :]
-        logits = self.stepper.prefill(slot.index, len(slot.cached), chunk)  # (V,)
+        reach = len(slot.cached) + len(chunk) + len(slot.pending)  # (the whole prompt's)
+        logits = self.stepper.prefill(slot.index, len(slot.cached), chunk, reach)  # (V,)
         slot.cached += chunk
         if not slot.pending:
             self._took(slot, logits)

@@ -34,6 +34,7 @@ from attnlm.api.batch import batched_step
 from attnlm.base.device import model_device
 from attnlm.generate.lookahead import drop_newest
 from attnlm.nn.cache import KVCache
+from attnlm.nn.positional import reaching
 
 __all__ = ["EngineStepper", "TorchStepper", "engine_rows"]
 
@@ -70,7 +71,10 @@ class TorchStepper:
     def forget(self, slot: int) -> None:
         self.states[slot], self.held[slot] = None, 0
 
-    def prefill(self, slot: int, position: int, tokens: Sequence[int]) -> torch.Tensor:
+    def prefill(self, slot: int, position: int, tokens: Sequence[int],
+                reach: int | None = None) -> torch.Tensor:  # fmt: skip
+        """Logits ``(V,)`` after ``tokens`` from ``position`` on; ``reach``: the end of the
+        prompt they are a chunk of (LongRoPE's set is the whole prompt's)."""
         s = self.states[slot]
         if s is None or position == 0:
             s = self.states[slot] = self.runner.new_state(None)
@@ -78,7 +82,8 @@ class TorchStepper:
             drop_newest(s, self.held[slot] - position)
         x = torch.tensor([list(tokens)], device=self.device)
         self.held[slot] = position + len(tokens)
-        return self.runner.last_logits(x, s)[0]  # (V,)
+        with reaching(self.model, reach):
+            return self.runner.last_logits(x, s)[0]  # (V,)
 
     def step_rows(self, tokens: Sequence[int], positions: Sequence[int],
                   slots: Sequence[int]) -> torch.Tensor:  # fmt: skip
@@ -110,8 +115,9 @@ class EngineStepper:
     def forget(self, slot: int) -> None:
         pass  # the next prefill at position 0 starts the row over
 
-    def prefill(self, slot: int, position: int, tokens: Sequence[int]) -> torch.Tensor:
-        logits = self.engine.prefill(slot, position, np.asarray(tokens, dtype=np.int64))
+    def prefill(self, slot: int, position: int, tokens: Sequence[int],
+                reach: int | None = None) -> torch.Tensor:  # fmt: skip
+        logits = self.engine.prefill(slot, position, np.asarray(tokens, dtype=np.int64), reach)
         return torch.from_numpy(np.asarray(logits, dtype=np.float32))
 
     def step_rows(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int],

@@ -76,7 +76,9 @@ def _feed(engine: Engine, tokens: np.ndarray, last_only: bool) -> np.ndarray:
     logits ``(B, T, V)``, or ``(B, 1, V)`` of the last with ``last_only``."""
     pieces = [tokens[:, i : i + MAX_TOKENS] for i in range(0, tokens.shape[1], MAX_TOKENS)]
     # a prompt's pieces before its last fill the caches alone (no LM head: a pass over V C)
-    out = [engine.feed(p, last_only, logits=not last_only or i == len(pieces) - 1)
+    # (the whole prompt's reach: LongRoPE's set is the one a forward over all of it takes)
+    reach = engine.length + tokens.shape[1]
+    out = [engine.feed(p, last_only, logits=not last_only or i == len(pieces) - 1, reach=reach)
            for i, p in enumerate(pieces)]  # fmt: skip
     return out[-1] if last_only else np.concatenate(out, axis=1)
 

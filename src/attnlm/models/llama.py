@@ -53,6 +53,7 @@ from attnlm.nn.attention import MultiHeadAttention, ScaledScore
 from attnlm.nn.blocks import GeGLU, RMSNorm, SandwichBlock, SwiGLU, TransformerBlock
 from attnlm.nn.moe import SparseMoE
 from attnlm.nn.positional import ROPE_SCALING_KEYS, YARN_KEYS, RotaryEmbedding
+from attnlm.nn.yarn import LONGROPE_KEYS
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
 ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral",
@@ -76,6 +77,26 @@ def llama_ffn_width(d_model: int, multiple_of: int = 256) -> int:
     weights), rounded up to a multiple of ``multiple_of``."""
     hidden = int(2 * 4 * d_model / 3)
     return multiple_of * math.ceil(hidden / multiple_of)
+
+
+def _check_longrope(scaling: dict[str, Any], pairs: int) -> None:
+    """LongRoPE's table: two lists of ``pairs`` positive factors, the original context and the
+    context factor (positive numbers), an optional attention factor."""
+    unknown = sorted(set(scaling) - {"rope_type", *LONGROPE_KEYS})
+    if unknown:
+        raise ConfigError(f"unknown key model.rope_scaling.{unknown[0]}")
+    for key in LONGROPE_KEYS[:2]:
+        values = scaling.get(key)
+        if (not isinstance(values, (list, tuple)) or len(values) != pairs
+                or any(type(v) not in (int, float) or not v > 0 for v in values)):  # fmt: skip
+            raise ConfigError(f"model.rope_scaling.{key} must list {pairs} positive numbers "
+                              f"(one per rotary pair)")  # fmt: skip
+    for key in LONGROPE_KEYS[2:]:
+        value = scaling.get(key)
+        if (value is not None or key != "attention_factor") and (
+            type(value) not in (int, float) or not value > 0
+        ):
+            raise ConfigError(f"model.rope_scaling.{key} must be a positive number")
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,7 @@ class LlamaConfig:
         above_zero(self, "rope_theta", "rms_norm_eps")
         fraction(self, "dropout")
         if self.rope_scaling is not None:
-            self._check_scaling(self.rope_scaling)
+            self._check_scaling(self.rope_scaling, self.head_dim // 2)
         self._check_parts()
 
     def _check_parts(self) -> None:
@@ -228,7 +249,7 @@ class LlamaConfig:
         return self.sliding_window if self.layer_kinds[layer] == LAYER_TYPES[1] else None
 
     @staticmethod
-    def _check_scaling(scaling: dict[str, Any]) -> None:
+    def _check_scaling(scaling: dict[str, Any], pairs: int) -> None:
         kind = scaling.get("rope_type")
         if kind == "linear":
             unknown = sorted(set(scaling) - {"rope_type", "factor"})
@@ -249,9 +270,13 @@ class LlamaConfig:
                                                       or not value > 0):  # fmt: skip
                     raise ConfigError(f"model.rope_scaling.{key} must be a positive number")
             return
+        if kind == "longrope":
+            _check_longrope(scaling, pairs)
+            return
         if kind != "llama3":
             raise ConfigError(
-                f"model.rope_scaling.rope_type must be 'llama3', 'linear' or 'yarn', got {kind!r}"
+                f"model.rope_scaling.rope_type must be 'llama3', 'linear', 'yarn' or 'longrope', "
+                f"got {kind!r}"
             )
         unknown = sorted(set(scaling) - {"rope_type", *ROPE_SCALING_KEYS})
         if unknown:

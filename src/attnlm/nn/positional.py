@@ -23,13 +23,15 @@ Shape legend
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnlm.base.errors import InputError
-from attnlm.nn.yarn import yarn_range, yarn_scale
+from attnlm.nn.yarn import longrope_scale, yarn_range, yarn_scale
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "none")
 
@@ -129,8 +131,12 @@ class RotaryEmbedding(nn.Module):
     ``base`` is ``θ`` of the frequencies (Llama's ``rope_theta``); ``scaling`` optionally
     rescales them for longer contexts: Llama 3.1's (:func:`llama3_frequencies`, the default
     ``rope_type``), ``{"rope_type": "linear", "factor": f}``, positions divided by ``f``
-    (every frequency divided by ``f``), or YaRN's (:func:`yarn_frequencies`), whose
-    ``attention_scaling`` multiplies cos and sin (so each score by its square).
+    (every frequency divided by ``f``), YaRN's (:func:`yarn_frequencies`), whose
+    ``attention_scaling`` multiplies cos and sin (so each score by its square), or LongRoPE's
+    (:func:`longrope_frequencies`: Phi-3's 128k models), which keeps two sets of frequencies
+    and takes the long one in a call whose sequence reaches past the original context (the
+    largest position of each row, as ``transformers`` decides per call: a cache filled before
+    that point keeps its keys' short rotations).
     """
 
     def __init__(
@@ -144,7 +150,15 @@ class RotaryEmbedding(nn.Module):
         scaling = dict(scaling or {})
         kind = scaling.pop("rope_type", "llama3")
         self.attention_scaling = 1.0
-        if kind == "linear":  # positions divided by the factor
+        self.long_from: int | None = None  # LongRoPE: the original context
+        self.reach: int | None = None  # LongRoPE: where the sequence reaches (see reaching)
+        if kind == "longrope":
+            inv_freq, long_freq, self.attention_scaling = longrope_frequencies(
+                d_head, base, **scaling
+            )
+            self.long_from = int(scaling["original_max_position_embeddings"])
+            self.register_buffer("long_inv_freq", long_freq, persistent=False)
+        elif kind == "linear":  # positions divided by the factor
             inv_freq = inv_freq / scaling.pop("factor")
         elif kind == "yarn":
             inv_freq, self.attention_scaling = yarn_frequencies(d_head, base, **scaling)
@@ -153,13 +167,35 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
 
     def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        angles = positions.to(torch.float32)[..., None] * self.inv_freq  # (..., T, D/2)
+        inv_freq = self.inv_freq
+        if self.long_from is not None and self.reach is not None:  # (a prompt in pieces)
+            inv_freq = self.long_inv_freq if self.reach > self.long_from else inv_freq
+        elif self.long_from is not None:  # LongRoPE: the long set in rows past the context
+            reach = positions.amax(dim=-1, keepdim=True)[..., None] + 1  # (..., 1, 1)
+            inv_freq = torch.where(reach > self.long_from, self.long_inv_freq, inv_freq)
+        angles = positions.to(torch.float32)[..., None] * inv_freq  # (..., T, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (..., T, D)
         if positions.dim() == 2:
             angles = angles[:, None]  # (B, 1, T, D): broadcast over heads
         if self.attention_scaling != 1.0:  # (YaRN)
             return angles.cos() * self.attention_scaling, angles.sin() * self.attention_scaling
         return angles.cos(), angles.sin()
+
+
+@contextmanager
+def reaching(model: nn.Module, reach: int | None) -> Iterator[None]:
+    """Within it, ``model``'s LongRoPE rotaries take the set of a sequence that reaches
+    ``reach`` positions, whatever positions a call holds: a prompt fed in pieces rotates as one
+    forward over all of it would (None: each call decides)."""
+    rotaries = [m for m in model.modules()
+                if isinstance(m, RotaryEmbedding) and m.long_from is not None]  # fmt: skip
+    for r in rotaries:
+        r.reach = reach
+    try:
+        yield
+    finally:
+        for r in rotaries:
+            r.reach = None
 
 
 ROPE_SCALING_KEYS = (
@@ -199,6 +235,28 @@ def yarn_frequencies(
     keep = 1 - ramp  # 1: the pair keeps its frequency
     inv_freq = interpolated * (1 - keep) + extrapolated * keep
     return inv_freq, yarn_scale(factor, attention_factor)
+
+
+def longrope_frequencies(
+    d_head: int,
+    base: float,
+    short_factor: list[float],
+    long_factor: list[float],
+    original_max_position_embeddings: int,
+    factor: float,
+    attention_factor: float | None = None,
+) -> tuple[Tensor, Tensor, float]:
+    """LongRoPE's short and long frequencies and attention scaling ``(short (D/2,), long
+    (D/2,), scale)``, as Hugging Face computes them: pair ``i``'s frequency ``base^(-2i/D)``
+    divided by the set's factor ``i``; cos and sin times :func:`~attnlm.nn.yarn.longrope_scale`
+    (``factor``: the model's context over the original one)."""
+    for name, values in (("short_factor", short_factor), ("long_factor", long_factor)):
+        if len(values) != d_head // 2:
+            raise ValueError(f"longrope {name} has {len(values)} values for {d_head // 2} pairs")
+    shape = torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head
+    short, long = (1.0 / (torch.tensor(f, dtype=torch.float32) * base**shape)
+                   for f in (short_factor, long_factor))  # fmt: skip
+    return short, long, longrope_scale(factor, original_max_position_embeddings, attention_factor)
 
 
 def llama3_frequencies(

@@ -1,8 +1,8 @@
-"""YaRN's numbers that need no PyTorch (Peng et al., 2023): the attention scale, the ramp's
-ends, and the ramp as per-pair factors of the angles for the C engine. The GGUF reader and
-writer and the engine, which runs without PyTorch, use these; :func:`attnlm.nn.positional.
-yarn_frequencies` computes the frequencies from the same ends, in PyTorch's float32 as
-``transformers`` does."""
+"""The rotary scalings' numbers that need no PyTorch: YaRN's (Peng et al., 2023) attention
+scale, the ramp's ends, and the ramp as per-pair factors of the angles for the C engine;
+LongRoPE's (Ding et al., 2024; Phi-3's 128k models) attention scale. The GGUF reader and writer
+and the engine, which runs without PyTorch, use these; :mod:`attnlm.nn.positional` computes
+the frequencies from the same numbers, in PyTorch's float32 as ``transformers`` does."""
 
 from __future__ import annotations
 
@@ -47,3 +47,24 @@ def yarn_angle_factors(theta: float, d: int, scaling: dict[str, Any]) -> np.ndar
     keep = one - np.clip((np.arange(d // 2, dtype=np.float32) - low) / (high - low), 0, 1)
     s = np.float32(1.0 / scaling["factor"])
     return (one / (s * (one - keep) + keep)).astype(np.float32)
+
+
+#: LongRoPE's keys (Hugging Face's names): the two lists of per-pair factors, the original
+#: context and the context factor needed, the attention factor optional
+LONGROPE_KEYS = ("short_factor", "long_factor", "original_max_position_embeddings", "factor",
+                 "attention_factor")  # fmt: skip
+
+
+def longrope_scale(factor: float, n: int, attention_factor: float | None = None) -> float:
+    """LongRoPE's scale of cos and sin: ``attention_factor`` where given, else ``sqrt(1 +
+    ln(factor) / ln(n))`` for an original context of ``n`` (1 for ``factor <= 1``)."""
+    if attention_factor is not None:
+        return float(attention_factor)
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(n))
+
+
+def longrope_long(positions: np.ndarray, n: int) -> bool:
+    """Whether a forward call over ``positions`` takes LongRoPE's long factors: where it
+    reaches past the original context ``n`` (its last position ``>= n``), as ``transformers``
+    decides for each call."""
+    return bool(positions.size) and int(positions.max()) + 1 > n

@@ -97,7 +97,9 @@ class EngineConfig:
     ``nope_layers``: the layers whose q and k are not rotated (NoPE: SmolLM3);
     ``rope_factors``: Llama 3.1's rotary scaling, pair ``i``'s angle divided by factor ``i`` in
     the global layers' table (a GGUF file's ``rope_freqs``, as llama.cpp applies it; YaRN's
-    ramp as such factors, with ``rope_mscale`` its scale of cos and sin);
+    ramp as such factors, with ``rope_mscale`` its scale of cos and sin; LongRoPE's short set,
+    with ``rope_long_factors`` the long set, taken by the rows of a sequence that reaches past
+    ``rope_long_from``, the original context, in the call: see :meth:`Engine.feed`);
     ``residual_scale`` (each sublayer's output times it before the residual add) and
     ``logit_scale`` (the logits times its float32 reciprocal, as llama.cpp's granite graph
     divides them): Granite's; ``qk_norm_all`` (q's and k's norms over all heads at once) and
@@ -135,6 +137,8 @@ class EngineConfig:
     nope_layers: tuple[int, ...] | None = None
     rope_factors: tuple[float, ...] | None = None
     rope_mscale: float | None = None  # YaRN: the global table's cos and sin times it
+    rope_long_factors: tuple[float, ...] | None = None  # LongRoPE: the long set of factors
+    rope_long_from: int | None = None  # LongRoPE: the original context
     residual_scale: float | None = None
     logit_scale: float | None = None
     qk_norm_all: bool = False
@@ -188,6 +192,12 @@ class Engine:
         if factors is not None and len(factors) != c.head_dim // 2:
             raise ValueError(f"rope_factors: {len(factors)} values for {c.head_dim // 2} pairs")
         self._factors = None if factors is None else np.asarray(factors, np.float32)
+        long = c.rope_long_factors
+        if long is not None and (factors is None or len(long) != len(factors)
+                                 or c.rope_long_from is None):  # fmt: skip
+            raise ValueError("rope_long_factors go with rope_factors of as many values and "
+                             "rope_long_from")  # fmt: skip
+        self._long = None if long is None else np.asarray(long, np.float32)
         self.array = (structs.Block * c.n_layer)()
         for i, b in enumerate(self.blocks):
             apart = [x.describe() if x else structs.Linear() for x in (b.k, b.v, b.up)]
@@ -263,11 +273,16 @@ class Engine:
 
     # -- one step ------------------------------------------------------------------------------
 
-    def feed(self, tokens: np.ndarray, last_only: bool = False, logits: bool = True) -> np.ndarray:
+    def feed(self, tokens: np.ndarray, last_only: bool = False, logits: bool = True,
+             reach: int | None = None) -> np.ndarray:  # fmt: skip
         """Logits ``(B, T, V)`` float32 of ``tokens`` ``(B, T)`` after the positions held, or
         ``(B, 1, V)`` of each row's last with ``last_only``; at most :data:`MAX_TOKENS` per
         row and call. ``logits=False``: the caches filled alone, ``(B, 0, V)`` (a long
-        prompt's pieces before its last: the LM head, a pass over ``V C`` weights, skipped)."""
+        prompt's pieces before its last: the LM head, a pass over ``V C`` weights, skipped).
+        ``reach``: the number of positions the sequence these tokens belong to reaches
+        (default: after them; a prompt fed in pieces gives its whole length), which picks
+        LongRoPE's long set past the original context, as ``transformers`` decides per
+        forward call."""
         c = self.config
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         b, t = tokens.shape
@@ -283,7 +298,8 @@ class Engine:
         out = np.arange(b, dtype=np.int64) * t + t - 1 if last_only else np.arange(b * t)
         if not logits:
             out = out[:0]
-        got = self._run(tokens.reshape(-1), positions, slots, out)
+        ends = np.full(b * t, self.length + t if reach is None else reach, np.int64)
+        got = self._run(tokens.reshape(-1), positions, slots, out, ends)
         self.length += t
         self.held[:] = self.length
         return got.reshape(b, len(out) // b, c.vocab_size)
@@ -309,47 +325,65 @@ class Engine:
         self._advance(positions, slots)
         return logits
 
-    def prefill(self, slot: int, position: int, tokens: np.ndarray) -> np.ndarray:
+    def prefill(self, slot: int, position: int, tokens: np.ndarray, reach: int | None = None
+                ) -> np.ndarray:  # fmt: skip
         """Logits ``(V,)`` float32 of the last of ``tokens`` ``(T,)``, written into cache
         slot ``slot`` from ``position`` on (the slot keeps its positions before it: a cached
-        prompt prefix), :data:`MAX_TOKENS` rows per pass; checked as :meth:`step_rows`."""
+        prompt prefix), :data:`MAX_TOKENS` rows per pass; checked as :meth:`step_rows`;
+        ``reach`` as :meth:`feed`'s (a prompt prefilled in chunks gives its whole length)."""
         tokens = np.ascontiguousarray(tokens, dtype=np.int64).reshape(-1)
         if not len(tokens):
             raise ValueError("prefill takes at least one token")
         n = len(tokens)
         positions = np.arange(position, position + n, dtype=np.int64)
         self._check_rows(tokens, positions, np.full(n, slot, dtype=np.int64))
+        ends = np.full(n, position + n if reach is None else reach, np.int64)
         for at in range(0, n, MAX_TOKENS):
             chunk, where = tokens[at : at + MAX_TOKENS], positions[at : at + MAX_TOKENS]
             slots = np.full(len(chunk), slot, dtype=np.int64)
             last = np.asarray([len(chunk) - 1] if at + MAX_TOKENS >= n else [], np.int64)
-            logits = self._run(chunk, where, slots, last)
+            logits = self._run(chunk, where, slots, last, ends[at : at + MAX_TOKENS])
             self._advance(where, slots)
         return logits[0]
 
-    def _rotations(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _rotations(self, positions: np.ndarray, ends: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """cos and sin ``(tables, M, D/2)`` of the rows' positions (int64), as llama.cpp
         computes its rotary table (``attnlm_rope``): each table's base and linear scaling,
-        and the first table's frequency factors where the model has them."""
+        and the first table's frequency factors where the model has them (LongRoPE's long
+        set in the rows whose sequence ``ends`` past the original context)."""
         c, m = self.config, len(positions)
         cos = np.empty((len(self.rope_bases), m, c.head_dim // 2), np.float32)
         sin = np.empty_like(cos)
         for i, (base, scale) in enumerate(self.rope_bases):
-            ptrs = [ctypes.c_void_p(_ptr(a)) for a in (positions, cos[i], sin[i])]
-            factors = self._factors if i == 0 and self._factors is not None else None
-            self.lib.attnlm_rope(
-                ptrs[0],
-                ctypes.c_int64(m),
-                ctypes.c_int64(c.head_dim),
-                ctypes.c_float(base),
-                ctypes.c_float(scale),
-                ctypes.c_void_p(None if factors is None else _ptr(factors)),
-                *ptrs[1:],
-            )
-        if c.rope_mscale is not None:  # YaRN's scale of the global table (llama.cpp's mscale)
+            factors = self._factors if i == 0 else None
+            far = None if self._long is None or i or ends is None else ends > c.rope_long_from
+            if far is not None and far.all():
+                factors = self._long
+            self._rope(positions, base, scale, factors, cos[i], sin[i])
+            if far is not None and far.any() and not far.all():  # some rows of each set
+                long_cos, long_sin = np.empty_like(cos[i]), np.empty_like(sin[i])
+                self._rope(positions, base, scale, self._long, long_cos, long_sin)
+                cos[i] = np.where(far[:, None], long_cos, cos[i])
+                sin[i] = np.where(far[:, None], long_sin, sin[i])
+        if c.rope_mscale is not None:  # YaRN's / LongRoPE's scale of the global table
             cos[0] *= np.float32(c.rope_mscale)
             sin[0] *= np.float32(c.rope_mscale)
         return cos, sin
+
+    def _rope(self, positions: np.ndarray, base: float, scale: float,
+              factors: np.ndarray | None, cos: np.ndarray, sin: np.ndarray) -> None:  # fmt: skip
+        """One rotary table into ``cos`` and ``sin`` ``(M, D/2)`` (``attnlm_rope``)."""
+        self.lib.attnlm_rope(
+            ctypes.c_void_p(_ptr(positions)),
+            ctypes.c_int64(len(positions)),
+            ctypes.c_int64(self.config.head_dim),
+            ctypes.c_float(base),
+            ctypes.c_float(scale),
+            ctypes.c_void_p(None if factors is None else _ptr(factors)),
+            ctypes.c_void_p(_ptr(cos)),
+            ctypes.c_void_p(_ptr(sin)),
+        )
 
     def _check_rows(self, tokens, positions, slots) -> tuple[np.ndarray, ...]:
         """The rows' arrays as int64, checked (see :meth:`step_rows`)."""
@@ -382,13 +416,17 @@ class Engine:
             self.held[s] = p + 1
 
     def _run(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray,
-             out: np.ndarray) -> np.ndarray:  # fmt: skip
-        """Logits ``(R, V)`` of the rows ``out`` of one C call over the rows (checked)."""
+             out: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+        """Logits ``(R, V)`` of the rows ``out`` of one C call over the rows (checked);
+        ``ends``: where each row's sequence reaches (default: its slot's last row here)."""
         c, m = self.config, len(tokens)
         x = self._embed(tokens)  # (M, C), overwritten by the step
         if c.embed_scale is not None:
             x *= np.float32(c.embed_scale)
-        cos, sin = self._rotations(positions)  # (tables, M, D/2)
+        if ends is None and self._long is not None:
+            last = {s: p + 1 for s, p in zip(slots.tolist(), positions.tolist())}
+            ends = np.asarray([last[s] for s in slots.tolist()], np.int64)
+        cos, sin = self._rotations(positions, ends)  # (tables, M, D/2)
         out = np.ascontiguousarray(out, dtype=np.int64)
         rows = structs.Rows(_ptr(slots), _ptr(positions), _ptr(cos), _ptr(sin), _ptr(out),
                             len(out))  # fmt: skip

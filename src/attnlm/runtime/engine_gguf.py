@@ -63,7 +63,7 @@ from attnlm.models.gguf import (
 from attnlm.models.gguf.common import PERMUTED, ROPE_FREQS
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
-from attnlm.nn.yarn import yarn_angle_factors, yarn_scale
+from attnlm.nn.yarn import longrope_scale, yarn_angle_factors, yarn_scale
 from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
 from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
 
@@ -147,9 +147,9 @@ def _table(header: GGUFFile) -> dict[str, Any] | None:
     # a file its own adapter refuses is refused here, in the same line (the PyTorch path would
     # refuse it too): it never reaches the step
     table = adapter.config_table(header)
-    # a linear scaling, Llama 3.1's (the file's rope_freqs factors) or YaRN's, as llama.cpp
-    # takes them
-    kinds = ("linear", "llama3", "yarn")
+    # a linear scaling, Llama 3.1's (the file's rope_freqs factors), YaRN's or LongRoPE's, as
+    # llama.cpp takes them
+    kinds = ("linear", "llama3", "yarn", "longrope")
     if table.get("rope_scaling", {"rope_type": "linear"})["rope_type"] not in kinds:
         return None
     return table if set(table) <= _STEP_KEYS else None
@@ -198,6 +198,11 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
         factors = yarn_angle_factors(table["rope_theta"], d, scaling)
         named["rope_factors"] = tuple(factors.tolist())
         named["rope_mscale"] = yarn_scale(scaling["factor"], scaling.get("attention_factor"))
+    elif scaling.get("rope_type") == "longrope":  # two sets of factors, the scale on the table
+        named["rope_factors"] = tuple(scaling["short_factor"])
+        named["rope_long_factors"] = tuple(scaling["long_factor"])
+        named["rope_long_from"] = n = scaling["original_max_position_embeddings"]
+        named["rope_mscale"] = longrope_scale(scaling["factor"], n, scaling.get("attention_factor"))
     config = EngineConfig(
         table["n_layer"], table["n_embd"], table["n_head"], table["n_kv_head"], table["d_ff"],
         table["vocab_size"], table["rope_theta"], table["rms_norm_eps"], table["block_size"],

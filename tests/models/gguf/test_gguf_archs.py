@@ -114,6 +114,15 @@ def test_tensor_types_are_what_gguf_py_read(arch, kind):
     assert kind.removesuffix("_M") in types.values()  # Q4_K_M: Q4_K blocks (and others)
 
 
+def _f32(values: list[float]) -> list[float]:
+    return [float(np.float32(v)) for v in values]
+
+
+#: LongRoPE's two sets of the phi3-longrope fixture (make_fixtures.py's formulas)
+LONGROPE_SHORT = [round(1.0 + 0.2 * (i / 31) ** 2, 4) for i in range(32)]
+LONGROPE_LONG = [round(1.0 + 39.0 * (i / 31) ** 3 + 0.5 * (i % 3), 4) for i in range(32)]
+
+
 #: what the Hugging Face configs of make_fixtures.py imply, written out by hand
 EXPECTED = {
     "llama": {"arch": None, "tie_embeddings": True},
@@ -135,6 +144,13 @@ EXPECTED = {
                 "moe_norm_topk": True, "tie_embeddings": False, "rope_theta": 1e6},
     "smollm3": {"arch": "smollm3", "nope_layers": [3], "tie_embeddings": True, "n_layer": 4},
     "mistral-nemo": {"arch": None, "d_head": 128, "n_head": 4, "n_embd": 256},
+    # the converter's factors (float32) and scale sqrt(1 + ln 32 / ln 8), which is LongRoPE's
+    # default: no attention_factor kept
+    "phi3-longrope": {"arch": "phi3", "block_size": 256,
+                      "rope_scaling": {"rope_type": "longrope",
+                                       "short_factor": _f32(LONGROPE_SHORT),
+                                       "long_factor": _f32(LONGROPE_LONG),
+                                       "original_max_position_embeddings": 8, "factor": 32.0}},
     "qwen3-yarn": {"arch": "qwen3", "block_size": 128,
                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                     "original_max_position_embeddings": 32}},
@@ -230,6 +246,9 @@ def _edited(tmp_path, arch, key, vtype, value):
          "gemma2.attention.sliding_window must be a positive integer"),
         ("gemma3", "gemma3.rope.scaling.type", 8, "yarn", "'yarn' is not supported"),
         ("phi3", "phi3.rope.dimension_count", 4, b"\x30\x00\x00\x00", "partial rotary"),
+        # LongRoPE's tensors without its original context
+        ("phi3-longrope", "phi3.rope.scaling.original_context_length", 8, "eight",
+         "original_context_length"),
         ("gemma3", "gemma3.attention.sliding_window_pattern", 8, "6",
          "sliding_window_pattern must be a positive integer"),
         ("qwen3", "general.architecture", 8, "qwen2moe", "mixture of experts"),

@@ -28,7 +28,8 @@ WRITTEN = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwe
            "mixtral": "llama", "qwen3moe": "qwen3moe", "smollm3": "smollm3", "granite": "granite",
            "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3",
            "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3", "llama3": "llama",
-           "mistral-nemo": "llama", "olmo2": "olmo2", "qwen3-yarn": "qwen3"}  # fmt: skip
+           "mistral-nemo": "llama", "olmo2": "olmo2", "qwen3-yarn": "qwen3",
+           "phi3-longrope": "phi3"}  # fmt: skip
 
 
 def _export(tmp_path, arch):

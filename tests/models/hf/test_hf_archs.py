@@ -28,6 +28,10 @@ COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=40, num_attention_
               bos_token_id=1, eos_token_id=2, pad_token_id=None)  # fmt: skip
 
 
+LONGROPE = {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0, 1.2, 1.5, 2.0],
+            "long_factor": [1.0, 4.0, 12.0, 40.0]}  # fmt: skip
+
+
 def _configs() -> dict:
     t = transformers
     full, slide = "full_attention", "sliding_attention"
@@ -42,7 +46,11 @@ def _configs() -> dict:
                                                 "factor": 4.0,
                                                 "original_max_position_embeddings": 16}),
         "mistral": t.MistralConfig(**COMMON, num_hidden_layers=2, head_dim=12, sliding_window=4),
-        "phi3": t.Phi3Config(**COMMON, num_hidden_layers=2, sliding_window=5),
+        # LongRoPE (Phi-3's 128k models): short factors up to the original context of 16,
+        # long ones past it (the greedy test's last step), cos and sin times sqrt(1 + ln 4 /
+        # ln 16)
+        "phi3": t.Phi3Config(**COMMON, num_hidden_layers=2, sliding_window=5,
+                             original_max_position_embeddings=16, rope_parameters=LONGROPE),
         "gemma2": t.Gemma2Config(**COMMON, num_hidden_layers=4, head_dim=12,
                                  query_pre_attn_scalar=10, sliding_window=4,
                                  attn_logit_softcapping=2.0, final_logit_softcapping=3.0),
@@ -262,7 +270,10 @@ def _write_config(tmp_path, doc: dict) -> None:
         ({**COMMON, "model_type": "qwen3", "num_hidden_layers": 1,
           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": False}}, "truncate"),
         ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1,
-          "rope_scaling": {"type": "longrope", "short_factor": [1.0]}}, "rope_type 'longrope'"),
+          "rope_scaling": {"type": "longrope", "short_factor": [1.0]}}, "lacks a list 'long_"),
+        ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1,
+          "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}},
+         "short_factor must list 4 positive numbers"),
         ({**COMMON, "model_type": "gemma2", "num_hidden_layers": 1,
           "hidden_activation": "gelu"}, "hidden_activation 'gelu'"),
         ({**COMMON, "model_type": "mistral", "num_hidden_layers": 1, "attention_bias": True},

@@ -189,7 +189,7 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
     if factors and ROPE_FREQS in header.tensors and scaling == "none":
         table["rope_scaling"] = llama3_scaling(header, table["rope_theta"], d)
     for name in header.tensors:
-        if factors and name == ROPE_FREQS:
+        if (factors and name == ROPE_FREQS) or (name in LONGROPE and meta.arch in LONGROPE_ARCHS):
             continue
         if name.startswith("rope_freqs") or ".rope_freqs" in name or "rope_factors" in name:
             raise InputError(
@@ -237,6 +237,43 @@ def yarn_scaling(meta: Meta, context: int) -> dict[str, Any]:
     extra = meta.float("rope.scaling.attn_factor", 1.0)
     if extra != 1.0:
         scaling["attention_factor"] = mscale * extra
+    return scaling
+
+
+#: LongRoPE's two sets of factors, one per rotary pair: llama.cpp's converter writes them for
+#: Phi-3's 128k models (``rope_scaling = {"rope_type": "longrope", ...}``), short then long
+LONGROPE = ("rope_factors_short.weight", "rope_factors_long.weight")
+#: the architectures whose files may hold them
+LONGROPE_ARCHS = ("phi3",)
+
+
+def longrope_scaling(meta: Meta, context: int, d: int) -> dict[str, Any]:
+    """LongRoPE's ``rope_scaling`` as llama.cpp applies it to a file: the factors of the two
+    tensors (F32, one per pair; the long ones where the context passes the original), the
+    original context ``rope.scaling.original_context_length``, the context factor (the file's
+    context over the original) and cos and sin times ``rope.scaling.attn_factor`` (absent: 1,
+    as llama.cpp takes it; kept as ``attention_factor`` where it is not LongRoPE's default)."""
+    from attnlm.nn.yarn import longrope_scale
+
+    header, path, sets = meta.header, meta.path, []
+    for name in LONGROPE:
+        info = header.tensors.get(name)
+        if info is None or info.type_name != "F32" or tuple(info.shape) != (d // 2,):
+            got = "none" if info is None else f"{info.type_name} {list(info.shape)}"
+            raise InputError(
+                f"{path}: LongRoPE needs tensors {LONGROPE[0]!r} and "
+                f"{LONGROPE[1]!r}, F32 with {d // 2} values, got {name!r}: {got}"
+            )
+        values = np.frombuffer(header.raw(info), dtype=np.float32)
+        if not (np.isfinite(values).all() and (values > 0).all()):
+            raise InputError(f"{path}: tensor {name!r} holds factors that are not positive")
+        sets.append([float(v) for v in values])
+    n = meta.int("rope.scaling.original_context_length")
+    scaling = {"rope_type": "longrope", "short_factor": sets[0], "long_factor": sets[1],
+               "original_max_position_embeddings": n, "factor": context / n}  # fmt: skip
+    given = meta.float("rope.scaling.attn_factor", 1.0)
+    if abs(given - longrope_scale(context / n, n)) > 1e-6 * given:
+        scaling["attention_factor"] = given
     return scaling
 
 
@@ -356,8 +393,9 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
     q, kv = config.n_head * d, config.n_kv_head * d
     out = [Part("token_embd.weight", "tok_emb.weight", shape=(v, c)),
            Part("output_norm.weight", "ln_f.weight", shape=(c,))]  # fmt: skip
-    if ROPE_FREQS in header.tensors:  # (base_table read it, or refused the file)
-        out.append(Part(ROPE_FREQS, "", shape=(d // 2,)))
+    for name in (ROPE_FREQS, *LONGROPE):  # (base_table read them, or refused the file)
+        if name in header.tensors:
+            out.append(Part(name, "", shape=(d // 2,)))
     if not config.tie_embeddings:
         out.append(Part("output.weight", "lm_head.weight", shape=(v, c)))
     for i in range(config.n_layer):

@@ -37,7 +37,14 @@ import torch
 from torch import Tensor
 
 from attnlm.base.errors import InputError
-from attnlm.models.gguf.common import FACTORS_ARCHS, PERMUTED, ROPE_FREQS, llama3_factors
+from attnlm.models.gguf.common import (
+    FACTORS_ARCHS,
+    LONGROPE,
+    LONGROPE_ARCHS,
+    PERMUTED,
+    ROPE_FREQS,
+    llama3_factors,
+)
 from attnlm.models.gguf.parts import permute_rows
 from attnlm.quant.blocks import GROUP, quantize_q4_0, quantize_q8_0
 
@@ -122,6 +129,8 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["attention.key_length"] = meta["attention.value_length"] = hd
     if (c.rope_scaling or {}).get("rope_type") == "yarn" and arch in YARN_ARCHS:
         meta.update(_yarn_meta(c.rope_scaling))
+    elif _longrope(c, arch):
+        meta.update(_longrope_meta(c))
     elif c.rope_scaling and not _llama3(c, arch):  # (Llama 3.1's is a tensor: _llama)
         if c.rope_scaling.get("rope_type") != "linear" or arch in (*PERMUTED, "phi3", "gemma2"):
             raise InputError(
@@ -147,6 +156,27 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
     return meta
 
 
+def _longrope(c: Any, arch: str) -> bool:
+    """Whether ``c`` has LongRoPE in a file that holds it (Phi-3's: two factor tensors)."""
+    return arch in LONGROPE_ARCHS and (c.rope_scaling or {}).get("rope_type") == "longrope"
+
+
+def _longrope_meta(c: Any) -> dict[str, Any]:
+    """LongRoPE's keys as llama.cpp's converter writes them: the original context and the
+    scale of cos and sin (llama.cpp reads no context factor: it must be the file's context over
+    the original one, as the converter takes it)."""
+    from attnlm.nn.yarn import longrope_scale
+
+    scaling = c.rope_scaling
+    n, factor = scaling["original_max_position_embeddings"], scaling["factor"]
+    if abs(factor - c.block_size / n) > 1e-9 * factor:
+        raise InputError(f"model.rope_scaling.factor = {factor!r} cannot be exported to GGUF "
+                         f"(it must be model.block_size / the original context = "
+                         f"{c.block_size / n:g})")  # fmt: skip
+    scale = longrope_scale(factor, n, scaling.get("attention_factor"))
+    return {"rope.scaling.original_context_length": int(n), "rope.scaling.attn_factor": scale}
+
+
 def _llama3(c: Any, arch: str) -> bool:
     """Whether ``c`` has Llama 3.1's rotary scaling in a file that holds it: llama.cpp's
     converter writes it as the :data:`~.common.ROPE_FREQS` tensor
@@ -170,6 +200,9 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
     if _llama3(c, arch):
         factors = llama3_factors(c.rope_theta, c.head_dim, c.rope_scaling)
         t[ROPE_FREQS] = torch.from_numpy(factors)
+    if _longrope(c, arch):
+        for name, key in zip(LONGROPE, ("short_factor", "long_factor"), strict=True):
+            t[name] = torch.tensor(c.rope_scaling[key], dtype=torch.float32)
     for i in range(c.n_layer):
         b, o = f"blk.{i}.", f"blocks.{i}."
         qkv = sd[o + "attn.qkv_proj.weight"]

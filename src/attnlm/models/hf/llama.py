@@ -87,9 +87,12 @@ def _rope(hf: dict, where: str) -> tuple[float, dict[str, Any] | None]:
         return float(theta), {"rope_type": "linear", "factor": float(scaling["factor"])}
     if kind == "yarn":
         return float(theta), _yarn(scaling, where, hf.get("max_position_embeddings"))
+    if kind in ("longrope", "su"):  # ("su": Phi-3's first name for it)
+        return float(theta), _longrope(scaling, where, hf)
     if kind != "llama3":
         raise ConfigError(
-            f"{where}: rope_type {kind!r} is not supported (default, linear, llama3, yarn)"
+            f"{where}: rope_type {kind!r} is not supported (default, linear, llama3, yarn, "
+            f"longrope)"
         )
     from attnlm.nn.positional import ROPE_SCALING_KEYS
 
@@ -116,6 +119,28 @@ def _yarn(scaling: dict, where: str, context: Any) -> dict[str, Any]:
         if type(scaling.get(key)) not in (int, float):
             raise ConfigError(f"{where}: rope_scaling lacks a numeric {key!r}")
     return {"rope_type": "yarn", **{k: scaling[k] for k in YARN_KEYS if scaling.get(k)}}
+
+
+def _longrope(scaling: dict, where: str, hf: dict) -> dict[str, Any]:
+    """Our LongRoPE ``rope_scaling`` of a config's (Phi-3's 128k models): the two factor
+    lists, the original context (the config's top-level ``original_max_position_embeddings``
+    first, as ``transformers``' Phi-3 takes it, then the table's, then the context), the context
+    factor (absent: the context over the original one) and the attention factor where given."""
+    n = hf.get("original_max_position_embeddings") or scaling.get(
+        "original_max_position_embeddings", hf.get("max_position_embeddings")
+    )
+    for key in ("short_factor", "long_factor"):
+        if not isinstance(scaling.get(key), list):
+            raise ConfigError(f"{where}: rope_scaling lacks a list {key!r}")
+    if type(n) is not int or n < 1:
+        raise ConfigError(f"{where}: LongRoPE needs original_max_position_embeddings, got {n!r}")
+    factor = scaling.get("factor") or hf.get("max_position_embeddings", n) / n
+    out = {"rope_type": "longrope", "short_factor": list(scaling["short_factor"]),
+           "long_factor": list(scaling["long_factor"]), "original_max_position_embeddings": n,
+           "factor": float(factor)}  # fmt: skip
+    if scaling.get("attention_factor") is not None:
+        out["attention_factor"] = scaling["attention_factor"]
+    return out
 
 
 def config_from_hf(hf: dict, *, where: str = "config.json") -> dict[str, Any]:
@@ -184,6 +209,7 @@ def config_to_hf(config: LlamaConfig) -> dict[str, Any]:
         "rms_norm_eps": c.rms_norm_eps,
         "rope_theta": c.rope_theta,
         "rope_scaling": dict(c.rope_scaling) if c.rope_scaling else None,
+        **original_context(c),
         "attention_bias": False,
         "mlp_bias": False,
         "attention_dropout": c.dropout,
@@ -193,6 +219,16 @@ def config_to_hf(config: LlamaConfig) -> dict[str, Any]:
         "initializer_range": 0.02,
         "dtype": "float32",
     }
+
+
+def original_context(c: LlamaConfig) -> dict[str, Any]:
+    """LongRoPE's original context at the top level of ``config.json`` too, where
+    ``transformers``' Phi-3 reads it first (its default 4096 would otherwise win over the
+    table's); empty for other configs."""
+    scaling = c.rope_scaling or {}
+    if scaling.get("rope_type") != "longrope":
+        return {}
+    return {"original_max_position_embeddings": scaling["original_max_position_embeddings"]}
 
 
 # -- the adapter: load(path) / save(model, path, max_shard_size) ----------------------------

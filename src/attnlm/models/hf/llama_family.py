@@ -34,7 +34,7 @@ from typing import Any
 
 from attnlm.base.errors import ConfigError
 from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
-from attnlm.models.hf.llama import BUFFERS, HEAD, _first, _rope
+from attnlm.models.hf.llama import BUFFERS, HEAD, _first, _rope, original_context
 from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers, to_hf
 from attnlm.models.llama import LAYER_TYPES, Llama, LlamaConfig, gemma_embed_scale
 
@@ -372,6 +372,7 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
     if arch.fused:
         out.update(original_max_position_embeddings=c.block_size, resid_pdrop=0.0,
                    embd_pdrop=0.0)  # fmt: skip
+    out.update(original_context(c))  # (LongRoPE's)
     if arch.moe:
         out.update(num_local_experts=c.n_expert, num_experts_per_tok=c.n_expert_used,
                    output_router_logits=False)  # fmt: skip
