@@ -45,6 +45,8 @@ MODELS = {
     "llama GQA": lambda: llama(n_kv_head=2),
     "llama MQA, tied": lambda: llama(n_kv_head=1, tie_embeddings=True),
     "llama GQA, layer 1 without positions": lambda: llama(n_kv_head=2, nope_layers=(1,)),
+    # partial rotary (Phi-4 mini's shape): the first 12 of each head's 16 features rotate
+    "llama GQA, partial rotary": lambda: llama(n_kv_head=2, rotary_dim=12),
     # heads 64 and 128 wide: attention's 16-lane path for those widths (32 above; 16: generic)
     "gpt heads of 64": lambda: gpt(n_head=2, n_embd=128),
     "llama heads of 128, GQA": lambda: llama(n_head=2, n_kv_head=1, n_embd=256),

@@ -41,6 +41,8 @@ MODELS = {
     "llama MHA": lambda: llama(),
     "llama GQA": lambda: llama(n_kv_head=2),
     "llama MQA, tied": lambda: llama(n_kv_head=1, tie_embeddings=True),
+    # partial rotary (Phi-4 mini's shape): the first 6 of each head's 8 features turn
+    "llama GQA, partial rotary": lambda: llama(n_kv_head=2, rotary_dim=6),
 }
 
 

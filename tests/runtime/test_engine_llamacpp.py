@@ -79,6 +79,8 @@ CASES += [("llama3", "Q8_0"), ("mistral-nemo", "Q8_0")]
 CASES += [("qwen3-yarn", "Q8_0")]
 #: LongRoPE (Phi-3's 128k models): the long set of factors past the original context of 8
 CASES += [("phi3-longrope", "Q8_0")]
+#: Phi-4 mini's shape: that LongRoPE with partial rotary (48 of 64 features) and a tied head
+CASES += [("phi4-mini", "Q8_0")]
 #: the 2- and 3-bit K-quants and the non-linear 4-bit types, on two architectures
 CASES += [
     (arch, kind) for arch in ("llama", "qwen2") for kind in ("Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")

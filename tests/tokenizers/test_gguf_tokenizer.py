@@ -11,7 +11,7 @@ import pytest
 
 from attnlm.base.errors import InputError
 from attnlm.tokenizers import GGUFTokenizer, load
-from attnlm.tokenizers.gguf import LLAMA3, QWEN2
+from attnlm.tokenizers.gguf import GPT4O, LLAMA3, QWEN2
 from gguf_support import Writer, smollm2_file
 from support import FIXTURES
 
@@ -78,7 +78,7 @@ def _hf_pre(pre):
     from tokenizers import Regex, pre_tokenizers
 
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    split = {"llama-bpe": LLAMA3, "qwen2": QWEN2}
+    split = {"llama-bpe": LLAMA3, "qwen2": QWEN2, "gpt-4o": GPT4O}
     if pre == "gpt-2":
         return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre == "smollm":
@@ -124,7 +124,7 @@ def _bpe_pair(tmp_path, pre):
     return hf, w.close()
 
 
-@pytest.mark.parametrize("pre", ["gpt-2", "smollm", "llama-bpe", "qwen2"])
+@pytest.mark.parametrize("pre", ["gpt-2", "smollm", "llama-bpe", "qwen2", "gpt-4o"])
 def test_bpe_ids_equal_hf_tokenizers(tmp_path, pre):
     pytest.importorskip("tokenizers")
     hf, path = _bpe_pair(tmp_path, pre)
@@ -221,3 +221,12 @@ def test_folder_holding_one_gguf_file_loads_its_tokenizer(tmp_path):
     """A pretrained name's folder (``attnlm tokenize --tokenizer smollm2-135m-instruct``)."""
     (tmp_path / "m.gguf").write_bytes(SPM_FILE.read_bytes())
     assert load(tmp_path).encode("the fox") == load(SPM_FILE).encode("the fox")
+
+
+def test_gpt4o_ids_equal_llamacpp():
+    """GPT-4o's pre-tokenizer (Phi-4 mini's ``tokenizer.ggml.pre``): case-split words with their
+    contractions, digits in threes; llama.cpp's ids on every text, Hindi's combining vowel
+    signs split from their letters as llama.cpp's rewrite of the regex splits them."""
+    tok = load(FIXTURES / "gguf" / "gpt4o-vocab.gguf")
+    assert (tok.model, tok.pre, tok.add_bos) == ("gpt2", "gpt-4o", False)
+    _check_against_llamacpp(tok, "gpt4o-vocab.gguf")

@@ -45,7 +45,7 @@ def attention(tr: Any, p: str, attn: Any, h: Tensor, layer: int, attend: dict[st
         )
     if rotary is None:
         q, k, v = q0, k0, v0
-    elif pre_edit or normed:
+    elif pre_edit or normed or rotary[0].shape[-1] != attn.d_head:  # (partial: apply_rotary)
         q, k, v = apply_rotary(q0, *rotary), apply_rotary(k0, *rotary), v0
     elif torch.compiler.is_compiling():
         q, k, v = apply_rotary(q0, *rotary), apply_rotary(k0, *rotary), v0

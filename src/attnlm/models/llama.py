@@ -126,6 +126,7 @@ class LlamaConfig:
     # -- the parts other members of the family add (docs/llama.md; each default is Llama's) --
     arch: str = "llama"  # label of the source architecture (ARCHS): display and export only
     d_head: int | None = None  # head width D; None: n_embd // n_head
+    rotary_dim: int | None = None  # features rotated per head, the first R of D (Phi-4 mini)
     qkv_bias: bool = False  # biases on q, k and v (Qwen2)
     qk_norm: bool = False  # per-head RMSNorm of q and k before rotary (Qwen3, Gemma 3)
     qk_norm_all: bool = False  # with qk_norm: q's and k's norms span all heads at once (OLMo 2)
@@ -162,6 +163,10 @@ class LlamaConfig:
             )
         if self.head_dim % 2:
             raise ConfigError(f"rotary positions need an even head width, got {self.head_dim}")
+        r = self.rotary_dim
+        if r is not None and (type(r) is not int or not 0 < r <= self.head_dim or r % 2):
+            raise ConfigError(f"model.rotary_dim must be an even number of features in 2.."
+                              f"{self.head_dim} (the head width), got {r!r}")  # fmt: skip
         if self.n_kv_head is None:
             object.__setattr__(self, "n_kv_head", self.n_head)
         kv = self.n_kv_head
@@ -173,7 +178,7 @@ class LlamaConfig:
         above_zero(self, "rope_theta", "rms_norm_eps")
         fraction(self, "dropout")
         if self.rope_scaling is not None:
-            self._check_scaling(self.rope_scaling, self.head_dim // 2)
+            self._check_scaling(self.rope_scaling, self.rotary_width // 2)
         self._check_parts()
 
     def _check_parts(self) -> None:
@@ -294,6 +299,12 @@ class LlamaConfig:
         return self.d_head or self.n_embd // self.n_head
 
     @property
+    def rotary_width(self) -> int:
+        """The features of each head q and k rotate, the first ``R`` of ``D``: ``rotary_dim``,
+        or all of them."""
+        return self.rotary_dim or self.head_dim
+
+    @property
     def ffn_width(self) -> int:
         """The SwiGLU width ``F`` (each expert's, in a mixture of experts): ``d_ff`` or Meta's
         rounding rule."""
@@ -354,12 +365,12 @@ class Llama(Decoder):
         c = config
         local = None
         if c.rope_local_theta is not None and LAYER_TYPES[1] in c.layer_kinds:
-            local = RotaryEmbedding(c.head_dim, base=c.rope_local_theta)
+            local = RotaryEmbedding(c.rotary_width, base=c.rope_local_theta)
         super().__init__(
             config,
             [llama_block(c, layer) for layer in range(c.n_layer)],
             ln_f=RMSNorm(c.n_embd, eps=c.rms_norm_eps),
-            rotary=RotaryEmbedding(c.head_dim, base=c.rope_theta, scaling=c.rope_scaling),
+            rotary=RotaryEmbedding(c.rotary_width, base=c.rope_theta, scaling=c.rope_scaling),
             rotary_local=local,
             embed_scale=c.embed_scale,
             final_softcap=c.final_softcap,
@@ -399,6 +410,8 @@ def describe_parts(c: LlamaConfig) -> list[str]:
         parts.append(f"no positions in {len(c.nope_layers)} of {c.n_layer} layers (NoPE)")
     if c.rope_scaling:
         parts.append(f"rope scaling {c.rope_scaling.get('rope_type')}")
+    if c.rotary_dim is not None:
+        parts.append(f"partial rotary ({c.rotary_dim} of {c.head_dim} features)")
     if c.embed_scale is not None:
         parts.append(f"embed scale {c.embed_scale:.4g}")
     if c.post_norms:

@@ -106,6 +106,9 @@ typedef struct {
     /* OLMo 2 (0: as the others): qk_all, q's and k's norms span all heads at once (gains of
      * H D and Hkv D); no_pre, no norms before the sublayers (ln_1, ln_2 unused) */
     int64_t qk_all, no_pre;
+    /* partial rotary (0: all D features): the first rot features of each q and k head rotate
+     * (Phi-4 mini: 96 of 128), the rest pass; the tables are (M, rot / 2) */
+    int64_t rot;
 } Model;
 
 /* scratch, each at least the size named */
@@ -124,7 +127,8 @@ typedef struct {
  * values are in cache slot slot[m] */
 typedef struct {
     const int64_t *slot, *pos; /* (M,) each */
-    const float *cos, *sin;    /* (tables, M, D/2): row m's rotation by each table */
+    const float *cos, *sin;    /* (tables, M, R/2): row m's rotation by each table (R: the
+                                * rotated features, Model.rot or D) */
     const int64_t *out;        /* (R,) the rows whose logits are computed, in this order */
     int64_t R;
 } Rows;
@@ -566,8 +570,9 @@ static void linear(const Linear *L, const float *x, int64_t M, int64_t ldx, floa
     else rows_q8(L, x, M, ldx, y, ldy, res, lo, hi);
 }
 
-/* rotate adjacent pairs (2i, 2i + 1) of one head's (D,) vector by cos, sin (D/2,); each
- * first product fused with the other's rounded one, as llama.cpp's rope is compiled */
+/* rotate adjacent pairs (2i, 2i + 1) of one head's first D features by cos, sin (D/2,) (D:
+ * the rotated width); each first product fused with the other's rounded one, as llama.cpp's
+ * rope is compiled */
 static inline void rotate_pairs(float *v, const float *cs, const float *sn, int64_t D) {
     for (int64_t i = 0; i < D / 2; i++) {
         const float a = v[2 * i], b = v[2 * i + 1];
@@ -623,7 +628,8 @@ static inline void norm_head(float *v, const float *w, int64_t D, float eps) {
     for (int64_t i = 0; i < D; i++) v[i] = v[i] * r * w[i];
 }
 
-/* rotate-half of one head's (D,) vector by cos, sin (D/2,), as rotate_pairs */
+/* rotate-half of one head's first D features, pairs (i, i + D/2), by cos, sin (D/2,), as
+ * rotate_pairs */
 static inline void rotate(float *v, const float *cs, const float *sn, int64_t D) {
     const int64_t h = D / 2;
     for (int64_t i = 0; i < h; i++) {
@@ -1061,8 +1067,9 @@ static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const
                   int64_t m0, int64_t m1) {
     const int64_t H = md->H, Hkv = md->Hkv, D = md->D, NQ = (H + 2 * Hkv) * D, cap = md->cap;
     const int64_t table = bk->table < 0 ? 0 : bk->table, turn = md->rotary && bk->table >= 0;
-    const float *cos_t = rw->cos + table * M * (D / 2);
-    const float *sin_t = rw->sin + table * M * (D / 2);
+    const int64_t R = md->rot ? md->rot : D; /* the features rotated */
+    const float *cos_t = rw->cos + table * M * (R / 2);
+    const float *sin_t = rw->sin + table * M * (R / 2);
     for (int64_t m = m0; m < m1; m++) {
         float *row = qkv + m * NQ;
         if (bk->q_norm.w && md->qk_all) { /* all heads' q, then all heads' k (OLMo 2) */
@@ -1073,9 +1080,9 @@ static void place(const Model *md, const Block *bk, float *qkv, int64_t M, const
                 norm_head(row + h * D, h < H ? bk->q_norm.w : bk->k_norm.w, D, md->eps);
         if (turn)
             for (int64_t h = 0; h < H + Hkv; h++) {
-                const float *cs = cos_t + m * (D / 2), *sn = sin_t + m * (D / 2);
-                if (md->rotary == 2) rotate_pairs(row + h * D, cs, sn, D);
-                else rotate(row + h * D, cs, sn, D);
+                const float *cs = cos_t + m * (R / 2), *sn = sin_t + m * (R / 2);
+                if (md->rotary == 2) rotate_pairs(row + h * D, cs, sn, R);
+                else rotate(row + h * D, cs, sn, R);
             }
         for (int64_t h = 0; h < Hkv; h++) {
             const int64_t at = ((rw->slot[m] * Hkv + h) * cap + rw->pos[m]) * D;
@@ -1353,12 +1360,12 @@ void attnlm_step_rows(const Model *md, const Scratch *sc, float *x, int64_t M, c
 }
 
 /* B sequences x T new tokens each (row m = b T + t: cache slot b, position held + t) through
- * attnlm_step_rows; cos, sin (T, D/2) for the new positions (one table); logits (M, V), or
+ * attnlm_step_rows; cos, sin (T, R/2) for the new positions (one table); logits (M, V), or
  * with `last_only` (B, V): each sequence's last position alone */
 void attnlm_decode_step(const Model *md, const Scratch *sc, float *x, int64_t B, int64_t T,
                         int64_t held, const float *cos_t, const float *sin_t, float *logits,
                         int last_only, int threads) {
-    const int64_t M = B * T, half = md->D / 2, R = last_only ? B : M;
+    const int64_t M = B * T, half = (md->rot ? md->rot : md->D) / 2, R = last_only ? B : M;
     int64_t *idx = malloc((2 * M + R) * sizeof(int64_t));
     float *turn = malloc(2 * M * half * sizeof(float) + 1);
     if (idx && turn) {

@@ -50,7 +50,8 @@ class Model(ctypes.Structure):
                  ("blocks", ctypes.c_void_p), ("ln_f", Norm), ("head", Linear),
                  ("attn_softcap", ctypes.c_float), ("final_softcap", ctypes.c_float),
                  ("residual_scale", ctypes.c_float), ("logit_scale", ctypes.c_float),
-                 ("qk_all", ctypes.c_int64), ("no_pre", ctypes.c_int64)]  # fmt: skip
+                 ("qk_all", ctypes.c_int64), ("no_pre", ctypes.c_int64),
+                 ("rot", ctypes.c_int64)]  # fmt: skip
 
 
 class Scratch(ctypes.Structure):

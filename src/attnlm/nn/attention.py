@@ -136,7 +136,12 @@ def attend(
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate pairs of features of ``x`` ``(B, H, T, D)`` by the angles in ``cos, sin``
-    (broadcastable to ``(B, H, T, D)``); see :class:`attnlm.nn.positional.RotaryEmbedding`."""
+    (broadcastable to ``(B, H, T, R)``); see :class:`attnlm.nn.positional.RotaryEmbedding`.
+    With ``R < D`` (partial rotary: Phi-4 mini's 3/4) the first ``R`` features rotate, in
+    pairs ``(i, i + R/2)``, and the rest pass as they are."""
+    if cos.shape[-1] < x.shape[-1]:
+        r = cos.shape[-1]
+        return torch.cat([apply_rotary(x[..., :r], cos, sin), x[..., r:]], dim=-1)
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     rotated = torch.cat([-x2, x1], dim=-1)  # "rotate half": (x1, x2) -> (-x2, x1)
@@ -361,7 +366,8 @@ class MultiHeadAttention(nn.Module):
         q and k rotated when ``rotary`` gives ``(cos, sin)``."""
         qkv = self.qkv_proj(x)  # (B, T, H D + 2 C_kv)
         normed = self.q_norm is not None or self.k_norm is not None
-        if rotary is not None and not normed and not torch.compiler.is_compiling():
+        whole = rotary is not None and rotary[0].shape[-1] == self.d_head  # (not partial)
+        if whole and not normed and not torch.compiler.is_compiling():
             # fast path: heads split with q, k rotated in one kernel (apply_rotary's math)
             return fused.rotary_heads(qkv, *rotary, self.n_head, self.n_kv_head)
         q, k, v = self._split_qkv(qkv)  # (B, T, H D), (B, T, C_kv) x 2

@@ -230,6 +230,8 @@ class CModel:
             ctypes.addressof(self.array), _describe_norm(model.ln_f, keep),
             _describe_linear(model.lm_head, keep),
         )  # fmt: skip
+        width = 2 * model.rotary.inv_freq.numel() if model.rotary is not None else self.D
+        self.struct.rot = 0 if width == self.D else width  # partial rotary: the first R turn
         self.keep = keep
         fmt = self.array[0].qkv.fmt
         self.float_weights = fmt in (_F32, _F32T, _BF16)
@@ -386,7 +388,7 @@ class CStepRunner(EagerRunner):
             x = x + model.pos_emb(positions).to(x.dtype)
         x = x.reshape(m, c.C).float().contiguous()  # a fresh tensor: the C step overwrites it
         if model.rotary is not None:
-            cos, sin = model.rotary(positions)  # (T, D): the two halves equal
+            cos, sin = model.rotary(positions)  # (T, R): the two halves equal
             half = cos.shape[-1] // 2
             cos, sin = cos[:, :half].contiguous(), sin[:, :half].contiguous()
         else:

@@ -245,7 +245,8 @@ _PLAIN_FORWARDS = (nn.Linear.forward, fused.Linear.forward)
 
 
 def _turn(rotary: nn.Module | None, positions: Tensor, dtype: torch.dtype):
-    """The rotation of one position as ``(cos, ±sin)`` ``(2, D/2)`` each, or None."""
+    """The rotation of one position as ``(cos, ±sin)`` ``(2, R/2)`` each (``R`` the rotated
+    features: ``D``, or fewer with partial rotary), or None."""
     if rotary is None:
         return None
     cos, sin = rotary(positions)  # (1, D), the two halves equal
@@ -325,10 +326,13 @@ def flat_qkv(block: nn.Module, x: Tensor, turns: tuple) -> tuple[Tensor, Tensor]
             q = q if q_norm is None else q_norm(q)
             k = k if k_norm is None else k_norm(k)
         qk = torch.cat([q, k], 1)
-    qk = qk.reshape(N, H + Hkv, 2, D // 2)
     t = turns[0] if getattr(attn, "window", None) is None else turns[1]
     if t is not None and not getattr(attn, "nope", False):  # (a NoPE layer is not rotated)
-        qk = torch.addcmul(qk * t[0], qk.flip(2), t[1])  # q and k rotated
+        r = 2 * t[0].shape[-1]  # the features rotated: all, or the first R (partial rotary)
+        turned = qk[..., :r].reshape(N, H + Hkv, 2, r // 2)
+        turned = torch.addcmul(turned * t[0], turned.flip(2), t[1])  # q and k rotated
+        qk = turned.reshape(N, H + Hkv, r) if r == D else torch.cat(
+            [turned.reshape(N, H + Hkv, r), qk[..., r:]], dim=-1)  # fmt: skip
     return qk.reshape(N, H + Hkv, 1, D), qkv[:, (H + Hkv) * D :].reshape(N, Hkv, 1, D)
 
 

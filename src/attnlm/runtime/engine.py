@@ -104,7 +104,8 @@ class EngineConfig:
     ``logit_scale`` (the logits times its float32 reciprocal, as llama.cpp's granite graph
     divides them): Granite's; ``qk_norm_all`` (q's and k's norms over all heads at once) and
     ``pre_norms`` False (no norms before the sublayers: ``BlockWeights.ln_1`` / ``ln_2``
-    None): OLMo 2's."""
+    None): OLMo 2's; ``rotary_dim``: partial rotary (Phi-4 mini), the first ``R`` features of
+    each q and k head rotate and the tables hold ``R/2`` pairs."""
 
     n_layer: int
     n_embd: int
@@ -142,11 +143,17 @@ class EngineConfig:
     residual_scale: float | None = None
     logit_scale: float | None = None
     qk_norm_all: bool = False
+    rotary_dim: int | None = None  # partial rotary: the first R features of each head turn
     pre_norms: bool = True
 
     @property
     def head_dim(self) -> int:
         return self.d_head or self.n_embd // self.n_head
+
+    @property
+    def rotary_width(self) -> int:
+        """The features of each head that rotate: ``rotary_dim``, or all."""
+        return self.rotary_dim or self.head_dim
 
     @property
     def ffn_width(self) -> int:
@@ -189,8 +196,9 @@ class Engine:
         c = self.config
         self.rope_bases, tables = _rotary_tables(c)
         factors = c.rope_factors
-        if factors is not None and len(factors) != c.head_dim // 2:
-            raise ValueError(f"rope_factors: {len(factors)} values for {c.head_dim // 2} pairs")
+        if factors is not None and len(factors) != c.rotary_width // 2:
+            raise ValueError(f"rope_factors: {len(factors)} values for {c.rotary_width // 2} "
+                             f"pairs")  # fmt: skip
         self._factors = None if factors is None else np.asarray(factors, np.float32)
         long = c.rope_long_factors
         if long is not None and (factors is None or len(long) != len(factors)
@@ -220,7 +228,7 @@ class Engine:
             structs.Norm(_ptr(self.ln_f), None), self.head.describe(), c.attn_softcap or 0.0,
             c.final_softcap or 0.0, c.residual_scale or 0.0,
             float(np.float32(1) / np.float32(c.logit_scale)) if c.logit_scale else 0.0,
-            int(c.qk_norm_all), int(not c.pre_norms),
+            int(c.qk_norm_all), int(not c.pre_norms), c.rotary_dim or 0,
         )  # fmt: skip
         self.reset(1)
 
@@ -353,7 +361,7 @@ class Engine:
         and the first table's frequency factors where the model has them (LongRoPE's long
         set in the rows whose sequence ``ends`` past the original context)."""
         c, m = self.config, len(positions)
-        cos = np.empty((len(self.rope_bases), m, c.head_dim // 2), np.float32)
+        cos = np.empty((len(self.rope_bases), m, c.rotary_width // 2), np.float32)
         sin = np.empty_like(cos)
         for i, (base, scale) in enumerate(self.rope_bases):
             factors = self._factors if i == 0 else None
@@ -377,7 +385,7 @@ class Engine:
         self.lib.attnlm_rope(
             ctypes.c_void_p(_ptr(positions)),
             ctypes.c_int64(len(positions)),
-            ctypes.c_int64(self.config.head_dim),
+            ctypes.c_int64(self.config.rotary_width),
             ctypes.c_float(base),
             ctypes.c_float(scale),
             ctypes.c_void_p(None if factors is None else _ptr(factors)),

@@ -128,12 +128,12 @@ _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "
               "attn_scale", "attn_softcap", "final_softcap", "sliding_window", "layer_types",
               "rope_local_theta", "rope_scaling", "n_expert", "n_expert_used",
               "moe_norm_topk", "nope_layers", "residual_scale", "logit_scale", "qk_norm_all",
-              "pre_norms"}  # fmt: skip
+              "pre_norms", "rotary_dim"}  # fmt: skip
 #: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
 _NAMED_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
                "final_softcap", "sliding_window", "layer_types", "rope_local_theta",
                "n_expert", "n_expert_used", "moe_norm_topk", "nope_layers", "residual_scale",
-               "logit_scale", "qk_norm_all", "pre_norms")  # fmt: skip
+               "logit_scale", "qk_norm_all", "pre_norms", "rotary_dim")  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:
@@ -194,7 +194,7 @@ def open_engine(header: GGUFFile, weights: str | None, threads: int, reason: str
     if scaling.get("rope_type") == "llama3":  # the file's own factors (checked by the adapter)
         named["rope_factors"] = tuple(np.frombuffer(header.raw(ROPE_FREQS), np.float32).tolist())
     elif scaling.get("rope_type") == "yarn":  # its ramp as factors, its scale on the table
-        d = table.get("d_head") or table["n_embd"] // table["n_head"]
+        d = table.get("rotary_dim") or table.get("d_head") or table["n_embd"] // table["n_head"]
         factors = yarn_angle_factors(table["rope_theta"], d, scaling)
         named["rope_factors"] = tuple(factors.tolist())
         named["rope_mscale"] = yarn_scale(scaling["factor"], scaling.get("attention_factor"))

@@ -57,12 +57,24 @@ QWEN2 = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 _CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+#: GPT-4o's (Phi-4 mini's and Llama 4's): words split at case changes with their contractions,
+#: digits in threes; llama.cpp's rewrite of ``o200k_base``'s regex (its letters without a
+#: lowercase or uppercase Latin one in place of the case classes), which leaves combining marks
+#: (``\p{M}``: Indic vowel signs) apart from their letters, where ``transformers`` and tiktoken
+#: keep them with the word
+_CASE = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+GPT4O = (
+    r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+" + _CASE
+    + r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*" + _CASE
+    + r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)  # fmt: skip
 PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
     "default": (r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"),
     "gpt2": (GPT2,),
     "llama3": (LLAMA3,),
     "smollm": (r"\p{N}", GPT2),  # also StarCoder's, Refact's, Command-R's ...
     "qwen2": (QWEN2,),
+    "gpt-4o": (GPT4O,),
     "deepseek-llm": (
         "[\r\n]",
         "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚ"
@@ -95,6 +107,7 @@ PRE_NAMES: dict[str, tuple[str, dict[str, bool]]] = {
                                    "exaone", "minerva-7b")},
     **{n: ("qwen2", {}) for n in ("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez",
                                   "hunyuan")},
+    **{n: ("gpt-4o", {}) for n in ("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2")},
     "deepseek-llm": ("deepseek-llm", {}),
     "deepseek-coder": ("deepseek-coder", {}),
     "falcon": ("falcon", {}),

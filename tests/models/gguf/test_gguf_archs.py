@@ -151,6 +151,12 @@ EXPECTED = {
                                        "short_factor": _f32(LONGROPE_SHORT),
                                        "long_factor": _f32(LONGROPE_LONG),
                                        "original_max_position_embeddings": 8, "factor": 32.0}},
+    # Phi-4 mini's shape: 48 of 64 features rotate, 24 factors per set, a tied head
+    "phi4-mini": {"arch": "phi3", "rotary_dim": 48, "tie_embeddings": True,
+                  "rope_scaling": {"rope_type": "longrope",
+                                   "short_factor": _f32(LONGROPE_SHORT[:24]),
+                                   "long_factor": _f32(LONGROPE_LONG[:24]),
+                                   "original_max_position_embeddings": 8, "factor": 32.0}},
     "qwen3-yarn": {"arch": "qwen3", "block_size": 128,
                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                     "original_max_position_embeddings": 32}},
@@ -245,7 +251,8 @@ def _edited(tmp_path, arch, key, vtype, value):
         ("gemma2", "gemma2.attention.sliding_window", 4, b"\x00\x00\x00\x00",
          "gemma2.attention.sliding_window must be a positive integer"),
         ("gemma3", "gemma3.rope.scaling.type", 8, "yarn", "'yarn' is not supported"),
-        ("phi3", "phi3.rope.dimension_count", 4, b"\x30\x00\x00\x00", "partial rotary"),
+        ("phi3", "phi3.rope.dimension_count", 4, b"\x31\x00\x00\x00", "not an even width"),
+        ("qwen3", "qwen3.rope.dimension_count", 4, b"\x30\x00\x00\x00", "partial rotary"),
         # LongRoPE's tensors without its original context
         ("phi3-longrope", "phi3.rope.scaling.original_context_length", 8, "eight",
          "original_context_length"),

@@ -28,8 +28,8 @@ COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=40, num_attention_
               bos_token_id=1, eos_token_id=2, pad_token_id=None)  # fmt: skip
 
 
-LONGROPE = {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0, 1.2, 1.5, 2.0],
-            "long_factor": [1.0, 4.0, 12.0, 40.0]}  # fmt: skip
+LONGROPE = {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.2, 2.0],
+            "long_factor": [4.0, 40.0], "partial_rotary_factor": 0.5}  # fmt: skip
 
 
 def _configs() -> dict:
@@ -46,11 +46,12 @@ def _configs() -> dict:
                                                 "factor": 4.0,
                                                 "original_max_position_embeddings": 16}),
         "mistral": t.MistralConfig(**COMMON, num_hidden_layers=2, head_dim=12, sliding_window=4),
-        # LongRoPE (Phi-3's 128k models): short factors up to the original context of 16,
-        # long ones past it (the greedy test's last step), cos and sin times sqrt(1 + ln 4 /
-        # ln 16)
+        # Phi-4 mini's parts: LongRoPE (short factors up to the original context of 16, long
+        # ones past it: the greedy test's last step; cos and sin times sqrt(1 + ln 4 / ln 16))
+        # and partial rotary (the first 4 of each head's 8 features turn, 2 factors per set)
         "phi3": t.Phi3Config(**COMMON, num_hidden_layers=2, sliding_window=5,
-                             original_max_position_embeddings=16, rope_parameters=LONGROPE),
+                             original_max_position_embeddings=16, partial_rotary_factor=0.5,
+                             rope_parameters=LONGROPE),
         "gemma2": t.Gemma2Config(**COMMON, num_hidden_layers=4, head_dim=12,
                                  query_pre_attn_scalar=10, sliding_window=4,
                                  attn_logit_softcapping=2.0, final_logit_softcapping=3.0),
@@ -262,8 +263,8 @@ def _write_config(tmp_path, doc: dict) -> None:
           "num_experts_per_tok": 3}, "n_expert_used"),
         ({**COMMON, "model_type": "qwen2", "num_hidden_layers": 1, "num_experts": 4},
          "num_experts"),
-        ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1, "partial_rotary_factor": 0.5},
-         "partial_rotary_factor"),
+        ({**COMMON, "model_type": "qwen3", "num_hidden_layers": 1, "partial_rotary_factor": 0.5},
+         "partial_rotary_factor 0.5 .partial rotary. is not supported for Qwen3ForCausalLM"),
         ({**COMMON, "model_type": "mistral", "num_hidden_layers": 1,
           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7,
                            "mscale_all_dim": 0.7}}, "mscale"),
@@ -274,6 +275,8 @@ def _write_config(tmp_path, doc: dict) -> None:
         ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1,
           "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [2.0]}},
          "short_factor must list 4 positive numbers"),
+        ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1, "partial_rotary_factor": 1.5},
+         "partial_rotary_factor must be in"),
         ({**COMMON, "model_type": "gemma2", "num_hidden_layers": 1,
           "hidden_activation": "gelu"}, "hidden_activation 'gelu'"),
         ({**COMMON, "model_type": "mistral", "num_hidden_layers": 1, "attention_bias": True},

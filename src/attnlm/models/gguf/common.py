@@ -109,11 +109,11 @@ def token_id(header: GGUFFile, which: str) -> int | None:
     return int(value) if isinstance(value, (int, np.integer)) else None
 
 
-def head_width(meta: Meta, n_embd: int, n_head: int, free: bool) -> int:
+def head_width(meta: Meta, n_embd: int, n_head: int, free: bool, partial: bool = False) -> int:
     """The head width D: ``attention.key_length`` where the file has it (``free``; else it
     must be ``n_embd / n_head``), else ``n_embd / n_head``; ``value_length`` and
-    ``rope.dimension_count`` must equal it (other value widths and partial rotary are not
-    supported)."""
+    ``rope.dimension_count`` must equal it (other value widths are not supported, nor partial
+    rotary but where the adapter reads it itself: ``partial``)."""
     if not meta.has("attention.key_length") or not free:
         if n_embd % n_head:
             raise InputError(
@@ -124,7 +124,7 @@ def head_width(meta: Meta, n_embd: int, n_head: int, free: bool) -> int:
     else:
         d = meta.int("attention.key_length")
     for key in ("attention.key_length", "attention.value_length", "rope.dimension_count"):
-        if meta.has(key) and meta.int(key) != d:
+        if meta.has(key) and meta.int(key) != d and not (partial and key.startswith("rope")):
             what = "partial rotary" if key.startswith("rope") else "a different width"
             raise InputError(
                 f"{meta.path}: {meta.full(key)} = {meta.get(key)} differs from the head "
@@ -133,7 +133,8 @@ def head_width(meta: Meta, n_embd: int, n_head: int, free: bool) -> int:
     return d
 
 
-def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] = ()) -> dict:
+def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] = (),
+               partial: bool = False) -> dict:  # fmt: skip
     """The ``[model]`` table of our Llama every member shares: widths, heads (``d_head`` where
     it is not ``n_embd / n_head``), norms' epsilon, rotary base (absent: 10000, llama.cpp's
     default), context, vocabulary, tied head (no ``output.weight``), BOS / EOS, and the rotary
@@ -142,7 +143,7 @@ def base_table(meta: Meta, *, free_head: bool = True, scalings: tuple[str, ...] 
     :func:`llama3_scaling`)."""
     header, path = meta.header, meta.path
     n_embd, n_head = meta.int("embedding_length"), meta.int("attention.head_count")
-    d = head_width(meta, n_embd, n_head, free_head)
+    d = head_width(meta, n_embd, n_head, free_head, partial)
     n_kv_head = meta.int("attention.head_count_kv", n_head)
     if n_head % n_kv_head:
         raise InputError(
@@ -245,36 +246,6 @@ def yarn_scaling(meta: Meta, context: int) -> dict[str, Any]:
 LONGROPE = ("rope_factors_short.weight", "rope_factors_long.weight")
 #: the architectures whose files may hold them
 LONGROPE_ARCHS = ("phi3",)
-
-
-def longrope_scaling(meta: Meta, context: int, d: int) -> dict[str, Any]:
-    """LongRoPE's ``rope_scaling`` as llama.cpp applies it to a file: the factors of the two
-    tensors (F32, one per pair; the long ones where the context passes the original), the
-    original context ``rope.scaling.original_context_length``, the context factor (the file's
-    context over the original) and cos and sin times ``rope.scaling.attn_factor`` (absent: 1,
-    as llama.cpp takes it; kept as ``attention_factor`` where it is not LongRoPE's default)."""
-    from attnlm.nn.yarn import longrope_scale
-
-    header, path, sets = meta.header, meta.path, []
-    for name in LONGROPE:
-        info = header.tensors.get(name)
-        if info is None or info.type_name != "F32" or tuple(info.shape) != (d // 2,):
-            got = "none" if info is None else f"{info.type_name} {list(info.shape)}"
-            raise InputError(
-                f"{path}: LongRoPE needs tensors {LONGROPE[0]!r} and "
-                f"{LONGROPE[1]!r}, F32 with {d // 2} values, got {name!r}: {got}"
-            )
-        values = np.frombuffer(header.raw(info), dtype=np.float32)
-        if not (np.isfinite(values).all() and (values > 0).all()):
-            raise InputError(f"{path}: tensor {name!r} holds factors that are not positive")
-        sets.append([float(v) for v in values])
-    n = meta.int("rope.scaling.original_context_length")
-    scaling = {"rope_type": "longrope", "short_factor": sets[0], "long_factor": sets[1],
-               "original_max_position_embeddings": n, "factor": context / n}  # fmt: skip
-    given = meta.float("rope.scaling.attn_factor", 1.0)
-    if abs(given - longrope_scale(context / n, n)) > 1e-6 * given:
-        scaling["attention_factor"] = given
-    return scaling
 
 
 #: Llama 3.1's rotary frequency factors, one per rotary pair: llama.cpp's converter writes them
@@ -393,9 +364,10 @@ def block_parts(config: Any, header: GGUFFile, *, permuted: bool = False) -> lis
     q, kv = config.n_head * d, config.n_kv_head * d
     out = [Part("token_embd.weight", "tok_emb.weight", shape=(v, c)),
            Part("output_norm.weight", "ln_f.weight", shape=(c,))]  # fmt: skip
+    r = getattr(config, "rotary_width", d)  # (the rotated features: partial rotary's fewer)
     for name in (ROPE_FREQS, *LONGROPE):  # (base_table read them, or refused the file)
         if name in header.tensors:
-            out.append(Part(name, "", shape=(d // 2,)))
+            out.append(Part(name, "", shape=(r // 2,)))
     if not config.tie_embeddings:
         out.append(Part("output.weight", "lm_head.weight", shape=(v, c)))
     for i in range(config.n_layer):

@@ -116,8 +116,11 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
         meta["expert_count"], meta["expert_used_count"] = c.n_expert, c.n_expert_used
         if arch != "llama":
             meta["expert_feed_forward_length"] = c.ffn_width
+    if c.rotary_dim is not None and arch != "phi3":
+        raise InputError(f"model.rotary_dim = {c.rotary_dim} cannot be exported to GGUF {arch} "
+                         f"(partial rotary: phi3 files only)")  # fmt: skip
     if arch in (*PERMUTED, "phi3"):
-        meta["rope.dimension_count"] = hd
+        meta["rope.dimension_count"] = c.rotary_width
     if arch == "granite":  # its four multipliers, as llama.cpp's converter writes them
         meta["attention.scale"] = float(c.attn_scale or hd**-0.5)
         meta["embedding_scale"] = float(c.embed_scale or 1.0)

@@ -108,15 +108,26 @@ def _refuse_parts(hf: dict, arch: Arch, where: str) -> None:
     for key, what in REFUSED_KEYS.items():
         if hf.get(key) and not (arch.moe and key in MOE_KEYS):
             raise ConfigError(f"{where}: {key} ({what}) is not supported for {arch.cls}")
+    if hf.get("attention_bias") and not arch.qkv_bias:
+        raise ConfigError(f"{where}: attention_bias=true is not supported for {arch.cls}")
+
+
+def _partial(hf: dict, arch: Arch, head_dim: int, where: str) -> int | None:
+    """The rotated features of partial rotary (Phi-4 mini's ``partial_rotary_factor`` 0.75:
+    ``int(D * factor)``, as ``transformers`` takes it), None for all; other architectures'
+    are refused."""
     factor = hf.get("partial_rotary_factor")
     params = hf.get("rope_parameters")
     if isinstance(params, dict) and factor is None:
         factor = params.get("partial_rotary_factor")
-    if factor not in (None, 1, 1.0):
+    if factor in (None, 1, 1.0):
+        return None
+    if not arch.fused:
         raise ConfigError(f"{where}: partial_rotary_factor {factor} (partial rotary) is not "
-                          f"supported (every head feature rotates)")  # fmt: skip
-    if hf.get("attention_bias") and not arch.qkv_bias:
-        raise ConfigError(f"{where}: attention_bias=true is not supported for {arch.cls}")
+                          f"supported for {arch.cls}")  # fmt: skip
+    if type(factor) not in (int, float) or not 0 < factor < 1:
+        raise ConfigError(f"{where}: partial_rotary_factor must be in (0, 1], got {factor!r}")
+    return int(head_dim * factor)
 
 
 def _activation(hf: dict, arch: Arch, where: str) -> str:
@@ -211,6 +222,7 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
             fields.update(post_norms=True, pre_norms=False, qk_norm_all=True)
         if arch.fused:  # Phi-3's residual dropout (training only)
             fields["dropout"] = max(fields["dropout"], float(hf.get("resid_pdrop") or 0.0))
+        fields["rotary_dim"] = _partial(hf, arch, d_head or d // heads, where)
         if arch.gemma:
             scalar = float(hf.get("query_pre_attn_scalar", 256))
             fields.update(
@@ -301,6 +313,8 @@ def _fits(config: LlamaConfig, arch: Arch) -> None:
         fixed["rope_local_theta"] = None
     if not arch.nope:
         fixed["nope_layers"] = None
+    if not arch.fused:  # (partial rotary: Phi-3's partial_rotary_factor)
+        fixed["rotary_dim"] = None
     for name, value in fixed.items():
         if getattr(c, name) != value:
             raise ConfigError(f"model.{name} = {getattr(c, name)!r} cannot be saved as "
@@ -373,6 +387,8 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
         out.update(original_max_position_embeddings=c.block_size, resid_pdrop=0.0,
                    embd_pdrop=0.0)  # fmt: skip
     out.update(original_context(c))  # (LongRoPE's)
+    if c.rotary_dim is not None:  # (Phi-4 mini's 0.75)
+        out["partial_rotary_factor"] = c.rotary_dim / c.head_dim
     if arch.moe:
         out.update(num_local_experts=c.n_expert, num_experts_per_tok=c.n_expert_used,
                    output_router_logits=False)  # fmt: skip
