@@ -93,3 +93,12 @@ def test_engine_pieces_slots_and_steps_choose_as_transformers():
     engine.reset_slots(1, 32)
     engine.prefill(0, 0, ids[:6], reach=12)
     assert _rel(engine.prefill(0, 6, ids[6:], reach=12), whole[-1]) < 1e-5
+    # rows riding in another slot's step with their prompt's reach: as the prompt at once
+    engine.reset_slots(2, 32)
+    engine.prefill(1, 0, short)
+    engine.prefill(0, 0, ids[:6], reach=12)
+    rows = engine.step_rows(np.concatenate([ids[6:], [7]]), np.concatenate([np.arange(6, 12), [5]]),
+                            np.asarray([0] * 6 + [1]), ends=np.asarray([12] * 6 + [6]))  # fmt: skip
+    assert _rel(rows[:6], whole[6:]) < 1e-5
+    with pytest.raises(ValueError, match="ends gives each row a reach beyond its position"):
+        engine.step_rows(np.asarray([1]), np.asarray([6]), np.asarray([1]), ends=np.asarray([6]))

@@ -208,10 +208,10 @@ def test_prompt_pieces_ride_in_the_decode_pass_and_long_ones_alone():
         engine, calls, prefills, wants = served.model, [], [], []
         step_rows, prefill = engine.step_rows, engine.prefill
 
-        def spy_rows(tokens, positions, slots, want=None):
+        def spy_rows(tokens, positions, slots, want=None, ends=None):
             calls.append(list(slots))
             wants.append(None if want is None else list(want))
-            return step_rows(tokens, positions, slots, want=want)
+            return step_rows(tokens, positions, slots, want=want, ends=ends)
 
         def spy_prefill(slot, position, tokens, reach=None):
             prefills.append(len(tokens))

@@ -232,6 +232,7 @@ class Scheduler:
         k = self.rides % len(reading)
         tokens, positions = [s.next for s in rows], [len(s.cached) for s in rows]
         where, want, picks = [s.index for s in rows], list(range(len(rows))), []
+        ends = [p + 1 for p in positions]  # each sequence's reach (a prompt's: its end)
         budget = self.prefill_chunk
         for s in reading[k:] + reading[:k]:
             n = min(len(s.pending), budget)
@@ -240,11 +241,12 @@ class Scheduler:
             budget -= n
             tokens += s.pending[:n]
             positions += range(len(s.cached), len(s.cached) + n)
+            ends += [len(s.cached) + len(s.pending)] * n
             where += [s.index] * n
             picks.append((s, n))
             if n == len(s.pending):  # the prompt's last id: its logits pick the first token
                 want.append(len(tokens) - 1)
-        logits = self.stepper.step_rows(tokens, positions, where, want)  # (len(want), V)
+        logits = self.stepper.step_rows(tokens, positions, where, want, ends)  # (len(want), V)
         done = []
         for s, n in picks:
             s.cached += s.pending[:n]

@@ -85,8 +85,11 @@ class TorchStepper:
         with reaching(self.model, reach):
             return self.runner.last_logits(x, s)[0]  # (V,)
 
-    def step_rows(self, tokens: Sequence[int], positions: Sequence[int],
-                  slots: Sequence[int]) -> torch.Tensor:  # fmt: skip
+    def step_rows(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int],
+                  want: Sequence[int] | None = None, ends: Sequence[int] | None = None
+                  ) -> torch.Tensor:  # fmt: skip
+        """Logits ``(N, V)``: one decoding row per slot (``want`` and ``ends``, the engine's,
+        are those of such rows: every row's logits, each sequence reaching its row)."""
         states = [self.states[i] for i in slots]
         for i in slots:
             self.held[i] += 1
@@ -121,11 +124,14 @@ class EngineStepper:
         return torch.from_numpy(np.asarray(logits, dtype=np.float32))
 
     def step_rows(self, tokens: Sequence[int], positions: Sequence[int], slots: Sequence[int],
-                  want: Sequence[int] | None = None) -> torch.Tensor:  # fmt: skip
-        """Logits ``(N, V)`` of the rows, or of the rows ``want`` alone."""
+                  want: Sequence[int] | None = None, ends: Sequence[int] | None = None
+                  ) -> torch.Tensor:  # fmt: skip
+        """Logits ``(N, V)`` of the rows, or of the rows ``want`` alone; ``ends``: where each
+        row's sequence reaches (a prompt's pieces: the whole prompt's end)."""
         rows = [np.asarray(a, dtype=np.int64) for a in (tokens, positions, slots)]
         picked = None if want is None else np.asarray(want, dtype=np.int64)
-        logits = self.engine.step_rows(*rows, want=picked)  # the head on those rows only
+        reach = None if ends is None else np.asarray(ends, dtype=np.int64)
+        logits = self.engine.step_rows(*rows, want=picked, ends=reach)  # the head on those rows
         return torch.from_numpy(np.asarray(logits, dtype=np.float32))
 
     def prompt_logits(self, ids: Sequence[int]) -> torch.Tensor:
@@ -135,5 +141,6 @@ class EngineStepper:
         for at in range(0, len(ids), ECHO_ROWS):
             part = list(ids[at : at + ECHO_ROWS])
             where = list(range(at, at + len(part)))
-            parts.append(self.step_rows(part, where, [spare] * len(part)))
+            ends = [len(ids)] * len(part)  # (the whole prompt's reach: LongRoPE's set)
+            parts.append(self.step_rows(part, where, [spare] * len(part), ends=ends))
         return torch.cat(parts)

@@ -313,7 +313,8 @@ class Engine:
         return got.reshape(b, len(out) // b, c.vocab_size)
 
     def step_rows(self, tokens: np.ndarray, positions: np.ndarray, slots: np.ndarray,
-                  want: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+                  want: np.ndarray | None = None, ends: np.ndarray | None = None
+                  ) -> np.ndarray:  # fmt: skip
         """Logits ``(n, V)`` float32 of ``n`` rows, row i the token ``tokens[i]`` at position
         ``positions[i]`` of the sequence in cache slot ``slots[i]`` (after
         :meth:`reset_slots`), all in one pass over the weights; with ``want`` (row indices)
@@ -323,13 +324,18 @@ class Engine:
         a lower position than the slot holds cuts the slot back to that prefix) and those of
         earlier rows of the same slot in this call, which must be consecutive positions in
         order. ValueError for an id, slot or position out of range, or a gap in a slot's
-        positions."""
+        positions. ``ends``: where each row's sequence reaches (as :meth:`feed`'s ``reach``;
+        default: its slot's last row here)."""
         tokens, positions, slots = self._check_rows(tokens, positions, slots)
+        if ends is not None:
+            ends = np.ascontiguousarray(ends, dtype=np.int64)
+            if ends.shape != tokens.shape or (ends <= positions).any():
+                raise ValueError("ends gives each row a reach beyond its position")
         n = len(tokens)
         out = np.arange(n, dtype=np.int64) if want is None else np.asarray(want, np.int64)
         if out.ndim != 1 or len(out) > n or (len(out) and (out.min() < 0 or out.max() >= n)):
             raise ValueError(f"want lists up to {n} row indices in [0, {n}), got {out.tolist()}")
-        logits = self._run(tokens, positions, slots, out)
+        logits = self._run(tokens, positions, slots, out, ends)
         self._advance(positions, slots)
         return logits
 
