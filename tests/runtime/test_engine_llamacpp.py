@@ -81,6 +81,8 @@ CASES += [("qwen3-yarn", "Q8_0")]
 CASES += [("phi3-longrope", "Q8_0")]
 #: Phi-4 mini's shape: that LongRoPE with partial rotary (48 of 64 features) and a tied head
 CASES += [("phi4-mini", "Q8_0")]
+#: OLMo 3: OLMo 2's parts with sliding layers (their own unscaled table) and YaRN global ones
+CASES += [("olmo3", "Q8_0")]
 #: the 2- and 3-bit K-quants and the non-linear 4-bit types, on two architectures
 CASES += [
     (arch, kind) for arch in ("llama", "qwen2") for kind in ("Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")

@@ -57,11 +57,11 @@ from attnlm.nn.yarn import LONGROPE_KEYS
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
 ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral",
-         "smollm3", "granite", "olmo2")  # fmt: skip
+         "smollm3", "granite", "olmo2", "olmo3")  # fmt: skip
 ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma 2",
               "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral",
               "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral", "smollm3": "SmolLM3",
-              "granite": "Granite", "olmo2": "OLMo 2"}  # fmt: skip
+              "granite": "Granite", "olmo2": "OLMo 2", "olmo3": "OLMo 3"}  # fmt: skip
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
 MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
 

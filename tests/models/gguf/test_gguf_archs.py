@@ -157,6 +157,12 @@ EXPECTED = {
                                    "short_factor": _f32(LONGROPE_SHORT[:24]),
                                    "long_factor": _f32(LONGROPE_LONG[:24]),
                                    "original_max_position_embeddings": 8, "factor": 32.0}},
+    # OLMo 3: OLMo 2's parts, sliding layers 0-2 of 4 turned by the global base, YaRN global
+    "olmo3": {"arch": "olmo3", "pre_norms": False, "qk_norm_all": True, "sliding_window": 4,
+              "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+              "rope_theta": 500000.0, "rope_local_theta": 500000.0,
+              "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                               "original_max_position_embeddings": 32}},
     "qwen3-yarn": {"arch": "qwen3", "block_size": 128,
                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                     "original_max_position_embeddings": 32}},
@@ -245,9 +251,9 @@ def _edited(tmp_path, arch, key, vtype, value):
         # a YaRN beta llama.cpp's qwen3 graph would not read
         ("qwen3-yarn", "qwen3.rope.scaling.yarn_beta_fast", 6, b"\x00\x00\x80\x41",
          "yarn_beta_fast = 16.0: not 32"),
-        # OLMo 3's sliding windows (an olmo2 file with a window): not read, so refused
-        ("olmo2", "olmo2.attention.sliding_window", 4, b"\x00\x10\x00\x00",
-         "olmo2.attention.sliding_window is not"),
+        # OLMo 3's sliding layers turn by the global base in llama.cpp: another is refused
+        ("olmo3", "olmo2.rope.freq_base_swa", 6, b"\x00\x40\x1c\x46",
+         "freq_base_swa = 10000.0: not the global base"),
         ("gemma2", "gemma2.attention.sliding_window", 4, b"\x00\x00\x00\x00",
          "gemma2.attention.sliding_window must be a positive integer"),
         ("gemma3", "gemma3.rope.scaling.type", 8, "yarn", "'yarn' is not supported"),
@@ -296,8 +302,9 @@ def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
         except InputError as e:
             assert "\n" not in str(e) and str(path) in str(e), key
         else:  # only keys the architecture reads solely together with another may pass
-            # (YaRN's: with rope.scaling.type = yarn)
-            assert key in ("rope.scaling.factor", "rope.freq_base_swa", *YARN_KEYS), key
+            # (YaRN's: with rope.scaling.type = yarn; OLMo 3's pattern: with a window)
+            alone = ("rope.scaling.factor", "rope.freq_base_swa", *YARN_KEYS)
+            assert key in alone or (arch, key) == ("olmo2", "attention.sliding_window_pattern")
 
 
 @pytest.mark.parametrize("arch", sorted(DOC["archs"]))

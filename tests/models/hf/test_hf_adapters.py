@@ -66,6 +66,9 @@ LLAMA_FAMILY = {  # the Llama family's other members: our Llama with their parts
                      logit_scale=4.0), "GraniteForCausalLM"),
     "olmo2": (dict(arch="olmo2", qk_norm=True, qk_norm_all=True, post_norms=True,
                    pre_norms=False), "Olmo2ForCausalLM"),
+    "olmo3": (dict(arch="olmo3", qk_norm=True, qk_norm_all=True, post_norms=True,
+                   pre_norms=False, sliding_window=4, rope_local_theta=10000.0,
+                   layer_types=("sliding_attention", "full_attention")), "Olmo3ForCausalLM"),
 }  # fmt: skip
 for _type, (_parts, _cls) in LLAMA_FAMILY.items():
     MODELS[_type] = ((lambda p: lambda: Llama(LlamaConfig(**SMALL, **p)))(_parts), _cls)

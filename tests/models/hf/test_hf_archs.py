@@ -75,6 +75,12 @@ def _configs() -> dict:
                                    logits_scaling=8.0),
         # OLMo 2: norms of the sublayers' outputs only, q/k norms over all heads at once
         "olmo2": t.Olmo2Config(**COMMON, num_hidden_layers=2, tie_word_embeddings=False),
+        # OLMo 3: sliding layers 0-2 of 4 (a window of 3), YaRN on the global layer only
+        "olmo3": t.Olmo3Config(**COMMON, num_hidden_layers=4, sliding_window=3,
+                               rope_parameters={
+                                   full: {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                          "original_max_position_embeddings": 16},
+                                   slide: {"rope_type": "default", "rope_theta": 1e4}}),
         "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
                                rope_parameters={"rope_type": "linear", "factor": 2.0,
                                                 "rope_theta": 1e4},
@@ -87,7 +93,7 @@ CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Q
            "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM",
-           "olmo2": "Olmo2ForCausalLM"}  # fmt: skip
+           "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM"}  # fmt: skip
 #: our ``model.arch`` label of each model type (its name without ``_text`` / ``_``)
 LABELS = {t: t.removesuffix("_text").replace("_", "") for t in CLASSES}
 ARCHS = sorted(CLASSES)

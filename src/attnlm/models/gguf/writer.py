@@ -77,11 +77,11 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "qwen3moe": "qwen3moe",
              "mixtral": "llama", "smollm3": "smollm3", "granite": "granite",
-             "olmo2": "olmo2"}  # fmt: skip
+             "olmo2": "olmo2", "olmo3": "olmo2"}  # fmt: skip
 
 
 #: the GGUF architectures whose adapters read YaRN (:func:`~.common.yarn_scaling`)
-YARN_ARCHS = ("qwen2", "qwen3", "qwen3moe")
+YARN_ARCHS = ("qwen2", "qwen3", "qwen3moe", "olmo2")
 
 
 def _yarn_meta(scaling: dict[str, Any]) -> dict[str, Any]:
@@ -142,6 +142,13 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
             )
         meta["rope.scaling.type"] = "linear"
         meta["rope.scaling.factor"] = float(c.rope_scaling["factor"])
+    if arch == "olmo2" and "sliding_attention" in c.layer_kinds:  # OLMo 3, as the converter
+        if c.rope_local_theta != c.rope_theta:
+            raise InputError(f"model.rope_local_theta = {c.rope_local_theta!r} cannot be "
+                             f"exported to GGUF olmo2 (its sliding layers turn by the global "
+                             f"base)")  # fmt: skip
+        meta["attention.sliding_window"] = c.sliding_window
+        meta["attention.sliding_window_pattern"] = [k != "full_attention" for k in c.layer_kinds]
     if arch.startswith("gemma"):
         kinds = c.layer_kinds
         if "sliding_attention" in kinds:

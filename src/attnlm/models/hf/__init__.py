@@ -58,6 +58,7 @@ ARCHITECTURES: dict[str, str] = {
             "smollm3",
             "granite",
             "olmo2",
+            "olmo3",
         )
     },  # fmt: skip
 }
