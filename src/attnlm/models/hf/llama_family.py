@@ -92,10 +92,18 @@ def _scalar(c: LlamaConfig) -> int | float:
 
 def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
     """``arch``'s ``config.json`` dict for our config (``rope_theta`` / ``rope_scaling``,
-    which ``transformers`` 4 and 5 both read)."""
+    which ``transformers`` 4 and 5 both read): Llama's keys, then where the architecture puts
+    its windows and their rotation, then its other parts' keys."""
     _fits(config, arch)
-    c = config
-    sliding = [i for i, k in enumerate(c.layer_kinds) if k == SLIDING]
+    out = _llama_keys(config, arch)
+    out.update(_window_keys(config, arch))
+    out.update(_part_keys(config, arch))
+    return out
+
+
+def _llama_keys(c: LlamaConfig, arch: Arch) -> dict[str, Any]:
+    """The keys every member writes (the activation Gemma names its own way)."""
+    sliding = SLIDING in c.layer_kinds
     out: dict[str, Any] = {
         "architectures": [arch.cls], "model_type": arch.model_type,
         "vocab_size": c.vocab_size, "hidden_size": c.n_embd, "intermediate_size": c.ffn_width,
@@ -109,24 +117,30 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
         "sliding_window": c.sliding_window if sliding else None,
         "initializer_range": 0.02, "dtype": "float32",
     }  # fmt: skip
+    if not arch.gemma:
+        out["hidden_act"] = "silu"
+    return out
+
+
+def _window_keys(c: LlamaConfig, arch: Arch) -> dict[str, Any]:
+    """Gemma's parts with its windows, Qwen's windows, OLMo 3's windows and each layer
+    type's rotation."""
+    sliding = [i for i, k in enumerate(c.layer_kinds) if k == SLIDING]
+    out: dict[str, Any] = {}
     if arch.gemma:
+        if sliding and c.sliding_window is None:  # (a config always has one)
+            raise ConfigError("model.sliding_window is needed by the sliding layers")
         out.update(
             hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=_scalar(c),
             attn_logit_softcapping=c.attn_softcap, final_logit_softcapping=c.final_softcap,
             attention_bias=False, layer_types=list(c.layer_kinds),
+            sliding_window=c.sliding_window or c.block_size,
         )  # fmt: skip
-        if sliding and c.sliding_window is None:  # (a config always has one)
-            raise ConfigError("model.sliding_window is needed by the sliding layers")
-        out["sliding_window"] = c.sliding_window or c.block_size
-    else:
-        out["hidden_act"] = "silu"
     if arch.local_rope and not arch.olmo:
         out["rope_local_base_freq"] = c.rope_local_theta or c.rope_theta
     if arch.window == "qwen":
         out.update(use_sliding_window=bool(sliding), layer_types=list(c.layer_kinds),
                    max_window_layers=sliding[0] if sliding else c.n_layer)  # fmt: skip
-    if arch.model_type in ("qwen3", "olmo2", "olmo3"):
-        out["attention_bias"] = False
     if arch.model_type == "olmo3":  # each layer type's rotation (transformers' Olmo3Config
         # gives a flat rope_theta to the global layers alone)
         full = {"rope_type": "default", **(c.rope_scaling or {}), "rope_theta": c.rope_theta}
@@ -138,6 +152,15 @@ def config_to_hf(config: LlamaConfig, arch: Arch) -> dict[str, Any]:
                 SLIDING: {"rope_type": "default", "rope_theta": c.rope_theta},
             },
         )
+    return out
+
+
+def _part_keys(c: LlamaConfig, arch: Arch) -> dict[str, Any]:
+    """The keys of the other parts: no attention biases, Granite's multipliers, SmolLM3's
+    layers without positions, Phi-3's contexts and partial rotary, the experts."""
+    out: dict[str, Any] = {}
+    if arch.model_type in ("qwen3", "olmo2", "olmo3"):
+        out["attention_bias"] = False
     if arch.granite:
         out.update(embedding_multiplier=c.embed_scale or 1.0,
                    attention_multiplier=c.attn_scale or c.head_dim**-0.5,
