@@ -61,10 +61,3 @@ def longrope_scale(factor: float, n: int, attention_factor: float | None = None)
     if attention_factor is not None:
         return float(attention_factor)
     return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(n))
-
-
-def longrope_long(positions: np.ndarray, n: int) -> bool:
-    """Whether a forward call over ``positions`` takes LongRoPE's long factors: where it
-    reaches past the original context ``n`` (its last position ``>= n``), as ``transformers``
-    decides for each call."""
-    return bool(positions.size) and int(positions.max()) + 1 > n
