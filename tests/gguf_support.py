@@ -19,7 +19,7 @@ gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 
 ALL_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K",
-             "Q3_K", "IQ4_NL", "IQ4_XS")  # fmt: skip
+             "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4")  # fmt: skip
 #: the types gguf-py only dequantizes (random blocks): where each block's f16 scales sit
 K_QUANTS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,),
             "IQ4_NL": (0,), "IQ4_XS": (0,)}  # fmt: skip

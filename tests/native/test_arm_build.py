@@ -33,7 +33,7 @@ from gguf_support import block_size, encode_tensor
 HERE = Path(__file__).resolve().parent
 SRC = Path(native.__file__).resolve().parents[2]
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
-         "IQ4_NL", "IQ4_XS"]  # fmt: skip
+         "IQ4_NL", "IQ4_XS", "MXFP4"]  # fmt: skip
 #: the cross compilers, and the target each is given (GCC's cross compiler has no ARM CPU to
 #: read ``native`` from: an ARMv8.2 with the dot product and float16 instructions)
 CROSS = {"clang": ("clang --target=aarch64-linux-gnu", None),

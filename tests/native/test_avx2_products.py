@@ -4,10 +4,10 @@ this CPU's build (which the llama.cpp fixtures check on AVX-512 CPUs: tests/runt
 test_engine_llamacpp.py). Without AVX-512 the products take their 8-lane kernels (pmaddubsw
 integer sums, two weight rows of Q8_0 / Q4_0 / Q5_0 side by side, K-quant blocks in halves of
 32 bytes, ``ggml_blocks.h``); the numbers must not change. Every block type, integer and float
-activations, 1 to 9 rows of x (8 together, then one at a time), rows of 8k (Q4_K and Q4_0
-as llama.cpp's repacked kernels sum them) and not, an odd number of blocks of 32. The step's own
-formats (f32, bf16, q8, q4: ``avx2_rows.h``) and its attention: a decoder's logits, bit for
-bit."""
+activations, 1 to 9 rows of x (8 together, then one at a time), rows of 8k (Q4_K, Q4_0 and
+MXFP4 as llama.cpp's repacked kernels sum them) and not, an odd number of blocks of 32. The
+step's own formats (f32, bf16, q8, q4: ``avx2_rows.h``) and its attention: a decoder's logits,
+bit for bit."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from attnlm.runtime import cstep as ns
 from gguf_support import block_size, encode_tensor
 
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K",
-         "IQ4_NL", "IQ4_XS"]  # fmt: skip
+         "IQ4_NL", "IQ4_XS", "MXFP4"]  # fmt: skip
 V3 = "x86-64-v3"
 
 pytestmark = [

@@ -18,7 +18,8 @@
 one at a time; Q4_K and Q4_0 matrices of 8k rows sum the first M - M % 4 rows as llama.cpp's
 repacked gemm, the others as its gemv), an odd number of output rows (a decoding step's
 product takes two at a time), an odd number of blocks of 32 (3, 19: the integer product takes
-two at a time), threads 1 and 2.
+two at a time), threads 1 and 2. MXFP4's float order, llama.cpp's bit for bit, is tested in
+tests/native/test_mxfp4_products.py.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from gguf_support import Q, block_size, encode_tensor
 pytestmark = pytest.mark.skipif(native._compiler() is None, reason="no C compiler (cc)")
 
 TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
-         "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]  # fmt: skip
+         "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4"]  # fmt: skip
 BLOCK_TYPES = TYPES[3:]
 #: the types of blocks of 256, multiplied by Q8_K activations
 K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "Q3_K", "IQ4_XS")

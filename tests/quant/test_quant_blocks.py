@@ -53,6 +53,26 @@ def test_dequantize_in_cache_sized_pieces_and_into_a_slice(qtype, monkeypatch):
     assert not big[0].any() and not big[-1].any()
 
 
+def test_mxfp4_blocks_hold_the_values_worked_out_by_hand():
+    """Four MXFP4 blocks, byte j of each holding nibble j (low: element j) and 15 - j (high:
+    element j + 16), at the E8M0 bytes e = 128 (scale 1), 127 (1/2), 1 (2^-127, a subnormal
+    float32) and 0 (2^-128); then e = 255: 2^127, so values of 2 or more are infinite. Hand
+    values: twice E2M1's (0, 0.5, 1, 1.5, 2, 3, 4, 6; nibbles 8-15 the negatives)."""
+    table = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
+    qs = [j | (15 - j) << 4 for j in range(16)]
+    raw = np.array([[e, *qs] for e in (128, 127, 1, 0, 255)], np.uint8)
+    got = dequantize(raw.reshape(-1), int(Q.MXFP4), (5, 32))
+    at_one = np.array(table + table[::-1], np.float32)
+    assert np.array_equal(got[0], at_one)
+    assert got[0, 7] == 12 and got[0, 16] == -12 and got[0, 31] == 0
+    assert np.array_equal(got[1], at_one / 2) and got[1, 5] == 3.0
+    for row, power in ((2, -127), (3, -128)):
+        assert np.array_equal(got[row], np.ldexp(at_one.astype(np.float64), power))
+    assert got[3, 1] == np.float32(2.0**-128) > 0  # the smallest: a subnormal, not zero
+    assert got[4, 1] == np.float32(2.0**127) and np.isinf(got[4, 2]) and got[4, 8] == 0
+    assert np.array_equal(got[:4], gguf.quants.dequantize(raw[:4], Q.MXFP4))
+
+
 def test_unsupported_type_names_tensor_and_type():
     with pytest.raises(InputError, match=r"w: tensor type IQ2_XXS is not supported"):
         dequantize(np.zeros(66, np.uint8), int(Q.IQ2_XXS), (256,), name="w")

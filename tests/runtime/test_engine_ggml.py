@@ -16,7 +16,9 @@
   largest value; this random model's large weights amplify that through 2 layers to
   0.8-1.3% in the median, 7.7% at most with a Q6_K head, whose blocks of 256 share one
   scale, measured), top tokens equal where the reference's margin is clear.
-The matrices are views of a memory map of the file (no copy), and every type is used.
+The matrices are views of a memory map of the file (no copy), and every type is used. A
+second file holds every matrix in MXFP4 (gpt-oss's experts' type; the products alone are
+tested bit for bit in tests/native/test_mxfp4_products.py), to the same bounds.
 """
 
 from __future__ import annotations
@@ -139,4 +141,57 @@ def test_a_nan_block_scale_is_refused(files, tmp_path):
     from attnlm.base.errors import InputError
 
     with pytest.raises(InputError, match=f"{name}.*NaN"):
+        open_engine(GGUFFile(bad), None, 1)
+
+
+@pytest.fixture(scope="module")
+def mxfp4_file(tmp_path_factory):
+    """(path, transformers model) of a Llama whose every matrix is MXFP4 (gpt-oss's experts'
+    type), the token embedding's rows too"""
+    path = tmp_path_factory.mktemp("gguf") / "mxfp4.gguf"
+    model = hf_llama(False)
+    held = write_llama(path, model, types=("MXFP4",))
+    model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in held.items()},
+                          strict=False)  # fmt: skip
+    return path, model
+
+
+@pytest.mark.parametrize("act", ["float", "int"])
+def test_mxfp4_matrices_follow_the_forward(mxfp4_file, act, monkeypatch):
+    """Float activations: within 2e-5 of each position's logit range; integer ones (8 bits per
+    block of 32, llama.cpp's way): within 10% of it, 1.5% in the median (as above)."""
+    monkeypatch.setenv("ATTNLM_GGML_ACTIVATIONS", act)
+    path, hf = mxfp4_file
+    header = GGUFFile(path)
+    assert engine_format(header, None) == AS_STORED
+    engine = open_engine(header, None, 2)
+    assert {x.fmt for b in engine.blocks for x in (b.qkv, b.out, b.fc, b.proj)} == {structs.MXFP4}
+    ids = np.random.default_rng(2).integers(0, V, size=(2, 75))
+    got, want = ours(engine, ids)[:, :73], reference(hf, ids)[:, :73]
+    off = np.abs(got - want).max(axis=-1) / (want.max(axis=-1) - want.min(axis=-1))
+    if act == "float":
+        assert off.max() <= 2e-5, off.max()
+    else:
+        assert off.max() <= 0.1 and np.median(off) <= 0.015, (off.max(), np.median(off))
+
+
+def test_an_infinite_mxfp4_value_is_refused(mxfp4_file, tmp_path):
+    """MXFP4's scale 2^(e - 128) has no NaN, but e = 255 makes values of 2 or more infinite
+    (2^128): refused as the PyTorch loader refuses them; e = 255 where the block's values are
+    0 or +-1 (2^127 at most) is finite and kept."""
+    path, _ = mxfp4_file
+    header = GGUFFile(path)
+    name = next(n for n, i in header.tensors.items() if n.endswith("attn_q.weight"))
+    at = header.tensors[name].offset + 17 * 5  # the sixth block's e
+    data = bytearray(path.read_bytes())
+    data[at : at + 17] = bytes([255, *[0x19] * 16])  # nibbles 9 (-1) and 1 (+1)
+    finite = tmp_path / "finite.gguf"
+    finite.write_bytes(bytes(data))
+    open_engine(GGUFFile(finite), None, 1)
+    data[at + 1] = 0x29  # nibble 2 (+2): 2^128
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    from attnlm.base.errors import InputError
+
+    with pytest.raises(InputError, match=f"{name}.*infinite"):
         open_engine(GGUFFile(bad), None, 1)

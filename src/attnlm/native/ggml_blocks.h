@@ -18,6 +18,9 @@
  *   Q3_K  256    110    2 + 1 bits              d s_h, -4 d s_h    (s per 16 values)
  *   IQ4_NL 32    18     table[nibble] + 128     d, -128 d          (table: 16 int8 values)
  *   IQ4_XS 256   136    table[nibble] + 128     d s_j, -128 d s_j  (s per 32 values)
+ *   MXFP4  32    17     table[nibble] + 128     E, -128 E          (E = 2^(e - 128) of the
+ *                                                                   E8M0 byte e; table: twice
+ *                                                                   E2M1's 16 values)
  *
  * Two ways to multiply (Linear.act: ACT_FLOAT asks for float, anything else integers):
  *  - float activations: each chunk's 32 weights are computed in float (A u + B) and multiplied
@@ -36,7 +39,7 @@
 enum {
     FMT_F16 = 5, FMT_Q8_0 = 6, FMT_Q4_0 = 7, FMT_Q4_1 = 8, FMT_Q5_0 = 9, FMT_Q5_1 = 10,
     FMT_Q4_K = 11, FMT_Q5_K = 12, FMT_Q6_K = 13, FMT_Q2_K = 14, FMT_Q3_K = 15, FMT_IQ4_NL = 16,
-    FMT_IQ4_XS = 17
+    FMT_IQ4_XS = 17, FMT_MXFP4 = 18
 };
 enum { ACT_AUTO = 0, ACT_FLOAT = 1, ACT_INT = 2 }; /* Linear.act */
 
@@ -83,8 +86,8 @@ static inline float gg_f16(uint16_t h) {
 
 /* the elements and bytes of one block of fmt */
 static inline int64_t gg_block(int64_t fmt, int64_t *bytes) {
-    static const int64_t el[] = {32, 32, 32, 32, 32, 256, 256, 256, 256, 256, 32, 256};
-    static const int64_t by[] = {34, 18, 20, 22, 24, 144, 176, 210, 84, 110, 18, 136};
+    static const int64_t el[] = {32, 32, 32, 32, 32, 256, 256, 256, 256, 256, 32, 256, 32};
+    static const int64_t by[] = {34, 18, 20, 22, 24, 144, 176, 210, 84, 110, 18, 136, 17};
     *bytes = by[fmt - FMT_Q8_0];
     return el[fmt - FMT_Q8_0];
 }
@@ -116,6 +119,15 @@ static inline int gg_iq4xs_scale(const uint8_t *b, int j) {
     const int low = (b[4 + j / 2] >> (4 * (j & 1))) & 15;
     const int top = (((int)b[2] | (int)b[3] << 8) >> (2 * j)) & 3;
     return (low | top << 4) - 32;
+}
+
+/* MXFP4's block scale 2^(e - 128) of its E8M0 byte e, from the bits as ggml builds it: e - 1
+ * as the exponent field; e = 0, 1 the subnormals 2^-128, 2^-127 (e = 255: 2^127) */
+static inline float gg_e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
 }
 
 static inline void gg_head(int64_t fmt, const uint8_t *b, GgHead *h) {
@@ -163,6 +175,9 @@ static inline void gg_head(int64_t fmt, const uint8_t *b, GgHead *h) {
         for (int j = 0; j < 8; j++) h->sc[j] = d * (float)gg_iq4xs_scale(b, j);
         break;
     }
+    case FMT_MXFP4: /* its E8M0 scale first */
+        h->d = gg_e8m0_half(b[0]);
+        break;
     default: /* Q8_0, Q4_0, Q5_0, IQ4_NL: d first */
         memcpy(&v0, b, 2);
         h->d = gg_f16(v0);
@@ -180,16 +195,18 @@ static inline vb32 gg_nibbles16(const uint8_t *p) {
 /* IQ4_NL's and IQ4_XS's 16 values of a code */
 static const int8_t gg_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                          1,    13,   25,  38,  53,  69,  89,  113};
+/* MXFP4's: twice E2M1's (bit 3 the sign) */
+static const int8_t gg_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* 16 bytes' nibbles (gg_nibbles16's order) as their values: one byte shuffle a 16 codes
- * where the CPU has one */
-static inline vs32 gg_iq4_signed(const uint8_t *p) {
+/* 16 bytes' nibbles (gg_nibbles16's order) as their values in `table` (16 int8): one byte
+ * shuffle a 16 codes where the CPU has one */
+static inline vs32 gg_lut_signed(const int8_t *table, const uint8_t *p) {
     const vb32 n = gg_nibbles16(p);
 #if defined(__AVX2__)
-    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)gg_iq4_values));
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table));
     return (vs32)_mm256_shuffle_epi8(t, (__m256i)n);
 #elif GG_NEON
-    const int8x16_t t = vld1q_s8(gg_iq4_values);
+    const int8x16_t t = vld1q_s8(table);
     uint8x16_t q[2];
     memcpy(q, &n, 32);
     const int8x16_t w[2] = {vqtbl1q_s8(t, q[0]), vqtbl1q_s8(t, q[1])};
@@ -198,10 +215,13 @@ static inline vs32 gg_iq4_signed(const uint8_t *p) {
     return v;
 #else
     vs32 v;
-    for (int i = 0; i < 32; i++) v[i] = gg_iq4_values[n[i]];
+    for (int i = 0; i < 32; i++) v[i] = table[n[i]];
     return v;
 #endif
 }
+
+/* IQ4_NL's and IQ4_XS's values of 16 bytes' nibbles */
+static inline vs32 gg_iq4_signed(const uint8_t *p) { return gg_lut_signed(gg_iq4_values, p); }
 
 /* the same as a chunk's unsigned codes u = value + 128 */
 static inline vb32 gg_iq4_codes(const uint8_t *p) { return (vb32)gg_iq4_signed(p) ^ 0x80; }
@@ -285,6 +305,9 @@ static inline __attribute__((always_inline)) vb32 gg_chunk(int64_t fmt, const ui
     case FMT_IQ4_XS:
         A[0] = A[1] = h->sc[c], B[0] = B[1] = -128.0f * h->sc[c];
         return gg_iq4_codes(b + 8 + 16 * c);
+    case FMT_MXFP4:
+        A[0] = A[1] = h->d, B[0] = B[1] = -128.0f * h->d;
+        return (vb32)gg_lut_signed(gg_mxfp4_values, b + 1) ^ 0x80;
     default: { /* Q6_K: chunk c = half c / 4 (128 values), quarter c % 4 */
         const int hf = c >> 2, qq = c & 3;
         const vb32 ql = *(const vb32 *)(b + 64 * hf + 32 * (qq & 1));
@@ -345,8 +368,8 @@ static inline __attribute__((always_inline)) void gg_row_float(
 
 /* llama.cpp multiplies each weight type by activations of its own kind (ggml-cpu's
  * vec_dot_type), and attnlm rounds them the same way (llama.cpp's x86 code):
- *  - "32" (Q8_0 weights, Q4_0, Q5_0, IQ4_NL: Q8_0 blocks; Q4_1, Q5_1: Q8_1, the same codes
- *    and scale and a float16 sum): per block of 32, amax = max |x|, the scale
+ *  - "32" (Q8_0 weights, Q4_0, Q5_0, IQ4_NL, MXFP4: Q8_0 blocks; Q4_1, Q5_1: Q8_1, the
+ *    same codes and scale and a float16 sum): per block of 32, amax = max |x|, the scale
  *    e = float16(amax / 127), codes a = round(x * (127 / amax)) (ties to even), and Q8_1's
  *    s = float16(amax / 127 * sum(a)) (the float32 scale before its rounding);
  *  - "K" (Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS: Q8_K blocks): per block of 256, m = the
@@ -368,6 +391,7 @@ static inline int gg_family(const Linear *L) {
     case FMT_Q4_K: case FMT_Q5_K: case FMT_Q6_K: return GG_FAM_K;
     case FMT_Q2_K: case FMT_Q3_K: case FMT_IQ4_XS: return GG_FAM_K;
     case FMT_Q8_0: case FMT_Q4_0: case FMT_Q4_1: case FMT_Q5_0: case FMT_Q5_1: case FMT_IQ4_NL:
+    case FMT_MXFP4:
         return GG_FAM_32;
     default: return 0;
     }
@@ -1369,11 +1393,21 @@ static inline __attribute__((always_inline)) void gg_krow(
         out[r] = mode == 2 ? sum[r] - mins[r] : mode ? sum[r] : gg_hsum8(acc[r]) + sum[r];
 }
 
-#if !defined(__AVX2__)
-/* sums of w a over each 4 consecutive codes (8 lanes) of the signed codes w (|w| <= 127), for
- * gg_row_iq4xs where it has no x86 path */
+/* sums of w a over each 4 consecutive codes (8 lanes) of the signed codes w (|w| <= 127):
+ * x86 as llama.cpp's kernels take them, |w| against x's codes with w's sign (pmaddubsw's pairs
+ * |w a| < 2^15, exact; vpdpbusd where the CPU has it) */
 static inline vi8 gg_sdot32(vs32 w, const int8_t *a) {
-#if GG_NEON
+#if defined(__AVX2__)
+    const __m256i wv = (__m256i)w, aw = _mm256_abs_epi8(wv);
+    const __m256i as = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a), wv);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return (vi8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, as);
+#elif GG_VNNI
+    return (vi8)_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, as);
+#else
+    return (vi8)_mm256_madd_epi16(_mm256_maddubs_epi16(aw, as), _mm256_set1_epi16(1));
+#endif
+#elif GG_NEON
     int8x16_t wq[2];
     memcpy(wq, &w, 32);
     return gg_cat2x4(gg_sdot16(wq[0], vld1q_s8(a)), gg_sdot16(wq[1], vld1q_s8(a + 16)));
@@ -1381,7 +1415,6 @@ static inline vi8 gg_sdot32(vs32 w, const int8_t *a) {
     return gg_dot((vb32)w ^ 0x80, a) - gg_dot((vb32){0} + 128, a); /* (w + 128) a - 128 a */
 #endif
 }
-#endif
 
 /* One IQ4_XS weight row against R rows of x in Q8_K blocks, as llama.cpp's vec_dot adds them:
  * per block each sub-block's 8 lane sums (lane l: codes 4l..4l+3) times its scale, summed in
@@ -1450,28 +1483,94 @@ static inline __attribute__((always_inline)) void gg_row_iq4xs(
     for (int r = 0; r < R; r++) out[r] = gg_hsum8(acc[r]);
 }
 
-/* One Q4_0 weight row against R rows of x as llama.cpp multiplies its repacked Q4_0 rows
- * (ggml_gemm/gemv_q4_0_8x8_q8_0, both alike): per block the integer total, times d dx, added
- * (fused) into the row's sum, block after block */
+/* One Q4_0 or MXFP4 weight row against R rows of x as llama.cpp multiplies its repacked Q4_0
+ * and MXFP4 rows (ggml_gemm/gemv_q4_0_8x8_q8_0 and _mxfp4_8x8_q8_0, all alike): per block the
+ * integer total, times d dx (MXFP4: E dx), added (fused) into the row's sum, block after block */
 static inline __attribute__((always_inline)) void gg_row_q40(
-    const uint8_t *w, int64_t nb, const uint8_t *xq, int64_t K, const int R, float *out) {
+    const int64_t fmt, const uint8_t *w, int64_t nb, const uint8_t *xq, int64_t K, const int R,
+    float *out) {
     const int64_t rb = gg_row_bytes(K);
+    const int mx = fmt == FMT_MXFP4;
     vf8 sum = {0};
     for (int64_t g = 0; g < nb; g++) {
-        const uint8_t *b = w + 18 * g;
+        const uint8_t *b = w + (mx ? 17 : 18) * g;
         uint16_t h;
         memcpy(&h, b, 2);
-        const vb32 u = gg_nibbles16(b + 2);
+        const float d = mx ? gg_e8m0_half(b[0]) : gg_f16(h);
+        const vb32 u = gg_nibbles16(b + 2 - mx); /* Q4_0's codes */
+        const vs32 v = mx ? gg_lut_signed(gg_mxfp4_values, b + 1) : (vs32){0}; /* MXFP4's */
         vi8 t[8] = {{0}};
         vf8 dx = {0};
         for (int r = 0; r < R; r++) {
             const int8_t *a = (const int8_t *)(xq + r * rb) + 32 * g;
-            t[r] = gg_dot(u, a) - gg_dot((vb32){0} + 8, a);
+            t[r] = mx ? gg_sdot32(v, a) : gg_dot(u, a) - gg_dot((vb32){0} + 8, a);
             dx[r] = gg_ev(xq + r * rb, K)[8 * g];
         }
-        sum = gg_fma8(__builtin_convertvector(gg_totals(t, R), vf8), dx * gg_f16(h), sum);
+        sum = gg_fma8(__builtin_convertvector(gg_totals(t, R), vf8), dx * d, sum);
     }
     for (int r = 0; r < R; r++) out[r] = sum[r];
+}
+
+/* One MXFP4 weight row against R rows of x in Q8_0 blocks, as llama.cpp's vec_dot adds them
+ * (ggml_vec_dot_mxfp4_q8_0 on x86, for matrices it does not repack): per block its values'
+ * 8 lane sums with x's codes (lane l: codes 4l..4l+3) times s = E dx, added (fused) into one
+ * of two 8-float sums, the even blocks' and the odd ones'; the two added lane by lane, then
+ * as a tree (gg_hsum8); an odd last block's integer total times s added (fused) after */
+static inline __attribute__((always_inline)) void gg_row_mxfp4(
+    const uint8_t *w, int64_t nb, const uint8_t *xq, int64_t K, const int R, float *out) {
+    const int64_t rb = gg_row_bytes(K);
+    vf8 acc[2][GG_ROWS];
+    for (int r = 0; r < R; r++) acc[0][r] = acc[1][r] = (vf8){0};
+    int64_t g = 0;
+    for (; g + 1 < nb; g += 2)
+        for (int j = 0; j < 2; j++) {
+            const uint8_t *b = w + 17 * (g + j);
+            const vs32 v = gg_lut_signed(gg_mxfp4_values, b + 1);
+            const float E = gg_e8m0_half(b[0]);
+            for (int r = 0; r < R; r++) {
+                const uint8_t *xr = xq + r * rb;
+                const vi8 s = gg_sdot32(v, (const int8_t *)xr + 32 * (g + j));
+                const vf8 d = (vf8){0} + gg_ev(xr, K)[8 * (g + j)] * E;
+                acc[j][r] = gg_fma8(d, __builtin_convertvector(s, vf8), acc[j][r]);
+            }
+        }
+    for (int r = 0; r < R; r++) out[r] = gg_hsum8(acc[0][r] + acc[1][r]);
+    if (g < nb) {
+        const uint8_t *b = w + 17 * g;
+        const vs32 v = gg_lut_signed(gg_mxfp4_values, b + 1);
+        const float E = gg_e8m0_half(b[0]);
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = xq + r * rb;
+            const vi8 s = gg_sdot32(v, (const int8_t *)xr + 32 * g);
+            int t = 0;
+            for (int l = 0; l < 8; l++) t += s[l];
+            out[r] = GG_FMA(gg_ev(xr, K)[8 * g] * E, (float)t, out[r]);
+        }
+    }
+}
+
+/* Eight MXFP4 weight rows (w, w + rowb, ...) of a matrix llama.cpp repacks against one row of
+ * x, as its gemv takes them (8 output rows in 8 lanes): gg_row_q40's numbers for one row of x,
+ * the 8 rows' integer totals of a block reduced together (gg_isum8x8) instead of one by one */
+static inline void gg_rows8_mxfp4(const uint8_t *w, int64_t rowb, int64_t nb, const uint8_t *xq,
+                                  int64_t K, float *out) {
+    const float *ev = gg_ev(xq, K);
+    vf8 sum = {0};
+    for (int64_t g = 0; g < nb; g++) {
+        const int8_t *a = (const int8_t *)xq + 32 * g;
+        typedef uint32_t vw8 __attribute__((vector_size(32)));
+        vi8 t[8];
+        vw8 e;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *b = w + j * rowb + 17 * g;
+            t[j] = gg_sdot32(gg_lut_signed(gg_mxfp4_values, b + 1), a);
+            e[j] = b[0];
+        }
+        const vw8 sub = (vw8)(e < 2); /* gg_e8m0_half's bits, 8 at once */
+        const vf8 E = (vf8)((sub & (0x00200000u << (e & 1))) | (~sub & ((e - 1) << 23)));
+        sum = gg_fma8(__builtin_convertvector(gg_isum8x8(t), vf8), E * ev[8 * g], sum);
+    }
+    memcpy(out, &sum, 32);
 }
 
 /* -- the product --------------------------------------------------------------------------- */
@@ -1483,8 +1582,9 @@ static inline __attribute__((always_inline)) void gg_row(
     int64_t bb;
     const int64_t be = gg_block(fmt, &bb), nb = K / be;
     if (in && fmt == FMT_IQ4_XS) gg_row_iq4xs(w, nb, xq, K, R, out);
+    else if (in && fmt == FMT_MXFP4 && mode != 2) gg_row_mxfp4(w, nb, xq, K, R, out);
     else if (in && be == 256) gg_krow(fmt, w, nb, bb, xq, K, R, mode, out);
-    else if (in && mode == 2) gg_row_q40(w, nb, xq, K, R, out);
+    else if (in && mode == 2) gg_row_q40(fmt, w, nb, xq, K, R, out);
     else if (in) gg_row_int(fmt, w, nb, bb, xq, K, R, out);
     else gg_row_float(fmt, w, nb, be, bb, x, ldx, R, out);
 }
@@ -1493,13 +1593,14 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     const int64_t fmt, const Linear *L, const float *x, int64_t M, int64_t ldx,
     const uint8_t *xq, float *y, int64_t ldy, const float *res, int64_t n0, int64_t n1) {
     const int in = gg_int(L);
-    /* the order of llama.cpp's float sums. Its CPU backend repacks Q4_K and Q4_0 matrices of
-     * 8k rows and multiplies them with its own kernels: a prompt's rows of x in fours (the
-     * first M - M % 4 from 4 rows on; gg_krow mode 4: a fused sum per 64 values of Q4_K,
-     * gg_row_q40 per block of Q4_0), the others one at a time (mode 2: per block). Other
+    /* the order of llama.cpp's float sums. Its CPU backend repacks Q4_K, Q4_0 and MXFP4
+     * matrices of 8k rows and multiplies them with its own kernels: a prompt's rows of x in
+     * fours (the first M - M % 4 from 4 rows on; gg_krow mode 4: a fused sum per 64 values of
+     * Q4_K, gg_row_q40 per block of Q4_0 and MXFP4), the others one at a time (mode 2: per
+     * block; MXFP4 not repacked: gg_row_mxfp4, its vec_dot's order). Other
      * K-quants from 8 rows of x on: its tiled kernel's (mode 1); below, vec_dot's (mode 0;
      * attnlm's own, mode 3, was 1.10x as fast for Q5_K, measured on one thread under load) */
-    const int packed = (fmt == FMT_Q4_K || fmt == FMT_Q4_0) && L->n % 8 == 0;
+    const int packed = (fmt == FMT_Q4_K || fmt == FMT_Q4_0 || fmt == FMT_MXFP4) && L->n % 8 == 0;
     const int mode = packed ? 2 : M >= 8 ? 1 : 0;
     const int64_t m4 = fmt == FMT_Q4_K && packed && M > 3 ? M - M % 4 : 0;
 #if GG_TWO
@@ -1508,8 +1609,9 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
     int64_t bb;
     const int64_t K = L->k, be = gg_block(fmt, &bb), rowb = K / be * bb, rb = gg_row_bytes(K);
     int64_t n = n0;
-    if (in && M == 1 && be == 32 && !packed) /* a decoding step: 2 weight rows at a time (measured
-                                     * slower for the K-quants: kept to one) */
+    if (in && M == 1 && be == 32 && !packed && fmt != FMT_MXFP4) /* a decoding step: 2 weight
+                                     * rows at a time (measured slower for the K-quants: kept
+                                     * to one) */
         for (; n + 2 <= n1; n += 2) {
             const uint8_t *w = (const uint8_t *)L->w + n * rowb;
             if (n + 4 <= n1) prefetch(w + 2 * rowb, 2 * rowb);
@@ -1569,6 +1671,14 @@ static inline __attribute__((always_inline)) void gg_rows_fmt(
                     continue;
                 }
 #endif
+                if (fmt == FMT_MXFP4 && in && packed && r0 + 8 <= t1) { /* 8 weight rows at once */
+                    float out8[8];
+                    if (M == 1 && r0 + 16 <= n1) prefetch(w + 8 * rowb, 8 * rowb);
+                    gg_rows8_mxfp4(w, rowb, K / be, xq + m * rb, K, out8);
+                    for (int j = 0; j < 8; j++) store(L, y, ldy, res, m, r0 + j, out8[j]);
+                    r0 += 7;
+                    continue;
+                }
                 gg_row(fmt, in, w, K, x + m * ldx, ldx, xq + m * rb, 1, m < m4 ? 4 : mode,
                        out);
                 store(L, y, ldy, res, m, r0, out[0]);
@@ -1608,6 +1718,7 @@ GG_ROWS_OF(rows_q2_k, FMT_Q2_K)
 GG_ROWS_OF(rows_q3_k, FMT_Q3_K)
 GG_ROWS_OF(rows_iq4_nl, FMT_IQ4_NL)
 GG_ROWS_OF(rows_iq4_xs, FMT_IQ4_XS)
+GG_ROWS_OF(rows_mxfp4, FMT_MXFP4)
 
 /* output rows [n0, n1) of a product in ggml blocks (fmt >= FMT_F16); xq: x quantized by
  * gg_quantize where gg_int(L) */
@@ -1627,6 +1738,7 @@ static void rows_ggml(const Linear *L, const float *x, int64_t M, int64_t ldx,
     case FMT_Q3_K: rows_q3_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     case FMT_IQ4_NL: rows_iq4_nl(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     case FMT_IQ4_XS: rows_iq4_xs(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
+    case FMT_MXFP4: rows_mxfp4(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     default: rows_q6_k(L, x, M, ldx, xq, y, ldy, res, n0, n1); break;
     }
 }

@@ -2,7 +2,7 @@
 
 - :mod:`.blocks` (numpy alone, so the C engine reads it without PyTorch): the byte layouts of
   ggml's types (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-  IQ4_NL, IQ4_XS) and of attnlm's q8 / q4,
+  IQ4_NL, IQ4_XS, MXFP4) and of attnlm's q8 / q4,
   read as float32 (``dequantize``) or as codes and scales (``codes``), the q4 packing
   (``pack_q4``) and ggml's Q8_0 / Q4_0 quantizers (for writing GGUF files);
 - :mod:`.layers` (PyTorch): ``QuantLinear`` and ``QuantEmbedding`` (linear layers and token

@@ -40,6 +40,9 @@ IQ4_NL   32        18     ``d · T[n[i]]``: ``T`` a table of 16 values (-127 ...
                           nibbles as Q4_0's
 IQ4_XS   256       136    8 sub-blocks of 32, 6-bit scales (4 bits in ``scales_l``, 2 in
                           ``scales_h``): ``d·(s - 32) · T[n[i]]``, 16 bytes of nibbles each
+MXFP4    32        17     ``E · F[n[i]]``: ``e`` one byte (E8M0) first, ``E = 2^(e - 128)``
+                          (:func:`e8m0_half`), ``F`` twice E2M1's 16 values (-12 ... 12), the
+                          nibbles as Q4_0's
 =======  ========  =====  =====================================================================
 
 attnlm's layouts (what :class:`~attnlm.quant.layers.QuantLinear` stores and the C step reads;
@@ -79,7 +82,7 @@ GROUP = 32  # elements per scale (ggml's Q8_0, Q4_0 and Q4_1 blocks; attnlm's q8
 BLOCK_N = 64  # rows per block of the packed q4 layout
 #: ggml types :func:`dequantize` reads: type id -> (name, elements per block, bytes per block)
 SUPPORTED: dict[int, tuple[str, int, int]] = {
-    i: TENSOR_TYPES[i] for i in (0, 1, 30, 8, 2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23)
+    i: TENSOR_TYPES[i] for i in (0, 1, 30, 8, 2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23, 39)
 }
 #: ggml type -> byte offsets of the float16 scales in one of its blocks (d, and m / dmin)
 SCALE_OFFSETS = {"Q8_0": (0,), "Q4_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2),
@@ -271,8 +274,32 @@ def _iq4_xs(b: np.ndarray, out: np.ndarray) -> None:
     out.reshape(n, 8, 32)[:] *= (_half(b[:, :2]) * ls)[..., None]
 
 
+#: MXFP4's 16 values of a 4-bit code: twice E2M1's (sign bit 3, two exponent bits, one mantissa
+#: bit), so that the block scale is ``2^(e - 128)``, half of E8M0's ``2^(e - 127)``
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12],
+                        dtype=np.float32)  # fmt: skip
+
+
+def e8m0_half(e: np.ndarray) -> np.ndarray:
+    """MXFP4's block scales ``2^(e - 128)`` (float32, exact) of E8M0 bytes ``e``, built from
+    their bits as ggml builds them: ``e - 1`` as the exponent field, and for ``e`` 0 and 1 the
+    subnormals ``2^-128``, ``2^-127`` (``e = 255`` gives ``2^127``, not a NaN)."""
+    e = np.asarray(e, dtype=np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23))
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _mxfp4(b: np.ndarray, out: np.ndarray) -> None:
+    n = b.shape[0]
+    o = out.reshape(n, 1, 2, 16)
+    o[:, :, 0] = MXFP4_VALUES[b[:, 1:] & 0x0F][:, None]
+    o[:, :, 1] = MXFP4_VALUES[b[:, 1:] >> 4][:, None]
+    with np.errstate(over="ignore"):  # e >= 253: infinite values, as ggml's
+        out.reshape(n, 32)[:] *= e8m0_half(b[:, :1])  # exact: a small integer times 2^(e - 128)
+
+
 _KERNELS = {8: _q8_0, 2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 12: _q4_k, 13: _q5_k, 14: _q6_k,
-            10: _q2_k, 11: _q3_k, 20: _iq4_nl, 23: _iq4_xs}  # fmt: skip
+            10: _q2_k, 11: _q3_k, 20: _iq4_nl, 23: _iq4_xs, 39: _mxfp4}  # fmt: skip
 
 
 def _floats(data: np.ndarray, type_id: int, flat: np.ndarray) -> None:
