@@ -56,7 +56,8 @@ TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "IQ4_XS",
 CASES = [(arch, kind) for arch in ARCHS for kind in TYPES if kind in DOC["archs"][arch]]
 CASES += [("gemma3-linear", "Q8_0"), ("gemma3-gqa4", "Q8_0"), ("llama3", "Q8_0"),
           ("mistral-nemo", "Q8_0"), ("qwen3-yarn", "Q8_0"),
-          ("phi3-longrope", "Q8_0"), ("phi4-mini", "Q8_0"), ("olmo3", "Q8_0")]  # fmt: skip
+          ("phi3-longrope", "Q8_0"), ("phi4-mini", "Q8_0"), ("olmo3", "Q8_0"),
+          ("gptoss", "Q8_0"), ("gptoss", "MXFP4_MOE")]  # fmt: skip
 TIE = 5e-3  # a top-1 / top-2 margin below this fraction of the range is a near-tie
 #: integer activations vs llama.cpp on the quantized file, of each position's logit range:
 #: both round the products' inputs to 8 bits, differently (llama.cpp's K-quant products take

@@ -83,6 +83,9 @@ CASES += [("phi3-longrope", "Q8_0")]
 CASES += [("phi4-mini", "Q8_0")]
 #: OLMo 3: OLMo 2's parts with sliding layers (their own unscaled table) and YaRN global ones
 CASES += [("olmo3", "Q8_0")]
+#: gpt-oss: sinks, the biases of q/k/v/o, the router and the experts, the softmax of the top k
+#: router logits, the clamped SwiGLU; as released (experts in MXFP4, the rest Q8_0) and in Q8_0
+CASES += [("gptoss", "MXFP4_MOE"), ("gptoss", "Q8_0")]
 #: the 2- and 3-bit K-quants and the non-linear 4-bit types, on two architectures
 CASES += [
     (arch, kind) for arch in ("llama", "qwen2") for kind in ("Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")

@@ -114,7 +114,9 @@ _bhtd = _bthd
 
 def _pattern(tr: Any, a: str, attn: Any, q: Tensor, k: Tensor, mask, is_causal) -> Tensor:
     """Scores ``(B, H, T, S)`` (scaled, plus the additive mask; a masked key holds the dtype's
-    lowest value, as in TransformerLens) and their softmax, through their points."""
+    lowest value, as in TransformerLens) and their softmax (with the layer's attention sinks,
+    gpt-oss: a row's weights then sum to less than one), through their points."""
+    from attnlm.nn.attention import sink_softmax
     from attnlm.nn.masks import causal_mask, combine_masks
 
     T, S = q.shape[-2], k.shape[-2]
@@ -126,7 +128,8 @@ def _pattern(tr: Any, a: str, attn: Any, q: Tensor, k: Tensor, mask, is_causal) 
     lowest = torch.finfo(scores.dtype).min  # masked: the dtype's lowest (TransformerLens's)
     scores = scores.masked_fill(scores <= lowest / 2, lowest)
     scores = tr.point(f"{a}.hook_attn_scores", scores)
-    return tr.point(f"{a}.hook_pattern", scores.softmax(-1))
+    sink = attn._sink() if getattr(attn, "sinks", None) is not None else None
+    return tr.point(f"{a}.hook_pattern", sink_softmax(scores, sink))
 
 
 def head_results(attn: Any, z: Tensor) -> Tensor:

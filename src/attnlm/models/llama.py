@@ -50,20 +50,28 @@ from attnlm.models.base import Decoding, Family
 from attnlm.models.decoder import Decoder
 from attnlm.nn import fused
 from attnlm.nn.attention import MultiHeadAttention, ScaledScore
-from attnlm.nn.blocks import GeGLU, RMSNorm, SandwichBlock, SwiGLU, TransformerBlock
-from attnlm.nn.moe import SparseMoE
+from attnlm.nn.blocks import (
+    ClampedSwiGLU,
+    GeGLU,
+    RMSNorm,
+    SandwichBlock,
+    SwiGLU,
+    TransformerBlock,
+)
+from attnlm.nn.moe import GATINGS, SparseMoE
 from attnlm.nn.positional import ROPE_SCALING_KEYS, YARN_KEYS, RotaryEmbedding
 from attnlm.nn.yarn import LONGROPE_KEYS
 
 # the source architectures a Llama-family config may carry as its label (model.arch)
 ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral", "qwen3moe", "mixtral",
-         "smollm3", "granite", "olmo2", "olmo3")  # fmt: skip
+         "smollm3", "granite", "olmo2", "olmo3", "gptoss")  # fmt: skip
 ARCH_NAMES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma2": "Gemma 2",
               "gemma3": "Gemma 3", "phi3": "Phi-3", "mistral": "Mistral",
               "qwen3moe": "Qwen3-MoE", "mixtral": "Mixtral", "smollm3": "SmolLM3",
-              "granite": "Granite", "olmo2": "OLMo 2", "olmo3": "OLMo 3"}  # fmt: skip
+              "granite": "Granite", "olmo2": "OLMo 2", "olmo3": "OLMo 3",
+              "gptoss": "gpt-oss"}  # fmt: skip
 LAYER_TYPES = ("full_attention", "sliding_attention")  # Hugging Face's names
-MLP_ACTS = ("silu", "gelu_tanh")  # SwiGLU, GeGLU
+MLP_ACTS = ("silu", "gelu_tanh", "swiglu_oai")  # SwiGLU, GeGLU, gpt-oss's clamped SwiGLU
 
 
 def gemma_embed_scale(width: int) -> float:
@@ -128,6 +136,8 @@ class LlamaConfig:
     d_head: int | None = None  # head width D; None: n_embd // n_head
     rotary_dim: int | None = None  # features rotated per head, the first R of D (Phi-4 mini)
     qkv_bias: bool = False  # biases on q, k and v (Qwen2)
+    attn_out_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
+    attn_sinks: bool = False  # a learned sink logit per head in every softmax (gpt-oss)
     qk_norm: bool = False  # per-head RMSNorm of q and k before rotary (Qwen3, Gemma 3)
     qk_norm_all: bool = False  # with qk_norm: q's and k's norms span all heads at once (OLMo 2)
     sliding_window: int | None = None  # W: a sliding layer's query i sees keys i - W < j <= i
@@ -148,6 +158,10 @@ class LlamaConfig:
     n_expert: int | None = None
     n_expert_used: int | None = None
     moe_norm_topk: bool = True
+    # gpt-oss's routing ("topk_softmax": the softmax over the k chosen logits; attnlm.nn.moe)
+    # and its biases on the router and every expert's three matrices
+    moe_gating: str = "softmax"
+    moe_bias: bool = False
     # layers without positions (NoPE): their q and k are not rotated (SmolLM3: every fourth
     # layer, 3, 7, 11, ...); None: every layer rotates
     nope_layers: tuple[int, ...] | None = None
@@ -190,10 +204,14 @@ class LlamaConfig:
                 f"model.n_expert_used ({self.n_expert_used}) is more than model.n_expert "
                 f"({self.n_expert})"
             )
-        if self.n_expert is not None and self.mlp_act != "silu":
-            raise ConfigError("model.n_expert: experts are SwiGLU (model.mlp_act = 'silu')")
+        if self.n_expert is not None and self.mlp_act == "gelu_tanh":
+            raise ConfigError("model.n_expert: experts are SwiGLU (model.mlp_act = 'silu' or "
+                              "'swiglu_oai')")  # fmt: skip
+        if self.n_expert is None and (self.moe_bias or self.moe_gating != "softmax"):
+            raise ConfigError("model.moe_bias and model.moe_gating need model.n_expert")
         one_of(self, "arch", ARCHS)
         one_of(self, "mlp_act", MLP_ACTS)
+        one_of(self, "moe_gating", GATINGS)
         if not self.pre_norms and not self.post_norms:
             raise ConfigError("model.pre_norms = false needs model.post_norms = true (OLMo 2's "
                               "blocks normalise the sublayers' outputs instead)")  # fmt: skip
@@ -268,7 +286,9 @@ class LlamaConfig:
             unknown = sorted(set(scaling) - {"rope_type", *YARN_KEYS})
             if unknown:
                 raise ConfigError(f"unknown key model.rope_scaling.{unknown[0]}")
-            for key in YARN_KEYS:
+            if scaling.get("truncate", True) not in (True, False):
+                raise ConfigError("model.rope_scaling.truncate must be true or false")
+            for key in YARN_KEYS[:-1]:
                 value = scaling.get(key)
                 needed = key in YARN_KEYS[:2]
                 if (value is not None or needed) and (type(value) not in (int, float)
@@ -321,8 +341,9 @@ def llama_attention(c: LlamaConfig, layer: int) -> MultiHeadAttention:
     plain = c.attn_scale is None and c.attn_softcap is None
     return MultiHeadAttention(
         c.n_embd, c.n_head, n_kv_head=c.n_kv_head, d_head=c.d_head, bias=c.qkv_bias,
-        out_bias=False, dropout=c.dropout, q_norm=norm(q_width), k_norm=norm(k_width),
-        qk_norm_all=c.qk_norm_all, window=c.window(layer), nope=c.nope(layer),
+        out_bias=c.attn_out_bias, dropout=c.dropout, q_norm=norm(q_width),
+        k_norm=norm(k_width), qk_norm_all=c.qk_norm_all, window=c.window(layer),
+        nope=c.nope(layer), sinks=c.attn_sinks,
         score="scaled_dot" if plain else ScaledScore(c.attn_scale, c.attn_softcap),
     )  # fmt: skip
 
@@ -333,13 +354,14 @@ def llama_block(c: LlamaConfig, layer: int = 0) -> TransformerBlock:
     pre-norm, with ``post_norms`` also normalising each sublayer's output
     (:class:`~attnlm.nn.blocks.SandwichBlock`); without ``pre_norms`` the sublayers read the
     residual stream itself (``ln_1``, ``ln_2`` are identities: OLMo 2)."""
-    gated = SwiGLU if c.mlp_act == "silu" else GeGLU
+    gated = {"silu": SwiGLU, "gelu_tanh": GeGLU, "swiglu_oai": ClampedSwiGLU}[c.mlp_act]
     pre = (lambda: RMSNorm(c.n_embd, eps=c.rms_norm_eps)) if c.pre_norms else nn.Identity
     parts = dict(sa_norm=pre(), mlp_norm=pre(), dropout=c.dropout)
     attn = llama_attention(c, layer)
     if c.n_expert is not None:
         mlp = SparseMoE(c.n_embd, c.ffn_width, c.n_expert, c.n_expert_used,
-                        norm_topk=c.moe_norm_topk, dropout=c.dropout)  # fmt: skip
+                        norm_topk=c.moe_norm_topk, dropout=c.dropout, gating=c.moe_gating,
+                        bias=c.moe_bias, expert=gated)  # fmt: skip
     else:
         mlp = gated(c.n_embd, c.ffn_width, bias=False, dropout=c.dropout)
     if c.post_norms:
@@ -396,7 +418,11 @@ def describe_parts(c: LlamaConfig) -> list[str]:
     if c.d_head is not None and c.d_head * c.n_head != c.n_embd:
         parts.append(f"d_head={c.d_head}")
     if c.qkv_bias:
-        parts.append("q/k/v biases")
+        parts.append("q/k/v/o biases" if c.attn_out_bias else "q/k/v biases")
+    elif c.attn_out_bias:
+        parts.append("output projection bias")
+    if c.attn_sinks:
+        parts.append("attention sinks")
     if c.qk_norm:
         parts.append("q/k norms over all heads" if c.qk_norm_all else "q/k norms")
     kinds = c.layer_kinds
@@ -417,10 +443,12 @@ def describe_parts(c: LlamaConfig) -> list[str]:
     if c.post_norms:
         parts.append("post-norms" if c.pre_norms else "post-norms only (no pre-norms)")
     if c.mlp_act != "silu":
-        parts.append("GeGLU")
+        parts.append("GeGLU" if c.mlp_act == "gelu_tanh" else "clamped SwiGLU")
     if c.n_expert is not None:
-        norm = "" if c.moe_norm_topk else ", weights not renormalised"
-        parts.append(f"{c.n_expert} experts, {c.n_expert_used} per token{norm}")
+        norm = "" if c.moe_norm_topk or c.moe_gating != "softmax" else ", weights not renormalised"
+        gating = ", softmax of the top k" if c.moe_gating == "topk_softmax" else ""
+        bias = ", biases" if c.moe_bias else ""
+        parts.append(f"{c.n_expert} experts, {c.n_expert_used} per token{norm}{gating}{bias}")
     if c.attn_scale is not None:
         parts.append(f"attn scale {c.attn_scale:.4g}")
     if c.attn_softcap is not None:

@@ -47,7 +47,10 @@ enum { FMT_F32 = 0, FMT_BF16 = 1, FMT_Q8 = 2, FMT_Q4 = 3, FMT_F32T = 4 };
 enum { NORM_RMS = 0, NORM_LAYER = 1 };
 /* ACT_GEGLU_F16: GeGLU with GELU as llama.cpp's CPU backend takes it (gelu_f16) */
 enum { ACT_SWIGLU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_RELU = 3, ACT_GEGLU = 4,
-       ACT_GEGLU_F16 = 5 };
+       ACT_GEGLU_F16 = 5, ACT_SWIGLU_OAI = 6 };
+/* gpt-oss's clamped SwiGLU (ACT_SWIGLU_OAI): llama.cpp's constants */
+#define OAI_ALPHA 1.702f
+#define OAI_LIMIT 7.0f
 
 /* y = x W^T + b with W (N, K) stored in fmt:
  *   f32   w: (N, K) float
@@ -89,6 +92,11 @@ typedef struct {
      * n_used experts per row, their weights renormalised with norm_topk */
     Linear router;
     int64_t n_expert, n_used, norm_topk;
+    /* gpt-oss: sinks (H,) each head's sink logit in its softmax (NULL: none); topk_softmax,
+     * the chosen experts' weights the softmax of their router logits (llama.cpp's
+     * SOFTMAX_WEIGHT gating) instead of their share of the softmax over every expert */
+    const float *sinks;
+    int64_t topk_softmax;
 } Block;
 
 typedef struct {
@@ -740,6 +748,16 @@ static void activate(int64_t kind, float *h, int64_t F) {
         for (; j < F; j++) h[j] = h[j] / (1.0f + expf(-h[j])) * h[F + j];
         return;
     }
+    if (kind == ACT_SWIGLU_OAI) { /* llama.cpp's ggml_swiglu_oai, one value at a time */
+        for (; j < F; j++) {
+            const float g = h[j] < OAI_LIMIT ? h[j] : OAI_LIMIT;
+            const float u = h[F + j] < -OAI_LIMIT ? -OAI_LIMIT : h[F + j] > OAI_LIMIT ? OAI_LIMIT
+                                                                                   : h[F + j];
+            const float glu = g / (1.0f + expf(OAI_ALPHA * (-g)));
+            h[j] = glu * (u + 1.0f);
+        }
+        return;
+    }
     if (kind == ACT_GEGLU_F16) {
 #ifdef __AVX512F__ /* gelu_f16 16 lanes at a time: the CPU's rounding to float16 (the same,
                     * to the nearest, ties to even), the table gathered */
@@ -876,7 +894,8 @@ static inline __attribute__((always_inline)) void pv_lanes(const float *v, int64
 
 /* attend() for any D, one value at a time (its e^x libm's: near llama.cpp's, not its bits) */
 static void attend_any(const Model *md, const float *q, const float *k, const float *v,
-                       int64_t S, int64_t c0, int pre, int batch, float *scores, float *out) {
+                       int64_t S, int64_t c0, int pre, int batch, const float *sink,
+                       float *scores, float *out) {
     const int64_t D = md->D, L = batch ? 16 : 64;
     float qq[D];
     for (int64_t i = 0; i < D; i++) qq[i] = pre ? q[i] * md->scale : q[i];
@@ -886,8 +905,10 @@ static void attend_any(const Model *md, const float *q, const float *k, const fl
         for (int64_t s = 0; s < S; s++) scores[s] *= md->scale;
     float mx = -INFINITY;
     for (int64_t s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
+    if (sink) mx = *sink > mx ? *sink : mx;
     double sum = 0.0;
     for (int64_t s = 0; s < S; s++) sum += (double)(scores[s] = expf(scores[s] - mx));
+    if (sink) sum += (double)expf(*sink - mx);
     const float inv = (float)(1.0 / sum);
     for (int64_t i = 0; i < D; i++) {
         float a[64] = {0};
@@ -903,11 +924,14 @@ static void attend_any(const Model *md, const float *q, const float *k, const fl
 
 /* llama.cpp's softmax (ggml_soft_max_f32) of the scores of the cells [c0, c0 + S): e^(s -
  * max) (vexp) of the cells in 16-cell groups of the cache (cells outside masked to 0), each
- * group's sum a tree (gg_hsum) added in double, the e's times (float)(1 / sum) */
-static void softmax_cells(float *scores, int64_t S, int64_t c0) {
+ * group's sum a tree (gg_hsum) added in double, the e's times (float)(1 / sum); with a sink
+ * logit (gpt-oss; NULL: none) the max is at least the sink and e^(sink - max) (expf) joins
+ * the sum last */
+static void softmax_cells(float *scores, int64_t S, int64_t c0, const float *sink) {
     int64_t s;
     float mx = -INFINITY;
     for (s = 0; s < S; s++) mx = scores[s] > mx ? scores[s] : mx;
+    if (sink) mx = *sink > mx ? *sink : mx;
     double sum = 0.0;
     for (int64_t g = c0 & ~(int64_t)15; g < c0 + S; g += 16) {
         vf x;
@@ -931,6 +955,7 @@ static void softmax_cells(float *scores, int64_t S, int64_t c0) {
         }
         sum += (double)gg_hsum(e);
     }
+    if (sink) sum += (double)expf(*sink - mx);
     const float inv = (float)(1.0 / sum);
     for (s = 0; s < S; s++) scores[s] *= inv;
 }
@@ -946,10 +971,10 @@ static void softmax_cells(float *scores, int64_t S, int64_t c0) {
  * c mod 16 (fused) and those 16 as a tree; one row (ggml_vec_dot_f32 over the cells) a sum per
  * cell mod 64, then as dot() adds its lanes. D a multiple of 16, at most 256. */
 static void attend(const Model *md, const float *q, const float *k, const float *v, int64_t S,
-                   int64_t c0, int pre, int batch, float *scores, float *out) {
+                   int64_t c0, int pre, int batch, const float *sink, float *scores, float *out) {
     const int64_t D = md->D;
     float qs[256] __attribute__((aligned(64)));
-    if (D % 16 || D > 256) return attend_any(md, q, k, v, S, c0, pre, batch, scores, out);
+    if (D % 16 || D > 256) return attend_any(md, q, k, v, S, c0, pre, batch, sink, scores, out);
     if (pre) {
         for (int64_t i = 0; i < D; i++) qs[i] = q[i] * md->scale;
         q = qs;
@@ -960,7 +985,7 @@ static void attend(const Model *md, const float *q, const float *k, const float 
     softcap(scores, S, md->attn_softcap);
     if (!pre)
         for (s = 0; s < S; s++) scores[s] *= md->scale;
-    softmax_cells(scores, S, c0);
+    softmax_cells(scores, S, c0, sink);
 #if AVX2_ROWS
     pv_halves(v, D, scores, S, c0, batch, out);
     return;
@@ -1041,7 +1066,7 @@ static void attend4_256(const float *q, int64_t ldq, const float *k, const float
         for (int h = 0; h < 4; h++) scores[h * S + s] = gg_hsum(c[h][s % 16]);
     for (int h = 0; h < 4; h++) {
         softcap(scores + h * S, S, cap);
-        softmax_cells(scores + h * S, S, c0);
+        softmax_cells(scores + h * S, S, c0, NULL);
     }
     vf A[4 * 64];
     for (int64_t i = 0; i < D; i += 16) {
@@ -1102,7 +1127,7 @@ static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int
     const int pre = bk->post_attn.w != NULL; /* Gemma's queries scaled before the product */
 #if ATTEND4
     const int64_t per = H / Hkv; /* query heads per key/value head */
-    if (pre && D == 256 && per % 4 == 0 && md->cap <= 4096) { /* 4 heads a unit: attend4_256 */
+    if (pre && !bk->sinks && D == 256 && per % 4 == 0 && md->cap <= 4096) { /* attend4_256 */
         float four[4 * 4096] __attribute__((aligned(64)));
         for (int64_t i = t; i < M * H / 4; i += nt) {
             const int64_t m = i / (H / 4), h = 4 * (i % (H / 4)), kv = h / per, p = rw->pos[m];
@@ -1120,7 +1145,8 @@ static void attend_rows(const Model *md, const Block *bk, const Scratch *sc, int
         const int64_t first = bk->window && p >= bk->window ? p - bk->window + 1 : 0;
         const int64_t at = ((rw->slot[m] * Hkv + kv) * md->cap + first) * D;
         attend(md, sc->qkv + m * NQ + h * D, bk->k_cache + at, bk->v_cache + at, p - first + 1,
-               first, pre, M > 1, scores, sc->att + m * H * D + h * D);
+               first, pre, M > 1, bk->sinks ? bk->sinks + h : NULL, scores,
+               sc->att + m * H * D + h * D);
     }
 }
 
@@ -1157,26 +1183,36 @@ static Linear expert_rows(const Linear *L, int64_t e, int64_t rows) {
     Linear out = *L;
     out.n = out.n_pad = rows;
     out.w = (const uint8_t *)L->w + e * rows * weight_row_bytes(L);
+    out.bias = L->bias ? L->bias + e * rows : NULL; /* (gpt-oss: the experts' stacked biases) */
     return out;
+}
+
+/* the softmax of n values p as llama.cpp takes it for a few (ggml_soft_max_f32 below 16
+ * values): e^(p - max) (expf) one at a time, the sum in
+ * double, each times (float)(1 / sum) */
+static GG_NOFMA void softmax_few(float *p, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t e = 0; e < n; e++) mx = p[e] > mx ? p[e] : mx;
+    double sum = 0.0;
+    for (int64_t e = 0; e < n; e++) sum += (double)(p[e] = expf(p[e] - mx));
+    const float inv = (float)(1.0 / sum);
+    for (int64_t e = 0; e < n; e++) p[e] *= inv;
 }
 
 /* one row's routing, as llama.cpp's build_moe_ffn: p = softmax(scores) (E,) (overwritten),
  * the k experts of highest p in that order (the lower index first among equals), their p as
- * weights, renormalised to sum to one with norm (the sum clamped below) */
-static GG_NOFMA void route(float *p, int64_t E, int64_t k, int64_t norm, float *w,
-                           int64_t *chosen) {
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < E; e++) mx = p[e] > mx ? p[e] : mx;
-    double sum = 0.0;
-    for (int64_t e = 0; e < E; e++) sum += (double)(p[e] = expf(p[e] - mx));
-    const float inv = (float)(1.0 / sum);
-    for (int64_t e = 0; e < E; e++) p[e] *= inv;
+ * weights, renormalised to sum to one with norm (the sum clamped below); with topk_softmax
+ * (gpt-oss) the k of highest score, their weights the softmax of their scores */
+static GG_NOFMA void route(float *p, int64_t E, int64_t k, int64_t norm, int64_t topk_softmax,
+                           float *w, int64_t *chosen) {
+    if (!topk_softmax) softmax_few(p, E);
     for (int64_t j = 0; j < k; j++) {
         int64_t best = 0;
         for (int64_t e = 1; e < E; e++) best = p[e] > p[best] ? e : best;
         w[j] = p[best], chosen[j] = best;
-        p[best] = -1.0f; /* taken (every probability is >= 0) */
+        p[best] = -INFINITY; /* taken */
     }
+    if (topk_softmax) softmax_few(w, k);
     if (!norm) return;
     float total = 0.0f;
     for (int64_t j = 0; j < k; j++) total += w[j];
@@ -1210,6 +1246,7 @@ static int64_t moe_floats(int64_t M, int64_t E, int64_t k, int64_t C) {
 static void experts(const Model *md, const Block *bk, const Scratch *sc, float *x, int64_t M,
                     int t, int nt) {
     const int64_t C = md->C, F = md->F, E = bk->n_expert, k = bk->n_used;
+    const int64_t act = md->act == ACT_SWIGLU_OAI ? ACT_SWIGLU_OAI : ACT_SWIGLU;
     int64_t *chosen = (int64_t *)sc->moe, *pos = chosen + M * k, *src = pos + M * k;
     int64_t *base = src + M * k; /* (E + 1,) expert e's gathered rows [base[e], base[e + 1]) */
     float *logit = (float *)(base + E + 1), *w = logit + M * E, *xg = w + M * k;
@@ -1220,7 +1257,7 @@ static void experts(const Model *md, const Block *bk, const Scratch *sc, float *
     BARRIER();
     share(M, t, nt, &lo, &hi);
     for (int64_t m = lo; m < hi; m++)
-        route(logit + m * E, E, k, bk->norm_topk, w + m * k, chosen + m * k);
+        route(logit + m * E, E, k, bk->norm_topk, bk->topk_softmax, w + m * k, chosen + m * k);
     BARRIER();
     if (t == 0) { /* rows by expert, in row order */
         int64_t at = 0;
@@ -1246,7 +1283,7 @@ static void experts(const Model *md, const Block *bk, const Scratch *sc, float *
         linear(&up, xe, n, C, sc->hid + F, 2 * F, NULL, sc->part, sc->xq, t, nt);
         BARRIER();
         share(n, t, nt, &lo, &hi);
-        for (int64_t m = lo; m < hi; m++) activate(ACT_SWIGLU, sc->hid + m * 2 * F, F);
+        for (int64_t m = lo; m < hi; m++) activate(act, sc->hid + m * 2 * F, F);
         BARRIER();
         quantize_for(&down, NULL, NULL, sc->hid, n, 2 * F, sc->xq, t, nt);
         linear(&down, sc->hid, n, 2 * F, ys + base[e] * C, C, NULL, sc->part, sc->xq, t, nt);

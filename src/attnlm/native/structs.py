@@ -10,15 +10,17 @@ import ctypes
 F32, BF16, Q8, Q4, F32T = 0, 1, 2, 3, 4  # Linear.fmt
 # ggml's blocks as a GGUF file stores them (ggml_blocks.h): Linear.fmt
 F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K = 5, 6, 7, 8, 9, 10, 11, 12, 13
-Q2_K, Q3_K, IQ4_NL, IQ4_XS = 14, 15, 16, 17
+Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 = 14, 15, 16, 17, 18
 #: ggml type name -> Linear.fmt of its rows as stored
 GGML_FORMATS = {"F32": F32, "BF16": BF16, "F16": F16, "Q8_0": Q8_0, "Q4_0": Q4_0, "Q4_1": Q4_1,
                 "Q5_0": Q5_0, "Q5_1": Q5_1, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K,
-                "Q2_K": Q2_K, "Q3_K": Q3_K, "IQ4_NL": IQ4_NL, "IQ4_XS": IQ4_XS}  # fmt: skip
+                "Q2_K": Q2_K, "Q3_K": Q3_K, "IQ4_NL": IQ4_NL, "IQ4_XS": IQ4_XS,
+                "MXFP4": MXFP4}  # fmt: skip
 ACT_AUTO, ACT_FLOAT, ACT_INT = 0, 1, 2  # Linear.act: a ggml product's activations
 RMS, LAYER = 0, 1  # Model.norm
 SWIGLU, GELU, GELU_TANH, RELU, GEGLU = 0, 1, 2, 3, 4  # Model.act
 GEGLU_F16 = 5  # Model.act: GeGLU whose GELU is llama.cpp's CPU backend's (float16 in and out)
+SWIGLU_OAI = 6  # Model.act: gpt-oss's clamped SwiGLU
 
 
 class Linear(ctypes.Structure):
@@ -38,7 +40,8 @@ class Block(ctypes.Structure):
                 ("up", Linear), ("q_norm", Norm), ("k_norm", Norm), ("post_attn", Norm),
                 ("post_mlp", Norm), ("window", ctypes.c_int64),
                 ("table", ctypes.c_int64), ("router", Linear), ("n_expert", ctypes.c_int64),
-                ("n_used", ctypes.c_int64), ("norm_topk", ctypes.c_int64)]  # fmt: skip
+                ("n_used", ctypes.c_int64), ("norm_topk", ctypes.c_int64),
+                ("sinks", ctypes.c_void_p), ("topk_softmax", ctypes.c_int64)]  # fmt: skip
 
 
 class Model(ctypes.Structure):

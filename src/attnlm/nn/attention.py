@@ -86,6 +86,7 @@ __all__ = [
     "ScaledScore",
     "apply_rotary",
     "attend",
+    "sink_softmax",
     "causal_mask",
     "combine_masks",
     "make_score",
@@ -115,17 +116,34 @@ def simple_self_attention(x: Tensor) -> tuple[Tensor, Tensor]:
 # attend: scores + mask -> weights -> weighted values
 
 
+def sink_softmax(scores: Tensor, sink: Tensor | None) -> Tensor:
+    """The softmax over keys of ``scores`` ``(..., T, S)``, with an **attention sink** where
+    ``sink`` (broadcastable to ``(..., T, 1)``) is given: one more logit per row that takes its
+    share of the softmax and has no value (gpt-oss's learned per-head sinks: a head may attend
+    to nothing, so its weights sum to less than one)."""
+    if sink is None:
+        return torch.softmax(scores, dim=-1)
+    extra = sink.to(scores.dtype).expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, extra], dim=-1), dim=-1)[..., :-1]
+
+
 def attend(
-    scores: Tensor, mask: Tensor | None, v: Tensor, *, dropout_p: float = 0.0
+    scores: Tensor,
+    mask: Tensor | None,
+    v: Tensor,
+    *,
+    dropout_p: float = 0.0,
+    sink: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Softmax over keys of ``scores + mask``, then the weighted sum of ``v``.
+    """Softmax over keys of ``scores + mask`` (with a ``sink`` logit per row:
+    :func:`sink_softmax`), then the weighted sum of ``v``.
 
     ``scores`` ``(..., T, S)``, ``mask`` broadcastable to it or None, ``v`` ``(..., S, Dv)``.
     Returns ``(output (..., T, Dv), weights (..., T, S))``; ``weights`` are before dropout.
     """
     if mask is not None:
         scores = scores + mask
-    weights = torch.softmax(scores, dim=-1)  # (..., T, S)
+    weights = sink_softmax(scores, sink)  # (..., T, S)
     mixed = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return mixed @ v, weights  # (..., T, Dv)
 
@@ -197,7 +215,7 @@ class MultiHeadAttention(nn.Module):
     (read by :class:`~attnlm.models.decoder.Decoder`, which builds the masks); ``nope``, a
     layer without positions (NoPE, Kazemnejad et al., 2023): the rotation the model hands
     every layer is not applied here (SmolLM3's every fourth layer); ``score`` may be a score
-    module (:class:`ScaledScore`).
+    module (:class:`ScaledScore`); ``sinks``, gpt-oss's sink logit per head (:func:`sink_softmax`).
     """
 
     def __init__(
@@ -218,6 +236,7 @@ class MultiHeadAttention(nn.Module):
         qk_norm_all: bool = False,
         window: int | None = None,
         nope: bool = False,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         if d_head is None and d_model % n_head != 0:
@@ -242,6 +261,19 @@ class MultiHeadAttention(nn.Module):
         self.window, self.nope = window, nope
         self.score = score if isinstance(score, nn.Module) else make_score(score, self.d_head)
         self.dropout = dropout
+        if sinks and cross:
+            raise ConfigError("attention sinks are for self-attention")
+        self.sinks = nn.Parameter(torch.zeros(n_head)) if sinks else None
+
+    def _sink(self, grouped_rows: int = 0) -> Tensor | None:
+        """The sink logits as a column broadcastable to the scores: ``(H, 1, 1)``, or with
+        ``grouped_rows`` ``T`` the grouped layout's ``(Hkv, G T, 1)`` (None without sinks)."""
+        if self.sinks is None:
+            return None
+        if not grouped_rows:
+            return self.sinks.view(-1, 1, 1)
+        s = self.sinks.view(self.n_kv_head, self.groups, 1)
+        return s.expand(-1, -1, grouped_rows).reshape(self.n_kv_head, -1)[..., None]
 
     def _heads(self, t: Tensor) -> Tensor:
         b, n, width = t.shape
@@ -437,7 +469,7 @@ class MultiHeadAttention(nn.Module):
             is_causal = False  # the newest token may see everything held
         dropout_p = self.dropout if self.training else 0.0
 
-        explicit = need_weights or not self.score.supports_sdpa
+        explicit = need_weights or not self.score.supports_sdpa or self.sinks is not None
         if explicit or (not self.training and single_query_explicit(q)):
             if is_causal:
                 mask = combine_masks(mask, causal_mask(T, S, device=q.device, dtype=q.dtype))
@@ -446,7 +478,8 @@ class MultiHeadAttention(nn.Module):
                 B, H = q.shape[:2]
                 q = q.reshape(B, self.n_kv_head, G * T, q.shape[-1])  # (B, Hkv, G T, D)
                 mask = self._group_mask(mask, H, T, S)
-            y, weights = attend(self.score(q, k), mask, v, dropout_p=dropout_p)
+            sink = self._sink(T if G > 1 else 0)
+            y, weights = attend(self.score(q, k), mask, v, dropout_p=dropout_p, sink=sink)
             if G > 1:
                 y, weights = y.view(B, H, T, -1), weights.view(B, H, T, S)
         else:

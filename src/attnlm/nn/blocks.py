@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -123,6 +124,21 @@ class GeGLU(SwiGLU):
     def gate(self, gu: Tensor) -> Tensor:
         g, u = gu.chunk(2, dim=-1)  # (..., F) each
         return ACTIVATIONS[self.gated_act](g) * u
+
+
+class ClampedSwiGLU(SwiGLU):
+    """gpt-oss's clamped SwiGLU (its experts): the gate capped above and the up branch within
+    ``[-limit, limit]`` (``limit`` 7), then ``g σ(α g) ⊙ (u + 1)`` with ``α`` 1.702 (SiLU's
+    sharper cousin: ``x σ(1.702 x)`` is the sigmoid approximation of GELU). :class:`SwiGLU`'s
+    parts and names."""
+
+    gated_act = "swiglu_oai"
+    alpha, limit = 1.702, 7.0
+
+    def gate(self, gu: Tensor) -> Tensor:
+        g, u = gu.chunk(2, dim=-1)  # (..., F) each
+        g = g.clamp(max=self.limit)
+        return g * torch.sigmoid(g * self.alpha) * (u.clamp(-self.limit, self.limit) + 1)
 
 
 class TransformerBlock(nn.Module):

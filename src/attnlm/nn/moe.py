@@ -12,6 +12,11 @@ For each position ``x`` (a row of the normed residual stream):
 3. the output is ``Σ_i w_i · SwiGLU_{e_i}(x)``: only ``k`` of the ``E`` experts run, so a
    model with ``E · F`` feed-forward width per layer costs ``k · F`` per token.
 
+gpt-oss routes another way (``gating = "topk_softmax"``): the ``k`` highest router logits are
+chosen and the softmax runs over those alone (the same weights as renormalising, other
+roundings), its router and experts have biases (``bias``), and its experts are
+:class:`~attnlm.nn.blocks.ClampedSwiGLU` (``expert``).
+
 Module names (the checkpoint keys): ``router`` (``nn.Linear(C, E)``, no bias) and
 ``experts.{e}`` (each a :class:`~attnlm.nn.blocks.SwiGLU`: ``fc`` = ``[W_gate; W_up]``,
 ``proj`` = ``W_down``), so every expert's matrices are ordinary linear layers (quantized,
@@ -32,6 +37,9 @@ from attnlm.nn.blocks import SwiGLU
 
 #: llama.cpp's lower clamp of the renormalising sum of the chosen experts' weights
 MIN_WEIGHT_SUM = 6.103515625e-5
+#: how the router's logits become the chosen experts' weights: a softmax over every expert,
+#: then the top k (renormalised with ``norm_topk``); or the top k logits, then their softmax
+GATINGS = ("softmax", "topk_softmax")
 
 
 class SparseMoE(nn.Module):
@@ -47,20 +55,29 @@ class SparseMoE(nn.Module):
         *,
         norm_topk: bool = True,
         dropout: float = 0.0,
+        gating: str = "softmax",
+        bias: bool = False,
+        expert: type[SwiGLU] = SwiGLU,
     ) -> None:
         super().__init__()
         self.n_expert, self.n_used, self.norm_topk = n_expert, n_used, norm_topk
-        self.router = nn.Linear(d_model, n_expert, bias=False)  # (B, T, C) -> (B, T, E)
+        self.gating = gating
+        self.router = nn.Linear(d_model, n_expert, bias=bias)  # (B, T, C) -> (B, T, E)
         self.experts = nn.ModuleList(
-            SwiGLU(d_model, d_ff, bias=False, dropout=dropout) for _ in range(n_expert)
+            expert(d_model, d_ff, bias=bias, dropout=dropout) for _ in range(n_expert)
         )
+        self.gated_act = expert.gated_act
 
     gated_act = "silu"
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(weights (N, k), experts (N, k) int64)`` of the rows ``x`` ``(N, C)``: the
         chosen experts in order of probability, and their mixing weights (float32)."""
-        probs = torch.softmax(self.router(x).float(), dim=-1)  # (N, E)
+        logits = self.router(x).float()  # (N, E)
+        if self.gating == "topk_softmax":  # gpt-oss: the top k logits, then their softmax
+            top, chosen = torch.topk(logits, self.n_used, dim=-1)  # (N, k) each
+            return torch.softmax(top, dim=-1), chosen
+        probs = torch.softmax(logits, dim=-1)  # (N, E)
         weights, chosen = torch.topk(probs, self.n_used, dim=-1)  # (N, k) each
         if self.norm_topk:
             weights = weights / weights.sum(-1, keepdim=True).clamp_min(MIN_WEIGHT_SUM)

@@ -209,7 +209,7 @@ ROPE_SCALING_KEYS = (
 #: YaRN's keys (Peng et al., 2023; Hugging Face's names): ``factor`` and
 #: ``original_max_position_embeddings`` needed, the others optional
 YARN_KEYS = ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
-             "attention_factor")  # fmt: skip
+             "attention_factor", "truncate")  # fmt: skip
 
 
 def yarn_frequencies(
@@ -220,17 +220,20 @@ def yarn_frequencies(
     beta_fast: float | None = None,
     beta_slow: float | None = None,
     attention_factor: float | None = None,
+    truncate: bool | None = None,
 ) -> tuple[Tensor, float]:
     """YaRN's frequencies and attention scaling ``(inv_freq (D/2,), scale)``, as Hugging
     Face computes them. With ``N`` the original context, pair ``i`` makes ``N ω_i / 2π``
     turns over it: pairs below the dimension that turns ``beta_fast`` times (default 32) keep
     their frequency (extrapolated), pairs past the one that turns ``beta_slow`` times
     (default 1) are divided by ``factor`` (interpolated), with a linear ramp between
-    (its ends rounded down and up: :func:`~attnlm.nn.yarn.yarn_range`); cos and sin are
-    multiplied by ``attention_factor`` (default :func:`~attnlm.nn.yarn.yarn_mscale`)."""
+    (its ends rounded down and up, unless ``truncate`` is False: gpt-oss's;
+    :func:`~attnlm.nn.yarn.yarn_range`); cos and sin are multiplied by ``attention_factor``
+    (default :func:`~attnlm.nn.yarn.yarn_mscale`)."""
     pos_freqs = base ** (torch.arange(0, d_head, 2).float() / d_head)
     extrapolated, interpolated = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
-    low, high = yarn_range(d_head, base, original_max_position_embeddings, beta_fast, beta_slow)
+    low, high = yarn_range(d_head, base, original_max_position_embeddings, beta_fast, beta_slow,
+                           truncate)  # fmt: skip
     ramp = ((torch.arange(d_head // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     keep = 1 - ramp  # 1: the pair keeps its frequency
     inv_freq = interpolated * (1 - keep) + extrapolated * keep

@@ -23,16 +23,25 @@ def yarn_scale(factor: float, attention_factor: float | None = None) -> float:
 
 
 def yarn_range(
-    d: int, base: float, n: int, fast: float | None = None, slow: float | None = None
+    d: int,
+    base: float,
+    n: int,
+    fast: float | None = None,
+    slow: float | None = None,
+    truncate: bool | None = None,
 ) -> tuple[float, float]:
     """The ramp's ends ``(low, high)``: the pair dimensions that turn ``fast`` (default 32)
-    and ``slow`` (default 1) times over ``n`` positions, rounded down and up, within
+    and ``slow`` (default 1) times over ``n`` positions, rounded down and up (unless
+    ``truncate`` is False: gpt-oss's ramp in ``transformers``; llama.cpp always rounds), within
     ``[0, D - 1]`` (and apart by at least 0.001)."""
 
     def dim(turns: float) -> float:
         return d * math.log(n / (turns * 2 * math.pi)) / (2 * math.log(base))
 
-    low, high = max(math.floor(dim(fast or 32.0)), 0), min(math.ceil(dim(slow or 1.0)), d - 1)
+    low, high = dim(fast or 32.0), dim(slow or 1.0)
+    if truncate is not False:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
     return low, high + 0.001 if low == high else high
 
 
@@ -42,7 +51,8 @@ def yarn_angle_factors(theta: float, d: int, scaling: dict[str, Any]) -> np.ndar
     factor``, ``r`` the ramp that keeps the fast pairs: the divisor ``1 / (s (1 - r_i) +
     r_i)``)."""
     n = scaling["original_max_position_embeddings"]
-    low, high = yarn_range(d, theta, n, scaling.get("beta_fast"), scaling.get("beta_slow"))
+    low, high = yarn_range(d, theta, n, scaling.get("beta_fast"), scaling.get("beta_slow"),
+                           scaling.get("truncate"))  # fmt: skip
     one = np.float32(1)
     keep = one - np.clip((np.arange(d // 2, dtype=np.float32) - low) / (high - low), 0, 1)
     s = np.float32(1.0 / scaling["factor"])

@@ -99,8 +99,9 @@ def parted_block(block: nn.Module) -> bool:
 def unplain_part(model: nn.Module) -> str | None:
     """The first optional part of a Llama-family model (:mod:`attnlm.models.llama`) that the
     plain one-token step does not compute, as a short phrase, or None: an embedding scale,
-    final or attention soft-capping, a second rotary base, sliding windows, q/k norms,
-    post-norms, a GELU-gated feed-forward, a mixture of experts, a residual or logit scale.
+    final or attention soft-capping, attention sinks, a second rotary base, sliding windows,
+    q/k norms, post-norms, a GELU-gated feed-forward, a mixture of experts, a residual or
+    logit scale.
     (Biases and a head width other than ``C / H`` it computes.)"""
     if getattr(model, "embed_scale", None) is not None:
         return "an embedding scale"
@@ -118,10 +119,13 @@ def unplain_part(model: nn.Module) -> str | None:
             return "q/k norms"
         if getattr(attn.score, "softcap", None) is not None:
             return "attention soft-capping"
+        if getattr(attn, "sinks", None) is not None:
+            return "attention sinks"
         if getattr(block, "ln_post_attn", None) is not None:
             return "post-norms"
         if getattr(block.mlp, "gated_act", "silu") != "silu":
-            return "a GELU-gated feed-forward"
+            gelu = block.mlp.gated_act == "gelu_tanh"
+            return "a GELU-gated feed-forward" if gelu else "a clamped SwiGLU feed-forward"
         if getattr(block.mlp, "experts", None) is not None:
             return "a mixture of experts"
         if getattr(block, "residual_scale", None) is not None:

@@ -3,17 +3,14 @@ its weights are numpy arrays in the step's formats (q8 / q4 codes, or ggml's blo
 file stores them, read from a memory map of the file; float32 norms), its keys and values
 numpy buffers, one :meth:`Engine.feed` one C call.
 
-Why a backend without PyTorch: the step does all of a decoding step's arithmetic, so what
-PyTorch adds to a local decode of a quantized GGUF model is its import (about 200 MB of
-resident memory, most of a small model's process, and a second of start-up).
-:mod:`attnlm.runtime.engine_gguf` builds an engine from a GGUF file,
-:func:`attnlm.loading.sources.resolve` returns it where :func:`attnlm.runtime.planner.engine_reason`
-says so, and :mod:`attnlm.generate.engine_decode` decodes with it (tested: the same logits as
-the PyTorch path within 1e-4, the same greedy tokens).
+Why: the step does all of a decoding step's arithmetic, so PyTorch adds only its import to a
+local decode of a quantized GGUF model (about 200 MB of resident memory and a second of
+start-up). :mod:`attnlm.runtime.engine_gguf` builds one from a GGUF file,
+:func:`attnlm.loading.sources.resolve` returns it where the planner says so, and
+:mod:`attnlm.generate.engine_decode` decodes with it (the PyTorch path's logits within 1e-4).
 
-Shape legend
-    B rows    T new tokens per row    C width    V vocabulary    D head width
-    Hkv key/value heads    G = C / 32 groups of an embedding row
+Shape legend: B rows, T new tokens per row, C width, V vocabulary, D head width, Hkv
+key/value heads, G = C / 32 groups of an embedding row.
 """
 
 from __future__ import annotations
@@ -77,6 +74,7 @@ class BlockWeights:
     # a mixture of experts: the router (E, C); fc, up and proj then stack the E experts'
     # gate (E F rows), up (E F) and down (E C) matrices
     router: LinearWeights | None = None
+    sinks: np.ndarray | None = None  # (H,) float32 each head's sink logit (gpt-oss), or None
 
 
 @dataclass
@@ -105,7 +103,8 @@ class EngineConfig:
     divides them): Granite's; ``qk_norm_all`` (q's and k's norms over all heads at once) and
     ``pre_norms`` False (no norms before the sublayers: ``BlockWeights.ln_1`` / ``ln_2``
     None): OLMo 2's; ``rotary_dim``: partial rotary (Phi-4 mini), the first ``R`` features of
-    each q and k head rotate and the tables hold ``R/2`` pairs."""
+    each q and k head rotate and the tables hold ``R/2`` pairs; gpt-oss's ``mlp_act``
+    ``"swiglu_oai"``, ``moe_gating`` ``"topk_softmax"``, :attr:`BlockWeights.sinks`."""
 
     n_layer: int
     n_embd: int
@@ -145,6 +144,7 @@ class EngineConfig:
     qk_norm_all: bool = False
     rotary_dim: int | None = None  # partial rotary: the first R features of each head turn
     pre_norms: bool = True
+    moe_gating: str = "softmax"  # or "topk_softmax": gpt-oss's routing
 
     @property
     def head_dim(self) -> int:
@@ -217,8 +217,9 @@ class Engine:
                 b.qkv.describe(), b.out.describe(), b.fc.describe(), b.proj.describe(),
                 None, None, *apart, *norms, c.window(i), tables[i], router,
                 c.n_expert if b.router else 0, c.n_expert_used, int(c.moe_norm_topk),
+                _ptr(b.sinks), int(c.moe_gating == "topk_softmax"),
             )  # fmt: skip
-        act = structs.SWIGLU
+        act = structs.SWIGLU_OAI if c.mlp_act == "swiglu_oai" else structs.SWIGLU
         if c.mlp_act == "gelu_tanh":
             act = structs.GEGLU_F16 if c.gelu_table else structs.GEGLU
         scale = c.attn_scale or 1 / math.sqrt(c.head_dim)
@@ -304,8 +305,7 @@ class Engine:
         slots = np.repeat(np.arange(b, dtype=np.int64), t)
         positions = np.tile(np.arange(self.length, self.length + t, dtype=np.int64), b)
         out = np.arange(b, dtype=np.int64) * t + t - 1 if last_only else np.arange(b * t)
-        if not logits:
-            out = out[:0]
+        out = out if logits else out[:0]
         ends = np.full(b * t, self.length + t if reach is None else reach, np.int64)
         got = self._run(tokens.reshape(-1), positions, slots, out, ends)
         self.length += t

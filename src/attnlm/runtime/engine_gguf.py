@@ -17,7 +17,7 @@ The weights are held in one of two ways:
   functions the PyTorch loader, :mod:`attnlm.models.gguf.loader`, uses for its q8 / q4
   layers, so both hold the same bytes: tested);
 * any other mix of the types the C step multiplies as stored (F32, F16, BF16, Q8_0, Q4_0,
-  Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS:
+  Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4:
   :data:`attnlm.native.structs.GGML_FORMATS`, the
   kernels in ``native/ggml_blocks.h``), a Q4_K_M file for one, is multiplied in its blocks as
   the file stores them, read from a memory map of the file (:data:`AS_STORED`): no
@@ -51,6 +51,7 @@ from attnlm.base.ggufio import GGUFFile
 from attnlm.models.gguf import (
     gemma2,
     gemma3,
+    gptoss,
     granite,
     llama,
     olmo2,
@@ -64,7 +65,15 @@ from attnlm.models.gguf.common import PERMUTED, ROPE_FREQS
 from attnlm.models.gguf.parts import Part, check_parts, unpermute_rows
 from attnlm.native import structs
 from attnlm.nn.yarn import longrope_scale, yarn_angle_factors, yarn_scale
-from attnlm.quant.blocks import GROUP, NATIVE_FORMAT, SCALE_OFFSETS, SUPPORTED, codes, pack_q4
+from attnlm.quant.blocks import (
+    GROUP,
+    NATIVE_FORMAT,
+    SCALE_OFFSETS,
+    SUPPORTED,
+    codes,
+    dequantize,
+    pack_q4,
+)
 from attnlm.runtime.engine import BlockWeights, Engine, EngineConfig, LinearWeights
 
 
@@ -119,7 +128,7 @@ def engine_format(header: GGUFFile, weights: str | None) -> str | None:
 #: the GGUF architectures the engine runs, by their adapters (:mod:`attnlm.models.gguf`)
 ADAPTERS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "phi3": phi3, "gemma2": gemma2,
             "gemma3": gemma3, "qwen3moe": qwen3moe, "smollm3": smollm3,
-            "granite": granite, "olmo2": olmo2}  # fmt: skip
+            "granite": granite, "olmo2": olmo2, "gpt-oss": gptoss}  # fmt: skip
 #: the ``[model]`` table's keys the step computes (any other part sends the file to PyTorch;
 #: ``rope_scaling`` linear, llama3 or yarn)
 _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "n_kv_head",
@@ -128,12 +137,13 @@ _STEP_KEYS = {"type", "arch", "vocab_size", "block_size", "n_layer", "n_head", "
               "attn_scale", "attn_softcap", "final_softcap", "sliding_window", "layer_types",
               "rope_local_theta", "rope_scaling", "n_expert", "n_expert_used",
               "moe_norm_topk", "nope_layers", "residual_scale", "logit_scale", "qk_norm_all",
-              "pre_norms", "rotary_dim"}  # fmt: skip
+              "pre_norms", "rotary_dim", "attn_out_bias", "attn_sinks", "moe_bias",
+              "moe_gating"}  # fmt: skip
 #: the ``[model]`` table's keys that :class:`EngineConfig` takes by name
 _NAMED_KEYS = ("embed_scale", "mlp_act", "post_norms", "attn_scale", "attn_softcap",
                "final_softcap", "sliding_window", "layer_types", "rope_local_theta",
                "n_expert", "n_expert_used", "moe_norm_topk", "nope_layers", "residual_scale",
-               "logit_scale", "qk_norm_all", "pre_norms", "rotary_dim")  # fmt: skip
+               "logit_scale", "qk_norm_all", "pre_norms", "rotary_dim", "moe_gating")  # fmt: skip
 
 
 def _table(header: GGUFFile) -> dict[str, Any] | None:
@@ -342,6 +352,10 @@ def _stored(header: GGUFFile, mapped: np.ndarray, part: Part) -> tuple[np.ndarra
     elif name in ("F32", "F16"):
         check_finite({info.name: rows.view(np.float32 if name == "F32" else np.float16)},
                      header.path)  # fmt: skip
+    elif name == "MXFP4":  # values F 2^(e - 128), |F| <= 12: infinite only where e >= 253
+        big = blocks[blocks[:, 0] >= 253]
+        check_finite({info.name: dequantize(big.reshape(-1), info.type, (32 * len(big),))},
+                     header.path)  # fmt: skip
     return rows, info
 
 
@@ -378,7 +392,8 @@ def _as_stored(header: GGUFFile, config: EngineConfig, by_ours: dict[str, list[P
         (out,), (proj,) = linears(ours + "attn.out_proj.weight"), linears(mlp + "proj.weight")
         blocks.append(BlockWeights(norms.head_norm(ours + "ln_1.weight"),
                                    norms.head_norm(ours + "ln_2.weight"), q, out, gate, proj, k, v,
-                                   up, *norms.extra_norms(i), router=router))  # fmt: skip
+                                   up, *norms.extra_norms(i), router=router,
+                                   sinks=norms.head_norm(ours + "attn.sinks")))  # fmt: skip
     (emb,) = linears("tok_emb.weight")
     head = emb if config.tie_embeddings else linears("lm_head.weight")[0]
     emb_type = _TYPE_IDS[header.tensors[by_ours["tok_emb.weight"][0].gguf].type_name]

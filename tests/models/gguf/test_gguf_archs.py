@@ -29,7 +29,8 @@ from attnlm.models.gguf.common import YARN_KEYS
 
 HERE = Path(__file__).resolve().parents[2] / "fixtures" / "gguf_arch"
 DOC = json.loads((HERE / "llamacpp.json").read_text(encoding="utf-8"))
-TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL")
+TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q3_K_M", "Q2_K", "IQ4_XS", "IQ4_NL",
+         "MXFP4_MOE")  # fmt: skip
 #: every architecture in every type, and variants (``gemma3-linear``: linear rotary scaling and
 #: a final soft-cap) in one type
 CASES = [
@@ -111,7 +112,8 @@ def test_tensor_types_are_what_gguf_py_read(arch, kind):
     header = GGUFFile(HERE / f"{arch}-{kind}.gguf")
     types = {name: info.type_name for name, info in header.tensors.items()}
     assert types == DOC["archs"][arch][kind]["types"]
-    assert kind.removesuffix("_M") in types.values()  # Q4_K_M: Q4_K blocks (and others)
+    # Q4_K_M: Q4_K blocks (and others); MXFP4_MOE: the experts in MXFP4 (the rest Q8_0)
+    assert kind.removesuffix("_M").removesuffix("_MOE") in types.values()
 
 
 def _f32(values: list[float]) -> list[float]:
@@ -163,6 +165,15 @@ EXPECTED = {
               "rope_theta": 500000.0, "rope_local_theta": 500000.0,
               "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                "original_max_position_embeddings": 32}},
+    # gpt-oss: sinks, q/k/v/o biases, every even layer sliding, 2 of 4 experts with biases, the
+    # softmax of the top 2 logits, the clamped SwiGLU; YaRN with the ramp llama.cpp rounds
+    "gptoss": {"arch": "gptoss", "qkv_bias": True, "attn_out_bias": True, "attn_sinks": True,
+               "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"],
+               "n_expert": 4, "n_expert_used": 2, "moe_bias": True,
+               "moe_gating": "topk_softmax", "moe_norm_topk": False, "mlp_act": "swiglu_oai",
+               "rope_theta": 150000.0,
+               "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                "original_max_position_embeddings": 32}},
     "qwen3-yarn": {"arch": "qwen3", "block_size": 128,
                    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
                                     "original_max_position_embeddings": 32}},
@@ -254,6 +265,9 @@ def _edited(tmp_path, arch, key, vtype, value):
         # OLMo 3's sliding layers turn by the global base in llama.cpp: another is refused
         ("olmo3", "olmo2.rope.freq_base_swa", 6, b"\x00\x40\x1c\x46",
          "freq_base_swa = 10000.0: not the global base"),
+        ("gptoss", "gpt-oss.rope.freq_base_swa", 6, b"\x00\x40\x1c\x46",
+         "freq_base_swa = 10000.0: not the global base"),
+        ("gptoss", "gpt-oss.expert_count", 4, b"\x00\x00\x00\x00", "needs experts"),
         ("gemma2", "gemma2.attention.sliding_window", 4, b"\x00\x00\x00\x00",
          "gemma2.attention.sliding_window must be a positive integer"),
         ("gemma3", "gemma3.rope.scaling.type", 8, "yarn", "'yarn' is not supported"),
@@ -283,7 +297,7 @@ def test_bad_metadata_is_refused_in_one_line(tmp_path, arch, key, vtype, value, 
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen3moe",
-                                  "smollm3", "granite", "olmo2"])  # fmt: skip
+                                  "smollm3", "granite", "olmo2", "gptoss"])  # fmt: skip
 def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
     """Each ``<arch>.`` key the adapter reads, set to a string: refused in one line naming the
     file (never a traceback from a comparison or a conversion)."""
@@ -294,7 +308,8 @@ def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
     module = importlib.import_module(f"attnlm.models.gguf.{arch}")
     raw = (HERE / f"{arch}-Q8_0.gguf").read_bytes()
     for key in sorted(module.READ):
-        g = hostile_gguf.parse(raw).set(f"{arch}.{key}", hostile_gguf.STRING, hostile_gguf.s("x"))
+        g = hostile_gguf.parse(raw).set(f"{module.ARCH}.{key}", hostile_gguf.STRING,
+                                        hostile_gguf.s("x"))  # fmt: skip
         path = tmp_path / f"{key}.gguf"
         path.write_bytes(g.to_bytes())
         try:
@@ -304,7 +319,11 @@ def test_every_key_of_the_wrong_type_is_one_line(tmp_path, arch):
         else:  # only keys the architecture reads solely together with another may pass
             # (YaRN's: with rope.scaling.type = yarn; OLMo 3's pattern: with a window)
             alone = ("rope.scaling.factor", "rope.freq_base_swa", *YARN_KEYS)
-            assert key in alone or (arch, key) == ("olmo2", "attention.sliding_window_pattern")
+            assert (
+                key in alone
+                or key == "attention.sliding_window_pattern"
+                and arch in ("olmo2", "gptoss")
+            )
 
 
 @pytest.mark.parametrize("arch", sorted(DOC["archs"]))

@@ -29,7 +29,8 @@ WRITTEN = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwe
            "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3",
            "gemma3-linear": "gemma3", "gemma3-gqa4": "gemma3", "llama3": "llama",
            "mistral-nemo": "llama", "olmo2": "olmo2", "qwen3-yarn": "qwen3",
-           "phi3-longrope": "phi3", "phi4-mini": "phi3", "olmo3": "olmo2"}  # fmt: skip
+           "phi3-longrope": "phi3", "phi4-mini": "phi3", "olmo3": "olmo2",
+           "gptoss": "gpt-oss"}  # fmt: skip
 
 
 def _export(tmp_path, arch):

@@ -69,6 +69,11 @@ LLAMA_FAMILY = {  # the Llama family's other members: our Llama with their parts
     "olmo3": (dict(arch="olmo3", qk_norm=True, qk_norm_all=True, post_norms=True,
                    pre_norms=False, sliding_window=4, rope_local_theta=10000.0,
                    layer_types=("sliding_attention", "full_attention")), "Olmo3ForCausalLM"),
+    "gpt_oss": (dict(arch="gptoss", qkv_bias=True, attn_out_bias=True, attn_sinks=True,
+                     n_expert=3, n_expert_used=2, moe_bias=True, moe_gating="topk_softmax",
+                     moe_norm_topk=False, mlp_act="swiglu_oai", sliding_window=4,
+                     layer_types=("sliding_attention", "full_attention")),
+                "GptOssForCausalLM"),
 }  # fmt: skip
 for _type, (_parts, _cls) in LLAMA_FAMILY.items():
     MODELS[_type] = ((lambda p: lambda: Llama(LlamaConfig(**SMALL, **p)))(_parts), _cls)

@@ -1,6 +1,7 @@
 """The Llama family's Hugging Face architectures (``attnlm.models.hf.llama_family``): for each
 of Qwen2, Qwen3, Mistral, Phi-3, Gemma 2, Gemma 3 (text), SmolLM3 (layers without positions),
-Granite (four multipliers) and the mixtures of experts Qwen3-MoE and Mixtral, a small random
+Granite (four multipliers), OLMo 2 and 3, and the mixtures of experts Qwen3-MoE, Mixtral and
+gpt-oss (attention sinks, biases on the experts, the clamped SwiGLU), a small random
 model made by ``transformers`` itself (float32, several layers so Gemma has local and global layers,
 grouped-query attention, a head width other than ``hidden / heads`` where the architecture
 has one, a sliding window shorter than the test sequence) loads into our Llama with the same
@@ -81,6 +82,14 @@ def _configs() -> dict:
                                    full: {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
                                           "original_max_position_embeddings": 16},
                                    slide: {"rope_type": "default", "rope_theta": 1e4}}),
+        # gpt-oss: sinks, q/k/v/o biases, a window of 4 on layer 0, 2 of 4 experts with biases
+        # (the softmax of the top 2 logits, the clamped SwiGLU), YaRN with its untruncated ramp
+        "gpt_oss": t.GptOssConfig(**COMMON, num_hidden_layers=2, head_dim=12,
+                                  num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+                                  rope_parameters={"rope_type": "yarn", "rope_theta": 1e4,
+                                                   "factor": 4.0, "beta_fast": 32.0,
+                                                   "beta_slow": 1.0, "truncate": False,
+                                                   "original_max_position_embeddings": 16}),
         "llama": t.LlamaConfig(**COMMON, num_hidden_layers=2,  # linear rotary scaling
                                rope_parameters={"rope_type": "linear", "factor": 2.0,
                                                 "rope_theta": 1e4},
@@ -93,7 +102,8 @@ CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Q
            "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
            "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM",
-           "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM"}  # fmt: skip
+           "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM",
+           "gpt_oss": "GptOssForCausalLM"}  # fmt: skip
 #: our ``model.arch`` label of each model type (its name without ``_text`` / ``_``)
 LABELS = {t: t.removesuffix("_text").replace("_", "") for t in CLASSES}
 ARCHS = sorted(CLASSES)
@@ -106,7 +116,7 @@ def _hf_model(model_type: str):
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # every tensor random: norms, biases, Gemma's offsets all matter
         for name, p in model.named_parameters():
-            p.normal_(0.0, 0.3 if "norm" in name else 0.15)
+            p.normal_(0.0, 0.3 if "norm" in name else 1.0 if "router.weight" in name else 0.15)
     return model.eval()
 
 
@@ -189,7 +199,7 @@ def test_training_backward_reaches_every_part(pair):
     _, _, ours, _ = pair
     ours.train()
     try:
-        ids = _ids(5)
+        ids = _ids(5, rows=8)  # (enough tokens that each expert is chosen by some)
         ours(ids, targets=ids).loss.backward()
         missing = [n for n, p in ours.named_parameters() if p.grad is None]
         assert not missing
@@ -275,7 +285,11 @@ def _write_config(tmp_path, doc: dict) -> None:
           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 0.7,
                            "mscale_all_dim": 0.7}}, "mscale"),
         ({**COMMON, "model_type": "qwen3", "num_hidden_layers": 1,
-          "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": False}}, "truncate"),
+          "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "truncate": "no"}}, "truncate"),
+        ({**COMMON, "model_type": "gpt_oss", "num_hidden_layers": 1, "num_local_experts": 2,
+          "num_experts_per_tok": 1, "swiglu_limit": 5.0}, "swiglu_limit 5.0 is not supported"),
+        ({**COMMON, "model_type": "qwen2", "num_hidden_layers": 1,
+          "quantization_config": {"quant_method": "awq"}}, "quantization_config 'awq'"),
         ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1,
           "rope_scaling": {"type": "longrope", "short_factor": [1.0]}}, "lacks a list 'long_"),
         ({**COMMON, "model_type": "phi3", "num_hidden_layers": 1,

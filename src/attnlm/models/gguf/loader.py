@@ -67,6 +67,7 @@ ARCHITECTURES = {
     "smollm3": "attnlm.models.gguf.smollm3",
     "granite": "attnlm.models.gguf.granite",
     "olmo2": "attnlm.models.gguf.olmo2",
+    "gpt-oss": "attnlm.models.gguf.gptoss",
 }
 _MOE = (
     "a mixture of experts of a kind attnlm's models do not have (shared experts, sigmoid "
@@ -79,7 +80,6 @@ REFUSED = {
             "qwen2moe",
             "llama4",
             "phimoe",
-            "gpt-oss",
             "olmoe",
             "granitemoe",
             "deepseek",
@@ -113,7 +113,7 @@ REFUSED = {
 #: ggml tensor type -> the weights format that keeps its precision (a file's default format)
 PRECISION = {"F32": "f32", "F16": "bf16", "BF16": "bf16", "Q8_0": "q8", "Q6_K": "q8",
              "Q5_K": "q8", "Q4_0": "q4", "Q4_1": "q4", "Q4_K": "q4", "Q3_K": "q4", "Q2_K": "q4",
-             "IQ4_NL": "q4", "IQ4_XS": "q4"}  # fmt: skip
+             "IQ4_NL": "q4", "IQ4_XS": "q4", "MXFP4": "q4"}  # fmt: skip
 
 
 def arch_module(header: GGUFFile) -> Any:
@@ -323,7 +323,8 @@ def load_quantized(header: GGUFFile, model: nn.Module, parts: list[Part], fmt: s
                 bias = torch.empty(module.weight.shape[0])
                 for part in bias_parts:
                     b = header.tensors[part.gguf]
-                    values = dequantize(header.raw(b), b.type, b.shape, name=part.gguf)
+                    raw, shape = part_bytes(header.raw(b), b, part)  # (an expert's of a stack)
+                    values = dequantize(raw, b.type, shape, name=part.gguf)
                     start, stop = part.rows or (0, bias.shape[0])
                     if values.shape != (stop - start,):
                         raise InputError(

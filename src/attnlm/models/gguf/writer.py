@@ -77,11 +77,11 @@ def _need(config: Any, field: str, want: Any, arch: str) -> None:
 GGUF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
              "phi3": "phi3", "gemma2": "gemma2", "gemma3": "gemma3", "qwen3moe": "qwen3moe",
              "mixtral": "llama", "smollm3": "smollm3", "granite": "granite",
-             "olmo2": "olmo2", "olmo3": "olmo2"}  # fmt: skip
+             "olmo2": "olmo2", "olmo3": "olmo2", "gptoss": "gpt-oss"}  # fmt: skip
 
 
 #: the GGUF architectures whose adapters read YaRN (:func:`~.common.yarn_scaling`)
-YARN_ARCHS = ("qwen2", "qwen3", "qwen3moe", "olmo2")
+YARN_ARCHS = ("qwen2", "qwen3", "qwen3moe", "olmo2", "gpt-oss")
 
 
 def _yarn_meta(scaling: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +149,12 @@ def _llama_meta(c: Any, arch: str) -> dict[str, Any]:
                              f"base)")  # fmt: skip
         meta["attention.sliding_window"] = c.sliding_window
         meta["attention.sliding_window_pattern"] = [k != "full_attention" for k in c.layer_kinds]
+    if arch == "gpt-oss" and "sliding_attention" in c.layer_kinds:  # (default: even layers)
+        meta["attention.sliding_window"] = c.sliding_window
+        if list(c.layer_kinds) != [("sliding_attention", "full_attention")[i % 2]
+                                   for i in range(c.n_layer)]:  # fmt: skip
+            meta["attention.sliding_window_pattern"] = [k != "full_attention"
+                                                        for k in c.layer_kinds]  # fmt: skip
     if arch.startswith("gemma"):
         kinds = c.layer_kinds
         if "sliding_attention" in kinds:
@@ -232,8 +238,13 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
         t[b + "attn_output.weight"] = sd[o + "attn.out_proj.weight"]
         for x in ("q", "k") if c.qk_norm else ():
             t[f"{b}attn_{x}_norm.weight"] = sd[f"{o}attn.{x}_norm.weight"]
-        if c.pre_norms:
-            t[b + "ffn_norm.weight"] = sd[o + "ln_2.weight"]
+        if c.pre_norms:  # (gpt-oss's is named for transformers' post_attention_layernorm)
+            norm = "post_attention_norm" if arch == "gpt-oss" else "ffn_norm"
+            t[f"{b}{norm}.weight"] = sd[o + "ln_2.weight"]
+        if c.attn_out_bias:
+            t[b + "attn_output.bias"] = sd[o + "attn.out_proj.bias"]
+        if c.attn_sinks:
+            t[b + "attn_sinks.weight"] = sd[o + "attn.sinks"]
         if c.n_expert is not None:
             t.update(_experts(sd, b, o, c.n_expert, f))
         else:
@@ -253,13 +264,17 @@ def _llama(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
 def _experts(sd: dict[str, Tensor], b: str, o: str, n: int, f: int) -> dict[str, Tensor]:
     """A mixture of experts' tensors as llama.cpp's converter writes them: the router
     ``ffn_gate_inp`` ``(E, C)``, and the experts' gate, up ``(E, F, C)`` and down
-    ``(E, C, F)`` matrices stacked (:func:`~attnlm.models.gguf.common.expert_parts`)."""
-    fcs = [sd[f"{o}mlp.experts.{e}.fc.weight"] for e in range(n)]
-    downs = [sd[f"{o}mlp.experts.{e}.proj.weight"] for e in range(n)]
-    return {b + "ffn_gate_inp.weight": sd[o + "mlp.router.weight"],
-            b + "ffn_gate_exps.weight": torch.stack([w[:f] for w in fcs]),
-            b + "ffn_up_exps.weight": torch.stack([w[f:] for w in fcs]),
-            b + "ffn_down_exps.weight": torch.stack(downs)}  # fmt: skip
+    ``(E, C, F)`` matrices stacked (:func:`~attnlm.models.gguf.common.expert_parts`), and
+    where the router has biases (gpt-oss) theirs stacked the same way."""
+    out = {}
+    for param in ("weight", "bias") if o + "mlp.router.bias" in sd else ("weight",):
+        fcs = [sd[f"{o}mlp.experts.{e}.fc.{param}"] for e in range(n)]
+        downs = [sd[f"{o}mlp.experts.{e}.proj.{param}"] for e in range(n)]
+        out.update({f"{b}ffn_gate_inp.{param}": sd[f"{o}mlp.router.{param}"],
+                    f"{b}ffn_gate_exps.{param}": torch.stack([w[:f] for w in fcs]),
+                    f"{b}ffn_up_exps.{param}": torch.stack([w[f:] for w in fcs]),
+                    f"{b}ffn_down_exps.{param}": torch.stack(downs)})  # fmt: skip
+    return out
 
 
 def _gpt2(model: Any) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
@@ -383,6 +398,10 @@ def _same_config(config: Any, path: Path) -> None:
     theirs_all = {**table, "layer_types": tuple(kinds), "nope_layers": nope and tuple(nope),
                   "attn_scale": table.get("attn_scale") or scale}  # fmt: skip
     mine_all = {"layer_types": config.layer_kinds, "attn_scale": config.attn_scale or scale}
+    if (config.rope_scaling or {}).get("truncate") is False:  # gpt-oss's ramp: llama.cpp
+        # rounds its ends, as its converter writes every YaRN model (documented)
+        mine_all["rope_scaling"] = {k: v for k, v in config.rope_scaling.items()
+                                    if k != "truncate"}  # fmt: skip
     for field in dataclasses.fields(config):
         if field.name in ("bos_id", "eos_id", "dropout", "multiple_of", "d_ff", "arch"):
             continue

@@ -59,6 +59,7 @@ ARCHITECTURES: dict[str, str] = {
             "granite",
             "olmo2",
             "olmo3",
+            "gpt_oss",
         )
     },  # fmt: skip
 }

@@ -105,20 +105,21 @@ def _rope(hf: dict, where: str) -> tuple[float, dict[str, Any] | None]:
 def _yarn(scaling: dict, where: str, context: Any) -> dict[str, Any]:
     """Our YaRN ``rope_scaling`` of a config's: its factor, original context (absent: the
     config's ``max_position_embeddings``, as ``transformers`` takes it), betas and attention
-    factor (absent ones left out); DeepSeek's ``mscale`` / ``mscale_all_dim`` and an
-    untruncated ramp are refused."""
+    factor (absent ones left out), ``truncate`` where false (gpt-oss's ramp, its ends not
+    rounded); DeepSeek's ``mscale`` / ``mscale_all_dim`` are refused."""
     from attnlm.nn.positional import YARN_KEYS
 
     for key in ("mscale", "mscale_all_dim"):
         if scaling.get(key) not in (None, 0, 1, 1.0):
             raise ConfigError(f"{where}: rope_scaling.{key} (DeepSeek's YaRN) is not supported")
-    if scaling.get("truncate", True) is not True:
-        raise ConfigError(f"{where}: rope_scaling.truncate = false is not supported")
+    if scaling.get("truncate", True) not in (True, False):
+        raise ConfigError(f"{where}: rope_scaling.truncate must be true or false")
     scaling = {"original_max_position_embeddings": context, **scaling}
     for key in YARN_KEYS[:2]:
         if type(scaling.get(key)) not in (int, float):
             raise ConfigError(f"{where}: rope_scaling lacks a numeric {key!r}")
-    return {"rope_type": "yarn", **{k: scaling[k] for k in YARN_KEYS if scaling.get(k)}}
+    out = {"rope_type": "yarn", **{k: scaling[k] for k in YARN_KEYS if scaling.get(k)}}
+    return {**out, "truncate": False} if scaling.get("truncate") is False else out
 
 
 def _longrope(scaling: dict, where: str, hf: dict) -> dict[str, Any]:

@@ -33,16 +33,23 @@ from pathlib import Path
 from typing import Any
 
 from attnlm.base.errors import ConfigError
-from attnlm.models.hf.folder import load_hf_weights, read_hf_config, write_hf_folder
+from attnlm.models.hf import gpt_oss
+from attnlm.models.hf.folder import (
+    load_hf_weights,
+    read_hf_config,
+    read_hf_weights,
+    write_hf_folder,
+)
 from attnlm.models.hf.llama import BUFFERS, HEAD, original_context
 from attnlm.models.hf.llama_family_config import (
     ARCHS,
     FULL,
     SLIDING,
+    SWIGLU_OAI,
     Arch,
     config_from_hf,
 )
-from attnlm.models.hf.mapping import WEIGHT, Layout, Rule, layers, to_hf
+from attnlm.models.hf.mapping import PARAMS, WEIGHT, WHOLE, Layout, Rule, layers, to_hf
 from attnlm.models.llama import Llama, LlamaConfig, gemma_embed_scale
 
 
@@ -51,7 +58,9 @@ def _fits(config: LlamaConfig, arch: Arch) -> None:
     c = config
     fixed = dict(qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm, post_norms=arch.gemma or arch.olmo,
                  pre_norms=not arch.olmo, qk_norm_all=arch.olmo,
-                 mlp_act="gelu_tanh" if arch.gemma else "silu")  # fmt: skip
+                 mlp_act="gelu_tanh" if arch.gemma else "swiglu_oai" if arch.oss else "silu",
+                 attn_out_bias=arch.oss, attn_sinks=arch.oss, moe_bias=arch.oss,
+                 moe_gating="topk_softmax" if arch.oss else "softmax")  # fmt: skip
     if arch.gemma:
         fixed["embed_scale"] = gemma_embed_scale(c.n_embd)
     elif arch.granite:
@@ -161,6 +170,10 @@ def _part_keys(c: LlamaConfig, arch: Arch) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if arch.model_type in ("qwen3", "olmo2", "olmo3"):
         out["attention_bias"] = False
+    if arch.oss:
+        out.update(attention_bias=True, layer_types=list(c.layer_kinds),
+                   sliding_window=c.sliding_window or c.block_size,
+                   router_aux_loss_coef=0.9, **SWIGLU_OAI)  # fmt: skip
     if arch.granite:
         out.update(embedding_multiplier=c.embed_scale or 1.0,
                    attention_multiplier=c.attn_scale or c.head_dim**-0.5,
@@ -179,7 +192,7 @@ def _part_keys(c: LlamaConfig, arch: Arch) -> dict[str, Any]:
     if arch.moe:
         out.update(num_local_experts=c.n_expert, num_experts_per_tok=c.n_expert_used,
                    output_router_logits=False)  # fmt: skip
-    if arch.moe == "mlp":
+    if arch.moe == "mlp" and not arch.oss:
         out.update(
             num_experts=c.n_expert,
             moe_intermediate_size=c.ffn_width,
@@ -211,7 +224,9 @@ def block(config: LlamaConfig, arch: Arch) -> list[Rule]:
     if c.qk_norm:
         rules += [Rule("attn.q_norm", "self_attn.q_norm", WEIGHT, offset=one),
                   Rule("attn.k_norm", "self_attn.k_norm", WEIGHT, offset=one)]  # fmt: skip
-    rules.append(Rule("attn.out_proj", "self_attn.o_proj", WEIGHT))
+    rules.append(Rule("attn.out_proj", "self_attn.o_proj", PARAMS if c.attn_out_bias else WEIGHT))
+    if c.attn_sinks:
+        rules.append(Rule("attn.sinks", "self_attn.sinks", WHOLE))
     if c.post_norms:  # Gemma's four norms; OLMo 2 has no pre_feedforward_layernorm
         pre = Rule("ln_2", "pre_feedforward_layernorm", WEIGHT, offset=one)
         rules += [
@@ -230,6 +245,12 @@ def experts(config: LlamaConfig, arch: Arch) -> list[Rule]:
     """A mixture of experts' router and experts (Hugging Face's per-expert keys, as every
     checkpoint stores them): ``mlp.router`` <- ``<moe>.gate``, ``mlp.experts.{e}.fc`` <- the
     expert's gate and up, ``mlp.experts.{e}.proj`` <- its down."""
+    if arch.oss:  # (router and experts with biases; the experts unstacked: hf.gpt_oss)
+        rules = [Rule("mlp.router", "mlp.router", PARAMS)]
+        for e in range(config.n_expert):
+            rules += [Rule(f"mlp.experts.{e}.{m}", f"mlp.experts.{e}.{m}", PARAMS)
+                      for m in ("fc", "proj")]  # fmt: skip
+        return rules
     gate, up, down = arch.experts
     rules = [Rule("mlp.router", f"{arch.moe}.gate", WEIGHT)]
     for e in range(config.n_expert):
@@ -261,6 +282,9 @@ def load(path: str | Path, arch: Arch) -> Llama:
     path = Path(path)
     hf = read_hf_config(path)
     config = LlamaConfig(**config_from_hf(hf, arch, where=str(path / "config.json")))
+    if arch.oss:  # stacked (or MXFP4) experts: read whole, unstacked, then mapped
+        state = gpt_oss.unstack(read_hf_weights(path), config.n_layer, str(path))
+        return load_hf_weights(Llama(config), path, layout(config, arch), weights=state)
     return load_hf_weights(Llama(config), path, layout(config, arch))
 
 
@@ -268,6 +292,8 @@ def save(model: Llama, path: str | Path, arch: Arch, max_shard_size: int | None 
     """Write ``model`` as an ``arch`` folder that ``transformers`` loads as ``arch.cls``."""
     hf = config_to_hf(model.config, arch)
     state = to_hf(layout(model.config, arch), model.state_dict())
+    if arch.oss:
+        state = gpt_oss.stack(state, model.config.n_layer, model.config.n_expert)
     write_hf_folder(path, hf, state, max_shard_size=max_shard_size)
 
 

@@ -44,6 +44,9 @@ class Arch:
     nope: bool = False
     granite: bool = False
     olmo: bool = False  # OLMo 2: post-norms only, q/k norms over all heads
+    # gpt-oss: attention sinks, an output bias, stacked experts with biases, the softmax over
+    # the top k router logits, the clamped SwiGLU (attnlm.models.hf.gpt_oss)
+    oss: bool = False
     tied: bool = False  # the config's default tie_word_embeddings (Gemma's: True)
 
 
@@ -67,6 +70,8 @@ ARCHS = {
                       window="qwen", moe="mlp"),
     "mixtral": Arch("mixtral", "MixtralForCausalLM", "mixtral", moe="block_sparse_moe",
                     experts=("w1", "w3", "w2")),
+    "gpt_oss": Arch("gpt_oss", "GptOssForCausalLM", "gptoss", qkv_bias=True, window="types",
+                    pattern=2, moe="mlp", oss=True),
 }  # fmt: skip
 
 #: config.json keys of a mixture of experts (read by the architectures that have one)
@@ -82,6 +87,15 @@ REFUSED_KEYS = {
 
 
 def _refuse_parts(hf: dict, arch: Arch, where: str) -> None:
+    from attnlm.models.hf.gpt_oss import check_quantization
+
+    if arch.oss:
+        check_quantization(hf, where)
+    elif hf.get("quantization_config") is not None:
+        q = hf["quantization_config"]
+        method = q.get("quant_method") if isinstance(q, dict) else q
+        raise ConfigError(f"{where}: quantization_config {method!r} is not supported (load "
+                          f"a GGUF file of the model, or its float weights)")  # fmt: skip
     for key, what in REFUSED_KEYS.items():
         if hf.get(key) and not (arch.moe and key in MOE_KEYS):
             raise ConfigError(f"{where}: {key} ({what}) is not supported for {arch.cls}")
@@ -192,6 +206,8 @@ def config_from_hf(hf: dict, arch: Arch, *, where: str = "config.json") -> dict[
         )  # fmt: skip
         if arch.moe:
             fields.update(_experts(hf, arch, where))
+        if arch.oss:
+            fields.update(_oss(hf, where))
         if arch.nope:
             fields["nope_layers"] = _nope(hf, n, where)
         if arch.granite:
@@ -221,15 +237,33 @@ def _experts(hf: dict, arch: Arch, where: str) -> dict[str, Any]:
     n = hf.get("num_experts") or hf.get("num_local_experts")
     if not n:
         raise ConfigError(f"{where}: missing key 'num_experts' ({arch.cls} has experts)")
-    out = dict(n_expert=int(n), n_expert_used=int(hf["num_experts_per_tok"]),
-               moe_norm_topk=True)  # fmt: skip
-    if arch.moe == "mlp":  # Qwen3-MoE
+    used = hf.get("num_experts_per_tok") or hf.get("experts_per_token")  # (gpt-oss: either)
+    if not used:
+        raise ConfigError(f"{where}: missing key 'num_experts_per_tok'")
+    out = dict(n_expert=int(n), n_expert_used=int(used), moe_norm_topk=True)
+    if arch.moe == "mlp" and not arch.oss:  # Qwen3-MoE
         if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step", 1)) != 1:
             raise ConfigError(f"{where}: dense layers among the experts' (mlp_only_layers, "
                               f"decoder_sparse_step) are not supported")  # fmt: skip
         out.update(d_ff=int(hf["moe_intermediate_size"]),
                    moe_norm_topk=bool(hf.get("norm_topk_prob", False)))  # fmt: skip
     return out
+
+
+#: gpt-oss's clamped SwiGLU: transformers' defaults, and the only values llama.cpp computes
+SWIGLU_OAI = {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
+
+
+def _oss(hf: dict, where: str) -> dict[str, Any]:
+    """gpt-oss's parts: sinks, biases on the output and the experts, the softmax of the top k
+    logits (no renormalising), the clamped SwiGLU (its limit and alpha must be the defaults)."""
+    for key, value in SWIGLU_OAI.items():
+        if hf.get(key, value) != value:
+            raise ConfigError(f"{where}: {key} {hf[key]!r} is not supported ({value})")
+    if not hf.get("attention_bias", True):
+        raise ConfigError(f"{where}: attention_bias=false is not supported for gpt-oss")
+    return dict(attn_out_bias=True, attn_sinks=True, moe_bias=True, moe_gating="topk_softmax",
+                moe_norm_topk=False, mlp_act="swiglu_oai")  # fmt: skip
 
 
 def _nope(hf: dict, n_layer: int, where: str) -> tuple[int, ...] | None:
