@@ -19,7 +19,8 @@ SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TEXT = "the capital of France is Paris. You are a helpful assistant. system user hello\n"
 
 
-def tiny_chat_llama(folder: Path, template: str | None = CHATML, seed: int = 0) -> Path:
+def tiny_chat_llama(folder: Path, template: str | None = CHATML, seed: int = 0,
+                    specials: list[str] = SPECIALS) -> Path:  # fmt: skip
     """Write the model folder (see the module docstring) into ``folder``; returns it."""
     import torch
     import transformers
@@ -29,7 +30,7 @@ def tiny_chat_llama(folder: Path, template: str | None = CHATML, seed: int = 0) 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, show_progress=False, special_tokens=SPECIALS,
+    trainer = trainers.BpeTrainer(vocab_size=320, show_progress=False, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
     tok.train_from_iterator([TEXT] * 20, trainer)
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,4 +53,23 @@ def tiny_chat_llama(folder: Path, template: str | None = CHATML, seed: int = 0) 
         max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
     )  # fmt: skip
     transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    return folder
+
+
+#: OpenAI's harmony markers (gpt-oss's chat format) and a template that writes them
+HARMONY = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>"]
+HARMONY_TEMPLATE = (
+    "{% for m in messages %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|end|>"
+    "{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
+
+def tiny_harmony_llama(folder: Path) -> Path:
+    """:func:`tiny_chat_llama` with the harmony markers as special tokens and a harmony-style
+    template (the reply's end: ``<|return|>``)."""
+    tiny_chat_llama(folder, HARMONY_TEMPLATE, specials=SPECIALS + HARMONY)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["eos_token"] = "<|return|>"
+    config_file.write_text(json.dumps(config, indent=1))
     return folder

@@ -14,6 +14,7 @@ from typing import Any
 
 from attnlm.api.protocol import ApiError
 from attnlm.api.tools import ToolStream, split_reply
+from attnlm.tokenizers.harmony import HarmonyStream, harmony_parts, is_harmony, special_tokens_of
 
 
 def new_id(prefix: str) -> str:
@@ -86,11 +87,20 @@ def usage(request: Any, completion: int) -> dict[str, Any]:
 
 def chat_body(served: Any, request: Any, choices: list[Choice], tools: Any) -> dict:
     out = []
+    harmony = is_harmony(special_tokens_of(served.tokenizer))
     for i, c in enumerate(choices):
-        message: dict[str, Any] = {"role": "assistant", "content": c.text, "refusal": None}
+        text, reasoning, calls = c.text, "", []
+        if harmony:  # (gpt-oss: its channels; the analysis is llama.cpp's server's key)
+            text, reasoning, calls = harmony_parts(c.text)
+            if not tools:  # (a call without tools offered: its arguments as text)
+                text, calls = text + "".join(x["arguments"] for x in calls), []
+        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+        if reasoning:
+            message["reasoning_content"] = reasoning
         finish = c.finish
         if tools:
-            content, calls = split_reply(c.text, tools)
+            content, found = split_reply(text, tools)
+            calls += found
             if calls:
                 message["content"] = content.strip() or None
                 message["tool_calls"] = [_call(call) for call in calls]
@@ -168,6 +178,27 @@ async def chat_stream(served: Any, request: Any, tools: Any, include_usage: bool
         return sse(envelope(rid, "chat.completion.chunk", created, served, [one], **extra))
 
     splitters = [ToolStream(tools) if tools else None for _ in range(n)]
+    harmony = is_harmony(special_tokens_of(served.tokenizer))
+    channels = [HarmonyStream() if harmony else None for _ in range(n)]
+
+    def split(i: int, text: str, end: bool = False) -> list[tuple[str, Any]]:
+        """A piece (or the end) of reply ``i`` as delta items: reasoning (a harmony reply's
+        analysis), content, tool calls."""
+        h, s = channels[i], splitters[i]
+        parts = (h.flush() if end else h.feed(text)) if h else [("content", text)]
+        items: list[tuple[str, Any]] = []
+        for kind, value in parts:
+            if kind == "call" and s is not None:  # a harmony call (tools were offered)
+                s.calls.append(value)
+                items.append((kind, value))
+            elif kind == "call":
+                items.append(("content", value["arguments"]))
+            elif kind == "reasoning" or s is None:
+                items += [(kind, value)] if value else []
+            else:
+                items += s.feed(value)
+        return items + (s.flush() if end and s is not None else [])
+
     ended = [False] * n
     total = 0
     for i in range(n):
@@ -184,21 +215,17 @@ async def chat_stream(served: Any, request: Any, tools: Any, include_usage: bool
             if item[3] is not None and wants_lp:
                 lps = {"content": [token_entry(served.tokenizer, item[3])], "refusal": None}
             s = splitters[i]
-            if s is None:
-                items = [("content", item[2])] if item[2] else []
-            else:
-                items = s.feed(item[2])
+            items = split(i, item[2])
             if not items and lps is not None:
                 items = [("content", "")]
             for k, (kind, value) in enumerate(items):
                 yield _delta(chunk, i, kind, value, s, lps if k == 0 else None)
             continue
         s, finish = splitters[i], item[2]
-        if s is not None:
-            for kind, value in s.flush():
-                yield _delta(chunk, i, kind, value, s, None)
-            if s.calls:
-                finish = "tool_calls"
+        for kind, value in split(i, "", end=True):
+            yield _delta(chunk, i, kind, value, s, None)
+        if s is not None and s.calls:
+            finish = "tool_calls"
         yield chunk(i, {}, finish)
         ended[i], total = True, total + item[3]
     if include_usage and all(ended):
@@ -208,8 +235,9 @@ async def chat_stream(served: Any, request: Any, tools: Any, include_usage: bool
 
 
 def _delta(chunk, i: int, kind: str, value: Any, splitter: Any, lps: Any) -> bytes:
-    if kind == "content":
-        return chunk(i, {"content": value}, None, lps)
+    if kind in ("content", "reasoning"):
+        key = "content" if kind == "content" else "reasoning_content"
+        return chunk(i, {key: value}, None, lps)
     index = splitter.calls.index(value)
     return chunk(i, {"tool_calls": [_call(value, index)]}, None, lps)
 

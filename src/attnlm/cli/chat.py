@@ -241,12 +241,23 @@ def _interactive(session, system: str | None, as_json: bool = False) -> int:
             err.write(f"(system message {'set' if system else 'removed'})\n")
             continue
 
-        def stream_piece(piece: str) -> None:
+        thinking: list[str] = []  # a harmony model's reasoning (gpt-oss): stderr, its own line
+
+        def stream_piece(piece: str, thinking: list[str] = thinking) -> None:
+            if thinking and thinking[-1] != "\n":
+                err.write("\n")
+                err.flush()
+                thinking.append("\n")
             out.write(piece)
             out.flush()
 
+        def stream_reasoning(piece: str, thinking: list[str] = thinking) -> None:
+            err.write(("" if thinking else "(reasoning) ") + piece)
+            err.flush()
+            thinking.append(piece)
+
         try:
-            reply = session.reply(line, on_text=stream_piece)
+            reply = session.reply(line, on_text=stream_piece, on_reasoning=stream_reasoning)
         except InputError as e:  # a template that refuses this turn, a full window
             out.write("\n")
             err.write("attnlm: error: " + " ".join(str(e).split()) + "\n")

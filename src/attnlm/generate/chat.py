@@ -29,6 +29,7 @@ from attnlm.generate.sampling import SamplingConfig, mask_from, token_limit
 from attnlm.generate.stats import peak_rss_mb
 from attnlm.generate.text import _RowText, encode_prompt
 from attnlm.tokenizers import token_label
+from attnlm.tokenizers.harmony import HarmonyStream, is_harmony, special_tokens_of, split_harmony
 
 
 @dataclass
@@ -49,6 +50,7 @@ class ChatReply:
     token_texts: list[str] = field(default_factory=list)  # each token's label (its bytes)
     backend: str | None = None  # the runtime backend that decoded it, and why
     backend_reason: str | None = None
+    reasoning: str = ""  # a harmony reply's analysis channel (gpt-oss); text: its answer
 
     def to_json(self) -> dict[str, Any]:
         """The reply, its tokens and what it cost: the keys of ``generate --json``
@@ -58,6 +60,7 @@ class ChatReply:
         rate = round(n / self.decode_s, 3) if self.decode_s > 0 and n else None
         return {
             "reply": self.text,
+            "reasoning": self.reasoning,
             "tokens": self.ids,
             "token_texts": self.token_texts,
             "finish": self.finish,
@@ -241,13 +244,16 @@ class ChatSession:
         self.cached = self.cached[:keep]
         return self._feed(ids[keep:]), keep
 
-    def reply(self, user: str | None, on_text: Callable[[str], None] | None = None) -> ChatReply:
+    def reply(self, user: str | None, on_text: Callable[[str], None] | None = None,
+              on_reasoning: Callable[[str], None] | None = None) -> ChatReply:  # fmt: skip
         """Add the user's message (None: the conversation already ends with it), decode the
-        assistant's reply (``on_text(piece)`` streams it) and add it to the conversation."""
+        assistant's reply (``on_text(piece)`` streams it) and add it to the conversation. A
+        harmony model's reply (gpt-oss: :mod:`attnlm.tokenizers.harmony`) is its answer, its
+        reasoning streamed to ``on_reasoning`` and kept in :attr:`ChatReply.reasoning`."""
         if user is not None:
             self.messages.append({"role": "user", "content": user})
         try:
-            return self._reply(on_text)
+            return self._reply(self._channels(on_text, on_reasoning))
         except BaseException:
             if user is not None:
                 self.messages.pop()
@@ -269,6 +275,24 @@ class ChatSession:
     def _allowed(self, logits: Any) -> Any:
         """``logits`` without the ids past the tokenizer's (never picked)."""
         return logits if self.limit is None else mask_from(logits, self.limit)
+
+    def _channels(self, on_text: Any, on_reasoning: Any) -> Any:
+        """``on_text`` as the reply's pieces arrive: through a :class:`HarmonyStream` for a
+        harmony vocabulary (its answer to ``on_text``, its reasoning to ``on_reasoning``)."""
+        self.harmony = None
+        if not is_harmony(special_tokens_of(self.tokenizer)):
+            return on_text
+        self.harmony = split = HarmonyStream()
+        sinks = {"content": on_text, "reasoning": on_reasoning}
+
+        def route(piece: str) -> None:
+            for kind, text in split.feed(piece) if piece else split.flush():
+                if kind == "call":  # (no tools in a chat: the call's arguments as text)
+                    kind, text = "content", text["arguments"]
+                if sinks[kind] is not None:
+                    sinks[kind](text)
+
+        return route
 
     def _reply(self, on_text: Callable[[str], None] | None) -> ChatReply:
         ids = self.prompt_ids()
@@ -315,9 +339,14 @@ class ChatSession:
         rest = row.flush()
         if rest and on_text:
             on_text(rest)
-        text = row.text()
+        if self.harmony is not None and on_text:
+            on_text("")  # the end: what the stream held back
+        text, reasoning = row.text(), ""
+        if self.harmony is not None:
+            text, reasoning = split_harmony(text)
         self.messages.append({"role": "assistant", "content": text})
         return ChatReply(
+            reasoning=reasoning,
             text=text,
             ids=new,
             finish=finish,

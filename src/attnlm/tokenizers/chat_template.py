@@ -335,7 +335,10 @@ END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoft
 def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[int, ...]:
     """The ids that end a reply: the EOS token (from the special token strings, or the
     model's ``generation_config.json`` ``eos_token_id``) and the end-of-turn tokens of
-    :data:`END_OF_TURN` that the vocabulary has as special tokens."""
+    :data:`END_OF_TURN` that the vocabulary has as special tokens (a harmony vocabulary's
+    :func:`~attnlm.tokenizers.harmony.harmony_stops`)."""
+    from attnlm.tokenizers.harmony import harmony_stops
+
     specials = dict(getattr(tok, "special_tokens", {}) or {})
     out: list[int] = []
     eos = special.get("eos_token")
@@ -348,7 +351,8 @@ def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[in
         out += [i for i in ids if isinstance(i, int)]
     out += [specials[t] for t in END_OF_TURN if t in specials]
     size = getattr(tok, "vocab_size", None)  # a generation_config may name an id not in it
-    return tuple(i for i in dict.fromkeys(out) if size is None or 0 <= i < size)
+    found = tuple(i for i in dict.fromkeys(out) if size is None or 0 <= i < size)
+    return harmony_stops(specials, found)  # (gpt-oss: its reply ends, not <|end|>)
 
 
 _register_reader("Hugging Face model folder", f"{__name__}.stop_ids")

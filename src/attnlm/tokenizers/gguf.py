@@ -493,5 +493,8 @@ def gguf_chat_setup(tok: GGUFTokenizer, origin: str) -> tuple[Any, tuple[int, ..
     if isinstance(tok.chat_template, str) and tok.chat_template.strip():
         template = from_string(tok.chat_template, **special)
         template.origin = origin
+    from attnlm.tokenizers.harmony import harmony_stops
+
     named = tuple(i for i in (tok.eos_id, tok.eot_id) if i is not None)
-    return template, tuple(dict.fromkeys(named + stop_ids(tok, special, None)))
+    stops = tuple(dict.fromkeys(named + stop_ids(tok, special, None)))
+    return template, harmony_stops(dict(tok.special_tokens), stops)
