@@ -25,7 +25,10 @@ Rows (medians over ``--rounds``, the contenders started in turn: attnlm, llama.c
   thread), float against integer activations, alternating.
 
 ``--moe``: a mixture of experts (:func:`moe_file`, synthetic: Qwen3-MoE's parts at 0.6 B
-parameters, 8 of 64 experts per token), whose decode reads only the chosen experts' blocks.
+parameters, 8 of 64 experts per token), whose decode reads only the chosen experts' blocks;
+``--moe gptoss``: gpt-oss's parts (sinks, biases, a window on every other layer, 4 of 32
+experts per token, the clamped SwiGLU) at 0.5 B parameters, in llama.cpp's ``MXFP4_MOE`` (the
+experts in MXFP4, the rest Q8_0: how gpt-oss is released).
 
 The CPU class of a laptop without AVX-512 (``--simulate avx2``): attnlm's C step built for
 ``x86-64-v3`` (AVX2, FMA, F16C; ``ATTNLM_NATIVE_MARCH``) and PyTorch / oneDNN kept to AVX2,
@@ -34,7 +37,7 @@ configured with ``-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 -DGGML_BMI2=ON``, of the wheel's llama.cpp version; ``benchmarks/build_llama_cpp.sh``).
 
     .venv/bin/python benchmarks/bench_kquant.py [--rounds 3] [--threads 2] [--new 128]
-        [--path FILE.gguf | --requantize Q3_K_M | --moe] [--cpu-time] [--prefill-cpu-time]
+        [--path FILE.gguf | --requantize Q3_K_M | --moe [gptoss]] [--cpu-time] [--prefill-cpu-time]
         [--kernels] [--simulate avx2 --llama-cpp-lib DIR]
 """
 
@@ -78,9 +81,19 @@ def default_file(requantize: str | None = None) -> Path:
 MOE = dict(type="llama", arch="qwen3moe", vocab_size=512, block_size=4096, n_layer=8,
            n_head=16, n_kv_head=4, n_embd=1024, d_ff=384, n_expert=64, n_expert_used=8,
            qk_norm=True, rope_theta=1e6)  # fmt: skip
+#: ``--moe gptoss``: gpt-oss's parts, scaled down (its heads of 64, 4 experts per token)
+GPTOSS = dict(type="llama", arch="gptoss", vocab_size=512, block_size=4096, n_layer=8,
+              n_head=16, n_kv_head=4, n_embd=1024, d_ff=512, n_expert=32,
+              n_expert_used=4, qkv_bias=True, attn_out_bias=True, attn_sinks=True,
+              moe_bias=True, moe_gating="topk_softmax", moe_norm_topk=False,
+              mlp_act="swiglu_oai", sliding_window=128, rope_theta=150000.0,
+              layer_types=["sliding_attention", "full_attention"] * 4)  # fmt: skip
+#: each --moe kind: its config, the committed fixture whose tokenizer it takes, the file type
+MOE_KINDS = {"qwen3moe": (MOE, "qwen3moe-Q8_0.gguf", "Q4_K_M"),
+             "gptoss": (GPTOSS, "gptoss-Q8_0.gguf", "MXFP4_MOE")}  # fmt: skip
 
 
-def moe_file() -> Path:
+def moe_file(kind: str = "qwen3moe") -> Path:
     """A mixture of experts in Q4_K_M, made here (no real one can be downloaded in the sandbox
     this was measured in): attnlm's Llama with Qwen3-MoE's parts (:data:`MOE`: 64 experts of
     width 384, 8 per token, q/k norms; width 1024, 8 layers; 0.62 B parameters, about 0.1 B
@@ -94,18 +107,19 @@ def moe_file() -> Path:
     from attnlm.models.gguf.writer import export_gguf
     from attnlm.models.registry import build
 
-    out = cache_dir() / "bench" / "qwen3moe-synthetic-0.6b-q4_k_m.gguf"
+    table, fixture, ftype = MOE_KINDS[kind]
+    out = cache_dir() / "bench" / f"{kind}-synthetic-{ftype.lower()}.gguf"
     if out.is_file():
         return out
-    fixture = Path(__file__).resolve().parents[1] / "tests/fixtures/gguf_arch/qwen3moe-Q8_0.gguf"
+    fixture = Path(__file__).resolve().parents[1] / "tests/fixtures/gguf_arch" / fixture
     torch.manual_seed(0)
-    model, _, _ = build(MOE)
-    f32 = out.with_name("qwen3moe-synthetic-0.6b-f32.gguf")
+    model, _, _ = build(table)
+    f32 = out.with_name(f"{kind}-synthetic-f32.gguf")
     out.parent.mkdir(parents=True, exist_ok=True)
     export_gguf(model.eval(), load_tokenizer(str(fixture)), f32, "f32")
     del model
     try:
-        return quantized(f32, out, "Q4_K_M")
+        return quantized(f32, out, ftype)
     finally:
         f32.unlink(missing_ok=True)
 
@@ -281,8 +295,11 @@ def main() -> None:
                          "(Q3_K_M, Q2_K, IQ4_XS, IQ4_NL)")  # fmt: skip
     ap.add_argument(
         "--moe",
-        action="store_true",
-        help="instead: a synthetic Qwen3-MoE mixture of experts in Q4_K_M (MOE)",
+        nargs="?",
+        const="qwen3moe",
+        choices=sorted(MOE_KINDS),
+        help="instead: a synthetic mixture of experts, Qwen3-MoE in Q4_K_M (MOE) or gpt-oss "
+        "in MXFP4_MOE (GPTOSS)",
     )
     ap.add_argument("--cpu-time", action="store_true", help="only the one-thread CPU-time rows")
     ap.add_argument("--kernels", action="store_true", help="only the kernel rows")
@@ -300,7 +317,7 @@ def main() -> None:
     if not harness.require("kquant", "llama_cpp"):
         return
     if args.moe:
-        path = moe_file()
+        path = moe_file(args.moe)
     else:
         path = Path(args.path) if args.path else default_file(args.requantize)
     if args.cpu_time:

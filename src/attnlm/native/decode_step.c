@@ -1233,16 +1233,23 @@ static GG_NOFMA void moe_sum(const float *ys, const int64_t *pos, const float *w
     }
 }
 
-/* floats of Scratch.moe for M rows, E experts, k per row, width C */
-static int64_t moe_floats(int64_t M, int64_t E, int64_t k, int64_t C) {
-    return 2 * (3 * M * k + E + 1) + M * E + M * k + 2 * M * k * C;
+/* floats of Scratch.moe for M rows, E experts, k per row, width C, expert width F: the
+ * routing (ids as int64), the gathered rows, the experts' outputs, their hidden rows and the
+ * quantized rows of both products' inputs */
+static int64_t moe_floats(int64_t M, int64_t E, int64_t k, int64_t C, int64_t F) {
+    const int64_t rb = gg_row_bytes(C) > gg_row_bytes(F) ? gg_row_bytes(C) : gg_row_bytes(F);
+    return 2 * (3 * M * k + E + 1) + M * E + M * k + 2 * M * k * C + 2 * M * k * F +
+           (M * k * rb + 3) / 4 + 16;
 }
 
 /* the feed-forward of a mixture of experts over the M rows of sc->xn (normed), added to the
  * residual stream x (call from every thread of the region): each row's experts (route), the
- * rows gathered by expert, each expert's SwiGLU on its rows alone (the products of
- * its matrices in the stacked ones), then per row the sum of its experts' outputs times their
- * weights in the order chosen (llama.cpp's sums), added to x */
+ * rows gathered by expert and quantized once, every expert's gate and up products on its rows
+ * (the products of its matrices in the stacked ones), the activation of all rows, their
+ * quantization, every expert's down product, then per row the sum of its experts' outputs
+ * times their weights in the order chosen (llama.cpp's sums), added to x: the experts' products
+ * follow one another without a barrier between them (five barriers a layer, however many
+ * experts the rows chose) */
 static void experts(const Model *md, const Block *bk, const Scratch *sc, float *x, int64_t M,
                     int t, int nt) {
     const int64_t C = md->C, F = md->F, E = bk->n_expert, k = bk->n_used;
@@ -1250,7 +1257,9 @@ static void experts(const Model *md, const Block *bk, const Scratch *sc, float *
     int64_t *chosen = (int64_t *)sc->moe, *pos = chosen + M * k, *src = pos + M * k;
     int64_t *base = src + M * k; /* (E + 1,) expert e's gathered rows [base[e], base[e + 1]) */
     float *logit = (float *)(base + E + 1), *w = logit + M * E, *xg = w + M * k;
-    float *ys = xg + M * k * C;
+    float *ys = xg + M * k * C, *hid = ys + M * k * C; /* hid (M k, 2 F) */
+    uint8_t *xq = (uint8_t *)(hid + 2 * M * k * F);
+    const int64_t rc = gg_row_bytes(C), rf = gg_row_bytes(F);
     int64_t lo, hi;
     quantize_for(&bk->router, NULL, NULL, sc->xn, M, C, sc->xq, t, nt);
     linear(&bk->router, sc->xn, M, C, logit, E, NULL, sc->part, sc->xq, t, nt);
@@ -1272,23 +1281,30 @@ static void experts(const Model *md, const Block *bk, const Scratch *sc, float *
     share(M * k, t, nt, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) memcpy(xg + i * C, sc->xn + src[i] * C, C * sizeof(float));
     BARRIER();
-    for (int64_t e = 0; e < E; e++) {
+    const Linear gate0 = expert_rows(&bk->fc, 0, F), up0 = expert_rows(&bk->up, 0, F);
+    const Linear down0 = expert_rows(&bk->proj, 0, C);
+    quantize_for(&gate0, &up0, NULL, xg, M * k, C, xq, t, nt); /* every gathered row, once */
+    for (int64_t e = 0; e < E; e++) { /* each thread its share of each expert's rows */
         const int64_t n = base[e + 1] - base[e];
         if (!n) continue;
         const Linear gate = expert_rows(&bk->fc, e, F), up = expert_rows(&bk->up, e, F);
-        const Linear down = expert_rows(&bk->proj, e, C);
         const float *xe = xg + base[e] * C;
-        quantize_for(&gate, &up, NULL, xe, n, C, sc->xq, t, nt);
-        linear(&gate, xe, n, C, sc->hid, 2 * F, NULL, sc->part, sc->xq, t, nt);
-        linear(&up, xe, n, C, sc->hid + F, 2 * F, NULL, sc->part, sc->xq, t, nt);
-        BARRIER();
-        share(n, t, nt, &lo, &hi);
-        for (int64_t m = lo; m < hi; m++) activate(act, sc->hid + m * 2 * F, F);
-        BARRIER();
-        quantize_for(&down, NULL, NULL, sc->hid, n, 2 * F, sc->xq, t, nt);
-        linear(&down, sc->hid, n, 2 * F, ys + base[e] * C, C, NULL, sc->part, sc->xq, t, nt);
-        BARRIER();
+        float *he = hid + base[e] * 2 * F;
+        linear(&gate, xe, n, C, he, 2 * F, NULL, sc->part, xq + base[e] * rc, t, nt);
+        linear(&up, xe, n, C, he + F, 2 * F, NULL, sc->part, xq + base[e] * rc, t, nt);
     }
+    BARRIER();
+    for (int64_t i = lo; i < hi; i++) activate(act, hid + i * 2 * F, F);
+    BARRIER();
+    quantize_for(&down0, NULL, NULL, hid, M * k, 2 * F, xq, t, nt);
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t n = base[e + 1] - base[e];
+        if (!n) continue;
+        const Linear down = expert_rows(&bk->proj, e, C);
+        linear(&down, hid + base[e] * 2 * F, n, 2 * F, ys + base[e] * C, C, NULL, sc->part,
+               xq + base[e] * rf, t, nt);
+    }
+    BARRIER();
     share(M, t, nt, &lo, &hi);
     for (int64_t m = lo; m < hi; m++) moe_sum(ys, pos + m * k, w + m * k, k, C, sc->xn + m * C);
     add_out(md, &bk->post_mlp, sc->xn + lo * C, x + lo * C, hi - lo);
@@ -1493,8 +1509,8 @@ int64_t attnlm_features(void) {
 
 /* the struct sizes, so the Python side can check its mirror */
 /* floats of Scratch.moe (moe_floats) */
-int64_t attnlm_moe_floats(int64_t M, int64_t E, int64_t k, int64_t C) {
-    return moe_floats(M, E, k, C);
+int64_t attnlm_moe_floats(int64_t M, int64_t E, int64_t k, int64_t C, int64_t F) {
+    return moe_floats(M, E, k, C, F);
 }
 
 int64_t attnlm_sizes(int64_t which) {

@@ -104,6 +104,6 @@ def configure(lib: ctypes.CDLL) -> str | None:
     lib.attnlm_quantize_rows.argtypes = [p, i64, i64, p]
     lib.attnlm_quantized_row_bytes.argtypes = [i64]
     lib.attnlm_quantized_row_bytes.restype = i64
-    lib.attnlm_moe_floats.argtypes = [i64, i64, i64, i64]
+    lib.attnlm_moe_floats.argtypes = [i64, i64, i64, i64, i64]
     lib.attnlm_moe_floats.restype = i64
     return None

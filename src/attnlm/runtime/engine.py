@@ -472,8 +472,8 @@ class Engine:
             q, hd = (c.n_head + 2 * c.n_kv_head) * c.head_dim, c.n_head * c.head_dim
             sizes = structs.scratch_sizes(m, self._cap, self.threads, c.n_embd, q, hd,
                                           2 * c.d_ff, c.vocab_size)  # fmt: skip
-            if c.n_expert:  # a mixture of experts' rows (Scratch.moe)
-                sizes += (self.lib.attnlm_moe_floats(m, c.n_expert, c.n_expert_used, c.n_embd),)
+            moe = (m, c.n_expert, c.n_expert_used, c.n_embd, c.d_ff)  # (Scratch.moe's rows)
+            sizes += (self.lib.attnlm_moe_floats(*moe),) if c.n_expert else ()
             arrays = [np.empty(n, np.float32) for n in sizes]
             self._scratch = (key, structs.Scratch(*[_ptr(a) for a in arrays]), arrays)
         return self._scratch[1]
