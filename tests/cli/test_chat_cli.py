@@ -49,6 +49,7 @@ def reference(folder, messages):
     return new, tok.decode(new)
 
 
+@pytest.mark.slow  # (18 s; ChatSession equals transformers in tests/generate/test_chat.py)
 def test_scripted_reply_equals_transformers(folder, tmp_path):
     msgs = [{"role": "user", "content": "hello"}]
     ids, text = reference(folder, msgs)

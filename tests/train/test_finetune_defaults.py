@@ -123,7 +123,9 @@ def test_bare_lora_run_says_its_defaults_and_bits_per_char_before_and_after(tmp_
     assert summary in got.out and (run / "loss_curve.png").is_file()
 
 
-@pytest.mark.parametrize("how", ["in-process", "whole process"])
+@pytest.mark.parametrize(
+    "how", ["in-process", pytest.param("whole process", marks=pytest.mark.slow)]
+)  # (the command in a process of its own, its imports counted: 16 s, in the full suite)
 def test_time_budget_includes_the_final_evaluation_and_save(tmp_path, capsys, how):
     """A fine-tune whose evaluation takes a large share of its budget (hundreds of evaluation
     batches) ends within the budget: the loop stops early enough for the final evaluation,
