@@ -80,19 +80,23 @@ def test_a_chat_runs_to_the_answer_and_keeps_it(harmony_chat, monkeypatch):
     assert session.messages[-1] == {"role": "assistant", "content": ANSWER}
 
 
-def _served_tokenizer():
+def _served(reply: str):
+    """A served harmony model, a one-choice request and its finished reply ``reply``, as the
+    server's response code reads them."""
+    from attnlm.api.respond import Choice
+
     specials = {"<|channel|>": 5, "<|message|>": 6, "<|end|>": 7, "<|return|>": 8, "<|call|>": 9}
-    return SimpleNamespace(special_tokens=specials)
+    served = SimpleNamespace(id="m", tokenizer=SimpleNamespace(special_tokens=specials))
+    job = SimpleNamespace(params=SimpleNamespace(logprobs=None), reused=0)
+    choice = Choice()
+    choice.pieces, choice.finish, choice.tokens = [reply], "stop", 9
+    return served, SimpleNamespace(jobs=[job], prompt=[1, 2]), choice
 
 
 def test_the_server_returns_the_reasoning_apart():
-    from attnlm.api.respond import Choice, chat_body, chat_stream
+    from attnlm.api.respond import chat_body, chat_stream
 
-    served = SimpleNamespace(id="m", tokenizer=_served_tokenizer())
-    job = SimpleNamespace(params=SimpleNamespace(logprobs=None), reused=0)
-    choice = Choice()
-    choice.pieces, choice.finish, choice.tokens = [REPLY], "stop", 9
-    request = SimpleNamespace(jobs=[job], prompt=[1, 2])
+    served, request, choice = _served(REPLY)
     message = chat_body(served, request, [choice], None)["choices"][0]["message"]
     assert message["content"] == ANSWER and message["reasoning_content"] == REASONING
 
@@ -130,13 +134,9 @@ def test_a_message_to_a_function_is_one_call(size):
 
 
 def test_the_server_turns_a_harmony_call_into_tool_calls():
-    from attnlm.api.respond import Choice, chat_body
+    from attnlm.api.respond import chat_body
 
-    served = SimpleNamespace(id="m", tokenizer=_served_tokenizer())
-    job = SimpleNamespace(params=SimpleNamespace(logprobs=None), reused=0)
-    choice = Choice()
-    choice.pieces, choice.finish, choice.tokens = [CALLING], "stop", 9
-    request = SimpleNamespace(jobs=[job], prompt=[1, 2])
+    served, request, choice = _served(CALLING)
     out = chat_body(served, request, [choice], frozenset({"get_weather"}))["choices"][0]
     message = out["message"]
     assert out["finish_reason"] == "tool_calls" and message["content"] is None

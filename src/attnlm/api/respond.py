@@ -14,7 +14,13 @@ from typing import Any
 
 from attnlm.api.protocol import ApiError
 from attnlm.api.tools import ToolStream, split_reply
-from attnlm.tokenizers.harmony import HarmonyStream, harmony_parts, is_harmony, special_tokens_of
+from attnlm.tokenizers.harmony import (
+    HarmonyStream,
+    harmony_parts,
+    is_harmony,
+    special_tokens_of,
+    split_harmony,
+)
 
 
 def new_id(prefix: str) -> str:
@@ -90,10 +96,10 @@ def chat_body(served: Any, request: Any, choices: list[Choice], tools: Any) -> d
     harmony = is_harmony(special_tokens_of(served.tokenizer))
     for i, c in enumerate(choices):
         text, reasoning, calls = c.text, "", []
-        if harmony:  # (gpt-oss: its channels; the analysis is llama.cpp's server's key)
+        if harmony and tools:  # (gpt-oss: its channels; the analysis is llama.cpp's server's key)
             text, reasoning, calls = harmony_parts(c.text)
-            if not tools:  # (a call without tools offered: its arguments as text)
-                text, calls = text + "".join(x["arguments"] for x in calls), []
+        elif harmony:  # (without tools offered, a call's arguments are text)
+            text, reasoning = split_harmony(c.text)
         message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
         if reasoning:
             message["reasoning_content"] = reasoning

@@ -12,14 +12,11 @@ it is ``{"name": <an offered tool>, "arguments": {...}}``, else given as content
 from __future__ import annotations
 
 import json
-import secrets
 from typing import Any
 
+from attnlm.tokenizers.harmony import call_id, partial_tag
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-
-
-def call_id() -> str:
-    return "call_" + secrets.token_hex(12)
 
 
 def parse_call(text: str) -> dict[str, Any] | None:
@@ -64,7 +61,7 @@ class ToolStream:
                     self.after_call = not self.buf
                 i = self.buf.find(OPEN)
                 if i < 0:
-                    keep = _partial(self.buf, OPEN)
+                    keep = partial_tag(self.buf, (OPEN,))
                     cut = len(self.buf) - keep
                     text, self.buf = self.buf[:cut], self.buf[cut:]
                     if text:
@@ -98,14 +95,6 @@ class ToolStream:
                 self.calls.append(call)
                 return [("call", call)]
         return [("content", rest)] if rest else []
-
-
-def _partial(text: str, tag: str) -> int:
-    """The length of the longest end of ``text`` that begins ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def split_reply(text: str, names=frozenset()) -> tuple[str, list[dict[str, Any]]]:

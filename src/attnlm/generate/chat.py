@@ -136,6 +136,7 @@ class ChatSession:
         cfg = getattr(model, "config", None)
         self.window = getattr(cfg, "block_size", None)
         self.limit = token_limit(model, tokenizer)  # ids past the tokenizer's are never picked
+        self.harmony = is_harmony(special_tokens_of(tokenizer))  # (gpt-oss's chat format)
         self._setup()
         self.messages: list[dict[str, str]] = []
         self.reset(system)
@@ -279,10 +280,9 @@ class ChatSession:
     def _channels(self, on_text: Any, on_reasoning: Any) -> Any:
         """``on_text`` as the reply's pieces arrive: through a :class:`HarmonyStream` for a
         harmony vocabulary (its answer to ``on_text``, its reasoning to ``on_reasoning``)."""
-        self.harmony = None
-        if not is_harmony(special_tokens_of(self.tokenizer)):
+        if not self.harmony:
             return on_text
-        self.harmony = split = HarmonyStream()
+        split = HarmonyStream()
         sinks = {"content": on_text, "reasoning": on_reasoning}
 
         def route(piece: str) -> None:
@@ -339,11 +339,9 @@ class ChatSession:
         rest = row.flush()
         if rest and on_text:
             on_text(rest)
-        if self.harmony is not None and on_text:
+        if self.harmony and on_text:
             on_text("")  # the end: what the stream held back
-        text, reasoning = row.text(), ""
-        if self.harmony is not None:
-            text, reasoning = split_harmony(text)
+        text, reasoning = split_harmony(row.text()) if self.harmony else (row.text(), "")
         self.messages.append({"role": "assistant", "content": text})
         return ChatReply(
             reasoning=reasoning,

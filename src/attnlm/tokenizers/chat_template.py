@@ -337,9 +337,9 @@ def stop_ids(tok: Any, special: dict[str, str], folder: Path | None) -> tuple[in
     model's ``generation_config.json`` ``eos_token_id``) and the end-of-turn tokens of
     :data:`END_OF_TURN` that the vocabulary has as special tokens (a harmony vocabulary's
     :func:`~attnlm.tokenizers.harmony.harmony_stops`)."""
-    from attnlm.tokenizers.harmony import harmony_stops
+    from attnlm.tokenizers.harmony import harmony_stops, special_tokens_of
 
-    specials = dict(getattr(tok, "special_tokens", {}) or {})
+    specials = special_tokens_of(tok)
     out: list[int] = []
     eos = special.get("eos_token")
     if eos in specials:

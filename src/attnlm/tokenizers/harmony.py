@@ -44,8 +44,14 @@ def harmony_stops(special_tokens: dict[str, int], stops: tuple[int, ...]) -> tup
     return tuple(dict.fromkeys([i for i in stops if i != end] + list(ends)))
 
 
-def _partial(text: str, tags: tuple[str, ...]) -> int:
-    """The length of the longest end of ``text`` that begins one of ``tags``."""
+def call_id() -> str:
+    """A tool call's id, as OpenAI's are written (``call_`` and 24 hex digits)."""
+    return "call_" + secrets.token_hex(12)
+
+
+def partial_tag(text: str, tags: tuple[str, ...]) -> int:
+    """The length of the longest end of ``text`` that begins one of ``tags`` (text a stream
+    holds back: it may be the start of a marker)."""
     for n in range(min(max(map(len, tags)) - 1, len(text)), 0, -1):
         if any(t.startswith(text[-n:]) for t in tags):
             return n
@@ -78,8 +84,7 @@ class HarmonyStream:
         """The message ends: a call's item, if it was one."""
         if self.function is None:
             return []
-        call = {"id": "call_" + secrets.token_hex(12), "name": self.function,
-                "arguments": self.args.strip()}  # fmt: skip
+        call = {"id": call_id(), "name": self.function, "arguments": self.args.strip()}
         self.function, self.args = None, ""
         self.calls.append(call)
         return [("call", call)]
@@ -89,7 +94,7 @@ class HarmonyStream:
         out: list[tuple[str, str]] = []
         while self.buf:
             if not self.started:
-                if _partial(self.buf, (START, CHANNEL)) == len(self.buf):
+                if partial_tag(self.buf, (START, CHANNEL)) == len(self.buf):
                     return out  # too short to tell
                 self.started = True
                 if not self.buf.startswith((START, CHANNEL)):
@@ -106,7 +111,7 @@ class HarmonyStream:
                 continue
             at = [i for i in (self.buf.find(t) for t in ENDS) if i >= 0]
             if not at:
-                cut = len(self.buf) - _partial(self.buf, ENDS)
+                cut = len(self.buf) - partial_tag(self.buf, ENDS)
                 out += self._text(self.buf[:cut])
                 self.buf = self.buf[cut:]
                 return out
